@@ -1,0 +1,73 @@
+#pragma once
+// The shared E8M0 scale of an MX block from its amax. Four rules are in use and they disagree
+// (for FP4, amax 6.5 gives exponent 0/0/1/1 and amax 7 gives 0/1/1/1 in the order below):
+//   floor    floor(log2 amax) - emax_elem; OCP MX v1.0 section 6.3, microxcaling, torchao default.
+//            Elements above max clip to max.
+//   even     amax first rounded to the element's mantissa width (add 2^(22-m) to its float bits),
+//            then floor: ROCm TransformerEngine's MXFP4 recipe and Primus-Turbo; the MXFP4 recipe's.
+//   round_up smallest power of two with amax / scale <= max, so nothing clips (RCEIL: NVIDIA
+//            TransformerEngine MXFP8, cuBLAS, aiter); the MXFP8 recipe's.
+//   ceil     ceil(log2 amax) - emax_elem (torchao CEIL).
+// Special blocks, one policy everywhere (README "NaN and Inf"):
+//   amax NaN or Inf      -> NaN scale 0xFF: the whole block decodes to NaN (OCP MX section 6.3 for
+//                           NaN; Inf has no MX encoding, so it is flagged the same way).
+//   amax 0 (all zeros)   -> scale 1.0 (0x7F): neutral, and no subnormal float scale under FTZ.
+//   exponent below -127 or above 127 -> clamped to the E8M0 range; elements then round or clip.
+#include <mxkit/config.hpp>
+#include <mxkit/format/bits.hpp>
+#include <mxkit/format/e8m0.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+
+enum class scale_rule : std::uint8_t { floor, even, round_up, ceil };
+
+inline constexpr scale_rule default_scale_rule = scale_rule::floor;  // the OCP rule
+
+// amax is tracked as the bits of |x|: for non-negative floats integer order is value order, and
+// NaN (> 0x7F800000) sorts above Inf above every finite value, so a plain integer max is exact
+// and lets a NaN win.
+MXKIT_HD constexpr std::uint32_t abs_bits(float x) noexcept { return bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu; }
+MXKIT_HD constexpr std::uint32_t amax_bits(std::uint32_t a, float x) noexcept {
+  const std::uint32_t b = abs_bits(x);
+  return a > b ? a : b;
+}
+
+namespace detail {
+// Significand of a finite non-zero |x| normalized to 24 bits (1.f scaled by 2^23).
+MXKIT_HD constexpr std::uint32_t normalized_significand(std::uint32_t abs) noexcept {
+  const float_parts p = decompose_abs(abs);
+  return p.sig << (24 - bit_width(p.sig));
+}
+}  // namespace detail
+
+// Shared scale for a block whose amax has float bits `amax` (see amax_bits).
+template <class Element>
+MXKIT_HD constexpr e8m0 shared_scale(std::uint32_t amax, scale_rule rule) noexcept {
+  if (amax >= 0x7F800000u) return e8m0::nan();
+  if (amax == 0) return e8m0::from_exponent(0);
+  int lead = detail::floor_log2_abs(amax);
+  switch (rule) {
+    case scale_rule::floor: break;
+    case scale_rule::even: {
+      const std::uint32_t rounded = amax + (1u << (22 - Element::mantissa_bits));
+      lead = (rounded >> 23) != 0 ? static_cast<int>(rounded >> 23) - 127 : detail::floor_log2_abs(rounded);
+      break;
+    }
+    case scale_rule::round_up: {
+      constexpr std::uint32_t max_sig = detail::normalized_significand(abs_bits(Element::max().to_float()));
+      if (detail::normalized_significand(amax) > max_sig) ++lead;
+      break;
+    }
+    case scale_rule::ceil:
+      if (detail::normalized_significand(amax) != 0x800000u) ++lead;
+      break;
+  }
+  return e8m0::from_exponent(lead - Element::emax);
+}
+
+template <class Element>
+MXKIT_HD constexpr e8m0 shared_scale_of(float amax, scale_rule rule) noexcept {
+  return shared_scale<Element>(abs_bits(amax), rule);
+}
+
+MXKIT_END_NAMESPACE

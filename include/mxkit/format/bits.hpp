@@ -1,0 +1,77 @@
+#pragma once
+// Integer helpers shared by every encoder: bit width and the one significand-rounding routine,
+// so that each rounding mode is written exactly once for all formats.
+#include <mxkit/config.hpp>
+#include <mxkit/format/rounding.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace detail {
+
+// Number of bits needed to hold v (0 for 0). Branchy binary search: constexpr and device-safe.
+MXKIT_HD constexpr int bit_width(std::uint32_t v) noexcept {
+  int n = 0;
+  if (v >> 16) { v >>= 16; n += 16; }
+  if (v >> 8) { v >>= 8; n += 8; }
+  if (v >> 4) { v >>= 4; n += 4; }
+  if (v >> 2) { v >>= 2; n += 2; }
+  if (v >> 1) { v >>= 1; n += 1; }
+  return n + static_cast<int>(v);
+}
+
+// Rounds sig * 2^-shift to an integer under mode r. `random_bits` is used only by stochastic
+// rounding: the result rounds up when random_bits < floor(fraction * 2^32), so the probability
+// of rounding up equals the discarded fraction to within 2^-32.
+MXKIT_HD constexpr std::uint64_t round_shifted(std::uint64_t sig, int shift, rounding r,
+                                               std::uint32_t random_bits) noexcept {
+  if (shift <= 0) return sig << (-shift);
+  if (shift > 62) return 0;  // callers pass sig < 2^25: the fraction is below 2^-37
+  const std::uint64_t q = sig >> shift;
+  const std::uint64_t rem = sig & ((std::uint64_t{1} << shift) - 1);
+  const std::uint64_t half = std::uint64_t{1} << (shift - 1);
+  bool up = false;
+  switch (r) {
+    case rounding::nearest_even: up = rem > half || (rem == half && (q & 1)); break;
+    case rounding::nearest_away: up = rem >= half; break;
+    case rounding::toward_zero: up = false; break;
+    case rounding::stochastic: {
+      const std::uint64_t frac32 = shift <= 32 ? rem << (32 - shift) : rem >> (shift - 32);
+      up = std::uint64_t{random_bits} < frac32;
+      break;
+    }
+  }
+  return q + (up ? 1 : 0);
+}
+
+// A finite non-zero float |x| as sig * 2^lsb_exp with sig < 2^24 (float subnormals included).
+struct float_parts {
+  std::uint32_t sig;
+  int lsb_exp;
+};
+MXKIT_HD constexpr float_parts decompose_abs(std::uint32_t abs_bits) noexcept {
+  const int fexp = static_cast<int>(abs_bits >> 23);
+  const std::uint32_t man = abs_bits & 0x7FFFFFu;
+  if (fexp == 0) return {man, -149};
+  return {man | 0x800000u, fexp - 150};
+}
+
+// Exponent of the leading bit of a finite non-zero |x| (floor(log2|x|)), exact for subnormals.
+MXKIT_HD constexpr int floor_log2_abs(std::uint32_t abs_bits) noexcept {
+  const float_parts p = decompose_abs(abs_bits);
+  return p.lsb_exp + bit_width(p.sig) - 1;
+}
+
+// Builds the float sig * 2^exp exactly (sig < 2^24, result within float range, possibly
+// subnormal); callers guarantee exactness.
+MXKIT_HD constexpr float make_float(std::uint32_t sig, int exp) noexcept {
+  if (sig == 0) return 0.0f;
+  const int lead = exp + bit_width(sig) - 1;
+  if (lead >= -126) {
+    const int p = bit_width(sig) - 1;
+    const std::uint32_t man = (sig - (std::uint32_t{1} << p)) << (23 - p);
+    return bit_cast<float>((static_cast<std::uint32_t>(lead + 127) << 23) | man);
+  }
+  return bit_cast<float>(sig << (exp + 149));
+}
+
+}  // namespace detail
+MXKIT_END_NAMESPACE

@@ -1,0 +1,38 @@
+#pragma once
+// A non-owning row-major [rows, cols] matrix with a leading dimension (elements between rows):
+// the high-precision input the quantizer reads. T is float, bfloat16 or float16.
+#include <cstddef>
+#include <type_traits>
+
+#include <mxkit/config.hpp>
+#include <mxkit/format/float16.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+
+template <class T>
+struct matrix_view {
+  T* data = nullptr;
+  std::size_t rows = 0, cols = 0;
+  std::size_t ld = 0;  // >= cols; 0 means cols
+
+  MXKIT_HD constexpr std::size_t stride() const noexcept { return ld ? ld : cols; }
+  MXKIT_HD constexpr T& operator()(std::size_t r, std::size_t c) const noexcept { return data[r * stride() + c]; }
+};
+
+template <class T>
+matrix_view(T*, std::size_t, std::size_t) -> matrix_view<T>;
+template <class T>
+matrix_view(T*, std::size_t, std::size_t, std::size_t) -> matrix_view<T>;
+
+template <class T>
+concept quantizer_input = std::is_same_v<std::remove_const_t<T>, float> ||
+                          std::is_same_v<std::remove_const_t<T>, bfloat16> ||
+                          std::is_same_v<std::remove_const_t<T>, float16>;
+
+template <class T>
+MXKIT_HD constexpr float load_float(const T& x) noexcept {
+  if constexpr (std::is_same_v<std::remove_const_t<T>, float>) return x;
+  else return x.to_float();
+}
+
+MXKIT_END_NAMESPACE

@@ -1,0 +1,101 @@
+#pragma once
+// Block-scaled matrices. A logical [rows, cols] matrix is quantized in one of two layouts:
+//   rowwise     blocks of 32 along cols; stored [rows, cols_padded]        (X for fprop)
+//   columnwise  blocks of 32 along rows; stored transposed [cols, rows_padded] (X^T for wgrad)
+// so every stored copy is "block axis contiguous": line l, position p. Scales are E8M0 bytes,
+// [lines, padded/32] row-major. The block axis is zero-padded to a multiple of 32 (zeros change
+// no amax, so no scale); padded positions hold the quantized padding and are part of the
+// storage. Elements use Fmt::storage_bits (FP4 packed two per byte, low nibble first).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <mxkit/block/mx_format.hpp>
+#include <mxkit/block/pack.hpp>
+#include <mxkit/block/quantize_options.hpp>
+#include <mxkit/config.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+
+enum class block_axis : std::uint8_t { rowwise, columnwise };
+
+constexpr const char* name_of(block_axis a) noexcept { return a == block_axis::rowwise ? "rowwise" : "columnwise"; }
+
+MXKIT_HD constexpr std::size_t round_up_to_block(std::size_t n) noexcept {
+  return (n + mx_block_size - 1) / mx_block_size * mx_block_size;
+}
+
+// Philox stream for stochastic rounding of one copy: the two copies of a tensor draw apart.
+MXKIT_HD constexpr std::uint32_t stochastic_stream(const quantize_options& o, block_axis a) noexcept {
+  return o.stream ^ (a == block_axis::columnwise ? 0x80000000u : 0u);
+}
+
+// Shape and addressing shared by owning tensors and views (host or device pointers).
+struct mx_layout {
+  mx_type type = mx_type::mxfp4;
+  block_axis axis = block_axis::rowwise;
+  std::size_t rows = 0, cols = 0;  // logical matrix
+
+  MXKIT_HD constexpr std::size_t lines() const noexcept { return axis == block_axis::rowwise ? rows : cols; }
+  MXKIT_HD constexpr std::size_t line_length() const noexcept { return axis == block_axis::rowwise ? cols : rows; }
+  MXKIT_HD constexpr std::size_t padded_length() const noexcept { return round_up_to_block(line_length()); }
+  MXKIT_HD constexpr std::size_t blocks_per_line() const noexcept { return padded_length() / mx_block_size; }
+  MXKIT_HD constexpr int storage_bits() const noexcept { return type == mx_type::mxfp4 ? 4 : 8; }
+  MXKIT_HD constexpr std::size_t line_bytes() const noexcept { return packed_bytes(padded_length(), storage_bits()); }
+  MXKIT_HD constexpr std::size_t data_bytes() const noexcept { return lines() * line_bytes(); }
+  MXKIT_HD constexpr std::size_t scale_count() const noexcept { return lines() * blocks_per_line(); }
+  // Storage coordinates of logical element (r, c).
+  MXKIT_HD constexpr std::size_t line_of(std::size_t r, std::size_t c) const noexcept { return axis == block_axis::rowwise ? r : c; }
+  MXKIT_HD constexpr std::size_t position_of(std::size_t r, std::size_t c) const noexcept { return axis == block_axis::rowwise ? c : r; }
+};
+
+// Non-owning view of packed elements and scales (row-major scale layout, see file comment).
+template <class Byte>
+struct mx_basic_view {
+  mx_layout layout;
+  quantize_options options;  // how it was quantized: dequantize needs the rotation
+  Byte* data = nullptr;      // [lines, line_bytes]
+  Byte* scales = nullptr;    // [lines, blocks_per_line]
+
+  MXKIT_HD constexpr std::uint8_t code(std::size_t line, std::size_t pos) const noexcept {
+    return load_code(data + line * layout.line_bytes(), pos, layout.storage_bits());
+  }
+  MXKIT_HD constexpr std::uint8_t scale(std::size_t line, std::size_t block) const noexcept {
+    return scales[line * layout.blocks_per_line() + block];
+  }
+};
+using mx_view = mx_basic_view<std::uint8_t>;
+using mx_const_view = mx_basic_view<const std::uint8_t>;
+
+// Owning host tensor.
+class mx_tensor {
+ public:
+  mx_tensor() = default;
+  mx_tensor(mx_layout layout, const quantize_options& options)
+      : layout_(layout), options_(options), data_(layout.data_bytes()), scales_(layout.scale_count()) {}
+
+  const mx_layout& layout() const noexcept { return layout_; }
+  const quantize_options& options() const noexcept { return options_; }
+  mx_type type() const noexcept { return layout_.type; }
+  block_axis axis() const noexcept { return layout_.axis; }
+  std::size_t rows() const noexcept { return layout_.rows; }
+  std::size_t cols() const noexcept { return layout_.cols; }
+  bool empty() const noexcept { return layout_.rows == 0 || layout_.cols == 0; }
+
+  std::vector<std::uint8_t>& data() noexcept { return data_; }
+  const std::vector<std::uint8_t>& data() const noexcept { return data_; }
+  std::vector<std::uint8_t>& scales() noexcept { return scales_; }
+  const std::vector<std::uint8_t>& scales() const noexcept { return scales_; }
+  std::size_t bytes() const noexcept { return data_.size() + scales_.size(); }
+
+  mx_view view() noexcept { return {layout_, options_, data_.data(), scales_.data()}; }
+  mx_const_view view() const noexcept { return {layout_, options_, data_.data(), scales_.data()}; }
+
+ private:
+  mx_layout layout_;
+  quantize_options options_;
+  std::vector<std::uint8_t> data_;
+  std::vector<std::uint8_t> scales_;
+};
+
+MXKIT_END_NAMESPACE

@@ -1,0 +1,102 @@
+#pragma once
+// Host quantizer: a float/bf16/fp16 matrix to an mx_tensor, rowwise, columnwise, or both copies
+// from one call (forward needs rowwise, dgrad/wgrad the columnwise copy). The reference the GPU
+// kernels are checked against byte for byte: it is quantize_block on every block, nothing else.
+#include <vector>
+
+#include <mxkit/block/quantize_block.hpp>
+#include <mxkit/error.hpp>
+#include <mxkit/tensor/matrix_view.hpp>
+#include <mxkit/tensor/mx_tensor.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+
+namespace detail {
+template <class T>
+void check_input(const matrix_view<T>& in) {
+  require(in.rows == 0 || in.cols == 0 || in.data != nullptr, "quantize: null data for a ", in.rows, "x", in.cols, " matrix");
+  require(in.ld == 0 || in.ld >= in.cols, "quantize: leading dimension ", in.ld, " is smaller than cols ", in.cols);
+}
+
+// Gathers block `blk` of storage line `line` (zero beyond the logical edge).
+template <class T>
+void gather_block(const matrix_view<T>& in, block_axis axis, std::size_t line, std::size_t blk, float* v) {
+  const std::size_t length = axis == block_axis::rowwise ? in.cols : in.rows;
+  for (int i = 0; i < mx_block_size; ++i) {
+    const std::size_t p = blk * mx_block_size + static_cast<std::size_t>(i);
+    v[i] = p >= length ? 0.0f : load_float(axis == block_axis::rowwise ? in(line, p) : in(p, line));
+  }
+}
+}  // namespace detail
+
+template <class T>
+  requires quantizer_input<T>
+mx_tensor quantize(matrix_view<T> in, mx_type type, block_axis axis, const quantize_options& options = {}) {
+  detail::check_input(in);
+  mx_tensor out({type, axis, in.rows, in.cols}, options);
+  const mx_layout& l = out.layout();
+  quantize_options o = options;
+  o.stream = stochastic_stream(options, axis);
+  visit_mx_type(type, [&](auto fmt) {
+    using Fmt = decltype(fmt);
+    float v[mx_block_size];
+    for (std::size_t line = 0; line < l.lines(); ++line) {
+      std::uint8_t* row = out.data().data() + line * l.line_bytes();
+      for (std::size_t blk = 0; blk < l.blocks_per_line(); ++blk) {
+        detail::gather_block(in, axis, line, blk, v);
+        const auto b = quantize_block<Fmt>(v, o, line * l.padded_length() + blk * mx_block_size);
+        out.scales()[line * l.blocks_per_line() + blk] = b.scale.bits();
+        for (int i = 0; i < mx_block_size; ++i)
+          store_code(row, blk * mx_block_size + static_cast<std::size_t>(i), b.elements[i].bits(), Fmt::storage_bits);
+      }
+    }
+  });
+  return out;
+}
+
+template <class T>
+mx_tensor quantize_rowwise(matrix_view<T> in, mx_type type, const quantize_options& options = {}) {
+  return quantize(in, type, block_axis::rowwise, options);
+}
+template <class T>
+mx_tensor quantize_columnwise(matrix_view<T> in, mx_type type, const quantize_options& options = {}) {
+  return quantize(in, type, block_axis::columnwise, options);
+}
+
+struct mx_tensor_pair {
+  mx_tensor rowwise;
+  mx_tensor columnwise;
+};
+template <class T>
+mx_tensor_pair quantize_both(matrix_view<T> in, mx_type type, const quantize_options& options = {}) {
+  return {quantize(in, type, block_axis::rowwise, options), quantize(in, type, block_axis::columnwise, options)};
+}
+
+// Logical [rows, cols] floats, rotation undone. Storage padding is dropped.
+inline std::vector<float> dequantize(mx_const_view t) {
+  const mx_layout& l = t.layout;
+  std::vector<float> out(l.rows * l.cols);
+  visit_mx_type(l.type, [&](auto fmt) {
+    using Fmt = decltype(fmt);
+    using E = typename Fmt::element_type;
+    mx_block<Fmt> b{};
+    float v[mx_block_size];
+    for (std::size_t line = 0; line < l.lines(); ++line)
+      for (std::size_t blk = 0; blk < l.blocks_per_line(); ++blk) {
+        b.scale = e8m0::from_bits(t.scale(line, blk));
+        for (int i = 0; i < mx_block_size; ++i)
+          b.elements[i] = E::from_bits(t.code(line, blk * mx_block_size + static_cast<std::size_t>(i)));
+        dequantize_block<Fmt>(b, v, t.options);
+        for (int i = 0; i < mx_block_size; ++i) {
+          const std::size_t p = blk * mx_block_size + static_cast<std::size_t>(i);
+          if (p >= l.line_length()) break;
+          const std::size_t r = l.axis == block_axis::rowwise ? line : p, c = l.axis == block_axis::rowwise ? p : line;
+          out[r * l.cols + c] = v[i];
+        }
+      }
+  });
+  return out;
+}
+inline std::vector<float> dequantize(const mx_tensor& t) { return dequantize(t.view()); }
+
+MXKIT_END_NAMESPACE
