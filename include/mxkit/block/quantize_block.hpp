@@ -15,7 +15,7 @@ MXKIT_BEGIN_NAMESPACE
 template <mx_format Fmt>
 struct mx_block {
   e8m0 scale;
-  std::array<typename Fmt::element_type, mx_block_size> elements;
+  typename Fmt::element_type elements[mx_block_size];  // C array: usable in device code
 };
 
 // One element under a block scale. A NaN scale marks a non-finite block: its element codes are

@@ -9,6 +9,13 @@ namespace detail {
 
 // Number of bits needed to hold v (0 for 0). Branchy binary search: constexpr and device-safe.
 MXKIT_HD constexpr int bit_width(std::uint32_t v) noexcept {
+  if (!__builtin_is_constant_evaluated()) {  // one instruction at run time, same result
+#if MXKIT_DEVICE_PASS
+    return 32 - __clz(static_cast<int>(v));
+#else
+    return v ? 32 - __builtin_clz(v) : 0;
+#endif
+  }
   int n = 0;
   if (v >> 16) { v >>= 16; n += 16; }
   if (v >> 8) { v >>= 8; n += 8; }

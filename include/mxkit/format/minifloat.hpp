@@ -108,7 +108,7 @@ class minifloat {
     if (ax == 0) return make(sign);
     const detail::float_parts p = detail::decompose_abs(ax);
     const int lsb_exp = p.lsb_exp - scale_exp;
-    const int lead = lsb_exp + detail::bit_width(p.sig) - 1;
+    const int lead = lsb_exp + (ax >= 0x00800000u ? 23 : detail::bit_width(p.sig) - 1);  // normal: 24-bit sig
     int quantum = (lead > Enc::emin ? lead : Enc::emin) - Enc::mantissa_bits;
     if (quantum - lsb_exp < -38) return make(sign | overflow_code(o, r));  // far beyond any max
     std::uint64_t q = detail::round_shifted(p.sig, quantum - lsb_exp, r, random_bits);

@@ -1,0 +1,77 @@
+#pragma once
+// Per-tensor scaled FP8 (the delayed-scaling recipe, Micikevicius et al. 2022 "FP8 Formats for
+// Deep Learning"; TransformerEngine's convention): code = cast(x * scale) with saturation, value =
+// code / scale. `scale` is a plain float chosen by the recipe (fp8_max / 2^margin / amax), so
+// x * scale is one IEEE float multiply, then one rounding into FP8: device kernels do the same.
+// amax of the input is returned too: the recipe's history needs it.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/format/e4m3.hpp>
+#include <mxkit/format/e5m2.hpp>
+#include <mxkit/tensor/matrix_view.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+
+enum class fp8_type : std::uint8_t { e4m3, e5m2 };
+
+constexpr const char* name_of(fp8_type t) noexcept { return t == fp8_type::e4m3 ? "e4m3" : "e5m2"; }
+constexpr float fp8_max(fp8_type t) noexcept { return t == fp8_type::e4m3 ? 448.0f : 57344.0f; }
+
+MXKIT_HD constexpr std::uint8_t fp8_encode(float x, fp8_type t, float scale, overflow o = overflow::saturate) noexcept {
+  const float y = x * scale;
+  return t == fp8_type::e4m3 ? e4m3::from_float(y, rounding::nearest_even, o).bits()
+                             : e5m2::from_float(y, rounding::nearest_even, o).bits();
+}
+MXKIT_HD constexpr float fp8_decode(std::uint8_t code, fp8_type t) noexcept {
+  return t == fp8_type::e4m3 ? e4m3::from_bits(code).to_float() : e5m2::from_bits(code).to_float();
+}
+
+// Row-major [rows, cols] FP8 codes with one scale.
+struct fp8_tensor {
+  fp8_type type = fp8_type::e4m3;
+  std::size_t rows = 0, cols = 0;
+  float scale = 1.0f;  // code = cast(x * scale)
+  float amax = 0.0f;   // max |x| of the input (NaN if any input was NaN)
+  std::vector<std::uint8_t> data;
+
+  float scale_inv() const noexcept { return 1.0f / scale; }
+};
+
+template <class T>
+  requires quantizer_input<T>
+fp8_tensor quantize_fp8(matrix_view<T> in, fp8_type type, float scale, overflow o = overflow::saturate) {
+  detail::require(std::isfinite(scale) && scale > 0.0f, "quantize_fp8: scale must be finite and positive, got ", scale);
+  detail::require(in.rows == 0 || in.cols == 0 || in.data != nullptr, "quantize_fp8: null data for a ", in.rows, "x", in.cols, " matrix");
+  detail::require(in.ld == 0 || in.ld >= in.cols, "quantize_fp8: leading dimension ", in.ld, " is smaller than cols ", in.cols);
+  fp8_tensor out{type, in.rows, in.cols, scale, 0.0f, std::vector<std::uint8_t>(in.rows * in.cols)};
+  std::uint32_t amax = 0;
+  for (std::size_t r = 0; r < in.rows; ++r)
+    for (std::size_t c = 0; c < in.cols; ++c) {
+      const float x = load_float(in(r, c));
+      const std::uint32_t b = bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu;
+      amax = amax > b ? amax : b;  // integer max of |x| bits: NaN wins, as in block amax
+      out.data[r * in.cols + c] = fp8_encode(x, type, scale, o);
+    }
+  out.amax = bit_cast<float>(amax);
+  return out;
+}
+
+// The transposed copy (per-tensor scaling makes it a byte transpose): what dgrad/wgrad consume.
+inline fp8_tensor transpose(const fp8_tensor& t) {
+  fp8_tensor out{t.type, t.cols, t.rows, t.scale, t.amax, std::vector<std::uint8_t>(t.data.size())};
+  for (std::size_t r = 0; r < t.rows; ++r)
+    for (std::size_t c = 0; c < t.cols; ++c) out.data[c * t.rows + r] = t.data[r * t.cols + c];
+  return out;
+}
+
+inline std::vector<float> dequantize(const fp8_tensor& t) {
+  std::vector<float> out(t.data.size());
+  const float inv = t.scale_inv();
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = fp8_decode(t.data[i], t.type) * inv;
+  return out;
+}
+
+MXKIT_END_NAMESPACE
