@@ -35,23 +35,98 @@ MXKIT_HD constexpr void rotate_block(float* v, std::uint32_t sign_mask) noexcept
   for (int g = 0; g < mx_block_size; g += hadamard_group) rotate_group16(v + g, sign_mask);
 }
 
+namespace detail {
+// Block amax as the float bits of max |v[i]| (see amax_bits); with a NaN among the v[i] the
+// result is some NaN, which is all shared_scale distinguishes. A balanced tree, so the 31 maxima
+// are not one serial chain; on sm_80+ one NaN-propagating float max each (`max.NaN`).
+MXKIT_HD constexpr std::uint32_t block_amax_bits(const float* v) noexcept {
+#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if (!__builtin_is_constant_evaluated()) {
+    float m[mx_block_size / 2];
+    for (int i = 0; i < mx_block_size / 2; ++i) {
+      const float a = fabsf(v[2 * i]), b = fabsf(v[2 * i + 1]);
+      asm("max.NaN.f32 %0, %1, %2;" : "=f"(m[i]) : "f"(a), "f"(b));
+    }
+    for (int n = mx_block_size / 4; n > 0; n /= 2)
+      for (int i = 0; i < n; ++i) asm("max.NaN.f32 %0, %1, %2;" : "=f"(m[i]) : "f"(m[i]), "f"(m[i + n]));
+    return bit_cast<std::uint32_t>(m[0]);
+  }
+#endif
+  std::uint32_t m[mx_block_size / 2] = {};
+  for (int i = 0; i < mx_block_size / 2; ++i) m[i] = amax_bits(abs_bits(v[2 * i]), v[2 * i + 1]);
+  for (int n = mx_block_size / 4; n > 0; n /= 2)
+    for (int i = 0; i < n; ++i) m[i] = m[i] > m[i + n] ? m[i] : m[i + n];
+  return m[0];
+}
+
+// quantize_element under nearest-even for an element of a block whose scale is finite (so no
+// element is NaN or Inf, and |x| * 2^-scale < 2^(emax+1)), with 2^-scale hoisted out of the loop.
+template <class Element>
+MXKIT_HD constexpr Element quantize_non_nan_element_rne(float x, e8m0 scale, float scale_inv) noexcept {
+  if constexpr (requires { Element::from_block_element_rne(x, scale_inv); })
+    return Element::from_block_element_rne(x, scale_inv);
+  else
+    return quantize_element<Element>(x, scale, rounding::nearest_even);
+}
+}  // namespace detail
+
+// The random signs of the Hadamard rotation, passed in when the caller computed them once (a
+// kernel quantizing many blocks); quantize_block(in, o) takes them from o.sign_mask().
+struct hadamard_signs {
+  std::uint32_t mask = 0;
+};
+
+namespace detail {
+// Rounding modes other than nearest-even, and NaN blocks: the element loop with per-element
+// random bits. Out of line in device code, taking the values by value, so that its indexing
+// cannot push the fast path's arrays out of registers.
+struct block_values {
+  float v[mx_block_size];
+};
+template <mx_format Fmt>
+#if MXKIT_GPU_COMPILER
+__attribute__((noinline))
+#endif
+MXKIT_HD constexpr mx_block<Fmt> quantize_elements_general(block_values in, e8m0 scale, const quantize_options& o,
+                                                           std::uint64_t first_index) noexcept {
+  using E = typename Fmt::element_type;
+  mx_block<Fmt> b{scale, {}};
+  if (o.round == rounding::stochastic && first_index % 4 == 0) {
+    for (int g = 0; g < mx_block_size; g += 4) {  // one Philox call per four elements
+      const philox_block r = random_bits_x4(o.seed, o.stream, (first_index + static_cast<std::uint64_t>(g)) / 4);
+      for (int j = 0; j < 4; ++j) b.elements[g + j] = quantize_element<E>(in.v[g + j], scale, o.round, r.v[j]);
+    }
+  } else {
+    for (int i = 0; i < mx_block_size; ++i) {
+      const std::uint32_t rb = o.round == rounding::stochastic ? random_bits(o.seed, o.stream, first_index + i) : 0u;
+      b.elements[i] = quantize_element<E>(in.v[i], scale, o.round, rb);
+    }
+  }
+  return b;
+}
+}  // namespace detail
+
 // `first_index` numbers the block's first element in its tensor so stochastic rounding draws
 // distinct, reproducible bits per element (counter = index, key = options.seed).
 template <mx_format Fmt>
-MXKIT_HD constexpr mx_block<Fmt> quantize_block(const float* in, const quantize_options& o,
+MXKIT_HD constexpr mx_block<Fmt> quantize_block(const float* in, const quantize_options& o, hadamard_signs signs,
                                                 std::uint64_t first_index = 0) noexcept {
   using E = typename Fmt::element_type;
-  float v[mx_block_size] = {};
-  for (int i = 0; i < mx_block_size; ++i) v[i] = in[i];
-  if (o.hadamard) rotate_block(v, o.sign_mask());
-  std::uint32_t amax = 0;
-  for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-  mx_block<Fmt> b{shared_scale<E>(amax, o.rule), {}};
-  for (int i = 0; i < mx_block_size; ++i) {
-    const std::uint32_t rb = o.round == rounding::stochastic ? random_bits(o.seed, o.stream, first_index + i) : 0u;
-    b.elements[i] = quantize_element<E>(v[i], b.scale, o.round, rb);
-  }
+  detail::block_values x{};
+  for (int i = 0; i < mx_block_size; ++i) x.v[i] = in[i];
+  if (o.hadamard) rotate_block(x.v, signs.mask);
+  const e8m0 scale = shared_scale<E>(detail::block_amax_bits(x.v), o.rule);
+  if (o.round != rounding::nearest_even || scale.is_nan()) return detail::quantize_elements_general<Fmt>(x, scale, o, first_index);
+  mx_block<Fmt> b{scale, {}};
+  const float scale_inv = detail::exp2i(-scale.exponent());
+  for (int i = 0; i < mx_block_size; ++i) b.elements[i] = detail::quantize_non_nan_element_rne<E>(x.v[i], scale, scale_inv);
   return b;
+}
+
+template <mx_format Fmt>
+MXKIT_HD constexpr mx_block<Fmt> quantize_block(const float* in, const quantize_options& o,
+                                                std::uint64_t first_index = 0) noexcept {
+  return quantize_block<Fmt>(in, o, hadamard_signs{o.sign_mask()}, first_index);
 }
 
 template <mx_format Fmt>

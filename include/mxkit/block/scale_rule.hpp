@@ -3,8 +3,9 @@
 // (for FP4, amax 6.5 gives exponent 0/0/1/1 and amax 7 gives 0/1/1/1 in the order below):
 //   floor    floor(log2 amax) - emax_elem; OCP MX v1.0 section 6.3, microxcaling, torchao default.
 //            Elements above max clip to max.
-//   even     amax first rounded to the element's mantissa width (add 2^(22-m) to its float bits),
-//            then floor: ROCm TransformerEngine's MXFP4 recipe and Primus-Turbo; the MXFP4 recipe's.
+//   even     amax first rounded half up to the element's mantissa width (for a normal amax: add
+//            2^(22-m) to its float bits), then floor: ROCm TransformerEngine's MXFP4 recipe and
+//            Primus-Turbo; the MXFP4 recipe's.
 //   round_up smallest power of two with amax / scale <= max, so nothing clips (RCEIL: NVIDIA
 //            TransformerEngine MXFP8, cuBLAS, aiter); the MXFP8 recipe's.
 //   ceil     ceil(log2 amax) - emax_elem (torchao CEIL).
@@ -22,6 +23,16 @@ MXKIT_BEGIN_NAMESPACE
 enum class scale_rule : std::uint8_t { floor, even, round_up, ceil };
 
 inline constexpr scale_rule default_scale_rule = scale_rule::floor;  // the OCP rule
+
+constexpr const char* name_of(scale_rule r) noexcept {
+  switch (r) {
+    case scale_rule::floor: return "floor";
+    case scale_rule::even: return "even";
+    case scale_rule::round_up: return "round_up";
+    case scale_rule::ceil: return "ceil";
+  }
+  return "unknown";
+}
 
 // amax is tracked as the bits of |x|: for non-negative floats integer order is value order, and
 // NaN (> 0x7F800000) sorts above Inf above every finite value, so a plain integer max is exact
@@ -48,11 +59,12 @@ MXKIT_HD constexpr e8m0 shared_scale(std::uint32_t amax, scale_rule rule) noexce
   int lead = detail::floor_log2_abs(amax);
   switch (rule) {
     case scale_rule::floor: break;
-    case scale_rule::even: {
-      const std::uint32_t rounded = amax + (1u << (22 - Element::mantissa_bits));
-      lead = (rounded >> 23) != 0 ? static_cast<int>(rounded >> 23) - 127 : detail::floor_log2_abs(rounded);
+    case scale_rule::even:
+      // Round the normalized significand half up to m fraction bits; a carry is the next binade.
+      // (Adding 2^(22-m) to the float bits is the same for a normal amax, but a subnormal's
+      // leading bit is below bit 23, so that would round it to fewer bits.)
+      if (detail::normalized_significand(amax) + (1u << (22 - Element::mantissa_bits)) >= (1u << 24)) ++lead;
       break;
-    }
     case scale_rule::round_up: {
       constexpr std::uint32_t max_sig = detail::normalized_significand(abs_bits(Element::max().to_float()));
       if (detail::normalized_significand(amax) > max_sig) ++lead;

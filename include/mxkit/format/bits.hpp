@@ -10,7 +10,7 @@ namespace detail {
 // Number of bits needed to hold v (0 for 0). Branchy binary search: constexpr and device-safe.
 MXKIT_HD constexpr int bit_width(std::uint32_t v) noexcept {
   if (!__builtin_is_constant_evaluated()) {  // one instruction at run time, same result
-#if MXKIT_DEVICE_PASS
+#if defined(__CUDA_ARCH__)  // nvcc's device intrinsic; clang (host, HIP device) takes the builtin
     return 32 - __clz(static_cast<int>(v));
 #else
     return v ? 32 - __builtin_clz(v) : 0;
@@ -65,6 +65,19 @@ MXKIT_HD constexpr float_parts decompose_abs(std::uint32_t abs_bits) noexcept {
 MXKIT_HD constexpr int floor_log2_abs(std::uint32_t abs_bits) noexcept {
   const float_parts p = decompose_abs(abs_bits);
   return p.lsb_exp + bit_width(p.sig) - 1;
+}
+
+// |x|: a sign-bit clear (an operand modifier in device code, where fabsf is used).
+MXKIT_HD constexpr float abs_float(float x) noexcept {
+#if MXKIT_DEVICE_PASS
+  if (!__builtin_is_constant_evaluated()) return __builtin_fabsf(x);
+#endif
+  return bit_cast<float>(bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu);
+}
+
+// 2^e as a float, exactly, for e in [-149, 127] (subnormal below -126).
+MXKIT_HD constexpr float exp2i(int e) noexcept {
+  return e >= -126 ? bit_cast<float>(static_cast<std::uint32_t>(e + 127) << 23) : bit_cast<float>(1u << (e + 149));
 }
 
 // Builds the float sig * 2^exp exactly (sig < 2^24, result within float range, possibly

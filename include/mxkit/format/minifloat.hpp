@@ -18,6 +18,19 @@
 
 MXKIT_BEGIN_NAMESPACE
 
+#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+namespace detail {
+// cvt.rn.satfinite to OCP E4M3 (ManBits 3) or E5M2 (ManBits 2); the low byte is x's code.
+template <int ManBits>
+__device__ inline std::uint8_t cvt_fp8_satfinite(float x) noexcept {
+  unsigned short r;
+  if constexpr (ManBits == 3) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
+  else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
+  return static_cast<std::uint8_t>(r & 0xFF);
+}
+}  // namespace detail
+#endif
+
 enum class special_values : std::uint8_t {
   none,          // every code is finite (E2M1, E2M3, E3M2)
   all_ones_nan,  // only S.1..1.1..1 is NaN, no Inf (E4M3, OCP 8-bit FP section 4)
@@ -82,6 +95,9 @@ class minifloat {
   }
 
   MXKIT_HD constexpr float to_float() const noexcept {
+    if constexpr (Enc::exponent_bits == 8 && Enc::mantissa_bits == 7) {
+      return bit_cast<float>(static_cast<std::uint32_t>(bits_) << 16);  // bfloat16: float's top half (NaN payload kept)
+    }
     const std::uint32_t sign = (bits_ & Enc::sign_mask) ? 0x80000000u : 0u;
     const std::uint32_t mag = bits_ & Enc::magnitude_mask;
     if (is_nan()) return bit_cast<float>(sign | 0x7FC00000u);
@@ -100,6 +116,9 @@ class minifloat {
   MXKIT_HD static constexpr minifloat from_float_scaled(float x, int scale_exp, rounding r = default_rounding,
                                                         overflow o = default_overflow,
                                                         std::uint32_t random_bits = 0) noexcept {
+    if constexpr (has_fast_nearest_even) {
+      if (r == rounding::nearest_even && scale_exp >= -127 && scale_exp <= 127) return from_float_scaled_rne(x, scale_exp, o);
+    }
     const std::uint32_t xb = bit_cast<std::uint32_t>(x);
     const std::uint32_t sign = (xb & 0x80000000u) ? Enc::sign_mask : 0u;
     const std::uint32_t ax = xb & 0x7FFFFFFFu;
@@ -128,6 +147,52 @@ class minifloat {
     return make(sign | static_cast<std::uint32_t>(code));
   }
 
+  // The nearest-even case of from_float_scaled (same code for every x, scale_exp in [-127, 127])
+  // in float arithmetic, about ten operations instead of the integer rounding above: the hot path
+  // of every MX quantizer. y = x * 2^-scale_exp is one multiply, exact except when |y| < 2^-126,
+  // which is below half this format's least step (has_fast_nearest_even), so the code is 0 with
+  // y's sign either way. Adding c, a power of two whose ulp is the format's step at |y|, rounds
+  // |y| onto the format's grid in one IEEE round-to-nearest-even; the number of steps is the
+  // bit distance of the sum from c, and the code is that count plus the binade's first code.
+  static constexpr bool has_fast_nearest_even = Enc::emin - Enc::mantissa_bits - 1 > -126;  // not bf16
+  MXKIT_HD static constexpr minifloat from_float_scaled_rne(float x, int scale_exp, overflow o = default_overflow) noexcept
+    requires(has_fast_nearest_even)
+  {
+    const std::uint32_t xb = bit_cast<std::uint32_t>(x);
+    if ((xb & 0x7FFFFFFFu) > 0x7F800000u)
+      return Enc::has_nan ? make(((xb >> 31) ? Enc::sign_mask : 0u) | Enc::nan_code) : make(Enc::max_code);
+    return from_non_nan_scaled_rne(x, detail::exp2i(-scale_exp), o);
+  }
+  // The same for a caller that knows x is not NaN and passes scale_inv = 2^-scale_exp (an MX
+  // block hoists both out of its element loop).
+  MXKIT_HD static constexpr minifloat from_non_nan_scaled_rne(float x, float scale_inv, overflow o = default_overflow) noexcept
+    requires(has_fast_nearest_even)
+  {
+    const float y = x * scale_inv;
+#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    // sm_89+ converts to OCP E4M3/E5M2 in hardware (RNE, satfinite: +-Inf and overflow to +-max,
+    // which is `saturate`): the same codes in one instruction.
+    if constexpr ((Enc::exponent_bits == 4 && Enc::mantissa_bits == 3 && Enc::specials == special_values::all_ones_nan) ||
+                  (Enc::exponent_bits == 5 && Enc::mantissa_bits == 2 && Enc::specials == special_values::ieee)) {
+      if (!__builtin_is_constant_evaluated() && o == overflow::saturate) return make_unmasked(detail::cvt_fp8_satfinite<Enc::mantissa_bits>(y));
+    }
+#endif
+    return make_unmasked(sign_code(x) | rne_magnitude_code(y, o));
+  }
+  // from_non_nan_scaled_rne for an MX block element: |x * scale_inv| < 2^(emax+1) (the block's
+  // scale, by any scale rule, brings its amax below 2^(emax+1)) and overflow saturates.
+  MXKIT_HD static constexpr minifloat from_block_element_rne(float x, float scale_inv) noexcept
+    requires(has_fast_nearest_even)
+  {
+#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr ((Enc::exponent_bits == 4 && Enc::mantissa_bits == 3 && Enc::specials == special_values::all_ones_nan) ||
+                  (Enc::exponent_bits == 5 && Enc::mantissa_bits == 2 && Enc::specials == special_values::ieee)) {
+      if (!__builtin_is_constant_evaluated()) return make_unmasked(detail::cvt_fp8_satfinite<Enc::mantissa_bits>(x * scale_inv));
+    }
+#endif
+    return make_unmasked(sign_code(x) | rne_magnitude_code<true>(x * scale_inv, overflow::saturate));
+  }
+
   MXKIT_HD static constexpr minifloat from_float(float x, rounding r = default_rounding,
                                                  overflow o = default_overflow,
                                                  std::uint32_t random_bits = 0) noexcept {
@@ -150,6 +215,11 @@ class minifloat {
   MXKIT_HD static constexpr minifloat make(std::uint32_t b) noexcept {
     return from_bits(static_cast<storage_type>(b));
   }
+  MXKIT_HD static constexpr minifloat make_unmasked(std::uint32_t b) noexcept {  // b is a valid code
+    minifloat m;
+    m.bits_ = static_cast<storage_type>(b);
+    return m;
+  }
   // Magnitude codes (sign added by the caller) for an infinite input and for finite overflow.
   MXKIT_HD static constexpr std::uint32_t infinity_code(overflow o) noexcept {
     if (o == overflow::saturate) return Enc::max_code;
@@ -159,6 +229,30 @@ class minifloat {
   }
   MXKIT_HD static constexpr std::uint32_t overflow_code(overflow o, rounding r) noexcept {
     return r == rounding::toward_zero ? Enc::max_code : infinity_code(o);
+  }
+  // Magnitude code of a non-NaN y under nearest-even (see from_float_scaled_rne). Bounded: the
+  // caller knows |y| < 2^(emax+1) (an MX block's elements under its own scale), so the rounding
+  // constant needs no upper clamp.
+  template <bool Bounded = false>
+  MXKIT_HD static constexpr std::uint32_t rne_magnitude_code(float y, overflow o) noexcept {
+    constexpr std::uint32_t lowest_exp = static_cast<std::uint32_t>(Enc::emin + 127) << 23;     // format subnormals
+    constexpr std::uint32_t highest_exp = static_cast<std::uint32_t>(Enc::emax + 1 + 127) << 23;  // beyond max
+    std::uint32_t e = bit_cast<std::uint32_t>(y) & 0x7F800000u;
+    e = e < lowest_exp ? lowest_exp : e;
+    if constexpr (!Bounded) e = e > highest_exp ? highest_exp : e;
+    const float c = bit_cast<float>(e + (static_cast<std::uint32_t>(23 - Enc::mantissa_bits) << 23));
+    // For |y| < 2^(emax+1), |y| + c lies in [c, 2c) and its bit distance from c counts the
+    // format steps in |y| after one IEEE round-to-nearest-even (2^(m+1) steps: the carry into the
+    // next binade); a larger |y| gives a count past max. Not ((|y| + c) - c): -ffast-math folds
+    // that to |y| and the rounding becomes truncation.
+    const std::uint32_t steps = bit_cast<std::uint32_t>(detail::abs_float(y) + c) - bit_cast<std::uint32_t>(c);
+    const std::uint32_t code = ((e - lowest_exp) >> (23 - Enc::mantissa_bits)) + steps;
+    if (o == overflow::saturate) return code < Enc::max_code ? code : Enc::max_code;
+    return code > Enc::max_code ? infinity_code(o) : code;  // nearest-even overflow = Inf's code
+  }
+  // Sign bit of x moved to this format's sign position.
+  MXKIT_HD static constexpr std::uint32_t sign_code(float x) noexcept {
+    return (bit_cast<std::uint32_t>(x) >> (31 - Enc::exponent_bits - Enc::mantissa_bits)) & Enc::sign_mask;
   }
 
   storage_type bits_ = 0;

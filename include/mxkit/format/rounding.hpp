@@ -16,6 +16,17 @@ enum class overflow : std::uint8_t {
   propagate,  // overflow gives Inf (E5M2) or NaN (E4M3), as non-saturating FP8 casts do
 };
 
+constexpr const char* name_of(rounding r) noexcept {
+  switch (r) {
+    case rounding::nearest_even: return "nearest_even";
+    case rounding::nearest_away: return "nearest_away";
+    case rounding::toward_zero: return "toward_zero";
+    case rounding::stochastic: return "stochastic";
+  }
+  return "unknown";
+}
+constexpr const char* name_of(overflow o) noexcept { return o == overflow::saturate ? "saturate" : "propagate"; }
+
 inline constexpr rounding default_rounding = rounding::nearest_even;
 inline constexpr overflow default_overflow = overflow::saturate;
 

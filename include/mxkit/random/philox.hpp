@@ -25,14 +25,17 @@ MXKIT_HD constexpr philox_block philox4x32(philox_block ctr, std::uint32_t key0,
   return ctr;
 }
 
+// The 32-bit words for indices 4*group .. 4*group+3 of random stream `stream` under `seed`.
+MXKIT_HD constexpr philox_block random_bits_x4(std::uint64_t seed, std::uint32_t stream, std::uint64_t group) noexcept {
+  return philox4x32({{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32), stream,
+                      0x4D584B54u /* "MXKT" */}},
+                    static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+}
+
 // 32 uniform bits for element `index` of random stream `stream` under `seed`. One Philox call
-// serves four consecutive indices.
+// serves four consecutive indices (random_bits_x4 gives all four at once).
 MXKIT_HD constexpr std::uint32_t random_bits(std::uint64_t seed, std::uint32_t stream, std::uint64_t index) noexcept {
-  const std::uint64_t group = index >> 2;
-  const philox_block r = philox4x32({{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32),
-                                      stream, 0x4D584B54u /* "MXKT" */}},
-                                     static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
-  return r.v[index & 3];
+  return random_bits_x4(seed, stream, index >> 2).v[index & 3];
 }
 
 MXKIT_END_NAMESPACE

@@ -62,17 +62,24 @@ MXKIT_HD constexpr std::uint32_t hadamard_sign_mask(std::uint64_t seed) noexcept
   return random_bits(seed, /*stream=*/0x5349474Eu /* "SIGN" */, 0) & 0xFFFFu;
 }
 
+namespace detail {
+// v[i] = -v[i] where bit i of sign_mask is set: a sign-bit flip, branch-free so that device code
+// keeps v in registers (negation is exactly a sign flip, NaN included).
+MXKIT_HD constexpr void apply_signs16(float* v, std::uint32_t sign_mask) noexcept {
+  for (int i = 0; i < hadamard_group; ++i)
+    v[i] = bit_cast<float>(bit_cast<std::uint32_t>(v[i]) ^ (((sign_mask >> i) & 1u) << 31));
+}
+}  // namespace detail
+
 // Rotation of one 16-group as the quantizer applies it: signs (if any), then H16.
 MXKIT_HD constexpr void rotate_group16(float* v, std::uint32_t sign_mask) noexcept {
-  for (int i = 0; i < hadamard_group; ++i)
-    if ((sign_mask >> i) & 1u) v[i] = -v[i];
+  if (sign_mask) detail::apply_signs16(v, sign_mask);
   hadamard_transform<hadamard_group>(v);
 }
 // Inverse of rotate_group16: (H.D)^-1 = D.H.
 MXKIT_HD constexpr void unrotate_group16(float* v, std::uint32_t sign_mask) noexcept {
   hadamard_transform<hadamard_group>(v);
-  for (int i = 0; i < hadamard_group; ++i)
-    if ((sign_mask >> i) & 1u) v[i] = -v[i];
+  if (sign_mask) detail::apply_signs16(v, sign_mask);
 }
 
 MXKIT_END_NAMESPACE
