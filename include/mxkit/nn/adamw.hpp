@@ -1,0 +1,103 @@
+#pragma once
+// AdamW (Loshchilov and Hutter 2019, decoupled weight decay) on fp32 master weights, with
+// global-norm gradient clipping. The quantized or bf16 copies the GEMMs read are made from these
+// masters after each update (the version bump invalidates them, linear.hpp).
+//   g' = g * clip,  m = b1 m + (1 - b1) g',  v = b2 v + (1 - b2) g'^2
+//   p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p)
+// A step whose gradient norm is not finite is skipped (nothing is updated) and counted.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/parameter.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+namespace host {
+
+template <class T>
+void adamw_update(T* p, const T* g, T* m, T* v, std::size_t n, const adamw_hyper& h) {
+  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
+  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
+  for (std::size_t i = 0; i < n; ++i) {
+    const double gi = static_cast<double>(g[i]) * h.grad_scale;
+    const double mi = h.beta1 * m[i] + (1.0 - h.beta1) * gi;
+    const double vi = h.beta2 * v[i] + (1.0 - h.beta2) * gi * gi;
+    m[i] = static_cast<T>(mi);
+    v[i] = static_cast<T>(vi);
+    const double update = (mi / bc1) / (std::sqrt(vi / bc2) + h.eps) + h.weight_decay * p[i];
+    p[i] = static_cast<T>(p[i] - h.lr * update);
+  }
+}
+
+}  // namespace host
+
+struct adamw_config {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;  // on parameters with decay = true
+  double clip_norm = 1.0;     // global gradient norm limit; 0 disables clipping
+};
+
+class adamw {
+ public:
+  // The trainable parameters at construction are optimized; the state lives in the backend.
+  adamw(backend& be, const std::vector<parameter*>& params, const adamw_config& config = {}) : be_(&be), config_(config) {
+    detail::require(config.beta1 >= 0 && config.beta1 < 1 && config.beta2 >= 0 && config.beta2 < 1,
+                    "adamw: betas must be in [0, 1), got ", config.beta1, ", ", config.beta2);
+    detail::require(config.clip_norm >= 0, "adamw: clip_norm must be >= 0, got ", config.clip_norm);
+    for (parameter* p : params)
+      if (p->trainable) {
+        slot s{p, be.alloc(p->rows(), p->cols(), p->value.type(), mem_tag::optimizer),
+               be.alloc(p->rows(), p->cols(), p->value.type(), mem_tag::optimizer)};
+        slots_.push_back(std::move(s));
+      }
+  }
+
+  // One update with learning rate `lr`. Returns the gradient norm before clipping.
+  double step(double lr) {
+    double ss = 0.0;
+    for (const slot& s : slots_) ss += be_->sum_squares(s.p->grad);
+    const double norm = std::sqrt(ss);
+    last_norm_ = norm;
+    if (!std::isfinite(norm)) {
+      ++skipped_;
+      return norm;
+    }
+    ++step_;
+    adamw_hyper h{lr, config_.beta1, config_.beta2, config_.eps, 0.0, 1.0, step_};
+    if (config_.clip_norm > 0 && norm > config_.clip_norm) h.grad_scale = config_.clip_norm / norm;
+    for (slot& s : slots_) {
+      h.weight_decay = s.p->decay ? config_.weight_decay : 0.0;
+      be_->adamw_update(s.p->value, s.p->grad, s.m, s.v, h);
+      ++s.p->version;
+    }
+    return norm;
+  }
+
+  std::uint64_t steps() const noexcept { return step_; }
+  std::uint64_t skipped_steps() const noexcept { return skipped_; }
+  double last_grad_norm() const noexcept { return last_norm_; }
+  const adamw_config& config() const noexcept { return config_; }
+
+  // State access for checkpoints: (parameter, first moment, second moment) per trainable parameter.
+  struct slot {
+    parameter* p;
+    tensor m, v;
+  };
+  std::vector<slot>& slots() noexcept { return slots_; }
+  const std::vector<slot>& slots() const noexcept { return slots_; }
+  void set_steps(std::uint64_t s) noexcept { step_ = s; }
+
+ private:
+  backend* be_;
+  adamw_config config_;
+  std::vector<slot> slots_;
+  std::uint64_t step_ = 0, skipped_ = 0;
+  double last_norm_ = 0.0;
+};
+
+}  // namespace nn
+MXKIT_END_NAMESPACE

@@ -1,0 +1,296 @@
+#pragma once
+// Checkpoints: model weights and AdamW state in one versioned, checksummed binary file.
+//
+// Format version 1 (all integers little-endian, floats IEEE 754 little-endian):
+//   offset 0   char[8]  magic "MXKITCKP"
+//          8   u32      format version (1)
+//         12   u32      record count R
+//         16   u64      payload bytes P (the records)
+//         24   u64      training steps completed
+//         32   u64      optimizer steps taken (AdamW bias correction)
+//         40   R records, P bytes in all, each:
+//                u32  kind: 0 weight, 1 AdamW first moment, 2 AdamW second moment
+//                u32  element type: 0 f32, 1 f64
+//                u32  name length n, then n bytes of name (the parameter's name)
+//                u64  rows, u64 cols
+//                rows * cols elements (4 or 8 bytes each)
+//     40 + P   u64      FNV-1a 64 of bytes [0, 40 + P)
+// The file is written to "<path>.tmp", flushed to disk and renamed over <path>, so a crash
+// leaves either the old checkpoint or the new one, never a torn file. Loading checks, in
+// order: magic (foreign file), size and version, declared size against the file size
+// (truncated), checksum (corrupt), then that every record matches a parameter of the model by
+// name, type and shape and that every parameter is present; only then is anything written.
+// Weights without a master copy (quantized-only LoRA base, healing.hpp) are neither saved nor
+// expected. FP8 amax histories are not part of version 1: they refill within history_length steps.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
+#include <unistd.h>
+#endif
+
+#include <mxkit/config.hpp>
+#include <mxkit/nn/adamw.hpp>
+#include <mxkit/nn/model.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+
+class checkpoint_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr char checkpoint_magic[8] = {'M', 'X', 'K', 'I', 'T', 'C', 'K', 'P'};
+inline constexpr std::uint32_t checkpoint_version = 1;
+inline constexpr std::size_t checkpoint_header_bytes = 40;
+
+enum class record_kind : std::uint32_t { weight = 0, adam_m = 1, adam_v = 2 };
+
+struct checkpoint_info {
+  std::uint64_t steps = 0;            // training steps completed
+  std::uint64_t optimizer_steps = 0;  // AdamW steps (filled from the optimizer when saving)
+};
+
+namespace checkpoint_io {
+
+constexpr std::uint64_t fnv1a64(const std::uint8_t* p, std::size_t n, std::uint64_t h = 0xCBF29CE484222325ull) noexcept {
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
+inline void put(std::vector<std::uint8_t>& out, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+
+class reader {
+ public:
+  reader(const std::vector<std::uint8_t>& b, std::size_t pos, std::size_t end, std::string file)
+      : b_(b), pos_(pos), end_(end), file_(std::move(file)) {}
+  std::uint64_t get(int bytes) {
+    need(static_cast<std::size_t>(bytes));
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= std::uint64_t{b_[pos_ + static_cast<std::size_t>(i)]} << (8 * i);
+    pos_ += static_cast<std::size_t>(bytes);
+    return v;
+  }
+  std::string bytes_as_string(std::size_t n) {
+    need(n);
+    std::string s(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  std::size_t pos() const noexcept { return pos_; }
+  void skip(std::size_t n) {
+    need(n);
+    pos_ += n;
+  }
+  bool done() const noexcept { return pos_ == end_; }
+
+ private:
+  void need(std::size_t n) const {
+    if (n > end_ - pos_) throw checkpoint_error("checkpoint '" + file_ + "': a record runs past the end of the payload");
+  }
+  const std::vector<std::uint8_t>& b_;
+  std::size_t pos_, end_;
+  std::string file_;
+};
+
+struct record {
+  record_kind kind;
+  dtype type;
+  std::string name;
+  std::uint64_t rows, cols;
+  std::size_t offset;  // of the elements
+};
+
+inline void fsync_path(const std::filesystem::path& p, bool directory) {
+#if defined(__unix__) || defined(__APPLE__)
+  const int fd = ::open(p.c_str(), directory ? O_RDONLY : O_WRONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+#else
+  (void)p;
+  (void)directory;
+#endif
+}
+
+}  // namespace checkpoint_io
+
+// Writes weights (every parameter with a master copy) and, if given, the optimizer state.
+inline void save_checkpoint(const std::filesystem::path& path, model& m, const adamw* opt, checkpoint_info info = {}) {
+  using checkpoint_io::put;
+  backend& be = m.be();
+  std::vector<std::uint8_t> payload;
+  std::uint32_t count = 0;
+  auto add = [&](record_kind kind, const std::string& name, const tensor& t) {
+    put(payload, static_cast<std::uint32_t>(kind), 4);
+    put(payload, t.type() == dtype::f32 ? 0u : 1u, 4);
+    put(payload, name.size(), 4);
+    payload.insert(payload.end(), name.begin(), name.end());
+    put(payload, t.rows(), 8);
+    put(payload, t.cols(), 8);
+    for (double v : be.read(t)) {
+      if (t.type() == dtype::f32) put(payload, bit_cast<std::uint32_t>(static_cast<float>(v)), 4);
+      else put(payload, bit_cast<std::uint64_t>(v), 8);
+    }
+    ++count;
+  };
+  for (parameter* p : m.parameters())
+    if (p->value.defined()) add(record_kind::weight, p->name, p->value);
+  if (opt) {
+    info.optimizer_steps = opt->steps();
+    for (const adamw::slot& s : opt->slots()) {
+      add(record_kind::adam_m, s.p->name, s.m);
+      add(record_kind::adam_v, s.p->name, s.v);
+    }
+  }
+  std::vector<std::uint8_t> file(checkpoint_magic, checkpoint_magic + 8);
+  put(file, checkpoint_version, 4);
+  put(file, count, 4);
+  put(file, payload.size(), 8);
+  put(file, info.steps, 8);
+  put(file, info.optimizer_steps, 8);
+  file.insert(file.end(), payload.begin(), payload.end());
+  put(file, checkpoint_io::fnv1a64(file.data(), file.size()), 8);
+
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw checkpoint_error("checkpoint: cannot create '" + tmp.string() + "'");
+    out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::filesystem::remove(tmp);
+      throw checkpoint_error("checkpoint: writing '" + tmp.string() + "' failed");
+    }
+  }
+  checkpoint_io::fsync_path(tmp, false);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);  // atomic replacement on POSIX
+  if (ec) {
+    std::filesystem::remove(tmp);
+    throw checkpoint_error("checkpoint: renaming '" + tmp.string() + "' to '" + path.string() + "' failed: " + ec.message());
+  }
+  checkpoint_io::fsync_path(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path(), true);
+}
+
+// Loads a checkpoint into `m` (and `opt`, whose moments must all be present). Throws
+// checkpoint_error, naming the file and the problem, and leaves m and opt untouched on failure.
+inline checkpoint_info load_checkpoint(const std::filesystem::path& path, model& m, adamw* opt) {
+  const std::string f = path.string();
+  auto fail = [&](const std::string& why) -> checkpoint_error { return checkpoint_error("checkpoint '" + f + "': " + why); };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw fail("cannot open the file");
+  const std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (b.size() < 8 || std::memcmp(b.data(), checkpoint_magic, 8) != 0)
+    throw fail(b.size() < 8 ? "truncated: " + std::to_string(b.size()) + " bytes, not even a magic number"
+                            : "not an mxkit checkpoint (bad magic)");
+  if (b.size() < checkpoint_header_bytes + 8)
+    throw fail("truncated: " + std::to_string(b.size()) + " bytes, smaller than the " + std::to_string(checkpoint_header_bytes + 8) +
+               "-byte header and checksum");
+  checkpoint_io::reader h(b, 8, checkpoint_header_bytes, f);
+  const auto version = static_cast<std::uint32_t>(h.get(4));
+  if (version != checkpoint_version)
+    throw fail("format version " + std::to_string(version) + " is not supported (this build reads version " +
+               std::to_string(checkpoint_version) + ")");
+  const auto count = static_cast<std::uint32_t>(h.get(4));
+  const std::uint64_t payload = h.get(8);
+  checkpoint_info info;
+  info.steps = h.get(8);
+  info.optimizer_steps = h.get(8);
+  const std::uint64_t expected = checkpoint_header_bytes + payload + 8;
+  if (payload > b.size() || expected > b.size())
+    throw fail("truncated: the header promises " + std::to_string(expected) + " bytes, the file has " + std::to_string(b.size()));
+  if (expected < b.size())
+    throw fail(std::to_string(b.size() - expected) + " unexpected bytes after the checksum");
+  const std::size_t end = checkpoint_header_bytes + static_cast<std::size_t>(payload);
+  checkpoint_io::reader c(b, end, end + 8, f);
+  if (c.get(8) != checkpoint_io::fnv1a64(b.data(), end)) throw fail("checksum mismatch: the file is corrupt");
+
+  std::vector<checkpoint_io::record> records;
+  checkpoint_io::reader r(b, checkpoint_header_bytes, end, f);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    checkpoint_io::record rec{};
+    const auto kind = static_cast<std::uint32_t>(r.get(4)), type = static_cast<std::uint32_t>(r.get(4));
+    if (kind > 2) throw fail("record " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
+    if (type > 1) throw fail("record " + std::to_string(i) + " has unknown element type " + std::to_string(type));
+    rec.kind = static_cast<record_kind>(kind);
+    rec.type = type == 0 ? dtype::f32 : dtype::f64;
+    rec.name = r.bytes_as_string(static_cast<std::size_t>(r.get(4)));
+    rec.rows = r.get(8);
+    rec.cols = r.get(8);
+    rec.offset = r.pos();
+    if (rec.rows != 0 && rec.cols > (end - rec.offset) / rec.rows / size_of(rec.type))
+      throw fail("record '" + rec.name + "' (" + std::to_string(rec.rows) + "x" + std::to_string(rec.cols) + ") runs past the payload");
+    r.skip(static_cast<std::size_t>(rec.rows * rec.cols) * size_of(rec.type));
+    records.push_back(std::move(rec));
+  }
+  if (!r.done()) throw fail("payload has bytes after its " + std::to_string(count) + " records");
+
+  // Match every record to a tensor, and every tensor to a record.
+  std::map<std::string, parameter*> params;
+  for (parameter* p : m.parameters())
+    if (p->value.defined()) params[p->name] = p;
+  std::map<std::string, const adamw::slot*> slots;
+  if (opt)
+    for (const adamw::slot& s : opt->slots()) slots[s.p->name] = &s;
+  std::vector<std::pair<tensor, const checkpoint_io::record*>> writes;
+  std::map<std::pair<std::uint32_t, std::string>, bool> seen;
+  for (const auto& rec : records) {
+    if (!seen.emplace(std::make_pair(static_cast<std::uint32_t>(rec.kind), rec.name), true).second)
+      throw fail("record '" + rec.name + "' appears twice");
+    tensor target;
+    if (rec.kind == record_kind::weight) {
+      auto it = params.find(rec.name);
+      if (it == params.end()) throw fail("weight '" + rec.name + "' is not a parameter of this model");
+      target = it->second->value;
+    } else {
+      if (!opt) continue;  // loading weights only
+      auto it = slots.find(rec.name);
+      if (it == slots.end()) throw fail("optimizer state for '" + rec.name + "', which the optimizer does not train");
+      target = rec.kind == record_kind::adam_m ? it->second->m : it->second->v;
+    }
+    if (target.type() != rec.type || target.rows() != rec.rows || target.cols() != rec.cols)
+      throw fail("'" + rec.name + "' is " + name_of(rec.type) + " " + std::to_string(rec.rows) + "x" + std::to_string(rec.cols) +
+                 " in the file but " + name_of(target.type()) + " " + std::to_string(target.rows()) + "x" +
+                 std::to_string(target.cols()) + " in the model");
+    writes.emplace_back(target, &rec);
+  }
+  for (const auto& [name, p] : params)
+    if (!seen.count({0u, name})) throw fail("no weight for parameter '" + name + "'");
+  if (opt)
+    for (const auto& [name, s] : slots)
+      if (!seen.count({1u, name}) || !seen.count({2u, name})) throw fail("no optimizer state for '" + name + "'");
+
+  backend& be = m.be();
+  for (auto& [t, rec] : writes) {
+    std::vector<double> v(t.size());
+    const std::uint8_t* p = b.data() + rec->offset;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      std::uint64_t bits = 0;
+      const std::size_t w = size_of(rec->type);
+      for (std::size_t k = 0; k < w; ++k) bits |= std::uint64_t{p[i * w + k]} << (8 * k);
+      v[i] = rec->type == dtype::f32 ? static_cast<double>(bit_cast<float>(static_cast<std::uint32_t>(bits))) : bit_cast<double>(bits);
+    }
+    be.write(t, v);
+  }
+  for (parameter* p : m.parameters()) ++p->version;  // every quantized copy is stale now
+  if (opt) opt->set_steps(info.optimizer_steps);
+  return info;
+}
+
+}  // namespace nn
+MXKIT_END_NAMESPACE

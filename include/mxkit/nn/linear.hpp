@@ -1,0 +1,293 @@
+#pragma once
+// Linear layer Y[M,N] = X[M,K] . W[N,K]^T trained through a recipe (recipe.hpp):
+//   forward   X quantized on the fly: the fprop copy (rowwise) and, when W trains, the wgrad
+//             copy (columnwise), which is saved for backward instead of X.
+//             W quantized once per optimizer step: the fprop copy (rowwise) and the dgrad copy
+//             (columnwise, "transpose cache") are cached until the optimizer bumps the weight's
+//             version (or, for FP8, until W's delayed scale changes).
+//   backward  dY quantized on the fly: dgrad copy (rowwise), wgrad copy (columnwise).
+//             dX = dgrad(dY, W_col),  dW += wgrad(dY_col, X_col).
+// A frozen weight (LoRA base) has no gradient: its wgrad operands are never quantized and its
+// wgrad GEMM never runs. A frozen weight may also drop its master copy after pre-quantization
+// and live as quantized copies only (the LoRA healing recipe, healing.hpp).
+// FP8 operands take their scale from one delayed-scaling state per tensor (X, W, dY); amaxes
+// are recorded in training forward/backward and the scales move in end_step().
+// Philox streams: (layer id, tensor, training step, call in the step) per quantization, so
+// stochastic rounding draws fresh bits every step, the two copies of one tensor draw apart
+// (mx_tensor.hpp), and a run resumed at step n (set_step) draws what the uninterrupted run drew.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/delayed_scaling.hpp>
+#include <mxkit/nn/lora.hpp>
+#include <mxkit/nn/parameter.hpp>
+#include <mxkit/nn/recipe.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+
+class linear {
+ public:
+  linear() = default;
+  linear(backend& be, std::string name, std::size_t in, std::size_t out, std::uint32_t id, const recipe& r, dtype type)
+      : be_(&be), id_(id), in_(in), out_(out) {
+    detail::require(in > 0 && out > 0, "linear '", name, "': zero-sized weight ", out, "x", in);
+    weight_ = make_parameter(be, std::move(name), out, in, type);
+    set_recipe(r);
+  }
+
+  // ---- configuration
+  const std::string& name() const noexcept { return weight_.name; }
+  std::size_t in_features() const noexcept { return in_; }
+  std::size_t out_features() const noexcept { return out_; }
+  parameter& weight() noexcept { return weight_; }
+  const parameter& weight() const noexcept { return weight_; }
+  const recipe& current_recipe() const noexcept { return recipe_; }
+
+  void init_normal(std::uint64_t seed, double stddev) {
+    be_->write(weight_.value, normal_values(weight_.value.size(), seed, mix_stream(id_, 0x1417), stddev));
+    ++weight_.version;
+  }
+
+  // Switches the recipe: every quantized copy is dropped and FP8 scaling starts fresh.
+  void set_recipe(const recipe& r) {
+    validate(r);
+    check_dims(r, in_, "in_features K", gemm_product::fprop);
+    check_dims(r, out_, "out_features N", gemm_product::dgrad);
+    recipe_ = r;
+    drop_quantized();
+    sx_ = scaling_state(r.scaling, fp8_type_of(r.fprop.a, r.wgrad.b));
+    sw_ = scaling_state(r.scaling, fp8_type_of(r.fprop.b, r.dgrad.b));
+    sdy_ = scaling_state(r.scaling, fp8_type_of(r.dgrad.a, r.wgrad.a));
+  }
+
+  void freeze() noexcept { nn::freeze(weight_); }
+
+  void add_lora(const lora_config& c, std::uint64_t seed) {
+    lora_ = std::make_unique<lora_adapter>(*be_, weight_.name, in_, out_, c, weight_.value.defined() ? weight_.value.type() : dtype::f32,
+                                           seed);
+  }
+  lora_adapter* lora() noexcept { return lora_.get(); }
+  const lora_adapter* lora() const noexcept { return lora_.get(); }
+
+  // ---- forward / backward
+  // x (M, K) -> y (M, N), overwritten. training: save what backward needs, record FP8 amaxes.
+  void forward(const tensor& x, tensor& y, bool training) {
+    require_shape(x, x.rows(), in_, ("linear '" + name() + "' input").c_str());
+    require_shape(y, x.rows(), out_, ("linear '" + name() + "' output").c_str());
+    const std::size_t M = x.rows();
+    const bool wgrad = training && weight_.trainable;
+    if (wgrad && recipe_.wgrad.a.kind == precision::mx)
+      detail::require(M % mx_block_size == 0, "linear '", name(), "': wgrad in mx reduces over the M=", M,
+                      " tokens, which must be a multiple of 32");
+    // Evaluation passes draw from their own stream so that they do not shift training's.
+    const std::uint32_t stream = training ? mix_stream(id_, 0, step_ * 4096 + calls_in_step_++) : mix_stream(id_, 3, step_);
+    const quant_request rf = request(gemm_product::fprop, false, block_axis::rowwise, operand_use::fprop_x, sx_.scale(), stream);
+    qtensor xf;
+    if (wgrad) {
+      qpair both = be_->quantize_both(
+          x, rf, request(gemm_product::wgrad, true, block_axis::columnwise, operand_use::wgrad_x, sx_.scale(), stream));
+      xf = std::move(both.rowwise);
+      x_wgrad_ = std::move(both.columnwise);  // (K, M) stored
+    } else {
+      xf = be_->quantize(x, rf);
+      x_wgrad_.reset();
+    }
+    if (training) {
+      if (xf.kind() == precision::fp8) sx_.record(xf.amax());
+      else if (x_wgrad_.defined() && x_wgrad_.kind() == precision::fp8) sx_.record(x_wgrad_.amax());
+    }
+    ensure_weight_copies(training);
+    be_->gemm(gemm_product::fprop, xf, cache_.rowwise, y);
+    if (lora_) lora_->forward(*be_, recipe_.high, x, y, training);
+    saved_ = training;
+    saved_stream_ = stream;
+  }
+
+  // dy (M, N); dx (M, K) overwritten when given; dW accumulated when the weight trains.
+  void backward(const tensor& dy, tensor* dx) {
+    detail::require(saved_, "linear '", name(), "': backward without a training forward");
+    const std::size_t M = dy.rows();
+    require_shape(dy, M, out_, ("linear '" + name() + "' dY").c_str());
+    if (dx) require_shape(*dx, M, in_, ("linear '" + name() + "' dX").c_str());
+    const bool wgrad = weight_.trainable;
+    const std::uint32_t stream = mix_stream(saved_stream_, 2);
+    const quant_request rd = request(gemm_product::dgrad, false, block_axis::rowwise, operand_use::dgrad_dy, sdy_.scale(), stream);
+    const quant_request rw = request(gemm_product::wgrad, false, block_axis::columnwise, operand_use::wgrad_dy, sdy_.scale(), stream);
+    qpair qdy;
+    if (dx && wgrad) qdy = be_->quantize_both(dy, rd, rw);
+    else if (dx) qdy.rowwise = be_->quantize(dy, rd);
+    else if (wgrad) qdy.columnwise = be_->quantize(dy, rw);
+    for (const qtensor* q : {&qdy.rowwise, &qdy.columnwise})
+      if (q->defined() && q->kind() == precision::fp8) {
+        sdy_.record(q->amax());
+        break;
+      }
+    if (dx) be_->gemm(gemm_product::dgrad, qdy.rowwise, cache_.columnwise, *dx);
+    if (wgrad) be_->gemm(gemm_product::wgrad, qdy.columnwise, x_wgrad_, weight_.grad, 1.0f, 1.0f);
+    if (lora_) lora_->backward(*be_, recipe_.high, dy, dx);
+    x_wgrad_.reset();
+    saved_ = false;
+  }
+
+  // After the optimizer step: delayed-scaling updates of X, W and dY; the step counter moves.
+  void end_step() noexcept {
+    sx_.update();
+    sw_.update();
+    sdy_.update();
+    set_step(step_ + 1);
+  }
+  // The training step the next forward belongs to (a resumed run sets it).
+  void set_step(std::uint64_t step) noexcept {
+    step_ = step;
+    calls_in_step_ = 0;
+  }
+
+  // ---- quantized weight copies
+  // Makes the cached weight copies now (the recipe's pre-quantization on entry to training).
+  void prequantize() { ensure_weight_copies(false); }
+
+  // Frozen weights only: keep the quantized copies and free the master (quantized primary weights).
+  void release_master() {
+    detail::require(!weight_.trainable, "linear '", name(), "': only a frozen weight can drop its master copy");
+    ensure_weight_copies(false);
+    weight_.value.reset();
+  }
+  bool has_master() const noexcept { return weight_.value.defined(); }
+
+  // Frees every quantized copy this layer holds (weight caches and saved operands).
+  void drop_quantized() noexcept {
+    cache_ = {};
+    x_wgrad_.reset();
+    saved_ = false;
+    if (lora_) lora_->release_saved();
+  }
+
+  // Installs an FP8 rowwise weight copy (from the healing stash) as the layer's weight; the
+  // dgrad copy is its transpose. The recipe must read W in that FP8 type in fprop and dgrad.
+  void restore_fp8(const qtensor& rowwise) {
+    detail::require(!has_master(), "linear '", name(), "': restore_fp8 replaces a released master; this weight still has one");
+    detail::require(rowwise.kind() == precision::fp8 && rowwise.axis() == block_axis::rowwise && rowwise.rows() == out_ &&
+                        rowwise.cols() == in_,
+                    "linear '", name(), "': restore_fp8 needs an FP8 rowwise ", out_, "x", in_, " copy");
+    for (const operand_spec* o : {&recipe_.fprop.b, &recipe_.dgrad.b})
+      detail::require(o->kind == precision::fp8 && o->fp8 == rowwise.request().spec.fp8, "linear '", name(),
+                      "': the recipe '", recipe_.name, "' does not read W as ", name_of(rowwise.request().spec.fp8));
+    cache_.rowwise = rowwise;
+    cache_.columnwise = be_->transpose(rowwise, operand_use::dgrad_w, mem_tag::quantized_weight);
+    cache_.version = weight_.version;
+    cache_.scale = rowwise.request().fp8_scale;
+  }
+
+  const qtensor& cached_rowwise() const noexcept { return cache_.rowwise; }
+  const qtensor& cached_columnwise() const noexcept { return cache_.columnwise; }
+  const qtensor& saved_wgrad_input() const noexcept { return x_wgrad_; }
+  // Does this layer hold any copy of kind p (weight caches or saved operands)?
+  bool holds(precision p) const noexcept {
+    for (const qtensor* q : {&cache_.rowwise, &cache_.columnwise, &x_wgrad_})
+      if (q->defined() && q->kind() == p) return true;
+    return false;
+  }
+  // Bytes of this layer's weight memory: master, cached copies, LoRA adapters.
+  std::size_t weight_bytes() const noexcept {
+    std::size_t n = weight_.value.bytes() + cache_.rowwise.bytes() + cache_.columnwise.bytes();
+    if (lora_) n += lora_->a().value.bytes() + lora_->b().value.bytes();
+    return n;
+  }
+  std::uint64_t weight_quantizations() const noexcept { return weight_quantizations_; }
+
+  const scaling_state& x_scaling() const noexcept { return sx_; }
+  const scaling_state& w_scaling() const noexcept { return sw_; }
+  const scaling_state& dy_scaling() const noexcept { return sdy_; }
+
+  // Every parameter of the layer: the weight, then the adapters.
+  void collect(std::vector<parameter*>& out) {
+    out.push_back(&weight_);
+    if (lora_) {
+      out.push_back(&lora_->a());
+      out.push_back(&lora_->b());
+    }
+  }
+
+ private:
+  struct weight_cache {
+    qtensor rowwise;     // fprop W (N, K)
+    qtensor columnwise;  // dgrad W, stored (K, N)
+    std::uint64_t version = 0;
+    float scale = 0.0f;  // FP8 copies: the scale they were made with
+  };
+
+  static fp8_type fp8_type_of(const operand_spec& a, const operand_spec& b) noexcept {
+    return a.kind == precision::fp8 ? a.fp8 : b.kind == precision::fp8 ? b.fp8 : fp8_type::e4m3;
+  }
+
+  void check_dims(const recipe& r, std::size_t n, const char* what, gemm_product g) const {
+    detail::require(r.gemm(g).a.kind != precision::mx || n % mx_block_size == 0, "linear '", name(), "': ", name_of(g),
+                    " in mx reduces over ", what, "=", n, ", which must be a multiple of 32");
+  }
+
+  quant_request request(gemm_product g, bool operand_b, block_axis axis, operand_use use, float fp8_scale, std::uint32_t stream) const {
+    const gemm_spec& s = recipe_.gemm(g);
+    const operand_spec& o = operand_b ? s.b : s.a;
+    quant_request r;
+    r.spec = o;
+    r.axis = axis;
+    r.use = use;
+    r.tag = use == operand_use::fprop_w || use == operand_use::dgrad_w ? mem_tag::quantized_weight : mem_tag::quantized_activation;
+    r.fp8_scale = fp8_scale;
+    r.mx.rule = o.rule;
+    r.mx.round = o.round;
+    r.mx.hadamard = s.hadamard;
+    r.mx.random_signs = s.random_signs;
+    r.mx.seed = s.seed;
+    r.mx.stream = stream;
+    return r;
+  }
+
+  bool cache_fresh() const noexcept {
+    if (!cache_.rowwise.defined()) return false;
+    if (!has_master()) return true;  // quantized primary weights: the only copy there is
+    if (cache_.version != weight_.version) return false;
+    return recipe_.fprop.b.kind != precision::fp8 || cache_.scale == sw_.scale();
+  }
+
+  void ensure_weight_copies(bool training) {
+    if (cache_fresh()) return;
+    detail::require(has_master(), "linear '", name(), "': the weight has no master copy and no quantized copy under recipe '",
+                    recipe_.name, "' (restore it from the healing stash first)");
+    const float s = sw_.scale();
+    const std::uint32_t stream = mix_stream(id_, 1, step_);
+    cache_ = {};  // free the stale copies first: old and new are never co-resident
+    qpair both = be_->quantize_both(weight_.value, request(gemm_product::fprop, true, block_axis::rowwise, operand_use::fprop_w, s, stream),
+                                    request(gemm_product::dgrad, true, block_axis::columnwise, operand_use::dgrad_w, s, stream));
+    cache_ = {std::move(both.rowwise), std::move(both.columnwise), weight_.version, s};
+    ++weight_quantizations_;
+    if (training)
+      for (const qtensor* q : {&cache_.rowwise, &cache_.columnwise})
+        if (q->kind() == precision::fp8) {
+          sw_.record(q->amax());
+          break;
+        }
+  }
+
+  backend* be_ = nullptr;
+  std::uint32_t id_ = 0;
+  std::size_t in_ = 0, out_ = 0;
+  parameter weight_;  // (N, K)
+  recipe recipe_;
+  weight_cache cache_;
+  scaling_state sx_, sw_, sdy_;
+  qtensor x_wgrad_;  // saved wgrad copy of X
+  bool saved_ = false;
+  std::uint32_t saved_stream_ = 0;
+  std::uint64_t step_ = 0, calls_in_step_ = 0, weight_quantizations_ = 0;
+  std::unique_ptr<lora_adapter> lora_;
+};
+
+}  // namespace nn
+MXKIT_END_NAMESPACE

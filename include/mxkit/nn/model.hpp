@@ -1,0 +1,178 @@
+#pragma once
+// A Llama-style decoder: token embedding, N transformer layers, final RMSNorm, LM head,
+// next-token cross-entropy.
+//   tokens (B*T) -> x (B*T, C) -> layers -> rmsnorm -> logits (B*T, V) -> mean cross-entropy
+// The layers' linears train through the model's recipe. The LM head runs in the recipe's high
+// precision (bf16 for every low-precision recipe), as FP8/FP4 training stacks keep the output
+// layer out of the low-precision GEMMs.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/cross_entropy.hpp>
+#include <mxkit/nn/embedding.hpp>
+#include <mxkit/nn/linear.hpp>
+#include <mxkit/nn/parameter.hpp>
+#include <mxkit/nn/recipe.hpp>
+#include <mxkit/nn/rmsnorm.hpp>
+#include <mxkit/nn/transformer_layer.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+
+struct model_config {
+  std::size_t vocab = 256;  // V (bytes)
+  std::size_t n_layers = 2;
+  layer_config layer;
+  dtype type = dtype::f32;
+  double init_std = 0.02;
+};
+
+class model {
+ public:
+  model(backend& be, const model_config& c, const recipe& r, std::uint64_t seed)
+      : be_(&be), c_(c), recipe_(r) {
+    detail::require(c.vocab > 0 && c.n_layers > 0, "model: vocab and n_layers must be positive");
+    validate(r);
+    embedding_ = embedding(be, "embedding.weight", c.vocab, c.layer.d_model, c.type);
+    be.write(embedding_.table().value, normal_values(embedding_.table().value.size(), seed, mix_stream(0xE3B, 0), c.init_std));
+    layers_.reserve(c.n_layers);
+    for (std::size_t i = 0; i < c.n_layers; ++i) {
+      layers_.emplace_back(be, "layers." + std::to_string(i), c.layer, static_cast<std::uint32_t>(4 * i), r, c.type);
+      layers_.back().init(seed, c.init_std, c.n_layers);
+    }
+    final_norm_ = rmsnorm(be, "final_norm.weight", c.layer.d_model, c.type, c.layer.norm_eps);
+    head_ = linear(be, "head.weight", c.layer.d_model, c.vocab, static_cast<std::uint32_t>(4 * c.n_layers), head_recipe(r), c.type);
+    head_.init_normal(seed, c.init_std);
+  }
+
+  // Mean next-token loss of one batch. training: keep what backward() needs.
+  double forward(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets, const batch_shape& b,
+                 bool training) {
+    const std::size_t M = b.tokens(), C = c_.layer.d_model;
+    detail::require(tokens.size() == M && targets.size() == M, "model: ", tokens.size(), " tokens and ", targets.size(),
+                    " targets for a batch of ", b.batch, "x", b.seq);
+    shape_ = b;
+    xs_.assign(1, act(M, C));  // xs_[i]: input of layer i; xs_[L]: input of the final norm
+    embedding_.forward(tokens, xs_[0]);
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      xs_.push_back(act(M, C));
+      layers_[i].forward(xs_[i], xs_[i + 1], b, training);
+    }
+    tensor n = act(M, C);
+    final_norm_.forward(xs_.back(), n);
+    tensor logits = act(M, c_.vocab);  // (M, V)
+    head_.forward(n, logits, training);
+    dlogits_ = training ? act(M, c_.vocab) : tensor{};
+    const double loss = be_->cross_entropy(logits, targets, training ? &dlogits_ : nullptr);
+    if (!training) {
+      xs_.clear();
+      final_norm_.release_saved();
+    }
+    return loss;
+  }
+
+  // Gradients of the last training forward, accumulated into every trainable parameter.
+  void backward() {
+    detail::require(dlogits_.defined(), "model: backward without a training forward");
+    const std::size_t M = shape_.tokens(), C = c_.layer.d_model;
+    tensor dn = act(M, C);
+    head_.backward(dlogits_, &dn);
+    tensor dx = act(M, C);
+    final_norm_.backward(dn, dx);
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      const bool need_dx = i > 0 || embedding_.table().trainable;
+      tensor dprev = need_dx ? act(M, C) : tensor{};
+      layers_[i].backward(dx, need_dx ? &dprev : nullptr, shape_);
+      dx = dprev;
+    }
+    if (embedding_.table().trainable) embedding_.backward(dx);
+    dlogits_.reset();
+    xs_.clear();
+    final_norm_.release_saved();
+  }
+
+  void zero_grad() {
+    for (parameter* p : parameters())
+      if (p->trainable) be_->fill(p->grad, 0.0);
+  }
+
+  // After the optimizer step: delayed-scaling updates of every linear.
+  void end_step() noexcept {
+    for (auto& l : layers_) l.end_step();
+    head_.end_step();
+  }
+
+  // The training step the next forward belongs to (Philox streams; a resumed run sets it).
+  void set_step(std::uint64_t step) noexcept {
+    for (linear* l : linears()) l->set_step(step);
+    head_.set_step(step);
+  }
+
+  // Switches the layers' linears to another recipe (the head too if the high precision changes).
+  void set_recipe(const recipe& r) {
+    validate(r);
+    const bool head_changes = !(r.high == recipe_.high);
+    recipe_ = r;
+    for (auto& l : layers_) l.set_recipe(r);
+    if (head_changes) head_.set_recipe(head_recipe(r));
+  }
+  const recipe& current_recipe() const noexcept { return recipe_; }
+
+  // LoRA fine-tuning: everything frozen, adapters added to the targeted linears of every layer.
+  void freeze_all() {
+    for (parameter* p : parameters()) freeze(*p);
+  }
+  void add_lora(const lora_targets& t, const lora_config& c, std::uint64_t seed) {
+    for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].add_lora(t, c, seed + 16 * i);
+  }
+
+  std::vector<parameter*> parameters() {
+    std::vector<parameter*> out{&embedding_.table()};
+    for (auto& l : layers_) l.collect(out);
+    out.push_back(&final_norm_.weight());
+    head_.collect(out);
+    return out;
+  }
+  std::vector<parameter*> trainable_parameters() {
+    std::vector<parameter*> out;
+    for (parameter* p : parameters())
+      if (p->trainable) out.push_back(p);
+    return out;
+  }
+  // The linears that follow the recipe (every layer's QKV, output, gate/up, down).
+  std::vector<linear*> linears() {
+    std::vector<linear*> out;
+    for (auto& l : layers_)
+      for (linear* x : l.linears()) out.push_back(x);
+    return out;
+  }
+  std::vector<transformer_layer>& layers() noexcept { return layers_; }
+  linear& head() noexcept { return head_; }
+  embedding& token_embedding() noexcept { return embedding_; }
+  rmsnorm& final_norm() noexcept { return final_norm_; }
+  const model_config& config() const noexcept { return c_; }
+  backend& be() noexcept { return *be_; }
+
+  static recipe head_recipe(const recipe& r) { return recipes::uniform("head (" + r.name + " high precision)", r.high); }
+
+ private:
+  tensor act(std::size_t rows, std::size_t cols) { return be_->alloc(rows, cols, c_.type, mem_tag::activation); }
+
+  backend* be_;
+  model_config c_;
+  recipe recipe_;
+  embedding embedding_;
+  std::vector<transformer_layer> layers_;
+  rmsnorm final_norm_;
+  linear head_;
+  batch_shape shape_;
+  std::vector<tensor> xs_;
+  tensor dlogits_;
+};
+
+}  // namespace nn
+MXKIT_END_NAMESPACE

@@ -1,0 +1,223 @@
+#pragma once
+// Training recipes as plain values: for each of the three GEMMs of a linear layer (gemm_product,
+// gemm/gemm.hpp), the format of both operands.
+//   fprop  Y[M,N]  = X[M,K] . W[N,K]^T     operand a = X,  b = W
+//   dgrad  dX[M,K] = dY[M,N] . W[N,K]      operand a = dY, b = W
+//   wgrad  dW[N,K] = dY[M,N]^T . X[M,K]    operand a = dY, b = X
+// Each operand is `native` (no rounding: the oracle used by the gradient check), `bf16` (values
+// rounded to bfloat16, fp32 accumulation), `fp8` (per-tensor scaled, delayed scaling) or `mx`
+// (block-scaled, mxkit's quantizer). The Hadamard rotation and random signs belong to a GEMM,
+// not an operand: the rotation along the reduction axis cancels only when both operands get the
+// same one (H.H = I), and ref/gemm.hpp refuses operands rotated differently.
+//
+// Presets (namespace recipes): bf16, fp8_delayed (HYBRID: E4M3 forward tensors, E5M2 gradients),
+// mxfp8 (E4M3, round-up scale rule), mxfp4 with per-GEMM switches and the known placements of the
+// rotation: every operand (AMD's MLPerf recipe, shared/reference), only the wgrad operands
+// (Primus-Turbo), only the wgrad operands with random signs and stochastic rounding of the
+// gradients (the placement of NVIDIA's NVFP4 pretraining recipe, here with MX blocks).
+#include <cstdint>
+#include <string>
+
+#include <mxkit/block/mx_format.hpp>
+#include <mxkit/block/scale_rule.hpp>
+#include <mxkit/error.hpp>
+#include <mxkit/format/rounding.hpp>
+#include <mxkit/gemm/gemm.hpp>
+#include <mxkit/nn/delayed_scaling.hpp>
+#include <mxkit/tensor/fp8_tensor.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+
+enum class precision : std::uint8_t { native, bf16, fp8, mx };
+
+constexpr const char* name_of(precision p) noexcept {
+  switch (p) {
+    case precision::native: return "native";
+    case precision::bf16: return "bf16";
+    case precision::fp8: return "fp8";
+    case precision::mx: return "mx";
+  }
+  return "unknown";
+}
+
+struct operand_spec {
+  precision kind = precision::bf16;
+  mx_type mx = mx_type::mxfp4;              // kind mx: element format
+  scale_rule rule = scale_rule::floor;      // kind mx: shared-scale rule
+  rounding round = rounding::nearest_even;  // kind mx: element rounding (stochastic allowed)
+  fp8_type fp8 = fp8_type::e4m3;            // kind fp8: element format (scale from delayed scaling)
+
+  friend bool operator==(const operand_spec&, const operand_spec&) = default;
+};
+
+struct gemm_spec {
+  operand_spec a, b;          // see the table at the top of this file
+  bool hadamard = false;      // kind mx: 16-point rotation of both operands along the reduction axis
+  bool random_signs = false;  // with hadamard: H.D, D from `seed` (the same D on both operands)
+  std::uint64_t seed = 0;     // Philox key of both operands: random signs and stochastic rounding
+
+  friend bool operator==(const gemm_spec&, const gemm_spec&) = default;
+};
+
+struct recipe {
+  std::string name;
+  gemm_spec fprop, dgrad, wgrad;
+  // "Higher precision" of this recipe: LoRA adapter GEMMs and the LM head use it (native or bf16).
+  operand_spec high;
+  delayed_scaling_config scaling;  // FP8 operands
+
+  const gemm_spec& gemm(gemm_product g) const noexcept { return g == gemm_product::fprop ? fprop : g == gemm_product::dgrad ? dgrad : wgrad; }
+  gemm_spec& gemm(gemm_product g) noexcept { return g == gemm_product::fprop ? fprop : g == gemm_product::dgrad ? dgrad : wgrad; }
+  bool uses(precision p) const noexcept {
+    return fprop.a.kind == p || fprop.b.kind == p || dgrad.a.kind == p || dgrad.b.kind == p || wgrad.a.kind == p ||
+           wgrad.b.kind == p;
+  }
+};
+
+namespace internal {
+inline void check_fp8_tensor(const operand_spec& x, const operand_spec& y, const char* tensor_name, const char* recipe_name) {
+  if (x.kind == precision::fp8 && y.kind == precision::fp8)
+    mxkit::detail::require(x.fp8 == y.fp8, "recipe '", recipe_name, "': ", tensor_name, " is FP8 in two GEMMs with different types (",
+                           name_of(x.fp8), ", ", name_of(y.fp8), "); one per-tensor scale needs one type");
+}
+}  // namespace internal
+
+// Throws std::invalid_argument naming the GEMM and the bad field.
+inline void validate(const recipe& r) {
+  using mxkit::detail::require;
+  for (gemm_product g : {gemm_product::fprop, gemm_product::dgrad, gemm_product::wgrad}) {
+    const gemm_spec& s = r.gemm(g);
+    require(s.a.kind == s.b.kind, "recipe '", r.name, "': ", name_of(g), " mixes ", name_of(s.a.kind), " and ", name_of(s.b.kind),
+            " operands; both operands of a GEMM must be in the same family");
+    require(!s.hadamard || s.a.kind == precision::mx, "recipe '", r.name, "': ", name_of(g),
+            " has the Hadamard rotation on ", name_of(s.a.kind), " operands; it is an MX quantizer option");
+    require(!s.random_signs || s.hadamard, "recipe '", r.name, "': ", name_of(g), " has random signs without the Hadamard rotation");
+    for (const operand_spec* o : {&s.a, &s.b})
+      require(o->kind == precision::mx || o->round == rounding::nearest_even, "recipe '", r.name, "': ", name_of(g),
+              " asks for non-default rounding of a ", name_of(o->kind), " operand; only MX operands support it");
+  }
+  internal::check_fp8_tensor(r.fprop.a, r.wgrad.b, "X", r.name.c_str());
+  internal::check_fp8_tensor(r.fprop.b, r.dgrad.b, "W", r.name.c_str());
+  internal::check_fp8_tensor(r.dgrad.a, r.wgrad.a, "dY", r.name.c_str());
+  require(r.high.kind == precision::native || r.high.kind == precision::bf16, "recipe '", r.name,
+          "': the high precision must be native or bf16, got ", name_of(r.high.kind));
+  validate(r.scaling);
+}
+
+namespace recipes {
+
+inline operand_spec native_operand() { return {precision::native}; }
+inline operand_spec bf16_operand() { return {precision::bf16}; }
+inline operand_spec fp8_operand(fp8_type t) {
+  operand_spec o{precision::fp8};
+  o.fp8 = t;
+  return o;
+}
+inline operand_spec mx_operand(mx_type t, scale_rule rule, rounding round = rounding::nearest_even) {
+  operand_spec o{precision::mx};
+  o.mx = t;
+  o.rule = rule;
+  o.round = round;
+  return o;
+}
+
+// Every GEMM with both operands in `o`.
+inline recipe uniform(std::string name, const operand_spec& o) {
+  recipe r;
+  r.name = std::move(name);
+  r.fprop = r.dgrad = r.wgrad = gemm_spec{o, o};
+  r.high = o.kind == precision::native ? native_operand() : bf16_operand();
+  return r;
+}
+
+// No rounding anywhere: the exact reference of the layer's math (gradient check, oracles).
+inline recipe native() { return uniform("native", native_operand()); }
+
+// The baseline: operands rounded to bfloat16 (RNE), fp32 accumulation; fp32 everywhere else.
+inline recipe bf16() { return uniform("bf16", bf16_operand()); }
+
+// FP8 delayed scaling, HYBRID format: E4M3 for X and W, E5M2 for dY.
+inline recipe fp8_delayed(const delayed_scaling_config& scaling = {}) {
+  recipe r;
+  r.name = "fp8 delayed";
+  r.fprop = {fp8_operand(fp8_type::e4m3), fp8_operand(fp8_type::e4m3)};
+  r.dgrad = {fp8_operand(fp8_type::e5m2), fp8_operand(fp8_type::e4m3)};
+  r.wgrad = {fp8_operand(fp8_type::e5m2), fp8_operand(fp8_type::e4m3)};
+  r.high = bf16_operand();
+  r.scaling = scaling;
+  return r;
+}
+
+// MXFP8: E4M3 elements in 32-blocks on every operand; round-up scale rule (nothing clips).
+inline recipe mxfp8(scale_rule rule = scale_rule::round_up) {
+  return uniform("mxfp8", mx_operand(mx_type::mxfp8_e4m3, rule));
+}
+
+// Where the 16-point Hadamard rotation is applied.
+enum class hadamard_placement : std::uint8_t { none, wgrad_only, all };
+
+struct mxfp4_config {
+  hadamard_placement hadamard = hadamard_placement::all;
+  bool random_signs = false;          // on the rotated GEMMs
+  bool stochastic_gradients = false;  // stochastic rounding of the dY operands (dgrad and wgrad)
+  scale_rule rule = scale_rule::even;
+  bool fprop_mx = true, dgrad_mx = true, wgrad_mx = true;  // false: that GEMM in bf16
+  std::uint64_t seed = 0x4D58465034ull;                     // Philox key ("MXFP4")
+};
+
+inline recipe mxfp4(const mxfp4_config& c = {}, std::string name = "mxfp4") {
+  recipe r;
+  r.name = std::move(name);
+  r.high = bf16_operand();
+  const operand_spec fwd = mx_operand(mx_type::mxfp4, c.rule);
+  const operand_spec grad = mx_operand(mx_type::mxfp4, c.rule, c.stochastic_gradients ? rounding::stochastic : rounding::nearest_even);
+  auto make = [&](bool on, const operand_spec& a, const operand_spec& b, bool rotate, std::uint64_t salt) {
+    if (!on) return gemm_spec{bf16_operand(), bf16_operand()};
+    gemm_spec g{a, b};
+    g.hadamard = rotate;
+    g.random_signs = rotate && c.random_signs;
+    g.seed = c.seed + salt;
+    return g;
+  };
+  const bool all = c.hadamard == hadamard_placement::all, any = c.hadamard != hadamard_placement::none;
+  r.fprop = make(c.fprop_mx, fwd, fwd, all, 0);
+  r.dgrad = make(c.dgrad_mx, grad, fwd, all, 1);
+  r.wgrad = make(c.wgrad_mx, grad, fwd, any, 2);
+  return r;
+}
+
+// AMD's MLPerf recipe: every operand of every GEMM rotated, deterministic signs, `even` rule.
+inline recipe mxfp4_amd() { return mxfp4({}, "mxfp4 (hadamard all)"); }
+inline recipe mxfp4_no_hadamard() {
+  mxfp4_config c;
+  c.hadamard = hadamard_placement::none;
+  return mxfp4(c, "mxfp4 (no hadamard)");
+}
+// Primus-Turbo: the rotation on the wgrad operands only.
+inline recipe mxfp4_primus_turbo() {
+  mxfp4_config c;
+  c.hadamard = hadamard_placement::wgrad_only;
+  return mxfp4(c, "mxfp4 (hadamard wgrad)");
+}
+// NVIDIA's NVFP4 placement on MX blocks: random-sign rotation on the wgrad operands only,
+// stochastic rounding of the gradients.
+inline recipe mxfp4_nvidia_style() {
+  mxfp4_config c;
+  c.hadamard = hadamard_placement::wgrad_only;
+  c.random_signs = true;
+  c.stochastic_gradients = true;
+  return mxfp4(c, "mxfp4 (random hadamard wgrad, SR)");
+}
+
+// The healing target of the Llama 2 70B LoRA recipe: FP8 delayed scaling, HYBRID, amax history
+// of 4, most-recent algorithm.
+inline recipe fp8_healing() {
+  recipe r = fp8_delayed({4, amax_algorithm::most_recent, 0});
+  r.name = "fp8 delayed (history 4, most recent)";
+  return r;
+}
+
+}  // namespace recipes
+}  // namespace nn
+MXKIT_END_NAMESPACE

@@ -1,0 +1,56 @@
+#pragma once
+// SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"), Llama's MLP activation, on the fused
+// gate/up projection output gu = [g | u] (M, 2F):
+//   forward   out = silu(g) * u,  silu(g) = g * sigmoid(g)
+//   backward  dg = dout * u * sigmoid(g) * (1 + g * (1 - sigmoid(g))),  du = dout * silu(g)
+#include <cmath>
+#include <cstddef>
+
+#include <mxkit/nn/backend.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+namespace host {
+
+template <class T>
+void swiglu_forward(const T* gu, T* out, std::size_t rows, std::size_t F) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < F; ++j) {
+      const double g = gu[r * 2 * F + j], u = gu[r * 2 * F + F + j];
+      out[r * F + j] = static_cast<T>(g / (1.0 + std::exp(-g)) * u);
+    }
+}
+
+template <class T>
+void swiglu_backward(const T* dout, const T* gu, T* dgu, std::size_t rows, std::size_t F) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < F; ++j) {
+      const double g = gu[r * 2 * F + j], u = gu[r * 2 * F + F + j], d = dout[r * F + j];
+      const double sig = 1.0 / (1.0 + std::exp(-g));
+      dgu[r * 2 * F + j] = static_cast<T>(d * u * sig * (1.0 + g * (1.0 - sig)));
+      dgu[r * 2 * F + F + j] = static_cast<T>(d * g * sig);
+    }
+}
+
+}  // namespace host
+
+class swiglu {
+ public:
+  // gu (M, 2F) -> out (M, F); keeps gu for backward.
+  void forward(backend& be, const tensor& gu, tensor& out) {
+    require_shape(out, gu.rows(), gu.cols() / 2, "swiglu output");
+    gu_ = gu;
+    be.swiglu_forward(gu, out);
+  }
+  void backward(backend& be, const tensor& dout, tensor& dgu) {
+    require_shape(dgu, gu_.rows(), gu_.cols(), "swiglu backward dgu");
+    be.swiglu_backward(dout, gu_, dgu);
+  }
+  void release_saved() noexcept { gu_.reset(); }
+
+ private:
+  tensor gu_;
+};
+
+}  // namespace nn
+MXKIT_END_NAMESPACE

@@ -1,0 +1,198 @@
+#pragma once
+// Llama-style pre-norm transformer layer (Touvron et al. 2023): every linear goes through the
+// recipe (linear.hpp); norms, RoPE, attention and SwiGLU run in the activation dtype.
+//   forward                                         shapes (M = B*T tokens)
+//     n1  = rmsnorm1(x)                             (M, C)
+//     qkv = n1 . Wqkv^T,  rope(q, k)                (M, (H + 2 Hkv) D)   fused QKV projection
+//     a   = causal_gqa_attention(qkv)               (M, H D)
+//     x2  = x + a . Wo^T                            (M, C)
+//     n2  = rmsnorm2(x2)                            (M, C)
+//     gu  = n2 . Wgu^T                              (M, 2F)              fused gate/up projection
+//     y   = x2 + swiglu(gu) . Wdown^T               (M, C)
+//   backward: the same steps in reverse, residual gradients added.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/nn/attention.hpp>
+#include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/linear.hpp>
+#include <mxkit/nn/rmsnorm.hpp>
+#include <mxkit/nn/rope.hpp>
+#include <mxkit/nn/swiglu.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+
+struct layer_config {
+  std::size_t d_model = 64;   // C
+  std::size_t n_heads = 4;    // H
+  std::size_t n_kv_heads = 2; // Hkv (grouped-query attention)
+  std::size_t d_ff = 192;     // F, SwiGLU hidden width
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+
+  std::size_t head_dim() const noexcept { return n_heads ? d_model / n_heads : 0; }
+  std::size_t qkv_dim() const noexcept { return (n_heads + 2 * n_kv_heads) * head_dim(); }
+};
+
+inline void validate(const layer_config& c) {
+  detail::require(c.d_model > 0 && c.n_heads > 0 && c.d_model % c.n_heads == 0, "layer: d_model ", c.d_model,
+                  " must be a positive multiple of n_heads ", c.n_heads);
+  detail::require(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, "layer: n_heads ", c.n_heads,
+                  " must be a multiple of n_kv_heads ", c.n_kv_heads);
+  detail::require(c.head_dim() % 2 == 0, "layer: head_dim ", c.head_dim(), " must be even (RoPE rotates pairs)");
+  detail::require(c.d_ff > 0, "layer: d_ff must be positive");
+}
+
+struct batch_shape {
+  std::size_t batch = 1, seq = 1;
+  std::size_t tokens() const noexcept { return batch * seq; }
+};
+
+// Which linears of a layer get LoRA adapters (the Llama 2 70B recipe: QKV and output projection).
+struct lora_targets {
+  bool qkv = true, out = true, gate_up = false, down = false;
+};
+
+class transformer_layer {
+ public:
+  // Linear ids first_id .. first_id + 3 (Philox streams).
+  transformer_layer(backend& be, const std::string& prefix, const layer_config& c, std::uint32_t first_id, const recipe& r, dtype type)
+      : be_(&be), c_((validate(c), c)), rope_(c.rope_theta) {
+    norm1_ = rmsnorm(be, prefix + ".norm1.weight", c.d_model, type, c.norm_eps);
+    qkv_ = linear(be, prefix + ".qkv.weight", c.d_model, c.qkv_dim(), first_id, r, type);
+    out_ = linear(be, prefix + ".out.weight", c.n_heads * c.head_dim(), c.d_model, first_id + 1, r, type);
+    norm2_ = rmsnorm(be, prefix + ".norm2.weight", c.d_model, type, c.norm_eps);
+    gate_up_ = linear(be, prefix + ".gate_up.weight", c.d_model, 2 * c.d_ff, first_id + 2, r, type);
+    down_ = linear(be, prefix + ".down.weight", c.d_ff, c.d_model, first_id + 3, r, type);
+  }
+
+  // N(0, std) weights; the two projections into the residual stream scaled by 1/sqrt(2 L)
+  // (GPT-2), norm gains 1.
+  void init(std::uint64_t seed, double stddev, std::size_t n_layers) {
+    const double residual = stddev / std::sqrt(2.0 * static_cast<double>(n_layers));
+    qkv_.init_normal(seed, stddev);
+    out_.init_normal(seed, residual);
+    gate_up_.init_normal(seed, stddev);
+    down_.init_normal(seed, residual);
+  }
+
+  // x (M, C) -> y (M, C), y must not alias x.
+  void forward(const tensor& x, tensor& y, const batch_shape& b, bool training) {
+    const std::size_t M = b.tokens(), C = c_.d_model;
+    require_shape(x, M, C, "layer input");
+    require_shape(y, M, C, "layer output");
+    const head_shape hs = heads(b);
+    tensor n1 = alloc(M, C, x);
+    norm1_.forward(x, n1);
+    tensor qkv = alloc(M, c_.qkv_dim(), x);  // (M, (H + 2 Hkv) D)
+    qkv_.forward(n1, qkv, training);
+    rope_.forward(*be_, qkv, hs);
+    tensor att = alloc(M, hs.q_dim(), x);  // (M, H D)
+    attention_.forward(*be_, qkv, att, hs);
+    tensor o = alloc(M, C, x);
+    out_.forward(att, o, training);
+    tensor x2 = alloc(M, C, x);  // residual stream after attention
+    be_->copy(x, x2);
+    be_->axpy(1.0, o, x2);
+    tensor n2 = alloc(M, C, x);
+    norm2_.forward(x2, n2);
+    tensor gu = alloc(M, 2 * c_.d_ff, x);  // (M, 2F)
+    gate_up_.forward(n2, gu, training);
+    tensor s = alloc(M, c_.d_ff, x);  // (M, F)
+    swiglu_.forward(*be_, gu, s);
+    tensor m = alloc(M, C, x);
+    down_.forward(s, m, training);
+    be_->copy(x2, y);
+    be_->axpy(1.0, m, y);
+    if (!training) release_saved();
+  }
+
+  // dy (M, C); dx (M, C) overwritten when given (null: no input gradient wanted).
+  void backward(const tensor& dy, tensor* dx, const batch_shape& b) {
+    const std::size_t M = b.tokens(), C = c_.d_model;
+    require_shape(dy, M, C, "layer backward dY");
+    const head_shape hs = heads(b);
+    tensor dx2 = alloc(M, C, dy);  // gradient of the residual stream x2
+    be_->copy(dy, dx2);
+    tensor ds = alloc(M, c_.d_ff, dy);
+    down_.backward(dy, &ds);
+    tensor dgu = alloc(M, 2 * c_.d_ff, dy);
+    swiglu_.backward(*be_, ds, dgu);
+    tensor dn2 = alloc(M, C, dy);
+    gate_up_.backward(dgu, &dn2);
+    norm2_.backward(dn2, dx2);
+    tensor datt = alloc(M, hs.q_dim(), dy);
+    out_.backward(dx2, &datt);
+    tensor dqkv = alloc(M, c_.qkv_dim(), dy);
+    attention_.backward(*be_, datt, dqkv, hs);
+    rope_.backward(*be_, dqkv, hs);
+    const bool need_dn1 = dx != nullptr || norm1_.weight().trainable;
+    tensor dn1 = need_dn1 ? alloc(M, C, dy) : tensor{};
+    qkv_.backward(dqkv, need_dn1 ? &dn1 : nullptr);
+    if (need_dn1) {
+      tensor scratch = dx ? tensor{} : alloc(M, C, dy);
+      tensor& target = dx ? *dx : scratch;
+      be_->copy(dx2, target);
+      norm1_.backward(dn1, target);
+    }
+    release_saved();
+  }
+
+  void set_recipe(const recipe& r) {
+    for (linear* l : linears()) l->set_recipe(r);
+  }
+  void end_step() noexcept {
+    for (linear* l : linears()) l->end_step();
+  }
+  void add_lora(const lora_targets& t, const lora_config& c, std::uint64_t seed) {
+    if (t.qkv) qkv_.add_lora(c, seed);
+    if (t.out) out_.add_lora(c, seed + 1);
+    if (t.gate_up) gate_up_.add_lora(c, seed + 2);
+    if (t.down) down_.add_lora(c, seed + 3);
+  }
+
+  std::vector<linear*> linears() { return {&qkv_, &out_, &gate_up_, &down_}; }
+  void collect(std::vector<parameter*>& out) {
+    out.push_back(&norm1_.weight());
+    qkv_.collect(out);
+    out_.collect(out);
+    out.push_back(&norm2_.weight());
+    gate_up_.collect(out);
+    down_.collect(out);
+  }
+  linear& qkv() noexcept { return qkv_; }
+  linear& out() noexcept { return out_; }
+  linear& gate_up() noexcept { return gate_up_; }
+  linear& down() noexcept { return down_; }
+  rmsnorm& norm1() noexcept { return norm1_; }
+  rmsnorm& norm2() noexcept { return norm2_; }
+  const layer_config& config() const noexcept { return c_; }
+
+ private:
+  head_shape heads(const batch_shape& b) const noexcept {
+    return {b.batch, b.seq, c_.n_heads, c_.n_kv_heads, c_.head_dim()};
+  }
+  tensor alloc(std::size_t rows, std::size_t cols, const tensor& like) { return be_->alloc(rows, cols, like.type(), mem_tag::activation); }
+  void release_saved() noexcept {
+    norm1_.release_saved();
+    norm2_.release_saved();
+    attention_.release_saved();
+    swiglu_.release_saved();
+  }
+
+  backend* be_;
+  layer_config c_;
+  rmsnorm norm1_, norm2_;
+  linear qkv_, out_, gate_up_, down_;
+  rotary rope_;
+  causal_attention attention_;
+  swiglu swiglu_;
+};
+
+}  // namespace nn
+MXKIT_END_NAMESPACE

@@ -1,0 +1,95 @@
+// Byte tokenizer, corpus file loading and splitting, deterministic batches.
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <mxkit/nn/data.hpp>
+
+#include "../catch.hpp"
+
+using namespace mxkit;
+using namespace mxkit::nn;
+namespace fs = std::filesystem;
+
+TEST_CASE("data: byte tokenizer round trip", "[nn][data]") {
+  const std::string text = "Q: what is two plus two?\nA: four. \xC3\xA9";
+  const auto tokens = byte_tokenizer::encode(text);
+  CHECK(tokens.size() == text.size());
+  CHECK(tokens[0] == 'Q');
+  CHECK(tokens.back() == 0xA9);
+  CHECK(byte_tokenizer::decode(tokens) == text);
+}
+
+TEST_CASE("data: a corpus file is read and split into train and a held-out tail", "[nn][data]") {
+  const fs::path file = fs::temp_directory_path() / ("mxkit_corpus_test_" + std::to_string(std::random_device{}()) + ".txt");
+  std::vector<std::uint8_t> bytes(3 * 1024 * 1024 + 123);  // more than one read chunk
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(i * 2654435761u >> 24);
+  {
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  const corpus_split c = load_corpus(file, 0.1);
+  fs::remove(file);
+  const std::size_t n_val = bytes.size() / 10;
+  REQUIRE(c.validation->size() == n_val);
+  REQUIRE(c.train->size() == bytes.size() - n_val);
+  CHECK(std::equal(c.train->begin(), c.train->end(), bytes.begin()));
+  CHECK(std::equal(c.validation->begin(), c.validation->end(), bytes.end() - static_cast<std::ptrdiff_t>(n_val)));
+
+  CHECK_THROWS_WITH(load_corpus(file), mxkit_test::contains("cannot open"));
+  CHECK_THROWS_WITH(split_corpus(bytes, 1.5), mxkit_test::contains("validation fraction"));
+}
+
+TEST_CASE("data: the shipped corpora load", "[nn][data]") {
+  const fs::path data = fs::path(__FILE__).parent_path().parent_path().parent_path() / "data";
+  for (const char* name : {"stories.txt", "qa.txt"}) {
+    INFO(name);
+    const corpus_split c = load_corpus(data / name, 0.1);
+    CHECK(c.train->size() > 50000);
+    CHECK(c.validation->size() > 5000);
+    std::set<std::uint8_t> seen(c.train->begin(), c.train->end());
+    CHECK(seen.size() > 30);                 // real text, not a constant
+    CHECK(*seen.rbegin() < 128);             // ASCII
+  }
+}
+
+TEST_CASE("data: batches are deterministic windows with shifted targets", "[nn][data]") {
+  auto tokens = std::make_shared<std::vector<std::uint8_t>>(1000);
+  for (std::size_t i = 0; i < tokens->size(); ++i) (*tokens)[i] = static_cast<std::uint8_t>(i % 251);
+  const batch_shape shape{3, 16};
+  batch_loader a(tokens, shape, 7), b(tokens, shape, 7), other(tokens, shape, 8);
+  bool differs = false;
+  for (int n = 0; n < 20; ++n) {
+    const batch x = a.next(), y = b.next(), z = other.next();
+    CHECK(x.inputs == y.inputs);
+    CHECK(x.targets == y.targets);
+    differs = differs || x.inputs != z.inputs;
+    for (std::size_t r = 0; r < shape.batch; ++r) {
+      const std::int32_t first = x.inputs[r * 16];
+      for (std::size_t t = 0; t < 16; ++t) {
+        CHECK(x.targets[r * 16 + t] == (x.inputs[r * 16 + t] + 1) % 251);  // the next byte
+        if (t) CHECK(x.inputs[r * 16 + t] == (first + static_cast<std::int32_t>(t)) % 251);  // one contiguous window
+      }
+    }
+  }
+  CHECK(differs);
+  a.seek(5);
+  CHECK(a.next().inputs == b.at(5).inputs);  // resumable
+}
+
+TEST_CASE("data: validation batches are consecutive non-overlapping windows", "[nn][data]") {
+  auto tokens = std::make_shared<std::vector<std::uint8_t>>(200);
+  for (std::size_t i = 0; i < tokens->size(); ++i) (*tokens)[i] = static_cast<std::uint8_t>(i);
+  const auto batches = sequential_batches(tokens, {2, 16}, 100);
+  REQUIRE(batches.size() == 6);  // 6 * 32 + 1 <= 200 < 7 * 32 + 1
+  for (std::size_t k = 0; k < batches.size(); ++k)
+    for (std::size_t i = 0; i < 32; ++i) {
+      CHECK(batches[k].inputs[i] == static_cast<std::int32_t>(32 * k + i));
+      CHECK(batches[k].targets[i] == static_cast<std::int32_t>(32 * k + i + 1));
+    }
+  CHECK(sequential_batches(tokens, {2, 16}, 2).size() == 2);
+  CHECK_THROWS_WITH(sequential_batches(tokens, {8, 64}, 1), mxkit_test::contains("cannot fill"));
+  CHECK_THROWS_WITH(batch_loader(tokens, {1, 300}, 1), mxkit_test::contains("cannot fill a window"));
+}

@@ -1,0 +1,121 @@
+// Host layer kernels: properties that pin down each one (RoPE is a rotation by position,
+// attention is causal and grouped, RMSNorm normalizes, SwiGLU and cross-entropy values), and
+// the host backend's quantization bookkeeping.
+#include <cmath>
+#include <vector>
+
+#include <mxkit/nn/host_backend.hpp>
+
+#include "../catch.hpp"
+#include "nn_test_helpers.hpp"
+
+using namespace nn_test;
+
+TEST_CASE("layers: RoPE rotates q and k by position, leaves v, and inverts", "[nn][layers]") {
+  host_backend be;
+  const head_shape s{2, 5, 2, 1, 8};
+  tensor qkv = random_tensor(be, s.tokens(), s.qkv_dim(), 3);
+  const std::vector<double> before = be.read(qkv);
+  be.rope(qkv, s, 10000.0, false);
+  const std::vector<double> after = be.read(qkv);
+  for (std::size_t row = 0; row < s.tokens(); ++row) {
+    const std::size_t t = row % s.seq;
+    for (std::size_t h = 0; h < 3; ++h)  // 2 q heads, 1 k head, then the v head
+      for (std::size_t i = 0; i < 4; ++i) {
+        const std::size_t a = row * s.qkv_dim() + h * 8 + i, b = a + 4;
+        // Pair norms are preserved.
+        CHECK(std::hypot(after[a], after[b]) == Approx(std::hypot(before[a], before[b])).epsilon(1e-5));
+        const double angle = static_cast<double>(t) * std::pow(10000.0, -2.0 * static_cast<double>(i) / 8.0);
+        CHECK(after[a] == Approx(before[a] * std::cos(angle) - before[b] * std::sin(angle)).margin(1e-5));
+      }
+    for (std::size_t c = 24; c < 32; ++c) CHECK(after[row * s.qkv_dim() + c] == before[row * s.qkv_dim() + c]);  // v
+  }
+  be.rope(qkv, s, 10000.0, true);
+  const std::vector<double> back = be.read(qkv);
+  for (std::size_t i = 0; i < back.size(); ++i) CHECK(back[i] == Approx(before[i]).margin(1e-5));
+}
+
+TEST_CASE("layers: attention is causal and reads the right kv head", "[nn][layers]") {
+  host_backend be;
+  const head_shape s{1, 6, 4, 2, 8};
+  tensor qkv = random_tensor(be, s.tokens(), s.qkv_dim(), 5);
+  tensor out = be.alloc(s.tokens(), s.q_dim(), dtype::f32, mem_tag::activation);
+  tensor probs = be.alloc(s.n_heads, s.seq * s.seq, dtype::f32, mem_tag::activation);
+  be.attention_forward(qkv, out, probs, s);
+  const std::vector<double> o = be.read(out), q = be.read(qkv), p = be.read(probs);
+  // Token 0 attends to itself only: its output is its v row of the head's kv group.
+  for (std::size_t h = 0; h < 4; ++h)
+    for (std::size_t i = 0; i < 8; ++i) CHECK(o[h * 8 + i] == Approx(q[32 + 16 + (h / 2) * 8 + i]).epsilon(1e-6));
+  // Rows of P sum to one, nothing above the diagonal.
+  for (std::size_t h = 0; h < 4; ++h)
+    for (std::size_t t = 0; t < 6; ++t) {
+      double sum = 0;
+      for (std::size_t u = 0; u < 6; ++u) {
+        sum += p[h * 36 + t * 6 + u];
+        if (u > t) CHECK(p[h * 36 + t * 6 + u] == 0.0);
+      }
+      CHECK(sum == Approx(1.0).epsilon(1e-6));
+    }
+  // Changing the last token changes no earlier output.
+  std::vector<double> changed = q;
+  for (std::size_t c = 0; c < s.qkv_dim(); ++c) changed[5 * s.qkv_dim() + c] += 1.0;
+  be.write(qkv, changed);
+  be.attention_forward(qkv, out, probs, s);
+  const std::vector<double> o2 = be.read(out);
+  for (std::size_t i = 0; i < 5 * s.q_dim(); ++i) CHECK(o2[i] == o[i]);
+  bool last_changed = false;
+  for (std::size_t i = 5 * s.q_dim(); i < 6 * s.q_dim(); ++i) last_changed = last_changed || o2[i] != o[i];
+  CHECK(last_changed);
+}
+
+TEST_CASE("layers: RMSNorm, SwiGLU and cross-entropy values", "[nn][layers]") {
+  host_backend be;
+  tensor x = be.alloc(1, 4, dtype::f64, mem_tag::activation), w = be.alloc(1, 4, dtype::f64, mem_tag::parameter);
+  tensor y = be.alloc(1, 4, dtype::f64, mem_tag::activation), rstd = be.alloc(1, 1, dtype::f64, mem_tag::activation);
+  be.write(x, {1, -2, 3, -4});
+  be.write(w, {1, 1, 2, 0.5});
+  be.rmsnorm_forward(x, w, y, rstd, 0.0);
+  const double r = 1.0 / std::sqrt((1 + 4 + 9 + 16) / 4.0);
+  CHECK(be.read(rstd)[0] == Approx(r));
+  CHECK(be.read(y) == std::vector<double>{1 * r, -2 * r, 6 * r, -2 * r});
+
+  tensor gu = be.alloc(1, 4, dtype::f64, mem_tag::activation), s = be.alloc(1, 2, dtype::f64, mem_tag::activation);
+  be.write(gu, {0.0, 2.0, 5.0, -3.0});  // gate (0, 2), up (5, -3)
+  be.swiglu_forward(gu, s);
+  const std::vector<double> sv = be.read(s);
+  CHECK(sv[0] == 0.0);
+  CHECK(sv[1] == Approx(2.0 / (1.0 + std::exp(-2.0)) * -3.0));
+
+  tensor logits = be.alloc(2, 8, dtype::f64, mem_tag::activation), d = be.alloc(2, 8, dtype::f64, mem_tag::activation);
+  CHECK(be.cross_entropy(logits, {3, 5}, &d) == Approx(std::log(8.0)));  // uniform
+  const std::vector<double> dv = be.read(d);
+  CHECK(dv[3] == Approx((1.0 / 8 - 1.0) / 2));
+  CHECK(dv[4] == Approx(1.0 / 8 / 2));
+  CHECK_THROWS_WITH(be.cross_entropy(logits, {3, 8}, nullptr), mxkit_test::contains("outside the vocabulary"));
+}
+
+TEST_CASE("layers: quantized copies are tracked while alive", "[nn][layers]") {
+  host_backend be;
+  tensor x = random_tensor(be, 64, 64, 1);
+  const std::size_t base = be.memory().live(mem_tag::activation);
+  CHECK(base == 64 * 64 * 4);
+  quant_request r;
+  r.spec = recipes::mx_operand(mx_type::mxfp4, scale_rule::even);
+  r.tag = mem_tag::quantized_weight;
+  {
+    const qtensor q = be.quantize(x, r);
+    CHECK(be.live_copies(precision::mx) == 1);
+    CHECK(q.bytes() == 64 * 32 + 64 * 2);  // packed FP4 codes + E8M0 scales
+    CHECK(be.memory().live(mem_tag::quantized_weight) == q.bytes());
+    CHECK(be.memory().peak_weight_bytes() >= q.bytes());
+  }
+  CHECK(be.live_copies(precision::mx) == 0);
+  CHECK(be.memory().live(mem_tag::quantized_weight) == 0);
+  // Operands of different kinds, or of different reduction lengths, are refused.
+  quant_request b;
+  b.spec = recipes::bf16_operand();
+  tensor d = be.alloc(64, 64, dtype::f32, mem_tag::activation);
+  CHECK_THROWS_WITH(be.gemm(gemm_product::fprop, be.quantize(x, r), be.quantize(x, b), d), mxkit_test::contains("operands are mx and bf16"));
+  tensor narrow = random_tensor(be, 64, 32, 2);
+  CHECK_THROWS_WITH(be.gemm(gemm_product::fprop, be.quantize(x, b), be.quantize(narrow, b), d), mxkit_test::contains("reduction lengths differ"));
+}

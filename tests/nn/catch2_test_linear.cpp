@@ -1,0 +1,300 @@
+// The linear layer's GEMMs equal direct calls of mxkit's quantizer and reference GEMM, bit for
+// bit, for every recipe; weight copies are cached per optimizer step; a frozen LoRA base is
+// never touched and its wgrad operands are never quantized.
+#include <cstring>
+#include <vector>
+
+#include <mxkit/nn/adamw.hpp>
+#include <mxkit/nn/linear.hpp>
+#include <mxkit/ref/gemm.hpp>
+#include <mxkit/tensor/quantize.hpp>
+
+#include "../catch.hpp"
+#include "nn_test_helpers.hpp"
+
+using namespace nn_test;
+
+namespace {
+
+constexpr std::size_t M = 64, K = 96, N = 64;
+
+struct pass {
+  std::vector<float> x, w, dy;  // inputs, row-major
+  std::vector<float> y, dx, dw;  // the layer's outputs
+};
+
+// One forward/backward of a fresh layer with random X, W, dY.
+pass run_layer(recording_backend& be, linear& l, std::uint64_t seed) {
+  pass p;
+  tensor x = random_tensor(be, M, K, seed), dy = random_tensor(be, M, N, seed + 1, 1e-3);
+  tensor y = be.alloc(M, N, dtype::f32, mem_tag::activation), dx = be.alloc(M, K, dtype::f32, mem_tag::activation);
+  be.fill(l.weight().grad, 0.0);
+  l.forward(x, y, true);
+  l.backward(dy, &dx);
+  p.x = floats(be, x);
+  p.w = floats(be, l.weight().value);
+  p.dy = floats(be, dy);
+  p.y = floats(be, y);
+  p.dx = floats(be, dx);
+  p.dw = floats(be, l.weight().grad);
+  return p;
+}
+
+matrix_view<const float> view(const std::vector<float>& v, std::size_t rows, std::size_t cols) { return {v.data(), rows, cols}; }
+
+void check_same(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];  // bitwise up to the sign of zero
+  CHECK(bad == 0);
+}
+
+// The options the layer should have used for operand `use` under recipe r.
+void check_options(const quant_request& q, const recipe& r, gemm_product g, bool operand_b) {
+  const gemm_spec& s = r.gemm(g);
+  const operand_spec& o = operand_b ? s.b : s.a;
+  INFO(name_of(q.use));
+  CHECK(q.spec == o);
+  if (o.kind == precision::mx) {
+    CHECK(q.mx.rule == o.rule);
+    CHECK(q.mx.round == o.round);
+    CHECK(q.mx.hadamard == s.hadamard);
+    CHECK(q.mx.random_signs == s.random_signs);
+    CHECK(q.mx.seed == s.seed);
+  }
+}
+
+void check_mx_recipe(const recipe& r) {
+  recording_backend be;
+  linear l(be, "layer", K, N, 5, r, dtype::f32);
+  l.init_normal(3, 0.05);
+  const pass p = run_layer(be, l, 11);
+  const quant_request &qx = be.last(operand_use::fprop_x), &qw = be.last(operand_use::fprop_w),
+                      &qdy = be.last(operand_use::dgrad_dy), &qwd = be.last(operand_use::dgrad_w),
+                      &qdyw = be.last(operand_use::wgrad_dy), &qxw = be.last(operand_use::wgrad_x);
+  check_options(qx, r, gemm_product::fprop, false);
+  check_options(qw, r, gemm_product::fprop, true);
+  check_options(qdy, r, gemm_product::dgrad, false);
+  check_options(qwd, r, gemm_product::dgrad, true);
+  check_options(qdyw, r, gemm_product::wgrad, false);
+  check_options(qxw, r, gemm_product::wgrad, true);
+
+  // The same products from direct calls (the options carry the Philox stream the layer drew).
+  const mx_tensor w_row = quantize_rowwise(view(p.w, N, K), qw.spec.mx, qw.mx);
+  const mx_tensor w_col = quantize_columnwise(view(p.w, N, K), qwd.spec.mx, qwd.mx);
+  CHECK(w_row.data() == host_backend::mx(l.cached_rowwise()).data());  // the cached copies, byte for byte
+  CHECK(w_row.scales() == host_backend::mx(l.cached_rowwise()).scales());
+  CHECK(w_col.data() == host_backend::mx(l.cached_columnwise()).data());
+  check_same(p.y, fprop_reference(quantize_rowwise(view(p.x, M, K), qx.spec.mx, qx.mx), w_row), "fprop");
+  check_same(p.dx, dgrad_reference(quantize_rowwise(view(p.dy, M, N), qdy.spec.mx, qdy.mx), w_col), "dgrad");
+  check_same(p.dw,
+             wgrad_reference(quantize_columnwise(view(p.dy, M, N), qdyw.spec.mx, qdyw.mx),
+                             quantize_columnwise(view(p.x, M, K), qxw.spec.mx, qxw.mx)),
+             "wgrad");
+}
+
+}  // namespace
+
+TEST_CASE("linear: MX recipes match mxkit's quantizer and reference GEMMs", "[nn][linear]") {
+  SECTION("mxfp4, Hadamard on every operand") { check_mx_recipe(recipes::mxfp4_amd()); }
+  SECTION("mxfp4, no Hadamard") { check_mx_recipe(recipes::mxfp4_no_hadamard()); }
+  SECTION("mxfp4, Hadamard on wgrad") { check_mx_recipe(recipes::mxfp4_primus_turbo()); }
+  SECTION("mxfp4, random-sign Hadamard on wgrad, stochastic gradients") { check_mx_recipe(recipes::mxfp4_nvidia_style()); }
+  SECTION("mxfp8") { check_mx_recipe(recipes::mxfp8()); }
+}
+
+TEST_CASE("linear: stochastic rounding draws fresh bits every step", "[nn][linear]") {
+  recording_backend be;
+  linear l(be, "layer", K, N, 5, recipes::mxfp4_nvidia_style(), dtype::f32);
+  l.init_normal(3, 0.05);
+  run_layer(be, l, 11);
+  const std::uint32_t first = be.last(operand_use::wgrad_dy).mx.stream;
+  run_layer(be, l, 11);
+  CHECK(be.last(operand_use::wgrad_dy).mx.stream != first);
+}
+
+TEST_CASE("linear: bf16 recipe matches gemm_reference on bfloat16 operands", "[nn][linear]") {
+  recording_backend be;
+  linear l(be, "layer", K, N, 5, recipes::bf16(), dtype::f32);
+  l.init_normal(3, 0.05);
+  const pass p = run_layer(be, l, 11);
+  auto bf = [](const std::vector<float>& v) {
+    std::vector<bfloat16> out;
+    for (float x : v) out.push_back(bfloat16::from_float(x, rounding::nearest_even, overflow::propagate));
+    return out;
+  };
+  auto transposed = [](const std::vector<bfloat16>& v, std::size_t rows, std::size_t cols) {
+    std::vector<bfloat16> out(v.size());
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) out[c * rows + r] = v[r * cols + c];
+    return out;
+  };
+  const std::vector<bfloat16> x = bf(p.x), w = bf(p.w), dy = bf(p.dy);
+  const std::vector<bfloat16> wt = transposed(w, N, K), dyt = transposed(dy, M, N), xt = transposed(x, M, K);
+  std::vector<float> y(M * N), dx(M * K), dw(N * K);
+  gemm_reference(matrix_view<const bfloat16>{x.data(), M, K}, matrix_view<const bfloat16>{w.data(), N, K}, matrix_view<float>{y.data(), M, N});
+  gemm_reference(matrix_view<const bfloat16>{dy.data(), M, N}, matrix_view<const bfloat16>{wt.data(), K, N},
+                 matrix_view<float>{dx.data(), M, K});
+  gemm_reference(matrix_view<const bfloat16>{dyt.data(), N, M}, matrix_view<const bfloat16>{xt.data(), K, M},
+                 matrix_view<float>{dw.data(), N, K});
+  check_same(p.y, y, "fprop");
+  check_same(p.dx, dx, "dgrad");
+  check_same(p.dw, dw, "wgrad");
+}
+
+TEST_CASE("linear: FP8 delayed scaling matches quantize_fp8 and the FP8 reference GEMM", "[nn][linear]") {
+  recording_backend be;
+  const recipe r = recipes::fp8_delayed({2, amax_algorithm::max, 0});
+  linear l(be, "layer", K, N, 5, r, dtype::f32);
+  l.init_normal(3, 0.05);
+  // Three steps: the scales move from 1 to fp8_max / amax of the earlier steps.
+  float sx = 0, sw = 0, sdy = 0;
+  pass p;
+  std::vector<float> amax_x;
+  for (int step = 0; step < 3; ++step) {
+    sx = l.x_scaling().scale();
+    sw = l.w_scaling().scale();
+    sdy = l.dy_scaling().scale();
+    p = run_layer(be, l, 100 + static_cast<std::uint64_t>(step));
+    float a = 0;
+    for (float v : p.x) a = std::max(a, std::fabs(v));
+    amax_x.push_back(a);
+    l.end_step();
+  }
+  CHECK(sx == 448.0f / std::max(amax_x[0], amax_x[1]));  // step 2 used the window {step 1, step 0}
+  CHECK(l.x_scaling().scale() == 448.0f / std::max(amax_x[1], amax_x[2]));
+  CHECK(sw != 1.0f);
+  CHECK(sdy != 1.0f);
+  CHECK(be.last(operand_use::fprop_x).fp8_scale == sx);
+  const fp8_tensor x = quantize_fp8(view(p.x, M, K), fp8_type::e4m3, sx);
+  const fp8_tensor w = quantize_fp8(view(p.w, N, K), fp8_type::e4m3, sw);
+  const fp8_tensor dy = quantize_fp8(view(p.dy, M, N), fp8_type::e5m2, sdy);
+  CHECK(w.data == host_backend::fp8(l.cached_rowwise()).data);
+  CHECK(transpose(w).data == host_backend::fp8(l.cached_columnwise()).data);
+  std::vector<float> y(M * N), dx(M * K), dw(N * K);
+  gemm_reference(x, w, matrix_view<float>{y.data(), M, N});
+  gemm_reference(dy, transpose(w), matrix_view<float>{dx.data(), M, K});
+  gemm_reference(transpose(dy), transpose(x), matrix_view<float>{dw.data(), N, K});
+  check_same(p.y, y, "fprop");
+  check_same(p.dx, dx, "dgrad");
+  check_same(p.dw, dw, "wgrad");
+}
+
+TEST_CASE("linear: weights are quantized once per optimizer step", "[nn][linear]") {
+  for (const recipe& r : {recipes::mxfp4_amd(), recipes::bf16(), recipes::fp8_delayed()}) {
+    INFO(r.name);
+    host_backend be;
+    linear l(be, "layer", K, N, 5, r, dtype::f32);
+    l.init_normal(3, 0.05);
+    tensor x = random_tensor(be, M, K, 1), y = be.alloc(M, N, dtype::f32, mem_tag::activation);
+    tensor dy = random_tensor(be, M, N, 2), dx = be.alloc(M, K, dtype::f32, mem_tag::activation);
+    l.forward(x, y, false);
+    l.forward(x, y, false);
+    l.forward(x, y, true);
+    l.backward(dy, &dx);
+    CHECK(l.weight_quantizations() == 1);
+    CHECK(be.counters().copies(operand_use::fprop_w) == 1);
+    CHECK(be.counters().copies(operand_use::dgrad_w) == 1);  // the transpose cache serves dgrad
+    CHECK(be.counters().copies(operand_use::fprop_x) == 3);  // inputs: every call
+    // The optimizer's version bump makes the copies stale.
+    adamw opt(be, {&l.weight()}, {});
+    opt.step(1e-3);
+    l.forward(x, y, false);
+    CHECK(l.weight_quantizations() == 2);
+    l.forward(x, y, false);
+    CHECK(l.weight_quantizations() == 2);
+  }
+}
+
+TEST_CASE("linear: an FP8 weight copy is remade when W's delayed scale moves", "[nn][linear]") {
+  host_backend be;
+  linear l(be, "layer", K, N, 5, recipes::fp8_delayed({1, amax_algorithm::most_recent, 0}), dtype::f32);
+  l.init_normal(3, 0.05);
+  l.freeze();
+  tensor x = random_tensor(be, M, K, 1), y = be.alloc(M, N, dtype::f32, mem_tag::activation);
+  l.forward(x, y, true);
+  l.end_step();  // W's scale: 1 -> 448 / amax(W)
+  l.forward(x, y, true);
+  CHECK(l.weight_quantizations() == 2);
+  CHECK(host_backend::fp8(l.cached_rowwise()).scale == l.w_scaling().scale());
+  l.end_step();  // same amax, same scale
+  l.forward(x, y, true);
+  l.end_step();  // nothing recorded (cached): the scale stays
+  l.forward(x, y, true);
+  CHECK(l.weight_quantizations() == 2);
+}
+
+TEST_CASE("linear: LoRA leaves the frozen base bit-identical and skips its wgrad quantization", "[nn][linear][lora]") {
+  for (const recipe& r : {recipes::mxfp4_amd(), recipes::fp8_delayed(), recipes::bf16()}) {
+    INFO(r.name);
+    host_backend be;
+    linear l(be, "layer", K, N, 5, r, dtype::f32);
+    l.init_normal(3, 0.05);
+    l.freeze();
+    l.add_lora({8, 16.0}, 9);
+    std::vector<parameter*> params;
+    l.collect(params);
+    REQUIRE(params.size() == 3);
+    const std::vector<double> base = be.read(l.weight().value);
+    const std::vector<double> b0 = be.read(l.lora()->b().value);
+    adamw opt(be, params, {});  // only the adapters train
+    CHECK(opt.slots().size() == 2);
+    for (int step = 0; step < 4; ++step) {
+      tensor x = random_tensor(be, M, K, 10 + static_cast<std::uint64_t>(step)), y = be.alloc(M, N, dtype::f32, mem_tag::activation);
+      tensor dy = random_tensor(be, M, N, 20 + static_cast<std::uint64_t>(step)), dx = be.alloc(M, K, dtype::f32, mem_tag::activation);
+      be.fill(l.lora()->a().grad, 0.0);
+      be.fill(l.lora()->b().grad, 0.0);
+      l.forward(x, y, true);
+      l.backward(dy, &dx);
+      opt.step(1e-2);
+      l.end_step();
+    }
+    CHECK(be.read(l.weight().value) == base);  // bit-identical
+    CHECK_FALSE(l.weight().grad.defined());
+    CHECK(be.read(l.lora()->b().value) != b0);  // the adapters did train
+    CHECK(be.counters().copies(operand_use::wgrad_x) == 0);
+    CHECK(be.counters().copies(operand_use::wgrad_dy) == 0);
+    CHECK(be.counters().copies(operand_use::dgrad_dy) == 4);  // dX still flows through the base
+    CHECK(be.counters().gemm_calls(gemm_product::wgrad) == 4 * 2);  // the adapters' dA and dB only
+  }
+}
+
+TEST_CASE("linear: LoRA output is the base plus the scaled low-rank product", "[nn][linear][lora]") {
+  host_backend be;
+  linear l(be, "layer", K, N, 5, recipes::native(), dtype::f64);
+  l.init_normal(3, 0.05);
+  l.freeze();
+  l.add_lora({4, 8.0}, 9);
+  be.write(l.lora()->b().value, normal_values(N * 4, 5, 1, 0.1));
+  tensor x = random_tensor(be, M, K, 1, 1.0, dtype::f64), y = be.alloc(M, N, dtype::f64, mem_tag::activation);
+  l.forward(x, y, false);
+  const auto X = be.read(x), W = be.read(l.weight().value), A = be.read(l.lora()->a().value), B = be.read(l.lora()->b().value),
+             Y = be.read(y);
+  double worst = 0;
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) {
+      double want = 0;
+      for (std::size_t k = 0; k < K; ++k) want += X[i * K + k] * W[j * K + k];
+      for (std::size_t q = 0; q < 4; ++q) {
+        double h = 0;
+        for (std::size_t k = 0; k < K; ++k) h += X[i * K + k] * A[q * K + k];
+        want += 2.0 * h * B[j * 4 + q];  // alpha / rank = 2
+      }
+      worst = std::max(worst, std::fabs(Y[i * N + j] - want));
+    }
+  CHECK(worst < 1e-12);
+}
+
+TEST_CASE("linear: bad shapes and recipes are refused with the dimension named", "[nn][linear]") {
+  host_backend be;
+  CHECK_THROWS_WITH(linear(be, "odd", 48, 64, 0, recipes::mxfp4_amd(), dtype::f32), mxkit_test::contains("K=48"));
+  CHECK_THROWS_WITH(linear(be, "odd", 64, 40, 0, recipes::mxfp4_amd(), dtype::f32), mxkit_test::contains("N=40"));
+  linear l(be, "layer", 64, 64, 0, recipes::mxfp4_amd(), dtype::f32);
+  tensor x = be.alloc(40, 64, dtype::f32, mem_tag::activation), y = be.alloc(40, 64, dtype::f32, mem_tag::activation);
+  CHECK_THROWS_WITH(l.forward(x, y, true), mxkit_test::contains("M=40"));
+  CHECK_NOTHROW(l.forward(x, y, false));  // no wgrad, no constraint on M
+  tensor bad = be.alloc(40, 32, dtype::f32, mem_tag::activation);
+  CHECK_THROWS_WITH(l.forward(bad, y, false), mxkit_test::contains("input"));
+  CHECK_THROWS_WITH(l.backward(y, &x), mxkit_test::contains("backward without a training forward"));
+}

@@ -1,0 +1,67 @@
+#pragma once
+// Shared helpers of the nn tests: random tensors, a backend that records the quantization
+// requests the layers make, and small model shapes.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <mxkit/nn/host_backend.hpp>
+#include <mxkit/nn/model.hpp>
+#include <mxkit/nn/parameter.hpp>
+
+namespace nn_test {
+using namespace mxkit;
+using namespace mxkit::nn;
+
+inline tensor random_tensor(backend& be, std::size_t rows, std::size_t cols, std::uint64_t seed, double stddev = 1.0,
+                            dtype type = dtype::f32) {
+  tensor t = be.alloc(rows, cols, type, mem_tag::activation);
+  be.write(t, normal_values(rows * cols, seed, 77, stddev));
+  return t;
+}
+
+inline std::vector<float> floats(const backend& be, const tensor& t) {
+  std::vector<float> out;
+  for (double v : be.read(t)) out.push_back(static_cast<float>(v));
+  return out;
+}
+
+// host_backend that keeps every quantization request (tests read the options the layer used).
+class recording_backend : public host_backend {
+ public:
+  std::vector<quant_request> requests;
+
+  qtensor quantize(const tensor& x, const quant_request& r) override {
+    requests.push_back(r);
+    return host_backend::quantize(x, r);
+  }
+  qpair quantize_both(const tensor& x, const quant_request& row, const quant_request& col) override {
+    requests.push_back(row);
+    requests.push_back(col);
+    return host_backend::quantize_both(x, row, col);
+  }
+  const quant_request& last(operand_use u) const {
+    for (std::size_t i = requests.size(); i-- > 0;)
+      if (requests[i].use == u) return requests[i];
+    detail::fail("no request for ", name_of(u));
+  }
+};
+
+// Sets entry i of a parameter (and bumps its version so quantized copies are remade).
+inline void set_entry(backend& be, parameter& p, std::size_t i, double v) {
+  std::vector<double> all = be.read(p.value);
+  all[i] = v;
+  be.write(p.value, all);
+  ++p.version;
+}
+
+inline model_config tiny_model(dtype type = dtype::f32) {
+  model_config c;
+  c.vocab = 256;
+  c.n_layers = 1;
+  c.layer = {32, 2, 1, 64};
+  c.type = type;
+  return c;
+}
+
+}  // namespace nn_test

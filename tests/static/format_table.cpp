@@ -1,0 +1,70 @@
+// Prints README's format table from the library's own constants, so the documentation cannot
+// drift from the code: ctest static.readme_formats compares this output with README.md.
+// Cells are printed straight to stdout (no std::string building: g++ 12 -O3 reports a false
+// -Wrestrict on "literal" + std::string).
+#include <cmath>
+#include <cstdio>
+
+#include <mxkit/block/mx_format.hpp>
+#include <mxkit/format/e8m0.hpp>
+
+namespace {
+
+// Powers of two far from 1 read better as 2^k; everything else as a short decimal.
+void number(float v, const char* suffix = "") {
+  int e = 0;
+  const float m = std::frexp(v, &e);
+  if (m == 0.5f && (e - 1 <= -4 || e - 1 >= 16)) std::printf("2^%d%s", e - 1, suffix);
+  else std::printf("%.9g%s", static_cast<double>(v), suffix);
+}
+
+// "S.1111.111" for a magnitude code of an E/M encoding.
+template <class Enc>
+void code(const char* label, std::uint32_t mag) {
+  std::printf("%sS.", label);
+  for (int i = Enc::exponent_bits + Enc::mantissa_bits - 1; i >= 0; --i) {
+    std::putchar(((mag >> i) & 1u) ? '1' : '0');
+    if (i == Enc::mantissa_bits && i != 0) std::putchar('.');
+  }
+}
+
+template <class Fmt>
+void row() {
+  using E = typename Fmt::element_type;
+  std::printf("| %s | ", name_of(Fmt::type).data());
+  if constexpr (requires { typename E::encoding_type; }) {
+    using Enc = typename E::encoding_type;
+    std::printf("E%dM%d | %d | %s | ", Enc::exponent_bits, Enc::mantissa_bits, E::bits_count,
+                Fmt::storage_bits == 4 ? "4 (2 per byte)" : (E::bits_count == 8 ? "8" : "8 (low 6 bits)"));
+    number(E::max().to_float(), " | ");
+    number(E::min_normal().to_float(), " | ");
+    number(E::min_subnormal().to_float(), " | ");
+    if constexpr (Enc::has_inf) {
+      code<Enc>("Inf ", Enc::inf_code);
+      code<Enc>(", NaN ", Enc::nan_code);
+      std::printf(" (and others)");
+    } else if constexpr (Enc::has_nan) {
+      code<Enc>("NaN ", Enc::nan_code);
+      std::printf(" only, no Inf");
+    } else {
+      std::printf("none");
+    }
+  } else {  // MXINT8: two's complement with an implicit 2^-6
+    std::printf("INT8 | %d | 8 | ", E::bits_count);
+    number(E::max().to_float(), " | - | ");
+    number(E::from_bits(1).to_float(), " (step) | none");
+  }
+  std::printf(" | %.2f |\n", Fmt::storage_bits + 8.0 / Fmt::block_size);
+}
+
+}  // namespace
+
+int main() {
+  std::printf("| format | element | bits | storage bits | max | min normal | min subnormal | Inf / NaN codes | bits per value with scale |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const mxkit::mx_type t : mxkit::all_mx_types) mxkit::visit_mx_type(t, [](auto fmt) { row<decltype(fmt)>(); });
+  std::printf("| scale | E8M0 | 8 | 8 per %d elements | ", mxkit::mx_block_size);
+  number(mxkit::e8m0::from_exponent(mxkit::e8m0::max_exponent).to_float(), " | ");
+  number(mxkit::e8m0::from_exponent(mxkit::e8m0::min_exponent).to_float(), " | - | ");
+  std::printf("NaN 0x%02X, no Inf, no zero, no sign | - |\n", mxkit::e8m0::nan_bits);
+}
