@@ -2,12 +2,31 @@
 // Host reference GEMMs, the oracle every device kernel is checked against.
 //   D[P,Q] = alpha * A . B^T + beta * D, A stored [P,R], B stored [Q,R]: both operands have the
 //   reduction axis R contiguous, which is how the quantizer stores every copy (mx_tensor.hpp).
+//   D is fp32 or bf16 (rounded to nearest-even once, from the fp32 result); beta == 0 never
+//   reads D. Operand kinds: MX x MX (any element pair, e.g. E4M3 x E5M2), per-tensor FP8 x FP8,
+//   and float/bf16/fp16 x float/bf16/fp16.
 // MX operands: each 32-block pair's dot product is formed exactly (in double: exact for FP4,
 // FP6, FP8 E4M3 and INT8 blocks; E5M2 products can span more than 53 bits in extreme blocks),
 // multiplied by the two power-of-two scales, rounded to float and added to an fp32 accumulator
-// in block order. A device kernel that sums in another order differs by fp32 accumulation error
-// only: |d - d_ref| <= ~R/32 * 2^-24 * sum_k |a_k b_k| (each block's rounding plus the adds).
-// The training products name their operands so a block axis cannot meet the wrong reduction:
+// in block order. Per-tensor FP8: products are exact in fp32 and summed in order, then the sum
+// is multiplied by 1/(scale_a*scale_b). High precision: fp32 products summed in order.
+//
+// Tolerance from accumulation order (u = 2^-24, nb = R/32 blocks, S = sum_k |a_k b_k| with the
+// scales applied). The reference rounds each block once and adds nb blocks, so
+//   |d_ref - d_exact| <= (nb + 1) u S  (+ one rounding each for alpha, beta*C and bf16 output).
+// A kernel that sums a block's 32 products in fp32 in another order, then adds blocks, is within
+// (32 + nb + 1) u S of exact, hence within about (32 + 2 nb + 2) u S of the reference. FP8 tensor
+// cores (Hopper's wgmma) do not sum a block in fp32: the products are exact but are aligned and
+// added with fewer bits than fp32 (DeepSeek-V3 report, section 3.3.2: about 14 bits). mxkit's
+// Hopper kernel therefore starts a fresh tensor-core sum for every 32-block (MX) or every 128
+// elements (per-tensor FP8) and promotes it to an fp32 register sum, so the extra error stays
+// relative to one block's products. Measured on an H200: at most 4.3e-4 S on Gaussian data
+// quantized to MXFP8/MXFP6 (2.8e-3 S with bf16 output on random codes spanning each format's
+// whole range); tests/gpu/catch2_test_gemm.cu bounds it by 2^-9 S per element. MXFP4 x MXFP4
+// block sums are small multiples of 1/4 and are exact on every path, as are blocks of small
+// half-integers, which the GPU tests use to hold every path to the fp32 bound above.
+// The training products name their operands so a block axis cannot meet the wrong reduction
+// (gemm/gemm.hpp):
 //   fprop  Y[M,N]  = X[M,K] . W[N,K]^T   X rowwise,     W rowwise
 //   dgrad  dX[M,K] = dY[M,N] . W[N,K]    dY rowwise,    W columnwise
 //   wgrad  dW[N,K] = dY[M,N]^T . X[M,K]  dY columnwise, X columnwise
@@ -16,6 +35,7 @@
 
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/gemm/gemm.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
@@ -46,28 +66,25 @@ inline decoded_mx decode_mx(mx_const_view t) {
 }
 
 inline void check_output(const matrix_view<float>& d, std::size_t p, std::size_t q, const char* what) {
-  require(d.rows == p && d.cols == q, what, ": output is ", d.rows, "x", d.cols, ", expected ", p, "x", q);
-  require(p == 0 || q == 0 || d.data != nullptr, what, ": null output");
-  require(d.ld == 0 || d.ld >= d.cols, what, ": output leading dimension ", d.ld, " is smaller than cols ", d.cols);
+  check_output(d, gemm_shape{p, q, 0}, what);
 }
 
-inline void store(const matrix_view<float>& d, std::size_t i, std::size_t j, float acc, float alpha, float beta) {
-  d(i, j) = beta == 0.0f ? alpha * acc : alpha * acc + beta * d(i, j);  // beta 0 ignores NaN in D
+// alpha*acc + beta*D, then the output type's rounding (bf16: nearest-even, overflow to Inf as
+// an IEEE conversion does, NaN stays NaN).
+template <gemm_output Out>
+void store(const matrix_view<Out>& d, std::size_t i, std::size_t j, float acc, float alpha, float beta) {
+  const float v = beta == 0.0f ? alpha * acc : alpha * acc + beta * load_float(d(i, j));  // beta 0 ignores NaN in D
+  if constexpr (std::is_same_v<Out, float>) d(i, j) = v;
+  else d(i, j) = bfloat16::from_float(v, rounding::nearest_even, overflow::propagate);
 }
 }  // namespace detail
 
 // D = alpha * A.B^T + beta * D for two MX copies (any element types; same rotation on both).
-inline void gemm_reference(mx_const_view a, mx_const_view b, matrix_view<float> d, float alpha = 1.0f, float beta = 0.0f) {
-  const mx_layout &la = a.layout, &lb = b.layout;
-  detail::require(la.line_length() == lb.line_length(), "gemm: reduction lengths differ: A has ", la.line_length(),
-                  " (", name_of(la.axis), " ", la.rows, "x", la.cols, "), B has ", lb.line_length(), " (", name_of(lb.axis), " ",
-                  lb.rows, "x", lb.cols, ")");
-  detail::require(la.line_length() % mx_block_size == 0, "gemm: reduction length K=", la.line_length(),
-                  " is not a multiple of the MX block size 32");
-  detail::require(a.options.hadamard == b.options.hadamard && a.options.sign_mask() == b.options.sign_mask(),
-                  "gemm: operands were rotated differently (Hadamard ", a.options.hadamard, " vs ", b.options.hadamard,
-                  "); the rotation cancels only when both sides use the same one");
-  detail::check_output(d, la.lines(), lb.lines(), "gemm");
+template <gemm_output Out>
+void gemm_reference(mx_const_view a, mx_const_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+  const gemm_shape s = detail::check_mx_gemm(a.layout, b.layout, "gemm");
+  detail::check_rotation(a.options, b.options, "gemm");
+  detail::check_output(d, s, "gemm");
   const detail::decoded_mx A = detail::decode_mx(a), B = detail::decode_mx(b);
   for (std::size_t i = 0; i < A.lines; ++i)
     for (std::size_t j = 0; j < B.lines; ++j) {
@@ -91,10 +108,13 @@ inline std::vector<float> gemm_reference(const mx_tensor& a, const mx_tensor& b)
 
 // Per-tensor scaled FP8 (delayed scaling): D = alpha * (A.B^T) / (scale_a * scale_b) + beta * D,
 // A [P,R], B [Q,R] codes; products are exact in fp32, accumulated in order.
-inline void gemm_reference(const fp8_tensor& a, const fp8_tensor& b, matrix_view<float> d, float alpha = 1.0f, float beta = 0.0f) {
-  detail::require(a.cols == b.cols, "gemm: reduction lengths differ: A is ", a.rows, "x", a.cols, ", B is ", b.rows, "x", b.cols);
-  detail::check_output(d, a.rows, b.rows, "gemm");
-  std::vector<float> av(a.data.size()), bv(b.data.size());
+template <gemm_output Out>
+void gemm_reference(fp8_view a, fp8_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+  detail::check_fp8_view(a, "gemm", "A");
+  detail::check_fp8_view(b, "gemm", "B");
+  const gemm_shape s = detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
+  detail::check_output(d, s, "gemm");
+  std::vector<float> av(a.rows * a.cols), bv(b.rows * b.cols);
   for (std::size_t i = 0; i < av.size(); ++i) av[i] = fp8_decode(a.data[i], a.type);
   for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = fp8_decode(b.data[i], b.type);
   const float descale = a.scale_inv() * b.scale_inv();
@@ -105,13 +125,19 @@ inline void gemm_reference(const fp8_tensor& a, const fp8_tensor& b, matrix_view
       detail::store(d, i, j, acc * descale, alpha, beta);
     }
 }
+template <gemm_output Out>
+void gemm_reference(const fp8_tensor& a, const fp8_tensor& b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+  gemm_reference(as_view(a), as_view(b), d, alpha, beta);
+}
 
 // High-precision operands (float, bf16 or fp16 storage), fp32 accumulation in order.
-template <class TA, class TB>
+template <class TA, class TB, gemm_output Out>
   requires quantizer_input<TA> && quantizer_input<TB>
-void gemm_reference(matrix_view<TA> a, matrix_view<TB> b, matrix_view<float> d, float alpha = 1.0f, float beta = 0.0f) {
-  detail::require(a.cols == b.cols, "gemm: reduction lengths differ: A is ", a.rows, "x", a.cols, ", B is ", b.rows, "x", b.cols);
-  detail::check_output(d, a.rows, b.rows, "gemm");
+void gemm_reference(matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+  const gemm_shape s = detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
+  detail::require(a.rows == 0 || a.cols == 0 || a.data != nullptr, "gemm: A has null data");
+  detail::require(b.rows == 0 || b.cols == 0 || b.data != nullptr, "gemm: B has null data");
+  detail::check_output(d, s, "gemm");
   for (std::size_t i = 0; i < a.rows; ++i)
     for (std::size_t j = 0; j < b.rows; ++j) {
       float acc = 0.0f;
@@ -120,35 +146,50 @@ void gemm_reference(matrix_view<TA> a, matrix_view<TB> b, matrix_view<float> d, 
     }
 }
 
-namespace detail {
-inline void require_axis(const mx_tensor& t, block_axis want, const char* product, const char* operand) {
-  require(t.axis() == want, product, ": ", operand, " must be the ", name_of(want), " copy, got the ", name_of(t.axis()), " copy");
+// ---- The training products (operand roles and checks: gemm/gemm.hpp) ----------------------------
+
+// MX copies, output into `d` with the epilogue.
+template <gemm_output Out>
+void product_reference(gemm_product p, mx_const_view a, mx_const_view b, matrix_view<Out> d, gemm_epilogue e = {}) {
+  detail::check_mx_product(p, a.layout, b.layout);
+  gemm_reference(a, b, d, e.alpha, e.beta);
 }
-}  // namespace detail
+// Per-tensor FP8: a, b are the row-major copies named by detail::tn_operand_names(p).
+template <gemm_output Out>
+void product_reference(gemm_product p, fp8_view a, fp8_view b, matrix_view<Out> d, gemm_epilogue e = {}) {
+  const detail::tn_names n = detail::tn_operand_names(p);
+  detail::check_tn(a.rows, a.cols, b.rows, b.cols, name_of(p), n.a, n.b);
+  gemm_reference(a, b, d, e.alpha, e.beta);
+}
+// High precision (bf16, fp16 or float storage), same operand roles as FP8.
+template <class TA, class TB, gemm_output Out>
+  requires quantizer_input<TA> && quantizer_input<TB>
+void product_reference(gemm_product p, matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, gemm_epilogue e = {}) {
+  const detail::tn_names n = detail::tn_operand_names(p);
+  detail::check_tn(a.rows, a.cols, b.rows, b.cols, name_of(p), n.a, n.b);
+  gemm_reference(a, b, d, e.alpha, e.beta);
+}
 
 // Y[M,N] = X[M,K] . W[N,K]^T
 inline std::vector<float> fprop_reference(const mx_tensor& x_rowwise, const mx_tensor& w_rowwise) {
-  detail::require_axis(x_rowwise, block_axis::rowwise, "fprop", "X");
-  detail::require_axis(w_rowwise, block_axis::rowwise, "fprop", "W");
-  detail::require(x_rowwise.cols() == w_rowwise.cols(), "fprop: X is ", x_rowwise.rows(), "x", x_rowwise.cols(), " but W is ",
-                  w_rowwise.rows(), "x", w_rowwise.cols(), " (K must match)");
-  return gemm_reference(x_rowwise, w_rowwise);
+  const gemm_shape s = detail::check_mx_product(gemm_product::fprop, x_rowwise.layout(), w_rowwise.layout());
+  std::vector<float> out(s.p * s.q);
+  product_reference(gemm_product::fprop, x_rowwise.view(), w_rowwise.view(), matrix_view<float>{out.data(), s.p, s.q});
+  return out;
 }
 // dX[M,K] = dY[M,N] . W[N,K]
 inline std::vector<float> dgrad_reference(const mx_tensor& dy_rowwise, const mx_tensor& w_columnwise) {
-  detail::require_axis(dy_rowwise, block_axis::rowwise, "dgrad", "dY");
-  detail::require_axis(w_columnwise, block_axis::columnwise, "dgrad", "W");
-  detail::require(dy_rowwise.cols() == w_columnwise.rows(), "dgrad: dY is ", dy_rowwise.rows(), "x", dy_rowwise.cols(), " but W is ",
-                  w_columnwise.rows(), "x", w_columnwise.cols(), " (N must match)");
-  return gemm_reference(dy_rowwise, w_columnwise);
+  const gemm_shape s = detail::check_mx_product(gemm_product::dgrad, dy_rowwise.layout(), w_columnwise.layout());
+  std::vector<float> out(s.p * s.q);
+  product_reference(gemm_product::dgrad, dy_rowwise.view(), w_columnwise.view(), matrix_view<float>{out.data(), s.p, s.q});
+  return out;
 }
 // dW[N,K] = dY[M,N]^T . X[M,K]
 inline std::vector<float> wgrad_reference(const mx_tensor& dy_columnwise, const mx_tensor& x_columnwise) {
-  detail::require_axis(dy_columnwise, block_axis::columnwise, "wgrad", "dY");
-  detail::require_axis(x_columnwise, block_axis::columnwise, "wgrad", "X");
-  detail::require(dy_columnwise.rows() == x_columnwise.rows(), "wgrad: dY is ", dy_columnwise.rows(), "x", dy_columnwise.cols(),
-                  " but X is ", x_columnwise.rows(), "x", x_columnwise.cols(), " (M must match)");
-  return gemm_reference(dy_columnwise, x_columnwise);
+  const gemm_shape s = detail::check_mx_product(gemm_product::wgrad, dy_columnwise.layout(), x_columnwise.layout());
+  std::vector<float> out(s.p * s.q);
+  product_reference(gemm_product::wgrad, dy_columnwise.view(), x_columnwise.view(), matrix_view<float>{out.data(), s.p, s.q});
+  return out;
 }
 
 MXKIT_END_NAMESPACE

@@ -1,0 +1,547 @@
+#pragma once
+// Hopper (sm_90a) block-scaled GEMM on FP8 tensor cores: D[P,Q] = alpha * A.B^T + beta * C with
+// A [P,R], B [Q,R] K-major FP8 (E4M3 or E5M2, any mix), either
+//   MX (G = 1): one E8M0 scale per 32-block on each side. Each block is one m64n64k32 wgmma into
+//     a fresh fp32 fragment P, promoted in registers: acc += (P * sb[col]) * sa[row]. E2M1 and
+//     E2M3/E3M2 values are exact in E4M3, so MXFP4/MXFP6 run here after a byte expansion
+//     (expand.hpp); MXINT8 does not fit FP8 and stays on the portable kernel.
+//   per-tensor FP8 (G = 4): four k32 wgmmas (128 K) accumulate in the tensor core, then
+//     acc += P; the descale 1/(sa*sb) multiplies the final sum (as cuBLASLt's default, not its
+//     "fast accumulation" mode, promotes periodically).
+//
+// Why each 32-block is promoted (DeepGEMM promotes every 128 K with one scale per 128x128 tile,
+// i.e. one multiply per accumulator per 128 K; its Hopper MXFP8 kernel waits for every k32 wgmma
+// and spends 3 FP32 ops per element-block with scales read as bytes): MX puts a different scale
+// on every (row, block) and (column, block), so each accumulator needs (P*sb)*sa per 32 K, 2 FP32
+// instructions per element per block, more issue time than the FP8 MMA itself (an SM does 4096
+// FP8 FMA per clock but 128 FP32 lanes). That roof is about 0.95 PFLOP/s at 1.75 GHz. Here:
+//  - scales are converted once, by the producer warpgroup, to floats in shared memory, laid out
+//    (column_slot) so each consumer thread's 16 column scales of a 64-column sub-tile are 4
+//    conflict-free LDS.128 and its two row scales two LDS.32; the bytes are fetched a stage ahead;
+//  - each consumer warpgroup owns 64 x 256 outputs as four 64x64 sub-tiles and keeps two P
+//    fragments: the wgmma of sub-tile n+1 is issued before sub-tile n is promoted;
+//  - each 128-K stage is straight-line code that drains its wgmmas at the end (a result live
+//    across the loop's back edge makes ptxas serialize every wgmma);
+//  - operands arrive by TMA (128-byte swizzle, 4 stages of 128 K) from one producer thread, the
+//    producer warpgroup keeping 40 registers (setmaxnreg) so consumers get 232 (no spills).
+// Measured on an H200 (bench/NOTES_gemm.md): 410-436 TFLOP/s MXFP8, 350-408 MXFP4 on the Llama
+// shapes; 1030-1330 per-tensor FP8. What bounds MX now is not the FP32 pipe (44% busy) but
+// shared memory: the broadcast scale loads (4 wavefronts per LDS.128 for 64 useful bytes) plus
+// the wgmma operand reads keep the L1/shared pipe ~84% busy, and with two consumer warps per
+// scheduler their latency shows as short-scoreboard stalls. Prefetching scales a step ahead, a
+// deeper wgmma ring, 128-row warpgroup tiles (column scales shared by two 64-row halves) and
+// n32 sub-tiles were all measured and were not faster (config<> expresses them).
+// Tile 128 x 256 x 128 (2 consumer warpgroups x 64 rows), 384 threads, ~216 KB shared memory,
+// one CTA per SM, grouped raster order for L2 reuse.
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched from the driver)
+#include <cudaTypedefs.h>
+
+#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/gemm/arch/cuda/sm90_ptx.hpp>
+#include <mxkit/gpu/gemm/operand.hpp>
+#include <mxkit/gpu/runtime.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+namespace sm90 {
+
+inline constexpr int tile_k = 128, stages = 4;
+inline constexpr int threads = 384;  // warpgroups 0-1 consume, 2 produces
+inline constexpr int blocks_per_stage = tile_k / 32;
+inline constexpr int producer_regs = 40, consumer_regs = 232;
+static_assert(2 * 128 * consumer_regs + 128 * producer_regs <= 65536, "register file");
+
+// Consumer shape: the CTA tile is BM x BN; each of the two consumer warpgroups computes BM/2 rows
+// (one or two 64-row halves, `mh`) x BN columns, as BN/SN column sub-tiles of one m64nSNk32 wgmma
+// per half, keeping RING fragments so that RING-1 wgmmas are in flight while the oldest is
+// promoted (lag RING-1). Registers: (BM/2)*BN/128 accumulators + RING*SN/2 fragments. With two
+// halves, the column scales of a sub-tile are read once and used for both (half the LDS traffic
+// per element, which bounds the 64-row shape: bench/NOTES_gemm.md).
+template <int BM, int BN, int SN, int RING, bool PF>
+struct config {
+  static constexpr int bm = BM, bn = BN, sn = SN, ring = RING, lag = RING - 1;
+  static constexpr bool prefetch = PF;  // scales read one promotion ahead (more registers, no LDS stall)
+  static constexpr int mh = BM / 128;   // 64-row halves per consumer warpgroup
+  static constexpr int subs = BN / SN;  // column sub-tiles per 32-block
+  static constexpr int frag = SN / 2;   // fp32 registers per thread per (half, sub-tile)
+  static_assert((BM == 128 || BM == 256) && BN % SN == 0 && (SN == 32 || SN == 64) && RING >= 2 && BN <= 256);
+  static_assert(mh * BN / 2 + RING * SN / 2 + (PF ? SN / 4 + 2 : 0) <= 204, "accumulators + fragments must leave room in 232 registers");
+};
+
+template <int BM, int BN>
+struct smem_layout {
+  alignas(1024) std::uint8_t a[stages][BM * tile_k];  // [BM rows][128 K], TMA 128B swizzle
+  alignas(1024) std::uint8_t b[stages][BN * tile_k];  // [BN rows][128 K]
+  alignas(16) float sa[stages][blocks_per_stage][BM];  // row scales as floats
+  alignas(16) float sb[stages][blocks_per_stage][BN];  // column scales, permuted (column_slot)
+  std::uint64_t full[stages], empty[stages];
+};
+template <int BM, int BN>
+inline constexpr std::size_t smem_bytes = sizeof(smem_layout<BM, BN>) + 1024;  // + alignment slack
+static_assert(smem_bytes<128, 256> <= 232448 && smem_bytes<256, 128> <= 232448, "Hopper allows 227 KB of shared memory per block");
+
+struct params {
+  std::uint32_t p = 0, q = 0;         // output rows, cols
+  std::uint32_t k_blocks = 0;         // R / 32
+  std::uint32_t tiles_p = 0, tiles_q = 0;
+  const std::uint8_t* scale_a = nullptr;  // MX: [p, scale_ld_a] E8M0
+  const std::uint8_t* scale_b = nullptr;
+  std::uint32_t scale_ld_a = 0, scale_ld_b = 0;
+  float post_scale = 1.0f;            // per-tensor FP8: 1 / (scale_a * scale_b)
+  bool vector_store = false;          // D (and C) rows allow 2-element stores
+  gemm_output_desc out;
+};
+
+// Slot of tile column c in a block's column-scale row. A thread t of a fragment holds, for each
+// group of 16 columns g, columns 16g + 2t + {0,1} and 16g + 8 + 2t + {0,1}; those four scales
+// share one float4 at slot 16g + 4t, so a thread reads SN/16 conflict-free LDS.128 per sub-tile.
+MXKIT_HD constexpr int column_slot(int c) noexcept {
+  const int g = c >> 4, h = (c >> 3) & 1, t = (c >> 1) & 3, e = c & 1;
+  return (g << 4) | (t << 2) | (h << 1) | e;
+}
+// column_slot is a bijection on 0..255, and float4 j of thread t in sub-tile u (SN = 64) holds
+// fragment column groups 2j, 2j+1 (x +0, +1), which promote() pairs with it.
+constexpr bool column_slots_consistent() {
+  bool seen[256] = {};
+  for (int c = 0; c < 256; ++c) {
+    if (seen[column_slot(c)]) return false;
+    seen[column_slot(c)] = true;
+  }
+  for (int u = 0; u < 4; ++u)
+    for (int t = 0; t < 4; ++t)
+      for (int j = 0; j < 4; ++j)
+        for (int k = 0; k < 4; ++k)
+          if (column_slot(u * 64 + 8 * (2 * j + k / 2) + 2 * t + k % 2) != u * 64 + (j * 4 + t) * 4 + k) return false;
+  return true;
+}
+static_assert(column_slots_consistent());
+
+#if MXKIT_SM90A
+// Four consecutive scale bytes (blocks kb..kb+3) of one line, packed little-endian; lines and
+// blocks past the edge get 1.0 (their data is TMA zero fill, so any finite scale contributes 0).
+// One 4-byte load when the row layout allows it (K a multiple of 128 and an aligned base).
+__device__ inline std::uint32_t load_scales4(const std::uint8_t* scales, std::uint32_t ld, std::uint32_t line, std::uint32_t lines,
+                                             std::uint32_t kb, std::uint32_t k_blocks, bool words) {
+  if (line >= lines) return 0x7F7F7F7Fu;
+  const std::uint8_t* row = scales + static_cast<std::size_t>(line) * ld + kb;
+  if (words && kb + 4 <= k_blocks) return __ldg(reinterpret_cast<const unsigned int*>(row));
+  std::uint32_t v = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v |= static_cast<std::uint32_t>(kb + j < k_blocks ? __ldg(row + j) : std::uint8_t{127}) << (8 * j);
+  return v;
+}
+
+// The scales one promotion needs: this thread's SN/4 column scales of a sub-tile (SN/16 float4,
+// column_slot order) and its two row scales.
+template <int SN>
+struct sub_scales {
+  float4 b[SN / 16];
+  float a0, a1;
+};
+// acc += promoted P. MX: (P * sb) * sa per element, both scales powers of two, so only the add
+// rounds. Per-tensor: a plain add.
+template <int G, int SN>
+__device__ inline void promote(const float (&P)[SN / 2], float (&acc)[SN / 2], const sub_scales<SN>& s) {
+  if constexpr (G == 1) {
+#pragma unroll
+    for (int j = 0; j < SN / 16; ++j) {
+      const int i0 = 8 * j, i1 = 8 * j + 4;  // fragment registers of column groups 2j and 2j+1
+      acc[i0 + 0] = fmaf(P[i0 + 0] * s.b[j].x, s.a0, acc[i0 + 0]);
+      acc[i0 + 1] = fmaf(P[i0 + 1] * s.b[j].y, s.a0, acc[i0 + 1]);
+      acc[i0 + 2] = fmaf(P[i0 + 2] * s.b[j].x, s.a1, acc[i0 + 2]);
+      acc[i0 + 3] = fmaf(P[i0 + 3] * s.b[j].y, s.a1, acc[i0 + 3]);
+      acc[i1 + 0] = fmaf(P[i1 + 0] * s.b[j].z, s.a0, acc[i1 + 0]);
+      acc[i1 + 1] = fmaf(P[i1 + 1] * s.b[j].w, s.a0, acc[i1 + 1]);
+      acc[i1 + 2] = fmaf(P[i1 + 2] * s.b[j].z, s.a1, acc[i1 + 2]);
+      acc[i1 + 3] = fmaf(P[i1 + 3] * s.b[j].w, s.a1, acc[i1 + 3]);
+    }
+  } else {
+    (void)s;
+#pragma unroll
+    for (int i = 0; i < SN / 2; ++i) acc[i] += P[i];
+  }
+}
+
+// wgmma.wait_group with an immediate that is a constant after unrolling.
+__device__ inline void wgmma_wait_n(int n) {
+  switch (n) {
+    case 0: wgmma_wait<0>(); break;
+    case 1: wgmma_wait<1>(); break;
+    case 2: wgmma_wait<2>(); break;
+    case 3: wgmma_wait<3>(); break;
+    case 4: wgmma_wait<4>(); break;
+    case 5: wgmma_wait<5>(); break;
+    default: wgmma_wait<6>(); break;
+  }
+}
+
+__device__ inline void store_pair(const params& p, std::uint32_t row, std::uint32_t col, float v0, float v1) {
+  const gemm_output_desc& o = p.out;
+  if (row >= p.p || col >= p.q) return;
+  const bool pair = col + 1 < p.q;
+  const std::size_t di = static_cast<std::size_t>(row) * o.ldd + col, ci = static_cast<std::size_t>(row) * o.ldc + col;
+  v0 = o.alpha * (v0 * p.post_scale);
+  v1 = o.alpha * (v1 * p.post_scale);
+  if (o.bf16) {
+    const std::uint16_t* c = static_cast<const std::uint16_t*>(o.c);
+    std::uint16_t* d = static_cast<std::uint16_t*>(o.d);
+    if (o.beta != 0.0f) {
+      v0 = v0 + o.beta * bit_cast<float>(static_cast<std::uint32_t>(c[ci]) << 16);
+      if (pair) v1 = v1 + o.beta * bit_cast<float>(static_cast<std::uint32_t>(c[ci + 1]) << 16);
+    }
+    if (pair && p.vector_store) {
+      *reinterpret_cast<std::uint32_t*>(d + di) = bf16_bits_rne(v0) | (static_cast<std::uint32_t>(bf16_bits_rne(v1)) << 16);
+    } else {
+      d[di] = bf16_bits_rne(v0);
+      if (pair) d[di + 1] = bf16_bits_rne(v1);
+    }
+  } else {
+    const float* c = static_cast<const float*>(o.c);
+    float* d = static_cast<float*>(o.d);
+    if (o.beta != 0.0f) {
+      v0 = v0 + o.beta * c[ci];
+      if (pair) v1 = v1 + o.beta * c[ci + 1];
+    }
+    if (pair && p.vector_store) {
+      *reinterpret_cast<float2*>(d + di) = make_float2(v0, v1);
+    } else {
+      d[di] = v0;
+      if (pair) d[di + 1] = v1;
+    }
+  }
+}
+#endif  // MXKIT_SM90A
+
+// ---- kernel -----------------------------------------------------------------------------------
+// G: 32-blocks per promotion (1: MX, 4: per-tensor FP8, whose group is then 4 k32 wgmmas).
+template <fp8_kind TA, fp8_kind TB, int G, class Cfg>
+__global__ void __launch_bounds__(threads, 1)
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const params p) {
+#if MXKIT_SM90A
+  static_assert(G == 1 || G == blocks_per_stage, "a promotion covers one block or one stage");
+  constexpr int BM = Cfg::bm, BN = Cfg::bn, SN = Cfg::sn;
+  constexpr int a_stage_bytes = BM * tile_k, b_stage_bytes = BN * tile_k;
+  // 1024-byte alignment (128B-swizzle atoms) by an offset from smem_raw, so the compiler still sees
+  // shared-memory accesses (LDS, not generic loads) through `sm`.
+  extern __shared__ __align__(1024) std::uint8_t smem_raw[];
+  smem_layout<BM, BN>& sm =
+      *reinterpret_cast<smem_layout<BM, BN>*>(smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
+  const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
+
+  // Grouped raster: `group` row tiles share each column sweep, so the CTAs in flight read about
+  // as many A rows as B rows and both stay in L2.
+  constexpr std::uint32_t group = 4096 / BM;
+  const std::uint32_t bid = blockIdx.x, per_group = group * p.tiles_q, first = bid / per_group * group;
+  const std::uint32_t rows_here = p.tiles_p - first < group ? p.tiles_p - first : group;
+  const std::uint32_t tp = first + (bid % per_group) % rows_here, tq = (bid % per_group) / rows_here;
+  const std::uint32_t p0 = tp * BM, q0 = tq * BN;
+  const std::uint32_t k_stages = (p.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
+
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(&sm.full[s], 1 + 128);  // the TMA's expect_tx arrival + every producer thread (scales)
+      mbar_init(&sm.empty[s], 256);     // every consumer thread
+    }
+    fence_mbar_init();
+  }
+  if (tid == 256) {
+    prefetch_tensor_map(&map_a);
+    prefetch_tensor_map(&map_b);
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    // ---- producer: TMA for A and B, scales to floats (producer thread pt converts rows pt and
+    // pt + 128 of each side that has them) ----
+    reg_dealloc<producer_regs>();
+    const std::uint32_t pt = static_cast<std::uint32_t>(tid - 256);
+    constexpr bool a2 = BM > 128;
+    const bool b1 = pt < static_cast<std::uint32_t>(BN), b2 = pt + 128 < static_cast<std::uint32_t>(BN);
+    // Scale bytes run one stage ahead in registers, so their global-load latency hides behind a
+    // whole stage instead of stalling the stage that needs them.
+    const bool words = p.scale_ld_a % 4 == 0 && p.scale_ld_b % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.scale_a) % 4 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(p.scale_b) % 4 == 0;
+    auto fetch = [&](std::uint32_t it, std::uint32_t (&w)[4]) {
+      w[0] = load_scales4(p.scale_a, p.scale_ld_a, p0 + pt, p.p, it * 4, p.k_blocks, words);
+      w[1] = a2 ? load_scales4(p.scale_a, p.scale_ld_a, p0 + 128 + pt, p.p, it * 4, p.k_blocks, words) : 0u;
+      w[2] = load_scales4(p.scale_b, p.scale_ld_b, q0 + pt, p.q, it * 4, p.k_blocks, words);
+      w[3] = b2 ? load_scales4(p.scale_b, p.scale_ld_b, q0 + 128 + pt, p.q, it * 4, p.k_blocks, words) : 0u;
+    };
+    std::uint32_t next[4] = {};
+    if (G == 1 && k_stages > 0) fetch(0, next);
+    const int c0 = column_slot(static_cast<int>(pt)), c1 = column_slot(static_cast<int>(pt) + 128);
+    for (std::uint32_t it = 0; it < k_stages; ++it) {
+      const int s = static_cast<int>(it % stages);
+      const std::uint32_t phase = (it / stages) & 1;
+      const std::uint32_t cur[4] = {next[0], next[1], next[2], next[3]};
+      if (G == 1 && it + 1 < k_stages) fetch(it + 1, next);
+      mbar_wait(&sm.empty[s], phase ^ 1);
+      if (pt == 0) {
+        mbar_arrive_expect_tx(&sm.full[s], a_stage_bytes + b_stage_bytes);
+        tma_load_2d(sm.a[s], &map_a, &sm.full[s], static_cast<int>(it * tile_k), static_cast<int>(p0));
+        tma_load_2d(sm.b[s], &map_b, &sm.full[s], static_cast<int>(it * tile_k), static_cast<int>(q0));
+      }
+      if constexpr (G == 1) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          sm.sa[s][j][pt] = e8m0_value(static_cast<std::uint8_t>(cur[0] >> (8 * j)));
+          if (a2) sm.sa[s][j][pt + 128] = e8m0_value(static_cast<std::uint8_t>(cur[1] >> (8 * j)));
+          if (b1) sm.sb[s][j][c0] = e8m0_value(static_cast<std::uint8_t>(cur[2] >> (8 * j)));
+          if (b2) sm.sb[s][j][c1] = e8m0_value(static_cast<std::uint8_t>(cur[3] >> (8 * j)));
+        }
+      }
+      mbar_arrive(&sm.full[s]);  // release: the scale stores above are visible to the waiters
+    }
+  } else {
+    // ---- consumers: warpgroup wg owns rows [BM/2 wg, BM/2 (wg+1)) x all BN columns ----
+    reg_alloc<consumer_regs>();
+    constexpr int mh = Cfg::mh, subs = Cfg::subs, frag = Cfg::frag, ring = Cfg::ring, lag = Cfg::lag;
+    const int lane = tid % 32, warp = (tid / 32) % 4, t = lane % 4;
+    const int row0 = wg * (BM / 2) + warp * 16 + lane / 4;  // this thread's first row in half 0 (others: +8, +64, +72)
+    float acc[mh][subs][frag];
+#pragma unroll
+    for (int h = 0; h < mh; ++h)
+#pragma unroll
+      for (int u = 0; u < subs; ++u)
+#pragma unroll
+        for (int i = 0; i < frag; ++i) acc[h][u][i] = 0.0f;
+    float P[ring][frag];
+
+    const std::uint32_t desc_a0 = desc_sw128_lo(smem_addr(sm.a[0]) + static_cast<std::uint32_t>(wg) * (BM / 2) * tile_k);
+    const std::uint32_t desc_b0 = desc_sw128_lo(smem_addr(sm.b[0]));
+    // Descriptor advances are in 16-byte units: stage, 64-row half, SN-row sub-tile, 32-byte K block.
+    constexpr std::uint32_t a_stage = a_stage_bytes / 16, b_stage = b_stage_bytes / 16, half_rows = 64 * tile_k / 16,
+                            sub_rows = SN * tile_k / 16, kblk = 32 / 16;
+
+    // One stage (128 K) per iteration, as straight-line code: `steps` wgmma groups (G = 1: each
+    // block x column sub-tile x row half; G = 4: each sub-tile x half, 4 k32 MMAs per group),
+    // each issued `lag` groups before it is promoted. The ring drains at the end of each stage
+    // (no wgmma result may be live across the loop's back edge, or ptxas serializes every wgmma:
+    // warnings C7514/C7515); the other consumer warpgroup keeps the tensor cores busy meanwhile.
+    constexpr int per_blk = subs * mh;
+    constexpr int steps = G == 1 ? blocks_per_stage * per_blk : per_blk;
+    static_assert(steps > lag, "the ring is shorter than a stage");
+    for (std::uint32_t it = 0; it < k_stages; ++it) {
+      const int s = static_cast<int>(it % stages);
+      mbar_wait(&sm.full[s], (it / stages) & 1);
+      const float* sa_s = &sm.sa[s][0][0];
+      const float* sb_s = &sm.sb[s][0][0];
+      const std::uint32_t da = desc_a0 + static_cast<std::uint32_t>(s) * a_stage, db = desc_b0 + static_cast<std::uint32_t>(s) * b_stage;
+      // Scales for promoting step n: its sub-tile's column scales are read at half 0 and kept for
+      // the other half; the row scales are this thread's two rows of half h.
+      float4 cs[SN / 16] = {};
+      auto scales_of = [&](int n) {
+        const int blk = G == 1 ? n / per_blk : 0, u = (n / mh) % subs, h = n % mh;
+        sub_scales<SN> sc;
+        if (h == 0) {
+          const float4* sb = reinterpret_cast<const float4*>(sb_s + blk * BN + u * SN);
+#pragma unroll
+          for (int j = 0; j < SN / 16; ++j) cs[j] = sb[j * 4 + t];
+        }
+#pragma unroll
+        for (int j = 0; j < SN / 16; ++j) sc.b[j] = cs[j];
+        sc.a0 = sa_s[blk * BM + row0 + h * 64];
+        sc.a1 = sa_s[blk * BM + row0 + h * 64 + 8];
+        return sc;
+      };
+      // Scales are read between a wgmma commit and the following wait (both asm statements with
+      // memory clobbers pin the loads there): read right before the wgmma.fence, the fence
+      // stalls until they land. With Cfg::prefetch they are read one promotion ahead (`next`),
+      // so their latency hides behind a whole promotion instead of stalling the first multiply.
+      sub_scales<SN> cur{}, next{};
+      if (G == 1 && Cfg::prefetch) cur = scales_of(0);
+#pragma unroll
+      for (int st = 0; st < steps; ++st) {
+        const int blk = G == 1 ? st / per_blk : 0, u = (st / mh) % subs, h = st % mh;
+        float(&Pn)[frag] = P[st % ring];
+#pragma unroll
+        for (int i = 0; i < frag; ++i) fence_operand(Pn[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+          wgmma_k32<SN, TA, TB>(Pn, da + static_cast<std::uint32_t>(h) * half_rows + static_cast<std::uint32_t>(blk + g) * kblk,
+                                db + static_cast<std::uint32_t>(u) * sub_rows + static_cast<std::uint32_t>(blk + g) * kblk,
+                                g > 0 ? 1u : 0u);
+        wgmma_commit();
+        if (st >= lag) {  // promote step n = st - lag while this step's wgmma runs
+          const int n = st - lag;
+          if (G == 1 && Cfg::prefetch && n + 1 < steps) next = scales_of(n + 1);
+          if (G == 1 && !Cfg::prefetch) cur = scales_of(n);
+          wgmma_wait<lag>();
+          promote<G, SN>(P[n % ring], acc[n % mh][(n / mh) % subs], cur);
+          if (Cfg::prefetch) cur = next;
+        }
+      }
+#pragma unroll
+      for (int d = 0; d < lag; ++d) {  // drain the ring
+        const int n = steps - lag + d;
+        if (G == 1 && Cfg::prefetch && n + 1 < steps) next = scales_of(n + 1);
+        if (G == 1 && !Cfg::prefetch) cur = scales_of(n);
+        wgmma_wait_n(lag - 1 - d);
+        promote<G, SN>(P[n % ring], acc[n % mh][(n / mh) % subs], cur);
+        if (Cfg::prefetch) cur = next;
+      }
+      mbar_arrive(&sm.empty[s]);  // this thread is done with stage s (MMAs complete, scales read)
+    }
+    // ---- epilogue: fragment (rows +0/+8 of each half, column 8i + 2t + {0,1}) of each sub-tile ----
+#pragma unroll
+    for (int h = 0; h < mh; ++h)
+#pragma unroll
+      for (int u = 0; u < subs; ++u)
+#pragma unroll
+        for (int i = 0; i < SN / 8; ++i) {
+          const std::uint32_t col = q0 + static_cast<std::uint32_t>(u * SN + i * 8 + 2 * t);
+          const std::uint32_t row = p0 + static_cast<std::uint32_t>(row0 + h * 64);
+          store_pair(p, row, col, acc[h][u][i * 4 + 0], acc[h][u][i * 4 + 1]);
+          store_pair(p, row + 8, col, acc[h][u][i * 4 + 2], acc[h][u][i * 4 + 3]);
+        }
+  }
+#else
+  (void)map_a;
+  (void)map_b;
+  (void)p;
+#endif
+}
+
+// 1 when the device code of this program has the sm_90a kernels (built for compute_90a) and runs
+// on this device; the launcher asks once per device.
+__global__ void probe_kernel(int* out) { *out = MXKIT_SM90A; }
+
+// ---- launcher ---------------------------------------------------------------------------------
+inline bool available() {
+  static int cached[64];
+  static std::once_flag once[64];
+  int dev = 0;
+  if (get_device(&dev) != success || dev < 0 || dev >= 64) return false;
+  std::call_once(once[dev], [dev] {
+    int* flag = nullptr;
+    int host = 0;
+    if (cudaMalloc(&flag, sizeof(int)) == cudaSuccess) {
+      probe_kernel<<<1, 1>>>(flag);
+      if (cudaGetLastError() == cudaSuccess && cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess)
+        cached[dev] = host;
+      (void)cudaFree(flag);
+    }
+    (void)cudaGetLastError();  // a device without a compatible image leaves a launch error
+  });
+  return cached[dev] == 1;
+}
+
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    MXKIT_GPU_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
+    mxkit::detail::require(status == cudaDriverEntryPointSuccess && f != nullptr,
+                           "gemm (sm90): the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// [lines, k] bytes with `line_bytes` between lines, read in boxes of [box_lines, 128] bytes.
+inline CUtensorMap make_tensor_map(const std::uint8_t* data, std::size_t lines, std::size_t k, std::size_t line_bytes,
+                                   std::uint32_t box_lines) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {k, lines};
+  const cuuint64_t strides[1] = {line_bytes};
+  const cuuint32_t box[2] = {tile_k, box_lines};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<std::uint8_t*>(data), dims, strides,
+                                          box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  mxkit::detail::require(r == CUDA_SUCCESS, "gemm (sm90): cuTensorMapEncodeTiled failed with ", static_cast<int>(r), " for a ",
+                         lines, "x", k, " operand");
+  return map;
+}
+
+// What the launcher needs beyond the operands: each side's FP8 element kind (after expansion)
+// and its byte matrix (the expanded copy for MXFP4/MXFP6).
+struct fp8_operand {
+  fp8_kind kind = fp8_kind::e4m3;
+  const std::uint8_t* data = nullptr;
+  std::size_t line_bytes = 0;
+};
+
+// Can this path take these operands at all (before any expansion)? Types, alignment, sizes.
+inline bool supports(const gemm_operand& a, const gemm_operand& b) noexcept {
+  auto ok = [](const gemm_operand& o) {
+    if (o.kind == operand_kind::bf16) return false;
+    if (o.kind == operand_kind::mx && o.type == mx_type::mxint8) return false;
+    const bool expanded = o.kind == operand_kind::mx && o.type != mx_type::mxfp8_e4m3 && o.type != mx_type::mxfp8_e5m2;
+    if (!expanded && (reinterpret_cast<std::uintptr_t>(o.data) % 16 != 0 || o.line_bytes % 16 != 0)) return false;
+    return o.lines < (std::size_t{1} << 31) && o.length < (std::size_t{1} << 31);
+  };
+  return a.kind == b.kind && ok(a) && ok(b);
+}
+
+// The consumer configurations in use. Others that config<> can express were measured and were
+// slower (bench/NOTES_gemm.md): <256,128,64,2> 402-421, <256,128,32,4,prefetch> 404,
+// <128,192,64,2,prefetch> 389, <128,256,32,3,prefetch> 360 TFLOP/s against 410-413 for this one
+// (8192^3 MXFP8 fprop, H200).
+using config_mx = config<128, 256, 64, 2, false>;
+using config_fp8 = config<128, 256, 64, 2, false>;
+
+template <fp8_kind TA, fp8_kind TB, int G, class Cfg>
+void launch_typed(const gemm_operand& a, const gemm_operand& b, const fp8_operand& fa, const fp8_operand& fb, params prm,
+                  stream_t stream) {
+  auto kernel = gemm_kernel<TA, TB, G, Cfg>;
+  constexpr std::size_t smem = smem_bytes<Cfg::bm, Cfg::bn>;
+  static const bool configured = [&] {
+    MXKIT_GPU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    return true;
+  }();
+  (void)configured;
+  prm.tiles_p = static_cast<std::uint32_t>((a.lines + Cfg::bm - 1) / Cfg::bm);
+  prm.tiles_q = static_cast<std::uint32_t>((b.lines + Cfg::bn - 1) / Cfg::bn);
+  const CUtensorMap ma = make_tensor_map(fa.data, a.lines, a.length, fa.line_bytes, Cfg::bm);
+  const CUtensorMap mb = make_tensor_map(fb.data, b.lines, b.length, fb.line_bytes, Cfg::bn);
+  const std::size_t grid = static_cast<std::size_t>(prm.tiles_p) * prm.tiles_q;
+  kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(ma, mb, prm);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+template <int G, class Cfg>
+void launch_kinds(const gemm_operand& a, const gemm_operand& b, const fp8_operand& fa, const fp8_operand& fb, const params& prm,
+                  stream_t stream) {
+  constexpr fp8_kind E4 = fp8_kind::e4m3, E5 = fp8_kind::e5m2;
+  switch (static_cast<int>(fa.kind) * 2 + static_cast<int>(fb.kind)) {
+    case 0: launch_typed<E4, E4, G, Cfg>(a, b, fa, fb, prm, stream); break;
+    case 1: launch_typed<E4, E5, G, Cfg>(a, b, fa, fb, prm, stream); break;
+    case 2: launch_typed<E5, E4, G, Cfg>(a, b, fa, fb, prm, stream); break;
+    default: launch_typed<E5, E5, G, Cfg>(a, b, fa, fb, prm, stream); break;
+  }
+}
+
+// a, b: the original operands (shape, scales); fa, fb: their FP8 bytes.
+inline void launch(const gemm_operand& a, const gemm_operand& b, const fp8_operand& fa, const fp8_operand& fb,
+                   const gemm_output_desc& out, stream_t stream) {
+  if (a.lines == 0 || b.lines == 0) return;
+  params prm;
+  prm.p = static_cast<std::uint32_t>(a.lines);
+  prm.q = static_cast<std::uint32_t>(b.lines);
+  prm.k_blocks = static_cast<std::uint32_t>((a.length + 31) / 32);
+  const bool mx = a.kind == operand_kind::mx;
+  prm.scale_a = a.scales;
+  prm.scale_b = b.scales;
+  prm.scale_ld_a = static_cast<std::uint32_t>(a.blocks);
+  prm.scale_ld_b = static_cast<std::uint32_t>(b.blocks);
+  prm.post_scale = mx ? 1.0f : a.scale_inv * b.scale_inv;
+  prm.out = out;
+  const std::size_t elem = out.bf16 ? 2 : 4;
+  prm.vector_store = out.ldd % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.d) % (2 * elem) == 0 &&
+                     (out.beta == 0.0f || (out.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.c) % (2 * elem) == 0));
+  if (!mx) {
+    launch_kinds<blocks_per_stage, config_fp8>(a, b, fa, fb, prm, stream);
+    return;
+  }
+  launch_kinds<1, config_mx>(a, b, fa, fb, prm, stream);
+}
+
+}  // namespace sm90
+}  // namespace gpu
+MXKIT_END_NAMESPACE

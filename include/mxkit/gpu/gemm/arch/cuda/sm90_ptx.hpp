@@ -1,0 +1,167 @@
+#pragma once
+// Hopper (sm_90a) instruction wrappers for the GEMM: mbarriers, the bulk tensor copy (TMA),
+// warpgroup MMA (wgmma) on FP8 operands, register reallocation. Inline PTX, one function per
+// instruction (PTX ISA 8.x sections named at each). Compiled only where the device pass has the
+// sm_90a features (MXKIT_SM90A); elsewhere these are empty and the kernels using them are not
+// launched (sm90_gemm.hpp probes the device code at run time).
+#include <cstdint>
+
+#include <mxkit/gpu/platform.hpp>
+
+#if MXKIT_GPU_CUDA && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MXKIT_SM90A 1
+#else
+#define MXKIT_SM90A 0
+#endif
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+namespace sm90 {
+
+__device__ inline std::uint32_t smem_addr(const void* p) noexcept {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+#if MXKIT_SM90A
+// ---- mbarrier (PTX 9.7.13.15) ----------------------------------------------------------------
+__device__ inline void mbar_init(std::uint64_t* bar, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ inline void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ inline void mbar_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// Counts one arrival and raises the phase's expected transaction bytes (the TMA's).
+__device__ inline void mbar_arrive_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ inline bool mbar_try_wait(std::uint64_t* bar, std::uint32_t parity) {
+  std::uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Waits until the phase of parity `parity` has completed (a fresh barrier counts parity 1 done).
+__device__ inline void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// ---- TMA: 2-D tile global -> shared, completing on an mbarrier (PTX 9.7.9.25.5.1) ------------
+__device__ inline void tma_load_2d(void* dst, const void* tensor_map, std::uint64_t* bar, int c_inner, int c_outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(tensor_map)), "r"(smem_addr(bar)), "r"(c_inner), "r"(c_outer)
+      : "memory");
+}
+__device__ inline void prefetch_tensor_map(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(tensor_map)) : "memory");
+}
+
+// ---- warpgroup MMA (PTX 9.7.15) ---------------------------------------------------------------
+__device__ inline void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ inline void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ inline void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving register accesses across wgmma issue/wait points.
+__device__ inline void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+template <int Regs>
+__device__ inline void reg_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+template <int Regs>
+__device__ inline void reg_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+#endif  // MXKIT_SM90A
+
+// Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle: rows of
+// 128 bytes, 8-row core groups 1024 bytes apart (PTX 9.7.15.5.1: start address >> 4 in bits
+// 0-13, leading byte offset (unused for swizzled K-major, 1) in 16-29, stride byte offset >> 4
+// in 32-45, swizzle mode 1 = 128B in 62-63). Split in halves: the high word is the same for every
+// tile, the low word is the address, so a K offset of k bytes inside the 128-byte row (or a row
+// offset of a multiple of 8 rows) is a plain add of offset/16 to the low word (the swizzle is a
+// function of the address bits). Passing only the low word keeps one register per descriptor.
+inline constexpr std::uint32_t desc_sw128_hi = (1024u >> 4) | (1u << 30);
+__device__ inline std::uint32_t desc_sw128_lo(std::uint32_t smem_byte_addr) {
+  return ((smem_byte_addr & 0x3FFFFu) >> 4) | (1u << 16);
+}
+
+// FP8 element types of a wgmma operand.
+enum class fp8_kind : int { e4m3 = 0, e5m2 = 1 };
+
+#if MXKIT_SM90A
+// D[64x64] (+)= A[64x32] . B[64x32]^T, both K-major FP8 in shared memory (descriptor low words,
+// desc_sw128_lo), fp32 accumulators
+// in the m64nNk32 fragment layout (PTX 9.7.15.5.1 figure "WGMMA .m64nNk32 D"): thread t of the
+// warpgroup holds rows 16*(t/32) + (t%32)/4 (+8) and columns 8*i + 2*(t%4) (+1), i = 0..7.
+#define MXKIT_WGMMA_M64N64K32(TA, TB)                                                                              \
+  asm volatile(                                                                                                  \
+      "{\n"                                                                                                      \
+      ".reg .pred p;\n"                                                                                          \
+      ".reg .b64 da, db;\n"                                                                                      \
+      "mov.b64 da, {%32, %35};\n"                                                                                \
+      "mov.b64 db, {%33, %35};\n"                                                                                \
+      "setp.ne.b32 p, %34, 0;\n"                                                                                 \
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32." TA "." TB " "                                                \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                        \
+      "da, db, p, 1, 1;\n"                                                                                       \
+      "}\n"                                                                                                      \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                  \
+      : "r"(desc_a_lo), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi))
+
+// The same for N = 32: 16 fp32 accumulators, column groups i = 0..3.
+#define MXKIT_WGMMA_M64N32K32(TA, TB)                                                                              \
+  asm volatile(                                                                                                  \
+      "{\n"                                                                                                      \
+      ".reg .pred p;\n"                                                                                          \
+      ".reg .b64 da, db;\n"                                                                                      \
+      "mov.b64 da, {%16, %19};\n"                                                                                \
+      "mov.b64 db, {%17, %19};\n"                                                                                \
+      "setp.ne.b32 p, %18, 0;\n"                                                                                 \
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32." TA "." TB " "                                                \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                                 \
+      "da, db, p, 1, 1;\n"                                                                                       \
+      "}\n"                                                                                                      \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])                  \
+      : "r"(desc_a_lo), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi))
+
+// D[64 x N] (+)= A . B^T for N = 32 or 64.
+template <int N, fp8_kind A, fp8_kind B>
+__device__ inline void wgmma_k32(float (&d)[N / 2], std::uint32_t desc_a_lo, std::uint32_t desc_b_lo, std::uint32_t accumulate) {
+  static_assert(N == 32 || N == 64);
+  if constexpr (N == 64) {
+    if constexpr (A == fp8_kind::e4m3 && B == fp8_kind::e4m3) MXKIT_WGMMA_M64N64K32("e4m3", "e4m3");
+    else if constexpr (A == fp8_kind::e4m3 && B == fp8_kind::e5m2) MXKIT_WGMMA_M64N64K32("e4m3", "e5m2");
+    else if constexpr (A == fp8_kind::e5m2 && B == fp8_kind::e4m3) MXKIT_WGMMA_M64N64K32("e5m2", "e4m3");
+    else MXKIT_WGMMA_M64N64K32("e5m2", "e5m2");
+  } else {
+    if constexpr (A == fp8_kind::e4m3 && B == fp8_kind::e4m3) MXKIT_WGMMA_M64N32K32("e4m3", "e4m3");
+    else if constexpr (A == fp8_kind::e4m3 && B == fp8_kind::e5m2) MXKIT_WGMMA_M64N32K32("e4m3", "e5m2");
+    else if constexpr (A == fp8_kind::e5m2 && B == fp8_kind::e4m3) MXKIT_WGMMA_M64N32K32("e5m2", "e4m3");
+    else MXKIT_WGMMA_M64N32K32("e5m2", "e5m2");
+  }
+}
+#undef MXKIT_WGMMA_M64N64K32
+#undef MXKIT_WGMMA_M64N32K32
+#endif  // MXKIT_SM90A
+
+}  // namespace sm90
+}  // namespace gpu
+MXKIT_END_NAMESPACE

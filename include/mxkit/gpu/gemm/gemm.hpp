@@ -1,0 +1,214 @@
+#pragma once
+// Device GEMMs: D[P,Q] = alpha * A[P,R] . B[Q,R]^T + beta * C, fp32 accumulation, fp32 or bf16
+// output (C is D's previous contents, read only when beta != 0), on the caller's stream.
+// Operands: two MX copies (any element pair), two per-tensor FP8 matrices, or two bf16
+// matrices, all stored with the reduction axis contiguous (gemm/gemm.hpp says why and which
+// copy each training product takes). Host-side checks are the reference's (same messages).
+//
+//   gpu::gemm(a_view, b_view, d_view, {alpha, beta}, stream)            // any TN product
+//   gpu::fprop(x_rowwise, w_rowwise, y, ...), dgrad(...), wgrad(...)    // the named products
+//
+// Paths (gemm_path), chosen per call by `automatic`, or forced by gemm_options::path:
+//   portable  plain CUDA/HIP kernel, every operand kind and shape (portable.hpp)
+//   sm90      Hopper FP8 tensor cores, TMA + wgmma (arch/cuda/sm90_gemm.hpp): MXFP8 (E4M3/E5M2
+//             mixes), MXFP4/MXFP6 (expanded to E4M3 bytes first, expand.hpp), per-tensor FP8;
+//             needs sm_90a device code (build with -gencode arch=compute_90a,code=sm_90a) and a
+//             16-byte aligned FP8 operand layout
+//   gfx950    CDNA4 block-scaled MFMA (arch/hip/gfx950_gemm.hpp), compiled only: never run here
+// bf16 operands and MXINT8 use the portable kernel.
+#include <cstddef>
+#include <cstdint>
+
+#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gemm/gemm.hpp>
+#include <mxkit/gpu/gemm/expand.hpp>
+#include <mxkit/gpu/gemm/operand.hpp>
+#include <mxkit/gpu/gemm/portable.hpp>
+#include <mxkit/gpu/runtime.hpp>
+
+#if MXKIT_GPU_CUDA
+#include <mxkit/gpu/gemm/arch/cuda/sm90_gemm.hpp>
+#else
+#include <mxkit/gpu/gemm/arch/hip/gfx950_gemm.hpp>
+#endif
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+
+enum class gemm_path : std::uint8_t { automatic, portable, sm90, gfx950 };
+
+constexpr const char* name_of(gemm_path p) noexcept {
+  switch (p) {
+    case gemm_path::automatic: return "automatic";
+    case gemm_path::portable: return "portable";
+    case gemm_path::sm90: return "sm90";
+    case gemm_path::gfx950: return "gfx950";
+  }
+  return "unknown";
+}
+
+struct gemm_options {
+  gemm_path path = gemm_path::automatic;
+};
+
+namespace detail {
+
+inline bool path_supports(gemm_path path, const gemm_operand& a, const gemm_operand& b) {
+  switch (path) {
+    case gemm_path::portable: return true;
+#if MXKIT_GPU_CUDA
+    case gemm_path::sm90: return a.length > 0 && sm90::supports(a, b) && sm90::available();
+#else
+    case gemm_path::gfx950: return gfx950::supports(a, b) && gfx950::available();
+#endif
+    default: return false;
+  }
+}
+
+#if MXKIT_GPU_CUDA
+inline sm90::fp8_kind fp8_kind_of(const gemm_operand& o) {
+  if (o.kind == operand_kind::fp8) return o.fp8 == fp8_type::e4m3 ? sm90::fp8_kind::e4m3 : sm90::fp8_kind::e5m2;
+  return o.type == mx_type::mxfp8_e5m2 ? sm90::fp8_kind::e5m2 : sm90::fp8_kind::e4m3;  // expanded types are E4M3
+}
+
+// MXFP4/MXFP6 operands are first re-encoded as E4M3 bytes into stream-ordered scratch memory.
+inline void run_sm90(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s) {
+  const std::size_t ea = expand::bytes(a), eb = expand::bytes(b);
+  std::uint8_t* scratch = nullptr;
+  if (ea + eb) MXKIT_GPU_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&scratch), ea + eb, s));
+  try {
+    sm90::fp8_operand fa{fp8_kind_of(a), a.data, a.line_bytes}, fb{fp8_kind_of(b), b.data, b.line_bytes};
+    if (ea) {
+      expand::launch(a, scratch, s);
+      fa.data = scratch;
+      fa.line_bytes = a.length;
+    }
+    if (eb) {
+      expand::launch(b, scratch + ea, s);  // ea = lines * K with K % 32 == 0: 16-byte aligned
+      fb.data = scratch + ea;
+      fb.line_bytes = b.length;
+    }
+    sm90::launch(a, b, fa, fb, out, s);
+  } catch (...) {
+    if (scratch) (void)cudaFreeAsync(scratch, s);
+    throw;
+  }
+  if (scratch) MXKIT_GPU_CHECK(cudaFreeAsync(scratch, s));
+}
+#endif
+
+template <gemm_output Out>
+gemm_output_desc make_output(matrix_view<Out> d, gemm_epilogue e) {
+  return {d.data, d.data, d.stride(), d.stride(), std::is_same_v<Out, bfloat16>, e.alpha, e.beta};
+}
+
+// Runs the product on the chosen path; returns the path taken.
+inline gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, gemm_options o) {
+  gemm_path path = o.path;
+  if (path == gemm_path::automatic) {
+#if MXKIT_GPU_CUDA
+    path = path_supports(gemm_path::sm90, a, b) ? gemm_path::sm90 : gemm_path::portable;
+#else
+    path = path_supports(gemm_path::gfx950, a, b) ? gemm_path::gfx950 : gemm_path::portable;
+#endif
+  }
+  mxkit::detail::require(path_supports(path, a, b), "gemm: path ", name_of(path),
+                         " cannot take these operands on this device and build (see gpu/gemm/gemm.hpp)");
+  if (a.lines == 0 || b.lines == 0) return path;
+  switch (path) {
+#if MXKIT_GPU_CUDA
+    case gemm_path::sm90: run_sm90(a, b, out, s); break;
+#else
+    case gemm_path::gfx950: gfx950::launch(a, b, out, s); break;
+#endif
+    default: portable::launch(a, b, out, s); break;
+  }
+  return path;
+}
+
+}  // namespace detail
+
+// Which path `automatic` takes for these operands on the current device.
+inline gemm_path automatic_path(mx_const_view a, mx_const_view b) {
+  const gemm_operand oa = make_operand(a), ob = make_operand(b);
+#if MXKIT_GPU_CUDA
+  return detail::path_supports(gemm_path::sm90, oa, ob) ? gemm_path::sm90 : gemm_path::portable;
+#else
+  return detail::path_supports(gemm_path::gfx950, oa, ob) ? gemm_path::gfx950 : gemm_path::portable;
+#endif
+}
+
+// ---- any TN product ---------------------------------------------------------------------------
+template <gemm_output Out>
+gemm_path gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr,
+               gemm_options o = {}) {
+  const gemm_shape sh = mxkit::detail::check_mx_gemm(a.layout, b.layout, "gemm");
+  mxkit::detail::check_rotation(a.options, b.options, "gemm");
+  mxkit::detail::check_output(d, sh, "gemm");
+  mxkit::detail::require(sh.p == 0 || sh.r == 0 || (a.data && a.scales), "gemm: A has null data or scales");
+  mxkit::detail::require(sh.q == 0 || sh.r == 0 || (b.data && b.scales), "gemm: B has null data or scales");
+  return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
+}
+
+template <gemm_output Out>
+gemm_path gemm(fp8_view a, fp8_view b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr, gemm_options o = {}) {
+  mxkit::detail::check_fp8_view(a, "gemm", "A");
+  mxkit::detail::check_fp8_view(b, "gemm", "B");
+  const gemm_shape sh = mxkit::detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
+  mxkit::detail::check_output(d, sh, "gemm");
+  return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
+}
+
+template <gemm_output Out>
+gemm_path gemm(matrix_view<const bfloat16> a, matrix_view<const bfloat16> b, matrix_view<Out> d, gemm_epilogue e = {},
+               stream_t s = nullptr, gemm_options o = {}) {
+  const gemm_shape sh = mxkit::detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
+  mxkit::detail::require(a.ld == 0 || a.ld >= a.cols, "gemm: A leading dimension ", a.ld, " is smaller than cols ", a.cols);
+  mxkit::detail::require(b.ld == 0 || b.ld >= b.cols, "gemm: B leading dimension ", b.ld, " is smaller than cols ", b.cols);
+  mxkit::detail::check_output(d, sh, "gemm");
+  return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
+}
+
+// ---- the training products (operand roles: gemm/gemm.hpp) -------------------------------------
+template <gemm_output Out>
+gemm_path product(gemm_product p, mx_const_view a, mx_const_view b, matrix_view<Out> d, gemm_epilogue e = {},
+                  stream_t s = nullptr, gemm_options o = {}) {
+  mxkit::detail::check_mx_product(p, a.layout, b.layout);
+  return gemm(a, b, d, e, s, o);
+}
+template <gemm_output Out>
+gemm_path product(gemm_product p, fp8_view a, fp8_view b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr,
+                  gemm_options o = {}) {
+  const mxkit::detail::tn_names n = mxkit::detail::tn_operand_names(p);
+  mxkit::detail::check_tn(a.rows, a.cols, b.rows, b.cols, name_of(p), n.a, n.b);
+  return gemm(a, b, d, e, s, o);
+}
+template <gemm_output Out>
+gemm_path product(gemm_product p, matrix_view<const bfloat16> a, matrix_view<const bfloat16> b, matrix_view<Out> d,
+                  gemm_epilogue e = {}, stream_t s = nullptr, gemm_options o = {}) {
+  const mxkit::detail::tn_names n = mxkit::detail::tn_operand_names(p);
+  mxkit::detail::check_tn(a.rows, a.cols, b.rows, b.cols, name_of(p), n.a, n.b);
+  return gemm(a, b, d, e, s, o);
+}
+
+// Y[M,N] = X[M,K] . W[N,K]^T from the rowwise copies of X and W.
+template <gemm_output Out>
+gemm_path fprop(mx_const_view x_rowwise, mx_const_view w_rowwise, matrix_view<Out> y, gemm_epilogue e = {}, stream_t s = nullptr,
+                gemm_options o = {}) {
+  return product(gemm_product::fprop, x_rowwise, w_rowwise, y, e, s, o);
+}
+// dX[M,K] = dY[M,N] . W[N,K] from dY's rowwise and W's columnwise copies.
+template <gemm_output Out>
+gemm_path dgrad(mx_const_view dy_rowwise, mx_const_view w_columnwise, matrix_view<Out> dx, gemm_epilogue e = {},
+                stream_t s = nullptr, gemm_options o = {}) {
+  return product(gemm_product::dgrad, dy_rowwise, w_columnwise, dx, e, s, o);
+}
+// dW[N,K] = dY[M,N]^T . X[M,K] from the columnwise copies of dY and X.
+template <gemm_output Out>
+gemm_path wgrad(mx_const_view dy_columnwise, mx_const_view x_columnwise, matrix_view<Out> dw, gemm_epilogue e = {},
+                stream_t s = nullptr, gemm_options o = {}) {
+  return product(gemm_product::wgrad, dy_columnwise, x_columnwise, dw, e, s, o);
+}
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE

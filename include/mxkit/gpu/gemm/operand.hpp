@@ -1,0 +1,89 @@
+#pragma once
+// What a GEMM kernel needs to know about one operand, in one trivially copyable struct that is
+// passed by value to kernels: the element encoding, the bytes, the block scales, and the shape
+// of the stored copy [lines, length] with the reduction axis contiguous (gemm/gemm.hpp).
+#include <cstddef>
+#include <cstdint>
+
+#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/block/mx_format.hpp>
+#include <mxkit/format/e4m3.hpp>
+#include <mxkit/format/e5m2.hpp>
+#include <mxkit/format/e8m0.hpp>
+#include <mxkit/format/float16.hpp>
+#include <mxkit/gemm/gemm.hpp>
+#include <mxkit/tensor/fp8_tensor.hpp>
+#include <mxkit/tensor/matrix_view.hpp>
+#include <mxkit/tensor/mx_tensor.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+
+enum class operand_kind : std::uint8_t {
+  mx,    // MX copy: element codes + one E8M0 scale per 32-block, [lines, blocks] row-major
+  fp8,   // per-tensor scaled FP8 codes; value = code * scale_inv
+  bf16,  // bfloat16 values
+};
+
+struct gemm_operand {
+  operand_kind kind = operand_kind::mx;
+  mx_type type = mx_type::mxfp8_e4m3;  // kind == mx
+  fp8_type fp8 = fp8_type::e4m3;       // kind == fp8
+  const std::uint8_t* data = nullptr;  // line l starts at data + l * line_bytes
+  const std::uint8_t* scales = nullptr;  // kind == mx: [lines, blocks]
+  std::size_t lines = 0;       // P (A) or Q (B)
+  std::size_t length = 0;      // R: the reduction length (a multiple of 32 for MX)
+  std::size_t line_bytes = 0;  // bytes between consecutive lines
+  std::size_t blocks = 0;      // kind == mx: scales per line
+  float scale_inv = 1.0f;      // kind == fp8
+
+  MXKIT_HD constexpr int storage_bits() const noexcept { return kind == operand_kind::mx ? storage_bits_of_type(type) : (kind == operand_kind::bf16 ? 16 : 8); }
+  MXKIT_HD static constexpr int storage_bits_of_type(mx_type t) noexcept { return t == mx_type::mxfp4 ? 4 : 8; }
+};
+
+inline gemm_operand make_operand(mx_const_view v) noexcept {
+  const mx_layout& l = v.layout;
+  return {operand_kind::mx, l.type, fp8_type::e4m3, v.data, v.scales, l.lines(), l.line_length(), l.line_bytes(), l.blocks_per_line(), 1.0f};
+}
+inline gemm_operand make_operand(fp8_view v) noexcept {
+  return {operand_kind::fp8, mx_type::mxfp8_e4m3, v.type, v.data, nullptr, v.rows, v.cols, v.cols, 0, v.scale_inv()};
+}
+inline gemm_operand make_operand(matrix_view<const bfloat16> v) noexcept {
+  return {operand_kind::bf16, mx_type::mxfp8_e4m3, fp8_type::e4m3, reinterpret_cast<const std::uint8_t*>(v.data), nullptr,
+          v.rows, v.cols, v.stride() * sizeof(bfloat16), 0, 1.0f};
+}
+
+// Value of element code `c` (unscaled) for an MX element type; the one decode table every kernel
+// builds in shared memory (FP4 uses the first 16 entries).
+MXKIT_HD constexpr float decode_mx_element(mx_type t, std::uint8_t c) noexcept {
+  return visit_mx_type(t, [c](auto fmt) { return decltype(fmt)::element_type::from_bits(c).to_float(); });
+}
+MXKIT_HD constexpr float decode_operand_code(const gemm_operand& o, std::uint8_t c) noexcept {
+  return o.kind == operand_kind::fp8 ? fp8_decode(c, o.fp8) : decode_mx_element(o.type, c);
+}
+
+// E8M0 scale byte to float, NaN for 0xFF and 2^-127 for 0 (e8m0.hpp).
+MXKIT_HD constexpr float e8m0_value(std::uint8_t b) noexcept { return e8m0::from_bits(b).to_float(); }
+
+// fp32 to bf16 bits, round to nearest-even; overflow gives Inf and NaN stays a (quiet) NaN, as
+// an IEEE conversion does (the reference's bf16 output rule, ref/gemm.hpp).
+MXKIT_HD constexpr std::uint16_t bf16_bits_rne(float v) noexcept {
+  const std::uint32_t u = bit_cast<std::uint32_t>(v);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static_assert(bf16_bits_rne(1.0f) == 0x3F80 && bf16_bits_rne(0x1.01p0f) == 0x3F80 && bf16_bits_rne(0x1.03p0f) == 0x3F82);
+static_assert(bf16_bits_rne(3.4e38f) == 0x7F80);
+
+// Output of a GEMM kernel: fp32 or bf16, row-major with a leading dimension in elements. C (read
+// when beta != 0) has the same type and may alias D.
+struct gemm_output_desc {
+  void* d = nullptr;
+  const void* c = nullptr;
+  std::size_t ldd = 0, ldc = 0;
+  bool bf16 = false;
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE

@@ -1,0 +1,106 @@
+#pragma once
+// Helpers shared by the host GEMM tests and the GPU GEMM tests: random matrices whose blocks span
+// many binades (so block scales differ), an fp64 TN oracle on dequantized inputs, the magnitude
+// sum S = sum_k |a_k b_k| that error bounds scale with, and an element-wise comparison that
+// reports the worst element.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <mxkit/ref/gemm.hpp>
+#include <mxkit/tensor/quantize.hpp>
+
+namespace gemm_test {
+
+// [rows, cols] row-major floats: N(0,1) times 2^e, e drawn per 8x8 tile from [-spread, spread],
+// so neighbouring 32-blocks along either axis get different scales. Every ~97th value is an
+// outlier x16 (a block's amax then sits far above its typical element).
+inline std::vector<float> random_matrix(std::size_t rows, std::size_t cols, std::uint64_t seed, int spread = 6) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-spread, spread);
+  const std::size_t tr = (rows + 7) / 8, tc = (cols + 7) / 8;
+  std::vector<int> tile_exp(tr * tc);
+  for (int& t : tile_exp) t = e(g);
+  std::vector<float> x(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) {
+      float v = std::ldexp(n(g), tile_exp[(r / 8) * tc + c / 8]);
+      if ((r * cols + c) % 97 == 13) v *= 16.0f;
+      x[r * cols + c] = v;
+    }
+  return x;
+}
+
+// fp64 D[p,q] = sum_r A[p,r] B[q,r] and S[p,q] = sum_r |A[p,r] B[q,r]| (A [p,r], B [q,r]).
+struct oracle_result {
+  std::vector<double> d, s;
+};
+inline oracle_result oracle_tn(const std::vector<float>& a, const std::vector<float>& b, std::size_t p, std::size_t q,
+                               std::size_t r) {
+  oracle_result o{std::vector<double>(p * q), std::vector<double>(p * q)};
+  for (std::size_t i = 0; i < p; ++i)
+    for (std::size_t j = 0; j < q; ++j) {
+      double d = 0, s = 0;
+      for (std::size_t k = 0; k < r; ++k) {
+        const double t = static_cast<double>(a[i * r + k]) * static_cast<double>(b[j * r + k]);
+        d += t;
+        s += std::fabs(t);
+      }
+      o.d[i * q + j] = d;
+      o.s[i * q + j] = s;
+    }
+  return o;
+}
+
+// Row-major [rows, cols] -> [cols, rows].
+template <class T>
+std::vector<T> transposed(const std::vector<T>& x, std::size_t rows, std::size_t cols) {
+  std::vector<T> t(x.size());
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+
+// The stored-copy view of a dequantized MX copy as the TN oracle wants it: [lines, line_length].
+inline std::vector<float> dequantized_lines(const mxkit::mx_tensor& t) {
+  std::vector<float> d = mxkit::dequantize(t);  // logical [rows, cols]
+  return t.axis() == mxkit::block_axis::rowwise ? d : transposed(d, t.rows(), t.cols());
+}
+
+// Largest |got - want| / bound over all elements (<= 1 passes), with the worst element described.
+struct comparison {
+  double worst_ratio = 0;   // max |got - want| / bound
+  double max_rel_s = 0;     // max |got - want| / S (0/0 counts 0)
+  std::size_t bad = 0;      // elements over their bound, NaN mismatches included
+  std::string worst;
+};
+// bound_i = rel * s_i + abs_floor. A NaN in `want` must be NaN in `got` and vice versa.
+template <class GotT, class WantT>
+comparison compare(const std::vector<GotT>& got, const std::vector<WantT>& want, const std::vector<double>& s, double rel,
+                   std::size_t cols, double abs_floor = 0) {
+  comparison c;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    const double bound = rel * s[i] + abs_floor;
+    double ratio;
+    if (std::isnan(g) || std::isnan(w)) ratio = std::isnan(g) == std::isnan(w) ? 0.0 : INFINITY;
+    else ratio = g == w ? 0.0 : std::fabs(g - w) / bound;
+    if (s[i] > 0 && !std::isnan(g) && !std::isnan(w)) c.max_rel_s = std::max(c.max_rel_s, std::fabs(g - w) / s[i]);
+    if (!(ratio <= 1.0)) ++c.bad;
+    if (!(ratio <= c.worst_ratio)) {
+      c.worst_ratio = ratio;
+      std::ostringstream m;
+      m << "[" << i / cols << "," << i % cols << "] got " << g << " want " << w << " S " << s[i] << " bound " << bound;
+      c.worst = m.str();
+    }
+  }
+  return c;
+}
+
+}  // namespace gemm_test

@@ -1,0 +1,370 @@
+// Device GEMMs (gpu/gemm/gemm.hpp) against the host reference (ref/gemm.hpp) on fresh random data
+// (the seed is printed on failure) with poisoned outputs (NaN bytes; every element must be
+// written), for every path this build and device offer: portable always, sm90 on an H100/H200
+// with an sm_90a build. Small and ragged shapes here; the Llama shapes are checked on sampled
+// rows by bench/bench_gemm.cu before it times them.
+//
+// Two kinds of data:
+//  - "exact" data: MX blocks built from codes whose values are small multiples of 1/2, with
+//    random scales over 16 binades. Every block's dot product is then exact on any path (tensor
+//    cores included), so device and reference differ only in fp32 rounding of the block adds
+//    (the same adds in the same order): a tight bound that any layout, scale or indexing slip
+//    breaks.
+//  - realistic data: Gaussian matrices over many binades, quantized by the host quantizer. FP8
+//    tensor cores sum a block with fewer bits than fp32 (ref/gemm.hpp); the bound is 2^-9 of
+//    S = sum |a b| per element, and the worst measured |d - ref| / S is printed.
+// Without a GPU the program exits 77 before Catch starts (gpu_skip.cu) and ctest reports a skip.
+// Built for arch-specific targets (mxkit:sm90a, tests/gpu/CMakeLists.txt) so the sm90 path exists.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mxkit/gpu/gemm/gemm.hpp>
+#include <mxkit/gpu/runtime.hpp>
+#include <mxkit/ref/gemm.hpp>
+#include <mxkit/tensor/quantize.hpp>
+
+#include "../catch.hpp"
+#include "../gemm/gemm_test_util.hpp"
+
+namespace {
+using namespace mxkit;
+namespace g = mxkit::gpu;
+constexpr double u = 0x1p-24;
+
+std::uint64_t fresh_seed() {
+  static std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
+// ---- device copies --------------------------------------------------------------------------------
+struct device_mx {
+  g::device_buffer<std::uint8_t> data, scales;
+  mx_layout layout;
+  quantize_options options;
+  explicit device_mx(const mx_tensor& t)
+      : data(std::span<const std::uint8_t>(t.data())), scales(std::span<const std::uint8_t>(t.scales())), layout(t.layout()),
+        options(t.options()) {
+    MXKIT_GPU_CHECK(g::device_synchronize());
+  }
+  mx_const_view view() const { return {layout, options, data.data(), scales.data()}; }
+};
+
+// D as raw bytes on the device, poisoned with 0xFF (a NaN in fp32 and bf16) or holding C.
+template <class Out>
+struct device_out {
+  std::size_t rows, cols, ld;
+  g::device_buffer<Out> buf;
+  device_out(std::size_t r, std::size_t c, std::size_t ld_) : rows(r), cols(c), ld(ld_), buf(r * ld_) { buf.fill_bytes(0xFF); }
+  matrix_view<Out> view() { return {buf.data(), rows, cols, ld}; }
+  void set(const std::vector<Out>& host) { buf.copy_from(std::span<const Out>(host)); }
+  std::vector<Out> get() const {  // the logical [rows, cols] part
+    const std::vector<Out> all = buf.to_host();
+    std::vector<Out> out(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = all[r * ld + c];
+    return out;
+  }
+};
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> as_double(const std::vector<bfloat16>& v) {
+  std::vector<double> d(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) d[i] = v[i].to_float();
+  return d;
+}
+
+// S[i,j] = sum_k |a_k b_k| with the scales applied: the reference on sign-stripped copies.
+std::uint8_t abs_code(mx_type t, std::uint8_t c) {
+  switch (t) {
+    case mx_type::mxfp4: return c & 0x7;
+    case mx_type::mxfp6_e2m3:
+    case mx_type::mxfp6_e3m2: return c & 0x1F;
+    case mx_type::mxint8: return c == 0x80 ? 0x7F : (c & 0x80 ? static_cast<std::uint8_t>(-static_cast<int>(c)) : c);  // -2 ~ 127/64
+    default: return c & 0x7F;
+  }
+}
+mx_tensor abs_copy(const mx_tensor& t) {
+  mx_tensor a = t;
+  const int bits = t.layout().storage_bits();
+  for (std::size_t line = 0; line < t.layout().lines(); ++line)
+    for (std::size_t p = 0; p < t.layout().padded_length(); ++p) {
+      std::uint8_t* row = a.data().data() + line * t.layout().line_bytes();
+      store_code(row, p, abs_code(t.type(), load_code(row, p, bits)), bits);
+    }
+  return a;
+}
+std::vector<double> magnitude(const mx_tensor& a, const mx_tensor& b) {
+  const mx_tensor aa = abs_copy(a), bb = abs_copy(b);
+  std::vector<float> s(a.layout().lines() * b.layout().lines());
+  gemm_reference(aa.view(), bb.view(), matrix_view<float>{s.data(), a.layout().lines(), b.layout().lines()});
+  return as_double(s);
+}
+
+// MX copy [lines, k] (rowwise layout) of "exact" data: codes with small half-integer values,
+// scales 2^-8 .. 2^7.
+mx_tensor exact_mx(std::size_t lines, std::size_t k, mx_type t, std::mt19937_64& rng) {
+  mx_tensor m({t, block_axis::rowwise, lines, k}, {});
+  std::vector<std::uint8_t> codes;  // codes whose value v has 2v an integer in [-8, 8] (all codes for FP4)
+  const int ncodes = t == mx_type::mxfp4 ? 16 : (t == mx_type::mxfp6_e2m3 || t == mx_type::mxfp6_e3m2) ? 64 : 256;
+  for (int c = 0; c < ncodes; ++c) {
+    if (t == mx_type::mxint8) {
+      if (c % 32 == 0) codes.push_back(static_cast<std::uint8_t>(c));  // 0, +-0.5, +-1, +-1.5 (as k/64)
+      continue;
+    }
+    const float v = g::decode_mx_element(t, static_cast<std::uint8_t>(c));
+    if (std::isfinite(v) && std::fabs(v) <= 4.0f && std::floor(2 * v) == 2 * v) codes.push_back(static_cast<std::uint8_t>(c));
+  }
+  std::uniform_int_distribution<std::size_t> pick(0, codes.size() - 1);
+  std::uniform_int_distribution<int> sc(127 - 8, 127 + 7);
+  const int bits = m.layout().storage_bits();
+  for (std::size_t line = 0; line < lines; ++line)
+    for (std::size_t p = 0; p < m.layout().padded_length(); ++p)
+      store_code(m.data().data() + line * m.layout().line_bytes(), p, codes[pick(rng)], bits);
+  for (auto& s : m.scales()) s = static_cast<std::uint8_t>(sc(rng));
+  return m;
+}
+
+mx_tensor realistic_mx(std::size_t lines, std::size_t k, mx_type t, std::uint64_t seed) {
+  const std::vector<float> x = gemm_test::random_matrix(lines, k, seed);
+  return quantize(matrix_view<const float>{x.data(), lines, k}, t, block_axis::rowwise);
+}
+
+// Runs one MX product on `path` and compares with the reference: |d - ref| <= rel * S + 4u|beta C|.
+template <class Out>
+gemm_test::comparison run_mx(const mx_tensor& a, const mx_tensor& b, g::gemm_path path, gemm_epilogue e, double rel,
+                             std::uint64_t seed, std::size_t ld_pad = 0) {
+  const std::size_t p = a.layout().lines(), q = b.layout().lines();
+  const device_mx da(a), db(b);
+  device_out<Out> d(p, q, q + ld_pad);
+  std::vector<Out> c(p * (q + ld_pad));
+  if (e.beta != 0.0f) {
+    const std::vector<float> cf = gemm_test::random_matrix(p, q + ld_pad, seed ^ 0xC, 1);
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      if constexpr (std::is_same_v<Out, float>) c[i] = cf[i];
+      else c[i] = bfloat16::from_float(cf[i]);
+    }
+    d.set(c);
+  }
+  const g::gemm_path used = g::gemm(da.view(), db.view(), d.view(), e, nullptr, g::gemm_options{path});
+  MXKIT_GPU_CHECK(g::device_synchronize());
+  CHECK((path == g::gemm_path::automatic || used == path));
+  const std::vector<Out> got = d.get();
+
+  std::vector<Out> want(p * q);
+  for (std::size_t i = 0; i < p; ++i)
+    for (std::size_t j = 0; j < q; ++j) want[i * q + j] = c[i * (q + ld_pad) + j];
+  gemm_reference(a.view(), b.view(), matrix_view<Out>{want.data(), p, q}, e.alpha, e.beta);
+  std::vector<double> s = magnitude(a, b);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    s[i] *= std::fabs(e.alpha);
+    if (e.beta != 0.0f) s[i] += std::fabs(e.beta * static_cast<double>(load_float(c[(i / q) * (q + ld_pad) + i % q])));
+  }
+  // bf16 output: device and reference may round to neighbouring bf16 values, one ulp apart,
+  // i.e. up to 2^-7 of |d| <= S.
+  if constexpr (std::is_same_v<Out, bfloat16>) rel += 0x1p-7;
+  return gemm_test::compare(as_double(got), as_double(want), s, rel, q);
+}
+
+std::vector<g::gemm_path> device_paths() {
+  std::vector<g::gemm_path> paths{g::gemm_path::portable};
+  const mx_tensor probe({mx_type::mxfp8_e4m3, block_axis::rowwise, 1, 32}, {});
+  const device_mx dp(probe);
+  const g::gemm_path a = g::automatic_path(dp.view(), dp.view());
+  if (a != g::gemm_path::portable) paths.push_back(a);
+  return paths;
+}
+
+bool path_takes(g::gemm_path path, mx_type t) {
+  if (path == g::gemm_path::portable) return true;
+  return t != mx_type::mxint8;  // sm90 and gfx950 take every FP element type
+}
+
+}  // namespace
+
+TEST_CASE("gpu gemm: the expected fast path is available", "[gpu][gemm]") {
+  // MXKIT_EXPECT_GEMM_PATH=sm90 (scripts/gpu_gemm_check.sh on an H100/H200 with an sm_90a build):
+  // the tensor-core path must be the automatic choice, so the tests below do exercise it.
+  const char* want = std::getenv("MXKIT_EXPECT_GEMM_PATH");
+  const std::vector<g::gemm_path> paths = device_paths();
+  std::string have;
+  for (const g::gemm_path p : paths) have += std::string(g::name_of(p)) + " ";
+  WARN("GEMM paths tested on this device: " << have);
+  if (want) CHECK(have.find(want) != std::string::npos);
+}
+
+TEST_CASE("gpu gemm: exact data, every path and MX type pair matches the reference to fp32 rounding", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  INFO("seed " << seed);
+  // Ragged P and Q, K not a multiple of the Hopper stage (128) and a multi-stage K.
+  struct shape {
+    std::size_t p, q, k;
+  };
+  for (const g::gemm_path path : device_paths())
+    for (const shape sh : {shape{67, 45, 96}, shape{200, 300, 160}, shape{130, 257, 1024}})
+      for (const mx_type ta : all_mx_types)
+        for (const mx_type tb : all_mx_types) {
+          if (!path_takes(path, ta) || !path_takes(path, tb)) continue;
+          if (sh.k > 200 && !(ta == tb || (ta == mx_type::mxfp8_e4m3 && tb == mx_type::mxfp8_e5m2))) continue;
+          const mx_tensor a = exact_mx(sh.p, sh.k, ta, rng), b = exact_mx(sh.q, sh.k, tb, rng);
+          const double rel = (2.0 * static_cast<double>(sh.k / 32) + 8) * u;
+          const auto c = run_mx<float>(a, b, path, {}, rel, seed);
+          INFO(g::name_of(path) << " " << name_of(ta) << " x " << name_of(tb) << " " << sh.p << "x" << sh.q << "x" << sh.k << ": "
+                                << c.bad << " bad, worst " << c.worst);
+          CHECK(c.bad == 0);
+        }
+}
+
+TEST_CASE("gpu gemm: realistic data, alpha/beta, bf16 output, padded ld", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  const mx_type pairs[][2] = {{mx_type::mxfp4, mx_type::mxfp4},           {mx_type::mxfp8_e4m3, mx_type::mxfp8_e4m3},
+                              {mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2}, {mx_type::mxfp8_e5m2, mx_type::mxfp8_e4m3},
+                              {mx_type::mxfp6_e2m3, mx_type::mxfp4},      {mx_type::mxfp6_e3m2, mx_type::mxfp8_e5m2}};
+  double worst_tc = 0;
+  for (const g::gemm_path path : device_paths())
+    for (const auto& pr : pairs) {
+      const std::size_t p = 190, q = 333, k = 640;
+      const mx_tensor a = realistic_mx(p, k, pr[0], seed + 1), b = realistic_mx(q, k, pr[1], seed + 2);
+      const bool tensor_cores = path != g::gemm_path::portable;
+      const double nb = static_cast<double>(k / 32);
+      const double rel = tensor_cores ? 0x1p-9 : (2 * nb + 40) * u;
+      const auto c1 = run_mx<float>(a, b, path, {}, rel, seed);
+      const auto c2 = run_mx<float>(a, b, path, {-1.25f, 0.5f}, rel, seed, 3);
+      const auto c3 = run_mx<bfloat16>(a, b, path, {2.0f, -1.0f}, rel, seed, 1);
+      if (tensor_cores) worst_tc = std::max({worst_tc, c1.max_rel_s, c2.max_rel_s});
+      INFO(g::name_of(path) << " " << name_of(pr[0]) << " x " << name_of(pr[1]) << ": max |d-ref|/S " << c1.max_rel_s << "; "
+                            << c1.worst << " | " << c2.worst << " | " << c3.worst);
+      CHECK(c1.bad == 0);
+      CHECK(c2.bad == 0);
+      CHECK(c3.bad == 0);
+    }
+  if (worst_tc > 0) WARN("tensor-core paths: worst |d - ref| / S on realistic data = " << worst_tc << " (bound 2^-9 = 0.00195)");
+}
+
+TEST_CASE("gpu gemm: fprop, dgrad and wgrad take the quantizer's copies", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  const std::size_t M = 192, N = 320, K = 256;
+  const std::vector<float> x = gemm_test::random_matrix(M, K, seed), w = gemm_test::random_matrix(N, K, seed + 1),
+                           dy = gemm_test::random_matrix(M, N, seed + 2);
+  for (const mx_type t : {mx_type::mxfp4, mx_type::mxfp8_e4m3}) {
+    const mx_type tg = t == mx_type::mxfp4 ? t : mx_type::mxfp8_e5m2;  // HYBRID: gradients in E5M2
+    const auto X = quantize_both(matrix_view<const float>{x.data(), M, K}, t);
+    const auto W = quantize_both(matrix_view<const float>{w.data(), N, K}, t);
+    const auto DY = quantize_both(matrix_view<const float>{dy.data(), M, N}, tg);
+    struct product_case {
+      gemm_product p;
+      const mx_tensor *a, *b;
+      std::size_t rows, cols, r;
+    };
+    for (const product_case pc : {product_case{gemm_product::fprop, &X.rowwise, &W.rowwise, M, N, K},
+                                  product_case{gemm_product::dgrad, &DY.rowwise, &W.columnwise, M, K, N},
+                                  product_case{gemm_product::wgrad, &DY.columnwise, &X.columnwise, N, K, M}}) {
+      const device_mx da(*pc.a), db(*pc.b);
+      device_out<float> d(pc.rows, pc.cols, pc.cols);
+      if (pc.p == gemm_product::fprop) g::fprop(da.view(), db.view(), d.view());
+      if (pc.p == gemm_product::dgrad) g::dgrad(da.view(), db.view(), d.view());
+      if (pc.p == gemm_product::wgrad) g::wgrad(da.view(), db.view(), d.view());
+      MXKIT_GPU_CHECK(g::device_synchronize());
+      std::vector<float> want(pc.rows * pc.cols);
+      product_reference(pc.p, pc.a->view(), pc.b->view(), matrix_view<float>{want.data(), pc.rows, pc.cols});
+      const auto cmp = gemm_test::compare(as_double(d.get()), as_double(want), magnitude(*pc.a, *pc.b), 0x1p-9, pc.cols);
+      INFO(name_of(pc.p) << " " << name_of(t) << ": " << cmp.bad << " bad, worst " << cmp.worst);
+      CHECK(cmp.bad == 0);
+    }
+    // The device entry points reject what the reference rejects, with the same words.
+    const device_mx xr(X.rowwise), wc(W.columnwise);
+    device_out<float> d(M, N, N);
+    REQUIRE_THROWS_WITH(g::fprop(xr.view(), wc.view(), d.view()), mxkit_test::contains("fprop: W must be the rowwise copy"));
+    REQUIRE_THROWS_WITH(g::wgrad(xr.view(), wc.view(), d.view()), mxkit_test::contains("wgrad: dY must be the columnwise copy"));
+  }
+}
+
+TEST_CASE("gpu gemm: per-tensor FP8 and bf16 operands", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  INFO("seed " << seed);
+  // Exact data: integer codes in [-3, 3], so even a 128-long tensor-core sum is exact.
+  for (const std::size_t k : {std::size_t{77}, std::size_t{272}, std::size_t{1024}})  // 77: no 16-byte rows, portable only
+    for (const fp8_type ta : {fp8_type::e4m3, fp8_type::e5m2})
+      for (const fp8_type tb : {fp8_type::e4m3, fp8_type::e5m2}) {
+        const std::size_t p = 150, q = 270;
+        std::uniform_int_distribution<int> v(-3, 3);
+        fp8_tensor a{ta, p, k, 4.0f, 0.0f, std::vector<std::uint8_t>(p * k)}, b{tb, q, k, 0.5f, 0.0f, std::vector<std::uint8_t>(q * k)};
+        for (auto& c : a.data) c = fp8_encode(static_cast<float>(v(rng)), ta, 1.0f);
+        for (auto& c : b.data) c = fp8_encode(static_cast<float>(v(rng)), tb, 1.0f);
+        g::device_buffer<std::uint8_t> da{std::span<const std::uint8_t>(a.data)}, db{std::span<const std::uint8_t>(b.data)};
+        MXKIT_GPU_CHECK(g::device_synchronize());
+        const fp8_view va{ta, p, k, a.scale, da.data()}, vb{tb, q, k, b.scale, db.data()};
+        for (const g::gemm_path path : device_paths()) {
+          if (path != g::gemm_path::portable && k % 16 != 0) continue;
+          device_out<float> d(p, q, q);
+          g::gemm(va, vb, d.view(), {1.5f, 0.0f}, nullptr, g::gemm_options{path});
+          MXKIT_GPU_CHECK(g::device_synchronize());
+          std::vector<float> want(p * q);
+          gemm_reference(a, b, matrix_view<float>{want.data(), p, q}, 1.5f);
+          std::vector<double> s(p * q, 1.5 * 9.0 * static_cast<double>(k) / 2.0);  // |a b| <= 9, descale 1/2
+          const auto cmp = gemm_test::compare(as_double(d.get()), as_double(want), s, 4 * u, q);
+          INFO(g::name_of(path) << " fp8 " << name_of(ta) << " x " << name_of(tb) << " K=" << k << ": " << cmp.worst);
+          CHECK(cmp.bad == 0);
+        }
+      }
+  // bf16 x bf16 (portable on every device), bf16 output with beta.
+  const std::size_t p = 97, q = 131, k = 200;
+  const std::vector<float> xa = gemm_test::random_matrix(p, k, seed + 5, 3), xb = gemm_test::random_matrix(q, k, seed + 6, 3);
+  std::vector<bfloat16> ha(p * k), hb(q * k);
+  for (std::size_t i = 0; i < ha.size(); ++i) ha[i] = bfloat16::from_float(xa[i]);
+  for (std::size_t i = 0; i < hb.size(); ++i) hb[i] = bfloat16::from_float(xb[i]);
+  g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)};
+  MXKIT_GPU_CHECK(g::device_synchronize());
+  device_out<float> d(p, q, q);
+  const g::gemm_path used = g::gemm(matrix_view<const bfloat16>{da.data(), p, k}, matrix_view<const bfloat16>{db.data(), q, k},
+                                    d.view());
+  MXKIT_GPU_CHECK(g::device_synchronize());
+  CHECK(used == g::gemm_path::portable);
+  std::vector<float> want(p * q);
+  gemm_reference(matrix_view<const bfloat16>{ha.data(), p, k}, matrix_view<const bfloat16>{hb.data(), q, k},
+                 matrix_view<float>{want.data(), p, q});
+  std::vector<float> fa(ha.size()), fb(hb.size());
+  for (std::size_t i = 0; i < fa.size(); ++i) fa[i] = ha[i].to_float();
+  for (std::size_t i = 0; i < fb.size(); ++i) fb[i] = hb[i].to_float();
+  const auto o = gemm_test::oracle_tn(fa, fb, p, q, k);
+  const auto cmp = gemm_test::compare(as_double(d.get()), as_double(want), o.s, (2.0 * k + 8) * u, q);
+  INFO("bf16: " << cmp.worst);
+  CHECK(cmp.bad == 0);
+}
+
+TEST_CASE("gpu gemm: NaN scales propagate, empty shapes write nothing", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  INFO("seed " << seed);
+  for (const g::gemm_path path : device_paths()) {
+    mx_tensor a = exact_mx(40, 128, mx_type::mxfp8_e4m3, rng);
+    const mx_tensor b = exact_mx(50, 128, mx_type::mxfp8_e4m3, rng);
+    a.scales()[7 * 4 + 2] = 0xFF;  // row 7, block 2
+    const device_mx da(a), db(b);
+    device_out<float> d(40, 50, 50);
+    g::gemm(da.view(), db.view(), d.view(), {}, nullptr, g::gemm_options{path});
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    const std::vector<float> got = d.get();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO(g::name_of(path) << " element " << i);
+      CHECK(std::isnan(got[i]) == (i / 50 == 7));
+    }
+  }
+  // P = 0: nothing launched, nothing read.
+  const mx_tensor a0({mx_type::mxfp4, block_axis::rowwise, 0, 64}, {}), b({mx_type::mxfp4, block_axis::rowwise, 3, 64}, {});
+  const device_mx d0(a0), db(b);
+  g::device_buffer<float> none(1);
+  CHECK_NOTHROW(g::gemm(d0.view(), db.view(), matrix_view<float>{none.data(), 0, 3}));
+  MXKIT_GPU_CHECK(g::device_synchronize());
+}
