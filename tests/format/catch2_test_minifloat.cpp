@@ -22,17 +22,6 @@ namespace {
 using mxkit::overflow;
 using mxkit::rounding;
 
-template <class Fn>
-void for_each_format(Fn&& fn) {
-  fn(mxkit::e2m1{}, oracle::e2m1_spec);
-  fn(mxkit::e2m3{}, oracle::e2m3_spec);
-  fn(mxkit::e3m2{}, oracle::e3m2_spec);
-  fn(mxkit::e4m3{}, oracle::e4m3_spec);
-  fn(mxkit::e5m2{}, oracle::e5m2_spec);
-  fn(mxkit::float16{}, oracle::float16_spec);
-  fn(mxkit::bfloat16{}, oracle::bfloat16_spec);
-}
-
 template <class F>
 std::uint32_t lib_code(float x, int scale_exp, rounding r, overflow o) {
   return F::from_float_scaled(x, scale_exp, r, o).bits();
@@ -114,7 +103,7 @@ TEST_CASE("minifloat: spec constants of every format", "[format]") {
 }
 
 TEST_CASE("minifloat: every code decodes to its spec value and re-encodes to itself", "[format]") {
-  for_each_format([](auto tag, const oracle::minifloat_spec& s) {
+  oracle::for_each_format([](auto tag, const oracle::minifloat_spec& s) {
     using F = decltype(tag);
     oracle::mismatch_log decode_log, round_trip_log;
     for (std::uint32_t code = 0; code < oracle::code_count(s); ++code) {
@@ -265,7 +254,7 @@ TEST_CASE("minifloat: ties and their neighbours, checked by hand", "[format]") {
 TEST_CASE("minifloat: every bf16 and fp16 bit pattern, every mode, matches the oracle", "[format][exhaustive]") {
   const std::vector<float> bf16 = oracle::all_bfloat16_patterns();
   const std::vector<float> fp16 = oracle::all_float16_patterns();
-  for_each_format([&](auto tag, const oracle::minifloat_spec& s) {
+  oracle::for_each_format([&](auto tag, const oracle::minifloat_spec& s) {
     using F = decltype(tag);
     oracle::mismatch_log log;
     compare_with_oracle<F>(s, bf16, 0, log);
@@ -276,7 +265,7 @@ TEST_CASE("minifloat: every bf16 and fp16 bit pattern, every mode, matches the o
 }
 
 TEST_CASE("minifloat: every rounding boundary and its float neighbours matches the oracle", "[format][exhaustive]") {
-  for_each_format([&](auto tag, const oracle::minifloat_spec& s) {
+  oracle::for_each_format([&](auto tag, const oracle::minifloat_spec& s) {
     using F = decltype(tag);
     oracle::mismatch_log log;
     compare_with_oracle<F>(s, oracle::boundary_inputs(oracle::table_of(s), 0), 0, log);
@@ -286,7 +275,7 @@ TEST_CASE("minifloat: every rounding boundary and its float neighbours matches t
 }
 
 TEST_CASE("minifloat: random floats match the oracle", "[format]") {
-  for_each_format([&](auto tag, const oracle::minifloat_spec& s) {
+  oracle::for_each_format([&](auto tag, const oracle::minifloat_spec& s) {
     using F = decltype(tag);
     const oracle::table& t = oracle::table_of(s);
     const int lo = std::ilogb(t.min_positive()) - 3, hi = std::ilogb(t.max()) + 3;
@@ -298,7 +287,7 @@ TEST_CASE("minifloat: random floats match the oracle", "[format]") {
 }
 
 TEST_CASE("minifloat: from_float_scaled at every scale exponent in [-127, 127] matches the oracle", "[format][exhaustive]") {
-  for_each_format([&](auto tag, const oracle::minifloat_spec& s) {
+  oracle::for_each_format([&](auto tag, const oracle::minifloat_spec& s) {
     using F = decltype(tag);
     const oracle::table& t = oracle::table_of(s);
     const int lo = std::ilogb(t.min_positive()) - 3, hi = std::ilogb(t.max()) + 3;

@@ -24,17 +24,6 @@ namespace {
 using mxkit::overflow;
 using mxkit::rounding;
 
-template <class Fn>
-void for_each_format(Fn&& fn) {
-  fn(mxkit::e2m1{}, oracle::e2m1_spec);
-  fn(mxkit::e2m3{}, oracle::e2m3_spec);
-  fn(mxkit::e3m2{}, oracle::e3m2_spec);
-  fn(mxkit::e4m3{}, oracle::e4m3_spec);
-  fn(mxkit::e5m2{}, oracle::e5m2_spec);
-  fn(mxkit::float16{}, oracle::float16_spec);
-  fn(mxkit::bfloat16{}, oracle::bfloat16_spec);
-}
-
 // Random words to try for input a: a few uniform ones plus those either side of the threshold.
 std::vector<std::uint32_t> words_for(const oracle::table& t, long double a, std::mt19937& g) {
   std::vector<std::uint32_t> w = {0u, 1u, 0x7FFFFFFFu, 0x80000000u, 0xFFFFFFFFu};
@@ -94,7 +83,7 @@ constexpr double fractions[] = {0.03125, 0.25, 0.5, 0.6875, 0.96875};  // few bi
 }  // namespace
 
 TEST_CASE("stochastic: minifloats follow the threshold rule exactly", "[format][stochastic]") {
-  for_each_format([](auto tag, const oracle::minifloat_spec& s) {
+  oracle::for_each_format([](auto tag, const oracle::minifloat_spec& s) {
     using F = decltype(tag);
     const oracle::table& t = oracle::table_of(s);
     const std::size_t stride = t.finite.size() > 1024 ? 97 : 1;
@@ -174,7 +163,7 @@ TEST_CASE("stochastic: the same random bits give the same code; exact values nev
 }
 
 TEST_CASE("stochastic: unbiased within 5 sigma over Philox draws", "[format][stochastic]") {
-  for_each_format([](auto tag, const oracle::minifloat_spec& s) {
+  oracle::for_each_format([](auto tag, const oracle::minifloat_spec& s) {
     using F = decltype(tag);
     const oracle::table& t = oracle::table_of(s);
     const std::size_t n = t.finite.size();

@@ -24,6 +24,12 @@
 #include <vector>
 
 #include <mxkit/block/scale_rule.hpp>
+#include <mxkit/format/e2m1.hpp>
+#include <mxkit/format/e2m3.hpp>
+#include <mxkit/format/e3m2.hpp>
+#include <mxkit/format/e4m3.hpp>
+#include <mxkit/format/e5m2.hpp>
+#include <mxkit/format/float16.hpp>
 #include <mxkit/format/rounding.hpp>
 
 namespace oracle {
@@ -400,6 +406,18 @@ inline std::vector<float> random_inputs(std::uint64_t seed, std::size_t n_bits, 
     out.push_back((r >> 63) ? -f : f);
   }
   return out;
+}
+
+// Calls fn(tag, spec) for each minifloat type with its spec (the library type names only the tag).
+template <class Fn>
+void for_each_format(Fn&& fn) {
+  fn(mxkit::e2m1{}, e2m1_spec);
+  fn(mxkit::e2m3{}, e2m3_spec);
+  fn(mxkit::e3m2{}, e3m2_spec);
+  fn(mxkit::e4m3{}, e4m3_spec);
+  fn(mxkit::e5m2{}, e5m2_spec);
+  fn(mxkit::float16{}, float16_spec);
+  fn(mxkit::bfloat16{}, bfloat16_spec);
 }
 
 }  // namespace oracle

@@ -59,6 +59,19 @@ MXKIT_HD constexpr std::uint32_t block_amax_bits(const float* v) noexcept {
   return m[0];
 }
 
+// Blocks with a smaller nonzero amax take the integer path: under their scale a float-subnormal
+// element could reach half the element's least step, and a flush-to-zero build (nvcc
+// --use_fast_math, host -ffast-math) would zero it in the float path. Above it, an element that
+// is a float subnormal scales to less than half the least step, so flushing it changes nothing.
+// Bits of 2^(emax - 125 - log2(least step)): 2^-122 (E2M1) ... 2^-94 (E5M2).
+template <class Element>
+MXKIT_HD constexpr std::uint32_t float_path_min_amax() noexcept {
+  int least_step_exp = 0;
+  if constexpr (requires { Element::emin; }) least_step_exp = Element::emin - Element::mantissa_bits;
+  else least_step_exp = -Element::fraction_bits;  // int8_fixed
+  return static_cast<std::uint32_t>(Element::emax - 125 - least_step_exp + 127) << 23;
+}
+
 // quantize_element under nearest-even for an element of a block whose scale is finite (so no
 // element is NaN or Inf, and |x| * 2^-scale < 2^(emax+1)), with 2^-scale hoisted out of the loop.
 template <class Element>
@@ -104,6 +117,61 @@ MXKIT_HD constexpr mx_block<Fmt> quantize_elements_general(block_values in, e8m0
   }
   return b;
 }
+
+// The part of a block quantization before the elements: the values, the scale, and whether the
+// float path applies (nearest even, finite scale, amax not tiny, see float_path_min_amax).
+// With the rotation, x holds 4 times the rotated values (the butterflies without H16's 1/4,
+// value_exp = 2) when that 1/4 can be folded, exactly, into the elements' power-of-two scale:
+// on the float path every element is then the same float (x * 2^-(scale + 2) = v * 2^-scale,
+// both exact, or both below half the least step where v would be a float subnormal, as
+// float_path_min_amax guarantees). Everywhere else x is normalized as rotate_block does.
+struct block_front {
+  block_values x;
+  e8m0 scale;
+  int value_exp;  // x = v * 2^value_exp
+  bool float_path;
+};
+template <class Element>
+MXKIT_HD constexpr block_front prepare_block(const float* in, const quantize_options& o, hadamard_signs signs) noexcept {
+  block_front f{};
+  for (int i = 0; i < mx_block_size; ++i) f.x.v[i] = in[i];
+  std::uint32_t amax = 0;
+  if (o.hadamard) {
+    for (int g = 0; g < mx_block_size; g += hadamard_group) {
+      if (signs.mask) apply_signs16(f.x.v + g, signs.mask);
+      hadamard_butterflies<hadamard_group>(f.x.v + g);
+    }
+    amax = block_amax_bits(f.x.v);
+    constexpr std::uint32_t two_exp = 2u << 23;  // 1/4 = 1 / sqrt(16): exponent minus 2
+    if (amax >= 3u << 23 && amax < 0x7F800000u) {
+      amax -= two_exp;  // max |x| / 4 exactly: a normal float stays normal
+      f.value_exp = 2;
+    } else {
+      for (int i = 0; i < mx_block_size; ++i) f.x.v[i] *= 0.25f;  // rotate_block's normalization
+      amax = block_amax_bits(f.x.v);
+    }
+  } else {
+    amax = block_amax_bits(f.x.v);
+  }
+  f.scale = shared_scale<Element>(amax, o.rule);
+  f.float_path = o.round == rounding::nearest_even && !f.scale.is_nan() &&
+                 (amax == 0 || amax >= float_path_min_amax<Element>()) && f.scale.exponent() + f.value_exp <= 126;
+  return f;
+}
+
+// Elements of a block off the float path: x normalized first, then the general loop.
+template <mx_format Fmt>
+MXKIT_HD constexpr mx_block<Fmt> quantize_elements_off_float_path(block_front f, const quantize_options& o,
+                                                                  std::uint64_t first_index) noexcept {
+  if (f.value_exp)
+    for (int i = 0; i < mx_block_size; ++i) f.x.v[i] *= 0.25f;
+  return quantize_elements_general<Fmt>(f.x, f.scale, o, first_index);
+}
+
+// The element scale of the float path: the block's, times 2^value_exp.
+MXKIT_HD constexpr e8m0 element_scale(const block_front& f) noexcept {
+  return f.value_exp ? e8m0::from_exponent(f.scale.exponent() + f.value_exp) : f.scale;
+}
 }  // namespace detail
 
 // `first_index` numbers the block's first element in its tensor so stochastic rounding draws
@@ -112,15 +180,53 @@ template <mx_format Fmt>
 MXKIT_HD constexpr mx_block<Fmt> quantize_block(const float* in, const quantize_options& o, hadamard_signs signs,
                                                 std::uint64_t first_index = 0) noexcept {
   using E = typename Fmt::element_type;
-  detail::block_values x{};
-  for (int i = 0; i < mx_block_size; ++i) x.v[i] = in[i];
-  if (o.hadamard) rotate_block(x.v, signs.mask);
-  const e8m0 scale = shared_scale<E>(detail::block_amax_bits(x.v), o.rule);
-  if (o.round != rounding::nearest_even || scale.is_nan()) return detail::quantize_elements_general<Fmt>(x, scale, o, first_index);
-  mx_block<Fmt> b{scale, {}};
-  const float scale_inv = detail::exp2i(-scale.exponent());
-  for (int i = 0; i < mx_block_size; ++i) b.elements[i] = detail::quantize_non_nan_element_rne<E>(x.v[i], scale, scale_inv);
+  const detail::block_front f = detail::prepare_block<E>(in, o, signs);
+  if (!f.float_path) return detail::quantize_elements_off_float_path<Fmt>(f, o, first_index);
+  mx_block<Fmt> b{f.scale, {}};
+  const e8m0 es = detail::element_scale(f);
+  const float scale_inv = detail::exp2i(-es.exponent());
+  for (int i = 0; i < mx_block_size; ++i) b.elements[i] = detail::quantize_non_nan_element_rne<E>(f.x.v[i], es, scale_inv);
   return b;
+}
+
+// A block's storage (pack.hpp) as little-endian 32-bit words: 4 words for FP4 (element 8j+i in
+// bits 4i..4i+3 of word j, i.e. element 2k in the low nibble of byte k), 8 words for the
+// byte-per-element formats (element 4j+i in byte i of word j).
+template <mx_format Fmt>
+inline constexpr int block_words = mx_block_size * Fmt::storage_bits / 32;
+
+template <mx_format Fmt>
+MXKIT_HD constexpr void pack_block(const mx_block<Fmt>& b, std::uint32_t* words) noexcept {
+  constexpr int per_word = 32 / Fmt::storage_bits;
+  for (int j = 0; j < block_words<Fmt>; ++j) {
+    std::uint32_t w = 0;
+    for (int i = per_word - 1; i >= 0; --i) w = w * (1u << Fmt::storage_bits) + b.elements[per_word * j + i].bits();
+    words[j] = w;
+  }
+}
+
+// quantize_block straight to its storage words (pack_block of the same codes) and the scale:
+// what a kernel writes. The float path packs each code as it is made, so a kernel never holds
+// the 32 codes as separate bytes.
+template <mx_format Fmt>
+MXKIT_HD constexpr e8m0 quantize_block_packed(const float* in, const quantize_options& o, hadamard_signs signs,
+                                              std::uint64_t first_index, std::uint32_t* words) noexcept {
+  using E = typename Fmt::element_type;
+  const detail::block_front f = detail::prepare_block<E>(in, o, signs);
+  if (!f.float_path) {
+    pack_block<Fmt>(detail::quantize_elements_off_float_path<Fmt>(f, o, first_index), words);
+    return f.scale;
+  }
+  constexpr int per_word = 32 / Fmt::storage_bits;
+  const e8m0 es = detail::element_scale(f);
+  const float scale_inv = detail::exp2i(-es.exponent());
+  for (int j = 0; j < block_words<Fmt>; ++j) {
+    std::uint32_t w = 0;
+    for (int i = per_word - 1; i >= 0; --i)  // fields do not overlap: + is |, and one IMAD per code
+      w = w * (1u << Fmt::storage_bits) + detail::quantize_non_nan_element_rne<E>(f.x.v[per_word * j + i], es, scale_inv).bits();
+    words[j] = w;
+  }
+  return f.scale;
 }
 
 template <mx_format Fmt>

@@ -35,11 +35,12 @@ class int8_fixed {
     const std::uint32_t ax = xb & 0x7FFFFFFFu;
     const bool neg = (xb >> 31) != 0;
     if (ax > 0x7F800000u) return from_int(max_code);
-    if (r == rounding::nearest_even && scale_exp >= -127 && scale_exp <= 127) {
-      // Float path, same codes: y = x * 2^-scale_exp * 2^6 is exact unless it is a float
+    if (r == rounding::nearest_even && scale_exp >= -121 && scale_exp <= 127) {
+      // Float path, same codes: y = x * 2^(6 - scale_exp) (one normal power of two, so no
+      // subnormal multiplier for a flush-to-zero build to drop) is exact unless y is a float
       // subnormal (then it rounds to 0 either way); clamped to +-128, y + 1.5 * 2^23 rounds y to
       // an integer (RNE, ulp 1) and the bit difference is that integer.
-      float y = x * detail::exp2i(-scale_exp) * 64.0f;
+      float y = x * detail::exp2i(fraction_bits - scale_exp);
       y = y < -128.0f ? -128.0f : (y > 128.0f ? 128.0f : y);
       constexpr float magic = 12582912.0f;  // 1.5 * 2^23
       const int q = static_cast<int>(bit_cast<std::uint32_t>(y + magic) - bit_cast<std::uint32_t>(magic));

@@ -117,7 +117,7 @@ class minifloat {
                                                         overflow o = default_overflow,
                                                         std::uint32_t random_bits = 0) noexcept {
     if constexpr (has_fast_nearest_even) {
-      if (r == rounding::nearest_even && scale_exp >= -127 && scale_exp <= 127) return from_float_scaled_rne(x, scale_exp, o);
+      if (r == rounding::nearest_even && scale_exp >= -127 && scale_exp <= 126) return from_float_scaled_rne(x, scale_exp, o);
     }
     const std::uint32_t xb = bit_cast<std::uint32_t>(x);
     const std::uint32_t sign = (xb & 0x80000000u) ? Enc::sign_mask : 0u;
@@ -147,8 +147,9 @@ class minifloat {
     return make(sign | static_cast<std::uint32_t>(code));
   }
 
-  // The nearest-even case of from_float_scaled (same code for every x, scale_exp in [-127, 127])
-  // in float arithmetic, about ten operations instead of the integer rounding above: the hot path
+  // The nearest-even case of from_float_scaled in float arithmetic: the same code for every x and
+  // scale_exp in [-127, 126] (2^-scale_exp stays a normal float, which a flush-to-zero build
+  // keeps), about ten operations instead of the integer rounding above: the hot path
   // of every MX quantizer. y = x * 2^-scale_exp is one multiply, exact except when |y| < 2^-126,
   // which is below half this format's least step (has_fast_nearest_even), so the code is 0 with
   // y's sign either way. Adding c, a power of two whose ulp is the format's step at |y|, rounds
@@ -240,13 +241,17 @@ class minifloat {
     std::uint32_t e = bit_cast<std::uint32_t>(y) & 0x7F800000u;
     e = e < lowest_exp ? lowest_exp : e;
     if constexpr (!Bounded) e = e > highest_exp ? highest_exp : e;
-    const float c = bit_cast<float>(e + (static_cast<std::uint32_t>(23 - Enc::mantissa_bits) << 23));
+    constexpr int shift = 23 - Enc::mantissa_bits;
+    const std::uint32_t c = e + (static_cast<std::uint32_t>(shift) << 23);
     // For |y| < 2^(emax+1), |y| + c lies in [c, 2c) and its bit distance from c counts the
     // format steps in |y| after one IEEE round-to-nearest-even (2^(m+1) steps: the carry into the
     // next binade); a larger |y| gives a count past max. Not ((|y| + c) - c): -ffast-math folds
-    // that to |y| and the rounding becomes truncation.
-    const std::uint32_t steps = bit_cast<std::uint32_t>(detail::abs_float(y) + c) - bit_cast<std::uint32_t>(c);
-    const std::uint32_t code = ((e - lowest_exp) >> (23 - Enc::mantissa_bits)) + steps;
+    // that to |y| and the rounding becomes truncation. The binade's first code, (e - emin) << m,
+    // rides in c's low mantissa bits, so the distance from c is the code itself; it is even, so
+    // it moves no tie, and far below 2^23, so the sum stays in c's binade.
+    // (e - lowest_exp) >> shift == (e >> shift) - (lowest_exp >> shift): both have no low bits.
+    const float c_plus_first = bit_cast<float>((e >> shift) + (c - (lowest_exp >> shift)));
+    const std::uint32_t code = bit_cast<std::uint32_t>(detail::abs_float(y) + c_plus_first) - c;
     if (o == overflow::saturate) return code < Enc::max_code ? code : Enc::max_code;
     return code > Enc::max_code ? infinity_code(o) : code;  // nearest-even overflow = Inf's code
   }

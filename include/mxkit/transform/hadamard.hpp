@@ -41,9 +41,10 @@ constexpr std::array<float, std::size_t{N} * N> hadamard_matrix() noexcept {
   return h;
 }
 
-// In-place fast Walsh-Hadamard transform of v[0..N), normalized (N log N adds, N multiplies).
+// The butterflies of the fast Walsh-Hadamard transform, without the normalization: v becomes
+// sqrt(N) times the normalized transform (N log N adds).
 template <int N>
-MXKIT_HD constexpr void hadamard_transform(float* v) noexcept {
+MXKIT_HD constexpr void hadamard_butterflies(float* v) noexcept {
   static_assert(detail::is_pow2(N) && N >= 2 && N <= 256, "Hadamard sizes are powers of two in [2, 256]");
   for (int h = 1; h < N; h *= 2)
     for (int i = 0; i < N; i += 2 * h)
@@ -52,6 +53,12 @@ MXKIT_HD constexpr void hadamard_transform(float* v) noexcept {
         v[j] = a + b;
         v[j + h] = a - b;
       }
+}
+
+// In-place fast Walsh-Hadamard transform of v[0..N), normalized (N log N adds, N multiplies).
+template <int N>
+MXKIT_HD constexpr void hadamard_transform(float* v) noexcept {
+  hadamard_butterflies<N>(v);
   constexpr float scale = detail::inv_sqrt_pow2(N);
   for (int i = 0; i < N; ++i) v[i] *= scale;
 }

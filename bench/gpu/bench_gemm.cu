@@ -1,0 +1,483 @@
+// GEMM benchmark (mxkit:sm90a): TFLOP/s of mxkit's device GEMMs for the Llama 3.1 8B and Llama 2
+// 70B linear layers at 8192 tokens, all three training products (fprop Y = X.W^T, dgrad dX = dY.W,
+// wgrad dW = dY^T.X), in MXFP4, MXFP8 (E4M3), HYBRID (E5M2 gradients x E4M3) and per-tensor FP8,
+// with cuBLAS BF16 and cuBLASLt FP8 (per-tensor E4M3, fp32 accumulation without fast accumulate)
+// timed in the same run on the same device. Output bf16.
+//
+// mxkit's bf16 x bf16 runs on the portable kernel (no tensor cores) and is timed on the fprop
+// shapes only. Each MX and FP8 case is validated before it is timed: fresh random operands (random element codes over
+// each format's finite range, random E8M0 scales 2^-4 .. 2^4) are generated on the device, the
+// output is poisoned (NaN bytes), and a sample of output rows (all columns) is compared with the
+// host reference (ref/gemm.hpp) computed on 16 threads; a full host reference of the largest
+// shapes would take hours. Bounds: |d - ref| <= rel * S, S = sum |a b| (ref on sign-stripped
+// copies); rel = (2 R/32 + 40) 2^-24 where block sums are exact (MXFP4 x MXFP4), 2^-8 for the FP8
+// tensor-core paths (2^-7 per-tensor: 128-long tensor-core sums), + 2^-7 for the bf16 output
+// (one ulp). The worst |d - ref| / S is printed (the GPU tests measured ~4e-4 on MX data).
+//
+//   bench_gemm [--record | --results FILE] [--repeats N] [--quick] [--format F] [--no-check] [--no-peers]
+// --quick: the 8192^3 fprop only (the issue's target shape); --format mxfp4|mxfp8|hybrid|fp8:
+// that format only; --no-check / --no-peers: skip validation / the cuBLAS peers (profiling runs).
+// Not a test: nothing here asserts a speed. On HIP builds this file is device-compiled only and
+// main() says so.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <mxkit/gpu/gemm/gemm.hpp>
+#include <mxkit/gpu/runtime.hpp>
+#include <mxkit/random/philox.hpp>
+#include <mxkit/ref/gemm.hpp>
+
+#include "bench_common.hpp"
+
+#if MXKIT_GPU_CUDA
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#endif
+
+#if MXKIT_GPU_CUDA
+namespace {
+using namespace mxkit;
+namespace g = mxkit::gpu;
+
+// ---- random operands on the device --------------------------------------------------------------
+enum class fill_kind : int { fp4, e4m3, e5m2, fp6, bf16_values, scales };
+
+__global__ void fill_random(std::uint8_t* p, std::size_t n, std::uint64_t seed, int kind) {
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const std::uint32_t r = random_bits(seed, 7, i);
+  std::uint8_t c = static_cast<std::uint8_t>(r);
+  switch (static_cast<fill_kind>(kind)) {
+    case fill_kind::fp4: break;                                                  // every nibble is a value
+    case fill_kind::e4m3: c = (c & 0x7F) == 0x7F ? static_cast<std::uint8_t>(c ^ 1) : c; break;  // no NaN
+    case fill_kind::e5m2: c = (c & 0x7C) == 0x7C ? static_cast<std::uint8_t>(c & ~0x40) : c; break;  // no Inf/NaN
+    case fill_kind::fp6: c &= 0x3F; break;
+    case fill_kind::bf16_values:  // byte pairs: low byte random mantissa, high byte sign + exponent 2^-4..2^3
+      c = (i & 1) ? static_cast<std::uint8_t>((r >> 8 & 0x80) | (0x3D + (r >> 16) % 4)) : c;
+      break;
+    case fill_kind::scales: c = static_cast<std::uint8_t>(127 - 4 + (r >> 8) % 9); break;
+  }
+  p[i] = c;
+}
+
+void fill(std::uint8_t* p, std::size_t n, std::uint64_t seed, fill_kind k) {
+  if (n == 0) return;
+  fill_random<<<static_cast<unsigned>((n + 255) / 256), 256>>>(p, n, seed, static_cast<int>(k));
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+fill_kind element_fill(mx_type t) {
+  switch (t) {
+    case mx_type::mxfp4: return fill_kind::fp4;
+    case mx_type::mxfp8_e5m2: return fill_kind::e5m2;
+    case mx_type::mxfp6_e2m3:
+    case mx_type::mxfp6_e3m2: return fill_kind::fp6;
+    default: return fill_kind::e4m3;
+  }
+}
+
+// ---- the shapes ----------------------------------------------------------------------------------
+struct layer {
+  const char* name;
+  std::size_t m, n, k;  // Y[M,N] = X[M,K] . W[N,K]^T
+};
+const layer layers[] = {
+    {"8B qkv", 8192, 6144, 4096},    {"8B o", 8192, 4096, 4096},     {"8B gate_up", 8192, 28672, 4096},
+    {"8B down", 8192, 4096, 14336},  {"70B qkv", 8192, 10240, 8192}, {"70B o", 8192, 8192, 8192},
+    {"70B gate_up", 8192, 57344, 8192}, {"70B down", 8192, 8192, 28672},
+};
+
+// The stored copies each product takes (gemm/gemm.hpp): {axis, logical rows, logical cols}.
+struct copy_shape {
+  block_axis axis;
+  std::size_t rows, cols;
+};
+struct product_shapes {
+  copy_shape a, b;
+  gemm_shape tn;
+};
+product_shapes shapes_of(gemm_product p, const layer& l) {
+  switch (p) {
+    case gemm_product::fprop: return {{block_axis::rowwise, l.m, l.k}, {block_axis::rowwise, l.n, l.k}, {l.m, l.n, l.k}};
+    case gemm_product::dgrad: return {{block_axis::rowwise, l.m, l.n}, {block_axis::columnwise, l.n, l.k}, {l.m, l.k, l.n}};
+    case gemm_product::wgrad: return {{block_axis::columnwise, l.m, l.n}, {block_axis::columnwise, l.m, l.k}, {l.n, l.k, l.m}};
+  }
+  return {};
+}
+
+// ---- a device MX copy and its host mirror -----------------------------------------------------
+struct mx_operand {
+  mx_layout layout;
+  g::device_buffer<std::uint8_t> data, scales;
+  mx_operand(mx_type t, copy_shape s, std::uint64_t seed)
+      : layout{t, s.axis, s.rows, s.cols}, data(layout.data_bytes()), scales(layout.scale_count()) {
+    fill(data.data(), data.size(), seed, element_fill(t));
+    fill(scales.data(), scales.size(), seed ^ 0x5CA1E, fill_kind::scales);
+  }
+  mx_const_view view() const { return {layout, {}, data.data(), scales.data()}; }
+};
+
+// ---- host reference on sampled rows ---------------------------------------------------------------
+std::uint8_t abs_code(mx_type t, std::uint8_t c) {
+  if (t == mx_type::mxfp4) return c & 0x77;  // both nibbles of a packed byte
+  if (t == mx_type::mxfp6_e2m3 || t == mx_type::mxfp6_e3m2) return c & 0x1F;
+  return c & 0x7F;
+}
+mx_tensor abs_copy(mx_const_view v) {
+  mx_tensor t(v.layout, v.options);
+  for (std::size_t i = 0; i < t.data().size(); ++i) t.data()[i] = abs_code(v.layout.type, v.data[i]);
+  std::memcpy(t.scales().data(), v.scales, t.scales().size());
+  return t;
+}
+mx_tensor host_copy(const mx_operand& o) {
+  mx_tensor t(o.layout, {});
+  t.data() = o.data.to_host();
+  t.scales() = o.scales.to_host();
+  return t;
+}
+
+// Runs fn(j0, n) over column chunks [j0, j0+n) of 0..q on up to 16 threads.
+template <class F>
+void parallel_columns(std::size_t q, F&& fn) {
+  const unsigned nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  constexpr std::size_t chunk = 256;
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < nt; ++t)
+    pool.emplace_back([&, t] {
+      for (std::size_t j0 = t * chunk; j0 < q; j0 += nt * chunk) fn(j0, std::min(chunk, q - j0));
+    });
+  for (auto& th : pool) th.join();
+}
+
+struct check_result {
+  std::size_t bad = 0;
+  double max_rel = 0;  // max |d - ref| / S
+  std::string worst;
+};
+
+// rows of the device result (bf16, [P,Q]) against the reference; S from sign-stripped copies.
+// Compares sampled rows of the device result (bf16, [P,Q]) with ref (rows x Q) where
+// |d - ref| <= (rel + 2^-7) * S (2^-7: one bf16 ulp, device and reference rounding to
+// neighbouring bf16 values, relative to |d| <= S).
+check_result compare_rows(const std::vector<std::size_t>& rows, std::size_t q, const std::vector<std::uint16_t>& got,
+                          const std::vector<float>& ref, const std::vector<float>& mag, double rel) {
+  check_result c;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double d = bfloat16::from_bits(got[i]).to_float(), want = ref[i], s = mag[i];
+    const double err = std::fabs(d - want);
+    if (!(err <= (rel + 0x1p-7) * s)) {
+      if (c.bad++ == 0) c.worst = "row " + std::to_string(rows[i / q]) + " col " + std::to_string(i % q) + ": got " +
+                                  std::to_string(d) + " want " + std::to_string(want) + " S " + std::to_string(s);
+    }
+    if (s > 0 && std::isfinite(err)) c.max_rel = std::max(c.max_rel, err / s);
+  }
+  return c;
+}
+
+// MX: the reference on the gathered A rows against B in column chunks; S from sign-stripped copies.
+check_result check_rows(const mx_tensor& a, const mx_tensor& b, const std::vector<std::size_t>& rows,
+                        const std::vector<std::uint16_t>& got, double rel) {
+  const std::size_t q = b.layout().lines(), m = rows.size();
+  const mx_tensor ga = gather_lines(a.view(), rows), gabs = abs_copy(ga.view());
+  std::vector<float> ref(m * q), mag(m * q);
+  parallel_columns(q, [&](std::size_t j0, std::size_t n) {
+    const mx_const_view bs = slice_lines(b.view(), j0, n);
+    const mx_tensor babs = abs_copy(bs);
+    std::vector<float> r(m * n), s(m * n);
+    gemm_reference(ga.view(), bs, matrix_view<float>{r.data(), m, n});
+    gemm_reference(gabs.view(), babs.view(), matrix_view<float>{s.data(), m, n});
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        ref[i * q + j0 + j] = r[i * n + j];
+        mag[i * q + j0 + j] = s[i * n + j];
+      }
+  });
+  return compare_rows(rows, q, got, ref, mag, rel);
+}
+
+// Per-tensor FP8 ([P,R] and [Q,R] E4M3 codes, scales 1), same scheme.
+check_result check_rows_fp8(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b, const gemm_shape& sh,
+                            const std::vector<std::size_t>& rows, const std::vector<std::uint16_t>& got, double rel) {
+  const std::size_t q = sh.q, r = sh.r, m = rows.size();
+  fp8_tensor ga{fp8_type::e4m3, m, r, 1.0f, 0.0f, std::vector<std::uint8_t>(m * r)};
+  for (std::size_t i = 0; i < m; ++i) std::memcpy(&ga.data[i * r], &a[rows[i] * r], r);
+  fp8_tensor gabs = ga;
+  for (auto& c : gabs.data) c &= 0x7F;
+  std::vector<float> ref(m * q), mag(m * q);
+  parallel_columns(q, [&](std::size_t j0, std::size_t n) {
+    fp8_tensor bs{fp8_type::e4m3, n, r, 1.0f, 0.0f, std::vector<std::uint8_t>(b.begin() + static_cast<std::ptrdiff_t>(j0 * r),
+                                                                              b.begin() + static_cast<std::ptrdiff_t>((j0 + n) * r))};
+    fp8_tensor babs = bs;
+    for (auto& c : babs.data) c &= 0x7F;
+    std::vector<float> rr(m * n), ss(m * n);
+    gemm_reference(ga, bs, matrix_view<float>{rr.data(), m, n});
+    gemm_reference(gabs, babs, matrix_view<float>{ss.data(), m, n});
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        ref[i * q + j0 + j] = rr[i * n + j];
+        mag[i * q + j0 + j] = ss[i * n + j];
+      }
+  });
+  return compare_rows(rows, q, got, ref, mag, rel);
+}
+
+std::vector<std::size_t> sample_rows(std::size_t p, std::size_t count, std::uint64_t seed) {
+  std::vector<std::size_t> rows{0, p - 1};
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::size_t> d(1, p - 2);
+  while (rows.size() < count) rows.push_back(d(rng));
+  return rows;
+}
+
+std::vector<std::uint16_t> device_rows(const g::device_buffer<std::uint16_t>& d, std::size_t q, const std::vector<std::size_t>& rows) {
+  std::vector<std::uint16_t> out(rows.size() * q);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    MXKIT_GPU_CHECK(g::memcpy_async(out.data() + i * q, d.data() + rows[i] * q, q * 2, g::copy_kind::device_to_host, nullptr));
+  MXKIT_GPU_CHECK(g::device_synchronize());
+  return out;
+}
+
+template <class F>
+double median_ms(F&& f, int repeats) {
+  g::event e0, e1;
+  for (int i = 0; i < 2; ++i) f();  // warm-up: module load, tensor-map encoder, allocator pool
+  std::vector<float> t;
+  for (int i = 0; i < repeats; ++i) {
+    e0.record(nullptr);
+    f();
+    e1.record(nullptr);
+    t.push_back(e1.elapsed_ms_since(e0));
+  }
+  std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+#define CUBLAS_CHECK(expr)                                                                              \
+  do {                                                                                                  \
+    const cublasStatus_t st_ = (expr);                                                                  \
+    if (st_ != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(#expr) + " failed: " + std::to_string(st_)); \
+  } while (0)
+
+// cuBLAS is column-major: row-major D[P,Q] = A[P,R] . B[Q,R]^T is column-major D^T = B . A^T,
+// i.e. the "TN" call with B first.
+struct cublas_peers {
+  cublasHandle_t h = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  mutable g::device_buffer<std::uint8_t> workspace{std::size_t{64} << 20};
+  g::device_buffer<float> one{1};
+  cublas_peers() {
+    const std::vector<float> host_one{1.0f};
+    one.copy_from(host_one);
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    CUBLAS_CHECK(cublasCreate(&h));
+    CUBLAS_CHECK(cublasLtCreate(&lt));
+    CUBLAS_CHECK(cublasSetWorkspace(h, workspace.data(), workspace.size()));
+  }
+  ~cublas_peers() {
+    cublasLtDestroy(lt);
+    cublasDestroy(h);
+  }
+  void bf16(const void* a, const void* b, void* d, const gemm_shape& s) const {
+    const float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.q), static_cast<int>(s.p), static_cast<int>(s.r),
+                              &alpha, b, CUDA_R_16BF, static_cast<int>(s.r), a, CUDA_R_16BF, static_cast<int>(s.r), &beta, d,
+                              CUDA_R_16BF, static_cast<int>(s.q), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  // Per-tensor E4M3 x E4M3 -> bf16, scales 1 (device pointers), default (promoting) accumulation.
+  struct fp8_plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  fp8_plan plan_fp8(const gemm_shape& s) const {
+    fp8_plan pl;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&pl.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n));
+    const float* sp = one.data();
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sp, sizeof sp));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(pl.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sp, sizeof sp));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.la, CUDA_R_8F_E4M3, s.r, s.q, s.r));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.lb, CUDA_R_8F_E4M3, s.r, s.p, s.r));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&pl.lc, CUDA_R_16BF, s.q, s.p, s.q));
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::size_t ws = workspace.size();
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, pl.desc, pl.la, pl.lb, pl.lc, pl.lc, pref, 1, &res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) throw std::runtime_error("cuBLASLt found no FP8 algorithm");
+    pl.algo = res.algo;
+    return pl;
+  }
+  void fp8(const fp8_plan& pl, const void* a, const void* b, void* d) const {
+    const float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(lt, pl.desc, &alpha, b, pl.la, a, pl.lb, &beta, d, pl.lc, d, pl.lc, &pl.algo, workspace.data(),
+                                workspace.size(), nullptr));
+  }
+  static void destroy(fp8_plan& pl) {
+    cublasLtMatrixLayoutDestroy(pl.la);
+    cublasLtMatrixLayoutDestroy(pl.lb);
+    cublasLtMatrixLayoutDestroy(pl.lc);
+    cublasLtMatmulDescDestroy(pl.desc);
+  }
+};
+
+struct format_case {
+  const char* name;
+  mx_type a_fwd, b_fwd;  // fprop: X, W
+  mx_type a_bwd, b_bwd;  // dgrad/wgrad: dY, then W or X
+};
+
+}  // namespace
+#endif  // MXKIT_GPU_CUDA
+
+int main(int argc, char** argv) {
+#if !MXKIT_GPU_CUDA
+  (void)argc;
+  (void)argv;
+  std::printf("bench_gemm: the HIP build compiles the kernels only; nothing to time here\n");
+  return 0;
+#else
+  bool quick = false, check = true, with_peers = true;
+  std::string only;
+  std::vector<char*> args{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") quick = true;
+    else if (a == "--no-check") check = false;
+    else if (a == "--no-peers") with_peers = false;
+    else if (a == "--format" && i + 1 < argc) only = argv[++i];
+    else args.push_back(argv[i]);
+  }
+  const mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(args.size()), args.data());
+  if (g::device_count() == 0) {
+    std::printf("bench_gemm: no GPU\n");
+    return 0;
+  }
+  const g::device_properties prop = g::properties();
+  const std::string device = prop.name;
+  std::printf("device: %s, %d SMs; repeats %d\n", prop.name, prop.multiprocessors, opt.repeats);
+  const int repeats = std::max(opt.repeats, 1);
+  std::random_device rd;
+  std::uint64_t seed = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+
+  const format_case formats[] = {
+      {"mxfp4", mx_type::mxfp4, mx_type::mxfp4, mx_type::mxfp4, mx_type::mxfp4},
+      {"mxfp8", mx_type::mxfp8_e4m3, mx_type::mxfp8_e4m3, mx_type::mxfp8_e4m3, mx_type::mxfp8_e4m3},
+      {"hybrid", mx_type::mxfp8_e4m3, mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2, mx_type::mxfp8_e4m3},
+  };
+  const gemm_product products[] = {gemm_product::fprop, gemm_product::dgrad, gemm_product::wgrad};
+
+  cublas_peers peers;
+  std::vector<mxkit_bench::result> rows;
+  std::size_t recorded = 0;
+  bool all_ok = true;
+  std::printf("%-34s %8s %8s %8s %8s %8s %10s %8s\n", "case (P x Q x R)", "mxfp4", "mxfp8", "hybrid", "fp8-pt", "cuBLAS", "cuBLASLt",
+              "bf16");
+  for (const layer& l : layers) {
+    if (quick && std::string(l.name) != "70B o") continue;
+    for (const gemm_product prod : products) {
+      if (quick && prod != gemm_product::fprop) continue;
+      const product_shapes sh = shapes_of(prod, l);
+      const gemm_shape s = sh.tn;
+      const double flops = s.flops();
+      char label[96];
+      std::snprintf(label, sizeof label, "%s %s %zux%zux%zu", l.name, name_of(prod), s.p, s.q, s.r);
+      g::device_buffer<std::uint16_t> d(s.p * s.q);
+      double tf[7] = {};
+
+      // -- mxkit MX formats
+      for (int f = 0; f < 3; ++f) {
+        const format_case& fc = formats[f];
+        if (f == 2 && prod == gemm_product::fprop) continue;  // HYBRID's forward is MXFP8
+        if (!only.empty() && only != fc.name) continue;
+        const mx_type ta = prod == gemm_product::fprop ? fc.a_fwd : fc.a_bwd, tb = prod == gemm_product::fprop ? fc.b_fwd : fc.b_bwd;
+        const mx_operand a(ta, sh.a, ++seed), b(tb, sh.b, ++seed);
+        matrix_view<bfloat16> dv{reinterpret_cast<bfloat16*>(d.data()), s.p, s.q};
+        auto run = [&] { g::product(prod, a.view(), b.view(), dv); };
+        if (check) {  // validate on fresh data with a poisoned output
+        d.fill_bytes(0xFF);
+        const g::gemm_path path = g::product(prod, a.view(), b.view(), dv);
+        MXKIT_GPU_CHECK(g::device_synchronize());
+        const std::vector<std::size_t> sample = sample_rows(s.p, 8, seed);
+        const bool exact = ta == mx_type::mxfp4 && tb == mx_type::mxfp4;
+        const double rel = exact ? (2.0 * static_cast<double>(s.r / 32) + 40) * 0x1p-24 : 0x1p-8;
+        const check_result c = check_rows(host_copy(a), host_copy(b), sample, device_rows(d, s.q, sample), rel);
+        std::printf("  check %-8s %-40s path %-8s max |d-ref|/S %.3g %s%s\n", fc.name, label, g::name_of(path), c.max_rel,
+                    c.bad ? "FAILED: " : "ok", c.worst.c_str());
+        all_ok = all_ok && c.bad == 0 && path == g::gemm_path::sm90;
+        }
+        tf[f] = flops / (median_ms(run, repeats) * 1e-3) / 1e12;
+      }
+
+      // -- per-tensor FP8 (mxkit) and the peers on the same shapes
+      if (only.empty() || only == "fp8" || with_peers) {
+        g::device_buffer<std::uint8_t> a8(s.p * s.r), b8(s.q * s.r);
+        fill(a8.data(), a8.size(), ++seed, fill_kind::e4m3);
+        fill(b8.data(), b8.size(), ++seed, fill_kind::e4m3);
+        const fp8_view va{fp8_type::e4m3, s.p, s.r, 1.0f, a8.data()}, vb{fp8_type::e4m3, s.q, s.r, 1.0f, b8.data()};
+        matrix_view<bfloat16> dv{reinterpret_cast<bfloat16*>(d.data()), s.p, s.q};
+        if (check && (only.empty() || only == "fp8")) {
+        d.fill_bytes(0xFF);
+        const g::gemm_path path = g::gemm(va, vb, dv);
+        MXKIT_GPU_CHECK(g::device_synchronize());
+        const std::vector<std::size_t> sample = sample_rows(s.p, 4, seed);
+        const check_result c = check_rows_fp8(a8.to_host(), b8.to_host(), s, sample, device_rows(d, s.q, sample), 0x1p-7);
+        std::printf("  check %-8s %-40s path %-8s max |d-ref|/S %.3g %s%s\n", "fp8-pt", label, g::name_of(path), c.max_rel,
+                    c.bad ? "FAILED: " : "ok", c.worst.c_str());
+        all_ok = all_ok && c.bad == 0 && path == g::gemm_path::sm90;
+        }
+        if (only.empty() || only == "fp8") tf[3] = flops / (median_ms([&] { g::gemm(va, vb, dv); }, repeats) * 1e-3) / 1e12;
+        if (with_peers) {
+          auto plan = peers.plan_fp8(s);
+          tf[5] = flops / (median_ms([&] { peers.fp8(plan, a8.data(), b8.data(), d.data()); }, repeats) * 1e-3) / 1e12;
+          cublas_peers::destroy(plan);
+        }
+      }
+      if (with_peers) {
+        g::device_buffer<std::uint8_t> a16(s.p * s.r * 2), b16(s.q * s.r * 2);
+        fill(a16.data(), a16.size(), ++seed, fill_kind::bf16_values);
+        fill(b16.data(), b16.size(), ++seed, fill_kind::bf16_values);
+        tf[4] = flops / (median_ms([&] { peers.bf16(a16.data(), b16.data(), d.data(), s); }, repeats) * 1e-3) / 1e12;
+        // mxkit's bf16 x bf16 runs on the portable kernel (no tensor cores): fprop shapes only, one
+        // timed call, so the table says plainly where it stands.
+        if (prod == gemm_product::fprop && only.empty()) {
+          const matrix_view<const bfloat16> va{reinterpret_cast<const bfloat16*>(a16.data()), s.p, s.r};
+          const matrix_view<const bfloat16> vb{reinterpret_cast<const bfloat16*>(b16.data()), s.q, s.r};
+          matrix_view<bfloat16> dv{reinterpret_cast<bfloat16*>(d.data()), s.p, s.q};
+          tf[6] = flops / (median_ms([&] { g::gemm(va, vb, dv); }, 1) * 1e-3) / 1e12;
+        }
+      }
+      std::printf("%-34s %8.1f %8.1f %8.1f %8.1f %8.1f %10.1f %8.1f\n", label, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5], tf[6]);
+      std::fflush(stdout);
+      const char* names[] = {"mxfp4", "mxfp8", "hybrid e5m2 x e4m3", "fp8 per-tensor"};
+      for (int f = 0; f < 4; ++f) {
+        if (tf[f] == 0) continue;
+        rows.push_back({"gemm", std::string(names[f]) + " " + label, tf[f], "TFLOP/s", "cuBLAS bf16", tf[4]});
+        if (f == 3) rows.push_back({"gemm", std::string(names[f]) + " " + label, tf[f], "TFLOP/s", "cuBLASLt fp8", tf[5]});
+      }
+      if (tf[6] > 0) rows.push_back({"gemm", std::string("bf16 (portable kernel) ") + label, tf[6], "TFLOP/s", "cuBLAS bf16", tf[4]});
+      if (with_peers) rows.push_back({"gemm", std::string("cuBLASLt fp8 per-tensor ") + label, tf[5], "TFLOP/s", "cuBLAS bf16", tf[4]});
+      if (opt.record) {  // per shape, so a cut-short run keeps what it measured
+        mxkit_bench::append_results(opt.results_path, device, std::vector<mxkit_bench::result>(rows.begin() + static_cast<std::ptrdiff_t>(recorded), rows.end()));
+        recorded = rows.size();
+      }
+    }
+  }
+  mxkit_bench::print_table(rows);
+  std::printf("validation: %s\n", all_ok ? "all cases passed" : "SOME CASES FAILED (see 'check' lines)");
+  return all_ok ? 0 : 1;
+#endif
+}

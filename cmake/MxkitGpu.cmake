@@ -1,0 +1,173 @@
+# MXKIT_GPU = OFF | CUDA | HIP: the GPU backend of mxkit's GPU targets, tests, benchmarks and
+# examples. Unset (empty), it is detected: CUDA when CMake finds a CUDA compiler
+# (check_language), else HIP when a HIP-capable clang and the HIP headers are found, else OFF.
+# Forcing CUDA or HIP works on a machine without a GPU: CUDA builds everything (GPU tests skip
+# themselves at run time), HIP compiles every kernel translation unit for the AMD targets
+# (device-only, no link: no ROCm device libraries or GPU are needed).
+#
+#   CMAKE_CUDA_ARCHITECTURES  default 90. Targets that need arch-specific sm_90a instructions
+#                             (wgmma, setmaxnreg) call mxkit_cuda_arch_specific(<target>), or, for
+#                             a test under tests/gpu, contain the text "mxkit:sm90a" (see there).
+#   CMAKE_HIP_ARCHITECTURES   default gfx942;gfx950.
+#   CMAKE_HIP_COMPILER        the HIP compiler (default: clang++-22, clang++ or hipcc on PATH).
+#
+# Targets: mxkit::gpu (INTERFACE) = mxkit::mxkit + the GPU runtime library. It sets no
+# architecture and no flag: those belong to the consumer. A plain C++ consumer links
+# mxkit::mxkit and never sees a GPU header.
+include_guard(GLOBAL)
+
+set(MXKIT_GPU "" CACHE STRING "GPU backend for mxkit's GPU targets: OFF, CUDA or HIP (empty: detect)")
+set_property(CACHE MXKIT_GPU PROPERTY STRINGS "" OFF CUDA HIP)
+
+# A clang that compiles HIP (clang++-22 here; hipcc elsewhere) and the HIP headers.
+function(_mxkit_find_hip out_compiler out_rocm)
+  set(compiler "")
+  if(CMAKE_HIP_COMPILER)
+    set(compiler ${CMAKE_HIP_COMPILER})
+  else()
+    find_program(MXKIT_HIP_COMPILER_PROGRAM NAMES clang++-22 hipcc clang++)
+    if(MXKIT_HIP_COMPILER_PROGRAM)
+      set(compiler ${MXKIT_HIP_COMPILER_PROGRAM})
+    endif()
+  endif()
+  find_path(MXKIT_HIP_INCLUDE_DIR hip/hip_runtime.h PATHS /opt/rocm/include ENV ROCM_PATH PATH_SUFFIXES include)
+  if(compiler AND MXKIT_HIP_INCLUDE_DIR)
+    get_filename_component(rocm ${MXKIT_HIP_INCLUDE_DIR} DIRECTORY)
+    set(${out_compiler} ${compiler} PARENT_SCOPE)
+    set(${out_rocm} ${rocm} PARENT_SCOPE)
+  else()
+    set(${out_compiler} "" PARENT_SCOPE)
+    set(${out_rocm} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
+string(TOUPPER "${MXKIT_GPU}" _mxkit_gpu)
+if(_mxkit_gpu STREQUAL "")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(_mxkit_gpu CUDA)
+  else()
+    _mxkit_find_hip(_mxkit_hip_cxx _mxkit_rocm)
+    if(_mxkit_hip_cxx)
+      set(_mxkit_gpu HIP)
+    else()
+      set(_mxkit_gpu OFF)
+    endif()
+  endif()
+  message(STATUS "mxkit: MXKIT_GPU detected as ${_mxkit_gpu} (choose with -DMXKIT_GPU=OFF|CUDA|HIP)")
+elseif(NOT _mxkit_gpu MATCHES "^(OFF|CUDA|HIP)$")
+  message(FATAL_ERROR "mxkit: MXKIT_GPU must be OFF, CUDA or HIP, got '${MXKIT_GPU}'")
+endif()
+# The resolved value, for every directory below (the cache entry keeps what the user chose).
+set(MXKIT_GPU ${_mxkit_gpu})
+
+if(MXKIT_GPU STREQUAL "CUDA")
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  add_library(mxkit_gpu INTERFACE)
+  add_library(mxkit::gpu ALIAS mxkit_gpu)
+  # The runtime the consumer's CUDA_RUNTIME_LIBRARY asks for (CMake's default is the static one),
+  # so that one program never holds two copies of it.
+  target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit
+    $<IF:$<STREQUAL:$<TARGET_PROPERTY:CUDA_RUNTIME_LIBRARY>,Shared>,CUDA::cudart,CUDA::cudart_static>)
+  if("cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
+    target_compile_features(mxkit_gpu INTERFACE cuda_std_20)
+  else()  # CMake older than the toolkit (3.25 with CUDA 13) knows no CUDA features: say it plainly
+    target_compile_options(mxkit_gpu INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+  endif()
+  message(STATUS "mxkit: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+elseif(MXKIT_GPU STREQUAL "HIP")
+  _mxkit_find_hip(MXKIT_HIP_COMPILER MXKIT_ROCM_PATH)
+  if(NOT MXKIT_HIP_COMPILER)
+    message(FATAL_ERROR "mxkit: MXKIT_GPU=HIP needs a HIP compiler (clang++-22 or hipcc; set CMAKE_HIP_COMPILER) and "
+                        "hip/hip_runtime.h (Debian: apt-get install clang-22 libamdhip64-dev)")
+  endif()
+  if(NOT CMAKE_HIP_ARCHITECTURES)
+    set(CMAKE_HIP_ARCHITECTURES gfx942 gfx950)
+  endif()
+  add_library(mxkit_gpu INTERFACE)
+  add_library(mxkit::gpu ALIAS mxkit_gpu)
+  find_library(MXKIT_AMDHIP64 amdhip64 HINTS ${MXKIT_ROCM_PATH}/lib)
+  target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit $<$<BOOL:${MXKIT_AMDHIP64}>:${MXKIT_AMDHIP64}>)
+  message(STATUS "mxkit: HIP device compile with ${MXKIT_HIP_COMPILER} for ${CMAKE_HIP_ARCHITECTURES} (ROCm path ${MXKIT_ROCM_PATH})")
+endif()
+
+# mxkit's own CUDA targets (tests, benchmarks, examples): mxkit::gpu, the project's warnings
+# (host code through nvcc, and nvcc's own warnings as errors), MXKIT_SANITIZE for host code.
+function(mxkit_gpu_target tgt)
+  mxkit_project_target(${tgt})
+  target_link_libraries(${tgt} PRIVATE mxkit::gpu)
+  target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=all-warnings>)
+endfunction()
+
+# Makes <tgt>'s CUDA architectures arch-specific (90 -> 90a): sm_90a instructions such as wgmma
+# and setmaxnreg assemble only for such a target.
+function(mxkit_cuda_arch_specific tgt)
+  get_target_property(archs ${tgt} CUDA_ARCHITECTURES)
+  set(out "")
+  foreach(a IN LISTS archs)
+    if(a MATCHES "^([0-9]+)(-real|-virtual)?$" AND CMAKE_MATCH_1 GREATER_EQUAL 90)
+      set(a "${CMAKE_MATCH_1}a${CMAKE_MATCH_2}")
+    endif()
+    list(APPEND out ${a})
+  endforeach()
+  set_target_properties(${tgt} PROPERTIES CUDA_ARCHITECTURES "${out}")
+endfunction()
+
+# HIP: compiles <src> as HIP for every CMAKE_HIP_ARCHITECTURES entry (device code only, to
+# assembly: the whole back end runs, nothing is linked) and once for the host (object only).
+# A device-only compile writes no dependency file, so a host-side -M pass lists the headers.
+# The outputs join the target mxkit_hip_compile (part of `all`). INCLUDES: extra include paths.
+function(mxkit_hip_device_compile name src)
+  cmake_parse_arguments(arg "" "" "INCLUDES" ${ARGN})
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/hip)
+  file(MAKE_DIRECTORY ${dir})
+  set(common -x hip -std=c++20 -O3 --rocm-path=${MXKIT_ROCM_PATH} -nogpulib -D__AMDGCN_WAVEFRONT_SIZE=64
+             -Wall -Wextra -Werror -I${PROJECT_SOURCE_DIR}/include)
+  foreach(inc IN LISTS arg_INCLUDES)
+    list(APPEND common "-I${inc}")
+  endforeach()
+  set(outputs "")
+  foreach(arch IN LISTS CMAKE_HIP_ARCHITECTURES)
+    set(out ${dir}/${name}.${arch}.s)
+    add_custom_command(OUTPUT ${out}
+      COMMAND ${MXKIT_HIP_COMPILER} ${common} --offload-arch=${arch} --cuda-host-only -M -MT ${out} -MF ${out}.d ${src}
+      COMMAND ${MXKIT_HIP_COMPILER} ${common} --offload-arch=${arch} --cuda-device-only -S ${src} -o ${out}
+      DEPENDS ${src} DEPFILE ${out}.d COMMAND_EXPAND_LISTS
+      COMMENT "HIP device compile ${name} for ${arch}")
+    list(APPEND outputs ${out})
+  endforeach()
+  list(GET CMAKE_HIP_ARCHITECTURES 0 first_arch)
+  set(out ${dir}/${name}.host.o)
+  add_custom_command(OUTPUT ${out}
+    COMMAND ${MXKIT_HIP_COMPILER} ${common} --offload-arch=${first_arch} --cuda-host-only -c ${src} -o ${out} -MD -MF ${out}.d
+    DEPENDS ${src} DEPFILE ${out}.d COMMAND_EXPAND_LISTS
+    COMMENT "HIP host compile ${name}")
+  list(APPEND outputs ${out})
+  add_custom_target(hip_${name} DEPENDS ${outputs})
+  if(NOT TARGET mxkit_hip_compile)
+    add_custom_target(mxkit_hip_compile ALL)
+  endif()
+  add_dependencies(mxkit_hip_compile hip_${name})
+endfunction()
+
+# A GPU example: built (CUDA; a ctest runs it when tests are on) or device-compiled (HIP).
+function(mxkit_add_gpu_example name src)
+  if(TARGET ${name} OR TARGET hip_${name})
+    return()
+  endif()
+  if(MXKIT_GPU STREQUAL "CUDA")
+    add_executable(${name} ${src})
+    mxkit_gpu_target(${name})
+    if(MXKIT_BUILD_TESTS)
+      add_test(NAME example.${name} COMMAND ${name})
+      set_tests_properties(example.${name} PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77 ENVIRONMENT MXKIT_SKIP_EXIT_CODE=77)
+    endif()
+  elseif(MXKIT_GPU STREQUAL "HIP")
+    mxkit_hip_device_compile(${name} ${src})
+  endif()
+endfunction()

@@ -1,0 +1,74 @@
+#pragma once
+// MX copy in device memory back to a [rows, cols] float, bfloat16 or float16 matrix (device),
+// rotation undone: dequantize_block on every block, then T::from_float (nearest even) for 16-bit
+// outputs, the same functions as the host's tensor/quantize.hpp dequantize. One thread a block.
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <mxkit/block/quantize_block.hpp>
+#include <mxkit/gpu/quantize.hpp>
+#include <mxkit/gpu/runtime.hpp>
+#include <mxkit/tensor/matrix_view.hpp>
+#include <mxkit/tensor/scale_layout.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+namespace detail {
+
+inline constexpr int dequantize_threads = 256;
+
+template <class T>
+MXKIT_HD constexpr T store_float(float v) noexcept {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else return T::from_float(v, rounding::nearest_even, overflow::propagate);  // a plain cast: Inf stays Inf
+}
+
+template <class Fmt, class T>
+__global__ void __launch_bounds__(dequantize_threads) dequantize_kernel(const mx_device_view in, T* out, std::size_t ld) {
+  using E = typename Fmt::element_type;
+  const mx_layout& l = in.layout;
+  const std::size_t blocks = l.blocks_per_line(), total = l.lines() * blocks;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * dequantize_threads;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * dequantize_threads + threadIdx.x; i < total; i += stride) {
+    const std::size_t line = i / blocks, blk = i % blocks;
+    mx_block<Fmt> b{};
+    b.scale = e8m0::from_bits(in.scales[scale_offset(in.scales_layout, l.lines(), blocks, line, blk)]);
+    for (int k = 0; k < mx_block_size; ++k)
+      b.elements[k] = E::from_bits(load_code(in.data + line * l.line_bytes(), blk * mx_block_size + static_cast<std::size_t>(k), Fmt::storage_bits));
+    float v[mx_block_size];
+    dequantize_block<Fmt>(b, v, in.options);
+    for (int k = 0; k < mx_block_size; ++k) {
+      const std::size_t p = blk * mx_block_size + static_cast<std::size_t>(k);
+      if (p >= l.line_length()) break;
+      const std::size_t r = l.axis == block_axis::rowwise ? line : p, c = l.axis == block_axis::rowwise ? p : line;
+      out[r * ld + c] = store_float<T>(v[k]);
+    }
+  }
+}
+
+}  // namespace detail
+
+// out (device, [rows, cols] with its leading dimension) = the values of `in`, rotation undone.
+// Asynchronous on `stream`.
+template <class T>
+  requires quantizer_input<T> && (!std::is_const_v<T>)
+void dequantize(const mx_device_view& in, matrix_view<T> out, stream_t stream = nullptr) {
+  mxkit::detail::require(out.rows == in.layout.rows && out.cols == in.layout.cols, "gpu::dequantize: output is ", out.rows, "x",
+                         out.cols, ", the copy is ", in.layout.rows, "x", in.layout.cols);
+  mxkit::detail::require(out.ld == 0 || out.ld >= out.cols, "gpu::dequantize: leading dimension ", out.ld, " is smaller than cols ",
+                         out.cols);
+  const std::size_t total = in.layout.lines() * in.layout.blocks_per_line();
+  if (total == 0) return;
+  mxkit::detail::require(in.data && in.scales && out.data, "gpu::dequantize: null pointer");
+  visit_mx_type(in.layout.type, [&](auto fmt) {
+    using Fmt = decltype(fmt);
+    const std::size_t tiles = (total + detail::dequantize_threads - 1) / detail::dequantize_threads;
+    const int grid = detail::persistent_grid(detail::dequantize_kernel<Fmt, T>, detail::dequantize_threads, tiles);
+    detail::dequantize_kernel<Fmt, T><<<grid, detail::dequantize_threads, 0, stream>>>(in, out.data, out.stride());
+    MXKIT_GPU_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE

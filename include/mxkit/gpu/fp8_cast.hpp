@@ -1,0 +1,98 @@
+#pragma once
+// Per-tensor scaled FP8 cast for the delayed-scaling recipe (tensor/fp8_tensor.hpp): every
+// element is fp8_encode(x, type, scale, overflow), the host's function; optionally the
+// transposed codes (what dgrad and wgrad consume) from the same read, and the input's amax.
+// A CTA of 256 threads owns a 64x64 tile; the transposed copy goes through shared memory so
+// both outputs are written a row at a time.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <mxkit/gpu/quantize.hpp>
+#include <mxkit/gpu/runtime.hpp>
+#include <mxkit/tensor/fp8_tensor.hpp>
+#include <mxkit/tensor/matrix_view.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+
+// What one cast writes; null pointers skip that output.
+struct fp8_outputs {
+  std::uint8_t* data = nullptr;        // [rows, cols] codes
+  std::uint8_t* transposed = nullptr;  // [cols, rows] codes
+  float* amax = nullptr;               // max |x| (bits of the integer max, as the host's)
+};
+
+namespace detail {
+
+inline constexpr int fp8_tile = 64;
+inline constexpr int fp8_threads = 256;
+
+template <class T>
+struct fp8_params {
+  const T* in;
+  std::size_t rows, cols, ld;
+  fp8_type type;
+  float scale;
+  overflow o;
+  fp8_outputs out;
+  std::size_t tiles_m, tiles_k;
+};
+
+template <class T>
+__global__ void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<T> p) {
+  __shared__ std::uint8_t tile[fp8_tile][fp8_tile + 4];  // +4: column reads hit distinct banks
+  const int t = static_cast<int>(threadIdx.x), col = t % fp8_tile, row_base = t / fp8_tile;
+  constexpr int rows_per_pass = fp8_threads / fp8_tile;
+  std::uint32_t amax = 0;
+  for (std::size_t tile_id = blockIdx.x; tile_id < p.tiles_m * p.tiles_k; tile_id += gridDim.x) {
+    const std::size_t r0 = tile_id / p.tiles_k * fp8_tile, c0 = tile_id % p.tiles_k * fp8_tile;
+    for (int r = row_base; r < fp8_tile; r += rows_per_pass) {
+      const std::size_t gr = r0 + static_cast<std::size_t>(r), gc = c0 + static_cast<std::size_t>(col);
+      if (gr < p.rows && gc < p.cols) {
+        const float x = load_float(p.in[gr * p.ld + gc]);
+        amax = amax_bits(amax, x);
+        const std::uint8_t code = fp8_encode(x, p.type, p.scale, p.o);
+        if (p.out.data) p.out.data[gr * p.cols + gc] = code;
+        tile[r][col] = code;
+      }
+    }
+    if (p.out.transposed) {
+      sync_threads();
+      for (int r = row_base; r < fp8_tile; r += rows_per_pass) {  // transposed row c0 + r, column r0 + col
+        const std::size_t gr = c0 + static_cast<std::size_t>(r), gc = r0 + static_cast<std::size_t>(col);
+        if (gr < p.cols && gc < p.rows) p.out.transposed[gr * p.rows + gc] = tile[col][r];
+      }
+      sync_threads();
+    }
+  }
+  if (p.out.amax) {
+    amax = warp_max(amax);
+    if (lane_id() == 0) atomic_max(reinterpret_cast<unsigned*>(p.out.amax), amax);
+  }
+}
+
+}  // namespace detail
+
+// Casts `in` (device) to FP8 `type` with code = cast(x * scale), as quantize_fp8 on the host.
+// Asynchronous on `stream`; out.amax, when given, is zeroed on the stream first.
+template <class T>
+  requires quantizer_input<T>
+void cast_fp8(matrix_view<const T> in, fp8_type type, float scale, const fp8_outputs& out,
+              overflow o = overflow::saturate, stream_t stream = nullptr) {
+  using U = std::remove_const_t<T>;
+  mxkit::detail::require(std::isfinite(scale) && scale > 0.0f, "gpu::cast_fp8: scale must be finite and positive, got ", scale);
+  mxkit::detail::check_input(in);
+  if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
+  if (in.rows == 0 || in.cols == 0) return;
+  mxkit::detail::require(out.data || out.transposed || out.amax, "gpu::cast_fp8: no output requested");
+  detail::fp8_params<U> p{in.data, in.rows, in.cols, in.stride(), type, scale, o, out,
+                          (in.rows + detail::fp8_tile - 1) / detail::fp8_tile, (in.cols + detail::fp8_tile - 1) / detail::fp8_tile};
+  const int grid = detail::persistent_grid(detail::fp8_cast_kernel<U>, detail::fp8_threads, p.tiles_m * p.tiles_k);
+  detail::fp8_cast_kernel<U><<<grid, detail::fp8_threads, 0, stream>>>(p);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE
