@@ -1,5 +1,6 @@
 # MXKIT_GPU = OFF | CUDA | HIP: the GPU backend of mxkit's GPU targets, tests, benchmarks and
-# examples. Unset (empty), it is detected: CUDA when CMake finds a CUDA compiler
+# examples. Unset (empty) in a top-level build, it is detected (a consumer's add_subdirectory or
+# FetchContent gets OFF unless it sets MXKIT_GPU): CUDA when CMake finds a CUDA compiler
 # (check_language), else HIP when a HIP-capable clang and the HIP headers are found, else OFF.
 # Forcing CUDA or HIP works on a machine without a GPU: CUDA builds everything (GPU tests skip
 # themselves at run time), HIP compiles every kernel translation unit for the AMD targets
@@ -42,6 +43,11 @@ function(_mxkit_find_hip out_compiler out_rocm)
 endfunction()
 
 string(TOUPPER "${MXKIT_GPU}" _mxkit_gpu)
+# Detection only for mxkit's own build: a FetchContent/add_subdirectory consumer gets no GPU
+# language enabled in its project unless it asks for one.
+if(_mxkit_gpu STREQUAL "" AND NOT PROJECT_IS_TOP_LEVEL)
+  set(_mxkit_gpu OFF)
+endif()
 if(_mxkit_gpu STREQUAL "")
   include(CheckLanguage)
   check_language(CUDA)
