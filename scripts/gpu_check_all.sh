@@ -4,6 +4,7 @@
 # + benchmark (gpu_gemm_check.sh), keeping the key logs and the RESULTS.md rows in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+# The device copy of the tree has no .git: pass MXKIT_COMMIT=<short hash> to label the rows.
 export MXKIT_COMMIT=${MXKIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 final=${OUT:-$PWD/build-gpu-out}
 mkdir -p "$final" /tmp/mxkit_q /tmp/mxkit_g
