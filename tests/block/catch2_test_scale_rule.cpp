@@ -10,6 +10,7 @@
 
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/scale_rule.hpp>
+#include <mxkit/tensor/mx_tensor.hpp>
 
 #include "../catch.hpp"
 #include "block_oracle.hpp"
@@ -149,6 +150,7 @@ TEST_CASE("mx formats: descriptors, names and the run-time dispatch", "[block]")
     CHECK(back == t);
     const int bits = mxkit::visit_mx_type(t, [](auto fmt) { return decltype(fmt)::storage_bits; });
     CHECK(bits == mxkit::storage_bits_of(t));
+    CHECK(bits == mxkit::mx_layout{t, mxkit::block_axis::rowwise, 1, 1}.storage_bits());
     CHECK(bits == (t == mxkit::mx_type::mxfp4 ? 4 : 8));
     CHECK(mxkit::visit_mx_type(t, [](auto fmt) { return decltype(fmt)::block_size; }) == 32);
   }

@@ -242,3 +242,68 @@ TEST_CASE("slice_lines and gather_lines pick lines of a copy", "[gemm]") {
   CHECK(g.view().scale(2, 0) == a.view().scale(63, 0));
   REQUIRE_THROWS_WITH(slice_lines(a.view(), 60, 5), mxkit_test::contains("exceed the 64 lines"));
 }
+
+TEST_CASE("slice_lines and gather_lines: a wrapping range and null storage are refused", "[gemm]") {
+  using mxkit_test::contains;
+  const mx_tensor a = quantized(8, 64, mx_type::mxfp8_e4m3, block_axis::rowwise, 82);  // 8 lines
+  // begin + count wraps around to 1 <= 8; the view would point far outside the copy.
+  const std::size_t huge = std::numeric_limits<std::size_t>::max();
+  REQUIRE_THROWS_WITH(slice_lines(a.view(), huge, 2), contains("exceed the 8 lines"));
+  REQUIRE_THROWS_WITH(slice_lines(a.view(), 9, 0), contains("exceed the 8 lines"));
+  CHECK(slice_lines(a.view(), 8, 0).layout.lines() == 0);
+  mx_const_view no_data = a.view();
+  no_data.data = nullptr;
+  REQUIRE_THROWS_WITH(gather_lines(no_data, {1}), contains("gather_lines: the copy has null data or scales"));
+  mx_const_view no_scales = a.view();
+  no_scales.scales = nullptr;
+  REQUIRE_THROWS_AS(gather_lines(no_scales, {1}), std::invalid_argument);
+  CHECK(gather_lines(no_data, {}).layout().lines() == 0);
+}
+
+TEST_CASE("gemm_reference: null MX storage and short leading dimensions are refused", "[gemm]") {
+  using mxkit_test::contains;
+  const mx_tensor a = quantized(4, 64, mx_type::mxfp4, block_axis::rowwise, 83);
+  const mx_tensor b = quantized(3, 64, mx_type::mxfp4, block_axis::rowwise, 84);
+  std::vector<float> d(4 * 3);
+  const matrix_view<float> dv{d.data(), 4, 3};
+  mx_const_view a_null = a.view();
+  a_null.data = nullptr;
+  REQUIRE_THROWS_WITH(gemm_reference(a_null, b.view(), dv), contains("gemm: A has null data or scales"));
+  mx_const_view b_null = b.view();
+  b_null.scales = nullptr;
+  REQUIRE_THROWS_WITH(gemm_reference(a.view(), b_null, dv), contains("gemm: B has null data or scales"));
+
+  const std::vector<float> x(4 * 8, 1.0f), y(3 * 8, 1.0f);
+  REQUIRE_THROWS_WITH(gemm_reference(matrix_view<const float>{x.data(), 4, 8, 6}, matrix_view<const float>{y.data(), 3, 8}, dv),
+                      contains("gemm: A leading dimension 6 is smaller than cols 8"));
+  REQUIRE_THROWS_WITH(gemm_reference(matrix_view<const float>{x.data(), 4, 8}, matrix_view<const float>{y.data(), 3, 8, 2}, dv),
+                      contains("gemm: B leading dimension 2 is smaller than cols 8"));
+  gemm_reference(matrix_view<const float>{x.data(), 4, 8}, matrix_view<const float>{y.data(), 3, 8}, dv);
+  for (float v : d) CHECK(v == 8.0f);
+}
+
+TEST_CASE("gemm_reference: every finite positive FP8 scale that quantize_fp8 accepts is accepted", "[gemm]") {
+  // Delayed scaling clamps an overflowing scale to the largest float (nn/delayed_scaling.hpp);
+  // quantize_fp8 takes it, so the GEMM must too. Codes saturate to 448; 448^2 / FLT_MAX^2 is 0.
+  const float big = std::numeric_limits<float>::max();
+  const std::vector<float> x(2 * 4, 1.0f);
+  const fp8_tensor fa = quantize_fp8(matrix_view<const float>{x.data(), 2, 4}, fp8_type::e4m3, big);
+  REQUIRE(fp8_decode(fa.data[0], fa.type) == 448.0f);
+  std::vector<float> d(2 * 2, -1.0f);
+  REQUIRE_NOTHROW(gemm_reference(fa, fa, matrix_view<float>{d.data(), 2, 2}));
+  for (float v : d) CHECK(v == 0.0f);
+  fp8_view inf = as_view(fa);
+  inf.scale = std::numeric_limits<float>::infinity();
+  REQUIRE_THROWS_WITH(gemm_reference(inf, as_view(fa), matrix_view<float>{d.data(), 2, 2}), mxkit_test::contains("A has scale inf"));
+  fp8_view nan = as_view(fa);
+  nan.scale = std::numeric_limits<float>::quiet_NaN();
+  REQUIRE_THROWS_WITH(gemm_reference(as_view(fa), nan, matrix_view<float>{d.data(), 2, 2}), mxkit_test::contains("B has scale nan"));
+}
+
+TEST_CASE("fp8 transpose: codes that do not fill rows x cols are refused", "[gemm]") {
+  fp8_tensor t{fp8_type::e4m3, 3, 4, 1.0f, 0.0f, std::vector<std::uint8_t>(5)};
+  REQUIRE_THROWS_WITH(transpose(t), mxkit_test::contains("transpose: 5 codes for a 3x4 FP8 tensor"));
+  t.data.assign(12, 0);
+  t.data[1] = 7;  // (0, 1)
+  CHECK(transpose(t).data[1 * 3 + 0] == 7);
+}

@@ -1,6 +1,7 @@
 // The MXFP4 -> FP8 healing transition: FP8 copies stashed at the start, MXFP4 state gone after
 // the switch, the two weight sets never co-resident, training continues.
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -130,4 +131,18 @@ TEST_CASE("healing: refused for trainable weights and for a missing stash entry"
   // A released weight cannot be used until it is restored.
   CHECK_THROWS_WITH(m.forward(std::vector<std::int32_t>(32, 1), std::vector<std::int32_t>(32, 2), {1, 32}, false),
                     mxkit_test::contains("no master copy and no quantized copy"));
+}
+
+TEST_CASE("healing: a weight too small for a float scale is stashed with the largest float scale", "[nn][healing]") {
+  lora_model f;
+  linear* l = f.m.linears().front();
+  // 448 / 1e-40 is about 4.5e42, beyond float: the scale clamps as delayed scaling's does.
+  f.be.write(l->weight().value, std::vector<double>(l->weight().value.size(), 1e-40));
+  ++l->weight().version;
+  const fp8_weight_stash stash = prepare_healing(f.m);
+  const fp8_tensor& c = stash.find(l->name());
+  CHECK(c.scale == std::numeric_limits<float>::max());
+  const std::vector<float> w(c.data.size(), static_cast<float>(1e-40));
+  CHECK(c.data == quantize_fp8(matrix_view<const float>{w.data(), l->out_features(), l->in_features()}, fp8_type::e4m3, c.scale).data);
+  CHECK(fp8_decode(c.data[0], c.type) > 0.0f);  // the values survive instead of flushing to zero
 }

@@ -119,3 +119,14 @@ TEST_CASE("layers: quantized copies are tracked while alive", "[nn][layers]") {
   tensor narrow = random_tensor(be, 64, 32, 2);
   CHECK_THROWS_WITH(be.gemm(gemm_product::fprop, be.quantize(x, b), be.quantize(narrow, b), d), mxkit_test::contains("reduction lengths differ"));
 }
+
+TEST_CASE("layers: host_backend alloc refuses a shape whose byte count wraps around", "[nn][layers]") {
+  host_backend be;
+  // 2^62 x 4 f32 elements is 2^66 bytes: the product wraps to 0 in 64 bits.
+  const std::size_t rows = std::size_t{1} << (sizeof(std::size_t) * 8 - 2);
+  CHECK_THROWS_WITH(be.alloc(rows, 4, dtype::f32, mem_tag::activation), mxkit_test::contains("does not fit in memory"));
+  CHECK_THROWS_AS(be.alloc(3, rows, dtype::f64, mem_tag::activation), std::invalid_argument);
+  CHECK(be.memory().live(mem_tag::activation) == 0);
+  CHECK(be.alloc(0, rows, dtype::f64, mem_tag::activation).size() == 0);
+  CHECK(be.alloc(rows, 0, dtype::f64, mem_tag::activation).size() == 0);
+}

@@ -121,3 +121,12 @@ TEST_CASE("scale layouts: host conversion round-trips and zero-fills padding", "
     REQUIRE(zeros == stored.size() - rm.size());  // rm holds no zero
   }
 }
+
+TEST_CASE("scale layouts: host conversions refuse a null matrix", "[tensor]") {
+  for (const mxkit::scale_layout l : mxkit::all_scale_layouts) {
+    CAPTURE(mxkit::name_of(l));
+    REQUIRE_THROWS_AS(mxkit::to_scale_layout(nullptr, 3, 2, l), std::invalid_argument);
+    REQUIRE_THROWS_AS(mxkit::to_row_major_scales(nullptr, 3, 2, l), std::invalid_argument);
+    REQUIRE(mxkit::to_row_major_scales(nullptr, 0, 2, l).empty());
+  }
+}

@@ -336,3 +336,24 @@ TEST_CASE("quantize: stochastic rounding is reproducible with a seed and differs
     CHECK(both.columnwise.axis() == block_axis::columnwise);
   }
 }
+
+TEST_CASE("dequantize: a view with null data or scales is refused", "[tensor]") {
+  const std::vector<float> x(4 * 40, 0.5f);
+  const mxkit::mx_tensor t = mxkit::quantize_rowwise(matrix_view<const float>{x.data(), 4, 40}, mxkit::mx_type::mxfp6_e2m3);
+  mxkit::mx_const_view v = t.view();
+  v.data = nullptr;
+  REQUIRE_THROWS_WITH(mxkit::dequantize(v), mxkit_test::contains("dequantize: null data or scales for a 4x40 mxfp6_e2m3 tensor"));
+  v = t.view();
+  v.scales = nullptr;
+  REQUIRE_THROWS_AS(mxkit::dequantize(v), std::invalid_argument);
+  v = {{mxkit::mx_type::mxfp4, block_axis::rowwise, 0, 40}, {}, nullptr, nullptr};
+  CHECK(mxkit::dequantize(v).empty());
+  for (float y : mxkit::dequantize(t)) CHECK(y == 0.5f);
+}
+
+TEST_CASE("quantize: an mx_type value outside the enum is refused", "[tensor]") {
+  const std::vector<float> x(2 * 32, 1.0f);
+  const auto bad = static_cast<mxkit::mx_type>(17);
+  REQUIRE_THROWS_WITH(mxkit::quantize_rowwise(matrix_view<const float>{x.data(), 2, 32}, bad),
+                      mxkit_test::contains("unknown mx_type value 17"));
+}

@@ -72,6 +72,6 @@ constexpr std::string_view name_of(mx_type t) noexcept {
 }
 inline constexpr mx_type all_mx_types[] = {mx_type::mxfp4,      mx_type::mxfp6_e2m3, mx_type::mxfp6_e3m2,
                                            mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2, mx_type::mxint8};
-constexpr int storage_bits_of(mx_type t) noexcept { return t == mx_type::mxfp4 ? 4 : 8; }
+MXKIT_HD constexpr int storage_bits_of(mx_type t) noexcept { return t == mx_type::mxfp4 ? 4 : 8; }
 
 MXKIT_END_NAMESPACE

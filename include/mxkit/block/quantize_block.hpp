@@ -241,7 +241,7 @@ constexpr mx_block<Fmt> quantize_block(const std::array<float, mx_block_size>& i
   return quantize_block<Fmt>(in.data(), o, first_index);
 }
 
-// Block values back to float; undoes the rotation when `rotated` (pass the options used).
+// Block values back to float; undoes the rotation when o.hadamard (pass the options used).
 template <mx_format Fmt>
 MXKIT_HD constexpr void dequantize_block(const mx_block<Fmt>& b, float* out, const quantize_options& o = {}) noexcept {
   for (int i = 0; i < mx_block_size; ++i) out[i] = dequantize_element_value(b.elements[i].to_float(), b.scale);

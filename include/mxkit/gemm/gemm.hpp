@@ -13,6 +13,7 @@
 // what check_mx_product enforces. Per-tensor FP8 and bf16 operands carry no axis: their named
 // products take the row-major copies [P,R] and [Q,R] (the transposed copies for dgrad/wgrad,
 // e.g. fp8_tensor's transpose()) and check shapes only.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -62,11 +63,12 @@ struct fp8_view {
 
 inline fp8_view as_view(const fp8_tensor& t) noexcept { return {t.type, t.rows, t.cols, t.scale, t.data.data()}; }
 
-// Copies lines [begin, begin+count) of a stored MX copy as a view (no copy). The logical matrix
+// Lines [begin, begin+count) of a stored MX copy as a view (no copy). The logical matrix
 // shrinks along the line axis: rows for a rowwise copy, cols for a columnwise one.
 inline mx_const_view slice_lines(mx_const_view v, std::size_t begin, std::size_t count) {
-  detail::require(begin + count <= v.layout.lines(), "slice_lines: lines [", begin, ", ", begin + count, ") exceed the ",
-                  v.layout.lines(), " lines of the copy");
+  // Not begin + count <= lines: that sum can wrap around and let a huge begin through.
+  detail::require(begin <= v.layout.lines() && count <= v.layout.lines() - begin, "slice_lines: ", count, " lines from line ", begin,
+                  " exceed the ", v.layout.lines(), " lines of the copy");
   mx_const_view s = v;
   (v.layout.axis == block_axis::rowwise ? s.layout.rows : s.layout.cols) = count;
   s.data = v.data ? v.data + begin * v.layout.line_bytes() : nullptr;
@@ -81,6 +83,7 @@ inline mx_tensor gather_lines(mx_const_view v, const std::vector<std::size_t>& l
   (l.axis == block_axis::rowwise ? l.rows : l.cols) = lines.size();
   mx_tensor out(l, v.options);
   const std::size_t lb = l.line_bytes(), nb = l.blocks_per_line();
+  detail::require(lines.empty() || ((lb == 0 || v.data) && (nb == 0 || v.scales)), "gather_lines: the copy has null data or scales");
   for (std::size_t i = 0; i < lines.size(); ++i) {
     detail::require(lines[i] < v.layout.lines(), "gather_lines: line ", lines[i], " of ", v.layout.lines());
     for (std::size_t b = 0; b < lb; ++b) out.data()[i * lb + b] = v.data[lines[i] * lb + b];
@@ -162,7 +165,7 @@ void check_output(const matrix_view<T>& d, const gemm_shape& s, const char* what
 }
 
 inline void check_fp8_view(const fp8_view& v, const char* what, const char* name) {
-  require(v.scale > 0.0f && v.scale < 3.0e38f, what, ": ", name, " has scale ", v.scale, " (must be finite and positive)");
+  require(std::isfinite(v.scale) && v.scale > 0.0f, what, ": ", name, " has scale ", v.scale, " (must be finite and positive)");
   require(v.rows == 0 || v.cols == 0 || v.data != nullptr, what, ": ", name, " has null data");
 }
 

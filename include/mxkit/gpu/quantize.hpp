@@ -266,10 +266,6 @@ inline void check_output_pointer(const std::uint8_t* p, const char* what) {
 
 }  // namespace detail
 
-// Quantizes `in` (device memory) to MX format `type` as `options` say, into the copies named in
-// `out` (device memory, sizes as mx_layout and scale_storage_size give). Asynchronous on `stream`;
-// out.amax, when given, is zeroed on the stream first. Throws std::invalid_argument on bad
-// arguments and gpu::error on a runtime failure.
 namespace detail {
 // Checks the arguments and fills the kernel parameters; false: nothing to launch.
 template <class U>

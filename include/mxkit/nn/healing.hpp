@@ -16,6 +16,7 @@
 // been had the FP8 copies been uploaded before the MXFP4 ones were freed.
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,7 +64,10 @@ inline fp8_weight_stash prepare_healing(model& m, fp8_type type = fp8_type::e4m3
                     "' is trainable; healing stashes frozen weights (freeze the model and train LoRA adapters)");
     detail::require(l->has_master(), "prepare_healing: '", l->name(), "' has no master copy to stash");
     const double amax = be.amax(l->weight().value);
-    const float scale = amax > 0.0 && std::isfinite(amax) ? static_cast<float>(fp8_max(type) / amax) : 1.0f;
+    const double s = amax > 0.0 && std::isfinite(amax) ? fp8_max(type) / amax : 1.0;
+    // A tiny amax gives a quotient beyond float (converting it is undefined behaviour): clamp it
+    // to the largest float, as delayed scaling does (delayed_scaling.hpp).
+    const float scale = s < std::numeric_limits<float>::max() ? static_cast<float>(s) : std::numeric_limits<float>::max();
     stash.add(l->name(), be.export_fp8(l->weight().value, type, scale));
     l->release_master();  // quantizes under the current recipe first, then frees the master
   }

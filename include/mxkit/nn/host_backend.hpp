@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <variant>
 #include <vector>
@@ -61,6 +62,10 @@ class host_backend : public backend {
       std::vector<double> mem;  // double elements: aligned for either dtype
       tracked_bytes tracked;
     };
+    // rows * cols * size_of(type) must not wrap around: a small buffer behind a huge shape.
+    constexpr std::size_t max_bytes = std::numeric_limits<std::size_t>::max() - 7;
+    detail::require(cols == 0 || rows <= max_bytes / cols / size_of(type), "alloc: a ", rows, "x", cols, " ", name_of(type),
+                    " tensor does not fit in memory");
     const std::size_t bytes = rows * cols * size_of(type);
     auto b = std::make_shared<block>();
     b->mem.assign((bytes + 7) / 8, 0.0);

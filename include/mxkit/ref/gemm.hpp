@@ -65,10 +65,6 @@ inline decoded_mx decode_mx(mx_const_view t) {
   return d;
 }
 
-inline void check_output(const matrix_view<float>& d, std::size_t p, std::size_t q, const char* what) {
-  check_output(d, gemm_shape{p, q, 0}, what);
-}
-
 // alpha*acc + beta*D, then the output type's rounding (bf16: nearest-even, overflow to Inf as
 // an IEEE conversion does, NaN stays NaN).
 template <gemm_output Out>
@@ -85,6 +81,8 @@ void gemm_reference(mx_const_view a, mx_const_view b, matrix_view<Out> d, float 
   const gemm_shape s = detail::check_mx_gemm(a.layout, b.layout, "gemm");
   detail::check_rotation(a.options, b.options, "gemm");
   detail::check_output(d, s, "gemm");
+  detail::require(s.p == 0 || s.r == 0 || (a.data && a.scales), "gemm: A has null data or scales");
+  detail::require(s.q == 0 || s.r == 0 || (b.data && b.scales), "gemm: B has null data or scales");
   const detail::decoded_mx A = detail::decode_mx(a), B = detail::decode_mx(b);
   for (std::size_t i = 0; i < A.lines; ++i)
     for (std::size_t j = 0; j < B.lines; ++j) {
@@ -137,6 +135,8 @@ void gemm_reference(matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, fl
   const gemm_shape s = detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
   detail::require(a.rows == 0 || a.cols == 0 || a.data != nullptr, "gemm: A has null data");
   detail::require(b.rows == 0 || b.cols == 0 || b.data != nullptr, "gemm: B has null data");
+  detail::require(a.ld == 0 || a.ld >= a.cols, "gemm: A leading dimension ", a.ld, " is smaller than cols ", a.cols);
+  detail::require(b.ld == 0 || b.ld >= b.cols, "gemm: B leading dimension ", b.ld, " is smaller than cols ", b.cols);
   detail::check_output(d, s, "gemm");
   for (std::size_t i = 0; i < a.rows; ++i)
     for (std::size_t j = 0; j < b.rows; ++j) {

@@ -61,6 +61,7 @@ fp8_tensor quantize_fp8(matrix_view<T> in, fp8_type type, float scale, overflow 
 
 // The transposed copy (per-tensor scaling makes it a byte transpose): what dgrad/wgrad consume.
 inline fp8_tensor transpose(const fp8_tensor& t) {
+  detail::require(t.data.size() == t.rows * t.cols, "transpose: ", t.data.size(), " codes for a ", t.rows, "x", t.cols, " FP8 tensor");
   fp8_tensor out{t.type, t.cols, t.rows, t.scale, t.amax, std::vector<std::uint8_t>(t.data.size())};
   for (std::size_t r = 0; r < t.rows; ++r)
     for (std::size_t c = 0; c < t.cols; ++c) out.data[c * t.rows + r] = t.data[r * t.cols + c];

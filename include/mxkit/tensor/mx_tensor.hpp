@@ -40,7 +40,7 @@ struct mx_layout {
   MXKIT_HD constexpr std::size_t line_length() const noexcept { return axis == block_axis::rowwise ? cols : rows; }
   MXKIT_HD constexpr std::size_t padded_length() const noexcept { return round_up_to_block(line_length()); }
   MXKIT_HD constexpr std::size_t blocks_per_line() const noexcept { return padded_length() / mx_block_size; }
-  MXKIT_HD constexpr int storage_bits() const noexcept { return type == mx_type::mxfp4 ? 4 : 8; }
+  MXKIT_HD constexpr int storage_bits() const noexcept { return storage_bits_of(type); }
   MXKIT_HD constexpr std::size_t line_bytes() const noexcept { return packed_bytes(padded_length(), storage_bits()); }
   MXKIT_HD constexpr std::size_t data_bytes() const noexcept { return lines() * line_bytes(); }
   MXKIT_HD constexpr std::size_t scale_count() const noexcept { return lines() * blocks_per_line(); }

@@ -33,6 +33,8 @@ template <class T>
   requires quantizer_input<T>
 mx_tensor quantize(matrix_view<T> in, mx_type type, block_axis axis, const quantize_options& options = {}) {
   detail::check_input(in);
+  detail::require(static_cast<unsigned>(type) <= static_cast<unsigned>(mx_type::mxint8), "quantize: unknown mx_type value ",
+                  static_cast<unsigned>(type));
   mx_tensor out({type, axis, in.rows, in.cols}, options);
   const mx_layout& l = out.layout();
   quantize_options o = options;
@@ -75,6 +77,8 @@ mx_tensor_pair quantize_both(matrix_view<T> in, mx_type type, const quantize_opt
 // Logical [rows, cols] floats, rotation undone. Storage padding is dropped.
 inline std::vector<float> dequantize(mx_const_view t) {
   const mx_layout& l = t.layout;
+  detail::require(l.data_bytes() == 0 || (t.data && t.scales), "dequantize: null data or scales for a ", l.rows, "x", l.cols, " ",
+                  name_of(l.type), " tensor");
   std::vector<float> out(l.rows * l.cols);
   visit_mx_type(l.type, [&](auto fmt) {
     using Fmt = decltype(fmt);

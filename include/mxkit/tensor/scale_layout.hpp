@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <mxkit/config.hpp>
+#include <mxkit/error.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 
@@ -87,6 +88,7 @@ MXKIT_HD constexpr std::size_t scale_offset(scale_layout l, std::size_t lines, s
 // Host conversions between a row-major [lines, blocks] scale matrix and layout l (padding 0).
 inline std::vector<std::uint8_t> to_scale_layout(const std::uint8_t* row_major, std::size_t lines, std::size_t blocks,
                                                  scale_layout l) {
+  detail::require(lines == 0 || blocks == 0 || row_major, "to_scale_layout: null scales for ", lines, "x", blocks, " blocks");
   std::vector<std::uint8_t> out(scale_storage_size(l, lines, blocks), 0);
   for (std::size_t i = 0; i < lines; ++i)
     for (std::size_t b = 0; b < blocks; ++b) out[scale_offset(l, lines, blocks, i, b)] = row_major[i * blocks + b];
@@ -94,6 +96,7 @@ inline std::vector<std::uint8_t> to_scale_layout(const std::uint8_t* row_major, 
 }
 inline std::vector<std::uint8_t> to_row_major_scales(const std::uint8_t* stored, std::size_t lines, std::size_t blocks,
                                                      scale_layout l) {
+  detail::require(lines == 0 || blocks == 0 || stored, "to_row_major_scales: null scales for ", lines, "x", blocks, " blocks");
   std::vector<std::uint8_t> out(lines * blocks);
   for (std::size_t i = 0; i < lines; ++i)
     for (std::size_t b = 0; b < blocks; ++b) out[i * blocks + b] = stored[scale_offset(l, lines, blocks, i, b)];

@@ -38,7 +38,7 @@ struct gemm_operand {
   float scale_inv = 1.0f;      // kind == fp8
 
   MXKIT_HD constexpr int storage_bits() const noexcept { return kind == operand_kind::mx ? storage_bits_of_type(type) : (kind == operand_kind::bf16 ? 16 : 8); }
-  MXKIT_HD static constexpr int storage_bits_of_type(mx_type t) noexcept { return t == mx_type::mxfp4 ? 4 : 8; }
+  MXKIT_HD static constexpr int storage_bits_of_type(mx_type t) noexcept { return storage_bits_of(t); }
 };
 
 inline gemm_operand make_operand(mx_const_view v) noexcept {
