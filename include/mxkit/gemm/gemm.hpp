@@ -160,8 +160,7 @@ constexpr tn_names tn_operand_names(gemm_product p) noexcept {
 template <class T>
 void check_output(const matrix_view<T>& d, const gemm_shape& s, const char* what) {
   require(d.rows == s.p && d.cols == s.q, what, ": output is ", d.rows, "x", d.cols, ", expected ", s.p, "x", s.q);
-  require(s.p == 0 || s.q == 0 || d.data != nullptr, what, ": null output");
-  require(d.ld == 0 || d.ld >= d.cols, what, ": output leading dimension ", d.ld, " is smaller than cols ", d.cols);
+  check_matrix(d, what, ": output");
 }
 
 inline void check_fp8_view(const fp8_view& v, const char* what, const char* name) {

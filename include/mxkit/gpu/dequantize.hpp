@@ -56,8 +56,7 @@ template <class T>
 void dequantize(const mx_device_view& in, matrix_view<T> out, stream_t stream = nullptr) {
   mxkit::detail::require(out.rows == in.layout.rows && out.cols == in.layout.cols, "gpu::dequantize: output is ", out.rows, "x",
                          out.cols, ", the copy is ", in.layout.rows, "x", in.layout.cols);
-  mxkit::detail::require(out.ld == 0 || out.ld >= out.cols, "gpu::dequantize: leading dimension ", out.ld, " is smaller than cols ",
-                         out.cols);
+  mxkit::detail::check_matrix(out, "gpu::dequantize: output");
   const std::size_t total = in.layout.lines() * in.layout.blocks_per_line();
   if (total == 0) return;
   mxkit::detail::require(in.data && in.scales && out.data, "gpu::dequantize: null pointer");

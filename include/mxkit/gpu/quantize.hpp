@@ -271,7 +271,7 @@ namespace detail {
 template <class U>
 bool make_quantize_params(matrix_view<const U> in, const quantize_options& options, const quantize_outputs& out,
                           stream_t stream, quantize_params<U>& p) {
-  mxkit::detail::check_input(in);
+  mxkit::detail::check_matrix(in, "gpu::quantize:");
   if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
   if (in.rows == 0 || in.cols == 0) return false;  // nothing to write, padding included
   mxkit::detail::require(out.rowwise_data || out.columnwise_data, "gpu::quantize: no output copy requested");

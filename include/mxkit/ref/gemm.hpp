@@ -135,8 +135,8 @@ void gemm_reference(matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, fl
   const gemm_shape s = detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
   detail::require(a.rows == 0 || a.cols == 0 || a.data != nullptr, "gemm: A has null data");
   detail::require(b.rows == 0 || b.cols == 0 || b.data != nullptr, "gemm: B has null data");
-  detail::require(a.ld == 0 || a.ld >= a.cols, "gemm: A leading dimension ", a.ld, " is smaller than cols ", a.cols);
-  detail::require(b.ld == 0 || b.ld >= b.cols, "gemm: B leading dimension ", b.ld, " is smaller than cols ", b.cols);
+  detail::check_matrix(a, "gemm: A");
+  detail::check_matrix(b, "gemm: B");
   detail::check_output(d, s, "gemm");
   for (std::size_t i = 0; i < a.rows; ++i)
     for (std::size_t j = 0; j < b.rows; ++j) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <mxkit/block/scale_rule.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/format/e4m3.hpp>
 #include <mxkit/format/e5m2.hpp>
@@ -44,15 +45,13 @@ template <class T>
   requires quantizer_input<T>
 fp8_tensor quantize_fp8(matrix_view<T> in, fp8_type type, float scale, overflow o = overflow::saturate) {
   detail::require(std::isfinite(scale) && scale > 0.0f, "quantize_fp8: scale must be finite and positive, got ", scale);
-  detail::require(in.rows == 0 || in.cols == 0 || in.data != nullptr, "quantize_fp8: null data for a ", in.rows, "x", in.cols, " matrix");
-  detail::require(in.ld == 0 || in.ld >= in.cols, "quantize_fp8: leading dimension ", in.ld, " is smaller than cols ", in.cols);
+  detail::check_matrix(in, "quantize_fp8:");
   fp8_tensor out{type, in.rows, in.cols, scale, 0.0f, std::vector<std::uint8_t>(in.rows * in.cols)};
   std::uint32_t amax = 0;
   for (std::size_t r = 0; r < in.rows; ++r)
     for (std::size_t c = 0; c < in.cols; ++c) {
       const float x = load_float(in(r, c));
-      const std::uint32_t b = bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu;
-      amax = amax > b ? amax : b;  // integer max of |x| bits: NaN wins, as in block amax
+      amax = amax_bits(amax, x);  // the MX blocks' rule: NaN wins
       out.data[r * in.cols + c] = fp8_encode(x, type, scale, o);
     }
   out.amax = bit_cast<float>(amax);

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include <mxkit/config.hpp>
+#include <mxkit/error.hpp>
 #include <mxkit/format/float16.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -28,6 +29,16 @@ template <class T>
 concept quantizer_input = std::is_same_v<std::remove_const_t<T>, float> ||
                           std::is_same_v<std::remove_const_t<T>, bfloat16> ||
                           std::is_same_v<std::remove_const_t<T>, float16>;
+
+namespace detail {
+// The argument check of every host entry point that takes a matrix view; `prefix` starts the
+// message ("quantize:", "gemm: A", ...).
+template <class T, class... Prefix>
+void check_matrix(const matrix_view<T>& m, const Prefix&... prefix) {
+  require(m.rows == 0 || m.cols == 0 || m.data != nullptr, prefix..., " null data for a ", m.rows, "x", m.cols, " matrix");
+  require(m.ld == 0 || m.ld >= m.cols, prefix..., " leading dimension ", m.ld, " is smaller than cols ", m.cols);
+}
+}  // namespace detail
 
 template <class T>
 MXKIT_HD constexpr float load_float(const T& x) noexcept {

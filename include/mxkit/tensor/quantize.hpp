@@ -12,12 +12,6 @@
 MXKIT_BEGIN_NAMESPACE
 
 namespace detail {
-template <class T>
-void check_input(const matrix_view<T>& in) {
-  require(in.rows == 0 || in.cols == 0 || in.data != nullptr, "quantize: null data for a ", in.rows, "x", in.cols, " matrix");
-  require(in.ld == 0 || in.ld >= in.cols, "quantize: leading dimension ", in.ld, " is smaller than cols ", in.cols);
-}
-
 // Gathers block `blk` of storage line `line` (zero beyond the logical edge).
 template <class T>
 void gather_block(const matrix_view<T>& in, block_axis axis, std::size_t line, std::size_t blk, float* v) {
@@ -32,7 +26,7 @@ void gather_block(const matrix_view<T>& in, block_axis axis, std::size_t line, s
 template <class T>
   requires quantizer_input<T>
 mx_tensor quantize(matrix_view<T> in, mx_type type, block_axis axis, const quantize_options& options = {}) {
-  detail::check_input(in);
+  detail::check_matrix(in, "quantize:");
   detail::require(static_cast<unsigned>(type) <= static_cast<unsigned>(mx_type::mxint8), "quantize: unknown mx_type value ",
                   static_cast<unsigned>(type));
   mx_tensor out({type, axis, in.rows, in.cols}, options);

@@ -163,8 +163,8 @@ template <gemm_output Out>
 gemm_path gemm(matrix_view<const bfloat16> a, matrix_view<const bfloat16> b, matrix_view<Out> d, gemm_epilogue e = {},
                stream_t s = nullptr, gemm_options o = {}) {
   const gemm_shape sh = mxkit::detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
-  mxkit::detail::require(a.ld == 0 || a.ld >= a.cols, "gemm: A leading dimension ", a.ld, " is smaller than cols ", a.cols);
-  mxkit::detail::require(b.ld == 0 || b.ld >= b.cols, "gemm: B leading dimension ", b.ld, " is smaller than cols ", b.cols);
+  mxkit::detail::check_matrix(a, "gemm: A");
+  mxkit::detail::check_matrix(b, "gemm: B");
   mxkit::detail::check_output(d, sh, "gemm");
   return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
 }
