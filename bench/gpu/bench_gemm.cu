@@ -4,8 +4,11 @@
 // with cuBLAS BF16 and cuBLASLt FP8 (per-tensor E4M3, fp32 accumulation without fast accumulate)
 // timed in the same run on the same device. Output bf16.
 //
-// mxkit's bf16 x bf16 runs on the portable kernel (no tensor cores) and is timed on the fprop
-// shapes only. Each MX and FP8 case is validated before it is timed: fresh random operands (random element codes over
+// Defaults: MXFP4 x MXFP4 runs line-scaled (folded into E5M2, exact block sums), MXFP8 and
+// HYBRID on bf16 tensor cores (scales applied on expansion). On the fprop shapes two variants
+// are timed as well: MXFP4 with four blocks per tensor-core sum (gemm_options::exact_block_sums
+// = false) and MXFP8 on the FP8 block-scaled kernel (mxfp8_via_bf16 = false). mxkit's bf16 x
+// bf16 is timed beside cuBLAS's. Each case is validated before it is timed: fresh random operands (random element codes over
 // each format's finite range, random E8M0 scales 2^-4 .. 2^4) are generated on the device, the
 // output is poisoned (NaN bytes), and a sample of output rows (all columns) is compared with the
 // host reference (ref/gemm.hpp) computed on 16 threads; a full host reference of the largest
@@ -228,6 +231,28 @@ check_result check_rows_fp8(const std::vector<std::uint8_t>& a, const std::vecto
   return compare_rows(rows, q, got, ref, mag, rel);
 }
 
+// bf16 ([P,R] and [Q,R] bf16 bits), same scheme, the reference in double.
+check_result check_rows_bf16(const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& b, const gemm_shape& sh,
+                             const std::vector<std::size_t>& rows, const std::vector<std::uint16_t>& got, double rel) {
+  const std::size_t q = sh.q, r = sh.r, m = rows.size();
+  auto value = [](std::uint16_t v) { return static_cast<double>(bfloat16::from_bits(v).to_float()); };
+  std::vector<float> ref(m * q), mag(m * q);
+  parallel_columns(q, [&](std::size_t j0, std::size_t n) {
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = j0; j < j0 + n; ++j) {
+        double sum = 0, abs_sum = 0;
+        for (std::size_t k = 0; k < r; ++k) {
+          const double t = value(a[rows[i] * r + k]) * value(b[j * r + k]);
+          sum += t;
+          abs_sum += std::fabs(t);
+        }
+        ref[i * q + j] = static_cast<float>(sum);
+        mag[i * q + j] = static_cast<float>(abs_sum);
+      }
+  });
+  return compare_rows(rows, q, got, ref, mag, rel);
+}
+
 std::vector<std::size_t> sample_rows(std::size_t p, std::size_t count, std::uint64_t seed) {
   std::vector<std::size_t> rows{0, p - 1};
   std::mt19937_64 rng(seed);
@@ -384,8 +409,8 @@ int main(int argc, char** argv) {
   std::vector<mxkit_bench::result> rows;
   std::size_t recorded = 0;
   bool all_ok = true;
-  std::printf("%-34s %8s %8s %8s %8s %8s %10s %8s\n", "case (P x Q x R)", "mxfp4", "mxfp8", "hybrid", "fp8-pt", "cuBLAS", "cuBLASLt",
-              "bf16");
+  std::printf("%-34s %8s %8s %8s %8s %8s %10s %8s %9s %9s\n", "case (P x Q x R)", "mxfp4", "mxfp8", "hybrid", "fp8-pt", "cuBLAS",
+              "cuBLASLt", "bf16", "mxfp4-4b", "mxfp8-fp8");
   for (const layer& l : layers) {
     if (quick && std::string(l.name) != "70B o") continue;
     for (const gemm_product prod : products) {
@@ -396,7 +421,7 @@ int main(int argc, char** argv) {
       char label[96];
       std::snprintf(label, sizeof label, "%s %s %zux%zux%zu", l.name, name_of(prod), s.p, s.q, s.r);
       g::device_buffer<std::uint16_t> d(s.p * s.q);
-      double tf[7] = {};
+      double tf[9] = {};  // mxfp4 mxfp8 hybrid fp8-pt cuBLAS cuBLASLt bf16 | mxfp4 4-block, mxfp8 fp8 kernel
 
       // -- mxkit MX formats
       for (int f = 0; f < 3; ++f) {
@@ -406,20 +431,29 @@ int main(int argc, char** argv) {
         const mx_type ta = prod == gemm_product::fprop ? fc.a_fwd : fc.a_bwd, tb = prod == gemm_product::fprop ? fc.b_fwd : fc.b_bwd;
         const mx_operand a(ta, sh.a, ++seed), b(tb, sh.b, ++seed);
         matrix_view<bfloat16> dv{reinterpret_cast<bfloat16*>(d.data()), s.p, s.q};
-        auto run = [&] { g::product(prod, a.view(), b.view(), dv); };
-        if (check) {  // validate on fresh data with a poisoned output
-        d.fill_bytes(0xFF);
-        const g::gemm_path path = g::product(prod, a.view(), b.view(), dv);
-        MXKIT_GPU_CHECK(g::device_synchronize());
-        const std::vector<std::size_t> sample = sample_rows(s.p, 8, seed);
-        const bool exact = ta == mx_type::mxfp4 && tb == mx_type::mxfp4;
-        const double rel = exact ? (2.0 * static_cast<double>(s.r / 32) + 40) * 0x1p-24 : 0x1p-8;
-        const check_result c = check_rows(host_copy(a), host_copy(b), sample, device_rows(d, s.q, sample), rel);
-        std::printf("  check %-8s %-40s path %-8s max |d-ref|/S %.3g %s%s\n", fc.name, label, g::name_of(path), c.max_rel,
-                    c.bad ? "FAILED: " : "ok", c.worst.c_str());
-        all_ok = all_ok && c.bad == 0 && path == g::gemm_path::sm90;
+        // The default route, then (fprop) the variant: MXFP4 four blocks per tensor-core sum,
+        // MXFP8 on the FP8 block-scaled kernel.
+        for (int variant = 0; variant < 2; ++variant) {
+          if (variant == 1 && (prod != gemm_product::fprop || f == 2)) continue;
+          g::gemm_options go;
+          if (variant == 1 && f == 0) go.exact_block_sums = false;
+          if (variant == 1 && f == 1) go.mxfp8_via_bf16 = false;
+          auto run = [&] { g::product(prod, a.view(), b.view(), dv, {}, nullptr, go); };
+          const char* vname = variant == 0 ? fc.name : (f == 0 ? "mxfp4-4b" : "mxfp8-fp8");
+          if (check) {  // validate on fresh data with a poisoned output
+            d.fill_bytes(0xFF);
+            const g::gemm_path path = g::product(prod, a.view(), b.view(), dv, {}, nullptr, go);
+            MXKIT_GPU_CHECK(g::device_synchronize());
+            const std::vector<std::size_t> sample = sample_rows(s.p, 8, seed);
+            const bool exact = ta == mx_type::mxfp4 && tb == mx_type::mxfp4 && go.exact_block_sums;
+            const double rel = exact ? (2.0 * static_cast<double>(s.r / 32) + 40) * 0x1p-24 : 0x1p-8;
+            const check_result c = check_rows(host_copy(a), host_copy(b), sample, device_rows(d, s.q, sample), rel);
+            std::printf("  check %-9s %-40s path %-8s max |d-ref|/S %.3g %s%s\n", vname, label, g::name_of(path), c.max_rel,
+                        c.bad ? "FAILED: " : "ok", c.worst.c_str());
+            all_ok = all_ok && c.bad == 0 && path == g::gemm_path::sm90;
+          }
+          tf[variant == 0 ? f : 7 + f] = flops / (median_ms(run, repeats) * 1e-3) / 1e12;
         }
-        tf[f] = flops / (median_ms(run, repeats) * 1e-3) / 1e12;
       }
 
       // -- per-tensor FP8 (mxkit) and the peers on the same shapes
@@ -451,16 +485,28 @@ int main(int argc, char** argv) {
         fill(a16.data(), a16.size(), ++seed, fill_kind::bf16_values);
         fill(b16.data(), b16.size(), ++seed, fill_kind::bf16_values);
         tf[4] = flops / (median_ms([&] { peers.bf16(a16.data(), b16.data(), d.data(), s); }, repeats) * 1e-3) / 1e12;
-        // mxkit's bf16 x bf16 runs on the portable kernel (no tensor cores): fprop shapes only, one
-        // timed call, so the table says plainly where it stands.
-        if (prod == gemm_product::fprop && only.empty()) {
+        if (only.empty() || only == "bf16") {  // mxkit's bf16 x bf16, validated like the others
           const matrix_view<const bfloat16> va{reinterpret_cast<const bfloat16*>(a16.data()), s.p, s.r};
           const matrix_view<const bfloat16> vb{reinterpret_cast<const bfloat16*>(b16.data()), s.q, s.r};
           matrix_view<bfloat16> dv{reinterpret_cast<bfloat16*>(d.data()), s.p, s.q};
-          tf[6] = flops / (median_ms([&] { g::gemm(va, vb, dv); }, 1) * 1e-3) / 1e12;
+          if (check) {
+            d.fill_bytes(0xFF);
+            const g::gemm_path path = g::gemm(va, vb, dv);
+            MXKIT_GPU_CHECK(g::device_synchronize());
+            const std::vector<std::size_t> sample = sample_rows(s.p, 4, seed);
+            std::vector<std::uint16_t> ha(s.p * s.r), hb(s.q * s.r);
+            MXKIT_GPU_CHECK(g::memcpy_async(ha.data(), a16.data(), a16.size(), g::copy_kind::device_to_host, nullptr));
+            MXKIT_GPU_CHECK(g::memcpy_async(hb.data(), b16.data(), b16.size(), g::copy_kind::device_to_host, nullptr));
+            const check_result c = check_rows_bf16(ha, hb, s, sample, device_rows(d, s.q, sample), 0x1p-20);
+            std::printf("  check %-9s %-40s path %-8s max |d-ref|/S %.3g %s%s\n", "bf16", label, g::name_of(path), c.max_rel,
+                        c.bad ? "FAILED: " : "ok", c.worst.c_str());
+            all_ok = all_ok && c.bad == 0 && path == g::gemm_path::sm90;
+          }
+          tf[6] = flops / (median_ms([&] { g::gemm(va, vb, dv); }, repeats) * 1e-3) / 1e12;
         }
       }
-      std::printf("%-34s %8.1f %8.1f %8.1f %8.1f %8.1f %10.1f %8.1f\n", label, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5], tf[6]);
+      std::printf("%-34s %8.1f %8.1f %8.1f %8.1f %8.1f %10.1f %8.1f %9.1f %9.1f\n", label, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5],
+                  tf[6], tf[7], tf[8]);
       std::fflush(stdout);
       const char* names[] = {"mxfp4", "mxfp8", "hybrid e5m2 x e4m3", "fp8 per-tensor"};
       for (int f = 0; f < 4; ++f) {
@@ -468,7 +514,9 @@ int main(int argc, char** argv) {
         rows.push_back({"gemm", std::string(names[f]) + " " + label, tf[f], "TFLOP/s", "cuBLAS bf16", tf[4]});
         if (f == 3) rows.push_back({"gemm", std::string(names[f]) + " " + label, tf[f], "TFLOP/s", "cuBLASLt fp8", tf[5]});
       }
-      if (tf[6] > 0) rows.push_back({"gemm", std::string("bf16 (portable kernel) ") + label, tf[6], "TFLOP/s", "cuBLAS bf16", tf[4]});
+      if (tf[6] > 0) rows.push_back({"gemm", std::string("bf16 ") + label, tf[6], "TFLOP/s", "cuBLAS bf16", tf[4]});
+      if (tf[7] > 0) rows.push_back({"gemm", std::string("mxfp4 4-block tensor-core sums ") + label, tf[7], "TFLOP/s", "cuBLAS bf16", tf[4]});
+      if (tf[8] > 0) rows.push_back({"gemm", std::string("mxfp8 fp8 block-scaled kernel ") + label, tf[8], "TFLOP/s", "cuBLAS bf16", tf[4]});
       if (with_peers) rows.push_back({"gemm", std::string("cuBLASLt fp8 per-tensor ") + label, tf[5], "TFLOP/s", "cuBLAS bf16", tf[4]});
       if (opt.record) {  // per shape, so a cut-short run keeps what it measured
         mxkit_bench::append_results(opt.results_path, device, std::vector<mxkit_bench::result>(rows.begin() + static_cast<std::ptrdiff_t>(recorded), rows.end()));

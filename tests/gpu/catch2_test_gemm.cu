@@ -140,7 +140,7 @@ mx_tensor realistic_mx(std::size_t lines, std::size_t k, mx_type t, std::uint64_
 // Runs one MX product on `path` and compares with the reference: |d - ref| <= rel * S + 4u|beta C|.
 template <class Out>
 gemm_test::comparison run_mx(const mx_tensor& a, const mx_tensor& b, g::gemm_path path, gemm_epilogue e, double rel,
-                             std::uint64_t seed, std::size_t ld_pad = 0) {
+                             std::uint64_t seed, std::size_t ld_pad = 0, g::gemm_options opt = {}) {
   const std::size_t p = a.layout().lines(), q = b.layout().lines();
   const device_mx da(a), db(b);
   device_out<Out> d(p, q, q + ld_pad);
@@ -153,7 +153,10 @@ gemm_test::comparison run_mx(const mx_tensor& a, const mx_tensor& b, g::gemm_pat
     }
     d.set(c);
   }
-  const g::gemm_path used = g::gemm(da.view(), db.view(), d.view(), e, nullptr, g::gemm_options{path});
+  const g::gemm_path used = g::gemm(da.view(), db.view(), d.view(), e, nullptr, [&] {
+    opt.path = path;
+    return opt;
+  }());
   MXKIT_GPU_CHECK(g::device_synchronize());
   CHECK((path == g::gemm_path::automatic || used == path));
   const std::vector<Out> got = d.get();
@@ -318,7 +321,7 @@ TEST_CASE("gpu gemm: per-tensor FP8 and bf16 operands", "[gpu][gemm]") {
           CHECK(cmp.bad == 0);
         }
       }
-  // bf16 x bf16 (portable on every device), bf16 output with beta.
+  // bf16 x bf16 on every path this device offers.
   const std::size_t p = 97, q = 131, k = 200;
   const std::vector<float> xa = gemm_test::random_matrix(p, k, seed + 5, 3), xb = gemm_test::random_matrix(q, k, seed + 6, 3);
   std::vector<bfloat16> ha(p * k), hb(q * k);
@@ -326,11 +329,6 @@ TEST_CASE("gpu gemm: per-tensor FP8 and bf16 operands", "[gpu][gemm]") {
   for (std::size_t i = 0; i < hb.size(); ++i) hb[i] = bfloat16::from_float(xb[i]);
   g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)};
   MXKIT_GPU_CHECK(g::device_synchronize());
-  device_out<float> d(p, q, q);
-  const g::gemm_path used = g::gemm(matrix_view<const bfloat16>{da.data(), p, k}, matrix_view<const bfloat16>{db.data(), q, k},
-                                    d.view());
-  MXKIT_GPU_CHECK(g::device_synchronize());
-  CHECK(used == g::gemm_path::portable);
   std::vector<float> want(p * q);
   gemm_reference(matrix_view<const bfloat16>{ha.data(), p, k}, matrix_view<const bfloat16>{hb.data(), q, k},
                  matrix_view<float>{want.data(), p, q});
@@ -338,9 +336,16 @@ TEST_CASE("gpu gemm: per-tensor FP8 and bf16 operands", "[gpu][gemm]") {
   for (std::size_t i = 0; i < fa.size(); ++i) fa[i] = ha[i].to_float();
   for (std::size_t i = 0; i < fb.size(); ++i) fb[i] = hb[i].to_float();
   const auto o = gemm_test::oracle_tn(fa, fb, p, q, k);
-  const auto cmp = gemm_test::compare(as_double(d.get()), as_double(want), o.s, (2.0 * k + 8) * u, q);
-  INFO("bf16: " << cmp.worst);
-  CHECK(cmp.bad == 0);
+  for (const g::gemm_path path : device_paths()) {  // sm90: bf16 tensor cores (k = 200: 400-byte rows)
+    device_out<float> d(p, q, q);
+    const g::gemm_path used = g::gemm(matrix_view<const bfloat16>{da.data(), p, k}, matrix_view<const bfloat16>{db.data(), q, k},
+                                      d.view(), {}, nullptr, g::gemm_options{path});
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    CHECK(used == path);
+    const auto cmp = gemm_test::compare(as_double(d.get()), as_double(want), o.s, (2.0 * k + 8) * u, q);
+    INFO(g::name_of(path) << " bf16: " << cmp.worst);
+    CHECK(cmp.bad == 0);
+  }
 }
 
 TEST_CASE("gpu gemm: NaN scales propagate, empty shapes write nothing", "[gpu][gemm]") {
@@ -367,4 +372,153 @@ TEST_CASE("gpu gemm: NaN scales propagate, empty shapes write nothing", "[gpu][g
   g::device_buffer<float> none(1);
   CHECK_NOTHROW(g::gemm(d0.view(), db.view(), matrix_view<float>{none.data(), 0, 3}));
   MXKIT_GPU_CHECK(g::device_synchronize());
+}
+
+// ---- MXFP4 on sm90: folded into E5M2 with one factor per line (expand.hpp, fold) ---------------
+namespace {
+struct fold_result {
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> line_scale;
+  int unsafe = 0;
+};
+fold_result run_fold(const mx_tensor& t) {
+  const device_mx dt(t);
+  const g::gemm_operand o = g::make_operand(dt.view());
+  g::device_buffer<std::uint8_t> dst(o.lines * o.length);
+  g::device_buffer<float> scale(o.lines);
+  g::device_buffer<int> flag(1);
+  flag.fill_bytes(0);
+  g::expand::fold::launch(o, dst.data(), scale.data(), flag.data(), nullptr);
+  MXKIT_GPU_CHECK(g::device_synchronize());
+  return {dst.to_host(), scale.to_host(), flag.to_host()[0]};
+}
+// Every line that folds: E5M2 byte x line factor is exactly code x block scale (sign included).
+void check_fold_exact(const mx_tensor& t, const fold_result& f) {
+  const std::size_t k = t.layout().padded_length();
+  for (std::size_t line = 0; line < t.layout().lines(); ++line) {
+    const std::uint8_t* sc = t.scales().data() + line * t.layout().blocks_per_line();
+    const bool nan_line = std::any_of(sc, sc + k / 32, [](std::uint8_t s) { return s == 0xFF; });
+    INFO("line " << line);
+    REQUIRE(std::isnan(f.line_scale[line]) == nan_line);
+    if (nan_line) continue;
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::uint8_t code = load_code(t.data().data() + line * t.layout().line_bytes(), i, 4);
+      const double want = static_cast<double>(e2m1::from_bits(code).to_float()) * std::ldexp(1.0, sc[i / 32] - 127);
+      const double got = static_cast<double>(e5m2::from_bits(f.bytes[line * k + i]).to_float()) * f.line_scale[line];
+      INFO("element " << i << " code " << int{code} << " scale byte " << int{sc[i / 32]});
+      REQUIRE(got == want);
+      REQUIRE(std::signbit(got) == std::signbit(want));
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("gpu gemm: MXFP4 folds exactly into E5M2 line-scaled bytes, and lines that cannot raise the flag", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  INFO("seed " << seed);
+  mx_tensor t = exact_mx(70, 320, mx_type::mxfp4, rng);  // scales over 16 binades: every line folds
+  std::uint8_t* sc = t.scales().data();
+  const std::size_t nb = t.layout().blocks_per_line(), lb = t.layout().line_bytes();
+  auto zero_block = [&](std::size_t line, std::size_t b) { std::memset(t.data().data() + line * lb + 16 * b, 0x88, 16); };  // -0
+  for (std::size_t b = 0; b < nb; ++b) zero_block(5, b);  // line 5: all zero, scales anywhere
+  sc[5 * nb + 0] = 0x00;
+  sc[5 * nb + 1] = 0xFE;
+  zero_block(6, 3);  // line 6: a zero block whose scale is 100 binades away does not count
+  sc[6 * nb + 3] = 127 - 100;
+  sc[7 * nb + 2] = 0xFF;  // line 7: NaN scale
+  for (std::size_t b = 0; b < nb; ++b) sc[8 * nb + b] = static_cast<std::uint8_t>(127 - 20 + (b % 2) * 28);  // span 28: fits
+  for (std::size_t b = 0; b < nb; ++b) sc[9 * nb + b] = 127 + 48;    // the largest exponent that folds
+  for (std::size_t b = 0; b < nb; ++b) sc[10 * nb + b] = 127 - 48;   // the smallest
+  const fold_result f = run_fold(t);
+  CHECK(f.unsafe == 0);
+  CHECK(f.line_scale[5] == 1.0f);
+  check_fold_exact(t, f);
+
+  struct bad_case {
+    const char* what;
+    int first, second;  // scale bytes of blocks 0 and 1 of line 3
+  };
+  for (const bad_case c : {bad_case{"span 29", 127 - 15, 127 + 14}, bad_case{"exponent 49", 127 + 49, 127 + 49},
+                           bad_case{"exponent -49", 127 - 49, 127 - 49}}) {
+    mx_tensor u = exact_mx(20, 128, mx_type::mxfp4, rng);
+    std::memset(u.data().data() + 3 * u.layout().line_bytes(), 0x11, 32);  // blocks 0 and 1 non-zero (0.5)
+    u.scales()[3 * 4 + 0] = static_cast<std::uint8_t>(c.first);
+    u.scales()[3 * 4 + 1] = static_cast<std::uint8_t>(c.second);
+    INFO(c.what);
+    CHECK(run_fold(u).unsafe == 1);
+  }
+}
+
+TEST_CASE("gpu gemm: MXFP8 on bf16 tensor cores and its block-scaled FP8 fallback, with beta", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  INFO("seed " << seed);
+  const std::size_t p = 140, q = 270, k = 320;
+  const double rel = (2.0 * static_cast<double>(k / 32) + 8) * u;
+  g::gemm_options fp8_only;
+  fp8_only.mxfp8_via_bf16 = false;
+  for (const g::gemm_path path : device_paths())
+    for (const mx_type tb : {mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2}) {
+      const mx_tensor a = exact_mx(p, k, mx_type::mxfp8_e4m3, rng), b = exact_mx(q, k, tb, rng);
+      mx_tensor far = a;  // a non-zero block with exponent 60: the FP8 fallback runs instead
+      far.data()[9 * far.layout().line_bytes() + 40] = 0x38;  // 1.0 in block 1 of line 9
+      far.scales()[9 * (k / 32) + 1] = 127 + 60;
+      mx_tensor far_zero = a;  // the same exponent on an all-zero block changes nothing
+      std::memset(far_zero.data().data() + 9 * far_zero.layout().line_bytes() + 32, 0, 32);
+      far_zero.scales()[9 * (k / 32) + 1] = 127 + 60;
+      for (const mx_tensor* ta : {&a, static_cast<const mx_tensor*>(&far), static_cast<const mx_tensor*>(&far_zero)}) {
+        const auto c1 = run_mx<float>(*ta, b, path, {1.5f, -0.5f}, rel, seed, 2);
+        const auto c2 = run_mx<bfloat16>(*ta, b, path, {1.0f, 1.0f}, rel, seed);
+        const auto c3 = run_mx<float>(*ta, b, path, {1.0f, 0.0f}, rel, seed, 0, fp8_only);
+        INFO(g::name_of(path) << " e4m3 x " << name_of(tb) << " case " << (ta == &a ? 0 : ta == &far ? 1 : 2) << ": " << c1.worst
+                              << " | " << c2.worst << " | " << c3.worst);
+        CHECK(c1.bad == 0);
+        CHECK(c2.bad == 0);
+        CHECK(c3.bad == 0);
+      }
+    }
+}
+
+TEST_CASE("gpu gemm: MXFP4 x MXFP4, line-scaled path and its block-scaled fallback, with beta", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  INFO("seed " << seed);
+  const std::size_t p = 150, q = 260, k = 384;
+  const double rel = (2.0 * static_cast<double>(k / 32) + 8) * u;
+  for (const g::gemm_path path : device_paths()) {
+    const mx_tensor a = exact_mx(p, k, mx_type::mxfp4, rng), b = exact_mx(q, k, mx_type::mxfp4, rng);
+    mx_tensor wide = a;  // one line whose scales span 40 binades: the fallback runs instead
+    std::memset(wide.data().data() + 11 * wide.layout().line_bytes(), 0x77, 32);
+    wide.scales()[11 * (k / 32) + 0] = 127 - 20;
+    wide.scales()[11 * (k / 32) + 1] = 127 + 20;
+    const mx_tensor* cases[] = {&a, &wide};
+    for (const mx_tensor* ta : cases) {
+      const bool folds = ta == &a;
+      const auto c1 = run_mx<float>(*ta, b, path, {1.5f, -0.5f}, rel, seed, 2);
+      const auto c2 = run_mx<bfloat16>(*ta, b, path, {1.0f, 1.0f}, rel, seed);
+      INFO(g::name_of(path) << (folds ? " folds" : " fallback") << ": " << c1.worst << " | " << c2.worst);
+      CHECK(c1.bad == 0);
+      CHECK(c2.bad == 0);
+    }
+    // Four blocks per tensor-core accumulation: realistic data within the tensor-core bound.
+    const mx_tensor ra = realistic_mx(p, k, mx_type::mxfp4, seed + 5), rb = realistic_mx(q, k, mx_type::mxfp4, seed + 6);
+    g::gemm_options four;
+    four.exact_block_sums = false;
+    const auto c3 = run_mx<float>(ra, rb, path, {1.0f, 0.25f}, 0x1p-9, seed, 0, four);
+    INFO(g::name_of(path) << " four blocks per accumulation: max |d-ref|/S " << c3.max_rel_s << "; " << c3.worst);
+    CHECK(c3.bad == 0);
+    // NaN scale on the line-scaled path: exactly row 7's outputs are NaN.
+    mx_tensor an = a;
+    an.scales()[7 * (k / 32) + 2] = 0xFF;
+    const device_mx da(an), db(b);
+    device_out<float> d(p, q, q);
+    g::gemm(da.view(), db.view(), d.view(), {}, nullptr, g::gemm_options{path});
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    const std::vector<float> got = d.get();
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) wrong += std::isnan(got[i]) != (i / q == 7);
+    INFO(g::name_of(path));
+    CHECK(wrong == 0);
+  }
 }

@@ -9,7 +9,9 @@
 #include <cstdint>
 
 #include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/format/e2m1.hpp>
 #include <mxkit/format/e4m3.hpp>
+#include <mxkit/format/e5m2.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
@@ -27,7 +29,8 @@ static_assert(to_e4m3(mx_type::mxfp4, 0x7) == 0x4C && to_e4m3(mx_type::mxfp4, 0x
 
 // Thread i writes the 16 output bytes [16 i, 16 i + 16) of the [lines, k] result (k % 32 == 0).
 __global__ void __launch_bounds__(threads) to_e4m3_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
-                                                          std::uint8_t* dst, std::size_t lines, std::size_t k) {
+                                                          std::uint8_t* dst, std::size_t lines, std::size_t k, launch_gate gate) {
+  if (gate.closed()) return;
   __shared__ std::uint8_t lut[256];
   for (int c = static_cast<int>(threadIdx.x); c < 256; c += threads) lut[c] = to_e4m3(t, static_cast<std::uint8_t>(c));
   __syncthreads();
@@ -63,7 +66,7 @@ inline std::size_t bytes(const gemm_operand& o) noexcept { return needed(o) ? o.
 
 // dst: [o.lines, o.length] bytes, 16-byte aligned. Source lines must be 8-byte (FP4) or 16-byte
 // (FP6) aligned, as the quantizer's padded lines are.
-inline void launch(const gemm_operand& o, std::uint8_t* dst, stream_t stream) {
+inline void launch(const gemm_operand& o, std::uint8_t* dst, stream_t stream, launch_gate gate = {}) {
   mxkit::detail::require(needed(o) && o.length % 32 == 0, "expand: operand is not an MXFP4/MXFP6 copy");
   const std::size_t align = o.type == mx_type::mxfp4 ? 8 : 16;
   mxkit::detail::require(reinterpret_cast<std::uintptr_t>(o.data) % align == 0 && o.line_bytes % align == 0 &&
@@ -73,9 +76,180 @@ inline void launch(const gemm_operand& o, std::uint8_t* dst, stream_t stream) {
   if (work == 0) return;
   const std::size_t grid = (work + threads - 1) / threads;
   mxkit::detail::require(grid <= 0x7FFFFFFF, "expand: operand too large");
-  to_e4m3_kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(o.data, o.line_bytes, o.type, dst, o.lines, o.length);
+  to_e4m3_kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(o.data, o.line_bytes, o.type, dst, o.lines, o.length, gate);
   MXKIT_GPU_CHECK_LAUNCH();
 }
+
+// ---- MXFP4 with the block scales folded into the bytes ----------------------------------------
+// An E2M1 value has one mantissa bit, so v * 2^d is exactly an E5M2 value for every shift d in
+// [-15, 13] (0.5 * 2^-15 is E5M2's least subnormal, 6 * 2^13 = 49152 <= 57344). A line whose
+// non-zero blocks' scale exponents e_b span at most 28 binades is stored as E5M2 bytes
+// v * 2^(e_b - r) with one line factor 2^r, r = max e_b - 13: every block product of the GEMM is
+// then the same exact number times 2^-(r_a + r_b), the tensor cores need no per-block scales, and
+// the factors are applied once per output (sm90_gemm.hpp, scaling::line). All-zero blocks (their
+// scale carries no information) do not widen the span; a NaN scale makes the line factor NaN,
+// as every output it touches is NaN in the reference. A line that does not fit, or whose
+// exponents leave [-48, 48] (then an fp32 intermediate could round differently from the
+// reference's per-block products), sets `unsafe`, and the caller's block-scaled fallback runs.
+namespace fold {
+
+inline constexpr int shift_min = -15, shift_max = 13, shifts = shift_max - shift_min + 1;
+inline constexpr int max_span = shift_max - shift_min, max_exponent = 48;
+
+MXKIT_HD constexpr std::uint8_t e5m2_code(std::uint8_t fp4_code, int shift) noexcept {
+  return e5m2::from_float(e2m1::from_bits(fp4_code).to_float() * mxkit::detail::exp2i(shift)).bits();
+}
+constexpr bool exact_everywhere() {
+  for (int d = shift_min; d <= shift_max; ++d)
+    for (int c = 0; c < 16; ++c) {
+      const float want = e2m1::from_bits(static_cast<std::uint8_t>(c)).to_float() * mxkit::detail::exp2i(d);
+      const float got = e5m2::from_bits(e5m2_code(static_cast<std::uint8_t>(c), d)).to_float();
+      if (got != want || bit_cast<std::uint32_t>(got) >> 31 != static_cast<std::uint32_t>(c >> 3)) return false;
+    }
+  return true;
+}
+static_assert(exact_everywhere() && e5m2_code(0x1, shift_min) == 0x01 && e5m2_code(0x7, shift_max) == 0x7A);
+
+// One warp per line: lanes take the line's blocks in turn (16 code bytes in, 32 bytes out each).
+// Pass 1 finds the exponent span of the non-zero blocks, pass 2 writes the bytes.
+__global__ void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
+                                                               const std::uint8_t* scales, std::size_t scale_ld,
+                                                               std::size_t lines, std::size_t blocks, std::uint8_t* dst,
+                                                               float* line_scale, int* unsafe) {
+  __shared__ std::uint8_t lut[shifts * 16];
+  for (int i = static_cast<int>(threadIdx.x); i < shifts * 16; i += threads)
+    lut[i] = e5m2_code(static_cast<std::uint8_t>(i % 16), i / 16 + shift_min);
+  __syncthreads();
+  const std::size_t line = (static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x) / warp_size;
+  if (line >= lines) return;  // whole warps leave together
+  const int lane = lane_id();
+  const std::uint8_t* codes = src + line * src_line_bytes;
+  const std::uint8_t* sc = scales + line * scale_ld;
+  unsigned hi = 0, lo = 255, nan = 0;  // over non-zero blocks: max and min scale byte
+  for (std::size_t b = static_cast<std::size_t>(lane); b < blocks; b += warp_size) {
+    const uint4 w = *reinterpret_cast<const uint4*>(codes + 16 * b);
+    const unsigned s = sc[b];
+    if (s == 0xFF) nan = 1;
+    else if (((w.x | w.y | w.z | w.w) & 0x77777777u) != 0) {  // any non-zero magnitude (+-0 are 0x0, 0x8)
+      hi = s > hi ? s : hi;
+      lo = s < lo ? s : lo;
+    }
+  }
+  hi = warp_max(hi);
+  lo = 255u - warp_max(255u - lo);
+  nan = warp_max(nan);
+  const bool any = hi >= lo;
+  const int r = any ? static_cast<int>(hi) - 127 - shift_max : 0;
+  if (lane == 0) {
+    const bool fits = !any || (static_cast<int>(hi - lo) <= max_span && static_cast<int>(hi) - 127 <= max_exponent &&
+                               static_cast<int>(lo) - 127 >= -max_exponent);
+    if (!fits) atomicOr(unsafe, 1);
+    line_scale[line] = nan ? bit_cast<float>(0x7FC00000u) : mxkit::detail::exp2i(r);
+  }
+  std::uint8_t* out = dst + line * (32 * blocks);
+  for (std::size_t b = static_cast<std::size_t>(lane); b < blocks; b += warp_size) {
+    const uint4 w = *reinterpret_cast<const uint4*>(codes + 16 * b);
+    int d = static_cast<int>(sc[b]) - 127 - r;  // zero and NaN blocks hold only +-0 codes: any shift
+    d = d < shift_min ? shift_min : (d > shift_max ? shift_max : d);
+    const std::uint8_t* t = lut + 16 * (d - shift_min);
+    const std::uint32_t in[4] = {w.x, w.y, w.z, w.w};
+    std::uint32_t o[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {  // 16 bits of input (4 codes, low nibble first) -> 4 bytes
+      const std::uint32_t x = in[j / 2] >> (16 * (j % 2));
+      o[j] = t[x & 0xF] | (t[(x >> 4) & 0xF] << 8) | (t[(x >> 8) & 0xF] << 16) | (static_cast<std::uint32_t>(t[(x >> 12) & 0xF]) << 24);
+    }
+    *reinterpret_cast<uint4*>(out + 32 * b) = make_uint4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<uint4*>(out + 32 * b + 16) = make_uint4(o[4], o[5], o[6], o[7]);
+  }
+}
+
+// MXFP4 copies whose lines are 16-byte aligned (the quantizer's always are: K % 32 == 0).
+inline bool applies(const gemm_operand& o) noexcept {
+  return o.kind == operand_kind::mx && o.type == mx_type::mxfp4 && o.length % 32 == 0 && o.blocks * 32 == o.length &&
+         reinterpret_cast<std::uintptr_t>(o.data) % 16 == 0 && o.line_bytes % 16 == 0;
+}
+
+// dst: [o.lines, o.length] E5M2 bytes (16-byte aligned); line_scale: o.lines floats; unsafe: an
+// int the caller zeroed, set when any line needs the block-scaled fallback.
+inline void launch(const gemm_operand& o, std::uint8_t* dst, float* line_scale, int* unsafe, stream_t stream) {
+  mxkit::detail::require(applies(o), "expand::fold: operand is not an MXFP4 copy with 16-byte aligned lines");
+  mxkit::detail::require(reinterpret_cast<std::uintptr_t>(dst) % 16 == 0, "expand::fold: destination is not 16-byte aligned");
+  if (o.lines == 0) return;
+  constexpr std::size_t lines_per_cta = threads / warp_size;
+  const std::size_t grid = (o.lines + lines_per_cta - 1) / lines_per_cta;
+  mxkit::detail::require(grid <= 0x7FFFFFFF, "expand::fold: operand too large");
+  e2m1_to_e5m2_kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(o.data, o.line_bytes, o.scales, o.blocks, o.lines,
+                                                                            o.blocks, dst, line_scale, unsafe);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+}  // namespace fold
+
+
+// ---- MXFP8 as bf16 with the block scales applied ----------------------------------------------
+// An E4M3 or E5M2 value has at most 4 significant bits, bf16 has 8 and fp32's exponent range, so
+// v * 2^e is exactly a bf16 value; the GEMM is then a plain bf16 product with fp32 accumulation
+// on tensor cores that run at half the FP8 rate but need no per-block promotion. With every
+// non-zero block's exponent in [-48, 48] each element, product and sum stays a normal fp32
+// number; otherwise `unsafe` is set and the caller's block-scaled FP8 fallback runs. A NaN scale
+// makes its block NaN, which reaches exactly the outputs the reference makes NaN.
+namespace to_bf16 {
+
+inline constexpr int max_exponent = fold::max_exponent;
+
+// Thread i converts 32-block i of the [lines, blocks] operand: 32 codes in, 64 bytes out.
+__global__ void __launch_bounds__(threads) mxfp8_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
+                                                        const std::uint8_t* scales, std::size_t scale_ld, std::size_t lines,
+                                                        std::size_t blocks, std::uint16_t* dst, int* unsafe) {
+  __shared__ float value[256];
+  for (int c = static_cast<int>(threadIdx.x); c < 256; c += threads) value[c] = decode_mx_element(t, static_cast<std::uint8_t>(c));
+  __syncthreads();
+  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x;
+  if (i >= lines * blocks) return;
+  const std::size_t line = i / blocks, b = i % blocks;
+  const uint4* in = reinterpret_cast<const uint4*>(src + line * src_line_bytes + 32 * b);
+  const uint4 w0 = in[0], w1 = in[1];
+  const std::uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  const unsigned s = scales[line * scale_ld + b];
+  const float scale = e8m0_value(static_cast<std::uint8_t>(s));  // NaN for 0xFF
+  std::uint32_t magnitude = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) magnitude |= w[j] & 0x7F7F7F7Fu;
+  const int e = static_cast<int>(s) - 127;
+  if (s != 0xFF && magnitude != 0 && (e > max_exponent || e < -max_exponent)) atomicOr(unsafe, 1);
+  std::uint32_t o[16];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {  // bf16 = the high half of the exact float
+    const std::uint32_t x = w[j / 2] >> (16 * (j % 2));
+    o[j] = (bit_cast<std::uint32_t>(value[x & 0xFF] * scale) >> 16) | (bit_cast<std::uint32_t>(value[(x >> 8) & 0xFF] * scale) & 0xFFFF0000u);
+  }
+  uint4* out = reinterpret_cast<uint4*>(dst + (line * blocks + b) * 32);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) out[j] = make_uint4(o[4 * j], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
+}
+
+// MXFP8 copies with 16-byte aligned lines.
+inline bool applies(const gemm_operand& o) noexcept {
+  return o.kind == operand_kind::mx && (o.type == mx_type::mxfp8_e4m3 || o.type == mx_type::mxfp8_e5m2) && o.length % 32 == 0 &&
+         o.blocks * 32 == o.length && reinterpret_cast<std::uintptr_t>(o.data) % 16 == 0 && o.line_bytes % 16 == 0;
+}
+inline std::size_t bytes(const gemm_operand& o) noexcept { return applies(o) ? 2 * o.lines * o.length : 0; }
+
+// dst: [o.lines, o.length] bf16 (16-byte aligned); unsafe: an int the caller zeroed.
+inline void launch(const gemm_operand& o, std::uint16_t* dst, int* unsafe, stream_t stream) {
+  mxkit::detail::require(applies(o), "expand::to_bf16: operand is not an MXFP8 copy with 16-byte aligned lines");
+  mxkit::detail::require(reinterpret_cast<std::uintptr_t>(dst) % 16 == 0, "expand::to_bf16: destination is not 16-byte aligned");
+  const std::size_t work = o.lines * o.blocks;
+  if (work == 0) return;
+  const std::size_t grid = (work + threads - 1) / threads;
+  mxkit::detail::require(grid <= 0x7FFFFFFF, "expand::to_bf16: operand too large");
+  mxfp8_kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(o.data, o.line_bytes, o.type, o.scales, o.blocks, o.lines,
+                                                                    o.blocks, dst, unsafe);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+}  // namespace to_bf16
 
 }  // namespace expand
 }  // namespace gpu

@@ -18,6 +18,7 @@
 // bf16 operands and MXINT8 use the portable kernel.
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 #include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gemm/gemm.hpp>
@@ -49,6 +50,15 @@ constexpr const char* name_of(gemm_path p) noexcept {
 
 struct gemm_options {
   gemm_path path = gemm_path::automatic;
+  // sm90, MXFP4 x MXFP4: true sums each 32-block's products exactly and adds them in fp32 (as
+  // the reference); false lets the tensor cores accumulate four blocks (128 K) before the fp32
+  // add, as DeepGEMM and cuBLASLt's FP8 do: faster, but Hopper keeps only about 14 bits in
+  // that accumulation (DeepSeek-V3 report, section 3.3.2).
+  bool exact_block_sums = true;
+  // sm90, MXFP8 x MXFP8: expand both sides to bf16 with the block scales applied (exact) and
+  // run the bf16 tensor cores, which need no per-block promotion; costs 2 bytes of scratch per
+  // operand element. Blocks with exponents beyond +-48 fall back to the FP8 block-scaled kernel.
+  bool mxfp8_via_bf16 = true;
 };
 
 namespace detail {
@@ -66,29 +76,95 @@ inline bool path_supports(gemm_path path, const gemm_operand& a, const gemm_oper
 }
 
 #if MXKIT_GPU_CUDA
-inline sm90::fp8_kind fp8_kind_of(const gemm_operand& o) {
-  if (o.kind == operand_kind::fp8) return o.fp8 == fp8_type::e4m3 ? sm90::fp8_kind::e4m3 : sm90::fp8_kind::e5m2;
-  return o.type == mx_type::mxfp8_e5m2 ? sm90::fp8_kind::e5m2 : sm90::fp8_kind::e4m3;  // expanded types are E4M3
+// Scratch for the sm90 expansions comes from an mxkit-owned stream-ordered pool per device that
+// keeps its memory between calls: the default pool hands memory back to the driver at every
+// synchronization, and mapping 256 MB anew cost 0.4 ms per 8192^3 MXFP8 product (H200).
+// release_gemm_scratch() returns it.
+inline cudaMemPool_t scratch_pool() {
+  static cudaMemPool_t pools[64];
+  static std::once_flag once[64];
+  int dev = 0;
+  MXKIT_GPU_CHECK(get_device(&dev));
+  mxkit::detail::require(dev >= 0 && dev < 64, "gemm: device ordinal ", dev, " out of range");
+  std::call_once(once[dev], [dev] {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = dev;
+    MXKIT_GPU_CHECK(cudaMemPoolCreate(&pools[dev], &props));
+    std::uint64_t keep = ~std::uint64_t{0};
+    MXKIT_GPU_CHECK(cudaMemPoolSetAttribute(pools[dev], cudaMemPoolAttrReleaseThreshold, &keep));
+  });
+  return pools[dev];
+}
+inline std::uint8_t* scratch_alloc(std::size_t bytes, stream_t s) {
+  void* p = nullptr;
+  MXKIT_GPU_CHECK(cudaMallocFromPoolAsync(&p, bytes, scratch_pool(), s));
+  return static_cast<std::uint8_t*>(p);
 }
 
-// MXFP4/MXFP6 operands are first re-encoded as E4M3 bytes into stream-ordered scratch memory.
-inline void run_sm90(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s) {
-  const std::size_t ea = expand::bytes(a), eb = expand::bytes(b);
-  std::uint8_t* scratch = nullptr;
-  if (ea + eb) MXKIT_GPU_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&scratch), ea + eb, s));
+inline sm90::mma_kind mma_kind_of(const gemm_operand& o) {
+  if (o.kind == operand_kind::bf16) return sm90::mma_kind::bf16;
+  if (o.kind == operand_kind::fp8) return o.fp8 == fp8_type::e4m3 ? sm90::mma_kind::e4m3 : sm90::mma_kind::e5m2;
+  return o.type == mx_type::mxfp8_e5m2 ? sm90::mma_kind::e5m2 : sm90::mma_kind::e4m3;  // expanded types are E4M3
+}
+
+// MXFP4/MXFP6 operands are first re-encoded as FP8 bytes into stream-ordered scratch memory.
+// MXFP4 x MXFP4 tries the line-scaled path first (expand::fold: both sides as E5M2 with one
+// factor per line, no per-block scales in the GEMM); if some line cannot be folded exactly, the
+// fold sets a device flag that closes that path and opens the block-scaled one (E4M3 bytes and
+// per-block scales). Both are enqueued and the closed kernels return at once, so the choice needs
+// no host synchronization.
+inline void run_sm90_bf16(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s) {
+  const std::size_t ea = expand::to_bf16::bytes(a), eb = expand::to_bf16::bytes(b);
+  std::uint8_t* scratch = scratch_alloc(ea + eb + sizeof(int), s);
   try {
-    sm90::fp8_operand fa{fp8_kind_of(a), a.data, a.line_bytes}, fb{fp8_kind_of(b), b.data, b.line_bytes};
+    int* unsafe = reinterpret_cast<int*>(scratch + ea + eb);
+    MXKIT_GPU_CHECK(memset_async(unsafe, 0, sizeof(int), s));
+    expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(scratch), unsafe, s);
+    expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(scratch + ea), unsafe, s);
+    const sm90::fp8_operand ba{sm90::mma_kind::bf16, scratch, 2 * a.length}, bb{sm90::mma_kind::bf16, scratch + ea, 2 * b.length};
+    sm90::launch(a, b, ba, bb, out, s, launch_gate{unsafe, false});
+    const sm90::fp8_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
+    sm90::launch(a, b, fa, fb, out, s, launch_gate{unsafe, true});
+  } catch (...) {
+    (void)cudaFreeAsync(scratch, s);
+    throw;
+  }
+  MXKIT_GPU_CHECK(cudaFreeAsync(scratch, s));
+}
+
+inline void run_sm90(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, const gemm_options& o) {
+  if (o.mxfp8_via_bf16 && expand::to_bf16::applies(a) && expand::to_bf16::applies(b)) return run_sm90_bf16(a, b, out, s);
+  const bool fold = expand::fold::applies(a) && expand::fold::applies(b);
+  const std::size_t ea = expand::bytes(a), eb = expand::bytes(b);  // lines * K with K % 32 == 0: 16-byte multiples
+  const std::size_t extra = fold ? (a.lines + b.lines) * sizeof(float) + sizeof(int) : 0;
+  std::uint8_t* scratch = ea + eb + extra ? scratch_alloc(ea + eb + extra, s) : nullptr;
+  try {
+    sm90::fp8_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
+    launch_gate fallback;
+    if (fold) {
+      float* line_a = reinterpret_cast<float*>(scratch + ea + eb);
+      float* line_b = line_a + a.lines;
+      int* unsafe = reinterpret_cast<int*>(line_b + b.lines);
+      MXKIT_GPU_CHECK(memset_async(unsafe, 0, sizeof(int), s));
+      expand::fold::launch(a, scratch, line_a, unsafe, s);
+      expand::fold::launch(b, scratch + ea, line_b, unsafe, s);
+      const sm90::fp8_operand la{sm90::mma_kind::e5m2, scratch, a.length, line_a}, lb{sm90::mma_kind::e5m2, scratch + ea, b.length, line_b};
+      sm90::launch(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums);
+      fallback = launch_gate{unsafe, true};
+    }
     if (ea) {
-      expand::launch(a, scratch, s);
+      expand::launch(a, scratch, s, fallback);
       fa.data = scratch;
       fa.line_bytes = a.length;
     }
     if (eb) {
-      expand::launch(b, scratch + ea, s);  // ea = lines * K with K % 32 == 0: 16-byte aligned
+      expand::launch(b, scratch + ea, s, fallback);
       fb.data = scratch + ea;
       fb.line_bytes = b.length;
     }
-    sm90::launch(a, b, fa, fb, out, s);
+    sm90::launch(a, b, fa, fb, out, s, fallback);
   } catch (...) {
     if (scratch) (void)cudaFreeAsync(scratch, s);
     throw;
@@ -117,7 +193,7 @@ inline gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_ou
   if (a.lines == 0 || b.lines == 0) return path;
   switch (path) {
 #if MXKIT_GPU_CUDA
-    case gemm_path::sm90: run_sm90(a, b, out, s); break;
+    case gemm_path::sm90: run_sm90(a, b, out, s, o); break;
 #else
     case gemm_path::gfx950: gfx950::launch(a, b, out, s); break;
 #endif
@@ -127,6 +203,14 @@ inline gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_ou
 }
 
 }  // namespace detail
+
+// Returns the memory the GEMMs keep for their scratch (sm90 expansions) on the current device to
+// the driver, once the work that used it has finished. A no-op where there is none.
+inline void release_gemm_scratch() {
+#if MXKIT_GPU_CUDA
+  MXKIT_GPU_CHECK(cudaMemPoolTrimTo(detail::scratch_pool(), 0));
+#endif
+}
 
 // Which path `automatic` takes for these operands on the current device.
 inline gemm_path automatic_path(mx_const_view a, mx_const_view b) {

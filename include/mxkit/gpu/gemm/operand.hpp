@@ -75,6 +75,16 @@ MXKIT_HD constexpr std::uint16_t bf16_bits_rne(float v) noexcept {
 static_assert(bf16_bits_rne(1.0f) == 0x3F80 && bf16_bits_rne(0x1.01p0f) == 0x3F80 && bf16_bits_rne(0x1.03p0f) == 0x3F82);
 static_assert(bf16_bits_rne(3.4e38f) == 0x7F80);
 
+// A kernel launched behind a gate runs only when `flag` is null or its set/clear state is
+// `run_when_set`. A fast path and its fallback are both launched, in stream order, behind the
+// same device flag (set by a preparation kernel when the fast path cannot be exact), so the
+// choice needs no host synchronization; the losing kernel returns at once.
+struct launch_gate {
+  const int* flag = nullptr;
+  bool run_when_set = false;
+  __device__ bool closed() const noexcept { return flag != nullptr && ((*flag != 0) != run_when_set); }
+};
+
 // Output of a GEMM kernel: fp32 or bf16, row-major with a leading dimension in elements. C (read
 // when beta != 0) has the same type and may alias D.
 struct gemm_output_desc {

@@ -84,6 +84,13 @@ template <int BM, int BN>
 inline constexpr std::size_t smem_bytes = sizeof(smem_layout<BM, BN>) + 1024;  // + alignment slack
 static_assert(smem_bytes<128, 256> <= 232448 && smem_bytes<256, 128> <= 232448, "Hopper allows 227 KB of shared memory per block");
 
+// How the operands are scaled, which decides what a promotion does:
+//   block   MX: a scale per (line, 32-block) on each side; acc += (P * sb) * sa per block
+//   line    MXFP4 folded into E5M2 (expand::fold): one factor per line, applied in the epilogue;
+//           acc += P per block (or per 4 blocks, G = 4)
+//   tensor  per-tensor FP8: 4 k32 wgmmas accumulate in the tensor core, acc += P per 128 K
+enum class scaling { block, line, tensor };
+
 struct params {
   std::uint32_t p = 0, q = 0;         // output rows, cols
   std::uint32_t k_blocks = 0;         // R / 32
@@ -92,6 +99,9 @@ struct params {
   const std::uint8_t* scale_b = nullptr;
   std::uint32_t scale_ld_a = 0, scale_ld_b = 0;
   float post_scale = 1.0f;            // per-tensor FP8: 1 / (scale_a * scale_b)
+  const float* line_scale_a = nullptr;  // scaling::line: [p] and [q] factors
+  const float* line_scale_b = nullptr;
+  launch_gate gate;                   // the kernel returns at once when the gate is closed
   bool vector_store = false;          // D (and C) rows allow 2-element stores
   gemm_output_desc out;
 };
@@ -142,11 +152,11 @@ struct sub_scales {
   float4 b[SN / 16];
   float a0, a1;
 };
-// acc += promoted P. MX: (P * sb) * sa per element, both scales powers of two, so only the add
-// rounds. Per-tensor: a plain add.
-template <int G, int SN>
+// acc += promoted P. Block-scaled: (P * sb) * sa per element, both scales powers of two, so only
+// the add rounds. Line- and tensor-scaled: a plain add.
+template <bool BlockScaled, int SN>
 __device__ inline void promote(const float (&P)[SN / 2], float (&acc)[SN / 2], const sub_scales<SN>& s) {
-  if constexpr (G == 1) {
+  if constexpr (BlockScaled) {
 #pragma unroll
     for (int j = 0; j < SN / 16; ++j) {
       const int i0 = 8 * j, i1 = 8 * j + 4;  // fragment registers of column groups 2j and 2j+1
@@ -179,13 +189,16 @@ __device__ inline void wgmma_wait_n(int n) {
   }
 }
 
-__device__ inline void store_pair(const params& p, std::uint32_t row, std::uint32_t col, float v0, float v1) {
+// Writes outputs (row, col) and (row, col + 1): alpha * ((v * fcol) * frow) (+ beta * C), where
+// frow is the row's line factor or the per-tensor descale and fcol the column's line factor or 1.
+__device__ inline void store_pair(const params& p, std::uint32_t row, std::uint32_t col, float v0, float v1, float frow,
+                                  float fcol0, float fcol1) {
   const gemm_output_desc& o = p.out;
   if (row >= p.p || col >= p.q) return;
   const bool pair = col + 1 < p.q;
   const std::size_t di = static_cast<std::size_t>(row) * o.ldd + col, ci = static_cast<std::size_t>(row) * o.ldc + col;
-  v0 = o.alpha * (v0 * p.post_scale);
-  v1 = o.alpha * (v1 * p.post_scale);
+  v0 = o.alpha * ((v0 * fcol0) * frow);
+  v1 = o.alpha * ((v1 * fcol1) * frow);
   if (o.bf16) {
     const std::uint16_t* c = static_cast<const std::uint16_t*>(o.c);
     std::uint16_t* d = static_cast<std::uint16_t*>(o.d);
@@ -217,12 +230,16 @@ __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint3
 #endif  // MXKIT_SM90A
 
 // ---- kernel -----------------------------------------------------------------------------------
-// G: 32-blocks per promotion (1: MX, 4: per-tensor FP8, whose group is then 4 k32 wgmmas).
-template <fp8_kind TA, fp8_kind TB, int G, class Cfg>
+// G: 32-blocks per promotion, the k32 wgmmas that accumulate in the tensor core before an fp32
+// add (1 keeps every block's product exact, as the reference; 4 is DeepGEMM's 128-K promotion).
+template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg>
 __global__ void __launch_bounds__(threads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const params p) {
 #if MXKIT_SM90A
   static_assert(G == 1 || G == blocks_per_stage, "a promotion covers one block or one stage");
+  static_assert(S != scaling::block || G == 1, "block scales change every 32 K");
+  constexpr bool block_scaled = S == scaling::block;
+  if (p.gate.closed()) return;  // uniform: every thread reads the same flag
   constexpr int BM = Cfg::bm, BN = Cfg::bn, SN = Cfg::sn;
   constexpr int a_stage_bytes = BM * tile_k, b_stage_bytes = BN * tile_k;
   // 1024-byte alignment (128B-swizzle atoms) by an offset from smem_raw, so the compiler still sees
@@ -272,20 +289,20 @@ __global__ void __launch_bounds__(threads, 1)
       w[3] = b2 ? load_scales4(p.scale_b, p.scale_ld_b, q0 + 128 + pt, p.q, it * 4, p.k_blocks, words) : 0u;
     };
     std::uint32_t next[4] = {};
-    if (G == 1 && k_stages > 0) fetch(0, next);
+    if (block_scaled && k_stages > 0) fetch(0, next);
     const int c0 = column_slot(static_cast<int>(pt)), c1 = column_slot(static_cast<int>(pt) + 128);
     for (std::uint32_t it = 0; it < k_stages; ++it) {
       const int s = static_cast<int>(it % stages);
       const std::uint32_t phase = (it / stages) & 1;
       const std::uint32_t cur[4] = {next[0], next[1], next[2], next[3]};
-      if (G == 1 && it + 1 < k_stages) fetch(it + 1, next);
+      if (block_scaled && it + 1 < k_stages) fetch(it + 1, next);
       mbar_wait(&sm.empty[s], phase ^ 1);
       if (pt == 0) {
         mbar_arrive_expect_tx(&sm.full[s], a_stage_bytes + b_stage_bytes);
         tma_load_2d(sm.a[s], &map_a, &sm.full[s], static_cast<int>(it * tile_k), static_cast<int>(p0));
         tma_load_2d(sm.b[s], &map_b, &sm.full[s], static_cast<int>(it * tile_k), static_cast<int>(q0));
       }
-      if constexpr (G == 1) {
+      if constexpr (block_scaled) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           sm.sa[s][j][pt] = e8m0_value(static_cast<std::uint8_t>(cur[0] >> (8 * j)));
@@ -325,7 +342,32 @@ __global__ void __launch_bounds__(threads, 1)
     constexpr int per_blk = subs * mh;
     constexpr int steps = G == 1 ? blocks_per_stage * per_blk : per_blk;
     static_assert(steps > lag, "the ring is shorter than a stage");
-    for (std::uint32_t it = 0; it < k_stages; ++it) {
+    // bf16: no promotion at all. Each stage is four m64n256k16 wgmmas straight into the
+    // accumulators, drained before the stage is released; the other warpgroup's wgmmas fill the
+    // tensor cores while this one waits.
+    constexpr bool direct = TA == mma_kind::bf16;
+    static_assert(!direct || (mh == 1 && BN == 256 && SN == 64 && S == scaling::tensor), "bf16 uses the 64x256 warpgroup tile");
+    for (std::uint32_t it = 0; direct && it < k_stages; ++it) {
+      const int s = static_cast<int>(it % stages);
+      mbar_wait(&sm.full[s], (it / stages) & 1);
+      const std::uint32_t da = desc_a0 + static_cast<std::uint32_t>(s) * a_stage, db = desc_b0 + static_cast<std::uint32_t>(s) * b_stage;
+#pragma unroll
+      for (int u = 0; u < subs; ++u)
+#pragma unroll
+        for (int i = 0; i < frag; ++i) fence_operand(acc[0][u][i]);
+      wgmma_fence();
+#pragma unroll
+      for (int g = 0; g < blocks_per_stage; ++g)
+        wgmma_m64n256k16_bf16(acc[0], da + static_cast<std::uint32_t>(g) * kblk, db + static_cast<std::uint32_t>(g) * kblk);
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int u = 0; u < subs; ++u)
+#pragma unroll
+        for (int i = 0; i < frag; ++i) fence_operand(acc[0][u][i]);
+      mbar_arrive(&sm.empty[s]);
+    }
+    for (std::uint32_t it = 0; !direct && it < k_stages; ++it) {
       const int s = static_cast<int>(it % stages);
       mbar_wait(&sm.full[s], (it / stages) & 1);
       const float* sa_s = &sm.sa[s][0][0];
@@ -353,7 +395,7 @@ __global__ void __launch_bounds__(threads, 1)
       // stalls until they land. With Cfg::prefetch they are read one promotion ahead (`next`),
       // so their latency hides behind a whole promotion instead of stalling the first multiply.
       sub_scales<SN> cur{}, next{};
-      if (G == 1 && Cfg::prefetch) cur = scales_of(0);
+      if (block_scaled && Cfg::prefetch) cur = scales_of(0);
 #pragma unroll
       for (int st = 0; st < steps; ++st) {
         const int blk = G == 1 ? st / per_blk : 0, u = (st / mh) % subs, h = st % mh;
@@ -363,42 +405,55 @@ __global__ void __launch_bounds__(threads, 1)
         wgmma_fence();
 #pragma unroll
         for (int g = 0; g < G; ++g)
-          wgmma_k32<SN, TA, TB>(Pn, da + static_cast<std::uint32_t>(h) * half_rows + static_cast<std::uint32_t>(blk + g) * kblk,
+          wgmma_step<SN, TA, TB>(Pn, da + static_cast<std::uint32_t>(h) * half_rows + static_cast<std::uint32_t>(blk + g) * kblk,
                                 db + static_cast<std::uint32_t>(u) * sub_rows + static_cast<std::uint32_t>(blk + g) * kblk,
                                 g > 0 ? 1u : 0u);
         wgmma_commit();
         if (st >= lag) {  // promote step n = st - lag while this step's wgmma runs
           const int n = st - lag;
-          if (G == 1 && Cfg::prefetch && n + 1 < steps) next = scales_of(n + 1);
-          if (G == 1 && !Cfg::prefetch) cur = scales_of(n);
+          if (block_scaled && Cfg::prefetch && n + 1 < steps) next = scales_of(n + 1);
+          if (block_scaled && !Cfg::prefetch) cur = scales_of(n);
           wgmma_wait<lag>();
-          promote<G, SN>(P[n % ring], acc[n % mh][(n / mh) % subs], cur);
+          promote<block_scaled, SN>(P[n % ring], acc[n % mh][(n / mh) % subs], cur);
           if (Cfg::prefetch) cur = next;
         }
       }
 #pragma unroll
       for (int d = 0; d < lag; ++d) {  // drain the ring
         const int n = steps - lag + d;
-        if (G == 1 && Cfg::prefetch && n + 1 < steps) next = scales_of(n + 1);
-        if (G == 1 && !Cfg::prefetch) cur = scales_of(n);
+        if (block_scaled && Cfg::prefetch && n + 1 < steps) next = scales_of(n + 1);
+        if (block_scaled && !Cfg::prefetch) cur = scales_of(n);
         wgmma_wait_n(lag - 1 - d);
-        promote<G, SN>(P[n % ring], acc[n % mh][(n / mh) % subs], cur);
+        promote<block_scaled, SN>(P[n % ring], acc[n % mh][(n / mh) % subs], cur);
         if (Cfg::prefetch) cur = next;
       }
       mbar_arrive(&sm.empty[s]);  // this thread is done with stage s (MMAs complete, scales read)
     }
     // ---- epilogue: fragment (rows +0/+8 of each half, column 8i + 2t + {0,1}) of each sub-tile ----
+    // Line factors of rows and columns past the edge are never used (store_pair skips them).
+    auto line_factor = [](const float* f, std::uint32_t i, std::uint32_t n) { return i < n ? f[i] : 1.0f; };
 #pragma unroll
-    for (int h = 0; h < mh; ++h)
+    for (int h = 0; h < mh; ++h) {
+      const std::uint32_t row = p0 + static_cast<std::uint32_t>(row0 + h * 64);
+      float fr0 = p.post_scale, fr1 = p.post_scale;
+      if constexpr (S == scaling::line) {
+        fr0 = line_factor(p.line_scale_a, row, p.p);
+        fr1 = line_factor(p.line_scale_a, row + 8, p.p);
+      }
 #pragma unroll
       for (int u = 0; u < subs; ++u)
 #pragma unroll
         for (int i = 0; i < SN / 8; ++i) {
           const std::uint32_t col = q0 + static_cast<std::uint32_t>(u * SN + i * 8 + 2 * t);
-          const std::uint32_t row = p0 + static_cast<std::uint32_t>(row0 + h * 64);
-          store_pair(p, row, col, acc[h][u][i * 4 + 0], acc[h][u][i * 4 + 1]);
-          store_pair(p, row + 8, col, acc[h][u][i * 4 + 2], acc[h][u][i * 4 + 3]);
+          float fc0 = 1.0f, fc1 = 1.0f;
+          if constexpr (S == scaling::line) {
+            fc0 = line_factor(p.line_scale_b, col, p.q);
+            fc1 = line_factor(p.line_scale_b, col + 1, p.q);
+          }
+          store_pair(p, row, col, acc[h][u][i * 4 + 0], acc[h][u][i * 4 + 1], fr0, fc0, fc1);
+          store_pair(p, row + 8, col, acc[h][u][i * 4 + 2], acc[h][u][i * 4 + 3], fr1, fc0, fc1);
         }
+    }
   }
 #else
   (void)map_a;
@@ -462,15 +517,15 @@ inline CUtensorMap make_tensor_map(const std::uint8_t* data, std::size_t lines, 
 // What the launcher needs beyond the operands: each side's FP8 element kind (after expansion)
 // and its byte matrix (the expanded copy for MXFP4/MXFP6).
 struct fp8_operand {
-  fp8_kind kind = fp8_kind::e4m3;
+  mma_kind kind = mma_kind::e4m3;
   const std::uint8_t* data = nullptr;
   std::size_t line_bytes = 0;
+  const float* line_scale = nullptr;  // expand::fold's line factors (scaling::line)
 };
 
 // Can this path take these operands at all (before any expansion)? Types, alignment, sizes.
 inline bool supports(const gemm_operand& a, const gemm_operand& b) noexcept {
   auto ok = [](const gemm_operand& o) {
-    if (o.kind == operand_kind::bf16) return false;
     if (o.kind == operand_kind::mx && o.type == mx_type::mxint8) return false;
     const bool expanded = o.kind == operand_kind::mx && o.type != mx_type::mxfp8_e4m3 && o.type != mx_type::mxfp8_e5m2;
     if (!expanded && (reinterpret_cast<std::uintptr_t>(o.data) % 16 != 0 || o.line_bytes % 16 != 0)) return false;
@@ -486,10 +541,10 @@ inline bool supports(const gemm_operand& a, const gemm_operand& b) noexcept {
 using config_mx = config<128, 256, 64, 2, false>;
 using config_fp8 = config<128, 256, 64, 2, false>;
 
-template <fp8_kind TA, fp8_kind TB, int G, class Cfg>
+template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg>
 void launch_typed(const gemm_operand& a, const gemm_operand& b, const fp8_operand& fa, const fp8_operand& fb, params prm,
                   stream_t stream) {
-  auto kernel = gemm_kernel<TA, TB, G, Cfg>;
+  auto kernel = gemm_kernel<TA, TB, S, G, Cfg>;
   constexpr std::size_t smem = smem_bytes<Cfg::bm, Cfg::bn>;
   static const bool configured = [&] {
     MXKIT_GPU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -498,48 +553,61 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const fp8_operan
   (void)configured;
   prm.tiles_p = static_cast<std::uint32_t>((a.lines + Cfg::bm - 1) / Cfg::bm);
   prm.tiles_q = static_cast<std::uint32_t>((b.lines + Cfg::bn - 1) / Cfg::bn);
-  const CUtensorMap ma = make_tensor_map(fa.data, a.lines, a.length, fa.line_bytes, Cfg::bm);
-  const CUtensorMap mb = make_tensor_map(fb.data, b.lines, b.length, fb.line_bytes, Cfg::bn);
+  const std::size_t k_bytes = a.length * (TA == mma_kind::bf16 ? 2 : 1);
+  const CUtensorMap ma = make_tensor_map(fa.data, a.lines, k_bytes, fa.line_bytes, Cfg::bm);
+  const CUtensorMap mb = make_tensor_map(fb.data, b.lines, k_bytes, fb.line_bytes, Cfg::bn);
   const std::size_t grid = static_cast<std::size_t>(prm.tiles_p) * prm.tiles_q;
   kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(ma, mb, prm);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
-template <int G, class Cfg>
+template <scaling S, int G, class Cfg>
 void launch_kinds(const gemm_operand& a, const gemm_operand& b, const fp8_operand& fa, const fp8_operand& fb, const params& prm,
                   stream_t stream) {
-  constexpr fp8_kind E4 = fp8_kind::e4m3, E5 = fp8_kind::e5m2;
+  constexpr mma_kind E4 = mma_kind::e4m3, E5 = mma_kind::e5m2;
   switch (static_cast<int>(fa.kind) * 2 + static_cast<int>(fb.kind)) {
-    case 0: launch_typed<E4, E4, G, Cfg>(a, b, fa, fb, prm, stream); break;
-    case 1: launch_typed<E4, E5, G, Cfg>(a, b, fa, fb, prm, stream); break;
-    case 2: launch_typed<E5, E4, G, Cfg>(a, b, fa, fb, prm, stream); break;
-    default: launch_typed<E5, E5, G, Cfg>(a, b, fa, fb, prm, stream); break;
+    case 0: launch_typed<E4, E4, S, G, Cfg>(a, b, fa, fb, prm, stream); break;
+    case 1: launch_typed<E4, E5, S, G, Cfg>(a, b, fa, fb, prm, stream); break;
+    case 2: launch_typed<E5, E4, S, G, Cfg>(a, b, fa, fb, prm, stream); break;
+    default: launch_typed<E5, E5, S, G, Cfg>(a, b, fa, fb, prm, stream); break;
   }
 }
 
-// a, b: the original operands (shape, scales); fa, fb: their FP8 bytes.
+// a, b: the original operands (shape, scales); fa, fb: their FP8 bytes. Line factors on both
+// (expand::fold's E5M2 bytes) select scaling::line, whose promotions cover one block
+// (exact_block_sums) or four; the kernel runs only if `gate` is open.
 inline void launch(const gemm_operand& a, const gemm_operand& b, const fp8_operand& fa, const fp8_operand& fb,
-                   const gemm_output_desc& out, stream_t stream) {
+                   const gemm_output_desc& out, stream_t stream, launch_gate gate = {}, bool exact_block_sums = true) {
   if (a.lines == 0 || b.lines == 0) return;
   params prm;
   prm.p = static_cast<std::uint32_t>(a.lines);
   prm.q = static_cast<std::uint32_t>(b.lines);
-  prm.k_blocks = static_cast<std::uint32_t>((a.length + 31) / 32);
-  const bool mx = a.kind == operand_kind::mx;
+  const bool mx = a.kind == operand_kind::mx, bf16 = fa.kind == mma_kind::bf16;
+  prm.k_blocks = static_cast<std::uint32_t>(((bf16 ? 2 : 1) * a.length + 31) / 32);  // 32-byte K steps
   prm.scale_a = a.scales;
   prm.scale_b = b.scales;
   prm.scale_ld_a = static_cast<std::uint32_t>(a.blocks);
   prm.scale_ld_b = static_cast<std::uint32_t>(b.blocks);
-  prm.post_scale = mx ? 1.0f : a.scale_inv * b.scale_inv;
+  prm.post_scale = a.kind == operand_kind::fp8 ? a.scale_inv * b.scale_inv : 1.0f;
+  prm.line_scale_a = fa.line_scale;
+  prm.line_scale_b = fb.line_scale;
+  prm.gate = gate;
   prm.out = out;
   const std::size_t elem = out.bf16 ? 2 : 4;
   prm.vector_store = out.ldd % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.d) % (2 * elem) == 0 &&
                      (out.beta == 0.0f || (out.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.c) % (2 * elem) == 0));
-  if (!mx) {
-    launch_kinds<blocks_per_stage, config_fp8>(a, b, fa, fb, prm, stream);
-    return;
+  if (bf16) {
+    mxkit::detail::require(fb.kind == mma_kind::bf16, "gemm (sm90): bf16 pairs only with bf16");
+    launch_typed<mma_kind::bf16, mma_kind::bf16, scaling::tensor, blocks_per_stage, config_fp8>(a, b, fa, fb, prm, stream);
+  } else if (!mx) {
+    launch_kinds<scaling::tensor, blocks_per_stage, config_fp8>(a, b, fa, fb, prm, stream);
+  } else if (fa.line_scale && fb.line_scale) {
+    mxkit::detail::require(fa.kind == mma_kind::e5m2 && fb.kind == mma_kind::e5m2, "gemm (sm90): line-scaled operands are E5M2");
+    if (exact_block_sums) launch_typed<mma_kind::e5m2, mma_kind::e5m2, scaling::line, 1, config_mx>(a, b, fa, fb, prm, stream);
+    else launch_typed<mma_kind::e5m2, mma_kind::e5m2, scaling::line, blocks_per_stage, config_mx>(a, b, fa, fb, prm, stream);
+  } else {
+    launch_kinds<scaling::block, 1, config_mx>(a, b, fa, fb, prm, stream);
   }
-  launch_kinds<1, config_mx>(a, b, fa, fb, prm, stream);
 }
 
 }  // namespace sm90

@@ -98,15 +98,15 @@ __device__ inline std::uint32_t desc_sw128_lo(std::uint32_t smem_byte_addr) {
   return ((smem_byte_addr & 0x3FFFFu) >> 4) | (1u << 16);
 }
 
-// FP8 element types of a wgmma operand.
-enum class fp8_kind : int { e4m3 = 0, e5m2 = 1 };
+// Element types of a wgmma operand: FP8 (32 elements per 32-byte K step) or bf16 (16 per step).
+enum class mma_kind : int { e4m3 = 0, e5m2 = 1, bf16 = 2 };
 
 #if MXKIT_SM90A
 // D[64x64] (+)= A[64x32] . B[64x32]^T, both K-major FP8 in shared memory (descriptor low words,
 // desc_sw128_lo), fp32 accumulators
 // in the m64nNk32 fragment layout (PTX 9.7.15.5.1 figure "WGMMA .m64nNk32 D"): thread t of the
 // warpgroup holds rows 16*(t/32) + (t%32)/4 (+8) and columns 8*i + 2*(t%4) (+1), i = 0..7.
-#define MXKIT_WGMMA_M64N64K32(TA, TB)                                                                              \
+#define MXKIT_WGMMA_M64N64(K, TA, TB, IMM)                                                                         \
   asm volatile(                                                                                                  \
       "{\n"                                                                                                      \
       ".reg .pred p;\n"                                                                                          \
@@ -114,10 +114,10 @@ enum class fp8_kind : int { e4m3 = 0, e5m2 = 1 };
       "mov.b64 da, {%32, %35};\n"                                                                                \
       "mov.b64 db, {%33, %35};\n"                                                                                \
       "setp.ne.b32 p, %34, 0;\n"                                                                                 \
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32." TA "." TB " "                                                \
+      "wgmma.mma_async.sync.aligned.m64n64" K ".f32." TA "." TB " "                                              \
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                  \
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                        \
-      "da, db, p, 1, 1;\n"                                                                                       \
+      "da, db, p, 1, 1" IMM ";\n"                                                                                \
       "}\n"                                                                                                      \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
@@ -126,7 +126,7 @@ enum class fp8_kind : int { e4m3 = 0, e5m2 = 1 };
       : "r"(desc_a_lo), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi))
 
 // The same for N = 32: 16 fp32 accumulators, column groups i = 0..3.
-#define MXKIT_WGMMA_M64N32K32(TA, TB)                                                                              \
+#define MXKIT_WGMMA_M64N32(K, TA, TB, IMM)                                                                         \
   asm volatile(                                                                                                  \
       "{\n"                                                                                                      \
       ".reg .pred p;\n"                                                                                          \
@@ -134,32 +134,81 @@ enum class fp8_kind : int { e4m3 = 0, e5m2 = 1 };
       "mov.b64 da, {%16, %19};\n"                                                                                \
       "mov.b64 db, {%17, %19};\n"                                                                                \
       "setp.ne.b32 p, %18, 0;\n"                                                                                 \
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32." TA "." TB " "                                                \
+      "wgmma.mma_async.sync.aligned.m64n32" K ".f32." TA "." TB " "                                              \
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                                 \
-      "da, db, p, 1, 1;\n"                                                                                       \
+      "da, db, p, 1, 1" IMM ";\n"                                                                                \
       "}\n"                                                                                                      \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])                  \
       : "r"(desc_a_lo), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi))
 
-// D[64 x N] (+)= A . B^T for N = 32 or 64.
-template <int N, fp8_kind A, fp8_kind B>
-__device__ inline void wgmma_k32(float (&d)[N / 2], std::uint32_t desc_a_lo, std::uint32_t desc_b_lo, std::uint32_t accumulate) {
+// D[64 x N] (+)= A . B^T over one 32-byte K step (k32 FP8 or k16 bf16; both K-major, so bf16
+// takes the "no transpose" immediates), for N = 32 or 64.
+template <int N, mma_kind A, mma_kind B>
+__device__ inline void wgmma_step(float (&d)[N / 2], std::uint32_t desc_a_lo, std::uint32_t desc_b_lo, std::uint32_t accumulate) {
   static_assert(N == 32 || N == 64);
+  static_assert((A == mma_kind::bf16) == (B == mma_kind::bf16), "bf16 pairs only with bf16");
   if constexpr (N == 64) {
-    if constexpr (A == fp8_kind::e4m3 && B == fp8_kind::e4m3) MXKIT_WGMMA_M64N64K32("e4m3", "e4m3");
-    else if constexpr (A == fp8_kind::e4m3 && B == fp8_kind::e5m2) MXKIT_WGMMA_M64N64K32("e4m3", "e5m2");
-    else if constexpr (A == fp8_kind::e5m2 && B == fp8_kind::e4m3) MXKIT_WGMMA_M64N64K32("e5m2", "e4m3");
-    else MXKIT_WGMMA_M64N64K32("e5m2", "e5m2");
+    if constexpr (A == mma_kind::bf16) MXKIT_WGMMA_M64N64("k16", "bf16", "bf16", ", 0, 0");
+    else if constexpr (A == mma_kind::e4m3 && B == mma_kind::e4m3) MXKIT_WGMMA_M64N64("k32", "e4m3", "e4m3", "");
+    else if constexpr (A == mma_kind::e4m3 && B == mma_kind::e5m2) MXKIT_WGMMA_M64N64("k32", "e4m3", "e5m2", "");
+    else if constexpr (A == mma_kind::e5m2 && B == mma_kind::e4m3) MXKIT_WGMMA_M64N64("k32", "e5m2", "e4m3", "");
+    else MXKIT_WGMMA_M64N64("k32", "e5m2", "e5m2", "");
   } else {
-    if constexpr (A == fp8_kind::e4m3 && B == fp8_kind::e4m3) MXKIT_WGMMA_M64N32K32("e4m3", "e4m3");
-    else if constexpr (A == fp8_kind::e4m3 && B == fp8_kind::e5m2) MXKIT_WGMMA_M64N32K32("e4m3", "e5m2");
-    else if constexpr (A == fp8_kind::e5m2 && B == fp8_kind::e4m3) MXKIT_WGMMA_M64N32K32("e5m2", "e4m3");
-    else MXKIT_WGMMA_M64N32K32("e5m2", "e5m2");
+    if constexpr (A == mma_kind::bf16) MXKIT_WGMMA_M64N32("k16", "bf16", "bf16", ", 0, 0");
+    else if constexpr (A == mma_kind::e4m3 && B == mma_kind::e4m3) MXKIT_WGMMA_M64N32("k32", "e4m3", "e4m3", "");
+    else if constexpr (A == mma_kind::e4m3 && B == mma_kind::e5m2) MXKIT_WGMMA_M64N32("k32", "e4m3", "e5m2", "");
+    else if constexpr (A == mma_kind::e5m2 && B == mma_kind::e4m3) MXKIT_WGMMA_M64N32("k32", "e5m2", "e4m3", "");
+    else MXKIT_WGMMA_M64N32("k32", "e5m2", "e5m2", "");
   }
 }
-#undef MXKIT_WGMMA_M64N64K32
-#undef MXKIT_WGMMA_M64N32K32
+#undef MXKIT_WGMMA_M64N64
+#undef MXKIT_WGMMA_M64N32
+
+// D[64x256] += A[64x16] . B[256x16]^T, bf16, both K-major: a consumer warpgroup's whole tile in
+// one instruction, accumulating in the tensor core (bf16 products are exact in fp32 and the
+// accumulation keeps fp32 precision, unlike FP8's). d[u] is the m64n64 fragment of columns
+// 64u..64u+63, in the same register order (8-column groups) as four m64n64 instructions.
+__device__ inline void wgmma_m64n256k16_bf16(float (&d)[4][32], std::uint32_t desc_a_lo, std::uint32_t desc_b_lo) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b64 da, db;\n"
+      "mov.b64 da, {%128, %130};\n"
+      "mov.b64 db, {%129, %130};\n"
+      "setp.ne.b32 p, %131, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
+      "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
+      "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, "
+      "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, "
+      "%101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "
+      "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127 "
+      "}, da, db, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[0][4]), "+f"(d[0][5]), "+f"(d[0][6]),
+        "+f"(d[0][7]), "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[0][10]), "+f"(d[0][11]), "+f"(d[0][12]), "+f"(d[0][13]),
+        "+f"(d[0][14]), "+f"(d[0][15]), "+f"(d[0][16]), "+f"(d[0][17]), "+f"(d[0][18]), "+f"(d[0][19]),
+        "+f"(d[0][20]), "+f"(d[0][21]), "+f"(d[0][22]), "+f"(d[0][23]), "+f"(d[0][24]), "+f"(d[0][25]),
+        "+f"(d[0][26]), "+f"(d[0][27]), "+f"(d[0][28]), "+f"(d[0][29]), "+f"(d[0][30]), "+f"(d[0][31]), "+f"(d[1][0]),
+        "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[1][4]), "+f"(d[1][5]), "+f"(d[1][6]), "+f"(d[1][7]),
+        "+f"(d[1][8]), "+f"(d[1][9]), "+f"(d[1][10]), "+f"(d[1][11]), "+f"(d[1][12]), "+f"(d[1][13]), "+f"(d[1][14]),
+        "+f"(d[1][15]), "+f"(d[1][16]), "+f"(d[1][17]), "+f"(d[1][18]), "+f"(d[1][19]), "+f"(d[1][20]),
+        "+f"(d[1][21]), "+f"(d[1][22]), "+f"(d[1][23]), "+f"(d[1][24]), "+f"(d[1][25]), "+f"(d[1][26]),
+        "+f"(d[1][27]), "+f"(d[1][28]), "+f"(d[1][29]), "+f"(d[1][30]), "+f"(d[1][31]), "+f"(d[2][0]), "+f"(d[2][1]),
+        "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[2][4]), "+f"(d[2][5]), "+f"(d[2][6]), "+f"(d[2][7]), "+f"(d[2][8]),
+        "+f"(d[2][9]), "+f"(d[2][10]), "+f"(d[2][11]), "+f"(d[2][12]), "+f"(d[2][13]), "+f"(d[2][14]), "+f"(d[2][15]),
+        "+f"(d[2][16]), "+f"(d[2][17]), "+f"(d[2][18]), "+f"(d[2][19]), "+f"(d[2][20]), "+f"(d[2][21]),
+        "+f"(d[2][22]), "+f"(d[2][23]), "+f"(d[2][24]), "+f"(d[2][25]), "+f"(d[2][26]), "+f"(d[2][27]),
+        "+f"(d[2][28]), "+f"(d[2][29]), "+f"(d[2][30]), "+f"(d[2][31]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+        "+f"(d[3][3]), "+f"(d[3][4]), "+f"(d[3][5]), "+f"(d[3][6]), "+f"(d[3][7]), "+f"(d[3][8]), "+f"(d[3][9]),
+        "+f"(d[3][10]), "+f"(d[3][11]), "+f"(d[3][12]), "+f"(d[3][13]), "+f"(d[3][14]), "+f"(d[3][15]),
+        "+f"(d[3][16]), "+f"(d[3][17]), "+f"(d[3][18]), "+f"(d[3][19]), "+f"(d[3][20]), "+f"(d[3][21]),
+        "+f"(d[3][22]), "+f"(d[3][23]), "+f"(d[3][24]), "+f"(d[3][25]), "+f"(d[3][26]), "+f"(d[3][27]),
+        "+f"(d[3][28]), "+f"(d[3][29]), "+f"(d[3][30]), "+f"(d[3][31])
+      : "r"(desc_a_lo), "r"(desc_b_lo), "r"(desc_sw128_hi), "r"(1u));
+}
 #endif  // MXKIT_SM90A
 
 }  // namespace sm90
