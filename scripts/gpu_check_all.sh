@@ -12,7 +12,7 @@ OUT=/tmp/mxkit_q bash scripts/gpu_quantize_check.sh > /dev/null 2>&1; q=$?
 OUT=/tmp/mxkit_g bash scripts/gpu_gemm_check.sh "${1:-full}" > "$final/gemm_summary.txt" 2>&1; g=$?
 cp /tmp/mxkit_q/log.txt "$final/quantize_log.txt"
 cp /tmp/mxkit_q/results_rows.md "$final/quantize_rows.md" 2>/dev/null
-cp /tmp/mxkit_g/gemm_rows.md /tmp/mxkit_g/test_gemm.log /tmp/mxkit_g/bench_gemm.log "$final/" 2>/dev/null
+cp /tmp/mxkit_g/gemm_rows.md /tmp/mxkit_g/test_gemm.log /tmp/mxkit_g/bench_gemm.log /tmp/mxkit_g/memcheck_gemm.log "$final/" 2>/dev/null
 grep -E "tests passed|memcheck|ERROR SUMMARY|rc=" "$final/quantize_log.txt" | tail -12
 tail -40 "$final/gemm_summary.txt"
 echo "quantize script rc=$q, gemm script rc=$g"

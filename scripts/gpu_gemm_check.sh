@@ -58,6 +58,13 @@ if [ "$mode" != bench ]; then
   tail -25 "$OUT/test_gemm.log"
   echo "catch2_test_gemm: rc=$rc, $((SECONDS - start)) s"
   [ $rc -ne 0 ] && status=1
+  if [ "$mode" = full ] && command -v compute-sanitizer >/dev/null; then
+    start=$SECONDS
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 $build/tests/gpu/catch2_test_gemm >"$OUT/memcheck_gemm.log" 2>&1
+    rc=$?
+    echo "memcheck catch2_test_gemm: rc=$rc, $(grep -E 'ERROR SUMMARY|All tests passed|test cases' "$OUT/memcheck_gemm.log" | tr '\n' ' ') $((SECONDS - start)) s"
+    [ $rc -ne 0 ] && { status=1; grep -m5 -A6 "Invalid\|ERROR" "$OUT/memcheck_gemm.log"; }
+  fi
 fi
 
 if [ "$mode" != tests ]; then

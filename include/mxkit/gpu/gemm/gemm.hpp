@@ -10,12 +10,17 @@
 //
 // Paths (gemm_path), chosen per call by `automatic`, or forced by gemm_options::path:
 //   portable  plain CUDA/HIP kernel, every operand kind and shape (portable.hpp)
-//   sm90      Hopper FP8 tensor cores, TMA + wgmma (arch/cuda/sm90_gemm.hpp): MXFP8 (E4M3/E5M2
-//             mixes), MXFP4/MXFP6 (expanded to E4M3 bytes first, expand.hpp), per-tensor FP8;
-//             needs sm_90a device code (build with -gencode arch=compute_90a,code=sm_90a) and a
-//             16-byte aligned FP8 operand layout
+//   sm90      Hopper tensor cores, TMA + wgmma (arch/cuda/sm90_gemm.hpp); needs sm_90a device
+//             code (build with -gencode arch=compute_90a,code=sm_90a) and 16-byte aligned rows:
+//               MXFP4 x MXFP4  folded into E5M2 with one factor per line (exact block sums)
+//               MXFP8 x MXFP8  (E4M3/E5M2 mixes) expanded to bf16 with the scales applied
+//               other MX pairs E4M3/E5M2 bytes with per-block scale promotion
+//               per-tensor FP8 and bf16 as they are
+//             The folded and bf16 routes check their exactness conditions on the device and
+//             fall back to per-block promotion where they fail (run_sm90). Their scratch comes
+//             from a pool that keeps its memory (release_gemm_scratch returns it).
 //   gfx950    CDNA4 block-scaled MFMA (arch/hip/gfx950_gemm.hpp), compiled only: never run here
-// bf16 operands and MXINT8 use the portable kernel.
+// MXINT8 uses the portable kernel.
 #include <cstddef>
 #include <cstdint>
 #include <mutex>

@@ -1,38 +1,41 @@
 #pragma once
-// Hopper (sm_90a) block-scaled GEMM on FP8 tensor cores: D[P,Q] = alpha * A.B^T + beta * C with
-// A [P,R], B [Q,R] K-major FP8 (E4M3 or E5M2, any mix), either
-//   MX (G = 1): one E8M0 scale per 32-block on each side. Each block is one m64n64k32 wgmma into
-//     a fresh fp32 fragment P, promoted in registers: acc += (P * sb[col]) * sa[row]. E2M1 and
-//     E2M3/E3M2 values are exact in E4M3, so MXFP4/MXFP6 run here after a byte expansion
-//     (expand.hpp); MXINT8 does not fit FP8 and stays on the portable kernel.
-//   per-tensor FP8 (G = 4): four k32 wgmmas (128 K) accumulate in the tensor core, then
-//     acc += P; the descale 1/(sa*sb) multiplies the final sum (as cuBLASLt's default, not its
-//     "fast accumulation" mode, promotes periodically).
+// Hopper (sm_90a) GEMM on tensor cores: D[P,Q] = alpha * A.B^T + beta * C with A [P,R], B [Q,R]
+// K-major, FP8 (E4M3 or E5M2, any mix) or bf16, in one of three scalings (enum scaling):
+//   block   MX as stored: one E8M0 scale per 32-block on each side. Each block is one
+//           m64n64k32 wgmma into a fresh fp32 fragment P, promoted in registers:
+//           acc += (P * sb[col]) * sa[row]. MXFP6 (and MXFP4 lines that cannot fold) run here
+//           after a byte expansion to E4M3 (expand.hpp); MXINT8 stays on the portable kernel.
+//   line    MXFP4 folded into E5M2 bytes with one factor per line (expand::fold): the same
+//           per-block wgmmas and fresh fragments, so every block sum stays exact, but the
+//           promotion is a plain add and the factors multiply once in the epilogue. G = 4
+//           lets the tensor core sum four blocks first (gemm_options::exact_block_sums).
+//   tensor  per-tensor FP8: four k32 wgmmas (128 K) accumulate in the tensor core, then
+//           acc += P; the descale multiplies the final sum (as cuBLASLt's default, not its
+//           "fast accumulation" mode, promotes periodically). bf16 (also MXFP8 expanded with its
+//           scales applied, expand::to_bf16) accumulates all of K in the tensor core with
+//           m64n256k16 wgmmas: bf16 products and sums keep fp32 precision.
 //
-// Why each 32-block is promoted (DeepGEMM promotes every 128 K with one scale per 128x128 tile,
-// i.e. one multiply per accumulator per 128 K; its Hopper MXFP8 kernel waits for every k32 wgmma
-// and spends 3 FP32 ops per element-block with scales read as bytes): MX puts a different scale
-// on every (row, block) and (column, block), so each accumulator needs (P*sb)*sa per 32 K, 2 FP32
-// instructions per element per block, more issue time than the FP8 MMA itself (an SM does 4096
-// FP8 FMA per clock but 128 FP32 lanes). That roof is about 0.95 PFLOP/s at 1.75 GHz. Here:
+// Why block scaling is slow on Hopper (DeepGEMM promotes every 128 K with one scale per 128x128
+// tile; its Hopper MXFP8 kernel waits for every k32 wgmma and spends 3 FP32 ops per element-block
+// with scales read as bytes): MX puts a different scale on every (row, block) and (column, block),
+// so each accumulator needs (P*sb)*sa per 32 K, 2 FP32 instructions per element per block, more
+// issue time than the FP8 MMA itself (an SM does 4096 FP8 FMA per clock but 128 FP32 lanes), and
+// the scale loads from shared memory sit on the critical path. The line and tensor scalings
+// remove the per-block scales, which is why MXFP4 and MXFP8 default to them. In block mode:
 //  - scales are converted once, by the producer warpgroup, to floats in shared memory, laid out
 //    (column_slot) so each consumer thread's 16 column scales of a 64-column sub-tile are 4
 //    conflict-free LDS.128 and its two row scales two LDS.32; the bytes are fetched a stage ahead;
 //  - each consumer warpgroup owns 64 x 256 outputs as four 64x64 sub-tiles and keeps two P
 //    fragments: the wgmma of sub-tile n+1 is issued before sub-tile n is promoted;
-//  - each 128-K stage is straight-line code that drains its wgmmas at the end (a result live
-//    across the loop's back edge makes ptxas serialize every wgmma);
-//  - operands arrive by TMA (128-byte swizzle, 4 stages of 128 K) from one producer thread, the
-//    producer warpgroup keeping 40 registers (setmaxnreg) so consumers get 232 (no spills).
-// Measured on an H200 (bench/NOTES_gemm.md): 410-436 TFLOP/s MXFP8, 350-408 MXFP4 on the Llama
-// shapes; 1030-1330 per-tensor FP8. What bounds MX now is not the FP32 pipe (44% busy) but
-// shared memory: the broadcast scale loads (4 wavefronts per LDS.128 for 64 useful bytes) plus
-// the wgmma operand reads keep the L1/shared pipe ~84% busy, and with two consumer warps per
-// scheduler their latency shows as short-scoreboard stalls. Prefetching scales a step ahead, a
-// deeper wgmma ring, 128-row warpgroup tiles (column scales shared by two 64-row halves) and
-// n32 sub-tiles were all measured and were not faster (config<> expresses them).
-// Tile 128 x 256 x 128 (2 consumer warpgroups x 64 rows), 384 threads, ~216 KB shared memory,
-// one CTA per SM, grouped raster order for L2 reuse.
+//  - each 128-byte K stage is straight-line code that drains its wgmmas at the end (a result
+//    live across the loop's back edge makes ptxas serialize every wgmma);
+//  - operands arrive by TMA (128-byte swizzle, 4 stages of 128 bytes of K) from one producer
+//    thread, the producer warpgroup keeping 40 registers (setmaxnreg) so consumers get 232.
+// Measured on an H200, 8192^3 (bench/NOTES_gemm.md): block 410-436 TFLOP/s, line (MXFP4) ~700,
+// line with G = 4 ~980, bf16 ~730 (94% of cuBLAS), per-tensor FP8 ~1200 (85% of cuBLASLt).
+// Tile 128 x 256 (2 consumer warpgroups x 64 rows), 384 threads, ~216 KB shared memory, one CTA
+// per SM, grouped raster order for L2 reuse. A closed launch_gate makes the kernel return at once
+// (a fast path and its fallback are both enqueued; gemm.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
