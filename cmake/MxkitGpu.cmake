@@ -14,7 +14,9 @@
 #
 # Targets: mxkit::gpu (INTERFACE) = mxkit::mxkit + the GPU runtime library. It sets no
 # architecture and no flag: those belong to the consumer. A plain C++ consumer links
-# mxkit::mxkit and never sees a GPU header.
+# mxkit::mxkit and never sees a GPU header. mxkit::gpu is exported (install and build tree) in
+# its own set, mxkitGpuTargets, which mxkitConfig.cmake loads only once it has found the runtime
+# (CUDAToolkit; amdhip64 for HIP): a host consumer of a GPU-built package needs no GPU toolkit.
 include_guard(GLOBAL)
 
 set(MXKIT_GPU "" CACHE STRING "GPU backend for mxkit's GPU targets: OFF, CUDA or HIP (empty: detect)")
@@ -76,6 +78,7 @@ if(MXKIT_GPU STREQUAL "CUDA")
   find_package(CUDAToolkit REQUIRED)
   add_library(mxkit_gpu INTERFACE)
   add_library(mxkit::gpu ALIAS mxkit_gpu)
+  set_target_properties(mxkit_gpu PROPERTIES EXPORT_NAME gpu)  # exported as mxkit::gpu
   # The runtime the consumer's CUDA_RUNTIME_LIBRARY asks for (CMake's default is the static one),
   # so that one program never holds two copies of it.
   target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit
@@ -97,8 +100,11 @@ elseif(MXKIT_GPU STREQUAL "HIP")
   endif()
   add_library(mxkit_gpu INTERFACE)
   add_library(mxkit::gpu ALIAS mxkit_gpu)
+  set_target_properties(mxkit_gpu PROPERTIES EXPORT_NAME gpu)  # exported as mxkit::gpu
   find_library(MXKIT_AMDHIP64 amdhip64 HINTS ${MXKIT_ROCM_PATH}/lib)
-  target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit $<$<BOOL:${MXKIT_AMDHIP64}>:${MXKIT_AMDHIP64}>)
+  # Installed, the consumer's mxkitConfig.cmake finds amdhip64 on its own machine and adds it.
+  target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit
+    $<BUILD_INTERFACE:$<$<BOOL:${MXKIT_AMDHIP64}>:${MXKIT_AMDHIP64}>>)
   message(STATUS "mxkit: HIP device compile with ${MXKIT_HIP_COMPILER} for ${CMAKE_HIP_ARCHITECTURES} (ROCm path ${MXKIT_ROCM_PATH})")
 endif()
 

@@ -1,18 +1,26 @@
 // Fused MX quantizer on the GPU: effective bandwidth (bytes read + bytes written per second) of
-// gpu::quantize on bf16 [8192, 4096] and [16384, 8192], rowwise / columnwise / both copies,
-// with and without the 16-point Hadamard rotation, MXFP4 and MXFP8 (E4M3), row-major scales,
-// against a device-to-device copy of the input timed in the same run (its bytes: read + write).
+// gpu::quantize on [8192, 4096] and [16384, 8192], against a device-to-device copy of the same
+// input timed in the same run (its bytes: read + write).
+//   bf16 input: rowwise / columnwise / both copies, with and without the 16-point Hadamard
+//   rotation, MXFP4 and MXFP8 (E4M3), row-major scales (case "mxfp4 rowwise+columnwise hadamard
+//   bf16 8192x4096"); the register-cap variants of the two-copy cases are printed, not recorded.
+//   fp16 and fp32 input: rowwise, and rowwise+columnwise with Hadamard, MXFP4 and MXFP8 (cases
+//   "... fp16 ..." / "... fp32 ..."); bytes read = rows * cols * sizeof(input).
 // Each case is validated first: the first 256 rows' rowwise lines and every column's first
 // eight columnwise blocks equal the host reference byte for byte.
 // Inputs rotate among enough buffers that the set is at least 4x the L2, so repeated runs read
 // memory, not cache. Each figure is the median of `--repeats` launches timed with events.
 // Usage: bench_quantize_gpu [--record] [--results PATH] [--repeats N]
 //   MXKIT_BENCH_ONLY=<text>: run only the cases whose name contains <text> (for a profiler run).
+// Without a GPU it says so and exits 77 (the GPU programs' "skipped"; MXKIT_SKIP_EXIT_CODE
+// overrides it).
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <mxkit/gpu/quantize.hpp>
@@ -24,17 +32,28 @@ namespace {
 
 namespace gpu = mxkit::gpu;
 using bf16 = mxkit::bfloat16;
+using fp16 = mxkit::float16;
 
-// Deterministic bf16 test data: Philox uniforms shaped into a heavy-ish tailed distribution with
-// per-row scales over 2^-8 .. 2^8, generated on the device.
-__global__ void fill_input(bf16* x, std::size_t n, std::size_t cols, std::uint64_t seed) {
+// Name of an input type in case names.
+template <class T>
+constexpr const char* input_name() {
+  if constexpr (std::is_same_v<T, bf16>) return "bf16";
+  else if constexpr (std::is_same_v<T, fp16>) return "fp16";
+  else return "fp32";
+}
+
+// Deterministic test data: Philox uniforms shaped into a heavy-ish tailed distribution with
+// per-row scales over 2^-8 .. 2^8 (|x| < 2^12: finite in fp16 too), generated on the device.
+template <class T>
+__global__ void fill_input(T* x, std::size_t n, std::size_t cols, std::uint64_t seed) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     const std::uint32_t u = mxkit::random_bits(seed, 1, i), v = mxkit::random_bits(seed, 2, i / cols);
     const float a = (static_cast<float>(u >> 8) * (1.0f / 16777216.0f) - 0.5f) * 4.0f;
     const float t = a * a * a + a;                               // tails
     const float row_scale = mxkit::detail::exp2i(static_cast<int>(v % 17) - 8);
-    x[i] = bf16::from_float(t * row_scale);
+    if constexpr (std::is_same_v<T, float>) x[i] = t * row_scale;
+    else x[i] = T::from_float(t * row_scale);
   }
 }
 
@@ -68,37 +87,44 @@ std::string first_diff(const std::vector<std::uint8_t>& a, const std::vector<std
 
 struct mode {
   const char* name;
-  bool rowwise, columnwise;
+  bool rowwise, columnwise, hadamard;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const mxkit_bench::options opt = mxkit_bench::parse_args(argc, argv);
-  const int repeats = std::max(opt.repeats, 20);
-  const char* only = std::getenv("MXKIT_BENCH_ONLY");
-  if (gpu::device_count() == 0) {
-    std::printf("no GPU: nothing to measure\n");
-    return 0;
-  }
-  const gpu::device_properties prop = gpu::properties();
-  const std::string device = prop.name;
-  std::printf("device: %s, %d multiprocessors, L2 %zu MB\n", prop.name, prop.multiprocessors, prop.l2_cache_bytes >> 20);
-  gpu::stream s;
-  std::vector<mxkit_bench::result> rows_out;
+struct run_context {
+  const gpu::device_properties& prop;
+  gpu::stream& s;
+  int repeats;
+  const char* only;
+  std::vector<mxkit_bench::result>& rows_out;
   int failures = 0;
-  const mode modes[] = {{"rowwise", true, false}, {"columnwise", false, true}, {"rowwise+columnwise", true, true}};
+};
 
-  for (const auto& [M, K] : {std::pair<std::size_t, std::size_t>{8192, 4096}, {16384, 8192}}) {
-    const std::size_t n = M * K, in_bytes = n * sizeof(bf16);
-    const std::size_t nbuf = std::max<std::size_t>(2, (4 * prop.l2_cache_bytes + in_bytes - 1) / in_bytes);
-    std::vector<gpu::device_buffer<bf16>> in;
-    for (std::size_t b = 0; b < nbuf; ++b) {
-      in.emplace_back(n);
-      fill_input<<<4 * prop.multiprocessors, 256, 0, s>>>(in.back().data(), n, K, 11 + b);
-      MXKIT_GPU_CHECK_LAUNCH();
-    }
-    std::vector<gpu::device_buffer<bf16>> copy_dst;
+// Every case of one input type T at one shape [M, K]: the copy, then each format x mode.
+// Variants: also time the two-copy cases with other register caps (bf16 only: each is a kernel).
+template <class T, bool Variants>
+void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector<mode>& modes) {
+  gpu::stream& s = ctx.s;
+  const int repeats = ctx.repeats;
+  const std::string shape = std::to_string(M) + "x" + std::to_string(K);
+  const std::string suffix = std::string(" ") + input_name<T>() + " " + shape;
+  if (ctx.only) {  // nothing to do (not even the copy) when no case of this type and shape is asked for
+    bool any = false;
+    for (const mxkit::mx_type type : {mxkit::mx_type::mxfp4, mxkit::mx_type::mxfp8_e4m3})
+      for (const mode& md : modes)
+        any = any || (std::string(mxkit::name_of(type)) + " " + md.name + suffix).find(ctx.only) != std::string::npos;
+    if (!any) return;
+  }
+  const std::size_t n = M * K, in_bytes = n * sizeof(T);
+  const std::size_t nbuf = std::max<std::size_t>(2, (4 * ctx.prop.l2_cache_bytes + in_bytes - 1) / in_bytes);
+  std::vector<gpu::device_buffer<T>> in;
+  for (std::size_t b = 0; b < nbuf; ++b) {
+    in.emplace_back(n);
+    fill_input<T><<<4 * ctx.prop.multiprocessors, 256, 0, s>>>(in.back().data(), n, K, 11 + b);
+    MXKIT_GPU_CHECK_LAUNCH();
+  }
+  double copy_gbs = 0;
+  {
+    std::vector<gpu::device_buffer<T>> copy_dst;
     for (std::size_t b = 0; b < nbuf; ++b) copy_dst.emplace_back(n);
     const timing copy = time_ms(
         [&](int i) {
@@ -106,102 +132,134 @@ int main(int argc, char** argv) {
                                             gpu::copy_kind::device_to_device, s));
         },
         repeats, s);
-    const double copy_gbs = 2.0 * static_cast<double>(in_bytes) / (copy.ms * 1e-3) / 1e9;
-    const std::string shape = std::to_string(M) + "x" + std::to_string(K);
-    std::printf("\n%s bf16: d2d copy %.1f us = %.0f GB/s (spread %.0f%%), %zu input buffers\n", shape.c_str(), copy.ms * 1e3,
-                copy_gbs, copy.spread * 100, nbuf);
+    copy_gbs = 2.0 * static_cast<double>(in_bytes) / (copy.ms * 1e-3) / 1e9;
+    std::printf("\n%s %s: d2d copy %.1f us = %.0f GB/s (spread %.0f%%), %zu input buffers\n", shape.c_str(), input_name<T>(),
+                copy.ms * 1e3, copy_gbs, copy.spread * 100, nbuf);
+  }
 
-    // Host copy of the first 256 rows of input 0, for validation.
-    const std::size_t band = 256;
-    std::vector<bf16> head(band * K);
-    MXKIT_GPU_CHECK(gpu::memcpy_async(head.data(), in[0].data(), band * K * sizeof(bf16), gpu::copy_kind::device_to_host, s));
-    s.synchronize();
-    const mxkit::matrix_view<const bf16> head_view{head.data(), band, K};
+  // Host copy of the first 256 rows of input 0, for validation.
+  const std::size_t band = 256;
+  std::vector<T> head(band * K);
+  MXKIT_GPU_CHECK(gpu::memcpy_async(head.data(), in[0].data(), band * K * sizeof(T), gpu::copy_kind::device_to_host, s));
+  s.synchronize();
+  const mxkit::matrix_view<const T> head_view{head.data(), band, K};
 
-    for (const mxkit::mx_type type : {mxkit::mx_type::mxfp4, mxkit::mx_type::mxfp8_e4m3})
-      for (const bool rotate : {false, true})
-        for (const mode& md : modes) {
-          mxkit::quantize_options o;
-          o.hadamard = rotate;
-          const mxkit::mx_layout rl{type, mxkit::block_axis::rowwise, M, K}, cl{type, mxkit::block_axis::columnwise, M, K};
-          std::vector<gpu::device_buffer<std::uint8_t>> rd, rs, cd, cs;
-          for (std::size_t b = 0; b < nbuf; ++b) {
-            rd.emplace_back(md.rowwise ? rl.data_bytes() : 0);
-            rs.emplace_back(md.rowwise ? rl.scale_count() : 0);
-            cd.emplace_back(md.columnwise ? cl.data_bytes() : 0);
-            cs.emplace_back(md.columnwise ? cl.scale_count() : 0);
-          }
-          auto launch = [&](int i) {
-            const std::size_t b = static_cast<std::size_t>(i) % nbuf;
-            gpu::quantize(mxkit::matrix_view<const bf16>{in[b].data(), M, K}, type, o,
-                          {md.rowwise ? rd[b].data() : nullptr, rs[b].data(), mxkit::scale_layout::row_major,
-                           md.columnwise ? cd[b].data() : nullptr, cs[b].data(), mxkit::scale_layout::row_major},
-                          s);
-          };
-          const std::string name = std::string(mxkit::name_of(type)) + " " + md.name + (rotate ? " hadamard" : "") + " bf16 " + shape;
-          if (only && name.find(only) == std::string::npos) continue;
-          // Validate against the host on the first 256 rows.
-          launch(0);
-          s.synchronize();
-          std::string bad;
-          if (md.rowwise) {
-            const mxkit::mx_tensor want = mxkit::quantize_rowwise(head_view, type, o);
-            std::vector<std::uint8_t> got = rd[0].to_host(s), got_s = rs[0].to_host(s);
-            got.resize(want.data().size());
-            got_s.resize(want.scales().size());
-            bad += first_diff(got, want.data()) + first_diff(got_s, want.scales());
-          }
-          if (md.columnwise) {
-            const mxkit::mx_tensor want = mxkit::quantize_columnwise(head_view, type, o);  // 8 blocks per column
-            const std::vector<std::uint8_t> got = cd[0].to_host(s), got_s = cs[0].to_host(s);
-            const std::size_t wl = want.layout().line_bytes(), gl = cl.line_bytes(), wb = want.layout().blocks_per_line();
-            std::vector<std::uint8_t> g(want.data().size()), gs(want.scales().size());
-            for (std::size_t c = 0; c < K; ++c) {
-              std::copy_n(got.begin() + static_cast<std::ptrdiff_t>(c * gl), wl, g.begin() + static_cast<std::ptrdiff_t>(c * wl));
-              std::copy_n(got_s.begin() + static_cast<std::ptrdiff_t>(c * cl.blocks_per_line()), wb,
-                          gs.begin() + static_cast<std::ptrdiff_t>(c * wb));
-            }
-            bad += first_diff(g, want.data()) + first_diff(gs, want.scales());
-          }
-          if (!bad.empty()) {
-            std::fprintf(stderr, "FAILED validation: %s: %s\n", name.c_str(), bad.c_str());
-            ++failures;
-            continue;
-          }
-          const timing t = time_ms(launch, repeats, s);
-          const double bytes = static_cast<double>(in_bytes) + (md.rowwise ? static_cast<double>(rl.data_bytes() + rl.scale_count()) : 0.0) +
-                               (md.columnwise ? static_cast<double>(cl.data_bytes() + cl.scale_count()) : 0.0);
-          const double gbs = bytes / (t.ms * 1e-3) / 1e9;
-          std::printf("  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", name.c_str(), t.ms * 1e3, gbs,
-                      100.0 * gbs / copy_gbs, t.spread * 100);
-          rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs});
-          if (md.rowwise && md.columnwise) {  // kernel variants (not recorded): CTAs per SM the registers are capped for
-            mxkit::visit_mx_type(type, [&](auto fmt) {
-              using Fmt = decltype(fmt);
-              auto variant = [&](auto min_blocks) {
-                constexpr int mb = decltype(min_blocks)::value;
-                const timing tv = time_ms(
-                    [&](int i) {
-                      const std::size_t b = static_cast<std::size_t>(i) % nbuf;
-                      gpu::detail::quantize_params<bf16> p;
-                      gpu::detail::make_quantize_params<bf16>({in[b].data(), M, K}, o,
-                                                              {rd[b].data(), rs[b].data(), mxkit::scale_layout::row_major,
-                                                               cd[b].data(), cs[b].data(), mxkit::scale_layout::row_major},
-                                                              s, p);
-                      gpu::detail::launch_quantize<Fmt, bf16, mb>(p, s);
-                    },
-                    repeats, s);
-                std::printf("    variant: register cap for %d CTAs/SM %8.1f us %5.1f%% of copy\n", mb, tv.ms * 1e3,
-                            100.0 * bytes / (tv.ms * 1e-3) / 1e9 / copy_gbs);
-              };
-              variant(std::integral_constant<int, 2>{});
-              variant(std::integral_constant<int, 3>{});
-              variant(std::integral_constant<int, 4>{});
-            });
-          }
+  for (const mxkit::mx_type type : {mxkit::mx_type::mxfp4, mxkit::mx_type::mxfp8_e4m3})
+    for (const mode& md : modes) {
+      const std::string name = std::string(mxkit::name_of(type)) + " " + md.name + suffix;
+      if (ctx.only && name.find(ctx.only) == std::string::npos) continue;
+      mxkit::quantize_options o;
+      o.hadamard = md.hadamard;
+      const mxkit::mx_layout rl{type, mxkit::block_axis::rowwise, M, K}, cl{type, mxkit::block_axis::columnwise, M, K};
+      std::vector<gpu::device_buffer<std::uint8_t>> rd, rs, cd, cs;
+      for (std::size_t b = 0; b < nbuf; ++b) {
+        rd.emplace_back(md.rowwise ? rl.data_bytes() : 0);
+        rs.emplace_back(md.rowwise ? rl.scale_count() : 0);
+        cd.emplace_back(md.columnwise ? cl.data_bytes() : 0);
+        cs.emplace_back(md.columnwise ? cl.scale_count() : 0);
+      }
+      auto launch = [&](int i) {
+        const std::size_t b = static_cast<std::size_t>(i) % nbuf;
+        gpu::quantize(mxkit::matrix_view<const T>{in[b].data(), M, K}, type, o,
+                      {md.rowwise ? rd[b].data() : nullptr, rs[b].data(), mxkit::scale_layout::row_major,
+                       md.columnwise ? cd[b].data() : nullptr, cs[b].data(), mxkit::scale_layout::row_major},
+                      s);
+      };
+      // Validate against the host on the first 256 rows.
+      launch(0);
+      s.synchronize();
+      std::string bad;
+      if (md.rowwise) {
+        const mxkit::mx_tensor want = mxkit::quantize_rowwise(head_view, type, o);
+        std::vector<std::uint8_t> got = rd[0].to_host(s), got_s = rs[0].to_host(s);
+        got.resize(want.data().size());
+        got_s.resize(want.scales().size());
+        bad += first_diff(got, want.data()) + first_diff(got_s, want.scales());
+      }
+      if (md.columnwise) {
+        const mxkit::mx_tensor want = mxkit::quantize_columnwise(head_view, type, o);  // 8 blocks per column
+        const std::vector<std::uint8_t> got = cd[0].to_host(s), got_s = cs[0].to_host(s);
+        const std::size_t wl = want.layout().line_bytes(), gl = cl.line_bytes(), wb = want.layout().blocks_per_line();
+        std::vector<std::uint8_t> g(want.data().size()), gs(want.scales().size());
+        for (std::size_t c = 0; c < K; ++c) {
+          std::copy_n(got.begin() + static_cast<std::ptrdiff_t>(c * gl), wl, g.begin() + static_cast<std::ptrdiff_t>(c * wl));
+          std::copy_n(got_s.begin() + static_cast<std::ptrdiff_t>(c * cl.blocks_per_line()), wb,
+                      gs.begin() + static_cast<std::ptrdiff_t>(c * wb));
         }
+        bad += first_diff(g, want.data()) + first_diff(gs, want.scales());
+      }
+      if (!bad.empty()) {
+        std::fprintf(stderr, "FAILED validation: %s: %s\n", name.c_str(), bad.c_str());
+        ++ctx.failures;
+        continue;
+      }
+      const timing t = time_ms(launch, repeats, s);
+      const double bytes = static_cast<double>(in_bytes) + (md.rowwise ? static_cast<double>(rl.data_bytes() + rl.scale_count()) : 0.0) +
+                           (md.columnwise ? static_cast<double>(cl.data_bytes() + cl.scale_count()) : 0.0);
+      const double gbs = bytes / (t.ms * 1e-3) / 1e9;
+      std::printf("  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", name.c_str(), t.ms * 1e3, gbs,
+                  100.0 * gbs / copy_gbs, t.spread * 100);
+      ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs});
+      if constexpr (Variants) {
+        if (!(md.rowwise && md.columnwise)) continue;
+        // Kernel variants (not recorded): CTAs per SM the registers are capped for.
+        mxkit::visit_mx_type(type, [&](auto fmt) {
+          using Fmt = decltype(fmt);
+          auto variant = [&](auto min_blocks) {
+            constexpr int mb = decltype(min_blocks)::value;
+            const timing tv = time_ms(
+                [&](int i) {
+                  const std::size_t b = static_cast<std::size_t>(i) % nbuf;
+                  gpu::detail::quantize_params<T> p;
+                  gpu::detail::make_quantize_params<T>({in[b].data(), M, K}, o,
+                                                       {rd[b].data(), rs[b].data(), mxkit::scale_layout::row_major,
+                                                        cd[b].data(), cs[b].data(), mxkit::scale_layout::row_major},
+                                                       s, p);
+                  gpu::detail::launch_quantize<Fmt, T, mb>(p, s);
+                },
+                repeats, s);
+            std::printf("    variant: register cap for %d CTAs/SM %8.1f us %5.1f%% of copy\n", mb, tv.ms * 1e3,
+                        100.0 * bytes / (tv.ms * 1e-3) / 1e9 / copy_gbs);
+          };
+          variant(std::integral_constant<int, 2>{});
+          variant(std::integral_constant<int, 3>{});
+          variant(std::integral_constant<int, 4>{});
+        });
+      }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const mxkit_bench::options opt = mxkit_bench::parse_args(argc, argv);
+  if (gpu::device_count() == 0) {
+    std::printf("bench_quantize_gpu: no GPU: nothing to measure\n");
+    const char* code = std::getenv("MXKIT_SKIP_EXIT_CODE");
+    return code ? std::atoi(code) : 77;
+  }
+  const gpu::device_properties prop = gpu::properties();
+  const std::string device = prop.name;
+  std::printf("device: %s, %d multiprocessors, L2 %zu MB\n", prop.name, prop.multiprocessors, prop.l2_cache_bytes >> 20);
+  gpu::stream s;
+  std::vector<mxkit_bench::result> rows_out;
+  run_context ctx{prop, s, std::max(opt.repeats, 20), std::getenv("MXKIT_BENCH_ONLY"), rows_out};
+  // bf16: the full set (these case names are compared across commits: keep them).
+  const std::vector<mode> all_modes = {{"rowwise", true, false, false},
+                                       {"columnwise", false, true, false},
+                                       {"rowwise+columnwise", true, true, false},
+                                       {"rowwise hadamard", true, false, true},
+                                       {"columnwise hadamard", false, true, true},
+                                       {"rowwise+columnwise hadamard", true, true, true}};
+  // fp16 and fp32: the single-copy baseline and the MXFP4 recipe's case.
+  const std::vector<mode> other_modes = {{"rowwise", true, false, false}, {"rowwise+columnwise hadamard", true, true, true}};
+
+  for (const auto& [M, K] : {std::pair<std::size_t, std::size_t>{8192, 4096}, {16384, 8192}}) {
+    run_shape<bf16, true>(ctx, M, K, all_modes);
+    run_shape<fp16, false>(ctx, M, K, other_modes);
+    run_shape<float, false>(ctx, M, K, other_modes);
   }
   std::printf("\n");
   mxkit_bench::finish(opt, device, rows_out);
-  return failures ? 1 : 0;
+  return ctx.failures ? 1 : 0;
 }

@@ -1,0 +1,42 @@
+// The GPU consumer of tests/package (MXKIT_CONSUME_GPU=ON): a .cu file of a project that found
+// mxkit with find_package and links mxkit::gpu, nothing else (no include path, no -std, no
+// runtime library of its own). A kernel quantizes one MXFP4 block with mxkit's device functions;
+// the host side uses mxkit's runtime layer. ctest only builds it (no GPU in CI); run on a GPU,
+// it exits 1 if the device's bytes differ from the host's, 77 without a GPU.
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <vector>
+
+#include <mxkit/block/pack.hpp>
+#include <mxkit/block/quantize_block.hpp>
+#include <mxkit/gpu/runtime.hpp>
+
+__global__ void quantize_one_block(const float* x, std::uint8_t* out) {  // 16 packed bytes + scale
+  float v[mxkit::mx_block_size];
+  for (int i = 0; i < mxkit::mx_block_size; ++i) v[i] = x[i];
+  const mxkit::mx_block<mxkit::mxfp4> q = mxkit::quantize_block<mxkit::mxfp4>(v, mxkit::quantize_options{}, 0);
+  for (int i = 0; i < mxkit::mx_block_size / 2; ++i) out[i] = mxkit::pack_fp4x2(q.elements[2 * i].bits(), q.elements[2 * i + 1].bits());
+  out[mxkit::mx_block_size / 2] = q.scale.bits();
+}
+
+int main() {
+  namespace gpu = mxkit::gpu;
+  if (gpu::device_count() == 0) {
+    std::printf("no GPU: built only\n");
+    return 77;
+  }
+  std::vector<float> x(mxkit::mx_block_size);
+  for (int i = 0; i < mxkit::mx_block_size; ++i) x[i] = 0.25f * static_cast<float>(i - 13);
+  gpu::device_buffer<float> dx{std::span<const float>(x)};
+  gpu::device_buffer<std::uint8_t> out(mxkit::mx_block_size / 2 + 1);
+  quantize_one_block<<<1, 1>>>(dx.data(), out.data());
+  MXKIT_GPU_CHECK_LAUNCH();
+  const std::vector<std::uint8_t> got = out.to_host();
+  const mxkit::mx_block<mxkit::mxfp4> q = mxkit::quantize_block<mxkit::mxfp4>(x.data(), mxkit::quantize_options{}, 0);
+  bool same = got[mxkit::mx_block_size / 2] == q.scale.bits();
+  for (int i = 0; i < mxkit::mx_block_size / 2; ++i)
+    same = same && got[i] == mxkit::pack_fp4x2(q.elements[2 * i].bits(), q.elements[2 * i + 1].bits());
+  std::printf("device block %s the host's\n", same ? "equals" : "DIFFERS from");
+  return same ? 0 : 1;
+}
