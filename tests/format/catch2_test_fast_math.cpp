@@ -81,3 +81,25 @@ TEST_CASE("fast-math: nearest-even conversions keep their rounding under reassoc
     CHECK(q.elements[i].bits() == oracle::encode(oracle::e2m1_spec, oracle::table_of(oracle::e2m1_spec), b[i], -1,
                                                  rounding::nearest_even, overflow::saturate));
 }
+
+TEST_CASE("fast-math: the E2M1 block-element encoder keeps its single roundings", "[format]") {
+  // Its three candidates are each one rounding of 2^23 + b + k * y; reassociation or a split
+  // multiply-add must not change a code (ties and their float neighbours, both signs).
+  const oracle::table& t = oracle::table_of(oracle::e2m1_spec);
+  oracle::mismatch_log log;
+  for (const int e : {-126, -40, -1, 0, 2, 77, 125})
+    for (int k = 0; k <= 64; ++k)
+      for (const float s : {1.0f, -1.0f}) {
+        const float y = s * static_cast<float>(k) / 8.0f;
+        for (const float v : {y, std::nextafter(y, -9.0f), std::nextafter(y, 9.0f)}) {
+          const float x = std::ldexp(v, e);
+          if (!(std::fabs(v) < 8.0f)) continue;
+          const std::uint32_t got = mxkit::e2m1::from_block_element_rne(x, std::ldexp(1.0f, -e)).bits();
+          got == oracle::encode(oracle::e2m1_spec, t, x, e, rounding::nearest_even, overflow::saturate)
+              ? log.pass()
+              : log.fail("x=" + oracle::describe(x) + " E=" + std::to_string(e));
+        }
+      }
+  INFO(log.summary());
+  CHECK(log.count == 0);
+}

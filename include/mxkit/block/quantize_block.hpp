@@ -81,6 +81,27 @@ MXKIT_HD constexpr Element quantize_non_nan_element_rne(float x, e8m0 scale, flo
   else
     return quantize_element<Element>(x, scale, rounding::nearest_even);
 }
+// The same code plus element_code_bias<Element>, as a word: a packer removes a whole word's
+// biases with one subtraction (E2M1's encoder leaves each code on top of a float's bits).
+template <class Element>
+inline constexpr std::uint32_t element_code_bias = [] {
+  if constexpr (requires { Element::block_element_bias; }) return Element::block_element_bias;
+  else return 0u;
+}();
+template <class Element>
+MXKIT_HD constexpr std::uint32_t quantize_non_nan_element_rne_biased(float x, e8m0 scale, float scale_inv) noexcept {
+  if constexpr (requires { Element::block_element_rne_biased(x, scale_inv); })
+    return Element::block_element_rne_biased(x, scale_inv);
+  else
+    return quantize_non_nan_element_rne<Element>(x, scale, scale_inv).bits();
+}
+// Largest element-scale exponent of the float path (scale_inv = 2^-E stays a normal float, and
+// whatever else the element's encoder needs: see minifloat::block_element_max_exponent).
+template <class Element>
+inline constexpr int float_path_max_exponent = [] {
+  if constexpr (requires { Element::block_element_max_exponent; }) return Element::block_element_max_exponent;
+  else return 126;
+}();
 }  // namespace detail
 
 // The random signs of the Hadamard rotation, passed in when the caller computed them once (a
@@ -155,7 +176,8 @@ MXKIT_HD constexpr block_front prepare_block(const float* in, const quantize_opt
   }
   f.scale = shared_scale<Element>(amax, o.rule);
   f.float_path = o.round == rounding::nearest_even && !f.scale.is_nan() &&
-                 (amax == 0 || amax >= float_path_min_amax<Element>()) && f.scale.exponent() + f.value_exp <= 126;
+                 (amax == 0 || amax >= float_path_min_amax<Element>()) &&
+                 f.scale.exponent() + f.value_exp <= float_path_max_exponent<Element>;
   return f;
 }
 
@@ -218,13 +240,19 @@ MXKIT_HD constexpr e8m0 quantize_block_packed(const float* in, const quantize_op
     return f.scale;
   }
   constexpr int per_word = 32 / Fmt::storage_bits;
+  // Each code arrives plus a constant bias; sum_i bias * 2^(bits * i), mod 2^32, leaves at the end.
+  constexpr std::uint32_t word_bias = [] {
+    std::uint32_t b = 0;
+    for (int i = 0; i < per_word; ++i) b = b * (1u << Fmt::storage_bits) + detail::element_code_bias<E>;
+    return b;
+  }();
   const e8m0 es = detail::element_scale(f);
   const float scale_inv = detail::exp2i(-es.exponent());
   for (int j = 0; j < block_words<Fmt>; ++j) {
     std::uint32_t w = 0;
     for (int i = per_word - 1; i >= 0; --i)  // fields do not overlap: + is |, and one IMAD per code
-      w = w * (1u << Fmt::storage_bits) + detail::quantize_non_nan_element_rne<E>(f.x.v[per_word * j + i], es, scale_inv).bits();
-    words[j] = w;
+      w = w * (1u << Fmt::storage_bits) + detail::quantize_non_nan_element_rne_biased<E>(f.x.v[per_word * j + i], es, scale_inv);
+    words[j] = w - word_bias;
   }
   return f.scale;
 }

@@ -113,6 +113,27 @@ __device__ inline void store_words(std::uint8_t* dst, const std::uint32_t* w) {
   for (int j = 0; j < block_words<Fmt>; j += 4) reinterpret_cast<uint4*>(dst)[j / 4] = make_uint4(w[j], w[j + 1], w[j + 2], w[j + 3]);
 }
 
+// An edge tile (or rows that are not 16-byte aligned): this thread's chunks element by element,
+// zero outside the matrix (block padding). Out of line: its index arithmetic stays off the
+// interior tiles' path.
+template <class T>
+__device__ __attribute__((noinline)) void copy_edge_tile(const T* in, std::size_t rows, std::size_t cols, std::size_t ld, uint4* dst,
+                                                         std::size_t r0, std::size_t c0, int copy_row0, int copy_chunk) {
+  using tile = quantize_tile<T>;
+  constexpr int epc = tile::elems_per_chunk, cpr = tile::chunks_per_row, copy_row_step = tile::threads / cpr;
+  for (int j = 0; j < tile::chunks_per_thread; ++j) {
+    const int row = copy_row0 + j * copy_row_step;
+    const T* s = in + (r0 + static_cast<std::size_t>(row)) * ld + c0 + static_cast<std::size_t>(copy_chunk * epc);
+    union {
+      uint4 v;
+      T e[epc];
+    } u{};
+    for (int k = 0; k < epc; ++k)
+      if (r0 + static_cast<std::size_t>(row) < rows && c0 + static_cast<std::size_t>(copy_chunk * epc + k) < cols) u.e[k] = s[k];
+    dst[row * cpr + swizzle_chunk(row, copy_chunk)] = u.v;
+  }
+}
+
 template <class Fmt, class T, int MinBlocks = quantize_tile<T>::min_blocks>
 __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize_kernel(const quantize_params<T> p) {
   using tile = quantize_tile<T>;
@@ -152,23 +173,14 @@ __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize
     if (q.m >= tiles_m) return;
     uint4* dst = smem + stage * stage_chunks;
     const std::size_t r0 = static_cast<std::size_t>(q.m) * tr, c0 = static_cast<std::size_t>(q.k) * tc;
-    const T* src = p.in + (r0 + static_cast<std::size_t>(copy_row0)) * p.ld + c0 + static_cast<std::size_t>(copy_chunk * epc);
-    const bool inside = p.vector_loads && r0 + tr <= p.rows && c0 + tc <= p.cols;
-    for (int j = 0; j < tile::chunks_per_thread; ++j) {
-      const int row = copy_row0 + j * copy_row_step;
-      uint4* d = dst + row * cpr + swizzle_chunk(row, copy_chunk);
-      const T* s = src + static_cast<std::size_t>(j * copy_row_step) * p.ld;
-      if (inside) {
-        async_copy16(d, s);
-      } else {  // edge tile or unaligned rows: element by element, zero outside the matrix (block padding)
-        union {
-          uint4 v;
-          T e[epc];
-        } u{};
-        for (int k = 0; k < epc; ++k)
-          if (r0 + static_cast<std::size_t>(row) < p.rows && c0 + static_cast<std::size_t>(copy_chunk * epc + k) < p.cols) u.e[k] = s[k];
-        *d = u.v;
+    if (p.vector_loads && r0 + tr <= p.rows && c0 + tc <= p.cols) {
+      const T* src = p.in + (r0 + static_cast<std::size_t>(copy_row0)) * p.ld + c0 + static_cast<std::size_t>(copy_chunk * epc);
+      for (int j = 0; j < tile::chunks_per_thread; ++j) {
+        const int row = copy_row0 + j * copy_row_step;
+        async_copy16(dst + row * cpr + swizzle_chunk(row, copy_chunk), src + static_cast<std::size_t>(j * copy_row_step) * p.ld);
       }
+    } else {
+      copy_edge_tile(p.in, p.rows, p.cols, p.ld, dst, r0, c0, copy_row0, copy_chunk);
     }
   };
 
