@@ -218,7 +218,7 @@ class host_backend : public backend {
   qtensor import_fp8(const fp8_tensor& host, operand_use use, mem_tag tag) override {
     count(use);
     quant_request r;
-    r.spec = recipes::fp8_operand(host.type);
+    r.spec = recipes::mma_operand(host.type);
     r.axis = block_axis::rowwise;
     r.fp8_scale = host.scale;
     r.use = use;

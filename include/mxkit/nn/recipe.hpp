@@ -109,7 +109,7 @@ namespace recipes {
 
 inline operand_spec native_operand() { return {precision::native}; }
 inline operand_spec bf16_operand() { return {precision::bf16}; }
-inline operand_spec fp8_operand(fp8_type t) {
+inline operand_spec mma_operand(fp8_type t) {
   operand_spec o{precision::fp8};
   o.fp8 = t;
   return o;
@@ -141,9 +141,9 @@ inline recipe bf16() { return uniform("bf16", bf16_operand()); }
 inline recipe fp8_delayed(const delayed_scaling_config& scaling = {}) {
   recipe r;
   r.name = "fp8 delayed";
-  r.fprop = {fp8_operand(fp8_type::e4m3), fp8_operand(fp8_type::e4m3)};
-  r.dgrad = {fp8_operand(fp8_type::e5m2), fp8_operand(fp8_type::e4m3)};
-  r.wgrad = {fp8_operand(fp8_type::e5m2), fp8_operand(fp8_type::e4m3)};
+  r.fprop = {mma_operand(fp8_type::e4m3), mma_operand(fp8_type::e4m3)};
+  r.dgrad = {mma_operand(fp8_type::e5m2), mma_operand(fp8_type::e4m3)};
+  r.wgrad = {mma_operand(fp8_type::e5m2), mma_operand(fp8_type::e4m3)};
   r.high = bf16_operand();
   r.scaling = scaling;
   return r;

@@ -114,12 +114,9 @@ inline sm90::mma_kind mma_kind_of(const gemm_operand& o) {
   return o.type == mx_type::mxfp8_e5m2 ? sm90::mma_kind::e5m2 : sm90::mma_kind::e4m3;  // expanded types are E4M3
 }
 
-// MXFP4/MXFP6 operands are first re-encoded as FP8 bytes into stream-ordered scratch memory.
-// MXFP4 x MXFP4 tries the line-scaled path first (expand::fold: both sides as E5M2 with one
-// factor per line, no per-block scales in the GEMM); if some line cannot be folded exactly, the
-// fold sets a device flag that closes that path and opens the block-scaled one (E4M3 bytes and
-// per-block scales). Both are enqueued and the closed kernels return at once, so the choice needs
-// no host synchronization.
+// MXFP8 x MXFP8: both sides as bf16 with their scales applied (expand::to_bf16) on the bf16
+// tensor cores; blocks the expansion cannot make exact set a device flag that opens the FP8
+// block-scaled kernel instead (the same gate scheme as run_sm90's fold).
 inline void run_sm90_bf16(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s) {
   const std::size_t ea = expand::to_bf16::bytes(a), eb = expand::to_bf16::bytes(b);
   std::uint8_t* scratch = scratch_alloc(ea + eb + sizeof(int), s);
@@ -128,9 +125,9 @@ inline void run_sm90_bf16(const gemm_operand& a, const gemm_operand& b, const ge
     MXKIT_GPU_CHECK(memset_async(unsafe, 0, sizeof(int), s));
     expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(scratch), unsafe, s);
     expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(scratch + ea), unsafe, s);
-    const sm90::fp8_operand ba{sm90::mma_kind::bf16, scratch, 2 * a.length}, bb{sm90::mma_kind::bf16, scratch + ea, 2 * b.length};
+    const sm90::mma_operand ba{sm90::mma_kind::bf16, scratch, 2 * a.length}, bb{sm90::mma_kind::bf16, scratch + ea, 2 * b.length};
     sm90::launch(a, b, ba, bb, out, s, launch_gate{unsafe, false});
-    const sm90::fp8_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
+    const sm90::mma_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
     sm90::launch(a, b, fa, fb, out, s, launch_gate{unsafe, true});
   } catch (...) {
     (void)cudaFreeAsync(scratch, s);
@@ -139,6 +136,12 @@ inline void run_sm90_bf16(const gemm_operand& a, const gemm_operand& b, const ge
   MXKIT_GPU_CHECK(cudaFreeAsync(scratch, s));
 }
 
+// MXFP4/MXFP6 operands are first re-encoded as FP8 bytes into stream-ordered scratch memory.
+// MXFP4 x MXFP4 tries the line-scaled path first (expand::fold: both sides as E5M2 with one
+// factor per line, no per-block scales in the GEMM); if some line cannot be folded exactly, the
+// fold sets a device flag that closes that path and opens the block-scaled one (E4M3 bytes and
+// per-block scales). Both are enqueued and the closed kernels return at once, so the choice needs
+// no host synchronization.
 inline void run_sm90(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, const gemm_options& o) {
   if (o.mxfp8_via_bf16 && expand::to_bf16::applies(a) && expand::to_bf16::applies(b)) return run_sm90_bf16(a, b, out, s);
   const bool fold = expand::fold::applies(a) && expand::fold::applies(b);
@@ -146,7 +149,7 @@ inline void run_sm90(const gemm_operand& a, const gemm_operand& b, const gemm_ou
   const std::size_t extra = fold ? (a.lines + b.lines) * sizeof(float) + sizeof(int) : 0;
   std::uint8_t* scratch = ea + eb + extra ? scratch_alloc(ea + eb + extra, s) : nullptr;
   try {
-    sm90::fp8_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
+    sm90::mma_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
     launch_gate fallback;
     if (fold) {
       float* line_a = reinterpret_cast<float*>(scratch + ea + eb);
@@ -155,7 +158,7 @@ inline void run_sm90(const gemm_operand& a, const gemm_operand& b, const gemm_ou
       MXKIT_GPU_CHECK(memset_async(unsafe, 0, sizeof(int), s));
       expand::fold::launch(a, scratch, line_a, unsafe, s);
       expand::fold::launch(b, scratch + ea, line_b, unsafe, s);
-      const sm90::fp8_operand la{sm90::mma_kind::e5m2, scratch, a.length, line_a}, lb{sm90::mma_kind::e5m2, scratch + ea, b.length, line_b};
+      const sm90::mma_operand la{sm90::mma_kind::e5m2, scratch, a.length, line_a}, lb{sm90::mma_kind::e5m2, scratch + ea, b.length, line_b};
       sm90::launch(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums);
       fallback = launch_gate{unsafe, true};
     }

@@ -517,9 +517,9 @@ inline CUtensorMap make_tensor_map(const std::uint8_t* data, std::size_t lines, 
   return map;
 }
 
-// What the launcher needs beyond the operands: each side's FP8 element kind (after expansion)
-// and its byte matrix (the expanded copy for MXFP4/MXFP6).
-struct fp8_operand {
+// What the launcher needs beyond the operands: each side's wgmma element kind (after any
+// expansion) and its byte matrix (the operand itself, or its expanded copy in scratch).
+struct mma_operand {
   mma_kind kind = mma_kind::e4m3;
   const std::uint8_t* data = nullptr;
   std::size_t line_bytes = 0;
@@ -545,7 +545,7 @@ using config_mx = config<128, 256, 64, 2, false>;
 using config_fp8 = config<128, 256, 64, 2, false>;
 
 template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg>
-void launch_typed(const gemm_operand& a, const gemm_operand& b, const fp8_operand& fa, const fp8_operand& fb, params prm,
+void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb, params prm,
                   stream_t stream) {
   auto kernel = gemm_kernel<TA, TB, S, G, Cfg>;
   constexpr std::size_t smem = smem_bytes<Cfg::bm, Cfg::bn>;
@@ -565,7 +565,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const fp8_operan
 }
 
 template <scaling S, int G, class Cfg>
-void launch_kinds(const gemm_operand& a, const gemm_operand& b, const fp8_operand& fa, const fp8_operand& fb, const params& prm,
+void launch_kinds(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb, const params& prm,
                   stream_t stream) {
   constexpr mma_kind E4 = mma_kind::e4m3, E5 = mma_kind::e5m2;
   switch (static_cast<int>(fa.kind) * 2 + static_cast<int>(fb.kind)) {
@@ -579,7 +579,7 @@ void launch_kinds(const gemm_operand& a, const gemm_operand& b, const fp8_operan
 // a, b: the original operands (shape, scales); fa, fb: their FP8 bytes. Line factors on both
 // (expand::fold's E5M2 bytes) select scaling::line, whose promotions cover one block
 // (exact_block_sums) or four; the kernel runs only if `gate` is open.
-inline void launch(const gemm_operand& a, const gemm_operand& b, const fp8_operand& fa, const fp8_operand& fb,
+inline void launch(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb,
                    const gemm_output_desc& out, stream_t stream, launch_gate gate = {}, bool exact_block_sums = true) {
   if (a.lines == 0 || b.lines == 0) return;
   params prm;
