@@ -1,4 +1,4 @@
-// E2M1's block-element encoder (minifloat::from_block_element_rne: three FMAs and a min, the
+// E2M1's block-element encoder (minifloat::from_block_element_rne: two FMAs and a min, the
 // encoder of every MXFP4 block on the float path, host and device) against the integer rounding
 // of from_float_scaled and the long-double oracle: every bf16 value and random floats at every
 // element-scale exponent a float-path block can have, wherever |x| * 2^-E < 8 (the block
@@ -85,8 +85,9 @@ TEST_CASE("e2m1 block element: random floats, ties and their neighbours at every
 }
 
 TEST_CASE("e2m1 block element: MXFP4 blocks beyond block_element_max_exponent take the integer path", "[format]") {
-  // amax just below 2^128: exponent 125 (floor) or 126 (the other rules). At 126, scale_inv / 2
-  // would be a float subnormal, so the block's elements go to from_float_scaled; same codes.
+  // amax just below 2^128: exponent 125 (floor) or 126 (the other rules). At 126 the encoder's
+  // clamp, (7 - 2^-21) * 2^126, would overflow, so the block's elements go to from_float_scaled;
+  // same codes.
   std::array<float, 32> b{};
   for (std::size_t i = 0; i < 32; ++i) b[i] = std::ldexp(static_cast<float>(i) - 15.5f, 124);
   b[5] = 0x1.fffffep127f;

@@ -141,11 +141,11 @@ MXKIT_HD constexpr mx_block<Fmt> quantize_elements_general(block_values in, e8m0
 
 // The part of a block quantization before the elements: the values, the scale, and whether the
 // float path applies (nearest even, finite scale, amax not tiny, see float_path_min_amax).
-// With the rotation, x holds 4 times the rotated values (the butterflies without H16's 1/4,
-// value_exp = 2) when that 1/4 can be folded, exactly, into the elements' power-of-two scale:
-// on the float path every element is then the same float (x * 2^-(scale + 2) = v * 2^-scale,
-// both exact, or both below half the least step where v would be a float subnormal, as
-// float_path_min_amax guarantees). Everywhere else x is normalized as rotate_block does.
+// With the rotation, x holds 4 times the rotated values v (the butterflies without H16's 1/4,
+// value_exp = 2), and the float path folds that 1/4, exactly, into the elements' power-of-two
+// scale: every element is the same float (x * 2^-(scale + 2) = v * 2^-scale, both exact, or
+// both below half the least step where v would be a float subnormal, as float_path_min_amax
+// guarantees). Off the float path x is normalized first, as rotate_block does.
 struct block_front {
   block_values x;
   e8m0 scale;
@@ -162,15 +162,13 @@ MXKIT_HD constexpr block_front prepare_block(const float* in, const quantize_opt
       if (signs.mask) apply_signs16(f.x.v + g, signs.mask);
       hadamard_butterflies<hadamard_group>(f.x.v + g);
     }
+    // max |v| = max |x| / 4 (rotate_block's normalization): rounding is monotone, so the max of
+    // the normalized values is the normalized max (also where it is a float subnormal or a
+    // flush-to-zero build flushes it); exactly 2 off the exponent while a normal stays normal.
     amax = block_amax_bits(f.x.v);
     constexpr std::uint32_t two_exp = 2u << 23;  // 1/4 = 1 / sqrt(16): exponent minus 2
-    if (amax >= 3u << 23 && amax < 0x7F800000u) {
-      amax -= two_exp;  // max |x| / 4 exactly: a normal float stays normal
-      f.value_exp = 2;
-    } else {
-      for (int i = 0; i < mx_block_size; ++i) f.x.v[i] *= 0.25f;  // rotate_block's normalization
-      amax = block_amax_bits(f.x.v);
-    }
+    amax = amax >= 3u << 23 && amax < 0x7F800000u ? amax - two_exp : amax_bits(0u, bit_cast<float>(amax) * 0.25f);
+    f.value_exp = 2;
   } else {
     amax = block_amax_bits(f.x.v);
   }
@@ -250,8 +248,17 @@ MXKIT_HD constexpr e8m0 quantize_block_packed(const float* in, const quantize_op
   const float scale_inv = detail::exp2i(-es.exponent());
   for (int j = 0; j < block_words<Fmt>; ++j) {
     std::uint32_t w = 0;
-    for (int i = per_word - 1; i >= 0; --i)  // fields do not overlap: + is |, and one IMAD per code
-      w = w * (1u << Fmt::storage_bits) + detail::quantize_non_nan_element_rne_biased<E>(f.x.v[per_word * j + i], es, scale_inv);
+    for (int i = per_word - 1; i >= 0; --i) {  // fields do not overlap: + is |, and one IMAD per code
+      const float x = f.x.v[per_word * j + i];
+      if constexpr (requires { E::block_element_magnitude_biased(x, scale_inv); }) {
+        // The sign is the field's top bit: w * 16 + 8 * sign + m = (2w + sign) * 8 + m, and
+        // 2w + sign is one funnel shift of (w, x's bits).
+        w = (w << 1) | (bit_cast<std::uint32_t>(x) >> 31);
+        w = w * (1u << (Fmt::storage_bits - 1)) + E::block_element_magnitude_biased(x, scale_inv);
+      } else {
+        w = w * (1u << Fmt::storage_bits) + detail::quantize_non_nan_element_rne_biased<E>(x, es, scale_inv);
+      }
+    }
     words[j] = w - word_bias;
   }
   return f.scale;

@@ -51,18 +51,35 @@ MXKIT_HD constexpr std::uint32_t normalized_significand(std::uint32_t abs) noexc
 }
 }  // namespace detail
 
+namespace detail {
+// For a normal amax every rule is a floor after an addition to the float bits: the carry out of
+// the mantissa field is the rule's step to the next binade (even: half an element ulp, rounding
+// up; round_up: past the element's max significand; ceil: anything above the power of two).
+template <class Element>
+MXKIT_HD constexpr std::uint32_t scale_rule_carry(scale_rule rule) noexcept {
+  switch (rule) {
+    case scale_rule::floor: break;
+    case scale_rule::even: return 1u << (22 - Element::mantissa_bits);
+    case scale_rule::round_up: return 0xFFFFFFu - normalized_significand(abs_bits(Element::max().to_float()));
+    case scale_rule::ceil: return 0x7FFFFFu;
+  }
+  return 0;
+}
+}  // namespace detail
+
 // Shared scale for a block whose amax has float bits `amax` (see amax_bits).
 template <class Element>
 MXKIT_HD constexpr e8m0 shared_scale(std::uint32_t amax, scale_rule rule) noexcept {
   if (amax >= 0x7F800000u) return e8m0::nan();
+  if (amax >= 0x00800000u)  // normal: < 0x7F800000 + 0x800000, so the sum cannot wrap
+    return e8m0::from_exponent(static_cast<int>((amax + detail::scale_rule_carry<Element>(rule)) >> 23) - 127 - Element::emax);
   if (amax == 0) return e8m0::from_exponent(0);
+  // A subnormal amax: its leading bit is below bit 23, so the rules round its significand.
   int lead = detail::floor_log2_abs(amax);
   switch (rule) {
     case scale_rule::floor: break;
     case scale_rule::even:
       // Round the normalized significand half up to m fraction bits; a carry is the next binade.
-      // (Adding 2^(22-m) to the float bits is the same for a normal amax, but a subnormal's
-      // leading bit is below bit 23, so that would round it to fewer bits.)
       if (detail::normalized_significand(amax) + (1u << (22 - Element::mantissa_bits)) >= (1u << 24)) ++lead;
       break;
     case scale_rule::round_up: {

@@ -200,46 +200,46 @@ class minifloat {
     return make_unmasked(block_element_rne_biased(x, scale_inv) - block_element_bias);
   }
 
-  // E2M1 block elements: nearest-even in three FMAs and a min, no integer rounding. With
+  // E2M1 block elements: nearest-even in two FMAs and an integer min, no integer rounding. With
   // y = |x| * 2^-E (< 8), the E2M1 code of y is the concave piecewise-linear g(y) = min(2y, y + 2,
   // y/2 + 4) on [0, 6] (0, 0.5 ... 6 are codes 0 ... 7; the pieces meet at the grid points 2 and
-  // 4), so nearest in value is nearest in code and a tie in value is a tie in code; ties go to
-  // the even code, which is the even mantissa (a code's low bit is its mantissa bit). So
-  // code = min(RNE(2y), RNE(y + 2), RNE(y/2 + 4)) (RNE is monotone, min commutes with it), each
-  // RNE one float rounding: 2^23 + b + k * y lies in [2^23, 2^24), whose ulp is 1, and k * 2^-E is
-  // a power of two, so k * |x| * 2^-E is exact (or below 2^-126, where it cannot move 2^23 + b):
-  // fma(|x|, k * scale_inv, 2^23 + b) = 2^23 + RNE(k * y + b), the code in its low bits. (Adding
-  // b after rounding k * y alone would round twice: y = 2.5 + 2^-21 would tie.) Above 6 the
-  // value saturates to 6 (code 7; y in [7, 8) would round to 8): |x| is clamped first to
-  // (7 - 2^-21) * 2^E, where y/2 + 4 = 7.5 - 2^-22 rounds to 7 and every other y is unchanged.
-  // The sign goes to bit 3 as x's sign bit. E <= 125 keeps scale_inv / 2 normal (a flush-to-zero
-  // build would zero it) and E >= -126 (every E2M1 block on the float path) keeps 2 * scale_inv
-  // finite and the clamp normal.
+  // 4), so nearest in value is nearest in code and a tie in value is a tie in code; ties go to the
+  // even code, which is the even mantissa (a code's low bit is its mantissa bit). RNE is monotone,
+  // so code = min(RNE(2y), RNE(y + 2), RNE(y/2 + 4)), and float rounding does the RNEs:
+  //  - a = fma(|x|, 2 * 2^-E, 2^24 - 4) = 2^24 - 4 + 2y rounds with ulp 1 below 2^24 (y < 2) and
+  //    ulp 2 above, so its bits are K + RNE(2y) for y < 2 and K + RNE(y + 2) from y = 2 on
+  //    (K = bits(2^24 - 4); the binade edge at 2^24 is the grid point y = 2, and the tie at
+  //    y = 1.75 goes up to 2^24, the even mantissa, code 4, as it should);
+  //  - b = fma(|x|, 2^-E, 2^24) = 2^24 + y rounds with ulp 2: its bits are K + 4 + RNE(y/2).
+  // Both float patterns lie in one sign and two adjacent binades, so the integer min of the bits is
+  // K + code. Each FMA rounds once: 2^-E is a power of two, so |x| * 2^-E is exact (or below
+  // 2^-126, where it cannot move the constant). Above 6 the value saturates to 6 (code 7; y in
+  // [7, 8) would round to 8): |x| is clamped first to (7 - 2^-21) * 2^E, which b still takes to
+  // 2^24 + 6 and every other y keeps. The sign is x's sign bit at bit 3 (block_element_rne_biased;
+  // quantize_block_packed shifts it in while packing). E <= 125 keeps the clamp finite and
+  // E >= -126 (every E2M1 block on the float path) keeps 2 * 2^-E finite and the clamp normal.
   static constexpr bool e2m1_block_fma =
       Enc::exponent_bits == 2 && Enc::mantissa_bits == 1 && Enc::specials == special_values::none;
   static constexpr int block_element_max_exponent = e2m1_block_fma ? 125 : 126;
-  // block_element_rne_biased = from_block_element_rne's code + block_element_bias (the float
-  // bits of 2^23 for E2M1, 0 otherwise), so a packer can remove the biases of a word at once.
-  static constexpr std::uint32_t block_element_bias = e2m1_block_fma ? 0x4B000000u : 0u;
+  // block_element_rne_biased = from_block_element_rne's code + block_element_bias (K above for
+  // E2M1, 0 otherwise), so a packer can remove the biases of a word at once.
+  static constexpr std::uint32_t block_element_bias = e2m1_block_fma ? 0x4B7FFFFCu : 0u;
+  // E2M1: the magnitude's code + block_element_bias, without the sign.
+  MXKIT_HD static constexpr std::uint32_t block_element_magnitude_biased(float x, float scale_inv) noexcept
+    requires(e2m1_block_fma)
+  {
+    // (7 - 2^-21) * 2^E: float bits 0x40DFFFFF + (E << 23), and scale_inv's are (127 - E) << 23.
+    const float clamp = bit_cast<float>(0x805FFFFFu - bit_cast<std::uint32_t>(scale_inv));
+    const float a = detail::min_float(detail::abs_float(x), clamp);
+    const std::uint32_t below2 = bit_cast<std::uint32_t>(detail::fma_exact_product(a, 2.0f * scale_inv, 0x1p24f - 4.0f));
+    const std::uint32_t above2 = bit_cast<std::uint32_t>(detail::fma_exact_product(a, scale_inv, 0x1p24f));
+    return below2 < above2 ? below2 : above2;
+  }
   MXKIT_HD static constexpr std::uint32_t block_element_rne_biased(float x, float scale_inv) noexcept
     requires(has_fast_nearest_even)
   {
     if constexpr (e2m1_block_fma) {
-      const std::uint32_t xb = bit_cast<std::uint32_t>(x);
-      // (7 - 2^-21) * 2^E: float bits 0x40DFFFFF + (E << 23), and scale_inv's are (127 - E) << 23.
-      const float clamp = bit_cast<float>(0x805FFFFFu - bit_cast<std::uint32_t>(scale_inv));
-      const float a = detail::min_float(detail::abs_float(x), clamp);
-      const std::uint32_t c1 = bit_cast<std::uint32_t>(detail::fma_exact_product(a, 2.0f * scale_inv, 0x1p23f));
-      const std::uint32_t c2 = bit_cast<std::uint32_t>(detail::fma_exact_product(a, scale_inv, 0x1p23f + 2.0f));
-      const std::uint32_t c3 = bit_cast<std::uint32_t>(detail::fma_exact_product(a, 0.5f * scale_inv, 0x1p23f + 4.0f));
-      const std::uint32_t c12 = c1 < c2 ? c1 : c2;  // the same order as the floats: one binade
-      const std::uint32_t code = c12 < c3 ? c12 : c3;
-#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__)
-      // x's sign bit times 8 without a shift: the high word of xb * 2 is xb >> 31 (an IMAD.HI
-      // on the FMA pipe, where a shift would take the integer pipe).
-      if (!__builtin_is_constant_evaluated()) return code + 8u * __umulhi(xb, 2u);
-#endif
-      return code + ((xb >> 31) << 3);
+      return block_element_magnitude_biased(x, scale_inv) + ((bit_cast<std::uint32_t>(x) >> 31) << 3);
     } else {
 #if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
       if constexpr ((Enc::exponent_bits == 4 && Enc::mantissa_bits == 3 && Enc::specials == special_values::all_ones_nan) ||

@@ -238,6 +238,17 @@ __device__ inline void async_wait() noexcept {
   asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
 #endif
 }
+// Barrier with shared-memory ordering for a team of 32 lanes: a warp on NVIDIA; on AMD the whole
+// wave64 (its two teams run the same uniform loop, so both always arrive).
+__device__ inline void team_sync() noexcept {
+#if MXKIT_GPU_CUDA
+  __syncwarp();
+#else
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#endif
+}
 __device__ inline unsigned atomic_max(unsigned* p, unsigned v) noexcept { return atomicMax(p, v); }
 
 // Maximum over the warp (every lane gets it), log2(warp_size) shuffles.

@@ -6,13 +6,14 @@
 // quantize_block (optional 16-point Hadamard, amax, scale rule, RNE or stochastic rounding), so
 // each byte equals the host reference (tensor/quantize.hpp); this file only moves data.
 //
-// Kernel shape: a CTA of 256 threads (bf16/fp16 input; 128 for float) owns a 128-row x 128-byte
-// tile of the input. Tiles stream through a 3-stage shared-memory ring with 16-byte coalesced
-// copies (cp.async on sm_80+: two tiles in flight while one is quantized, no registers held),
-// then each thread quantizes one rowwise block (a row's 32 columns) and one columnwise block (a
-// column's 32 rows) from shared memory with quantize_block_packed and stores its 16 or 32 bytes.
-// Persistent grid: CTAs loop over tiles. 16-byte chunks are XOR-swizzled in shared memory so the
-// row reads (16 bytes a thread) and the column reads (2 or 4 bytes) are bank-conflict-free.
+// Kernel shape: teams of 32 lanes (a warp; half a wave64), each owning 64-row x 128-byte tiles
+// of the input from load to store, two per CTA. Tiles stream through the team's two
+// shared-memory stages with 16-byte coalesced copies (cp.async on sm_80+: the next tile lands
+// while this one is quantized); then each lane quantizes 4 rowwise blocks (32 columns of a row)
+// and 4 columnwise blocks (32 rows of a column; 2 and 2 for float input) from shared memory with
+// quantize_block_packed and stores 16 or 32 bytes each. Columnwise 16-bit reads are transposed
+// 8x8 matrix loads on NVIDIA. Persistent grid: teams loop over tiles and synchronize only within
+// themselves. 16-byte chunks are XOR-swizzled so that every shared-memory access is conflict-free.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -51,29 +52,37 @@ struct quantize_outputs {
 
 namespace detail {
 
-// Tile geometry for input type T: 128 rows x 128 bytes (64 bf16/fp16 or 32 float columns),
-// 16 KB. One thread per rowwise block (128 rows x cols/32 blocks) = one per columnwise block
-// (cols columns x 4 blocks): 256 threads for 16-bit inputs, 128 for float. The 4 columnwise
-// blocks of a column go to 4 adjacent lanes, so a warp writes each of 8 columnwise lines 64
-// (FP4) or 128 (8-bit) contiguous bytes. Shared memory holds `stages` tiles; tiles are copied
-// `stages - 1` ahead of the one being quantized.
+// Tile geometry for input type T. The unit of work is a team of 32 lanes (a CUDA warp, half an
+// AMD wave64) that owns a 64-row x 128-byte tile (64 bf16/fp16 or 32 float columns, 8 KB) from
+// its load to its stores: tiles stream through the team's own two shared-memory stages (one
+// quantized while the next is copied in), so teams synchronize only within themselves, never
+// across a CTA. A CTA is 2 teams (64 threads; 32 KB of shared memory).
+// Each lane quantizes row_blocks_per_lane rowwise and col_blocks_per_lane columnwise blocks of a
+// tile; the two blocks of a rowwise line (and of a columnwise line) in a tile go to adjacent
+// lanes, so each 16-byte store instruction writes whole 32-byte sectors.
 template <class T>
 struct quantize_tile {
-  static constexpr int rows = 128;
-  static constexpr int cols = 128 / static_cast<int>(sizeof(T));
-  static constexpr int threads = rows * cols / mx_block_size;
-  static constexpr int row_blocks = cols / mx_block_size;  // rowwise blocks per tile row: 2 or 1
-  static constexpr int col_blocks = rows / mx_block_size;  // columnwise blocks per tile column: 4
+  static constexpr int team = 32;
+  static constexpr int rows = 64;
+  static constexpr int row_bytes = 128;
+  static constexpr int cols = row_bytes / static_cast<int>(sizeof(T));
   static constexpr int elems_per_chunk = 16 / static_cast<int>(sizeof(T));
-  static constexpr int chunks_per_row = 8;                                  // 128 bytes: all 32 banks
+  static constexpr int chunks_per_row = row_bytes / 16;  // 8: all 32 banks
+  static constexpr int chunks = rows * chunks_per_row;   // 512 (8 KB)
   static constexpr int chunks_per_block = mx_block_size / elems_per_chunk;  // 4 (16-bit) or 8 (float)
-  static constexpr int chunks = rows * chunks_per_row;
-  static constexpr int chunks_per_thread = chunks / threads;
-  static constexpr int stages = 3;
-  // CTAs per SM the NVIDIA build is register-capped for: 3 x 256 threads, 80 registers (64 would
-  // spill: ptxas -v), 3 x 48 KB of shared memory; bench_quantize_gpu compares 2, 3 and 4.
-  static constexpr int min_blocks = MXKIT_GPU_CUDA ? 768 / threads : 1;
-  static_assert(row_blocks * rows == threads && col_blocks * cols == threads);
+  static constexpr int row_blocks = cols / mx_block_size;  // rowwise blocks per tile row: 2 or 1
+  static constexpr int col_blocks = rows / mx_block_size;  // columnwise blocks per tile column: 2
+  static constexpr int row_blocks_per_lane = rows * row_blocks / team;
+  static constexpr int col_blocks_per_lane = cols * col_blocks / team;
+  static constexpr int copies_per_lane = chunks / team;
+  static constexpr int stages = 2;
+  static constexpr int teams_per_cta = 2;
+  static constexpr int threads = team * teams_per_cta;
+  // CTAs per SM the NVIDIA build is register-capped for: 6 x 64 threads (12 warps, 170 registers)
+  // fill 192 KB of shared memory; bench_quantize_gpu also times 4 and 7.
+  static constexpr int min_blocks = MXKIT_GPU_CUDA ? 6 : 1;
+  static_assert(chunks % team == 0 && row_blocks_per_lane * team == rows * row_blocks &&
+                col_blocks_per_lane * team == cols * col_blocks);
 };
 
 template <class T>
@@ -90,9 +99,12 @@ struct quantize_params {
 };
 
 // Shared-memory position (in 16-byte chunks, 8 per 128-byte row) of chunk `chunk` of tile row
-// `row`: XOR-swizzled so that the 16-byte row reads (8 threads: 4 or 8 consecutive rows) and the
-// 2-byte column reads (a warp: 8 columns x 4 rows 32 apart) each hit distinct banks.
-MXKIT_HD constexpr int swizzle_chunk(int row, int chunk) { return chunk ^ ((row ^ (row >> 5)) & 7); }
+// `row`: XOR-swizzled so that every access pattern of the kernel hits 8 distinct 16-byte bank
+// groups per 8 lanes: the copy-in (8 lanes, one row's 8 chunks), the rowwise reads (8 lanes: 4
+// rows x 2 blocks) and each transposed 8x8 matrix read of the columnwise blocks (rows
+// 32b + 8j + i + 4s, chunks 2k + h over b, s, h: row bit 2 (s), row bit 5 folded onto bit 1 (b),
+// chunk bit 0 (h) land on distinct bits).
+MXKIT_HD constexpr int swizzle_chunk(int row, int chunk) { return chunk ^ ((row ^ (row >> 4)) & 7); }
 
 // Elements of one 16-byte chunk as floats.
 template <class T>
@@ -113,127 +125,189 @@ __device__ inline void store_words(std::uint8_t* dst, const std::uint32_t* w) {
   for (int j = 0; j < block_words<Fmt>; j += 4) reinterpret_cast<uint4*>(dst)[j / 4] = make_uint4(w[j], w[j + 1], w[j + 2], w[j + 3]);
 }
 
-// An edge tile (or rows that are not 16-byte aligned): this thread's chunks element by element,
+// An edge tile (or rows that are not 16-byte aligned): this lane's chunks element by element,
 // zero outside the matrix (block padding). Out of line: its index arithmetic stays off the
 // interior tiles' path.
 template <class T>
 __device__ __attribute__((noinline)) void copy_edge_tile(const T* in, std::size_t rows, std::size_t cols, std::size_t ld, uint4* dst,
-                                                         std::size_t r0, std::size_t c0, int copy_row0, int copy_chunk) {
+                                                         std::size_t r0, std::size_t c0, int lane) {
   using tile = quantize_tile<T>;
-  constexpr int epc = tile::elems_per_chunk, cpr = tile::chunks_per_row, copy_row_step = tile::threads / cpr;
-  for (int j = 0; j < tile::chunks_per_thread; ++j) {
-    const int row = copy_row0 + j * copy_row_step;
-    const T* s = in + (r0 + static_cast<std::size_t>(row)) * ld + c0 + static_cast<std::size_t>(copy_chunk * epc);
+  constexpr int epc = tile::elems_per_chunk, cpr = tile::chunks_per_row, row_step = tile::team / cpr;
+  const int row0 = lane / cpr, chunk = lane % cpr;
+  for (int j = 0; j < tile::copies_per_lane; ++j) {
+    const int row = row0 + j * row_step;
+    const T* s = in + (r0 + static_cast<std::size_t>(row)) * ld + c0 + static_cast<std::size_t>(chunk * epc);
     union {
       uint4 v;
       T e[epc];
     } u{};
     for (int k = 0; k < epc; ++k)
-      if (r0 + static_cast<std::size_t>(row) < rows && c0 + static_cast<std::size_t>(copy_chunk * epc + k) < cols) u.e[k] = s[k];
-    dst[row * cpr + swizzle_chunk(row, copy_chunk)] = u.v;
+      if (r0 + static_cast<std::size_t>(row) < rows && c0 + static_cast<std::size_t>(chunk * epc + k) < cols) u.e[k] = s[k];
+    dst[row * cpr + swizzle_chunk(row, chunk)] = u.v;
   }
 }
 
-template <class Fmt, class T, int MinBlocks = quantize_tile<T>::min_blocks>
+// The 32 values of columnwise block b (tile rows 32b ... 32b + 31) of tile column `col`, in row
+// order. 16-bit inputs: lane = 4c + 2h + b reads column 16g + 8h + c; on NVIDIA four transposed
+// 8x8 matrix loads (ldmatrix .trans) fetch a whole 32-row x 16-column group for the team, each
+// lane receiving its column's rows (i, i + 4) of 8-row slice j as one word (the row each lane
+// points its matrix row at is chosen so); elsewhere each lane reads the same elements one by one.
+template <class T>
+__device__ inline void read_column_block16(const uint4* stage, int group, int lane, float* v) {
+  const unsigned char* base = reinterpret_cast<const unsigned char*>(stage);
+#if MXKIT_GPU_CUDA && MXKIT_DEVICE_PASS && __CUDA_ARCH__ >= 750
+  // This lane supplies row (lane % 8) of matrix lane / 8: receiver q = 2h + b takes matrix rows
+  // 2q, 2q + 1, which hold rows i and i + 4 (s = 0, 1) of slice j in its half.
+  const int i = lane / 8, r = lane % 8, q = r / 2, s = r % 2, h = q / 2, b = q % 2;
+  const int chunk = 2 * group + h;
+  for (int j = 0; j < 4; ++j) {
+    const int row = 32 * b + 8 * j + i + 4 * s;
+    const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(base + (row * 8 + swizzle_chunk(row, chunk)) * 16));
+    std::uint32_t m[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
+                 : "r"(addr));
+    for (int k = 0; k < 4; ++k) {
+      v[8 * j + k] = load_float(T::from_bits(static_cast<std::uint16_t>(m[k] & 0xFFFFu)));
+      v[8 * j + k + 4] = load_float(T::from_bits(static_cast<std::uint16_t>(m[k] >> 16)));
+    }
+  }
+#else
+  const int c = lane / 4, h = (lane / 2) % 2, b = lane % 2;
+  const int col = 16 * group + 8 * h + c;
+  for (int k = 0; k < mx_block_size; ++k) {
+    const int row = 32 * b + k;
+    v[k] = load_float(*reinterpret_cast<const T*>(base + (row * 8 + swizzle_chunk(row, col / 8)) * 16 + (col % 8) * 2));
+  }
+#endif
+}
+
+// Rotate = p's options' hadamard and RandomSigns = a nonzero sign mask, as template arguments:
+// each variant's block path is straight code, without another variant's values to merge.
+template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks = quantize_tile<T>::min_blocks>
 __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize_kernel(const quantize_params<T> p) {
   using tile = quantize_tile<T>;
   constexpr int tr = tile::rows, tc = tile::cols, epc = tile::elems_per_chunk, cpr = tile::chunks_per_row;
-  constexpr int cpb = tile::chunks_per_block, nthreads = tile::threads, stages = tile::stages;
+  constexpr int cpb = tile::chunks_per_block, stages = tile::stages, stage_chunks = tile::chunks;
   constexpr int block_bytes = mx_block_size * Fmt::storage_bits / 8;
-  constexpr int stage_chunks = tile::chunks;
-  __shared__ uint4 smem[stages * stage_chunks];
+  __shared__ uint4 smem[tile::teams_per_cta * stages * stage_chunks];
 
-  const int t = static_cast<int>(threadIdx.x);
+  const int team = static_cast<int>(threadIdx.x) / tile::team, lane = static_cast<int>(threadIdx.x) % tile::team;
+  uint4* const ring = smem + team * stages * stage_chunks;
   const std::size_t row_blocks = (p.cols + mx_block_size - 1) / mx_block_size;  // rowwise blocks per line
   const std::size_t col_blocks = (p.rows + mx_block_size - 1) / mx_block_size;  // columnwise blocks per line
   const std::size_t row_line_bytes = packed_bytes(row_blocks * mx_block_size, Fmt::storage_bits);
   const std::size_t col_line_bytes = packed_bytes(col_blocks * mx_block_size, Fmt::storage_bits);
   std::uint32_t amax = 0;
+  quantize_options row_options = p.row_options, col_options = p.col_options;
+  row_options.hadamard = col_options.hadamard = Rotate;
+  const hadamard_signs signs{RandomSigns ? p.sign_mask : 0u};
 
-  // Tiles in row-major order over a [tiles_m, tiles_k] grid; a CTA visits blockIdx.x,
-  // blockIdx.x + gridDim.x, ... Positions advance with a carry instead of a 64-bit division.
-  struct position {
-    unsigned m, k;
-  };
-  const unsigned tiles_k = static_cast<unsigned>(p.tiles_k), tiles_m = static_cast<unsigned>(p.tiles_m);
-  const unsigned step_m = gridDim.x / tiles_k, step_k = gridDim.x % tiles_k;
-  auto advance = [&](position& q) {
-    q.k += step_k;
-    q.m += step_m;
-    if (q.k >= tiles_k) {
-      q.k -= tiles_k;
-      ++q.m;
-    }
-  };
+  // Tiles in row-major order over [tiles_m, tiles_k]; team t of CTA c takes tiles
+  // c * teams + t, then every teams-in-the-grid further. The loop runs the same number of times
+  // for both teams of a CTA (a team past the end idles), so synchronization stays uniform.
+  const std::size_t tiles = p.tiles_m * p.tiles_k;
+  const std::size_t grid_teams = static_cast<std::size_t>(gridDim.x) * tile::teams_per_cta;
+  const std::size_t first_tile = static_cast<std::size_t>(blockIdx.x) * tile::teams_per_cta;
 
-  // Copy-in: this thread moves chunk t % 8 of tile rows t/8 + j * (threads/8), j < chunks_per_thread.
-  const int copy_row0 = t / cpr, copy_chunk = t % cpr;
-  constexpr int copy_row_step = nthreads / cpr;
-  auto issue = [&](position q, int stage) {  // starts copying tile q into `stage`
-    if (q.m >= tiles_m) return;
-    uint4* dst = smem + stage * stage_chunks;
-    const std::size_t r0 = static_cast<std::size_t>(q.m) * tr, c0 = static_cast<std::size_t>(q.k) * tc;
+  // Copy-in: this lane moves chunk lane % 8 of tile rows lane / 8 + 4j.
+  const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);  // tiles < 2^32 (make_quantize_params)
+  auto origin = [&](std::size_t t, std::size_t& r0, std::size_t& c0) {
+    const unsigned m = static_cast<unsigned>(t) / tiles_k;
+    r0 = static_cast<std::size_t>(m) * tr;
+    c0 = static_cast<std::size_t>(static_cast<unsigned>(t) - m * tiles_k) * tc;
+  };
+  auto issue = [&](std::size_t t, int stage) {  // starts copying tile t into `stage`
+    if (t >= tiles) return;
+    uint4* dst = ring + stage * stage_chunks;
+    std::size_t r0, c0;
+    origin(t, r0, c0);
     if (p.vector_loads && r0 + tr <= p.rows && c0 + tc <= p.cols) {
-      const T* src = p.in + (r0 + static_cast<std::size_t>(copy_row0)) * p.ld + c0 + static_cast<std::size_t>(copy_chunk * epc);
-      for (int j = 0; j < tile::chunks_per_thread; ++j) {
-        const int row = copy_row0 + j * copy_row_step;
-        async_copy16(dst + row * cpr + swizzle_chunk(row, copy_chunk), src + static_cast<std::size_t>(j * copy_row_step) * p.ld);
+      constexpr int row_step = tile::team / cpr;
+      const int row0 = lane / cpr, chunk = lane % cpr;
+      const T* src = p.in + (r0 + static_cast<std::size_t>(row0)) * p.ld + c0 + static_cast<std::size_t>(chunk * epc);
+      for (int j = 0; j < tile::copies_per_lane; ++j) {
+        const int row = row0 + j * row_step;
+        async_copy16(dst + row * cpr + swizzle_chunk(row, chunk), src + static_cast<std::size_t>(j * row_step) * p.ld);
       }
     } else {
-      copy_edge_tile(p.in, p.rows, p.cols, p.ld, dst, r0, c0, copy_row0, copy_chunk);
+      copy_edge_tile(p.in, p.rows, p.cols, p.ld, dst, r0, c0, lane);
     }
   };
 
-  // Rowwise: tile row t / row_blocks, block t % row_blocks. Columnwise: column t / 4, block t % 4.
-  const int rrow = t / tile::row_blocks, rkb = t % tile::row_blocks;
-  const int ccol = t / tile::col_blocks, crb = t % tile::col_blocks;
-  const int cchunk = ccol / epc, cbyte = (ccol % epc) * static_cast<int>(sizeof(T));
-
-  position cur{blockIdx.x / tiles_k, blockIdx.x % tiles_k}, ahead = cur;
-  for (int s = 0; s < stages - 1; ++s) {
-    issue(ahead, s);
+  issue(first_tile + static_cast<std::size_t>(team), 0);
+  async_commit();
+  float v[mx_block_size];
+  std::uint32_t words[block_words<Fmt>];
+  for (std::size_t base = first_tile, k = 0; base < tiles; base += grid_teams, ++k) {
+    const std::size_t t = base + static_cast<std::size_t>(team);
+    issue(t + grid_teams, static_cast<int>((k + 1) % stages));
     async_commit();
-    advance(ahead);
-  }
-  for (int k = 0; cur.m < tiles_m; ++k, advance(cur)) {
-    async_wait<stages - 2>();  // this thread's copies of tile k have landed
-    sync_threads();            // everyone's have, and everyone is done with tile k - 1
-    issue(ahead, (k + stages - 1) % stages);
-    async_commit();
-    advance(ahead);
-
-    const uint4* stage = smem + (k % stages) * stage_chunks;
-    const std::size_t r0 = static_cast<std::size_t>(cur.m) * tr, c0 = static_cast<std::size_t>(cur.k) * tc;
-    float v[mx_block_size];
-    std::uint32_t words[block_words<Fmt>];
-    if (p.row_data) {
-      const std::size_t line = r0 + static_cast<std::size_t>(rrow), blk = c0 / mx_block_size + static_cast<std::size_t>(rkb);
-      if (line < p.rows && blk < row_blocks) {
-        for (int j = 0; j < cpb; ++j) unpack_chunk<T>(stage[rrow * cpr + swizzle_chunk(rrow, rkb * cpb + j)], v + j * epc);
-        if (p.amax)
-          for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-        const e8m0 scale = quantize_block_packed<Fmt>(v, p.row_options, hadamard_signs{p.sign_mask},
-                                                      line * row_blocks * mx_block_size + blk * mx_block_size, words);
-        store_words<Fmt>(p.row_data + line * row_line_bytes + blk * block_bytes, words);
-        p.row_scales[scale_offset(p.row_layout, p.rows, row_blocks, line, blk)] = scale.bits();
-      }
-    }
-    if (p.col_data) {
-      const std::size_t line = c0 + static_cast<std::size_t>(ccol), blk = r0 / mx_block_size + static_cast<std::size_t>(crb);
-      if (line < p.cols && blk < col_blocks) {
-        const unsigned char* base = reinterpret_cast<const unsigned char*>(stage) + cbyte;
-        for (int i = 0; i < mx_block_size; ++i) {
-          const int row = crb * mx_block_size + i;  // swizzle: (i ^ crb) & 7, i known at compile time
-          v[i] = load_float(*reinterpret_cast<const T*>(base + (row * cpr + swizzle_chunk(row, cchunk)) * 16));
+    async_wait<stages - 1>();  // this lane's copies of tile t have landed
+    team_sync();               // and the whole team's
+    if (t < tiles) {
+      const uint4* stage = ring + (k % stages) * stage_chunks;
+      std::size_t r0, c0;
+      origin(t, r0, c0);
+      // Rows and columns of this tile inside the matrix (all of them but at the bottom and
+      // right edges); blocks outside are padding and not stored.
+      const int tile_rows = p.rows - r0 < static_cast<std::size_t>(tr) ? static_cast<int>(p.rows - r0) : tr;
+      const int tile_cols = p.cols - c0 < static_cast<std::size_t>(tc) ? static_cast<int>(p.cols - c0) : tc;
+      if (p.row_data) {
+        // Lane: block lane % row_blocks of tile rows lane / row_blocks + n * row_step.
+        constexpr int row_step = tile::team / tile::row_blocks;
+        const int rblk = lane % tile::row_blocks, row0 = lane / tile::row_blocks;
+        const std::size_t blk = c0 / mx_block_size + static_cast<std::size_t>(rblk);
+        const bool blk_inside = rblk * mx_block_size < tile_cols;
+        std::size_t line = r0 + static_cast<std::size_t>(row0);
+        std::size_t index = line * row_blocks + blk;  // the block's number in row-major scale order
+        std::uint8_t* dst = p.row_data + line * row_line_bytes + blk * block_bytes;
+        for (int n = 0; n < tile::row_blocks_per_lane;
+             ++n, line += row_step, index += row_step * row_blocks, dst += row_step * row_line_bytes) {
+          const int row = row0 + n * row_step;
+          if (!blk_inside || row >= tile_rows) continue;
+          const int key = (rblk * cpb) ^ ((row ^ (row >> 4)) & 7);  // swizzle_chunk(row, rblk * cpb + j) = key ^ j
+          for (int j = 0; j < cpb; ++j) unpack_chunk<T>(stage[row * cpr + (key ^ j)], v + j * epc);
+          if (p.amax)
+            for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
+          const e8m0 scale = quantize_block_packed<Fmt>(v, row_options, signs, index * mx_block_size, words);
+          store_words<Fmt>(dst, words);
+          p.row_scales[p.row_layout == scale_layout::row_major ? index : scale_offset(p.row_layout, p.rows, row_blocks, line, blk)] =
+              scale.bits();
         }
-        if (p.amax && !p.row_data)
-          for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-        const e8m0 scale = quantize_block_packed<Fmt>(v, p.col_options, hadamard_signs{p.sign_mask},
-                                                      line * col_blocks * mx_block_size + blk * mx_block_size, words);
-        store_words<Fmt>(p.col_data + line * col_line_bytes + blk * block_bytes, words);
-        p.col_scales[scale_offset(p.col_layout, p.cols, col_blocks, line, blk)] = scale.bits();
+      }
+      if (p.col_data) {
+        // 16-bit: lane = 4c + 2h + b takes block b of column 16n + 8h + c (read_column_block16);
+        // float: lane = 2c + b takes block b of column 16n + c (single-word reads).
+        const int cb = lane % 2;
+        const int col0 = sizeof(T) == 2 ? 8 * ((lane / 2) % 2) + lane / 4 : lane / 2;
+        const std::size_t blk = r0 / mx_block_size + static_cast<std::size_t>(cb);
+        const bool blk_inside = cb * mx_block_size < tile_rows;
+        std::size_t line = c0 + static_cast<std::size_t>(col0);
+        std::size_t index = line * col_blocks + blk;
+        std::uint8_t* dst = p.col_data + line * col_line_bytes + blk * block_bytes;
+        for (int n = 0; n < tile::col_blocks_per_lane; ++n, line += 16, index += 16 * col_blocks, dst += 16 * col_line_bytes) {
+          const int col = col0 + 16 * n;
+          if (!blk_inside || col >= tile_cols) continue;
+          if constexpr (sizeof(T) == 2) {
+            read_column_block16<T>(stage, n, lane, v);
+          } else {
+            const unsigned char* b = reinterpret_cast<const unsigned char*>(stage) + (col % epc) * static_cast<int>(sizeof(T));
+            for (int i = 0; i < mx_block_size; ++i) {
+              const int row = mx_block_size * cb + i;
+              v[i] = load_float(*reinterpret_cast<const T*>(b + (row * cpr + swizzle_chunk(row, col / epc)) * 16));
+            }
+          }
+          if (p.amax && !p.row_data)
+            for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
+          const e8m0 scale = quantize_block_packed<Fmt>(v, col_options, signs, index * mx_block_size, words);
+          store_words<Fmt>(dst, words);
+          p.col_scales[p.col_layout == scale_layout::row_major ? index : scale_offset(p.col_layout, p.cols, col_blocks, line, blk)] =
+              scale.bits();
+        }
       }
     }
+    team_sync();  // everyone is done with this stage before the next iteration copies into it
   }
   async_wait<0>();  // no copy may outlive the kernel (the last issues were for tiles past the end: none)
 
@@ -242,8 +316,8 @@ __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize
     if (lane_id() == 0) atomic_max(p.amax, amax);
   }
   // Padding entries of padded scale layouts: zero, written once by the grid.
-  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * nthreads;
-  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * nthreads + static_cast<std::size_t>(t);
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * tile::threads;
+  const std::size_t first = static_cast<std::size_t>(blockIdx.x) * tile::threads + threadIdx.x;
   auto zero_padding = [&](std::uint8_t* scales, scale_layout l, std::size_t lines, std::size_t blocks) {
     if (!scales || l == scale_layout::row_major) return;
     const scale_extent e = padded_scale_extent(l, lines, blocks);
@@ -312,14 +386,23 @@ bool make_quantize_params(matrix_view<const U> in, const quantize_options& optio
   p.amax = reinterpret_cast<unsigned*>(out.amax);
   p.tiles_m = (in.rows + tile::rows - 1) / tile::rows;
   p.tiles_k = (in.cols + tile::cols - 1) / tile::cols;
+  mxkit::detail::require(p.tiles_m * p.tiles_k < (std::size_t{1} << 32), "gpu::quantize: ", in.rows, " x ", in.cols,
+                         " needs 2^32 tiles or more (64 x ", tile::cols, " each)");
   return true;
 }
 
+template <class Fmt, class U, bool Rotate, bool RandomSigns, int MinBlocks>
+void launch_quantize_kernel(const quantize_params<U>& p, stream_t stream) {
+  const auto kernel = quantize_kernel<Fmt, U, Rotate, RandomSigns, MinBlocks>;
+  const int grid = persistent_grid(kernel, quantize_tile<U>::threads, p.tiles_m * p.tiles_k);
+  kernel<<<grid, quantize_tile<U>::threads, 0, stream>>>(p);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
 template <class Fmt, class U, int MinBlocks = quantize_tile<U>::min_blocks>
 void launch_quantize(const quantize_params<U>& p, stream_t stream) {
-  const int grid = persistent_grid(quantize_kernel<Fmt, U, MinBlocks>, quantize_tile<U>::threads, p.tiles_m * p.tiles_k);
-  quantize_kernel<Fmt, U, MinBlocks><<<grid, quantize_tile<U>::threads, 0, stream>>>(p);
-  MXKIT_GPU_CHECK_LAUNCH();
+  if (!p.row_options.hadamard) launch_quantize_kernel<Fmt, U, false, false, MinBlocks>(p, stream);
+  else if (p.sign_mask) launch_quantize_kernel<Fmt, U, true, true, MinBlocks>(p, stream);
+  else launch_quantize_kernel<Fmt, U, true, false, MinBlocks>(p, stream);
 }
 }  // namespace detail
 
