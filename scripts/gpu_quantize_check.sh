@@ -27,13 +27,13 @@ cmake --build $build -j "$jobs" --target "${tests[@]}" 02_embed_device_quantize 
 [ -x $build/bench/gpu/bench_quantize_gpu ] || { echo "build failed"; exit 1; }
 
 step "tests"
-ctest --test-dir $build -R "quantize|example" --output-on-failure
+ctest --test-dir $build -R "quantize|example" --output-on-failure --timeout 180
 test_rc=$?
 
 step "compute-sanitizer memcheck"
 san_rc=0
 for t in "${tests[@]}"; do
-  compute-sanitizer --tool memcheck --error-exitcode 99 $build/tests/gpu/$t "~[api-error]" >"$out/memcheck.txt" 2>&1
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 $build/tests/gpu/$t "~[api-error]" >"$out/memcheck.txt" 2>&1
   rc=$?
   echo "memcheck $t: rc=$rc; $(grep -E 'ERROR SUMMARY|test cases|All tests passed' "$out/memcheck.txt" | tr '\n' ' ')"
   [ $rc -eq 0 ] || { san_rc=$rc; tail -40 "$out/memcheck.txt"; }

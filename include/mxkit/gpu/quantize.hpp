@@ -288,10 +288,9 @@ __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize
         std::uint8_t* dst = p.col_data + line * col_line_bytes + blk * block_bytes;
         for (int n = 0; n < tile::col_blocks_per_lane; ++n, line += 16, index += 16 * col_blocks, dst += 16 * col_line_bytes) {
           const int col = col0 + 16 * n;
+          if constexpr (sizeof(T) == 2) read_column_block16<T>(stage, n, lane, v);  // the whole team, before any lane leaves
           if (!blk_inside || col >= tile_cols) continue;
-          if constexpr (sizeof(T) == 2) {
-            read_column_block16<T>(stage, n, lane, v);
-          } else {
+          if constexpr (sizeof(T) != 2) {
             const unsigned char* b = reinterpret_cast<const unsigned char*>(stage) + (col % epc) * static_cast<int>(sizeof(T));
             for (int i = 0; i < mx_block_size; ++i) {
               const int row = mx_block_size * cb + i;
