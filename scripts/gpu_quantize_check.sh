@@ -4,7 +4,8 @@
 # run them again under compute-sanitizer memcheck, run the benchmark (rows for bench/RESULTS.md)
 # and count the quantize kernel's SASS instructions. Everything lands in $OUT (at most 8 files).
 #   run: MXKIT_COMMIT=<short hash> bash scripts/gpu_quantize_check.sh      (carry: [".deps"])
-# Optional: MXKIT_NCU_CASE="<bench case name>" profiles that one case with Nsight Compute.
+# Optional: MXKIT_NCU_CASE="<bench case name>" profiles that one case with Nsight Compute;
+# MXKIT_SKIP_MEMCHECK=1 leaves out the memcheck pass (a quick iteration).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build-gpu-out}
@@ -32,7 +33,8 @@ test_rc=$?
 
 step "compute-sanitizer memcheck"
 san_rc=0
-for t in "${tests[@]}"; do
+[ -n "${MXKIT_SKIP_MEMCHECK:-}" ] && { echo "skipped (MXKIT_SKIP_MEMCHECK)"; tests_memcheck=(); } || tests_memcheck=("${tests[@]}")
+for t in "${tests_memcheck[@]}"; do
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 99 $build/tests/gpu/$t "~[api-error]" >"$out/memcheck.txt" 2>&1
   rc=$?
   echo "memcheck $t: rc=$rc; $(grep -E 'ERROR SUMMARY|test cases|All tests passed' "$out/memcheck.txt" | tr '\n' ' ')"
