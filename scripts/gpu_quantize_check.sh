@@ -69,9 +69,9 @@ if [ -n "${MXKIT_NCU_CASE:-}" ]; then
   MXKIT_BENCH_ONLY="$MXKIT_NCU_CASE" ncu --clock-control none -k regex:quantize_kernel --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy \
     --section WarpStateStats --section MemoryWorkloadAnalysis \
-    --metrics sass__inst_executed_per_opcode,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed.sum \
+    --metrics sass__inst_executed_per_opcode,smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
     --print-metric-instances values $build/bench/gpu/bench_quantize_gpu --repeats 1 >"$out/ncu.txt" 2>&1
-  grep -v -E "^ *(----|Metric Name)" "$out/ncu.txt" | tail -90
+  grep -v -E "^ *(----|Metric Name)" "$out/ncu.txt" | grep -v -E "stalled.* 0(\.0+)?$" | tail -110
 fi
 
 step "summary"

@@ -23,9 +23,9 @@ using mxkit::rounding;
 
 // The exponents E (scale_inv = 2^-E) the float path hands E2M1's encoder: at least -124 (amax
 // at least float_path_min_amax = 2^-122 under the floor rule; amax 0 gives E = 0 or 2), at most
-// block_element_max_exponent; the encoder is checked on [-126, 125].
+// block_element_max_exponent; the encoder is checked on [-126, 126].
 constexpr int min_exp = -126, max_exp = e2m1::block_element_max_exponent;
-static_assert(max_exp == 125);
+static_assert(max_exp == 126);
 static_assert(mxkit::detail::float_path_min_amax<e2m1>() == 5u << 23);  // 2^-122
 
 constexpr std::uint32_t enc(float x, int e) { return e2m1::from_block_element_rne(x, mxkit::detail::exp2i(-e)).bits(); }
@@ -38,6 +38,7 @@ static_assert(enc(0x1.bffffep2f, 0) == 7 && enc(7.0f, 0) == 7 && enc(0x1.fffffep
 // Sign, -0, and the extreme exponents.
 static_assert(enc(-0.0f, 0) == 8 && enc(-5.5f, 0) == 15 && enc(-0x1p-149f, 0) == 8);
 static_assert(enc(0x1.8p127f, 125) == 7 && enc(-0x1.6p126f, 125) == 13 && enc(0x1p-127f, min_exp) == 1);
+static_assert(enc(0x1.fffffep127f, 126) == 6 && enc(-0x1.8p127f, 126) == 13 && enc(0x1.cp127f, 126) == 6);
 static_assert(enc(0x1.bffffep-124f, min_exp) == 7 && enc(0x1p-149f, min_exp) == 0);
 
 struct checker {
@@ -84,10 +85,9 @@ TEST_CASE("e2m1 block element: random floats, ties and their neighbours at every
   CHECK(c.log.checked > 16'000'000);
 }
 
-TEST_CASE("e2m1 block element: MXFP4 blocks beyond block_element_max_exponent take the integer path", "[format]") {
-  // amax just below 2^128: exponent 125 (floor) or 126 (the other rules). At 126 the encoder's
-  // clamp, (7 - 2^-21) * 2^126, would overflow, so the block's elements go to from_float_scaled;
-  // same codes.
+TEST_CASE("e2m1 block element: MXFP4 blocks at the top of the exponent range", "[format]") {
+  // amax just below 2^128: exponent 125 (floor) or 126 (the other rules), the largest element
+  // scale the float path takes; same codes as from_float_scaled.
   std::array<float, 32> b{};
   for (std::size_t i = 0; i < 32; ++i) b[i] = std::ldexp(static_cast<float>(i) - 15.5f, 124);
   b[5] = 0x1.fffffep127f;

@@ -212,15 +212,14 @@ class minifloat {
   //    y = 1.75 goes up to 2^24, the even mantissa, code 4, as it should);
   //  - b = fma(|x|, 2^-E, 2^24) = 2^24 + y rounds with ulp 2: its bits are K + 4 + RNE(y/2).
   // Both float patterns lie in one sign and two adjacent binades, so the integer min of the bits is
-  // K + code. Each FMA rounds once: 2^-E is a power of two, so |x| * 2^-E is exact (or below
-  // 2^-126, where it cannot move the constant). Above 6 the value saturates to 6 (code 7; y in
-  // [7, 8) would round to 8): |x| is clamped first to (7 - 2^-21) * 2^E, which b still takes to
-  // 2^24 + 6 and every other y keeps. The sign is x's sign bit at bit 3 (block_element_rne_biased;
-  // quantize_block_packed shifts it in while packing). E <= 125 keeps the clamp finite and
-  // E >= -126 (every E2M1 block on the float path) keeps 2 * 2^-E finite and the clamp normal.
+  // K + code; a third operand, K + 7, saturates (y in [7, 8) rounds to 8 in value; E2M1 clips it
+  // to 6, code 7). Each FMA rounds once: 2^-E is a power of two, so |x| * 2^-E is exact (or below
+  // 2^-126, where it cannot move the constant). The sign is x's sign bit at bit 3
+  // (block_element_rne_biased; quantize_block_packed shifts it in while packing). E in
+  // [-126, 126] (every E2M1 block on the float path) keeps 2^-E normal and 2 * 2^-E finite.
   static constexpr bool e2m1_block_fma =
       Enc::exponent_bits == 2 && Enc::mantissa_bits == 1 && Enc::specials == special_values::none;
-  static constexpr int block_element_max_exponent = e2m1_block_fma ? 125 : 126;
+  static constexpr int block_element_max_exponent = 126;
   // block_element_rne_biased = from_block_element_rne's code + block_element_bias (K above for
   // E2M1, 0 otherwise), so a packer can remove the biases of a word at once.
   static constexpr std::uint32_t block_element_bias = e2m1_block_fma ? 0x4B7FFFFCu : 0u;
@@ -228,12 +227,11 @@ class minifloat {
   MXKIT_HD static constexpr std::uint32_t block_element_magnitude_biased(float x, float scale_inv) noexcept
     requires(e2m1_block_fma)
   {
-    // (7 - 2^-21) * 2^E: float bits 0x40DFFFFF + (E << 23), and scale_inv's are (127 - E) << 23.
-    const float clamp = bit_cast<float>(0x805FFFFFu - bit_cast<std::uint32_t>(scale_inv));
-    const float a = detail::min_float(detail::abs_float(x), clamp);
+    const float a = detail::abs_float(x);
     const std::uint32_t below2 = bit_cast<std::uint32_t>(detail::fma_exact_product(a, 2.0f * scale_inv, 0x1p24f - 4.0f));
     const std::uint32_t above2 = bit_cast<std::uint32_t>(detail::fma_exact_product(a, scale_inv, 0x1p24f));
-    return below2 < above2 ? below2 : above2;
+    const std::uint32_t m = below2 < above2 ? below2 : above2;
+    return m < block_element_bias + 7u ? m : block_element_bias + 7u;
   }
   MXKIT_HD static constexpr std::uint32_t block_element_rne_biased(float x, float scale_inv) noexcept
     requires(has_fast_nearest_even)
