@@ -57,13 +57,10 @@ namespace detail {
 // up; round_up: past the element's max significand; ceil: anything above the power of two).
 template <class Element>
 MXKIT_HD constexpr std::uint32_t scale_rule_carry(scale_rule rule) noexcept {
-  switch (rule) {
-    case scale_rule::floor: break;
-    case scale_rule::even: return 1u << (22 - Element::mantissa_bits);
-    case scale_rule::round_up: return 0xFFFFFFu - normalized_significand(abs_bits(Element::max().to_float()));
-    case scale_rule::ceil: return 0x7FFFFFu;
-  }
-  return 0;
+  // Selects, not a switch: a kernel hoists them out of its block loop.
+  constexpr std::uint32_t even = 1u << (22 - Element::mantissa_bits);
+  constexpr std::uint32_t round_up = 0xFFFFFFu - normalized_significand(abs_bits(Element::max().to_float()));
+  return rule == scale_rule::even ? even : rule == scale_rule::round_up ? round_up : rule == scale_rule::ceil ? 0x7FFFFFu : 0u;
 }
 }  // namespace detail
 

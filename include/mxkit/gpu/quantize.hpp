@@ -7,7 +7,7 @@
 // each byte equals the host reference (tensor/quantize.hpp); this file only moves data.
 //
 // Kernel shape: teams of 32 lanes (a warp; half a wave64), each owning 64-row x 128-byte tiles
-// of the input from load to store, two per CTA. Tiles stream through the team's two
+// of the input from load to store, one CTA per warp. Tiles stream through the team's two
 // shared-memory stages with 16-byte coalesced copies (cp.async on sm_80+: the next tile lands
 // while this one is quantized); then each lane quantizes 4 rowwise blocks (32 columns of a row)
 // and 4 columnwise blocks (32 rows of a column; 2 and 2 for float input) from shared memory with
@@ -56,7 +56,7 @@ namespace detail {
 // AMD wave64) that owns a 64-row x 128-byte tile (64 bf16/fp16 or 32 float columns, 8 KB) from
 // its load to its stores: tiles stream through the team's own two shared-memory stages (one
 // quantized while the next is copied in), so teams synchronize only within themselves, never
-// across a CTA. A CTA is 2 teams (64 threads; 32 KB of shared memory).
+// across a CTA. A CTA is one warp: 1 team on NVIDIA (16 KB of shared memory), 2 on AMD.
 // Each lane quantizes row_blocks_per_lane rowwise and col_blocks_per_lane columnwise blocks of a
 // tile; the two blocks of a rowwise line (and of a columnwise line) in a tile go to adjacent
 // lanes, so each 16-byte store instruction writes whole 32-byte sectors.
@@ -76,11 +76,12 @@ struct quantize_tile {
   static constexpr int col_blocks_per_lane = cols * col_blocks / team;
   static constexpr int copies_per_lane = chunks / team;
   static constexpr int stages = 2;
-  static constexpr int teams_per_cta = 2;
+  static constexpr int teams_per_cta = warp_size / team;  // a CTA is one warp (one wave64 on AMD)
   static constexpr int threads = team * teams_per_cta;
-  // CTAs per SM the NVIDIA build is register-capped for: 6 x 64 threads (12 warps, 170 registers)
-  // fill 192 KB of shared memory; bench_quantize_gpu also times 4 and 7.
-  static constexpr int min_blocks = MXKIT_GPU_CUDA ? 6 : 1;
+  // CTAs per SM the NVIDIA build is register-capped for: 13 warps (157 registers; 127 used) fill
+  // 13 x (16 + 1 reserved) KB of the H200's 228 KB of shared memory; bench_quantize_gpu also
+  // times 8 and 16 (registers only: shared memory still allows 13).
+  static constexpr int min_blocks = MXKIT_GPU_CUDA ? 13 : 1;
   static_assert(chunks % team == 0 && row_blocks_per_lane * team == rows * row_blocks &&
                 col_blocks_per_lane * team == cols * col_blocks);
 };
@@ -258,14 +259,16 @@ __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize
         constexpr int row_step = tile::team / tile::row_blocks;
         const int rblk = lane % tile::row_blocks, row0 = lane / tile::row_blocks;
         const std::size_t blk = c0 / mx_block_size + static_cast<std::size_t>(rblk);
-        const bool blk_inside = rblk * mx_block_size < tile_cols;
+        unsigned todo = 0;  // bit n: rowwise block n of this lane lies in the matrix
+        for (int n = 0; n < tile::row_blocks_per_lane; ++n)
+          todo |= (rblk * mx_block_size < tile_cols && row0 + n * row_step < tile_rows ? 1u : 0u) << n;
         std::size_t line = r0 + static_cast<std::size_t>(row0);
         std::size_t index = line * row_blocks + blk;  // the block's number in row-major scale order
         std::uint8_t* dst = p.row_data + line * row_line_bytes + blk * block_bytes;
         for (int n = 0; n < tile::row_blocks_per_lane;
              ++n, line += row_step, index += row_step * row_blocks, dst += row_step * row_line_bytes) {
+          if (!(todo >> n & 1u)) continue;
           const int row = row0 + n * row_step;
-          if (!blk_inside || row >= tile_rows) continue;
           const int key = (rblk * cpb) ^ ((row ^ (row >> 4)) & 7);  // swizzle_chunk(row, rblk * cpb + j) = key ^ j
           for (int j = 0; j < cpb; ++j) unpack_chunk<T>(stage[row * cpr + (key ^ j)], v + j * epc);
           if (p.amax)
@@ -282,14 +285,16 @@ __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize
         const int cb = lane % 2;
         const int col0 = sizeof(T) == 2 ? 8 * ((lane / 2) % 2) + lane / 4 : lane / 2;
         const std::size_t blk = r0 / mx_block_size + static_cast<std::size_t>(cb);
-        const bool blk_inside = cb * mx_block_size < tile_rows;
+        unsigned todo = 0;  // bit n: columnwise block n of this lane lies in the matrix
+        for (int n = 0; n < tile::col_blocks_per_lane; ++n)
+          todo |= (cb * mx_block_size < tile_rows && col0 + 16 * n < tile_cols ? 1u : 0u) << n;
         std::size_t line = c0 + static_cast<std::size_t>(col0);
         std::size_t index = line * col_blocks + blk;
         std::uint8_t* dst = p.col_data + line * col_line_bytes + blk * block_bytes;
         for (int n = 0; n < tile::col_blocks_per_lane; ++n, line += 16, index += 16 * col_blocks, dst += 16 * col_line_bytes) {
           const int col = col0 + 16 * n;
           if constexpr (sizeof(T) == 2) read_column_block16<T>(stage, n, lane, v);  // the whole team, before any lane leaves
-          if (!blk_inside || col >= tile_cols) continue;
+          if (!(todo >> n & 1u)) continue;
           if constexpr (sizeof(T) != 2) {
             const unsigned char* b = reinterpret_cast<const unsigned char*>(stage) + (col % epc) * static_cast<int>(sizeof(T));
             for (int i = 0; i < mx_block_size; ++i) {
