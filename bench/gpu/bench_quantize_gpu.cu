@@ -221,9 +221,9 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
             std::printf("    variant: register cap for %d CTAs/SM %8.1f us %5.1f%% of copy\n", mb, tv.ms * 1e3,
                         100.0 * bytes / (tv.ms * 1e-3) / 1e9 / copy_gbs);
           };
+          variant(std::integral_constant<int, 4>{});
+          variant(std::integral_constant<int, 6>{});
           variant(std::integral_constant<int, 8>{});
-          variant(std::integral_constant<int, 13>{});
-          variant(std::integral_constant<int, 16>{});
         });
       }
     }

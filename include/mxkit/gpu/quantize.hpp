@@ -7,7 +7,7 @@
 // each byte equals the host reference (tensor/quantize.hpp); this file only moves data.
 //
 // Kernel shape: teams of 32 lanes (a warp; half a wave64), each owning 64-row x 128-byte tiles
-// of the input from load to store, one CTA per warp. Tiles stream through the team's two
+// of the input from load to store, two per CTA. Tiles stream through the team's two
 // shared-memory stages with 16-byte coalesced copies (cp.async on sm_80+: the next tile lands
 // while this one is quantized); then each lane quantizes 4 rowwise blocks (32 columns of a row)
 // and 4 columnwise blocks (32 rows of a column; 2 and 2 for float input) from shared memory with
@@ -56,7 +56,7 @@ namespace detail {
 // AMD wave64) that owns a 64-row x 128-byte tile (64 bf16/fp16 or 32 float columns, 8 KB) from
 // its load to its stores: tiles stream through the team's own two shared-memory stages (one
 // quantized while the next is copied in), so teams synchronize only within themselves, never
-// across a CTA. A CTA is one warp: 1 team on NVIDIA (16 KB of shared memory), 2 on AMD.
+// across a CTA. A CTA is 2 teams (64 threads; 32 KB of shared memory).
 // Each lane quantizes row_blocks_per_lane rowwise and col_blocks_per_lane columnwise blocks of a
 // tile; the two blocks of a rowwise line (and of a columnwise line) in a tile go to adjacent
 // lanes, so each 16-byte store instruction writes whole 32-byte sectors.
@@ -76,12 +76,13 @@ struct quantize_tile {
   static constexpr int col_blocks_per_lane = cols * col_blocks / team;
   static constexpr int copies_per_lane = chunks / team;
   static constexpr int stages = 2;
-  static constexpr int teams_per_cta = warp_size / team;  // a CTA is one warp (one wave64 on AMD)
+  static constexpr int teams_per_cta = 2;  // 64 threads: two warps, or one wave64 on AMD
   static constexpr int threads = team * teams_per_cta;
-  // CTAs per SM the NVIDIA build is register-capped for: 13 warps (157 registers; 127 used) fill
-  // 13 x (16 + 1 reserved) KB of the H200's 228 KB of shared memory; bench_quantize_gpu also
-  // times 8 and 16 (registers only: shared memory still allows 13).
-  static constexpr int min_blocks = MXKIT_GPU_CUDA ? 13 : 1;
+  // CTAs per SM the NVIDIA build is register-capped for: 6 x 64 threads (12 warps, 170 registers;
+  // 128 used) fill 6 x (32 + 1 reserved) KB of the H200's 228 KB of shared memory. One-warp CTAs
+  // (13 warps/SM) measured 10 % slower; bench_quantize_gpu also times caps of 4 and 8 (registers
+  // only: shared memory still allows 6).
+  static constexpr int min_blocks = MXKIT_GPU_CUDA ? 6 : 1;
   static_assert(chunks % team == 0 && row_blocks_per_lane * team == rows * row_blocks &&
                 col_blocks_per_lane * team == cols * col_blocks);
 };
