@@ -52,37 +52,46 @@ struct quantize_outputs {
 
 namespace detail {
 
-// Tile geometry for input type T. The unit of work is a team of 32 lanes (a CUDA warp, half an
-// AMD wave64) that owns a 64-row x 128-byte tile (64 bf16/fp16 or 32 float columns, 8 KB) from
-// its load to its stores: tiles stream through the team's own two shared-memory stages (one
-// quantized while the next is copied in), so teams synchronize only within themselves, never
-// across a CTA. A CTA is 2 teams (64 threads; 32 KB of shared memory).
-// Each lane quantizes row_blocks_per_lane rowwise and col_blocks_per_lane columnwise blocks of a
-// tile; the two blocks of a rowwise line (and of a columnwise line) in a tile go to adjacent
-// lanes, so each 16-byte store instruction writes whole 32-byte sectors.
-template <class T>
+// Tile geometry for input type T and output format Fmt. The unit of work is a team of 32 lanes
+// (a CUDA warp, half an AMD wave64) that owns Rows x 128-byte tiles (64 bf16/fp16 or 32 float
+// columns) from their load to their stores: tiles stream through the team's own two
+// shared-memory stages (one quantized while the next is copied in), so teams synchronize only
+// within themselves, never across a CTA. Each lane quantizes row_blocks_per_lane rowwise and
+// col_blocks_per_lane columnwise blocks of a tile; the blocks of one rowwise line in a tile (2)
+// and of one columnwise line (Rows / 32) go to adjacent lanes, so 16-byte stores fill whole
+// sectors. Rows: 64 for FP4 (8 KB tiles, 2 teams and 32 KB per CTA, 12 warps per H200 SM), 128
+// for the byte formats, whose columnwise lines then get 128 contiguous bytes a tile (16 KB tiles,
+// one warp and 32 KB per CTA on NVIDIA; their element math is light, so fewer warps suffice).
+template <class Fmt>
+inline constexpr int quantize_tile_rows = Fmt::storage_bits == 4 ? 64 : 128;
+
+template <class T, int Rows>
 struct quantize_tile {
   static constexpr int team = 32;
-  static constexpr int rows = 64;
+  static constexpr int rows = Rows;
   static constexpr int row_bytes = 128;
   static constexpr int cols = row_bytes / static_cast<int>(sizeof(T));
   static constexpr int elems_per_chunk = 16 / static_cast<int>(sizeof(T));
   static constexpr int chunks_per_row = row_bytes / 16;  // 8: all 32 banks
-  static constexpr int chunks = rows * chunks_per_row;   // 512 (8 KB)
+  static constexpr int chunks = rows * chunks_per_row;
   static constexpr int chunks_per_block = mx_block_size / elems_per_chunk;  // 4 (16-bit) or 8 (float)
   static constexpr int row_blocks = cols / mx_block_size;  // rowwise blocks per tile row: 2 or 1
-  static constexpr int col_blocks = rows / mx_block_size;  // columnwise blocks per tile column: 2
+  static constexpr int col_blocks = rows / mx_block_size;  // columnwise blocks per tile column: 2 or 4
   static constexpr int row_blocks_per_lane = rows * row_blocks / team;
   static constexpr int col_blocks_per_lane = cols * col_blocks / team;
+  static constexpr int col_step = team / col_blocks;  // columns between a lane's columnwise blocks
   static constexpr int copies_per_lane = chunks / team;
   static constexpr int stages = 2;
-  static constexpr int teams_per_cta = 2;  // 64 threads: two warps, or one wave64 on AMD
+  // 64 rows: two teams (64 threads: two warps, one wave64 on AMD). 128 rows: one warp (a wave64
+  // is still two teams, 64 KB of LDS).
+  static constexpr int teams_per_cta = rows == 64 ? 2 : warp_size / team;
   static constexpr int threads = team * teams_per_cta;
-  // CTAs per SM the NVIDIA build is register-capped for: 6 x 64 threads (12 warps, 170 registers;
-  // 128 used) fill 6 x (32 + 1 reserved) KB of the H200's 228 KB of shared memory. One-warp CTAs
-  // (13 warps/SM) measured 10 % slower; bench_quantize_gpu also times caps of 4 and 8 (registers
-  // only: shared memory still allows 6).
+  // CTAs per SM the NVIDIA build is register-capped for: 6 (12 or 6 warps, 128 registers used),
+  // which fill 6 x (32 + 1 reserved) KB of the H200's 228 KB of shared memory. For FP4, one-warp
+  // CTAs (13 warps/SM) measured 10 % slower; bench_quantize_gpu also times caps of 4 and 8
+  // (registers only: shared memory still allows 6).
   static constexpr int min_blocks = MXKIT_GPU_CUDA ? 6 : 1;
+  static_assert(rows == 64 || rows == 128);
   static_assert(chunks % team == 0 && row_blocks_per_lane * team == rows * row_blocks &&
                 col_blocks_per_lane * team == cols * col_blocks);
 };
@@ -97,16 +106,19 @@ struct quantize_params {
   std::uint8_t *row_data, *row_scales, *col_data, *col_scales;
   scale_layout row_layout, col_layout;
   unsigned* amax;  // float bits, atomicMax
-  std::size_t tiles_m, tiles_k;
+  std::size_t tiles_m, tiles_k;  // set by launch_quantize_kernel (the format picks the tile height)
 };
 
 // Shared-memory position (in 16-byte chunks, 8 per 128-byte row) of chunk `chunk` of tile row
 // `row`: XOR-swizzled so that every access pattern of the kernel hits 8 distinct 16-byte bank
 // groups per 8 lanes: the copy-in (8 lanes, one row's 8 chunks), the rowwise reads (8 lanes: 4
-// rows x 2 blocks) and each transposed 8x8 matrix read of the columnwise blocks (rows
-// 32b + 8j + i + 4s, chunks 2k + h over b, s, h: row bit 2 (s), row bit 5 folded onto bit 1 (b),
-// chunk bit 0 (h) land on distinct bits).
-MXKIT_HD constexpr int swizzle_chunk(int row, int chunk) { return chunk ^ ((row ^ (row >> 4)) & 7); }
+// rows x 2 blocks, or 8 rows) and each transposed 8x8 matrix read of the columnwise blocks (rows
+// 32b + 8j + i + 4s over the receivers' b, h and s: row bit 2 carries s, and the block's row
+// bits fold onto bits 0-1 next to h: bit 4 for 64-row tiles, bits 5-6 for 128-row tiles).
+template <int Rows>
+MXKIT_HD constexpr int swizzle_chunk(int row, int chunk) {
+  return chunk ^ ((row ^ (row >> (Rows == 64 ? 4 : 5))) & 7);
+}
 
 // Elements of one 16-byte chunk as floats.
 template <class T>
@@ -130,10 +142,10 @@ __device__ inline void store_words(std::uint8_t* dst, const std::uint32_t* w) {
 // An edge tile (or rows that are not 16-byte aligned): this lane's chunks element by element,
 // zero outside the matrix (block padding). Out of line: its index arithmetic stays off the
 // interior tiles' path.
-template <class T>
+template <class T, int Rows>
 __device__ __attribute__((noinline)) void copy_edge_tile(const T* in, std::size_t rows, std::size_t cols, std::size_t ld, uint4* dst,
                                                          std::size_t r0, std::size_t c0, int lane) {
-  using tile = quantize_tile<T>;
+  using tile = quantize_tile<T, Rows>;
   constexpr int epc = tile::elems_per_chunk, cpr = tile::chunks_per_row, row_step = tile::team / cpr;
   const int row0 = lane / cpr, chunk = lane % cpr;
   for (int j = 0; j < tile::copies_per_lane; ++j) {
@@ -145,26 +157,29 @@ __device__ __attribute__((noinline)) void copy_edge_tile(const T* in, std::size_
     } u{};
     for (int k = 0; k < epc; ++k)
       if (r0 + static_cast<std::size_t>(row) < rows && c0 + static_cast<std::size_t>(chunk * epc + k) < cols) u.e[k] = s[k];
-    dst[row * cpr + swizzle_chunk(row, chunk)] = u.v;
+    dst[row * cpr + swizzle_chunk<Rows>(row, chunk)] = u.v;
   }
 }
 
-// The 32 values of columnwise block b (tile rows 32b ... 32b + 31) of tile column `col`, in row
-// order. 16-bit inputs: lane = 4c + 2h + b reads column 16g + 8h + c; on NVIDIA four transposed
-// 8x8 matrix loads (ldmatrix .trans) fetch a whole 32-row x 16-column group for the team, each
-// lane receiving its column's rows (i, i + 4) of 8-row slice j as one word (the row each lane
-// points its matrix row at is chosen so); elsewhere each lane reads the same elements one by one.
-template <class T>
-__device__ inline void read_column_block16(const uint4* stage, int group, int lane, float* v) {
+// The 32 values of this lane's columnwise block (tile rows 32b ... 32b + 31, b = lane % blocks)
+// of its column in column set n, in row order. 16-bit inputs: lane = 4c + q; with 2 blocks per
+// tile column q = 2h + b and the lane reads column 16n + 8h + c, with 4 blocks q = b and column
+// 8n + c. On NVIDIA four transposed 8x8 matrix loads (ldmatrix .trans) fetch a whole 32-row x
+// (8 x 4 / blocks)-column set for the team, each lane receiving its column's rows (i, i + 4) of
+// 8-row slice j as one word (every lane points its matrix row at the row that achieves this);
+// elsewhere each lane reads the same elements one by one.
+template <class T, int Rows>
+__device__ inline void read_column_block16(const uint4* stage, int n, int lane, float* v) {
+  constexpr int blocks = Rows / mx_block_size, halves = 4 / blocks;
   const unsigned char* base = reinterpret_cast<const unsigned char*>(stage);
 #if MXKIT_GPU_CUDA && MXKIT_DEVICE_PASS && __CUDA_ARCH__ >= 750
-  // This lane supplies row (lane % 8) of matrix lane / 8: receiver q = 2h + b takes matrix rows
-  // 2q, 2q + 1, which hold rows i and i + 4 (s = 0, 1) of slice j in its half.
-  const int i = lane / 8, r = lane % 8, q = r / 2, s = r % 2, h = q / 2, b = q % 2;
-  const int chunk = 2 * group + h;
+  // This lane supplies row (lane % 8) of matrix lane / 8: receiver q takes matrix rows 2q and
+  // 2q + 1, which hold rows i and i + 4 (s = 0, 1) of slice j in its block and column half.
+  const int i = lane / 8, r = lane % 8, q = r / 2, s = r % 2, h = q / blocks, b = q % blocks;
+  const int chunk = halves * n + h;
   for (int j = 0; j < 4; ++j) {
     const int row = 32 * b + 8 * j + i + 4 * s;
-    const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(base + (row * 8 + swizzle_chunk(row, chunk)) * 16));
+    const auto addr = static_cast<unsigned>(__cvta_generic_to_shared(base + (row * 8 + swizzle_chunk<Rows>(row, chunk)) * 16));
     std::uint32_t m[4];
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(m[0]), "=r"(m[1]), "=r"(m[2]), "=r"(m[3])
@@ -175,20 +190,22 @@ __device__ inline void read_column_block16(const uint4* stage, int group, int la
     }
   }
 #else
-  const int c = lane / 4, h = (lane / 2) % 2, b = lane % 2;
-  const int col = 16 * group + 8 * h + c;
+  const int c = lane / 4, q = lane % 4, h = q / blocks, b = q % blocks;
+  const int col = 8 * (halves * n + h) + c;
   for (int k = 0; k < mx_block_size; ++k) {
     const int row = 32 * b + k;
-    v[k] = load_float(*reinterpret_cast<const T*>(base + (row * 8 + swizzle_chunk(row, col / 8)) * 16 + (col % 8) * 2));
+    v[k] = load_float(*reinterpret_cast<const T*>(base + (row * 8 + swizzle_chunk<Rows>(row, col / 8)) * 16 + (col % 8) * 2));
   }
 #endif
 }
 
 // Rotate = p's options' hadamard and RandomSigns = a nonzero sign mask, as template arguments:
 // each variant's block path is straight code, without another variant's values to merge.
-template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks = quantize_tile<T>::min_blocks>
-__global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize_kernel(const quantize_params<T> p) {
-  using tile = quantize_tile<T>;
+template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks>
+__global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt>>::threads), MinBlocks)
+    quantize_kernel(const quantize_params<T> p) {
+  constexpr int Rows = quantize_tile_rows<Fmt>;
+  using tile = quantize_tile<T, Rows>;
   constexpr int tr = tile::rows, tc = tile::cols, epc = tile::elems_per_chunk, cpr = tile::chunks_per_row;
   constexpr int cpb = tile::chunks_per_block, stages = tile::stages, stage_chunks = tile::chunks;
   constexpr int block_bytes = mx_block_size * Fmt::storage_bits / 8;
@@ -230,10 +247,10 @@ __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize
       const T* src = p.in + (r0 + static_cast<std::size_t>(row0)) * p.ld + c0 + static_cast<std::size_t>(chunk * epc);
       for (int j = 0; j < tile::copies_per_lane; ++j) {
         const int row = row0 + j * row_step;
-        async_copy16(dst + row * cpr + swizzle_chunk(row, chunk), src + static_cast<std::size_t>(j * row_step) * p.ld);
+        async_copy16(dst + row * cpr + swizzle_chunk<Rows>(row, chunk), src + static_cast<std::size_t>(j * row_step) * p.ld);
       }
     } else {
-      copy_edge_tile(p.in, p.rows, p.cols, p.ld, dst, r0, c0, lane);
+      copy_edge_tile<T, Rows>(p.in, p.rows, p.cols, p.ld, dst, r0, c0, lane);
     }
   };
 
@@ -270,7 +287,7 @@ __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize
              ++n, line += row_step, index += row_step * row_blocks, dst += row_step * row_line_bytes) {
           if (!(todo >> n & 1u)) continue;
           const int row = row0 + n * row_step;
-          const int key = (rblk * cpb) ^ ((row ^ (row >> 4)) & 7);  // swizzle_chunk(row, rblk * cpb + j) = key ^ j
+          const int key = swizzle_chunk<Rows>(row, rblk * cpb);  // swizzle_chunk(row, rblk * cpb + j) = key ^ j
           for (int j = 0; j < cpb; ++j) unpack_chunk<T>(stage[row * cpr + (key ^ j)], v + j * epc);
           if (p.amax)
             for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
@@ -281,26 +298,28 @@ __global__ void __launch_bounds__(quantize_tile<T>::threads, MinBlocks) quantize
         }
       }
       if (p.col_data) {
-        // 16-bit: lane = 4c + 2h + b takes block b of column 16n + 8h + c (read_column_block16);
-        // float: lane = 2c + b takes block b of column 16n + c (single-word reads).
-        const int cb = lane % 2;
-        const int col0 = sizeof(T) == 2 ? 8 * ((lane / 2) % 2) + lane / 4 : lane / 2;
+        // Lane: block lane % col_blocks of columns col0 + n * col_step (read_column_block16; float:
+        // lane = col_blocks * c + b takes column c, single-word reads).
+        constexpr int cbs = tile::col_blocks;
+        const int cb = lane % cbs;
+        const int col0 = sizeof(T) == 2 ? 8 * ((lane % 4) / cbs) + lane / 4 : lane / cbs;
         const std::size_t blk = r0 / mx_block_size + static_cast<std::size_t>(cb);
         unsigned todo = 0;  // bit n: columnwise block n of this lane lies in the matrix
         for (int n = 0; n < tile::col_blocks_per_lane; ++n)
-          todo |= (cb * mx_block_size < tile_rows && col0 + 16 * n < tile_cols ? 1u : 0u) << n;
+          todo |= (cb * mx_block_size < tile_rows && col0 + tile::col_step * n < tile_cols ? 1u : 0u) << n;
         std::size_t line = c0 + static_cast<std::size_t>(col0);
         std::size_t index = line * col_blocks + blk;
         std::uint8_t* dst = p.col_data + line * col_line_bytes + blk * block_bytes;
-        for (int n = 0; n < tile::col_blocks_per_lane; ++n, line += 16, index += 16 * col_blocks, dst += 16 * col_line_bytes) {
-          const int col = col0 + 16 * n;
-          if constexpr (sizeof(T) == 2) read_column_block16<T>(stage, n, lane, v);  // the whole team, before any lane leaves
+        for (int n = 0; n < tile::col_blocks_per_lane;
+             ++n, line += tile::col_step, index += tile::col_step * col_blocks, dst += tile::col_step * col_line_bytes) {
+          const int col = col0 + tile::col_step * n;
+          if constexpr (sizeof(T) == 2) read_column_block16<T, Rows>(stage, n, lane, v);  // the whole team, before any lane leaves
           if (!(todo >> n & 1u)) continue;
           if constexpr (sizeof(T) != 2) {
             const unsigned char* b = reinterpret_cast<const unsigned char*>(stage) + (col % epc) * static_cast<int>(sizeof(T));
             for (int i = 0; i < mx_block_size; ++i) {
               const int row = mx_block_size * cb + i;
-              v[i] = load_float(*reinterpret_cast<const T*>(b + (row * cpr + swizzle_chunk(row, col / epc)) * 16));
+              v[i] = load_float(*reinterpret_cast<const T*>(b + (row * cpr + swizzle_chunk<Rows>(row, col / epc)) * 16));
             }
           }
           if (p.amax && !p.row_data)
@@ -370,7 +389,10 @@ bool make_quantize_params(matrix_view<const U> in, const quantize_options& optio
   mxkit::detail::require(!out.columnwise_data || out.columnwise_scales, "gpu::quantize: columnwise data without columnwise scales");
   if (out.rowwise_data) check_output_pointer(out.rowwise_data, "rowwise data");
   if (out.columnwise_data) check_output_pointer(out.columnwise_data, "columnwise data");
-  using tile = quantize_tile<U>;
+  // Tiles of the smallest height: at most 2^32 of any height (the kernel numbers them in 32 bits).
+  using tile = quantize_tile<U, 64>;
+  mxkit::detail::require((in.rows + tile::rows - 1) / tile::rows * ((in.cols + tile::cols - 1) / tile::cols) < (std::size_t{1} << 32),
+                         "gpu::quantize: ", in.rows, " x ", in.cols, " needs 2^32 tiles or more (64 x ", tile::cols, " each)");
   p = {};
   p.in = in.data;
   p.rows = in.rows;
@@ -389,21 +411,21 @@ bool make_quantize_params(matrix_view<const U> in, const quantize_options& optio
   p.col_scales = out.columnwise_scales;
   p.col_layout = out.columnwise_scales_layout;
   p.amax = reinterpret_cast<unsigned*>(out.amax);
-  p.tiles_m = (in.rows + tile::rows - 1) / tile::rows;
-  p.tiles_k = (in.cols + tile::cols - 1) / tile::cols;
-  mxkit::detail::require(p.tiles_m * p.tiles_k < (std::size_t{1} << 32), "gpu::quantize: ", in.rows, " x ", in.cols,
-                         " needs 2^32 tiles or more (64 x ", tile::cols, " each)");
   return true;
 }
 
+// The tile grid is the format's (quantize_tile_rows).
 template <class Fmt, class U, bool Rotate, bool RandomSigns, int MinBlocks>
-void launch_quantize_kernel(const quantize_params<U>& p, stream_t stream) {
+void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
+  using tile = quantize_tile<U, quantize_tile_rows<Fmt>>;
+  p.tiles_m = (p.rows + tile::rows - 1) / tile::rows;
+  p.tiles_k = (p.cols + tile::cols - 1) / tile::cols;
   const auto kernel = quantize_kernel<Fmt, U, Rotate, RandomSigns, MinBlocks>;
-  const int grid = persistent_grid(kernel, quantize_tile<U>::threads, p.tiles_m * p.tiles_k);
-  kernel<<<grid, quantize_tile<U>::threads, 0, stream>>>(p);
+  const int grid = persistent_grid(kernel, tile::threads, p.tiles_m * p.tiles_k);
+  kernel<<<grid, tile::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
-template <class Fmt, class U, int MinBlocks = quantize_tile<U>::min_blocks>
+template <class Fmt, class U, int MinBlocks = quantize_tile<U, quantize_tile_rows<Fmt>>::min_blocks>
 void launch_quantize(const quantize_params<U>& p, stream_t stream) {
   if (!p.row_options.hadamard) launch_quantize_kernel<Fmt, U, false, false, MinBlocks>(p, stream);
   else if (p.sign_mask) launch_quantize_kernel<Fmt, U, true, true, MinBlocks>(p, stream);
