@@ -59,11 +59,13 @@ namespace detail {
 // within themselves, never across a CTA. Each lane quantizes row_blocks_per_lane rowwise and
 // col_blocks_per_lane columnwise blocks of a tile; the blocks of one rowwise line in a tile (2)
 // and of one columnwise line (Rows / 32) go to adjacent lanes, so 16-byte stores fill whole
-// sectors. Rows: 64 for FP4 (8 KB tiles, 2 teams and 32 KB per CTA, 12 warps per H200 SM), 128
-// for the byte formats, whose columnwise lines then get 128 contiguous bytes a tile (16 KB tiles,
-// one warp and 32 KB per CTA on NVIDIA; their element math is light, so fewer warps suffice).
-template <class Fmt>
-inline constexpr int quantize_tile_rows = Fmt::storage_bits == 4 ? 64 : 128;
+// sectors. Rows: 64 (8 KB tiles, 2 teams and 32 KB per CTA, 12 warps per H200 SM) for FP4 and
+// for rotated blocks, whose arithmetic wants the warps; 128 for byte formats without the rotation,
+// which are bound by their stores: their columnwise lines then get 128 contiguous bytes a tile
+// (16 KB tiles, one warp and 32 KB per CTA on NVIDIA). On the H200 the 128-row tiles took MXFP8
+// columnwise from 63 to 69-72 % of copy, but rotated MXFP8 from 55 to 41 % (fp16 input).
+template <class Fmt, bool Rotate>
+inline constexpr int quantize_tile_rows = Fmt::storage_bits == 4 || Rotate ? 64 : 128;
 
 template <class T, int Rows>
 struct quantize_tile {
@@ -202,9 +204,9 @@ __device__ inline void read_column_block16(const uint4* stage, int n, int lane, 
 // Rotate = p's options' hadamard and RandomSigns = a nonzero sign mask, as template arguments:
 // each variant's block path is straight code, without another variant's values to merge.
 template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks>
-__global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt>>::threads), MinBlocks)
+__global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rotate>>::threads), MinBlocks)
     quantize_kernel(const quantize_params<T> p) {
-  constexpr int Rows = quantize_tile_rows<Fmt>;
+  constexpr int Rows = quantize_tile_rows<Fmt, Rotate>;
   using tile = quantize_tile<T, Rows>;
   constexpr int tr = tile::rows, tc = tile::cols, epc = tile::elems_per_chunk, cpr = tile::chunks_per_row;
   constexpr int cpb = tile::chunks_per_block, stages = tile::stages, stage_chunks = tile::chunks;
@@ -414,10 +416,10 @@ bool make_quantize_params(matrix_view<const U> in, const quantize_options& optio
   return true;
 }
 
-// The tile grid is the format's (quantize_tile_rows).
+// The tile grid is the variant's (quantize_tile_rows).
 template <class Fmt, class U, bool Rotate, bool RandomSigns, int MinBlocks>
 void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
-  using tile = quantize_tile<U, quantize_tile_rows<Fmt>>;
+  using tile = quantize_tile<U, quantize_tile_rows<Fmt, Rotate>>;
   p.tiles_m = (p.rows + tile::rows - 1) / tile::rows;
   p.tiles_k = (p.cols + tile::cols - 1) / tile::cols;
   const auto kernel = quantize_kernel<Fmt, U, Rotate, RandomSigns, MinBlocks>;
@@ -425,7 +427,7 @@ void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
   kernel<<<grid, tile::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
-template <class Fmt, class U, int MinBlocks = quantize_tile<U, quantize_tile_rows<Fmt>>::min_blocks>
+template <class Fmt, class U, int MinBlocks = quantize_tile<U, 64>::min_blocks>
 void launch_quantize(const quantize_params<U>& p, stream_t stream) {
   if (!p.row_options.hadamard) launch_quantize_kernel<Fmt, U, false, false, MinBlocks>(p, stream);
   else if (p.sign_mask) launch_quantize_kernel<Fmt, U, true, true, MinBlocks>(p, stream);
