@@ -6,14 +6,14 @@
 // quantize_block (optional 16-point Hadamard, amax, scale rule, RNE or stochastic rounding), so
 // each byte equals the host reference (tensor/quantize.hpp); this file only moves data.
 //
-// Kernel shape: teams of 32 lanes (a warp; half a wave64), each owning 64-row x 128-byte tiles
-// of the input from load to store, two per CTA. Tiles stream through the team's two
+// Kernel shape: teams of 32 lanes (a warp; half a wave64), each owning 64- or 128-row x 128-byte
+// tiles of the input from load to store (quantize_tile). Tiles stream through the team's two
 // shared-memory stages with 16-byte coalesced copies (cp.async on sm_80+: the next tile lands
-// while this one is quantized); then each lane quantizes 4 rowwise blocks (32 columns of a row)
-// and 4 columnwise blocks (32 rows of a column; 2 and 2 for float input) from shared memory with
-// quantize_block_packed and stores 16 or 32 bytes each. Columnwise 16-bit reads are transposed
-// 8x8 matrix loads on NVIDIA. Persistent grid: teams loop over tiles and synchronize only within
-// themselves. 16-byte chunks are XOR-swizzled so that every shared-memory access is conflict-free.
+// while this one is quantized); then each lane quantizes its rowwise blocks (32 columns of a row)
+// and columnwise blocks (32 rows of a column) from shared memory with quantize_block_packed and
+// stores 16 or 32 bytes each. Columnwise 16-bit reads are transposed 8x8 matrix loads on NVIDIA.
+// Persistent grid: teams loop over tiles and synchronize only within themselves. 16-byte chunks
+// are XOR-swizzled so that every shared-memory access is conflict-free.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
