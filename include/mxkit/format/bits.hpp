@@ -75,14 +75,6 @@ MXKIT_HD constexpr float abs_float(float x) noexcept {
   return bit_cast<float>(bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu);
 }
 
-// min(a, b) of two non-NaN floats (one FMNMX in device code, where |x| operands are free).
-MXKIT_HD constexpr float min_float(float a, float b) noexcept {
-#if MXKIT_DEVICE_PASS
-  if (!__builtin_is_constant_evaluated()) return __builtin_fminf(a, b);
-#endif
-  return a < b ? a : b;
-}
-
 // a * p + c with ONE rounding, for callers whose product a * p is exact (p a power of two and
 // the product not a float subnormal) or so small (below 2^-126, flushed or not) that c + it
 // rounds to c: then the separate multiply and add equal the fused operation, which device code
