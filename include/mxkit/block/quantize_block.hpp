@@ -152,31 +152,76 @@ struct block_front {
   int value_exp;  // x = v * 2^value_exp
   bool float_path;
 };
+
+// Step one of a block, in place: x becomes the values block_front holds (rotated when o.hadamard)
+// and the result is the bits of the block's amax (of v, the normalized values). No branches, so
+// a kernel can interleave two blocks' arithmetic.
+MXKIT_HD constexpr std::uint32_t transform_block(float* x, const quantize_options& o, hadamard_signs signs) noexcept {
+  if (!o.hadamard) return block_amax_bits(x);
+  for (int g = 0; g < mx_block_size; g += hadamard_group) {
+    if (signs.mask) apply_signs16(x + g, signs.mask);
+    hadamard_butterflies<hadamard_group>(x + g);
+  }
+  // max |v| = max |x| / 4 (rotate_block's normalization): rounding is monotone, so the max of
+  // the normalized values is the normalized max (also where it is a float subnormal or a
+  // flush-to-zero build flushes it); exactly 2 off the exponent while a normal stays normal.
+  const std::uint32_t amax = block_amax_bits(x);
+  constexpr std::uint32_t two_exp = 2u << 23;  // 1/4 = 1 / sqrt(16): exponent minus 2
+  return amax >= 3u << 23 && amax < 0x7F800000u ? amax - two_exp : amax_bits(0u, bit_cast<float>(amax) * 0.25f);
+}
+MXKIT_HD constexpr int block_value_exp(const quantize_options& o) noexcept { return o.hadamard ? 2 : 0; }
+
+// Step two, the float path's test and element scale, in a few integer instructions: for a zero
+// amax, or a normal one from float_path_min_amax up to where the element scale would pass
+// float_path_max_exponent, the scale is shared_scale's normal case, a carry added to the amax
+// bits (scale_rule_carry). A kernel computes the bounds once.
+struct float_path_bounds {
+  std::uint32_t carry = 0;  // scale_rule_carry
+  std::uint32_t low = 0;    // float_path_min_amax
+  std::uint32_t span = 0;   // amax - low < span: on the float path (unsigned)
+  int exponent_offset = 0;  // element scale exponent = ((amax + carry) >> 23) - exponent_offset
+  bool nearest_even = false;
+};
+template <class Element>
+MXKIT_HD constexpr float_path_bounds float_path_bounds_for(const quantize_options& o) noexcept {
+  float_path_bounds b;
+  b.carry = scale_rule_carry<Element>(o.rule);
+  b.low = float_path_min_amax<Element>();
+  const int value_exp = block_value_exp(o);
+  // scale + value_exp <= max  <=>  (amax + carry) >> 23 <= max - value_exp + 127 + emax
+  const std::uint32_t top = static_cast<std::uint32_t>(float_path_max_exponent<Element> - value_exp + 128 + Element::emax) << 23;
+  const std::uint32_t high = top - b.carry < 0x7F800000u ? top - b.carry : 0x7F800000u;  // first amax off the path
+  b.span = high > b.low ? high - b.low : 0u;
+  b.exponent_offset = 127 + Element::emax - value_exp;
+  b.nearest_even = o.round == rounding::nearest_even;
+  return b;
+}
+MXKIT_HD constexpr bool on_float_path(std::uint32_t amax, const float_path_bounds& b) noexcept {
+  return b.nearest_even && (amax == 0 || amax - b.low < b.span);
+}
+// The element scale exponent (block scale exponent + value_exp) of a block on the float path.
+MXKIT_HD constexpr int float_path_element_exponent(std::uint32_t amax, const quantize_options& o,
+                                                   const float_path_bounds& b) noexcept {
+  return amax == 0 ? block_value_exp(o) : static_cast<int>((amax + b.carry) >> 23) - b.exponent_offset;
+}
+
+// The front of a block whose values x went through transform_block, which returned amax.
+template <class Element>
+MXKIT_HD constexpr block_front make_front(const float* x, std::uint32_t amax, const quantize_options& o) noexcept {
+  block_front f{};
+  for (int i = 0; i < mx_block_size; ++i) f.x.v[i] = x[i];
+  f.value_exp = block_value_exp(o);
+  f.scale = shared_scale<Element>(amax, o.rule);
+  f.float_path = on_float_path(amax, float_path_bounds_for<Element>(o));
+  return f;
+}
+
 template <class Element>
 MXKIT_HD constexpr block_front prepare_block(const float* in, const quantize_options& o, hadamard_signs signs) noexcept {
-  block_front f{};
-  for (int i = 0; i < mx_block_size; ++i) f.x.v[i] = in[i];
-  std::uint32_t amax = 0;
-  if (o.hadamard) {
-    for (int g = 0; g < mx_block_size; g += hadamard_group) {
-      if (signs.mask) apply_signs16(f.x.v + g, signs.mask);
-      hadamard_butterflies<hadamard_group>(f.x.v + g);
-    }
-    // max |v| = max |x| / 4 (rotate_block's normalization): rounding is monotone, so the max of
-    // the normalized values is the normalized max (also where it is a float subnormal or a
-    // flush-to-zero build flushes it); exactly 2 off the exponent while a normal stays normal.
-    amax = block_amax_bits(f.x.v);
-    constexpr std::uint32_t two_exp = 2u << 23;  // 1/4 = 1 / sqrt(16): exponent minus 2
-    amax = amax >= 3u << 23 && amax < 0x7F800000u ? amax - two_exp : amax_bits(0u, bit_cast<float>(amax) * 0.25f);
-    f.value_exp = 2;
-  } else {
-    amax = block_amax_bits(f.x.v);
-  }
-  f.scale = shared_scale<Element>(amax, o.rule);
-  f.float_path = o.round == rounding::nearest_even && !f.scale.is_nan() &&
-                 (amax == 0 || amax >= float_path_min_amax<Element>()) &&
-                 f.scale.exponent() + f.value_exp <= float_path_max_exponent<Element>;
-  return f;
+  float x[mx_block_size];
+  for (int i = 0; i < mx_block_size; ++i) x[i] = in[i];
+  const std::uint32_t amax = transform_block(x, o, signs);
+  return make_front<Element>(x, amax, o);
 }
 
 // Elements of a block off the float path: x normalized first, then the general loop.
@@ -225,43 +270,56 @@ MXKIT_HD constexpr void pack_block(const mx_block<Fmt>& b, std::uint32_t* words)
   }
 }
 
-// quantize_block straight to its storage words (pack_block of the same codes) and the scale:
-// what a kernel writes. The float path packs each code as it is made, so a kernel never holds
-// the 32 codes as separate bytes.
+namespace detail {
+// The float path's elements straight to storage words: x as block_front holds it, under element
+// scale 2^element_exp (float_path_element_exponent). Each code is packed as it is made, so a
+// kernel never holds the 32 codes as separate bytes.
 template <mx_format Fmt>
-MXKIT_HD constexpr e8m0 quantize_block_packed(const float* in, const quantize_options& o, hadamard_signs signs,
-                                              std::uint64_t first_index, std::uint32_t* words) noexcept {
+MXKIT_HD constexpr void encode_float_path_packed(const float* x, int element_exp, std::uint32_t* words) noexcept {
   using E = typename Fmt::element_type;
-  const detail::block_front f = detail::prepare_block<E>(in, o, signs);
-  if (!f.float_path) {
-    pack_block<Fmt>(detail::quantize_elements_off_float_path<Fmt>(f, o, first_index), words);
-    return f.scale;
-  }
   constexpr int per_word = 32 / Fmt::storage_bits;
   // Each code arrives plus a constant bias; sum_i bias * 2^(bits * i), mod 2^32, leaves at the end.
   constexpr std::uint32_t word_bias = [] {
     std::uint32_t b = 0;
-    for (int i = 0; i < per_word; ++i) b = b * (1u << Fmt::storage_bits) + detail::element_code_bias<E>;
+    for (int i = 0; i < per_word; ++i) b = b * (1u << Fmt::storage_bits) + element_code_bias<E>;
     return b;
   }();
-  const e8m0 es = detail::element_scale(f);
-  const float scale_inv = detail::exp2i(-es.exponent());
+  const e8m0 es = e8m0::from_exponent(element_exp);
+  const float scale_inv = exp2i(-element_exp);
   for (int j = 0; j < block_words<Fmt>; ++j) {
     std::uint32_t w = 0;
     for (int i = per_word - 1; i >= 0; --i) {  // fields do not overlap: + is |, and one IMAD per code
-      const float x = f.x.v[per_word * j + i];
-      if constexpr (requires { E::block_element_magnitude_biased(x, scale_inv); }) {
+      const float v = x[per_word * j + i];
+      if constexpr (requires { E::block_element_magnitude_biased(v, scale_inv); }) {
         // The sign is the field's top bit: w * 16 + 8 * sign + m = (2w + sign) * 8 + m, and
-        // 2w + sign is one funnel shift of (w, x's bits).
-        w = (w << 1) | (bit_cast<std::uint32_t>(x) >> 31);
-        w = w * (1u << (Fmt::storage_bits - 1)) + E::block_element_magnitude_biased(x, scale_inv);
+        // 2w + sign is one funnel shift of (w, v's bits).
+        w = (w << 1) | (bit_cast<std::uint32_t>(v) >> 31);
+        w = w * (1u << (Fmt::storage_bits - 1)) + E::block_element_magnitude_biased(v, scale_inv);
       } else {
-        w = w * (1u << Fmt::storage_bits) + detail::quantize_non_nan_element_rne_biased<E>(x, es, scale_inv);
+        w = w * (1u << Fmt::storage_bits) + quantize_non_nan_element_rne_biased<E>(v, es, scale_inv);
       }
     }
     words[j] = w - word_bias;
   }
+}
+
+// A prepared block to storage words, on or off the float path; returns the scale.
+template <mx_format Fmt>
+MXKIT_HD constexpr e8m0 encode_block_packed(const block_front& f, const quantize_options& o, std::uint64_t first_index,
+                                            std::uint32_t* words) noexcept {
+  if (f.float_path) encode_float_path_packed<Fmt>(f.x.v, element_scale(f).exponent(), words);
+  else pack_block<Fmt>(quantize_elements_off_float_path<Fmt>(f, o, first_index), words);
   return f.scale;
+}
+}  // namespace detail
+
+// quantize_block straight to its storage words (pack_block of the same codes) and the scale:
+// what a kernel writes.
+template <mx_format Fmt>
+MXKIT_HD constexpr e8m0 quantize_block_packed(const float* in, const quantize_options& o, hadamard_signs signs,
+                                              std::uint64_t first_index, std::uint32_t* words) noexcept {
+  return detail::encode_block_packed<Fmt>(detail::prepare_block<typename Fmt::element_type>(in, o, signs), o, first_index,
+                                          words);
 }
 
 template <mx_format Fmt>

@@ -223,6 +223,9 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
   quantize_options row_options = p.row_options, col_options = p.col_options;
   row_options.hadamard = col_options.hadamard = Rotate;
   const hadamard_signs signs{RandomSigns ? p.sign_mask : 0u};
+  using E = typename Fmt::element_type;
+  const mxkit::detail::float_path_bounds bounds = mxkit::detail::float_path_bounds_for<E>(row_options);
+  constexpr int value_exp = Rotate ? 2 : 0;
 
   // Tiles in row-major order over [tiles_m, tiles_k]; team t of CTA c takes tiles
   // c * teams + t, then every teams-in-the-grid further. The loop runs the same number of times
@@ -274,62 +277,111 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
       // right edges); blocks outside are padding and not stored.
       const int tile_rows = p.rows - r0 < static_cast<std::size_t>(tr) ? static_cast<int>(p.rows - r0) : tr;
       const int tile_cols = p.cols - c0 < static_cast<std::size_t>(tc) ? static_cast<int>(p.cols - c0) : tc;
-      if (p.row_data) {
-        // Lane: block lane % row_blocks of tile rows lane / row_blocks + n * row_step.
-        constexpr int row_step = tile::team / tile::row_blocks;
-        const int rblk = lane % tile::row_blocks, row0 = lane / tile::row_blocks;
-        const std::size_t blk = c0 / mx_block_size + static_cast<std::size_t>(rblk);
-        unsigned todo = 0;  // bit n: rowwise block n of this lane lies in the matrix
-        for (int n = 0; n < tile::row_blocks_per_lane; ++n)
-          todo |= (rblk * mx_block_size < tile_cols && row0 + n * row_step < tile_rows ? 1u : 0u) << n;
-        std::size_t line = r0 + static_cast<std::size_t>(row0);
-        std::size_t index = line * row_blocks + blk;  // the block's number in row-major scale order
-        std::uint8_t* dst = p.row_data + line * row_line_bytes + blk * block_bytes;
-        for (int n = 0; n < tile::row_blocks_per_lane;
-             ++n, line += row_step, index += row_step * row_blocks, dst += row_step * row_line_bytes) {
-          if (!(todo >> n & 1u)) continue;
-          const int row = row0 + n * row_step;
-          const int key = swizzle_chunk<Rows>(row, rblk * cpb);  // swizzle_chunk(row, rblk * cpb + j) = key ^ j
-          for (int j = 0; j < cpb; ++j) unpack_chunk<T>(stage[row * cpr + (key ^ j)], v + j * epc);
+
+      // Rowwise: this lane's block n is block rblk of tile row row0 + n * row_step.
+      constexpr int row_step = tile::team / tile::row_blocks;
+      const int rblk = lane % tile::row_blocks, row0 = lane / tile::row_blocks;
+      const std::size_t row_blk = c0 / mx_block_size + static_cast<std::size_t>(rblk);
+      const std::size_t row_line0 = r0 + static_cast<std::size_t>(row0);
+      auto load_row = [&](int n, float* v) {
+        const int row = row0 + n * row_step;
+        const int key = swizzle_chunk<Rows>(row, rblk * cpb);  // swizzle_chunk(row, rblk * cpb + j) = key ^ j
+        for (int j = 0; j < cpb; ++j) unpack_chunk<T>(stage[row * cpr + (key ^ j)], v + j * epc);
+      };
+      auto store_row = [&](int n, const std::uint32_t* w, e8m0 scale) {
+        const std::size_t line = row_line0 + static_cast<std::size_t>(n * row_step);
+        store_words<Fmt>(p.row_data + line * row_line_bytes + row_blk * block_bytes, w);
+        const std::size_t index = line * row_blocks + row_blk;  // the block's number in row-major scale order
+        p.row_scales[p.row_layout == scale_layout::row_major ? index : scale_offset(p.row_layout, p.rows, row_blocks, line, row_blk)] =
+            scale.bits();
+      };
+      auto row_first_index = [&](int n) { return ((row_line0 + static_cast<std::size_t>(n * row_step)) * row_blocks + row_blk) * mx_block_size; };
+
+      // Columnwise: block cb of columns col0 + n * col_step (read_column_block16; float: lane =
+      // col_blocks * c + b takes column c, single-word reads).
+      constexpr int cbs = tile::col_blocks;
+      const int cb = lane % cbs;
+      const int col0 = sizeof(T) == 2 ? 8 * ((lane % 4) / cbs) + lane / 4 : lane / cbs;
+      const std::size_t col_blk = r0 / mx_block_size + static_cast<std::size_t>(cb);
+      const std::size_t col_line0 = c0 + static_cast<std::size_t>(col0);
+      auto load_col = [&](int n, float* v) {  // 16-bit: the whole team, before any lane leaves
+        if constexpr (sizeof(T) == 2) {
+          read_column_block16<T, Rows>(stage, n, lane, v);
+        } else {
+          const int col = col0 + tile::col_step * n;
+          const unsigned char* b = reinterpret_cast<const unsigned char*>(stage) + (col % epc) * static_cast<int>(sizeof(T));
+          for (int i = 0; i < mx_block_size; ++i) {
+            const int row = mx_block_size * cb + i;
+            v[i] = load_float(*reinterpret_cast<const T*>(b + (row * cpr + swizzle_chunk<Rows>(row, col / epc)) * 16));
+          }
+        }
+      };
+      auto store_col = [&](int n, const std::uint32_t* w, e8m0 scale) {
+        const std::size_t line = col_line0 + static_cast<std::size_t>(tile::col_step * n);
+        store_words<Fmt>(p.col_data + line * col_line_bytes + col_blk * block_bytes, w);
+        const std::size_t index = line * col_blocks + col_blk;
+        p.col_scales[p.col_layout == scale_layout::row_major ? index : scale_offset(p.col_layout, p.cols, col_blocks, line, col_blk)] =
+            scale.bits();
+      };
+      auto col_first_index = [&](int n) {
+        return ((col_line0 + static_cast<std::size_t>(tile::col_step * n)) * col_blocks + col_blk) * mx_block_size;
+      };
+
+      if (p.row_data && p.col_data && tile_rows == tr && tile_cols == tc) {
+        // Both copies of an interior tile: rowwise block n and columnwise block n side by side,
+        // two independent chains of arithmetic for the scheduler, with one float-path test for
+        // both (quantize_block_packed's steps, in the same order for each block).
+        static_assert(tile::row_blocks_per_lane == tile::col_blocks_per_lane);
+        float w[mx_block_size];
+        for (int n = 0; n < tile::row_blocks_per_lane; ++n) {
+          load_row(n, v);
+          load_col(n, w);
           if (p.amax)
             for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-          const e8m0 scale = quantize_block_packed<Fmt>(v, row_options, signs, index * mx_block_size, words);
-          store_words<Fmt>(dst, words);
-          p.row_scales[p.row_layout == scale_layout::row_major ? index : scale_offset(p.row_layout, p.rows, row_blocks, line, blk)] =
-              scale.bits();
-        }
-      }
-      if (p.col_data) {
-        // Lane: block lane % col_blocks of columns col0 + n * col_step (read_column_block16; float:
-        // lane = col_blocks * c + b takes column c, single-word reads).
-        constexpr int cbs = tile::col_blocks;
-        const int cb = lane % cbs;
-        const int col0 = sizeof(T) == 2 ? 8 * ((lane % 4) / cbs) + lane / 4 : lane / cbs;
-        const std::size_t blk = r0 / mx_block_size + static_cast<std::size_t>(cb);
-        unsigned todo = 0;  // bit n: columnwise block n of this lane lies in the matrix
-        for (int n = 0; n < tile::col_blocks_per_lane; ++n)
-          todo |= (cb * mx_block_size < tile_rows && col0 + tile::col_step * n < tile_cols ? 1u : 0u) << n;
-        std::size_t line = c0 + static_cast<std::size_t>(col0);
-        std::size_t index = line * col_blocks + blk;
-        std::uint8_t* dst = p.col_data + line * col_line_bytes + blk * block_bytes;
-        for (int n = 0; n < tile::col_blocks_per_lane;
-             ++n, line += tile::col_step, index += tile::col_step * col_blocks, dst += tile::col_step * col_line_bytes) {
-          const int col = col0 + tile::col_step * n;
-          if constexpr (sizeof(T) == 2) read_column_block16<T, Rows>(stage, n, lane, v);  // the whole team, before any lane leaves
-          if (!(todo >> n & 1u)) continue;
-          if constexpr (sizeof(T) != 2) {
-            const unsigned char* b = reinterpret_cast<const unsigned char*>(stage) + (col % epc) * static_cast<int>(sizeof(T));
-            for (int i = 0; i < mx_block_size; ++i) {
-              const int row = mx_block_size * cb + i;
-              v[i] = load_float(*reinterpret_cast<const T*>(b + (row * cpr + swizzle_chunk<Rows>(row, col / epc)) * 16));
-            }
+          const std::uint32_t row_amax = mxkit::detail::transform_block(v, row_options, signs);
+          const std::uint32_t col_amax = mxkit::detail::transform_block(w, col_options, signs);
+          std::uint32_t col_words[block_words<Fmt>];
+          e8m0 row_scale, col_scale;
+          if (mxkit::detail::on_float_path(row_amax, bounds) && mxkit::detail::on_float_path(col_amax, bounds)) {
+            const int row_exp = mxkit::detail::float_path_element_exponent(row_amax, row_options, bounds);
+            const int col_exp = mxkit::detail::float_path_element_exponent(col_amax, col_options, bounds);
+            mxkit::detail::encode_float_path_packed<Fmt>(v, row_exp, words);
+            mxkit::detail::encode_float_path_packed<Fmt>(w, col_exp, col_words);
+            row_scale = e8m0::from_exponent(row_exp - value_exp);
+            col_scale = e8m0::from_exponent(col_exp - value_exp);
+          } else {
+            row_scale = mxkit::detail::encode_block_packed<Fmt>(mxkit::detail::make_front<E>(v, row_amax, row_options), row_options,
+                                                                row_first_index(n), words);
+            col_scale = mxkit::detail::encode_block_packed<Fmt>(mxkit::detail::make_front<E>(w, col_amax, col_options), col_options,
+                                                                col_first_index(n), col_words);
           }
-          if (p.amax && !p.row_data)
-            for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-          const e8m0 scale = quantize_block_packed<Fmt>(v, col_options, signs, index * mx_block_size, words);
-          store_words<Fmt>(dst, words);
-          p.col_scales[p.col_layout == scale_layout::row_major ? index : scale_offset(p.col_layout, p.cols, col_blocks, line, blk)] =
-              scale.bits();
+          store_row(n, words, row_scale);
+          store_col(n, col_words, col_scale);
+        }
+      } else {
+        if (p.row_data) {
+          unsigned todo = 0;  // bit n: rowwise block n of this lane lies in the matrix
+          for (int n = 0; n < tile::row_blocks_per_lane; ++n)
+            todo |= (rblk * mx_block_size < tile_cols && row0 + n * row_step < tile_rows ? 1u : 0u) << n;
+          for (int n = 0; n < tile::row_blocks_per_lane; ++n) {
+            if (!(todo >> n & 1u)) continue;
+            load_row(n, v);
+            if (p.amax)
+              for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
+            store_row(n, words, quantize_block_packed<Fmt>(v, row_options, signs, row_first_index(n), words));
+          }
+        }
+        if (p.col_data) {
+          unsigned todo = 0;  // bit n: columnwise block n of this lane lies in the matrix
+          for (int n = 0; n < tile::col_blocks_per_lane; ++n)
+            todo |= (cb * mx_block_size < tile_rows && col0 + tile::col_step * n < tile_cols ? 1u : 0u) << n;
+          for (int n = 0; n < tile::col_blocks_per_lane; ++n) {
+            load_col(n, v);
+            if (!(todo >> n & 1u)) continue;
+            if (p.amax && !p.row_data)
+              for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
+            store_col(n, words, quantize_block_packed<Fmt>(v, col_options, signs, col_first_index(n), words));
+          }
         }
       }
     }
