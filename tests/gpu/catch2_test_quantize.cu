@@ -161,6 +161,27 @@ TEST_CASE("gpu quantize: many tiles (persistent loop), both copies through quant
   CHECK(gpu_test::same_amax(amax.to_host()[0], gpu_test::host_amax(host, rows, cols, ld)));
 }
 
+// More tiles than the grid has teams, by a few: the last round's tiles are split into parts of
+// their block steps across teams (quantize_kernel's work items), edge tiles included.
+TEST_CASE("gpu quantize: a last partial round split across teams", "[gpu]") {
+  namespace gpu = mxkit::gpu;
+  using tile = gpu::detail::quantize_tile<mxkit::bfloat16, 64>;
+  const auto kernel = gpu::detail::quantize_kernel<mxkit::mxfp4, mxkit::bfloat16, true, false, tile::min_blocks>;
+  const std::size_t teams = static_cast<std::size_t>(gpu::detail::persistent_grid(kernel, tile::threads, std::size_t{1} << 30)) *
+                            tile::teams_per_cta;
+  // 16 tile columns (the last one partial) and teams / 16 + 2 tile rows (the last one partial):
+  // 17 ... 32 tiles past a whole round, each split in 4 when the grid has 128 teams or more.
+  const std::size_t rows = 64 * (teams / 16 + 2) - 17, cols = 64 * 16 - 24;
+  INFO("teams " << teams << ", " << rows << " x " << cols);
+  for (const bool hadamard : {true, false}) {
+    one_case k{mx_type::mxfp4, {}, {rows, cols, cols}, scale_layout::row_major, scale_layout::cublas_128x4};
+    k.options.hadamard = hadamard;
+    const std::string d = run_case<mxkit::bfloat16>(k, 77u);
+    INFO(d);
+    CHECK(d.empty());
+  }
+}
+
 TEST_CASE("gpu quantize: unaligned input and odd leading dimensions take the element path", "[gpu]") {
   for (const std::size_t offset : {1u, 3u}) {
     one_case k{mx_type::mxfp8_e4m3, {}, {70, 150, 151}, scale_layout::cublas_128x4, scale_layout::row_major};

@@ -177,27 +177,28 @@ MXKIT_HD constexpr int block_value_exp(const quantize_options& o) noexcept { ret
 // bits (scale_rule_carry). A kernel computes the bounds once.
 struct float_path_bounds {
   std::uint32_t carry = 0;  // scale_rule_carry
-  std::uint32_t low = 0;    // float_path_min_amax
+  std::uint32_t low = 1;    // float_path_min_amax (1 with span 0: no block, the rounding is not nearest-even)
   std::uint32_t span = 0;   // amax - low < span: on the float path (unsigned)
   int exponent_offset = 0;  // element scale exponent = ((amax + carry) >> 23) - exponent_offset
-  bool nearest_even = false;
 };
 template <class Element>
 MXKIT_HD constexpr float_path_bounds float_path_bounds_for(const quantize_options& o) noexcept {
   float_path_bounds b;
-  b.carry = scale_rule_carry<Element>(o.rule);
-  b.low = float_path_min_amax<Element>();
   const int value_exp = block_value_exp(o);
+  b.carry = scale_rule_carry<Element>(o.rule);
+  b.exponent_offset = 127 + Element::emax - value_exp;
+  if (o.round != rounding::nearest_even) return b;
+  b.low = float_path_min_amax<Element>();
   // scale + value_exp <= max  <=>  (amax + carry) >> 23 <= max - value_exp + 127 + emax
   const std::uint32_t top = static_cast<std::uint32_t>(float_path_max_exponent<Element> - value_exp + 128 + Element::emax) << 23;
   const std::uint32_t high = top - b.carry < 0x7F800000u ? top - b.carry : 0x7F800000u;  // first amax off the path
   b.span = high > b.low ? high - b.low : 0u;
-  b.exponent_offset = 127 + Element::emax - value_exp;
-  b.nearest_even = o.round == rounding::nearest_even;
   return b;
 }
+// A zero amax counts as `low` (on the path whenever any amax is): one select and one compare,
+// no branch.
 MXKIT_HD constexpr bool on_float_path(std::uint32_t amax, const float_path_bounds& b) noexcept {
-  return b.nearest_even && (amax == 0 || amax - b.low < b.span);
+  return (amax == 0 ? b.low : amax) - b.low < b.span;
 }
 // The element scale exponent (block scale exponent + value_exp) of a block on the float path.
 MXKIT_HD constexpr int float_path_element_exponent(std::uint32_t amax, const quantize_options& o,

@@ -108,7 +108,9 @@ struct quantize_params {
   std::uint8_t *row_data, *row_scales, *col_data, *col_scales;
   scale_layout row_layout, col_layout;
   unsigned* amax;  // float bits, atomicMax
-  std::size_t tiles_m, tiles_k;  // set by launch_quantize_kernel (the format picks the tile height)
+  // Set by launch_quantize_kernel: the format picks the tile height and the float-path bounds.
+  std::size_t tiles_m, tiles_k;
+  mxkit::detail::float_path_bounds bounds;  // of row_options (the copies differ only in their stochastic stream)
 };
 
 // Shared-memory position (in 16-byte chunks, 8 per 128-byte row) of chunk `chunk` of tile row
@@ -201,6 +203,36 @@ __device__ inline void read_column_block16(const uint4* stage, int n, int lane, 
 #endif
 }
 
+// Where a lane's successive blocks of one copy go: the data pointer and the line, advanced by
+// one step of the lane's blocks at a time (the scale's place follows from the line).
+struct block_cursor {
+  std::uint8_t* data;
+  std::size_t data_step;
+  std::size_t line;
+  std::size_t line_step;
+  __device__ void advance(int n) {
+    data += static_cast<std::size_t>(n) * data_step;
+    line += static_cast<std::size_t>(n) * line_step;
+  }
+};
+
+// A block off the float path, or next to one: quantize_block_packed's second half from the
+// transformed values and their amax. Out of line, so that the hot loop stays small; values in
+// and words out by value, so that the caller's arrays can stay in registers.
+template <class Fmt>
+struct packed_block {
+  std::uint32_t words[block_words<Fmt>];
+  e8m0 scale;
+};
+template <class Fmt>
+__device__ __attribute__((noinline)) packed_block<Fmt> encode_block_out_of_line(mxkit::detail::block_values x, std::uint32_t amax,
+                                                                                 const quantize_options& o, std::uint64_t first_index) {
+  packed_block<Fmt> b;
+  b.scale = mxkit::detail::encode_block_packed<Fmt>(mxkit::detail::make_front<typename Fmt::element_type>(x.v, amax, o), o,
+                                                    first_index, b.words);
+  return b;
+}
+
 // Rotate = p's options' hadamard and RandomSigns = a nonzero sign mask, as template arguments:
 // each variant's block path is straight code, without another variant's values to merge.
 template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks>
@@ -223,16 +255,24 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
   quantize_options row_options = p.row_options, col_options = p.col_options;
   row_options.hadamard = col_options.hadamard = Rotate;
   const hadamard_signs signs{RandomSigns ? p.sign_mask : 0u};
-  using E = typename Fmt::element_type;
-  const mxkit::detail::float_path_bounds bounds = mxkit::detail::float_path_bounds_for<E>(row_options);
   constexpr int value_exp = Rotate ? 2 : 0;
+  constexpr int steps = tile::row_blocks_per_lane;  // block steps n of a tile (one rowwise and one columnwise block each)
+  static_assert(tile::row_blocks_per_lane == tile::col_blocks_per_lane);
 
-  // Tiles in row-major order over [tiles_m, tiles_k]; team t of CTA c takes tiles
-  // c * teams + t, then every teams-in-the-grid further. The loop runs the same number of times
+  // Work items: tiles in row-major order over [tiles_m, tiles_k], item i of team t of CTA c
+  // being c * teams + t + i * (teams in the grid). The tiles of the last, partial round are split
+  // into up to `steps` items each (a range of the block steps n; each part copies in the whole
+  // tile, the others' copies come from L2), so that round keeps more teams busy: at 8192x4096
+  // bf16 on an H200, 272 leftover tiles over 1584 teams. The loop runs the same number of times
   // for both teams of a CTA (a team past the end idles), so synchronization stays uniform.
   const std::size_t tiles = p.tiles_m * p.tiles_k;
   const std::size_t grid_teams = static_cast<std::size_t>(gridDim.x) * tile::teams_per_cta;
-  const std::size_t first_tile = static_cast<std::size_t>(blockIdx.x) * tile::teams_per_cta;
+  const std::size_t whole = tiles / grid_teams * grid_teams;  // tiles of the whole rounds
+  const unsigned left = static_cast<unsigned>(tiles - whole);
+  const unsigned split = left == 0 ? 1u : static_cast<unsigned>(grid_teams / left) < steps ? static_cast<unsigned>(grid_teams / left) : steps;
+  const std::size_t items = whole + static_cast<std::size_t>(left) * split;
+  auto tile_of = [&](std::size_t i) { return i < whole ? i : whole + static_cast<unsigned>(i - whole) / split; };
+  const std::size_t first_item = static_cast<std::size_t>(blockIdx.x) * tile::teams_per_cta;
 
   // Copy-in: this lane moves chunk lane % 8 of tile rows lane / 8 + 4j.
   const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);  // tiles < 2^32 (make_quantize_params)
@@ -241,11 +281,11 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
     r0 = static_cast<std::size_t>(m) * tr;
     c0 = static_cast<std::size_t>(static_cast<unsigned>(t) - m * tiles_k) * tc;
   };
-  auto issue = [&](std::size_t t, int stage) {  // starts copying tile t into `stage`
-    if (t >= tiles) return;
+  auto issue = [&](std::size_t i, int stage) {  // starts copying item i's tile into `stage`
+    if (i >= items) return;
     uint4* dst = ring + stage * stage_chunks;
     std::size_t r0, c0;
-    origin(t, r0, c0);
+    origin(tile_of(i), r0, c0);
     if (p.vector_loads && r0 + tr <= p.rows && c0 + tc <= p.cols) {
       constexpr int row_step = tile::team / cpr;
       const int row0 = lane / cpr, chunk = lane % cpr;
@@ -259,18 +299,22 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
     }
   };
 
-  issue(first_tile + static_cast<std::size_t>(team), 0);
+  issue(first_item + static_cast<std::size_t>(team), 0);
   async_commit();
   float v[mx_block_size];
   std::uint32_t words[block_words<Fmt>];
-  for (std::size_t base = first_tile, k = 0; base < tiles; base += grid_teams, ++k) {
-    const std::size_t t = base + static_cast<std::size_t>(team);
-    issue(t + grid_teams, static_cast<int>((k + 1) % stages));
+  for (std::size_t base = first_item, k = 0; base < items; base += grid_teams, ++k) {
+    const std::size_t item = base + static_cast<std::size_t>(team);
+    issue(item + grid_teams, static_cast<int>((k + 1) % stages));
     async_commit();
-    async_wait<stages - 1>();  // this lane's copies of tile t have landed
+    async_wait<stages - 1>();  // this lane's copies of the item's tile have landed
     team_sync();               // and the whole team's
-    if (t < tiles) {
+    if (item < items) {
       const uint4* stage = ring + (k % stages) * stage_chunks;
+      const std::size_t t = tile_of(item);
+      // This item's block steps: all, or part (item - whole) % split of the last round's tiles.
+      const unsigned part = item < whole ? 0u : static_cast<unsigned>(item - whole) % split, parts = item < whole ? 1u : split;
+      const int n_begin = static_cast<int>(part * steps / parts), n_end = static_cast<int>((part + 1) * steps / parts);
       std::size_t r0, c0;
       origin(t, r0, c0);
       // Rows and columns of this tile inside the matrix (all of them but at the bottom and
@@ -288,14 +332,15 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
         const int key = swizzle_chunk<Rows>(row, rblk * cpb);  // swizzle_chunk(row, rblk * cpb + j) = key ^ j
         for (int j = 0; j < cpb; ++j) unpack_chunk<T>(stage[row * cpr + (key ^ j)], v + j * epc);
       };
-      auto store_row = [&](int n, const std::uint32_t* w, e8m0 scale) {
-        const std::size_t line = row_line0 + static_cast<std::size_t>(n * row_step);
-        store_words<Fmt>(p.row_data + line * row_line_bytes + row_blk * block_bytes, w);
-        const std::size_t index = line * row_blocks + row_blk;  // the block's number in row-major scale order
-        p.row_scales[p.row_layout == scale_layout::row_major ? index : scale_offset(p.row_layout, p.rows, row_blocks, line, row_blk)] =
-            scale.bits();
+      block_cursor rc{p.row_data + row_line0 * row_line_bytes + row_blk * block_bytes, row_step * row_line_bytes, row_line0,
+                      static_cast<std::size_t>(row_step)};
+      rc.advance(n_begin);
+      auto store_row = [&](const std::uint32_t* w, e8m0 scale) {
+        store_words<Fmt>(rc.data, w);
+        p.row_scales[p.row_layout == scale_layout::row_major ? rc.line * row_blocks + row_blk
+                                                               : scale_offset(p.row_layout, p.rows, row_blocks, rc.line, row_blk)] = scale.bits();
+        rc.advance(1);
       };
-      auto row_first_index = [&](int n) { return ((row_line0 + static_cast<std::size_t>(n * row_step)) * row_blocks + row_blk) * mx_block_size; };
 
       // Columnwise: block cb of columns col0 + n * col_step (read_column_block16; float: lane =
       // col_blocks * c + b takes column c, single-word reads).
@@ -316,71 +361,76 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
           }
         }
       };
-      auto store_col = [&](int n, const std::uint32_t* w, e8m0 scale) {
-        const std::size_t line = col_line0 + static_cast<std::size_t>(tile::col_step * n);
-        store_words<Fmt>(p.col_data + line * col_line_bytes + col_blk * block_bytes, w);
-        const std::size_t index = line * col_blocks + col_blk;
-        p.col_scales[p.col_layout == scale_layout::row_major ? index : scale_offset(p.col_layout, p.cols, col_blocks, line, col_blk)] =
-            scale.bits();
+      block_cursor cc{p.col_data + col_line0 * col_line_bytes + col_blk * block_bytes, tile::col_step * col_line_bytes, col_line0,
+                      static_cast<std::size_t>(tile::col_step)};
+      cc.advance(n_begin);
+      auto store_col = [&](const std::uint32_t* w, e8m0 scale) {
+        store_words<Fmt>(cc.data, w);
+        p.col_scales[p.col_layout == scale_layout::row_major ? cc.line * col_blocks + col_blk
+                                                               : scale_offset(p.col_layout, p.cols, col_blocks, cc.line, col_blk)] = scale.bits();
+        cc.advance(1);
       };
-      auto col_first_index = [&](int n) {
-        return ((col_line0 + static_cast<std::size_t>(tile::col_step * n)) * col_blocks + col_blk) * mx_block_size;
-      };
+      // The number of a block's first element (stochastic rounding's counter).
+      auto first_index = [](const block_cursor& c, std::size_t blocks, std::size_t blk) { return (c.line * blocks + blk) * mx_block_size; };
 
       if (p.row_data && p.col_data && tile_rows == tr && tile_cols == tc) {
         // Both copies of an interior tile: rowwise block n and columnwise block n side by side,
         // two independent chains of arithmetic for the scheduler, with one float-path test for
         // both (quantize_block_packed's steps, in the same order for each block).
-        static_assert(tile::row_blocks_per_lane == tile::col_blocks_per_lane);
         float w[mx_block_size];
-        for (int n = 0; n < tile::row_blocks_per_lane; ++n) {
+        std::uint32_t col_words[block_words<Fmt>];
+        for (int n = n_begin; n < n_end; ++n) {
           load_row(n, v);
           load_col(n, w);
           if (p.amax)
             for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
           const std::uint32_t row_amax = mxkit::detail::transform_block(v, row_options, signs);
           const std::uint32_t col_amax = mxkit::detail::transform_block(w, col_options, signs);
-          std::uint32_t col_words[block_words<Fmt>];
           e8m0 row_scale, col_scale;
-          if (mxkit::detail::on_float_path(row_amax, bounds) && mxkit::detail::on_float_path(col_amax, bounds)) {
-            const int row_exp = mxkit::detail::float_path_element_exponent(row_amax, row_options, bounds);
-            const int col_exp = mxkit::detail::float_path_element_exponent(col_amax, col_options, bounds);
+          if (mxkit::detail::on_float_path(row_amax, p.bounds) & mxkit::detail::on_float_path(col_amax, p.bounds)) {
+            const int row_exp = mxkit::detail::float_path_element_exponent(row_amax, row_options, p.bounds);
+            const int col_exp = mxkit::detail::float_path_element_exponent(col_amax, col_options, p.bounds);
             mxkit::detail::encode_float_path_packed<Fmt>(v, row_exp, words);
             mxkit::detail::encode_float_path_packed<Fmt>(w, col_exp, col_words);
             row_scale = e8m0::from_exponent(row_exp - value_exp);
             col_scale = e8m0::from_exponent(col_exp - value_exp);
           } else {
-            row_scale = mxkit::detail::encode_block_packed<Fmt>(mxkit::detail::make_front<E>(v, row_amax, row_options), row_options,
-                                                                row_first_index(n), words);
-            col_scale = mxkit::detail::encode_block_packed<Fmt>(mxkit::detail::make_front<E>(w, col_amax, col_options), col_options,
-                                                                col_first_index(n), col_words);
+            auto general = [&](const float* x, std::uint32_t a, const quantize_options& o, std::uint64_t index, std::uint32_t* out) {
+              mxkit::detail::block_values values;
+              for (int i = 0; i < mx_block_size; ++i) values.v[i] = x[i];
+              const packed_block<Fmt> b = encode_block_out_of_line<Fmt>(values, a, o, index);
+              for (int j = 0; j < block_words<Fmt>; ++j) out[j] = b.words[j];
+              return b.scale;
+            };
+            row_scale = general(v, row_amax, row_options, first_index(rc, row_blocks, row_blk), words);
+            col_scale = general(w, col_amax, col_options, first_index(cc, col_blocks, col_blk), col_words);
           }
-          store_row(n, words, row_scale);
-          store_col(n, col_words, col_scale);
+          store_row(words, row_scale);
+          store_col(col_words, col_scale);
         }
       } else {
         if (p.row_data) {
-          unsigned todo = 0;  // bit n: rowwise block n of this lane lies in the matrix
-          for (int n = 0; n < tile::row_blocks_per_lane; ++n)
-            todo |= (rblk * mx_block_size < tile_cols && row0 + n * row_step < tile_rows ? 1u : 0u) << n;
-          for (int n = 0; n < tile::row_blocks_per_lane; ++n) {
-            if (!(todo >> n & 1u)) continue;
-            load_row(n, v);
-            if (p.amax)
-              for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-            store_row(n, words, quantize_block_packed<Fmt>(v, row_options, signs, row_first_index(n), words));
+          for (int n = n_begin; n < n_end; ++n) {
+            if (rblk * mx_block_size < tile_cols && row0 + n * row_step < tile_rows) {
+              load_row(n, v);
+              if (p.amax)
+                for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
+              store_row(words, quantize_block_packed<Fmt>(v, row_options, signs, first_index(rc, row_blocks, row_blk), words));
+            } else {
+              rc.advance(1);
+            }
           }
         }
         if (p.col_data) {
-          unsigned todo = 0;  // bit n: columnwise block n of this lane lies in the matrix
-          for (int n = 0; n < tile::col_blocks_per_lane; ++n)
-            todo |= (cb * mx_block_size < tile_rows && col0 + tile::col_step * n < tile_cols ? 1u : 0u) << n;
-          for (int n = 0; n < tile::col_blocks_per_lane; ++n) {
+          for (int n = n_begin; n < n_end; ++n) {
             load_col(n, v);
-            if (!(todo >> n & 1u)) continue;
-            if (p.amax && !p.row_data)
-              for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-            store_col(n, words, quantize_block_packed<Fmt>(v, col_options, signs, col_first_index(n), words));
+            if (cb * mx_block_size < tile_rows && col0 + tile::col_step * n < tile_cols) {
+              if (p.amax && !p.row_data)
+                for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
+              store_col(words, quantize_block_packed<Fmt>(v, col_options, signs, first_index(cc, col_blocks, col_blk), words));
+            } else {
+              cc.advance(1);
+            }
           }
         }
       }
@@ -474,6 +524,9 @@ void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
   using tile = quantize_tile<U, quantize_tile_rows<Fmt, Rotate>>;
   p.tiles_m = (p.rows + tile::rows - 1) / tile::rows;
   p.tiles_k = (p.cols + tile::cols - 1) / tile::cols;
+  quantize_options o = p.row_options;
+  o.hadamard = Rotate;
+  p.bounds = mxkit::detail::float_path_bounds_for<typename Fmt::element_type>(o);
   const auto kernel = quantize_kernel<Fmt, U, Rotate, RandomSigns, MinBlocks>;
   const int grid = persistent_grid(kernel, tile::threads, p.tiles_m * p.tiles_k);
   kernel<<<grid, tile::threads, 0, stream>>>(p);
