@@ -154,66 +154,73 @@ struct block_front {
 };
 
 // Step one of a block, in place: x becomes the values block_front holds (rotated when o.hadamard)
-// and the result is the bits of the block's amax (of v, the normalized values). No branches, so
+// and the result is the bits of max |x| (x as held, before any normalization). No branches, so
 // a kernel can interleave two blocks' arithmetic.
 MXKIT_HD constexpr std::uint32_t transform_block(float* x, const quantize_options& o, hadamard_signs signs) noexcept {
-  if (!o.hadamard) return block_amax_bits(x);
-  for (int g = 0; g < mx_block_size; g += hadamard_group) {
-    if (signs.mask) apply_signs16(x + g, signs.mask);
-    hadamard_butterflies<hadamard_group>(x + g);
-  }
-  // max |v| = max |x| / 4 (rotate_block's normalization): rounding is monotone, so the max of
-  // the normalized values is the normalized max (also where it is a float subnormal or a
-  // flush-to-zero build flushes it); exactly 2 off the exponent while a normal stays normal.
-  const std::uint32_t amax = block_amax_bits(x);
-  constexpr std::uint32_t two_exp = 2u << 23;  // 1/4 = 1 / sqrt(16): exponent minus 2
-  return amax >= 3u << 23 && amax < 0x7F800000u ? amax - two_exp : amax_bits(0u, bit_cast<float>(amax) * 0.25f);
+  if (o.hadamard)
+    for (int g = 0; g < mx_block_size; g += hadamard_group) {
+      if (signs.mask) apply_signs16(x + g, signs.mask);
+      hadamard_butterflies<hadamard_group>(x + g);
+    }
+  return block_amax_bits(x);
 }
 MXKIT_HD constexpr int block_value_exp(const quantize_options& o) noexcept { return o.hadamard ? 2 : 0; }
 
-// Step two, the float path's test and element scale, in a few integer instructions: for a zero
-// amax, or a normal one from float_path_min_amax up to where the element scale would pass
-// float_path_max_exponent, the scale is shared_scale's normal case, a carry added to the amax
-// bits (scale_rule_carry). A kernel computes the bounds once.
+// The block's amax (of v, the normalized values) from transform_block's: max |v| = max |x| / 4
+// with the rotation (rotate_block's normalization). Rounding is monotone, so the max of the
+// normalized values is the normalized max (also where it is a float subnormal or a
+// flush-to-zero build flushes it); exactly 2 off the exponent while a normal stays normal.
+MXKIT_HD constexpr std::uint32_t block_amax(std::uint32_t x_amax, const quantize_options& o) noexcept {
+  if (!o.hadamard) return x_amax;
+  constexpr std::uint32_t two_exp = 2u << 23;  // 1/4 = 1 / sqrt(16): exponent minus 2
+  return x_amax >= 3u << 23 && x_amax < 0x7F800000u ? x_amax - two_exp : amax_bits(0u, bit_cast<float>(x_amax) * 0.25f);
+}
+
+// Step two, the float path's test and element scale, in a few integer instructions on
+// transform_block's amax: for a zero amax, or one whose normalized amax is a normal float from
+// float_path_min_amax up to where the element scale would pass float_path_max_exponent, the
+// scale is shared_scale's normal case, a carry added to the amax bits (scale_rule_carry), and
+// the element scale (block scale + value_exp) is that of x's amax. A kernel computes the bounds
+// once.
 struct float_path_bounds {
   std::uint32_t carry = 0;  // scale_rule_carry
-  std::uint32_t low = 1;    // float_path_min_amax (1 with span 0: no block, the rounding is not nearest-even)
-  std::uint32_t span = 0;   // amax - low < span: on the float path (unsigned)
-  int exponent_offset = 0;  // element scale exponent = ((amax + carry) >> 23) - exponent_offset
+  std::uint32_t low = 1;    // first x amax on the path (1 with span 0: none, the rounding is not nearest-even)
+  std::uint32_t span = 0;   // x amax - low < span: on the float path (unsigned)
+  int exponent_offset = 0;  // element scale exponent = ((x amax + carry) >> 23) - exponent_offset
 };
 template <class Element>
 MXKIT_HD constexpr float_path_bounds float_path_bounds_for(const quantize_options& o) noexcept {
   float_path_bounds b;
-  const int value_exp = block_value_exp(o);
+  const std::uint32_t shift = static_cast<std::uint32_t>(block_value_exp(o)) << 23;  // x amax - amax, where normal
   b.carry = scale_rule_carry<Element>(o.rule);
-  b.exponent_offset = 127 + Element::emax - value_exp;
+  b.exponent_offset = 127 + Element::emax;
   if (o.round != rounding::nearest_even) return b;
-  b.low = float_path_min_amax<Element>();
-  // scale + value_exp <= max  <=>  (amax + carry) >> 23 <= max - value_exp + 127 + emax
-  const std::uint32_t top = static_cast<std::uint32_t>(float_path_max_exponent<Element> - value_exp + 128 + Element::emax) << 23;
-  const std::uint32_t high = top - b.carry < 0x7F800000u ? top - b.carry : 0x7F800000u;  // first amax off the path
+  b.low = float_path_min_amax<Element>() + shift;  // a normal amax: exactly shifted
+  // scale + value_exp <= max  <=>  (x amax + carry) >> 23 <= max + 127 + emax
+  const std::uint32_t top = static_cast<std::uint32_t>(float_path_max_exponent<Element> + 128 + Element::emax) << 23;
+  const std::uint32_t high = top - b.carry < 0x7F800000u ? top - b.carry : 0x7F800000u;  // first x amax off the path
   b.span = high > b.low ? high - b.low : 0u;
   return b;
 }
 // A zero amax counts as `low` (on the path whenever any amax is): one select and one compare,
 // no branch.
-MXKIT_HD constexpr bool on_float_path(std::uint32_t amax, const float_path_bounds& b) noexcept {
-  return (amax == 0 ? b.low : amax) - b.low < b.span;
+MXKIT_HD constexpr bool on_float_path(std::uint32_t x_amax, const float_path_bounds& b) noexcept {
+  return (x_amax == 0 ? b.low : x_amax) - b.low < b.span;
 }
 // The element scale exponent (block scale exponent + value_exp) of a block on the float path.
-MXKIT_HD constexpr int float_path_element_exponent(std::uint32_t amax, const quantize_options& o,
+MXKIT_HD constexpr int float_path_element_exponent(std::uint32_t x_amax, const quantize_options& o,
                                                    const float_path_bounds& b) noexcept {
-  return amax == 0 ? block_value_exp(o) : static_cast<int>((amax + b.carry) >> 23) - b.exponent_offset;
+  return x_amax == 0 ? block_value_exp(o) : static_cast<int>((x_amax + b.carry) >> 23) - b.exponent_offset;
 }
 
-// The front of a block whose values x went through transform_block, which returned amax.
+// The front of a block whose values x went through transform_block, which returned x_amax.
 template <class Element>
-MXKIT_HD constexpr block_front make_front(const float* x, std::uint32_t amax, const quantize_options& o) noexcept {
+MXKIT_HD constexpr block_front make_front(const float* x, std::uint32_t x_amax, const quantize_options& o) noexcept {
   block_front f{};
   for (int i = 0; i < mx_block_size; ++i) f.x.v[i] = x[i];
   f.value_exp = block_value_exp(o);
-  f.scale = shared_scale<Element>(amax, o.rule);
-  f.float_path = on_float_path(amax, float_path_bounds_for<Element>(o));
+  f.scale = shared_scale<Element>(block_amax(x_amax, o), o.rule);
+  f.float_path = on_float_path(x_amax, float_path_bounds_for<Element>(o));
   return f;
 }
 

@@ -63,7 +63,7 @@ void dequantize(const mx_device_view& in, matrix_view<T> out, stream_t stream = 
   visit_mx_type(in.layout.type, [&](auto fmt) {
     using Fmt = decltype(fmt);
     const std::size_t tiles = (total + detail::dequantize_threads - 1) / detail::dequantize_threads;
-    const int grid = detail::persistent_grid(detail::dequantize_kernel<Fmt, T>, detail::dequantize_threads, tiles);
+    const int grid = detail::persistent_grid<detail::dequantize_kernel<Fmt, T>>(detail::dequantize_threads, tiles);
     detail::dequantize_kernel<Fmt, T><<<grid, detail::dequantize_threads, 0, stream>>>(in, out.data, out.stride());
     MXKIT_GPU_CHECK_LAUNCH();
   });

@@ -89,7 +89,7 @@ void cast_fp8(matrix_view<const T> in, fp8_type type, float scale, const fp8_out
   mxkit::detail::require(out.data || out.transposed || out.amax, "gpu::cast_fp8: no output requested");
   detail::fp8_params<U> p{in.data, in.rows, in.cols, in.stride(), type, scale, o, out,
                           (in.rows + detail::fp8_tile - 1) / detail::fp8_tile, (in.cols + detail::fp8_tile - 1) / detail::fp8_tile};
-  const int grid = detail::persistent_grid(detail::fp8_cast_kernel<U>, detail::fp8_threads, p.tiles_m * p.tiles_k);
+  const int grid = detail::persistent_grid<detail::fp8_cast_kernel<U>>(detail::fp8_threads, p.tiles_m * p.tiles_k);
   detail::fp8_cast_kernel<U><<<grid, detail::fp8_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }

@@ -14,6 +14,7 @@
 // stores 16 or 32 bytes each. Columnwise 16-bit reads are transposed 8x8 matrix loads on NVIDIA.
 // Persistent grid: teams loop over tiles and synchronize only within themselves. 16-byte chunks
 // are XOR-swizzled so that every shared-memory access is conflict-free.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -387,7 +388,10 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
           const std::uint32_t row_amax = mxkit::detail::transform_block(v, row_options, signs);
           const std::uint32_t col_amax = mxkit::detail::transform_block(w, col_options, signs);
           e8m0 row_scale, col_scale;
-          if (mxkit::detail::on_float_path(row_amax, p.bounds) & mxkit::detail::on_float_path(col_amax, p.bounds)) {
+          // Both tests evaluated (no short-circuit branch): one predicate.
+          const unsigned fast = static_cast<unsigned>(mxkit::detail::on_float_path(row_amax, p.bounds)) &
+                                static_cast<unsigned>(mxkit::detail::on_float_path(col_amax, p.bounds));
+          if (fast) {
             const int row_exp = mxkit::detail::float_path_element_exponent(row_amax, row_options, p.bounds);
             const int col_exp = mxkit::detail::float_path_element_exponent(col_amax, col_options, p.bounds);
             mxkit::detail::encode_float_path_packed<Fmt>(v, row_exp, words);
@@ -462,15 +466,25 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
   zero_padding(p.col_data ? p.col_scales : nullptr, p.col_layout, p.cols, col_blocks);
 }
 
-// Persistent grid: as many CTAs as fit on the device at once, or fewer if there are fewer tiles.
-template <class Kernel>
-inline int persistent_grid(Kernel kernel, int threads, std::size_t tiles) {
-  int dev = 0, sms = 0, per_sm = 0;
+// Persistent grid: as many CTAs of `threads` threads (the kernel's one block size) as fit on the
+// device at once, or fewer if there are fewer tiles. The occupancy query runs once per kernel
+// and device: a quantize call is a few microseconds of GPU time, and the query took about as
+// long on the host.
+template <auto Kernel>
+inline int persistent_grid(int threads, std::size_t tiles) {
+  constexpr int max_devices = 64;
+  static std::atomic<int> known[max_devices] = {};  // resident CTAs per device, 0 until queried
+  int dev = 0;
   MXKIT_GPU_CHECK(get_device(&dev));
-  MXKIT_GPU_CHECK(get_multiprocessor_count(&sms, dev));
-  MXKIT_GPU_CHECK(max_active_blocks_per_multiprocessor(&per_sm, kernel, threads, 0));
-  const std::size_t resident = static_cast<std::size_t>(per_sm < 1 ? 1 : per_sm) * static_cast<std::size_t>(sms);
-  return static_cast<int>(tiles < resident ? tiles : resident);
+  int resident = dev >= 0 && dev < max_devices ? known[dev].load(std::memory_order_relaxed) : 0;
+  if (resident == 0) {
+    int sms = 0, per_sm = 0;
+    MXKIT_GPU_CHECK(get_multiprocessor_count(&sms, dev));
+    MXKIT_GPU_CHECK(max_active_blocks_per_multiprocessor(&per_sm, Kernel, threads, 0));
+    resident = (per_sm < 1 ? 1 : per_sm) * sms;
+    if (dev >= 0 && dev < max_devices) known[dev].store(resident, std::memory_order_relaxed);
+  }
+  return static_cast<int>(tiles < static_cast<std::size_t>(resident) ? tiles : static_cast<std::size_t>(resident));
 }
 
 inline void check_output_pointer(const std::uint8_t* p, const char* what) {
@@ -527,8 +541,8 @@ void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
   quantize_options o = p.row_options;
   o.hadamard = Rotate;
   p.bounds = mxkit::detail::float_path_bounds_for<typename Fmt::element_type>(o);
-  const auto kernel = quantize_kernel<Fmt, U, Rotate, RandomSigns, MinBlocks>;
-  const int grid = persistent_grid(kernel, tile::threads, p.tiles_m * p.tiles_k);
+  constexpr auto kernel = quantize_kernel<Fmt, U, Rotate, RandomSigns, MinBlocks>;
+  const int grid = persistent_grid<kernel>(tile::threads, p.tiles_m * p.tiles_k);
   kernel<<<grid, tile::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
