@@ -10,10 +10,12 @@
 // tiles of the input from load to store (quantize_tile). Tiles stream through the team's two
 // shared-memory stages with 16-byte coalesced copies (cp.async on sm_80+: the next tile lands
 // while this one is quantized); then each lane quantizes its rowwise blocks (32 columns of a row)
-// and columnwise blocks (32 rows of a column) from shared memory with quantize_block_packed and
-// stores 16 or 32 bytes each. Columnwise 16-bit reads are transposed 8x8 matrix loads on NVIDIA.
-// Persistent grid: teams loop over tiles and synchronize only within themselves. 16-byte chunks
-// are XOR-swizzled so that every shared-memory access is conflict-free.
+// and columnwise blocks (32 rows of a column) from shared memory, one of each side by side when
+// both copies are written (quantize_block_packed's steps), and stores 16 or 32 bytes each.
+// Columnwise 16-bit reads are transposed 8x8 matrix loads on NVIDIA. Persistent grid: teams loop
+// over tiles (the last, partial round split into parts of tiles) and synchronize only within
+// themselves. 16-byte chunks are XOR-swizzled so that every shared-memory access is
+// conflict-free.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -212,7 +214,7 @@ struct block_cursor {
   std::size_t line;
   std::size_t line_step;
   __device__ void advance(int n) {
-    data += static_cast<std::size_t>(n) * data_step;
+    if (data) data += static_cast<std::size_t>(n) * data_step;  // null: that copy is not written
     line += static_cast<std::size_t>(n) * line_step;
   }
 };
@@ -333,8 +335,8 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
         const int key = swizzle_chunk<Rows>(row, rblk * cpb);  // swizzle_chunk(row, rblk * cpb + j) = key ^ j
         for (int j = 0; j < cpb; ++j) unpack_chunk<T>(stage[row * cpr + (key ^ j)], v + j * epc);
       };
-      block_cursor rc{p.row_data + row_line0 * row_line_bytes + row_blk * block_bytes, row_step * row_line_bytes, row_line0,
-                      static_cast<std::size_t>(row_step)};
+      block_cursor rc{p.row_data ? p.row_data + row_line0 * row_line_bytes + row_blk * block_bytes : nullptr,
+                      row_step * row_line_bytes, row_line0, static_cast<std::size_t>(row_step)};
       rc.advance(n_begin);
       auto store_row = [&](const std::uint32_t* w, e8m0 scale) {
         store_words<Fmt>(rc.data, w);
@@ -362,8 +364,8 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
           }
         }
       };
-      block_cursor cc{p.col_data + col_line0 * col_line_bytes + col_blk * block_bytes, tile::col_step * col_line_bytes, col_line0,
-                      static_cast<std::size_t>(tile::col_step)};
+      block_cursor cc{p.col_data ? p.col_data + col_line0 * col_line_bytes + col_blk * block_bytes : nullptr,
+                      tile::col_step * col_line_bytes, col_line0, static_cast<std::size_t>(tile::col_step)};
       cc.advance(n_begin);
       auto store_col = [&](const std::uint32_t* w, e8m0 scale) {
         store_words<Fmt>(cc.data, w);
