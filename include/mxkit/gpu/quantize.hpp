@@ -207,17 +207,30 @@ __device__ inline void read_column_block16(const uint4* stage, int n, int lane, 
 }
 
 // Where a lane's successive blocks of one copy go: the data pointer and the line, advanced by
-// one step of the lane's blocks at a time (the scale's place follows from the line).
+// one step of the lane's blocks at a time, and the block's place in the line (the scale's place
+// follows from line and block).
 struct block_cursor {
-  std::uint8_t* data;
+  std::uint8_t* data;  // null: that copy is not written
   std::size_t data_step;
   std::size_t line;
   std::size_t line_step;
+  std::size_t blk;
   __device__ void advance(int n) {
-    if (data) data += static_cast<std::size_t>(n) * data_step;  // null: that copy is not written
+    if (data) data += static_cast<std::size_t>(n) * data_step;
     line += static_cast<std::size_t>(n) * line_step;
   }
+  // The number of the block's first element in its copy (stochastic rounding's counter).
+  __device__ std::size_t first_index(std::size_t blocks) const { return (line * blocks + blk) * mx_block_size; }
 };
+
+// Stores a block's words and scale where the cursor points, then steps the cursor.
+template <class Fmt>
+__device__ inline void store_block(block_cursor& c, const std::uint32_t* w, e8m0 scale, std::uint8_t* scales, scale_layout l,
+                                   std::size_t lines, std::size_t blocks) {
+  store_words<Fmt>(c.data, w);
+  scales[l == scale_layout::row_major ? c.line * blocks + c.blk : scale_offset(l, lines, blocks, c.line, c.blk)] = scale.bits();
+  c.advance(1);
+}
 
 // A block off the float path, or next to one: quantize_block_packed's second half from the
 // transformed values and their amax. Out of line, so that the hot loop stays small; values in
@@ -336,13 +349,10 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
         for (int j = 0; j < cpb; ++j) unpack_chunk<T>(stage[row * cpr + (key ^ j)], v + j * epc);
       };
       block_cursor rc{p.row_data ? p.row_data + row_line0 * row_line_bytes + row_blk * block_bytes : nullptr,
-                      row_step * row_line_bytes, row_line0, static_cast<std::size_t>(row_step)};
+                      row_step * row_line_bytes, row_line0, static_cast<std::size_t>(row_step), row_blk};
       rc.advance(n_begin);
       auto store_row = [&](const std::uint32_t* w, e8m0 scale) {
-        store_words<Fmt>(rc.data, w);
-        p.row_scales[p.row_layout == scale_layout::row_major ? rc.line * row_blocks + row_blk
-                                                               : scale_offset(p.row_layout, p.rows, row_blocks, rc.line, row_blk)] = scale.bits();
-        rc.advance(1);
+        store_block<Fmt>(rc, w, scale, p.row_scales, p.row_layout, p.rows, row_blocks);
       };
 
       // Columnwise: block cb of columns col0 + n * col_step (read_column_block16; float: lane =
@@ -365,16 +375,11 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
         }
       };
       block_cursor cc{p.col_data ? p.col_data + col_line0 * col_line_bytes + col_blk * block_bytes : nullptr,
-                      tile::col_step * col_line_bytes, col_line0, static_cast<std::size_t>(tile::col_step)};
+                      tile::col_step * col_line_bytes, col_line0, static_cast<std::size_t>(tile::col_step), col_blk};
       cc.advance(n_begin);
       auto store_col = [&](const std::uint32_t* w, e8m0 scale) {
-        store_words<Fmt>(cc.data, w);
-        p.col_scales[p.col_layout == scale_layout::row_major ? cc.line * col_blocks + col_blk
-                                                               : scale_offset(p.col_layout, p.cols, col_blocks, cc.line, col_blk)] = scale.bits();
-        cc.advance(1);
+        store_block<Fmt>(cc, w, scale, p.col_scales, p.col_layout, p.cols, col_blocks);
       };
-      // The number of a block's first element (stochastic rounding's counter).
-      auto first_index = [](const block_cursor& c, std::size_t blocks, std::size_t blk) { return (c.line * blocks + blk) * mx_block_size; };
 
       if (p.row_data && p.col_data && tile_rows == tr && tile_cols == tc) {
         // Both copies of an interior tile: rowwise block n and columnwise block n side by side,
@@ -408,8 +413,8 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
               for (int j = 0; j < block_words<Fmt>; ++j) out[j] = b.words[j];
               return b.scale;
             };
-            row_scale = general(v, row_amax, row_options, first_index(rc, row_blocks, row_blk), words);
-            col_scale = general(w, col_amax, col_options, first_index(cc, col_blocks, col_blk), col_words);
+            row_scale = general(v, row_amax, row_options, rc.first_index(row_blocks), words);
+            col_scale = general(w, col_amax, col_options, cc.first_index(col_blocks), col_words);
           }
           store_row(words, row_scale);
           store_col(col_words, col_scale);
@@ -421,7 +426,7 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
               load_row(n, v);
               if (p.amax)
                 for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-              store_row(words, quantize_block_packed<Fmt>(v, row_options, signs, first_index(rc, row_blocks, row_blk), words));
+              store_row(words, quantize_block_packed<Fmt>(v, row_options, signs, rc.first_index(row_blocks), words));
             } else {
               rc.advance(1);
             }
@@ -433,7 +438,7 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
             if (cb * mx_block_size < tile_rows && col0 + tile::col_step * n < tile_cols) {
               if (p.amax && !p.row_data)
                 for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-              store_col(words, quantize_block_packed<Fmt>(v, col_options, signs, first_index(cc, col_blocks, col_blk), words));
+              store_col(words, quantize_block_packed<Fmt>(v, col_options, signs, cc.first_index(col_blocks), words));
             } else {
               cc.advance(1);
             }
