@@ -297,42 +297,51 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
     r0 = static_cast<std::size_t>(m) * tr;
     c0 = static_cast<std::size_t>(static_cast<unsigned>(t) - m * tiles_k) * tc;
   };
-  auto issue = [&](std::size_t i, int stage) {  // starts copying item i's tile into `stage`
+  // Starts copying item i's tile into `stage`; r0 and c0 get its origin, which the item's
+  // quantization then reuses (one division per tile, not two).
+  auto issue = [&](std::size_t i, int stage, std::size_t& r0, std::size_t& c0) {
     if (i >= items) return;
     uint4* dst = ring + stage * stage_chunks;
-    std::size_t r0, c0;
     origin(tile_of(i), r0, c0);
     if (p.vector_loads && r0 + tr <= p.rows && c0 + tc <= p.cols) {
       constexpr int row_step = tile::team / cpr;
       const int row0 = lane / cpr, chunk = lane % cpr;
       const T* src = p.in + (r0 + static_cast<std::size_t>(row0)) * p.ld + c0 + static_cast<std::size_t>(chunk * epc);
-      for (int j = 0; j < tile::copies_per_lane; ++j) {
-        const int row = row0 + j * row_step;
-        async_copy16(dst + row * cpr + swizzle_chunk<Rows>(row, chunk), src + static_cast<std::size_t>(j * row_step) * p.ld);
-      }
+      // Row row0 + 4j's swizzled chunk is the lane's key XOR a constant: row0 < 4 shares no bit
+      // with 4j or with the row's shifted copy in swizzle_chunk, whose key is an XOR of row bits.
+      // So the 16 copies cost a pointer step and one XOR each, not the whole swizzle.
+      static_assert(row_step == 4);
+      const int key = swizzle_chunk<Rows>(row0, chunk);
+      uint4* const first = dst + row0 * cpr;
+      const std::size_t src_step = static_cast<std::size_t>(row_step) * p.ld;
+      for (int j = 0; j < tile::copies_per_lane; ++j, src += src_step)
+        async_copy16(first + j * row_step * cpr + (key ^ swizzle_chunk<Rows>(j * row_step, 0)), src);
     } else {
       copy_edge_tile<T, Rows>(p.in, p.rows, p.cols, p.ld, dst, r0, c0, lane);
     }
   };
 
-  issue(first_item + static_cast<std::size_t>(team), 0);
+  std::size_t r0 = 0, c0 = 0, next_r0 = 0, next_c0 = 0;  // origins of the tile quantized now and of the next
+  issue(first_item + static_cast<std::size_t>(team), 0, r0, c0);
   async_commit();
   float v[mx_block_size];
   std::uint32_t words[block_words<Fmt>];
   for (std::size_t base = first_item, k = 0; base < items; base += grid_teams, ++k) {
     const std::size_t item = base + static_cast<std::size_t>(team);
-    issue(item + grid_teams, static_cast<int>((k + 1) % stages));
+    issue(item + grid_teams, static_cast<int>((k + 1) % stages), next_r0, next_c0);
     async_commit();
     async_wait<stages - 1>();  // this lane's copies of the item's tile have landed
     team_sync();               // and the whole team's
     if (item < items) {
       const uint4* stage = ring + (k % stages) * stage_chunks;
-      const std::size_t t = tile_of(item);
-      // This item's block steps: all, or part (item - whole) % split of the last round's tiles.
-      const unsigned part = item < whole ? 0u : static_cast<unsigned>(item - whole) % split, parts = item < whole ? 1u : split;
-      const int n_begin = static_cast<int>(part * steps / parts), n_end = static_cast<int>((part + 1) * steps / parts);
-      std::size_t r0, c0;
-      origin(t, r0, c0);
+      // This item's block steps: all, or part (item - whole) % split of the last round's tiles
+      // (the divisions only there).
+      int n_begin = 0, n_end = steps;
+      if (item >= whole) {
+        const unsigned part = static_cast<unsigned>(item - whole) % split;
+        n_begin = static_cast<int>(part * steps / split);
+        n_end = static_cast<int>((part + 1) * steps / split);
+      }
       // Rows and columns of this tile inside the matrix (all of them but at the bottom and
       // right edges); blocks outside are padding and not stored.
       const int tile_rows = p.rows - r0 < static_cast<std::size_t>(tr) ? static_cast<int>(p.rows - r0) : tr;
@@ -350,7 +359,7 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
       };
       block_cursor rc{p.row_data ? p.row_data + row_line0 * row_line_bytes + row_blk * block_bytes : nullptr,
                       row_step * row_line_bytes, row_line0, static_cast<std::size_t>(row_step), row_blk};
-      rc.advance(n_begin);
+      if (n_begin) rc.advance(n_begin);  // only in a split tile
       auto store_row = [&](const std::uint32_t* w, e8m0 scale) {
         store_block<Fmt>(rc, w, scale, p.row_scales, p.row_layout, p.rows, row_blocks);
       };
@@ -376,7 +385,7 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
       };
       block_cursor cc{p.col_data ? p.col_data + col_line0 * col_line_bytes + col_blk * block_bytes : nullptr,
                       tile::col_step * col_line_bytes, col_line0, static_cast<std::size_t>(tile::col_step), col_blk};
-      cc.advance(n_begin);
+      if (n_begin) cc.advance(n_begin);
       auto store_col = [&](const std::uint32_t* w, e8m0 scale) {
         store_block<Fmt>(cc, w, scale, p.col_scales, p.col_layout, p.cols, col_blocks);
       };
@@ -447,6 +456,8 @@ __global__ void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rota
       }
     }
     team_sync();  // everyone is done with this stage before the next iteration copies into it
+    r0 = next_r0;
+    c0 = next_c0;
   }
   async_wait<0>();  // no copy may outlive the kernel (the last issues were for tiles past the end: none)
 
