@@ -41,11 +41,12 @@ for t in "${tests[@]}" 02_embed_device_quantize; do
   f=$build/tests/gpu/$t
   [ -x "$f" ] || f=$(find $build -name "$t" -type f -perm -u+x | head -1)
   [ -n "$f" ] || { echo "missing $t"; test_rc=1; continue; }
-  timeout 300 "$f" >"$out/test_$t.txt" 2>&1
+  timeout 300 "$f" >"$out/test.txt" 2>&1
   rc=$?
-  echo "$t: rc=$rc; $(grep -E 'test cases|All tests passed' "$out/test_$t.txt" | tr '\n' ' ')"
-  [ $rc -eq 0 ] || { test_rc=$rc; tail -40 "$out/test_$t.txt"; }
+  echo "$t: rc=$rc; $(grep -E 'test cases|All tests passed' "$out/test.txt" | tr '\n' ' ')"
+  [ $rc -eq 0 ] || { test_rc=$rc; tail -40 "$out/test.txt"; }
 done
+rm -f "$out/test.txt"
 
 step "compute-sanitizer memcheck"
 san_rc=0
