@@ -24,12 +24,13 @@
 
 #include <mxkit/nn/checkpoint.hpp>
 #include <mxkit/nn/data.hpp>
-#include <mxkit/nn/host_backend.hpp>
+#include <mxkit/ref/host_backend.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/training.hpp>
 
 namespace fs = std::filesystem;
 using namespace mxkit::nn;
+using mxkit::ref::host_backend;
 namespace rc = mxkit::nn::recipes;
 
 namespace {

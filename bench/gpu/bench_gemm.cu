@@ -97,7 +97,7 @@ const layer layers[] = {
     {"70B gate_up", 8192, 57344, 8192}, {"70B down", 8192, 8192, 28672},
 };
 
-// The stored copies each product takes (gemm/gemm.hpp): {axis, logical rows, logical cols}.
+// The stored copies each product takes (gemm/product.hpp): {axis, logical rows, logical cols}.
 struct copy_shape {
   block_axis axis;
   std::size_t rows, cols;
@@ -194,8 +194,8 @@ check_result check_rows(const mx_tensor& a, const mx_tensor& b, const std::vecto
     const mx_const_view bs = slice_lines(b.view(), j0, n);
     const mx_tensor babs = abs_copy(bs);
     std::vector<float> r(m * n), s(m * n);
-    gemm_reference(ga.view(), bs, matrix_view<float>{r.data(), m, n});
-    gemm_reference(gabs.view(), babs.view(), matrix_view<float>{s.data(), m, n});
+    ref::gemm(ga.view(), bs, matrix_view<float>{r.data(), m, n});
+    ref::gemm(gabs.view(), babs.view(), matrix_view<float>{s.data(), m, n});
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t j = 0; j < n; ++j) {
         ref[i * q + j0 + j] = r[i * n + j];
@@ -220,8 +220,8 @@ check_result check_rows_fp8(const std::vector<std::uint8_t>& a, const std::vecto
     fp8_tensor babs = bs;
     for (auto& c : babs.data) c &= 0x7F;
     std::vector<float> rr(m * n), ss(m * n);
-    gemm_reference(ga, bs, matrix_view<float>{rr.data(), m, n});
-    gemm_reference(gabs, babs, matrix_view<float>{ss.data(), m, n});
+    ref::gemm(ga, bs, matrix_view<float>{rr.data(), m, n});
+    ref::gemm(gabs, babs, matrix_view<float>{ss.data(), m, n});
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t j = 0; j < n; ++j) {
         ref[i * q + j0 + j] = rr[i * n + j];

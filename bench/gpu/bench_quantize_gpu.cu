@@ -25,7 +25,7 @@
 #include <vector>
 
 #include <mxkit/gpu/quantize.hpp>
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 
 #include "bench_common.hpp"
 

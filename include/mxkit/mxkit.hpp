@@ -1,6 +1,7 @@
 #pragma once
-// Umbrella header: every host-safe mxkit header (everything under include/mxkit except gpu/).
-// Kept complete by scripts/update_umbrella.sh and checked by ctest static.headers.
+// Umbrella header of the numerics: formats, blocks, transforms, tensors, GEMM descriptors and the
+// host reference (quantizer, validate, GEMMs). The training stack is <mxkit/nn.hpp>; GPU code is
+// under <mxkit/gpu/...>. Written by scripts/update_umbrella.sh, checked by ctest static.headers.
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_block.hpp>
@@ -19,36 +20,14 @@
 #include <mxkit/format/int8_fixed.hpp>
 #include <mxkit/format/minifloat.hpp>
 #include <mxkit/format/rounding.hpp>
-#include <mxkit/gemm/gemm.hpp>
-#include <mxkit/nn/adamw.hpp>
-#include <mxkit/nn/attention.hpp>
-#include <mxkit/nn/backend.hpp>
-#include <mxkit/nn/checkpoint.hpp>
-#include <mxkit/nn/cross_entropy.hpp>
-#include <mxkit/nn/data.hpp>
-#include <mxkit/nn/delayed_scaling.hpp>
-#include <mxkit/nn/embedding.hpp>
-#include <mxkit/nn/healing.hpp>
-#include <mxkit/nn/host_backend.hpp>
-#include <mxkit/nn/linear.hpp>
-#include <mxkit/nn/lora.hpp>
-#include <mxkit/nn/model.hpp>
-#include <mxkit/nn/parameter.hpp>
-#include <mxkit/nn/recipe.hpp>
-#include <mxkit/nn/rmsnorm.hpp>
-#include <mxkit/nn/rope.hpp>
-#include <mxkit/nn/schedule.hpp>
-#include <mxkit/nn/swiglu.hpp>
-#include <mxkit/nn/tensor.hpp>
-#include <mxkit/nn/training.hpp>
-#include <mxkit/nn/transformer_layer.hpp>
+#include <mxkit/gemm/product.hpp>
 #include <mxkit/random/philox.hpp>
 #include <mxkit/ref/gemm.hpp>
+#include <mxkit/ref/quantize.hpp>
+#include <mxkit/ref/validate.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
-#include <mxkit/tensor/quantize.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
-#include <mxkit/tensor/validate.hpp>
 #include <mxkit/transform/hadamard.hpp>
 #include <mxkit/version.hpp>

@@ -29,10 +29,10 @@
 #include <mxkit/gpu/gemm/gemm.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/ref/gemm.hpp>
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 
 #include "../catch.hpp"
-#include "../gemm/gemm_test_util.hpp"
+#include "../ref/gemm_test_util.hpp"
 
 namespace {
 using namespace mxkit;
@@ -104,7 +104,7 @@ mx_tensor abs_copy(const mx_tensor& t) {
 std::vector<double> magnitude(const mx_tensor& a, const mx_tensor& b) {
   const mx_tensor aa = abs_copy(a), bb = abs_copy(b);
   std::vector<float> s(a.layout().lines() * b.layout().lines());
-  gemm_reference(aa.view(), bb.view(), matrix_view<float>{s.data(), a.layout().lines(), b.layout().lines()});
+  ref::gemm(aa.view(), bb.view(), matrix_view<float>{s.data(), a.layout().lines(), b.layout().lines()});
   return as_double(s);
 }
 
@@ -164,7 +164,7 @@ gemm_test::comparison run_mx(const mx_tensor& a, const mx_tensor& b, g::gemm_pat
   std::vector<Out> want(p * q);
   for (std::size_t i = 0; i < p; ++i)
     for (std::size_t j = 0; j < q; ++j) want[i * q + j] = c[i * (q + ld_pad) + j];
-  gemm_reference(a.view(), b.view(), matrix_view<Out>{want.data(), p, q}, e.alpha, e.beta);
+  ref::gemm(a.view(), b.view(), matrix_view<Out>{want.data(), p, q}, e.alpha, e.beta);
   std::vector<double> s = magnitude(a, b);
   for (std::size_t i = 0; i < s.size(); ++i) {
     s[i] *= std::fabs(e.alpha);
@@ -279,7 +279,7 @@ TEST_CASE("gpu gemm: fprop, dgrad and wgrad take the quantizer's copies", "[gpu]
       if (pc.p == gemm_product::wgrad) g::wgrad(da.view(), db.view(), d.view());
       MXKIT_GPU_CHECK(g::device_synchronize());
       std::vector<float> want(pc.rows * pc.cols);
-      product_reference(pc.p, pc.a->view(), pc.b->view(), matrix_view<float>{want.data(), pc.rows, pc.cols});
+      ref::product(pc.p, pc.a->view(), pc.b->view(), matrix_view<float>{want.data(), pc.rows, pc.cols});
       const auto cmp = gemm_test::compare(as_double(d.get()), as_double(want), magnitude(*pc.a, *pc.b), 0x1p-9, pc.cols);
       INFO(name_of(pc.p) << " " << name_of(t) << ": " << cmp.bad << " bad, worst " << cmp.worst);
       CHECK(cmp.bad == 0);
@@ -314,7 +314,7 @@ TEST_CASE("gpu gemm: per-tensor FP8 and bf16 operands", "[gpu][gemm]") {
           g::gemm(va, vb, d.view(), {1.5f, 0.0f}, nullptr, g::gemm_options{path});
           MXKIT_GPU_CHECK(g::device_synchronize());
           std::vector<float> want(p * q);
-          gemm_reference(a, b, matrix_view<float>{want.data(), p, q}, 1.5f);
+          ref::gemm(a, b, matrix_view<float>{want.data(), p, q}, 1.5f);
           std::vector<double> s(p * q, 1.5 * 9.0 * static_cast<double>(k) / 2.0);  // |a b| <= 9, descale 1/2
           const auto cmp = gemm_test::compare(as_double(d.get()), as_double(want), s, 4 * u, q);
           INFO(g::name_of(path) << " fp8 " << name_of(ta) << " x " << name_of(tb) << " K=" << k << ": " << cmp.worst);
@@ -330,7 +330,7 @@ TEST_CASE("gpu gemm: per-tensor FP8 and bf16 operands", "[gpu][gemm]") {
   g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)};
   MXKIT_GPU_CHECK(g::device_synchronize());
   std::vector<float> want(p * q);
-  gemm_reference(matrix_view<const bfloat16>{ha.data(), p, k}, matrix_view<const bfloat16>{hb.data(), q, k},
+  ref::gemm(matrix_view<const bfloat16>{ha.data(), p, k}, matrix_view<const bfloat16>{hb.data(), q, k},
                  matrix_view<float>{want.data(), p, q});
   std::vector<float> fa(ha.size()), fb(hb.size());
   for (std::size_t i = 0; i < fa.size(); ++i) fa[i] = ha[i].to_float();

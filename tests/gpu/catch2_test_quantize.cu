@@ -4,7 +4,7 @@
 // (padding included), every rounding mode, and the per-tensor amax. Outputs are poisoned
 // before each launch, so an unwritten byte fails too.
 #include <mxkit/gpu/quantize.hpp>
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // both copies, every format, with and without rotation, every scale layout.
 #include <mxkit/gpu/dequantize.hpp>
 #include <mxkit/gpu/quantize.hpp>
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 
 #include <cmath>
 #include <cstdint>

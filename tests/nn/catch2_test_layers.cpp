@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include <mxkit/nn/host_backend.hpp>
+#include <mxkit/ref/host_backend.hpp>
 
 #include "../catch.hpp"
 #include "nn_test_helpers.hpp"

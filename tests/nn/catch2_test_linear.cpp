@@ -7,7 +7,7 @@
 #include <mxkit/nn/adamw.hpp>
 #include <mxkit/nn/linear.hpp>
 #include <mxkit/ref/gemm.hpp>
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 
 #include "../catch.hpp"
 #include "nn_test_helpers.hpp"
@@ -86,10 +86,10 @@ void check_mx_recipe(const recipe& r) {
   CHECK(w_row.data() == host_backend::mx(l.cached_rowwise()).data());  // the cached copies, byte for byte
   CHECK(w_row.scales() == host_backend::mx(l.cached_rowwise()).scales());
   CHECK(w_col.data() == host_backend::mx(l.cached_columnwise()).data());
-  check_same(p.y, fprop_reference(quantize_rowwise(view(p.x, M, K), qx.spec.mx, qx.mx), w_row), "fprop");
-  check_same(p.dx, dgrad_reference(quantize_rowwise(view(p.dy, M, N), qdy.spec.mx, qdy.mx), w_col), "dgrad");
+  check_same(p.y, ref::fprop(quantize_rowwise(view(p.x, M, K), qx.spec.mx, qx.mx), w_row), "fprop");
+  check_same(p.dx, ref::dgrad(quantize_rowwise(view(p.dy, M, N), qdy.spec.mx, qdy.mx), w_col), "dgrad");
   check_same(p.dw,
-             wgrad_reference(quantize_columnwise(view(p.dy, M, N), qdyw.spec.mx, qdyw.mx),
+             ref::wgrad(quantize_columnwise(view(p.dy, M, N), qdyw.spec.mx, qdyw.mx),
                              quantize_columnwise(view(p.x, M, K), qxw.spec.mx, qxw.mx)),
              "wgrad");
 }
@@ -114,7 +114,7 @@ TEST_CASE("linear: stochastic rounding draws fresh bits every step", "[nn][linea
   CHECK(be.last(operand_use::wgrad_dy).mx.stream != first);
 }
 
-TEST_CASE("linear: bf16 recipe matches gemm_reference on bfloat16 operands", "[nn][linear]") {
+TEST_CASE("linear: bf16 recipe matches ref::gemm on bfloat16 operands", "[nn][linear]") {
   recording_backend be;
   linear l(be, "layer", K, N, 5, recipes::bf16(), dtype::f32);
   l.init_normal(3, 0.05);
@@ -133,10 +133,10 @@ TEST_CASE("linear: bf16 recipe matches gemm_reference on bfloat16 operands", "[n
   const std::vector<bfloat16> x = bf(p.x), w = bf(p.w), dy = bf(p.dy);
   const std::vector<bfloat16> wt = transposed(w, N, K), dyt = transposed(dy, M, N), xt = transposed(x, M, K);
   std::vector<float> y(M * N), dx(M * K), dw(N * K);
-  gemm_reference(matrix_view<const bfloat16>{x.data(), M, K}, matrix_view<const bfloat16>{w.data(), N, K}, matrix_view<float>{y.data(), M, N});
-  gemm_reference(matrix_view<const bfloat16>{dy.data(), M, N}, matrix_view<const bfloat16>{wt.data(), K, N},
+  ref::gemm(matrix_view<const bfloat16>{x.data(), M, K}, matrix_view<const bfloat16>{w.data(), N, K}, matrix_view<float>{y.data(), M, N});
+  ref::gemm(matrix_view<const bfloat16>{dy.data(), M, N}, matrix_view<const bfloat16>{wt.data(), K, N},
                  matrix_view<float>{dx.data(), M, K});
-  gemm_reference(matrix_view<const bfloat16>{dyt.data(), N, M}, matrix_view<const bfloat16>{xt.data(), K, M},
+  ref::gemm(matrix_view<const bfloat16>{dyt.data(), N, M}, matrix_view<const bfloat16>{xt.data(), K, M},
                  matrix_view<float>{dw.data(), N, K});
   check_same(p.y, y, "fprop");
   check_same(p.dx, dx, "dgrad");
@@ -173,9 +173,9 @@ TEST_CASE("linear: FP8 delayed scaling matches quantize_fp8 and the FP8 referenc
   CHECK(w.data == host_backend::fp8(l.cached_rowwise()).data);
   CHECK(transpose(w).data == host_backend::fp8(l.cached_columnwise()).data);
   std::vector<float> y(M * N), dx(M * K), dw(N * K);
-  gemm_reference(x, w, matrix_view<float>{y.data(), M, N});
-  gemm_reference(dy, transpose(w), matrix_view<float>{dx.data(), M, K});
-  gemm_reference(transpose(dy), transpose(x), matrix_view<float>{dw.data(), N, K});
+  ref::gemm(x, w, matrix_view<float>{y.data(), M, N});
+  ref::gemm(dy, transpose(w), matrix_view<float>{dx.data(), M, K});
+  ref::gemm(transpose(dy), transpose(x), matrix_view<float>{dw.data(), N, K});
   check_same(p.y, y, "fprop");
   check_same(p.dx, dx, "dgrad");
   check_same(p.dw, dw, "wgrad");

@@ -5,13 +5,14 @@
 #include <cstdint>
 #include <vector>
 
-#include <mxkit/nn/host_backend.hpp>
+#include <mxkit/ref/host_backend.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/parameter.hpp>
 
 namespace nn_test {
 using namespace mxkit;
 using namespace mxkit::nn;
+using mxkit::ref::host_backend;
 
 inline tensor random_tensor(backend& be, std::size_t rows, std::size_t cols, std::uint64_t seed, double stddev = 1.0,
                             dtype type = dtype::f32) {

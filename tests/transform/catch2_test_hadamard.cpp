@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 #include <mxkit/transform/hadamard.hpp>
 
 #include "../catch.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 // MX copy in device memory back to a [rows, cols] float, bfloat16 or float16 matrix (device),
 // rotation undone: dequantize_block on every block, then T::from_float (nearest even) for 16-bit
-// outputs, the same functions as the host's tensor/quantize.hpp dequantize. One thread a block.
+// outputs, the same functions as the host's ref/quantize.hpp dequantize. One thread a block.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>

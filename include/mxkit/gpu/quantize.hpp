@@ -4,7 +4,7 @@
 // along cols), the columnwise copy (blocks along rows, stored transposed), or both, each with its
 // scales in any scale_layout, plus the per-tensor amax. Every block goes through the host's
 // quantize_block (optional 16-point Hadamard, amax, scale rule, RNE or stochastic rounding), so
-// each byte equals the host reference (tensor/quantize.hpp); this file only moves data.
+// each byte equals the host reference (ref/quantize.hpp); this file only moves data.
 //
 // Kernel shape: teams of 32 lanes (a warp; half a wave64), each owning 64- or 128-row x 128-byte
 // tiles of the input from load to store (quantize_tile). Tiles stream through the team's two
@@ -26,7 +26,7 @@
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE

@@ -16,25 +16,6 @@
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
-namespace host {
-
-template <class T>
-void adamw_update(T* p, const T* g, T* m, T* v, std::size_t n, const adamw_hyper& h) {
-  const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
-  const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));
-  for (std::size_t i = 0; i < n; ++i) {
-    const double gi = static_cast<double>(g[i]) * h.grad_scale;
-    const double mi = h.beta1 * m[i] + (1.0 - h.beta1) * gi;
-    const double vi = h.beta2 * v[i] + (1.0 - h.beta2) * gi * gi;
-    m[i] = static_cast<T>(mi);
-    v[i] = static_cast<T>(vi);
-    const double update = (mi / bc1) / (std::sqrt(vi / bc2) + h.eps) + h.weight_decay * p[i];
-    p[i] = static_cast<T>(p[i] - h.lr * update);
-  }
-}
-
-}  // namespace host
-
 struct adamw_config {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double weight_decay = 0.1;  // on parameters with decay = true

@@ -1,6 +1,6 @@
 #pragma once
 // The one interface between the nn layers and the hardware. Layers (linear, transformer_layer,
-// model, adamw) only allocate tensors and call these kernels; host_backend (nn/host_backend.hpp)
+// model, adamw) only allocate tensors and call these kernels; host_backend (ref/host_backend.hpp)
 // implements them with mxkit's host quantizer and reference GEMMs, a GPU backend implements the
 // same calls with device kernels. Every heavy operation of a training step is one call here:
 //   quantize / quantize_both / transpose    operands of the three GEMMs (recipe.hpp)
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <mxkit/block/quantize_options.hpp>
+#include <mxkit/nn/kernel_args.hpp>
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
@@ -91,23 +92,6 @@ class qtensor {
 
 struct qpair {
   qtensor rowwise, columnwise;
-};
-
-// Attention geometry: tokens are rows b*seq + t; a qkv row is [q heads | k heads | v heads].
-struct head_shape {
-  std::size_t batch = 1, seq = 1;
-  std::size_t n_heads = 1, n_kv_heads = 1, head_dim = 1;
-
-  std::size_t tokens() const noexcept { return batch * seq; }
-  std::size_t q_dim() const noexcept { return n_heads * head_dim; }
-  std::size_t kv_dim() const noexcept { return n_kv_heads * head_dim; }
-  std::size_t qkv_dim() const noexcept { return q_dim() + 2 * kv_dim(); }
-};
-
-struct adamw_hyper {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
-  double grad_scale = 1.0;  // gradient clipping factor, applied before the moments
-  std::uint64_t step = 1;   // 1-based, for bias correction
 };
 
 struct backend_counters {

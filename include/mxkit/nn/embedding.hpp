@@ -11,28 +11,6 @@
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
-namespace host {
-
-inline void check_tokens(const std::vector<std::int32_t>& tokens, std::size_t vocab) {
-  for (std::size_t i = 0; i < tokens.size(); ++i)
-    detail::require(tokens[i] >= 0 && static_cast<std::size_t>(tokens[i]) < vocab, "token ", i, " is ", tokens[i],
-                    ", outside the vocabulary [0, ", vocab, ")");
-}
-
-template <class T>
-void embedding_forward(const std::int32_t* tokens, std::size_t n, const T* table, T* out, std::size_t C) {
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < C; ++j) out[i * C + j] = table[static_cast<std::size_t>(tokens[i]) * C + j];
-}
-
-template <class T>
-void embedding_backward(const std::int32_t* tokens, std::size_t n, const T* dout, T* dtable, std::size_t C) {
-  for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < C; ++j) dtable[static_cast<std::size_t>(tokens[i]) * C + j] += dout[i * C + j];
-}
-
-}  // namespace host
-
 class embedding {
  public:
   embedding() = default;

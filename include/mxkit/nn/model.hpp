@@ -12,7 +12,6 @@
 
 #include <mxkit/error.hpp>
 #include <mxkit/nn/backend.hpp>
-#include <mxkit/nn/cross_entropy.hpp>
 #include <mxkit/nn/embedding.hpp>
 #include <mxkit/nn/linear.hpp>
 #include <mxkit/nn/parameter.hpp>

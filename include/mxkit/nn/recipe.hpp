@@ -1,6 +1,6 @@
 #pragma once
 // Training recipes as plain values: for each of the three GEMMs of a linear layer (gemm_product,
-// gemm/gemm.hpp), the format of both operands.
+// gemm/product.hpp), the format of both operands.
 //   fprop  Y[M,N]  = X[M,K] . W[N,K]^T     operand a = X,  b = W
 //   dgrad  dX[M,K] = dY[M,N] . W[N,K]      operand a = dY, b = W
 //   wgrad  dW[N,K] = dY[M,N]^T . X[M,K]    operand a = dY, b = X
@@ -22,7 +22,7 @@
 #include <mxkit/block/scale_rule.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/format/rounding.hpp>
-#include <mxkit/gemm/gemm.hpp>
+#include <mxkit/gemm/product.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 

@@ -12,30 +12,6 @@
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
-namespace host {
-
-// qkv (B*T, qkv_dim), in place.
-template <class T>
-void rope(T* qkv, const head_shape& s, double theta, bool inverse) {
-  const std::size_t D = s.head_dim, half = D / 2, heads = s.n_heads + s.n_kv_heads, row = s.qkv_dim();
-  for (std::size_t b = 0; b < s.batch; ++b)
-    for (std::size_t t = 0; t < s.seq; ++t) {
-      T* r = qkv + (b * s.seq + t) * row;
-      for (std::size_t i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-        const T c = static_cast<T>(std::cos(angle)), sn = static_cast<T>(inverse ? -std::sin(angle) : std::sin(angle));
-        for (std::size_t h = 0; h < heads; ++h) {  // q heads then k heads: contiguous
-          T* v = r + h * D;
-          const T x1 = v[i], x2 = v[i + half];
-          v[i] = x1 * c - x2 * sn;
-          v[i + half] = x1 * sn + x2 * c;
-        }
-      }
-    }
-}
-
-}  // namespace host
-
 class rotary {
  public:
   explicit rotary(double theta = 10000.0) : theta_(theta) {}

@@ -10,30 +10,6 @@
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
-namespace host {
-
-template <class T>
-void swiglu_forward(const T* gu, T* out, std::size_t rows, std::size_t F) {
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t j = 0; j < F; ++j) {
-      const double g = gu[r * 2 * F + j], u = gu[r * 2 * F + F + j];
-      out[r * F + j] = static_cast<T>(g / (1.0 + std::exp(-g)) * u);
-    }
-}
-
-template <class T>
-void swiglu_backward(const T* dout, const T* gu, T* dgu, std::size_t rows, std::size_t F) {
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t j = 0; j < F; ++j) {
-      const double g = gu[r * 2 * F + j], u = gu[r * 2 * F + F + j], d = dout[r * F + j];
-      const double sig = 1.0 / (1.0 + std::exp(-g));
-      dgu[r * 2 * F + j] = static_cast<T>(d * u * sig * (1.0 + g * (1.0 - sig)));
-      dgu[r * 2 * F + F + j] = static_cast<T>(d * g * sig);
-    }
-}
-
-}  // namespace host
-
 class swiglu {
  public:
   // gu (M, 2F) -> out (M, F); keeps gu for backward.

@@ -26,7 +26,7 @@
 // block sums are small multiples of 1/4 and are exact on every path, as are blocks of small
 // half-integers, which the GPU tests use to hold every path to the fp32 bound above.
 // The training products name their operands so a block axis cannot meet the wrong reduction
-// (gemm/gemm.hpp):
+// (gemm/product.hpp):
 //   fprop  Y[M,N]  = X[M,K] . W[N,K]^T   X rowwise,     W rowwise
 //   dgrad  dX[M,K] = dY[M,N] . W[N,K]    dY rowwise,    W columnwise
 //   wgrad  dW[N,K] = dY[M,N]^T . X[M,K]  dY columnwise, X columnwise
@@ -35,7 +35,7 @@
 
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/error.hpp>
-#include <mxkit/gemm/gemm.hpp>
+#include <mxkit/gemm/product.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
@@ -75,9 +75,11 @@ void store(const matrix_view<Out>& d, std::size_t i, std::size_t j, float acc, f
 }
 }  // namespace detail
 
+namespace ref {
+
 // D = alpha * A.B^T + beta * D for two MX copies (any element types; same rotation on both).
 template <gemm_output Out>
-void gemm_reference(mx_const_view a, mx_const_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+void gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
   const gemm_shape s = detail::check_mx_gemm(a.layout, b.layout, "gemm");
   detail::check_rotation(a.options, b.options, "gemm");
   detail::check_output(d, s, "gemm");
@@ -98,16 +100,16 @@ void gemm_reference(mx_const_view a, mx_const_view b, matrix_view<Out> d, float 
     }
 }
 
-inline std::vector<float> gemm_reference(const mx_tensor& a, const mx_tensor& b) {
+inline std::vector<float> gemm(const mx_tensor& a, const mx_tensor& b) {
   std::vector<float> out(a.layout().lines() * b.layout().lines());
-  gemm_reference(a.view(), b.view(), matrix_view<float>{out.data(), a.layout().lines(), b.layout().lines()});
+  gemm(a.view(), b.view(), matrix_view<float>{out.data(), a.layout().lines(), b.layout().lines()});
   return out;
 }
 
 // Per-tensor scaled FP8 (delayed scaling): D = alpha * (A.B^T) / (scale_a * scale_b) + beta * D,
 // A [P,R], B [Q,R] codes; products are exact in fp32, accumulated in order.
 template <gemm_output Out>
-void gemm_reference(fp8_view a, fp8_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+void gemm(fp8_view a, fp8_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
   detail::check_fp8_view(a, "gemm", "A");
   detail::check_fp8_view(b, "gemm", "B");
   const gemm_shape s = detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
@@ -124,14 +126,14 @@ void gemm_reference(fp8_view a, fp8_view b, matrix_view<Out> d, float alpha = 1.
     }
 }
 template <gemm_output Out>
-void gemm_reference(const fp8_tensor& a, const fp8_tensor& b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
-  gemm_reference(as_view(a), as_view(b), d, alpha, beta);
+void gemm(const fp8_tensor& a, const fp8_tensor& b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+  gemm(as_view(a), as_view(b), d, alpha, beta);
 }
 
 // High-precision operands (float, bf16 or fp16 storage), fp32 accumulation in order.
 template <class TA, class TB, gemm_output Out>
   requires quantizer_input<TA> && quantizer_input<TB>
-void gemm_reference(matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+void gemm(matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
   const gemm_shape s = detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
   detail::require(a.rows == 0 || a.cols == 0 || a.data != nullptr, "gemm: A has null data");
   detail::require(b.rows == 0 || b.cols == 0 || b.data != nullptr, "gemm: B has null data");
@@ -146,50 +148,67 @@ void gemm_reference(matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, fl
     }
 }
 
-// ---- The training products (operand roles and checks: gemm/gemm.hpp) ----------------------------
+// ---- The training products (operand roles and checks: gemm/product.hpp) ----------------------------
 
 // MX copies, output into `d` with the epilogue.
 template <gemm_output Out>
-void product_reference(gemm_product p, mx_const_view a, mx_const_view b, matrix_view<Out> d, gemm_epilogue e = {}) {
+void product(gemm_product p, mx_const_view a, mx_const_view b, matrix_view<Out> d, gemm_epilogue e = {}) {
   detail::check_mx_product(p, a.layout, b.layout);
-  gemm_reference(a, b, d, e.alpha, e.beta);
+  gemm(a, b, d, e.alpha, e.beta);
 }
 // Per-tensor FP8: a, b are the row-major copies named by detail::tn_operand_names(p).
 template <gemm_output Out>
-void product_reference(gemm_product p, fp8_view a, fp8_view b, matrix_view<Out> d, gemm_epilogue e = {}) {
+void product(gemm_product p, fp8_view a, fp8_view b, matrix_view<Out> d, gemm_epilogue e = {}) {
   const detail::tn_names n = detail::tn_operand_names(p);
   detail::check_tn(a.rows, a.cols, b.rows, b.cols, name_of(p), n.a, n.b);
-  gemm_reference(a, b, d, e.alpha, e.beta);
+  gemm(a, b, d, e.alpha, e.beta);
 }
 // High precision (bf16, fp16 or float storage), same operand roles as FP8.
 template <class TA, class TB, gemm_output Out>
   requires quantizer_input<TA> && quantizer_input<TB>
-void product_reference(gemm_product p, matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, gemm_epilogue e = {}) {
+void product(gemm_product p, matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, gemm_epilogue e = {}) {
   const detail::tn_names n = detail::tn_operand_names(p);
   detail::check_tn(a.rows, a.cols, b.rows, b.cols, name_of(p), n.a, n.b);
-  gemm_reference(a, b, d, e.alpha, e.beta);
+  gemm(a, b, d, e.alpha, e.beta);
 }
 
+// The training products with the signatures of gpu::fprop, gpu::dgrad and gpu::wgrad (host
+// pointers), so a device result and its reference are one name apart.
+template <gemm_output Out>
+void fprop(mx_const_view x_rowwise, mx_const_view w_rowwise, matrix_view<Out> y, gemm_epilogue e = {}) {
+  product(gemm_product::fprop, x_rowwise, w_rowwise, y, e);
+}
+template <gemm_output Out>
+void dgrad(mx_const_view dy_rowwise, mx_const_view w_columnwise, matrix_view<Out> dx, gemm_epilogue e = {}) {
+  product(gemm_product::dgrad, dy_rowwise, w_columnwise, dx, e);
+}
+template <gemm_output Out>
+void wgrad(mx_const_view dy_columnwise, mx_const_view x_columnwise, matrix_view<Out> dw, gemm_epilogue e = {}) {
+  product(gemm_product::wgrad, dy_columnwise, x_columnwise, dw, e);
+}
+
+// The same on owning tensors, returning a new fp32 matrix.
 // Y[M,N] = X[M,K] . W[N,K]^T
-inline std::vector<float> fprop_reference(const mx_tensor& x_rowwise, const mx_tensor& w_rowwise) {
+inline std::vector<float> fprop(const mx_tensor& x_rowwise, const mx_tensor& w_rowwise) {
   const gemm_shape s = detail::check_mx_product(gemm_product::fprop, x_rowwise.layout(), w_rowwise.layout());
   std::vector<float> out(s.p * s.q);
-  product_reference(gemm_product::fprop, x_rowwise.view(), w_rowwise.view(), matrix_view<float>{out.data(), s.p, s.q});
+  product(gemm_product::fprop, x_rowwise.view(), w_rowwise.view(), matrix_view<float>{out.data(), s.p, s.q});
   return out;
 }
 // dX[M,K] = dY[M,N] . W[N,K]
-inline std::vector<float> dgrad_reference(const mx_tensor& dy_rowwise, const mx_tensor& w_columnwise) {
+inline std::vector<float> dgrad(const mx_tensor& dy_rowwise, const mx_tensor& w_columnwise) {
   const gemm_shape s = detail::check_mx_product(gemm_product::dgrad, dy_rowwise.layout(), w_columnwise.layout());
   std::vector<float> out(s.p * s.q);
-  product_reference(gemm_product::dgrad, dy_rowwise.view(), w_columnwise.view(), matrix_view<float>{out.data(), s.p, s.q});
+  product(gemm_product::dgrad, dy_rowwise.view(), w_columnwise.view(), matrix_view<float>{out.data(), s.p, s.q});
   return out;
 }
 // dW[N,K] = dY[M,N]^T . X[M,K]
-inline std::vector<float> wgrad_reference(const mx_tensor& dy_columnwise, const mx_tensor& x_columnwise) {
+inline std::vector<float> wgrad(const mx_tensor& dy_columnwise, const mx_tensor& x_columnwise) {
   const gemm_shape s = detail::check_mx_product(gemm_product::wgrad, dy_columnwise.layout(), x_columnwise.layout());
   std::vector<float> out(s.p * s.q);
-  product_reference(gemm_product::wgrad, dy_columnwise.view(), x_columnwise.view(), matrix_view<float>{out.data(), s.p, s.q});
+  product(gemm_product::wgrad, dy_columnwise.view(), x_columnwise.view(), matrix_view<float>{out.data(), s.p, s.q});
   return out;
 }
 
+}  // namespace ref
 MXKIT_END_NAMESPACE

@@ -26,7 +26,7 @@
 #include <mutex>
 
 #include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
-#include <mxkit/gemm/gemm.hpp>
+#include <mxkit/gemm/product.hpp>
 #include <mxkit/gpu/gemm/expand.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/gemm/portable.hpp>
@@ -261,7 +261,7 @@ gemm_path gemm(matrix_view<const bfloat16> a, matrix_view<const bfloat16> b, mat
   return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
 }
 
-// ---- the training products (operand roles: gemm/gemm.hpp) -------------------------------------
+// ---- the training products (operand roles: gemm/product.hpp) -------------------------------------
 template <gemm_output Out>
 gemm_path product(gemm_product p, mx_const_view a, mx_const_view b, matrix_view<Out> d, gemm_epilogue e = {},
                   stream_t s = nullptr, gemm_options o = {}) {

@@ -1,7 +1,7 @@
 #pragma once
 // What a GEMM kernel needs to know about one operand, in one trivially copyable struct that is
 // passed by value to kernels: the element encoding, the bytes, the block scales, and the shape
-// of the stored copy [lines, length] with the reduction axis contiguous (gemm/gemm.hpp).
+// of the stored copy [lines, length] with the reduction axis contiguous (gemm/product.hpp).
 #include <cstddef>
 #include <cstdint>
 
@@ -11,7 +11,7 @@
 #include <mxkit/format/e5m2.hpp>
 #include <mxkit/format/e8m0.hpp>
 #include <mxkit/format/float16.hpp>
-#include <mxkit/gemm/gemm.hpp>
+#include <mxkit/gemm/product.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>

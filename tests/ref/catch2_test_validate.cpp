@@ -1,4 +1,4 @@
-// mxkit::validate (tensor/validate.hpp): a kernel's MX output checked against the reference.
+// mxkit::validate (ref/validate.hpp): a kernel's MX output checked against the reference.
 // Identical bytes report nothing; one flipped nibble, element byte or scale byte is found with
 // the right coordinates; shape and pointer errors throw.
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <mxkit/tensor/validate.hpp>
+#include <mxkit/ref/validate.hpp>
 
 #include "../catch.hpp"
 

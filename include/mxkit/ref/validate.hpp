@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <mxkit/error.hpp>
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 

@@ -1,4 +1,4 @@
-// Host tensor quantizer (tensor/quantize.hpp): every block of a tensor equals the block oracle
+// Host tensor quantizer (ref/quantize.hpp): every block of a tensor equals the block oracle
 // (storage addressing, FP4 packing, padding), columnwise copies equal rowwise copies of the
 // transpose, ragged and empty shapes, float/bf16/fp16 inputs, leading dimensions, argument errors,
 // dequantize round-trip error bounds per format, and reproducible stochastic rounding.
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 
 #include "../block/block_oracle.hpp"
 #include "../catch.hpp"

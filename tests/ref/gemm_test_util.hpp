@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <mxkit/ref/gemm.hpp>
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 
 namespace gemm_test {
 

@@ -7,10 +7,10 @@
 #include <limits>
 #include <vector>
 
-#include <mxkit/gemm/gemm.hpp>
+#include <mxkit/gemm/product.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
-#include <mxkit/tensor/quantize.hpp>
+#include <mxkit/ref/quantize.hpp>
 
 #include "../catch.hpp"
 #include "gemm_test_util.hpp"
@@ -29,7 +29,7 @@ void check_mx_pair(mx_type ta, mx_type tb, std::size_t p, std::size_t q, std::si
   const mx_tensor a = quantized(p, r, ta, block_axis::rowwise, seed);
   const mx_tensor b = quantized(q, r, tb, block_axis::rowwise, seed + 1);
   std::vector<float> d(p * q, std::numeric_limits<float>::quiet_NaN());
-  gemm_reference(a.view(), b.view(), matrix_view<float>{d.data(), p, q});
+  ref::gemm(a.view(), b.view(), matrix_view<float>{d.data(), p, q});
   const auto o = gemm_test::oracle_tn(gemm_test::dequantized_lines(a), gemm_test::dequantized_lines(b), p, q, r);
   const double nb = static_cast<double>(r / 32);
   const auto c = gemm_test::compare(d, o.d, o.s, (nb + 3) * u, q);
@@ -38,7 +38,7 @@ void check_mx_pair(mx_type ta, mx_type tb, std::size_t p, std::size_t q, std::si
 }
 }  // namespace
 
-TEST_CASE("gemm_reference: every MX element-type pair matches fp64 on the dequantized inputs", "[gemm]") {
+TEST_CASE("ref::gemm: every MX element-type pair matches fp64 on the dequantized inputs", "[gemm]") {
   std::uint64_t seed = 100;
   for (const mx_type ta : all_mx_types)
     for (const mx_type tb : all_mx_types) check_mx_pair(ta, tb, 7, 9, 96, seed += 2);
@@ -49,7 +49,7 @@ TEST_CASE("gemm_reference: every MX element-type pair matches fp64 on the dequan
   check_mx_pair(mx_type::mxfp8_e5m2, mx_type::mxfp8_e4m3, 5, 6, 1024, 10);
 }
 
-TEST_CASE("gemm_reference: one block is exact; blocks add in fp32 in order", "[gemm]") {
+TEST_CASE("ref::gemm: one block is exact; blocks add in fp32 in order", "[gemm]") {
   // Two 1x96 MXFP8 rows built by hand: block sums 2^24, 1 and 1. Added in fp32 in block order
   // each 1 is lost (2^24 + 1 ties to even), so the result is 2^24, not the exact 2^24 + 2.
   mx_tensor a({mx_type::mxfp8_e4m3, block_axis::rowwise, 1, 96}, {});
@@ -60,15 +60,15 @@ TEST_CASE("gemm_reference: one block is exact; blocks add in fp32 in order", "[g
   b.scales() = {127 + 7, 127, 127};
   float d = 0;
   const mx_tensor &ca = a, &cb = b;
-  gemm_reference(ca.view(), cb.view(), matrix_view<float>{&d, 1, 1});
+  ref::gemm(ca.view(), cb.view(), matrix_view<float>{&d, 1, 1});
   CHECK(d == 0x1p24f);
   // A NaN scale makes its block NaN, and the result.
   a.scales()[1] = 0xFF;
-  gemm_reference(ca.view(), cb.view(), matrix_view<float>{&d, 1, 1});
+  ref::gemm(ca.view(), cb.view(), matrix_view<float>{&d, 1, 1});
   CHECK(std::isnan(d));
 }
 
-TEST_CASE("gemm_reference: alpha, beta and bf16 output", "[gemm]") {
+TEST_CASE("ref::gemm: alpha, beta and bf16 output", "[gemm]") {
   const std::size_t p = 6, q = 10, r = 128;
   const mx_tensor a = quantized(p, r, mx_type::mxfp8_e4m3, block_axis::rowwise, 31);
   const mx_tensor b = quantized(q, r, mx_type::mxfp4, block_axis::rowwise, 32);
@@ -76,7 +76,7 @@ TEST_CASE("gemm_reference: alpha, beta and bf16 output", "[gemm]") {
   const std::vector<float> c = gemm_test::random_matrix(p, q, 33, 2);
   const float alpha = -0.75f, beta = 1.5f;
   std::vector<float> d = c;
-  gemm_reference(a.view(), b.view(), matrix_view<float>{d.data(), p, q}, alpha, beta);
+  ref::gemm(a.view(), b.view(), matrix_view<float>{d.data(), p, q}, alpha, beta);
   std::vector<double> want(p * q), s(p * q);
   for (std::size_t i = 0; i < want.size(); ++i) {
     want[i] = alpha * o.d[i] + beta * static_cast<double>(c[i]);
@@ -89,11 +89,11 @@ TEST_CASE("gemm_reference: alpha, beta and bf16 output", "[gemm]") {
   // bf16 output: the fp32 result rounded once to nearest-even, beta reading the bf16 C.
   std::vector<bfloat16> d16(p * q), c16(p * q);
   for (std::size_t i = 0; i < c16.size(); ++i) d16[i] = c16[i] = bfloat16::from_float(c[i]);
-  gemm_reference(a.view(), b.view(), matrix_view<bfloat16>{d16.data(), p, q}, alpha, beta);
+  ref::gemm(a.view(), b.view(), matrix_view<bfloat16>{d16.data(), p, q}, alpha, beta);
   std::vector<float> c16f(p * q);
   for (std::size_t i = 0; i < c16.size(); ++i) c16f[i] = c16[i].to_float();
   std::vector<float> d32 = c16f;
-  gemm_reference(a.view(), b.view(), matrix_view<float>{d32.data(), p, q}, alpha, beta);
+  ref::gemm(a.view(), b.view(), matrix_view<float>{d32.data(), p, q}, alpha, beta);
   for (std::size_t i = 0; i < d16.size(); ++i) {
     INFO("element " << i);
     CHECK(d16[i].bits() == bfloat16::from_float(d32[i]).bits());
@@ -101,11 +101,11 @@ TEST_CASE("gemm_reference: alpha, beta and bf16 output", "[gemm]") {
 
   // beta == 0 never reads D: NaN there does not leak.
   std::vector<float> dn(p * q, std::numeric_limits<float>::quiet_NaN());
-  gemm_reference(a.view(), b.view(), matrix_view<float>{dn.data(), p, q}, 2.0f, 0.0f);
+  ref::gemm(a.view(), b.view(), matrix_view<float>{dn.data(), p, q}, 2.0f, 0.0f);
   for (float v : dn) CHECK_FALSE(std::isnan(v));
 }
 
-TEST_CASE("gemm_reference: per-tensor FP8 and bf16 operands", "[gemm]") {
+TEST_CASE("ref::gemm: per-tensor FP8 and bf16 operands", "[gemm]") {
   const std::size_t p = 5, q = 7, r = 77;  // no block structure: any R
   const std::vector<float> xa = gemm_test::random_matrix(p, r, 41, 2), xb = gemm_test::random_matrix(q, r, 42, 2);
   for (const fp8_type ta : {fp8_type::e4m3, fp8_type::e5m2})
@@ -113,7 +113,7 @@ TEST_CASE("gemm_reference: per-tensor FP8 and bf16 operands", "[gemm]") {
       const fp8_tensor a = quantize_fp8(matrix_view<const float>{xa.data(), p, r}, ta, 8.0f);
       const fp8_tensor b = quantize_fp8(matrix_view<const float>{xb.data(), q, r}, tb, 0.5f);
       std::vector<float> d(p * q);
-      gemm_reference(a, b, matrix_view<float>{d.data(), p, q}, 2.0f);
+      ref::gemm(a, b, matrix_view<float>{d.data(), p, q}, 2.0f);
       const std::vector<float> da = dequantize(a), db = dequantize(b);
       auto o = gemm_test::oracle_tn(da, db, p, q, r);
       for (auto& v : o.d) v *= 2.0;
@@ -127,7 +127,7 @@ TEST_CASE("gemm_reference: per-tensor FP8 and bf16 operands", "[gemm]") {
   for (std::size_t i = 0; i < ha.size(); ++i) fa[i] = (ha[i] = bfloat16::from_float(xa[i])).to_float();
   for (std::size_t i = 0; i < hb.size(); ++i) fb[i] = (hb[i] = bfloat16::from_float(xb[i])).to_float();
   std::vector<float> d(p * q);
-  gemm_reference(matrix_view<const bfloat16>{ha.data(), p, r}, matrix_view<const bfloat16>{hb.data(), q, r},
+  ref::gemm(matrix_view<const bfloat16>{ha.data(), p, r}, matrix_view<const bfloat16>{hb.data(), q, r},
                  matrix_view<float>{d.data(), p, q});
   const auto o = gemm_test::oracle_tn(fa, fb, p, q, r);
   const auto c = gemm_test::compare(d, o.d, o.s, (r + 2) * u, q);
@@ -135,7 +135,7 @@ TEST_CASE("gemm_reference: per-tensor FP8 and bf16 operands", "[gemm]") {
   CHECK(c.bad == 0);
 }
 
-TEST_CASE("gemm_reference: fprop, dgrad and wgrad take the copies the quantizer writes", "[gemm]") {
+TEST_CASE("ref::gemm: fprop, dgrad and wgrad take the copies the quantizer writes", "[gemm]") {
   // X [M,K], W [N,K], dY [M,N]; every reduction axis is a different logical axis.
   const std::size_t M = 64, N = 96, K = 128;
   const std::vector<float> x = gemm_test::random_matrix(M, K, 51), w = gemm_test::random_matrix(N, K, 52),
@@ -151,9 +151,9 @@ TEST_CASE("gemm_reference: fprop, dgrad and wgrad take the copies the quantizer 
   const auto dx = gemm_test::oracle_tn(dyr, gemm_test::transposed(wc, N, K), M, K, N);                     // dY.W
   const auto dw = gemm_test::oracle_tn(gemm_test::transposed(dyc, M, N), gemm_test::transposed(xc, M, K), N, K, M);  // dY^T.X
 
-  const std::vector<float> got_y = fprop_reference(X.rowwise, W.rowwise);
-  const std::vector<float> got_dx = dgrad_reference(DY.rowwise, W.columnwise);
-  const std::vector<float> got_dw = wgrad_reference(DY.columnwise, X.columnwise);
+  const std::vector<float> got_y = ref::fprop(X.rowwise, W.rowwise);
+  const std::vector<float> got_dx = ref::dgrad(DY.rowwise, W.columnwise);
+  const std::vector<float> got_dw = ref::wgrad(DY.columnwise, X.columnwise);
   const auto cy = gemm_test::compare(got_y, y.d, y.s, (K / 32 + 3) * u, N);
   const auto cx = gemm_test::compare(got_dx, dx.d, dx.s, (N / 32 + 3) * u, K);
   const auto cw = gemm_test::compare(got_dw, dw.d, dw.s, (M / 32 + 3) * u, K);
@@ -164,67 +164,67 @@ TEST_CASE("gemm_reference: fprop, dgrad and wgrad take the copies the quantizer 
 
   // The view form with an epilogue and bf16 output agrees with the vector form.
   std::vector<bfloat16> y16(M * N);
-  product_reference(gemm_product::fprop, X.rowwise.view(), W.rowwise.view(), matrix_view<bfloat16>{y16.data(), M, N}, {0.5f, 0.0f});
+  ref::product(gemm_product::fprop, X.rowwise.view(), W.rowwise.view(), matrix_view<bfloat16>{y16.data(), M, N}, {0.5f, 0.0f});
   for (std::size_t i = 0; i < y16.size(); ++i) CHECK(y16[i].bits() == bfloat16::from_float(0.5f * got_y[i]).bits());
 }
 
-TEST_CASE("gemm_reference: bad shapes, axes, K % 32 and rotations are clear errors", "[gemm]") {
+TEST_CASE("ref::gemm: bad shapes, axes, K % 32 and rotations are clear errors", "[gemm]") {
   using mxkit_test::contains;
   const mx_tensor x_r = quantized(8, 64, mx_type::mxfp4, block_axis::rowwise, 61);
   const mx_tensor x_c = quantized(8, 64, mx_type::mxfp4, block_axis::columnwise, 62);
   const mx_tensor w_r = quantized(16, 64, mx_type::mxfp4, block_axis::rowwise, 63);
   const mx_tensor w_c = quantized(16, 64, mx_type::mxfp4, block_axis::columnwise, 64);
   const mx_tensor w_k96 = quantized(16, 96, mx_type::mxfp4, block_axis::rowwise, 65);
-  REQUIRE_THROWS_WITH(fprop_reference(x_c, w_r), contains("fprop: X must be the rowwise copy, got the columnwise copy"));
-  REQUIRE_THROWS_WITH(fprop_reference(x_r, w_c), contains("fprop: W must be the rowwise copy"));
-  REQUIRE_THROWS_WITH(fprop_reference(x_r, w_k96), contains("fprop: X is 8x64 but W is 16x96 (K must match)"));
-  REQUIRE_THROWS_WITH(dgrad_reference(x_r, w_r), contains("dgrad: W must be the columnwise copy"));
+  REQUIRE_THROWS_WITH(ref::fprop(x_c, w_r), contains("fprop: X must be the rowwise copy, got the columnwise copy"));
+  REQUIRE_THROWS_WITH(ref::fprop(x_r, w_c), contains("fprop: W must be the rowwise copy"));
+  REQUIRE_THROWS_WITH(ref::fprop(x_r, w_k96), contains("fprop: X is 8x64 but W is 16x96 (K must match)"));
+  REQUIRE_THROWS_WITH(ref::dgrad(x_r, w_r), contains("dgrad: W must be the columnwise copy"));
   // dY [8,64] rowwise with W^T of a [16,64] W: N is 64 vs 16.
-  REQUIRE_THROWS_WITH(dgrad_reference(x_r, w_c), contains("dgrad: dY is 8x64 but W is 16x64 (N must match)"));
-  REQUIRE_THROWS_WITH(wgrad_reference(x_r, w_c), contains("wgrad: dY must be the columnwise copy"));
-  REQUIRE_THROWS_WITH(wgrad_reference(x_c, w_c), contains("wgrad: dY is 8x64 but X is 16x64 (M must match)"));
+  REQUIRE_THROWS_WITH(ref::dgrad(x_r, w_c), contains("dgrad: dY is 8x64 but W is 16x64 (N must match)"));
+  REQUIRE_THROWS_WITH(ref::wgrad(x_r, w_c), contains("wgrad: dY must be the columnwise copy"));
+  REQUIRE_THROWS_WITH(ref::wgrad(x_c, w_c), contains("wgrad: dY is 8x64 but X is 16x64 (M must match)"));
 
   // K = 40: the storage pads to 64, but a GEMM over the padding would be meaningless.
   const mx_tensor a40 = quantized(4, 40, mx_type::mxfp8_e4m3, block_axis::rowwise, 66);
   const mx_tensor b40 = quantized(5, 40, mx_type::mxfp8_e4m3, block_axis::rowwise, 67);
-  REQUIRE_THROWS_WITH(gemm_reference(a40, b40), contains("reduction length K=40 is not a multiple of the MX block size 32"));
-  REQUIRE_THROWS_WITH(fprop_reference(a40, b40), contains("K=40 is not a multiple"));
-  REQUIRE_THROWS_WITH(gemm_reference(x_r, w_k96), contains("gemm: reduction lengths differ: A has 64"));
+  REQUIRE_THROWS_WITH(ref::gemm(a40, b40), contains("reduction length K=40 is not a multiple of the MX block size 32"));
+  REQUIRE_THROWS_WITH(ref::fprop(a40, b40), contains("K=40 is not a multiple"));
+  REQUIRE_THROWS_WITH(ref::gemm(x_r, w_k96), contains("gemm: reduction lengths differ: A has 64"));
 
   std::vector<float> small(3);
-  REQUIRE_THROWS_WITH(gemm_reference(x_r.view(), w_r.view(), matrix_view<float>{small.data(), 1, 3}),
+  REQUIRE_THROWS_WITH(ref::gemm(x_r.view(), w_r.view(), matrix_view<float>{small.data(), 1, 3}),
                       contains("gemm: output is 1x3, expected 8x16"));
   std::vector<float> d(8 * 16);
-  REQUIRE_THROWS_WITH(gemm_reference(x_r.view(), w_r.view(), matrix_view<float>{d.data(), 8, 16, 4}),
+  REQUIRE_THROWS_WITH(ref::gemm(x_r.view(), w_r.view(), matrix_view<float>{d.data(), 8, 16, 4}),
                       contains("output leading dimension 4 is smaller than cols 16"));
 
   quantize_options rot;
   rot.hadamard = true;
   const std::vector<float> xx = gemm_test::random_matrix(16, 64, 68);
   const mx_tensor w_rot = quantize(matrix_view<const float>{xx.data(), 16, 64}, mx_type::mxfp4, block_axis::rowwise, rot);
-  REQUIRE_THROWS_WITH(fprop_reference(x_r, w_rot), contains("operands were rotated differently"));
+  REQUIRE_THROWS_WITH(ref::fprop(x_r, w_rot), contains("operands were rotated differently"));
 
   const std::vector<float> f = gemm_test::random_matrix(4, 10, 69);
   const fp8_tensor fa = quantize_fp8(matrix_view<const float>{f.data(), 4, 10}, fp8_type::e4m3, 1.0f);
   const fp8_tensor fb = quantize_fp8(matrix_view<const float>{f.data(), 5, 8}, fp8_type::e4m3, 1.0f);
   std::vector<float> fd(4 * 5);
-  REQUIRE_THROWS_WITH(product_reference(gemm_product::dgrad, as_view(fa), as_view(fb), matrix_view<float>{fd.data(), 4, 5}),
+  REQUIRE_THROWS_WITH(ref::product(gemm_product::dgrad, as_view(fa), as_view(fb), matrix_view<float>{fd.data(), 4, 5}),
                       contains("dgrad: reduction lengths differ: dY [M,N] is 4x10, W^T [K,N] is 5x8"));
   fp8_view bad = as_view(fa);
   bad.scale = 0.0f;
-  REQUIRE_THROWS_WITH(gemm_reference(bad, as_view(fa), matrix_view<float>{fd.data(), 4, 4}), contains("A has scale 0"));
+  REQUIRE_THROWS_WITH(ref::gemm(bad, as_view(fa), matrix_view<float>{fd.data(), 4, 4}), contains("A has scale 0"));
 }
 
-TEST_CASE("gemm_reference: empty shapes", "[gemm]") {
+TEST_CASE("ref::gemm: empty shapes", "[gemm]") {
   // P = 0 or Q = 0: nothing is written. R = 0: D = beta * D (an empty sum is 0).
   const mx_tensor a0 = quantized(0, 64, mx_type::mxfp4, block_axis::rowwise, 71);
   const mx_tensor b = quantized(3, 64, mx_type::mxfp4, block_axis::rowwise, 72);
-  CHECK(gemm_reference(a0, b).empty());
-  CHECK(gemm_reference(b, a0).empty());
+  CHECK(ref::gemm(a0, b).empty());
+  CHECK(ref::gemm(b, a0).empty());
   const mx_tensor k0a = quantized(2, 0, mx_type::mxfp8_e4m3, block_axis::rowwise, 73);
   const mx_tensor k0b = quantized(3, 0, mx_type::mxfp8_e4m3, block_axis::rowwise, 74);
   std::vector<float> d(6, 2.0f);
-  gemm_reference(k0a.view(), k0b.view(), matrix_view<float>{d.data(), 2, 3}, 1.0f, 0.5f);
+  ref::gemm(k0a.view(), k0b.view(), matrix_view<float>{d.data(), 2, 3}, 1.0f, 0.5f);
   for (float v : d) CHECK(v == 1.0f);
 }
 
@@ -260,7 +260,7 @@ TEST_CASE("slice_lines and gather_lines: a wrapping range and null storage are r
   CHECK(gather_lines(no_data, {}).layout().lines() == 0);
 }
 
-TEST_CASE("gemm_reference: null MX storage and short leading dimensions are refused", "[gemm]") {
+TEST_CASE("ref::gemm: null MX storage and short leading dimensions are refused", "[gemm]") {
   using mxkit_test::contains;
   const mx_tensor a = quantized(4, 64, mx_type::mxfp4, block_axis::rowwise, 83);
   const mx_tensor b = quantized(3, 64, mx_type::mxfp4, block_axis::rowwise, 84);
@@ -268,21 +268,21 @@ TEST_CASE("gemm_reference: null MX storage and short leading dimensions are refu
   const matrix_view<float> dv{d.data(), 4, 3};
   mx_const_view a_null = a.view();
   a_null.data = nullptr;
-  REQUIRE_THROWS_WITH(gemm_reference(a_null, b.view(), dv), contains("gemm: A has null data or scales"));
+  REQUIRE_THROWS_WITH(ref::gemm(a_null, b.view(), dv), contains("gemm: A has null data or scales"));
   mx_const_view b_null = b.view();
   b_null.scales = nullptr;
-  REQUIRE_THROWS_WITH(gemm_reference(a.view(), b_null, dv), contains("gemm: B has null data or scales"));
+  REQUIRE_THROWS_WITH(ref::gemm(a.view(), b_null, dv), contains("gemm: B has null data or scales"));
 
   const std::vector<float> x(4 * 8, 1.0f), y(3 * 8, 1.0f);
-  REQUIRE_THROWS_WITH(gemm_reference(matrix_view<const float>{x.data(), 4, 8, 6}, matrix_view<const float>{y.data(), 3, 8}, dv),
+  REQUIRE_THROWS_WITH(ref::gemm(matrix_view<const float>{x.data(), 4, 8, 6}, matrix_view<const float>{y.data(), 3, 8}, dv),
                       contains("gemm: A leading dimension 6 is smaller than cols 8"));
-  REQUIRE_THROWS_WITH(gemm_reference(matrix_view<const float>{x.data(), 4, 8}, matrix_view<const float>{y.data(), 3, 8, 2}, dv),
+  REQUIRE_THROWS_WITH(ref::gemm(matrix_view<const float>{x.data(), 4, 8}, matrix_view<const float>{y.data(), 3, 8, 2}, dv),
                       contains("gemm: B leading dimension 2 is smaller than cols 8"));
-  gemm_reference(matrix_view<const float>{x.data(), 4, 8}, matrix_view<const float>{y.data(), 3, 8}, dv);
+  ref::gemm(matrix_view<const float>{x.data(), 4, 8}, matrix_view<const float>{y.data(), 3, 8}, dv);
   for (float v : d) CHECK(v == 8.0f);
 }
 
-TEST_CASE("gemm_reference: every finite positive FP8 scale that quantize_fp8 accepts is accepted", "[gemm]") {
+TEST_CASE("ref::gemm: every finite positive FP8 scale that quantize_fp8 accepts is accepted", "[gemm]") {
   // Delayed scaling clamps an overflowing scale to the largest float (nn/delayed_scaling.hpp);
   // quantize_fp8 takes it, so the GEMM must too. Codes saturate to 448; 448^2 / FLT_MAX^2 is 0.
   const float big = std::numeric_limits<float>::max();
@@ -290,14 +290,14 @@ TEST_CASE("gemm_reference: every finite positive FP8 scale that quantize_fp8 acc
   const fp8_tensor fa = quantize_fp8(matrix_view<const float>{x.data(), 2, 4}, fp8_type::e4m3, big);
   REQUIRE(fp8_decode(fa.data[0], fa.type) == 448.0f);
   std::vector<float> d(2 * 2, -1.0f);
-  REQUIRE_NOTHROW(gemm_reference(fa, fa, matrix_view<float>{d.data(), 2, 2}));
+  REQUIRE_NOTHROW(ref::gemm(fa, fa, matrix_view<float>{d.data(), 2, 2}));
   for (float v : d) CHECK(v == 0.0f);
   fp8_view inf = as_view(fa);
   inf.scale = std::numeric_limits<float>::infinity();
-  REQUIRE_THROWS_WITH(gemm_reference(inf, as_view(fa), matrix_view<float>{d.data(), 2, 2}), mxkit_test::contains("A has scale inf"));
+  REQUIRE_THROWS_WITH(ref::gemm(inf, as_view(fa), matrix_view<float>{d.data(), 2, 2}), mxkit_test::contains("A has scale inf"));
   fp8_view nan = as_view(fa);
   nan.scale = std::numeric_limits<float>::quiet_NaN();
-  REQUIRE_THROWS_WITH(gemm_reference(as_view(fa), nan, matrix_view<float>{d.data(), 2, 2}), mxkit_test::contains("B has scale nan"));
+  REQUIRE_THROWS_WITH(ref::gemm(as_view(fa), nan, matrix_view<float>{d.data(), 2, 2}), mxkit_test::contains("B has scale nan"));
 }
 
 TEST_CASE("fp8 transpose: codes that do not fill rows x cols are refused", "[gemm]") {

@@ -2,16 +2,17 @@
 // Softmax cross-entropy of next-token logits, mean over rows, fused with its gradient:
 //   loss = mean_r (logsumexp(z_r) - z_r[target_r]),  dz_r = (softmax(z_r) - onehot(target_r)) / rows
 // Computed in double from the logits (max subtracted first).
+// Host reference kernels (the oracle of every device kernel), called by ref::host_backend.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include <mxkit/nn/backend.hpp>
+#include <mxkit/config.hpp>
 
 MXKIT_BEGIN_NAMESPACE
-namespace nn {
-namespace host {
+namespace ref {
+
 
 template <class T>
 double cross_entropy(const T* logits, const std::int32_t* targets, T* dlogits, std::size_t rows, std::size_t V) {
@@ -31,6 +32,6 @@ double cross_entropy(const T* logits, const std::int32_t* targets, T* dlogits, s
   return total / static_cast<double>(rows);
 }
 
-}  // namespace host
-}  // namespace nn
+
+}  // namespace ref
 MXKIT_END_NAMESPACE

@@ -1,0 +1,30 @@
+#pragma once
+// Arguments the layer kernels of every backend share (nn/backend.hpp, ref/nn/): the attention
+// geometry and one AdamW update's hyperparameters.
+#include <cstddef>
+#include <cstdint>
+
+#include <mxkit/config.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+
+// Attention geometry: tokens are rows b*seq + t; a qkv row is [q heads | k heads | v heads].
+struct head_shape {
+  std::size_t batch = 1, seq = 1;
+  std::size_t n_heads = 1, n_kv_heads = 1, head_dim = 1;
+
+  std::size_t tokens() const noexcept { return batch * seq; }
+  std::size_t q_dim() const noexcept { return n_heads * head_dim; }
+  std::size_t kv_dim() const noexcept { return n_kv_heads * head_dim; }
+  std::size_t qkv_dim() const noexcept { return q_dim() + 2 * kv_dim(); }
+};
+
+struct adamw_hyper {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  double grad_scale = 1.0;  // gradient clipping factor, applied before the moments
+  std::uint64_t step = 1;   // 1-based, for bias correction
+};
+
+}  // namespace nn
+MXKIT_END_NAMESPACE
