@@ -33,6 +33,7 @@
 #include <vector>
 
 #include <mxkit/gpu/gemm/gemm.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/random/philox.hpp>
 #include <mxkit/ref/gemm.hpp>

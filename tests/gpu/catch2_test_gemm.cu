@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <mxkit/gpu/gemm/gemm.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/quantize.hpp>

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 

@@ -10,6 +10,7 @@
 
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_block.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 __global__ void quantize_one_block(const float* x, std::uint8_t* out) {  // 16 packed bytes + scale

@@ -69,6 +69,9 @@ inline mx_const_view slice_lines(mx_const_view v, std::size_t begin, std::size_t
   // Not begin + count <= lines: that sum can wrap around and let a huge begin through.
   detail::require(begin <= v.layout.lines() && count <= v.layout.lines() - begin, "slice_lines: ", count, " lines from line ", begin,
                   " exceed the ", v.layout.lines(), " lines of the copy");
+  // A line range of a tiled scale layout is not a contiguous range of its bytes.
+  detail::require(v.scales_layout == scale_layout::row_major, "slice_lines: the copy's scales are stored ", name_of(v.scales_layout),
+                  "; slicing needs row_major scales");
   mx_const_view s = v;
   (v.layout.axis == block_axis::rowwise ? s.layout.rows : s.layout.cols) = count;
   s.data = v.data ? v.data + begin * v.layout.line_bytes() : nullptr;
@@ -87,7 +90,7 @@ inline mx_tensor gather_lines(mx_const_view v, const std::vector<std::size_t>& l
   for (std::size_t i = 0; i < lines.size(); ++i) {
     detail::require(lines[i] < v.layout.lines(), "gather_lines: line ", lines[i], " of ", v.layout.lines());
     for (std::size_t b = 0; b < lb; ++b) out.data()[i * lb + b] = v.data[lines[i] * lb + b];
-    for (std::size_t b = 0; b < nb; ++b) out.scales()[i * nb + b] = v.scales[lines[i] * nb + b];
+    for (std::size_t b = 0; b < nb; ++b) out.scales()[i * nb + b] = v.scale(lines[i], b);
   }
   return out;
 }

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/quantize_block.hpp>
-#include <mxkit/gpu/quantize.hpp>
+#include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/runtime.hpp>
+#include <mxkit/tensor/mx_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
 
@@ -25,7 +27,7 @@ MXKIT_HD constexpr T store_float(float v) noexcept {
 }
 
 template <class Fmt, class T>
-__global__ void __launch_bounds__(dequantize_threads) dequantize_kernel(const mx_device_view in, T* out, std::size_t ld) {
+MXKIT_GLOBAL void __launch_bounds__(dequantize_threads) dequantize_kernel(const mx_const_view in, T* out, std::size_t ld) {
   using E = typename Fmt::element_type;
   const mx_layout& l = in.layout;
   const std::size_t blocks = l.blocks_per_line(), total = l.lines() * blocks;
@@ -33,7 +35,7 @@ __global__ void __launch_bounds__(dequantize_threads) dequantize_kernel(const mx
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * dequantize_threads + threadIdx.x; i < total; i += stride) {
     const std::size_t line = i / blocks, blk = i % blocks;
     mx_block<Fmt> b{};
-    b.scale = e8m0::from_bits(in.scales[scale_offset(in.scales_layout, l.lines(), blocks, line, blk)]);
+    b.scale = e8m0::from_bits(in.scale(line, blk));
     for (int k = 0; k < mx_block_size; ++k)
       b.elements[k] = E::from_bits(load_code(in.data + line * l.line_bytes(), blk * mx_block_size + static_cast<std::size_t>(k), Fmt::storage_bits));
     float v[mx_block_size];
@@ -53,7 +55,7 @@ __global__ void __launch_bounds__(dequantize_threads) dequantize_kernel(const mx
 // Asynchronous on `stream`.
 template <class T>
   requires quantizer_input<T> && (!std::is_const_v<T>)
-void dequantize(const mx_device_view& in, matrix_view<T> out, stream_t stream = nullptr) {
+void dequantize(const mx_const_view& in, matrix_view<T> out, stream_t stream = nullptr) {
   mxkit::detail::require(out.rows == in.layout.rows && out.cols == in.layout.cols, "gpu::dequantize: output is ", out.rows, "x",
                          out.cols, ", the copy is ", in.layout.rows, "x", in.layout.cols);
   mxkit::detail::check_matrix(out, "gpu::dequantize: output");

@@ -9,7 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <mxkit/gpu/quantize.hpp>
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
@@ -41,7 +42,7 @@ struct fp8_params {
 };
 
 template <class T>
-__global__ void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<T> p) {
+MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<T> p) {
   __shared__ std::uint8_t tile[fp8_tile][fp8_tile + 4];  // +4: column reads hit distinct banks
   const int t = static_cast<int>(threadIdx.x), col = t % fp8_tile, row_base = t / fp8_tile;
   constexpr int rows_per_pass = fp8_threads / fp8_tile;

@@ -1,6 +1,6 @@
 #pragma once
-// The one header that decides the GPU backend; every other mxkit GPU file speaks the neutral
-// vocabulary below and never names a vendor API.
+// The one header that decides the GPU backend and names the vendor runtime API; every other mxkit
+// GPU file speaks the neutral vocabulary below (host side here, device side in gpu/device.hpp).
 //   HIP   clang or hipcc in HIP mode (__HIP__): the HIP runtime, <hip/hip_runtime.h>.
 //   CUDA  nvcc or clang in CUDA mode (__CUDACC__ without __HIP__): the CUDA runtime directly,
 //         <cuda_runtime.h> (HIP's NVIDIA headers of HIP 5.2 do not build with CUDA 13).
@@ -53,6 +53,12 @@
 #else
 #define MXKIT_ARCH_SM90 0
 #endif
+
+// Every kernel defined in a header is declared with MXKIT_GLOBAL (or is a template): internal
+// linkage, as CUTLASS's CUTLASS_GLOBAL, so any number of translation units of one program can
+// include the header (a plain __global__ function defined in a header is one symbol per
+// translation unit, and the second one fails to link).
+#define MXKIT_GLOBAL __global__ static
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
@@ -116,6 +122,32 @@ inline error_t set_device(int d) noexcept { return MXKIT_GPU_API(cudaSetDevice, 
 
 inline error_t malloc_device(void** p, std::size_t bytes) noexcept { return MXKIT_GPU_API(cudaMalloc, hipMalloc)(p, bytes); }
 inline error_t free_device(void* p) noexcept { return MXKIT_GPU_API(cudaFree, hipFree)(p); }
+// Stream-ordered allocation from a memory pool (CUDA 11.2+, HIP 5.2+): the pool keeps freed
+// memory for the next allocation instead of returning it to the driver.
+using mem_pool_t = MXKIT_GPU_API(cudaMemPool_t, hipMemPool_t);
+inline error_t mem_pool_create_on_device(mem_pool_t* pool, int device) noexcept {
+  MXKIT_GPU_API(cudaMemPoolProps, hipMemPoolProps) props{};
+  props.allocType = MXKIT_GPU_API(cudaMemAllocationTypePinned, hipMemAllocationTypePinned);
+  props.location.type = MXKIT_GPU_API(cudaMemLocationTypeDevice, hipMemLocationTypeDevice);
+  props.location.id = device;
+  return MXKIT_GPU_API(cudaMemPoolCreate, hipMemPoolCreate)(pool, &props);
+}
+// Memory the pool keeps across synchronizations (the driver's default is 0: everything goes back).
+inline error_t mem_pool_set_release_threshold(mem_pool_t pool, std::uint64_t bytes) noexcept {
+  return MXKIT_GPU_API(cudaMemPoolSetAttribute, hipMemPoolSetAttribute)(
+      pool, MXKIT_GPU_API(cudaMemPoolAttrReleaseThreshold, hipMemPoolAttrReleaseThreshold), &bytes);
+}
+inline error_t mem_pool_trim_to(mem_pool_t pool, std::size_t keep_bytes) noexcept {
+  return MXKIT_GPU_API(cudaMemPoolTrimTo, hipMemPoolTrimTo)(pool, keep_bytes);
+}
+inline error_t malloc_from_pool_async(void** p, std::size_t bytes, mem_pool_t pool, stream_t s) noexcept {
+  return MXKIT_GPU_API(cudaMallocFromPoolAsync, hipMallocFromPoolAsync)(p, bytes, pool, s);
+}
+inline error_t free_async(void* p, stream_t s) noexcept { return MXKIT_GPU_API(cudaFreeAsync, hipFreeAsync)(p, s); }
+inline error_t mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept {
+  return MXKIT_GPU_API(cudaMemGetInfo, hipMemGetInfo)(free_bytes, total_bytes);
+}
+
 inline error_t memcpy_async(void* dst, const void* src, std::size_t bytes, copy_kind k, stream_t s) noexcept {
   return MXKIT_GPU_API(cudaMemcpyAsync, hipMemcpyAsync)(dst, src, bytes, detail::native(k), s);
 }
@@ -173,92 +205,6 @@ inline error_t max_active_blocks_per_multiprocessor(int* blocks, Kernel kernel, 
 }
 
 #undef MXKIT_GPU_API
-
-// --- device vocabulary ------------------------------------------------------------------------
-// Full-warp shuffles and ballot: every lane of the warp must take part.
-#if MXKIT_GPU_HIP
-using lane_mask_t = std::uint64_t;
-#else
-using lane_mask_t = std::uint32_t;
-#endif
-
-__device__ inline int lane_id() noexcept { return static_cast<int>(threadIdx.x) & (warp_size - 1); }
-
-template <class T>
-__device__ inline T shfl_xor(T v, int lane_mask) noexcept {
-#if MXKIT_GPU_HIP
-  return __shfl_xor(v, lane_mask, warp_size);
-#else
-  return __shfl_xor_sync(0xFFFFFFFFu, v, lane_mask, warp_size);
-#endif
-}
-template <class T>
-__device__ inline T shfl(T v, int src_lane) noexcept {
-#if MXKIT_GPU_HIP
-  return __shfl(v, src_lane, warp_size);
-#else
-  return __shfl_sync(0xFFFFFFFFu, v, src_lane, warp_size);
-#endif
-}
-__device__ inline lane_mask_t ballot(bool predicate) noexcept {
-#if MXKIT_GPU_HIP
-  return __ballot(predicate);
-#else
-  return __ballot_sync(0xFFFFFFFFu, predicate);
-#endif
-}
-__device__ inline void sync_threads() noexcept { __syncthreads(); }
-
-// 16-byte copy from global to shared memory: asynchronous on sm_80+ (cp.async.cg, completion
-// tracked by commit groups), a plain load and store elsewhere (then commit and wait are no-ops).
-// `src_bytes` < 16 zero-fills the rest (0: the whole chunk is zero, src is not read).
-__device__ inline void async_copy16(void* dst_shared, const void* src_global, int src_bytes = 16) noexcept {
-#if MXKIT_GPU_CUDA && MXKIT_DEVICE_PASS && __CUDA_ARCH__ >= 800
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(dst_shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src_global), "r"(src_bytes) : "memory");
-#else
-  uint4 v = make_uint4(0, 0, 0, 0);
-  if (src_bytes == 16) v = *static_cast<const uint4*>(src_global);
-  else if (src_bytes > 0) {
-    unsigned char* b = reinterpret_cast<unsigned char*>(&v);
-    for (int i = 0; i < src_bytes; ++i) b[i] = static_cast<const unsigned char*>(src_global)[i];
-  }
-  *static_cast<uint4*>(dst_shared) = v;
-#endif
-}
-__device__ inline void async_commit() noexcept {
-#if MXKIT_GPU_CUDA && MXKIT_DEVICE_PASS && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Waits until at most `Pending` of this thread's committed groups are still in flight.
-template <int Pending>
-__device__ inline void async_wait() noexcept {
-#if MXKIT_GPU_CUDA && MXKIT_DEVICE_PASS && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(Pending) : "memory");
-#endif
-}
-// Barrier with shared-memory ordering for a team of 32 lanes: a warp on NVIDIA; on AMD the whole
-// wave64 (its two teams run the same uniform loop, so both always arrive).
-__device__ inline void team_sync() noexcept {
-#if MXKIT_GPU_CUDA
-  __syncwarp();
-#else
-  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
-  __builtin_amdgcn_wave_barrier();
-  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
-#endif
-}
-__device__ inline unsigned atomic_max(unsigned* p, unsigned v) noexcept { return atomicMax(p, v); }
-
-// Maximum over the warp (every lane gets it), log2(warp_size) shuffles.
-__device__ inline unsigned warp_max(unsigned v) noexcept {
-  for (int m = warp_size / 2; m > 0; m /= 2) {
-    const unsigned o = shfl_xor(v, m);
-    v = v > o ? v : o;
-  }
-  return v;
-}
 
 }  // namespace gpu
 MXKIT_END_NAMESPACE

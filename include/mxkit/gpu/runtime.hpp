@@ -1,8 +1,8 @@
 #pragma once
-// RAII over the GPU runtime, used by every mxkit launcher: device buffers, streams, events, and
+// RAII over the GPU runtime, used by every mxkit launcher: streams, events, device queries, and
 // runtime errors turned into exceptions that carry the call, the file and line, and the
-// runtime's own message.
-//   MXKIT_GPU_CHECK(gpu::malloc_device(&p, n));   // throws gpu::error on failure
+// runtime's own message (device memory: gpu/memory.hpp).
+//   MXKIT_GPU_CHECK(gpu::stream_synchronize(s));   // throws gpu::error on failure
 //   MXKIT_GPU_CHECK_LAUNCH();                      // after a kernel launch
 #include <cstddef>
 #include <cstdint>
@@ -68,70 +68,6 @@ inline device_properties properties(int device = -1) {
   MXKIT_GPU_CHECK(get_device_properties(&p, device));
   return p;
 }
-
-// Owning, move-only device allocation of n objects of trivially copyable T.
-template <class T>
-class device_buffer {
-  static_assert(std::is_trivially_copyable_v<T>, "device buffers hold trivially copyable objects");
-
- public:
-  device_buffer() = default;
-  explicit device_buffer(std::size_t n) : size_(n) {
-    if (n) {
-      void* p = nullptr;
-      MXKIT_GPU_CHECK(malloc_device(&p, n * sizeof(T)));
-      data_ = static_cast<T*>(p);
-    }
-  }
-  explicit device_buffer(std::span<const T> host, stream_t s = nullptr) : device_buffer(host.size()) {
-    copy_from(host, s);
-  }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  device_buffer(device_buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-  device_buffer& operator=(device_buffer&& o) noexcept {
-    if (this != &o) {
-      release();
-      data_ = std::exchange(o.data_, nullptr);
-      size_ = std::exchange(o.size_, 0);
-    }
-    return *this;
-  }
-  ~device_buffer() { release(); }
-
-  T* data() noexcept { return data_; }
-  const T* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return size_; }
-  std::size_t bytes() const noexcept { return size_ * sizeof(T); }
-  bool empty() const noexcept { return size_ == 0; }
-
-  // Asynchronous on `s`; the host span must stay alive until the stream reaches the copy.
-  void copy_from(std::span<const T> host, stream_t s = nullptr) {
-    mxkit::detail::require(host.size() == size_, "device_buffer::copy_from: ", host.size(), " objects into a buffer of ", size_);
-    if (size_) MXKIT_GPU_CHECK(memcpy_async(data_, host.data(), bytes(), copy_kind::host_to_device, s));
-  }
-  // Synchronous: returns once the data is on the host.
-  std::vector<T> to_host(stream_t s = nullptr) const {
-    std::vector<T> out(size_);
-    if (size_) {
-      MXKIT_GPU_CHECK(memcpy_async(out.data(), data_, bytes(), copy_kind::device_to_host, s));
-      MXKIT_GPU_CHECK(stream_synchronize(s));
-    }
-    return out;
-  }
-  void fill_bytes(std::uint8_t value, stream_t s = nullptr) {
-    if (size_) MXKIT_GPU_CHECK(memset_async(data_, value, bytes(), s));
-  }
-
- private:
-  void release() noexcept {
-    if (data_) (void)free_device(data_);  // never throws from a destructor
-    data_ = nullptr;
-    size_ = 0;
-  }
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
-};
 
 // Owning non-blocking stream.
 class stream {

@@ -20,9 +20,8 @@
 // added with fewer bits than fp32 (DeepSeek-V3 report, section 3.3.2: about 14 bits). mxkit's
 // Hopper kernel therefore starts a fresh tensor-core sum for every 32-block (MX) or every 128
 // elements (per-tensor FP8) and promotes it to an fp32 register sum, so the extra error stays
-// relative to one block's products. Measured on an H200: at most 4.3e-4 S on Gaussian data
-// quantized to MXFP8/MXFP6 (2.8e-3 S with bf16 output on random codes spanning each format's
-// whole range); tests/gpu/catch2_test_gemm.cu bounds it by 2^-9 S per element. MXFP4 x MXFP4
+// relative to one block's products; tests/gpu/catch2_test_gemm.cu bounds it by 2^-9 S per
+// element (the measured error is in bench/NOTES_gemm.md). MXFP4 x MXFP4
 // block sums are small multiples of 1/4 and are exact on every path, as are blocks of small
 // half-integers, which the GPU tests use to hold every path to the fp32 bound above.
 // The training products name their operands so a block axis cannot meet the wrong reduction

@@ -14,6 +14,7 @@
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/config.hpp>
+#include <mxkit/tensor/scale_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 
@@ -49,20 +50,27 @@ struct mx_layout {
   MXKIT_HD constexpr std::size_t position_of(std::size_t r, std::size_t c) const noexcept { return axis == block_axis::rowwise ? c : r; }
 };
 
-// Non-owning view of packed elements and scales (row-major scale layout, see file comment).
+// The one view of a stored MX copy, for host and device pointers alike (mdspan's shape: the
+// pointers, the extents and layout of the elements (mx_layout), and a layout policy for the
+// scales). The host reference, validate, the GPU quantizer's outputs, dequantize and the GEMMs all
+// take it. Scales are [lines, blocks_per_line] in `scales_layout`: row-major (mxkit's own), or a
+// vendor's tiled order (tensor/scale_layout.hpp), which the GEMMs refuse and dequantize reads.
 template <class Byte>
 struct mx_basic_view {
   mx_layout layout;
   quantize_options options;  // how it was quantized: dequantize needs the rotation
   Byte* data = nullptr;      // [lines, line_bytes]
-  Byte* scales = nullptr;    // [lines, blocks_per_line]
+  Byte* scales = nullptr;    // scale_storage_size(scales_layout, lines, blocks_per_line) bytes
+  scale_layout scales_layout = scale_layout::row_major;
 
   MXKIT_HD constexpr std::uint8_t code(std::size_t line, std::size_t pos) const noexcept {
     return load_code(data + line * layout.line_bytes(), pos, layout.storage_bits());
   }
-  MXKIT_HD constexpr std::uint8_t scale(std::size_t line, std::size_t block) const noexcept {
-    return scales[line * layout.blocks_per_line() + block];
+  MXKIT_HD constexpr std::size_t scale_index(std::size_t line, std::size_t block) const noexcept {
+    return scales_layout == scale_layout::row_major ? line * layout.blocks_per_line() + block
+                                                    : scale_offset(scales_layout, layout.lines(), layout.blocks_per_line(), line, block);
   }
+  MXKIT_HD constexpr std::uint8_t scale(std::size_t line, std::size_t block) const noexcept { return scales[scale_index(line, block)]; }
 };
 using mx_view = mx_basic_view<std::uint8_t>;
 using mx_const_view = mx_basic_view<const std::uint8_t>;

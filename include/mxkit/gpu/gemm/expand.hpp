@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/format/e2m1.hpp>
 #include <mxkit/format/e4m3.hpp>
 #include <mxkit/format/e5m2.hpp>
@@ -28,7 +28,7 @@ MXKIT_HD constexpr std::uint8_t to_e4m3(mx_type t, std::uint8_t c) noexcept {
 static_assert(to_e4m3(mx_type::mxfp4, 0x7) == 0x4C && to_e4m3(mx_type::mxfp4, 0x9) == 0xB0);  // 6, -0.5
 
 // Thread i writes the 16 output bytes [16 i, 16 i + 16) of the [lines, k] result (k % 32 == 0).
-__global__ void __launch_bounds__(threads) to_e4m3_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
+MXKIT_GLOBAL void __launch_bounds__(threads) to_e4m3_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
                                                           std::uint8_t* dst, std::size_t lines, std::size_t k, launch_gate gate) {
   if (gate.closed()) return;
   __shared__ std::uint8_t lut[256];
@@ -112,7 +112,7 @@ static_assert(exact_everywhere() && e5m2_code(0x1, shift_min) == 0x01 && e5m2_co
 
 // One warp per line: lanes take the line's blocks in turn (16 code bytes in, 32 bytes out each).
 // Pass 1 finds the exponent span of the non-zero blocks, pass 2 writes the bytes.
-__global__ void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
+MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
                                                                const std::uint8_t* scales, std::size_t scale_ld,
                                                                std::size_t lines, std::size_t blocks, std::uint8_t* dst,
                                                                float* line_scale, int* unsafe) {
@@ -199,7 +199,7 @@ namespace to_bf16 {
 inline constexpr int max_exponent = fold::max_exponent;
 
 // Thread i converts 32-block i of the [lines, blocks] operand: 32 codes in, 64 bytes out.
-__global__ void __launch_bounds__(threads) mxfp8_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
+MXKIT_GLOBAL void __launch_bounds__(threads) mxfp8_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
                                                         const std::uint8_t* scales, std::size_t scale_ld, std::size_t lines,
                                                         std::size_t blocks, std::uint16_t* dst, int* unsafe) {
   __shared__ float value[256];
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(threads) mxfp8_kernel(const std::uint8_t* src,
   const uint4 w0 = in[0], w1 = in[1];
   const std::uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
   const unsigned s = scales[line * scale_ld + b];
-  const float scale = e8m0_value(static_cast<std::uint8_t>(s));  // NaN for 0xFF
+  const float scale = e8m0::from_bits(static_cast<std::uint8_t>(s)).to_float();  // NaN for 0xFF
   std::uint32_t magnitude = 0;
 #pragma unroll
   for (int j = 0; j < 8; ++j) magnitude |= w[j] & 0x7F7F7F7Fu;

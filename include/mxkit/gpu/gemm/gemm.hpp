@@ -18,24 +18,24 @@
 //               per-tensor FP8 and bf16 as they are
 //             The folded and bf16 routes check their exactness conditions on the device and
 //             fall back to per-block promotion where they fail (run_sm90). Their scratch comes
-//             from a pool that keeps its memory (release_gemm_scratch returns it).
+//             from mxkit's device pool, which keeps its memory (release_gemm_scratch returns it).
 //   gfx950    CDNA4 block-scaled MFMA (arch/hip/gfx950_gemm.hpp), compiled only: never run here
 // MXINT8 uses the portable kernel.
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 
-#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/gpu/gemm/expand.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/gemm/portable.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 #if MXKIT_GPU_CUDA
-#include <mxkit/gpu/gemm/arch/cuda/sm90_gemm.hpp>
+#include <mxkit/gpu/arch/cuda/sm90_gemm.hpp>
 #else
-#include <mxkit/gpu/gemm/arch/hip/gfx950_gemm.hpp>
+#include <mxkit/gpu/arch/hip/gfx950_gemm.hpp>
 #endif
 
 MXKIT_BEGIN_NAMESPACE
@@ -81,32 +81,9 @@ inline bool path_supports(gemm_path path, const gemm_operand& a, const gemm_oper
 }
 
 #if MXKIT_GPU_CUDA
-// Scratch for the sm90 expansions comes from an mxkit-owned stream-ordered pool per device that
-// keeps its memory between calls: the default pool hands memory back to the driver at every
-// synchronization, and mapping 256 MB anew cost 0.4 ms per 8192^3 MXFP8 product (H200).
-// release_gemm_scratch() returns it.
-inline cudaMemPool_t scratch_pool() {
-  static cudaMemPool_t pools[64];
-  static std::once_flag once[64];
-  int dev = 0;
-  MXKIT_GPU_CHECK(get_device(&dev));
-  mxkit::detail::require(dev >= 0 && dev < 64, "gemm: device ordinal ", dev, " out of range");
-  std::call_once(once[dev], [dev] {
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = dev;
-    MXKIT_GPU_CHECK(cudaMemPoolCreate(&pools[dev], &props));
-    std::uint64_t keep = ~std::uint64_t{0};
-    MXKIT_GPU_CHECK(cudaMemPoolSetAttribute(pools[dev], cudaMemPoolAttrReleaseThreshold, &keep));
-  });
-  return pools[dev];
-}
-inline std::uint8_t* scratch_alloc(std::size_t bytes, stream_t s) {
-  void* p = nullptr;
-  MXKIT_GPU_CHECK(cudaMallocFromPoolAsync(&p, bytes, scratch_pool(), s));
-  return static_cast<std::uint8_t*>(p);
-}
+// Scratch for the sm90 expansions: stream-ordered memory from mxkit's device pool
+// (gpu/memory.hpp), which keeps it between calls.
+inline std::uint8_t* scratch_alloc(std::size_t bytes, stream_t s) { return static_cast<std::uint8_t*>(allocate_async(bytes, s)); }
 
 inline sm90::mma_kind mma_kind_of(const gemm_operand& o) {
   if (o.kind == operand_kind::bf16) return sm90::mma_kind::bf16;
@@ -130,10 +107,10 @@ inline void run_sm90_bf16(const gemm_operand& a, const gemm_operand& b, const ge
     const sm90::mma_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
     sm90::launch(a, b, fa, fb, out, s, launch_gate{unsafe, true});
   } catch (...) {
-    (void)cudaFreeAsync(scratch, s);
+    deallocate_async(scratch, s);
     throw;
   }
-  MXKIT_GPU_CHECK(cudaFreeAsync(scratch, s));
+  deallocate_async(scratch, s);
 }
 
 // MXFP4/MXFP6 operands are first re-encoded as FP8 bytes into stream-ordered scratch memory.
@@ -174,10 +151,10 @@ inline void run_sm90(const gemm_operand& a, const gemm_operand& b, const gemm_ou
     }
     sm90::launch(a, b, fa, fb, out, s, fallback);
   } catch (...) {
-    if (scratch) (void)cudaFreeAsync(scratch, s);
+    if (scratch) deallocate_async(scratch, s);
     throw;
   }
-  if (scratch) MXKIT_GPU_CHECK(cudaFreeAsync(scratch, s));
+  if (scratch) deallocate_async(scratch, s);
 }
 #endif
 
@@ -212,13 +189,9 @@ inline gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_ou
 
 }  // namespace detail
 
-// Returns the memory the GEMMs keep for their scratch (sm90 expansions) on the current device to
-// the driver, once the work that used it has finished. A no-op where there is none.
-inline void release_gemm_scratch() {
-#if MXKIT_GPU_CUDA
-  MXKIT_GPU_CHECK(cudaMemPoolTrimTo(detail::scratch_pool(), 0));
-#endif
-}
+// Returns the memory mxkit's device pool keeps (GEMM scratch among it) on the current device to
+// the driver, once the work that used it has finished (gpu/memory.hpp: trim_device_memory).
+inline void release_gemm_scratch() { trim_device_memory(0); }
 
 // Which path `automatic` takes for these operands on the current device.
 inline gemm_path automatic_path(mx_const_view a, mx_const_view b) {
@@ -237,6 +210,9 @@ gemm_path gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, gemm_epilog
   const gemm_shape sh = mxkit::detail::check_mx_gemm(a.layout, b.layout, "gemm");
   mxkit::detail::check_rotation(a.options, b.options, "gemm");
   mxkit::detail::check_output(d, sh, "gemm");
+  // The kernels read scales as [lines, blocks] row-major (tiled vendor layouts are for vendor GEMMs).
+  mxkit::detail::require(a.scales_layout == scale_layout::row_major && b.scales_layout == scale_layout::row_major,
+                         "gemm: scales must be row_major, got A ", name_of(a.scales_layout), " and B ", name_of(b.scales_layout));
   mxkit::detail::require(sh.p == 0 || sh.r == 0 || (a.data && a.scales), "gemm: A has null data or scales");
   mxkit::detail::require(sh.q == 0 || sh.r == 0 || (b.data && b.scales), "gemm: B has null data or scales");
   return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);

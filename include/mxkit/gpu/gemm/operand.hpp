@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/format/e4m3.hpp>
 #include <mxkit/format/e5m2.hpp>
@@ -25,6 +25,8 @@ enum class operand_kind : std::uint8_t {
   bf16,  // bfloat16 values
 };
 
+// Kernel parameters, not a view: the public views (mx_const_view, fp8_view, bf16 matrix_view)
+// become this flat struct in make_operand, so every kernel reads any operand kind the same way.
 struct gemm_operand {
   operand_kind kind = operand_kind::mx;
   mx_type type = mx_type::mxfp8_e4m3;  // kind == mx
@@ -62,18 +64,11 @@ MXKIT_HD constexpr float decode_operand_code(const gemm_operand& o, std::uint8_t
   return o.kind == operand_kind::fp8 ? fp8_decode(c, o.fp8) : decode_mx_element(o.type, c);
 }
 
-// E8M0 scale byte to float, NaN for 0xFF and 2^-127 for 0 (e8m0.hpp).
-MXKIT_HD constexpr float e8m0_value(std::uint8_t b) noexcept { return e8m0::from_bits(b).to_float(); }
-
-// fp32 to bf16 bits, round to nearest-even; overflow gives Inf and NaN stays a (quiet) NaN, as
-// an IEEE conversion does (the reference's bf16 output rule, ref/gemm.hpp).
-MXKIT_HD constexpr std::uint16_t bf16_bits_rne(float v) noexcept {
-  const std::uint32_t u = bit_cast<std::uint32_t>(v);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+// fp32 to bf16 bits as the reference's bf16 output rounds them (ref/gemm.hpp): nearest-even,
+// overflow to Inf, NaN stays NaN.
+MXKIT_HD constexpr std::uint16_t bf16_output_bits(float v) noexcept {
+  return bfloat16::from_float(v, rounding::nearest_even, overflow::propagate).bits();
 }
-static_assert(bf16_bits_rne(1.0f) == 0x3F80 && bf16_bits_rne(0x1.01p0f) == 0x3F80 && bf16_bits_rne(0x1.03p0f) == 0x3F82);
-static_assert(bf16_bits_rne(3.4e38f) == 0x7F80);
 
 // A kernel launched behind a gate runs only when `flag` is null or its set/clear state is
 // `run_when_set`. A fast path and its fallback are both launched, in stream order, behind the

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
@@ -56,12 +56,12 @@ __device__ inline void load_tile(const gemm_operand& o, const float* lut, float 
   if (o.kind == operand_kind::mx)
     for (int r = tid; r < Lines; r += threads) {
       const std::size_t line = line0 + static_cast<std::size_t>(r);
-      scale[r] = line < o.lines ? e8m0_value(o.scales[line * o.blocks + k0 / tile_k]) : 0.0f;
+      scale[r] = line < o.lines ? e8m0::from_bits(o.scales[line * o.blocks + k0 / tile_k]).to_float() : 0.0f;
     }
 }
 
 // ---- kernel -----------------------------------------------------------------------------------
-__global__ void __launch_bounds__(threads) gemm_kernel(const params p) {
+MXKIT_GLOBAL void __launch_bounds__(threads) gemm_kernel(const params p) {
   __shared__ tile_smem sm;
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % (tile_q / per_thread), ty = tid / (tile_q / per_thread);
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(threads) gemm_kernel(const params p) {
           const std::uint16_t c = static_cast<const std::uint16_t*>(o.c)[row * o.ldc + col];
           v = v + o.beta * bit_cast<float>(static_cast<std::uint32_t>(c) << 16);
         }
-        *d = bf16_bits_rne(v);
+        *d = bf16_output_bits(v);
       } else {
         float* d = static_cast<float*>(o.d) + row * o.ldd + col;
         if (o.beta != 0.0f) v = v + o.beta * static_cast<const float*>(o.c)[row * o.ldc + col];

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
@@ -80,7 +80,7 @@ __device__ inline int load_scale(const gemm_operand& o, std::size_t line, std::s
 }
 
 template <int FA, int FB>
-__global__ void __launch_bounds__(threads) gemm_kernel(const params p) {
+MXKIT_GLOBAL void __launch_bounds__(threads) gemm_kernel(const params p) {
 #if MXKIT_ARCH_GFX950
   const int wave = static_cast<int>(threadIdx.x) / 64, lane = static_cast<int>(threadIdx.x) % 64;
   const std::size_t p0 = static_cast<std::size_t>(blockIdx.y) * tile + static_cast<std::size_t>(wave / 2) * 32;
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(threads) gemm_kernel(const params p) {
       std::uint16_t* d = static_cast<std::uint16_t*>(o.d) + r * o.ldd + col;
       if (o.beta != 0.0f)
         v = v + o.beta * bit_cast<float>(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(o.c)[r * o.ldc + col]) << 16);
-      *d = bf16_bits_rne(v);
+      *d = bf16_output_bits(v);
     } else {
       float* d = static_cast<float*>(o.d) + r * o.ldd + col;
       if (o.beta != 0.0f) v = v + o.beta * static_cast<const float*>(o.c)[r * o.ldc + col];

@@ -31,8 +31,7 @@
 //    live across the loop's back edge makes ptxas serialize every wgmma);
 //  - operands arrive by TMA (128-byte swizzle, 4 stages of 128 bytes of K) from one producer
 //    thread, the producer warpgroup keeping 40 registers (setmaxnreg) so consumers get 232.
-// Measured on an H200, 8192^3 (bench/NOTES_gemm.md): block 410-436 TFLOP/s, line (MXFP4) ~700,
-// line with G = 4 ~980, bf16 ~730 (94% of cuBLAS), per-tensor FP8 ~1200 (85% of cuBLASLt).
+// Throughput of each route against cuBLAS: bench/NOTES_gemm.md and bench/RESULTS.md.
 // Tile 128 x 256 (2 consumer warpgroups x 64 rows), 384 threads, ~216 KB shared memory, one CTA
 // per SM, grouped raster order for L2 reuse. A closed launch_gate makes the kernel return at once
 // (a fast path and its fallback are both enqueued; gemm.hpp).
@@ -43,8 +42,8 @@
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched from the driver)
 #include <cudaTypedefs.h>
 
-#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
-#include <mxkit/gpu/gemm/arch/cuda/sm90_ptx.hpp>
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/arch/cuda/sm90_ptx.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
@@ -210,10 +209,10 @@ __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint3
       if (pair) v1 = v1 + o.beta * bit_cast<float>(static_cast<std::uint32_t>(c[ci + 1]) << 16);
     }
     if (pair && p.vector_store) {
-      *reinterpret_cast<std::uint32_t*>(d + di) = bf16_bits_rne(v0) | (static_cast<std::uint32_t>(bf16_bits_rne(v1)) << 16);
+      *reinterpret_cast<std::uint32_t*>(d + di) = bf16_output_bits(v0) | (static_cast<std::uint32_t>(bf16_output_bits(v1)) << 16);
     } else {
-      d[di] = bf16_bits_rne(v0);
-      if (pair) d[di + 1] = bf16_bits_rne(v1);
+      d[di] = bf16_output_bits(v0);
+      if (pair) d[di + 1] = bf16_output_bits(v1);
     }
   } else {
     const float* c = static_cast<const float*>(o.c);
@@ -236,7 +235,7 @@ __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint3
 // G: 32-blocks per promotion, the k32 wgmmas that accumulate in the tensor core before an fp32
 // add (1 keeps every block's product exact, as the reference; 4 is DeepGEMM's 128-K promotion).
 template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg>
-__global__ void __launch_bounds__(threads, 1)
+MXKIT_GLOBAL void __launch_bounds__(threads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const params p) {
 #if MXKIT_SM90A
   static_assert(G == 1 || G == blocks_per_stage, "a promotion covers one block or one stage");
@@ -308,10 +307,10 @@ __global__ void __launch_bounds__(threads, 1)
       if constexpr (block_scaled) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          sm.sa[s][j][pt] = e8m0_value(static_cast<std::uint8_t>(cur[0] >> (8 * j)));
-          if (a2) sm.sa[s][j][pt + 128] = e8m0_value(static_cast<std::uint8_t>(cur[1] >> (8 * j)));
-          if (b1) sm.sb[s][j][c0] = e8m0_value(static_cast<std::uint8_t>(cur[2] >> (8 * j)));
-          if (b2) sm.sb[s][j][c1] = e8m0_value(static_cast<std::uint8_t>(cur[3] >> (8 * j)));
+          sm.sa[s][j][pt] = e8m0::from_bits(static_cast<std::uint8_t>(cur[0] >> (8 * j))).to_float();
+          if (a2) sm.sa[s][j][pt + 128] = e8m0::from_bits(static_cast<std::uint8_t>(cur[1] >> (8 * j))).to_float();
+          if (b1) sm.sb[s][j][c0] = e8m0::from_bits(static_cast<std::uint8_t>(cur[2] >> (8 * j))).to_float();
+          if (b2) sm.sb[s][j][c1] = e8m0::from_bits(static_cast<std::uint8_t>(cur[3] >> (8 * j))).to_float();
         }
       }
       mbar_arrive(&sm.full[s]);  // release: the scale stores above are visible to the waiters
@@ -467,7 +466,7 @@ __global__ void __launch_bounds__(threads, 1)
 
 // 1 when the device code of this program has the sm_90a kernels (built for compute_90a) and runs
 // on this device; the launcher asks once per device.
-__global__ void probe_kernel(int* out) { *out = MXKIT_SM90A; }
+MXKIT_GLOBAL void probe_kernel(int* out) { *out = MXKIT_SM90A; }
 
 // ---- launcher ---------------------------------------------------------------------------------
 inline bool available() {
@@ -537,10 +536,8 @@ inline bool supports(const gemm_operand& a, const gemm_operand& b) noexcept {
   return a.kind == b.kind && ok(a) && ok(b);
 }
 
-// The consumer configurations in use. Others that config<> can express were measured and were
-// slower (bench/NOTES_gemm.md): <256,128,64,2> 402-421, <256,128,32,4,prefetch> 404,
-// <128,192,64,2,prefetch> 389, <128,256,32,3,prefetch> 360 TFLOP/s against 410-413 for this one
-// (8192^3 MXFP8 fprop, H200).
+// The consumer configurations in use. Others that config<> can express were measured slower
+// (bench/NOTES_gemm.md lists them with their figures).
 using config_mx = config<128, 256, 64, 2, false>;
 using config_fp8 = config<128, 256, 64, 2, false>;
 

@@ -1,0 +1,143 @@
+#pragma once
+// Device memory: one stream-ordered allocator and the owning buffer built on it. Every mxkit
+// launcher that needs memory (GEMM scratch, device tensors, the training backend's arenas) takes
+// it from here, and no other file names the vendor's allocation API.
+//
+// Memory comes from one mxkit pool per device that keeps what is freed (release threshold: all of
+// it) until trim_device_memory(): the driver's default pool returns memory at every
+// synchronization, and mapping it again costs time on every large call. Allocation and free are
+// ordered on a stream, like kernels: a free waits for the work already enqueued on that stream,
+// never for the whole device. Memory allocated on one stream and used on another must be ordered
+// (an event, or synchronizing the first stream) before that use, and before its free.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/gpu/platform.hpp>
+#include <mxkit/gpu/runtime.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+
+namespace detail {
+inline constexpr int max_devices = 64;
+// The pool of the current device, created on first use.
+inline mem_pool_t device_pool() {
+  static std::array<mem_pool_t, max_devices> pools{};
+  static std::array<std::once_flag, max_devices> once;
+  int dev = 0;
+  MXKIT_GPU_CHECK(get_device(&dev));
+  mxkit::detail::require(dev >= 0 && dev < max_devices, "gpu memory: device ordinal ", dev, " is outside [0, ", max_devices, ")");
+  std::call_once(once[static_cast<std::size_t>(dev)], [dev] {
+    mem_pool_t pool{};
+    MXKIT_GPU_CHECK(mem_pool_create_on_device(&pool, dev));
+    MXKIT_GPU_CHECK(mem_pool_set_release_threshold(pool, ~std::uint64_t{0}));
+    pools[static_cast<std::size_t>(dev)] = pool;
+  });
+  return pools[static_cast<std::size_t>(dev)];
+}
+}  // namespace detail
+
+// `bytes` of device memory, usable in the order of stream `s` (null for 0 bytes).
+inline void* allocate_async(std::size_t bytes, stream_t s) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  MXKIT_GPU_CHECK(malloc_from_pool_async(&p, bytes, detail::device_pool(), s));
+  return p;
+}
+// Returns memory from allocate_async to the pool once the work enqueued on `s` before it is done.
+inline void deallocate_async(void* p, stream_t s) noexcept {
+  if (p) (void)free_async(p, s);  // never throws: called from destructors
+}
+// Hands the current device's pooled memory back to the driver, keeping `keep_bytes`, once the
+// work that used it has finished.
+inline void trim_device_memory(std::size_t keep_bytes = 0) { MXKIT_GPU_CHECK(mem_pool_trim_to(detail::device_pool(), keep_bytes)); }
+
+// Free and total device memory as the runtime reports them (what the driver has not handed out;
+// memory kept by the pool counts as used).
+struct device_memory_info {
+  std::size_t free_bytes = 0, total_bytes = 0;
+};
+inline device_memory_info memory_info() {
+  device_memory_info m;
+  MXKIT_GPU_CHECK(mem_get_info(&m.free_bytes, &m.total_bytes));
+  return m;
+}
+
+// Owning, move-only device allocation of n objects of trivially copyable T, stream-ordered on the
+// stream given at construction (default: the null stream): allocated in its order, freed in its
+// order (see the file comment for use on other streams). The null-stream constructor waits for
+// the allocation, so such a buffer is usable on any stream at once, as a plain malloc would be.
+template <class T>
+class device_buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "device buffers hold trivially copyable objects");
+
+ public:
+  device_buffer() = default;
+  explicit device_buffer(std::size_t n, stream_t s = nullptr) : stream_(s) {
+    mxkit::detail::require(n <= ~std::size_t{0} / sizeof(T), "device_buffer: ", n, " objects of ", sizeof(T),
+                           " bytes overflow the address space");
+    data_ = static_cast<T*>(allocate_async(n * sizeof(T), s));
+    size_ = n;
+    if (n && s == nullptr) MXKIT_GPU_CHECK(stream_synchronize(nullptr));
+  }
+  explicit device_buffer(std::span<const T> host, stream_t s = nullptr) : device_buffer(host.size(), s) { copy_from(host, s); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  device_buffer(device_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), stream_(o.stream_) {}
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      stream_ = o.stream_;
+    }
+    return *this;
+  }
+  ~device_buffer() { release(); }
+
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+  bool empty() const noexcept { return size_ == 0; }
+  stream_t stream() const noexcept { return stream_; }
+
+  // Asynchronous on `s`; the host span must stay alive until the stream reaches the copy.
+  void copy_from(std::span<const T> host, stream_t s = nullptr) {
+    mxkit::detail::require(host.size() == size_, "device_buffer::copy_from: ", host.size(), " objects into a buffer of ", size_);
+    if (size_) MXKIT_GPU_CHECK(memcpy_async(data_, host.data(), bytes(), copy_kind::host_to_device, s));
+  }
+  // Synchronous: returns once the data is on the host.
+  std::vector<T> to_host(stream_t s = nullptr) const {
+    std::vector<T> out(size_);
+    if (size_) {
+      MXKIT_GPU_CHECK(memcpy_async(out.data(), data_, bytes(), copy_kind::device_to_host, s));
+      MXKIT_GPU_CHECK(stream_synchronize(s));
+    }
+    return out;
+  }
+  void fill_bytes(std::uint8_t value, stream_t s = nullptr) {
+    if (size_) MXKIT_GPU_CHECK(memset_async(data_, value, bytes(), s));
+  }
+
+ private:
+  void release() noexcept {
+    deallocate_async(data_, stream_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  stream_t stream_ = nullptr;
+};
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE
