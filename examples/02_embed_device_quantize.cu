@@ -14,6 +14,7 @@
 
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_block.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
 
