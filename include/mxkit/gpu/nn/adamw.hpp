@@ -100,7 +100,9 @@ MXKIT_GLOBAL void __launch_bounds__(adamw_threads) adamw_kernel(const adamw_para
   }
 }
 
-MXKIT_GLOBAL void adamw_count_kernel(const grad_norm_result* norm, adamw_step_counts* counts) {
+// One thread (a template, as every kernel here: see embedding_count_kernel).
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) adamw_count_kernel(const grad_norm_result* norm, adamw_step_counts* counts) {
   if (norm && norm->nonfinite) ++counts->skipped;
   else ++counts->taken;
 }
@@ -123,10 +125,10 @@ void adamw_update(const adamw_tensor<G>* tensors, std::size_t n_tensors, const f
   mxkit::detail::require(lr && counts, "gpu::adamw_update: null pointer (lr ", lr != nullptr, ", counts ", counts != nullptr, ")");
   mxkit::detail::require(n_tensors == 0 || tensors != nullptr, "gpu::adamw_update: null descriptor array for ", n_tensors, " tensors");
   const detail::adamw_params<G> p{tensors, n_tensors, lr, norm, counts, s.beta1, s.beta2, s.eps};
-  const int grid = detail::grid_for<detail::adamw_kernel<G>>(detail::adamw_threads, detail::adamw_unbounded_work);
+  const int grid = detail::persistent_grid<detail::adamw_kernel<G>>(detail::adamw_threads, detail::adamw_unbounded_work);
   detail::adamw_kernel<G><<<grid, detail::adamw_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
-  detail::adamw_count_kernel<<<1, 1, 0, stream>>>(norm, counts);
+  detail::adamw_count_kernel<1><<<1, 1, 0, stream>>>(norm, counts);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 

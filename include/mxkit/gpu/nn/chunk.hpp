@@ -16,7 +16,6 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/format/float16.hpp>
-#include <mxkit/gpu/launch.hpp>
 #include <mxkit/tensor/matrix_view.hpp>  // load_float
 
 MXKIT_BEGIN_NAMESPACE
@@ -131,12 +130,6 @@ __device__ inline void copy_chunk(T* dst, const T* src, std::size_t i, std::size
 MXKIT_HD constexpr bool finite_bits(float x) noexcept { return (bit_cast<std::uint32_t>(x) & 0x7F800000u) != 0x7F800000u; }
 MXKIT_HD constexpr bool finite_bits(double x) noexcept {
   return (bit_cast<std::uint64_t>(x) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull;
-}
-
-// Grid size of a grid-stride kernel: `work` blocks' worth of work, at most what is resident.
-template <auto Kernel>
-inline int grid_for(int threads, std::size_t work) {
-  return persistent_grid<Kernel>(threads, work < 1 ? std::size_t{1} : work);
 }
 
 }  // namespace detail

@@ -16,7 +16,7 @@
 // mean) NaN, and its gradient row is the softmax without the one-hot; nothing outside the row
 // is read.
 // Bytes moved (s = sizeof(T)): rows * vocab * s read, and with the gradient another read and a
-// write of as much; 8 rows for the targets and the workspace.
+// write of as much; 8 bytes a row for the target and the row's loss.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -104,12 +104,13 @@ MXKIT_GLOBAL void __launch_bounds__(cross_entropy_threads) cross_entropy_kernel(
   }
 }
 
-// *loss = (sum of row_loss in a fixed order, in double) / rows. One block.
-MXKIT_GLOBAL void __launch_bounds__(cross_entropy_threads) cross_entropy_mean_kernel(const float* row_loss, std::size_t rows, float* loss) {
-  __shared__ double partial[cross_entropy_threads / warp_size];
+// *loss = (sum of row_loss in a fixed order, in double) / rows. One block of Threads.
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) cross_entropy_mean_kernel(const float* row_loss, std::size_t rows, float* loss) {
+  __shared__ double partial[Threads / warp_size];
   double acc = 0.0;
-  for (std::size_t r = threadIdx.x; r < rows; r += cross_entropy_threads) acc += static_cast<double>(row_loss[r]);
-  acc = block_sum<cross_entropy_threads>(acc, partial);
+  for (std::size_t r = threadIdx.x; r < rows; r += Threads) acc += static_cast<double>(row_loss[r]);
+  acc = block_sum<Threads>(acc, partial);
   if (threadIdx.x == 0) *loss = static_cast<float>(acc / static_cast<double>(rows));
 }
 
@@ -133,10 +134,10 @@ void cross_entropy(T* logits, const std::int32_t* targets, std::size_t rows, std
   mxkit::detail::require(workspace.data() != nullptr && workspace.size() >= cross_entropy_workspace(rows), "gpu::cross_entropy: workspace of ",
                          workspace.size(), " floats, need ", cross_entropy_workspace(rows), " (one per row)");
   const detail::cross_entropy_params<T> p{logits, targets, workspace.data(), error, rows, vocab, gradient};
-  const int grid = detail::grid_for<detail::cross_entropy_kernel<T>>(detail::cross_entropy_threads, rows);
+  const int grid = detail::persistent_grid<detail::cross_entropy_kernel<T>>(detail::cross_entropy_threads, rows);
   detail::cross_entropy_kernel<T><<<grid, detail::cross_entropy_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
-  detail::cross_entropy_mean_kernel<<<1, detail::cross_entropy_threads, 0, stream>>>(workspace.data(), rows, loss);
+  detail::cross_entropy_mean_kernel<detail::cross_entropy_threads><<<1, detail::cross_entropy_threads, 0, stream>>>(workspace.data(), rows, loss);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 

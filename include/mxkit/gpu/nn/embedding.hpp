@@ -76,9 +76,11 @@ struct embedding_count_params {
   std::size_t n, vocab;
 };
 
-MXKIT_GLOBAL void __launch_bounds__(embedding_threads) embedding_count_kernel(const embedding_count_params p) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(embedding_threads) + threadIdx.x; i < p.n;
-       i += gridDim.x * static_cast<std::size_t>(embedding_threads)) {
+// A template (on its block size) like every kernel here: an unused non-template kernel with
+// internal linkage is a warning in every translation unit that includes the header.
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) embedding_count_kernel(const embedding_count_params p) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(Threads) + threadIdx.x; i < p.n; i += gridDim.x * static_cast<std::size_t>(Threads)) {
     const std::int32_t id = p.ids[i];
     if (id < 0 || static_cast<std::size_t>(id) >= p.vocab) raise_flag(p.error);
     else atomic_add(p.count + id, 1u);
@@ -146,7 +148,7 @@ void embedding_forward(const std::int32_t* ids, std::size_t n, const T* table, s
   constexpr std::size_t N = detail::chunk_elements<T>;
   const detail::embedding_forward_params<T> p{ids, table, out, error, n, vocab, cols, (cols + N - 1) / N};
   const std::size_t total = n * p.chunks;
-  const int grid = detail::grid_for<detail::embedding_forward_kernel<T>>(detail::embedding_threads,
+  const int grid = detail::persistent_grid<detail::embedding_forward_kernel<T>>(detail::embedding_threads,
                                                                          (total + detail::embedding_threads - 1) / detail::embedding_threads);
   detail::embedding_forward_kernel<T><<<grid, detail::embedding_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
@@ -176,9 +178,9 @@ void embedding_backward(const std::int32_t* ids, std::size_t n, const T* dout, T
   mxkit::detail::require(vocab > 0, "gpu::embedding_backward: vocab is 0 for ", n, " tokens");
   MXKIT_GPU_CHECK(memset_async(workspace.data(), 0, vocab * sizeof(std::uint32_t), stream));
   const detail::embedding_count_params cp{ids, workspace.data(), error, n, vocab};
-  const int g1 = detail::grid_for<detail::embedding_count_kernel>(detail::embedding_threads,
+  const int g1 = detail::persistent_grid<detail::embedding_count_kernel<detail::embedding_threads>>(detail::embedding_threads,
                                                                   (n + detail::embedding_threads - 1) / detail::embedding_threads);
-  detail::embedding_count_kernel<<<g1, detail::embedding_threads, 0, stream>>>(cp);
+  detail::embedding_count_kernel<detail::embedding_threads><<<g1, detail::embedding_threads, 0, stream>>>(cp);
   MXKIT_GPU_CHECK_LAUNCH();
   const detail::embedding_backward_params<T> p{ids, dout, dtable, workspace.data(), n, vocab, cols};
   const dim3 grid(static_cast<unsigned>(vocab < detail::embedding_max_grid ? vocab : detail::embedding_max_grid),

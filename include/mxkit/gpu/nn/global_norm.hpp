@@ -16,7 +16,8 @@
 // by index, not by address), sums their squares in double (the square of a float is exact in
 // double, so only the additions round) and the block reduces in a fixed order into its slot of
 // the caller's workspace. Kernel 2, one block, adds the slots in a fixed order. The same
-// gradients give the same bits on every run and on every device.
+// gradients give the same bits on every run, and on any device of the same warp width (the
+// grid does not follow the device's size; the warp butterfly does follow the warp width).
 // Bytes moved: each gradient element once (4 or 2 bytes), 16 bytes per descriptor per block
 // (from cache), 8 * global_norm_blocks of workspace.
 #include <cmath>
@@ -81,11 +82,13 @@ MXKIT_GLOBAL void __launch_bounds__(global_norm_threads) global_norm_kernel(cons
   if (threadIdx.x == 0) p.partial[blockIdx.x] = acc;
 }
 
-MXKIT_GLOBAL void __launch_bounds__(global_norm_threads) global_norm_finish_kernel(const double* partial, float max_norm, grad_norm_result* out) {
-  __shared__ double part[global_norm_threads / warp_size];
+// One block of Threads (a template, as every kernel here: see embedding_count_kernel).
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) global_norm_finish_kernel(const double* partial, float max_norm, grad_norm_result* out) {
+  __shared__ double part[Threads / warp_size];
   double acc = 0.0;
-  for (int b = static_cast<int>(threadIdx.x); b < global_norm_blocks; b += global_norm_threads) acc += partial[b];
-  acc = block_sum<global_norm_threads>(acc, part);
+  for (int b = static_cast<int>(threadIdx.x); b < global_norm_blocks; b += Threads) acc += partial[b];
+  acc = block_sum<Threads>(acc, part);
   if (threadIdx.x == 0) {
     const double norm = sqrt(acc);
     const bool finite = finite_bits(norm);
@@ -114,7 +117,7 @@ void global_norm(const norm_tensor<G>* tensors, std::size_t n_tensors, float max
   const detail::global_norm_params<G> p{tensors, n_tensors, workspace.data()};
   detail::global_norm_kernel<G><<<global_norm_blocks, detail::global_norm_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
-  detail::global_norm_finish_kernel<<<1, detail::global_norm_threads, 0, stream>>>(workspace.data(), max_norm, out);
+  detail::global_norm_finish_kernel<detail::global_norm_threads><<<1, detail::global_norm_threads, 0, stream>>>(workspace.data(), max_norm, out);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 

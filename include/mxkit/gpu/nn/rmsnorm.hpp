@@ -169,12 +169,13 @@ void rmsnorm_forward(const T* x, const T* w, T* y, float* rstd, std::size_t rows
                          ", y ", y != nullptr, ", rstd ", rstd != nullptr, ")");
   const detail::rmsnorm_forward_params<T> p{x, w, y, rstd, rows, cols, static_cast<float>(eps)};
   constexpr std::size_t rows_per_block = detail::rmsnorm_threads / warp_size;
-  const int grid = detail::grid_for<detail::rmsnorm_forward_kernel<T>>(detail::rmsnorm_threads, (rows + rows_per_block - 1) / rows_per_block);
+  const int grid = detail::persistent_grid<detail::rmsnorm_forward_kernel<T>>(detail::rmsnorm_threads, (rows + rows_per_block - 1) / rows_per_block);
   detail::rmsnorm_forward_kernel<T><<<grid, detail::rmsnorm_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
-// dx += dL/dx; dw += dL/dw unless dw is null (a frozen weight; then no workspace is needed).
+// dx += dL/dx; dw += dL/dw unless dw is null (a frozen weight; then no workspace is needed;
+// a null dw is spelled with its type, static_cast<T*>(nullptr), for the deduction of W).
 // dy, x, dx (rows, cols); w (cols); rstd (rows) from rmsnorm_forward; dw (cols) of T or float;
 // workspace: at least rmsnorm_backward_workspace(rows, cols) floats of device memory, used
 // between the two kernels this enqueues. All device pointers. Asynchronous on `stream`.
@@ -191,12 +192,12 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const float* rstd, T*
                            workspace.size(), " floats, need ", need, " (rmsnorm_backward_workspace(", rows, ", ", cols, "))");
   }
   const detail::rmsnorm_backward_params<T> p{dy, x, w, rstd, dx, dw ? workspace.data() : nullptr, rows, cols, groups};
-  const int grid = detail::grid_for<detail::rmsnorm_backward_kernel<T>>(detail::rmsnorm_threads, groups);
+  const int grid = detail::persistent_grid<detail::rmsnorm_backward_kernel<T>>(detail::rmsnorm_threads, groups);
   detail::rmsnorm_backward_kernel<T><<<grid, detail::rmsnorm_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
   if (dw) {
     const detail::rmsnorm_dw_params<W> q{workspace.data(), dw, groups, cols};
-    const int g2 = detail::grid_for<detail::rmsnorm_dw_kernel<W>>(detail::rmsnorm_threads,
+    const int g2 = detail::persistent_grid<detail::rmsnorm_dw_kernel<W>>(detail::rmsnorm_threads,
                                                                    (cols + detail::rmsnorm_threads - 1) / detail::rmsnorm_threads);
     detail::rmsnorm_dw_kernel<W><<<g2, detail::rmsnorm_threads, 0, stream>>>(q);
     MXKIT_GPU_CHECK_LAUNCH();

@@ -73,7 +73,7 @@ void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, stream_t 
   const detail::rope_params<T> p{qkv, s.tokens(), s.seq, s.qkv_dim(), s.n_heads + s.n_kv_heads, s.head_dim, s.head_dim / 2,
                                  theta, inverse};
   const std::size_t pairs = p.tokens * p.half;
-  const int grid = detail::grid_for<detail::rope_kernel<T>>(detail::rope_threads, (pairs + detail::rope_threads - 1) / detail::rope_threads);
+  const int grid = detail::persistent_grid<detail::rope_kernel<T>>(detail::rope_threads, (pairs + detail::rope_threads - 1) / detail::rope_threads);
   detail::rope_kernel<T><<<grid, detail::rope_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }

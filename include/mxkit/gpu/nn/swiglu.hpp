@@ -63,7 +63,7 @@ MXKIT_GLOBAL void __launch_bounds__(swiglu_threads) swiglu_kernel(const swiglu_p
 template <class T, bool Backward>
 void launch_swiglu(const swiglu_params<T>& p, stream_t stream) {
   const std::size_t total = p.rows * p.chunks;
-  const int grid = grid_for<swiglu_kernel<T, Backward>>(swiglu_threads, (total + swiglu_threads - 1) / swiglu_threads);
+  const int grid = persistent_grid<swiglu_kernel<T, Backward>>(swiglu_threads, (total + swiglu_threads - 1) / swiglu_threads);
   swiglu_kernel<T, Backward><<<grid, swiglu_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
