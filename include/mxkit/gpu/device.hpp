@@ -85,6 +85,9 @@ __device__ inline void team_sync() noexcept {
 #endif
 }
 __device__ inline unsigned atomic_max(unsigned* p, unsigned v) noexcept { return atomicMax(p, v); }
+// Integer atomics: the result does not depend on the order the adds land in (unlike float
+// atomics), so kernels that must be deterministic may count with them.
+__device__ inline unsigned atomic_add(unsigned* p, unsigned v) noexcept { return atomicAdd(p, v); }
 
 // Maximum over the warp (every lane gets it), log2(warp_size) shuffles.
 __device__ inline unsigned warp_max(unsigned v) noexcept {

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// RMSNorm (Zhang and Sennrich 2019), forward and backward, on the device: the kernels of
+// ref/nn/rmsnorm.hpp with float statistics (the reference accumulates in double).
+//   forward   r = 1 / sqrt(mean_j x_j^2 + eps),  y_j = x_j r w_j              (r saved, float)
+//   backward  dx_j += r w_j dy_j - r^3 / C * x_j * sum_i w_i dy_i x_i,   dw_j += sum_rows dy_j x_j r
+// Forward: one warp per row (a warp-shuffle reduction, no shared memory), rows grid-strided.
+// Backward: one block per group of rmsnorm_group_rows rows. Each warp reduces the dot products
+// of its rows; then each thread owns a chunk of columns and walks the group's rows in order,
+// updating dx and summing dw's terms in registers, and writes the group's sums to a row of the
+// caller's workspace [groups, C]. A second kernel adds the workspace rows to dw in row order.
+// dw is the same every run: nothing is added in scheduler order (no float atomics).
+// Bytes moved (s = sizeof(T), R rows, C columns, G = ceil(R / rmsnorm_group_rows)):
+//   forward   2 R C s + 4 R (x is read twice per row, the second time from cache)
+//   backward  4 R C s (dy, x, dx read, dx written; dy and x are read again per group, from L2
+//             while the group's rows stay there) + 8 G C (workspace) + C (s + sizeof(dw)) (dw)
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include <mxkit/gpu/nn/chunk.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/error.hpp>
+#include <mxkit/gpu/device.hpp>
+#include <mxkit/gpu/launch.hpp>
+#include <mxkit/gpu/nn/reduce.hpp>
+#include <mxkit/gpu/runtime.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+namespace detail {
+
+inline constexpr int rmsnorm_threads = 256;
+// Rows of one backward group: the rows one block walks per column chunk. Fewer rows per group
+// mean more workspace ([ceil(R / 32), C] floats) and a longer column reduction; more mean
+// fewer blocks for small R and more of dy and x to keep in L2 between the two passes.
+inline constexpr std::size_t rmsnorm_group_rows = 32;
+
+template <class T>
+struct rmsnorm_forward_params {
+  const T* x;   // (rows, cols)
+  const T* w;   // (cols)
+  T* y;         // (rows, cols)
+  float* rstd;  // (rows)
+  std::size_t rows, cols;
+  float eps;
+};
+
+template <class T>
+MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_forward_kernel(const rmsnorm_forward_params<T> p) {
+  constexpr int N = chunk_elements<T>;
+  constexpr std::size_t warps = rmsnorm_threads / warp_size, step = static_cast<std::size_t>(warp_size) * N;
+  const std::size_t lane = static_cast<std::size_t>(lane_id());
+  for (std::size_t r = blockIdx.x * warps + threadIdx.x / warp_size; r < p.rows; r += gridDim.x * warps) {
+    const T* x = p.x + r * p.cols;
+    float ss = 0.0f;
+    for (std::size_t c = lane * N; c < p.cols; c += step) {
+      float v[N];
+      load_chunk(x, c, p.cols, v);
+      for (int k = 0; k < N; ++k) ss = fmaf(v[k], v[k], ss);
+    }
+    ss = warp_sum(ss);
+    const float s = 1.0f / sqrtf(ss / static_cast<float>(p.cols) + p.eps);
+    if (lane == 0) p.rstd[r] = s;
+    T* y = p.y + r * p.cols;
+    for (std::size_t c = lane * N; c < p.cols; c += step) {
+      float v[N], g[N];
+      load_chunk(x, c, p.cols, v);
+      load_chunk(p.w, c, p.cols, g);
+      for (int k = 0; k < N; ++k) v[k] = v[k] * s * g[k];
+      store_chunk(y, c, p.cols, v);
+    }
+  }
+}
+
+template <class T>
+struct rmsnorm_backward_params {
+  const T* dy;        // (rows, cols)
+  const T* x;         // (rows, cols)
+  const T* w;         // (cols)
+  const float* rstd;  // (rows)
+  T* dx;              // (rows, cols), added into
+  float* partial;     // (groups, cols): each group's sum of dy x r; null when dw is not wanted
+  std::size_t rows, cols, groups;
+};
+
+template <class T>
+MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_backward_kernel(const rmsnorm_backward_params<T> p) {
+  constexpr int N = chunk_elements<T>;
+  constexpr std::size_t warps = rmsnorm_threads / warp_size, R = rmsnorm_group_rows;
+  __shared__ float coef[R];  // r^3 / C * sum_i w_i dy_i x_i of each row of the group
+  const std::size_t lane = static_cast<std::size_t>(lane_id()), warp = threadIdx.x / warp_size;
+  for (std::size_t g = blockIdx.x; g < p.groups; g += gridDim.x) {
+    const std::size_t r0 = g * R, nr = p.rows - r0 < R ? p.rows - r0 : R;
+    for (std::size_t i = warp; i < nr; i += warps) {
+      const std::size_t r = r0 + i;
+      float dot = 0.0f;
+      for (std::size_t c = lane * N; c < p.cols; c += static_cast<std::size_t>(warp_size) * N) {
+        float d[N], xv[N], wv[N];
+        load_chunk(p.dy + r * p.cols, c, p.cols, d);
+        load_chunk(p.x + r * p.cols, c, p.cols, xv);
+        load_chunk(p.w, c, p.cols, wv);
+        for (int k = 0; k < N; ++k) dot = fmaf(wv[k] * d[k], xv[k], dot);
+      }
+      dot = warp_sum(dot);
+      if (lane == 0) {
+        const float s = p.rstd[r];
+        coef[i] = s * s * s * dot / static_cast<float>(p.cols);
+      }
+    }
+    sync_threads();
+    for (std::size_t c = threadIdx.x * static_cast<std::size_t>(N); c < p.cols; c += static_cast<std::size_t>(rmsnorm_threads) * N) {
+      float wv[N], acc[N];
+      load_chunk(p.w, c, p.cols, wv);
+      for (int k = 0; k < N; ++k) acc[k] = 0.0f;
+      for (std::size_t i = 0; i < nr; ++i) {  // the group's rows in order: dw's fixed order
+        const std::size_t r = r0 + i;
+        const float s = p.rstd[r], kc = coef[i];
+        float d[N], xv[N], dx[N];
+        load_chunk(p.dy + r * p.cols, c, p.cols, d);
+        load_chunk(p.x + r * p.cols, c, p.cols, xv);
+        load_chunk(p.dx + r * p.cols, c, p.cols, dx);
+        for (int k = 0; k < N; ++k) {
+          dx[k] += s * wv[k] * d[k] - kc * xv[k];
+          acc[k] = fmaf(d[k] * xv[k], s, acc[k]);
+        }
+        store_chunk(p.dx + r * p.cols, c, p.cols, dx);
+      }
+      if (p.partial) store_chunk(p.partial + g * p.cols, c, p.cols, acc);
+    }
+    sync_threads();  // coef is rewritten by the next group
+  }
+}
+
+template <class W>
+struct rmsnorm_dw_params {
+  const float* partial;  // (groups, cols)
+  W* dw;                 // (cols), added into
+  std::size_t groups, cols;
+};
+
+// dw_j += sum over groups of partial[g][j], groups in order: one thread a column, coalesced.
+template <class W>
+MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_dw_kernel(const rmsnorm_dw_params<W> p) {
+  for (std::size_t c = blockIdx.x * static_cast<std::size_t>(rmsnorm_threads) + threadIdx.x; c < p.cols;
+       c += gridDim.x * static_cast<std::size_t>(rmsnorm_threads)) {
+    float acc = load_float(p.dw[c]);
+    for (std::size_t g = 0; g < p.groups; ++g) acc += p.partial[g * p.cols + c];
+    p.dw[c] = round_to<W>(acc);
+  }
+}
+
+}  // namespace detail
+
+// Floats of workspace rmsnorm_backward needs for a (rows, cols) input when it computes dw.
+inline constexpr std::size_t rmsnorm_backward_workspace(std::size_t rows, std::size_t cols) noexcept {
+  return (rows + detail::rmsnorm_group_rows - 1) / detail::rmsnorm_group_rows * cols;
+}
+
+// y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) per row, saved in float.
+// x, y (rows, cols); w (cols); rstd (rows); all device pointers. Asynchronous on `stream`.
+template <layer_element T>
+void rmsnorm_forward(const T* x, const T* w, T* y, float* rstd, std::size_t rows, std::size_t cols, double eps,
+                     stream_t stream = nullptr) {
+  mxkit::detail::require(std::isfinite(eps) && eps >= 0.0, "gpu::rmsnorm_forward: eps must be finite and >= 0, got ", eps);
+  if (rows == 0) return;
+  mxkit::detail::require(cols > 0, "gpu::rmsnorm_forward: cols is 0 for ", rows, " rows (the mean of no squares)");
+  mxkit::detail::require(x && w && y && rstd, "gpu::rmsnorm_forward: null pointer (x ", x != nullptr, ", w ", w != nullptr,
+                         ", y ", y != nullptr, ", rstd ", rstd != nullptr, ")");
+  const detail::rmsnorm_forward_params<T> p{x, w, y, rstd, rows, cols, static_cast<float>(eps)};
+  constexpr std::size_t rows_per_block = detail::rmsnorm_threads / warp_size;
+  const int grid = detail::persistent_grid<detail::rmsnorm_forward_kernel<T>>(detail::rmsnorm_threads, (rows + rows_per_block - 1) / rows_per_block);
+  detail::rmsnorm_forward_kernel<T><<<grid, detail::rmsnorm_threads, 0, stream>>>(p);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+// dx += dL/dx; dw += dL/dw unless dw is null (a frozen weight; then no workspace is needed;
+// a null dw is spelled with its type, static_cast<T*>(nullptr), for the deduction of W).
+// dy, x, dx (rows, cols); w (cols); rstd (rows) from rmsnorm_forward; dw (cols) of T or float;
+// workspace: at least rmsnorm_backward_workspace(rows, cols) floats of device memory, used
+// between the two kernels this enqueues. All device pointers. Asynchronous on `stream`.
+template <layer_element T, layer_element W>
+void rmsnorm_backward(const T* dy, const T* x, const T* w, const float* rstd, T* dx, W* dw, std::size_t rows, std::size_t cols,
+                      std::span<float> workspace, stream_t stream = nullptr) {
+  if (rows == 0 || cols == 0) return;
+  mxkit::detail::require(dy && x && w && rstd && dx, "gpu::rmsnorm_backward: null pointer (dy ", dy != nullptr, ", x ",
+                         x != nullptr, ", w ", w != nullptr, ", rstd ", rstd != nullptr, ", dx ", dx != nullptr, ")");
+  const std::size_t groups = (rows + detail::rmsnorm_group_rows - 1) / detail::rmsnorm_group_rows;
+  if (dw) {
+    const std::size_t need = rmsnorm_backward_workspace(rows, cols);
+    mxkit::detail::require(workspace.data() != nullptr && workspace.size() >= need, "gpu::rmsnorm_backward: workspace of ",
+                           workspace.size(), " floats, need ", need, " (rmsnorm_backward_workspace(", rows, ", ", cols, "))");
+  }
+  const detail::rmsnorm_backward_params<T> p{dy, x, w, rstd, dx, dw ? workspace.data() : nullptr, rows, cols, groups};
+  const int grid = detail::persistent_grid<detail::rmsnorm_backward_kernel<T>>(detail::rmsnorm_threads, groups);
+  detail::rmsnorm_backward_kernel<T><<<grid, detail::rmsnorm_threads, 0, stream>>>(p);
+  MXKIT_GPU_CHECK_LAUNCH();
+  if (dw) {
+    const detail::rmsnorm_dw_params<W> q{workspace.data(), dw, groups, cols};
+    const int g2 = detail::persistent_grid<detail::rmsnorm_dw_kernel<W>>(detail::rmsnorm_threads,
+                                                                   (cols + detail::rmsnorm_threads - 1) / detail::rmsnorm_threads);
+    detail::rmsnorm_dw_kernel<W><<<g2, detail::rmsnorm_threads, 0, stream>>>(q);
+    MXKIT_GPU_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE
