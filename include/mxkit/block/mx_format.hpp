@@ -4,8 +4,8 @@
 // FP6, FP8 and INT8 take one byte per element (FP6 in the low 6 bits; unpacked, for simple
 // addressing). `mx_type` names the formats at run time and `visit_mx_type` dispatches on it.
 #include <concepts>
-#include <string_view>
 
+#include <mxkit/enum_names.hpp>
 #include <mxkit/format/e2m1.hpp>
 #include <mxkit/format/e2m3.hpp>
 #include <mxkit/format/e3m2.hpp>
@@ -59,17 +59,11 @@ MXKIT_HD constexpr decltype(auto) visit_mx_type(mx_type t, F&& f) {
   return f(mxfp4{});
 }
 
-constexpr std::string_view name_of(mx_type t) noexcept {
-  switch (t) {
-    case mx_type::mxfp4: return "mxfp4";
-    case mx_type::mxfp6_e2m3: return "mxfp6_e2m3";
-    case mx_type::mxfp6_e3m2: return "mxfp6_e3m2";
-    case mx_type::mxfp8_e4m3: return "mxfp8_e4m3";
-    case mx_type::mxfp8_e5m2: return "mxfp8_e5m2";
-    case mx_type::mxint8: return "mxint8";
-  }
-  return "unknown";
-}
+template <>
+struct enum_names<mx_type> {
+  static constexpr const char* names[] = {"mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2", "mxint8"};
+  static constexpr mx_type last = mx_type::mxint8;
+};
 inline constexpr mx_type all_mx_types[] = {mx_type::mxfp4,      mx_type::mxfp6_e2m3, mx_type::mxfp6_e3m2,
                                            mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2, mx_type::mxint8};
 MXKIT_HD constexpr int storage_bits_of(mx_type t) noexcept { return t == mx_type::mxfp4 ? 4 : 8; }

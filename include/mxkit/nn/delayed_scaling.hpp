@@ -22,7 +22,13 @@ namespace nn {
 
 enum class amax_algorithm : std::uint8_t { max, most_recent };
 
-constexpr const char* name_of(amax_algorithm a) noexcept { return a == amax_algorithm::max ? "max" : "most_recent"; }
+}  // namespace nn
+template <>
+struct enum_names<nn::amax_algorithm> {
+  static constexpr const char* names[] = {"max", "most_recent"};
+  static constexpr nn::amax_algorithm last = nn::amax_algorithm::most_recent;
+};
+namespace nn {
 
 struct delayed_scaling_config {
   std::size_t history_length = 1024;  // TransformerEngine's default

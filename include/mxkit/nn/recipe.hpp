@@ -31,15 +31,13 @@ namespace nn {
 
 enum class precision : std::uint8_t { native, bf16, fp8, mx };
 
-constexpr const char* name_of(precision p) noexcept {
-  switch (p) {
-    case precision::native: return "native";
-    case precision::bf16: return "bf16";
-    case precision::fp8: return "fp8";
-    case precision::mx: return "mx";
-  }
-  return "unknown";
-}
+}  // namespace nn
+template <>
+struct enum_names<nn::precision> {
+  static constexpr const char* names[] = {"native", "bf16", "fp8", "mx"};
+  static constexpr nn::precision last = nn::precision::mx;
+};
+namespace nn {
 
 struct operand_spec {
   precision kind = precision::bf16;
