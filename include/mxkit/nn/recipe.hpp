@@ -82,7 +82,7 @@ inline void check_fp8_tensor(const operand_spec& x, const operand_spec& y, const
 }  // namespace internal
 
 // Throws std::invalid_argument naming the GEMM and the bad field.
-inline void validate(const recipe& r) {
+inline void check_config(const recipe& r) {
   using mxkit::detail::require;
   for (gemm_product g : {gemm_product::fprop, gemm_product::dgrad, gemm_product::wgrad}) {
     const gemm_spec& s = r.gemm(g);
@@ -100,7 +100,7 @@ inline void validate(const recipe& r) {
   internal::check_fp8_tensor(r.dgrad.a, r.wgrad.a, "dY", r.name.c_str());
   require(r.high.kind == precision::native || r.high.kind == precision::bf16, "recipe '", r.name,
           "': the high precision must be native or bf16, got ", name_of(r.high.kind));
-  validate(r.scaling);
+  check_config(r.scaling);
 }
 
 namespace recipes {
