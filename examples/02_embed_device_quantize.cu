@@ -22,6 +22,7 @@ namespace {
 
 constexpr int rows = 256, cols = 512;  // (tokens, channels); blocks of 32 along channels
 constexpr int blocks_per_row = cols / mxkit::mx_block_size;
+using fp4 = mxkit::mx_format<mxkit::mx_type::mxfp4>;  // the MXFP4 descriptor: E2M1 elements, packed
 
 // Your math, in host and device code alike (no transcendental: host libm and device math
 // functions may differ in the last bit, and then so could a quantized code).
@@ -35,7 +36,7 @@ __global__ void relu2_mxfp4(const float* x, std::uint8_t* packed, std::uint8_t* 
   const int row = b / blocks_per_row, blk = b % blocks_per_row;
   float v[mxkit::mx_block_size];  // the block lives in registers
   for (int i = 0; i < mxkit::mx_block_size; ++i) v[i] = relu2(x[row * cols + blk * mxkit::mx_block_size + i]);
-  const mxkit::mx_block<mxkit::mxfp4> q = mxkit::quantize_block<mxkit::mxfp4>(v, o, static_cast<std::uint64_t>(b) * 32);
+  const mxkit::mx_block<fp4> q = mxkit::quantize_block<fp4>(v, o, static_cast<std::uint64_t>(b) * 32);
   for (int i = 0; i < mxkit::mx_block_size / 2; ++i)
     packed[b * 16 + i] = mxkit::pack_fp4x2(q.elements[2 * i].bits(), q.elements[2 * i + 1].bits());
   scales[mxkit::scale_offset(mxkit::scale_layout::cublas_128x4, rows, blocks_per_row, row, blk)] = q.scale.bits();
@@ -70,7 +71,7 @@ int main() {
     const int row = b / blocks_per_row, blk = b % blocks_per_row;
     float v[mxkit::mx_block_size];
     for (int i = 0; i < mxkit::mx_block_size; ++i) v[i] = relu2(x[row * cols + blk * mxkit::mx_block_size + i]);
-    const auto q = mxkit::quantize_block<mxkit::mxfp4>(v, o, static_cast<std::uint64_t>(b) * 32);
+    const auto q = mxkit::quantize_block<fp4>(v, o, static_cast<std::uint64_t>(b) * 32);
     for (int i = 0; i < 16; ++i) bad += got[b * 16 + i] != mxkit::pack_fp4x2(q.elements[2 * i].bits(), q.elements[2 * i + 1].bits());
     bad += got_scales[mxkit::scale_offset(mxkit::scale_layout::cublas_128x4, rows, blocks_per_row, row, blk)] != q.scale.bits();
   }

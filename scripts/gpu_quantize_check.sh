@@ -76,7 +76,7 @@ for f in funcs[1:]:
     c = collections.Counter(ops)
     print(f"{name[:140]}: {sum(c.values())} instructions")
     print("   " + ", ".join(f"{k} {v}" for k, v in c.most_common(40)))
-    if "quantize_kernelINS0_5mxfp4ENS0_9minifloatINS0_8encodingILi8ELi7E" in name and "Lb1ELb0ELi6E" in name:
+    if "quantize_kernelINS0_9mx_formatILNS0_7mx_typeE0EEENS0_9minifloatINS0_8encodingILi8ELi7E" in name and "Lb1ELb0ELi6E" in name:
         open(sys.argv[1].replace("sass.txt", "sass_mxfp4_bf16.txt"), "w").write(name + "\n" + f)
 PY
 rm -f "$out/sass.txt"

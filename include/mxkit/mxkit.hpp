@@ -8,6 +8,7 @@
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/block/scale_rule.hpp>
 #include <mxkit/config.hpp>
+#include <mxkit/enum_names.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/format/bits.hpp>
 #include <mxkit/format/e2m1.hpp>

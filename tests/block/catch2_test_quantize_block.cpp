@@ -173,7 +173,7 @@ TEST_CASE("quantize_block: scale exponent clamped at -127 and +127", "[block]") 
   for (std::size_t i = 0; i < 32; ++i) huge[i] = (i % 2 ? -1.0f : 1.0f) * std::numeric_limits<float>::max();
   quantize_options o;
   o.rule = scale_rule::ceil;
-  const auto q = mxkit::quantize_block<mxkit::mxint8>(huge, o);
+  const auto q = mxkit::quantize_block<mxkit::mx_format<mxkit::mx_type::mxint8>>(huge, o);
   CHECK(q.scale.bits() == 254);
   for (std::size_t i = 0; i < 32; ++i) CHECK(q.elements[i].bits() == (i % 2 ? 0x81 : 0x7F));
 }
@@ -214,9 +214,9 @@ TEST_CASE("quantize_block: stochastic rounding draws one word per element index"
   o.round = rounding::stochastic;
   o.seed = 99;
   o.stream = 4;
-  const auto q1 = mxkit::quantize_block<mxkit::mxfp4>(b, o, 64);
-  const auto q2 = mxkit::quantize_block<mxkit::mxfp4>(b, o, 64);
-  const auto q3 = mxkit::quantize_block<mxkit::mxfp4>(b, o, 96);
+  const auto q1 = mxkit::quantize_block<mxkit::mx_format<mxkit::mx_type::mxfp4>>(b, o, 64);
+  const auto q2 = mxkit::quantize_block<mxkit::mx_format<mxkit::mx_type::mxfp4>>(b, o, 64);
+  const auto q3 = mxkit::quantize_block<mxkit::mx_format<mxkit::mx_type::mxfp4>>(b, o, 96);
   const oracle::element_model m = oracle::model_of(mxkit::mx_type::mxfp4);
   bool any_differs = false;
   for (std::size_t i = 0; i < 32; ++i) {

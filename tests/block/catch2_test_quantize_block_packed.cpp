@@ -69,16 +69,16 @@ void check_format() {
 }  // namespace
 
 TEST_CASE("quantize_block_packed: same scale and storage as quantize_block, every format", "[block]") {
-  check_format<mxkit::mxfp4>();
-  check_format<mxkit::mxfp6_e2m3>();
-  check_format<mxkit::mxfp6_e3m2>();
-  check_format<mxkit::mxfp8_e4m3>();
-  check_format<mxkit::mxfp8_e5m2>();
-  check_format<mxkit::mxint8>();
+  check_format<mxkit::mx_format<mxkit::mx_type::mxfp4>>();
+  check_format<mxkit::mx_format<mxkit::mx_type::mxfp6_e2m3>>();
+  check_format<mxkit::mx_format<mxkit::mx_type::mxfp6_e3m2>>();
+  check_format<mxkit::mx_format<mxkit::mx_type::mxfp8_e4m3>>();
+  check_format<mxkit::mx_format<mxkit::mx_type::mxfp8_e5m2>>();
+  check_format<mxkit::mx_format<mxkit::mx_type::mxint8>>();
 }
 
 TEST_CASE("pack_block: the byte layout of pack.hpp", "[block]") {
-  mxkit::mx_block<mxkit::mxfp4> b{};
+  mxkit::mx_block<mxkit::mx_format<mxkit::mx_type::mxfp4>> b{};
   for (int i = 0; i < 32; ++i) b.elements[i] = mxkit::e2m1::from_bits(static_cast<std::uint8_t>(i % 16));
   std::uint32_t w[4];
   mxkit::pack_block(b, w);
@@ -86,7 +86,7 @@ TEST_CASE("pack_block: the byte layout of pack.hpp", "[block]") {
   for (int i = 0; i < 16; ++i) bytes[i] = static_cast<std::uint8_t>(w[i / 4] >> (8 * (i % 4)));
   for (int i = 0; i < 32; ++i) CHECK(mxkit::load_code(bytes, static_cast<std::size_t>(i), 4) == i % 16);
   CHECK(w[0] == 0x76543210u);
-  mxkit::mx_block<mxkit::mxfp8_e4m3> c{};
+  mxkit::mx_block<mxkit::mx_format<mxkit::mx_type::mxfp8_e4m3>> c{};
   for (int i = 0; i < 32; ++i) c.elements[i] = mxkit::e4m3::from_bits(static_cast<std::uint8_t>(i * 7));
   std::uint32_t v[8];
   mxkit::pack_block(c, v);

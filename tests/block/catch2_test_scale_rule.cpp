@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -154,11 +155,11 @@ TEST_CASE("mx formats: descriptors, names and the run-time dispatch", "[block]")
     CHECK(bits == (t == mxkit::mx_type::mxfp4 ? 4 : 8));
     CHECK(mxkit::visit_mx_type(t, [](auto fmt) { return decltype(fmt)::block_size; }) == 32);
   }
-  CHECK(mxkit::name_of(mxkit::mx_type::mxfp4) == "mxfp4");
-  CHECK(mxkit::name_of(mxkit::mx_type::mxfp8_e4m3) == "mxfp8_e4m3");
-  CHECK(mxkit::name_of(mxkit::mx_type::mxint8) == "mxint8");
-  STATIC_REQUIRE(mxkit::mx_format<mxkit::mxfp4>);
-  STATIC_REQUIRE(mxkit::mx_format<mxkit::mxint8>);
-  STATIC_REQUIRE_FALSE(mxkit::mx_format<mxkit::e2m1>);
-  STATIC_REQUIRE(std::is_same_v<mxkit::mxfp6_e3m2::element_type, mxkit::e3m2>);
+  CHECK(std::string_view(mxkit::name_of(mxkit::mx_type::mxfp4)) == "mxfp4");
+  CHECK(std::string_view(mxkit::name_of(mxkit::mx_type::mxfp8_e4m3)) == "mxfp8_e4m3");
+  CHECK(std::string_view(mxkit::name_of(mxkit::mx_type::mxint8)) == "mxint8");
+  STATIC_REQUIRE(mxkit::mx_format_descriptor<mxkit::mx_format<mxkit::mx_type::mxfp4>>);
+  STATIC_REQUIRE(mxkit::mx_format_descriptor<mxkit::mx_format<mxkit::mx_type::mxint8>>);
+  STATIC_REQUIRE_FALSE(mxkit::mx_format_descriptor<mxkit::e2m1>);
+  STATIC_REQUIRE(std::is_same_v<mxkit::mx_format<mxkit::mx_type::mxfp6_e3m2>::element_type, mxkit::e3m2>);
 }

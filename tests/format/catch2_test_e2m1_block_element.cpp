@@ -94,7 +94,7 @@ TEST_CASE("e2m1 block element: MXFP4 blocks at the top of the exponent range", "
   for (const mxkit::scale_rule rule : oracle::all_scale_rules) {
     mxkit::quantize_options o;
     o.rule = rule;
-    const auto q = mxkit::quantize_block<mxkit::mxfp4>(b, o);
+    const auto q = mxkit::quantize_block<mxkit::mx_format<mxkit::mx_type::mxfp4>>(b, o);
     CHECK(q.scale.exponent() == (rule == mxkit::scale_rule::floor ? 125 : 126));
     for (std::size_t i = 0; i < 32; ++i)
       CHECK(q.elements[i].bits() == e2m1::from_float_scaled(b[i], q.scale.exponent(), rounding::nearest_even, overflow::saturate).bits());

@@ -73,7 +73,7 @@ TEST_CASE("fast-math: nearest-even conversions keep their rounding under reassoc
   }
   std::array<float, 32> b{};
   for (std::size_t i = 0; i < 32; ++i) b[i] = 0.25f * static_cast<float>(i) - 3.9f;  // amax 3.9: scale 2^-1
-  const auto q = mxkit::quantize_block<mxkit::mxfp4>(b);
+  const auto q = mxkit::quantize_block<mxkit::mx_format<mxkit::mx_type::mxfp4>>(b);
   const oracle::element_info info{"e2m1", 2, 1, 6.0L};
   REQUIRE(q.scale.bits() == oracle::scale_byte(3.9f, mxkit::scale_rule::floor, info));
   REQUIRE(q.scale.bits() == 126);

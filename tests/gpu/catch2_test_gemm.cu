@@ -24,6 +24,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <mxkit/gpu/gemm/gemm.hpp>
@@ -39,6 +40,10 @@ namespace {
 using namespace mxkit;
 namespace g = mxkit::gpu;
 constexpr double u = 0x1p-24;
+// gemm_path's names, as tests/catch2_test_enum_names.cpp checks the host enums' (device-only header).
+static_assert(enum_count<g::gemm_path> == 4 && std::string_view(g::name_of(g::gemm_path::automatic)) == "automatic" &&
+              std::string_view(g::name_of(g::gemm_path::gfx950)) == "gfx950" &&
+              std::string_view(g::name_of(static_cast<g::gemm_path>(4))) == "unknown");
 
 std::uint64_t fresh_seed() {
   static std::random_device rd;

@@ -166,7 +166,8 @@ TEST_CASE("gpu quantize: many tiles (persistent loop), both copies through quant
 TEST_CASE("gpu quantize: a last partial round split across teams", "[gpu]") {
   namespace gpu = mxkit::gpu;
   using tile = gpu::detail::quantize_tile<mxkit::bfloat16, 64>;
-  constexpr auto kernel = gpu::detail::quantize_kernel<mxkit::mxfp4, mxkit::bfloat16, true, false, tile::min_blocks>;
+  using fp4 = mxkit::mx_format<mxkit::mx_type::mxfp4>;
+  constexpr auto kernel = gpu::detail::quantize_kernel<fp4, mxkit::bfloat16, true, false, tile::min_blocks>;
   const std::size_t teams = static_cast<std::size_t>(gpu::detail::persistent_grid<kernel>(tile::threads, std::size_t{1} << 30)) *
                             tile::teams_per_cta;
   // 16 tile columns (the last one partial) and teams / 16 + 2 tile rows (the last one partial):

@@ -1,4 +1,4 @@
-// Recipe presets say what the issue and the published recipes say; validate() refuses
+// Recipe presets say what the issue and the published recipes say; check_config() refuses
 // inconsistent recipes with a message naming the GEMM.
 #include <mxkit/nn/recipe.hpp>
 
@@ -30,7 +30,7 @@ TEST_CASE("recipe presets: bf16, FP8 HYBRID, MXFP8", "[nn][recipe]") {
   CHECK(m.fprop.a.kind == precision::mx);
   CHECK(m.fprop.a.mx == mx_type::mxfp8_e4m3);
   CHECK(m.wgrad.b.rule == scale_rule::round_up);
-  for (const recipe& r : {b, f, h, m, recipes::native()}) CHECK_NOTHROW(validate(r));
+  for (const recipe& r : {b, f, h, m, recipes::native()}) CHECK_NOTHROW(check_config(r));
 }
 
 TEST_CASE("recipe presets: MXFP4 rotation placements", "[nn][recipe]") {
@@ -65,34 +65,34 @@ TEST_CASE("recipe presets: MXFP4 rotation placements", "[nn][recipe]") {
   const recipe hp = recipes::mxfp4(c);
   CHECK(hp.wgrad.a.kind == precision::bf16);
   CHECK(hp.fprop.a.kind == precision::mx);
-  for (const recipe& r : {amd, pt, nv, none, hp}) CHECK_NOTHROW(validate(r));
+  for (const recipe& r : {amd, pt, nv, none, hp}) CHECK_NOTHROW(check_config(r));
 }
 
 TEST_CASE("recipe validation names the bad GEMM", "[nn][recipe]") {
   recipe r = recipes::mxfp4_amd();
   r.dgrad.b = recipes::bf16_operand();
-  CHECK_THROWS_WITH(validate(r), mxkit_test::contains("dgrad mixes mx and bf16"));
+  CHECK_THROWS_WITH(check_config(r), mxkit_test::contains("dgrad mixes mx and bf16"));
 
   r = recipes::bf16();
   r.fprop.hadamard = true;
-  CHECK_THROWS_WITH(validate(r), mxkit_test::contains("fprop has the Hadamard rotation on bf16"));
+  CHECK_THROWS_WITH(check_config(r), mxkit_test::contains("fprop has the Hadamard rotation on bf16"));
 
   r = recipes::mxfp4_no_hadamard();
   r.wgrad.random_signs = true;
-  CHECK_THROWS_WITH(validate(r), mxkit_test::contains("random signs without the Hadamard"));
+  CHECK_THROWS_WITH(check_config(r), mxkit_test::contains("random signs without the Hadamard"));
 
   r = recipes::fp8_delayed();
   r.wgrad.b.fp8 = fp8_type::e5m2;  // X in E4M3 for fprop but E5M2 for wgrad: one scale cannot serve both
-  CHECK_THROWS_WITH(validate(r), mxkit_test::contains("X is FP8 in two GEMMs"));
+  CHECK_THROWS_WITH(check_config(r), mxkit_test::contains("X is FP8 in two GEMMs"));
 
   r = recipes::fp8_delayed();
   r.fprop.a.round = rounding::stochastic;
-  CHECK_THROWS_WITH(validate(r), mxkit_test::contains("only MX operands"));
+  CHECK_THROWS_WITH(check_config(r), mxkit_test::contains("only MX operands"));
 
   r = recipes::mxfp8();
   r.high = recipes::mx_operand(mx_type::mxfp4, scale_rule::even);
-  CHECK_THROWS_WITH(validate(r), mxkit_test::contains("high precision"));
+  CHECK_THROWS_WITH(check_config(r), mxkit_test::contains("high precision"));
 
   r = recipes::fp8_delayed({0, amax_algorithm::max, 0});
-  CHECK_THROWS_WITH(validate(r), mxkit_test::contains("history_length"));
+  CHECK_THROWS_WITH(check_config(r), mxkit_test::contains("history_length"));
 }

@@ -13,10 +13,12 @@
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
+using fp4 = mxkit::mx_format<mxkit::mx_type::mxfp4>;
+
 __global__ void quantize_one_block(const float* x, std::uint8_t* out) {  // 16 packed bytes + scale
   float v[mxkit::mx_block_size];
   for (int i = 0; i < mxkit::mx_block_size; ++i) v[i] = x[i];
-  const mxkit::mx_block<mxkit::mxfp4> q = mxkit::quantize_block<mxkit::mxfp4>(v, mxkit::quantize_options{}, 0);
+  const mxkit::mx_block<fp4> q = mxkit::quantize_block<fp4>(v, mxkit::quantize_options{}, 0);
   for (int i = 0; i < mxkit::mx_block_size / 2; ++i) out[i] = mxkit::pack_fp4x2(q.elements[2 * i].bits(), q.elements[2 * i + 1].bits());
   out[mxkit::mx_block_size / 2] = q.scale.bits();
 }
@@ -34,7 +36,7 @@ int main() {
   quantize_one_block<<<1, 1>>>(dx.data(), out.data());
   MXKIT_GPU_CHECK_LAUNCH();
   const std::vector<std::uint8_t> got = out.to_host();
-  const mxkit::mx_block<mxkit::mxfp4> q = mxkit::quantize_block<mxkit::mxfp4>(x.data(), mxkit::quantize_options{}, 0);
+  const mxkit::mx_block<fp4> q = mxkit::quantize_block<fp4>(x.data(), mxkit::quantize_options{}, 0);
   bool same = got[mxkit::mx_block_size / 2] == q.scale.bits();
   for (int i = 0; i < mxkit::mx_block_size / 2; ++i)
     same = same && got[i] == mxkit::pack_fp4x2(q.elements[2 * i].bits(), q.elements[2 * i + 1].bits());

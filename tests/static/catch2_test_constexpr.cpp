@@ -14,6 +14,8 @@
 #include "../catch.hpp"
 
 namespace {
+using mxkit::mx_format;
+using mxkit::mx_type;
 using mxkit::quantize_options;
 using mxkit::scale_rule;
 using block = std::array<float, 32>;
@@ -44,7 +46,7 @@ constexpr block quarters = [] {
 // 5->6; 6.25 and above round to 6 or past it and saturate to code 7.
 constexpr std::uint8_t fp4_floor_codes[32] = {0, 0, 1, 2, 2, 2, 3, 4, 4, 4, 4, 5, 5, 5, 6, 6,
                                               6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
-constexpr auto fp4_floor = mxkit::quantize_block<mxkit::mxfp4>(quarters, with_rule(scale_rule::floor));
+constexpr auto fp4_floor = mxkit::quantize_block<mx_format<mx_type::mxfp4>>(quarters, with_rule(scale_rule::floor));
 static_assert(fp4_floor.scale.bits() == 127);
 static_assert([] {
   for (std::size_t i = 0; i < 32; ++i)
@@ -56,7 +58,7 @@ static_assert([] {
 // (byte 128) and the elements are i/8: 0.25->0 (tie), 0.75->2, 1.25->2, 1.75->4, 2.5->4, 3.5->6.
 constexpr std::uint8_t fp4_even_codes[32] = {0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 4, 4,
                                              4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6};
-constexpr auto fp4_even = mxkit::quantize_block<mxkit::mxfp4>(quarters, with_rule(scale_rule::even));
+constexpr auto fp4_even = mxkit::quantize_block<mx_format<mx_type::mxfp4>>(quarters, with_rule(scale_rule::even));
 static_assert(fp4_even.scale.bits() == 128);
 static_assert([] {
   for (std::size_t i = 0; i < 32; ++i)
@@ -64,17 +66,17 @@ static_assert([] {
   return true;
 }());
 // round_up: 7.75 / 6 > 1, so 2^1 (byte 128); ceil: ceil(log2 7.75) - 2 = 1.
-static_assert(mxkit::quantize_block<mxkit::mxfp4>(quarters, with_rule(scale_rule::round_up)).scale.bits() == 128);
-static_assert(mxkit::quantize_block<mxkit::mxfp4>(quarters, with_rule(scale_rule::ceil)).scale.bits() == 128);
+static_assert(mxkit::quantize_block<mx_format<mx_type::mxfp4>>(quarters, with_rule(scale_rule::round_up)).scale.bits() == 128);
+static_assert(mxkit::quantize_block<mx_format<mx_type::mxfp4>>(quarters, with_rule(scale_rule::ceil)).scale.bits() == 128);
 
 // Packing the floor block: bytes are (code 2i) | (code 2i+1) << 4.
 static_assert(mxkit::pack_fp4x2(fp4_floor.elements[2].bits(), fp4_floor.elements[3].bits()) == 0x21);
 static_assert(mxkit::pack_fp4x2(fp4_floor.elements[30].bits(), fp4_floor.elements[31].bits()) == 0x77);
 
 // Dequantizing: code value times the scale (here 1.0): 0.75 -> 1.0, 6.5 -> 6.
-constexpr auto fp4_back = mxkit::dequantize_block<mxkit::mxfp4>(fp4_floor);
+constexpr auto fp4_back = mxkit::dequantize_block<mx_format<mx_type::mxfp4>>(fp4_floor);
 static_assert(fp4_back[3] == 1.0f && fp4_back[26] == 6.0f && fp4_back[11] == 3.0f && fp4_back[1] == 0.0f);
-constexpr auto fp4_even_back = mxkit::dequantize_block<mxkit::mxfp4>(fp4_even);
+constexpr auto fp4_even_back = mxkit::dequantize_block<mx_format<mx_type::mxfp4>>(fp4_even);
 static_assert(fp4_even_back[31] == 8.0f && fp4_even_back[3] == 1.0f);  // code 6 (4.0) * 2, code 1 (0.5) * 2
 
 // ---- MXFP8 E4M3, amax 100: floor(log2 100) - emax(8) = -2 (byte 125), elements x * 4.
@@ -94,12 +96,12 @@ constexpr block e4m3_in = [] {
   b[5] = 0x1p-12f;
   return b;
 }();
-constexpr auto e4m3_q = bytes_of(mxkit::quantize_block<mxkit::mxfp8_e4m3>(e4m3_in));
+constexpr auto e4m3_q = bytes_of(mxkit::quantize_block<mx_format<mx_type::mxfp8_e4m3>>(e4m3_in));
 static_assert(e4m3_q[0] == 125);
 static_assert(e4m3_q[1] == 0x7C && e4m3_q[2] == 0xC8 && e4m3_q[3] == 0x54 && e4m3_q[4] == 0x01 && e4m3_q[5] == 0x01 &&
               e4m3_q[6] == 0x00 && e4m3_q[32] == 0x00);
 // round_up: 100 / 2^6 = 1.5625 <= 448 / 2^8 = 1.75, so the same scale.
-static_assert(bytes_of(mxkit::quantize_block<mxkit::mxfp8_e4m3>(e4m3_in, with_rule(scale_rule::round_up)))[0] == 125);
+static_assert(bytes_of(mxkit::quantize_block<mx_format<mx_type::mxfp8_e4m3>>(e4m3_in, with_rule(scale_rule::round_up)))[0] == 125);
 
 // ---- MXINT8, amax 1: exponent 0 - emax(0) = 0 (byte 127), codes x * 64:
 //   1 -> 64; -0.5 -> -32 = 0xE0; 0.75 -> 48; 1/128 -> 0.5: tie, even -> 0; 3/128 -> 1.5 -> 2.
@@ -112,7 +114,7 @@ constexpr block int8_in = [] {
   b[4] = 3.0f / 128;
   return b;
 }();
-constexpr auto int8_q = bytes_of(mxkit::quantize_block<mxkit::mxint8>(int8_in));
+constexpr auto int8_q = bytes_of(mxkit::quantize_block<mx_format<mx_type::mxint8>>(int8_in));
 static_assert(int8_q[0] == 127 && int8_q[1] == 64 && int8_q[2] == 0xE0 && int8_q[3] == 48 && int8_q[4] == 0 && int8_q[5] == 2);
 
 // ---- Special blocks: NaN -> scale 0xFF and zero codes; all zeros -> scale 1.0 (0x7F).
@@ -122,9 +124,9 @@ constexpr block nan_in = [] {
   b[9] = std::numeric_limits<float>::quiet_NaN();
   return b;
 }();
-constexpr auto nan_q = bytes_of(mxkit::quantize_block<mxkit::mxfp8_e5m2>(nan_in));
+constexpr auto nan_q = bytes_of(mxkit::quantize_block<mx_format<mx_type::mxfp8_e5m2>>(nan_in));
 static_assert(nan_q[0] == 0xFF && nan_q[1] == 0 && nan_q[10] == 0);
-static_assert(mxkit::quantize_block<mxkit::mxfp6_e3m2>(block{}).scale.bits() == 127);
+static_assert(mxkit::quantize_block<mx_format<mx_type::mxfp6_e3m2>>(block{}).scale.bits() == 127);
 
 // ---- Hadamard in constant expressions: rotating sixteen equal values concentrates them into one
 // element (H16 row 0 is all +1/4): (1,...,1) -> (4, 0, ..., 0).
@@ -150,8 +152,8 @@ TEST_CASE("constexpr: the run-time quantizer gives the compile-time bytes", "[st
   for (float& x : q) x *= scale;
   for (float& x : e) x *= scale;
   for (float& x : n) x *= scale;
-  CHECK(bytes_of(mxkit::quantize_block<mxkit::mxfp4>(q, with_rule(scale_rule::floor))) == bytes_of(fp4_floor));
-  CHECK(bytes_of(mxkit::quantize_block<mxkit::mxfp4>(q, with_rule(scale_rule::even))) == bytes_of(fp4_even));
-  CHECK(bytes_of(mxkit::quantize_block<mxkit::mxfp8_e4m3>(e)) == e4m3_q);
-  CHECK(bytes_of(mxkit::quantize_block<mxkit::mxint8>(n)) == int8_q);
+  CHECK(bytes_of(mxkit::quantize_block<mx_format<mx_type::mxfp4>>(q, with_rule(scale_rule::floor))) == bytes_of(fp4_floor));
+  CHECK(bytes_of(mxkit::quantize_block<mx_format<mx_type::mxfp4>>(q, with_rule(scale_rule::even))) == bytes_of(fp4_even));
+  CHECK(bytes_of(mxkit::quantize_block<mx_format<mx_type::mxfp8_e4m3>>(e)) == e4m3_q);
+  CHECK(bytes_of(mxkit::quantize_block<mx_format<mx_type::mxint8>>(n)) == int8_q);
 }

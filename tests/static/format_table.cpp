@@ -31,7 +31,7 @@ void code(const char* label, std::uint32_t mag) {
 template <class Fmt>
 void row() {
   using E = typename Fmt::element_type;
-  std::printf("| %s | ", name_of(Fmt::type).data());
+  std::printf("| %s | ", name_of(Fmt::type));
   if constexpr (requires { typename E::encoding_type; }) {
     using Enc = typename E::encoding_type;
     std::printf("E%dM%d | %d | %s | ", Enc::exponent_bits, Enc::mantissa_bits, E::bits_count,

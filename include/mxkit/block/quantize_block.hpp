@@ -12,7 +12,7 @@
 
 MXKIT_BEGIN_NAMESPACE
 
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 struct mx_block {
   e8m0 scale;
   typename Fmt::element_type elements[mx_block_size];  // C array: usable in device code
@@ -117,7 +117,7 @@ namespace detail {
 struct block_values {
   float v[mx_block_size];
 };
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 #if MXKIT_GPU_COMPILER
 __attribute__((noinline))
 #endif
@@ -233,7 +233,7 @@ MXKIT_HD constexpr block_front prepare_block(const float* in, const quantize_opt
 }
 
 // Elements of a block off the float path: x normalized first, then the general loop.
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr mx_block<Fmt> quantize_elements_off_float_path(block_front f, const quantize_options& o,
                                                                   std::uint64_t first_index) noexcept {
   if (f.value_exp)
@@ -249,7 +249,7 @@ MXKIT_HD constexpr e8m0 element_scale(const block_front& f) noexcept {
 
 // `first_index` numbers the block's first element in its tensor so stochastic rounding draws
 // distinct, reproducible bits per element (counter = index, key = options.seed).
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr mx_block<Fmt> quantize_block(const float* in, const quantize_options& o, hadamard_signs signs,
                                                 std::uint64_t first_index = 0) noexcept {
   using E = typename Fmt::element_type;
@@ -265,10 +265,10 @@ MXKIT_HD constexpr mx_block<Fmt> quantize_block(const float* in, const quantize_
 // A block's storage (pack.hpp) as little-endian 32-bit words: 4 words for FP4 (element 8j+i in
 // bits 4i..4i+3 of word j, i.e. element 2k in the low nibble of byte k), 8 words for the
 // byte-per-element formats (element 4j+i in byte i of word j).
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 inline constexpr int block_words = mx_block_size * Fmt::storage_bits / 32;
 
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr void pack_block(const mx_block<Fmt>& b, std::uint32_t* words) noexcept {
   constexpr int per_word = 32 / Fmt::storage_bits;
   for (int j = 0; j < block_words<Fmt>; ++j) {
@@ -282,7 +282,7 @@ namespace detail {
 // The float path's elements straight to storage words: x as block_front holds it, under element
 // scale 2^element_exp (float_path_element_exponent). Each code is packed as it is made, so a
 // kernel never holds the 32 codes as separate bytes.
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr void encode_float_path_packed(const float* x, int element_exp, std::uint32_t* words) noexcept {
   using E = typename Fmt::element_type;
   constexpr int per_word = 32 / Fmt::storage_bits;
@@ -312,7 +312,7 @@ MXKIT_HD constexpr void encode_float_path_packed(const float* x, int element_exp
 }
 
 // A prepared block to storage words, on or off the float path; returns the scale.
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr e8m0 encode_block_packed(const block_front& f, const quantize_options& o, std::uint64_t first_index,
                                             std::uint32_t* words) noexcept {
   if (f.float_path) encode_float_path_packed<Fmt>(f.x.v, element_scale(f).exponent(), words);
@@ -323,34 +323,34 @@ MXKIT_HD constexpr e8m0 encode_block_packed(const block_front& f, const quantize
 
 // quantize_block straight to its storage words (pack_block of the same codes) and the scale:
 // what a kernel writes.
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr e8m0 quantize_block_packed(const float* in, const quantize_options& o, hadamard_signs signs,
                                               std::uint64_t first_index, std::uint32_t* words) noexcept {
   return detail::encode_block_packed<Fmt>(detail::prepare_block<typename Fmt::element_type>(in, o, signs), o, first_index,
                                           words);
 }
 
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr mx_block<Fmt> quantize_block(const float* in, const quantize_options& o,
                                                 std::uint64_t first_index = 0) noexcept {
   return quantize_block<Fmt>(in, o, hadamard_signs{o.sign_mask()}, first_index);
 }
 
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 constexpr mx_block<Fmt> quantize_block(const std::array<float, mx_block_size>& in, const quantize_options& o = {},
                                        std::uint64_t first_index = 0) noexcept {
   return quantize_block<Fmt>(in.data(), o, first_index);
 }
 
 // Block values back to float; undoes the rotation when o.hadamard (pass the options used).
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr void dequantize_block(const mx_block<Fmt>& b, float* out, const quantize_options& o = {}) noexcept {
   for (int i = 0; i < mx_block_size; ++i) out[i] = dequantize_element_value(b.elements[i].to_float(), b.scale);
   if (o.hadamard && !b.scale.is_nan())
     for (int g = 0; g < mx_block_size; g += hadamard_group) unrotate_group16(out + g, o.sign_mask());
 }
 
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 constexpr std::array<float, mx_block_size> dequantize_block(const mx_block<Fmt>& b, const quantize_options& o = {}) noexcept {
   std::array<float, mx_block_size> out{};
   dequantize_block<Fmt>(b, out.data(), o);

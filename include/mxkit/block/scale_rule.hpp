@@ -15,6 +15,7 @@
 //   amax 0 (all zeros)   -> scale 1.0 (0x7F): neutral, and no subnormal float scale under FTZ.
 //   exponent below -127 or above 127 -> clamped to the E8M0 range; elements then round or clip.
 #include <mxkit/config.hpp>
+#include <mxkit/enum_names.hpp>
 #include <mxkit/format/bits.hpp>
 #include <mxkit/format/e8m0.hpp>
 
@@ -24,15 +25,11 @@ enum class scale_rule : std::uint8_t { floor, even, round_up, ceil };
 
 inline constexpr scale_rule default_scale_rule = scale_rule::floor;  // the OCP rule
 
-constexpr const char* name_of(scale_rule r) noexcept {
-  switch (r) {
-    case scale_rule::floor: return "floor";
-    case scale_rule::even: return "even";
-    case scale_rule::round_up: return "round_up";
-    case scale_rule::ceil: return "ceil";
-  }
-  return "unknown";
-}
+template <>
+struct enum_names<scale_rule> {
+  static constexpr const char* names[] = {"floor", "even", "round_up", "ceil"};
+  static constexpr scale_rule last = scale_rule::ceil;
+};
 
 // amax is tracked as the bits of |x|: for non-negative floats integer order is value order, and
 // NaN (> 0x7F800000) sorts above Inf above every finite value, so a plain integer max is exact

@@ -1,6 +1,7 @@
 #pragma once
 // Rounding and overflow modes for every narrowing conversion in mxkit. Defaults live here only.
 #include <mxkit/config.hpp>
+#include <mxkit/enum_names.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 
@@ -16,16 +17,16 @@ enum class overflow : std::uint8_t {
   propagate,  // overflow gives Inf (E5M2) or NaN (E4M3), as non-saturating FP8 casts do
 };
 
-constexpr const char* name_of(rounding r) noexcept {
-  switch (r) {
-    case rounding::nearest_even: return "nearest_even";
-    case rounding::nearest_away: return "nearest_away";
-    case rounding::toward_zero: return "toward_zero";
-    case rounding::stochastic: return "stochastic";
-  }
-  return "unknown";
-}
-constexpr const char* name_of(overflow o) noexcept { return o == overflow::saturate ? "saturate" : "propagate"; }
+template <>
+struct enum_names<rounding> {
+  static constexpr const char* names[] = {"nearest_even", "nearest_away", "toward_zero", "stochastic"};
+  static constexpr rounding last = rounding::stochastic;
+};
+template <>
+struct enum_names<overflow> {
+  static constexpr const char* names[] = {"saturate", "propagate"};
+  static constexpr overflow last = overflow::propagate;
+};
 
 inline constexpr rounding default_rounding = rounding::nearest_even;
 inline constexpr overflow default_overflow = overflow::saturate;

@@ -42,9 +42,11 @@ struct gemm_epilogue {
 
 enum class gemm_product : std::uint8_t { fprop, dgrad, wgrad };
 
-constexpr const char* name_of(gemm_product p) noexcept {
-  return p == gemm_product::fprop ? "fprop" : p == gemm_product::dgrad ? "dgrad" : "wgrad";
-}
+template <>
+struct enum_names<gemm_product> {
+  static constexpr const char* names[] = {"fprop", "dgrad", "wgrad"};
+  static constexpr gemm_product last = gemm_product::wgrad;
+};
 
 // Output element types: fp32, or bf16 rounded to nearest-even from the fp32 result.
 template <class T>

@@ -31,18 +31,13 @@ namespace nn {
 enum class operand_use : std::uint8_t { fprop_x, fprop_w, dgrad_dy, dgrad_w, wgrad_dy, wgrad_x, adapter };
 inline constexpr std::size_t operand_use_count = 7;
 
-constexpr const char* name_of(operand_use u) noexcept {
-  switch (u) {
-    case operand_use::fprop_x: return "fprop X";
-    case operand_use::fprop_w: return "fprop W";
-    case operand_use::dgrad_dy: return "dgrad dY";
-    case operand_use::dgrad_w: return "dgrad W";
-    case operand_use::wgrad_dy: return "wgrad dY";
-    case operand_use::wgrad_x: return "wgrad X";
-    case operand_use::adapter: return "adapter";
-  }
-  return "unknown";
-}
+}  // namespace nn
+template <>
+struct enum_names<nn::operand_use> {
+  static constexpr const char* names[] = {"fprop X", "fprop W", "dgrad dY", "dgrad W", "wgrad dY", "wgrad X", "adapter"};
+  static constexpr nn::operand_use last = nn::operand_use::adapter;
+};
+namespace nn {
 
 // One stored copy to produce from a high-precision tensor.
 struct quant_request {

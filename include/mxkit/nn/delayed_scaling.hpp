@@ -22,7 +22,13 @@ namespace nn {
 
 enum class amax_algorithm : std::uint8_t { max, most_recent };
 
-constexpr const char* name_of(amax_algorithm a) noexcept { return a == amax_algorithm::max ? "max" : "most_recent"; }
+}  // namespace nn
+template <>
+struct enum_names<nn::amax_algorithm> {
+  static constexpr const char* names[] = {"max", "most_recent"};
+  static constexpr nn::amax_algorithm last = nn::amax_algorithm::most_recent;
+};
+namespace nn {
 
 struct delayed_scaling_config {
   std::size_t history_length = 1024;  // TransformerEngine's default
@@ -30,7 +36,7 @@ struct delayed_scaling_config {
   int margin = 0;  // scale is divided by 2^margin: headroom for growth between updates
 };
 
-inline void validate(const delayed_scaling_config& c) {
+inline void check_config(const delayed_scaling_config& c) {
   detail::require(c.history_length >= 1, "delayed scaling: history_length must be at least 1, got ", c.history_length);
   detail::require(c.margin >= 0 && c.margin <= 64, "delayed scaling: margin must be in [0, 64], got ", c.margin);
 }
@@ -39,7 +45,7 @@ class scaling_state {
  public:
   scaling_state() : scaling_state(delayed_scaling_config{}, fp8_type::e4m3) {}
   scaling_state(const delayed_scaling_config& config, fp8_type type) : config_(config), type_(type) {
-    validate(config_);
+    check_config(config_);
     history_.assign(config_.history_length, 0.0f);
   }
 

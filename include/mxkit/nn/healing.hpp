@@ -86,7 +86,7 @@ struct healing_report {
 
 // Step 3. `target` must read W in FP8 (fprop and dgrad), e.g. recipes::fp8_healing().
 inline healing_report heal(model& m, const fp8_weight_stash& stash, const recipe& target) {
-  validate(target);
+  check_config(target);
   backend& be = m.be();
   memory_tracker& mem = be.memory();
   healing_report rep;

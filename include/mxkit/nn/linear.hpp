@@ -56,7 +56,7 @@ class linear {
 
   // Switches the recipe: every quantized copy is dropped and FP8 scaling starts fresh.
   void set_recipe(const recipe& r) {
-    validate(r);
+    check_config(r);
     check_dims(r, in_, "in_features K", gemm_product::fprop);
     check_dims(r, out_, "out_features N", gemm_product::dgrad);
     recipe_ = r;

@@ -35,7 +35,7 @@ class model {
   model(backend& be, const model_config& c, const recipe& r, std::uint64_t seed)
       : be_(&be), c_(c), recipe_(r) {
     detail::require(c.vocab > 0 && c.n_layers > 0, "model: vocab and n_layers must be positive");
-    validate(r);
+    check_config(r);
     embedding_ = embedding(be, "embedding.weight", c.vocab, c.layer.d_model, c.type);
     be.write(embedding_.table().value, normal_values(embedding_.table().value.size(), seed, mix_stream(0xE3B, 0), c.init_std));
     layers_.reserve(c.n_layers);
@@ -113,7 +113,7 @@ class model {
 
   // Switches the layers' linears to another recipe (the head too if the high precision changes).
   void set_recipe(const recipe& r) {
-    validate(r);
+    check_config(r);
     const bool head_changes = !(r.high == recipe_.high);
     recipe_ = r;
     for (auto& l : layers_) l.set_recipe(r);

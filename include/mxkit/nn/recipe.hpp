@@ -31,15 +31,13 @@ namespace nn {
 
 enum class precision : std::uint8_t { native, bf16, fp8, mx };
 
-constexpr const char* name_of(precision p) noexcept {
-  switch (p) {
-    case precision::native: return "native";
-    case precision::bf16: return "bf16";
-    case precision::fp8: return "fp8";
-    case precision::mx: return "mx";
-  }
-  return "unknown";
-}
+}  // namespace nn
+template <>
+struct enum_names<nn::precision> {
+  static constexpr const char* names[] = {"native", "bf16", "fp8", "mx"};
+  static constexpr nn::precision last = nn::precision::mx;
+};
+namespace nn {
 
 struct operand_spec {
   precision kind = precision::bf16;
@@ -84,7 +82,7 @@ inline void check_fp8_tensor(const operand_spec& x, const operand_spec& y, const
 }  // namespace internal
 
 // Throws std::invalid_argument naming the GEMM and the bad field.
-inline void validate(const recipe& r) {
+inline void check_config(const recipe& r) {
   using mxkit::detail::require;
   for (gemm_product g : {gemm_product::fprop, gemm_product::dgrad, gemm_product::wgrad}) {
     const gemm_spec& s = r.gemm(g);
@@ -102,7 +100,7 @@ inline void validate(const recipe& r) {
   internal::check_fp8_tensor(r.dgrad.a, r.wgrad.a, "dY", r.name.c_str());
   require(r.high.kind == precision::native || r.high.kind == precision::bf16, "recipe '", r.name,
           "': the high precision must be native or bf16, got ", name_of(r.high.kind));
-  validate(r.scaling);
+  check_config(r.scaling);
 }
 
 namespace recipes {

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include <mxkit/config.hpp>
+#include <mxkit/enum_names.hpp>
 #include <mxkit/error.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -23,7 +24,13 @@ namespace nn {
 enum class dtype : std::uint8_t { f32, f64 };
 
 constexpr std::size_t size_of(dtype t) noexcept { return t == dtype::f32 ? 4 : 8; }
-constexpr const char* name_of(dtype t) noexcept { return t == dtype::f32 ? "f32" : "f64"; }
+}  // namespace nn
+template <>
+struct enum_names<nn::dtype> {
+  static constexpr const char* names[] = {"f32", "f64"};
+  static constexpr nn::dtype last = nn::dtype::f64;
+};
+namespace nn {
 
 // What an allocation holds. weight memory = parameter + quantized_weight.
 enum class mem_tag : std::uint8_t {
@@ -36,17 +43,14 @@ enum class mem_tag : std::uint8_t {
 };
 inline constexpr std::size_t mem_tag_count = 6;
 
-constexpr const char* name_of(mem_tag t) noexcept {
-  switch (t) {
-    case mem_tag::parameter: return "parameter";
-    case mem_tag::gradient: return "gradient";
-    case mem_tag::optimizer: return "optimizer";
-    case mem_tag::activation: return "activation";
-    case mem_tag::quantized_weight: return "quantized_weight";
-    case mem_tag::quantized_activation: return "quantized_activation";
-  }
-  return "unknown";
-}
+}  // namespace nn
+template <>
+struct enum_names<nn::mem_tag> {
+  static constexpr const char* names[] = {"parameter",  "gradient",         "optimizer",
+                                          "activation", "quantized_weight", "quantized_activation"};
+  static constexpr nn::mem_tag last = nn::mem_tag::quantized_activation;
+};
+namespace nn {
 
 class memory_tracker {
  public:

@@ -39,7 +39,7 @@ struct layer_config {
   std::size_t qkv_dim() const noexcept { return (n_heads + 2 * n_kv_heads) * head_dim(); }
 };
 
-inline void validate(const layer_config& c) {
+inline void check_config(const layer_config& c) {
   detail::require(c.d_model > 0 && c.n_heads > 0 && c.d_model % c.n_heads == 0, "layer: d_model ", c.d_model,
                   " must be a positive multiple of n_heads ", c.n_heads);
   detail::require(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, "layer: n_heads ", c.n_heads,
@@ -62,7 +62,7 @@ class transformer_layer {
  public:
   // Linear ids first_id .. first_id + 3 (Philox streams).
   transformer_layer(backend& be, const std::string& prefix, const layer_config& c, std::uint32_t first_id, const recipe& r, dtype type)
-      : be_(&be), c_((validate(c), c)), rope_(c.rope_theta) {
+      : be_(&be), c_((check_config(c), c)), rope_(c.rope_theta) {
     norm1_ = rmsnorm(be, prefix + ".norm1.weight", c.d_model, type, c.norm_eps);
     qkv_ = linear(be, prefix + ".qkv.weight", c.d_model, c.qkv_dim(), first_id, r, type);
     out_ = linear(be, prefix + ".out.weight", c.n_heads * c.head_dim(), c.d_model, first_id + 1, r, type);

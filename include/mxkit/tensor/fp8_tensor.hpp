@@ -18,7 +18,11 @@ MXKIT_BEGIN_NAMESPACE
 
 enum class fp8_type : std::uint8_t { e4m3, e5m2 };
 
-constexpr const char* name_of(fp8_type t) noexcept { return t == fp8_type::e4m3 ? "e4m3" : "e5m2"; }
+template <>
+struct enum_names<fp8_type> {
+  static constexpr const char* names[] = {"e4m3", "e5m2"};
+  static constexpr fp8_type last = fp8_type::e5m2;
+};
 constexpr float fp8_max(fp8_type t) noexcept { return t == fp8_type::e4m3 ? 448.0f : 57344.0f; }
 
 MXKIT_HD constexpr std::uint8_t fp8_encode(float x, fp8_type t, float scale, overflow o = overflow::saturate) noexcept {

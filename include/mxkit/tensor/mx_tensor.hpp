@@ -20,7 +20,11 @@ MXKIT_BEGIN_NAMESPACE
 
 enum class block_axis : std::uint8_t { rowwise, columnwise };
 
-constexpr const char* name_of(block_axis a) noexcept { return a == block_axis::rowwise ? "rowwise" : "columnwise"; }
+template <>
+struct enum_names<block_axis> {
+  static constexpr const char* names[] = {"rowwise", "columnwise"};
+  static constexpr block_axis last = block_axis::columnwise;
+};
 
 MXKIT_HD constexpr std::size_t round_up_to_block(std::size_t n) noexcept {
   return (n + mx_block_size - 1) / mx_block_size * mx_block_size;

@@ -24,20 +24,18 @@
 #include <vector>
 
 #include <mxkit/config.hpp>
+#include <mxkit/enum_names.hpp>
 #include <mxkit/error.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 
 enum class scale_layout : std::uint8_t { row_major, cublas_128x4, aiter_shuffle };
 
-constexpr const char* name_of(scale_layout l) noexcept {
-  switch (l) {
-    case scale_layout::row_major: return "row_major";
-    case scale_layout::cublas_128x4: return "cublas_128x4";
-    case scale_layout::aiter_shuffle: return "aiter_shuffle";
-  }
-  return "unknown";
-}
+template <>
+struct enum_names<scale_layout> {
+  static constexpr const char* names[] = {"row_major", "cublas_128x4", "aiter_shuffle"};
+  static constexpr scale_layout last = scale_layout::aiter_shuffle;
+};
 inline constexpr scale_layout all_scale_layouts[] = {scale_layout::row_major, scale_layout::cublas_128x4,
                                                      scale_layout::aiter_shuffle};
 

@@ -43,15 +43,13 @@ namespace gpu {
 
 enum class gemm_path : std::uint8_t { automatic, portable, sm90, gfx950 };
 
-constexpr const char* name_of(gemm_path p) noexcept {
-  switch (p) {
-    case gemm_path::automatic: return "automatic";
-    case gemm_path::portable: return "portable";
-    case gemm_path::sm90: return "sm90";
-    case gemm_path::gfx950: return "gfx950";
-  }
-  return "unknown";
-}
+}  // namespace gpu
+template <>
+struct enum_names<gpu::gemm_path> {
+  static constexpr const char* names[] = {"automatic", "portable", "sm90", "gfx950"};
+  static constexpr gpu::gemm_path last = gpu::gemm_path::gfx950;
+};
+namespace gpu {
 
 struct gemm_options {
   gemm_path path = gemm_path::automatic;
