@@ -16,8 +16,9 @@
 //
 // Work partition (Dao 2023, section 3.2): one block of 4 warps per (64 query rows, b, h) in the
 // forward, each warp owning 16 query rows, so the softmax statistics stay in one warp (no
-// shared-memory exchange between warps). Query tiles run heaviest first (the causal triangle:
-// tile i visits i + 1 key tiles), so the long blocks start early and the tail is short.
+// shared-memory exchange between warps). Grid x is (b, head) and y the tile, heaviest first (the
+// causal triangle: query tile i visits i + 1 key tiles): blocks start in x-fastest order, so the
+// long blocks of every head start early and the tail is short.
 // Backward, deterministic (no float atomics, whose sum depends on the order they land in):
 //   dkdv  one block per (64 key rows, b, kv head) owns its dK and dV in registers and loops over
 //         the group's query heads in order and, for each, over the query tiles at or after its
@@ -133,6 +134,29 @@ __device__ inline void load_b_kn(std::uint32_t (&b)[2], const std::uint16_t* til
   b[0] = lds_pair(p, ld);
   b[1] = lds_pair(p + 8 * ld, ld);
 }
+// B fragments of two adjacent n-tiles (columns n0.. and n0 + 8..) from a row-major [k][n] tile:
+// one ldmatrix.x4.trans on NVIDIA (each lane supplies a row address: lanes 0-7 rows k0.., 8-15
+// rows k0 + 8.., then the same at column n0 + 8) instead of eight 16-bit loads; with the 8-element
+// row padding the 8 rows of each phase fall in distinct banks.
+template <bool Portable>
+__device__ inline void load_b_kn2(std::uint32_t (&b0)[2], std::uint32_t (&b1)[2], const std::uint16_t* tile, int ld, int k0,
+                                  int n0) noexcept {
+#if MXKIT_HAS_LDMATRIX
+  if constexpr (!Portable) {
+    const int l = team_lane();
+    std::uint32_t m[4];
+    ldmatrix_x4_trans(tile + (k0 + (l & 7) + (l & 8)) * ld + n0 + (l >> 4) * 8, m);
+    b0[0] = m[0];
+    b0[1] = m[1];
+    b1[0] = m[2];
+    b1[1] = m[3];
+    return;
+  }
+#endif
+  load_b_kn(b0, tile, ld, k0, n0);
+  load_b_kn(b1, tile, ld, k0, n0 + 8);
+}
+
 // The C fragments of two adjacent n-tiles (columns 16 kk .. 16 kk + 15) as an A fragment: the
 // probabilities of the first matmul feed the second without a trip through shared memory (Dao
 // 2023, section 3.1).
@@ -172,22 +196,23 @@ struct attention_params {
   float scale;                // 1 / sqrt(D)
 };
 
+// Forward and dq double-buffer the key/value tiles: tile i + 1 is copied (cp.async) while tile i
+// is computed on (Dao 2023, section 3.3's pipelining of loads and math).
 template <int D>
-inline constexpr int attn_forward_smem = 2 * attn_tile * (D + 8) * 2;
+inline constexpr int attn_forward_smem = 4 * attn_tile * (D + 8) * 2;
 template <int D>
-inline constexpr int attn_dq_smem = 4 * attn_tile * (D + 8) * 2;
-template <int D>
-inline constexpr int attn_dkdv_smem = (2 * attn_tile + 2 * attn_dkdv_q) * (D + 8) * 2 + 2 * attn_dkdv_q * 4;
+inline constexpr int attn_dq_smem = 6 * attn_tile * (D + 8) * 2;
+template <int D>  // K, V, then two buffers of (Q, dO, LSE, Delta): the next step's copy overlaps the math
+inline constexpr int attn_dkdv_smem = (2 * attn_tile + 4 * attn_dkdv_q) * (D + 8) * 2 + 4 * attn_dkdv_q * 4;
 
 // --- forward -----------------------------------------------------------------------------------
 template <int D, bool Portable>
 MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_forward_kernel(const attention_params p) {
   constexpr int B = attn_tile, ld = D + 8, KD = D / 16;
   extern __shared__ uint4 attn_smem[];
-  std::uint16_t* ks = reinterpret_cast<std::uint16_t*>(attn_smem);
-  std::uint16_t* vs = ks + B * ld;
-  const int m_tile = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);  // heaviest first
-  const int bh = static_cast<int>(blockIdx.y), b = bh / p.heads, h = bh % p.heads;
+  std::uint16_t* kv_smem = reinterpret_cast<std::uint16_t*>(attn_smem);  // [2 buffers][K, V][B][ld]
+  const int m_tile = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);  // heaviest first
+  const int bh = static_cast<int>(blockIdx.x), b = bh / p.heads, h = bh % p.heads;
   const int kvh = h / (p.heads / p.kv_heads), T = p.seq;
   const std::size_t q_col = static_cast<std::size_t>(h) * D;
   const std::size_t k_col = static_cast<std::size_t>(p.heads + kvh) * D, v_col = k_col + static_cast<std::size_t>(p.kv_heads) * D;
@@ -210,13 +235,22 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_forward_kernel(const
   for (int d = 0; d < D / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
+  load_tile<B, D>(kv_smem, base, p.stride, k_col, 0, T);
+  load_tile<B, D>(kv_smem + B * ld, base, p.stride, v_col, 0, T);
+  async_commit();
   for (int n_tile = 0; n_tile <= m_tile; ++n_tile) {  // key tiles up to the diagonal (B == B)
     const int n0 = n_tile * B;
-    sync_threads();  // the previous tile's reads of ks, vs are done
-    load_tile<B, D>(ks, base, p.stride, k_col, n0, T);
-    load_tile<B, D>(vs, base, p.stride, v_col, n0, T);
-    async_commit();
-    async_wait<0>();
+    const std::uint16_t* ks = kv_smem + (n_tile & 1) * 2 * B * ld;
+    const std::uint16_t* vs = ks + B * ld;
+    if (n_tile < m_tile) {  // the next tile into the other buffer, read two iterations ago
+      std::uint16_t* next = kv_smem + ((n_tile + 1) & 1) * 2 * B * ld;
+      load_tile<B, D>(next, base, p.stride, k_col, n0 + B, T);
+      load_tile<B, D>(next + B * ld, base, p.stride, v_col, n0 + B, T);
+      async_commit();
+      async_wait<1>();
+    } else {
+      async_wait<0>();
+    }
     sync_threads();
 
     float s[B / 8][4];
@@ -263,12 +297,14 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_forward_kernel(const
     for (int kk = 0; kk < B / 16; ++kk) {
       std::uint32_t a[4];
       c_to_a(a, s[2 * kk], s[2 * kk + 1]);
-      for (int d = 0; d < D / 8; ++d) {
-        std::uint32_t bf[2];
-        load_b_kn(bf, vs, ld, kk * 16, d * 8);
-        mma<Portable>(o[d], a, bf);
+      for (int d = 0; d < D / 8; d += 2) {
+        std::uint32_t b0[2], b1[2];
+        load_b_kn2<Portable>(b0, b1, vs, ld, kk * 16, d * 8);
+        mma<Portable>(o[d], a, b0);
+        mma<Portable>(o[d + 1], a, b1);
       }
     }
+    sync_threads();  // this buffer's reads are done before the copy of tile n_tile + 2 into it
   }
   // Row sums over the quad in a fixed order, then O / l and LSE = (m + log2 l) / log2(e).
   for (int i = 0; i < 2; ++i) {
@@ -315,12 +351,10 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_dkdv_kernel(const at
   extern __shared__ uint4 attn_smem[];
   std::uint16_t* ks = reinterpret_cast<std::uint16_t*>(attn_smem);
   std::uint16_t* vs = ks + BN * ld;
-  std::uint16_t* qs = vs + BN * ld;
-  std::uint16_t* dos = qs + BM * ld;
-  float* lse_s = reinterpret_cast<float*>(dos + BM * ld);  // LSE * log2(e) of the tile's rows
-  float* delta_s = lse_s + BM;
-  const int n_tile = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);  // longest first
-  const int bk = static_cast<int>(blockIdx.y), b = bk / p.kv_heads, kvh = bk % p.kv_heads;
+  std::uint16_t* qdo_smem = vs + BN * ld;                             // [2][Q, dO][BM][ld]
+  float* stat_smem = reinterpret_cast<float*>(qdo_smem + 4 * BM * ld);  // [2][LSE log2(e), Delta][BM]
+  const int n_tile = static_cast<int>(blockIdx.y);  // longest first: tile 0 meets every query tile
+  const int bk = static_cast<int>(blockIdx.x), b = bk / p.kv_heads, kvh = bk % p.kv_heads;
   const int group = p.heads / p.kv_heads, T = p.seq;
   const std::size_t k_col = static_cast<std::size_t>(p.heads + kvh) * D, v_col = k_col + static_cast<std::size_t>(p.kv_heads) * D;
   const std::size_t od = static_cast<std::size_t>(p.heads) * D;
@@ -329,27 +363,45 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_dkdv_kernel(const at
   const int team = static_cast<int>(threadIdx.x) / 32, l = team_lane(), g = l >> 2, t = l & 3;
   const int n0 = n_tile * BN, j0 = n0 + team * 16 + g, j1 = j0 + 8;
 
+  // Steps: the group's heads in order (dK, dV's fixed sum over the group), and for each the query
+  // tiles at or after the keys (n0 % BM == 0); one flat loop, so the copy of the next step's
+  // tiles overlaps this step's math across head boundaries too.
+  const int per_head = (T - n0 + BM - 1) / BM, steps = group * per_head;
+  auto load_step = [&](int step, int buf) {
+    const int h = kvh * group + step / per_head, m0 = n0 + (step % per_head) * BM;
+    const std::size_t q_col = static_cast<std::size_t>(h) * D, bh = static_cast<std::size_t>(b) * p.heads + h;
+    std::uint16_t* q = qdo_smem + buf * 2 * BM * ld;
+    load_tile<BM, D>(q, base, p.stride, q_col, m0, T);
+    load_tile<BM, D>(q + BM * ld, dbase, od, q_col, m0, T);
+    if (threadIdx.x < BM) {  // plain stores: visible after the barrier before this buffer's use
+      const int r = m0 + static_cast<int>(threadIdx.x);
+      float* st = stat_smem + buf * 2 * BM;
+      st[threadIdx.x] = r < T ? p.lse_in[bh * T + r] * attn_log2e : 0.0f;
+      st[BM + threadIdx.x] = r < T ? p.delta[bh * T + r] : 0.0f;
+    }
+  };
   load_tile<BN, D>(ks, base, p.stride, k_col, n0, T);
   load_tile<BN, D>(vs, base, p.stride, v_col, n0, T);
+  load_step(0, 0);
   async_commit();
   float dk[D / 8][4], dv[D / 8][4];
   for (int d = 0; d < D / 8; ++d)
     for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.0f;
 
-  for (int hg = 0; hg < group; ++hg) {  // the GQA group's heads in order: dK, dV's fixed sum
-    const int h = kvh * group + hg, bh = b * p.heads + h;
-    const std::size_t q_col = static_cast<std::size_t>(h) * D;
-    for (int m0 = n0; m0 < T; m0 += BM) {  // query tiles at or after the keys (n0 % BM == 0)
-      sync_threads();  // the previous step's reads of qs, dos, lse_s, delta_s are done
-      load_tile<BM, D>(qs, base, p.stride, q_col, m0, T);
-      load_tile<BM, D>(dos, dbase, od, q_col, m0, T);
-      async_commit();
-      if (threadIdx.x < BM) {
-        const int q = m0 + static_cast<int>(threadIdx.x);
-        lse_s[threadIdx.x] = q < T ? p.lse_in[static_cast<std::size_t>(bh) * T + q] * attn_log2e : 0.0f;
-        delta_s[threadIdx.x] = q < T ? p.delta[static_cast<std::size_t>(bh) * T + q] : 0.0f;
+  for (int step = 0; step < steps; ++step) {
+    {
+      const int buf = step & 1, m0 = n0 + (step % per_head) * BM;
+      const std::uint16_t* qs = qdo_smem + buf * 2 * BM * ld;
+      const std::uint16_t* dos = qs + BM * ld;
+      const float* lse_s = stat_smem + buf * 2 * BM;
+      const float* delta_s = lse_s + BM;
+      if (step + 1 < steps) {  // into the other buffer, whose reads ended with the last barrier
+        load_step(step + 1, buf ^ 1);
+        async_commit();
+        async_wait<1>();
+      } else {
+        async_wait<0>();
       }
-      async_wait<0>();
       sync_threads();
 
       // S^T = K Q^T and dP^T = V dO^T: 16 key rows x 32 query columns per team.
@@ -382,15 +434,18 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_dkdv_kernel(const at
         std::uint32_t pa[4], sa[4];
         c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
         c_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-        for (int d = 0; d < D / 8; ++d) {
-          std::uint32_t bo[2], bq[2];
-          load_b_kn(bo, dos, ld, kk * 16, d * 8);
-          load_b_kn(bq, qs, ld, kk * 16, d * 8);
-          mma<Portable>(dv[d], pa, bo);
-          mma<Portable>(dk[d], sa, bq);
+        for (int d = 0; d < D / 8; d += 2) {
+          std::uint32_t bo0[2], bo1[2], bq0[2], bq1[2];
+          load_b_kn2<Portable>(bo0, bo1, dos, ld, kk * 16, d * 8);
+          load_b_kn2<Portable>(bq0, bq1, qs, ld, kk * 16, d * 8);
+          mma<Portable>(dv[d], pa, bo0);
+          mma<Portable>(dv[d + 1], pa, bo1);
+          mma<Portable>(dk[d], sa, bq0);
+          mma<Portable>(dk[d + 1], sa, bq1);
         }
       }
     }
+    sync_threads();  // this buffer's reads are done before the copy of step + 2 into it
   }
   std::uint16_t* dst = p.dqkv + static_cast<std::size_t>(b) * T * p.stride;
   for (int d = 0; d < D / 8; ++d) {
@@ -415,10 +470,9 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_dq_kernel(const atte
   extern __shared__ uint4 attn_smem[];
   std::uint16_t* qs = reinterpret_cast<std::uint16_t*>(attn_smem);
   std::uint16_t* dos = qs + B * ld;
-  std::uint16_t* ks = dos + B * ld;
-  std::uint16_t* vs = ks + B * ld;
-  const int m_tile = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);
-  const int bh = static_cast<int>(blockIdx.y), b = bh / p.heads, h = bh % p.heads;
+  std::uint16_t* kv_smem = dos + B * ld;  // [2 buffers][K, V][B][ld]
+  const int m_tile = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);  // heaviest first
+  const int bh = static_cast<int>(blockIdx.x), b = bh / p.heads, h = bh % p.heads;
   const int kvh = h / (p.heads / p.kv_heads), T = p.seq;
   const std::size_t q_col = static_cast<std::size_t>(h) * D;
   const std::size_t k_col = static_cast<std::size_t>(p.heads + kvh) * D, v_col = k_col + static_cast<std::size_t>(p.kv_heads) * D;
@@ -429,6 +483,8 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_dq_kernel(const atte
 
   load_tile<B, D>(qs, base, p.stride, q_col, m0, T);
   load_tile<B, D>(dos, p.dout + static_cast<std::size_t>(b) * T * od, od, q_col, m0, T);
+  load_tile<B, D>(kv_smem, base, p.stride, k_col, 0, T);
+  load_tile<B, D>(kv_smem + B * ld, base, p.stride, v_col, 0, T);
   async_commit();
   const float* lse = p.lse_in + static_cast<std::size_t>(bh) * T;
   const float* delta = p.delta + static_cast<std::size_t>(bh) * T;
@@ -439,11 +495,17 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_dq_kernel(const atte
 
   for (int n_tile = 0; n_tile <= m_tile; ++n_tile) {
     const int n0 = n_tile * B;
-    sync_threads();
-    load_tile<B, D>(ks, base, p.stride, k_col, n0, T);
-    load_tile<B, D>(vs, base, p.stride, v_col, n0, T);
-    async_commit();
-    async_wait<0>();
+    const std::uint16_t* ks = kv_smem + (n_tile & 1) * 2 * B * ld;
+    const std::uint16_t* vs = ks + B * ld;
+    if (n_tile < m_tile) {
+      std::uint16_t* next = kv_smem + ((n_tile + 1) & 1) * 2 * B * ld;
+      load_tile<B, D>(next, base, p.stride, k_col, n0 + B, T);
+      load_tile<B, D>(next + B * ld, base, p.stride, v_col, n0 + B, T);
+      async_commit();
+      async_wait<1>();
+    } else {
+      async_wait<0>();
+    }
     sync_threads();
     float s[B / 8][4], dp[B / 8][4];
     for (int j = 0; j < B / 8; ++j)
@@ -470,12 +532,14 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_dq_kernel(const atte
     for (int kk = 0; kk < B / 16; ++kk) {
       std::uint32_t sa[4];
       c_to_a(sa, s[2 * kk], s[2 * kk + 1]);
-      for (int d = 0; d < D / 8; ++d) {
-        std::uint32_t bk[2];
-        load_b_kn(bk, ks, ld, kk * 16, d * 8);
-        mma<Portable>(dq[d], sa, bk);
+      for (int d = 0; d < D / 8; d += 2) {
+        std::uint32_t b0[2], b1[2];
+        load_b_kn2<Portable>(b0, b1, ks, ld, kk * 16, d * 8);
+        mma<Portable>(dq[d], sa, b0);
+        mma<Portable>(dq[d + 1], sa, b1);
       }
     }
+    sync_threads();  // this buffer's reads are done before the copy of tile n_tile + 2 into it
   }
   std::uint16_t* dst = p.dqkv + static_cast<std::size_t>(b) * T * p.stride + q_col + 2 * t;
   for (int d = 0; d < D / 8; ++d) {
@@ -490,9 +554,10 @@ inline void attention_check(const char* entry, const nn::head_shape& s, std::siz
                          " is not a multiple of n_kv_heads ", s.n_kv_heads);
   mxkit::detail::require(stride >= s.qkv_dim() && stride % 8 == 0, entry, ": row stride ", stride,
                          " must be >= qkv_dim ", s.qkv_dim(), " and a multiple of 8 (16-byte rows)");
-  mxkit::detail::require(s.seq <= (1u << 30), entry, ": seq ", s.seq, " exceeds the limit ", 1u << 30);
-  mxkit::detail::require(s.batch * s.n_heads <= 65535, entry, ": batch * n_heads is ", s.batch * s.n_heads,
-                         ", the limit is 65535 (grid y)");
+  mxkit::detail::require(s.seq <= 65535u * attn_tile, entry, ": seq ", s.seq, " exceeds the limit ", 65535u * attn_tile,
+                         " (64-row tiles on grid y)");
+  mxkit::detail::require(s.batch * s.n_heads <= (1u << 30), entry, ": batch * n_heads is ", s.batch * s.n_heads,
+                         ", the limit is 2^30");
 }
 
 template <class Kernel>
@@ -528,7 +593,8 @@ void attention_forward_impl(const bfloat16* qkv, std::size_t stride, bfloat16* o
   attention_params p = attention_make_params(qkv, stride, s);
   p.out = reinterpret_cast<std::uint16_t*>(out);
   p.lse = lse;
-  const dim3 grid(static_cast<unsigned>((s.seq + attn_tile - 1) / attn_tile), static_cast<unsigned>(s.batch * s.n_heads));
+  // x: (b, head), y: tile; blocks start in x-fastest order, so every head's heaviest tile goes first.
+  const dim3 grid(static_cast<unsigned>(s.batch * s.n_heads), static_cast<unsigned>((s.seq + attn_tile - 1) / attn_tile));
   if (s.head_dim == 64) attention_launch(attention_forward_kernel<64, Portable>, grid, attn_forward_smem<64>, p, stream);
   else attention_launch(attention_forward_kernel<128, Portable>, grid, attn_forward_smem<128>, p, stream);
 }
@@ -555,7 +621,7 @@ void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, std::siz
   p.delta = workspace.data();
   p.dqkv = reinterpret_cast<std::uint16_t*>(dqkv);
   const unsigned tiles = static_cast<unsigned>((s.seq + attn_tile - 1) / attn_tile);
-  const dim3 grid_q(tiles, static_cast<unsigned>(s.batch * s.n_heads)), grid_kv(tiles, static_cast<unsigned>(s.batch * s.n_kv_heads));
+  const dim3 grid_q(static_cast<unsigned>(s.batch * s.n_heads), tiles), grid_kv(static_cast<unsigned>(s.batch * s.n_kv_heads), tiles);
   if (s.head_dim == 64) {
     const int g = persistent_grid<attention_delta_kernel<64>>(256, (need + 7) / 8);
     attention_delta_kernel<64><<<g, 256, 0, stream>>>(p);
