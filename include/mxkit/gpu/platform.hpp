@@ -204,6 +204,15 @@ inline error_t max_active_blocks_per_multiprocessor(int* blocks, Kernel kernel, 
       blocks, kernel, threads, shared_bytes);
 }
 
+// Lets `kernel` launch with up to `bytes` of dynamic shared memory (above the 48 KiB default;
+// tiles of two operands of 64 x 136 bf16 each need it).
+template <class Kernel>
+inline error_t set_max_dynamic_shared_bytes(Kernel kernel, int bytes) noexcept {
+  return MXKIT_GPU_API(cudaFuncSetAttribute, hipFuncSetAttribute)(
+      reinterpret_cast<const void*>(kernel),
+      MXKIT_GPU_API(cudaFuncAttributeMaxDynamicSharedMemorySize, hipFuncAttributeMaxDynamicSharedMemorySize), bytes);
+}
+
 #undef MXKIT_GPU_API
 
 }  // namespace gpu

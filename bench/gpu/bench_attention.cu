@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+// mxkit:sm90a
+// Causal GQA attention on the GPU (gpu/nn/attention.hpp): forward and forward+backward TFLOP/s
+// at B = 1, T = 8192, H = 32, Hkv = 8, D = 128 (a Llama-3-8B layer), against torch's
+// scaled_dot_product_attention (bench/attention_peer.py, causal, enable_gqa) run by this program
+// in the same device call. FLOPs: causal forward 2 B H T^2 D (half of the full 4 B H T^2 D),
+// backward 2.5 times that (Dao 2023's convention), so forward+backward 3.5 times.
+// Each figure is the median over --repeats (at least 10) single calls timed with events.
+// Usage: bench_attention [--record] [--results PATH] [--repeats N]
+//   MXKIT_ATTENTION_PEER: the peer command (default "python3 bench/attention_peer.py"); empty:
+//   no peer. Without a GPU it says so and exits 77.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <mxkit/gpu/memory.hpp>
+#include <mxkit/gpu/nn/attention.hpp>
+
+#include "bench_common.hpp"
+
+namespace {
+
+namespace gpu = mxkit::gpu;
+
+__global__ void fill_normalish(mxkit::bfloat16* x, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    h *= 3266489917u;
+    h ^= h >> 16;
+    // Sum of two uniforms: mean 0, sd ~0.8, a softmax neither flat nor one-hot.
+    const float a = static_cast<float>(h & 0xFFFF) / 65536.0f + static_cast<float>(h >> 16) / 65536.0f - 1.0f;
+    x[i] = mxkit::bfloat16::from_float(2.0f * a);
+  }
+}
+
+template <class F>
+double median_ms(F&& f, int repeats, gpu::stream_t s) {
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<double> t;
+  gpu::event start, stop;
+  for (int i = 0; i < repeats; ++i) {
+    start.record(s);
+    f();
+    stop.record(s);
+    t.push_back(stop.elapsed_ms_since(start));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Runs the peer and returns its two figures (0 when it fails).
+void run_peer(double& fwd, double& fwdbwd) {
+  const char* env = std::getenv("MXKIT_ATTENTION_PEER");
+  const std::string cmd = env ? env : "python3 bench/attention_peer.py";
+  fwd = fwdbwd = 0;
+  if (cmd.empty()) return;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    std::printf("peer: %s", line);
+    std::sscanf(line, "fwd_tflops %lf", &fwd);
+    std::sscanf(line, "fwdbwd_tflops %lf", &fwdbwd);
+  }
+  pclose(f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mxkit_bench::options opt = mxkit_bench::parse_args(argc, argv);
+  opt.repeats = std::max(opt.repeats, 10);
+  int devices = 0;
+  if (gpu::get_device_count(&devices) != gpu::success || devices == 0) {
+    std::printf("no GPU: skipped\n");
+    return 77;
+  }
+  gpu::device_properties props;
+  MXKIT_GPU_CHECK(gpu::get_device_properties(&props, 0));
+  const mxkit::nn::head_shape s{1, 8192, 32, 8, 128};
+  const std::size_t N = s.tokens(), stride = s.qkv_dim();
+  gpu::device_buffer<mxkit::bfloat16> qkv(N * stride), dout(N * s.q_dim()), out(N * s.q_dim()), dqkv(N * stride);
+  gpu::device_buffer<float> lse(s.batch * s.n_heads * s.seq), ws(gpu::attention_backward_workspace(s));
+  fill_normalish<<<1024, 256>>>(qkv.data(), qkv.size(), 1u);
+  fill_normalish<<<1024, 256>>>(dout.data(), dout.size(), 2u);
+  MXKIT_GPU_CHECK(gpu::device_synchronize());
+  gpu::stream_t st = nullptr;
+  const double flops = 2.0 * s.batch * s.n_heads * double(s.seq) * s.seq * s.head_dim;
+  auto fwd = [&] { gpu::attention_forward(qkv.data(), stride, out.data(), lse.data(), s, st); };
+  auto fwdbwd = [&] {
+    fwd();
+    gpu::attention_backward(dout.data(), qkv.data(), stride, out.data(), lse.data(), dqkv.data(), s,
+                            std::span<float>(ws.data(), ws.size()), st);
+  };
+  const double f_ms = median_ms(fwd, opt.repeats, st), fb_ms = median_ms(fwdbwd, opt.repeats, st);
+  MXKIT_GPU_CHECK(gpu::device_synchronize());
+  const double f_tf = flops / f_ms / 1e9, fb_tf = 3.5 * flops / fb_ms / 1e9;
+  std::printf("mxkit forward %.3f ms, forward+backward %.3f ms (backward alone %.3f ms)\n", f_ms, fb_ms, fb_ms - f_ms);
+  double p_f = 0, p_fb = 0;
+  run_peer(p_f, p_fb);
+  const std::string shape = "B1 T8192 H32 Hkv8 D128";
+  std::vector<mxkit_bench::result> rows{
+      {"attention", "causal GQA forward bf16 " + shape, f_tf, "TFLOP/s", "torch SDPA", p_f},
+      {"attention", "causal GQA forward+backward bf16 " + shape, fb_tf, "TFLOP/s", "torch SDPA", p_fb},
+  };
+  mxkit_bench::finish(opt, props.name, rows);
+  return 0;
+}
