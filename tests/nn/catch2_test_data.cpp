@@ -1,6 +1,8 @@
 // Byte tokenizer, corpus file loading and splitting, deterministic batches.
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -92,4 +94,26 @@ TEST_CASE("data: validation batches are consecutive non-overlapping windows", "[
   CHECK(sequential_batches(tokens, {2, 16}, 2).size() == 2);
   CHECK_THROWS_WITH(sequential_batches(tokens, {8, 64}, 1), mxkit_test::contains("cannot fill"));
   CHECK_THROWS_WITH(batch_loader(tokens, {1, 300}, 1), mxkit_test::contains("cannot fill a window"));
+}
+
+TEST_CASE("data: empty or wrapping batch shapes are refused", "[nn][data]") {
+  auto tokens = std::make_shared<std::vector<std::uint8_t>>(1000);
+  constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+  SECTION("batch or sequence 0 (a mean over no tokens is NaN)") {
+    CHECK_THROWS_WITH(batch_loader(tokens, {0, 16}, 1), mxkit_test::contains("batch must be positive, got 0"));
+    CHECK_THROWS_WITH(batch_loader(tokens, {2, 0}, 1), mxkit_test::contains("seq must be positive, got 0"));
+    CHECK_THROWS_WITH(sequential_batches(tokens, {0, 16}, 3), mxkit_test::contains("batch must be positive, got 0"));
+    CHECK_THROWS_WITH(sequential_batches(tokens, {2, 0}, 3), mxkit_test::contains("seq must be positive, got 0"));
+  }
+  SECTION("seq + 1 wraps") {
+    CHECK_THROWS_AS(batch_loader(tokens, {1, max}, 1), std::invalid_argument);
+    CHECK_THROWS_WITH(batch_loader(tokens, {1, max}, 1), mxkit_test::contains("seq + 1"));
+    CHECK_THROWS_WITH(sequential_batches(tokens, {1, max}, 1), mxkit_test::contains("seq + 1"));
+  }
+  SECTION("batch x seq wraps (to 0: the batch would be two empty vectors written out of bounds)") {
+    const batch_shape wraps{std::size_t{1} << (std::numeric_limits<std::size_t>::digits - 4), 16};
+    CHECK_THROWS_AS(batch_loader(tokens, wraps, 1), std::invalid_argument);
+    CHECK_THROWS_WITH(batch_loader(tokens, wraps, 1), mxkit_test::contains("batch x seq"));
+    CHECK_THROWS_WITH(sequential_batches(tokens, wraps, 1), mxkit_test::contains("batch x seq"));
+  }
 }

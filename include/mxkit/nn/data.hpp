@@ -16,11 +16,25 @@
 #include <string_view>
 #include <vector>
 
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/nn/transformer_layer.hpp>
 #include <mxkit/random/philox.hpp>
 
 MXKIT_BEGIN_NAMESPACE
+namespace detail {
+// A batch of B windows of T + 1 tokens: B and T positive (a mean loss over no tokens is NaN), and
+// neither T + 1 nor B * T may wrap (a wrapped size allocates a small batch that fill_window then
+// writes past). Returns T + 1, the window length.
+inline std::size_t checked_batch_window(const char* who, const nn::batch_shape& shape) {
+  require(shape.batch > 0, who, ": batch must be positive, got ", shape.batch);
+  require(shape.seq > 0, who, ": seq must be positive, got ", shape.seq);
+  const std::string what = std::string(who) + ": ";
+  (void)checked_mul(shape.batch, shape.seq, (what + "batch x seq").c_str());
+  return checked_add(shape.seq, 1, (what + "seq + 1").c_str());
+}
+}  // namespace detail
+
 namespace nn {
 
 struct byte_tokenizer {
@@ -85,8 +99,9 @@ inline void fill_window(const std::vector<std::uint8_t>& tokens, std::size_t off
 class batch_loader {
  public:
   batch_loader(token_buffer tokens, const batch_shape& shape, std::uint64_t seed) : tokens_(std::move(tokens)), shape_(shape), seed_(seed) {
-    detail::require(tokens_ && tokens_->size() > shape.seq + 1, "batch_loader: ", tokens_ ? tokens_->size() : 0,
-                    " tokens cannot fill a window of ", shape.seq + 1);
+    const std::size_t window = detail::checked_batch_window("batch_loader", shape);
+    detail::require(tokens_ && tokens_->size() > window, "batch_loader: ", tokens_ ? tokens_->size() : 0,
+                           " tokens cannot fill a window of ", window);
   }
   // Batch number n (0-based).
   batch at(std::uint64_t n) const {
@@ -113,10 +128,12 @@ class batch_loader {
 
 // Up to max_batches batches of consecutive non-overlapping windows (fewer if the data ends).
 inline std::vector<batch> sequential_batches(const token_buffer& tokens, const batch_shape& shape, std::size_t max_batches) {
-  detail::require(tokens && tokens->size() > shape.seq + 1, "sequential_batches: too few tokens for one window");
+  const std::size_t window = detail::checked_batch_window("sequential_batches", shape);
+  detail::require(tokens && tokens->size() > window, "sequential_batches: too few tokens for one window");
   std::vector<batch> out;
   std::size_t offset = 0;
-  while (out.size() < max_batches && offset + shape.tokens() + 1 <= tokens->size()) {
+  // offset <= size - tokens() - 1 keeps the last window's extra token inside (no sum can wrap).
+  while (out.size() < max_batches && tokens->size() > shape.tokens() && offset < tokens->size() - shape.tokens()) {
     batch b{shape, std::vector<std::int32_t>(shape.tokens()), std::vector<std::int32_t>(shape.tokens())};
     for (std::size_t r = 0; r < shape.batch; ++r, offset += shape.seq) fill_window(*tokens, offset, r, b);
     out.push_back(std::move(b));
