@@ -29,6 +29,7 @@
 #include <mxkit/nn/data.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/embedding.hpp>
+#include <mxkit/nn/file_io.hpp>
 #include <mxkit/nn/healing.hpp>
 #include <mxkit/nn/host_backend.hpp>
 #include <mxkit/nn/linear.hpp>

@@ -1,15 +1,18 @@
 // Byte tokenizer, corpus file loading and splitting, deterministic batches.
+#include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <mxkit/nn/data.hpp>
 
 #include "../catch.hpp"
+#include "io_fault.hpp"
 
 using namespace mxkit;
 using namespace mxkit::nn;
@@ -116,4 +119,36 @@ TEST_CASE("data: empty or wrapping batch shapes are refused", "[nn][data]") {
     CHECK_THROWS_WITH(batch_loader(tokens, wraps, 1), mxkit_test::contains("batch x seq"));
     CHECK_THROWS_WITH(sequential_batches(tokens, wraps, 1), mxkit_test::contains("batch x seq"));
   }
+}
+
+TEST_CASE("data: a corpus read error is an error (never a shorter corpus)", "[nn][data]") {
+  const fs::path dir = fs::temp_directory_path() / ("mxkit_corpus_dir_" + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+  SECTION("a directory (read(2) fails with EISDIR)") {
+    CHECK_THROWS_AS(load_corpus(dir), std::system_error);
+    CHECK_THROWS_WITH(load_corpus(dir), mxkit_test::contains(std::generic_category().message(EISDIR)));
+  }
+#if MXKIT_POSIX_FILE_IO
+  SECTION("a read that fails after the first chunk") {
+    const fs::path file = dir / "corpus.txt";
+    {
+      std::ofstream out(file, std::ios::binary);
+      const std::string line = "a line of text that repeats\n";
+      for (int i = 0; i < 100000; ++i) out << line;  // 2.8 MB: several read chunks
+    }
+    REQUIRE_NOTHROW(load_corpus(file));
+    io_fault::scope fault({.fail_read_at = 2});
+    try {
+      const corpus_split c = load_corpus(file);
+      FAIL("no exception; the corpus has " << c.train->size() + c.validation->size() << " of " << fs::file_size(file) << " bytes");
+    } catch (const std::system_error& e) {
+      CHECK(e.code().value() == EIO);
+      CHECK_THAT(e.what(), mxkit_test::contains("reading failed after 1048576 bytes"));
+      CHECK_THAT(e.what(), mxkit_test::contains(std::generic_category().message(EIO)));
+      CHECK_THAT(e.what(), mxkit_test::contains(file.string()));
+    }
+  }
+#endif
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }

@@ -2,7 +2,8 @@
 // Training data: byte-level tokens (vocabulary 256, no merges: any file is a token stream), a
 // corpus file split into a training part and a held-out validation tail, and a deterministic
 // loader. The file is read in chunks, so any size that fits in memory at one byte per token
-// works; the repository ships a small generated corpus in data/ (data/README.md).
+// works; every read is checked (nn/file_io.hpp). The repository ships a small generated corpus
+// in data/ (data/README.md).
 //   train batches       random windows of seq + 1 tokens, offset b of batch n drawn from
 //                       Philox(seed, n, b): reproducible and resumable (seek(n))
 //   validation batches  consecutive non-overlapping windows from the start of the tail
@@ -10,14 +11,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/nn/file_io.hpp>
 #include <mxkit/nn/transformer_layer.hpp>
 #include <mxkit/random/philox.hpp>
 
@@ -69,16 +72,29 @@ inline corpus_split split_corpus(std::vector<std::uint8_t> bytes, double validat
   return {std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes)), std::move(val)};
 }
 
+// Throws std::invalid_argument when the file cannot be opened or is empty, and std::system_error
+// (with the OS reason) when a read fails: a read error never passes for a shorter corpus.
 inline corpus_split load_corpus(const std::filesystem::path& path, double validation_fraction = 0.1) {
-  std::ifstream in(path, std::ios::binary);
-  detail::require(static_cast<bool>(in), "corpus: cannot open '", path.string(), "'");
-  std::vector<std::uint8_t> bytes;
-  std::vector<char> chunk(1 << 20);
-  while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + in.gcount());
+  const std::string name = "corpus: '" + path.string() + "'";
+  std::optional<detail::input_file> in;
+  try {
+    in.emplace(path);
+  } catch (const std::system_error& e) {
+    detail::fail(name, ": ", e.what());  // "cannot open the file: <reason>"
   }
-  detail::require(!bytes.empty(), "corpus: '", path.string(), "' is empty");
+  std::vector<std::uint8_t> bytes;
+  if (in->regular_size()) bytes.reserve(static_cast<std::size_t>(*in->regular_size()));
+  constexpr std::size_t chunk = std::size_t{1} << 20;
+  std::vector<std::uint8_t> buffer(chunk);
+  try {
+    for (std::size_t got = chunk; got == chunk;) {  // a short read is the end of the file
+      got = in->read(buffer.data(), chunk);
+      bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(got));
+    }
+  } catch (const std::system_error& e) {
+    throw std::system_error(e.code(), name + ": " + e.what());
+  }
+  detail::require(!bytes.empty(), name, " is empty");
   return split_corpus(std::move(bytes), validation_fraction);
 }
 
