@@ -237,7 +237,7 @@ TEST_CASE("checkpoint: the header is the documented layout", "[nn][checkpoint]")
 }
 
 #if MXKIT_POSIX_FILE_IO
-TEST_CASE("checkpoint: a failed write, sync or close keeps the old checkpoint and leaves no temporary", "[nn][checkpoint]") {
+TEST_CASE("checkpoint: a failed write or sync or close keeps the old checkpoint and leaves no temporary", "[nn][checkpoint]") {
   temp_dir dir;
   const fs::path file = dir.path / "model.ckpt";
   host_backend be;
