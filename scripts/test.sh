@@ -3,16 +3,23 @@
 # Stages, all by default, each in its own build folder under $MXKIT_BUILD_ROOT (default build/):
 #   release   Release host build (MXKIT_GPU=OFF) with the default compiler; every ctest test
 #             (unit, exhaustive, per-header compile, README checks, packaging).
-#   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang when one is installed
-#             (so host code is checked by a second compiler too), else the default compiler;
-#             ctest without the `package` label (the consumer projects are not sanitized builds).
-#             MXKIT_SANITIZE_SKIP_LABELS=exhaustive also skips the [exhaustive] test cases there
-#             (not needed today: they take seconds under the sanitizers).
+#   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is
+#             checked by a second compiler too); ctest without the `package` label (the consumer
+#             projects are not sanitized builds), with sanitizer.* proving the build is sanitized.
+#             The compiler must compile, link and run an ASan + UBSan probe first; outside CI a
+#             compiler that cannot (no runtime installed) is passed over for clang++, then g++,
+#             and the summary names the one used. MXKIT_SANITIZE_SKIP_LABELS=exhaustive also skips
+#             the [exhaustive] test cases there (not needed today: they take seconds).
+#   fuzz      libFuzzer targets (tests/fuzz) built with clang++-22 and -fsanitize=fuzzer,address,
+#             undefined; each runs MXKIT_FUZZ_SECONDS (default 60) from its seed corpus, both at
+#             once; any finding fails the stage.
 #   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernels and GPU tests compile; the
 #             GPU tests run and report themselves skipped where no GPU is present.
 #   hip       -DMXKIT_GPU=HIP when clang++-22 is found: device-only compile for AMD GPUs.
-# cuda/hip are skipped where their compiler is missing, except under CI=true, where that fails.
-# Environment: MXKIT_JOBS (default 2), MXKIT_SANITIZE_CXX,
+# A stage whose tool is missing (sanitize, fuzz: a compiler whose sanitizer runtime links; cuda:
+# nvcc; hip: clang++-22) is reported skipped, except under CI=true, where it fails; under CI=true
+# the sanitize stage accepts only clang++-22 (or MXKIT_SANITIZE_CXX), never a fallback.
+# Environment: MXKIT_JOBS (default 2), MXKIT_SANITIZE_CXX, MXKIT_FUZZ_CXX, MXKIT_FUZZ_SECONDS,
 # MXKIT_CUDA_CMAKE_ARGS, MXKIT_HIP_CMAKE_ARGS (extra configure arguments).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -21,7 +28,7 @@ root=${MXKIT_BUILD_ROOT:-build}
 jobs=${MXKIT_JOBS:-2}
 skip_labels=${MXKIT_SANITIZE_SKIP_LABELS:-}
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(release sanitize cuda hip)
+[ ${#stages[@]} -gt 0 ] || stages=(release sanitize fuzz cuda hip)
 
 common=(-DMXKIT_BUILD_TESTS=ON)
 # The GPU machine has no Catch2 package; the team unpacks one here (git-ignored).
@@ -64,10 +71,58 @@ build_and_test() {
   fi
 }
 
-# A missing GPU compiler skips its stage on a developer's machine but fails CI (CI=true), where
-# both backends must compile.
+# A missing tool skips its stage on a developer's machine but fails CI (CI=true), where every
+# stage must run.
 missing_tool() {  # stage reason
   if [ "${CI:-}" = true ]; then record "$1" FAILED 0 "$2 (required in CI)"; else record "$1" skipped 0 "$2"; fi
+}
+
+# Whether compiler $1 compiles, links and runs a probe with the flags that follow: a sanitizer
+# flag is accepted by any clang or g++, but without the runtime library (Debian:
+# libclang-rt-<version>-dev for clang) the link fails. A libFuzzer probe (-fsanitize=fuzzer) is
+# run on one empty input. The probe also fails to compile if ASan is requested but not active.
+sanitizer_probe() {  # compiler flags...
+  local cxx=$1 dir rc
+  shift
+  dir=$(mktemp -d) || return 1
+  cat > "$dir/probe.cpp" <<'PROBE'
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PROBE_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define PROBE_ASAN 1
+#endif
+#if !defined(PROBE_ASAN)
+#error "AddressSanitizer is not active"
+#endif
+#if defined(PROBE_FUZZER)
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t*, std::size_t) { return 0; }
+#else
+int main(int argc, char**) {
+  int* p = new int[2]{argc, 0};
+  const int r = p[0] - argc;
+  delete[] p;
+  return r;
+}
+#endif
+PROBE
+  if ! "$cxx" -std=c++20 "$@" "$dir/probe.cpp" -o "$dir/probe" > "$dir/log" 2>&1; then
+    rc=1
+  else
+    case " $* " in
+      *fuzzer*) "$dir/probe" -runs=1 > "$dir/log" 2>&1 ;;
+      *) "$dir/probe" > "$dir/log" 2>&1 ;;
+    esac
+    rc=$?
+  fi
+  [ $rc -eq 0 ] || sed 's/^/    /' "$dir/log" | tail -n 5 >&2
+  rm -rf "$dir"
+  return $rc
 }
 
 for stage in "${stages[@]}"; do
@@ -75,13 +130,39 @@ for stage in "${stages[@]}"; do
     release)
       build_and_test release "$root/release" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=OFF ;;
     sanitize)
-      cxx=${MXKIT_SANITIZE_CXX:-}
-      if [ -z "$cxx" ]; then
-        for c in clang++-22 clang++ c++; do command -v "$c" >/dev/null && { cxx=$(command -v "$c"); break; }; done
+      if [ -n "${MXKIT_SANITIZE_CXX:-}" ]; then
+        candidates=("$MXKIT_SANITIZE_CXX")
+      elif [ "${CI:-}" = true ]; then
+        candidates=(clang++-22)
+      else
+        candidates=(clang++-22 clang++ g++)
       fi
-      build_and_test sanitize "$root/sanitize" "package${skip_labels:+|$skip_labels}" \
-        -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$cxx" "-DMXKIT_SANITIZE=address;undefined"
-      summary[-1]+=" ($(basename "$cxx"))" ;;
+      cxx="" tried=""
+      for c in "${candidates[@]}"; do
+        if ! p=$(command -v "$c"); then tried+=" $c: not found;"; continue; fi
+        note "sanitize: probing $p -fsanitize=address,undefined"
+        if sanitizer_probe "$p" -fsanitize=address,undefined; then cxx=$p; break; fi
+        tried+=" $c: its ASan/UBSan runtime does not link or run;"
+      done
+      if [ -z "$cxx" ]; then
+        missing_tool sanitize "no usable sanitizer compiler:${tried%;}"
+      else
+        build_and_test sanitize "$root/sanitize" "package${skip_labels:+|$skip_labels}" \
+          -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$cxx" "-DMXKIT_SANITIZE=address;undefined"
+        summary[-1]+=" ($(basename "$cxx")${tried:+; passed over:${tried%;}})"
+      fi ;;
+    fuzz)
+      fcxx=${MXKIT_FUZZ_CXX:-clang++-22}
+      if ! p=$(command -v "$fcxx"); then
+        missing_tool fuzz "no $fcxx (libFuzzer needs clang)"
+      elif note "fuzz: probing $p -fsanitize=fuzzer,address,undefined" &&
+           ! sanitizer_probe "$p" -DPROBE_FUZZER -fsanitize=fuzzer,address,undefined; then
+        missing_tool fuzz "$fcxx cannot link or run -fsanitize=fuzzer,address,undefined (Debian: libclang-rt-22-dev)"
+      else
+        build_and_test fuzz "$root/fuzz" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$p" \
+          -DMXKIT_BUILD_FUZZERS=ON -DMXKIT_BUILD_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF -DMXKIT_BUILD_BENCH=OFF \
+          -DMXKIT_INSTALL=OFF "-DMXKIT_FUZZ_SECONDS=${MXKIT_FUZZ_SECONDS:-60}"
+      fi ;;
     cuda)
       nvcc=$(command -v nvcc || true)
       [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
@@ -104,7 +185,7 @@ for stage in "${stages[@]}"; do
           ${MXKIT_HIP_CMAKE_ARGS:-}
       fi ;;
     *)
-      echo "unknown stage '$stage' (release, sanitize, cuda, hip)" >&2; exit 2 ;;
+      echo "unknown stage '$stage' (release, sanitize, fuzz, cuda, hip)" >&2; exit 2 ;;
   esac
 done
 

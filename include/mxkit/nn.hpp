@@ -10,6 +10,7 @@
 #include <mxkit/nn/data.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/embedding.hpp>
+#include <mxkit/nn/file_io.hpp>
 #include <mxkit/nn/healing.hpp>
 #include <mxkit/nn/kernel_args.hpp>
 #include <mxkit/nn/linear.hpp>

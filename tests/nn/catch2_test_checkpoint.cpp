@@ -1,16 +1,31 @@
 // Checkpoints: exact round trip of weights and optimizer state (a resumed run continues with
 // the same losses), atomic replacement, and clear refusals of truncated, foreign, corrupt,
 // unsupported and mismatched files.
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <latch>
+#include <set>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
+
+#if defined(__unix__)
+#include <csignal>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
 
 #include <mxkit/nn/checkpoint.hpp>
 #include <mxkit/nn/training.hpp>
 
 #include "../catch.hpp"
+#include "io_fault.hpp"
 #include "nn_test_helpers.hpp"
 
 using namespace nn_test;
@@ -61,6 +76,28 @@ std::vector<std::vector<double>> weights(model& m) {
 }
 // (a bool, so that a failure does not print every weight)
 bool same(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) { return a == b; }
+
+// The names in a directory (a temporary left behind shows up here).
+std::set<std::string> entries(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+std::string os_message(int err) { return std::generic_category().message(err); }
+
+#if defined(__linux__)
+// Bytes this process has read through read(2) and friends so far (proc(5), /proc/pid/io "rchar").
+std::uint64_t bytes_read_so_far() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  std::uint64_t value = 0;
+  while (io >> key >> value)
+    if (key == "rchar:") return value;
+  FAIL("no rchar in /proc/self/io");
+  return 0;
+}
+#endif
 
 }  // namespace
 
@@ -197,4 +234,235 @@ TEST_CASE("checkpoint: the header is the documented layout", "[nn][checkpoint]")
   CHECK(u(40, 4) == 0);                         // first record: a weight
   CHECK(u(44, 4) == 0);                         // f32
   CHECK(u(48, 4) == std::string("embedding.weight").size());
+}
+
+#if MXKIT_POSIX_FILE_IO
+TEST_CASE("checkpoint: a failed write or sync or close keeps the old checkpoint and leaves no temporary", "[nn][checkpoint]") {
+  temp_dir dir;
+  const fs::path file = dir.path / "model.ckpt";
+  host_backend be;
+  model m(be, tiny_model(), recipes::bf16(), 9);
+  save_checkpoint(file, m, nullptr);
+  const auto old = read_all(file);
+  set_entry(be, m.head().weight(), 0, 0.5);  // the next checkpoint differs
+
+  auto expect_failure = [&](int err, const char* step) {
+    try {
+      save_checkpoint(file, m, nullptr);
+      FAIL("save_checkpoint did not throw");
+    } catch (const checkpoint_error& e) {
+      INFO(e.what());
+      CHECK_THAT(e.what(), mxkit_test::contains(step));
+      CHECK_THAT(e.what(), mxkit_test::contains(os_message(err)));  // the OS reason
+    }
+    CHECK(read_all(file) == old);
+    CHECK(entries(dir.path) == std::set<std::string>{"model.ckpt"});
+  };
+  SECTION("write: a real EFBIG (RLIMIT_FSIZE below the checkpoint's size)") {
+    rlimit saved{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+    const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // else the write raises SIGXFSZ (setrlimit(2))
+    rlimit small = saved;
+    small.rlim_cur = 4096;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    bool threw = false;
+    std::string what;
+    try {
+      save_checkpoint(file, m, nullptr);
+    } catch (const checkpoint_error& e) {
+      threw = true;
+      what = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, old_handler);
+    INFO(what);
+    CHECK(threw);
+    CHECK_THAT(what, mxkit_test::contains(os_message(EFBIG)));
+    CHECK(read_all(file) == old);
+    CHECK(entries(dir.path) == std::set<std::string>{"model.ckpt"});
+  }
+  SECTION("write: injected ENOSPC") {
+    io_fault::scope fault({.fail_write_at = 1, .error = ENOSPC});
+    expect_failure(ENOSPC, "writing");
+  }
+  SECTION("fsync of the file: injected EIO") {
+    io_fault::scope fault({.fail_fsync_at = 1});
+    expect_failure(EIO, "syncing");
+  }
+  SECTION("close: injected EIO (a deferred write error, as NFS reports it)") {
+    io_fault::scope fault({.fail_close_at = 1});
+    expect_failure(EIO, "closing");
+  }
+  SECTION("fsync of the directory after the rename: the new checkpoint is in place, and the caller is told") {
+    io_fault::scope fault({.fail_fsync_at = 2});
+    CHECK_THROWS_WITH(save_checkpoint(file, m, nullptr), mxkit_test::contains("in place") && mxkit_test::contains(os_message(EIO)));
+    CHECK(fault.calls().fsyncs == 2);
+    CHECK(read_all(file) != old);
+    CHECK(entries(dir.path) == std::set<std::string>{"model.ckpt"});
+    host_backend be2;
+    model loaded(be2, tiny_model(), recipes::bf16(), 1);
+    CHECK_NOTHROW(load_checkpoint(file, loaded, nullptr));
+    CHECK(same(weights(loaded), weights(m)));
+  }
+  SECTION("a save syncs the file and its directory") {
+    io_fault::scope count;
+    save_checkpoint(file, m, nullptr);
+    CHECK(count.calls().fsyncs == 2);
+    CHECK(read_all(file) != old);
+  }
+}
+
+TEST_CASE("checkpoint: concurrent saves to one path each leave a complete checkpoint", "[nn][checkpoint]") {
+  temp_dir dir;
+  const fs::path file = dir.path / "shared.ckpt";
+  host_backend be1, be2;
+  model m1(be1, tiny_model(), recipes::bf16(), 1), m2(be2, tiny_model(), recipes::bf16(), 2);
+  const auto w1 = weights(m1), w2 = weights(m2);
+  REQUIRE_FALSE(same(w1, w2));
+  int torn = 0, errors = 0, from1 = 0, from2 = 0;
+  std::string first_error;
+  for (int round = 0; round < 25; ++round) {
+    std::latch start(2);
+    std::exception_ptr e1, e2;
+    auto saver = [&](model& m, std::exception_ptr& err) {
+      start.arrive_and_wait();
+      try {
+        save_checkpoint(file, m, nullptr);
+      } catch (...) {
+        err = std::current_exception();
+      }
+    };
+    std::thread t1(saver, std::ref(m1), std::ref(e1)), t2(saver, std::ref(m2), std::ref(e2));
+    t1.join();
+    t2.join();
+    for (const std::exception_ptr& e : {e1, e2})
+      if (e) {
+        ++errors;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+          if (first_error.empty()) first_error = x.what();
+        }
+      }
+    host_backend be3;
+    model loaded(be3, tiny_model(), recipes::bf16(), 3);
+    try {
+      load_checkpoint(file, loaded, nullptr);
+      const auto w = weights(loaded);
+      from1 += same(w, w1);
+      from2 += same(w, w2);
+      torn += !same(w, w1) && !same(w, w2);
+    } catch (const checkpoint_error& x) {
+      ++torn;
+      if (first_error.empty()) first_error = x.what();
+    }
+  }
+  INFO("first error: " << first_error << "; checkpoints of model 1: " << from1 << ", of model 2: " << from2);
+  CHECK(errors == 0);
+  CHECK(torn == 0);
+  CHECK(from1 + from2 == 25);
+  CHECK(entries(dir.path) == std::set<std::string>{"shared.ckpt"});  // no temporary left
+}
+
+TEST_CASE("checkpoint: a symlink planted at <path>.tmp is never followed", "[nn][checkpoint]") {
+  temp_dir dir;
+  const fs::path file = dir.path / "model.ckpt", victim = dir.path / "victim.txt";
+  const std::vector<std::uint8_t> precious{'p', 'r', 'e', 'c', 'i', 'o', 'u', 's'};
+  write_all(victim, precious);
+  fs::create_symlink(victim, file.string() + ".tmp");
+  host_backend be;
+  model m(be, tiny_model(), recipes::bf16(), 9);
+  try {
+    save_checkpoint(file, m, nullptr);
+  } catch (const std::exception& e) {
+    FAIL_CHECK(e.what());
+  }
+  CHECK(read_all(victim) == precious);
+  CHECK(fs::is_symlink(file.string() + ".tmp"));  // left as it was
+  CHECK_FALSE(fs::is_symlink(file));
+  host_backend be2;
+  model loaded(be2, tiny_model(), recipes::bf16(), 1);
+  CHECK_NOTHROW(load_checkpoint(file, loaded, nullptr));
+  CHECK(same(weights(loaded), weights(m)));
+
+  // A symlink at the checkpoint path itself is replaced, its target left alone (rename(2)).
+  const fs::path link = dir.path / "link.ckpt", victim2 = dir.path / "victim2.txt";
+  write_all(victim2, precious);
+  fs::create_symlink(victim2, link);
+  save_checkpoint(link, m, nullptr);
+  CHECK(read_all(victim2) == precious);
+  CHECK_FALSE(fs::is_symlink(link));
+}
+#endif
+
+TEST_CASE("checkpoint: loading checks the header before it reads the payload", "[nn][checkpoint]") {
+  temp_dir dir;
+  host_backend be;
+  model target(be, tiny_model(), recipes::bf16(), 77);
+  adamw opt(be, target.parameters(), {});
+  const auto before = weights(target);
+
+  SECTION("a directory") {
+    CHECK_THROWS_AS(load_checkpoint(dir.path, target, &opt), checkpoint_error);
+    CHECK_THROWS_WITH(load_checkpoint(dir.path, target, &opt), mxkit_test::contains(dir.path.string()) && mxkit_test::contains("directory"));
+  }
+#if defined(__linux__)
+  SECTION("/dev/zero: refused after the header, nothing more read") {
+    const std::uint64_t read_before = bytes_read_so_far();
+    CHECK_THROWS_AS(load_checkpoint("/dev/zero", target, &opt), checkpoint_error);
+    CHECK_THROWS_WITH(load_checkpoint("/dev/zero", target, &opt), mxkit_test::contains("not an mxkit checkpoint"));
+    CHECK(bytes_read_so_far() - read_before < (std::uint64_t{1} << 20));
+  }
+  SECTION("a 1 GiB foreign file (sparse) is refused without being read") {
+    const fs::path big = dir.path / "big.bin";
+    {
+      std::ofstream out(big, std::ios::binary);
+      out << "PK\x03\x04 a zip archive, say";
+    }
+    fs::resize_file(big, std::uintmax_t{1} << 30);  // ftruncate(2): a hole, no disk space
+    const std::uint64_t read_before = bytes_read_so_far();
+    CHECK_THROWS_WITH(load_checkpoint(big, target, &opt), mxkit_test::contains("not an mxkit checkpoint"));
+    CHECK(bytes_read_so_far() - read_before < (std::uint64_t{1} << 20));
+  }
+  SECTION("a header that declares a payload this model cannot have") {
+    host_backend be0;
+    model m(be0, tiny_model(), recipes::bf16(), 9);
+    const fs::path good = dir.path / "good.ckpt", bad = dir.path / "bad.ckpt";
+    save_checkpoint(good, m, nullptr);
+    auto b = read_all(good);
+    b.resize(checkpoint_header_bytes);
+    const std::uint64_t payload = std::uint64_t{1} << 29;  // 512 MiB, and the file has them all (sparse)
+    for (int i = 0; i < 8; ++i) b[16 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(payload >> (8 * i));
+    write_all(bad, b);
+    fs::resize_file(bad, checkpoint_header_bytes + payload + 8);
+    const std::uint64_t read_before = bytes_read_so_far();
+    CHECK_THROWS_WITH(load_checkpoint(bad, target, &opt), mxkit_test::contains("declares a payload of 536870912 bytes"));
+    CHECK(bytes_read_so_far() - read_before < (std::uint64_t{1} << 20));
+    // Far beyond any file: the same refusal, no allocation of the declared size.
+    for (int i = 0; i < 8; ++i) b[16 + static_cast<std::size_t>(i)] = 0xFF;
+    b.resize(checkpoint_header_bytes + 8);  // a header and a checksum
+    write_all(bad, b);
+    CHECK_THROWS_WITH(load_checkpoint(bad, target, &opt), mxkit_test::contains("declares a payload of 18446744073709551615 bytes"));
+  }
+#endif
+#if MXKIT_POSIX_FILE_IO
+  SECTION("a read error names the file and the OS reason") {
+    host_backend be0;
+    model m(be0, tiny_model(), recipes::bf16(), 9);
+    adamw opt0(be0, m.parameters(), {});
+    const fs::path good = dir.path / "good.ckpt";
+    save_checkpoint(good, m, &opt0);
+    REQUIRE_NOTHROW(load_checkpoint(good, target, &opt));
+    io_fault::scope fault({.fail_read_at = 2});  // the header reads, the payload fails
+    try {
+      load_checkpoint(good, target, &opt);
+      FAIL("load_checkpoint did not throw");
+    } catch (const checkpoint_error& e) {
+      CHECK_THAT(e.what(), mxkit_test::contains(good.string()));
+      CHECK_THAT(e.what(), mxkit_test::contains(os_message(EIO)));
+    }
+    return;  // (the model loaded the good file above)
+  }
+#endif
+  CHECK(same(weights(target), before));
 }

@@ -1,13 +1,18 @@
 // Byte tokenizer, corpus file loading and splitting, deterministic batches.
+#include <cerrno>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <mxkit/nn/data.hpp>
 
 #include "../catch.hpp"
+#include "io_fault.hpp"
 
 using namespace mxkit;
 using namespace mxkit::nn;
@@ -92,4 +97,58 @@ TEST_CASE("data: validation batches are consecutive non-overlapping windows", "[
   CHECK(sequential_batches(tokens, {2, 16}, 2).size() == 2);
   CHECK_THROWS_WITH(sequential_batches(tokens, {8, 64}, 1), mxkit_test::contains("cannot fill"));
   CHECK_THROWS_WITH(batch_loader(tokens, {1, 300}, 1), mxkit_test::contains("cannot fill a window"));
+}
+
+TEST_CASE("data: empty or wrapping batch shapes are refused", "[nn][data]") {
+  auto tokens = std::make_shared<std::vector<std::uint8_t>>(1000);
+  constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+  SECTION("batch or sequence 0 (a mean over no tokens is NaN)") {
+    CHECK_THROWS_WITH(batch_loader(tokens, {0, 16}, 1), mxkit_test::contains("batch must be positive, got 0"));
+    CHECK_THROWS_WITH(batch_loader(tokens, {2, 0}, 1), mxkit_test::contains("seq must be positive, got 0"));
+    CHECK_THROWS_WITH(sequential_batches(tokens, {0, 16}, 3), mxkit_test::contains("batch must be positive, got 0"));
+    CHECK_THROWS_WITH(sequential_batches(tokens, {2, 0}, 3), mxkit_test::contains("seq must be positive, got 0"));
+  }
+  SECTION("seq + 1 wraps") {
+    CHECK_THROWS_AS(batch_loader(tokens, {1, max}, 1), std::invalid_argument);
+    CHECK_THROWS_WITH(batch_loader(tokens, {1, max}, 1), mxkit_test::contains("seq + 1"));
+    CHECK_THROWS_WITH(sequential_batches(tokens, {1, max}, 1), mxkit_test::contains("seq + 1"));
+  }
+  SECTION("batch x seq wraps (to 0: the batch would be two empty vectors written out of bounds)") {
+    const batch_shape wraps{std::size_t{1} << (std::numeric_limits<std::size_t>::digits - 4), 16};
+    CHECK_THROWS_AS(batch_loader(tokens, wraps, 1), std::invalid_argument);
+    CHECK_THROWS_WITH(batch_loader(tokens, wraps, 1), mxkit_test::contains("batch x seq"));
+    CHECK_THROWS_WITH(sequential_batches(tokens, wraps, 1), mxkit_test::contains("batch x seq"));
+  }
+}
+
+TEST_CASE("data: a corpus read error is an error (never a shorter corpus)", "[nn][data]") {
+  const fs::path dir = fs::temp_directory_path() / ("mxkit_corpus_dir_" + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+  SECTION("a directory (read(2) fails with EISDIR)") {
+    CHECK_THROWS_AS(load_corpus(dir), std::system_error);
+    CHECK_THROWS_WITH(load_corpus(dir), mxkit_test::contains(std::generic_category().message(EISDIR)));
+  }
+#if MXKIT_POSIX_FILE_IO
+  SECTION("a read that fails after the first chunk") {
+    const fs::path file = dir / "corpus.txt";
+    {
+      std::ofstream out(file, std::ios::binary);
+      const std::string line = "a line of text that repeats\n";
+      for (int i = 0; i < 100000; ++i) out << line;  // 2.8 MB: several read chunks
+    }
+    REQUIRE_NOTHROW(load_corpus(file));
+    io_fault::scope fault({.fail_read_at = 2});
+    try {
+      const corpus_split c = load_corpus(file);
+      FAIL("no exception; the corpus has " << c.train->size() + c.validation->size() << " of " << fs::file_size(file) << " bytes");
+    } catch (const std::system_error& e) {
+      CHECK(e.code().value() == EIO);
+      CHECK_THAT(e.what(), mxkit_test::contains("reading failed after 1048576 bytes"));
+      CHECK_THAT(e.what(), mxkit_test::contains(std::generic_category().message(EIO)));
+      CHECK_THAT(e.what(), mxkit_test::contains(file.string()));
+    }
+  }
+#endif
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }

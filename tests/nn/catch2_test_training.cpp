@@ -118,3 +118,100 @@ TEST_CASE("training: AdamW step, clipping and a non-finite gradient", "[nn][trai
   CHECK(be.read(p.value) == v);  // untouched
   CHECK(p.version == 1);
 }
+
+TEST_CASE("training: optimizer and schedule settings and the init std are validated", "[nn][training]") {
+  const double nan = std::nan(""), inf = HUGE_VAL;
+  host_backend be;
+  parameter p = make_parameter(be, "p", 1, 2, dtype::f32);
+  be.write(p.value, {1.0, -2.0});
+  auto config = [](auto set) {
+    adamw_config c;
+    set(c);
+    return c;
+  };
+  SECTION("adamw_config") {
+    // eps = 0 turned a zero gradient (m = v = 0) into 0 / 0: NaN weights.
+    for (double eps : {0.0, -1e-8, nan, inf}) {
+      INFO("eps " << eps);
+      CHECK_THROWS_WITH(adamw(be, {&p}, config([&](adamw_config& c) { c.eps = eps; })), mxkit_test::contains("adamw: eps must be"));
+    }
+    for (double wd : {-0.1, nan, inf}) {
+      INFO("weight_decay " << wd);
+      CHECK_THROWS_WITH(adamw(be, {&p}, config([&](adamw_config& c) { c.weight_decay = wd; })),
+                        mxkit_test::contains("adamw: weight_decay must be"));
+    }
+    for (double b : {-0.1, 1.0, nan}) {
+      INFO("beta " << b);
+      CHECK_THROWS_WITH(adamw(be, {&p}, config([&](adamw_config& c) { c.beta1 = b; })), mxkit_test::contains("beta"));
+      CHECK_THROWS_WITH(adamw(be, {&p}, config([&](adamw_config& c) { c.beta2 = b; })), mxkit_test::contains("beta"));
+    }
+    for (double clip : {-1.0, nan}) {
+      INFO("clip_norm " << clip);
+      CHECK_THROWS_WITH(adamw(be, {&p}, config([&](adamw_config& c) { c.clip_norm = clip; })), mxkit_test::contains("clip_norm"));
+    }
+    CHECK_THROWS_WITH(adamw(be, {&p}, config([&](adamw_config& c) { c.eps = 0.0; })), mxkit_test::contains("got 0"));
+    CHECK_NOTHROW(adamw(be, {&p}, config([](adamw_config& c) { c.weight_decay = 0.0; })));
+  }
+  SECTION("the learning rate of every step") {
+    adamw opt(be, {&p}, {});
+    be.write(p.grad, {3.0, -4.0});
+    for (double lr : {nan, -1e-3, inf}) {
+      INFO("lr " << lr);
+      CHECK_THROWS_WITH(opt.step(lr), mxkit_test::contains("adamw: lr must be finite and >= 0, got"));
+    }
+    CHECK(opt.steps() == 0);  // nothing happened
+    CHECK(be.read(p.value) == std::vector<double>{1.0, -2.0});
+    CHECK(p.version == 0);
+    CHECK_NOTHROW(opt.step(0.0));
+  }
+  SECTION("warmup_cosine") {
+    auto schedule = [](double max_lr, double min_lr) { return warmup_cosine{max_lr, min_lr, 2, 10}; };
+    for (double lr : {nan, -1e-3, inf}) {
+      INFO("lr " << lr);
+      CHECK_THROWS_WITH(schedule(lr, 1e-4), mxkit_test::contains("warmup_cosine: max_lr must be finite and >= 0, got"));
+      CHECK_THROWS_WITH(schedule(1e-3, lr), mxkit_test::contains("warmup_cosine: min_lr must be finite and >= 0, got"));
+    }
+    CHECK_THROWS_WITH(schedule(1e-4, 1e-3), mxkit_test::contains("min_lr 0.001 must not exceed max_lr 0.0001"));
+    warmup_cosine s = schedule(1e-3, 1e-4);
+    s.max_lr = nan;  // a public field changed after construction: caught at the next call
+    CHECK_THROWS_WITH(s(5), mxkit_test::contains("max_lr must be finite"));
+    host_backend be2;
+    model m(be2, tiny_model(), recipes::bf16(), 1);
+    train_config c = short_run(4);
+    c.schedule.min_lr = nan;
+    CHECK_THROWS_WITH(trainer(m, text_tokens(), c), mxkit_test::contains("min_lr must be finite"));
+    c = short_run(4);
+    c.optimizer.eps = 0.0;
+    CHECK_THROWS_WITH(trainer(m, text_tokens(), c), mxkit_test::contains("eps must be"));
+    c = short_run(4);
+    c.shape = {0, 32};
+    CHECK_THROWS_WITH(trainer(m, text_tokens(), c), mxkit_test::contains("batch must be positive"));
+  }
+  SECTION("model_config::init_std") {
+    for (double std_dev : {nan, -0.02, inf}) {
+      INFO("init_std " << std_dev);
+      model_config c = tiny_model();
+      c.init_std = std_dev;
+      CHECK_THROWS_WITH(model(be, c, recipes::bf16(), 1), mxkit_test::contains("init_std must be finite and >= 0, got"));
+    }
+    CHECK_THROWS_WITH(normal_values(4, 1, 1, nan), mxkit_test::contains("stddev must be finite and >= 0"));
+  }
+}
+
+TEST_CASE("training: adamw_hyper is validated before an update", "[nn][training]") {
+  const double nan = std::nan("");
+  auto hyper = [](auto set) {
+    adamw_hyper h;
+    set(h);
+    return h;
+  };
+  CHECK_NOTHROW(check_config(adamw_hyper{}));
+  CHECK_THROWS_WITH(check_config(hyper([&](adamw_hyper& h) { h.lr = nan; })), mxkit_test::contains("lr must be finite"));
+  CHECK_THROWS_WITH(check_config(hyper([&](adamw_hyper& h) { h.eps = 0.0; })), mxkit_test::contains("eps must be finite and > 0, got 0"));
+  CHECK_THROWS_WITH(check_config(hyper([&](adamw_hyper& h) { h.weight_decay = nan; })), mxkit_test::contains("weight_decay must be"));
+  CHECK_THROWS_WITH(check_config(hyper([&](adamw_hyper& h) { h.beta1 = 1.0; })), mxkit_test::contains("beta1"));
+  CHECK_THROWS_WITH(check_config(hyper([&](adamw_hyper& h) { h.beta2 = nan; })), mxkit_test::contains("beta2"));
+  CHECK_THROWS_WITH(check_config(hyper([&](adamw_hyper& h) { h.grad_scale = nan; })), mxkit_test::contains("grad_scale"));
+  // Step 0: the bias corrections 1 - beta^0 are 0, and the update divides by them.
+  CHECK_THROWS_WITH(check_config(hyper([&](adamw_hyper& h) { h.step = 0; })), mxkit_test::contains("step must be >= 1, got 0"));
+}

@@ -15,30 +15,36 @@
 //                u64  rows, u64 cols
 //                rows * cols elements (4 or 8 bytes each)
 //     40 + P   u64      FNV-1a 64 of bytes [0, 40 + P)
-// The file is written to "<path>.tmp", flushed to disk and renamed over <path>, so a crash
-// leaves either the old checkpoint or the new one, never a torn file. Loading checks, in
-// order: magic (foreign file), size and version, declared size against the file size
-// (truncated), checksum (corrupt), then that every record matches a parameter of the model by
-// name, type and shape and that every parameter is present; only then is anything written.
+// Saving goes through detail::replace_file (nn/file_io.hpp): a unique temporary next to <path>,
+// created exclusively and never through a symlink, written, fsync'ed and closed with every result
+// checked, renamed over <path>, then the directory fsync'ed. A crash leaves the old checkpoint or
+// the new one, never a torn file; concurrent saves of one path each leave a complete checkpoint
+// (the last rename wins); a failed save leaves the old checkpoint and no temporary, and throws
+// checkpoint_error with the OS reason.
+// Loading reads the 40-byte header first and checks, in order: magic (foreign file), size and
+// version, the declared payload against the most this model can load (a weight and two AdamW
+// moments per parameter) and against the file size (truncated); only then is the payload read,
+// so a foreign, huge or endless file (/dev/zero) costs one header read. Then the checksum
+// (corrupt), then that every record matches a parameter of the model by name, type and shape
+// (optimizer records too, when they are not loaded) and that every parameter is present; only
+// then is anything written. Every failure, an I/O error included, is a checkpoint_error naming
+// the file.
 // Weights without a master copy (quantized-only LoRA base, healing.hpp) are neither saved nor
 // expected. FP8 amax histories are not part of version 1: they refill within history_length steps.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
-
-#if defined(__unix__) || defined(__APPLE__)
-#include <fcntl.h>
-#include <unistd.h>
-#endif
 
 #include <mxkit/config.hpp>
 #include <mxkit/nn/adamw.hpp>
+#include <mxkit/nn/file_io.hpp>
 #include <mxkit/nn/model.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -112,17 +118,14 @@ struct record {
   std::size_t offset;  // of the elements
 };
 
-inline void fsync_path(const std::filesystem::path& p, bool directory) {
-#if defined(__unix__) || defined(__APPLE__)
-  const int fd = ::open(p.c_str(), directory ? O_RDONLY : O_WRONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-#else
-  (void)p;
-  (void)directory;
-#endif
+// The largest payload a checkpoint that loads into `m` can have: one weight, one first-moment and
+// one second-moment record per parameter with a master copy (load_checkpoint refuses a record
+// that names no parameter, has another shape or repeats a (kind, name) pair).
+inline std::uint64_t max_payload_bytes(model& m) {
+  std::uint64_t per_kind = 0;
+  for (parameter* p : m.parameters())
+    if (p->value.defined()) per_kind += 4 + 4 + 4 + p->name.size() + 8 + 8 + p->value.size() * size_of(p->value.type());
+  return 3 * per_kind;
 }
 
 }  // namespace checkpoint_io
@@ -164,27 +167,11 @@ inline void save_checkpoint(const std::filesystem::path& path, model& m, const a
   file.insert(file.end(), payload.begin(), payload.end());
   put(file, checkpoint_io::fnv1a64(file.data(), file.size()), 8);
 
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw checkpoint_error("checkpoint: cannot create '" + tmp.string() + "'");
-    out.write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::filesystem::remove(tmp);
-      throw checkpoint_error("checkpoint: writing '" + tmp.string() + "' failed");
-    }
+  try {
+    detail::replace_file(path, file.data(), file.size());
+  } catch (const std::system_error& e) {
+    throw checkpoint_error("checkpoint '" + path.string() + "': " + e.what());
   }
-  checkpoint_io::fsync_path(tmp, false);
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);  // atomic replacement on POSIX
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw checkpoint_error("checkpoint: renaming '" + tmp.string() + "' to '" + path.string() + "' failed: " + ec.message());
-  }
-  checkpoint_io::fsync_path(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path(), true);
 }
 
 // Loads a checkpoint into `m` (and `opt`, whose moments must all be present). Throws
@@ -192,15 +179,30 @@ inline void save_checkpoint(const std::filesystem::path& path, model& m, const a
 inline checkpoint_info load_checkpoint(const std::filesystem::path& path, model& m, adamw* opt) {
   const std::string f = path.string();
   auto fail = [&](const std::string& why) -> checkpoint_error { return checkpoint_error("checkpoint '" + f + "': " + why); };
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw fail("cannot open the file");
-  const std::vector<std::uint8_t> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (b.size() < 8 || std::memcmp(b.data(), checkpoint_magic, 8) != 0)
-    throw fail(b.size() < 8 ? "truncated: " + std::to_string(b.size()) + " bytes, not even a magic number"
-                            : "not an mxkit checkpoint (bad magic)");
-  if (b.size() < checkpoint_header_bytes + 8)
-    throw fail("truncated: " + std::to_string(b.size()) + " bytes, smaller than the " + std::to_string(checkpoint_header_bytes + 8) +
-               "-byte header and checksum");
+  std::optional<detail::input_file> in;
+  try {
+    in.emplace(path);
+  } catch (const std::system_error& e) {
+    throw fail(e.what());  // "cannot open the file: <OS reason>"
+  }
+  auto read = [&](std::uint8_t* dst, std::size_t n) {
+    try {
+      return in->read(dst, n);
+    } catch (const std::system_error& e) {
+      throw fail(e.what());
+    }
+  };
+  if (in->is_directory()) throw fail("is a directory, not a checkpoint file");
+  const std::optional<std::uint64_t> file_size = in->regular_size();  // none for devices and pipes
+
+  // The header alone first.
+  std::vector<std::uint8_t> b(checkpoint_header_bytes);
+  const std::size_t got = read(b.data(), b.size());
+  if (got < 8 || std::memcmp(b.data(), checkpoint_magic, 8) != 0)
+    throw fail(got < 8 ? "truncated: " + std::to_string(got) + " bytes, not even a magic number" : "not an mxkit checkpoint (bad magic)");
+  if (got < checkpoint_header_bytes || (file_size && *file_size < checkpoint_header_bytes + 8))
+    throw fail("truncated: " + std::to_string(file_size ? *file_size : got) + " bytes, smaller than the " +
+               std::to_string(checkpoint_header_bytes + 8) + "-byte header and checksum");
   checkpoint_io::reader h(b, 8, checkpoint_header_bytes, f);
   const auto version = static_cast<std::uint32_t>(h.get(4));
   if (version != checkpoint_version)
@@ -211,11 +213,24 @@ inline checkpoint_info load_checkpoint(const std::filesystem::path& path, model&
   checkpoint_info info;
   info.steps = h.get(8);
   info.optimizer_steps = h.get(8);
-  const std::uint64_t expected = checkpoint_header_bytes + payload + 8;
-  if (payload > b.size() || expected > b.size())
-    throw fail("truncated: the header promises " + std::to_string(expected) + " bytes, the file has " + std::to_string(b.size()));
-  if (expected < b.size())
-    throw fail(std::to_string(b.size() - expected) + " unexpected bytes after the checksum");
+  const std::uint64_t max_payload = checkpoint_io::max_payload_bytes(m);
+  if (payload > max_payload)
+    throw fail("the header declares a payload of " + std::to_string(payload) + " bytes, more than the " + std::to_string(max_payload) +
+               " bytes a checkpoint of this model can hold (a weight and two AdamW moments per parameter)");
+  const std::uint64_t expected = checkpoint_header_bytes + payload + 8;  // no wrap: payload <= max_payload
+  if (file_size && *file_size < expected)
+    throw fail("truncated: the header promises " + std::to_string(expected) + " bytes, the file has " + std::to_string(*file_size));
+  if (file_size && *file_size > expected) throw fail(std::to_string(*file_size - expected) + " unexpected bytes after the checksum");
+
+  // Exactly the bytes the header promises, then one more read to make sure the file ends there
+  // (a device or pipe has no size to check first).
+  b.resize(static_cast<std::size_t>(expected));
+  const std::size_t body = read(b.data() + checkpoint_header_bytes, b.size() - checkpoint_header_bytes);
+  if (body < b.size() - checkpoint_header_bytes)
+    throw fail("truncated: the header promises " + std::to_string(expected) + " bytes, the file has " +
+               std::to_string(checkpoint_header_bytes + body));
+  std::uint8_t extra = 0;
+  if (read(&extra, 1) != 0) throw fail("unexpected bytes after the checksum");
   const std::size_t end = checkpoint_header_bytes + static_cast<std::size_t>(payload);
   checkpoint_io::reader c(b, end, end + 8, f);
   if (c.get(8) != checkpoint_io::fnv1a64(b.data(), end)) throw fail("checksum mismatch: the file is corrupt");
@@ -253,12 +268,17 @@ inline checkpoint_info load_checkpoint(const std::filesystem::path& path, model&
     if (!seen.emplace(std::make_pair(static_cast<std::uint32_t>(rec.kind), rec.name), true).second)
       throw fail("record '" + rec.name + "' appears twice");
     tensor target;
+    bool apply = true;
     if (rec.kind == record_kind::weight) {
       auto it = params.find(rec.name);
       if (it == params.end()) throw fail("weight '" + rec.name + "' is not a parameter of this model");
       target = it->second->value;
+    } else if (!opt) {  // loading weights only: the moments must still fit this model (shape checked below)
+      auto it = params.find(rec.name);
+      if (it == params.end()) throw fail("optimizer state for '" + rec.name + "', which is not a parameter of this model");
+      target = it->second->value;
+      apply = false;
     } else {
-      if (!opt) continue;  // loading weights only
       auto it = slots.find(rec.name);
       if (it == slots.end()) throw fail("optimizer state for '" + rec.name + "', which the optimizer does not train");
       target = rec.kind == record_kind::adam_m ? it->second->m : it->second->v;
@@ -267,7 +287,7 @@ inline checkpoint_info load_checkpoint(const std::filesystem::path& path, model&
       throw fail("'" + rec.name + "' is " + name_of(rec.type) + " " + std::to_string(rec.rows) + "x" + std::to_string(rec.cols) +
                  " in the file but " + name_of(target.type()) + " " + std::to_string(target.rows()) + "x" +
                  std::to_string(target.cols()) + " in the model");
-    writes.emplace_back(target, &rec);
+    if (apply) writes.emplace_back(target, &rec);
   }
   for (const auto& [name, p] : params)
     if (!seen.count({0u, name})) throw fail("no weight for parameter '" + name + "'");

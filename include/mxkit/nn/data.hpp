@@ -2,7 +2,8 @@
 // Training data: byte-level tokens (vocabulary 256, no merges: any file is a token stream), a
 // corpus file split into a training part and a held-out validation tail, and a deterministic
 // loader. The file is read in chunks, so any size that fits in memory at one byte per token
-// works; the repository ships a small generated corpus in data/ (data/README.md).
+// works; every read is checked (nn/file_io.hpp). The repository ships a small generated corpus
+// in data/ (data/README.md).
 //   train batches       random windows of seq + 1 tokens, offset b of batch n drawn from
 //                       Philox(seed, n, b): reproducible and resumable (seek(n))
 //   validation batches  consecutive non-overlapping windows from the start of the tail
@@ -10,17 +11,33 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/nn/file_io.hpp>
 #include <mxkit/nn/transformer_layer.hpp>
 #include <mxkit/random/philox.hpp>
 
 MXKIT_BEGIN_NAMESPACE
+namespace detail {
+// A batch of B windows of T + 1 tokens: B and T positive (a mean loss over no tokens is NaN), and
+// neither T + 1 nor B * T may wrap (a wrapped size allocates a small batch that fill_window then
+// writes past). Returns T + 1, the window length.
+inline std::size_t checked_batch_window(const char* who, const nn::batch_shape& shape) {
+  require(shape.batch > 0, who, ": batch must be positive, got ", shape.batch);
+  require(shape.seq > 0, who, ": seq must be positive, got ", shape.seq);
+  const std::string what = std::string(who) + ": ";
+  (void)checked_mul(shape.batch, shape.seq, (what + "batch x seq").c_str());
+  return checked_add(shape.seq, 1, (what + "seq + 1").c_str());
+}
+}  // namespace detail
+
 namespace nn {
 
 struct byte_tokenizer {
@@ -55,16 +72,29 @@ inline corpus_split split_corpus(std::vector<std::uint8_t> bytes, double validat
   return {std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes)), std::move(val)};
 }
 
+// Throws std::invalid_argument when the file cannot be opened or is empty, and std::system_error
+// (with the OS reason) when a read fails: a read error never passes for a shorter corpus.
 inline corpus_split load_corpus(const std::filesystem::path& path, double validation_fraction = 0.1) {
-  std::ifstream in(path, std::ios::binary);
-  detail::require(static_cast<bool>(in), "corpus: cannot open '", path.string(), "'");
-  std::vector<std::uint8_t> bytes;
-  std::vector<char> chunk(1 << 20);
-  while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + in.gcount());
+  const std::string name = "corpus: '" + path.string() + "'";
+  std::optional<detail::input_file> in;
+  try {
+    in.emplace(path);
+  } catch (const std::system_error& e) {
+    detail::fail(name, ": ", e.what());  // "cannot open the file: <reason>"
   }
-  detail::require(!bytes.empty(), "corpus: '", path.string(), "' is empty");
+  std::vector<std::uint8_t> bytes;
+  if (in->regular_size()) bytes.reserve(static_cast<std::size_t>(*in->regular_size()));
+  constexpr std::size_t chunk = std::size_t{1} << 20;
+  std::vector<std::uint8_t> buffer(chunk);
+  try {
+    for (std::size_t got = chunk; got == chunk;) {  // a short read is the end of the file
+      got = in->read(buffer.data(), chunk);
+      bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(got));
+    }
+  } catch (const std::system_error& e) {
+    throw std::system_error(e.code(), name + ": " + e.what());
+  }
+  detail::require(!bytes.empty(), name, " is empty");
   return split_corpus(std::move(bytes), validation_fraction);
 }
 
@@ -85,8 +115,9 @@ inline void fill_window(const std::vector<std::uint8_t>& tokens, std::size_t off
 class batch_loader {
  public:
   batch_loader(token_buffer tokens, const batch_shape& shape, std::uint64_t seed) : tokens_(std::move(tokens)), shape_(shape), seed_(seed) {
-    detail::require(tokens_ && tokens_->size() > shape.seq + 1, "batch_loader: ", tokens_ ? tokens_->size() : 0,
-                    " tokens cannot fill a window of ", shape.seq + 1);
+    const std::size_t window = detail::checked_batch_window("batch_loader", shape);
+    detail::require(tokens_ && tokens_->size() > window, "batch_loader: ", tokens_ ? tokens_->size() : 0,
+                           " tokens cannot fill a window of ", window);
   }
   // Batch number n (0-based).
   batch at(std::uint64_t n) const {
@@ -113,10 +144,12 @@ class batch_loader {
 
 // Up to max_batches batches of consecutive non-overlapping windows (fewer if the data ends).
 inline std::vector<batch> sequential_batches(const token_buffer& tokens, const batch_shape& shape, std::size_t max_batches) {
-  detail::require(tokens && tokens->size() > shape.seq + 1, "sequential_batches: too few tokens for one window");
+  const std::size_t window = detail::checked_batch_window("sequential_batches", shape);
+  detail::require(tokens && tokens->size() > window, "sequential_batches: too few tokens for one window");
   std::vector<batch> out;
   std::size_t offset = 0;
-  while (out.size() < max_batches && offset + shape.tokens() + 1 <= tokens->size()) {
+  // offset <= size - tokens() - 1 keeps the last window's extra token inside (no sum can wrap).
+  while (out.size() < max_batches && tokens->size() > shape.tokens() && offset < tokens->size() - shape.tokens()) {
     batch b{shape, std::vector<std::int32_t>(shape.tokens()), std::vector<std::int32_t>(shape.tokens())};
     for (std::size_t r = 0; r < shape.batch; ++r, offset += shape.seq) fill_window(*tokens, offset, r, b);
     out.push_back(std::move(b));

@@ -5,6 +5,7 @@
 // The layers' linears train through the model's recipe. The LM head runs in the recipe's high
 // precision (bf16 for every low-precision recipe), as FP8/FP4 training stacks keep the output
 // layer out of the low-precision GEMMs.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -35,6 +36,8 @@ class model {
   model(backend& be, const model_config& c, const recipe& r, std::uint64_t seed)
       : be_(&be), c_(c), recipe_(r) {
     detail::require(c.vocab > 0 && c.n_layers > 0, "model: vocab and n_layers must be positive");
+    // A NaN or infinite std would start every weight at NaN or Inf.
+    detail::require(c.init_std >= 0 && std::isfinite(c.init_std), "model: init_std must be finite and >= 0, got ", c.init_std);
     check_config(r);
     embedding_ = embedding(be, "embedding.weight", c.vocab, c.layer.d_model, c.type);
     be.write(embedding_.table().value, normal_values(embedding_.table().value.size(), seed, mix_stream(0xE3B, 0), c.init_std));

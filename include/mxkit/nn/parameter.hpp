@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include <mxkit/error.hpp>
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/random/philox.hpp>
 
@@ -44,6 +45,7 @@ inline void freeze(parameter& p) noexcept {
 
 // n normal(0, stddev) values, deterministic in (seed, stream): Box-Muller on Philox bits.
 inline std::vector<double> normal_values(std::size_t n, std::uint64_t seed, std::uint32_t stream, double stddev) {
+  detail::require(stddev >= 0 && std::isfinite(stddev), "normal_values: stddev must be finite and >= 0, got ", stddev);
   std::vector<double> out(n);
   constexpr double two_pi = 6.283185307179586476925;
   for (std::size_t i = 0; i < n; i += 2) {
@@ -60,6 +62,7 @@ inline std::vector<double> normal_values(std::size_t n, std::uint64_t seed, std:
 }
 
 inline std::vector<double> uniform_values(std::size_t n, std::uint64_t seed, std::uint32_t stream, double bound) {
+  detail::require(bound >= 0 && std::isfinite(bound), "uniform_values: bound must be finite and >= 0, got ", bound);
   std::vector<double> out(n);
   for (std::size_t i = 0; i < n; ++i) out[i] = bound * (2.0 * (random_bits(seed, stream, i) * 0x1p-32) - 1.0);
   return out;

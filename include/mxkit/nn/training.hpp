@@ -52,6 +52,7 @@ class trainer {
   trainer(model& m, token_buffer train_tokens, const train_config& c)
       : m_(&m), c_(c), loader_(std::move(train_tokens), c.shape, c.data_seed), opt_(m.be(), m.trainable_parameters(), c.optimizer) {
     detail::require(c.heal_step < c.steps, "trainer: heal_step ", c.heal_step, " must be below steps ", c.steps);
+    check_config(c.schedule);  // (its fields are public: checked again here, before the first step)
     if (c.heal_step > 0) stash_ = prepare_healing(m);
   }
 
