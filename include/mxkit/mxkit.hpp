@@ -7,6 +7,7 @@
 #include <mxkit/block/quantize_block.hpp>
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/block/scale_rule.hpp>
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/config.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/format/bits.hpp>

@@ -25,7 +25,13 @@ constexpr const char* name_of(rounding r) noexcept {
   }
   return "unknown";
 }
-constexpr const char* name_of(overflow o) noexcept { return o == overflow::saturate ? "saturate" : "propagate"; }
+constexpr const char* name_of(overflow o) noexcept {
+  switch (o) {
+    case overflow::saturate: return "saturate";
+    case overflow::propagate: return "propagate";
+  }
+  return "unknown";
+}
 
 inline constexpr rounding default_rounding = rounding::nearest_even;
 inline constexpr overflow default_overflow = overflow::saturate;

@@ -54,6 +54,7 @@ __global__ void __launch_bounds__(dequantize_threads) dequantize_kernel(const mx
 template <class T>
   requires quantizer_input<T> && (!std::is_const_v<T>)
 void dequantize(const mx_device_view& in, matrix_view<T> out, stream_t stream = nullptr) {
+  mxkit::detail::check_layout(in.layout, "gpu::dequantize");  // known type and axis, sizes that fit
   mxkit::detail::require(out.rows == in.layout.rows && out.cols == in.layout.cols, "gpu::dequantize: output is ", out.rows, "x",
                          out.cols, ", the copy is ", in.layout.rows, "x", in.layout.cols);
   mxkit::detail::check_matrix(out, "gpu::dequantize: output");

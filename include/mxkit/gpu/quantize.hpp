@@ -581,6 +581,9 @@ template <class T>
 void quantize(matrix_view<const T> in, mx_type type, const quantize_options& options, const quantize_outputs& out,
               stream_t stream = nullptr) {
   using U = std::remove_const_t<T>;
+  mxkit::detail::check_layout({type, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // known type, sizes that fit
+  mxkit::detail::check_layout({type, block_axis::columnwise, in.rows, in.cols}, "gpu::quantize");
+  mxkit::detail::check_options(options, "gpu::quantize");
   detail::quantize_params<U> p;
   if (!detail::make_quantize_params<U>({in.data, in.rows, in.cols, in.ld}, options, out, stream, p)) return;
   visit_mx_type(type, [&](auto fmt) { detail::launch_quantize<decltype(fmt), U>(p, stream); });
@@ -615,9 +618,9 @@ class device_mx_tensor {
   // Host copy with row-major scales (converted from the stored layout). Synchronous.
   mx_tensor to_host(stream_t s = nullptr) const {
     mx_tensor h(layout_, options_);
-    h.data() = data_.to_host(s);
+    h.set_data(data_.to_host(s));
     const std::vector<std::uint8_t> stored = scales_.to_host(s);
-    h.scales() = to_row_major_scales(stored.data(), layout_.lines(), layout_.blocks_per_line(), scales_layout_);
+    h.set_scales(to_row_major_scales(stored.data(), layout_.lines(), layout_.blocks_per_line(), scales_layout_));
     return h;
   }
 
