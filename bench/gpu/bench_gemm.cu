@@ -142,8 +142,8 @@ mx_tensor abs_copy(mx_const_view v) {
 }
 mx_tensor host_copy(const mx_operand& o) {
   mx_tensor t(o.layout, {});
-  t.data() = o.data.to_host();
-  t.scales() = o.scales.to_host();
+  t.set_data(o.data.to_host());
+  t.set_scales(o.scales.to_host());
   return t;
 }
 

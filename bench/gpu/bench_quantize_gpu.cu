@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -82,7 +83,7 @@ timing time_ms(F&& launch, int repeats, gpu::stream_t s) {
   return {med, (t.back() - t.front()) / med};
 }
 
-std::string first_diff(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b) {
+std::string first_diff(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b) {
   std::size_t n = 0, first = 0;
   for (std::size_t i = 0; i < a.size(); ++i)
     if (a[i] != b[i] && n++ == 0) first = i;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <mxkit/block/quantize_block.hpp>
@@ -19,6 +21,7 @@ using mxkit::quantize_options;
 using mxkit::rounding;
 using mxkit::scale_rule;
 using block = std::array<float, 32>;
+using block_ld_t = std::array<long double, 32>;
 
 template <class Fn>
 void for_each_mx_type(Fn&& fn) {
@@ -232,4 +235,194 @@ TEST_CASE("quantize_element: a NaN scale gives code zero", "[block]") {
   CHECK(mxkit::quantize_element<mxkit::int8_fixed>(-1.0f, mxkit::e8m0::nan(), rounding::nearest_even).bits() == 0);
   CHECK(mxkit::quantize_element<mxkit::e2m1>(3.0f, mxkit::e8m0::from_exponent(0), rounding::nearest_even).bits() == 5);
   CHECK(mxkit::quantize_element<mxkit::e2m1>(12.0f, mxkit::e8m0::from_exponent(1), rounding::nearest_even).bits() == 7);
+}
+
+// ---- The Hadamard rotation near the float range (README "NaN and Inf") -------------------------
+
+namespace {
+// Exact unrotation of a dequantized rotated block in long double: w = element x 2^scale, then
+// per 16-group y_j = sign_j * sum_i (-1)^popcount(i & j) w_i / 4 (unrotate_group16 = D.H).
+block_ld_t unrotated_exactly(const std::array<long double, 32>& w, std::uint32_t sign_mask) {
+  block_ld_t y{};
+  for (int g = 0; g < 32; g += 16)
+    for (int j = 0; j < 16; ++j) {
+      long double s = 0;
+      for (int i = 0; i < 16; ++i) s += (__builtin_popcount(static_cast<unsigned>(i & j)) % 2 ? -1.0L : 1.0L) * w[static_cast<std::size_t>(g + i)];
+      s /= 4;
+      y[static_cast<std::size_t>(g + j)] = ((sign_mask >> j) & 1u) ? -s : s;
+    }
+  return y;
+}
+
+// got[i] is y[i] up to the float rounding of the butterflies (tol: 2^-20 of the group's sum |w|
+// / 4, four times their bound): finite and within tol, or +-Inf only where |y| + tol passes
+// FLT_MAX (an IEEE overflow), never NaN.
+bool matches_exact_unrotation(const block& got, const block_ld_t& y, const std::array<long double, 32>& w, std::string& why) {
+  const long double fmax = std::numeric_limits<float>::max();
+  for (std::size_t i = 0; i < 32; ++i) {
+    long double l1 = 0;
+    for (std::size_t k = i / 16 * 16; k < i / 16 * 16 + 16; ++k) l1 += std::fabs(w[k]);
+    const long double tol = 0x1p-20L * l1 / 4, a = std::fabs(y[i]);
+    bool ok = false;
+    if (std::isnan(got[i])) ok = false;
+    else if (std::isinf(got[i])) ok = a + tol > fmax && (a <= tol || std::signbit(got[i]) == std::signbit(y[i]));
+    else ok = std::fabs(got[i] - y[i]) <= tol;
+    if (!ok) {
+      std::ostringstream s;
+      s << "element " << i << ": got " << got[i] << ", exact " << static_cast<double>(y[i]);
+      why = s.str();
+      return false;
+    }
+  }
+  return true;
+}
+
+template <class Fmt>
+std::array<long double, 32> scaled_elements(const mxkit::mx_block<Fmt>& q, const oracle::element_model& m) {
+  std::array<long double, 32> w{};
+  for (std::size_t i = 0; i < 32; ++i) w[i] = std::ldexp(m.decode(q.elements[i].bits()), q.scale.exponent());
+  return w;
+}
+}  // namespace
+
+TEST_CASE("dequantize_block: a rotated block near the float range unrotates without overflow", "[block]") {
+  // One outlier near FLT_MAX rotates to 16 values of a quarter of it; unrotating them added 16
+  // values of up to 2^126 in float and gave +Inf (or NaN) for a block that holds a finite value.
+  // Now the sums are formed 2^-32 lower and scaled back once: the result is the float nearest
+  // the exact unrotation, +-Inf only where that is beyond the float range.
+  const float fmax = std::numeric_limits<float>::max();
+  for_each_mx_type([&](auto fmt, const oracle::element_model& m) {
+    using Fmt = decltype(fmt);
+    oracle::mismatch_log log;
+    for (const scale_rule rule : oracle::all_scale_rules)
+      for (const bool signs : {false, true})
+        for (const float x0 : {1e38f, -1e38f, 3e38f, fmax, -fmax, 0x1p127f, 0x1p126f}) {
+          block b{};
+          b[3] = x0;
+          b[20] = -x0 / 3;
+          quantize_options o;
+          o.rule = rule;
+          o.hadamard = true;
+          o.random_signs = signs;
+          o.seed = 5;
+          const auto q = mxkit::quantize_block<Fmt>(b, o);
+          const block got = mxkit::dequantize_block<Fmt>(q, o);
+          const std::array<long double, 32> w = scaled_elements(q, m);
+          std::string why;
+          // One outlier per group: no butterfly sum exceeds it, so the scale is finite.
+          const bool ok = q.scale.bits() != 0xFF && matches_exact_unrotation(got, unrotated_exactly(w, o.sign_mask()), w, why);
+          std::ostringstream s;
+          s << m.info.name << " " << oracle::name_of(rule) << (signs ? " signs" : "") << " x0 " << x0 << " scale "
+            << int{q.scale.bits()} << ": " << why;
+          ok ? log.pass() : log.fail(s.str());
+        }
+    INFO(log.summary());
+    CHECK(log.count == 0);
+  });
+  // The case from the issue: MXFP4, floor, one outlier of FLT_MAX. Its rotated values clip to
+  // 6 x 2^123 each; unrotated, position 3 holds 24 x 2^123 = 2.55e38 (it was +Inf).
+  block b{};
+  b[3] = fmax;
+  quantize_options o;
+  o.hadamard = true;
+  const block y = mxkit::dequantize_block<mxkit::mxfp4>(mxkit::quantize_block<mxkit::mxfp4>(b, o), o);
+  CHECK(y[3] == 0x1.8p127f);
+  for (std::size_t i = 0; i < 32; ++i)
+    if (i != 3) CHECK(y[i] == 0.0f);
+  // Under round_up the same block's elements round up to 4 x 2^124: the exact unrotation is
+  // 2^128, beyond the float range, so +Inf (an IEEE overflow, as without the rotation), not NaN.
+  o.rule = scale_rule::round_up;
+  const block z = mxkit::dequantize_block<mxkit::mxfp4>(mxkit::quantize_block<mxkit::mxfp4>(b, o), o);
+  CHECK(z[3] == std::numeric_limits<float>::infinity());
+  for (std::size_t i = 0; i < 32; ++i)
+    if (i != 3) CHECK(z[i] == 0.0f);
+}
+
+TEST_CASE("dequantize_block: rotated blocks of any codes and scales equal the float formula wherever it is finite", "[block]") {
+  // Random finite codes under scale exponents -127..127. Where element x 2^scale, then
+  // unrotate_group16 in float (the formula dequantize_block used) stays finite, the result is
+  // that formula bit for bit: ordinary blocks decode exactly as before. Where it overflowed,
+  // the result is the float nearest the exact unrotation (see the test above).
+  std::mt19937_64 g(31);
+  std::uniform_int_distribution<int> exp_dist(-127, 127), high_dist(100, 127), code_dist(0, 255);
+  for_each_mx_type([&](auto fmt, const oracle::element_model& m) {
+    using Fmt = decltype(fmt);
+    using E = typename Fmt::element_type;
+    oracle::mismatch_log log;
+    std::size_t formula_overflowed = 0;
+    for (int n = 0; n < 3000; ++n) {
+      quantize_options o;
+      o.hadamard = true;
+      o.random_signs = n % 2 == 1;
+      o.seed = static_cast<std::uint64_t>(n);
+      mxkit::mx_block<Fmt> q{};
+      q.scale = mxkit::e8m0::from_exponent(n % 3 == 0 ? exp_dist(g) : high_dist(g));
+      for (auto& e : q.elements) {
+        std::uint32_t c = 0;
+        do c = static_cast<std::uint32_t>(code_dist(g)) & ((1u << Fmt::storage_bits) - 1);
+        while (!std::isfinite(static_cast<double>(m.decode(c))));
+        e = E::from_bits(static_cast<std::uint8_t>(c));
+      }
+      block formula;
+      for (std::size_t i = 0; i < 32; ++i) formula[i] = q.elements[i].to_float() * q.scale.to_float();
+      for (int k = 0; k < 32; k += 16) mxkit::unrotate_group16(formula.data() + k, o.sign_mask());
+      bool finite = true;
+      for (const float v : formula) finite = finite && std::isfinite(v);
+      const block got = mxkit::dequantize_block<Fmt>(q, o);
+      std::string why;
+      bool ok = true;
+      if (finite) {
+        for (std::size_t i = 0; i < 32 && ok; ++i) ok = mxkit::bit_cast<std::uint32_t>(got[i]) == mxkit::bit_cast<std::uint32_t>(formula[i]);
+        if (!ok) why = "differs from the float formula";
+      } else {
+        ++formula_overflowed;
+        const std::array<long double, 32> w = scaled_elements(q, m);
+        ok = matches_exact_unrotation(got, unrotated_exactly(w, o.sign_mask()), w, why);
+      }
+      ok ? log.pass() : log.fail(std::string(m.info.name) + " block " + std::to_string(n) + " scale " + std::to_string(q.scale.exponent()) + ": " + why);
+    }
+    INFO(log.summary());
+    CHECK(log.count == 0);
+    CHECK(formula_overflowed > 0);  // the high scales do reach the case that used to overflow
+  });
+}
+
+TEST_CASE("quantize_block: Hadamard groups whose butterfly sums pass the float range are flagged NaN", "[block]") {
+  // The defined bound (README "NaN and Inf"): the quantizer forms each 16-group's butterfly sums
+  // in float before the 1/4 normalization (folded into the scale). With every |x| <= 2^123 no sum
+  // can pass FLT_MAX and the block is exact; a single outlier up to FLT_MAX is fine too (its sums
+  // never exceed it). A group whose sums do overflow is flagged like an Inf input: NaN scale,
+  // zero codes, NaN on decode; never a wrong finite value.
+  std::mt19937_64 g(77);
+  std::uniform_real_distribution<float> mag(0.5f, 1.0f);
+  for_each_mx_type([&](auto fmt, const oracle::element_model& m) {
+    using Fmt = decltype(fmt);
+    INFO(m.info.name);
+    for (const scale_rule rule : oracle::all_scale_rules) {
+      quantize_options o;
+      o.rule = rule;
+      o.hadamard = true;
+      block all{};
+      all.fill(0x1p123f);  // the bound itself, one sign: group sum 2^127
+      const auto q = mxkit::quantize_block<Fmt>(all, o);
+      CHECK(q.scale.bits() != 0xFF);
+      for (const float v : mxkit::dequantize_block<Fmt>(q, o)) CHECK(std::isfinite(v));
+      for (int n = 0; n < 50; ++n) {
+        block b;
+        for (float& x : b) x = (g() & 1 ? -1.0f : 1.0f) * mag(g) * 0x1p123f;
+        o.random_signs = n % 2 == 1;
+        o.seed = static_cast<std::uint64_t>(n);
+        const auto r = mxkit::quantize_block<Fmt>(b, o);
+        CHECK(r.scale.bits() != 0xFF);
+        for (const float v : mxkit::dequantize_block<Fmt>(r, o)) CHECK(std::isfinite(v));
+      }
+      o.random_signs = false;
+      block over{};
+      over.fill(1e38f);  // group sum 1.6e39: past FLT_MAX
+      const auto f = mxkit::quantize_block<Fmt>(over, o);
+      CHECK(f.scale.bits() == 0xFF);
+      for (const auto& e : f.elements) CHECK(e.bits() == 0);
+      for (const float v : mxkit::dequantize_block<Fmt>(f, o)) CHECK(std::isnan(v));
+    }
+  });
 }

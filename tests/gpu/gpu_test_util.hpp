@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -74,8 +75,7 @@ const char* type_name() {
 }
 
 // "" when equal, else where the first difference is.
-inline std::string first_difference(const std::vector<std::uint8_t>& got, const std::vector<std::uint8_t>& want,
-                                    std::size_t row_bytes = 0) {
+inline std::string first_difference(std::span<const std::uint8_t> got, std::span<const std::uint8_t> want, std::size_t row_bytes = 0) {
   if (got.size() != want.size()) return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
   std::size_t diffs = 0, first = 0;
   for (std::size_t i = 0; i < got.size(); ++i)

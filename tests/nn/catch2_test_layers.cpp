@@ -126,7 +126,21 @@ TEST_CASE("layers: host_backend alloc refuses a shape whose byte count wraps aro
   const std::size_t rows = std::size_t{1} << (sizeof(std::size_t) * 8 - 2);
   CHECK_THROWS_WITH(be.alloc(rows, 4, dtype::f32, mem_tag::activation), mxkit_test::contains("does not fit in memory"));
   CHECK_THROWS_AS(be.alloc(3, rows, dtype::f64, mem_tag::activation), std::invalid_argument);
+  // The message names the operands before they wrapped, and the limit.
+  CHECK_THROWS_WITH(be.alloc(rows, 4, dtype::f32, mem_tag::activation),
+                    mxkit_test::contains("rows 4611686018427387904 x cols 4 exceeds the largest std::size_t 18446744073709551615"));
+  CHECK_THROWS_WITH(be.alloc(3, rows, dtype::f64, mem_tag::activation),
+                    mxkit_test::contains("rows x cols 13835058055282163712 x 8 bytes exceeds the largest object size"));
   CHECK(be.memory().live(mem_tag::activation) == 0);
   CHECK(be.alloc(0, rows, dtype::f64, mem_tag::activation).size() == 0);
   CHECK(be.alloc(rows, 0, dtype::f64, mem_tag::activation).size() == 0);
+}
+
+TEST_CASE("layers: host_backend import_fp8 refuses codes that do not fill rows x cols", "[nn][layers]") {
+  host_backend be;
+  mxkit::fp8_tensor t{mxkit::fp8_type::e4m3, 4, 8, 1.0f, 0.0f, std::vector<std::uint8_t>(20)};
+  CHECK_THROWS_WITH(be.import_fp8(t, operand_use::fprop_w, mem_tag::quantized_weight),
+                    mxkit_test::contains("import_fp8: 20 codes for a 4x8 FP8 tensor, expected 32"));
+  t.data.assign(32, 0x38);
+  CHECK(be.import_fp8(t, operand_use::fprop_w, mem_tag::quantized_weight).rows() == 4);
 }

@@ -1,6 +1,7 @@
 // The linear layer's GEMMs equal direct calls of mxkit's quantizer and reference GEMM, bit for
 // bit, for every recipe; weight copies are cached per optimizer step; a frozen LoRA base is
 // never touched and its wgrad operands are never quantized.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -83,9 +84,9 @@ void check_mx_recipe(const recipe& r) {
   // The same products from direct calls (the options carry the Philox stream the layer drew).
   const mx_tensor w_row = quantize_rowwise(view(p.w, N, K), qw.spec.mx, qw.mx);
   const mx_tensor w_col = quantize_columnwise(view(p.w, N, K), qwd.spec.mx, qwd.mx);
-  CHECK(w_row.data() == host_backend::mx(l.cached_rowwise()).data());  // the cached copies, byte for byte
-  CHECK(w_row.scales() == host_backend::mx(l.cached_rowwise()).scales());
-  CHECK(w_col.data() == host_backend::mx(l.cached_columnwise()).data());
+  CHECK(std::ranges::equal(w_row.data(), host_backend::mx(l.cached_rowwise()).data()));  // the cached copies, byte for byte
+  CHECK(std::ranges::equal(w_row.scales(), host_backend::mx(l.cached_rowwise()).scales()));
+  CHECK(std::ranges::equal(w_col.data(), host_backend::mx(l.cached_columnwise()).data()));
   check_same(p.y, ref::fprop(quantize_rowwise(view(p.x, M, K), qx.spec.mx, qx.mx), w_row), "fprop");
   check_same(p.dx, ref::dgrad(quantize_rowwise(view(p.dy, M, N), qdy.spec.mx, qdy.mx), w_col), "dgrad");
   check_same(p.dw,

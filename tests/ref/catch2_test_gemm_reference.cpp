@@ -56,8 +56,8 @@ TEST_CASE("ref::gemm: one block is exact; blocks add in fp32 in order", "[gemm]"
   mx_tensor b({mx_type::mxfp8_e4m3, block_axis::rowwise, 1, 96}, {});
   const std::uint8_t c1 = e4m3::from_float(1.0f).bits();
   for (std::size_t i = 0; i < 96; ++i) a.data()[i] = b.data()[i] = (i < 32 || i == 32 || i == 64) ? c1 : 0;
-  a.scales() = {127 + 12, 127, 127};  // block 0: 32 * 2^12 * 2^7 = 2^24
-  b.scales() = {127 + 7, 127, 127};
+  a.set_scales({127 + 12, 127, 127});  // block 0: 32 * 2^12 * 2^7 = 2^24
+  b.set_scales({127 + 7, 127, 127});
   float d = 0;
   const mx_tensor &ca = a, &cb = b;
   ref::gemm(ca.view(), cb.view(), matrix_view<float>{&d, 1, 1});

@@ -156,6 +156,13 @@ struct block_front {
 // Step one of a block, in place: x becomes the values block_front holds (rotated when o.hadamard)
 // and the result is the bits of max |x| (x as held, before any normalization). No branches, so
 // a kernel can interleave two blocks' arithmetic.
+// The butterfly sums are up to 16 |x|: they cannot overflow while every |x| <= 2^123. A group
+// whose sums do pass FLT_MAX (some |x| > 2^123) returns an Inf or NaN amax and the block is
+// flagged NaN, as an Inf input is (README "NaN and Inf"). Scaling by 1/4 before the sums would
+// only move the bound (the normalized rotation of 16 values of FLT_MAX is 4 FLT_MAX); 1/16 with
+// the exponent carried in value_exp would remove it, but either costs every block a multiply per
+// element on the device's hot path and rounds tiny inputs differently (x / 4 is inexact below
+// 2^-124), so ordinary blocks would change bits. The bound is the defined behaviour instead.
 MXKIT_HD constexpr std::uint32_t transform_block(float* x, const quantize_options& o, hadamard_signs signs) noexcept {
   if (o.hadamard)
     for (int g = 0; g < mx_block_size; g += hadamard_group) {
@@ -342,11 +349,37 @@ constexpr mx_block<Fmt> quantize_block(const std::array<float, mx_block_size>& i
   return quantize_block<Fmt>(in.data(), o, first_index);
 }
 
+namespace detail {
+// Scale exponents above this unrotate 2^-32 lower (dequantize_block). Below it the butterflies
+// cannot overflow: |element| < 2^16 (E5M2's 57344 is the largest), 16 terms, 2^(16+4+64) <<
+// FLT_MAX. Above it every nonzero element x 2^(scale-32) is a normal float (>= 2^-16 x 2^33),
+// so the shifted arithmetic is the unshifted one exactly, 2^-32 lower, wherever the unshifted
+// one stays finite: the same bits.
+inline constexpr int unrotate_shift_above = 64;
+inline constexpr int unrotate_shift = 32;
+}  // namespace detail
+
 // Block values back to float; undoes the rotation when o.hadamard (pass the options used).
+// A rotated block's values are each a quarter of a sum of 16: an outlier near FLT_MAX rotates to
+// 16 values of a quarter of it, and their float butterfly sums would overflow to Inf (and Inf -
+// Inf to NaN) although the block holds a finite value. High-scale blocks are therefore
+// unrotated 2^-32 lower and scaled back by one exact multiply: every output is the float
+// result of the exact unrotation (up to the butterflies' rounding), +-Inf only where that value
+// itself is beyond the float range (an IEEE overflow, as element x scale is without the
+// rotation), never NaN for a finite block. Other blocks take the unshifted path, unchanged.
 template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr void dequantize_block(const mx_block<Fmt>& b, float* out, const quantize_options& o = {}) noexcept {
+  const bool unrotate = o.hadamard && !b.scale.is_nan();
+  if (unrotate && b.scale.exponent() > detail::unrotate_shift_above) {
+    const float shifted_scale = detail::exp2i(b.scale.exponent() - detail::unrotate_shift);
+    for (int i = 0; i < mx_block_size; ++i) out[i] = b.elements[i].to_float() * shifted_scale;  // exact: see above
+    for (int g = 0; g < mx_block_size; g += hadamard_group) unrotate_group16(out + g, o.sign_mask());
+    constexpr float back = detail::exp2i(detail::unrotate_shift);
+    for (int i = 0; i < mx_block_size; ++i) out[i] *= back;
+    return;
+  }
   for (int i = 0; i < mx_block_size; ++i) out[i] = dequantize_element_value(b.elements[i].to_float(), b.scale);
-  if (o.hadamard && !b.scale.is_nan())
+  if (unrotate)
     for (int g = 0; g < mx_block_size; g += hadamard_group) unrotate_group16(out + g, o.sign_mask());
 }
 

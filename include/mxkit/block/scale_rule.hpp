@@ -14,6 +14,12 @@
 //                           NaN; Inf has no MX encoding, so it is flagged the same way).
 //   amax 0 (all zeros)   -> scale 1.0 (0x7F): neutral, and no subnormal float scale under FTZ.
 //   exponent below -127 or above 127 -> clamped to the E8M0 range; elements then round or clip.
+//   Hadamard rotation    -> the amax is that of the rotated group, whose butterfly sums are formed
+//                           in float before the 1/4 normalization: finite whenever every |x| <=
+//                           2^123 (16 x 2^123 = 2^127) or one outlier alone is up to FLT_MAX. A
+//                           group whose sums pass FLT_MAX (some |x| > 2^123) has an Inf amax: NaN
+//                           scale, as an Inf input. Dequantizing a rotated block unrotates high
+//                           scales 2^-32 lower, so it never overflows in between (dequantize_block).
 #include <mxkit/config.hpp>
 #include <mxkit/enum_names.hpp>
 #include <mxkit/format/bits.hpp>

@@ -10,6 +10,10 @@
 //   +-Inf -> saturate: +-max.  propagate: +-Inf (E5M2), NaN (E4M3), +-max (FP4/FP6).
 //   finite overflow -> saturate: +-max.  propagate: as Inf above, except toward_zero, which never
 //           overflows (IEEE 754 section 7.4).  -0 stays -0.  Subnormals are exact.
+// Blocks (block/scale_rule.hpp): a NaN or Inf amax gives a NaN scale. With the Hadamard rotation
+// a group whose float butterfly sums pass FLT_MAX (only possible with some |x| > 2^123) is
+// flagged the same way; dequantizing a rotated block never overflows in between (+-Inf only for
+// a value beyond the float range). Per-tensor FP8 decodes refuse a scale without a finite inverse.
 #include <type_traits>
 
 #include <mxkit/config.hpp>

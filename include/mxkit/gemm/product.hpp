@@ -16,10 +16,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <iomanip>
+#include <sstream>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include <mxkit/block/mx_format.hpp>
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/format/float16.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
@@ -63,7 +67,12 @@ struct fp8_view {
   MXKIT_HD constexpr float scale_inv() const noexcept { return 1.0f / scale; }
 };
 
-inline fp8_view as_view(const fp8_tensor& t) noexcept { return {t.type, t.rows, t.cols, t.scale, t.data.data()}; }
+// The view of an owning host FP8 tensor; refuses codes that do not fill rows x cols (the view
+// carries no size, so its readers trust the shape).
+inline fp8_view as_view(const fp8_tensor& t) {
+  detail::check_fp8_tensor(t, "as_view");
+  return {t.type, t.rows, t.cols, t.scale, t.data.data()};
+}
 
 // Lines [begin, begin+count) of a stored MX copy as a view (no copy). The logical matrix
 // shrinks along the line axis: rows for a rowwise copy, cols for a columnwise one.
@@ -84,13 +93,17 @@ inline mx_const_view slice_lines(mx_const_view v, std::size_t begin, std::size_t
 // A host copy holding the chosen lines of a host MX copy, in that order (used to check a few
 // rows of a large product against the reference).
 inline mx_tensor gather_lines(mx_const_view v, const std::vector<std::size_t>& lines) {
+  detail::check_layout(v.layout, "gather_lines");
   mx_layout l = v.layout;
   (l.axis == block_axis::rowwise ? l.rows : l.cols) = lines.size();
   mx_tensor out(l, v.options);
   const std::size_t lb = l.line_bytes(), nb = l.blocks_per_line();
-  detail::require(lines.empty() || ((lb == 0 || v.data) && (nb == 0 || v.scales)), "gather_lines: the copy has null data or scales");
+  detail::require(lines.empty() || ((lb == 0 || v.data) && (nb == 0 || v.scales)), "gather_lines: the copy has null data or scales (data ",
+                  v.data ? "set" : "null", ", scales ", v.scales ? "set" : "null", ") for ", l.line_bytes(), " bytes and ", nb,
+                  " scales per line");
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    detail::require(lines[i] < v.layout.lines(), "gather_lines: line ", lines[i], " of ", v.layout.lines());
+    detail::require(lines[i] < v.layout.lines(), "gather_lines: line ", lines[i], " is out of range: the copy has ", v.layout.lines(),
+                    " lines");
     for (std::size_t b = 0; b < lb; ++b) out.data()[i * lb + b] = v.data[lines[i] * lb + b];
     for (std::size_t b = 0; b < nb; ++b) out.scales()[i * nb + b] = v.scale(lines[i], b);
   }
@@ -99,8 +112,11 @@ inline mx_tensor gather_lines(mx_const_view v, const std::vector<std::size_t>& l
 
 namespace detail {
 
-// Reduction lengths agree and are whole MX blocks; the two copies were rotated alike.
+// Both layouts are ones a GEMM can read (known format and axis, sizes that fit: check_layout),
+// reduction lengths agree and are whole MX blocks.
 inline gemm_shape check_mx_gemm(const mx_layout& la, const mx_layout& lb, const char* what) {
+  check_layout(la, what, ": A");
+  check_layout(lb, what, ": B");
   require(la.line_length() == lb.line_length(), what, ": reduction lengths differ: A has ", la.line_length(), " (",
           name_of(la.axis), " ", la.rows, "x", la.cols, "), B has ", lb.line_length(), " (", name_of(lb.axis), " ", lb.rows,
           "x", lb.cols, ")");
@@ -109,9 +125,22 @@ inline gemm_shape check_mx_gemm(const mx_layout& la, const mx_layout& lb, const 
   return {la.lines(), lb.lines(), la.line_length()};
 }
 
+// "with Hadamard and random signs 0x1a2b (seed 7)": the rotation as the check compares it.
+inline std::string rotation_text(const quantize_options& o) {
+  if (!o.hadamard) return "without rotation";
+  if (!o.random_signs) return "with Hadamard and no random signs";
+  std::ostringstream s;
+  s << "with Hadamard and random signs 0x" << std::hex << std::setw(4) << std::setfill('0') << o.sign_mask() << std::dec
+    << " (seed " << o.seed << ")";
+  return s.str();
+}
+
+// The two copies were rotated alike: the same Hadamard and the same random signs (H.D.D.H = I
+// only for one D), so two seeds whose sign masks agree are the same rotation.
 inline void check_rotation(const quantize_options& a, const quantize_options& b, const char* what) {
-  require(a.hadamard == b.hadamard && a.sign_mask() == b.sign_mask(), what, ": operands were rotated differently (Hadamard ",
-          a.hadamard, " vs ", b.hadamard, "); the rotation cancels only when both sides use the same one");
+  if (a.hadamard == b.hadamard && a.sign_mask() == b.sign_mask()) return;
+  fail(what, ": operands were rotated differently: A ", rotation_text(a), ", B ", rotation_text(b),
+       "; the rotation cancels only when both sides use the same one");
 }
 
 inline void require_axis(const mx_layout& l, block_axis want, const char* product, const char* operand) {
@@ -120,7 +149,12 @@ inline void require_axis(const mx_layout& l, block_axis want, const char* produc
 
 // The named training products over MX copies: `a` is X (fprop) or dY, `b` is W or X (see the
 // file comment). Returns the TN shape.
+// A product kind cast from an out-of-range integer would pass no axis check (the switch below
+// has no case for it) and run as a plain GEMM.
+inline void check_product(gemm_product p) { check_enum(p, gemm_product::wgrad, "gemm_product", "product"); }
+
 inline gemm_shape check_mx_product(gemm_product p, const mx_layout& a, const mx_layout& b) {
+  check_product(p);
   const char* what = name_of(p);
   switch (p) {
     case gemm_product::fprop:
@@ -169,7 +203,9 @@ void check_output(const matrix_view<T>& d, const gemm_shape& s, const char* what
 }
 
 inline void check_fp8_view(const fp8_view& v, const char* what, const char* name) {
+  check_enum(v.type, fp8_type::e5m2, "fp8_type", what, ": ", name);
   require(std::isfinite(v.scale) && v.scale > 0.0f, what, ": ", name, " has scale ", v.scale, " (must be finite and positive)");
+  checked_mul({"rows", v.rows}, {"cols", v.cols}, what, ": ", name);
   require(v.rows == 0 || v.cols == 0 || v.data != nullptr, what, ": ", name, " has null data");
 }
 

@@ -56,6 +56,7 @@ MXKIT_GLOBAL void __launch_bounds__(dequantize_threads) dequantize_kernel(const 
 template <class T>
   requires quantizer_input<T> && (!std::is_const_v<T>)
 void dequantize(const mx_const_view& in, matrix_view<T> out, stream_t stream = nullptr) {
+  mxkit::detail::check_layout(in.layout, "gpu::dequantize");  // known type and axis, sizes that fit
   mxkit::detail::require(out.rows == in.layout.rows && out.cols == in.layout.cols, "gpu::dequantize: output is ", out.rows, "x",
                          out.cols, ", the copy is ", in.layout.rows, "x", in.layout.cols);
   mxkit::detail::check_matrix(out, "gpu::dequantize: output");

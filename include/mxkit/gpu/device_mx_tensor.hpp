@@ -37,9 +37,9 @@ class device_mx_tensor {
   // Host copy with row-major scales (converted from the stored layout). Synchronous.
   mx_tensor to_host(stream_t s = nullptr) const {
     mx_tensor h(layout_, options_);
-    h.data() = data_.to_host(s);
+    h.set_data(data_.to_host(s));
     const std::vector<std::uint8_t> stored = scales_.to_host(s);
-    h.scales() = to_row_major_scales(stored.data(), layout_.lines(), layout_.blocks_per_line(), scales_layout_);
+    h.set_scales(to_row_major_scales(stored.data(), layout_.lines(), layout_.blocks_per_line(), scales_layout_));
     return h;
   }
 

@@ -83,7 +83,7 @@ template <class T>
 void cast_fp8(matrix_view<const T> in, fp8_type type, float scale, const fp8_outputs& out,
               overflow o = overflow::saturate, stream_t stream = nullptr) {
   using U = std::remove_const_t<T>;
-  mxkit::detail::require(std::isfinite(scale) && scale > 0.0f, "gpu::cast_fp8: scale must be finite and positive, got ", scale);
+  mxkit::detail::check_fp8_cast(type, scale, o, "gpu::cast_fp8");  // scale, and type/overflow values in their enums
   mxkit::detail::check_matrix(in, "gpu::cast_fp8:");
   if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
   if (in.rows == 0 || in.cols == 0) return;

@@ -102,6 +102,9 @@ template <class T>
 void quantize(matrix_view<const T> in, mx_type type, const quantize_options& options, const quantize_outputs& out,
               stream_t stream = nullptr) {
   using U = std::remove_const_t<T>;
+  mxkit::detail::check_layout({type, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // known type, sizes that fit
+  mxkit::detail::check_layout({type, block_axis::columnwise, in.rows, in.cols}, "gpu::quantize");
+  mxkit::detail::check_options(options, "gpu::quantize");
   detail::quantize_params<U> p;
   if (!detail::make_quantize_params<U>({in.data, in.rows, in.cols, in.ld}, options, out, stream, p)) return;
   visit_mx_type(type, [&](auto fmt) { detail::launch_quantize<decltype(fmt), U>(p, stream); });

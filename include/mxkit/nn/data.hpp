@@ -32,9 +32,8 @@ namespace detail {
 inline std::size_t checked_batch_window(const char* who, const nn::batch_shape& shape) {
   require(shape.batch > 0, who, ": batch must be positive, got ", shape.batch);
   require(shape.seq > 0, who, ": seq must be positive, got ", shape.seq);
-  const std::string what = std::string(who) + ": ";
-  (void)checked_mul(shape.batch, shape.seq, (what + "batch x seq").c_str());
-  return checked_add(shape.seq, 1, (what + "seq + 1").c_str());
+  (void)checked_mul({"batch", shape.batch}, {"seq", shape.seq}, who, ": batch x seq");
+  return checked_add({"seq", shape.seq}, {"one", 1}, who, ": seq + 1");
 }
 }  // namespace detail
 

@@ -82,8 +82,10 @@ void gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, float alpha = 1.
   const gemm_shape s = detail::check_mx_gemm(a.layout, b.layout, "gemm");
   detail::check_rotation(a.options, b.options, "gemm");
   detail::check_output(d, s, "gemm");
-  detail::require(s.p == 0 || s.r == 0 || (a.data && a.scales), "gemm: A has null data or scales");
-  detail::require(s.q == 0 || s.r == 0 || (b.data && b.scales), "gemm: B has null data or scales");
+  detail::require(s.p == 0 || s.r == 0 || (a.data && a.scales), "gemm: A has null data or scales (data ", a.data ? "set" : "null",
+                  ", scales ", a.scales ? "set" : "null", ") for a ", a.layout.lines(), "x", s.r, " ", name_of(a.layout.type), " copy");
+  detail::require(s.q == 0 || s.r == 0 || (b.data && b.scales), "gemm: B has null data or scales (data ", b.data ? "set" : "null",
+                  ", scales ", b.scales ? "set" : "null", ") for a ", b.layout.lines(), "x", s.r, " ", name_of(b.layout.type), " copy");
   const detail::decoded_mx A = detail::decode_mx(a), B = detail::decode_mx(b);
   for (std::size_t i = 0; i < A.lines; ++i)
     for (std::size_t j = 0; j < B.lines; ++j) {
@@ -100,7 +102,7 @@ void gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, float alpha = 1.
 }
 
 inline std::vector<float> gemm(const mx_tensor& a, const mx_tensor& b) {
-  std::vector<float> out(a.layout().lines() * b.layout().lines());
+  std::vector<float> out(detail::checked_mul({"A lines", a.layout().lines()}, {"B lines", b.layout().lines()}, "gemm"));
   gemm(a.view(), b.view(), matrix_view<float>{out.data(), a.layout().lines(), b.layout().lines()});
   return out;
 }
@@ -126,6 +128,8 @@ void gemm(fp8_view a, fp8_view b, matrix_view<Out> d, float alpha = 1.0f, float 
 }
 template <gemm_output Out>
 void gemm(const fp8_tensor& a, const fp8_tensor& b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+  detail::check_fp8_tensor(a, "gemm", ": A");
+  detail::check_fp8_tensor(b, "gemm", ": B");
   gemm(as_view(a), as_view(b), d, alpha, beta);
 }
 
@@ -134,8 +138,8 @@ template <class TA, class TB, gemm_output Out>
   requires quantizer_input<TA> && quantizer_input<TB>
 void gemm(matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
   const gemm_shape s = detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
-  detail::require(a.rows == 0 || a.cols == 0 || a.data != nullptr, "gemm: A has null data");
-  detail::require(b.rows == 0 || b.cols == 0 || b.data != nullptr, "gemm: B has null data");
+  detail::require(a.rows == 0 || a.cols == 0 || a.data != nullptr, "gemm: A has null data for a ", a.rows, "x", a.cols, " matrix");
+  detail::require(b.rows == 0 || b.cols == 0 || b.data != nullptr, "gemm: B has null data for a ", b.rows, "x", b.cols, " matrix");
   detail::check_matrix(a, "gemm: A");
   detail::check_matrix(b, "gemm: B");
   detail::check_output(d, s, "gemm");
@@ -158,6 +162,7 @@ void product(gemm_product p, mx_const_view a, mx_const_view b, matrix_view<Out> 
 // Per-tensor FP8: a, b are the row-major copies named by detail::tn_operand_names(p).
 template <gemm_output Out>
 void product(gemm_product p, fp8_view a, fp8_view b, matrix_view<Out> d, gemm_epilogue e = {}) {
+  detail::check_product(p);
   const detail::tn_names n = detail::tn_operand_names(p);
   detail::check_tn(a.rows, a.cols, b.rows, b.cols, name_of(p), n.a, n.b);
   gemm(a, b, d, e.alpha, e.beta);
@@ -166,6 +171,7 @@ void product(gemm_product p, fp8_view a, fp8_view b, matrix_view<Out> d, gemm_ep
 template <class TA, class TB, gemm_output Out>
   requires quantizer_input<TA> && quantizer_input<TB>
 void product(gemm_product p, matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, gemm_epilogue e = {}) {
+  detail::check_product(p);
   const detail::tn_names n = detail::tn_operand_names(p);
   detail::check_tn(a.rows, a.cols, b.rows, b.cols, name_of(p), n.a, n.b);
   gemm(a, b, d, e.alpha, e.beta);
@@ -190,21 +196,21 @@ void wgrad(mx_const_view dy_columnwise, mx_const_view x_columnwise, matrix_view<
 // Y[M,N] = X[M,K] . W[N,K]^T
 inline std::vector<float> fprop(const mx_tensor& x_rowwise, const mx_tensor& w_rowwise) {
   const gemm_shape s = detail::check_mx_product(gemm_product::fprop, x_rowwise.layout(), w_rowwise.layout());
-  std::vector<float> out(s.p * s.q);
+  std::vector<float> out(detail::checked_mul({"output rows", s.p}, {"output cols", s.q}, "fprop"));
   product(gemm_product::fprop, x_rowwise.view(), w_rowwise.view(), matrix_view<float>{out.data(), s.p, s.q});
   return out;
 }
 // dX[M,K] = dY[M,N] . W[N,K]
 inline std::vector<float> dgrad(const mx_tensor& dy_rowwise, const mx_tensor& w_columnwise) {
   const gemm_shape s = detail::check_mx_product(gemm_product::dgrad, dy_rowwise.layout(), w_columnwise.layout());
-  std::vector<float> out(s.p * s.q);
+  std::vector<float> out(detail::checked_mul({"output rows", s.p}, {"output cols", s.q}, "dgrad"));
   product(gemm_product::dgrad, dy_rowwise.view(), w_columnwise.view(), matrix_view<float>{out.data(), s.p, s.q});
   return out;
 }
 // dW[N,K] = dY[M,N]^T . X[M,K]
 inline std::vector<float> wgrad(const mx_tensor& dy_columnwise, const mx_tensor& x_columnwise) {
   const gemm_shape s = detail::check_mx_product(gemm_product::wgrad, dy_columnwise.layout(), x_columnwise.layout());
-  std::vector<float> out(s.p * s.q);
+  std::vector<float> out(detail::checked_mul({"output rows", s.p}, {"output cols", s.q}, "wgrad"));
   product(gemm_product::wgrad, dy_columnwise.view(), x_columnwise.view(), matrix_view<float>{out.data(), s.p, s.q});
   return out;
 }

@@ -14,11 +14,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <variant>
 #include <vector>
 
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/format/float16.hpp>
 #include <mxkit/nn/backend.hpp>
@@ -62,11 +62,12 @@ class host_backend : public nn::backend {
       std::vector<double> mem;  // double elements: aligned for either dtype
       nn::tracked_bytes tracked;
     };
-    // rows * cols * size_of(type) must not wrap around: a small buffer behind a huge shape.
-    constexpr std::size_t max_bytes = std::numeric_limits<std::size_t>::max() - 7;
-    detail::require(cols == 0 || rows <= max_bytes / cols / nn::size_of(type), "alloc: a ", rows, "x", cols, " ", name_of(type),
-                    " tensor does not fit in memory");
-    const std::size_t bytes = rows * cols * nn::size_of(type);
+    // rows * cols * size_of(type) must not wrap around: a small buffer behind a huge shape. At
+    // most one object's bytes, so the round-up to whole doubles below cannot wrap either.
+    const std::size_t elements = detail::checked_mul({"rows", rows}, {"cols", cols}, "alloc: a ", rows, "x", cols, " ",
+                                                     name_of(type), " tensor does not fit in memory");
+    const std::size_t bytes = detail::checked_bytes({"rows x cols", elements}, nn::size_of(type), "alloc: a ", rows, "x", cols,
+                                                    " ", name_of(type), " tensor does not fit in memory");
     auto b = std::make_shared<block>();
     b->mem.assign((bytes + 7) / 8, 0.0);
     b->tracked = nn::tracked_bytes(&memory_, tag, bytes);
@@ -216,6 +217,7 @@ class host_backend : public nn::backend {
     return quantize_fp8(matrix_view<const float>{wf, w.rows(), w.cols()}, type, scale);
   }
   nn::qtensor import_fp8(const fp8_tensor& host, nn::operand_use use, nn::mem_tag tag) override {
+    detail::check_fp8_tensor(host, "import_fp8");
     count(use);
     nn::quant_request r;
     r.spec = nn::recipes::mma_operand(host.type);

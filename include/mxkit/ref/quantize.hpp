@@ -27,9 +27,10 @@ template <class T>
   requires quantizer_input<T>
 mx_tensor quantize(matrix_view<T> in, mx_type type, block_axis axis, const quantize_options& options = {}) {
   detail::check_matrix(in, "quantize:");
-  detail::require(static_cast<unsigned>(type) <= static_cast<unsigned>(mx_type::mxint8), "quantize: unknown mx_type value ",
-                  static_cast<unsigned>(type));
-  mx_tensor out({type, axis, in.rows, in.cols}, options);
+  const mx_layout layout{type, axis, in.rows, in.cols};
+  detail::check_layout(layout, "quantize");
+  detail::check_options(options, "quantize");
+  mx_tensor out(layout, options);
   const mx_layout& l = out.layout();
   quantize_options o = options;
   o.stream = stochastic_stream(options, axis);
@@ -71,6 +72,7 @@ mx_tensor_pair quantize_both(matrix_view<T> in, mx_type type, const quantize_opt
 // Logical [rows, cols] floats, rotation undone. Storage padding is dropped.
 inline std::vector<float> dequantize(mx_const_view t) {
   const mx_layout& l = t.layout;
+  detail::check_layout(l, "dequantize");  // first: a wrapped data_bytes() of 0 would skip the null check
   detail::require(l.data_bytes() == 0 || (t.data && t.scales), "dequantize: null data or scales for a ", l.rows, "x", l.cols, " ",
                   name_of(l.type), " tensor");
   std::vector<float> out(l.rows * l.cols);

@@ -76,11 +76,16 @@ inline std::string to_string(const mx_validation_report& r) {
 
 // Compares `actual` (row-major scales, mx_tensor's layout) with quantize(input, actual.layout.type,
 // actual.layout.axis, actual.options). Throws std::invalid_argument when the layout's shape is not
-// the input's, or a non-empty layout has null data or scales.
+// the input's, its format, axis, scale rule or rounding is not a known value, its sizes do not
+// fit in std::size_t, or a non-empty layout has null data or scales.
 template <class T>
   requires quantizer_input<T>
 mx_validation_report validate(matrix_view<T> input, mx_const_view actual, std::size_t max_reported = 16) {
   const mx_layout& l = actual.layout;
+  // Known enums and sizes that fit first: a wrapped data_bytes() of 0 would skip the null checks.
+  detail::check_layout(l, "validate");
+  detail::check_options(actual.options, "validate");
+  detail::check_matrix(input, "validate: input");
   detail::require(l.rows == input.rows && l.cols == input.cols, "validate: the ", name_of(l.axis), " layout is ", l.rows, "x",
                   l.cols, " but the input is ", input.rows, "x", input.cols);
   detail::require(l.data_bytes() == 0 || actual.data != nullptr, "validate: null element data for a ", l.rows, "x", l.cols,

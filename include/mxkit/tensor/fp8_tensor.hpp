@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <mxkit/block/scale_rule.hpp>
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/format/e4m3.hpp>
 #include <mxkit/format/e5m2.hpp>
@@ -45,12 +46,33 @@ struct fp8_tensor {
   float scale_inv() const noexcept { return 1.0f / scale; }
 };
 
+namespace detail {
+// The host checks of an FP8 cast's arguments (quantize_fp8, gpu::cast_fp8): fp8_encode's
+// ternaries would treat any other fp8_type value as E5M2, any other overflow as propagate.
+template <class... Where>
+void check_fp8_cast(fp8_type type, float scale, overflow o, const Where&... where) {
+  require(std::isfinite(scale) && scale > 0.0f, where..., ": scale must be finite and positive, got ", scale);
+  check_enum(type, fp8_type::e5m2, "fp8_type", where...);
+  check_enum(o, overflow::propagate, "overflow", where...);
+}
+
+// Every consumer of an fp8_tensor (a public aggregate whose codes anyone may resize) checks that
+// the codes fill rows x cols exactly before reading them as [rows, cols].
+template <class... Where>
+void check_fp8_tensor(const fp8_tensor& t, const Where&... where) {
+  check_enum(t.type, fp8_type::e5m2, "fp8_type", where...);
+  const std::size_t n = checked_mul({"rows", t.rows}, {"cols", t.cols}, where...);
+  require(t.data.size() == n, where..., ": ", t.data.size(), " codes for a ", t.rows, "x", t.cols, " FP8 tensor, expected ", n);
+}
+}  // namespace detail
+
 template <class T>
   requires quantizer_input<T>
 fp8_tensor quantize_fp8(matrix_view<T> in, fp8_type type, float scale, overflow o = overflow::saturate) {
-  detail::require(std::isfinite(scale) && scale > 0.0f, "quantize_fp8: scale must be finite and positive, got ", scale);
+  detail::check_fp8_cast(type, scale, o, "quantize_fp8");
   detail::check_matrix(in, "quantize_fp8:");
-  fp8_tensor out{type, in.rows, in.cols, scale, 0.0f, std::vector<std::uint8_t>(in.rows * in.cols)};
+  const std::size_t n = detail::checked_mul({"rows", in.rows}, {"cols", in.cols}, "quantize_fp8");
+  fp8_tensor out{type, in.rows, in.cols, scale, 0.0f, std::vector<std::uint8_t>(n)};
   std::uint32_t amax = 0;
   for (std::size_t r = 0; r < in.rows; ++r)
     for (std::size_t c = 0; c < in.cols; ++c) {
@@ -64,14 +86,20 @@ fp8_tensor quantize_fp8(matrix_view<T> in, fp8_type type, float scale, overflow 
 
 // The transposed copy (per-tensor scaling makes it a byte transpose): what dgrad/wgrad consume.
 inline fp8_tensor transpose(const fp8_tensor& t) {
-  detail::require(t.data.size() == t.rows * t.cols, "transpose: ", t.data.size(), " codes for a ", t.rows, "x", t.cols, " FP8 tensor");
+  detail::check_fp8_tensor(t, "transpose");
   fp8_tensor out{t.type, t.cols, t.rows, t.scale, t.amax, std::vector<std::uint8_t>(t.data.size())};
   for (std::size_t r = 0; r < t.rows; ++r)
     for (std::size_t c = 0; c < t.cols; ++c) out.data[c * t.rows + r] = t.data[r * t.cols + c];
   return out;
 }
 
+// code / scale. A scale of 0, below 0, non-finite, or so small that 1 / scale overflows (every
+// code would decode to +-Inf, code 0 to NaN) is refused: no such tensor holds finite values.
 inline std::vector<float> dequantize(const fp8_tensor& t) {
+  detail::check_fp8_tensor(t, "dequantize");
+  detail::require(std::isfinite(t.scale) && t.scale > 0.0f, "dequantize: FP8 scale ", t.scale, " must be finite and positive");
+  detail::require(std::isfinite(t.scale_inv()), "dequantize: FP8 scale ", t.scale,
+                  " has no finite inverse (1 / scale overflows float; the scale must be at least about 2.9e-39)");
   std::vector<float> out(t.data.size());
   const float inv = t.scale_inv();
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = fp8_decode(t.data[i], t.type) * inv;

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/config.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/format/float16.hpp>
@@ -32,11 +33,16 @@ concept quantizer_input = std::is_same_v<std::remove_const_t<T>, float> ||
 
 namespace detail {
 // The argument check of every host entry point that takes a matrix view; `prefix` starts the
-// message ("quantize:", "gemm: A", ...).
+// message ("quantize:", "gemm: A", ...). Element (r, c) is data[r * ld + c]: rows x ld elements,
+// and their bytes, must fit in one object, or r * ld wraps and a row is read from before the
+// buffer (ld = 2^64 - 4 makes row 1 start 4 elements before it).
 template <class T, class... Prefix>
 void check_matrix(const matrix_view<T>& m, const Prefix&... prefix) {
   require(m.rows == 0 || m.cols == 0 || m.data != nullptr, prefix..., " null data for a ", m.rows, "x", m.cols, " matrix");
   require(m.ld == 0 || m.ld >= m.cols, prefix..., " leading dimension ", m.ld, " is smaller than cols ", m.cols);
+  if (m.rows == 0 || m.cols == 0) return;  // no element is addressed
+  const std::size_t elements = checked_mul({"rows", m.rows}, {"leading dimension", m.stride()}, prefix..., " view");
+  checked_bytes({"rows x leading dimension", elements}, sizeof(T), prefix..., " view");
 }
 }  // namespace detail
 

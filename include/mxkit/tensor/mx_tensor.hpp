@@ -8,12 +8,16 @@
 // storage. Elements use Fmt::storage_bits (FP4 packed two per byte, low nibble first).
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_options.hpp>
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/config.hpp>
+#include <mxkit/error.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -54,6 +58,30 @@ struct mx_layout {
   MXKIT_HD constexpr std::size_t position_of(std::size_t r, std::size_t c) const noexcept { return axis == block_axis::rowwise ? c : r; }
 };
 
+namespace detail {
+// The options' enums are ones the block functions know: a scale rule or rounding mode cast from
+// an out-of-range integer would fall to a switch's default and quantize by another rule.
+template <class... Where>
+void check_options(const quantize_options& o, const Where&... where) {
+  check_enum(o.rule, scale_rule::ceil, "scale_rule", where...);
+  check_enum(o.round, rounding::stochastic, "rounding", where...);
+}
+
+// The host check of a layout from a caller, before anything is allocated or addressed: a known
+// format and axis (an unknown mx_type would decode as FP4), and sizes that do not wrap. lines x
+// padded_length() bounds every size the MXKIT_HD accessors compute (data_bytes, scale_count,
+// rows x cols, the stochastic element index line * padded_length + pos), so once it fits they
+// are all exact.
+template <class... Where>
+void check_layout(const mx_layout& l, const Where&... where) {
+  check_enum(l.type, mx_type::mxint8, "mx_type", where...);
+  check_enum(l.axis, block_axis::columnwise, "block_axis", where...);
+  const bool rowwise = l.axis == block_axis::rowwise;
+  const std::size_t padded = checked_round_up({rowwise ? "cols" : "rows", l.line_length()}, mx_block_size, where...);
+  checked_mul({rowwise ? "rows" : "cols", l.lines()}, {rowwise ? "padded cols" : "padded rows", padded}, where...);
+}
+}  // namespace detail
+
 // The one view of a stored MX copy, for host and device pointers alike (mdspan's shape: the
 // pointers, the extents and layout of the elements (mx_layout), and a layout policy for the
 // scales). The host reference, validate, the GPU quantizer's outputs, dequantize and the GEMMs all
@@ -79,12 +107,18 @@ struct mx_basic_view {
 using mx_view = mx_basic_view<std::uint8_t>;
 using mx_const_view = mx_basic_view<const std::uint8_t>;
 
-// Owning host tensor.
+// Owning host tensor. Its buffers hold exactly layout().data_bytes() and scale_count() bytes for
+// its whole life, so every consumer (dequantize, the GEMMs, views) may read what the layout
+// says: elements are reached through fixed-size spans, and a whole buffer is replaced only by
+// set_data/set_scales with one of the same size. (A std::vector& accessor let a caller resize a
+// buffer behind the layout, which every reader then overran.)
 class mx_tensor {
  public:
   mx_tensor() = default;
+  // Refuses an unknown format, axis, scale rule or rounding, and a shape whose sizes wrap
+  // (detail::check_layout) before allocating.
   mx_tensor(mx_layout layout, const quantize_options& options)
-      : layout_(layout), options_(options), data_(layout.data_bytes()), scales_(layout.scale_count()) {}
+      : layout_(checked(layout, options)), options_(options), data_(layout_.data_bytes()), scales_(layout_.scale_count()) {}
 
   const mx_layout& layout() const noexcept { return layout_; }
   const quantize_options& options() const noexcept { return options_; }
@@ -94,16 +128,38 @@ class mx_tensor {
   std::size_t cols() const noexcept { return layout_.cols; }
   bool empty() const noexcept { return layout_.rows == 0 || layout_.cols == 0; }
 
-  std::vector<std::uint8_t>& data() noexcept { return data_; }
-  const std::vector<std::uint8_t>& data() const noexcept { return data_; }
-  std::vector<std::uint8_t>& scales() noexcept { return scales_; }
-  const std::vector<std::uint8_t>& scales() const noexcept { return scales_; }
+  // [lines, line_bytes] element bytes and [lines, blocks_per_line] scales. The spans are const so
+  // that `t.data() = bytes` does not compile: on a span it would rebind a temporary and change
+  // nothing; set_data is the way to replace the bytes.
+  const std::span<std::uint8_t> data() noexcept { return data_; }
+  const std::span<const std::uint8_t> data() const noexcept { return data_; }
+  const std::span<std::uint8_t> scales() noexcept { return scales_; }
+  const std::span<const std::uint8_t> scales() const noexcept { return scales_; }
   std::size_t bytes() const noexcept { return data_.size() + scales_.size(); }
+
+  // Replace the element bytes or the scales (a device copy brought back, bytes read from a file)
+  // with a buffer of exactly the layout's size.
+  void set_data(std::vector<std::uint8_t> bytes) {
+    detail::require(bytes.size() == data_.size(), "mx_tensor::set_data: ", bytes.size(), " bytes for a ", name_of(layout_.axis), " ",
+                    rows(), "x", cols(), " ", name_of(layout_.type), " tensor, expected ", data_.size());
+    data_ = std::move(bytes);
+  }
+  void set_scales(std::vector<std::uint8_t> scales) {
+    detail::require(scales.size() == scales_.size(), "mx_tensor::set_scales: ", scales.size(), " scales for a ", name_of(layout_.axis),
+                    " ", rows(), "x", cols(), " ", name_of(layout_.type), " tensor, expected ", scales_.size());
+    scales_ = std::move(scales);
+  }
 
   mx_view view() noexcept { return {layout_, options_, data_.data(), scales_.data()}; }
   mx_const_view view() const noexcept { return {layout_, options_, data_.data(), scales_.data()}; }
 
  private:
+  static const mx_layout& checked(const mx_layout& l, const quantize_options& o) {
+    detail::check_layout(l, "mx_tensor");
+    detail::check_options(o, "mx_tensor");
+    return l;
+  }
+
   mx_layout layout_;
   quantize_options options_;
   std::vector<std::uint8_t> data_;

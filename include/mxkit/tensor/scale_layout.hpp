@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <vector>
 
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/config.hpp>
 #include <mxkit/enum_names.hpp>
 #include <mxkit/error.hpp>
@@ -83,9 +84,33 @@ MXKIT_HD constexpr std::size_t scale_offset(scale_layout l, std::size_t lines, s
   return line * blocks + block;
 }
 
+namespace detail {
+// The host check of a [lines, blocks] scale matrix in layout l: a known layout (any other value
+// would be placed row-major), and a row-major and a padded extent whose sizes do not wrap. Once
+// it passes, padded_scale_extent, scale_storage_size and every scale_offset are exact.
+template <class... Where>
+scale_extent check_scale_extent(scale_layout l, std::size_t lines, std::size_t blocks, const Where&... where) {
+  check_enum(l, scale_layout::aiter_shuffle, "scale_layout", where...);
+  checked_mul({"lines", lines}, {"blocks", blocks}, where...);
+  scale_extent e{lines, blocks};
+  switch (l) {
+    case scale_layout::cublas_128x4:
+      e = {checked_round_up({"lines", lines}, 128, where...), checked_round_up({"blocks", blocks}, 4, where...)};
+      break;
+    case scale_layout::aiter_shuffle:
+      e = {checked_round_up({"lines", lines}, 256, where...), checked_round_up({"blocks", blocks}, 8, where...)};
+      break;
+    case scale_layout::row_major: return e;
+  }
+  checked_mul({"padded lines", e.lines}, {"padded blocks", e.blocks}, where...);
+  return e;
+}
+}  // namespace detail
+
 // Host conversions between a row-major [lines, blocks] scale matrix and layout l (padding 0).
 inline std::vector<std::uint8_t> to_scale_layout(const std::uint8_t* row_major, std::size_t lines, std::size_t blocks,
                                                  scale_layout l) {
+  detail::check_scale_extent(l, lines, blocks, "to_scale_layout");
   detail::require(lines == 0 || blocks == 0 || row_major, "to_scale_layout: null scales for ", lines, "x", blocks, " blocks");
   std::vector<std::uint8_t> out(scale_storage_size(l, lines, blocks), 0);
   for (std::size_t i = 0; i < lines; ++i)
@@ -94,6 +119,7 @@ inline std::vector<std::uint8_t> to_scale_layout(const std::uint8_t* row_major, 
 }
 inline std::vector<std::uint8_t> to_row_major_scales(const std::uint8_t* stored, std::size_t lines, std::size_t blocks,
                                                      scale_layout l) {
+  detail::check_scale_extent(l, lines, blocks, "to_row_major_scales");
   detail::require(lines == 0 || blocks == 0 || stored, "to_row_major_scales: null scales for ", lines, "x", blocks, " blocks");
   std::vector<std::uint8_t> out(lines * blocks);
   for (std::size_t i = 0; i < lines; ++i)
