@@ -325,14 +325,14 @@ TEST_CASE("dequantize_block: a rotated block near the float range unrotates with
   b[3] = fmax;
   quantize_options o;
   o.hadamard = true;
-  const block y = mxkit::dequantize_block<mxkit::mxfp4>(mxkit::quantize_block<mxkit::mxfp4>(b, o), o);
+  const block y = mxkit::dequantize_block<mxkit::mx_format<mxkit::mx_type::mxfp4>>(mxkit::quantize_block<mxkit::mx_format<mxkit::mx_type::mxfp4>>(b, o), o);
   CHECK(y[3] == 0x1.8p127f);
   for (std::size_t i = 0; i < 32; ++i)
     if (i != 3) CHECK(y[i] == 0.0f);
   // Under round_up the same block's elements round up to 4 x 2^124: the exact unrotation is
   // 2^128, beyond the float range, so +Inf (an IEEE overflow, as without the rotation), not NaN.
   o.rule = scale_rule::round_up;
-  const block z = mxkit::dequantize_block<mxkit::mxfp4>(mxkit::quantize_block<mxkit::mxfp4>(b, o), o);
+  const block z = mxkit::dequantize_block<mxkit::mx_format<mxkit::mx_type::mxfp4>>(mxkit::quantize_block<mxkit::mx_format<mxkit::mx_type::mxfp4>>(b, o), o);
   CHECK(z[3] == std::numeric_limits<float>::infinity());
   for (std::size_t i = 0; i < 32; ++i)
     if (i != 3) CHECK(z[i] == 0.0f);
