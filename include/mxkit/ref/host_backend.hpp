@@ -116,7 +116,7 @@ class host_backend : public nn::backend {
     });
   }
   void do_write_tokens(nn::tensor& t, const std::vector<std::int32_t>& tokens) override {
-    std::memcpy(t.data(), tokens.data(), tokens.size() * sizeof(std::int32_t));
+    if (!tokens.empty()) std::memcpy(t.data(), tokens.data(), tokens.size() * sizeof(std::int32_t));
   }
   std::vector<double> do_read(const nn::tensor& t) const override {
     std::vector<double> out(t.size());
