@@ -94,6 +94,7 @@ run_result run_one(const run_spec& spec, const demo_config& dc, const corpus_spl
   train_config tc;
   tc.shape = dc.shape;
   tc.data_seed = dc.data_seed;
+  tc.log_every = dc.loss_window;  // the host reads the loss once per window (the train loss column)
   tc.progress_every = 40;
   if (!spec.lora) {
     tc.steps = dc.pretrain_steps;
@@ -116,7 +117,7 @@ run_result run_one(const run_spec& spec, const demo_config& dc, const corpus_spl
   run_result out;
   out.label = spec.label;
   out.steps = tc.steps;
-  out.train_loss = t.recent_loss(dc.loss_window);
+  out.train_loss = t.recent_loss(1);  // the mean of the last log_every steps
   out.val_loss = evaluate(m, sequential_batches(corpus.validation, dc.shape, dc.val_batches));
   out.healing = t.healing();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -29,6 +29,7 @@
 #include <mxkit/ref/nn/adamw.hpp>
 #include <mxkit/ref/nn/attention.hpp>
 #include <mxkit/ref/nn/cross_entropy.hpp>
+#include <mxkit/ref/nn/delayed_scaling.hpp>
 #include <mxkit/ref/nn/embedding.hpp>
 #include <mxkit/ref/nn/rmsnorm.hpp>
 #include <mxkit/ref/nn/rope.hpp>

@@ -76,9 +76,10 @@ TEST_CASE("healing: the switch leaves no MXFP4 state and never holds both weight
     CHECK(l->cached_rowwise().kind() == precision::fp8);
     CHECK(l->cached_columnwise().kind() == precision::fp8);
     CHECK(l->current_recipe().name == recipes::fp8_healing().name);
-    CHECK(l->x_scaling().scale() == 1.0f);  // FP8 scaling starts fresh
-    CHECK(l->x_scaling().config().history_length == 4);
-    CHECK(l->x_scaling().config().algorithm == amax_algorithm::most_recent);
+    CHECK(read_scale(f.be, l->x_scaling()) == 1.0f);  // FP8 scaling starts fresh
+    CHECK(l->x_scaling().table->config().history_length == 4);
+    CHECK(l->x_scaling().table->config().algorithm == amax_algorithm::most_recent);
+    CHECK(l->x_scaling().table == f.m.scaling().get());  // one table for the model
     // The restored copy is the stashed one, byte for byte.
     CHECK(host_backend::fp8(l->cached_rowwise()).data == stash.find(l->name()).data);
   }

@@ -40,19 +40,20 @@ TEST_CASE("layers: attention is causal and reads the right kv head", "[nn][layer
   const head_shape s{1, 6, 4, 2, 8};
   tensor qkv = random_tensor(be, s.tokens(), s.qkv_dim(), 5);
   tensor out = be.alloc(s.tokens(), s.q_dim(), dtype::f32, mem_tag::activation);
-  tensor probs = be.alloc(s.n_heads, s.seq * s.seq, dtype::f32, mem_tag::activation);
-  be.attention_forward(qkv, out, probs, s);
-  const std::vector<double> o = be.read(out), q = be.read(qkv), p = be.read(probs);
+  tensor lse = be.alloc(s.n_heads, s.seq, dtype::f32, mem_tag::activation);
+  be.attention_forward(qkv, out, lse, s);
+  const std::vector<double> o = be.read(out), q = be.read(qkv), l = be.read(lse);
   // Token 0 attends to itself only: its output is its v row of the head's kv group.
   for (std::size_t h = 0; h < 4; ++h)
     for (std::size_t i = 0; i < 8; ++i) CHECK(o[h * 8 + i] == Approx(q[32 + 16 + (h / 2) * 8 + i]).epsilon(1e-6));
-  // Rows of P sum to one, nothing above the diagonal.
+  // The saved log-sum-exp normalizes each causal row: sum_{u <= t} exp(s_tu - lse_t) = 1.
   for (std::size_t h = 0; h < 4; ++h)
     for (std::size_t t = 0; t < 6; ++t) {
       double sum = 0;
-      for (std::size_t u = 0; u < 6; ++u) {
-        sum += p[h * 36 + t * 6 + u];
-        if (u > t) CHECK(p[h * 36 + t * 6 + u] == 0.0);
+      for (std::size_t u = 0; u <= t; ++u) {
+        double d = 0;
+        for (std::size_t i = 0; i < 8; ++i) d += q[t * s.qkv_dim() + h * 8 + i] * q[u * s.qkv_dim() + 32 + (h / 2) * 8 + i];
+        sum += std::exp(d / std::sqrt(8.0) - l[h * 6 + t]);
       }
       CHECK(sum == Approx(1.0).epsilon(1e-6));
     }
@@ -60,7 +61,7 @@ TEST_CASE("layers: attention is causal and reads the right kv head", "[nn][layer
   std::vector<double> changed = q;
   for (std::size_t c = 0; c < s.qkv_dim(); ++c) changed[5 * s.qkv_dim() + c] += 1.0;
   be.write(qkv, changed);
-  be.attention_forward(qkv, out, probs, s);
+  be.attention_forward(qkv, out, lse, s);
   const std::vector<double> o2 = be.read(out);
   for (std::size_t i = 0; i < 5 * s.q_dim(); ++i) CHECK(o2[i] == o[i]);
   bool last_changed = false;
@@ -86,12 +87,19 @@ TEST_CASE("layers: RMSNorm, SwiGLU and cross-entropy values", "[nn][layers]") {
   CHECK(sv[0] == 0.0);
   CHECK(sv[1] == Approx(2.0 / (1.0 + std::exp(-2.0)) * -3.0));
 
-  tensor logits = be.alloc(2, 8, dtype::f64, mem_tag::activation), d = be.alloc(2, 8, dtype::f64, mem_tag::activation);
-  CHECK(be.cross_entropy(logits, {3, 5}, &d) == Approx(std::log(8.0)));  // uniform
-  const std::vector<double> dv = be.read(d);
+  tensor logits = be.alloc(2, 8, dtype::f64, mem_tag::activation), loss = be.scalar();
+  tensor targets = be.alloc(2, 1, dtype::i32, mem_tag::activation);
+  be.write_tokens(targets, {3, 5}, 8);
+  be.cross_entropy(logits, targets, loss, false);
+  CHECK(be.read_scalar(loss) == Approx(std::log(8.0)));  // uniform
+  CHECK(be.read(logits) == std::vector<double>(16, 0.0));  // no gradient asked for: untouched
+  be.cross_entropy(logits, targets, loss, true);
+  CHECK(be.read_scalar(loss) == Approx(std::log(8.0)));
+  const std::vector<double> dv = be.read(logits);  // the gradient, in place
   CHECK(dv[3] == Approx((1.0 / 8 - 1.0) / 2));
   CHECK(dv[4] == Approx(1.0 / 8 / 2));
-  CHECK_THROWS_WITH(be.cross_entropy(logits, {3, 8}, nullptr), mxkit_test::contains("outside the vocabulary"));
+  CHECK_THROWS_WITH(be.write_tokens(targets, {3, 8}, 8), mxkit_test::contains("outside the vocabulary"));
+  CHECK_THROWS_WITH(be.write_tokens(targets, {-1, 0}, 8), mxkit_test::contains("outside the vocabulary"));
 }
 
 TEST_CASE("layers: quantized copies are tracked while alive", "[nn][layers]") {

@@ -154,9 +154,9 @@ TEST_CASE("linear: FP8 delayed scaling matches quantize_fp8 and the FP8 referenc
   pass p;
   std::vector<float> amax_x;
   for (int step = 0; step < 3; ++step) {
-    sx = l.x_scaling().scale();
-    sw = l.w_scaling().scale();
-    sdy = l.dy_scaling().scale();
+    sx = read_scale(be, l.x_scaling());
+    sw = read_scale(be, l.w_scaling());
+    sdy = read_scale(be, l.dy_scaling());
     p = run_layer(be, l, 100 + static_cast<std::uint64_t>(step));
     float a = 0;
     for (float v : p.x) a = std::max(a, std::fabs(v));
@@ -164,10 +164,13 @@ TEST_CASE("linear: FP8 delayed scaling matches quantize_fp8 and the FP8 referenc
     l.end_step();
   }
   CHECK(sx == 448.0f / std::max(amax_x[0], amax_x[1]));  // step 2 used the window {step 1, step 0}
-  CHECK(l.x_scaling().scale() == 448.0f / std::max(amax_x[1], amax_x[2]));
+  CHECK(read_scale(be, l.x_scaling()) == 448.0f / std::max(amax_x[1], amax_x[2]));
   CHECK(sw != 1.0f);
   CHECK(sdy != 1.0f);
-  CHECK(be.last(operand_use::fprop_x).fp8_scale == sx);
+  // The X request names X's row of the layer's scaling table (whose scale was sx in that step).
+  CHECK(be.last(operand_use::fprop_x).fp8.table == l.x_scaling().table);
+  CHECK(be.last(operand_use::fprop_x).fp8.row == l.x_scaling().row);
+  CHECK(be.last(operand_use::fprop_x).fp8.record_amax);
   const fp8_tensor x = quantize_fp8(view(p.x, M, K), fp8_type::e4m3, sx);
   const fp8_tensor w = quantize_fp8(view(p.w, N, K), fp8_type::e4m3, sw);
   const fp8_tensor dy = quantize_fp8(view(p.dy, M, N), fp8_type::e5m2, sdy);
@@ -218,7 +221,7 @@ TEST_CASE("linear: an FP8 weight copy is remade when W's delayed scale moves", "
   l.end_step();  // W's scale: 1 -> 448 / amax(W)
   l.forward(x, y, true);
   CHECK(l.weight_quantizations() == 2);
-  CHECK(host_backend::fp8(l.cached_rowwise()).scale == l.w_scaling().scale());
+  CHECK(host_backend::fp8(l.cached_rowwise()).scale == read_scale(be, l.w_scaling()));
   l.end_step();  // same amax, same scale
   l.forward(x, y, true);
   l.end_step();  // nothing recorded (cached): the scale stays

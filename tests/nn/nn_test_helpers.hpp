@@ -1,6 +1,6 @@
 #pragma once
 // Shared helpers of the nn tests: random tensors, a backend that records the quantization
-// requests the layers make, and small model shapes.
+// requests the layers make, FP8 scales, and small model shapes.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -27,24 +27,41 @@ inline std::vector<float> floats(const backend& be, const tensor& t) {
   return out;
 }
 
-// host_backend that keeps every quantization request (tests read the options the layer used).
+// host_backend that keeps every quantization request (tests read the options the layer used),
+// the fused producers' included.
 class recording_backend : public host_backend {
  public:
   std::vector<quant_request> requests;
 
-  qtensor quantize(const tensor& x, const quant_request& r) override {
-    requests.push_back(r);
-    return host_backend::quantize(x, r);
-  }
-  qpair quantize_both(const tensor& x, const quant_request& row, const quant_request& col) override {
-    requests.push_back(row);
-    requests.push_back(col);
-    return host_backend::quantize_both(x, row, col);
-  }
   const quant_request& last(operand_use u) const {
     for (std::size_t i = requests.size(); i-- > 0;)
       if (requests[i].use == u) return requests[i];
     detail::fail("no request for ", name_of(u));
+  }
+
+ protected:
+  qtensor do_quantize(const tensor& x, const quant_request& r) override {
+    requests.push_back(r);
+    return host_backend::do_quantize(x, r);
+  }
+  qpair do_quantize_both(const tensor& x, const quant_request& row, const quant_request& col) override {
+    requests.push_back(row);
+    requests.push_back(col);
+    return host_backend::do_quantize_both(x, row, col);
+  }
+  qpair do_rmsnorm_quantize(const tensor& x, const tensor& w, tensor& rstd, double eps, const quant_plan& plan, tensor* y) override {
+    record(plan);
+    return host_backend::do_rmsnorm_quantize(x, w, rstd, eps, plan, y);
+  }
+  qpair do_swiglu_quantize(const tensor& gu, const quant_plan& plan, tensor* out) override {
+    record(plan);
+    return host_backend::do_swiglu_quantize(gu, plan, out);
+  }
+
+ private:
+  void record(const quant_plan& p) {
+    requests.push_back(p.rowwise);
+    if (p.columnwise_wanted) requests.push_back(p.columnwise);
   }
 };
 
@@ -54,6 +71,12 @@ inline void set_entry(backend& be, parameter& p, std::size_t i, double v) {
   all[i] = v;
   be.write(p.value, all);
   ++p.version;
+}
+
+// The current scale of an FP8 tensor's scaling row (a host read).
+inline float read_scale(const backend& be, const fp8_scaling_slot& s) {
+  detail::require(s.table != nullptr, "read_scale: the tensor has no scaling row");
+  return static_cast<float>(be.read(s.table->scale())[s.row]);
 }
 
 inline model_config tiny_model(dtype type = dtype::f32) {

@@ -5,6 +5,11 @@
 //   g' = g * clip,  m = b1 m + (1 - b1) g',  v = b2 v + (1 - b2) g'^2
 //   p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p)
 // A step whose gradient norm is not finite is skipped (nothing is updated) and counted.
+// One step is two multi-tensor backend operations and reads nothing back: global_norm (the norm
+// and the clipping factor, (1, 1) f64 in backend memory) and adamw_step (every parameter; the
+// step counters live in backend memory, so a skipped step is decided and counted on the device).
+// The host bumps every parameter's version on each step() (it does not know whether the device
+// skipped it): a skipped step costs a re-quantization of unchanged weights, never a stale copy.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -59,35 +64,32 @@ class adamw {
                be.alloc(p->rows(), p->cols(), p->value.type(), mem_tag::optimizer)};
         slots_.push_back(std::move(s));
       }
+    norm_ = be.scalar(mem_tag::optimizer);
+    clip_ = be.scalar(mem_tag::optimizer);
+    state_ = be.alloc(1, 2, dtype::f64, mem_tag::optimizer);  // steps applied, steps skipped
   }
 
-  // One update with learning rate `lr` (finite, >= 0; checked before anything changes). Returns
-  // the gradient norm before clipping.
-  double step(double lr) {
+  // One update with learning rate `lr` (finite, >= 0; checked before anything changes):
+  // enqueued, nothing read back.
+  void step(double lr) {
     detail::require(lr >= 0 && std::isfinite(lr), "adamw: lr must be finite and >= 0, got ", lr);
-    double ss = 0.0;
-    for (const slot& s : slots_) ss += be_->sum_squares(s.p->grad);
-    const double norm = std::sqrt(ss);
-    last_norm_ = norm;
-    if (!std::isfinite(norm)) {
-      ++skipped_;
-      return norm;
-    }
-    adamw_hyper h{lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay, 1.0, step_ + 1};
-    if (config_.clip_norm > 0 && norm > config_.clip_norm) h.grad_scale = config_.clip_norm / norm;
-    check_config(h);  // every value the backend update reads, checked once here before any weight changes
-    ++step_;
+    std::vector<const tensor*> grads;
+    std::vector<adamw_slot_ref> refs;
     for (slot& s : slots_) {
-      h.weight_decay = s.p->decay ? config_.weight_decay : 0.0;
-      be_->adamw_update(s.p->value, s.p->grad, s.m, s.v, h);
-      ++s.p->version;
+      grads.push_back(&s.p->grad);
+      refs.push_back({&s.p->value, &s.p->grad, &s.m, &s.v, s.p->decay ? config_.weight_decay : 0.0});
     }
-    return norm;
+    be_->global_norm(grads, config_.clip_norm, norm_, clip_);
+    be_->adamw_step(refs, {lr, config_.beta1, config_.beta2, config_.eps}, norm_, clip_, state_);
+    for (slot& s : slots_) ++s.p->version;
   }
 
-  std::uint64_t steps() const noexcept { return step_; }
-  std::uint64_t skipped_steps() const noexcept { return skipped_; }
-  double last_grad_norm() const noexcept { return last_norm_; }
+  // Reads from backend memory (each one a host read: for logging and checkpoints).
+  std::uint64_t steps() const { return static_cast<std::uint64_t>(be_->read(state_)[0]); }
+  std::uint64_t skipped_steps() const { return static_cast<std::uint64_t>(be_->read(state_)[1]); }
+  double last_grad_norm() const { return be_->read_scalar(norm_); }
+  // The gradient norm of the last step before clipping, (1, 1) f64 in backend memory.
+  const tensor& grad_norm() const noexcept { return norm_; }
   const adamw_config& config() const noexcept { return config_; }
 
   // State access for checkpoints: (parameter, first moment, second moment) per trainable parameter.
@@ -97,14 +99,17 @@ class adamw {
   };
   std::vector<slot>& slots() noexcept { return slots_; }
   const std::vector<slot>& slots() const noexcept { return slots_; }
-  void set_steps(std::uint64_t s) noexcept { step_ = s; }
+  void set_steps(std::uint64_t s) {
+    std::vector<double> st = be_->read(state_);
+    st[0] = static_cast<double>(s);
+    be_->write(state_, st);
+  }
 
  private:
   backend* be_;
   adamw_config config_;
   std::vector<slot> slots_;
-  std::uint64_t step_ = 0, skipped_ = 0;
-  double last_norm_ = 0.0;
+  tensor norm_, clip_, state_;  // (1, 1), (1, 1), (1, 2) f64
 };
 
 }  // namespace nn

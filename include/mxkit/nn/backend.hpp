@@ -1,23 +1,77 @@
 #pragma once
 // The one interface between the nn layers and the hardware. Layers (linear, transformer_layer,
-// model, adamw) only allocate tensors and call these kernels; host_backend (ref/host_backend.hpp)
-// implements them with mxkit's host quantizer and reference GEMMs, a GPU backend implements the
-// same calls with device kernels. Every heavy operation of a training step is one call here:
-//   quantize / quantize_both / transpose    operands of the three GEMMs (recipe.hpp)
-//   gemm                                    D[P,Q] = alpha * A . B^T + beta * D on stored copies
-//   layer kernels                           RMSNorm, RoPE, attention, SwiGLU, embedding,
-//                                           cross-entropy, AdamW, reductions
+// model, adamw, trainer) allocate tensors and call these operations; ref::host_backend
+// (ref/host_backend.hpp) implements them on the CPU with mxkit's host quantizer, reference GEMMs
+// and the ref/nn/ kernels, a GPU backend implements them with device kernels on its stream.
+//
+// Contract (what a device backend may rely on, and what it must provide)
+//
+// 1. Checks once. Every operation is a public non-virtual function of this class: it checks
+//    shapes, element types and counts (the `calls` counters), then calls one protected virtual
+//    do_*() with arguments that are known to be consistent. A backend implements the do_*()
+//    functions and repeats none of the checks; nothing reaches it that the public function
+//    refused. (Library-level checks inside the numerics, e.g. ref::product's block-axis check,
+//    stay where they are.)
+// 2. Streams and memory. A backend owns one stream; every operation is enqueued on it, in call
+//    order, and returns without waiting. Only read(), read_scalar(), export_fp8() and
+//    synchronize() wait, and each counts in counters().host_reads (or synchronizations).
+//    alloc() memory is zero-filled and comes from a stream-ordered pool (cudaMallocAsync-style,
+//    released to the pool when the last tensor handle drops): once a step's shapes have been
+//    seen, a step allocates nothing from the driver (counters().driver_allocations stays put) and
+//    never synchronizes the device. The host backend's stream is the calling thread (in order by
+//    construction) and its pool caches blocks by size. memory() counts live bytes and peaks by
+//    tag either way.
+// 3. Scalars stay on the device. The loss, the global gradient norm, the clipping factor, the
+//    optimizer's step counters are (1, 1) f64 tensors (one value: the width costs nothing and the
+//    host reference's double arithmetic carries over). cross_entropy writes the loss,
+//    global_norm reduces every gradient tensor in one multi-tensor pass and writes norm and
+//    clip factor, adamw_step updates every parameter in one multi-tensor pass, reading both
+//    through pointers (a non-finite norm skips the step on the device and counts it). The host
+//    reads the loss only when it logs (nn/training.hpp).
+// 4. Delayed scaling on the device (nn/delayed_scaling.hpp). An FP8 request names a row of a
+//    scaling_table; the cast reads scale[row] through a pointer, stores the scale it used with
+//    the copy (the GEMM's descale) and, when asked, max-combines its amax into history[row, 0].
+//    update_scales() is one fused kernel per step over the whole table. Weight caches are keyed
+//    by (weight version, the table's scale version), not by comparing floats.
+// 5. Attention saves the log-sum-exp (batch*n_heads, seq) in stat_type(activations), never the
+//    probabilities; the backward pass takes q, k, v, the output and the log-sum-exp and
+//    recomputes the probabilities (FlashAttention-2, Dao 2023: D = rowsum(dO * O),
+//    dS = P * (dP - D)).
+// 6. Types. Activations are f32 or bf16 (the recipe's `activations`), f64 in the gradient
+//    check; parameters, gradients and moments f32 (f64); tokens and targets (tokens, 1) i32
+//    tensors uploaded once per batch (write_tokens checks the range on the host, before upload).
+// 7. Fused producers, where they save a pass over memory: rmsnorm_quantize and swiglu_quantize
+//    write the quantized copies of their output directly (byte-identical to quantizing the
+//    output the unfused op stores, rounded to its dtype); gemm has a C operand (D = alpha A.B^T +
+//    beta C: the residual add in the epilogue); cross_entropy writes the logits' gradient in
+//    place of the logits.
+//
+// Operations (shapes: M tokens, C width, V vocabulary, B*H attention rows, T sequence)
+//   memory      alloc, write, write_tokens, read, read_scalar, synchronize, fill, copy, axpy, amax
+//   operands    quantize / quantize_both / transpose (recipe.hpp's operands of the three GEMMs),
+//               export_fp8 / import_fp8 (the healing stash), make_scaling_table, update_scales
+//   GEMM        gemm: D[P,Q] = alpha * A . B^T + beta * C on stored copies A [P,R], B [Q,R]
+//   layers      rmsnorm_forward / rmsnorm_quantize / rmsnorm_backward, rope, attention_forward /
+//               attention_backward, swiglu_forward / swiglu_quantize / swiglu_backward,
+//               embedding_forward / embedding_backward, cross_entropy
+//   optimizer   global_norm (multi-tensor), adamw_step (multi-tensor)
 // Stored copies follow mxkit's convention (tensor/mx_tensor.hpp): a rowwise copy of a [rows,
 // cols] matrix is stored as is, a columnwise copy transposed, so the reduction axis of every
 // GEMM operand is contiguous. This holds for every precision, not only MX.
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include <mxkit/block/quantize_options.hpp>
+#include <mxkit/checked_arithmetic.hpp>
+#include <mxkit/error.hpp>
+#include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/kernel_args.hpp>
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/tensor.hpp>
@@ -44,9 +98,17 @@ struct quant_request {
   operand_spec spec;
   block_axis axis = block_axis::rowwise;  // columnwise: stored transposed
   quantize_options mx;                    // kind mx: rule, rounding, rotation, Philox key/stream
-  float fp8_scale = 1.0f;                 // kind fp8: code = cast(x * scale)
+  fp8_scaling_slot fp8;                   // kind fp8: code = cast(x * scale[row]); amax -> history[row, 0]
   operand_use use = operand_use::fprop_x;
   mem_tag tag = mem_tag::quantized_activation;
+};
+
+// The copies a consumer wants of one tensor: always the rowwise one, the columnwise one when
+// `columnwise_wanted` (what a fused producer writes; linear::input_requests).
+struct quant_plan {
+  quant_request rowwise;
+  quant_request columnwise;
+  bool columnwise_wanted = false;
 };
 
 // Backend-owned storage of a quantized copy; each backend derives its own.
@@ -55,13 +117,13 @@ class qpayload {
   virtual ~qpayload() = default;
 };
 
-// A stored GEMM operand: one copy (rowwise or columnwise) of a logical [rows, cols] matrix.
+// A stored GEMM operand: one copy (rowwise or columnwise) of a logical [rows, cols] matrix. An
+// FP8 copy's scale lives in its payload (backend memory), written by the cast.
 class qtensor {
  public:
   qtensor() = default;
-  qtensor(quant_request request, std::size_t rows, std::size_t cols, float amax, std::size_t bytes,
-          std::shared_ptr<const qpayload> payload) noexcept
-      : request_(request), rows_(rows), cols_(cols), amax_(amax), bytes_(bytes), payload_(std::move(payload)) {}
+  qtensor(quant_request request, std::size_t rows, std::size_t cols, std::size_t bytes, std::shared_ptr<const qpayload> payload) noexcept
+      : request_(request), rows_(rows), cols_(cols), bytes_(bytes), payload_(std::move(payload)) {}
 
   const quant_request& request() const noexcept { return request_; }
   precision kind() const noexcept { return request_.spec.kind; }
@@ -71,7 +133,6 @@ class qtensor {
   // Stored shape [lines, length]; length is the reduction axis of the GEMM that consumes it.
   std::size_t lines() const noexcept { return axis() == block_axis::rowwise ? rows_ : cols_; }
   std::size_t length() const noexcept { return axis() == block_axis::rowwise ? cols_ : rows_; }
-  float amax() const noexcept { return amax_; }  // kind fp8: max |x| of the input (delayed scaling)
   std::size_t bytes() const noexcept { return bytes_; }
   bool defined() const noexcept { return payload_ != nullptr; }
   const qpayload* payload() const noexcept { return payload_.get(); }
@@ -80,7 +141,6 @@ class qtensor {
  private:
   quant_request request_;
   std::size_t rows_ = 0, cols_ = 0;
-  float amax_ = 0.0f;
   std::size_t bytes_ = 0;
   std::shared_ptr<const qpayload> payload_;
 };
@@ -89,12 +149,42 @@ struct qpair {
   qtensor rowwise, columnwise;
 };
 
+// The public operations, for the per-operation call counters.
+enum class backend_op : std::uint8_t {
+  alloc, write, write_tokens, read, fill, copy, axpy, amax,
+  quantize, quantize_both, transpose, export_fp8, import_fp8, update_scales, gemm,
+  rmsnorm_forward, rmsnorm_quantize, rmsnorm_backward, rope, attention_forward, attention_backward,
+  swiglu_forward, swiglu_quantize, swiglu_backward, embedding_forward, embedding_backward, cross_entropy,
+  global_norm, adamw_step,
+};
+inline constexpr std::size_t backend_op_count = static_cast<std::size_t>(backend_op::adamw_step) + 1;
+static_assert(backend_op_count == 29);
+
 struct backend_counters {
   std::array<std::uint64_t, operand_use_count> quantized{};  // stored copies produced, by use
   std::array<std::uint64_t, 3> gemms{};                       // by gemm_product
+  std::array<std::uint64_t, backend_op_count> calls{};       // public operations that passed their checks
+  std::uint64_t host_reads = 0;          // device -> host transfers the host waited for
+  std::uint64_t uploads = 0;             // host -> device transfers (write, write_tokens, import_fp8)
+  std::uint64_t synchronizations = 0;    // explicit synchronize() calls
+  std::uint64_t driver_allocations = 0;  // allocations the pool could not serve (the backend counts)
 
   std::uint64_t copies(operand_use u) const noexcept { return quantized[static_cast<std::size_t>(u)]; }
   std::uint64_t gemm_calls(gemm_product g) const noexcept { return gemms[static_cast<std::size_t>(g)]; }
+  std::uint64_t op_calls(backend_op o) const noexcept { return calls[static_cast<std::size_t>(o)]; }
+};
+
+// One parameter of a multi-tensor AdamW update.
+struct adamw_slot_ref {
+  tensor* param = nullptr;
+  const tensor* grad = nullptr;
+  tensor* m = nullptr;
+  tensor* v = nullptr;
+  double weight_decay = 0.0;
+};
+// The step's host arguments (kernel parameters, no device memory).
+struct adamw_args {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
 };
 
 class backend {
@@ -102,51 +192,331 @@ class backend {
   virtual ~backend() = default;
   virtual const char* name() const noexcept = 0;
 
-  // ---- memory (zero-filled allocations; host values as double, exact for f32)
-  virtual tensor alloc(std::size_t rows, std::size_t cols, dtype type, mem_tag tag) = 0;
-  virtual void write(tensor& t, const std::vector<double>& values) = 0;
-  virtual std::vector<double> read(const tensor& t) const = 0;
-  virtual void fill(tensor& t, double value) = 0;
-  virtual void copy(const tensor& src, tensor& dst) = 0;
-  virtual void axpy(double alpha, const tensor& x, tensor& y) = 0;  // y += alpha * x
-  virtual double sum_squares(const tensor& t) const = 0;
-  virtual double amax(const tensor& t) const = 0;  // max |x| (NaN if any NaN)
-
-  // ---- quantized operands and GEMM
-  virtual qtensor quantize(const tensor& x, const quant_request& r) = 0;
-  // Both copies of one tensor (the fused kernel of a GPU backend); same result as two quantize().
-  virtual qpair quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) = 0;
-  // Columnwise copy of an FP8 rowwise copy (per-tensor scale: a byte transpose).
-  virtual qtensor transpose(const qtensor& fp8_rowwise, operand_use use, mem_tag tag) = 0;
-  // FP8 copies between backend memory and host memory (the healing stash): quantize_fp8 of `w`
-  // with `scale`, returned in host memory; and a host FP8 copy uploaded as a rowwise operand.
-  virtual fp8_tensor export_fp8(const tensor& w, fp8_type type, float scale) = 0;
-  virtual qtensor import_fp8(const fp8_tensor& host, operand_use use, mem_tag tag) = 0;
-  // D[P,Q] = alpha * A . B^T + beta * D; A stored [P,R], B stored [Q,R] (same kind, same R).
-  // (Non-virtual so that the defaults hold for every backend; implementations override run_gemm.)
-  void gemm(gemm_product kind, const qtensor& a, const qtensor& b, tensor& d, float alpha = 1.0f, float beta = 0.0f) {
-    run_gemm(kind, a, b, d, alpha, beta);
+  // ---- memory and transfers ---------------------------------------------------------------------
+  // Zero-filled [rows, cols] of `type` from the stream-ordered pool, counted under `tag`.
+  tensor alloc(std::size_t rows, std::size_t cols, dtype type, mem_tag tag) {
+    // rows * cols * size_of(type) must not wrap around (a small buffer behind a huge shape), and
+    // is at most one object's bytes, so a backend's round-up to its alignment cannot wrap either.
+    const std::size_t elements = detail::checked_mul({"rows", rows}, {"cols", cols}, "alloc: a ", rows, "x", cols, " ",
+                                                     name_of(type), " tensor does not fit in memory");
+    const std::size_t bytes = detail::checked_bytes({"rows x cols", elements}, size_of(type), "alloc: a ", rows, "x", cols, " ",
+                                                    name_of(type), " tensor does not fit in memory");
+    count(backend_op::alloc);
+    allocation a = do_alloc(bytes);
+    struct owner {
+      std::shared_ptr<void> memory;
+      tracked_bytes tracked;
+    };
+    auto o = std::make_shared<owner>();
+    o->memory = std::move(a.owner);
+    o->tracked = tracked_bytes(&memory_, tag, bytes);
+    return tensor(type, rows, cols, a.data, std::move(o));
   }
-  virtual void run_gemm(gemm_product kind, const qtensor& a, const qtensor& b, tensor& d, float alpha, float beta) = 0;
+  // A (1, 1) device scalar (f64: the loss, norms, clip factors, counters).
+  tensor scalar(mem_tag tag = mem_tag::activation) { return alloc(1, 1, dtype::f64, tag); }
+
+  // Host values (exact for f32/f64/i32 inputs; bf16 rounds to nearest even) -> backend memory.
+  void write(tensor& t, const std::vector<double>& values) {
+    detail::require(t.defined(), "write: tensor is not allocated");
+    detail::require(values.size() == t.size(), "write: ", values.size(), " values for a ", t.rows(), "x", t.cols(), " tensor");
+    count(backend_op::write);
+    ++counters_.uploads;
+    do_write(t, values);
+  }
+  // Token ids (tokens, 1) i32, each checked against [0, vocab) on the host before the upload.
+  void write_tokens(tensor& t, const std::vector<std::int32_t>& tokens, std::size_t vocab) {
+    require_shape(t, tokens.size(), 1, "write_tokens");
+    require_type(t, dtype::i32, "write_tokens");
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      detail::require(tokens[i] >= 0 && static_cast<std::size_t>(tokens[i]) < vocab, "token ", i, " is ", tokens[i],
+                      ", outside the vocabulary [0, ", vocab, ")");
+    count(backend_op::write_tokens);
+    ++counters_.uploads;
+    do_write_tokens(t, tokens);
+  }
+  // Backend memory -> host, as doubles. Waits for the stream: a host read (counted).
+  std::vector<double> read(const tensor& t) const {
+    detail::require(t.defined(), "read: tensor is not allocated");
+    count(backend_op::read);
+    ++counters_.host_reads;
+    return do_read(t);
+  }
+  double read_scalar(const tensor& t) const {
+    require_shape(t, 1, 1, "read_scalar");
+    return read(t)[0];
+  }
+  // Waits until every operation enqueued so far has finished.
+  void synchronize() {
+    ++counters_.synchronizations;
+    do_synchronize();
+  }
+  void fill(tensor& t, double value) {
+    detail::require(t.defined(), "fill: tensor is not allocated");
+    count(backend_op::fill);
+    do_fill(t, value);
+  }
+  void copy(const tensor& src, tensor& dst) {
+    require_shape(dst, src.rows(), src.cols(), "copy destination");
+    require_type(dst, src.type(), "copy destination");
+    count(backend_op::copy);
+    do_copy(src, dst);
+  }
+  // y += alpha * x (same shape and type)
+  void axpy(double alpha, const tensor& x, tensor& y) {
+    require_shape(y, x.rows(), x.cols(), "axpy y");
+    require_type(y, x.type(), "axpy y");
+    detail::require(is_floating(x.type()), "axpy: integer tensors");
+    count(backend_op::axpy);
+    do_axpy(alpha, x, y);
+  }
+  // out (1, 1) f64 = max |x| (NaN if any element is NaN)
+  void amax(const tensor& x, tensor& out) {
+    detail::require(x.defined() && is_floating(x.type()), "amax: needs an allocated floating-point tensor");
+    check_scalar(out, "amax output");
+    count(backend_op::amax);
+    do_amax(x, out);
+  }
+
+  // ---- quantized operands, delayed scaling, GEMM ----------------------------------------------
+  qtensor quantize(const tensor& x, const quant_request& r) {
+    check_quant_input(x, "quantize");
+    check_request(r, "quantize");
+    count(backend_op::quantize);
+    count_copy(r);
+    qtensor q = do_quantize(x, r);
+    note_amax(r);
+    return q;
+  }
+  // Both copies of one tensor (the fused kernel of a GPU backend); same bytes as two quantize().
+  qpair quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) {
+    check_quant_input(x, "quantize_both");
+    check_pair(rowwise, &columnwise, "quantize_both");
+    count(backend_op::quantize_both);
+    count_copy(rowwise);
+    count_copy(columnwise);
+    qpair q = do_quantize_both(x, rowwise, columnwise);
+    note_amax(rowwise);
+    note_amax(columnwise);
+    return q;
+  }
+  // Columnwise copy of an FP8 rowwise copy (per-tensor scale: a byte transpose).
+  qtensor transpose(const qtensor& fp8_rowwise, operand_use use, mem_tag tag) {
+    detail::require(fp8_rowwise.defined() && fp8_rowwise.kind() == precision::fp8 && fp8_rowwise.axis() == block_axis::rowwise,
+                    "transpose: needs an FP8 rowwise copy, got a ", name_of(fp8_rowwise.kind()), " ", name_of(fp8_rowwise.axis()),
+                    " copy");
+    count(backend_op::transpose);
+    ++counters_.quantized[static_cast<std::size_t>(use)];
+    return do_transpose(fp8_rowwise, use, tag);
+  }
+  // FP8 copies between backend memory and host memory (the healing stash): quantize_fp8 of `w`
+  // with a host scale, returned in host memory (waits: a host read); and a host FP8 copy
+  // uploaded as a rowwise operand.
+  fp8_tensor export_fp8(const tensor& w, fp8_type type, float scale) {
+    check_quant_input(w, "export_fp8");
+    detail::require(std::isfinite(scale) && scale > 0.0f, "export_fp8: scale must be finite and positive, got ", scale);
+    count(backend_op::export_fp8);
+    ++counters_.host_reads;
+    return do_export_fp8(w, type, scale);
+  }
+  qtensor import_fp8(const fp8_tensor& host, operand_use use, mem_tag tag) {
+    detail::check_fp8_tensor(host, "import_fp8");
+    count(backend_op::import_fp8);
+    ++counters_.uploads;
+    ++counters_.quantized[static_cast<std::size_t>(use)];
+    return do_import_fp8(host, use, tag);
+  }
+  // A table of `types.size()` FP8 tensors: history zero, scale 1 (nn/delayed_scaling.hpp).
+  std::shared_ptr<scaling_table> make_scaling_table(const delayed_scaling_config& config, const std::vector<fp8_type>& types) {
+    check_config(config);
+    tensor history = alloc(types.size(), config.history_length, dtype::f32, mem_tag::scaling);
+    tensor scale = alloc(types.size(), 1, dtype::f32, mem_tag::scaling);
+    tensor maxima = alloc(types.size(), 1, dtype::f32, mem_tag::scaling);
+    std::vector<double> ones(types.size(), 1.0), m;
+    for (fp8_type t : types) m.push_back(fp8_max(t));
+    write(scale, ones);
+    write(maxima, m);
+    return std::make_shared<scaling_table>(config, types, std::move(history), std::move(scale), std::move(maxima));
+  }
+  // The fused per-step update of every row: new scales from the histories, histories rolled.
+  void update_scales(scaling_table& table) {
+    count(backend_op::update_scales);
+    do_update_scales(table);
+    table.note_update();
+  }
+  // D = alpha * A . B^T + beta * C; A stored [P,R], B stored [Q,R] (same kind, same R); D [P,Q]
+  // f32, bf16 or f64; C (same shape and type as D) is D itself when null (beta = 1 with C = the
+  // residual stream is the residual add in the epilogue).
+  void gemm(gemm_product kind, const qtensor& a, const qtensor& b, tensor& d, float alpha = 1.0f, float beta = 0.0f,
+            const tensor* c = nullptr) {
+    detail::require(a.defined() && b.defined(), name_of(kind), ": operand not quantized");
+    detail::require(a.kind() == b.kind(), name_of(kind), ": operands are ", name_of(a.kind()), " and ", name_of(b.kind()));
+    detail::require(a.length() == b.length(), name_of(kind), ": reduction lengths differ: A stored ", a.lines(), "x", a.length(),
+                    ", B stored ", b.lines(), "x", b.length());
+    require_shape(d, a.lines(), b.lines(), name_of(kind));
+    detail::require(is_floating(d.type()), name_of(kind), ": D is an integer tensor");
+    if (c && !c->same_as(d)) {
+      require_shape(*c, d.rows(), d.cols(), "gemm C");
+      require_type(*c, d.type(), "gemm C");
+    } else {
+      c = nullptr;
+    }
+    count(backend_op::gemm);
+    ++counters_.gemms[static_cast<std::size_t>(kind)];
+    do_gemm(kind, a, b, d, alpha, beta, c);
+  }
 
   // ---- layer kernels (forward and backward; *_backward kernels add into their outputs where noted)
-  // y = x / rms(x) * w, rstd (rows, 1) saved.  dx += ..., dw += ... (dw may be null: frozen)
-  virtual void rmsnorm_forward(const tensor& x, const tensor& w, tensor& y, tensor& rstd, double eps) = 0;
-  virtual void rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, tensor& dx, tensor* dw) = 0;
+  // y = x / rms(x) * w; rstd (rows, 1) saved.
+  void rmsnorm_forward(const tensor& x, const tensor& w, tensor& y, tensor& rstd, double eps) {
+    check_rmsnorm(x, w, rstd);
+    require_shape(y, x.rows(), x.cols(), "rmsnorm output");
+    require_type(y, x.type(), "rmsnorm output");
+    count(backend_op::rmsnorm_forward);
+    do_rmsnorm_forward(x, w, y, rstd, eps);
+  }
+  // The same normalization writing the consumer's quantized copies directly (y, the output in
+  // x's dtype, too when given): the bytes quantize(y) would give.
+  qpair rmsnorm_quantize(const tensor& x, const tensor& w, tensor& rstd, double eps, const quant_plan& plan, tensor* y) {
+    check_rmsnorm(x, w, rstd);
+    check_pair(plan.rowwise, plan.columnwise_wanted ? &plan.columnwise : nullptr, "rmsnorm_quantize");
+    if (y) {
+      require_shape(*y, x.rows(), x.cols(), "rmsnorm output");
+      require_type(*y, x.type(), "rmsnorm output");
+    }
+    count(backend_op::rmsnorm_quantize);
+    count_plan(plan);
+    qpair q = do_rmsnorm_quantize(x, w, rstd, eps, plan, y);
+    note_plan(plan);
+    return q;
+  }
+  // dx += d(loss)/dx; dw += d(loss)/dw (dw null: frozen).
+  void rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, tensor& dx, tensor* dw) {
+    check_rmsnorm(x, w, rstd);
+    require_shape(dy, x.rows(), x.cols(), "rmsnorm backward dY");
+    require_type(dy, x.type(), "rmsnorm backward dY");
+    require_shape(dx, x.rows(), x.cols(), "rmsnorm backward dX");
+    require_type(dx, x.type(), "rmsnorm backward dX");
+    if (dw) {
+      require_shape(*dw, 1, x.cols(), "rmsnorm backward dW");
+      require_type(*dw, w.type(), "rmsnorm backward dW");
+    }
+    count(backend_op::rmsnorm_backward);
+    do_rmsnorm_backward(dy, x, w, rstd, dx, dw);
+  }
   // In place on the q and k heads of a qkv tensor; inverse = rotate back (the backward pass).
-  virtual void rope(tensor& qkv, const head_shape& s, double theta, bool inverse) = 0;
-  // Causal grouped-query attention; probs (batch*n_heads, seq*seq) saved. dqkv is overwritten.
-  virtual void attention_forward(const tensor& qkv, tensor& out, tensor& probs, const head_shape& s) = 0;
-  virtual void attention_backward(const tensor& dout, const tensor& qkv, const tensor& probs, tensor& dqkv, const head_shape& s) = 0;
-  // out = silu(gate) * up, gate_up = [gate | up]; dgate_up is overwritten.
-  virtual void swiglu_forward(const tensor& gate_up, tensor& out) = 0;
-  virtual void swiglu_backward(const tensor& dout, const tensor& gate_up, tensor& dgate_up) = 0;
-  // out[i] = table[tokens[i]];  dtable[tokens[i]] += dout[i].
-  virtual void embedding_forward(const std::vector<std::int32_t>& tokens, const tensor& table, tensor& out) = 0;
-  virtual void embedding_backward(const std::vector<std::int32_t>& tokens, const tensor& dout, tensor& dtable) = 0;
-  // Mean cross-entropy of softmax(logits) against targets; dlogits (if given) = its gradient.
-  virtual double cross_entropy(const tensor& logits, const std::vector<std::int32_t>& targets, tensor* dlogits) = 0;
-  virtual void adamw_update(tensor& param, const tensor& grad, tensor& m, tensor& v, const adamw_hyper& h) = 0;
+  void rope(tensor& qkv, const head_shape& s, double theta, bool inverse) {
+    check_heads(s);
+    detail::require(s.head_dim % 2 == 0, "rope: head_dim ", s.head_dim, " must be even");
+    check_activation(qkv, s.tokens(), s.qkv_dim(), "rope qkv");
+    count(backend_op::rope);
+    do_rope(qkv, s, theta, inverse);
+  }
+  // Causal grouped-query attention; lse (batch*n_heads, seq) log-sum-exp saved, in stat_type.
+  void attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) {
+    check_heads(s);
+    check_activation(qkv, s.tokens(), s.qkv_dim(), "attention qkv");
+    check_like(out, qkv, s.tokens(), s.q_dim(), "attention output");
+    check_stat(lse, qkv, s.batch * s.n_heads, s.seq, "attention log-sum-exp");
+    count(backend_op::attention_forward);
+    do_attention_forward(qkv, out, lse, s);
+  }
+  // dqkv is overwritten; out and lse are the forward pass's.
+  void attention_backward(const tensor& dout, const tensor& qkv, const tensor& out, const tensor& lse, tensor& dqkv,
+                          const head_shape& s) {
+    check_heads(s);
+    check_activation(qkv, s.tokens(), s.qkv_dim(), "attention backward qkv");
+    check_like(out, qkv, s.tokens(), s.q_dim(), "attention backward output");
+    check_like(dout, qkv, s.tokens(), s.q_dim(), "attention backward dout");
+    check_stat(lse, qkv, s.batch * s.n_heads, s.seq, "attention backward log-sum-exp");
+    check_like(dqkv, qkv, s.tokens(), s.qkv_dim(), "attention backward dqkv");
+    count(backend_op::attention_backward);
+    do_attention_backward(dout, qkv, out, lse, dqkv, s);
+  }
+  // out = silu(gate) * up, gate_up = [gate | up].
+  void swiglu_forward(const tensor& gate_up, tensor& out) {
+    check_swiglu(gate_up);
+    check_like(out, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu output");
+    count(backend_op::swiglu_forward);
+    do_swiglu_forward(gate_up, out);
+  }
+  // The same activation writing the consumer's quantized copies directly (out too when given).
+  qpair swiglu_quantize(const tensor& gate_up, const quant_plan& plan, tensor* out) {
+    check_swiglu(gate_up);
+    check_pair(plan.rowwise, plan.columnwise_wanted ? &plan.columnwise : nullptr, "swiglu_quantize");
+    if (out) check_like(*out, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu output");
+    count(backend_op::swiglu_quantize);
+    count_plan(plan);
+    qpair q = do_swiglu_quantize(gate_up, plan, out);
+    note_plan(plan);
+    return q;
+  }
+  // dgate_up is overwritten.
+  void swiglu_backward(const tensor& dout, const tensor& gate_up, tensor& dgate_up) {
+    check_swiglu(gate_up);
+    check_like(dout, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu backward dout");
+    check_like(dgate_up, gate_up, gate_up.rows(), gate_up.cols(), "swiglu backward dgate_up");
+    count(backend_op::swiglu_backward);
+    do_swiglu_backward(dout, gate_up, dgate_up);
+  }
+  // out[i] = table[tokens[i]] (out in the activation dtype);  dtable[tokens[i]] += dout[i].
+  void embedding_forward(const tensor& tokens, const tensor& table, tensor& out) {
+    check_tokens(tokens, "embedding tokens");
+    check_param(table, "embedding table");
+    require_shape(out, tokens.rows(), table.cols(), "embedding output");
+    check_activation_of(out, table, "embedding output");
+    count(backend_op::embedding_forward);
+    do_embedding_forward(tokens, table, out);
+  }
+  void embedding_backward(const tensor& tokens, const tensor& dout, tensor& dtable) {
+    check_tokens(tokens, "embedding tokens");
+    check_param(dtable, "embedding backward dtable");
+    require_shape(dout, tokens.rows(), dtable.cols(), "embedding backward dout");
+    check_activation_of(dout, dtable, "embedding backward dout");
+    count(backend_op::embedding_backward);
+    do_embedding_backward(tokens, dout, dtable);
+  }
+  // loss (1, 1) f64 = mean cross-entropy of softmax(logits) against targets (rows, 1) i32.
+  // gradient: logits is overwritten with d(loss)/d(logits) (in place: no second (M, V) buffer).
+  void cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient) {
+    detail::require(logits.defined() && is_floating(logits.type()), "cross_entropy: logits must be an allocated floating-point tensor");
+    check_tokens(targets, "cross_entropy targets");
+    detail::require(targets.rows() == logits.rows(), "cross_entropy: ", targets.rows(), " targets for ", logits.rows(), " rows");
+    check_scalar(loss, "cross_entropy loss");
+    count(backend_op::cross_entropy);
+    do_cross_entropy(logits, targets, loss, gradient);
+  }
+
+  // ---- optimizer (multi-tensor) ------------------------------------------------------------------
+  // norm = sqrt(sum of squares of every element of every tensor), clip = max_norm / norm when
+  // max_norm > 0 and norm > max_norm, else 1. One pass over all tensors; both (1, 1) f64.
+  void global_norm(std::span<const tensor* const> tensors, double max_norm, tensor& norm, tensor& clip) {
+    for (const tensor* t : tensors) detail::require(t && t->defined() && is_floating(t->type()), "global_norm: a tensor is not allocated");
+    detail::require(max_norm >= 0.0, "global_norm: max_norm must be >= 0, got ", max_norm);
+    check_scalar(norm, "global_norm norm");
+    check_scalar(clip, "global_norm clip factor");
+    count(backend_op::global_norm);
+    do_global_norm(tensors, max_norm, norm, clip);
+  }
+  // Every slot: g' = g * clip, AdamW with bias correction t = state[0] + 1 (ref/nn/adamw.hpp).
+  // A non-finite norm skips the whole step on the device: nothing is written but state[1] += 1;
+  // otherwise state[0] += 1. state (1, 2) f64: steps applied, steps skipped.
+  void adamw_step(std::span<const adamw_slot_ref> slots, const adamw_args& args, const tensor& norm, const tensor& clip,
+                  tensor& state) {
+    for (const adamw_slot_ref& s : slots) {
+      detail::require(s.param && s.grad && s.m && s.v, "adamw_step: a slot has a null tensor");
+      check_param(*s.param, "adamw parameter");
+      for (const tensor* t : {s.grad, static_cast<const tensor*>(s.m), static_cast<const tensor*>(s.v)}) {
+        require_shape(*t, s.param->rows(), s.param->cols(), "adamw gradient/moment");
+        require_type(*t, s.param->type(), "adamw gradient/moment");
+      }
+    }
+    check_scalar(norm, "adamw_step norm");
+    check_scalar(clip, "adamw_step clip factor");
+    require_shape(state, 1, 2, "adamw_step state");
+    require_type(state, dtype::f64, "adamw_step state");
+    count(backend_op::adamw_step);
+    do_adamw_step(slots, args, norm, clip, state);
+  }
 
   memory_tracker& memory() noexcept { return memory_; }
   const memory_tracker& memory() const noexcept { return memory_; }
@@ -154,8 +524,123 @@ class backend {
   const backend_counters& counters() const noexcept { return counters_; }
 
  protected:
+  struct allocation {
+    void* data = nullptr;
+    std::shared_ptr<void> owner;  // releases the memory to the pool
+  };
+  // Every do_*() is called only with arguments its public function has checked.
+  virtual allocation do_alloc(std::size_t bytes) = 0;  // zero-filled, 8-byte aligned at least
+  virtual void do_write(tensor& t, const std::vector<double>& values) = 0;
+  virtual void do_write_tokens(tensor& t, const std::vector<std::int32_t>& tokens) = 0;
+  virtual std::vector<double> do_read(const tensor& t) const = 0;
+  virtual void do_synchronize() = 0;
+  virtual void do_fill(tensor& t, double value) = 0;
+  virtual void do_copy(const tensor& src, tensor& dst) = 0;
+  virtual void do_axpy(double alpha, const tensor& x, tensor& y) = 0;
+  virtual void do_amax(const tensor& x, tensor& out) = 0;
+  virtual qtensor do_quantize(const tensor& x, const quant_request& r) = 0;
+  virtual qpair do_quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) = 0;
+  virtual qtensor do_transpose(const qtensor& fp8_rowwise, operand_use use, mem_tag tag) = 0;
+  virtual fp8_tensor do_export_fp8(const tensor& w, fp8_type type, float scale) = 0;
+  virtual qtensor do_import_fp8(const fp8_tensor& host, operand_use use, mem_tag tag) = 0;
+  virtual void do_update_scales(scaling_table& table) = 0;
+  virtual void do_gemm(gemm_product kind, const qtensor& a, const qtensor& b, tensor& d, float alpha, float beta, const tensor* c) = 0;
+  virtual void do_rmsnorm_forward(const tensor& x, const tensor& w, tensor& y, tensor& rstd, double eps) = 0;
+  virtual qpair do_rmsnorm_quantize(const tensor& x, const tensor& w, tensor& rstd, double eps, const quant_plan& plan, tensor* y) = 0;
+  virtual void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, tensor& dx, tensor* dw) = 0;
+  virtual void do_rope(tensor& qkv, const head_shape& s, double theta, bool inverse) = 0;
+  virtual void do_attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) = 0;
+  virtual void do_attention_backward(const tensor& dout, const tensor& qkv, const tensor& out, const tensor& lse, tensor& dqkv,
+                                     const head_shape& s) = 0;
+  virtual void do_swiglu_forward(const tensor& gate_up, tensor& out) = 0;
+  virtual qpair do_swiglu_quantize(const tensor& gate_up, const quant_plan& plan, tensor* out) = 0;
+  virtual void do_swiglu_backward(const tensor& dout, const tensor& gate_up, tensor& dgate_up) = 0;
+  virtual void do_embedding_forward(const tensor& tokens, const tensor& table, tensor& out) = 0;
+  virtual void do_embedding_backward(const tensor& tokens, const tensor& dout, tensor& dtable) = 0;
+  virtual void do_cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient) = 0;
+  virtual void do_global_norm(std::span<const tensor* const> tensors, double max_norm, tensor& norm, tensor& clip) = 0;
+  virtual void do_adamw_step(std::span<const adamw_slot_ref> slots, const adamw_args& args, const tensor& norm, const tensor& clip,
+                             tensor& state) = 0;
+
   memory_tracker memory_;
-  backend_counters counters_;
+  mutable backend_counters counters_;
+
+ private:
+  void count(backend_op o) const noexcept { ++counters_.calls[static_cast<std::size_t>(o)]; }
+  void count_copy(const quant_request& r) noexcept { ++counters_.quantized[static_cast<std::size_t>(r.use)]; }
+  void count_plan(const quant_plan& p) noexcept {
+    count_copy(p.rowwise);
+    if (p.columnwise_wanted) count_copy(p.columnwise);
+  }
+  static void note_amax(const quant_request& r) {
+    if (r.spec.kind == precision::fp8 && r.fp8.record_amax) r.fp8.table->note_amax(r.fp8.row, r.fp8.source);
+  }
+  static void note_plan(const quant_plan& p) {
+    note_amax(p.rowwise);
+    if (p.columnwise_wanted) note_amax(p.columnwise);
+  }
+  static void check_quant_input(const tensor& x, const char* what) {
+    detail::require(x.defined(), what, ": input tensor is not allocated");
+    detail::require(is_floating(x.type()), what, ": input is an integer tensor");
+  }
+  static void check_request(const quant_request& r, const char* what) {
+    if (r.spec.kind != precision::fp8) return;
+    detail::require(r.fp8.table != nullptr, what, ": an FP8 request needs a scaling table row");
+    detail::require(r.fp8.row < r.fp8.table->rows(), what, ": scaling row ", r.fp8.row, " of a ", r.fp8.table->rows(), "-row table");
+    detail::require(r.fp8.table->type(r.fp8.row) == r.spec.fp8, what, ": scaling row ", r.fp8.row, " holds ",
+                    name_of(r.fp8.table->type(r.fp8.row)), ", the request asks for ", name_of(r.spec.fp8));
+  }
+  static void check_pair(const quant_request& row, const quant_request* col, const char* what) {
+    detail::require(row.axis == block_axis::rowwise && (!col || col->axis == block_axis::columnwise), what,
+                    ": the requests must be one rowwise and one columnwise copy");
+    check_request(row, what);
+    if (col) check_request(*col, what);
+  }
+  static void check_scalar(const tensor& t, const char* what) {
+    require_shape(t, 1, 1, what);
+    require_type(t, dtype::f64, what);
+  }
+  static void check_tokens(const tensor& t, const char* what) {
+    detail::require(t.defined() && t.cols() == 1, what, ": must be a (tokens, 1) tensor");
+    require_type(t, dtype::i32, what);
+  }
+  static void check_param(const tensor& t, const char* what) {
+    detail::require(t.defined(), what, ": tensor is not allocated");
+    detail::require(t.type() == dtype::f32 || t.type() == dtype::f64, what, ": parameters are f32 or f64, got ", name_of(t.type()));
+  }
+  // An activation of a model whose parameters are `param`'s type: f64 with f64, f32 or bf16 with f32.
+  static void check_activation_of(const tensor& act, const tensor& param, const char* what) {
+    detail::require(param.type() == dtype::f64 ? act.type() == dtype::f64 : (act.type() == dtype::f32 || act.type() == dtype::bf16),
+                    what, ": ", name_of(act.type()), " activations with ", name_of(param.type()), " parameters");
+  }
+  static void check_activation(const tensor& t, std::size_t rows, std::size_t cols, const char* what) {
+    require_shape(t, rows, cols, what);
+    detail::require(is_floating(t.type()), what, ": activations are floating-point");
+  }
+  static void check_like(const tensor& t, const tensor& like, std::size_t rows, std::size_t cols, const char* what) {
+    require_shape(t, rows, cols, what);
+    require_type(t, like.type(), what);
+  }
+  static void check_stat(const tensor& t, const tensor& act, std::size_t rows, std::size_t cols, const char* what) {
+    require_shape(t, rows, cols, what);
+    require_type(t, stat_type(act.type()), what);
+  }
+  static void check_rmsnorm(const tensor& x, const tensor& w, const tensor& rstd) {
+    detail::require(x.defined() && is_floating(x.type()), "rmsnorm: input must be an allocated floating-point tensor");
+    check_param(w, "rmsnorm weight");
+    require_shape(w, 1, x.cols(), "rmsnorm weight");
+    check_activation_of(x, w, "rmsnorm input");
+    check_stat(rstd, x, x.rows(), 1, "rmsnorm rstd");
+  }
+  static void check_heads(const head_shape& s) {
+    detail::require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "attention: n_heads ", s.n_heads,
+                    " is not a multiple of n_kv_heads ", s.n_kv_heads);
+    detail::require(s.head_dim > 0 && s.batch > 0 && s.seq > 0, "attention: empty head shape");
+  }
+  static void check_swiglu(const tensor& gu) {
+    detail::require(gu.defined() && is_floating(gu.type()), "swiglu: input must be an allocated floating-point tensor");
+    detail::require(gu.cols() % 2 == 0, "swiglu: gate/up width ", gu.cols(), " is odd");
+  }
 };
 
 }  // namespace nn

@@ -1,9 +1,9 @@
 #pragma once
-// Token embedding: row i of the output is row tokens[i] of the table (V, C).
+// Token embedding: row i of the output is row tokens[i] of the table (V, C). Tokens are a
+// (tokens, 1) i32 tensor in backend memory (uploaded once per batch, range-checked then).
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include <mxkit/error.hpp>
 #include <mxkit/nn/backend.hpp>
@@ -17,21 +17,22 @@ class embedding {
   embedding(backend& be, std::string name, std::size_t vocab, std::size_t dim, dtype type) : be_(&be) {
     table_ = make_parameter(be, std::move(name), vocab, dim, type);
   }
-  void forward(const std::vector<std::int32_t>& tokens, tensor& out) {
-    require_shape(out, tokens.size(), table_.cols(), "embedding output");
-    tokens_ = tokens;
+  // tokens (M, 1) i32 -> out (M, C); keeps the tokens for backward.
+  void forward(const tensor& tokens, tensor& out) {
     be_->embedding_forward(tokens, table_.value, out);
+    tokens_ = tokens;
   }
   void backward(const tensor& dout) {
     if (table_.trainable) be_->embedding_backward(tokens_, dout, table_.grad);
   }
+  void release_saved() noexcept { tokens_.reset(); }
   parameter& table() noexcept { return table_; }
   const parameter& table() const noexcept { return table_; }
 
  private:
   backend* be_ = nullptr;
   parameter table_;  // (V, C)
-  std::vector<std::int32_t> tokens_;
+  tensor tokens_;    // (M, 1) i32
 };
 
 }  // namespace nn

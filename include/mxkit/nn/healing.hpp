@@ -59,11 +59,13 @@ class fp8_weight_stash {
 inline fp8_weight_stash prepare_healing(model& m, fp8_type type = fp8_type::e4m3) {
   fp8_weight_stash stash;
   backend& be = m.be();
+  tensor amax_scalar = be.scalar();
   for (linear* l : m.linears()) {
     detail::require(!l->weight().trainable, "prepare_healing: '", l->name(),
                     "' is trainable; healing stashes frozen weights (freeze the model and train LoRA adapters)");
     detail::require(l->has_master(), "prepare_healing: '", l->name(), "' has no master copy to stash");
-    const double amax = be.amax(l->weight().value);
+    be.amax(l->weight().value, amax_scalar);
+    const double amax = be.read_scalar(amax_scalar);  // a host read: healing is set up once, not per step
     const double s = amax > 0.0 && std::isfinite(amax) ? fp8_max(type) / amax : 1.0;
     // A tiny amax gives a quotient beyond float (converting it is undefined behaviour): clamp it
     // to the largest float, as delayed scaling does (delayed_scaling.hpp).

@@ -1,6 +1,7 @@
 #pragma once
 // Arguments the layer kernels of every backend share (nn/backend.hpp, ref/nn/): the attention
-// geometry and one AdamW update's hyperparameters.
+// geometry and one parameter's AdamW update (ref::adamw_update; backend::adamw_step forms one per
+// parameter from its host arguments and the clip factor and step counter in backend memory).
 #include <cstddef>
 #include <cstdint>
 

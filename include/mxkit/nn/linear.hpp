@@ -3,18 +3,25 @@
 //   forward   X quantized on the fly: the fprop copy (rowwise) and, when W trains, the wgrad
 //             copy (columnwise), which is saved for backward instead of X.
 //             W quantized once per optimizer step: the fprop copy (rowwise) and the dgrad copy
-//             (columnwise, "transpose cache") are cached until the optimizer bumps the weight's
-//             version (or, for FP8, until W's delayed scale changes).
+//             (columnwise, "transpose cache") are cached, keyed by the weight's version (bumped
+//             by the optimizer) and, for FP8, W's scale version in the scaling table (bumped by
+//             an update that may have moved W's scale): no float is compared, nothing is read.
+//             The producer of X may write its quantized copies itself (input_requests, then
+//             forward_quantized: the fused RMSNorm and SwiGLU producers). A residual C makes the
+//             fprop GEMM write Y = X W^T + C (the residual add in the epilogue).
 //   backward  dY quantized on the fly: dgrad copy (rowwise), wgrad copy (columnwise).
 //             dX = dgrad(dY, W_col),  dW += wgrad(dY_col, X_col).
 // A frozen weight (LoRA base) has no gradient: its wgrad operands are never quantized and its
 // wgrad GEMM never runs. A frozen weight may also drop its master copy after pre-quantization
 // and live as quantized copies only (the LoRA healing recipe, healing.hpp).
-// FP8 operands take their scale from one delayed-scaling state per tensor (X, W, dY); amaxes
-// are recorded in training forward/backward and the scales move in end_step().
+// FP8 operands take their scale from one row per tensor (X, W, dY) of a scaling table in backend
+// memory (nn/delayed_scaling.hpp): the model's table, shared by all its linears, or a 3-row table
+// of the layer's own. Training casts write their amax into the row; the scales move in the one
+// update_scales() per step (model::end_step, or end_step() here for a table of the layer's own).
 // Philox streams: (layer id, tensor, training step, call in the step) per quantization, so
 // stochastic rounding draws fresh bits every step, the two copies of one tensor draw apart
 // (mx_tensor.hpp), and a run resumed at step n (set_step) draws what the uninterrupted run drew.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -34,12 +41,21 @@ namespace nn {
 class linear {
  public:
   linear() = default;
-  linear(backend& be, std::string name, std::size_t in, std::size_t out, std::uint32_t id, const recipe& r, dtype type)
+  // shared: rows first_row .. first_row + 2 of the model's scaling table (FP8 recipes); null: a
+  // table of the layer's own.
+  linear(backend& be, std::string name, std::size_t in, std::size_t out, std::uint32_t id, const recipe& r, dtype type,
+         std::shared_ptr<scaling_table> shared = nullptr, std::size_t first_row = 0)
       : be_(&be), id_(id), in_(in), out_(out) {
     detail::require(in > 0 && out > 0, "linear '", name, "': zero-sized weight ", out, "x", in);
     weight_ = make_parameter(be, std::move(name), out, in, type);
-    set_recipe(r);
+    set_recipe(r, std::move(shared), first_row);
   }
+
+  // The FP8 types of the layer's scaling rows under r: X, W, dY (E4M3 where a tensor is not FP8).
+  static std::array<fp8_type, 3> scaling_types(const recipe& r) noexcept {
+    return {fp8_type_of(r.fprop.a, r.wgrad.b), fp8_type_of(r.fprop.b, r.dgrad.b), fp8_type_of(r.dgrad.a, r.wgrad.a)};
+  }
+  static constexpr std::size_t scaling_rows = 3;
 
   // ---- configuration
   const std::string& name() const noexcept { return weight_.name; }
@@ -54,16 +70,34 @@ class linear {
     ++weight_.version;
   }
 
-  // Switches the recipe: every quantized copy is dropped and FP8 scaling starts fresh.
-  void set_recipe(const recipe& r) {
+  // Switches the recipe: every quantized copy is dropped and FP8 scaling starts fresh (the
+  // caller passes rows of a fresh shared table, or the layer makes a table of its own).
+  void set_recipe(const recipe& r, std::shared_ptr<scaling_table> shared = nullptr, std::size_t first_row = 0) {
     check_config(r);
     check_dims(r, in_, "in_features K", gemm_product::fprop);
     check_dims(r, out_, "out_features N", gemm_product::dgrad);
+    std::shared_ptr<scaling_table> table;
+    bool own = false;
+    if (r.uses(precision::fp8)) {
+      const std::array<fp8_type, 3> types = scaling_types(r);
+      if (shared) {
+        detail::require(first_row + scaling_rows <= shared->rows(), "linear '", name(), "': scaling rows ", first_row, "..",
+                        first_row + 2, " of a ", shared->rows(), "-row table");
+        for (std::size_t i = 0; i < scaling_rows; ++i)
+          detail::require(shared->type(first_row + i) == types[i], "linear '", name(), "': scaling row ", first_row + i, " holds ",
+                          name_of(shared->type(first_row + i)), ", the recipe '", r.name, "' needs ", name_of(types[i]));
+        table = std::move(shared);
+      } else {
+        table = be_->make_scaling_table(r.scaling, {types.begin(), types.end()});
+        first_row = 0;
+        own = true;
+      }
+    }
     recipe_ = r;
     drop_quantized();
-    sx_ = scaling_state(r.scaling, fp8_type_of(r.fprop.a, r.wgrad.b));
-    sw_ = scaling_state(r.scaling, fp8_type_of(r.fprop.b, r.dgrad.b));
-    sdy_ = scaling_state(r.scaling, fp8_type_of(r.dgrad.a, r.wgrad.a));
+    table_ = std::move(table);
+    row0_ = first_row;
+    owns_table_ = own;
   }
 
   void freeze() noexcept { nn::freeze(weight_); }
@@ -76,58 +110,63 @@ class linear {
   const lora_adapter* lora() const noexcept { return lora_.get(); }
 
   // ---- forward / backward
-  // x (M, K) -> y (M, N), overwritten. training: save what backward needs, record FP8 amaxes.
-  void forward(const tensor& x, tensor& y, bool training) {
-    require_shape(x, x.rows(), in_, ("linear '" + name() + "' input").c_str());
-    require_shape(y, x.rows(), out_, ("linear '" + name() + "' output").c_str());
-    const std::size_t M = x.rows();
+  // The copies of an (M, K) input that the next forward needs: the fprop copy, and the wgrad copy
+  // when training a trainable weight. Draws the Philox stream of that forward: call it once per
+  // forward, then forward_quantized() with the copies (made by the fused producer of X).
+  quant_plan input_requests(std::size_t M, bool training) {
     const bool wgrad = training && weight_.trainable;
     if (wgrad && recipe_.wgrad.a.kind == precision::mx)
       detail::require(M % mx_block_size == 0, "linear '", name(), "': wgrad in mx reduces over the M=", M,
                       " tokens, which must be a multiple of 32");
     // Evaluation passes draw from their own stream so that they do not shift training's.
     const std::uint32_t stream = training ? mix_stream(id_, 0, step_ * 4096 + calls_in_step_++) : mix_stream(id_, 3, step_);
-    const quant_request rf = request(gemm_product::fprop, false, block_axis::rowwise, operand_use::fprop_x, sx_.scale(), stream);
-    qtensor xf;
+    quant_plan p;
+    p.rowwise = request(gemm_product::fprop, false, block_axis::rowwise, operand_use::fprop_x, slot(0, training), stream);
     if (wgrad) {
-      qpair both = be_->quantize_both(
-          x, rf, request(gemm_product::wgrad, true, block_axis::columnwise, operand_use::wgrad_x, sx_.scale(), stream));
-      xf = std::move(both.rowwise);
-      x_wgrad_ = std::move(both.columnwise);  // (K, M) stored
-    } else {
-      xf = be_->quantize(x, rf);
-      x_wgrad_.reset();
+      p.columnwise = request(gemm_product::wgrad, true, block_axis::columnwise, operand_use::wgrad_x, slot(0, training), stream);
+      p.columnwise_wanted = true;
     }
-    if (training) {
-      if (xf.kind() == precision::fp8) sx_.record(xf.amax());
-      else if (x_wgrad_.defined() && x_wgrad_.kind() == precision::fp8) sx_.record(x_wgrad_.amax());
-    }
+    pending_stream_ = stream;
+    return p;
+  }
+
+  // x (M, K) -> y (M, N), overwritten (y = x W^T + residual when a residual is given).
+  // training: save what backward needs, record FP8 amaxes.
+  void forward(const tensor& x, tensor& y, bool training, const tensor* residual = nullptr) {
+    require_shape(x, x.rows(), in_, ("linear '" + name() + "' input").c_str());
+    const quant_plan p = input_requests(x.rows(), training);
+    qpair xq;
+    if (p.columnwise_wanted) xq = be_->quantize_both(x, p.rowwise, p.columnwise);
+    else xq.rowwise = be_->quantize(x, p.rowwise);
+    forward_quantized(std::move(xq), &x, y, training, residual);
+  }
+
+  // The forward pass from the copies input_requests() asked for. x, the high-precision input, is
+  // needed only by LoRA adapters (null otherwise).
+  void forward_quantized(qpair xq, const tensor* x, tensor& y, bool training, const tensor* residual = nullptr) {
+    detail::require(xq.rowwise.defined() && xq.rowwise.cols() == in_, "linear '", name(), "': forward needs the fprop copy of an (M, ",
+                    in_, ") input");
+    detail::require(!lora_ || x, "linear '", name(), "': LoRA adapters need the high-precision input");
+    x_wgrad_ = std::move(xq.columnwise);  // (K, M) stored, when training a trainable weight
     ensure_weight_copies(training);
-    be_->gemm(gemm_product::fprop, xf, cache_.rowwise, y);
-    if (lora_) lora_->forward(*be_, recipe_.high, x, y, training);
+    be_->gemm(gemm_product::fprop, xq.rowwise, cache_.rowwise, y, 1.0f, residual ? 1.0f : 0.0f, residual);
+    if (lora_) lora_->forward(*be_, recipe_.high, *x, y, training);
     saved_ = training;
-    saved_stream_ = stream;
+    saved_stream_ = pending_stream_;
   }
 
   // dy (M, N); dx (M, K) overwritten when given; dW accumulated when the weight trains.
   void backward(const tensor& dy, tensor* dx) {
     detail::require(saved_, "linear '", name(), "': backward without a training forward");
-    const std::size_t M = dy.rows();
-    require_shape(dy, M, out_, ("linear '" + name() + "' dY").c_str());
-    if (dx) require_shape(*dx, M, in_, ("linear '" + name() + "' dX").c_str());
+    require_shape(dy, dy.rows(), out_, ("linear '" + name() + "' dY").c_str());
     const bool wgrad = weight_.trainable;
     const std::uint32_t stream = mix_stream(saved_stream_, 2);
-    const quant_request rd = request(gemm_product::dgrad, false, block_axis::rowwise, operand_use::dgrad_dy, sdy_.scale(), stream);
-    const quant_request rw = request(gemm_product::wgrad, false, block_axis::columnwise, operand_use::wgrad_dy, sdy_.scale(), stream);
+    const quant_request rd = request(gemm_product::dgrad, false, block_axis::rowwise, operand_use::dgrad_dy, slot(2, true), stream);
+    const quant_request rw = request(gemm_product::wgrad, false, block_axis::columnwise, operand_use::wgrad_dy, slot(2, true), stream);
     qpair qdy;
     if (dx && wgrad) qdy = be_->quantize_both(dy, rd, rw);
     else if (dx) qdy.rowwise = be_->quantize(dy, rd);
     else if (wgrad) qdy.columnwise = be_->quantize(dy, rw);
-    for (const qtensor* q : {&qdy.rowwise, &qdy.columnwise})
-      if (q->defined() && q->kind() == precision::fp8) {
-        sdy_.record(q->amax());
-        break;
-      }
     if (dx) be_->gemm(gemm_product::dgrad, qdy.rowwise, cache_.columnwise, *dx);
     if (wgrad) be_->gemm(gemm_product::wgrad, qdy.columnwise, x_wgrad_, weight_.grad, 1.0f, 1.0f);
     if (lora_) lora_->backward(*be_, recipe_.high, dy, dx);
@@ -135,11 +174,10 @@ class linear {
     saved_ = false;
   }
 
-  // After the optimizer step: delayed-scaling updates of X, W and dY; the step counter moves.
-  void end_step() noexcept {
-    sx_.update();
-    sw_.update();
-    sdy_.update();
+  // After the optimizer step: the step counter moves; a table of the layer's own gets its
+  // delayed-scaling update (a shared table is updated once for all layers by its owner).
+  void end_step() {
+    if (owns_table_) be_->update_scales(*table_);
     set_step(step_ + 1);
   }
   // The training step the next forward belongs to (a resumed run sets it).
@@ -181,7 +219,7 @@ class linear {
     cache_.rowwise = rowwise;
     cache_.columnwise = be_->transpose(rowwise, operand_use::dgrad_w, mem_tag::quantized_weight);
     cache_.version = weight_.version;
-    cache_.scale = rowwise.request().fp8_scale;
+    cache_.scale_version = table_ ? table_->version(row0_ + 1) : 0;
   }
 
   const qtensor& cached_rowwise() const noexcept { return cache_.rowwise; }
@@ -201,9 +239,11 @@ class linear {
   }
   std::uint64_t weight_quantizations() const noexcept { return weight_quantizations_; }
 
-  const scaling_state& x_scaling() const noexcept { return sx_; }
-  const scaling_state& w_scaling() const noexcept { return sw_; }
-  const scaling_state& dy_scaling() const noexcept { return sdy_; }
+  // The scaling-table rows of X, W and dY (table null when the recipe has no FP8 operand).
+  fp8_scaling_slot x_scaling() const noexcept { return {table_.get(), row0_ + 0}; }
+  fp8_scaling_slot w_scaling() const noexcept { return {table_.get(), row0_ + 1}; }
+  fp8_scaling_slot dy_scaling() const noexcept { return {table_.get(), row0_ + 2}; }
+  const std::shared_ptr<scaling_table>& scaling() const noexcept { return table_; }
 
   // Every parameter of the layer: the weight, then the adapters.
   void collect(std::vector<parameter*>& out) {
@@ -218,8 +258,8 @@ class linear {
   struct weight_cache {
     qtensor rowwise;     // fprop W (N, K)
     qtensor columnwise;  // dgrad W, stored (K, N)
-    std::uint64_t version = 0;
-    float scale = 0.0f;  // FP8 copies: the scale they were made with
+    std::uint64_t version = 0;        // the weight version they were made from
+    std::uint64_t scale_version = 0;  // FP8: W's scale version they were made with
   };
 
   static fp8_type fp8_type_of(const operand_spec& a, const operand_spec& b) noexcept {
@@ -231,7 +271,12 @@ class linear {
                     " in mx reduces over ", what, "=", n, ", which must be a multiple of 32");
   }
 
-  quant_request request(gemm_product g, bool operand_b, block_axis axis, operand_use use, float fp8_scale, std::uint32_t stream) const {
+  // Row `role` (0 X, 1 W, 2 dY) of the scaling table; training casts record their amax.
+  fp8_scaling_slot slot(std::size_t role, bool record, std::uint64_t source = scaling_table::volatile_source) const noexcept {
+    return {table_.get(), row0_ + role, record, source};
+  }
+
+  quant_request request(gemm_product g, bool operand_b, block_axis axis, operand_use use, fp8_scaling_slot fp8, std::uint32_t stream) const {
     const gemm_spec& s = recipe_.gemm(g);
     const operand_spec& o = operand_b ? s.b : s.a;
     quant_request r;
@@ -239,7 +284,7 @@ class linear {
     r.axis = axis;
     r.use = use;
     r.tag = use == operand_use::fprop_w || use == operand_use::dgrad_w ? mem_tag::quantized_weight : mem_tag::quantized_activation;
-    r.fp8_scale = fp8_scale;
+    r.fp8 = fp8;
     r.mx.rule = o.rule;
     r.mx.round = o.round;
     r.mx.hadamard = s.hadamard;
@@ -253,26 +298,22 @@ class linear {
     if (!cache_.rowwise.defined()) return false;
     if (!has_master()) return true;  // quantized primary weights: the only copy there is
     if (cache_.version != weight_.version) return false;
-    return recipe_.fprop.b.kind != precision::fp8 || cache_.scale == sw_.scale();
+    return recipe_.fprop.b.kind != precision::fp8 || cache_.scale_version == table_->version(row0_ + 1);
   }
 
   void ensure_weight_copies(bool training) {
     if (cache_fresh()) return;
     detail::require(has_master(), "linear '", name(), "': the weight has no master copy and no quantized copy under recipe '",
                     recipe_.name, "' (restore it from the healing stash first)");
-    const float s = sw_.scale();
+    // The amax of W is that of its value version: the table knows when W's scale may move.
+    const fp8_scaling_slot s = slot(1, training, weight_.version + 1);
+    const std::uint64_t scale_version = table_ ? table_->version(row0_ + 1) : 0;
     const std::uint32_t stream = mix_stream(id_, 1, step_);
     cache_ = {};  // free the stale copies first: old and new are never co-resident
     qpair both = be_->quantize_both(weight_.value, request(gemm_product::fprop, true, block_axis::rowwise, operand_use::fprop_w, s, stream),
                                     request(gemm_product::dgrad, true, block_axis::columnwise, operand_use::dgrad_w, s, stream));
-    cache_ = {std::move(both.rowwise), std::move(both.columnwise), weight_.version, s};
+    cache_ = {std::move(both.rowwise), std::move(both.columnwise), weight_.version, scale_version};
     ++weight_quantizations_;
-    if (training)
-      for (const qtensor* q : {&cache_.rowwise, &cache_.columnwise})
-        if (q->kind() == precision::fp8) {
-          sw_.record(q->amax());
-          break;
-        }
   }
 
   backend* be_ = nullptr;
@@ -281,10 +322,12 @@ class linear {
   parameter weight_;  // (N, K)
   recipe recipe_;
   weight_cache cache_;
-  scaling_state sx_, sw_, sdy_;
+  std::shared_ptr<scaling_table> table_;  // FP8 recipes: rows row0_ .. row0_ + 2 are X, W, dY
+  std::size_t row0_ = 0;
+  bool owns_table_ = false;
   qtensor x_wgrad_;  // saved wgrad copy of X
   bool saved_ = false;
-  std::uint32_t saved_stream_ = 0;
+  std::uint32_t saved_stream_ = 0, pending_stream_ = 0;
   std::uint64_t step_ = 0, calls_in_step_ = 0, weight_quantizations_ = 0;
   std::unique_ptr<lora_adapter> lora_;
 };

@@ -1,13 +1,18 @@
 #pragma once
 // A Llama-style decoder: token embedding, N transformer layers, final RMSNorm, LM head,
 // next-token cross-entropy.
-//   tokens (B*T) -> x (B*T, C) -> layers -> rmsnorm -> logits (B*T, V) -> mean cross-entropy
+//   tokens (B*T, 1) i32 -> x (B*T, C) -> layers -> rmsnorm -> logits (B*T, V) -> mean cross-entropy
 // The layers' linears train through the model's recipe. The LM head runs in the recipe's high
 // precision (bf16 for every low-precision recipe), as FP8/FP4 training stacks keep the output
-// layer out of the low-precision GEMMs.
+// layer out of the low-precision GEMMs. The loss is a (1, 1) f64 tensor in backend memory
+// (loss()); the logits' gradient is written in place of the logits. FP8 recipes keep the
+// delayed-scaling state of every linear in one scaling table, updated by one fused
+// update_scales() per step (end_step). Activations are stored in the recipe's `activations` type.
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,11 +44,14 @@ class model {
     // A NaN or infinite std would start every weight at NaN or Inf.
     detail::require(c.init_std >= 0 && std::isfinite(c.init_std), "model: init_std must be finite and >= 0, got ", c.init_std);
     check_config(r);
+    loss_ = be.scalar();
+    table_ = make_table(r);
     embedding_ = embedding(be, "embedding.weight", c.vocab, c.layer.d_model, c.type);
     be.write(embedding_.table().value, normal_values(embedding_.table().value.size(), seed, mix_stream(0xE3B, 0), c.init_std));
     layers_.reserve(c.n_layers);
     for (std::size_t i = 0; i < c.n_layers; ++i) {
-      layers_.emplace_back(be, "layers." + std::to_string(i), c.layer, static_cast<std::uint32_t>(4 * i), r, c.type);
+      layers_.emplace_back(be, "layers." + std::to_string(i), c.layer, static_cast<std::uint32_t>(4 * i), r, c.type, table_,
+                           i * transformer_layer::scaling_rows);
       layers_.back().init(seed, c.init_std, c.n_layers);
     }
     final_norm_ = rmsnorm(be, "final_norm.weight", c.layer.d_model, c.type, c.layer.norm_eps);
@@ -51,11 +59,12 @@ class model {
     head_.init_normal(seed, c.init_std);
   }
 
-  // Mean next-token loss of one batch. training: keep what backward() needs.
-  double forward(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets, const batch_shape& b,
-                 bool training) {
+  // Mean next-token loss of one batch into loss(); tokens and targets (B*T, 1) i32 in backend
+  // memory. training: keep what backward() needs (the logits become their gradient). Reads
+  // nothing back.
+  const tensor& forward(const tensor& tokens, const tensor& targets, const batch_shape& b, bool training) {
     const std::size_t M = b.tokens(), C = c_.layer.d_model;
-    detail::require(tokens.size() == M && targets.size() == M, "model: ", tokens.size(), " tokens and ", targets.size(),
+    detail::require(tokens.rows() == M && targets.rows() == M, "model: ", tokens.rows(), " tokens and ", targets.rows(),
                     " targets for a batch of ", b.batch, "x", b.seq);
     shape_ = b;
     xs_.assign(1, act(M, C));  // xs_[i]: input of layer i; xs_[L]: input of the final norm
@@ -64,18 +73,33 @@ class model {
       xs_.push_back(act(M, C));
       layers_[i].forward(xs_[i], xs_[i + 1], b, training);
     }
-    tensor n = act(M, C);
-    final_norm_.forward(xs_.back(), n);
     tensor logits = act(M, c_.vocab);  // (M, V)
-    head_.forward(n, logits, training);
-    dlogits_ = training ? act(M, c_.vocab) : tensor{};
-    const double loss = be_->cross_entropy(logits, targets, training ? &dlogits_ : nullptr);
+    head_.forward_quantized(final_norm_.forward_quantized(xs_.back(), head_.input_requests(M, training), nullptr), nullptr, logits,
+                            training);
+    be_->cross_entropy(logits, targets, loss_, training);
+    dlogits_ = training ? logits : tensor{};  // the gradient, in place
     if (!training) {
       xs_.clear();
       final_norm_.release_saved();
+      embedding_.release_saved();
     }
-    return loss;
+    return loss_;
   }
+  // The same from host token vectors: uploads them (range-checked) and reads the loss back (a
+  // synchronizing convenience for tests and one-off evaluations; the trainer does not use it).
+  double forward(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets, const batch_shape& b,
+                 bool training) {
+    detail::require(tokens.size() == b.tokens() && targets.size() == b.tokens(), "model: ", tokens.size(), " tokens and ",
+                    targets.size(), " targets for a batch of ", b.batch, "x", b.seq);
+    tensor t = be_->alloc(b.tokens(), 1, dtype::i32, mem_tag::activation), g = be_->alloc(b.tokens(), 1, dtype::i32, mem_tag::activation);
+    be_->write_tokens(t, tokens, c_.vocab);
+    be_->write_tokens(g, targets, c_.vocab);
+    return be_->read_scalar(forward(t, g, b, training));
+  }
+  // The loss of the last forward: (1, 1) f64 in backend memory.
+  const tensor& loss() const noexcept { return loss_; }
+  // The activation dtype: the recipe's, or f64 in an f64 model.
+  dtype activation_type() const noexcept { return c_.type == dtype::f64 ? dtype::f64 : recipe_.activations; }
 
   // Gradients of the last training forward, accumulated into every trainable parameter.
   void backward() {
@@ -95,6 +119,7 @@ class model {
     dlogits_.reset();
     xs_.clear();
     final_norm_.release_saved();
+    embedding_.release_saved();
   }
 
   void zero_grad() {
@@ -102,8 +127,9 @@ class model {
       if (p->trainable) be_->fill(p->grad, 0.0);
   }
 
-  // After the optimizer step: delayed-scaling updates of every linear.
-  void end_step() noexcept {
+  // After the optimizer step: one fused delayed-scaling update of every FP8 tensor; step counters.
+  void end_step() {
+    if (table_) be_->update_scales(*table_);
     for (auto& l : layers_) l.end_step();
     head_.end_step();
   }
@@ -115,13 +141,17 @@ class model {
   }
 
   // Switches the layers' linears to another recipe (the head too if the high precision changes).
+  // FP8 scaling starts fresh: a new table.
   void set_recipe(const recipe& r) {
     check_config(r);
     const bool head_changes = !(r.high == recipe_.high);
     recipe_ = r;
-    for (auto& l : layers_) l.set_recipe(r);
+    table_ = make_table(r);
+    for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].set_recipe(r, table_, i * transformer_layer::scaling_rows);
     if (head_changes) head_.set_recipe(head_recipe(r));
   }
+  // The delayed-scaling state of every FP8 tensor of the layers (null without FP8 operands).
+  const std::shared_ptr<scaling_table>& scaling() const noexcept { return table_; }
   const recipe& current_recipe() const noexcept { return recipe_; }
 
   // LoRA fine-tuning: everything frozen, adapters added to the targeted linears of every layer.
@@ -162,11 +192,20 @@ class model {
   static recipe head_recipe(const recipe& r) { return recipes::uniform("head (" + r.name + " high precision)", r.high); }
 
  private:
-  tensor act(std::size_t rows, std::size_t cols) { return be_->alloc(rows, cols, c_.type, mem_tag::activation); }
+  tensor act(std::size_t rows, std::size_t cols) { return be_->alloc(rows, cols, activation_type(), mem_tag::activation); }
+  std::shared_ptr<scaling_table> make_table(const recipe& r) {
+    if (!r.uses(precision::fp8)) return nullptr;
+    const std::array<fp8_type, 3> t = linear::scaling_types(r);
+    std::vector<fp8_type> types;
+    for (std::size_t i = 0; i < c_.n_layers * transformer_layer::scaling_rows / linear::scaling_rows; ++i) types.insert(types.end(), t.begin(), t.end());
+    return be_->make_scaling_table(r.scaling, types);
+  }
 
   backend* be_;
   model_config c_;
   recipe recipe_;
+  tensor loss_;                           // (1, 1) f64
+  std::shared_ptr<scaling_table> table_;  // FP8 recipes: 3 rows per linear of every layer
   embedding embedding_;
   std::vector<transformer_layer> layers_;
   rmsnorm final_norm_;

@@ -15,6 +15,8 @@
 // rotation: every operand (AMD's MLPerf recipe, shared/reference), only the wgrad operands
 // (Primus-Turbo), only the wgrad operands with random signs and stochastic rounding of the
 // gradients (the placement of NVIDIA's NVFP4 pretraining recipe, here with MX blocks).
+// Every preset stores activations in f32; set `activations = dtype::bf16` for bf16 activations
+// and activation gradients (the storage of TransformerEngine/Megatron bf16 training).
 #include <cstdint>
 #include <string>
 
@@ -24,6 +26,7 @@
 #include <mxkit/format/rounding.hpp>
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
+#include <mxkit/nn/tensor.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -64,6 +67,9 @@ struct recipe {
   // "Higher precision" of this recipe: LoRA adapter GEMMs and the LM head use it (native or bf16).
   operand_spec high;
   delayed_scaling_config scaling;  // FP8 operands
+  // Storage of activations and activation gradients between kernels: f32 or bf16 (masters,
+  // weight gradients and optimizer state stay f32; an f64 model keeps f64 everywhere).
+  dtype activations = dtype::f32;
 
   const gemm_spec& gemm(gemm_product g) const noexcept { return g == gemm_product::fprop ? fprop : g == gemm_product::dgrad ? dgrad : wgrad; }
   gemm_spec& gemm(gemm_product g) noexcept { return g == gemm_product::fprop ? fprop : g == gemm_product::dgrad ? dgrad : wgrad; }
@@ -100,6 +106,8 @@ inline void check_config(const recipe& r) {
   internal::check_fp8_tensor(r.dgrad.a, r.wgrad.a, "dY", r.name.c_str());
   require(r.high.kind == precision::native || r.high.kind == precision::bf16, "recipe '", r.name,
           "': the high precision must be native or bf16, got ", name_of(r.high.kind));
+  require(r.activations == dtype::f32 || r.activations == dtype::bf16, "recipe '", r.name, "': activations must be f32 or bf16, got ",
+          name_of(r.activations));
   check_config(r.scaling);
 }
 

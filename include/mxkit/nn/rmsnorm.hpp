@@ -1,9 +1,10 @@
 #pragma once
 // RMSNorm (Zhang and Sennrich 2019), Llama's normalization: y = x / sqrt(mean(x^2) + eps) * g.
-// The host kernels are in ref/nn/rmsnorm.hpp. Reductions
-// accumulate in double.
+// The host kernels are in ref/nn/rmsnorm.hpp. Reductions accumulate in double.
 //   forward   r = 1 / sqrt(mean_j x_j^2 + eps),  y_j = g_j x_j r
 //   backward  dx_j += r g_j dy_j - r^3 / C * x_j * sum_i g_i dy_i x_i,   dg_j += sum_rows dy_j x_j r
+// forward_quantized is the fused producer: the backend writes the next linear's quantized copies
+// of y directly (backend::rmsnorm_quantize), and y itself only when asked for.
 #include <cmath>
 #include <cstddef>
 #include <string>
@@ -23,14 +24,16 @@ class rmsnorm {
 
   // x (M, C) -> y (M, C); keeps x and rstd for backward.
   void forward(const tensor& x, tensor& y) {
-    require_shape(y, x.rows(), dim(), "rmsnorm output");
-    x_ = x;
-    rstd_ = be_->alloc(x.rows(), 1, x.type(), mem_tag::activation);  // (M, 1)
+    save(x);
     be_->rmsnorm_forward(x, weight_.value, y, rstd_, eps_);
+  }
+  // x (M, C) -> the copies of y that `plan` asks for (and y when given); keeps x and rstd.
+  qpair forward_quantized(const tensor& x, const quant_plan& plan, tensor* y) {
+    save(x);
+    return be_->rmsnorm_quantize(x, weight_.value, rstd_, eps_, plan, y);
   }
   // dx (M, C) += input gradient; weight gradient accumulated when trainable.
   void backward(const tensor& dy, tensor& dx) {
-    require_shape(dy, x_.rows(), dim(), "rmsnorm backward dY");
     be_->rmsnorm_backward(dy, x_, weight_.value, rstd_, dx, weight_.trainable ? &weight_.grad : nullptr);
   }
   void release_saved() noexcept {
@@ -43,6 +46,11 @@ class rmsnorm {
   const parameter& weight() const noexcept { return weight_; }
 
  private:
+  void save(const tensor& x) {
+    x_ = x;
+    rstd_ = be_->alloc(x.rows(), 1, stat_type(x.type()), mem_tag::activation);  // (M, 1)
+  }
+
   backend* be_ = nullptr;
   double eps_ = 1e-5;
   parameter weight_;  // (1, C)

@@ -3,6 +3,8 @@
 // gate/up projection output gu = [g | u] (M, 2F):
 //   forward   out = silu(g) * u,  silu(g) = g * sigmoid(g)
 //   backward  dg = dout * u * sigmoid(g) * (1 + g * (1 - sigmoid(g))),  du = dout * silu(g)
+// forward_quantized is the fused producer: the backend writes the down projection's quantized
+// copies of `out` directly (backend::swiglu_quantize), and `out` itself only when asked for.
 #include <cmath>
 #include <cstddef>
 
@@ -14,14 +16,15 @@ class swiglu {
  public:
   // gu (M, 2F) -> out (M, F); keeps gu for backward.
   void forward(backend& be, const tensor& gu, tensor& out) {
-    require_shape(out, gu.rows(), gu.cols() / 2, "swiglu output");
-    gu_ = gu;
     be.swiglu_forward(gu, out);
+    gu_ = gu;
   }
-  void backward(backend& be, const tensor& dout, tensor& dgu) {
-    require_shape(dgu, gu_.rows(), gu_.cols(), "swiglu backward dgu");
-    be.swiglu_backward(dout, gu_, dgu);
+  qpair forward_quantized(backend& be, const tensor& gu, const quant_plan& plan, tensor* out) {
+    qpair q = be.swiglu_quantize(gu, plan, out);
+    gu_ = gu;
+    return q;
   }
+  void backward(backend& be, const tensor& dout, tensor& dgu) { be.swiglu_backward(dout, gu_, dgu); }
   void release_saved() noexcept { gu_.reset(); }
 
  private:

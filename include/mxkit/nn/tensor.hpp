@@ -4,51 +4,81 @@
 // backend's memory (host memory for host_backend, device memory for a GPU backend). Layer code
 // never dereferences data(); it passes tensors to backend kernels. Copies alias (shared owner).
 //
-// memory_tracker counts the live bytes of every backend allocation by what it holds (mem_tag),
-// so "weight memory" (parameters plus quantized weight copies) and its peak can be reported,
-// e.g. across the MXFP4 -> FP8 healing switch (nn/healing.hpp).
+// dtypes: f32 (master weights, gradients, activations by default), bf16 (activations where the
+// recipe says so), f64 (the finite-difference gradient check), i32 (tokens and targets).
+// Statistics that a kernel saves for backward (RMSNorm's rstd, attention's log-sum-exp) are
+// stored in stat_type(activations): f32, or f64 in an f64 model.
+//
+// memory_tracker counts the live bytes of every backend allocation by what it holds (mem_tag)
+// and the peak of each tag, so "weight memory" (parameters plus quantized weight copies) and its
+// peak can be reported, e.g. across the MXFP4 -> FP8 healing switch (nn/healing.hpp), and so can
+// the activation peak of a step.
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include <mxkit/config.hpp>
 #include <mxkit/enum_names.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/format/float16.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
 
-// fp32 is the training dtype; fp64 exists for the finite-difference gradient check.
-enum class dtype : std::uint8_t { f32, f64 };
+enum class dtype : std::uint8_t { f32, f64, bf16, i32 };
 
-constexpr std::size_t size_of(dtype t) noexcept { return t == dtype::f32 ? 4 : 8; }
+constexpr std::size_t size_of(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32: return 4;
+    case dtype::f64: return 8;
+    case dtype::bf16: return 2;
+    case dtype::i32: return 4;
+  }
+  return 0;
+}
 }  // namespace nn
 template <>
 struct enum_names<nn::dtype> {
-  static constexpr const char* names[] = {"f32", "f64"};
-  static constexpr nn::dtype last = nn::dtype::f64;
+  static constexpr const char* names[] = {"f32", "f64", "bf16", "i32"};
+  static constexpr nn::dtype last = nn::dtype::i32;
 };
 namespace nn {
+constexpr bool is_floating(dtype t) noexcept { return t != dtype::i32; }
+// Saved statistics (rstd, log-sum-exp) of activations of type t: f32, or f64 in an f64 model.
+constexpr dtype stat_type(dtype t) noexcept { return t == dtype::f64 ? dtype::f64 : dtype::f32; }
+
+template <class T>
+constexpr dtype dtype_of() noexcept {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bfloat16> ||
+                    std::is_same_v<T, std::int32_t>,
+                "nn::tensor holds float, double, bfloat16 or int32 elements");
+  if constexpr (std::is_same_v<T, float>) return dtype::f32;
+  else if constexpr (std::is_same_v<T, double>) return dtype::f64;
+  else if constexpr (std::is_same_v<T, bfloat16>) return dtype::bf16;
+  else return dtype::i32;
+}
 
 // What an allocation holds. weight memory = parameter + quantized_weight.
 enum class mem_tag : std::uint8_t {
   parameter,             // master weights (fp32), LoRA adapters, norms, embeddings
   gradient,              // parameter gradients
-  optimizer,             // AdamW moments
-  activation,            // layer inputs/outputs and saved state
+  optimizer,             // AdamW moments and the optimizer's device scalars
+  activation,            // layer inputs/outputs, saved state, tokens, the loss
   quantized_weight,      // quantized (or bf16-rounded) weight copies cached across forward calls
   quantized_activation,  // operands quantized on the fly
+  scaling,               // FP8 delayed scaling: amax histories and scales (nn/delayed_scaling.hpp)
 };
-inline constexpr std::size_t mem_tag_count = 6;
+inline constexpr std::size_t mem_tag_count = 7;
 
 }  // namespace nn
 template <>
 struct enum_names<nn::mem_tag> {
   static constexpr const char* names[] = {"parameter",  "gradient",         "optimizer",
-                                          "activation", "quantized_weight", "quantized_activation"};
-  static constexpr nn::mem_tag last = nn::mem_tag::quantized_activation;
+                                          "activation", "quantized_weight", "quantized_activation", "scaling"};
+  static constexpr nn::mem_tag last = nn::mem_tag::scaling;
 };
 namespace nn {
 
@@ -56,20 +86,33 @@ class memory_tracker {
  public:
   void add(mem_tag t, std::size_t bytes) noexcept {
     live_[index(t)] += bytes;
+    if (live_[index(t)] > peak_[index(t)]) peak_[index(t)] = live_[index(t)];
     if (weight_bytes() > peak_weight_) peak_weight_ = weight_bytes();
+    if (total() > peak_total_) peak_total_ = total();
   }
   void remove(mem_tag t, std::size_t bytes) noexcept { live_[index(t)] -= bytes; }
 
   std::size_t live(mem_tag t) const noexcept { return live_[index(t)]; }
+  std::size_t total() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t b : live_) n += b;
+    return n;
+  }
   std::size_t weight_bytes() const noexcept { return live(mem_tag::parameter) + live(mem_tag::quantized_weight); }
-  // Highest weight_bytes() since the last reset_peak() (or since construction).
+  // Peaks since the last reset_peak() (or since construction): per tag, of weight_bytes(), of total().
+  std::size_t peak(mem_tag t) const noexcept { return peak_[index(t)]; }
   std::size_t peak_weight_bytes() const noexcept { return peak_weight_; }
-  void reset_peak() noexcept { peak_weight_ = weight_bytes(); }
+  std::size_t peak_total() const noexcept { return peak_total_; }
+  void reset_peak() noexcept {
+    peak_ = live_;
+    peak_weight_ = weight_bytes();
+    peak_total_ = total();
+  }
 
  private:
   static constexpr std::size_t index(mem_tag t) noexcept { return static_cast<std::size_t>(t); }
-  std::array<std::size_t, mem_tag_count> live_{};
-  std::size_t peak_weight_ = 0;
+  std::array<std::size_t, mem_tag_count> live_{}, peak_{};
+  std::size_t peak_weight_ = 0, peak_total_ = 0;
 };
 
 // RAII record of one allocation in a tracker; lives inside the owner of the memory. The tracker
@@ -122,12 +165,14 @@ class tensor {
   std::size_t bytes() const noexcept { return size() * size_of(type_); }
   bool defined() const noexcept { return owner_ != nullptr; }
   void reset() noexcept { *this = tensor{}; }
+  // The same memory (a handle copy of the same allocation).
+  bool same_as(const tensor& o) const noexcept { return owner_ == o.owner_ && data_ == o.data_; }
 
   // Backend memory: only the backend that allocated the tensor may dereference it.
   void* data() const noexcept { return data_; }
   template <class T>
   T* as() const {
-    constexpr dtype want = sizeof(T) == 4 ? dtype::f32 : dtype::f64;
+    constexpr dtype want = dtype_of<T>();
     detail::require(type_ == want, "nn::tensor: element type is ", name_of(type_), ", accessed as ", name_of(want));
     return static_cast<T*>(data_);
   }
@@ -139,11 +184,14 @@ class tensor {
   std::shared_ptr<void> owner_;
 };
 
-// Shape checks shared by layers and backends: name the tensor and both shapes.
+// Shape checks shared by the backend's public operations: name the tensor and both shapes.
 inline void require_shape(const tensor& t, std::size_t rows, std::size_t cols, const char* what) {
   detail::require(t.defined(), what, ": tensor is not allocated (expected ", rows, "x", cols, ")");
   detail::require(t.rows() == rows && t.cols() == cols, what, ": tensor is ", t.rows(), "x", t.cols(), ", expected ", rows, "x",
                   cols);
+}
+inline void require_type(const tensor& t, dtype type, const char* what) {
+  detail::require(t.type() == type, what, ": element type is ", name_of(t.type()), ", expected ", name_of(type));
 }
 
 }  // namespace nn

@@ -1,10 +1,15 @@
 #pragma once
 // The training loop: one optimizer step is
-//   zero_grad -> forward (training) -> backward -> AdamW step (clipping, lr from the schedule)
-//   -> end_step (delayed-scaling updates)
-// with an optional healing switch (healing.hpp): the stash is taken when the trainer starts and
-// the switch happens before step `heal_step`. Every run is deterministic in the model seed and
-// the data seed: the same configuration gives the same losses, bit for bit.
+//   upload tokens and targets (two (B*T, 1) i32 tensors, allocated once) -> zero_grad ->
+//   forward (training; loss into backend memory, added to a device-side loss sum) -> backward
+//   -> AdamW step (multi-tensor norm, clipping factor and update; lr from the schedule)
+//   -> end_step (one fused delayed-scaling update)
+// and reads nothing back, except at logging steps (every `log_every` steps and the last one):
+// then the host reads the loss sum (and the gradient norm, for a progress callback) and records
+// the window's mean loss. With log_every = 1 that is every step's loss.
+// An optional healing switch (healing.hpp): the stash is taken when the trainer starts and the
+// switch happens before step `heal_step`. Every run is deterministic in the model seed and the
+// data seed: the same configuration gives the same losses, bit for bit.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +29,8 @@ namespace nn {
 
 struct train_progress {
   std::size_t step = 0, steps = 0;  // step just finished (1-based), of steps
-  double loss = 0.0, lr = 0.0, grad_norm = 0.0;
+  double loss = 0.0;                // mean training loss since the previous logging step
+  double lr = 0.0, grad_norm = 0.0;
   const char* recipe = "";
 };
 
@@ -36,15 +42,27 @@ struct train_config {
   std::uint64_t data_seed = 1;
   std::size_t heal_step = 0;      // 0: no healing; else switch before this step (0-based)
   recipe heal_recipe = recipes::fp8_healing();
-  std::size_t progress_every = 0;  // 0: no progress callbacks
+  std::size_t log_every = 1;        // the host reads the loss at these steps (and the last) only
+  std::size_t progress_every = 0;   // 0: no progress callbacks; else a multiple of log_every
   std::function<void(const train_progress&)> on_progress;
 };
 
-// Mean loss over the batches (recipe forward, nothing saved, no amax recorded).
+// Mean loss over the batches (recipe forward, nothing saved, no amax recorded). The losses are
+// summed in backend memory; one host read at the end.
 inline double evaluate(model& m, const std::vector<batch>& batches) {
-  double sum = 0.0;
-  for (const batch& b : batches) sum += m.forward(b.inputs, b.targets, b.shape, false);
-  return batches.empty() ? 0.0 : sum / static_cast<double>(batches.size());
+  if (batches.empty()) return 0.0;
+  backend& be = m.be();
+  tensor sum = be.scalar(), tokens, targets;
+  for (const batch& b : batches) {
+    if (!tokens.defined() || tokens.rows() != b.shape.tokens()) {
+      tokens = be.alloc(b.shape.tokens(), 1, dtype::i32, mem_tag::activation);
+      targets = be.alloc(b.shape.tokens(), 1, dtype::i32, mem_tag::activation);
+    }
+    be.write_tokens(tokens, b.inputs, m.config().vocab);
+    be.write_tokens(targets, b.targets, m.config().vocab);
+    be.axpy(1.0, m.forward(tokens, targets, b.shape, false), sum);
+  }
+  return be.read_scalar(sum) / static_cast<double>(batches.size());
 }
 
 class trainer {
@@ -53,33 +71,42 @@ class trainer {
       : m_(&m), c_(c), loader_(std::move(train_tokens), c.shape, c.data_seed), opt_(m.be(), m.trainable_parameters(), c.optimizer) {
     detail::require(c.heal_step < c.steps, "trainer: heal_step ", c.heal_step, " must be below steps ", c.steps);
     check_config(c.schedule);  // (its fields are public: checked again here, before the first step)
+    detail::require(c.log_every >= 1, "trainer: log_every must be at least 1");
+    detail::require(c.progress_every % c.log_every == 0, "trainer: progress_every ", c.progress_every,
+                    " must be a multiple of log_every ", c.log_every, " (progress needs the loss)");
+    backend& be = m.be();
+    tokens_ = be.alloc(c.shape.tokens(), 1, dtype::i32, mem_tag::activation);
+    targets_ = be.alloc(c.shape.tokens(), 1, dtype::i32, mem_tag::activation);
+    loss_sum_ = be.scalar();
     if (c.heal_step > 0) stash_ = prepare_healing(m);
   }
 
-  // One optimizer step; returns the training loss of its batch.
-  double step() {
+  // One optimizer step. Reads nothing back but at a logging step.
+  void step() {
     if (c_.heal_step > 0 && step_ == c_.heal_step) {
       healing_ = heal(*m_, *stash_, c_.heal_recipe);
       stash_.reset();  // the host copies are no longer needed
     }
+    backend& be = m_->be();
     const batch b = loader_.next();
+    be.write_tokens(tokens_, b.inputs, m_->config().vocab);
+    be.write_tokens(targets_, b.targets, m_->config().vocab);
     m_->zero_grad();
-    const double loss = m_->forward(b.inputs, b.targets, b.shape, true);
+    be.axpy(1.0, m_->forward(tokens_, targets_, b.shape, true), loss_sum_);
     m_->backward();
     const double lr = c_.schedule(step_);
-    const double norm = opt_.step(lr);
+    opt_.step(lr);
     m_->end_step();
     ++step_;
-    losses_.push_back(loss);
-    if (c_.on_progress && c_.progress_every && (step_ % c_.progress_every == 0 || step_ == c_.steps))
-      c_.on_progress({step_, c_.steps, loss, lr, norm, m_->current_recipe().name.c_str()});
-    return loss;
+    ++window_;
+    if (step_ % c_.log_every == 0 || step_ == c_.steps) log(lr);
   }
   void run() {
     while (step_ < c_.steps) step();
   }
 
-  // Mean training loss of the last n steps (fewer if fewer were run).
+  // Mean of the last n logged losses (fewer if fewer were logged); with log_every = 1, the mean
+  // training loss of the last n steps.
   double recent_loss(std::size_t n) const {
     if (losses_.empty()) return 0.0;
     n = n < losses_.size() ? n : losses_.size();
@@ -90,11 +117,14 @@ class trainer {
   // Resume position (after load_checkpoint): steps done, data and schedule follow.
   void seek(std::size_t steps_done) {
     step_ = steps_done;
+    window_ = 0;
+    m_->be().fill(loss_sum_, 0.0);
     loader_.seek(steps_done);
     m_->set_step(steps_done);
   }
 
   std::size_t steps_done() const noexcept { return step_; }
+  // One entry per logging step: the mean training loss of the steps since the previous one.
   const std::vector<double>& losses() const noexcept { return losses_; }
   const std::optional<healing_report>& healing() const noexcept { return healing_; }
   adamw& optimizer() noexcept { return opt_; }
@@ -107,8 +137,20 @@ class trainer {
   adamw opt_;
   std::optional<fp8_weight_stash> stash_;
   std::optional<healing_report> healing_;
-  std::size_t step_ = 0;
+  std::size_t step_ = 0, window_ = 0;  // window_: steps since the last logging step
   std::vector<double> losses_;
+  tensor tokens_, targets_;  // (B*T, 1) i32
+  tensor loss_sum_;          // (1, 1) f64: the losses since the last logging step
+
+  void log(double lr) {
+    backend& be = m_->be();
+    const double mean = be.read_scalar(loss_sum_) / static_cast<double>(window_);
+    be.fill(loss_sum_, 0.0);
+    window_ = 0;
+    losses_.push_back(mean);
+    if (c_.on_progress && c_.progress_every && (step_ % c_.progress_every == 0 || step_ == c_.steps))
+      c_.on_progress({step_, c_.steps, mean, lr, opt_.last_grad_norm(), m_->current_recipe().name.c_str()});
+  }
 };
 
 }  // namespace nn

@@ -1,18 +1,22 @@
 #pragma once
 // Llama-style pre-norm transformer layer (Touvron et al. 2023): every linear goes through the
-// recipe (linear.hpp); norms, RoPE, attention and SwiGLU run in the activation dtype.
+// recipe (linear.hpp); norms, RoPE, attention and SwiGLU run in the activation dtype (the
+// recipe's `activations`: f32 or bf16).
 //   forward                                         shapes (M = B*T tokens)
-//     n1  = rmsnorm1(x)                             (M, C)
+//     n1  = rmsnorm1(x)                             (M, C)               written as Wqkv's input copies
 //     qkv = n1 . Wqkv^T,  rope(q, k)                (M, (H + 2 Hkv) D)   fused QKV projection
-//     a   = causal_gqa_attention(qkv)               (M, H D)
-//     x2  = x + a . Wo^T                            (M, C)
-//     n2  = rmsnorm2(x2)                            (M, C)
+//     a   = causal_gqa_attention(qkv)               (M, H D)             saves the log-sum-exp (B*H, T)
+//     x2  = x + a . Wo^T                            (M, C)               residual add in the epilogue
+//     n2  = rmsnorm2(x2)                            (M, C)               written as Wgu's input copies
 //     gu  = n2 . Wgu^T                              (M, 2F)              fused gate/up projection
-//     y   = x2 + swiglu(gu) . Wdown^T               (M, C)
+//     y   = x2 + swiglu(gu) . Wdown^T               (M, C)               swiglu written as Wdown's input
+//                                                                        copies; residual in the epilogue
 //   backward: the same steps in reverse, residual gradients added.
+// n1, n2 and swiglu(gu) exist in high precision only where a LoRA adapter reads them.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,15 +64,19 @@ struct lora_targets {
 
 class transformer_layer {
  public:
-  // Linear ids first_id .. first_id + 3 (Philox streams).
-  transformer_layer(backend& be, const std::string& prefix, const layer_config& c, std::uint32_t first_id, const recipe& r, dtype type)
+  // Linear ids first_id .. first_id + 3 (Philox streams). FP8 recipes: the linears use rows
+  // first_row .. first_row + scaling_rows - 1 of `shared` (or tables of their own when null).
+  static constexpr std::size_t scaling_rows = 4 * linear::scaling_rows;
+  transformer_layer(backend& be, const std::string& prefix, const layer_config& c, std::uint32_t first_id, const recipe& r, dtype type,
+                    const std::shared_ptr<scaling_table>& shared = nullptr, std::size_t first_row = 0)
       : be_(&be), c_((check_config(c), c)), rope_(c.rope_theta) {
+    constexpr std::size_t k = linear::scaling_rows;
     norm1_ = rmsnorm(be, prefix + ".norm1.weight", c.d_model, type, c.norm_eps);
-    qkv_ = linear(be, prefix + ".qkv.weight", c.d_model, c.qkv_dim(), first_id, r, type);
-    out_ = linear(be, prefix + ".out.weight", c.n_heads * c.head_dim(), c.d_model, first_id + 1, r, type);
+    qkv_ = linear(be, prefix + ".qkv.weight", c.d_model, c.qkv_dim(), first_id, r, type, shared, first_row);
+    out_ = linear(be, prefix + ".out.weight", c.n_heads * c.head_dim(), c.d_model, first_id + 1, r, type, shared, first_row + k);
     norm2_ = rmsnorm(be, prefix + ".norm2.weight", c.d_model, type, c.norm_eps);
-    gate_up_ = linear(be, prefix + ".gate_up.weight", c.d_model, 2 * c.d_ff, first_id + 2, r, type);
-    down_ = linear(be, prefix + ".down.weight", c.d_ff, c.d_model, first_id + 3, r, type);
+    gate_up_ = linear(be, prefix + ".gate_up.weight", c.d_model, 2 * c.d_ff, first_id + 2, r, type, shared, first_row + 2 * k);
+    down_ = linear(be, prefix + ".down.weight", c.d_ff, c.d_model, first_id + 3, r, type, shared, first_row + 3 * k);
   }
 
   // N(0, std) weights; the two projections into the residual stream scaled by 1/sqrt(2 L)
@@ -85,30 +93,23 @@ class transformer_layer {
   void forward(const tensor& x, tensor& y, const batch_shape& b, bool training) {
     const std::size_t M = b.tokens(), C = c_.d_model;
     require_shape(x, M, C, "layer input");
-    require_shape(y, M, C, "layer output");
     const head_shape hs = heads(b);
-    tensor n1 = alloc(M, C, x);
-    norm1_.forward(x, n1);
+    tensor n1 = qkv_.lora() ? alloc(M, C, x) : tensor{};  // high precision only for an adapter
+    qpair n1q = norm1_.forward_quantized(x, qkv_.input_requests(M, training), qkv_.lora() ? &n1 : nullptr);
     tensor qkv = alloc(M, c_.qkv_dim(), x);  // (M, (H + 2 Hkv) D)
-    qkv_.forward(n1, qkv, training);
+    qkv_.forward_quantized(std::move(n1q), &n1, qkv, training);
     rope_.forward(*be_, qkv, hs);
     tensor att = alloc(M, hs.q_dim(), x);  // (M, H D)
     attention_.forward(*be_, qkv, att, hs);
-    tensor o = alloc(M, C, x);
-    out_.forward(att, o, training);
-    tensor x2 = alloc(M, C, x);  // residual stream after attention
-    be_->copy(x, x2);
-    be_->axpy(1.0, o, x2);
-    tensor n2 = alloc(M, C, x);
-    norm2_.forward(x2, n2);
+    tensor x2 = alloc(M, C, x);  // residual stream after attention: x + att . Wo^T
+    out_.forward(att, x2, training, &x);
+    tensor n2 = gate_up_.lora() ? alloc(M, C, x) : tensor{};
+    qpair n2q = norm2_.forward_quantized(x2, gate_up_.input_requests(M, training), gate_up_.lora() ? &n2 : nullptr);
     tensor gu = alloc(M, 2 * c_.d_ff, x);  // (M, 2F)
-    gate_up_.forward(n2, gu, training);
-    tensor s = alloc(M, c_.d_ff, x);  // (M, F)
-    swiglu_.forward(*be_, gu, s);
-    tensor m = alloc(M, C, x);
-    down_.forward(s, m, training);
-    be_->copy(x2, y);
-    be_->axpy(1.0, m, y);
+    gate_up_.forward_quantized(std::move(n2q), &n2, gu, training);
+    tensor s = down_.lora() ? alloc(M, c_.d_ff, x) : tensor{};  // (M, F)
+    qpair sq = swiglu_.forward_quantized(*be_, gu, down_.input_requests(M, training), down_.lora() ? &s : nullptr);
+    down_.forward_quantized(std::move(sq), &s, y, training, &x2);  // y = x2 + s . Wdown^T
     if (!training) release_saved();
   }
 
@@ -143,10 +144,14 @@ class transformer_layer {
     release_saved();
   }
 
-  void set_recipe(const recipe& r) {
-    for (linear* l : linears()) l->set_recipe(r);
+  void set_recipe(const recipe& r, const std::shared_ptr<scaling_table>& shared = nullptr, std::size_t first_row = 0) {
+    std::size_t row = first_row;
+    for (linear* l : linears()) {
+      l->set_recipe(r, shared, row);
+      row += linear::scaling_rows;
+    }
   }
-  void end_step() noexcept {
+  void end_step() {
     for (linear* l : linears()) l->end_step();
   }
   void add_lora(const lora_targets& t, const lora_config& c, std::uint64_t seed) {

@@ -1,20 +1,38 @@
 #pragma once
-// The host reference backend: every kernel of nn/backend.hpp on the CPU, single-threaded and
-// deterministic. Quantization is mxkit's host quantizer (ref/quantize.hpp, fp8_tensor.hpp),
-// GEMMs are the named training products of ref/gemm.hpp (ref::product: fprop, dgrad,
-// wgrad, which check that each MX copy has the right block axis), with alpha/beta:
+// The host reference backend: every operation of nn/backend.hpp on the CPU, single-threaded and
+// deterministic. Its "stream" is the calling thread (every operation has finished when it
+// returns), its "device memory" is host memory from a pool that caches freed blocks by size
+// (counters().driver_allocations counts the blocks it had to make). The public functions of
+// nn::backend have checked every argument; the do_*() functions below check nothing again.
+// Quantization is mxkit's host quantizer (ref/quantize.hpp, fp8_tensor.hpp), GEMMs are the named
+// training products of ref/gemm.hpp (ref::product: fprop, dgrad, wgrad, which check that each MX
+// copy has the right block axis), with alpha/beta:
 //   mx      quantize / quantize_both, ref::product on the MX copies
-//   fp8     quantize_fp8 (+ transpose for the columnwise copy), ref::product on fp8 views
+//   fp8     quantize_fp8 with the scale read from the request's scaling-table row (+ transpose
+//           for the columnwise copy), amax max-combined into the row's history column 0;
+//           ref::product on fp8 views
 //   bf16    values rounded to bfloat16 (RNE) and stored as bfloat16; the GEMM widens both
 //           operands to float once and runs ref::product on the float views, which gives
 //           the same bits as on bfloat16 views (same floats, same order; tested) at float speed
-//   native  the tensor's own values (f32: ref::product; f64: a double loop, gradient check)
-// Layer kernels are the ref:: functions of ref/nn/ (rmsnorm.hpp, attention.hpp, ...).
-// Not final: tests derive from it to record the requests the layers make.
+//   native  the tensor's own values (f32 or bf16: ref::product on floats; f64: a double loop,
+//           gradient check)
+// Layer kernels are the ref:: functions of ref/nn/ (rmsnorm.hpp, attention.hpp, ...). bf16
+// activations are widened to float, computed by the float kernel and rounded back (RNE) on
+// store, as a device kernel loads bf16, computes in fp32 and stores bf16. The fused producers
+// (rmsnorm_quantize, swiglu_quantize) run the unfused kernel into a temporary and quantize it:
+// the same bytes by construction. gemm with a C operand copies C into D first.
+// Not final: tests derive from it to record what the layers ask for.
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
 #include <memory>
+#include <span>
+#include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -26,6 +44,7 @@
 #include <mxkit/ref/nn/adamw.hpp>
 #include <mxkit/ref/nn/attention.hpp>
 #include <mxkit/ref/nn/cross_entropy.hpp>
+#include <mxkit/ref/nn/delayed_scaling.hpp>
 #include <mxkit/ref/nn/embedding.hpp>
 #include <mxkit/ref/nn/rmsnorm.hpp>
 #include <mxkit/ref/nn/rope.hpp>
@@ -51,120 +70,115 @@ class host_backend : public nn::backend {
     }
   };
 
+  host_backend() : pool_(std::make_shared<pool>()) {}
+
   // Quantized copies of kind p alive right now (anywhere: caches, saved operands, callers).
   std::size_t live_copies(nn::precision p) const noexcept { return live_[static_cast<std::size_t>(p)]; }
+  // Bytes the pool holds in free blocks (released tensors, ready for reuse).
+  std::size_t pooled_bytes() const noexcept { return pool_->free_bytes; }
 
   const char* name() const noexcept override { return "host"; }
 
-  // ---- memory
-  nn::tensor alloc(std::size_t rows, std::size_t cols, nn::dtype type, nn::mem_tag tag) override {
-    struct block {
-      std::vector<double> mem;  // double elements: aligned for either dtype
-      nn::tracked_bytes tracked;
-    };
-    // rows * cols * size_of(type) must not wrap around: a small buffer behind a huge shape. At
-    // most one object's bytes, so the round-up to whole doubles below cannot wrap either.
-    const std::size_t elements = detail::checked_mul({"rows", rows}, {"cols", cols}, "alloc: a ", rows, "x", cols, " ",
-                                                     name_of(type), " tensor does not fit in memory");
-    const std::size_t bytes = detail::checked_bytes({"rows x cols", elements}, nn::size_of(type), "alloc: a ", rows, "x", cols,
-                                                    " ", name_of(type), " tensor does not fit in memory");
-    auto b = std::make_shared<block>();
-    b->mem.assign((bytes + 7) / 8, 0.0);
-    b->tracked = nn::tracked_bytes(&memory_, tag, bytes);
-    void* data = b->mem.data();
-    return nn::tensor(type, rows, cols, data, std::move(b));
+  // ---- host views of quantized copies (tests and oracles)
+  static const payload& get(const nn::qtensor& q) {
+    const auto* p = dynamic_cast<const payload*>(q.payload());
+    detail::require(p != nullptr, "host_backend: the quantized copy was not made by a host_backend");
+    return *p;
   }
-  void write(nn::tensor& t, const std::vector<double>& values) override {
-    detail::require(values.size() == t.size(), "write: ", values.size(), " values for a ", t.rows(), "x", t.cols(), " tensor");
-    dispatch(t.type(), [&](auto z) {
-      using T = decltype(z);
-      T* p = t.as<T>();
-      for (std::size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
+  static const mx_tensor& mx(const nn::qtensor& q) { return std::get<mx_tensor>(get(q).data); }
+  static const fp8_tensor& fp8(const nn::qtensor& q) { return std::get<fp8_tensor>(get(q).data); }
+  static const std::vector<bfloat16>& bf16(const nn::qtensor& q) { return std::get<std::vector<bfloat16>>(get(q).data); }
+
+ protected:
+  // ---- memory: a pool of 8-byte aligned blocks, cached by size
+  allocation do_alloc(std::size_t bytes) override {
+    const std::size_t words = (bytes + 7) / 8;
+    std::unique_ptr<double[]> block;
+    auto& free = pool_->free[words];
+    if (!free.empty()) {
+      block = std::move(free.back());
+      free.pop_back();
+      pool_->free_bytes -= words * 8;
+      std::memset(block.get(), 0, words * 8);
+    } else {
+      block.reset(new double[words]());
+      ++counters_.driver_allocations;
+    }
+    double* data = block.release();
+    std::shared_ptr<void> owner(data, [p = pool_, words](void* d) {
+      p->free[words].emplace_back(static_cast<double*>(d));
+      p->free_bytes += words * 8;
+    });
+    return {data, std::move(owner)};
+  }
+  void do_write(nn::tensor& t, const std::vector<double>& values) override {
+    visit(t, [&](auto* p) {
+      for (std::size_t i = 0; i < values.size(); ++i) p[i] = from_double<std::remove_pointer_t<decltype(p)>>(values[i]);
     });
   }
-  std::vector<double> read(const nn::tensor& t) const override {
+  void do_write_tokens(nn::tensor& t, const std::vector<std::int32_t>& tokens) override {
+    if (!tokens.empty()) std::memcpy(t.data(), tokens.data(), tokens.size() * sizeof(std::int32_t));
+  }
+  std::vector<double> do_read(const nn::tensor& t) const override {
     std::vector<double> out(t.size());
-    dispatch(t.type(), [&](auto z) {
-      using T = decltype(z);
-      const T* p = t.as<T>();
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+    visit(t, [&](const auto* p) {
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_double(p[i]);
     });
     return out;
   }
-  void fill(nn::tensor& t, double value) override {
-    dispatch(t.type(), [&](auto z) {
-      using T = decltype(z);
-      T* p = t.as<T>();
-      for (std::size_t i = 0; i < t.size(); ++i) p[i] = static_cast<T>(value);
+  void do_synchronize() override {}  // in order by construction
+  void do_fill(nn::tensor& t, double value) override {
+    visit(t, [&](auto* p) {
+      const auto v = from_double<std::remove_pointer_t<decltype(p)>>(value);
+      for (std::size_t i = 0; i < t.size(); ++i) p[i] = v;
     });
   }
-  void copy(const nn::tensor& src, nn::tensor& dst) override {
-    nn::require_shape(dst, src.rows(), src.cols(), "copy destination");
-    same_type(src, dst, "copy");
-    dispatch(src.type(), [&](auto z) {
-      using T = decltype(z);
-      const T* s = src.as<T>();
-      T* d = dst.as<T>();
-      for (std::size_t i = 0; i < src.size(); ++i) d[i] = s[i];
-    });
+  void do_copy(const nn::tensor& src, nn::tensor& dst) override {
+    if (src.bytes()) std::memcpy(dst.data(), src.data(), src.bytes());
   }
-  void axpy(double alpha, const nn::tensor& x, nn::tensor& y) override {
-    nn::require_shape(y, x.rows(), x.cols(), "axpy y");
-    same_type(x, y, "axpy");
-    dispatch(x.type(), [&](auto z) {
+  void do_axpy(double alpha, const nn::tensor& x, nn::tensor& y) override {
+    compute(x.type(), [&](auto z) {
       using T = decltype(z);
-      const T* s = x.as<T>();
-      T* d = y.as<T>();
+      staging<T> st;
+      const T* s = st.in(x);
+      T* d = st.out(y, true);
       const T a = static_cast<T>(alpha);
       for (std::size_t i = 0; i < x.size(); ++i) d[i] += a * s[i];
+      st.commit();
     });
   }
-  double sum_squares(const nn::tensor& t) const override {
-    double ss = 0.0;
-    dispatch(t.type(), [&](auto z) {
-      using T = decltype(z);
-      const T* p = t.as<T>();
-      for (std::size_t i = 0; i < t.size(); ++i) ss += static_cast<double>(p[i]) * p[i];
-    });
-    return ss;
-  }
-  double amax(const nn::tensor& t) const override {
+  void do_amax(const nn::tensor& x, nn::tensor& out) override {
     double m = 0.0;
-    dispatch(t.type(), [&](auto z) {
-      using T = decltype(z);
-      const T* p = t.as<T>();
-      for (std::size_t i = 0; i < t.size(); ++i) {
-        const double a = std::fabs(static_cast<double>(p[i]));
+    visit(x, [&](const auto* p) {
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double a = std::fabs(to_double(p[i]));
         if (std::isnan(a) || a > m) m = a;
         if (std::isnan(m)) break;
       }
     });
-    return m;
+    *out.as<double>() = m;
   }
 
   // ---- quantized operands
-  nn::qtensor quantize(const nn::tensor& x, const nn::quant_request& r) override {
-    detail::require(x.defined(), "quantize: input tensor is not allocated");
-    count(r.use);
+  nn::qtensor do_quantize(const nn::tensor& x, const nn::quant_request& r) override {
     auto p = std::make_shared<payload>();
-    float amax = 0.0f;
     if (r.spec.kind == nn::precision::native) {
-      dispatch(x.type(), [&](auto z) {
-        using T = decltype(z);
-        p->data = stored_copy<T>(x.as<T>(), x.rows(), x.cols(), r.axis, [](T v) { return v; });
-      });
+      if (x.type() == nn::dtype::f64) p->data = stored_copy<double>(x.as<double>(), x.rows(), x.cols(), r.axis, [](double v) { return v; });
+      else {
+        const floats xf(x);
+        p->data = stored_copy<float>(xf.data(), x.rows(), x.cols(), r.axis, [](float v) { return v; });
+      }
     } else {
-      const std::vector<float> widened = x.type() == nn::dtype::f64 ? to_float(x) : std::vector<float>{};
-      const float* xf = x.type() == nn::dtype::f64 ? widened.data() : x.as<float>();
-      const matrix_view<const float> view{xf, x.rows(), x.cols()};
+      const floats xf(x);
+      const matrix_view<const float> view{xf.data(), x.rows(), x.cols()};
       switch (r.spec.kind) {
         case nn::precision::bf16:
-          p->data = stored_copy<bfloat16>(xf, x.rows(), x.cols(), r.axis,
-                                       [](float v) { return bfloat16::from_float(v, rounding::nearest_even, overflow::propagate); });
+          p->data = stored_copy<bfloat16>(xf.data(), x.rows(), x.cols(), r.axis,
+                                          [](float v) { return bfloat16::from_float(v, rounding::nearest_even, overflow::propagate); });
           break;
         case nn::precision::fp8: {
-          fp8_tensor f = quantize_fp8(view, r.spec.fp8, r.fp8_scale);
-          amax = f.amax;
+          fp8_tensor f = quantize_fp8(view, r.spec.fp8, scale_of(r.fp8));
+          if (r.fp8.record_amax) record(r.fp8, f.amax);
           p->data = r.axis == block_axis::rowwise ? std::move(f) : mxkit::transpose(f);
           break;
         }
@@ -172,71 +186,67 @@ class host_backend : public nn::backend {
         case nn::precision::native: break;
       }
     }
-    return finish(r, x.rows(), x.cols(), amax, std::move(p));
+    return finish(r, x.rows(), x.cols(), std::move(p));
   }
 
-  nn::qpair quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) override {
-    detail::require(row.axis == block_axis::rowwise && col.axis == block_axis::columnwise,
-                    "quantize_both: the requests must be one rowwise and one columnwise copy");
+  nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) override {
     const bool same_mx = row.spec.kind == nn::precision::mx && col.spec.kind == nn::precision::mx && row.spec.mx == col.spec.mx &&
-                         same_options(row.mx, col.mx) && x.type() == nn::dtype::f32;
+                         same_options(row.mx, col.mx);
     if (same_mx) {  // one call of mxkit::quantize_both, as the fused kernel would produce them
-      count(row.use);
-      count(col.use);
-      mx_tensor_pair both = mxkit::quantize_both(matrix_view<const float>{x.as<float>(), x.rows(), x.cols()}, row.spec.mx, row.mx);
+      const floats xf(x);
+      mx_tensor_pair both = mxkit::quantize_both(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, row.spec.mx, row.mx);
       auto pr = std::make_shared<payload>(), pc = std::make_shared<payload>();
       pr->data = std::move(both.rowwise);
       pc->data = std::move(both.columnwise);
-      return {finish(row, x.rows(), x.cols(), 0.0f, std::move(pr)), finish(col, x.rows(), x.cols(), 0.0f, std::move(pc))};
+      return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
     }
     const bool same_fp8 = row.spec.kind == nn::precision::fp8 && col.spec.kind == nn::precision::fp8 && row.spec.fp8 == col.spec.fp8 &&
-                          row.fp8_scale == col.fp8_scale;
+                          row.fp8.table == col.fp8.table && row.fp8.row == col.fp8.row;
     if (same_fp8) {  // one cast, one transpose (per-tensor scale)
-      nn::qtensor r = host_backend::quantize(x, row);
-      return {r, host_backend::transpose(r, col.use, col.tag)};
+      nn::quant_request r = row;
+      r.fp8.record_amax = row.fp8.record_amax || col.fp8.record_amax;
+      nn::qtensor q = host_backend::do_quantize(x, r);
+      auto p = std::make_shared<payload>();
+      p->data = mxkit::transpose(fp8(q));
+      return {std::move(q), finish(col, x.rows(), x.cols(), std::move(p))};
     }
-    return {host_backend::quantize(x, row), host_backend::quantize(x, col)};
+    return {host_backend::do_quantize(x, row), host_backend::do_quantize(x, col)};
   }
 
-  nn::qtensor transpose(const nn::qtensor& q, nn::operand_use use, nn::mem_tag tag) override {
-    detail::require(q.kind() == nn::precision::fp8 && q.axis() == block_axis::rowwise, "transpose: needs an FP8 rowwise copy, got a ",
-                    name_of(q.kind()), " ", name_of(q.axis()), " copy");
-    count(use);
+  nn::qtensor do_transpose(const nn::qtensor& q, nn::operand_use use, nn::mem_tag tag) override {
     auto p = std::make_shared<payload>();
     p->data = mxkit::transpose(fp8(q));
     nn::quant_request r = q.request();
     r.axis = block_axis::columnwise;
     r.use = use;
     r.tag = tag;
-    return finish(r, q.rows(), q.cols(), q.amax(), std::move(p));
+    r.fp8.record_amax = false;
+    return finish(r, q.rows(), q.cols(), std::move(p));
   }
 
-  fp8_tensor export_fp8(const nn::tensor& w, fp8_type type, float scale) override {
-    const std::vector<float> widened = w.type() == nn::dtype::f64 ? to_float(w) : std::vector<float>{};
-    const float* wf = w.type() == nn::dtype::f64 ? widened.data() : w.as<float>();
-    return quantize_fp8(matrix_view<const float>{wf, w.rows(), w.cols()}, type, scale);
+  fp8_tensor do_export_fp8(const nn::tensor& w, fp8_type type, float scale) override {
+    const floats wf(w);
+    return quantize_fp8(matrix_view<const float>{wf.data(), w.rows(), w.cols()}, type, scale);
   }
-  nn::qtensor import_fp8(const fp8_tensor& host, nn::operand_use use, nn::mem_tag tag) override {
-    detail::check_fp8_tensor(host, "import_fp8");
-    count(use);
+  nn::qtensor do_import_fp8(const fp8_tensor& host, nn::operand_use use, nn::mem_tag tag) override {
     nn::quant_request r;
     r.spec = nn::recipes::mma_operand(host.type);
     r.axis = block_axis::rowwise;
-    r.fp8_scale = host.scale;
     r.use = use;
     r.tag = tag;
     auto p = std::make_shared<payload>();
     p->data = host;
-    return finish(r, host.rows, host.cols, host.amax, std::move(p));
+    return finish(r, host.rows, host.cols, std::move(p));
   }
 
-  void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta) override {
-    detail::require(a.defined() && b.defined(), name_of(kind), ": operand not quantized");
-    detail::require(a.kind() == b.kind(), name_of(kind), ": operands are ", name_of(a.kind()), " and ", name_of(b.kind()));
-    detail::require(a.length() == b.length(), name_of(kind), ": reduction lengths differ: A stored ", a.lines(), "x", a.length(),
-                    ", B stored ", b.lines(), "x", b.length());
-    nn::require_shape(d, a.lines(), b.lines(), name_of(kind));
-    ++counters_.gemms[static_cast<std::size_t>(kind)];
+  void do_update_scales(nn::scaling_table& t) override {
+    ref::update_scales(t.history().as<float>(), t.scale().as<float>(), t.fp8_max().as<float>(), t.rows(), t.config().history_length,
+                       t.config());
+  }
+
+  void do_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
+               const nn::tensor* c) override {
+    if (c && beta != 0.0f) host_backend::do_copy(*c, d);  // the epilogue's C, read from D
     const std::size_t P = a.lines(), Q = b.lines(), R = a.length();
     if (a.kind() == nn::precision::native && d.type() == nn::dtype::f64) {
       const auto& A = std::get<std::vector<double>>(get(a).data);
@@ -250,29 +260,16 @@ class host_backend : public nn::backend {
         }
       return;
     }
-    // fp32 result: into d directly, or via a temporary for an f64 d (gradient-check models).
+    // fp32 accumulation into d directly (f32 or bf16 d), or via a temporary for an f64 d
+    // (gradient-check models).
+    if (d.type() == nn::dtype::bf16) {
+      product(kind, a, b, matrix_view<bfloat16>{d.as<bfloat16>(), P, Q}, gemm_epilogue{alpha, beta});
+      return;
+    }
     std::vector<float> tmp;
     const gemm_epilogue e = d.type() == nn::dtype::f32 ? gemm_epilogue{alpha, beta} : gemm_epilogue{};
     if (d.type() == nn::dtype::f64) tmp.assign(P * Q, 0.0f);
-    const matrix_view<float> D{d.type() == nn::dtype::f32 ? d.as<float>() : tmp.data(), P, Q};
-    switch (a.kind()) {
-      case nn::precision::mx:
-        ref::product(kind, std::get<mx_tensor>(get(a).data).view(), std::get<mx_tensor>(get(b).data).view(), D, e);
-        break;
-      case nn::precision::fp8: ref::product(kind, as_view(fp8(a)), as_view(fp8(b)), D, e); break;
-      case nn::precision::bf16: {
-        const std::vector<float> A = widen(std::get<std::vector<bfloat16>>(get(a).data));
-        const std::vector<float> B = widen(std::get<std::vector<bfloat16>>(get(b).data));
-        ref::product(kind, matrix_view<const float>{A.data(), P, R}, matrix_view<const float>{B.data(), Q, R}, D, e);
-        break;
-      }
-      case nn::precision::native: {
-        const auto& A = std::get<std::vector<float>>(get(a).data);
-        const auto& B = std::get<std::vector<float>>(get(b).data);
-        ref::product(kind, matrix_view<const float>{A.data(), P, R}, matrix_view<const float>{B.data(), Q, R}, D, e);
-        break;
-      }
-    }
+    product(kind, a, b, matrix_view<float>{d.type() == nn::dtype::f32 ? d.as<float>() : tmp.data(), P, Q}, e);
     if (d.type() == nn::dtype::f64) {
       double* dd = d.as<double>();
       for (std::size_t i = 0; i < P * Q; ++i) dd[i] = beta == 0.0f ? double{alpha} * tmp[i] : double{alpha} * tmp[i] + double{beta} * dd[i];
@@ -280,143 +277,271 @@ class host_backend : public nn::backend {
   }
 
   // ---- layer kernels
-  void rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) override {
-    nn::require_shape(w, 1, x.cols(), "rmsnorm weight");
-    nn::require_shape(y, x.rows(), x.cols(), "rmsnorm output");
-    nn::require_shape(rstd, x.rows(), 1, "rmsnorm rstd");
-    dispatch(x.type(), [&](auto z) {
+  void do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) override {
+    compute(x.type(), [&](auto z) {
       using T = decltype(z);
-      ref::rmsnorm_forward(x.as<T>(), w.as<T>(), y.as<T>(), rstd.as<T>(), x.rows(), x.cols(), eps);
+      staging<T> st;
+      ref::rmsnorm_forward(st.in(x), st.in(w), st.out(y, false), st.out(rstd, false), x.rows(), x.cols(), eps);
+      st.commit();
     });
   }
-  void rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, nn::tensor& dx, nn::tensor* dw) override {
-    nn::require_shape(dy, x.rows(), x.cols(), "rmsnorm backward dY");
-    nn::require_shape(dx, x.rows(), x.cols(), "rmsnorm backward dX");
-    if (dw) nn::require_shape(*dw, 1, x.cols(), "rmsnorm backward dW");
-    dispatch(x.type(), [&](auto z) {
+  nn::qpair do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
+                                nn::tensor* y) override {
+    nn::tensor out = y ? *y : scratch(x.rows(), x.cols(), x.type());
+    host_backend::do_rmsnorm_forward(x, w, out, rstd, eps);
+    return quantize_plan(out, plan);
+  }
+  void do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, nn::tensor& dx,
+                           nn::tensor* dw) override {
+    compute(x.type(), [&](auto z) {
       using T = decltype(z);
-      ref::rmsnorm_backward(dy.as<T>(), x.as<T>(), w.as<T>(), rstd.as<T>(), dx.as<T>(), dw ? dw->as<T>() : nullptr, x.rows(),
-                             x.cols());
+      staging<T> st;
+      ref::rmsnorm_backward(st.in(dy), st.in(x), st.in(w), st.in(rstd), st.out(dx, true), dw ? st.out(*dw, true) : nullptr, x.rows(),
+                            x.cols());
+      st.commit();
     });
   }
-  void rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override {
-    check_heads(s);
-    nn::require_shape(qkv, s.tokens(), s.qkv_dim(), "rope qkv");
-    detail::require(s.head_dim % 2 == 0, "rope: head_dim ", s.head_dim, " must be even");
-    dispatch(qkv.type(), [&](auto z) {
+  void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override {
+    compute(qkv.type(), [&](auto z) {
       using T = decltype(z);
-      ref::rope(qkv.as<T>(), s, theta, inverse);
+      staging<T> st;
+      ref::rope(st.out(qkv, true), s, theta, inverse);
+      st.commit();
     });
   }
-  void attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& probs, const nn::head_shape& s) override {
-    check_heads(s);
-    nn::require_shape(qkv, s.tokens(), s.qkv_dim(), "attention qkv");
-    nn::require_shape(out, s.tokens(), s.q_dim(), "attention output");
-    nn::require_shape(probs, s.batch * s.n_heads, s.seq * s.seq, "attention probabilities");
-    dispatch(qkv.type(), [&](auto z) {
+  void do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) override {
+    compute(qkv.type(), [&](auto z) {
       using T = decltype(z);
-      ref::attention_forward(qkv.as<T>(), out.as<T>(), probs.as<T>(), s);
+      staging<T> st;
+      ref::attention_forward(st.in(qkv), st.out(out, false), st.out(lse, false), s);
+      st.commit();
     });
   }
-  void attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& probs, nn::tensor& dqkv, const nn::head_shape& s) override {
-    check_heads(s);
-    nn::require_shape(dqkv, s.tokens(), s.qkv_dim(), "attention backward dqkv");
-    nn::require_shape(dout, s.tokens(), s.q_dim(), "attention backward dout");
-    dispatch(qkv.type(), [&](auto z) {
+  void do_attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& out, const nn::tensor& lse,
+                             nn::tensor& dqkv, const nn::head_shape& s) override {
+    compute(qkv.type(), [&](auto z) {
       using T = decltype(z);
-      ref::attention_backward(dout.as<T>(), qkv.as<T>(), probs.as<T>(), dqkv.as<T>(), s);
+      staging<T> st;
+      ref::attention_backward(st.in(dout), st.in(qkv), st.in(out), st.in(lse), st.out(dqkv, false), s);
+      st.commit();
     });
   }
-  void swiglu_forward(const nn::tensor& gu, nn::tensor& out) override {
-    detail::require(gu.cols() % 2 == 0, "swiglu: gate/up width ", gu.cols(), " is odd");
-    nn::require_shape(out, gu.rows(), gu.cols() / 2, "swiglu output");
-    dispatch(gu.type(), [&](auto z) {
+  void do_swiglu_forward(const nn::tensor& gu, nn::tensor& out) override {
+    compute(gu.type(), [&](auto z) {
       using T = decltype(z);
-      ref::swiglu_forward(gu.as<T>(), out.as<T>(), gu.rows(), gu.cols() / 2);
+      staging<T> st;
+      ref::swiglu_forward(st.in(gu), st.out(out, false), gu.rows(), gu.cols() / 2);
+      st.commit();
     });
   }
-  void swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) override {
-    nn::require_shape(dout, gu.rows(), gu.cols() / 2, "swiglu backward dout");
-    nn::require_shape(dgu, gu.rows(), gu.cols(), "swiglu backward dgu");
-    dispatch(gu.type(), [&](auto z) {
+  nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override {
+    nn::tensor o = out ? *out : scratch(gu.rows(), gu.cols() / 2, gu.type());
+    host_backend::do_swiglu_forward(gu, o);
+    return quantize_plan(o, plan);
+  }
+  void do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) override {
+    compute(gu.type(), [&](auto z) {
       using T = decltype(z);
-      ref::swiglu_backward(dout.as<T>(), gu.as<T>(), dgu.as<T>(), gu.rows(), gu.cols() / 2);
+      staging<T> st;
+      ref::swiglu_backward(st.in(dout), st.in(gu), st.out(dgu, false), gu.rows(), gu.cols() / 2);
+      st.commit();
     });
   }
-  void embedding_forward(const std::vector<std::int32_t>& tokens, const nn::tensor& table, nn::tensor& out) override {
-    ref::check_tokens(tokens, table.rows());
-    nn::require_shape(out, tokens.size(), table.cols(), "embedding output");
-    dispatch(table.type(), [&](auto z) {
+  void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override {
+    compute(out.type(), [&](auto z) {
       using T = decltype(z);
-      ref::embedding_forward(tokens.data(), tokens.size(), table.as<T>(), out.as<T>(), table.cols());
+      staging<T> st;
+      ref::embedding_forward(tokens.as<std::int32_t>(), tokens.rows(), st.in(table), st.out(out, false), table.cols());
+      st.commit();
     });
   }
-  void embedding_backward(const std::vector<std::int32_t>& tokens, const nn::tensor& dout, nn::tensor& dtable) override {
-    ref::check_tokens(tokens, dtable.rows());
-    nn::require_shape(dout, tokens.size(), dtable.cols(), "embedding backward dout");
-    dispatch(dtable.type(), [&](auto z) {
+  void do_embedding_backward(const nn::tensor& tokens, const nn::tensor& dout, nn::tensor& dtable) override {
+    compute(dout.type(), [&](auto z) {
       using T = decltype(z);
-      ref::embedding_backward(tokens.data(), tokens.size(), dout.as<T>(), dtable.as<T>(), dtable.cols());
+      staging<T> st;
+      ref::embedding_backward(tokens.as<std::int32_t>(), tokens.rows(), st.in(dout), st.out(dtable, true), dtable.cols());
+      st.commit();
     });
   }
-  double cross_entropy(const nn::tensor& logits, const std::vector<std::int32_t>& targets, nn::tensor* dlogits) override {
-    detail::require(targets.size() == logits.rows(), "cross_entropy: ", targets.size(), " targets for ", logits.rows(), " rows");
-    ref::check_tokens(targets, logits.cols());
-    if (dlogits) nn::require_shape(*dlogits, logits.rows(), logits.cols(), "cross_entropy dlogits");
-    double loss = 0.0;
-    dispatch(logits.type(), [&](auto z) {
+  void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) override {
+    compute(logits.type(), [&](auto z) {
       using T = decltype(z);
-      loss = ref::cross_entropy(logits.as<T>(), targets.data(), dlogits ? dlogits->as<T>() : nullptr, logits.rows(), logits.cols());
-    });
-    return loss;
-  }
-  void adamw_update(nn::tensor& p, const nn::tensor& g, nn::tensor& m, nn::tensor& v, const nn::adamw_hyper& h) override {
-    nn::require_shape(g, p.rows(), p.cols(), "adamw gradient");
-    nn::require_shape(m, p.rows(), p.cols(), "adamw first moment");
-    nn::require_shape(v, p.rows(), p.cols(), "adamw second moment");
-    dispatch(p.type(), [&](auto z) {
-      using T = decltype(z);
-      ref::adamw_update(p.as<T>(), g.as<T>(), m.as<T>(), v.as<T>(), p.size(), h);
+      staging<T> st;
+      T* l = st.out(logits, true);
+      *loss.as<double>() = ref::cross_entropy(l, targets.as<std::int32_t>(), gradient ? l : nullptr, logits.rows(), logits.cols());
+      if (gradient) st.commit();
     });
   }
 
-  // ---- host views of quantized copies (tests and oracles)
-  static const payload& get(const nn::qtensor& q) {
-    const auto* p = dynamic_cast<const payload*>(q.payload());
-    detail::require(p != nullptr, "host_backend: the quantized copy was not made by a host_backend");
-    return *p;
+  // ---- optimizer
+  void do_global_norm(std::span<const nn::tensor* const> tensors, double max_norm, nn::tensor& norm, nn::tensor& clip) override {
+    double ss = 0.0;
+    for (const nn::tensor* t : tensors)
+      compute(t->type(), [&](auto z) {
+        using T = decltype(z);
+        staging<T> st;
+        ss += ref::sum_squares(st.in(*t), t->size());
+      });
+    const double n = std::sqrt(ss);
+    *norm.as<double>() = n;
+    *clip.as<double>() = max_norm > 0.0 && n > max_norm ? max_norm / n : 1.0;
   }
-  static const mx_tensor& mx(const nn::qtensor& q) { return std::get<mx_tensor>(get(q).data); }
-  static const fp8_tensor& fp8(const nn::qtensor& q) { return std::get<fp8_tensor>(get(q).data); }
-  static const std::vector<bfloat16>& bf16(const nn::qtensor& q) { return std::get<std::vector<bfloat16>>(get(q).data); }
+  void do_adamw_step(std::span<const nn::adamw_slot_ref> slots, const nn::adamw_args& args, const nn::tensor& norm,
+                     const nn::tensor& clip, nn::tensor& state) override {
+    double* st = state.as<double>();
+    if (!std::isfinite(*norm.as<double>())) {
+      st[1] += 1.0;
+      return;
+    }
+    const std::uint64_t step = static_cast<std::uint64_t>(st[0]) + 1;
+    for (const nn::adamw_slot_ref& s : slots) {
+      const nn::adamw_hyper h{args.lr, args.beta1, args.beta2, args.eps, s.weight_decay, *clip.as<double>(), step};
+      compute(s.param->type(), [&](auto z) {
+        using T = decltype(z);
+        ref::adamw_update(s.param->as<T>(), s.grad->as<T>(), s.m->as<T>(), s.v->as<T>(), s.param->size(), h);
+      });
+    }
+    st[0] = static_cast<double>(step);
+  }
 
  private:
+  struct pool {
+    std::map<std::size_t, std::vector<std::unique_ptr<double[]>>> free;  // by size in 8-byte words
+    std::size_t free_bytes = 0;
+  };
+
+  // Calls f(float{}) for f32/bf16 data, f(double{}) for f64 (the arithmetic type of a kernel).
   template <class F>
-  static void dispatch(nn::dtype t, F&& f) {
-    if (t == nn::dtype::f32) f(float{});
-    else f(double{});
+  static void compute(nn::dtype t, F&& f) {
+    if (t == nn::dtype::f64) f(double{});
+    else f(float{});
   }
-  static void same_type(const nn::tensor& a, const nn::tensor& b, const char* what) {
-    detail::require(a.type() == b.type(), what, ": element types differ (", name_of(a.type()), ", ", name_of(b.type()), ")");
+  // Calls f(typed pointer) for the tensor's element type.
+  template <class Tensor, class F>
+  static void visit(Tensor& t, F&& f) {
+    constexpr bool is_const = std::is_const_v<Tensor>;
+    auto call = [&](auto z) {
+      using T = decltype(z);
+      using P = std::conditional_t<is_const, const T*, T*>;
+      f(static_cast<P>(t.template as<T>()));
+    };
+    switch (t.type()) {
+      case nn::dtype::f32: call(float{}); break;
+      case nn::dtype::f64: call(double{}); break;
+      case nn::dtype::bf16: call(bfloat16{}); break;
+      case nn::dtype::i32: call(std::int32_t{}); break;
+    }
   }
-  static void check_heads(const nn::head_shape& s) {
-    detail::require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "attention: n_heads ", s.n_heads,
-                    " is not a multiple of n_kv_heads ", s.n_kv_heads);
+  template <class T>
+  static T from_double(double v) {
+    if constexpr (std::is_same_v<T, bfloat16>) return bfloat16::from_float(static_cast<float>(v), rounding::nearest_even, overflow::propagate);
+    else return static_cast<T>(v);
+  }
+  template <class T>
+  static double to_double(T v) {
+    if constexpr (std::is_same_v<T, bfloat16>) return v.to_float();
+    else return static_cast<double>(v);
+  }
+
+  // Kernel arguments of arithmetic type T: f32/f64 tensors of that type directly, bf16 tensors
+  // widened into buffers; out() buffers are rounded back (RNE) by commit().
+  template <class T>
+  class staging {
+   public:
+    const T* in(const nn::tensor& t) {
+      if (t.type() == nn::dtype_of<T>()) return t.as<T>();
+      return widen(t).data();
+    }
+    T* out(nn::tensor& t, bool load) {
+      if (t.type() == nn::dtype_of<T>()) return t.as<T>();
+      std::vector<T>& b = load ? widen(t) : buffers_.emplace_back(t.size());
+      outs_.emplace_back(&t, &b);
+      return b.data();
+    }
+    void commit() {
+      for (auto& [t, b] : outs_) {
+        bfloat16* d = t->template as<bfloat16>();
+        for (std::size_t i = 0; i < b->size(); ++i) d[i] = bfloat16::from_float(static_cast<float>((*b)[i]), rounding::nearest_even, overflow::propagate);
+      }
+    }
+
+   private:
+    std::vector<T>& widen(const nn::tensor& t) {
+      const bfloat16* s = t.as<bfloat16>();  // f32 <-> f64 never mix (the public checks)
+      std::vector<T>& b = buffers_.emplace_back(t.size());
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<T>(s[i].to_float());
+      return b;
+    }
+    std::deque<std::vector<T>> buffers_;
+    std::vector<std::pair<nn::tensor*, std::vector<T>*>> outs_;
+  };
+
+  // A float copy of any floating tensor (f64 rounds; bf16 widens exactly), or its own f32 data.
+  class floats {
+   public:
+    explicit floats(const nn::tensor& t) {
+      if (t.type() == nn::dtype::f32) {
+        data_ = t.as<float>();
+        return;
+      }
+      copy_.resize(t.size());
+      if (t.type() == nn::dtype::f64)
+        for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] = static_cast<float>(t.as<double>()[i]);
+      else
+        for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] = t.as<bfloat16>()[i].to_float();
+      data_ = copy_.data();
+    }
+    const float* data() const noexcept { return data_; }
+
+   private:
+    const float* data_ = nullptr;
+    std::vector<float> copy_;
+  };
+
+  // An untracked temporary (the unfused intermediate of a fused producer; a device kernel keeps
+  // it in registers).
+  nn::tensor scratch(std::size_t rows, std::size_t cols, nn::dtype type) {
+    allocation a = host_backend::do_alloc(rows * cols * nn::size_of(type));
+    return nn::tensor(type, rows, cols, a.data, std::move(a.owner));
+  }
+  nn::qpair quantize_plan(const nn::tensor& x, const nn::quant_plan& plan) {
+    // Qualified calls: a test backend that records do_quantize*() sees each request once.
+    if (plan.columnwise_wanted) return host_backend::do_quantize_both(x, plan.rowwise, plan.columnwise);
+    return {host_backend::do_quantize(x, plan.rowwise), {}};
+  }
+
+  static float scale_of(const nn::fp8_scaling_slot& s) { return s.table->scale().as<float>()[s.row]; }
+  static void record(const nn::fp8_scaling_slot& s, float amax) {
+    ref::record_amax(s.table->history().as<float>()[s.row * s.table->config().history_length], amax);
   }
   static bool same_options(const quantize_options& a, const quantize_options& b) noexcept {
     return a.rule == b.rule && a.round == b.round && a.hadamard == b.hadamard && a.random_signs == b.random_signs &&
            a.seed == b.seed && a.stream == b.stream;
   }
-  static std::vector<float> to_float(const nn::tensor& t) {
-    std::vector<float> out(t.size());
-    const double* p = t.as<double>();
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(p[i]);
-    return out;
-  }
   static std::vector<float> widen(const std::vector<bfloat16>& v) {
     std::vector<float> out(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) out[i] = v[i].to_float();
     return out;
+  }
+  template <class Out>
+  static void product(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, const matrix_view<Out>& D, const gemm_epilogue& e) {
+    const std::size_t P = a.lines(), Q = b.lines(), R = a.length();
+    (void)Q;
+    switch (a.kind()) {
+      case nn::precision::mx: ref::product(kind, mx(a).view(), mx(b).view(), D, e); break;
+      case nn::precision::fp8: ref::product(kind, as_view(fp8(a)), as_view(fp8(b)), D, e); break;
+      case nn::precision::bf16: {
+        const std::vector<float> A = widen(bf16(a)), B = widen(bf16(b));
+        ref::product(kind, matrix_view<const float>{A.data(), P, R}, matrix_view<const float>{B.data(), b.lines(), R}, D, e);
+        break;
+      }
+      case nn::precision::native: {
+        const auto& A = std::get<std::vector<float>>(get(a).data);
+        const auto& B = std::get<std::vector<float>>(get(b).data);
+        ref::product(kind, matrix_view<const float>{A.data(), P, R}, matrix_view<const float>{B.data(), b.lines(), R}, D, e);
+        break;
+      }
+    }
   }
   // The stored [lines, length] copy of a row-major [rows, cols] matrix (transposed when columnwise).
   template <class U, class T, class F>
@@ -437,15 +562,15 @@ class host_backend : public nn::backend {
         },
         p.data);
   }
-  nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, float amax, std::shared_ptr<payload> p) {
+  nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<payload> p) {
     const std::size_t bytes = bytes_of(*p);
     p->tracked = nn::tracked_bytes(&memory_, r.tag, bytes);
     p->live = &live_[static_cast<std::size_t>(r.spec.kind)];
     ++*p->live;
-    return nn::qtensor(r, rows, cols, amax, bytes, std::move(p));
+    return nn::qtensor(r, rows, cols, bytes, std::move(p));
   }
-  void count(nn::operand_use u) noexcept { ++counters_.quantized[static_cast<std::size_t>(u)]; }
 
+  std::shared_ptr<pool> pool_;
   std::array<std::size_t, 4> live_{};  // by precision
 };
 

@@ -5,6 +5,9 @@
 //   g' = g * clip,  m = b1 m + (1 - b1) g',  v = b2 v + (1 - b2) g'^2
 //   p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p)
 // A step whose gradient norm is not finite is skipped (nothing is updated) and counted.
+// The global norm is the square root of the sum over tensors of each tensor's sum of squares
+// (sum_squares, double accumulation); the multi-tensor operations of nn::backend (global_norm,
+// adamw_step) apply these kernels to every parameter in turn.
 // Host reference kernels (the oracle of every device kernel), called by ref::host_backend.
 #include <cmath>
 #include <cstddef>
@@ -16,6 +19,12 @@
 MXKIT_BEGIN_NAMESPACE
 namespace ref {
 
+template <class T>
+double sum_squares(const T* x, std::size_t n) {
+  double ss = 0.0;
+  for (std::size_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return ss;
+}
 
 template <class T>
 void adamw_update(T* p, const T* g, T* m, T* v, std::size_t n, const nn::adamw_hyper& h) {
@@ -31,7 +40,6 @@ void adamw_update(T* p, const T* g, T* m, T* v, std::size_t n, const nn::adamw_h
     p[i] = static_cast<T>(p[i] - h.lr * update);
   }
 }
-
 
 }  // namespace ref
 MXKIT_END_NAMESPACE

@@ -1,7 +1,8 @@
 #pragma once
 // Softmax cross-entropy of next-token logits, mean over rows, fused with its gradient:
 //   loss = mean_r (logsumexp(z_r) - z_r[target_r]),  dz_r = (softmax(z_r) - onehot(target_r)) / rows
-// Computed in double from the logits (max subtracted first).
+// Computed in double from the logits (max subtracted first). dlogits may be logits itself (the
+// gradient written in place: every element is read before it is overwritten).
 // Host reference kernels (the oracle of every device kernel), called by ref::host_backend.
 #include <cmath>
 #include <cstddef>

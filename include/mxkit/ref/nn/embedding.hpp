@@ -1,22 +1,15 @@
 #pragma once
-// Token embedding: row i of the output is row tokens[i] of the table (V, C).
+// Token embedding: row i of the output is row tokens[i] of the table (V, C). Token ids are checked
+// against the vocabulary once, on the host, when they are uploaded (nn::backend::write_tokens).
 // Host reference kernels (the oracle of every device kernel), called by ref::host_backend.
 #include <cstddef>
 #include <cstdint>
-#include <string>
-#include <vector>
 
-#include <mxkit/error.hpp>
+#include <mxkit/config.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace ref {
 
-
-inline void check_tokens(const std::vector<std::int32_t>& tokens, std::size_t vocab) {
-  for (std::size_t i = 0; i < tokens.size(); ++i)
-    detail::require(tokens[i] >= 0 && static_cast<std::size_t>(tokens[i]) < vocab, "token ", i, " is ", tokens[i],
-                    ", outside the vocabulary [0, ", vocab, ")");
-}
 
 template <class T>
 void embedding_forward(const std::int32_t* tokens, std::size_t n, const T* table, T* out, std::size_t C) {
