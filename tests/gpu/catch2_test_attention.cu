@@ -109,8 +109,24 @@ void check_attention(std::size_t batch, std::size_t seq, std::size_t heads, std:
 
   // Reference, and the magnitude sums of the bounds.
   std::vector<double> out(N * od), probs(batch * heads * seq * seq), dqkv(N * row);
-  mxkit::ref::attention_forward(qkv.data(), out.data(), probs.data(), s);
-  mxkit::ref::attention_backward(dout.data(), qkv.data(), probs.data(), dqkv.data(), s);
+  std::vector<double> ref_lse(batch * heads * seq);
+  mxkit::ref::attention_forward(qkv.data(), out.data(), ref_lse.data(), s);
+  mxkit::ref::attention_backward(dout.data(), qkv.data(), out.data(), ref_lse.data(), dqkv.data(), s);
+  // The probabilities the bounds weigh by, from the reference's log-sum-exp (the reference saves
+  // no (T, T) matrix): P[t][u] = exp(q_t . k_u / sqrt(D) - lse_t) for u <= t, 0 above.
+  {
+    const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(dim));
+    for (std::size_t b = 0; b < batch; ++b)
+      for (std::size_t h = 0; h < heads; ++h)
+        for (std::size_t tq = 0; tq < seq; ++tq)
+          for (std::size_t u = 0; u <= tq; ++u) {
+            const double* q = qkv.data() + (b * seq + tq) * row + h * dim;
+            const double* k = qkv.data() + (b * seq + u) * row + od + (h / group) * dim;
+            double dot = 0;
+            for (std::size_t i = 0; i < dim; ++i) dot += q[i] * k[i];
+            probs[((b * heads + h) * seq + tq) * seq + u] = std::exp(dot * inv_sqrt_d - ref_lse[(b * heads + h) * seq + tq]);
+          }
+  }
   std::vector<double> lse(batch * heads * seq), lse_bound(lse.size()), o_abs(N * od, 0.0), d_abs(N * row, 0.0);
   double kmax = 0;
   for (std::size_t r = 0; r < N; ++r)
