@@ -14,6 +14,7 @@
 //                           NaN; Inf has no MX encoding, so it is flagged the same way).
 //   amax 0 (all zeros)   -> scale 1.0 (0x7F): neutral, and no subnormal float scale under FTZ.
 //   exponent below -127 or above 127 -> clamped to the E8M0 range; elements then round or clip.
+#include <mxkit/arch/intrinsics.hpp>
 #include <mxkit/config.hpp>
 #include <mxkit/format/bits.hpp>
 #include <mxkit/format/e8m0.hpp>
@@ -47,7 +48,7 @@ namespace detail {
 // Significand of a finite non-zero |x| normalized to 24 bits (1.f scaled by 2^23).
 MXKIT_HD constexpr std::uint32_t normalized_significand(std::uint32_t abs) noexcept {
   const float_parts p = decompose_abs(abs);
-  return p.sig << (24 - bit_width(p.sig));
+  return p.sig << (24 - hw::bit_width(p.sig));
 }
 }  // namespace detail
 
