@@ -214,7 +214,7 @@ MXKIT_HD constexpr block_front make_front(const float* x, std::uint32_t x_amax, 
   block_front f{};
   for (int i = 0; i < mx_block_size; ++i) f.x.v[i] = x[i];
   f.value_exp = block_value_exp(o);
-  f.scale = shared_scale<Element>(block_amax(x_amax, o), o.rule);
+  f.scale = shared_scale<Element>(float_bits{block_amax(x_amax, o)}, o.rule);
   f.float_path = on_float_path(x_amax, float_path_bounds_for<Element>(o));
   return f;
 }
