@@ -2,6 +2,8 @@
 // Umbrella header of the numerics: formats, blocks, transforms, tensors, GEMM descriptors and the
 // host reference (quantizer, validate, GEMMs). The training stack is <mxkit/nn.hpp>; GPU code is
 // under <mxkit/gpu/...>. Written by scripts/update_umbrella.sh, checked by ctest static.headers.
+#include <mxkit/arch/intrinsics.hpp>
+#include <mxkit/block/element_encoder.hpp>
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_block.hpp>

@@ -42,6 +42,19 @@ std::vector<float> amax_values(const oracle::element_model& m) {
   return positive;
 }
 
+// Defect 4: the natural call passes the amax as a float. It must mean that float, never its
+// integer value taken as bits (6.5f once converted to the bits 6, a subnormal: exponent -127).
+// A bare integer or a double does not compile; bits are spelled float_bits{b}.
+template <class Element, class Amax>
+concept shared_scale_takes = requires(Amax a) { mxkit::shared_scale<Element>(a, scale_rule::even); };
+static_assert(mxkit::shared_scale<mxkit::e2m1>(6.5f, scale_rule::even).exponent() == 0);
+static_assert(mxkit::shared_scale<mxkit::e2m1>(-6.5f, scale_rule::even).exponent() == 0);  // |amax|
+static_assert(mxkit::shared_scale<mxkit::e2m1>(mxkit::float_bits{0x40D00000u}, scale_rule::even).exponent() == 0);
+static_assert(shared_scale_takes<mxkit::e2m1, float> && shared_scale_takes<mxkit::e2m1, mxkit::float_bits>);
+static_assert(!shared_scale_takes<mxkit::e2m1, std::uint32_t> && !shared_scale_takes<mxkit::e2m1, int> &&
+              !shared_scale_takes<mxkit::e2m1, double>);
+static_assert(!std::is_convertible_v<std::uint32_t, mxkit::float_bits> && !std::is_convertible_v<float, mxkit::float_bits>);
+
 template <class Fn>
 void for_each_mx_type(Fn&& fn) {
   for (const mxkit::mx_type t : mxkit::all_mx_types)
@@ -57,8 +70,8 @@ TEST_CASE("scale rules: every element type and rule matches the oracle on bounda
     for (const float amax : amax_values(m))
       for (const scale_rule rule : oracle::all_scale_rules) {
         const std::uint8_t want = oracle::scale_byte(amax, rule, m.info);
-        const std::uint8_t got = mxkit::shared_scale<E>(mxkit::abs_bits(amax), rule).bits();
-        const std::uint8_t got_neg = mxkit::shared_scale_of<E>(-amax, rule).bits();  // amax is |x|
+        const std::uint8_t got = mxkit::shared_scale<E>(mxkit::float_bits{mxkit::abs_bits(amax)}, rule).bits();
+        const std::uint8_t got_neg = mxkit::shared_scale<E>(-amax, rule).bits();  // amax is |x|
         if (want == got && want == got_neg) {
           log.pass();
           continue;
@@ -76,7 +89,7 @@ TEST_CASE("scale rules: every element type and rule matches the oracle on bounda
 
 TEST_CASE("scale rules: the issue's FP4 table (6.5 -> 0/0/1/1, 7 -> 0/1/1/1)", "[block]") {
   using mxkit::e2m1;
-  const auto exponent = [](float amax, scale_rule r) { return mxkit::shared_scale_of<e2m1>(amax, r).exponent(); };
+  const auto exponent = [](float amax, scale_rule r) { return mxkit::shared_scale<e2m1>(amax, r).exponent(); };
   CHECK(exponent(6.5f, scale_rule::floor) == 0);
   CHECK(exponent(6.5f, scale_rule::even) == 0);
   CHECK(exponent(6.5f, scale_rule::round_up) == 1);
@@ -93,6 +106,18 @@ TEST_CASE("scale rules: the issue's FP4 table (6.5 -> 0/0/1/1, 7 -> 0/1/1/1)", "
   CHECK(exponent(std::nextafter(7.0f, 0.0f), scale_rule::even) == 0);
 }
 
+TEST_CASE("scale rules: a float amax is a value, bits are float_bits (defect 4)", "[block]") {
+  // Run time too, on an amax the compiler cannot fold.
+  volatile float amax = 6.5f;
+  const float a = amax;
+  CHECK(mxkit::shared_scale<mxkit::e2m1>(a, scale_rule::even).exponent() == 0);
+  CHECK(mxkit::shared_scale<mxkit::e2m1>(a, scale_rule::round_up).exponent() == 1);
+  CHECK(mxkit::shared_scale<mxkit::e2m1>(-a, scale_rule::floor).exponent() == 0);
+  CHECK(mxkit::shared_scale<mxkit::e2m1>(a, scale_rule::even).bits() ==
+        mxkit::shared_scale<mxkit::e2m1>(mxkit::float_bits{mxkit::abs_bits(a)}, scale_rule::even).bits());
+  CHECK(mxkit::shared_scale<mxkit::mx_format<mxkit::mx_type::mxfp8_e4m3>::element_type>(a * 64.0f, scale_rule::floor).exponent() == 0);  // 416: 2^8 * 1.625
+}
+
 TEST_CASE("scale rules: round_up and ceil never clip, floor keeps amax/scale below 2^(emax+1)", "[block]") {
   for_each_mx_type([](auto fmt, const oracle::element_model& m) {
     using E = typename decltype(fmt)::element_type;
@@ -100,7 +125,7 @@ TEST_CASE("scale rules: round_up and ceil never clip, floor keeps amax/scale bel
     for (const float amax : amax_values(m)) {
       const long double a = amax;
       for (const scale_rule rule : {scale_rule::round_up, scale_rule::ceil}) {
-        const int e = mxkit::shared_scale_of<E>(amax, rule).exponent();
+        const int e = mxkit::shared_scale<E>(amax, rule).exponent();
         if (e == 127) continue;  // clamped (only MXINT8 near FLT_MAX): elements may clip by design
         const bool fits = std::ldexp(a, -e) <= m.info.max;
         // round_up is the smallest such scale (unless clamped below).
@@ -108,7 +133,7 @@ TEST_CASE("scale rules: round_up and ceil never clip, floor keeps amax/scale bel
         if (fits && smallest) log.pass();
         else log.fail(std::string(m.info.name) + " " + oracle::name_of(rule) + " amax=" + oracle::describe(amax) + " exponent " + std::to_string(e));
       }
-      const int e = mxkit::shared_scale_of<E>(amax, scale_rule::floor).exponent();
+      const int e = mxkit::shared_scale<E>(amax, scale_rule::floor).exponent();
       if (e > -127 && e < 127) {
         const long double y = std::ldexp(a, -e);
         if (y >= std::ldexp(1.0L, m.info.emax) && y < std::ldexp(1.0L, m.info.emax + 1)) log.pass();
@@ -126,22 +151,22 @@ TEST_CASE("scale rules: zero, NaN and Inf amax; exponent clamping at +-127", "[b
     INFO(m.info.name);
     for (const scale_rule rule : oracle::all_scale_rules) {
       INFO(oracle::name_of(rule));
-      CHECK(mxkit::shared_scale_of<E>(0.0f, rule).bits() == 127);  // neutral 1.0
-      CHECK(mxkit::shared_scale_of<E>(-0.0f, rule).bits() == 127);
-      CHECK(mxkit::shared_scale_of<E>(std::numeric_limits<float>::infinity(), rule).bits() == 0xFF);
-      CHECK(mxkit::shared_scale_of<E>(std::numeric_limits<float>::quiet_NaN(), rule).bits() == 0xFF);
-      CHECK(mxkit::shared_scale<E>(0x7FFFFFFFu, rule).bits() == 0xFF);  // NaN with a full payload
+      CHECK(mxkit::shared_scale<E>(0.0f, rule).bits() == 127);  // neutral 1.0
+      CHECK(mxkit::shared_scale<E>(-0.0f, rule).bits() == 127);
+      CHECK(mxkit::shared_scale<E>(std::numeric_limits<float>::infinity(), rule).bits() == 0xFF);
+      CHECK(mxkit::shared_scale<E>(std::numeric_limits<float>::quiet_NaN(), rule).bits() == 0xFF);
+      CHECK(mxkit::shared_scale<E>(mxkit::float_bits{0x7FFFFFFFu}, rule).bits() == 0xFF);  // NaN with a full payload
       // Below 2^-127 * 2^emax every rule clamps to the smallest scale.
-      CHECK(mxkit::shared_scale_of<E>(std::numeric_limits<float>::denorm_min(), rule).bits() == 0);
-      CHECK(mxkit::shared_scale_of<E>(std::ldexp(1.0f, -130), rule).bits() == 0);
+      CHECK(mxkit::shared_scale<E>(std::numeric_limits<float>::denorm_min(), rule).bits() == 0);
+      CHECK(mxkit::shared_scale<E>(std::ldexp(1.0f, -130), rule).bits() == 0);
     }
     // The largest float: floor(log2) = 127, so the floor exponent is 127 - emax, never clamped.
-    CHECK(mxkit::shared_scale_of<E>(std::numeric_limits<float>::max(), scale_rule::floor).exponent() == 127 - m.info.emax);
+    CHECK(mxkit::shared_scale<E>(std::numeric_limits<float>::max(), scale_rule::floor).exponent() == 127 - m.info.emax);
   });
   // MXINT8 (emax 0) is the one format whose exponent can pass 127: FLT_MAX needs 2^128.
-  CHECK(mxkit::shared_scale_of<mxkit::int8_fixed>(std::numeric_limits<float>::max(), scale_rule::ceil).bits() == 254);
-  CHECK(mxkit::shared_scale_of<mxkit::int8_fixed>(std::numeric_limits<float>::max(), scale_rule::round_up).bits() == 254);
-  CHECK(mxkit::shared_scale_of<mxkit::int8_fixed>(std::numeric_limits<float>::max(), scale_rule::even).bits() == 254);
+  CHECK(mxkit::shared_scale<mxkit::int8_fixed>(std::numeric_limits<float>::max(), scale_rule::ceil).bits() == 254);
+  CHECK(mxkit::shared_scale<mxkit::int8_fixed>(std::numeric_limits<float>::max(), scale_rule::round_up).bits() == 254);
+  CHECK(mxkit::shared_scale<mxkit::int8_fixed>(std::numeric_limits<float>::max(), scale_rule::even).bits() == 254);
 }
 
 TEST_CASE("mx formats: descriptors, names and the run-time dispatch", "[block]") {

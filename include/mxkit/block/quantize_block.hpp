@@ -4,6 +4,8 @@
 // functions the host tensors and the GPU kernels both call; all constexpr.
 #include <array>
 
+#include <mxkit/arch/intrinsics.hpp>
+#include <mxkit/block/element_encoder.hpp>
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/block/scale_rule.hpp>
@@ -38,20 +40,18 @@ MXKIT_HD constexpr void rotate_block(float* v, std::uint32_t sign_mask) noexcept
 namespace detail {
 // Block amax as the float bits of max |v[i]| (see amax_bits); with a NaN among the v[i] the
 // result is some NaN, which is all shared_scale distinguishes. A balanced tree, so the 31 maxima
-// are not one serial chain; on sm_80+ one NaN-propagating float max each (`max.NaN`).
+// are not one serial chain; one NaN-propagating float max each where that is one instruction
+// (hw::max_nan), else an integer max of the magnitudes' bits.
 MXKIT_HD constexpr std::uint32_t block_amax_bits(const float* v) noexcept {
-#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (!__builtin_is_constant_evaluated()) {
-    float m[mx_block_size / 2];
-    for (int i = 0; i < mx_block_size / 2; ++i) {
-      const float a = fabsf(v[2 * i]), b = fabsf(v[2 * i + 1]);
-      asm("max.NaN.f32 %0, %1, %2;" : "=f"(m[i]) : "f"(a), "f"(b));
+  if constexpr (hw::has_max_nan) {
+    if (!__builtin_is_constant_evaluated()) {
+      float m[mx_block_size / 2];
+      for (int i = 0; i < mx_block_size / 2; ++i) m[i] = hw::max_nan(hw::abs_float(v[2 * i]), hw::abs_float(v[2 * i + 1]));
+      for (int n = mx_block_size / 4; n > 0; n /= 2)
+        for (int i = 0; i < n; ++i) m[i] = hw::max_nan(m[i], m[i + n]);
+      return bit_cast<std::uint32_t>(m[0]);
     }
-    for (int n = mx_block_size / 4; n > 0; n /= 2)
-      for (int i = 0; i < n; ++i) asm("max.NaN.f32 %0, %1, %2;" : "=f"(m[i]) : "f"(m[i]), "f"(m[i + n]));
-    return bit_cast<std::uint32_t>(m[0]);
   }
-#endif
   std::uint32_t m[mx_block_size / 2] = {};
   for (int i = 0; i < mx_block_size / 2; ++i) m[i] = amax_bits(abs_bits(v[2 * i]), v[2 * i + 1]);
   for (int n = mx_block_size / 4; n > 0; n /= 2)
@@ -73,35 +73,30 @@ MXKIT_HD constexpr std::uint32_t float_path_min_amax() noexcept {
 }
 
 // quantize_element under nearest-even for an element of a block whose scale is finite (so no
-// element is NaN or Inf, and |x| * 2^-scale < 2^(emax+1)), with 2^-scale hoisted out of the loop.
+// element is NaN or Inf, and |x| * 2^-scale < 2^(emax+1)), with 2^-scale hoisted out of the loop:
+// the element's block_element_encoder where it has one (block/element_encoder.hpp).
 template <class Element>
 MXKIT_HD constexpr Element quantize_non_nan_element_rne(float x, e8m0 scale, float scale_inv) noexcept {
-  if constexpr (requires { Element::from_block_element_rne(x, scale_inv); })
-    return Element::from_block_element_rne(x, scale_inv);
+  if constexpr (block_element_encoder<Element>::specialized)
+    return block_element_encoder<Element>::encode(x, scale_inv);
   else
     return quantize_element<Element>(x, scale, rounding::nearest_even);
 }
 // The same code plus element_code_bias<Element>, as a word: a packer removes a whole word's
 // biases with one subtraction (E2M1's encoder leaves each code on top of a float's bits).
 template <class Element>
-inline constexpr std::uint32_t element_code_bias = [] {
-  if constexpr (requires { Element::block_element_bias; }) return Element::block_element_bias;
-  else return 0u;
-}();
+inline constexpr std::uint32_t element_code_bias = block_element_encoder<Element>::bias;
 template <class Element>
 MXKIT_HD constexpr std::uint32_t quantize_non_nan_element_rne_biased(float x, e8m0 scale, float scale_inv) noexcept {
-  if constexpr (requires { Element::block_element_rne_biased(x, scale_inv); })
-    return Element::block_element_rne_biased(x, scale_inv);
+  if constexpr (block_element_encoder<Element>::specialized)
+    return block_element_encoder<Element>::encode_biased(x, scale_inv);
   else
     return quantize_non_nan_element_rne<Element>(x, scale, scale_inv).bits();
 }
 // Largest element-scale exponent of the float path (scale_inv = 2^-E stays a normal float, and
-// whatever else the element's encoder needs: see minifloat::block_element_max_exponent).
+// whatever else the element's encoder needs: block_element_encoder<Element>::max_exponent).
 template <class Element>
-inline constexpr int float_path_max_exponent = [] {
-  if constexpr (requires { Element::block_element_max_exponent; }) return Element::block_element_max_exponent;
-  else return 126;
-}();
+inline constexpr int float_path_max_exponent = block_element_encoder<Element>::max_exponent;
 }  // namespace detail
 
 // The random signs of the Hadamard rotation, passed in when the caller computed them once (a
@@ -226,7 +221,7 @@ MXKIT_HD constexpr block_front make_front(const float* x, std::uint32_t x_amax, 
   block_front f{};
   for (int i = 0; i < mx_block_size; ++i) f.x.v[i] = x[i];
   f.value_exp = block_value_exp(o);
-  f.scale = shared_scale<Element>(block_amax(x_amax, o), o.rule);
+  f.scale = shared_scale<Element>(float_bits{block_amax(x_amax, o)}, o.rule);
   f.float_path = on_float_path(x_amax, float_path_bounds_for<Element>(o));
   return f;
 }
@@ -305,11 +300,11 @@ MXKIT_HD constexpr void encode_float_path_packed(const float* x, int element_exp
     std::uint32_t w = 0;
     for (int i = per_word - 1; i >= 0; --i) {  // fields do not overlap: + is |, and one IMAD per code
       const float v = x[per_word * j + i];
-      if constexpr (requires { E::block_element_magnitude_biased(v, scale_inv); }) {
+      if constexpr (requires { block_element_encoder<E>::encode_magnitude_biased(v, scale_inv); }) {
         // The sign is the field's top bit: w * 16 + 8 * sign + m = (2w + sign) * 8 + m, and
         // 2w + sign is one funnel shift of (w, v's bits).
         w = (w << 1) | (bit_cast<std::uint32_t>(v) >> 31);
-        w = w * (1u << (Fmt::storage_bits - 1)) + E::block_element_magnitude_biased(v, scale_inv);
+        w = w * (1u << (Fmt::storage_bits - 1)) + block_element_encoder<E>::encode_magnitude_biased(v, scale_inv);
       } else {
         w = w * (1u << Fmt::storage_bits) + quantize_non_nan_element_rne_biased<E>(v, es, scale_inv);
       }

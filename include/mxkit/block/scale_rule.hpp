@@ -20,6 +20,9 @@
 //                           group whose sums pass FLT_MAX (some |x| > 2^123) has an Inf amax: NaN
 //                           scale, as an Inf input. Dequantizing a rotated block unrotates high
 //                           scales 2^-32 lower, so it never overflows in between (dequantize_block).
+#include <type_traits>
+
+#include <mxkit/arch/intrinsics.hpp>
 #include <mxkit/config.hpp>
 #include <mxkit/enum_names.hpp>
 #include <mxkit/format/bits.hpp>
@@ -46,11 +49,19 @@ MXKIT_HD constexpr std::uint32_t amax_bits(std::uint32_t a, float x) noexcept {
   return a > b ? a : b;
 }
 
+// The bits of a float amax (abs_bits, amax_bits), as shared_scale's argument: a type of its own,
+// so that neither a float nor a bare integer converts to it silently (shared_scale(6.5f, rule)
+// takes the float overload below, never 6.5's integer value as bits).
+struct float_bits {
+  std::uint32_t value;
+  MXKIT_HD constexpr explicit float_bits(std::uint32_t v) noexcept : value(v) {}
+};
+
 namespace detail {
 // Significand of a finite non-zero |x| normalized to 24 bits (1.f scaled by 2^23).
 MXKIT_HD constexpr std::uint32_t normalized_significand(std::uint32_t abs) noexcept {
   const float_parts p = decompose_abs(abs);
-  return p.sig << (24 - bit_width(p.sig));
+  return p.sig << (24 - hw::bit_width(p.sig));
 }
 }  // namespace detail
 
@@ -67,9 +78,11 @@ MXKIT_HD constexpr std::uint32_t scale_rule_carry(scale_rule rule) noexcept {
 }
 }  // namespace detail
 
-// Shared scale for a block whose amax has float bits `amax` (see amax_bits).
+// Shared scale for a block whose amax has the float bits b (see amax_bits): what kernels pass,
+// having tracked the amax as bits.
 template <class Element>
-MXKIT_HD constexpr e8m0 shared_scale(std::uint32_t amax, scale_rule rule) noexcept {
+MXKIT_HD constexpr e8m0 shared_scale(float_bits b, scale_rule rule) noexcept {
+  const std::uint32_t amax = b.value;
   if (amax >= 0x7F800000u) return e8m0::nan();
   if (amax >= 0x00800000u)  // normal: < 0x7F800000 + 0x800000, so the sum cannot wrap
     return e8m0::from_exponent(static_cast<int>((amax + detail::scale_rule_carry<Element>(rule)) >> 23) - 127 - Element::emax);
@@ -94,9 +107,15 @@ MXKIT_HD constexpr e8m0 shared_scale(std::uint32_t amax, scale_rule rule) noexce
   return e8m0::from_exponent(lead - Element::emax);
 }
 
+// Shared scale for a block whose amax is `amax` (its sign is ignored: amax is a magnitude).
 template <class Element>
-MXKIT_HD constexpr e8m0 shared_scale_of(float amax, scale_rule rule) noexcept {
-  return shared_scale<Element>(abs_bits(amax), rule);
+MXKIT_HD constexpr e8m0 shared_scale(float amax, scale_rule rule) noexcept {
+  return shared_scale<Element>(float_bits{abs_bits(amax)}, rule);
 }
+// Any other argument is an error rather than a conversion: an integer might be meant as bits
+// (spell it float_bits{b}), and a double or an int would be rounded to float first.
+template <class Element, class T>
+  requires(std::is_arithmetic_v<T> && !std::is_same_v<T, float>)
+e8m0 shared_scale(T amax, scale_rule rule) = delete;
 
 MXKIT_END_NAMESPACE

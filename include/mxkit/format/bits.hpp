@@ -1,29 +1,13 @@
 #pragma once
-// Integer helpers shared by every encoder: bit width and the one significand-rounding routine,
-// so that each rounding mode is written exactly once for all formats.
+// Integer helpers shared by every encoder: the one significand-rounding routine, so that each
+// rounding mode is written exactly once for all formats, and exact float assembly. Instruction
+// choices (count leading zeros, fabs, fma) are arch/intrinsics.hpp's.
+#include <mxkit/arch/intrinsics.hpp>
 #include <mxkit/config.hpp>
 #include <mxkit/format/rounding.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace detail {
-
-// Number of bits needed to hold v (0 for 0). Branchy binary search: constexpr and device-safe.
-MXKIT_HD constexpr int bit_width(std::uint32_t v) noexcept {
-  if (!__builtin_is_constant_evaluated()) {  // one instruction at run time, same result
-#if defined(__CUDA_ARCH__)  // nvcc's device intrinsic; clang (host, HIP device) takes the builtin
-    return 32 - __clz(static_cast<int>(v));
-#else
-    return v ? 32 - __builtin_clz(v) : 0;
-#endif
-  }
-  int n = 0;
-  if (v >> 16) { v >>= 16; n += 16; }
-  if (v >> 8) { v >>= 8; n += 8; }
-  if (v >> 4) { v >>= 4; n += 4; }
-  if (v >> 2) { v >>= 2; n += 2; }
-  if (v >> 1) { v >>= 1; n += 1; }
-  return n + static_cast<int>(v);
-}
 
 // Rounds sig * 2^-shift to an integer under mode r. `random_bits` is used only by stochastic
 // rounding: the result rounds up when random_bits < floor(fraction * 2^32), so the probability
@@ -64,26 +48,7 @@ MXKIT_HD constexpr float_parts decompose_abs(std::uint32_t abs_bits) noexcept {
 // Exponent of the leading bit of a finite non-zero |x| (floor(log2|x|)), exact for subnormals.
 MXKIT_HD constexpr int floor_log2_abs(std::uint32_t abs_bits) noexcept {
   const float_parts p = decompose_abs(abs_bits);
-  return p.lsb_exp + bit_width(p.sig) - 1;
-}
-
-// |x|: a sign-bit clear (an operand modifier in device code, where fabsf is used).
-MXKIT_HD constexpr float abs_float(float x) noexcept {
-#if MXKIT_DEVICE_PASS
-  if (!__builtin_is_constant_evaluated()) return __builtin_fabsf(x);
-#endif
-  return bit_cast<float>(bit_cast<std::uint32_t>(x) & 0x7FFFFFFFu);
-}
-
-// a * p + c with ONE rounding, for callers whose product a * p is exact (p a power of two and
-// the product not a float subnormal) or so small (below 2^-126, flushed or not) that c + it
-// rounds to c: then the separate multiply and add equal the fused operation, which device code
-// uses (one FFMA whatever the contraction flags).
-MXKIT_HD constexpr float fma_exact_product(float a, float p, float c) noexcept {
-#if MXKIT_DEVICE_PASS
-  if (!__builtin_is_constant_evaluated()) return __builtin_fmaf(a, p, c);
-#endif
-  return a * p + c;
+  return p.lsb_exp + hw::bit_width(p.sig) - 1;
 }
 
 // 2^e as a float, exactly, for e in [-149, 127] (subnormal below -126).
@@ -95,9 +60,9 @@ MXKIT_HD constexpr float exp2i(int e) noexcept {
 // subnormal); callers guarantee exactness.
 MXKIT_HD constexpr float make_float(std::uint32_t sig, int exp) noexcept {
   if (sig == 0) return 0.0f;
-  const int lead = exp + bit_width(sig) - 1;
+  const int lead = exp + hw::bit_width(sig) - 1;
   if (lead >= -126) {
-    const int p = bit_width(sig) - 1;
+    const int p = hw::bit_width(sig) - 1;
     const std::uint32_t man = (sig - (std::uint32_t{1} << p)) << (23 - p);
     return bit_cast<float>((static_cast<std::uint32_t>(lead + 127) << 23) | man);
   }

@@ -45,7 +45,7 @@ class e8m0 {
     if (ax == 0x7F800000u) return o == overflow::saturate ? from_exponent(max_exponent) : nan();
     if (ax == 0) return from_exponent(min_exponent);
     const detail::float_parts p = detail::decompose_abs(ax);
-    const int width = detail::bit_width(p.sig);
+    const int width = hw::bit_width(p.sig);
     const int lead = p.lsb_exp + width - 1;
     // Round sig / 2^(width-1) (in [1, 2)) to an integer 1 or 2.
     const std::uint64_t q = detail::round_shifted(p.sig, width - 1, r, random_bits);

@@ -16,24 +16,12 @@
 // a value beyond the float range). Per-tensor FP8 decodes refuse a scale without a finite inverse.
 #include <type_traits>
 
+#include <mxkit/arch/intrinsics.hpp>
 #include <mxkit/config.hpp>
 #include <mxkit/format/bits.hpp>
 #include <mxkit/format/rounding.hpp>
 
 MXKIT_BEGIN_NAMESPACE
-
-#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-namespace detail {
-// cvt.rn.satfinite to OCP E4M3 (ManBits 3) or E5M2 (ManBits 2); the low byte is x's code.
-template <int ManBits>
-__device__ inline std::uint8_t cvt_fp8_satfinite(float x) noexcept {
-  unsigned short r;
-  if constexpr (ManBits == 3) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
-  else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
-  return static_cast<std::uint8_t>(r & 0xFF);
-}
-}  // namespace detail
-#endif
 
 enum class special_values : std::uint8_t {
   none,          // every code is finite (E2M1, E2M3, E3M2)
@@ -102,17 +90,12 @@ class minifloat {
     if constexpr (Enc::exponent_bits == 8 && Enc::mantissa_bits == 7) {
       return bit_cast<float>(static_cast<std::uint32_t>(bits_) << 16);  // bfloat16: float's top half (NaN payload kept)
     }
-#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__)
-    // IEEE half: the hardware conversion, one instruction instead of the integer path below (the
-    // fp16 quantizer's hot loop). NaNs still take the path below, so their payload is the host's.
-    if constexpr (Enc::exponent_bits == 5 && Enc::mantissa_bits == 10 && Enc::specials == special_values::ieee) {
-      if (!__builtin_is_constant_evaluated() && !is_nan()) {
-        float f;
-        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(bits_)));
-        return f;
-      }
+    // IEEE half: one conversion instruction where there is one (hw::cvt_f32_f16, exact). NaNs
+    // still take the path below, so their payload is the host's.
+    if constexpr (Enc::exponent_bits == 5 && Enc::mantissa_bits == 10 && Enc::specials == special_values::ieee &&
+                  hw::has_cvt_f32_f16) {
+      if (!__builtin_is_constant_evaluated() && !is_nan()) return hw::cvt_f32_f16(bits_);
     }
-#endif
     const std::uint32_t sign = (bits_ & Enc::sign_mask) ? 0x80000000u : 0u;
     const std::uint32_t mag = bits_ & Enc::magnitude_mask;
     if (is_nan()) return bit_cast<float>(sign | 0x7FC00000u);
@@ -151,7 +134,7 @@ class minifloat {
     if (ax == 0) return make(sign);
     const detail::float_parts p = detail::decompose_abs(ax);
     const int lsb_exp = p.lsb_exp - scale_exp;
-    const int lead = lsb_exp + (ax >= 0x00800000u ? 23 : detail::bit_width(p.sig) - 1);  // normal: 24-bit sig
+    const int lead = lsb_exp + (ax >= 0x00800000u ? 23 : hw::bit_width(p.sig) - 1);  // normal: 24-bit sig
     int quantum = (lead > Enc::emin ? lead : Enc::emin) - Enc::mantissa_bits;
     if (quantum - lsb_exp < -38) return make(sign | overflow_code(o, r));  // far beyond any max
     std::uint64_t q = detail::round_shifted(p.sig, quantum - lsb_exp, r, random_bits);
@@ -193,73 +176,16 @@ class minifloat {
   MXKIT_HD static constexpr minifloat from_non_nan_scaled_rne(float x, float scale_inv, overflow o = default_overflow) noexcept
     requires(has_fast_nearest_even)
   {
-    const float y = x * scale_inv;
-#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    // sm_89+ converts to OCP E4M3/E5M2 in hardware (RNE, satfinite: +-Inf and overflow to +-max,
-    // which is `saturate`): the same codes in one instruction.
-    if constexpr ((Enc::exponent_bits == 4 && Enc::mantissa_bits == 3 && Enc::specials == special_values::all_ones_nan) ||
-                  (Enc::exponent_bits == 5 && Enc::mantissa_bits == 2 && Enc::specials == special_values::ieee)) {
-      if (!__builtin_is_constant_evaluated() && o == overflow::saturate) return make_unmasked(detail::cvt_fp8_satfinite<Enc::mantissa_bits>(y));
-    }
-#endif
-    return make_unmasked(sign_code(x) | rne_magnitude_code(y, o));
+    return make_unmasked(scaled_rne_code<false>(x, scale_inv, o));
   }
-  // from_non_nan_scaled_rne for an MX block element: |x * scale_inv| < 2^(emax+1) (the block's
-  // scale, by any scale rule, brings its amax below 2^(emax+1)), overflow saturates, and
-  // scale_inv = 2^-E with E <= block_element_max_exponent.
-  MXKIT_HD static constexpr minifloat from_block_element_rne(float x, float scale_inv) noexcept
+  // The code of from_non_nan_scaled_rne(x, scale_inv, overflow::saturate), as an integer, for a
+  // caller that also knows |x * scale_inv| < 2^(emax+1): an MX block's elements under the
+  // block's scale, which every scale rule brings below 2^(emax+1) (block/element_encoder.hpp,
+  // which packs the integers). The rounding constant then needs no upper clamp.
+  MXKIT_HD static constexpr std::uint32_t bounded_scaled_rne_code(float x, float scale_inv) noexcept
     requires(has_fast_nearest_even)
   {
-    return make_unmasked(block_element_rne_biased(x, scale_inv) - block_element_bias);
-  }
-
-  // E2M1 block elements: nearest-even in two FMAs and an integer min, no integer rounding. With
-  // y = |x| * 2^-E (< 8), the E2M1 code of y is the concave piecewise-linear g(y) = min(2y, y + 2,
-  // y/2 + 4) on [0, 6] (0, 0.5 ... 6 are codes 0 ... 7; the pieces meet at the grid points 2 and
-  // 4), so nearest in value is nearest in code and a tie in value is a tie in code; ties go to the
-  // even code, which is the even mantissa (a code's low bit is its mantissa bit). RNE is monotone,
-  // so code = min(RNE(2y), RNE(y + 2), RNE(y/2 + 4)), and float rounding does the RNEs:
-  //  - a = fma(|x|, 2 * 2^-E, 2^24 - 4) = 2^24 - 4 + 2y rounds with ulp 1 below 2^24 (y < 2) and
-  //    ulp 2 above, so its bits are K + RNE(2y) for y < 2 and K + RNE(y + 2) from y = 2 on
-  //    (K = bits(2^24 - 4); the binade edge at 2^24 is the grid point y = 2, and the tie at
-  //    y = 1.75 goes up to 2^24, the even mantissa, code 4, as it should);
-  //  - b = fma(|x|, 2^-E, 2^24) = 2^24 + y rounds with ulp 2: its bits are K + 4 + RNE(y/2).
-  // Both float patterns lie in one sign and two adjacent binades, so the integer min of the bits is
-  // K + code; a third operand, K + 7, saturates (y in [7, 8) rounds to 8 in value; E2M1 clips it
-  // to 6, code 7). Each FMA rounds once: 2^-E is a power of two, so |x| * 2^-E is exact (or below
-  // 2^-126, where it cannot move the constant). The sign is x's sign bit at bit 3
-  // (block_element_rne_biased; quantize_block_packed shifts it in while packing). E in
-  // [-126, 126] (every E2M1 block on the float path) keeps 2^-E normal and 2 * 2^-E finite.
-  static constexpr bool e2m1_block_fma =
-      Enc::exponent_bits == 2 && Enc::mantissa_bits == 1 && Enc::specials == special_values::none;
-  static constexpr int block_element_max_exponent = 126;
-  // block_element_rne_biased = from_block_element_rne's code + block_element_bias (K above for
-  // E2M1, 0 otherwise), so a packer can remove the biases of a word at once.
-  static constexpr std::uint32_t block_element_bias = e2m1_block_fma ? 0x4B7FFFFCu : 0u;
-  // E2M1: the magnitude's code + block_element_bias, without the sign.
-  MXKIT_HD static constexpr std::uint32_t block_element_magnitude_biased(float x, float scale_inv) noexcept
-    requires(e2m1_block_fma)
-  {
-    const float a = detail::abs_float(x);
-    const std::uint32_t below2 = bit_cast<std::uint32_t>(detail::fma_exact_product(a, 2.0f * scale_inv, 0x1p24f - 4.0f));
-    const std::uint32_t above2 = bit_cast<std::uint32_t>(detail::fma_exact_product(a, scale_inv, 0x1p24f));
-    const std::uint32_t m = below2 < above2 ? below2 : above2;
-    return m < block_element_bias + 7u ? m : block_element_bias + 7u;
-  }
-  MXKIT_HD static constexpr std::uint32_t block_element_rne_biased(float x, float scale_inv) noexcept
-    requires(has_fast_nearest_even)
-  {
-    if constexpr (e2m1_block_fma) {
-      return block_element_magnitude_biased(x, scale_inv) + ((bit_cast<std::uint32_t>(x) >> 31) << 3);
-    } else {
-#if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-      if constexpr ((Enc::exponent_bits == 4 && Enc::mantissa_bits == 3 && Enc::specials == special_values::all_ones_nan) ||
-                    (Enc::exponent_bits == 5 && Enc::mantissa_bits == 2 && Enc::specials == special_values::ieee)) {
-        if (!__builtin_is_constant_evaluated()) return detail::cvt_fp8_satfinite<Enc::mantissa_bits>(x * scale_inv);
-      }
-#endif
-      return sign_code(x) | rne_magnitude_code<true>(x * scale_inv, overflow::saturate);
-    }
+    return scaled_rne_code<true>(x, scale_inv, overflow::saturate);
   }
 
   MXKIT_HD static constexpr minifloat from_float(float x, rounding r = default_rounding,
@@ -299,6 +225,21 @@ class minifloat {
   MXKIT_HD static constexpr std::uint32_t overflow_code(overflow o, rounding r) noexcept {
     return r == rounding::toward_zero ? Enc::max_code : infinity_code(o);
   }
+  // OCP E4M3 and E5M2 (OCP 8-bit FP v1.0): formats with a conversion instruction on some devices.
+  static constexpr bool is_ocp_fp8 =
+      (Enc::exponent_bits == 4 && Enc::mantissa_bits == 3 && Enc::specials == special_values::all_ones_nan) ||
+      (Enc::exponent_bits == 5 && Enc::mantissa_bits == 2 && Enc::specials == special_values::ieee);
+  // The code of from_non_nan_scaled_rne (Bounded: bounded_scaled_rne_code). Where the device
+  // converts to OCP E4M3/E5M2 in one instruction (hw::cvt_fp8_satfinite: nearest even,
+  // satfinite, which is `saturate`), that instruction gives the same codes.
+  template <bool Bounded>
+  MXKIT_HD static constexpr std::uint32_t scaled_rne_code(float x, float scale_inv, overflow o) noexcept {
+    const float y = x * scale_inv;
+    if constexpr (is_ocp_fp8 && hw::has_cvt_fp8) {
+      if (!__builtin_is_constant_evaluated() && o == overflow::saturate) return hw::cvt_fp8_satfinite<Enc::mantissa_bits>(y);
+    }
+    return sign_code(x) | rne_magnitude_code<Bounded>(y, o);
+  }
   // Magnitude code of a non-NaN y under nearest-even (see from_float_scaled_rne). Bounded: the
   // caller knows |y| < 2^(emax+1) (an MX block's elements under its own scale), so the rounding
   // constant needs no upper clamp.
@@ -319,7 +260,7 @@ class minifloat {
     // it moves no tie, and far below 2^23, so the sum stays in c's binade.
     // (e - lowest_exp) >> shift == (e >> shift) - (lowest_exp >> shift): both have no low bits.
     const float c_plus_first = bit_cast<float>((e >> shift) + (c - (lowest_exp >> shift)));
-    const std::uint32_t code = bit_cast<std::uint32_t>(detail::abs_float(y) + c_plus_first) - c;
+    const std::uint32_t code = bit_cast<std::uint32_t>(hw::abs_float(y) + c_plus_first) - c;
     if (o == overflow::saturate) return code < Enc::max_code ? code : Enc::max_code;
     return code > Enc::max_code ? infinity_code(o) : code;  // nearest-even overflow = Inf's code
   }

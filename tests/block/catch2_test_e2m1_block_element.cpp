@@ -1,8 +1,8 @@
-// E2M1's block-element encoder (minifloat::from_block_element_rne: two FMAs and a min, the
-// encoder of every MXFP4 block on the float path, host and device) against the integer rounding
-// of from_float_scaled and the long-double oracle: every bf16 value and random floats at every
-// element-scale exponent a float-path block can have, wherever |x| * 2^-E < 8 (the block
-// element's precondition).
+// E2M1's block-element encoder (block_element_encoder<e2m1>::encode, block/element_encoder.hpp:
+// two FMAs and a min, the encoder of every MXFP4 block on the float path, host and device)
+// against the integer rounding of from_float_scaled and the long-double oracle: every bf16 value
+// and random floats at every element-scale exponent a float-path block can have, wherever
+// |x| * 2^-E < 8 (the block element's precondition).
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -10,25 +10,27 @@
 #include <string>
 #include <vector>
 
+#include <mxkit/block/element_encoder.hpp>
 #include <mxkit/block/quantize_block.hpp>
 #include <mxkit/format/e2m1.hpp>
 
 #include "../catch.hpp"
-#include "spec_oracle.hpp"
+#include "../format/spec_oracle.hpp"
 
 namespace {
 using mxkit::e2m1;
 using mxkit::overflow;
 using mxkit::rounding;
+using encoder = mxkit::block_element_encoder<mxkit::e2m1>;
 
 // The exponents E (scale_inv = 2^-E) the float path hands E2M1's encoder: at least -124 (amax
 // at least float_path_min_amax = 2^-122 under the floor rule; amax 0 gives E = 0 or 2), at most
-// block_element_max_exponent; the encoder is checked on [-126, 126].
-constexpr int min_exp = -126, max_exp = e2m1::block_element_max_exponent;
+// encoder::max_exponent; the encoder is checked on [-126, 126].
+constexpr int min_exp = -126, max_exp = encoder::max_exponent;
 static_assert(max_exp == 126);
 static_assert(mxkit::detail::float_path_min_amax<e2m1>() == 5u << 23);  // 2^-122
 
-constexpr std::uint32_t enc(float x, int e) { return e2m1::from_block_element_rne(x, mxkit::detail::exp2i(-e)).bits(); }
+constexpr std::uint32_t enc(float x, int e) { return encoder::encode(x, mxkit::detail::exp2i(-e)).bits(); }
 // Ties go to the even code; one ulp off a tie decides it (a double rounding would not).
 static_assert(enc(0.25f, 0) == 0 && enc(0x1.000002p-2f, 0) == 1 && enc(0.75f, 0) == 2);
 static_assert(enc(2.5f, 0) == 4 && enc(0x1.400002p1f, 0) == 5 && enc(3.5f, 0) == 6);
