@@ -275,3 +275,33 @@ TEST_CASE("validate: a scale mismatch reports the amax the scale rule saw", "[te
   want << "block amax " << amax;
   CHECK(text.find(want.str()) != std::string::npos);
 }
+
+TEST_CASE("validate: the random-bits hook with mxkit's own Philox bits is quantize's rounding", "[tensor][validate]") {
+  // The hook path quantizes elements one by one with the given bits (validate.hpp's
+  // reference_block); fed the bits quantize() draws, it must accept quantize()'s output exactly,
+  // and other bits must not.
+  constexpr std::size_t rows = 40, cols = 70;
+  const std::vector<float> x = make_matrix(rows, cols, 10);
+  const matrix_view<const float> in{x.data(), rows, cols};
+  for (const mx_type type : mxkit::all_mx_types)
+    for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
+      quantize_options o;
+      o.round = mxkit::rounding::stochastic;
+      o.hadamard = type == mx_type::mxfp4;
+      o.seed = 1234;
+      o.stream = 5;
+      mx_tensor t = mxkit::quantize(in, type, axis, o);
+      const std::size_t padded = t.layout().padded_length();
+      const std::uint32_t stream = mxkit::stochastic_stream(o, axis);
+      mxkit::validate_options v;
+      v.random_bits = [&](std::size_t row, std::size_t col) {
+        const std::size_t line = axis == block_axis::rowwise ? row : col, pos = axis == block_axis::rowwise ? col : row;
+        return mxkit::random_bits(o.seed, stream, line * padded + pos);
+      };
+      const mxkit::mx_validation_report r = mxkit::validate(in, t.view(), v);
+      INFO(mxkit::name_of(type) << " " << mxkit::name_of(axis) << ": " << mxkit::to_string(r));
+      CHECK(r.ok());
+      v.random_bits = [](std::size_t row, std::size_t col) { return static_cast<std::uint32_t>(row * 2654435761u + col * 40503u); };
+      CHECK(mxkit::validate(in, t.view(), v).element_mismatches > 0);
+    }
+}

@@ -470,6 +470,11 @@ mx_validation_report validate(matrix_view<T> input, mx_view actual, std::size_t 
 }
 template <class T>
   requires quantizer_input<T>
+mx_validation_report validate(matrix_view<T> input, mx_view actual, const validate_options& opt) {
+  return validate(input, foreign_view(actual), opt);
+}
+template <class T>
+  requires quantizer_input<T>
 mx_validation_report validate(matrix_view<T> input, const mx_tensor& actual, std::size_t max_reported = 16) {
   return validate(input, actual.view(), max_reported);
 }

@@ -132,6 +132,7 @@ struct mx_foreign_view {
 
 // mxkit's own storage seen as a foreign view (every mx_storage field at its default).
 inline mx_foreign_view foreign_view(mx_const_view v) noexcept { return {v.layout, v.options, mx_storage{}, v.data, v.scales}; }
+inline mx_foreign_view foreign_view(mx_view v) noexcept { return {v.layout, v.options, mx_storage{}, v.data, v.scales}; }
 
 namespace detail {
 // The layout and storage fields of a foreign view (pointers aside); `what` names the caller.
