@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // Host validation time at LLM sizes: validate() of an 8192x8192 copy in a peer's storage, and
 // validate_gemm() of sampled rows of an 8192^3 MXFP8 product. Peer: the same call on one thread
-// (ratio = time with every hardware thread / time on one; the outputs are bit-identical, as
+// (ratio = with every hardware thread / on one; the outputs are bit-identical, as
 // tests/ref/catch2_test_parallel.cpp checks).
-//   s   wall seconds per call (median)
+//   s      wall seconds per call (median)
+//   CPU s  process CPU seconds per call, all threads together (mean): the work itself, which a
+//          machine shared with other jobs cannot inflate the way it inflates wall time
+// The device column ends with the 1-minute load average at the start of the run.
 // Each case is validated first: the copy is a peer preset's bytes (quantize_like) and must pass;
 // the GEMM output's sampled rows are the reference's and must pass, and a planted error must not.
 // Usage: bench_validate_host [--record] [--results PATH] [--repeats N]   (default 3 repeats)
 #include <cmath>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -21,6 +26,23 @@
 namespace {
 
 constexpr std::size_t n = 8192;
+
+// Median wall seconds and mean process CPU seconds of f() over `repeats` calls.
+struct timing {
+  double wall = 0, cpu = 0;
+};
+template <class F>
+timing time_call(F&& f, int repeats) {
+  const std::clock_t c0 = std::clock();
+  const double wall = mxkit_bench::median_seconds(f, repeats, 0);
+  return {wall, static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC / std::max(repeats, 1)};
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one;
+  return in >> one ? one : "unknown";
+}
 
 std::vector<float> random_matrix(std::uint64_t seed) {
   std::vector<float> x(n * n);
@@ -41,6 +63,11 @@ int main(int argc, char** argv) {
   const std::string shape = std::to_string(n) + "x" + std::to_string(n);
   const std::string all = std::to_string(hw) + (hw == 1 ? " thread" : " threads");
   std::vector<mxkit_bench::result> results;
+  const std::string device = mxkit_bench::cpu_model() + ", " + all + ", load " + load_average();
+  const auto add = [&](const std::string& name, const timing& every, const timing& one) {
+    results.push_back({"validate_host", name + ", " + all, every.wall, "s", "1 thread", one.wall});
+    results.push_back({"validate_host", name + ", " + all, every.cpu, "CPU s", "1 thread", one.cpu});
+  };
   int failures = 0;
   const auto fail = [&](const std::string& what) {
     std::fprintf(stderr, "FAILED validation: %s\n", what.c_str());
@@ -73,10 +100,10 @@ int main(int argc, char** argv) {
     std::printf("%s\n", r.summary().c_str());
     const auto time = [&](unsigned threads) {
       vo.threads = threads;
-      return mxkit_bench::median_seconds([&] { (void)mxkit::validate(in, b.view(), vo); }, opt.repeats, 0);
+      return time_call([&] { (void)mxkit::validate(in, b.view(), vo); }, opt.repeats);
     };
-    const double t_all = time(0), t_one = time(1);
-    results.push_back({"validate_host", c.name + ", " + all, t_all, "s", "1 thread", t_one});
+    const timing t_all = time(0), t_one = time(1);
+    add(c.name, t_all, t_one);
   }
 
   // ---- validate_gemm(): 16 sampled rows of an 8192^3 MXFP8 product -----------------------------------
@@ -106,12 +133,12 @@ int main(int argc, char** argv) {
       std::printf("%s\n", r.summary().c_str());
       const auto time = [&](unsigned threads) {
         go.threads = threads;
-        return mxkit_bench::median_seconds([&] { (void)mxkit::validate_gemm(a.view(), b.view(), dv, go); }, opt.repeats, 0);
+        return time_call([&] { (void)mxkit::validate_gemm(a.view(), b.view(), dv, go); }, opt.repeats);
       };
-      const double t_all = time(0), t_one = time(1);
-      results.push_back({"validate_host", name + ", " + all, t_all, "s", "1 thread", t_one});
+      const timing t_all = time(0), t_one = time(1);
+      add(name, t_all, t_one);
     }
   }
-  mxkit_bench::finish(opt, mxkit_bench::cpu_model() + ", " + all, results);
+  mxkit_bench::finish(opt, device, results);
   return failures == 0 ? 0 : 1;
 }

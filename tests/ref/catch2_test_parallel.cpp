@@ -63,6 +63,13 @@ TEST_CASE("parallel: chunks cover every item once, in order, and rethrow", "[par
   CHECK(mxkit::detail::host_thread_count(3, 1000, 1.0) == 3);
   CHECK(mxkit::detail::host_thread_count(8, 2, 1e12) == 2);
   CHECK(mxkit::detail::host_thread_count(0, 1u << 20, 1e12) >= 1);
+  // Inside a worker, automatic counts are 1 (no threads within threads); explicit ones hold.
+  std::vector<unsigned> nested(4);
+  mxkit::detail::parallel_chunks(4, 2, [&](std::size_t first, std::size_t, std::size_t) {
+    nested[first] = mxkit::detail::host_thread_count(0, 1u << 20, 1e12) * 10 + mxkit::detail::host_thread_count(3, 100, 1.0);
+  });
+  for (const unsigned v : nested) CHECK(v == 13);
+  CHECK_FALSE(mxkit::detail::in_host_worker());
 }
 
 TEST_CASE("parallel: quantize is byte-identical on any thread count", "[parallel]") {

@@ -59,11 +59,12 @@ inline decoded_mx decode_mx(mx_const_view t, unsigned threads = 0) {
   d.scales.resize(d.lines * d.blocks);
   visit_mx_type(l.type, [&](auto fmt) {
     using E = typename decltype(fmt)::element_type;
+    double value[256];  // every code's element value (a table: the same values, fewer operations)
+    for (int c = 0; c < 256; ++c) value[c] = E::from_bits(static_cast<std::uint8_t>(c)).to_float();
     parallel_chunks(d.lines, host_thread_count(threads, d.lines, static_cast<double>(d.lines * d.length)),
                     [&](std::size_t first, std::size_t last, std::size_t) {
                       for (std::size_t line = first; line < last; ++line) {
-                        for (std::size_t p = 0; p < d.length; ++p)
-                          d.values[line * d.length + p] = E::from_bits(t.code(line, p)).to_float();
+                        for (std::size_t p = 0; p < d.length; ++p) d.values[line * d.length + p] = value[t.code(line, p)];
                         for (std::size_t b = 0; b < d.blocks; ++b)
                           d.scales[line * d.blocks + b] = e8m0::from_bits(t.scale(line, b)).to_float();
                       }

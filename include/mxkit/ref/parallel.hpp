@@ -9,8 +9,9 @@
 // `threads` arguments: 0 picks the count: one thread per hardware thread
 // (std::thread::hardware_concurrency), but never more than the work justifies (about one thread
 // per min_work_per_thread units of work, so small calls, such as the training stack's per-layer
-// quantizations, stay on the caller's thread); n > 0 uses n threads (at most one per item). An
-// exception thrown in a worker is rethrown in the caller after every worker has finished.
+// quantizations, stay on the caller's thread, and a call made from inside one of these workers
+// does not start threads of its own); n > 0 uses n threads (at most one per item). An exception
+// thrown in a worker is rethrown in the caller after every worker has finished.
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -29,9 +30,16 @@ namespace detail {
 // starting and joining a thread is tens of microseconds.
 inline constexpr double min_work_per_thread = 1 << 18;
 
+// True on the threads parallel_chunks runs f on (the caller's included, while it does).
+inline bool& in_host_worker() noexcept {
+  thread_local bool inside = false;
+  return inside;
+}
+
 // Threads to use for `items` items of `work` units in all (see the file comment).
 inline unsigned host_thread_count(unsigned requested, std::size_t items, double work) noexcept {
   std::size_t n = requested;
+  if (requested == 0 && in_host_worker()) return 1;
   if (requested == 0) {
     const unsigned hw = std::thread::hardware_concurrency();
     const double by_work = work / min_work_per_thread;
@@ -58,6 +66,8 @@ void parallel_chunks(std::size_t items, unsigned threads, F&& f) {
   std::exception_ptr error;
   std::mutex error_mutex;
   const auto worker = [&] {
+    const bool was_inside = in_host_worker();
+    in_host_worker() = true;
     for (std::size_t c; (c = next.fetch_add(1)) < chunks;) {
       try {
         f(begin_of(c), begin_of(c + 1), c);
@@ -66,6 +76,7 @@ void parallel_chunks(std::size_t items, unsigned threads, F&& f) {
         if (!error) error = std::current_exception();
       }
     }
+    in_host_worker() = was_inside;
   };
   std::vector<std::thread> pool;
   pool.reserve(threads - 1);

@@ -42,6 +42,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <mxkit/error.hpp>
@@ -325,13 +326,25 @@ gemm_validation_report validate_gemm(const mx_foreign_view& a, const mx_foreign_
   const double abs_alpha = std::fabs(static_cast<double>(o.alpha));
   std::string names = std::string(name_of(a.layout.type)) + " x " + std::string(name_of(b.layout.type)) + " -> " +
                       detail::output_name<O>();
+  // mxkit's own storage is read in place; any other is copied into it, a chunk at a time.
+  const bool own_storage = b.line_major() && b.storage.data_ld == 0 && b.storage.padding_stored &&
+                           (b.layout.type != mx_type::mxfp4 || b.storage.nibbles == nibble_order::low_first) &&
+                           b.storage.scales == scale_layout::row_major && b.storage.scale_line_stride == 0 &&
+                           b.storage.scale_padded.lines == 0 && b.storage.scale_padded.blocks == 0;
   return detail::check_gemm_rows(dd, s, rows, rel, o, std::move(names), [&](std::size_t j0, std::size_t n, O* want, double* mag) {
-    std::vector<std::size_t> lines(n);
-    for (std::size_t j = 0; j < n; ++j) lines[j] = j0 + j;
-    const mx_tensor gb = to_mx_tensor(b, lines);
-    const detail::decoded_mx B = detail::decode_mx(gb.view(), 1);
-    for (std::size_t ii = 0; ii < A.lines; ++ii)
-      for (std::size_t jj = 0; jj < n; ++jj) {
+    mx_tensor copy;
+    mx_const_view chunk;
+    if (own_storage) {
+      chunk = slice_lines(mx_const_view{b.layout, b.options, b.data, b.scales}, j0, n);
+    } else {
+      std::vector<std::size_t> lines(n);
+      for (std::size_t j = 0; j < n; ++j) lines[j] = j0 + j;
+      copy = to_mx_tensor(b, lines);
+      chunk = std::as_const(copy).view();
+    }
+    const detail::decoded_mx B = detail::decode_mx(chunk, 1);
+    for (std::size_t jj = 0; jj < n; ++jj)  // B's line outer: it is read once, A's few rows stay in cache
+      for (std::size_t ii = 0; ii < A.lines; ++ii) {
         want[ii * n + jj] = detail::reference_output<O>(detail::mx_reference_sum(A, ii, B, jj), o.alpha);
         double sum = 0;
         for (std::size_t k = 0; k < A.blocks; ++k) {
@@ -375,8 +388,8 @@ gemm_validation_report validate_gemm(fp8_view a, fp8_view b, matrix_view<Out> d,
     std::vector<float> bv(n * r);
     for (std::size_t j = 0; j < n; ++j)
       for (std::size_t k = 0; k < r; ++k) bv[j * r + k] = fp8_decode(b.data[(j0 + j) * r + k], b.type);
-    for (std::size_t ii = 0; ii < rows.size(); ++ii)
-      for (std::size_t jj = 0; jj < n; ++jj) {
+    for (std::size_t jj = 0; jj < n; ++jj)
+      for (std::size_t ii = 0; ii < rows.size(); ++ii) {
         want[ii * n + jj] =
             detail::reference_output<O>(detail::fp8_reference_sum(&av[ii * r], &bv[jj * r], r) * descale, o.alpha);
         double sum = 0;
@@ -407,8 +420,8 @@ gemm_validation_report validate_gemm(matrix_view<TA> a, matrix_view<TB> b, matri
   std::string names = std::string(type_name(std::type_identity<TA>{})) + " x " + type_name(std::type_identity<TB>{}) + " -> " +
                       detail::output_name<O>();
   return detail::check_gemm_rows(dd, s, rows, rel, o, std::move(names), [&](std::size_t j0, std::size_t n, O* want, double* mag) {
-    for (std::size_t ii = 0; ii < rows.size(); ++ii)
-      for (std::size_t jj = 0; jj < n; ++jj) {
+    for (std::size_t jj = 0; jj < n; ++jj)
+      for (std::size_t ii = 0; ii < rows.size(); ++ii) {
         want[ii * n + jj] = detail::reference_output<O>(detail::hp_reference_sum(a, rows[ii], b, j0 + jj), o.alpha);
         double sum = 0;
         for (std::size_t k = 0; k < s.r; ++k)
