@@ -27,8 +27,13 @@
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/random/philox.hpp>
 #include <mxkit/ref/gemm.hpp>
+#include <mxkit/ref/parallel.hpp>
+#include <mxkit/ref/peer_presets.hpp>
+#include <mxkit/ref/peer_quirks.hpp>
 #include <mxkit/ref/quantize.hpp>
 #include <mxkit/ref/validate.hpp>
+#include <mxkit/ref/validate_gemm.hpp>
+#include <mxkit/tensor/foreign_layout.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>

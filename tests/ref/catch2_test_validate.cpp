@@ -50,7 +50,8 @@ TEST_CASE("validate: identical bytes give an empty report", "[tensor][validate]"
         CHECK(r.ok());
         CHECK(r.mismatches.empty());
         CHECK(r.scales_checked == t.layout().scale_count());
-        CHECK(r.elements_checked == t.layout().lines() * t.layout().padded_length());
+        CHECK(r.elements_checked == rows * cols);
+        CHECK(r.padding_checked == t.layout().lines() * t.layout().padded_length() - rows * cols);
         CHECK(mxkit::to_string(r).find("match") != std::string::npos);
         // The same tensor checked under other options (a kernel that used another scale rule or
         // forgot the rotation) does not pass.
@@ -87,8 +88,8 @@ TEST_CASE("validate: a flipped FP4 nibble is reported with its coordinates", "[t
   CHECK(m.expected == before);
   CHECK(m.actual == (before ^ 0x4));
   const std::string text = mxkit::to_string(r);
-  CHECK(text.find("0 of 30 scales, 1 of 960 elements differ") != std::string::npos);
-  CHECK(text.find("element line 3 block 1 index 5 (row 3, col 37)") != std::string::npos);
+  CHECK(text.find("0 of 30 scales, 1 of 700 elements, 0 of 260 padding entries differ") != std::string::npos);
+  CHECK(text.find("element (row 3, col 37; line 3, block 1, index 5)") != std::string::npos);
 }
 
 TEST_CASE("validate: columnwise coordinates, scale bytes and padding", "[tensor][validate]") {
@@ -106,7 +107,8 @@ TEST_CASE("validate: columnwise coordinates, scale bytes and padding", "[tensor]
   const mxkit::mx_validation_report r = mxkit::validate(in, t);
   INFO(mxkit::to_string(r));
   CHECK(r.scale_mismatches == 1);
-  CHECK(r.element_mismatches == 2);
+  CHECK(r.element_mismatches == 1);
+  CHECK(r.padding_mismatches == 1);  // counted apart: a kind of its own
   REQUIRE(r.mismatches.size() == 3);
   // Storage order: line 2's scale, then line 4's element, then line 5's padding.
   const mxkit::mx_mismatch &s = r.mismatches[0], &e = r.mismatches[1], &p = r.mismatches[2];
@@ -128,6 +130,7 @@ TEST_CASE("validate: columnwise coordinates, scale bytes and padding", "[tensor]
   CHECK(e.input == x[33 * cols + 4]);
   CHECK((e.expected ^ e.actual) == 0x01);
   CHECK(p.padding);
+  CHECK(p.kind() == mxkit::mismatch_kind::padding);
   CHECK(p.row == 50);
   CHECK(p.col == 5);
   CHECK(p.input == 0.0f);
@@ -202,4 +205,103 @@ TEST_CASE("validate: wrong shapes and null pointers raise errors", "[tensor][val
   empty.data = nullptr;
   empty.scales = nullptr;
   CHECK(mxkit::validate(none, empty).ok());
+}
+
+// ---- Issue #16: verdicts and reports (written before the fix; they fail on 599f928) ----------------
+
+TEST_CASE("validate: the codes of a NaN-scale block are don't-care", "[tensor][validate]") {
+  // OCP MX v1.0 section 6.3: a block whose scale is NaN (0xFF) decodes to NaN whatever its codes
+  // hold. A kernel that writes 0xFF and leaves its codes (here: 0x5 in every nibble) is correct.
+  constexpr std::size_t rows = 4, cols = 64;
+  std::vector<float> x = make_matrix(rows, cols, 7);
+  x[1 * cols + 40] = std::nanf("");  // row 1, block 1
+  const matrix_view<const float> in{x.data(), rows, cols};
+  mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxfp4);
+  REQUIRE(t.scales()[1 * 2 + 1] == 0xFF);
+  for (std::size_t b = 16; b < 32; ++b) t.data()[1 * t.layout().line_bytes() + b] = 0x55;
+  const mxkit::mx_validation_report r = mxkit::validate(in, t);
+  INFO(mxkit::to_string(r));
+  CHECK(r.ok());
+  CHECK(r.element_mismatches == 0);
+}
+
+TEST_CASE("validate: under the rotation the report shows the value that was quantized", "[tensor][validate]") {
+  constexpr std::size_t rows = 2, cols = 32;
+  const std::vector<float> x = make_matrix(rows, cols, 8);
+  const matrix_view<const float> in{x.data(), rows, cols};
+  quantize_options o;
+  o.hadamard = true;
+  mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxfp4, o);
+  // The rotated block of row 1, and an element whose sign the rotation flipped.
+  float v[32];
+  for (int i = 0; i < 32; ++i) v[i] = x[cols + static_cast<std::size_t>(i)];
+  mxkit::rotate_block(v, 0);
+  int flipped = -1;
+  for (int i = 0; i < 32 && flipped < 0; ++i)
+    if ((v[i] < 0) != (x[cols + static_cast<std::size_t>(i)] < 0) && std::fabs(v[i]) > 0.5f) flipped = i;
+  REQUIRE(flipped >= 0);
+  const std::size_t pos = static_cast<std::size_t>(flipped);
+  std::uint8_t& byte = t.data()[t.layout().line_bytes() + pos / 2];
+  byte ^= pos % 2 ? 0x10 : 0x01;  // the lowest bit of that element's nibble
+  const mxkit::mx_validation_report r = mxkit::validate(in, t);
+  const std::string text = mxkit::to_string(r);
+  INFO(text);
+  REQUIRE(r.element_mismatches == 1);
+  std::ostringstream quantized;
+  quantized << "quantized " << v[flipped];
+  CHECK(text.find(quantized.str()) != std::string::npos);
+  // The expected code is printed with its decoded value, whose sign is the rotated value's.
+  CHECK(text.find(v[flipped] < 0 ? "(-" : "expected 0x") != std::string::npos);
+  CHECK(text.find(" x 2^") != std::string::npos);
+}
+
+TEST_CASE("validate: a scale mismatch reports the amax the scale rule saw", "[tensor][validate]") {
+  constexpr std::size_t rows = 1, cols = 32;
+  const std::vector<float> x = make_matrix(rows, cols, 9);
+  const matrix_view<const float> in{x.data(), rows, cols};
+  quantize_options o;
+  o.hadamard = true;
+  o.rule = mxkit::scale_rule::round_up;
+  mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxfp8_e4m3, o);
+  t.scales()[0] ^= 0x01;
+  float v[32];
+  for (int i = 0; i < 32; ++i) v[i] = x[static_cast<std::size_t>(i)];
+  mxkit::rotate_block(v, 0);
+  float amax = 0;
+  for (const float e : v) amax = std::max(amax, std::fabs(e));
+  const std::string text = mxkit::to_string(mxkit::validate(in, t));
+  INFO(text);
+  std::ostringstream want;
+  want << "block amax " << amax;
+  CHECK(text.find(want.str()) != std::string::npos);
+}
+
+TEST_CASE("validate: the random-bits hook with mxkit's own Philox bits is quantize's rounding", "[tensor][validate]") {
+  // The hook path quantizes elements one by one with the given bits (validate.hpp's
+  // reference_block); fed the bits quantize() draws, it must accept quantize()'s output exactly,
+  // and other bits must not.
+  constexpr std::size_t rows = 40, cols = 70;
+  const std::vector<float> x = make_matrix(rows, cols, 10);
+  const matrix_view<const float> in{x.data(), rows, cols};
+  for (const mx_type type : mxkit::all_mx_types)
+    for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
+      quantize_options o;
+      o.round = mxkit::rounding::stochastic;
+      o.hadamard = type == mx_type::mxfp4;
+      o.seed = 1234;
+      o.stream = 5;
+      mx_tensor t = mxkit::quantize(in, type, axis, o);
+      const std::size_t padded = t.layout().padded_length();
+      const std::uint32_t stream = mxkit::stochastic_stream(o, axis);
+      mxkit::validate_options v;
+      v.random_bits = [&](std::size_t row, std::size_t col) {
+        const std::size_t line = axis == block_axis::rowwise ? row : col, pos = axis == block_axis::rowwise ? col : row;
+        return mxkit::random_bits(o.seed, stream, line * padded + pos);
+      };
+      const mxkit::mx_validation_report r = mxkit::validate(in, t.view(), v);
+      INFO(mxkit::name_of(type) << " " << mxkit::name_of(axis) << ": " << mxkit::to_string(r));
+      CHECK(r.ok());
+      v.random_bits = [](std::size_t row, std::size_t col) { return static_cast<std::uint32_t>(row * 2654435761u + col * 40503u); };
+      CHECK(mxkit::validate(in, t.view(), v).element_mismatches > 0);
+    }
 }

@@ -1,19 +1,18 @@
 #pragma once
 // Helpers shared by the host GEMM tests and the GPU GEMM tests: random matrices whose blocks span
-// many binades (so block scales differ), an fp64 TN oracle on dequantized inputs, the magnitude
-// sum S = sum_k |a_k b_k| that error bounds scale with, and an element-wise comparison that
-// reports the worst element.
+// many binades (so block scales differ), an fp64 TN oracle on dequantized inputs with the
+// magnitude sum S = sum_k |a_k b_k| that error bounds scale with, and the element-wise bound
+// check, which is the library's (mxkit::compare_within_bound, what validate_gemm applies).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <random>
-#include <sstream>
-#include <string>
 #include <vector>
 
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/quantize.hpp>
+#include <mxkit/ref/validate_gemm.hpp>
 
 namespace gemm_test {
 
@@ -73,34 +72,12 @@ inline std::vector<float> dequantized_lines(const mxkit::mx_tensor& t) {
   return t.axis() == mxkit::block_axis::rowwise ? d : transposed(d, t.rows(), t.cols());
 }
 
-// Largest |got - want| / bound over all elements (<= 1 passes), with the worst element described.
-struct comparison {
-  double worst_ratio = 0;   // max |got - want| / bound
-  double max_rel_s = 0;     // max |got - want| / S (0/0 counts 0)
-  std::size_t bad = 0;      // elements over their bound, NaN mismatches included
-  std::string worst;
-};
-// bound_i = rel * s_i + abs_floor. A NaN in `want` must be NaN in `got` and vice versa.
+// Element-wise |got - want| <= rel * s + abs_floor (a NaN must meet a NaN): the library's check
+// (mxkit::compare_within_bound, ref/validate_gemm.hpp) on whole vectors of a [n / cols, cols] result.
 template <class GotT, class WantT>
-comparison compare(const std::vector<GotT>& got, const std::vector<WantT>& want, const std::vector<double>& s, double rel,
-                   std::size_t cols, double abs_floor = 0) {
-  comparison c;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
-    const double bound = rel * s[i] + abs_floor;
-    double ratio;
-    if (std::isnan(g) || std::isnan(w)) ratio = std::isnan(g) == std::isnan(w) ? 0.0 : INFINITY;
-    else ratio = g == w ? 0.0 : std::fabs(g - w) / bound;
-    if (s[i] > 0 && !std::isnan(g) && !std::isnan(w)) c.max_rel_s = std::max(c.max_rel_s, std::fabs(g - w) / s[i]);
-    if (!(ratio <= 1.0)) ++c.bad;
-    if (!(ratio <= c.worst_ratio)) {
-      c.worst_ratio = ratio;
-      std::ostringstream m;
-      m << "[" << i / cols << "," << i % cols << "] got " << g << " want " << w << " S " << s[i] << " bound " << bound;
-      c.worst = m.str();
-    }
-  }
-  return c;
+mxkit::gemm_validation_report compare(const std::vector<GotT>& got, const std::vector<WantT>& want, const std::vector<double>& s,
+                                      double rel, std::size_t cols, double abs_floor = 0) {
+  return mxkit::compare_within_bound(got.data(), want.data(), s.data(), want.size(), cols, rel, abs_floor);
 }
 
 }  // namespace gemm_test

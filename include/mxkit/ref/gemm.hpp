@@ -15,7 +15,8 @@
 // scales applied). The reference rounds each block once and adds nb blocks, so
 //   |d_ref - d_exact| <= (nb + 1) u S  (+ one rounding each for alpha, beta*C and bf16 output).
 // A kernel that sums a block's 32 products in fp32 in another order, then adds blocks, is within
-// (32 + nb + 1) u S of exact, hence within about (32 + 2 nb + 2) u S of the reference. FP8 tensor
+// (32 + nb + 1) u S of exact, hence within about (32 + 2 nb + 2) u S of the reference
+// (validate_gemm, ref/validate_gemm.hpp, applies this bound element by element to a foreign output). FP8 tensor
 // cores (Hopper's wgmma) do not sum a block in fp32: the products are exact but are aligned and
 // added with fewer bits than fp32 (DeepSeek-V3 report, section 3.3.2: about 14 bits). mxkit's
 // Hopper kernel therefore starts a fresh tensor-core sum for every 32-block (MX) or every 128
@@ -35,6 +36,7 @@
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/gemm/product.hpp>
+#include <mxkit/ref/parallel.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
@@ -49,19 +51,53 @@ struct decoded_mx {
   std::vector<double> values;
   std::vector<double> scales;
 };
-inline decoded_mx decode_mx(mx_const_view t) {
+inline decoded_mx decode_mx(mx_const_view t, unsigned threads = 0) {
   const mx_layout& l = t.layout;
   decoded_mx d{l.lines(), l.padded_length(), l.blocks_per_line(), {}, {}};
   d.values.resize(d.lines * d.length);
   d.scales.resize(d.lines * d.blocks);
   visit_mx_type(l.type, [&](auto fmt) {
     using E = typename decltype(fmt)::element_type;
-    for (std::size_t line = 0; line < d.lines; ++line) {
-      for (std::size_t p = 0; p < d.length; ++p) d.values[line * d.length + p] = E::from_bits(t.code(line, p)).to_float();
-      for (std::size_t b = 0; b < d.blocks; ++b) d.scales[line * d.blocks + b] = e8m0::from_bits(t.scale(line, b)).to_float();
-    }
+    double value[256];  // every code's element value (a table: the same values, fewer operations)
+    for (int c = 0; c < 256; ++c) value[c] = E::from_bits(static_cast<std::uint8_t>(c)).to_float();
+    parallel_chunks(d.lines, host_thread_count(threads, d.lines, static_cast<double>(d.lines * d.length)),
+                    [&](std::size_t first, std::size_t last, std::size_t) {
+                      for (std::size_t line = first; line < last; ++line) {
+                        for (std::size_t p = 0; p < d.length; ++p) d.values[line * d.length + p] = value[t.code(line, p)];
+                        for (std::size_t b = 0; b < d.blocks; ++b)
+                          d.scales[line * d.blocks + b] = e8m0::from_bits(t.scale(line, b)).to_float();
+                      }
+                    });
   });
   return d;
+}
+
+// The reference's fp32 sums, one output element each (ref::gemm and validate_gemm call these, so
+// both produce the same bits). MX: line i of A with line j of B, block dot products exact in
+// double, times the two scales, rounded to float and added in block order.
+inline float mx_reference_sum(const decoded_mx& a, std::size_t i, const decoded_mx& b, std::size_t j) noexcept {
+  float acc = 0.0f;
+  for (std::size_t k = 0; k < a.blocks; ++k) {
+    const double* x = &a.values[i * a.length + k * mx_block_size];
+    const double* y = &b.values[j * b.length + k * mx_block_size];
+    double dot = 0.0;
+    for (int e = 0; e < mx_block_size; ++e) dot += x[e] * y[e];
+    acc += static_cast<float>(dot * a.scales[i * a.blocks + k] * b.scales[j * b.blocks + k]);
+  }
+  return acc;
+}
+// Per-tensor FP8: decoded codes (unscaled), products exact in fp32, summed in order.
+inline float fp8_reference_sum(const float* a_row, const float* b_row, std::size_t r) noexcept {
+  float acc = 0.0f;
+  for (std::size_t k = 0; k < r; ++k) acc += a_row[k] * b_row[k];
+  return acc;
+}
+// High precision: fp32 products summed in order.
+template <class TA, class TB>
+float hp_reference_sum(const matrix_view<TA>& a, std::size_t i, const matrix_view<TB>& b, std::size_t j) noexcept {
+  float acc = 0.0f;
+  for (std::size_t k = 0; k < a.cols; ++k) acc += load_float(a(i, k)) * load_float(b(j, k));
+  return acc;
 }
 
 // alpha*acc + beta*D, then the output type's rounding (bf16: nearest-even, overflow to Inf as
@@ -76,9 +112,13 @@ void store(const matrix_view<Out>& d, std::size_t i, std::size_t j, float acc, f
 
 namespace ref {
 
+// `threads` (every overload): host threads over the output rows (ref/parallel.hpp; 0 = as the
+// machine and the size allow). Each output element is summed by one thread in the order above,
+// so the result does not depend on it.
+
 // D = alpha * A.B^T + beta * D for two MX copies (any element types; same rotation on both).
 template <gemm_output Out>
-void gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+void gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f, unsigned threads = 0) {
   const gemm_shape s = detail::check_mx_gemm(a.layout, b.layout, "gemm");
   detail::check_rotation(a.options, b.options, "gemm");
   detail::check_output(d, s, "gemm");
@@ -86,19 +126,13 @@ void gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, float alpha = 1.
                   ", scales ", a.scales ? "set" : "null", ") for a ", a.layout.lines(), "x", s.r, " ", name_of(a.layout.type), " copy");
   detail::require(s.q == 0 || s.r == 0 || (b.data && b.scales), "gemm: B has null data or scales (data ", b.data ? "set" : "null",
                   ", scales ", b.scales ? "set" : "null", ") for a ", b.layout.lines(), "x", s.r, " ", name_of(b.layout.type), " copy");
-  const detail::decoded_mx A = detail::decode_mx(a), B = detail::decode_mx(b);
-  for (std::size_t i = 0; i < A.lines; ++i)
-    for (std::size_t j = 0; j < B.lines; ++j) {
-      float acc = 0.0f;
-      for (std::size_t k = 0; k < A.blocks; ++k) {
-        const double* x = &A.values[i * A.length + k * mx_block_size];
-        const double* y = &B.values[j * B.length + k * mx_block_size];
-        double dot = 0.0;
-        for (int e = 0; e < mx_block_size; ++e) dot += x[e] * y[e];
-        acc += static_cast<float>(dot * A.scales[i * A.blocks + k] * B.scales[j * B.blocks + k]);
-      }
-      detail::store(d, i, j, acc, alpha, beta);
-    }
+  const detail::decoded_mx A = detail::decode_mx(a, threads), B = detail::decode_mx(b, threads);
+  detail::parallel_chunks(A.lines, detail::host_thread_count(threads, A.lines, s.flops() / 2),
+                          [&](std::size_t first, std::size_t last, std::size_t) {
+                            for (std::size_t i = first; i < last; ++i)
+                              for (std::size_t j = 0; j < B.lines; ++j)
+                                detail::store(d, i, j, detail::mx_reference_sum(A, i, B, j), alpha, beta);
+                          });
 }
 
 inline std::vector<float> gemm(const mx_tensor& a, const mx_tensor& b) {
@@ -110,7 +144,7 @@ inline std::vector<float> gemm(const mx_tensor& a, const mx_tensor& b) {
 // Per-tensor scaled FP8 (delayed scaling): D = alpha * (A.B^T) / (scale_a * scale_b) + beta * D,
 // A [P,R], B [Q,R] codes; products are exact in fp32, accumulated in order.
 template <gemm_output Out>
-void gemm(fp8_view a, fp8_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+void gemm(fp8_view a, fp8_view b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f, unsigned threads = 0) {
   detail::check_fp8_view(a, "gemm", "A");
   detail::check_fp8_view(b, "gemm", "B");
   const gemm_shape s = detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
@@ -119,36 +153,39 @@ void gemm(fp8_view a, fp8_view b, matrix_view<Out> d, float alpha = 1.0f, float 
   for (std::size_t i = 0; i < av.size(); ++i) av[i] = fp8_decode(a.data[i], a.type);
   for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = fp8_decode(b.data[i], b.type);
   const float descale = a.scale_inv() * b.scale_inv();
-  for (std::size_t i = 0; i < a.rows; ++i)
-    for (std::size_t j = 0; j < b.rows; ++j) {
-      float acc = 0.0f;
-      for (std::size_t k = 0; k < a.cols; ++k) acc += av[i * a.cols + k] * bv[j * b.cols + k];
-      detail::store(d, i, j, acc * descale, alpha, beta);
-    }
+  detail::parallel_chunks(a.rows, detail::host_thread_count(threads, a.rows, s.flops() / 2),
+                          [&](std::size_t first, std::size_t last, std::size_t) {
+                            for (std::size_t i = first; i < last; ++i)
+                              for (std::size_t j = 0; j < b.rows; ++j)
+                                detail::store(d, i, j, detail::fp8_reference_sum(&av[i * a.cols], &bv[j * b.cols], a.cols) * descale,
+                                              alpha, beta);
+                          });
 }
 template <gemm_output Out>
-void gemm(const fp8_tensor& a, const fp8_tensor& b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+void gemm(const fp8_tensor& a, const fp8_tensor& b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f,
+          unsigned threads = 0) {
   detail::check_fp8_tensor(a, "gemm", ": A");
   detail::check_fp8_tensor(b, "gemm", ": B");
-  gemm(as_view(a), as_view(b), d, alpha, beta);
+  gemm(as_view(a), as_view(b), d, alpha, beta, threads);
 }
 
 // High-precision operands (float, bf16 or fp16 storage), fp32 accumulation in order.
 template <class TA, class TB, gemm_output Out>
   requires quantizer_input<TA> && quantizer_input<TB>
-void gemm(matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f) {
+void gemm(matrix_view<TA> a, matrix_view<TB> b, matrix_view<Out> d, float alpha = 1.0f, float beta = 0.0f,
+          unsigned threads = 0) {
   const gemm_shape s = detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
   detail::require(a.rows == 0 || a.cols == 0 || a.data != nullptr, "gemm: A has null data for a ", a.rows, "x", a.cols, " matrix");
   detail::require(b.rows == 0 || b.cols == 0 || b.data != nullptr, "gemm: B has null data for a ", b.rows, "x", b.cols, " matrix");
   detail::check_matrix(a, "gemm: A");
   detail::check_matrix(b, "gemm: B");
   detail::check_output(d, s, "gemm");
-  for (std::size_t i = 0; i < a.rows; ++i)
-    for (std::size_t j = 0; j < b.rows; ++j) {
-      float acc = 0.0f;
-      for (std::size_t k = 0; k < a.cols; ++k) acc += load_float(a(i, k)) * load_float(b(j, k));
-      detail::store(d, i, j, acc, alpha, beta);
-    }
+  detail::parallel_chunks(a.rows, detail::host_thread_count(threads, a.rows, s.flops() / 2),
+                          [&](std::size_t first, std::size_t last, std::size_t) {
+                            for (std::size_t i = first; i < last; ++i)
+                              for (std::size_t j = 0; j < b.rows; ++j)
+                                detail::store(d, i, j, detail::hp_reference_sum(a, i, b, j), alpha, beta);
+                          });
 }
 
 // ---- The training products (operand roles and checks: gemm/product.hpp) ----------------------------

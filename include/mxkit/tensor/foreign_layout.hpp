@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// How another library stores an MX copy: the description that validate (ref/validate.hpp) and
+// validate_gemm (ref/validate_gemm.hpp) read foreign output through, given as raw host pointers.
+// mxkit's own storage (tensor/mx_tensor.hpp) is the default of every field: lines of
+// line_bytes() with the block-axis padding stored, FP4 low nibble first, scales [lines, blocks]
+// row-major. The peers differ from it in these ways, one field each:
+//
+//  - Columnwise copies (blocks of 32 along the rows). `transposed`: stored [cols, rows] with the
+//    block axis contiguous, as mxkit, torchao (to_mx of x.t()) and ROCm TransformerEngine's MXFP4
+//    columnwise copy ([N, M/2] bytes) store them. `not_transposed`: stored like the input, [rows,
+//    cols] row-major, as NVIDIA TransformerEngine's MXFP8 columnwise copy: data [M, K] with scales
+//    [M/32, K] (TE's compact scale_inv puts the block index on the slow axis; see the strides below).
+//  - Leading dimensions: `data_ld` bytes between consecutive stored rows (padded allocations,
+//    views into larger buffers); scale strides for row-major scales.
+//  - Scale placement (tensor/scale_layout.hpp): row_major with any two strides, cuBLAS's 128x4
+//    tiles, or the AITER/hipBLASLt e8m0 shuffle. Every layout is addressed by (line, block), line
+//    being the non-block axis: a columnwise copy's lines are the matrix's columns, also when its
+//    data is not transposed (cuBLAS's layout for TE's columnwise operand is keyed the same way).
+//  - FP4 nibble order. Default low_first: element 2i in the low nibble, as
+//    torch.float4_e2m1fn_x2, CUDA's __nv_fp4x2_e2m1, torchao's current pack_uint4, aiter and ROCm
+//    TE (`evens | odds << 4`) store it; high_first is the other order (torchao's pack_uint4 before
+//    it switched, some hand-written kernels). Packing runs along the stored rows, so a
+//    not-transposed FP4 copy packs two neighbouring columns per byte.
+//  - Padding. A ragged last block (matrix edge not a multiple of 32) is padded to 32 with zeros;
+//    `padding_stored` says whether those positions exist in storage (mxkit: yes; TE and torchao
+//    require whole blocks). Tiled scale layouts and padded row-major scale allocations have
+//    entries beyond the logical [lines, blocks]: `padding_scale` is the byte they must hold (0 in
+//    mxkit's, cuBLAS's and torchao's to_blocked layouts; ROCm TE writes 127 into its shuffled
+//    padding), or std::nullopt when they are not checked.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <mxkit/enum_names.hpp>
+#include <mxkit/block/pack.hpp>
+#include <mxkit/error.hpp>
+#include <mxkit/tensor/mx_tensor.hpp>
+#include <mxkit/tensor/scale_layout.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+
+enum class nibble_order : std::uint8_t { low_first, high_first };
+enum class columnwise_storage : std::uint8_t { transposed, not_transposed };
+
+template <>
+struct enum_names<nibble_order> {
+  static constexpr const char* names[] = {"low_first", "high_first"};
+  static constexpr nibble_order last = nibble_order::high_first;
+};
+template <>
+struct enum_names<columnwise_storage> {
+  static constexpr const char* names[] = {"transposed", "not_transposed"};
+  static constexpr columnwise_storage last = columnwise_storage::not_transposed;
+};
+
+// Where the bytes of one stored MX copy live (all sizes in bytes; 0 means "packed", see below).
+struct mx_storage {
+  columnwise_storage columnwise = columnwise_storage::transposed;  // columnwise copies only
+  nibble_order nibbles = nibble_order::low_first;                 // mxfp4 only
+  // Bytes between consecutive stored rows: lines for rowwise and transposed copies, matrix rows
+  // for not-transposed ones. 0: the packed row (mx_foreign_view::min_data_ld).
+  std::size_t data_ld = 0;
+  bool padding_stored = true;  // block-axis positions past the matrix edge (up to a multiple of 32) are stored
+
+  scale_layout scales = scale_layout::row_major;
+  // row_major only: the scale of (line, block) is at line * scale_line_stride + block *
+  // scale_block_stride. Both 0: [lines, blocks] packed (with scale_padded's block count, if set).
+  std::size_t scale_line_stride = 0, scale_block_stride = 0;
+  // row_major only: the allocated [lines, blocks] extent when it is larger than the logical one
+  // (TE allocates [roundup(M, 128), roundup(K/32, 4)]); {0, 0}: no padding. Tiled layouts pad
+  // by their own rule (padded_scale_extent).
+  scale_extent scale_padded{};
+  std::optional<std::uint8_t> padding_scale = std::uint8_t{0};  // what padded scale entries hold; nullopt: unchecked
+};
+
+// A stored MX copy in any of the layouts above: logical [rows, cols], its axis and format
+// (layout), how it was quantized (options), where its bytes are (storage), host pointers.
+struct mx_foreign_view {
+  mx_layout layout;
+  quantize_options options;
+  mx_storage storage;
+  const std::uint8_t* data = nullptr;
+  const std::uint8_t* scales = nullptr;
+
+  // Stored rows run along the block axis (rowwise copies and transposed columnwise ones).
+  constexpr bool line_major() const noexcept {
+    return layout.axis == block_axis::rowwise || storage.columnwise == columnwise_storage::transposed;
+  }
+  // Block-axis positions present in storage.
+  constexpr std::size_t stored_length() const noexcept {
+    return storage.padding_stored ? layout.padded_length() : layout.line_length();
+  }
+  constexpr std::size_t stored_rows() const noexcept { return line_major() ? layout.lines() : stored_length(); }
+  constexpr std::size_t min_data_ld() const noexcept {
+    return packed_bytes(line_major() ? stored_length() : layout.lines(), layout.storage_bits());
+  }
+  constexpr std::size_t data_ld() const noexcept { return storage.data_ld ? storage.data_ld : min_data_ld(); }
+  // Bytes from data to one past the last stored byte.
+  constexpr std::size_t data_span() const noexcept {
+    return stored_rows() == 0 || min_data_ld() == 0 ? 0 : (stored_rows() - 1) * data_ld() + min_data_ld();
+  }
+
+  // Code of block-axis position `pos` of line `line` (pos < stored_length()).
+  constexpr std::uint8_t code(std::size_t line, std::size_t pos) const noexcept {
+    const std::size_t row = line_major() ? line : pos, index = line_major() ? pos : line;
+    const std::uint8_t* r = data + row * data_ld();
+    if (layout.storage_bits() == 8) return r[index];
+    const std::uint8_t byte = r[index / 2];
+    const bool high = (index & 1) != (storage.nibbles == nibble_order::high_first);
+    return static_cast<std::uint8_t>(high ? byte >> 4 : byte & 0xF);
+  }
+
+  // The stored [lines, blocks] extent of the scales, padding included.
+  constexpr scale_extent stored_scale_extent() const noexcept {
+    const std::size_t lines = layout.lines(), blocks = layout.blocks_per_line();
+    if (storage.scales != scale_layout::row_major) return padded_scale_extent(storage.scales, lines, blocks);
+    return {storage.scale_padded.lines ? storage.scale_padded.lines : lines,
+            storage.scale_padded.blocks ? storage.scale_padded.blocks : blocks};
+  }
+  // Offset of the scale of (line, block), for every entry of stored_scale_extent().
+  constexpr std::size_t scale_offset_of(std::size_t line, std::size_t block) const noexcept {
+    const std::size_t lines = layout.lines(), blocks = layout.blocks_per_line();
+    if (storage.scales != scale_layout::row_major) return scale_offset(storage.scales, lines, blocks, line, block);
+    if (storage.scale_line_stride || storage.scale_block_stride)
+      return line * storage.scale_line_stride + block * storage.scale_block_stride;
+    return line * stored_scale_extent().blocks + block;
+  }
+  constexpr std::uint8_t scale(std::size_t line, std::size_t block) const noexcept { return scales[scale_offset_of(line, block)]; }
+  // Bytes from scales to one past the last stored scale.
+  constexpr std::size_t scale_span() const noexcept {
+    const scale_extent e = stored_scale_extent();
+    if (e.size() == 0) return 0;
+    if (storage.scales != scale_layout::row_major) return e.size();
+    return scale_offset_of(e.lines - 1, e.blocks - 1) + 1;
+  }
+};
+
+// mxkit's own storage seen as a foreign view (every mx_storage field at its default).
+// mxkit's own storage, with the view's scale layout (row-major, or a tiled vendor layout).
+inline mx_storage own_storage(scale_layout scales) noexcept {
+  mx_storage s{};
+  s.scales = scales;
+  return s;
+}
+inline mx_foreign_view foreign_view(mx_const_view v) noexcept {
+  return {v.layout, v.options, own_storage(v.scales_layout), v.data, v.scales};
+}
+inline mx_foreign_view foreign_view(mx_view v) noexcept { return {v.layout, v.options, own_storage(v.scales_layout), v.data, v.scales}; }
+
+namespace detail {
+// The layout and storage fields of a foreign view (pointers aside); `what` names the caller.
+inline void check_foreign_storage(const mx_foreign_view& v, const char* what) {
+  const mx_layout& l = v.layout;
+  const mx_storage& s = v.storage;
+  require(static_cast<unsigned>(l.type) <= static_cast<unsigned>(mx_type::mxint8), what, ": unknown mx_type value ",
+          static_cast<unsigned>(l.type));
+  require(static_cast<unsigned>(l.axis) <= 1u, what, ": unknown block_axis value ", static_cast<unsigned>(l.axis));
+  require(static_cast<unsigned>(s.columnwise) <= 1u, what, ": unknown columnwise_storage value ",
+          static_cast<unsigned>(s.columnwise));
+  require(static_cast<unsigned>(s.nibbles) <= 1u, what, ": unknown nibble_order value ", static_cast<unsigned>(s.nibbles));
+  require(static_cast<unsigned>(s.scales) <= static_cast<unsigned>(scale_layout::aiter_shuffle), what,
+          ": unknown scale_layout value ", static_cast<unsigned>(s.scales));
+  require(s.data_ld == 0 || s.data_ld >= v.min_data_ld(), what, ": data_ld ", s.data_ld, " bytes is smaller than a stored row of ",
+          v.min_data_ld(), " bytes (", name_of(l.type), " ", name_of(l.axis), " ", l.rows, "x", l.cols,
+          v.line_major() ? "" : ", not transposed", ")");
+  if (s.scales == scale_layout::row_major) {
+    require(s.scale_padded.lines == 0 || s.scale_padded.lines >= l.lines(), what, ": scale_padded.lines ", s.scale_padded.lines,
+            " is smaller than the ", l.lines(), " lines of the copy");
+    require(s.scale_padded.blocks == 0 || s.scale_padded.blocks >= l.blocks_per_line(), what, ": scale_padded.blocks ",
+            s.scale_padded.blocks, " is smaller than the ", l.blocks_per_line(), " blocks per line");
+    require((s.scale_line_stride == 0) == (s.scale_block_stride == 0), what, ": scale strides must both be set or both 0, got line ",
+            s.scale_line_stride, " and block ", s.scale_block_stride);
+    if (s.scale_line_stride) {
+      // One of the two nestings must keep every (line, block) of the stored extent apart.
+      const scale_extent e = v.stored_scale_extent();
+      const bool lines_outer = s.scale_line_stride >= (e.blocks - 1) * s.scale_block_stride + 1;
+      const bool blocks_outer = s.scale_block_stride >= (e.lines - 1) * s.scale_line_stride + 1;
+      require(e.size() <= 1 || lines_outer || blocks_outer, what, ": scale strides (line ", s.scale_line_stride, ", block ",
+              s.scale_block_stride, ") make the scales of a ", e.lines, "x", e.blocks, " extent overlap");
+    }
+  } else {
+    require(s.scale_padded.lines == 0 && s.scale_padded.blocks == 0 && s.scale_line_stride == 0 && s.scale_block_stride == 0,
+            what, ": scale strides and scale_padded apply to row_major scales only, not ", name_of(s.scales));
+  }
+}
+
+// The argument check of every entry point that reads a foreign view.
+inline void check_foreign_view(const mx_foreign_view& v, const char* what) {
+  check_foreign_storage(v, what);
+  const mx_layout& l = v.layout;
+  require(v.data_span() == 0 || v.data != nullptr, what, ": null element data for a ", l.rows, "x", l.cols, " ", name_of(l.type),
+          " copy");
+  require(l.scale_count() == 0 || v.scales != nullptr, what, ": null scales for a ", l.rows, "x", l.cols, " ", name_of(l.type),
+          " copy");
+}
+}  // namespace detail
+
+// The chosen lines of a foreign copy, in that order, as an mx_tensor in mxkit's own storage
+// (positions that are not stored read as code 0). `lines` empty: every line.
+inline mx_tensor to_mx_tensor(const mx_foreign_view& v, const std::vector<std::size_t>& lines = {}) {
+  detail::check_foreign_view(v, "to_mx_tensor");
+  mx_layout l = v.layout;
+  const std::size_t n = lines.empty() ? l.lines() : lines.size();
+  (l.axis == block_axis::rowwise ? l.rows : l.cols) = n;
+  mx_tensor out(l, v.options);
+  const int bits = l.storage_bits();
+  const std::size_t stored = v.stored_length();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t line = lines.empty() ? i : lines[i];
+    detail::require(line < v.layout.lines(), "to_mx_tensor: line ", line, " of a copy with ", v.layout.lines(), " lines");
+    std::uint8_t* row = out.data().data() + i * l.line_bytes();
+    for (std::size_t p = 0; p < stored; ++p) store_code(row, p, v.code(line, p), bits);
+    for (std::size_t b = 0; b < l.blocks_per_line(); ++b) out.scales()[i * l.blocks_per_line() + b] = v.scale(line, b);
+  }
+  return out;
+}
+
+// A copy's bytes in a foreign layout: what a peer's kernel would have written (tests, examples,
+// and converting mxkit's output for a peer's GEMM). Padded scale entries hold
+// storage.padding_scale (0 when unchecked); bytes between rows of a larger data_ld hold 0.
+struct mx_foreign_buffers {
+  mx_layout layout;
+  quantize_options options;
+  mx_storage storage;
+  std::vector<std::uint8_t> data, scales;
+
+  mx_foreign_view view() const noexcept { return {layout, options, storage, data.data(), scales.data()}; }
+};
+
+inline mx_foreign_buffers store_foreign(mx_const_view copy, const mx_storage& storage) {
+  mx_foreign_buffers out{copy.layout, copy.options, storage, {}, {}};
+  const mx_foreign_view shape = out.view();  // addressing only, before the buffers exist
+  detail::check_foreign_storage(shape, "store_foreign");
+  const mx_layout& l = copy.layout;
+  detail::require(l.data_bytes() == 0 || (copy.data && copy.scales), "store_foreign: null data or scales for a ", l.rows, "x",
+                  l.cols, " ", name_of(l.type), " copy");
+  out.data.assign(shape.data_span(), 0);
+  out.scales.assign(shape.scale_span(), storage.padding_scale.value_or(0));
+  const int bits = l.storage_bits();
+  const bool line_major = shape.line_major();
+  const std::size_t ld = shape.data_ld(), stored = shape.stored_length();
+  for (std::size_t line = 0; line < l.lines(); ++line) {
+    for (std::size_t p = 0; p < stored; ++p) {
+      const std::size_t row = line_major ? line : p, index = line_major ? p : line;
+      std::uint8_t c = copy.code(line, p);
+      if (bits == 4) {
+        std::uint8_t& byte = out.data[row * ld + index / 2];
+        const bool high = (index & 1) != (storage.nibbles == nibble_order::high_first);
+        byte = high ? static_cast<std::uint8_t>((byte & 0x0F) | (c << 4)) : static_cast<std::uint8_t>((byte & 0xF0) | c);
+      } else {
+        out.data[row * ld + index] = c;
+      }
+    }
+    for (std::size_t b = 0; b < l.blocks_per_line(); ++b) out.scales[shape.scale_offset_of(line, b)] = copy.scale(line, b);
+  }
+  return out;
+}
+
+MXKIT_END_NAMESPACE
