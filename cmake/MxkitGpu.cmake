@@ -98,6 +98,11 @@ elseif(MXKIT_GPU STREQUAL "HIP")
   if(NOT CMAKE_HIP_ARCHITECTURES)
     set(CMAKE_HIP_ARCHITECTURES gfx942 gfx950)
   endif()
+  # mxkit's own HIP compiles (custom commands: CMake 3.25's HIP language needs a ROCm layout that
+  # Debian's clang + HIP 5.2 packages do not have). -nogpulib: no ROCm device libraries needed.
+  # __AMDGCN_WAVEFRONT_SIZE: HIP 5.2's headers read it, and clang 22 no longer defines it.
+  set(MXKIT_HIP_FLAGS -x hip -std=c++20 -O3 --rocm-path=${MXKIT_ROCM_PATH} -nogpulib -D__AMDGCN_WAVEFRONT_SIZE=64
+                      -Wall -Wextra -Werror -I${PROJECT_SOURCE_DIR}/include)
   add_library(mxkit_gpu INTERFACE)
   add_library(mxkit::gpu ALIAS mxkit_gpu)
   set_target_properties(mxkit_gpu PROPERTIES EXPORT_NAME gpu)  # exported as mxkit::gpu
@@ -138,8 +143,7 @@ function(mxkit_hip_device_compile name src)
   cmake_parse_arguments(arg "" "" "INCLUDES" ${ARGN})
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/hip)
   file(MAKE_DIRECTORY ${dir})
-  set(common -x hip -std=c++20 -O3 --rocm-path=${MXKIT_ROCM_PATH} -nogpulib -D__AMDGCN_WAVEFRONT_SIZE=64
-             -Wall -Wextra -Werror -I${PROJECT_SOURCE_DIR}/include)
+  set(common ${MXKIT_HIP_FLAGS})
   foreach(inc IN LISTS arg_INCLUDES)
     list(APPEND common "-I${inc}")
   endforeach()
@@ -161,6 +165,35 @@ function(mxkit_hip_device_compile name src)
     COMMENT "HIP host compile ${name}")
   list(APPEND outputs ${out})
   add_custom_target(hip_${name} DEPENDS ${outputs})
+  if(NOT TARGET mxkit_hip_compile)
+    add_custom_target(mxkit_hip_compile ALL)
+  endif()
+  add_dependencies(mxkit_hip_compile hip_${name})
+endfunction()
+
+# HIP: compiles each source for the host (object) and links the objects into one relocatable
+# object <name>.o (ld -r): a symbol defined in two of them fails it as it would fail a program's
+# link, while the references to the device binaries, which a host-only compile leaves out, may
+# stay undefined. (A whole program would need the AMD device linker and libraries.) Joins
+# mxkit_hip_compile.
+function(mxkit_hip_host_link name)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/hip)
+  file(MAKE_DIRECTORY ${dir})
+  list(GET CMAKE_HIP_ARCHITECTURES 0 first_arch)
+  set(objects "")
+  foreach(src IN LISTS ARGN)
+    get_filename_component(stem ${src} NAME_WE)
+    set(obj ${dir}/${name}.${stem}.host.o)
+    add_custom_command(OUTPUT ${obj}
+      COMMAND ${MXKIT_HIP_COMPILER} ${MXKIT_HIP_FLAGS} --offload-arch=${first_arch} --cuda-host-only -c ${src} -o ${obj} -MD -MF ${obj}.d
+      DEPENDS ${src} DEPFILE ${obj}.d COMMAND_EXPAND_LISTS
+      COMMENT "HIP host compile ${name}: ${stem}")
+    list(APPEND objects ${obj})
+  endforeach()
+  set(out ${dir}/${name}.o)
+  add_custom_command(OUTPUT ${out} COMMAND ${MXKIT_HIP_COMPILER} -r ${objects} -o ${out}
+                     DEPENDS ${objects} COMMAND_EXPAND_LISTS COMMENT "HIP host link ${name} (relocatable)")
+  add_custom_target(hip_${name} DEPENDS ${out})
   if(NOT TARGET mxkit_hip_compile)
     add_custom_target(mxkit_hip_compile ALL)
   endif()
