@@ -54,6 +54,12 @@
 #define MXKIT_ARCH_SM90 0
 #endif
 
+// A kernel that is not a template is declared MXKIT_GLOBAL (as CUTLASS_GLOBAL does): internal
+// linkage, so each translation unit that includes its header gets its own copy and any number of
+// them link into one program. A plain __global__ function defined in a header is defined again
+// in the second .cu file that includes it, and the link fails. Template kernels need no macro.
+#define MXKIT_GLOBAL __global__ static
+
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
 

@@ -28,8 +28,8 @@ MXKIT_HD constexpr std::uint8_t to_e4m3(mx_type t, std::uint8_t c) noexcept {
 static_assert(to_e4m3(mx_type::mxfp4, 0x7) == 0x4C && to_e4m3(mx_type::mxfp4, 0x9) == 0xB0);  // 6, -0.5
 
 // Thread i writes the 16 output bytes [16 i, 16 i + 16) of the [lines, k] result (k % 32 == 0).
-__global__ void __launch_bounds__(threads) to_e4m3_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
-                                                          std::uint8_t* dst, std::size_t lines, std::size_t k, launch_gate gate) {
+MXKIT_GLOBAL void __launch_bounds__(threads) to_e4m3_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
+                                                            std::uint8_t* dst, std::size_t lines, std::size_t k, launch_gate gate) {
   if (gate.closed()) return;
   __shared__ std::uint8_t lut[256];
   for (int c = static_cast<int>(threadIdx.x); c < 256; c += threads) lut[c] = to_e4m3(t, static_cast<std::uint8_t>(c));
@@ -112,10 +112,10 @@ static_assert(exact_everywhere() && e5m2_code(0x1, shift_min) == 0x01 && e5m2_co
 
 // One warp per line: lanes take the line's blocks in turn (16 code bytes in, 32 bytes out each).
 // Pass 1 finds the exponent span of the non-zero blocks, pass 2 writes the bytes.
-__global__ void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
-                                                               const std::uint8_t* scales, std::size_t scale_ld,
-                                                               std::size_t lines, std::size_t blocks, std::uint8_t* dst,
-                                                               float* line_scale, int* unsafe) {
+MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
+                                                                 const std::uint8_t* scales, std::size_t scale_ld,
+                                                                 std::size_t lines, std::size_t blocks, std::uint8_t* dst,
+                                                                 float* line_scale, int* unsafe) {
   __shared__ std::uint8_t lut[shifts * 16];
   for (int i = static_cast<int>(threadIdx.x); i < shifts * 16; i += threads)
     lut[i] = e5m2_code(static_cast<std::uint8_t>(i % 16), i / 16 + shift_min);
@@ -199,9 +199,9 @@ namespace to_bf16 {
 inline constexpr int max_exponent = fold::max_exponent;
 
 // Thread i converts 32-block i of the [lines, blocks] operand: 32 codes in, 64 bytes out.
-__global__ void __launch_bounds__(threads) mxfp8_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
-                                                        const std::uint8_t* scales, std::size_t scale_ld, std::size_t lines,
-                                                        std::size_t blocks, std::uint16_t* dst, int* unsafe) {
+MXKIT_GLOBAL void __launch_bounds__(threads) mxfp8_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
+                                                          const std::uint8_t* scales, std::size_t scale_ld, std::size_t lines,
+                                                          std::size_t blocks, std::uint16_t* dst, int* unsafe) {
   __shared__ float value[256];
   for (int c = static_cast<int>(threadIdx.x); c < 256; c += threads) value[c] = decode_mx_element(t, static_cast<std::uint8_t>(c));
   __syncthreads();

@@ -61,7 +61,7 @@ __device__ inline void load_tile(const gemm_operand& o, const float* lut, float 
 }
 
 // ---- kernel -----------------------------------------------------------------------------------
-__global__ void __launch_bounds__(threads) gemm_kernel(const params p) {
+MXKIT_GLOBAL void __launch_bounds__(threads) gemm_kernel(const params p) {
   __shared__ tile_smem sm;
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % (tile_q / per_thread), ty = tid / (tile_q / per_thread);

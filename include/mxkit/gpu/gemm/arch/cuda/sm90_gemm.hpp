@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(threads, 1)
 
 // 1 when the device code of this program has the sm_90a kernels (built for compute_90a) and runs
 // on this device; the launcher asks once per device.
-__global__ void probe_kernel(int* out) { *out = MXKIT_SM90A; }
+MXKIT_GLOBAL void probe_kernel(int* out) { *out = MXKIT_SM90A; }
 
 // ---- launcher ---------------------------------------------------------------------------------
 inline bool available() {
