@@ -7,6 +7,8 @@
 #            errors (target mxkit_gpu_header_tests, part of `all`);
 #      HIP   compiled by clang for every CMAKE_HIP_ARCHITECTURES entry (device code only, to
 #            assembly) and for the host (object), warnings as errors (hip_gpu_header_*).
+#  - gpu.cxx20_required (CUDA): nvcc compiling all GPU headers (unit b below) as C++17 stops at
+#    mxkit's one-line error (tests/static/check_cxx20_error.cmake).
 #  - Two translation units that each include every header, linked into one program. A kernel or
 #    function defined in a header with external linkage and without `inline` (a non-template
 #    __global__ function, say) is then defined twice and the link fails:
@@ -93,6 +95,13 @@ if(MXKIT_GPU STREQUAL "CUDA")
   add_library(mxkit_gpu_header_tests OBJECT ${header_units})
   mxkit_gpu_target(mxkit_gpu_header_tests)
   set_target_properties(mxkit_gpu_header_tests PROPERTIES CUDA_ARCHITECTURES 90a)
+
+  # A C++17 compile (nvcc's default) of the GPU headers stops at mxkit's one-line error.
+  add_test(NAME gpu.cxx20_required
+           COMMAND ${CMAKE_COMMAND} -DCOMPILER=${CMAKE_CUDA_COMPILER} "-DFLAGS=-std=c++17$<SEMICOLON>-I${include_root}"
+                   -DSOURCE=${gen}/two_units_b.cu -DOUT=${gen}/cxx17.o
+                   -P ${PROJECT_SOURCE_DIR}/tests/static/check_cxx20_error.cmake)
+  set_tests_properties(gpu.cxx20_required PROPERTIES LABELS gpu)
 
   add_executable(gpu_two_units ${gen}/two_units_a.cu ${gen}/two_units_b.cu)
   mxkit_gpu_target(gpu_two_units)
