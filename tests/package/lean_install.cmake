@@ -86,7 +86,7 @@ foreach(f ${prefix}/include/mxkit/mxkit.hpp ${prefix}/include/mxkit/gpu/platform
     string(APPEND errors "  the install is missing ${f}\n")
   endif()
 endforeach()
-file(GLOB_RECURSE gpu_files ${prefix}/*Gpu*.cmake)
+file(GLOB_RECURSE gpu_files ${prefix}/*GpuTargets*.cmake)
 if(gpu_files)
   string(APPEND errors "  the install holds a GPU target file made on this machine: ${gpu_files}\n")
 endif()
