@@ -1,7 +1,12 @@
-# MXKIT_GPU = OFF | CUDA | HIP: the GPU backend of mxkit's GPU targets, tests, benchmarks and
-# examples. Unset (empty) in a top-level build, it is detected (a consumer's add_subdirectory or
-# FetchContent gets OFF unless it sets MXKIT_GPU): CUDA when CMake finds a CUDA compiler
-# (check_language), else HIP when a HIP-capable clang and the HIP headers are found, else OFF.
+# MXKIT_GPU = OFF | CUDA | HIP: the GPU backend of mxkit::gpu and of mxkit's own GPU tests,
+# benchmarks and examples. Unset (empty), it is
+#   - detected where mxkit is the top-level project and builds tests, examples or benchmarks:
+#     CUDA when CMake finds a CUDA compiler (check_language), else HIP when a HIP-capable clang
+#     and the HIP headers are found, else OFF;
+#   - otherwise (a FetchContent or add_subdirectory consumer, or the lean install configure)
+#     the project's own GPU language: CUDA if it has CUDA enabled, else HIP if it has HIP, else
+#     OFF. A consumer sets nothing: enabling CUDA or HIP (before mxkit is added) gives mxkit::gpu,
+#     and mxkit enables no language the consumer did not.
 # Forcing CUDA or HIP works on a machine without a GPU: CUDA builds everything (GPU tests skip
 # themselves at run time), HIP compiles every kernel translation unit for the AMD targets
 # (device-only, no link: no ROCm device libraries or GPU are needed).
@@ -12,12 +17,12 @@
 #   CMAKE_HIP_ARCHITECTURES   default gfx942;gfx950.
 #   CMAKE_HIP_COMPILER        the HIP compiler (default: clang++-22, clang++ or hipcc on PATH).
 #
-# Targets: mxkit::gpu (INTERFACE) = mxkit::mxkit + the GPU runtime library. It sets no
-# architecture and no flag: those belong to the consumer. A plain C++ consumer links
-# mxkit::mxkit and never sees a GPU header. mxkit::gpu is exported (install and build tree) in
-# its own set, mxkitGpuTargets, which mxkitConfig.cmake loads only once it has found the runtime
-# (CUDAToolkit; amdhip64 for HIP): a host consumer of a GPU-built package needs no GPU toolkit.
+# Targets: mxkit::gpu (INTERFACE) = mxkit::mxkit + the GPU runtime library (mxkitGpuRuntime.cmake).
+# It sets no architecture and no flag: those belong to the consumer. A plain C++ consumer links
+# mxkit::mxkit and never sees a GPU header. mxkit::gpu is not exported: the installed package's
+# mxkitConfig.cmake defines it in the consumer's configure, from the consumer's languages.
 include_guard(GLOBAL)
+include(${CMAKE_CURRENT_LIST_DIR}/mxkitGpuRuntime.cmake)
 
 set(MXKIT_GPU "" CACHE STRING "GPU backend for mxkit's GPU targets: OFF, CUDA or HIP (empty: detect)")
 set_property(CACHE MXKIT_GPU PROPERTY STRINGS "" OFF CUDA HIP)
@@ -45,12 +50,17 @@ function(_mxkit_find_hip out_compiler out_rocm)
 endfunction()
 
 string(TOUPPER "${MXKIT_GPU}" _mxkit_gpu)
-# Detection only for mxkit's own build: a FetchContent/add_subdirectory consumer gets no GPU
-# language enabled in its project unless it asks for one.
-if(_mxkit_gpu STREQUAL "" AND NOT PROJECT_IS_TOP_LEVEL)
-  set(_mxkit_gpu OFF)
+# mxkit's own GPU targets: the only reason to look for a GPU toolchain the project did not enable.
+set(_mxkit_own_targets OFF)
+if(MXKIT_BUILD_TESTS OR MXKIT_BUILD_EXAMPLES OR MXKIT_BUILD_BENCH)
+  set(_mxkit_own_targets ON)
 endif()
-if(_mxkit_gpu STREQUAL "")
+if(_mxkit_gpu STREQUAL "" AND NOT (PROJECT_IS_TOP_LEVEL AND _mxkit_own_targets))
+  _mxkit_gpu_backend_of_project(_mxkit_gpu)
+  if(NOT _mxkit_gpu STREQUAL "OFF")
+    message(STATUS "mxkit: mxkit::gpu for ${_mxkit_gpu}, the project's GPU language")
+  endif()
+elseif(_mxkit_gpu STREQUAL "")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
@@ -74,38 +84,34 @@ if(MXKIT_GPU STREQUAL "CUDA")
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
     set(CMAKE_CUDA_ARCHITECTURES 90)
   endif()
-  enable_language(CUDA)
-  find_package(CUDAToolkit REQUIRED)
-  add_library(mxkit_gpu INTERFACE)
-  add_library(mxkit::gpu ALIAS mxkit_gpu)
-  set_target_properties(mxkit_gpu PROPERTIES EXPORT_NAME gpu)  # exported as mxkit::gpu
-  # The runtime the consumer's CUDA_RUNTIME_LIBRARY asks for (CMake's default is the static one),
-  # so that one program never holds two copies of it.
-  target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit
-    $<IF:$<STREQUAL:$<TARGET_PROPERTY:CUDA_RUNTIME_LIBRARY>,Shared>,CUDA::cudart,CUDA::cudart_static>)
-  if("cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
-    target_compile_features(mxkit_gpu INTERFACE cuda_std_20)
-  else()  # CMake older than the toolkit (3.25 with CUDA 13) knows no CUDA features: say it plainly
-    target_compile_options(mxkit_gpu INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
-  endif()
+  enable_language(CUDA)  # nothing new where the consumer enabled it
+  find_package(CUDAToolkit REQUIRED)  # CUDA::cudart for mxkit::gpu, CUDA::cublas for bench_gemm
   message(STATUS "mxkit: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
 elseif(MXKIT_GPU STREQUAL "HIP")
+  # For mxkit's own device compiles (custom commands: CMake 3.25's HIP language needs a ROCm
+  # layout that Debian's clang + HIP 5.2 packages do not have); a consumer's HIP targets need
+  # none of it.
   _mxkit_find_hip(MXKIT_HIP_COMPILER MXKIT_ROCM_PATH)
-  if(NOT MXKIT_HIP_COMPILER)
+  if(NOT MXKIT_HIP_COMPILER AND _mxkit_own_targets)
     message(FATAL_ERROR "mxkit: MXKIT_GPU=HIP needs a HIP compiler (clang++-22 or hipcc; set CMAKE_HIP_COMPILER) and "
                         "hip/hip_runtime.h (Debian: apt-get install clang-22 libamdhip64-dev)")
   endif()
   if(NOT CMAKE_HIP_ARCHITECTURES)
     set(CMAKE_HIP_ARCHITECTURES gfx942 gfx950)
   endif()
+  # -nogpulib: no ROCm device libraries needed. __AMDGCN_WAVEFRONT_SIZE: HIP 5.2's headers read
+  # it, and clang 22 no longer defines it.
+  set(MXKIT_HIP_FLAGS -x hip -std=c++20 -O3 --rocm-path=${MXKIT_ROCM_PATH} -nogpulib -D__AMDGCN_WAVEFRONT_SIZE=64
+                      -Wall -Wextra -Werror -I${PROJECT_SOURCE_DIR}/include)
+  if(MXKIT_HIP_COMPILER)
+    message(STATUS "mxkit: HIP device compile with ${MXKIT_HIP_COMPILER} for ${CMAKE_HIP_ARCHITECTURES} (ROCm path ${MXKIT_ROCM_PATH})")
+  endif()
+endif()
+if(NOT MXKIT_GPU STREQUAL "OFF")
   add_library(mxkit_gpu INTERFACE)
   add_library(mxkit::gpu ALIAS mxkit_gpu)
-  set_target_properties(mxkit_gpu PROPERTIES EXPORT_NAME gpu)  # exported as mxkit::gpu
-  find_library(MXKIT_AMDHIP64 amdhip64 HINTS ${MXKIT_ROCM_PATH}/lib)
-  # Installed, the consumer's mxkitConfig.cmake finds amdhip64 on its own machine and adds it.
-  target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit
-    $<BUILD_INTERFACE:$<$<BOOL:${MXKIT_AMDHIP64}>:${MXKIT_AMDHIP64}>>)
-  message(STATUS "mxkit: HIP device compile with ${MXKIT_HIP_COMPILER} for ${CMAKE_HIP_ARCHITECTURES} (ROCm path ${MXKIT_ROCM_PATH})")
+  _mxkit_gpu_runtime(${MXKIT_GPU} _mxkit_gpu_runtime_libs)
+  target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit ${_mxkit_gpu_runtime_libs})
 endif()
 
 # mxkit's own CUDA targets (tests, benchmarks, examples): mxkit::gpu, the project's warnings
@@ -138,8 +144,7 @@ function(mxkit_hip_device_compile name src)
   cmake_parse_arguments(arg "" "" "INCLUDES" ${ARGN})
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/hip)
   file(MAKE_DIRECTORY ${dir})
-  set(common -x hip -std=c++20 -O3 --rocm-path=${MXKIT_ROCM_PATH} -nogpulib -D__AMDGCN_WAVEFRONT_SIZE=64
-             -Wall -Wextra -Werror -I${PROJECT_SOURCE_DIR}/include)
+  set(common ${MXKIT_HIP_FLAGS})
   foreach(inc IN LISTS arg_INCLUDES)
     list(APPEND common "-I${inc}")
   endforeach()
@@ -161,6 +166,35 @@ function(mxkit_hip_device_compile name src)
     COMMENT "HIP host compile ${name}")
   list(APPEND outputs ${out})
   add_custom_target(hip_${name} DEPENDS ${outputs})
+  if(NOT TARGET mxkit_hip_compile)
+    add_custom_target(mxkit_hip_compile ALL)
+  endif()
+  add_dependencies(mxkit_hip_compile hip_${name})
+endfunction()
+
+# HIP: compiles each source for the host (object) and links the objects into one relocatable
+# object <name>.o (ld -r): a symbol defined in two of them fails it as it would fail a program's
+# link, while the references to the device binaries, which a host-only compile leaves out, may
+# stay undefined. (A whole program would need the AMD device linker and libraries.) Joins
+# mxkit_hip_compile.
+function(mxkit_hip_host_link name)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/hip)
+  file(MAKE_DIRECTORY ${dir})
+  list(GET CMAKE_HIP_ARCHITECTURES 0 first_arch)
+  set(objects "")
+  foreach(src IN LISTS ARGN)
+    get_filename_component(stem ${src} NAME_WE)
+    set(obj ${dir}/${name}.${stem}.host.o)
+    add_custom_command(OUTPUT ${obj}
+      COMMAND ${MXKIT_HIP_COMPILER} ${MXKIT_HIP_FLAGS} --offload-arch=${first_arch} --cuda-host-only -c ${src} -o ${obj} -MD -MF ${obj}.d
+      DEPENDS ${src} DEPFILE ${obj}.d COMMAND_EXPAND_LISTS
+      COMMENT "HIP host compile ${name}: ${stem}")
+    list(APPEND objects ${obj})
+  endforeach()
+  set(out ${dir}/${name}.o)
+  add_custom_command(OUTPUT ${out} COMMAND ${MXKIT_HIP_COMPILER} -r ${objects} -o ${out}
+                     DEPENDS ${objects} COMMAND_EXPAND_LISTS COMMENT "HIP host link ${name} (relocatable)")
+  add_custom_target(hip_${name} DEPENDS ${out})
   if(NOT TARGET mxkit_hip_compile)
     add_custom_target(mxkit_hip_compile ALL)
   endif()

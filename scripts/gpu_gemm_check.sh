@@ -26,7 +26,7 @@ if [ -n "${MXKIT_PREBUILT:-}" ]; then  # binaries built elsewhere for sm_90a (as
   echo "prebuilt binaries from $build"
 else
   if ! cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA -DCMAKE_CUDA_ARCHITECTURES=90a \
-       -DCMAKE_PREFIX_PATH="$PWD/.deps/catch2/usr" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF >"$OUT/build.log" 2>&1; then
+       -DCMAKE_PREFIX_PATH="$PWD/.deps/catch2/usr" -DMXKIT_BUILD_TESTS=ON -DMXKIT_BUILD_BENCH=ON -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF >"$OUT/build.log" 2>&1; then
     echo "configure failed"; tail -30 "$OUT/build.log"; exit 1
   fi
   if ! cmake --build $build -j16 --target catch2_test_gemm bench_gemm >>"$OUT/build.log" 2>&1; then

@@ -2,7 +2,8 @@
 # The project's test command (README "Tests"):   bash scripts/test.sh [stage...]
 # Stages, all by default, each in its own build folder under $MXKIT_BUILD_ROOT (default build/):
 #   release   Release host build (MXKIT_GPU=OFF) with the default compiler; every ctest test
-#             (unit, exhaustive, per-header compile, README checks, packaging).
+#             (unit, exhaustive, per-header compile, README, C++17 and SPDX checks, packaging
+#             including the offline lean install).
 #   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is
 #             checked by a second compiler too); ctest without the `package` label (the consumer
 #             projects are not sanitized builds), with sanitizer.* proving the build is sanitized.
@@ -13,13 +14,16 @@
 #   fuzz      libFuzzer targets (tests/fuzz) built with clang++-22 and -fsanitize=fuzzer,address,
 #             undefined; each runs MXKIT_FUZZ_SECONDS (default 60) from its seed corpus, both at
 #             once; any finding fails the stage.
-#   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernels and GPU tests compile; the
-#             GPU tests run and report themselves skipped where no GPU is present.
-#   hip       -DMXKIT_GPU=HIP when clang++-22 is found: device-only compile for AMD GPUs.
+#   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernels, GPU tests, GPU header checks
+#             and benchmarks compile; the GPU tests run and report themselves skipped where no
+#             GPU is present; CUDA consumers of the package build and run.
+#   hip       -DMXKIT_GPU=HIP when clang++-22 is found: device-only compile for AMD GPUs (tests
+#             and every GPU header), host compiles, a host link of two units.
 # A stage whose tool is missing (sanitize, fuzz: a compiler whose sanitizer runtime links; cuda:
 # nvcc; hip: clang++-22) is reported skipped, except under CI=true, where it fails; under CI=true
 # the sanitize stage accepts only clang++-22 (or MXKIT_SANITIZE_CXX), never a fallback.
 # Environment: MXKIT_JOBS (default 2), MXKIT_SANITIZE_CXX, MXKIT_FUZZ_CXX, MXKIT_FUZZ_SECONDS,
+# MXKIT_FETCH_CATCH2 (default ON),
 # MXKIT_CUDA_CMAKE_ARGS, MXKIT_HIP_CMAKE_ARGS (extra configure arguments).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -30,7 +34,11 @@ skip_labels=${MXKIT_SANITIZE_SKIP_LABELS:-}
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(release sanitize fuzz cuda hip)
 
-common=(-DMXKIT_BUILD_TESTS=ON)
+# Tests, examples and benchmarks are off by default (a plain configure is the lean install):
+# every stage asks for them, and for a Catch2 download where no Catch2 package is installed
+# (MXKIT_FETCH_CATCH2=OFF forbids it).
+common=(-DMXKIT_BUILD_TESTS=ON -DMXKIT_BUILD_EXAMPLES=ON -DMXKIT_BUILD_BENCH=ON
+        "-DMXKIT_FETCH_CATCH2=${MXKIT_FETCH_CATCH2:-ON}")
 # The GPU machine has no Catch2 package; the team unpacks one here (git-ignored).
 [ -d .deps/catch2/usr ] && common+=("-DCMAKE_PREFIX_PATH=$PWD/.deps/catch2/usr")
 

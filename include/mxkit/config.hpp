@@ -1,6 +1,13 @@
 #pragma once
 // The one platform-neutral configuration header: host/device macro, device-pass detection,
 // the ABI namespace and a constexpr bit_cast. Includes no GPU header (gpu/platform.hpp does).
+
+// Before anything else: a C++17 compile (nvcc's default) would otherwise fail pages later, inside
+// a concept. MSVC reports the standard in _MSVC_LANG (__cplusplus stays 199711L without /Zc).
+#if (defined(_MSVC_LANG) ? _MSVC_LANG : __cplusplus) < 202002L
+#error "mxkit needs C++20: compile with -std=c++20 (nvcc, g++, clang) or /std:c++20 (MSVC); mxkit::mxkit sets it for CXX, CUDA and HIP"
+#endif
+
 #include <cstdint>
 #include <mxkit/version.hpp>
 

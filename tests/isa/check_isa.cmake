@@ -11,14 +11,13 @@ foreach(arch gfx950 gfx942)
     message(FATAL_ERROR "${arch}: compile failed:\n${err}")
   endif()
   file(READ ${asm} text)
-  # Kernels have internal linkage (MXKIT_GLOBAL); clang may externalize a static HIP kernel under
-  # its name plus a ".static.<id>" suffix.
   # Each kernel's body runs from its label to its .Lfunc_end marker.
   string(REGEX MATCHALL "v_mfma_scale_f32_32x32x64_f8f6f4" mfma "${text}")
   list(LENGTH mfma n_mfma)
-  string(REGEX MATCHALL "\n_ZN5mxkit2v03gpu6gfx95011gemm_kernelILi[0-4]ELi[0-4]EEEvNS2_6paramsE(\\.static\\.[0-9a-f]+)?:" mx_kernels "${text}")
+  string(REGEX MATCHALL "\n_ZN5mxkit2v03gpu6gfx95011gemm_kernelILi[0-4]ELi[0-4]EEEvNS2_6paramsE:" mx_kernels "${text}")
   list(LENGTH mx_kernels n_mx)
-  string(REGEX MATCHALL "\n_ZN5mxkit2v03gpu8portable11gemm_kernelENS2_6paramsE(\\.static\\.[0-9a-f]+)?:" portable "${text}")
+  # L: internal linkage (MXKIT_GLOBAL), as the Itanium mangling spells it.
+  string(REGEX MATCHALL "\n_ZN5mxkit2v03gpu8portableL?11gemm_kernelENS2_6paramsE:" portable "${text}")
   list(LENGTH portable n_portable)
   message(STATUS "${arch}: ${n_mfma} v_mfma_scale_f32_32x32x64_f8f6f4, ${n_mx} block-scaled kernels, ${n_portable} portable kernel")
   if(n_portable LESS 1)

@@ -80,7 +80,7 @@ __device__ inline int load_scale(const gemm_operand& o, std::size_t line, std::s
 }
 
 template <int FA, int FB>
-MXKIT_GLOBAL void __launch_bounds__(threads) gemm_kernel(const params p) {
+__global__ void __launch_bounds__(threads) gemm_kernel(const params p) {
 #if MXKIT_ARCH_GFX950
   const int wave = static_cast<int>(threadIdx.x) / 64, lane = static_cast<int>(threadIdx.x) % 64;
   const std::size_t p0 = static_cast<std::size_t>(blockIdx.y) * tile + static_cast<std::size_t>(wave / 2) * 32;
