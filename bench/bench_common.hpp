@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers shared by every mxkit benchmark, host and GPU: median timing of a callable, a printed
 // table, and rows appended to bench/RESULTS.md. Plain host C++ (no GPU header), so .cu and HIP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host quantization throughput: quantize_rowwise of a (4096, 4096) float matrix to every MX
 // format, without and with the Hadamard rotation, single thread. Peer: std::memcpy of the same
 // input in the same run, the floor any pass over the data pays.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # MXKIT_GPU = OFF | CUDA | HIP: the GPU backend of mxkit::gpu and of mxkit's own GPU tests,
 # benchmarks and examples. Unset (empty), it is
 #   - detected where mxkit is the top-level project and builds tests, examples or benchmarks:

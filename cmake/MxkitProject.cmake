@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Helpers for mxkit's own targets (tests, examples, benchmarks). Nothing here touches global
 # flags or the exported target: consumers choose their own warnings and sanitizers.
 include_guard(GLOBAL)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the small training corpora shipped in data/ (original text, generated; no downloads).
 
     python3 data/make_corpus.py            # rewrites data/stories.txt and data/qa.txt

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Example 01: how much signal each MX format keeps on realistic tensors, with and without the
 // 16-point Hadamard rotation. Three inputs, each (512, 2048) float:
 //   gaussian    N(0, 1)

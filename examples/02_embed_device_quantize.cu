@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Example 02: your own GPU kernel calls mxkit's device functions. A fused "activation + MXFP4
 // quantize" kernel, as a ROCm or CUDA training framework would write it: each thread computes
 // 32 values of squared ReLU (Primer; relu(x)^2, exact on any IEEE machine) in registers, quantizes them as one MX block with the 16-point Hadamard

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Trains a tiny Llama-style model from random weights with each training recipe on the host
 // reference path, then LoRA-fine-tunes the bf16 result on a second corpus with the MXFP4 -> FP8
 // healing recipe, and prints one table (docs/training.md explains how to read it).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The project's demo (README "Demo"): builds the examples (Release) and runs them in the order
 # of MXKIT_DEMO_PROGRAMS in examples/CMakeLists.txt. Extra arguments go to cmake's configure
 # step, e.g. bash scripts/demo.sh -DMXKIT_GPU=CUDA.

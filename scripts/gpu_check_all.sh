@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One device call (kind nvidia-h200, carry [".deps"]) that re-checks everything GPU at one commit:
 # the quantizer's tests + compute-sanitizer + benchmark (gpu_quantize_check.sh) and the GEMM tests
 # + benchmark (gpu_gemm_check.sh), keeping the key logs and the RESULTS.md rows in $OUT.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The GEMM check on the GPU machine (device tool, kind nvidia-h200, carry [".deps"]):
 #   bash scripts/gpu_gemm_check.sh [full|quick|tests|bench|profile]      (default: full)
 # Builds the CUDA GEMM test and benchmark for sm_90a (-j16), runs the GPU GEMM tests (which must

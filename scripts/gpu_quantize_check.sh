@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One call on the GPU machine (device tool, kind nvidia-h200) for the quantizer (issue 3):
 # configure the CUDA build, build the quantizer's tests, example and benchmark, run the tests,
 # run them again under compute-sanitizer memcheck, run the benchmark (rows for bench/RESULTS.md)

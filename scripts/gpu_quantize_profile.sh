@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One call on the GPU machine (device tool, kind nvidia-h200): build bench_quantize_gpu alone and
 # profile one launch of the quantizer per case with Nsight Compute: duration, issue slots, L2 and
 # DRAM throughput, L2 sectors read and written, and the stall reasons. The figures behind

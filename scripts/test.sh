@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The project's test command (README "Tests"):   bash scripts/test.sh [stage...]
 # Stages, all by default, each in its own build folder under $MXKIT_BUILD_ROOT (default build/):
 #   release   Release host build (MXKIT_GPU=OFF) with the default compiler; every ctest test

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Rewrites the two umbrella headers from the tree (ctest static.headers fails when one is stale):
 #   include/mxkit/mxkit.hpp  the numerics: every host header but the training stack
 #   include/mxkit/nn.hpp     the training stack: nn/, its host kernels ref/nn/ and ref/host_backend.hpp

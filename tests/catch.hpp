@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one Catch2 include for mxkit tests: the v2 API, whether the build found Catch2 v2 (Debian
 // 2.13) or v3. tests/CMakeLists.txt defines MXKIT_CATCH2_MAJOR from the package it linked, so a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GEMM benchmark (mxkit:sm90a): TFLOP/s of mxkit's device GEMMs for the Llama 3.1 8B and Llama 2
 // 70B linear layers at 8192 tokens, all three training products (fprop Y = X.W^T, dgrad dX = dY.W,
 // wgrad dW = dY^T.X), in MXFP4, MXFP8 (E4M3), HYBRID (E5M2 gradients x E4M3) and per-tensor FP8,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused MX quantizer on the GPU: effective bandwidth (bytes read + bytes written per second) of
 // gpu::quantize on [8192, 4096] and [16384, 8192], against a device-to-device copy of the same
 // input timed in the same run (its bytes: read + write).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one platform-neutral configuration header: host/device macro, device-pass detection,
 // the ABI namespace and a constexpr bit_cast. Includes no GPU header (gpu/platform.hpp does).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Host-side argument checks: bad input raises std::invalid_argument naming the value, never UB.
 #include <sstream>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Library version; the ABI namespace in config.hpp follows the major number.
 #define MXKIT_VERSION_MAJOR 0

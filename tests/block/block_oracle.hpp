@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The oracle of one MX block (OCP MX v1.0 section 6.3 with mxkit's scale rules and special-block
 // policy, block/scale_rule.hpp): scale byte from the block's amax by oracle::scale_byte, then

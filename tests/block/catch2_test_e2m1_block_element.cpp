@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // E2M1's block-element encoder (block_element_encoder<e2m1>::encode, block/element_encoder.hpp:
 // two FMAs and a min, the encoder of every MXFP4 block on the float path, host and device)
 // against the integer rounding of from_float_scaled and the long-double oracle: every bf16 value

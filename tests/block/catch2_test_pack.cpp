@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element storage (block/pack.hpp): FP4 two per byte with element 2i in the low nibble, other
 // formats one byte per element.
 #include <cstdint>

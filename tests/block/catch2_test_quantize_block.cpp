@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One MX block: quantize_block for every format, scale rule and rounding mode (with and without
 // the Hadamard rotation and random signs) against the block oracle; the special blocks (all zero,
 // NaN, Inf, tiny and huge amax); dequantize_block exactly; stochastic indices per element.

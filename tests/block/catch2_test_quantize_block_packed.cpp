@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // quantize_block_packed (what kernels call) writes exactly pack_block(quantize_block(...)) and
 // the same scale, for every format, rule, rounding mode and rotation, on ordinary, tied, tiny,
 // zero and non-finite blocks; pack_block's layout is pack.hpp's (FP4 element 2i low nibble).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared-scale rules (block/scale_rule.hpp) for every MX element type against the oracle's
 // long-double definitions, on amax values that sit on and next to every boundary a rule has:
 // powers of two, max * 2^k, the `even` rule's rounding points, subnormals, FLT_MAX; plus random.

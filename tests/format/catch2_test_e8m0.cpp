@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // E8M0, the MX shared scale (OCP MX v1.0 section 5.4.1): every code's value, from_exponent's
 // clamping, and from_float under every rounding and overflow mode against the oracle.
 #include <cmath>

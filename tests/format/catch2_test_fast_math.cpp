@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mxkit's headers are compiled into code built with -ffast-math (common in ML projects): the
 // float fast paths of the nearest-even conversions must not depend on IEEE evaluation order
 // that reassociation is allowed to change. The library headers below are compiled with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MXINT8 element: two's complement with an implicit 2^-6 (OCP MX v1.0 section 5.3), symmetric
 // saturation, no -0, NaN to +max. Every code, hand-checked ties, and from_float_scaled under every
 // mode at every scale exponent against the oracle.

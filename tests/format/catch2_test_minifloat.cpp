@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element formats built on minifloat<>: E2M1, E2M3, E3M2, E4M3, E5M2, binary16, bfloat16.
 // Decoding of every code, the spec constants, the documented special-value policy, hand-checked
 // ties, and every rounding/overflow mode against the independent oracle in spec_oracle.hpp on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stochastic rounding for every element format, E8M0 and INT8: the documented rule (round up when
 // random_bits < floor(fraction * 2^32), format/bits.hpp) exactly against the oracle, including
 // the random words either side of each threshold; determinism; and unbiasedness: the mean of many

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // An independent model of mxkit's element and scale formats, for the tests only. It is written
 // from the specifications, not from mxkit's code: OCP Microscaling Formats (MX) v1.0 (section 5:

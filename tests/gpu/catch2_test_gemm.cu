@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device GEMMs (gpu/gemm/gemm.hpp) against the host reference (ref/gemm.hpp) on fresh random data
 // (the seed is printed on failure) with poisoned outputs (NaN bytes; every element must be
 // written), for every path this build and device offer: portable always, sm90 on an H100/H200

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fused GPU quantizer writes exactly the host reference's bytes: every format x scale rule x
 // rotation (none, Hadamard, Hadamard with random signs) x input type, adversarial inputs on
 // ragged shapes with leading dimensions, both copies from one launch, every scale layout

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU dequantize equals the host's dequantize (converted to the output type the same way), for
 // both copies, every format, with and without rotation, every scale layout.
 #include <mxkit/gpu/dequantize.hpp>

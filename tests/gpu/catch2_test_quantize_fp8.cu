@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU per-tensor FP8 cast equals the host's quantize_fp8 (codes, transposed codes, amax) for
 // E4M3 and E5M2, saturating and not, every input type, adversarial inputs on ragged shapes.
 #include <mxkit/gpu/fp8_cast.hpp>

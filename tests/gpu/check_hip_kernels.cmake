@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DDIR=<hip output dir> -DARCHS=<gfx list> -P check_hip_kernels.cmake
 # Each quantizer test's device assembly must hold the quantize kernels for every architecture,
 # compiled as wave64 code: proof the AMD back end ran, not just the parser.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Linked into every GPU test executable: with no usable GPU the program prints why and exits
 // with code 77 before Catch2 starts, and ctest (SKIP_RETURN_CODE 77) reports the test as
 // skipped rather than passed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers for the quantizer's GPU tests: adversarial inputs, device round trips, and byte
 // comparisons that name the first differing byte.

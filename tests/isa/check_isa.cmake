@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest isa.gemm_gfx950_mfma_scale (see CMakeLists.txt): cmake -DCLANG=clang++-22 -DROCM=/usr
 #   -DINCLUDE=<repo>/include -DSRC=gemm_kernels.hip -DOUT=<dir> -P check_isa.cmake
 cmake_minimum_required(VERSION 3.21)

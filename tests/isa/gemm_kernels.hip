@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Translation unit for the ISA check (check_isa.cmake): instantiates every device GEMM kernel of
 // the HIP build (the gfx950 block-scaled MFMA kernels for all 25 FP4/FP6/FP8 operand pairs, the
 // portable kernel) through the launchers. Compiled to assembly, never run.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Attention with the log-sum-exp contract (ref/nn/attention.hpp): the forward output is the
 // output of the probability-saving math it replaced, bit for bit; the backward pass, which
 // recomputes the probabilities from q, k and the log-sum-exp (FlashAttention-2), matches the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The backend interface (nn/backend.hpp): every newer operation against a simple independent
 // computation (multi-tensor norm and AdamW, cross-entropy's in-place gradient, the GEMM's
 // residual epilogue, int32 tokens, the fused RMSNorm/SwiGLU producers), the checks-once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoints: exact round trip of weights and optimizer state (a resumed run continues with
 // the same losses), atomic replacement, and clear refusals of truncated, foreign, corrupt,
 // unsupported and mismatched files.

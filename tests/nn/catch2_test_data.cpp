@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Byte tokenizer, corpus file loading and splitting, deterministic batches.
 #include <cerrno>
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FP8 delayed scaling: scale updates against values computed by hand, step by step, with the
 // state in a backend scaling table (amaxes written by real casts, one fused update per step);
 // the fused update of a many-row table against an independent per-row computation; the host's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gradient check: the analytic gradients of the transformer layer and the model against
 // central finite differences in fp64, per parameter tensor.
 //

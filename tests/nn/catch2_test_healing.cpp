@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MXFP4 -> FP8 healing transition: FP8 copies stashed at the start, MXFP4 state gone after
 // the switch, the two weight sets never co-resident, training continues.
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host layer kernels: properties that pin down each one (RoPE is a rotation by position,
 // attention is causal and grouped, RMSNorm normalizes, SwiGLU and cross-entropy values), and
 // the host backend's quantization bookkeeping.

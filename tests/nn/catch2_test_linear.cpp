@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The linear layer's GEMMs equal direct calls of mxkit's quantizer and reference GEMM, bit for
 // bit, for every recipe; weight copies are cached per optimizer step; a frozen LoRA base is
 // never touched and its wgrad operands are never quantized.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recipe presets say what the issue and the published recipes say; check_config() refuses
 // inconsistent recipes with a message naming the GEMM.
 #include <mxkit/nn/recipe.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Short training runs: the loss goes down for every recipe, a seeded run repeats exactly, and
 // the LoRA + healing run trains through the switch.
 #include <cmath>

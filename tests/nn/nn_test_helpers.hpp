@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Shared helpers of the nn tests: random tensors, a backend that records the quantization
 // requests the layers make, FP8 scales, and small model shapes.

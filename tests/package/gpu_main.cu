@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU consumer of tests/package (CONSUME_CUDA=ON), with gpu_second.cu: two .cu files of a
 // project that links mxkit::gpu and nothing else (no include path, no -std, no runtime library,
 // no mxkit option of its own). Both include kernel-defining GPU headers, so the program links

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest package.install: installs the mxkit build tree BUILD_DIR into a fresh PREFIX and checks
 # that the headers and the CMake package landed.  cmake -DBUILD_DIR=... -DPREFIX=... -P install.cmake
 cmake_minimum_required(VERSION 3.21)

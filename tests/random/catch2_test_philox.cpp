@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Philox4x32-10: the Random123 known-answer vectors, random_bits' documented counter layout,
 // determinism, and uniformity sanity checks (chi-square on bytes and on pairs of consecutive
 // draws, per-bit frequencies). Every check is deterministic (fixed seeds) but fails for a broken

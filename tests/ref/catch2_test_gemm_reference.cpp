@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host reference GEMM (ref/gemm.hpp), the oracle of every device kernel, against an fp64
 // product of the dequantized inputs: every MX element-type pair (mixed pairs too), per-tensor FP8,
 // bf16, alpha/beta, bf16 output, the three named training products, and the errors for bad

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host tensor quantizer (ref/quantize.hpp): every block of a tensor equals the block oracle
 // (storage addressing, FP4 packing, padding), columnwise copies equal rowwise copies of the
 // transpose, ragged and empty shapes, float/bf16/fp16 inputs, leading dimensions, argument errors,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mxkit::validate (ref/validate.hpp): a kernel's MX output checked against the reference.
 // Identical bytes report nothing; one flipped nibble, element byte or scale byte is found with
 // the right coordinates; shape and pointer errors throw.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers shared by the host GEMM tests and the GPU GEMM tests: random matrices whose blocks span
 // many binades (so block scales differ), an fp64 TN oracle on dequantized inputs with the

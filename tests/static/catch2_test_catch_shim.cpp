@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/catch.hpp itself: the v2 spellings the test suite relies on work with the Catch2 major
 // this build found, including the portable substring matcher for exception messages.
 #include <stdexcept>

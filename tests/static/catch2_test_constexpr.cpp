@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compile-time tests: quantizing a std::array<float, 32> to an MX block is a constant expression
 // (the same code runs on host, device and in constexpr). The expected scales and codes below were
 // worked out by hand from OCP MX v1.0 section 6.3 and the element tables; the one runtime test

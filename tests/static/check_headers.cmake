@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest static.headers: cmake -DINCLUDE_ROOT=<repo>/include -P check_headers.cmake
 # 1. No header outside mxkit/gpu names a CUDA/HIP header or an mxkit/gpu header (host code must
 #    build with any C++20 compiler; STYLE.md).  2. Every host header is in one umbrella:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest static.readme: README.md must show what the code does.
 #   - the table between <!-- formats:begin/end --> equals TABLE_PROGRAM's output;
 #   - the code between <!-- usage:begin/end --> is USAGE_FILE (tests/package/main.cpp) verbatim.
@@ -9,6 +10,8 @@ if(NOT rc EQUAL 0)
 endif()
 file(READ ${README} readme)
 file(READ ${USAGE_FILE} usage)
+# The file's license line is not part of the example.
+string(REGEX REPLACE "^// SPDX-License-Identifier: [^\n]*\n" "" usage "${usage}")
 set(errors "")
 string(REGEX MATCH "<!-- formats:begin -->\n(.*)<!-- formats:end -->" _ "${readme}")
 if(NOT CMAKE_MATCH_1 STREQUAL table)

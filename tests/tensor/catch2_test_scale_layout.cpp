@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scale layouts: each is a bijection of the padded [lines, blocks] extent onto its storage, the
 // cuBLAS mapping reproduces the offsets NVIDIA documents, and the AITER shuffle equals its
 // definition (a view, a permutation and a flatten) evaluated independently here.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hadamard rotation (transform/hadamard.hpp): orthonormal Sylvester matrices for N = 2..256, the
 // fast transform against the matrix-vector product, rotate/unrotate round trips with and without
 // random signs, and the reason it exists: on outlier-heavy data MXFP4 with rotation has a higher

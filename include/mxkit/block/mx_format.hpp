@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MX format descriptors (OCP MX v1.0 section 5, Table 1): element type, 32-element blocks, one
 // E8M0 scale per block. Storage: FP4 packs two elements per byte (element 2i in the low nibble);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Element storage in bytes: FP4 two per byte, element 2i in the low nibble (OCP MX v1.0 section
 // 5.4.2 leaves packing to the implementation; this order matches CUDA's fp4x2 and aiter).

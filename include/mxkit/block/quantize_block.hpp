@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Quantize and dequantize one 32-element MX block (OCP MX v1.0 section 6.3): optional Hadamard
 // rotation, amax, shared scale by rule, elements = round(x / scale) saturated. These are the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How an MX quantization is done; one struct from the block functions up to the GPU kernels.
 #include <mxkit/block/scale_rule.hpp>

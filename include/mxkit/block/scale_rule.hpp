@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The shared E8M0 scale of an MX block from its amax. Four rules are in use and they disagree
 // (for FP4, amax 6.5 gives exponent 0/0/1/1 and amax 7 gives 0/1/1/1 in the order below):

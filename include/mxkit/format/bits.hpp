@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Integer helpers shared by every encoder: the one significand-rounding routine, so that each
 // rounding mode is written exactly once for all formats, and exact float assembly. Instruction

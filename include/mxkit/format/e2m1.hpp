@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OCP MX v1.0 section 5.3.3 (FP4 E2M1): max 6, min normal 1, min subnormal 0.5, no Inf/NaN.
 #include <mxkit/format/minifloat.hpp>

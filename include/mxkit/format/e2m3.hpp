@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OCP MX v1.0 section 5.3.2 (FP6 E2M3): max 7.5, min normal 1, min subnormal 0.125, no Inf/NaN.
 #include <mxkit/format/minifloat.hpp>

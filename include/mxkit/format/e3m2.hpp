@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OCP MX v1.0 section 5.3.2 (FP6 E3M2): max 28, min normal 0.25, min subnormal 0.0625, no Inf/NaN.
 #include <mxkit/format/minifloat.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OCP 8-bit FP v1.0 / OCP MX v1.0 section 5.3.1 (FP8 E4M3): max 448, min normal 2^-6, min subnormal 2^-9, NaN S.1111.111, no Inf.
 #include <mxkit/format/minifloat.hpp>

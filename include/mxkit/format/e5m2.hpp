@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OCP 8-bit FP v1.0 / OCP MX v1.0 section 5.3.1 (FP8 E5M2): max 57344, min normal 2^-14, min subnormal 2^-16, IEEE Inf and NaN.
 #include <mxkit/format/minifloat.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // E8M0: the MX shared scale, 2^(b-127) for b in 0..254, 0xFF is NaN; no sign, no zero, no Inf
 // (OCP MX v1.0 section 5.4.1).

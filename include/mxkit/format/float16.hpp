@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // IEEE binary16 and bfloat16 as instances of the same template: quantizer inputs and bf16 outputs
 // convert with the same rounding code as the MX elements.

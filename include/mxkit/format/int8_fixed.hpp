@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MXINT8's element: 8-bit two's complement with an implicit 2^-6, so codes -128..127 mean
 // -2 .. 1.984375 (OCP MX v1.0 section 5.3.3). Conversions saturate symmetrically to +-127/64, as

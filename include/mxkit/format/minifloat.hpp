@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One template for every sign/exponent/mantissa element format (OCP MX v1.0 section 5, OCP 8-bit
 // FP v1.0 for E4M3/E5M2). An `encoding` trait holds the bit layout and the special-value rule;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Rounding and overflow modes for every narrowing conversion in mxkit. Defaults live here only.
 #include <mxkit/config.hpp>

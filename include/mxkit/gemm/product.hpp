@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // GEMM descriptors and argument checks shared by the host reference (ref/gemm.hpp) and the device
 // entry points (gpu/gemm/gemm.hpp), so both reject the same calls with the same words.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MX copy in device memory back to a [rows, cols] float, bfloat16 or float16 matrix (device),
 // rotation undone: dequantize_block on every block, then T::from_float (nearest even) for 16-bit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Device-side vocabulary of every mxkit kernel: lanes, shuffles, ballots, barriers, asynchronous
 // global-to-shared copies, transposed shared-memory matrix loads and atomics. Each is one

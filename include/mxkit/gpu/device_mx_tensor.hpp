@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Owning MX copies in device memory: data, scales (in any scale layout) and how they were
 // quantized; view() gives the mx_const_view every entry point takes, to_host() the host tensor.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Per-tensor scaled FP8 cast for the delayed-scaling recipe (tensor/fp8_tensor.hpp): every
 // element is fp8_encode(x, type, scale, overflow), the host's function; optionally the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Launch helpers shared by mxkit's launchers: the persistent-grid size of a kernel on the current
 // device and the alignment checks of vector stores.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Device memory: one stream-ordered allocator and the owning buffer built on it. Every mxkit
 // launcher that needs memory (GEMM scratch, device tensors, the training backend's arenas) takes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one header that decides the GPU backend and names the vendor runtime API; every other mxkit
 // GPU file speaks the neutral vocabulary below (host side here, device side in gpu/device.hpp).

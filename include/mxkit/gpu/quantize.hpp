@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fused MX quantization on the GPU, one launch: a row-major [rows, cols] float, bfloat16 or
 // float16 matrix (with a leading dimension) is read once and written as the rowwise copy, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // RAII over the GPU runtime, used by every mxkit launcher: streams, events, device queries, and
 // runtime errors turned into exceptions that carry the call, the file and line, and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // AdamW (Loshchilov and Hutter 2019, decoupled weight decay) on fp32 master weights, with
 // global-norm gradient clipping. The quantized or bf16 copies the GEMMs read are made from these

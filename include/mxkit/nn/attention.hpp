@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Causal multi-head attention with grouped-query heads (Ainslie et al. 2023, "GQA"): n_heads
 // query heads share n_kv_heads key/value heads, query head h reads kv head h / (n_heads /

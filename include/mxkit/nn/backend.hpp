@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one interface between the nn layers and the hardware. Layers (linear, transformer_layer,
 // model, adamw, trainer) allocate tensors and call these operations; ref::host_backend

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Checkpoints: model weights and AdamW state in one versioned, checksummed binary file.
 //

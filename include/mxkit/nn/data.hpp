@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Training data: byte-level tokens (vocabulary 256, no merges: any file is a token stream), a
 // corpus file split into a training part and a held-out validation tail, and a deterministic

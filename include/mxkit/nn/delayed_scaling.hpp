@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // FP8 delayed scaling (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; the rule of
 // TransformerEngine's DelayedScaling recipe), with the state in backend memory as

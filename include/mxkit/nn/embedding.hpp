@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Token embedding: row i of the output is row tokens[i] of the table (V, C). Tokens are a
 // (tokens, 1) i32 tensor in backend memory (uploaded once per batch, range-checked then).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The MXFP4 -> FP8 healing transition of the Llama 2 70B LoRA recipe (shared/reference: AMD's
 // MLPerf Training v6.0 write-up):

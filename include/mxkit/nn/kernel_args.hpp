@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Arguments the layer kernels of every backend share (nn/backend.hpp, ref/nn/): the attention
 // geometry and one parameter's AdamW update (ref::adamw_update; backend::adamw_step forms one per

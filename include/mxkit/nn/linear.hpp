@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Linear layer Y[M,N] = X[M,K] . W[N,K]^T trained through a recipe (recipe.hpp):
 //   forward   X quantized on the fly: the fprop copy (rowwise) and, when W trains, the wgrad

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models") on a frozen
 // base linear: y = X W^T + s * (X A^T) B^T with A (r, K), B (N, r), s = alpha / r. B starts at

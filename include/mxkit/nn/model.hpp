@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A Llama-style decoder: token embedding, N transformer layers, final RMSNorm, LM head,
 // next-token cross-entropy.

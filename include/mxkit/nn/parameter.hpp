@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A trainable (or frozen) tensor of the model with its gradient and a version counter. The
 // optimizer bumps `version` whenever it writes `value`: a quantized copy made from an older

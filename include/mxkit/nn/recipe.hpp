@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Training recipes as plain values: for each of the three GEMMs of a linear layer (gemm_product,
 // gemm/product.hpp), the format of both operands.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // RMSNorm (Zhang and Sennrich 2019), Llama's normalization: y = x / sqrt(mean(x^2) + eps) * g.
 // The host kernels are in ref/nn/rmsnorm.hpp. Reductions accumulate in double.

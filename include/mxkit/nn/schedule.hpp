@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Learning-rate schedule: linear warmup to max_lr over `warmup` steps, then cosine decay to
 // min_lr at step `total` (Loshchilov and Hutter 2017, "SGDR"; the usual LLM pretraining schedule).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"), Llama's MLP activation, on the fused
 // gate/up projection output gu = [g | u] (M, 2F):

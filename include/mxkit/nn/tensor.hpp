@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Dense activation/parameter buffers of the nn layer, owned by a backend (nn/backend.hpp). A
 // tensor is a shallow handle: row-major [rows, cols] elements of a run-time dtype in the

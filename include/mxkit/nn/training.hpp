@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The training loop: one optimizer step is
 //   upload tokens and targets (two (B*T, 1) i32 tensors, allocated once) -> zero_grad ->

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Llama-style pre-norm transformer layer (Touvron et al. 2023): every linear goes through the
 // recipe (linear.hpp); norms, RoPE, attention and SwiGLU run in the activation dtype (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Philox4x32-10 counter-based generator (Salmon et al., "Parallel random numbers: as easy as
 // 1, 2, 3", SC 2011). Stateless: the same (seed, stream, index) gives the same bits on host,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Host reference GEMMs, the oracle every device kernel is checked against.
 //   D[P,Q] = alpha * A . B^T + beta * D, A stored [P,R], B stored [Q,R]: both operands have the

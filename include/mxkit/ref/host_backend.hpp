@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The host reference backend: every operation of nn/backend.hpp on the CPU, single-threaded and
 // deterministic. Its "stream" is the calling thread (every operation has finished when it

@@ -51,7 +51,7 @@ constexpr std::uint32_t multiply_rne_bits(std::uint32_t a, std::uint32_t b) noex
   const float_parts pa = decompose_abs(a), pb = decompose_abs(b);
   const std::uint64_t p = std::uint64_t{pa.sig} * pb.sig;  // exact: < 2^48
   const int lsb = pa.lsb_exp + pb.lsb_exp;                // value = p * 2^lsb
-  const int width = (p >> 32) ? 32 + bit_width(static_cast<std::uint32_t>(p >> 32)) : bit_width(static_cast<std::uint32_t>(p));
+  const int width = (p >> 32) ? 32 + hw::bit_width(static_cast<std::uint32_t>(p >> 32)) : hw::bit_width(static_cast<std::uint32_t>(p));
   const int lead = lsb + width - 1;
   if (lead >= 128) return 0x7F800000u;
   const int quantum = (lead > -126 ? lead : -126) - 23;  // the float's last bit at this magnitude
@@ -83,7 +83,7 @@ template <class Element>
 constexpr e8m0 peer_scale(std::uint32_t amax, scale_rule rule, const peer_quirks& q) noexcept {
   if (amax == 0) return e8m0::from_bits(q.zero_block_scale);
   if (rule == scale_rule::round_up && q.rceil_float_formula && amax < 0x7F800000u) return rceil_float_formula_scale<Element>(amax);
-  return shared_scale<Element>(amax, rule);
+  return shared_scale<Element>(float_bits{amax}, rule);
 }
 
 // The scale the elements are divided by, given the block's scale.

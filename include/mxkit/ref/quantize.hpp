@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Host quantizer: a float/bf16/fp16 matrix to an mx_tensor, rowwise, columnwise, or both copies
 // from one call (forward needs rowwise, dgrad/wgrad the columnwise copy). The reference the GPU

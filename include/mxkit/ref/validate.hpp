@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Checks an MX copy that another implementation produced (a GPU kernel, another library)
 // against mxkit's host reference, byte for byte. One call re-quantizes the high-precision input
@@ -245,7 +246,7 @@ struct reference_block_bytes {
 // itself (what quantize() stores). Otherwise the same steps, spelled out: rotate, amax, the
 // peer's scale, then every element through quantize_element (the integer path, which the block
 // tests hold to the float path's codes) with the foreign bits when given.
-template <mx_format Fmt>
+template <mx_format_descriptor Fmt>
 reference_block_bytes reference_block(const float* in, const quantize_options& o, std::uint64_t first_index, const peer_quirks& q,
                                       const std::uint32_t* foreign_bits) {
   using E = typename Fmt::element_type;
@@ -307,7 +308,7 @@ struct partial_report {
 // apart and appended in line order, so the report is the line-by-line one.
 inline constexpr std::size_t validate_line_group = 16;
 
-template <mx_format Fmt, class T>
+template <mx_format_descriptor Fmt, class T>
 partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view& actual, const validate_options& opt,
                               const quantize_options& o, std::size_t first, std::size_t last) {
   const mx_layout& l = actual.layout;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Per-tensor scaled FP8 (the delayed-scaling recipe, Micikevicius et al. 2022 "FP8 Formats for
 // Deep Learning"; TransformerEngine's convention): code = cast(x * scale) with saturation, value =

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A non-owning row-major [rows, cols] matrix with a leading dimension (elements between rows):
 // the high-precision input the quantizer reads. T is float, bfloat16 or float16.

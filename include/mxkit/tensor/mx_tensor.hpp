@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Block-scaled matrices. A logical [rows, cols] matrix is quantized in one of two layouts:
 //   rowwise     blocks of 32 along cols; stored [rows, cols_padded]        (X for fprop)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Where the E8M0 scale of block (line, block) of a stored MX copy lives in memory. A copy has
 // `lines` lines of `blocks` 32-element blocks (mx_layout::lines() x mx_layout::blocks_per_line());

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Orthonormal Sylvester-Hadamard rotation (H_2n = [[H, H], [H, -H]] / sqrt 2). Applied to each
 // 16-element group along the quantization axis before the MX scale is taken, it spreads an

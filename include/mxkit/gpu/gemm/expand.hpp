@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Re-encodes the element codes of an MX copy as E4M3 bytes, keeping its scales: every E2M1,
 // E2M3 and E3M2 value is exactly an E4M3 value (fewer exponent and mantissa bits), so the FP8

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Device GEMMs: D[P,Q] = alpha * A[P,R] . B[Q,R]^T + beta * C, fp32 accumulation, fp32 or bf16
 // output (C is D's previous contents, read only when beta != 0), on the caller's stream.

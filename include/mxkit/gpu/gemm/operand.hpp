@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What a GEMM kernel needs to know about one operand, in one trivially copyable struct that is
 // passed by value to kernels: the element encoding, the bytes, the block scales, and the shape

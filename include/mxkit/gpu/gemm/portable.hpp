@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The portable GEMM kernel: plain CUDA/HIP C++ (shared memory, no matrix instructions), built by
 // both backends, correct for every operand kind (any MX element pair, per-tensor FP8, bf16) and

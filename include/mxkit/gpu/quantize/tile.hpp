@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The tile collective of the fused quantizer (gpu/quantize/kernel.hpp): the tile geometry, the
 // XOR swizzle of the team's shared-memory stages, the copy-in of edge tiles, the transposed reads

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Softmax cross-entropy of next-token logits, mean over rows, fused with its gradient:
 //   loss = mean_r (logsumexp(z_r) - z_r[target_r]),  dz_r = (softmax(z_r) - onehot(target_r)) / rows

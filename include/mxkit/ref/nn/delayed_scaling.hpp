@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The fused delayed-scaling update of every row of a scaling table (nn/delayed_scaling.hpp), and
 // the amax combine a cast applies to history column 0. A device kernel runs one thread block per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Token embedding: row i of the output is row tokens[i] of the table (V, C). Token ids are checked
 // against the vocabulary once, on the host, when they are uploaded (nn::backend::write_tokens).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // RMSNorm (Zhang and Sennrich 2019), Llama's normalization: y = x / sqrt(mean(x^2) + eps) * g.
 // Host kernels first (forward and backward side by side), then the layer. Reductions

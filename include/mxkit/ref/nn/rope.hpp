@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Rotary position embedding (Su et al. 2021, "RoFormer"), as in Llama: each q and k head of
 // dimension D is split into halves (x1, x2) = (v[i], v[i + D/2]), i < D/2, and rotated by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Hopper (sm_90a) GEMM on tensor cores: D[P,Q] = alpha * A.B^T + beta * C with A [P,R], B [Q,R]
 // K-major, FP8 (E4M3 or E5M2, any mix) or bf16, in one of three scalings (enum scaling):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Hopper (sm_90a) instruction wrappers for the GEMM: mbarriers, the bulk tensor copy (TMA),
 // warpgroup MMA (wgmma) on FP8 operands, register reallocation. Inline PTX, one function per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // gfx950 (CDNA4: MI350X/MI355X) MX GEMM on the native block-scaled MFMA
 //   v_mfma_scale_f32_32x32x64_f8f6f4  D[32x32] += (A[32x64] * sa) . (B[64x32] * sb)
