@@ -5,6 +5,7 @@
 // contract (each public call reaches the backend once, with consistent arguments; a bad call
 // never reaches it), and a training step that reads nothing back but at its logging steps and
 // allocates nothing new once warm.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -32,7 +33,7 @@ bool same_bytes(const qtensor& a, const qtensor& b) {
       [&](const auto& x) {
         using D = std::decay_t<decltype(x)>;
         const D& y = std::get<D>(pb);
-        if constexpr (std::is_same_v<D, mx_tensor>) return x.data() == y.data() && x.scales() == y.scales();
+        if constexpr (std::is_same_v<D, mx_tensor>) return std::ranges::equal(x.data(), y.data()) && std::ranges::equal(x.scales(), y.scales());
         else if constexpr (std::is_same_v<D, fp8_tensor>) return x.data == y.data && x.scale == y.scale && x.type == y.type;
         else if constexpr (std::is_same_v<D, std::vector<bfloat16>>) {
           for (std::size_t i = 0; i < x.size(); ++i)
