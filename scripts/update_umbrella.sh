@@ -10,6 +10,7 @@ training='^mxkit/(nn/|ref/nn/|ref/host_backend\.hpp)'
 headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name mxkit.hpp ! -path include/mxkit/nn.hpp |
           sed 's|^include/||' | LC_ALL=C sort)
 {
+  echo '// SPDX-License-Identifier: Apache-2.0'
   echo '#pragma once'
   echo '// Umbrella header of the numerics: formats, blocks, transforms, tensors, GEMM descriptors and the'
   echo '// host reference (quantizer, validate, GEMMs). The training stack is <mxkit/nn.hpp>; GPU code is'
@@ -17,6 +18,7 @@ headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name
   grep -v -E "$training" <<<"$headers" | sed 's|.*|#include <&>|'
 } > include/mxkit/mxkit.hpp
 {
+  echo '// SPDX-License-Identifier: Apache-2.0'
   echo '#pragma once'
   echo '// Umbrella header of the training stack: recipes, layers, model, optimizer, checkpoints, healing,'
   echo '// data, and the host reference backend with its layer kernels. Includes <mxkit/mxkit.hpp>.'

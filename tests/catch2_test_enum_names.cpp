@@ -58,8 +58,8 @@ TEST_CASE("enum names: numerics enums", "[enum_names]") {
 
 TEST_CASE("enum names: training enums", "[enum_names]") {
   using namespace mxkit::nn;
-  check_names<dtype>({"f32", "f64"});
-  check_names<mem_tag>({"parameter", "gradient", "optimizer", "activation", "quantized_weight", "quantized_activation"});
+  check_names<dtype>({"f32", "f64", "bf16", "i32"});
+  check_names<mem_tag>({"parameter", "gradient", "optimizer", "activation", "quantized_weight", "quantized_activation", "scaling"});
   check_names<amax_algorithm>({"max", "most_recent"});
   check_names<precision>({"native", "bf16", "fp8", "mx"});
   check_names<operand_use>({"fprop X", "fprop W", "dgrad dY", "dgrad W", "wgrad dY", "wgrad X", "adapter"});

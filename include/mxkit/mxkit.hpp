@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Umbrella header of the numerics: formats, blocks, transforms, tensors, GEMM descriptors and the
 // host reference (quantizer, validate, GEMMs). The training stack is <mxkit/nn.hpp>; GPU code is

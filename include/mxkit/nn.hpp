@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Umbrella header of the training stack: recipes, layers, model, optimizer, checkpoints, healing,
 // data, and the host reference backend with its layer kernels. Includes <mxkit/mxkit.hpp>.
