@@ -16,7 +16,7 @@
 #include <mxkit/config.hpp>
 
 // __CUDA_ARCH__ in a CUDA device pass (nvcc, clang), 0 elsewhere (host passes, HIP device
-// passes); always defined, so a misspelled `#if` fails instead of silently reading 0.
+// passes). Always defined, so it is tested with `#if`, never `#ifdef` (STYLE.md).
 #if MXKIT_DEVICE_PASS && defined(__CUDA_ARCH__)
 #define MXKIT_CUDA_DEVICE_ARCH __CUDA_ARCH__
 #else
