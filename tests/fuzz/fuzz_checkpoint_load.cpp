@@ -21,11 +21,12 @@
 #include <unistd.h>
 
 #include <mxkit/nn/checkpoint.hpp>
-#include <mxkit/nn/host_backend.hpp>
+#include <mxkit/ref/host_backend.hpp>
 
 namespace {
 
 using namespace mxkit::nn;
+using mxkit::ref::host_backend;
 
 struct fuzz_model {
   host_backend be;
