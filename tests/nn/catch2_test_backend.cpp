@@ -199,8 +199,7 @@ TEST_CASE("backend: the residual add in the GEMM epilogue equals a GEMM then an 
     tensor x = random_tensor(be, M, K, 1), w = random_tensor(be, N, K, 2, 0.1), c = random_tensor(be, M, N, 3);
     quant_request ra, rb;
     ra.spec = r.fprop.a;
-    ra.mx.rule = r.fprop.a.rule;
-    ra.mx.hadamard = r.fprop.hadamard;
+    ra.hadamard = r.fprop.hadamard;
     rb = ra;
     rb.spec = r.fprop.b;
     const qtensor a = be.quantize(x, ra), b = be.quantize(w, rb);
@@ -281,7 +280,10 @@ TEST_CASE("backend: fused RMSNorm and SwiGLU producers write the bytes of a sepa
           q->spec = o;
           q->axis = col ? block_axis::columnwise : block_axis::rowwise;
           q->use = col ? operand_use::wgrad_x : operand_use::fprop_x;
-          q->mx = {o.rule, o.round, g.hadamard, g.random_signs, g.seed, stream};
+          q->hadamard = g.hadamard;
+          q->random_signs = g.random_signs;
+          q->seed = g.seed;
+          q->stream = stream;
           q->fp8 = {t, 0, true};
         }
         p.columnwise_wanted = true;
@@ -382,13 +384,13 @@ class checking_backend : public host_backend {
     hit(backend_op::transpose, q.kind() == precision::fp8 && q.axis() == block_axis::rowwise);
     return host_backend::do_transpose(q, u, t);
   }
-  fp8_tensor do_export_fp8(const tensor& w, fp8_type t, float s) override {
+  host_fp8 do_export_fp8(const tensor& w, fp8_type t, float s) override {
     ++reads;
     hit(backend_op::export_fp8, s > 0.0f);
     return host_backend::do_export_fp8(w, t, s);
   }
-  qtensor do_import_fp8(const fp8_tensor& h, operand_use u, mem_tag t) override {
-    hit(backend_op::import_fp8, h.data.size() == h.rows * h.cols);
+  qtensor do_import_fp8(const host_fp8& h, operand_use u, mem_tag t) override {
+    hit(backend_op::import_fp8, h.codes() != nullptr || h.bytes() == 0);
     return host_backend::do_import_fp8(h, u, t);
   }
   void do_update_scales(scaling_table& t) override {

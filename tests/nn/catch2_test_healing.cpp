@@ -41,7 +41,7 @@ TEST_CASE("healing: the stash holds an FP8 E4M3 copy of every linear weight", "[
   const auto ls = f.m.linears();
   REQUIRE(stash.entries().size() == ls.size());
   for (std::size_t i = 0; i < ls.size(); ++i) {
-    const fp8_tensor& c = stash.find(ls[i]->name());
+    const fp8_tensor c = stash.find(ls[i]->name()).to_tensor();
     CHECK(c.type == fp8_type::e4m3);
     double amax = 0;
     for (double v : masters[i]) amax = std::max(amax, std::fabs(v));
@@ -82,7 +82,7 @@ TEST_CASE("healing: the switch leaves no MXFP4 state and never holds both weight
     CHECK(l->x_scaling().table->config().algorithm == amax_algorithm::most_recent);
     CHECK(l->x_scaling().table == f.m.scaling().get());  // one table for the model
     // The restored copy is the stashed one, byte for byte.
-    CHECK(host_backend::fp8(l->cached_rowwise()).data == stash.find(l->name()).data);
+    CHECK(host_backend::fp8(l->cached_rowwise()).data == stash.find(l->name()).to_tensor().data);
   }
   CHECK_FALSE(f.m.current_recipe().uses(precision::mx));
   CHECK(h.restored_linears == f.m.linears().size());
@@ -142,7 +142,7 @@ TEST_CASE("healing: a weight too small for a float scale is stashed with the lar
   f.be.write(l->weight().value, std::vector<double>(l->weight().value.size(), 1e-40));
   ++l->weight().version;
   const fp8_weight_stash stash = prepare_healing(f.m);
-  const fp8_tensor& c = stash.find(l->name());
+  const fp8_tensor c = stash.find(l->name()).to_tensor();
   CHECK(c.scale == std::numeric_limits<float>::max());
   const std::vector<float> w(c.data.size(), static_cast<float>(1e-40));
   CHECK(c.data == quantize_fp8(matrix_view<const float>{w.data(), l->out_features(), l->in_features()}, fp8_type::e4m3, c.scale).data);

@@ -59,11 +59,12 @@ void check_options(const quant_request& q, const recipe& r, gemm_product g, bool
   INFO(name_of(q.use));
   CHECK(q.spec == o);
   if (o.kind == precision::mx) {
-    CHECK(q.mx.rule == o.rule);
-    CHECK(q.mx.round == o.round);
-    CHECK(q.mx.hadamard == s.hadamard);
-    CHECK(q.mx.random_signs == s.random_signs);
-    CHECK(q.mx.seed == s.seed);
+    const quantize_options m = q.mx_options();
+    CHECK(m.rule == o.rule);
+    CHECK(m.round == o.round);
+    CHECK(m.hadamard == s.hadamard);
+    CHECK(m.random_signs == s.random_signs);
+    CHECK(m.seed == s.seed);
   }
 }
 
@@ -83,16 +84,16 @@ void check_mx_recipe(const recipe& r) {
   check_options(qxw, r, gemm_product::wgrad, true);
 
   // The same products from direct calls (the options carry the Philox stream the layer drew).
-  const mx_tensor w_row = quantize_rowwise(view(p.w, N, K), qw.spec.mx, qw.mx);
-  const mx_tensor w_col = quantize_columnwise(view(p.w, N, K), qwd.spec.mx, qwd.mx);
+  const mx_tensor w_row = quantize_rowwise(view(p.w, N, K), qw.spec.mx, qw.mx_options());
+  const mx_tensor w_col = quantize_columnwise(view(p.w, N, K), qwd.spec.mx, qwd.mx_options());
   CHECK(std::ranges::equal(w_row.data(), host_backend::mx(l.cached_rowwise()).data()));  // the cached copies, byte for byte
   CHECK(std::ranges::equal(w_row.scales(), host_backend::mx(l.cached_rowwise()).scales()));
   CHECK(std::ranges::equal(w_col.data(), host_backend::mx(l.cached_columnwise()).data()));
-  check_same(p.y, ref::fprop(quantize_rowwise(view(p.x, M, K), qx.spec.mx, qx.mx), w_row), "fprop");
-  check_same(p.dx, ref::dgrad(quantize_rowwise(view(p.dy, M, N), qdy.spec.mx, qdy.mx), w_col), "dgrad");
+  check_same(p.y, ref::fprop(quantize_rowwise(view(p.x, M, K), qx.spec.mx, qx.mx_options()), w_row), "fprop");
+  check_same(p.dx, ref::dgrad(quantize_rowwise(view(p.dy, M, N), qdy.spec.mx, qdy.mx_options()), w_col), "dgrad");
   check_same(p.dw,
-             ref::wgrad(quantize_columnwise(view(p.dy, M, N), qdyw.spec.mx, qdyw.mx),
-                             quantize_columnwise(view(p.x, M, K), qxw.spec.mx, qxw.mx)),
+             ref::wgrad(quantize_columnwise(view(p.dy, M, N), qdyw.spec.mx, qdyw.mx_options()),
+                             quantize_columnwise(view(p.x, M, K), qxw.spec.mx, qxw.mx_options())),
              "wgrad");
 }
 
@@ -111,9 +112,9 @@ TEST_CASE("linear: stochastic rounding draws fresh bits every step", "[nn][linea
   linear l(be, "layer", K, N, 5, recipes::mxfp4_nvidia_style(), dtype::f32);
   l.init_normal(3, 0.05);
   run_layer(be, l, 11);
-  const std::uint32_t first = be.last(operand_use::wgrad_dy).mx.stream;
+  const std::uint32_t first = be.last(operand_use::wgrad_dy).stream;
   run_layer(be, l, 11);
-  CHECK(be.last(operand_use::wgrad_dy).mx.stream != first);
+  CHECK(be.last(operand_use::wgrad_dy).stream != first);
 }
 
 TEST_CASE("linear: bf16 recipe matches ref::gemm on bfloat16 operands", "[nn][linear]") {

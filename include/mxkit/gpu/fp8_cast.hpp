@@ -40,6 +40,8 @@ struct fp8_params {
   overflow o;
   fp8_outputs out;
   std::size_t tiles_m, tiles_k;
+  const float* scale_in = nullptr;  // delayed scaling: the scale, read on the device (else `scale`)
+  float* scale_used = nullptr;      // delayed scaling: where the scale the codes were made with goes
 };
 
 template <class T>
@@ -48,6 +50,8 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
   const int t = static_cast<int>(threadIdx.x), col = t % fp8_tile, row_base = t / fp8_tile;
   constexpr int rows_per_pass = fp8_threads / fp8_tile;
   std::uint32_t amax = 0;
+  const float scale = p.scale_in ? *p.scale_in : p.scale;
+  if (p.scale_used && blockIdx.x == 0 && t == 0) *p.scale_used = scale;
   for (std::size_t tile_id = blockIdx.x; tile_id < p.tiles_m * p.tiles_k; tile_id += gridDim.x) {
     const std::size_t r0 = tile_id / p.tiles_k * fp8_tile, c0 = tile_id % p.tiles_k * fp8_tile;
     for (int r = row_base; r < fp8_tile; r += rows_per_pass) {
@@ -55,7 +59,7 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
       if (gr < p.rows && gc < p.cols) {
         const float x = load_float(p.in[gr * p.ld + gc]);
         amax = amax_bits(amax, x);
-        const std::uint8_t code = fp8_encode(x, p.type, p.scale, p.o);
+        const std::uint8_t code = fp8_encode(x, p.type, scale, p.o);
         if (p.out.data) p.out.data[gr * p.cols + gc] = code;
         tile[r][col] = code;
       }
@@ -91,6 +95,34 @@ void cast_fp8(matrix_view<const T> in, fp8_type type, float scale, const fp8_out
   mxkit::detail::require(out.data || out.transposed || out.amax, "gpu::cast_fp8: no output requested");
   detail::fp8_params<U> p{in.data, in.rows, in.cols, in.stride(), type, scale, o, out,
                           (in.rows + detail::fp8_tile - 1) / detail::fp8_tile, (in.cols + detail::fp8_tile - 1) / detail::fp8_tile};
+  const int grid = detail::persistent_grid<detail::fp8_cast_kernel<U>>(detail::fp8_threads, p.tiles_m * p.tiles_k);
+  detail::fp8_cast_kernel<U><<<grid, detail::fp8_threads, 0, stream>>>(p);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+// Delayed scaling (nn/delayed_scaling.hpp): the cast of one step's tensor with the scale its
+// scaling table holds in device memory, so no host round trip is needed to learn it. *scale is
+// read when the kernel runs and written to *scale_used (when given: the copy keeps the scale its
+// codes were made with, the GEMM's descale, while the table moves on); the amax is max-combined
+// into *amax_history (when given) without zeroing it first, as every cast of a step adds to the
+// step's history slot (NaN wins, being the largest bit pattern). out.amax must be null.
+template <class T>
+  requires quantizer_input<T>
+void cast_fp8_delayed(matrix_view<const T> in, fp8_type type, const float* scale, float* scale_used, float* amax_history,
+                      const fp8_outputs& out, overflow o = overflow::saturate, stream_t stream = nullptr) {
+  using U = std::remove_const_t<T>;
+  mxkit::detail::check_fp8_cast(type, 1.0f, o, "gpu::cast_fp8_delayed");  // type and overflow values in their enums
+  mxkit::detail::check_matrix(in, "gpu::cast_fp8_delayed:");
+  mxkit::detail::require(scale != nullptr && out.amax == nullptr, "gpu::cast_fp8_delayed: needs a device scale and no out.amax");
+  if (in.rows == 0 || in.cols == 0) {  // nothing to cast; the copy still records its scale
+    if (scale_used) MXKIT_GPU_CHECK(memcpy_async(scale_used, scale, sizeof(float), copy_kind::device_to_device, stream));
+    return;
+  }
+  fp8_outputs outs = out;
+  outs.amax = amax_history;
+  detail::fp8_params<U> p{in.data, in.rows, in.cols, in.stride(), type, 1.0f, o, outs,
+                          (in.rows + detail::fp8_tile - 1) / detail::fp8_tile, (in.cols + detail::fp8_tile - 1) / detail::fp8_tile,
+                          scale, scale_used};
   const int grid = detail::persistent_grid<detail::fp8_cast_kernel<U>>(detail::fp8_threads, p.tiles_m * p.tiles_k);
   detail::fp8_cast_kernel<U><<<grid, detail::fp8_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();

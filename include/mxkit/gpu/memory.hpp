@@ -60,6 +60,13 @@ inline void deallocate_async(void* p, stream_t s) noexcept {
 // work that used it has finished.
 inline void trim_device_memory(std::size_t keep_bytes = 0) { MXKIT_GPU_CHECK(mem_pool_trim_to(detail::device_pool(), keep_bytes)); }
 
+// Bytes mxkit's pool on the current device holds from the driver (in use or kept for reuse).
+inline std::size_t pool_reserved_bytes() {
+  std::uint64_t bytes = 0;
+  MXKIT_GPU_CHECK(mem_pool_reserved_bytes(detail::device_pool(), &bytes));
+  return static_cast<std::size_t>(bytes);
+}
+
 // Free and total device memory as the runtime reports them (what the driver has not handed out;
 // memory kept by the pool counts as used).
 struct device_memory_info {

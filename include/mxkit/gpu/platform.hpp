@@ -141,6 +141,12 @@ inline error_t mem_pool_set_release_threshold(mem_pool_t pool, std::uint64_t byt
 inline error_t mem_pool_trim_to(mem_pool_t pool, std::size_t keep_bytes) noexcept {
   return MXKIT_GPU_API(cudaMemPoolTrimTo, hipMemPoolTrimTo)(pool, keep_bytes);
 }
+// Bytes the pool holds from the driver right now (in use or kept): it grows only when an
+// allocation could not be served from memory the pool already had.
+inline error_t mem_pool_reserved_bytes(mem_pool_t pool, std::uint64_t* bytes) noexcept {
+  return MXKIT_GPU_API(cudaMemPoolGetAttribute, hipMemPoolGetAttribute)(
+      pool, MXKIT_GPU_API(cudaMemPoolAttrReservedMemCurrent, hipMemPoolAttrReservedMemCurrent), bytes);
+}
 inline error_t malloc_from_pool_async(void** p, std::size_t bytes, mem_pool_t pool, stream_t s) noexcept {
   return MXKIT_GPU_API(cudaMallocFromPoolAsync, hipMallocFromPoolAsync)(p, bytes, pool, s);
 }
@@ -148,6 +154,10 @@ inline error_t free_async(void* p, stream_t s) noexcept { return MXKIT_GPU_API(c
 inline error_t mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes) noexcept {
   return MXKIT_GPU_API(cudaMemGetInfo, hipMemGetInfo)(free_bytes, total_bytes);
 }
+
+// Page-locked host memory: copies from and to it run on the copy engines, asynchronously.
+inline error_t malloc_host_pinned(void** p, std::size_t bytes) noexcept { return MXKIT_GPU_API(cudaMallocHost, hipHostMalloc)(p, bytes); }
+inline error_t free_host_pinned(void* p) noexcept { return MXKIT_GPU_API(cudaFreeHost, hipHostFree)(p); }
 
 inline error_t memcpy_async(void* dst, const void* src, std::size_t bytes, copy_kind k, stream_t s) noexcept {
   return MXKIT_GPU_API(cudaMemcpyAsync, hipMemcpyAsync)(dst, src, bytes, detail::native(k), s);
@@ -166,6 +176,11 @@ inline error_t event_create(event_t* e) noexcept { return MXKIT_GPU_API(cudaEven
 inline error_t event_destroy(event_t e) noexcept { return MXKIT_GPU_API(cudaEventDestroy, hipEventDestroy)(e); }
 inline error_t event_record(event_t e, stream_t s) noexcept { return MXKIT_GPU_API(cudaEventRecord, hipEventRecord)(e, s); }
 inline error_t event_synchronize(event_t e) noexcept { return MXKIT_GPU_API(cudaEventSynchronize, hipEventSynchronize)(e); }
+// Work enqueued on `s` after this call waits for event `e` (recorded on another stream).
+inline error_t stream_wait_event(stream_t s, event_t e) noexcept { return MXKIT_GPU_API(cudaStreamWaitEvent, hipStreamWaitEvent)(s, e, 0); }
+inline error_t event_create_timing_off(event_t* e) noexcept {
+  return MXKIT_GPU_API(cudaEventCreateWithFlags, hipEventCreateWithFlags)(e, MXKIT_GPU_API(cudaEventDisableTiming, hipEventDisableTiming));
+}
 inline error_t event_elapsed_ms(float* ms, event_t start, event_t stop) noexcept {
   return MXKIT_GPU_API(cudaEventElapsedTime, hipEventElapsedTime)(ms, start, stop);
 }

@@ -48,7 +48,7 @@
 //    place of the logits.
 //
 // Operations (shapes: M tokens, C width, V vocabulary, B*H attention rows, T sequence)
-//   memory      alloc, write, write_tokens, read, read_scalar, synchronize, fill, copy, axpy, amax
+//   memory      alloc, alloc_host, write, write_tokens, read, read_scalar, synchronize, fill, copy, axpy, amax
 //   operands    quantize / quantize_both / transpose (recipe.hpp's operands of the three GEMMs),
 //               export_fp8 / import_fp8 (the healing stash), make_scaling_table, update_scales
 //   GEMM        gemm: D[P,Q] = alpha * A . B^T + beta * C on stored copies A [P,R], B [Q,R]
@@ -63,6 +63,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <span>
@@ -95,13 +96,21 @@ struct enum_names<nn::operand_use> {
 namespace nn {
 
 // One stored copy to produce from a high-precision tensor.
+// The element format, scale rule and rounding are the operand's (spec); the rotation and the
+// Philox key belong to the GEMM (gemm_spec), the Philox stream to the tensor.
 struct quant_request {
   operand_spec spec;
   block_axis axis = block_axis::rowwise;  // columnwise: stored transposed
-  quantize_options mx;                    // kind mx: rule, rounding, rotation, Philox key/stream
+  bool hadamard = false;                  // kind mx: the GEMM's 16-point rotation
+  bool random_signs = false;              // kind mx: with hadamard, H.D with D from seed
+  std::uint64_t seed = 0;                 // kind mx: Philox key (random signs, stochastic rounding)
+  std::uint32_t stream = 0;               // kind mx: Philox stream of this tensor
   fp8_scaling_slot fp8;                   // kind fp8: code = cast(x * scale[row]); amax -> history[row, 0]
   operand_use use = operand_use::fprop_x;
   mem_tag tag = mem_tag::quantized_activation;
+
+  // The MX quantizer's options for this copy.
+  quantize_options mx_options() const noexcept { return {spec.rule, spec.round, hadamard, random_signs, seed, stream}; }
 };
 
 // The copies a consumer wants of one tensor: always the rowwise one, the columnwise one when
@@ -110,6 +119,35 @@ struct quant_plan {
   quant_request rowwise;
   quant_request columnwise;
   bool columnwise_wanted = false;
+};
+
+// An FP8 copy in host memory that a backend made (export_fp8: the healing stash) and can upload
+// again (import_fp8). Its codes live in host memory the backend allocated (backend::alloc_host):
+// page-locked on a GPU backend, so the upload runs on a copy engine with no staging copy.
+class host_fp8 {
+ public:
+  host_fp8() = default;
+  host_fp8(fp8_type type, std::size_t rows, std::size_t cols, float scale, float amax, std::shared_ptr<std::uint8_t[]> codes) noexcept
+      : type_(type), rows_(rows), cols_(cols), scale_(scale), amax_(amax), codes_(std::move(codes)) {}
+  fp8_type type() const noexcept { return type_; }
+  std::size_t rows() const noexcept { return rows_; }
+  std::size_t cols() const noexcept { return cols_; }
+  float scale() const noexcept { return scale_; }  // code = cast(x * scale)
+  float amax() const noexcept { return amax_; }
+  std::size_t bytes() const noexcept { return rows_ * cols_; }
+  const std::uint8_t* codes() const noexcept { return codes_.get(); }
+  // A plain host tensor of the same codes (tests, oracles).
+  fp8_tensor to_tensor() const {
+    fp8_tensor t{type_, rows_, cols_, scale_, amax_, {}};
+    if (bytes()) t.data.assign(codes(), codes() + bytes());
+    return t;
+  }
+
+ private:
+  fp8_type type_ = fp8_type::e4m3;
+  std::size_t rows_ = 0, cols_ = 0;
+  float scale_ = 1.0f, amax_ = 0.0f;
+  std::shared_ptr<std::uint8_t[]> codes_;
 };
 
 // Backend-owned storage of a quantized copy; each backend derives its own.
@@ -310,22 +348,33 @@ class backend {
     return do_transpose(fp8_rowwise, use, tag);
   }
   // FP8 copies between backend memory and host memory (the healing stash): quantize_fp8 of `w`
-  // with a host scale, returned in host memory (waits: a host read); and a host FP8 copy
-  // uploaded as a rowwise operand.
-  fp8_tensor export_fp8(const tensor& w, fp8_type type, float scale) {
+  // with a host scale, returned in the backend's host memory (waits: a host read); and a host
+  // FP8 copy uploaded as a rowwise operand.
+  host_fp8 export_fp8(const tensor& w, fp8_type type, float scale) {
     check_quant_input(w, "export_fp8");
     detail::require(std::isfinite(scale) && scale > 0.0f, "export_fp8: scale must be finite and positive, got ", scale);
+    detail::check_enum(type, fp8_type::e5m2, "fp8_type", "export_fp8");
     count(backend_op::export_fp8);
     ++counters_.host_reads;
     return do_export_fp8(w, type, scale);
   }
-  qtensor import_fp8(const fp8_tensor& host, operand_use use, mem_tag tag) {
-    detail::check_fp8_tensor(host, "import_fp8");
+  qtensor import_fp8(const host_fp8& host, operand_use use, mem_tag tag) {
+    detail::check_enum(host.type(), fp8_type::e5m2, "fp8_type", "import_fp8");
+    detail::require(host.bytes() == 0 || host.codes() != nullptr, "import_fp8: a ", host.rows(), "x", host.cols(), " copy without codes");
     count(backend_op::import_fp8);
     ++counters_.uploads;
     ++counters_.quantized[static_cast<std::size_t>(use)];
     return do_import_fp8(host, use, tag);
   }
+  // A plain host tensor (checked: codes that fill rows x cols), through the backend's host memory.
+  qtensor import_fp8(const fp8_tensor& t, operand_use use, mem_tag tag) {
+    detail::check_fp8_tensor(t, "import_fp8");
+    std::shared_ptr<std::uint8_t[]> codes = alloc_host(t.data.size());
+    if (!t.data.empty()) std::memcpy(codes.get(), t.data.data(), t.data.size());
+    return import_fp8(host_fp8(t.type, t.rows, t.cols, t.scale, t.amax, std::move(codes)), use, tag);
+  }
+  // Host memory for copies the host keeps for this backend (host_fp8): page-locked on a GPU.
+  std::shared_ptr<std::uint8_t[]> alloc_host(std::size_t bytes) { return do_alloc_host(bytes); }
   // A table of `types.size()` FP8 tensors: history zero, scale 1 (nn/delayed_scaling.hpp).
   std::shared_ptr<scaling_table> make_scaling_table(const delayed_scaling_config& config, const std::vector<fp8_type>& types) {
     check_config(config);
@@ -542,8 +591,9 @@ class backend {
   virtual qtensor do_quantize(const tensor& x, const quant_request& r) = 0;
   virtual qpair do_quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) = 0;
   virtual qtensor do_transpose(const qtensor& fp8_rowwise, operand_use use, mem_tag tag) = 0;
-  virtual fp8_tensor do_export_fp8(const tensor& w, fp8_type type, float scale) = 0;
-  virtual qtensor do_import_fp8(const fp8_tensor& host, operand_use use, mem_tag tag) = 0;
+  virtual host_fp8 do_export_fp8(const tensor& w, fp8_type type, float scale) = 0;
+  virtual qtensor do_import_fp8(const host_fp8& host, operand_use use, mem_tag tag) = 0;
+  virtual std::shared_ptr<std::uint8_t[]> do_alloc_host(std::size_t bytes) { return std::shared_ptr<std::uint8_t[]>(new std::uint8_t[bytes]); }
   virtual void do_update_scales(scaling_table& table) = 0;
   virtual void do_gemm(gemm_product kind, const qtensor& a, const qtensor& b, tensor& d, float alpha, float beta, const tensor* c) = 0;
   virtual void do_rmsnorm_forward(const tensor& x, const tensor& w, tensor& y, tensor& rstd, double eps) = 0;

@@ -4,13 +4,14 @@
 // MLPerf Training v6.0 write-up):
 //   1. pre-quantization, on entry to training (prepare_healing): every linear weight is
 //      quantized under the MXFP4 recipe, an FP8 E4M3 copy of it is stashed in host memory
-//      (fp8_weight_stash stands in for pinned CPU memory) and the master copy is freed, so the
-//      layers hold the MXFP4 copies only (the base weights are frozen: they never change);
+//      (backend::export_fp8: page-locked memory on a GPU backend) and the master copy is freed,
+//      so the layers hold the MXFP4 copies only (the base weights are frozen: they never change);
 //   2. MXFP4 training;
 //   3. the switch (heal), in two passes so that the two sets of weights are never co-resident:
 //      pass 1 drops every MXFP4 copy (weights and saved operands) and installs the FP8 recipe,
-//      whose delayed-scaling state starts fresh; pass 2 uploads the stashed FP8 copies (the
-//      dgrad copy is their transpose, made on the device);
+//      whose delayed-scaling state starts fresh; pass 2 uploads the stashed FP8 copies (on a
+//      GPU backend on a copy stream ordered after the frees; the dgrad copy is their transpose,
+//      made on the device);
 //   4. FP8 training for the remaining steps.
 // The report gives the backend's resident weight bytes (memory_tracker: parameters plus quantized
 // weight copies) before, between and after the passes, their peak, and what the peak would have
@@ -35,10 +36,10 @@ class fp8_weight_stash {
  public:
   struct entry {
     std::string name;
-    fp8_tensor copy;
+    host_fp8 copy;
   };
-  void add(std::string name, fp8_tensor copy) { entries_.push_back({std::move(name), std::move(copy)}); }
-  const fp8_tensor& find(const std::string& name) const {
+  void add(std::string name, host_fp8 copy) { entries_.push_back({std::move(name), std::move(copy)}); }
+  const host_fp8& find(const std::string& name) const {
     for (const entry& e : entries_)
       if (e.name == name) return e.copy;
     detail::fail("fp8_weight_stash: no copy of '", name, "'");
@@ -46,7 +47,7 @@ class fp8_weight_stash {
   const std::vector<entry>& entries() const noexcept { return entries_; }
   std::size_t bytes() const noexcept {
     std::size_t n = 0;
-    for (const entry& e : entries_) n += e.copy.data.size() + sizeof(float);
+    for (const entry& e : entries_) n += e.copy.bytes() + sizeof(float);
     return n;
   }
 

@@ -286,12 +286,10 @@ class linear {
     r.use = use;
     r.tag = use == operand_use::fprop_w || use == operand_use::dgrad_w ? mem_tag::quantized_weight : mem_tag::quantized_activation;
     r.fp8 = fp8;
-    r.mx.rule = o.rule;
-    r.mx.round = o.round;
-    r.mx.hadamard = s.hadamard;
-    r.mx.random_signs = s.random_signs;
-    r.mx.seed = s.seed;
-    r.mx.stream = stream;
+    r.hadamard = s.hadamard;
+    r.random_signs = s.random_signs;
+    r.seed = s.seed;
+    r.stream = stream;
     return r;
   }
 

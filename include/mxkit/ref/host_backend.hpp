@@ -183,7 +183,7 @@ class host_backend : public nn::backend {
           p->data = r.axis == block_axis::rowwise ? std::move(f) : mxkit::transpose(f);
           break;
         }
-        case nn::precision::mx: p->data = mxkit::quantize(view, r.spec.mx, r.axis, r.mx); break;
+        case nn::precision::mx: p->data = mxkit::quantize(view, r.spec.mx, r.axis, r.mx_options()); break;
         case nn::precision::native: break;
       }
     }
@@ -192,10 +192,10 @@ class host_backend : public nn::backend {
 
   nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) override {
     const bool same_mx = row.spec.kind == nn::precision::mx && col.spec.kind == nn::precision::mx && row.spec.mx == col.spec.mx &&
-                         same_options(row.mx, col.mx);
+                         same_options(row.mx_options(), col.mx_options());
     if (same_mx) {  // one call of mxkit::quantize_both, as the fused kernel would produce them
       const floats xf(x);
-      mx_tensor_pair both = mxkit::quantize_both(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, row.spec.mx, row.mx);
+      mx_tensor_pair both = mxkit::quantize_both(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, row.spec.mx, row.mx_options());
       auto pr = std::make_shared<payload>(), pc = std::make_shared<payload>();
       pr->data = std::move(both.rowwise);
       pc->data = std::move(both.columnwise);
@@ -225,19 +225,22 @@ class host_backend : public nn::backend {
     return finish(r, q.rows(), q.cols(), std::move(p));
   }
 
-  fp8_tensor do_export_fp8(const nn::tensor& w, fp8_type type, float scale) override {
+  nn::host_fp8 do_export_fp8(const nn::tensor& w, fp8_type type, float scale) override {
     const floats wf(w);
-    return quantize_fp8(matrix_view<const float>{wf.data(), w.rows(), w.cols()}, type, scale);
+    const fp8_tensor f = quantize_fp8(matrix_view<const float>{wf.data(), w.rows(), w.cols()}, type, scale);
+    std::shared_ptr<std::uint8_t[]> codes = alloc_host(f.data.size());
+    if (!f.data.empty()) std::memcpy(codes.get(), f.data.data(), f.data.size());
+    return nn::host_fp8(type, f.rows, f.cols, f.scale, f.amax, std::move(codes));
   }
-  nn::qtensor do_import_fp8(const fp8_tensor& host, nn::operand_use use, nn::mem_tag tag) override {
+  nn::qtensor do_import_fp8(const nn::host_fp8& host, nn::operand_use use, nn::mem_tag tag) override {
     nn::quant_request r;
-    r.spec = nn::recipes::mma_operand(host.type);
+    r.spec = nn::recipes::mma_operand(host.type());
     r.axis = block_axis::rowwise;
     r.use = use;
     r.tag = tag;
     auto p = std::make_shared<payload>();
-    p->data = host;
-    return finish(r, host.rows, host.cols, std::move(p));
+    p->data = host.to_tensor();
+    return finish(r, host.rows(), host.cols(), std::move(p));
   }
 
   void do_update_scales(nn::scaling_table& t) override {

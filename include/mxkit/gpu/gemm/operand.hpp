@@ -39,6 +39,9 @@ struct gemm_operand {
   std::size_t line_bytes = 0;  // bytes between consecutive lines
   std::size_t blocks = 0;      // kind == mx: scales per line
   float scale_inv = 1.0f;      // kind == fp8
+  // kind == fp8 with delayed scaling: the scale in device memory (the kernel uses 1 / *scale in
+  // place of scale_inv), so the descale needs no host round trip; null: scale_inv.
+  const float* scale = nullptr;
 
   MXKIT_HD constexpr int storage_bits() const noexcept { return kind == operand_kind::mx ? storage_bits_of_type(type) : (kind == operand_kind::bf16 ? 16 : 8); }
   MXKIT_HD static constexpr int storage_bits_of_type(mx_type t) noexcept { return storage_bits_of(t); }
@@ -46,14 +49,21 @@ struct gemm_operand {
 
 inline gemm_operand make_operand(mx_const_view v) noexcept {
   const mx_layout& l = v.layout;
-  return {operand_kind::mx, l.type, fp8_type::e4m3, v.data, v.scales, l.lines(), l.line_length(), l.line_bytes(), l.blocks_per_line(), 1.0f};
+  return {operand_kind::mx, l.type, fp8_type::e4m3, v.data, v.scales, l.lines(), l.line_length(), l.line_bytes(), l.blocks_per_line(), 1.0f, nullptr};
 }
 inline gemm_operand make_operand(fp8_view v) noexcept {
-  return {operand_kind::fp8, mx_type::mxfp8_e4m3, v.type, v.data, nullptr, v.rows, v.cols, v.cols, 0, v.scale_inv()};
+  return {operand_kind::fp8, mx_type::mxfp8_e4m3, v.type, v.data, nullptr, v.rows, v.cols, v.cols, 0, v.scale_inv(), nullptr};
 }
 inline gemm_operand make_operand(matrix_view<const bfloat16> v) noexcept {
   return {operand_kind::bf16, mx_type::mxfp8_e4m3, fp8_type::e4m3, reinterpret_cast<const std::uint8_t*>(v.data), nullptr,
-          v.rows, v.cols, v.stride() * sizeof(bfloat16), 0, 1.0f};
+          v.rows, v.cols, v.stride() * sizeof(bfloat16), 0, 1.0f, nullptr};
+}
+
+// The per-tensor FP8 descale 1 / (scale_a scale_b), formed as the host reference forms it
+// (a.scale_inv() * b.scale_inv()), from the host values or the device scales.
+__device__ inline float fp8_descale(const gemm_operand& a, const gemm_operand& b) noexcept {
+  const float ia = a.scale ? 1.0f / *a.scale : a.scale_inv, ib = b.scale ? 1.0f / *b.scale : b.scale_inv;
+  return ia * ib;
 }
 
 // Value of element code `c` (unscaled) for an MX element type; the one decode table every kernel

@@ -42,17 +42,17 @@ static_assert(std::is_same_v<std::uint32_t, unsigned>, "counts are the unsigned 
 
 __device__ inline void raise_flag(int* error) noexcept { atomic_max(reinterpret_cast<unsigned*>(error), 1u); }
 
-template <class T>
+template <class W, class T>
 struct embedding_forward_params {
   const std::int32_t* ids;  // (n)
-  const T* table;           // (vocab, cols)
+  const W* table;           // (vocab, cols)
   T* out;                   // (n, cols)
   int* error;
   std::size_t n, vocab, cols, chunks;  // chunks = ceil(cols / N) per row
 };
 
-template <class T>
-MXKIT_GLOBAL void __launch_bounds__(embedding_threads) embedding_forward_kernel(const embedding_forward_params<T> p) {
+template <class W, class T>
+MXKIT_GLOBAL void __launch_bounds__(embedding_threads) embedding_forward_kernel(const embedding_forward_params<W, T> p) {
   constexpr int N = chunk_elements<T>;
   const std::size_t total = p.n * p.chunks;
   for (std::size_t idx = blockIdx.x * static_cast<std::size_t>(embedding_threads) + threadIdx.x; idx < total;
@@ -64,7 +64,13 @@ MXKIT_GLOBAL void __launch_bounds__(embedding_threads) embedding_forward_kernel(
       float zero[N] = {};
       store_chunk(p.out + i * p.cols, c, p.cols, zero);
     } else {
-      copy_chunk<N>(p.out + i * p.cols, p.table + static_cast<std::size_t>(id) * p.cols, c, p.cols);
+      if constexpr (std::is_same_v<W, T>) {
+        copy_chunk<N>(p.out + i * p.cols, p.table + static_cast<std::size_t>(id) * p.cols, c, p.cols);
+      } else {  // an fp32 table into bf16 activations: each element rounded once
+        float v[N];
+        load_chunk(p.table + static_cast<std::size_t>(id) * p.cols, c, p.cols, v);
+        store_chunk(p.out + i * p.cols, c, p.cols, v);
+      }
     }
   }
 }
@@ -87,18 +93,18 @@ MXKIT_GLOBAL void __launch_bounds__(Threads) embedding_count_kernel(const embedd
   }
 }
 
-template <class T>
+template <class T, class W>
 struct embedding_backward_params {
   const std::int32_t* ids;  // (n)
   const T* dout;            // (n, cols)
-  T* dtable;                // (vocab, cols), added into
+  W* dtable;                // (vocab, cols), added into
   const unsigned* count;    // (vocab) from embedding_count_kernel
   std::size_t n, vocab, cols;
 };
 
 // Block (v, tile): columns [tile * 256 N, (tile + 1) * 256 N) of vocabulary rows v, v + gridDim.x, ...
-template <class T>
-MXKIT_GLOBAL void __launch_bounds__(embedding_threads) embedding_backward_kernel(const embedding_backward_params<T> p) {
+template <class T, class W>
+MXKIT_GLOBAL void __launch_bounds__(embedding_threads) embedding_backward_kernel(const embedding_backward_params<T, W> p) {
   constexpr int N = chunk_elements<T>;
   __shared__ unsigned char hit[embedding_threads];  // token base + j has id v
   __shared__ unsigned partial[embedding_threads / warp_size];
@@ -106,7 +112,7 @@ MXKIT_GLOBAL void __launch_bounds__(embedding_threads) embedding_backward_kernel
   for (std::size_t v = blockIdx.x; v < p.vocab; v += gridDim.x) {
     const unsigned expected = p.count[v];
     if (expected == 0) continue;  // uniform over the block
-    T* row = p.dtable + v * p.cols;
+    W* row = p.dtable + v * p.cols;
     float acc[N];
     load_chunk(row, c, p.cols, acc);
     unsigned found = 0;
@@ -136,21 +142,21 @@ inline constexpr std::size_t embedding_max_grid = 65535;  // grid x and y limits
 
 }  // namespace detail
 
-// out[i] = table[ids[i]] bit for bit; an id outside [0, vocab) sets *error = 1 and zeroes its row.
-// ids (n); table (vocab, cols); out (n, cols); error: one int; all device pointers.
-// Asynchronous on `stream`.
-template <layer_element T>
-void embedding_forward(const std::int32_t* ids, std::size_t n, const T* table, std::size_t vocab, T* out, std::size_t cols,
+// out[i] = table[ids[i]] (bit for bit when both are of one type, else rounded once to T); an id
+// outside [0, vocab) sets *error = 1 and zeroes its row. ids (n); table (vocab, cols); out (n,
+// cols); error: one int; all device pointers. Asynchronous on `stream`.
+template <layer_element W, layer_element T>
+void embedding_forward(const std::int32_t* ids, std::size_t n, const W* table, std::size_t vocab, T* out, std::size_t cols,
                        int* error, stream_t stream = nullptr) {
   if (n == 0 || cols == 0) return;
   mxkit::detail::require(ids && table && out && error, "gpu::embedding_forward: null pointer (ids ", ids != nullptr, ", table ",
                          table != nullptr, ", out ", out != nullptr, ", error ", error != nullptr, ")");
   constexpr std::size_t N = detail::chunk_elements<T>;
-  const detail::embedding_forward_params<T> p{ids, table, out, error, n, vocab, cols, (cols + N - 1) / N};
+  const detail::embedding_forward_params<W, T> p{ids, table, out, error, n, vocab, cols, (cols + N - 1) / N};
   const std::size_t total = n * p.chunks;
-  const int grid = detail::persistent_grid<detail::embedding_forward_kernel<T>>(detail::embedding_threads,
+  const int grid = detail::persistent_grid<detail::embedding_forward_kernel<W, T>>(detail::embedding_threads,
                                                                          (total + detail::embedding_threads - 1) / detail::embedding_threads);
-  detail::embedding_forward_kernel<T><<<grid, detail::embedding_threads, 0, stream>>>(p);
+  detail::embedding_forward_kernel<W, T><<<grid, detail::embedding_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
@@ -160,9 +166,10 @@ inline constexpr std::size_t embedding_backward_workspace(std::size_t vocab) noe
 // dtable[ids[i]] += dout[i], deterministically (see the file comment); an id outside
 // [0, vocab) sets *error = 1 and adds nothing. ids (n); dout (n, cols); dtable (vocab, cols);
 // error: one int; workspace: embedding_backward_workspace(vocab) counts, zeroed here on the
-// stream. All device pointers. Asynchronous on `stream`.
-template <layer_element T>
-void embedding_backward(const std::int32_t* ids, std::size_t n, const T* dout, T* dtable, std::size_t vocab, std::size_t cols,
+// stream; dtable of T or float (an fp32 gradient of bf16 activations). All device pointers.
+// Asynchronous on `stream`.
+template <layer_element T, layer_element W>
+void embedding_backward(const std::int32_t* ids, std::size_t n, const T* dout, W* dtable, std::size_t vocab, std::size_t cols,
                         int* error, std::span<std::uint32_t> workspace, stream_t stream = nullptr) {
   if (n == 0 || cols == 0) return;
   mxkit::detail::require(ids && dout && dtable && error, "gpu::embedding_backward: null pointer (ids ", ids != nullptr, ", dout ",
@@ -182,10 +189,10 @@ void embedding_backward(const std::int32_t* ids, std::size_t n, const T* dout, T
                                                                   (n + detail::embedding_threads - 1) / detail::embedding_threads);
   detail::embedding_count_kernel<detail::embedding_threads><<<g1, detail::embedding_threads, 0, stream>>>(cp);
   MXKIT_GPU_CHECK_LAUNCH();
-  const detail::embedding_backward_params<T> p{ids, dout, dtable, workspace.data(), n, vocab, cols};
+  const detail::embedding_backward_params<T, W> p{ids, dout, dtable, workspace.data(), n, vocab, cols};
   const dim3 grid(static_cast<unsigned>(vocab < detail::embedding_max_grid ? vocab : detail::embedding_max_grid),
                   static_cast<unsigned>(tiles));
-  detail::embedding_backward_kernel<T><<<grid, detail::embedding_threads, 0, stream>>>(p);
+  detail::embedding_backward_kernel<T, W><<<grid, detail::embedding_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 

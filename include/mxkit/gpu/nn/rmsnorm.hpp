@@ -36,18 +36,18 @@ inline constexpr int rmsnorm_threads = 256;
 // fewer blocks for small R and more of dy and x to keep in L2 between the two passes.
 inline constexpr std::size_t rmsnorm_group_rows = 32;
 
-template <class T>
+template <class T, class W>
 struct rmsnorm_forward_params {
   const T* x;   // (rows, cols)
-  const T* w;   // (cols)
+  const W* w;   // (cols)
   T* y;         // (rows, cols)
   float* rstd;  // (rows)
   std::size_t rows, cols;
   float eps;
 };
 
-template <class T>
-MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_forward_kernel(const rmsnorm_forward_params<T> p) {
+template <class T, class W>
+MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_forward_kernel(const rmsnorm_forward_params<T, W> p) {
   constexpr int N = chunk_elements<T>;
   constexpr std::size_t warps = rmsnorm_threads / warp_size, step = static_cast<std::size_t>(warp_size) * N;
   const std::size_t lane = static_cast<std::size_t>(lane_id());
@@ -73,19 +73,19 @@ MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_forward_kernel(cons
   }
 }
 
-template <class T>
+template <class T, class W>
 struct rmsnorm_backward_params {
   const T* dy;        // (rows, cols)
   const T* x;         // (rows, cols)
-  const T* w;         // (cols)
+  const W* w;         // (cols)
   const float* rstd;  // (rows)
   T* dx;              // (rows, cols), added into
   float* partial;     // (groups, cols): each group's sum of dy x r; null when dw is not wanted
   std::size_t rows, cols, groups;
 };
 
-template <class T>
-MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_backward_kernel(const rmsnorm_backward_params<T> p) {
+template <class T, class W>
+MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_backward_kernel(const rmsnorm_backward_params<T, W> p) {
   constexpr int N = chunk_elements<T>;
   constexpr std::size_t warps = rmsnorm_threads / warp_size, R = rmsnorm_group_rows;
   __shared__ float coef[R];  // r^3 / C * sum_i w_i dy_i x_i of each row of the group
@@ -158,29 +158,30 @@ inline constexpr std::size_t rmsnorm_backward_workspace(std::size_t rows, std::s
 }
 
 // y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) per row, saved in float.
-// x, y (rows, cols); w (cols); rstd (rows); all device pointers. Asynchronous on `stream`.
-template <layer_element T>
-void rmsnorm_forward(const T* x, const T* w, T* y, float* rstd, std::size_t rows, std::size_t cols, double eps,
+// x, y (rows, cols); w (cols), of T or float (bf16 activations with an fp32 weight, as mixed
+// precision training keeps it); rstd (rows); all device pointers. Asynchronous on `stream`.
+template <layer_element T, layer_element W>
+void rmsnorm_forward(const T* x, const W* w, T* y, float* rstd, std::size_t rows, std::size_t cols, double eps,
                      stream_t stream = nullptr) {
   mxkit::detail::require(std::isfinite(eps) && eps >= 0.0, "gpu::rmsnorm_forward: eps must be finite and >= 0, got ", eps);
   if (rows == 0) return;
   mxkit::detail::require(cols > 0, "gpu::rmsnorm_forward: cols is 0 for ", rows, " rows (the mean of no squares)");
   mxkit::detail::require(x && w && y && rstd, "gpu::rmsnorm_forward: null pointer (x ", x != nullptr, ", w ", w != nullptr,
                          ", y ", y != nullptr, ", rstd ", rstd != nullptr, ")");
-  const detail::rmsnorm_forward_params<T> p{x, w, y, rstd, rows, cols, static_cast<float>(eps)};
+  const detail::rmsnorm_forward_params<T, W> p{x, w, y, rstd, rows, cols, static_cast<float>(eps)};
   constexpr std::size_t rows_per_block = detail::rmsnorm_threads / warp_size;
-  const int grid = detail::persistent_grid<detail::rmsnorm_forward_kernel<T>>(detail::rmsnorm_threads, (rows + rows_per_block - 1) / rows_per_block);
-  detail::rmsnorm_forward_kernel<T><<<grid, detail::rmsnorm_threads, 0, stream>>>(p);
+  const int grid = detail::persistent_grid<detail::rmsnorm_forward_kernel<T, W>>(detail::rmsnorm_threads, (rows + rows_per_block - 1) / rows_per_block);
+  detail::rmsnorm_forward_kernel<T, W><<<grid, detail::rmsnorm_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
 // dx += dL/dx; dw += dL/dw unless dw is null (a frozen weight; then no workspace is needed;
-// a null dw is spelled with its type, static_cast<T*>(nullptr), for the deduction of W).
-// dy, x, dx (rows, cols); w (cols); rstd (rows) from rmsnorm_forward; dw (cols) of T or float;
+// a null dw is spelled with its type, static_cast<float*>(nullptr), for the deduction of DW).
+// dy, x, dx (rows, cols); w (cols) and dw (cols) of T or float; rstd (rows) from rmsnorm_forward;
 // workspace: at least rmsnorm_backward_workspace(rows, cols) floats of device memory, used
 // between the two kernels this enqueues. All device pointers. Asynchronous on `stream`.
-template <layer_element T, layer_element W>
-void rmsnorm_backward(const T* dy, const T* x, const T* w, const float* rstd, T* dx, W* dw, std::size_t rows, std::size_t cols,
+template <layer_element T, layer_element W, layer_element DW>
+void rmsnorm_backward(const T* dy, const T* x, const W* w, const float* rstd, T* dx, DW* dw, std::size_t rows, std::size_t cols,
                       std::span<float> workspace, stream_t stream = nullptr) {
   if (rows == 0 || cols == 0) return;
   mxkit::detail::require(dy && x && w && rstd && dx, "gpu::rmsnorm_backward: null pointer (dy ", dy != nullptr, ", x ",
@@ -191,15 +192,15 @@ void rmsnorm_backward(const T* dy, const T* x, const T* w, const float* rstd, T*
     mxkit::detail::require(workspace.data() != nullptr && workspace.size() >= need, "gpu::rmsnorm_backward: workspace of ",
                            workspace.size(), " floats, need ", need, " (rmsnorm_backward_workspace(", rows, ", ", cols, "))");
   }
-  const detail::rmsnorm_backward_params<T> p{dy, x, w, rstd, dx, dw ? workspace.data() : nullptr, rows, cols, groups};
-  const int grid = detail::persistent_grid<detail::rmsnorm_backward_kernel<T>>(detail::rmsnorm_threads, groups);
-  detail::rmsnorm_backward_kernel<T><<<grid, detail::rmsnorm_threads, 0, stream>>>(p);
+  const detail::rmsnorm_backward_params<T, W> p{dy, x, w, rstd, dx, dw ? workspace.data() : nullptr, rows, cols, groups};
+  const int grid = detail::persistent_grid<detail::rmsnorm_backward_kernel<T, W>>(detail::rmsnorm_threads, groups);
+  detail::rmsnorm_backward_kernel<T, W><<<grid, detail::rmsnorm_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
   if (dw) {
-    const detail::rmsnorm_dw_params<W> q{workspace.data(), dw, groups, cols};
-    const int g2 = detail::persistent_grid<detail::rmsnorm_dw_kernel<W>>(detail::rmsnorm_threads,
+    const detail::rmsnorm_dw_params<DW> q{workspace.data(), dw, groups, cols};
+    const int g2 = detail::persistent_grid<detail::rmsnorm_dw_kernel<DW>>(detail::rmsnorm_threads,
                                                                    (cols + detail::rmsnorm_threads - 1) / detail::rmsnorm_threads);
-    detail::rmsnorm_dw_kernel<W><<<g2, detail::rmsnorm_threads, 0, stream>>>(q);
+    detail::rmsnorm_dw_kernel<DW><<<g2, detail::rmsnorm_threads, 0, stream>>>(q);
     MXKIT_GPU_CHECK_LAUNCH();
   }
 }

@@ -11,34 +11,41 @@
 #include <cstddef>
 #include <limits>
 
+#include <mxkit/config.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace ref {
 
 // history[0] = max(history[0], amax), NaN wins (an overflowed tensor must stay visible).
-inline void record_amax(float& slot, float amax) noexcept {
-  if (std::isnan(amax) || std::isnan(slot)) slot = std::numeric_limits<float>::quiet_NaN();
+MXKIT_HD constexpr void record_amax(float& slot, float amax) noexcept {
+  if (amax != amax || slot != slot) slot = bit_cast<float>(0x7FC00000u);  // the quiet NaN
   else if (amax > slot) slot = amax;
+}
+
+// One row: h (H history columns), its scale, its fp8_max; headroom = 2^margin. The one copy of
+// the rule: the host loop below and the device kernel (gpu/nn/delayed_scaling.hpp) both call it.
+// Comparisons stand in for isfinite (a NaN fails every one), so it runs on the device as well.
+MXKIT_HD constexpr void update_scale_row(float* h, std::size_t H, float& scale, float fp8_max, float headroom,
+                                         nn::amax_algorithm algorithm) noexcept {
+  constexpr float largest = bit_cast<float>(0x7F7FFFFFu);  // the largest finite float
+  float amax = h[0];
+  if (algorithm == nn::amax_algorithm::max)
+    for (std::size_t k = 1; k < H; ++k) record_amax(amax, h[k]);
+  if (amax > 0.0f && amax <= largest) {
+    const float s = fp8_max / headroom / amax;
+    // A tiny amax can overflow the quotient; the largest float is the closest valid scale.
+    scale = s <= largest ? s : largest;
+  }
+  for (std::size_t k = H - 1; k > 0; --k) h[k] = h[k - 1];
+  h[0] = 0.0f;
 }
 
 // history (rows, H), scale and fp8_max (rows, 1).
 inline void update_scales(float* history, float* scale, const float* fp8_max, std::size_t rows, std::size_t H,
                           const nn::delayed_scaling_config& c) {
   const float headroom = std::ldexp(1.0f, c.margin);
-  for (std::size_t r = 0; r < rows; ++r) {
-    float* h = history + r * H;
-    float amax = h[0];
-    if (c.algorithm == nn::amax_algorithm::max)
-      for (std::size_t k = 1; k < H; ++k) record_amax(amax, h[k]);
-    if (amax > 0.0f && std::isfinite(amax)) {
-      const float s = fp8_max[r] / headroom / amax;
-      // A tiny amax can overflow the quotient; the largest float is the closest valid scale.
-      scale[r] = std::isfinite(s) ? s : std::numeric_limits<float>::max();
-    }
-    for (std::size_t k = H - 1; k > 0; --k) h[k] = h[k - 1];
-    h[0] = 0.0f;
-  }
+  for (std::size_t r = 0; r < rows; ++r) update_scale_row(history + r * H, H, scale[r], fp8_max[r], headroom, c.algorithm);
 }
 
 }  // namespace ref

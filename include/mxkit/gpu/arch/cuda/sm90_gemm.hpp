@@ -102,6 +102,8 @@ struct params {
   const std::uint8_t* scale_b = nullptr;
   std::uint32_t scale_ld_a = 0, scale_ld_b = 0;
   float post_scale = 1.0f;            // per-tensor FP8: 1 / (scale_a * scale_b)
+  const float* tensor_scale_a = nullptr;  // per-tensor FP8, delayed scaling: the scales in device
+  const float* tensor_scale_b = nullptr;  // memory, read by the epilogue in place of post_scale
   const float* line_scale_a = nullptr;  // scaling::line: [p] and [q] factors
   const float* line_scale_b = nullptr;
   launch_gate gate;                   // the kernel returns at once when the gate is closed
@@ -435,10 +437,11 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
     // ---- epilogue: fragment (rows +0/+8 of each half, column 8i + 2t + {0,1}) of each sub-tile ----
     // Line factors of rows and columns past the edge are never used (store_pair skips them).
     auto line_factor = [](const float* f, std::uint32_t i, std::uint32_t n) { return i < n ? f[i] : 1.0f; };
+    const float post_scale = p.tensor_scale_a ? (1.0f / *p.tensor_scale_a) * (1.0f / *p.tensor_scale_b) : p.post_scale;
 #pragma unroll
     for (int h = 0; h < mh; ++h) {
       const std::uint32_t row = p0 + static_cast<std::uint32_t>(row0 + h * 64);
-      float fr0 = p.post_scale, fr1 = p.post_scale;
+      float fr0 = post_scale, fr1 = post_scale;
       if constexpr (S == scaling::line) {
         fr0 = line_factor(p.line_scale_a, row, p.p);
         fr1 = line_factor(p.line_scale_a, row + 8, p.p);
@@ -590,6 +593,11 @@ inline void launch(const gemm_operand& a, const gemm_operand& b, const mma_opera
   prm.scale_ld_a = static_cast<std::uint32_t>(a.blocks);
   prm.scale_ld_b = static_cast<std::uint32_t>(b.blocks);
   prm.post_scale = a.kind == operand_kind::fp8 ? a.scale_inv * b.scale_inv : 1.0f;
+  if (a.kind == operand_kind::fp8 && (a.scale || b.scale)) {
+    mxkit::detail::require(a.scale && b.scale, "gemm (sm90): both FP8 scales on the device or neither");
+    prm.tensor_scale_a = a.scale;
+    prm.tensor_scale_b = b.scale;
+  }
   prm.line_scale_a = fa.line_scale;
   prm.line_scale_b = fb.line_scale;
   prm.gate = gate;

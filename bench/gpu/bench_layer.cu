@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: Apache-2.0
+// mxkit:sm90a
+// One Llama 3.1 8B transformer layer (d_model 4096, 32 query heads, 8 KV heads, head dim 128,
+// SwiGLU 14336), batch 1 x sequence 8192, forward + backward + the recipe's end of step, through
+// gpu::device_backend, for the recipes bf16, FP8 delayed scaling (HYBRID), MXFP8 and MXFP4 with
+// the Hadamard rotation on every GEMM; bf16 activations, fp32 master weights and gradients.
+// Per recipe: time per step (median of --repeats after 3 warm-up steps, CUDA events), tokens/s,
+// model TFLOP/s, the peak of the backend's tracked device memory in a step, and the time split
+// from a second, profiled pass in which every backend operation is bracketed by events:
+//   gemm        every GEMM (the quantized products)
+//   quantize    standalone quantize / quantize_both / transpose / FP8 scale update
+//   producers   rmsnorm_quantize and swiglu_quantize (norm or activation + its operand copies)
+//   attention   flash attention forward and backward
+//   other       the remaining kernels (norms, RoPE, SwiGLU backward, fills, copies, allocations'
+//               zero fills) and the gaps between kernels (step time minus the four above)
+// Peer in the same run: bench/layer_peer.py (the same layer in PyTorch: bf16 eager, compiled,
+// per-tensor FP8 through torch._scaled_mm compiled, and SDPA alone). Model FLOPs, as the peer:
+// 6 * N_linear * tokens + attention 3.5 * 2 * B * H * T^2 * D (causal forward 2 B H T^2 D,
+// backward 2.5 times that).
+// Usage: bench_layer [--record] [--results PATH] [--repeats N] [--seq T] [--recipes a,b]
+//   MXKIT_LAYER_PEER: the peer command (default "python3 bench/layer_peer.py"); empty: no peer.
+//   Without a GPU it says so and exits 77.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <mxkit/gpu/nn/backend.hpp>
+#include <mxkit/nn/transformer_layer.hpp>
+
+#include "bench_common.hpp"
+
+namespace {
+
+namespace gpu = mxkit::gpu;
+namespace nn = mxkit::nn;
+
+enum class part : int { gemm, quantize, producers, attention, other };
+constexpr const char* part_names[] = {"gemm", "quantize", "producers", "attention", "other"};
+
+// The device backend with every operation bracketed by events when profiling is on.
+class profiled_backend final : public gpu::device_backend {
+ public:
+  bool profiling = false;
+  std::array<double, 5> ms{};  // by part, summed over the profiled operations
+
+  void collect() {  // waits for the recorded events and adds them up
+    for (auto& [p, a, b] : marks_) ms[static_cast<int>(p)] += b->elapsed_ms_since(*a);
+    marks_.clear();
+  }
+
+ private:
+  struct mark {
+    part p;
+    std::unique_ptr<gpu::event> a, b;
+  };
+  template <class F>
+  auto timed(part p, F&& f) {
+    if (!profiling) return f();
+    auto a = std::make_unique<gpu::event>(), b = std::make_unique<gpu::event>();
+    a->record(stream());
+    if constexpr (std::is_void_v<decltype(f())>) {
+      f();
+      b->record(stream());
+      marks_.push_back({p, std::move(a), std::move(b)});
+    } else {
+      auto r = f();
+      b->record(stream());
+      marks_.push_back({p, std::move(a), std::move(b)});
+      return r;
+    }
+  }
+  std::vector<mark> marks_;
+
+ protected:
+  nn::qtensor do_quantize(const nn::tensor& x, const nn::quant_request& r) override {
+    return timed(part::quantize, [&] { return device_backend::do_quantize(x, r); });
+  }
+  nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& a, const nn::quant_request& b) override {
+    return timed(part::quantize, [&] { return device_backend::do_quantize_both(x, a, b); });
+  }
+  nn::qtensor do_transpose(const nn::qtensor& q, nn::operand_use u, nn::mem_tag t) override {
+    return timed(part::quantize, [&] { return device_backend::do_transpose(q, u, t); });
+  }
+  void do_update_scales(nn::scaling_table& t) override {
+    timed(part::quantize, [&] { device_backend::do_update_scales(t); });
+  }
+  void do_gemm(mxkit::gemm_product k, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
+               const nn::tensor* c) override {
+    timed(part::gemm, [&] { device_backend::do_gemm(k, a, b, d, alpha, beta, c); });
+  }
+  nn::qpair do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
+                                nn::tensor* y) override {
+    return timed(part::producers, [&] { return device_backend::do_rmsnorm_quantize(x, w, rstd, eps, plan, y); });
+  }
+  nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override {
+    return timed(part::producers, [&] { return device_backend::do_swiglu_quantize(gu, plan, out); });
+  }
+  void do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) override {
+    timed(part::attention, [&] { device_backend::do_attention_forward(qkv, out, lse, s); });
+  }
+  void do_attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& out, const nn::tensor& lse, nn::tensor& dqkv,
+                             const nn::head_shape& s) override {
+    timed(part::attention, [&] { device_backend::do_attention_backward(dout, qkv, out, lse, dqkv, s); });
+  }
+
+};
+
+struct peer_figures {
+  std::map<std::string, double> v;
+  double get(const std::string& k) const {
+    auto it = v.find(k);
+    return it == v.end() ? 0.0 : it->second;
+  }
+};
+
+peer_figures run_peer(std::size_t seq) {
+  peer_figures p;
+  const char* env = std::getenv("MXKIT_LAYER_PEER");
+  std::string cmd = env ? env : "python3 bench/layer_peer.py";
+  if (cmd.empty()) return p;
+  cmd += " --seq " + std::to_string(seq);
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return p;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    std::printf("peer: %s", line);
+    char key[128];
+    double value = 0;
+    if (std::sscanf(line, "%127s %lf", key, &value) == 2) p.v[key] = value;
+  }
+  pclose(f);
+  return p;
+}
+
+nn::recipe recipe_named(const std::string& n) {
+  nn::recipe r = n == "bf16" ? nn::recipes::bf16()
+                 : n == "fp8" ? nn::recipes::fp8_delayed()
+                 : n == "mxfp8" ? nn::recipes::mxfp8()
+                 : n == "mxfp4" ? nn::recipes::mxfp4_amd()
+                                : (mxkit::detail::fail("bench_layer: unknown recipe '", n, "' (bf16, fp8, mxfp8, mxfp4)"), nn::recipe{});
+  r.activations = nn::dtype::bf16;
+  return r;
+}
+
+std::vector<double> normal_values(std::size_t n, std::uint64_t seed, double scale) {
+  std::vector<double> v(n);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (double& e : v) {  // a sum of 4 uniforms: mean 0, unit-ish spread; values only need to be plausible
+    double s = 0;
+    for (int k = 0; k < 4; ++k) {
+      x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+      s += static_cast<double>((x * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0 - 0.5;
+    }
+    e = scale * s * 1.7;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t seq = 8192;
+  std::string recipes = "bf16,fp8,mxfp8,mxfp4";
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--seq") && i + 1 < argc) seq = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--recipes") && i + 1 < argc) recipes = argv[++i];
+    else rest.push_back(argv[i]);
+  }
+  mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
+  opt.repeats = std::max(opt.repeats, 10);
+  int devices = 0;
+  if (gpu::get_device_count(&devices) != gpu::success || devices == 0) {
+    std::printf("no GPU: skipped\n");
+    return 77;
+  }
+  gpu::device_properties props;
+  MXKIT_GPU_CHECK(gpu::get_device_properties(&props, 0));
+
+  nn::layer_config c;
+  c.d_model = 4096;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.d_ff = 14336;
+  c.rope_theta = 500000.0;
+  const nn::batch_shape shape{1, seq};
+  const double tokens = static_cast<double>(shape.tokens());
+  const double D = static_cast<double>(c.head_dim());
+  const double n_linear = double(c.d_model) * double(c.qkv_dim()) + double(c.n_heads) * D * double(c.d_model) +
+                          double(c.d_model) * 2.0 * double(c.d_ff) + double(c.d_ff) * double(c.d_model);
+  const double flops = 6.0 * n_linear * tokens + 3.5 * 2.0 * double(shape.batch) * double(c.n_heads) * double(seq) * double(seq) * D;
+
+  std::vector<mxkit_bench::result> rows;
+  struct measured {
+    std::string recipe;
+    double ms, peak_gib;
+    std::array<double, 5> split;
+  };
+  std::vector<measured> all;
+  std::size_t start = 0;
+  while (start <= recipes.size()) {
+    const std::size_t comma = std::min(recipes.find(',', start), recipes.size());
+    const std::string name = recipes.substr(start, comma - start);
+    start = comma + 1;
+    if (name.empty()) continue;
+    const nn::recipe r = recipe_named(name);
+    profiled_backend be;
+    nn::transformer_layer layer(be, "layer", c, 0, r, nn::dtype::f32);
+    layer.init(1, 0.02, 32);
+    nn::tensor x = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
+    nn::tensor dy = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
+    nn::tensor y = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
+    nn::tensor dx = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
+    be.write(x, normal_values(x.size(), 2, 1.0));
+    be.write(dy, normal_values(dy.size(), 3, 1e-3));
+    auto step = [&] {
+      layer.forward(x, y, shape, true);
+      be.fill(dx, 0.0);
+      layer.backward(dy, &dx, shape);
+      layer.end_step();
+    };
+    for (int i = 0; i < 3; ++i) step();
+    be.synchronize();
+    be.memory().reset_peak();
+    std::vector<double> times;
+    for (int i = 0; i < opt.repeats; ++i) {
+      gpu::event a, b;
+      a.record(be.stream());
+      step();
+      b.record(be.stream());
+      times.push_back(b.elapsed_ms_since(a));
+    }
+    std::sort(times.begin(), times.end());
+    const double ms = times[times.size() / 2];
+    const double peak_gib = static_cast<double>(be.memory().peak_total()) / (1024.0 * 1024.0 * 1024.0);
+    // The profiled pass: one step with every operation bracketed.
+    be.profiling = true;
+    gpu::event a, b;
+    a.record(be.stream());
+    step();
+    b.record(be.stream());
+    const double profiled_ms = b.elapsed_ms_since(a);
+    be.collect();
+    be.profiling = false;
+    std::array<double, 5> split = be.ms;
+    split[static_cast<int>(part::other)] = profiled_ms - split[0] - split[1] - split[2] - split[3];
+    // Tracked bytes are the tensors and copies a step holds (as torch's max_memory_allocated
+    // counts tensors); the pool also keeps GEMM scratch and workspaces, shown beside it.
+    const double pool_gib = static_cast<double>(gpu::pool_reserved_bytes()) / (1024.0 * 1024.0 * 1024.0);
+    std::printf("%-6s %8.2f ms/step  %9.0f tokens/s  %6.1f TFLOP/s  peak %.2f GiB (pool %.2f GiB)  split (profiled step %.2f ms):",
+                name.c_str(), ms, tokens / ms * 1e3, flops / ms / 1e9, peak_gib, pool_gib, profiled_ms);
+    for (int p = 0; p < 5; ++p) std::printf(" %s %.2f", part_names[p], split[static_cast<std::size_t>(p)]);
+    std::printf("\n");
+    std::fflush(stdout);
+    all.push_back({name, ms, peak_gib, split});
+  }
+
+  const peer_figures peer = run_peer(seq);
+  const double peer_tok = peer.get("compiled_tokens_per_s"), peer_gib = peer.get("compiled_peak_gib");
+  const std::string shape_name = "Llama-3.1-8B layer B1 T" + std::to_string(seq) + " fwd+bwd";
+  for (const measured& m : all) {
+    const std::string what = m.recipe + " " + shape_name;
+    rows.push_back({"layer", what + " tokens/s", tokens / m.ms * 1e3, "tokens/s", "torch.compile bf16", peer_tok});
+    rows.push_back({"layer", what + " model TFLOP/s", flops / m.ms / 1e9, "TFLOP/s", "torch.compile bf16", peer.get("compiled_tflops")});
+    rows.push_back({"layer", what + " step", m.ms, "ms", "torch.compile bf16", peer.get("compiled_ms")});
+    rows.push_back({"layer", what + " peak memory", m.peak_gib, "GiB", "torch.compile bf16", peer_gib});
+    for (int p = 0; p < 5; ++p)
+      rows.push_back({"layer", what + " time in " + part_names[p], m.split[static_cast<std::size_t>(p)], "ms", "", 0.0});
+  }
+  rows.push_back({"layer", "torch eager bf16 " + shape_name + " tokens/s", peer.get("eager_tokens_per_s"), "tokens/s", "torch.compile bf16", peer_tok});
+  rows.push_back({"layer", "torch compiled FP8 (_scaled_mm) " + shape_name + " tokens/s", peer.get("fp8_tokens_per_s"), "tokens/s",
+                  "torch.compile bf16", peer_tok});
+  mxkit_bench::finish(opt, props.name, rows);
+  return 0;
+}

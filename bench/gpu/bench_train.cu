@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+// mxkit:sm90a
+// Training throughput of a byte-level Llama through gpu::device_backend: the GPU training
+// program's default model (examples/train_program.hpp: 16 layers, d_model 768, 12 heads / 4 KV
+// heads, SwiGLU 2048, sequence 1024, batch 16) and, for scale, the 76 M-parameter model of issue
+// #14 (the same with 12 layers), for the recipes bf16, FP8 delayed scaling, MXFP8 and MXFP4 with
+// the Hadamard rotation; bf16 activations, fp32 master weights, AdamW, clipping at 1.0.
+// Per run: 3 warm-up steps, then --repeats steps timed with CUDA events around each (the loss is
+// read once at the end: nn::trainer reads nothing back between logging steps), the median step
+// time, tokens/s and model TFLOP/s. Model FLOPs, as the peer: 6 * N_linear * tokens + attention
+// 3.5 * 2 * B * H * T^2 * D per layer (the embedding table and LM head: 6 * 2 * V * C * tokens
+// excluded from N_linear, included here as the LM head GEMM 6 * V * C * tokens).
+// Peer in the same run: bench/train_peer.py (the same model in PyTorch, bf16 autocast, fused
+// AdamW; eager and torch.compile).
+// Usage: bench_train [--record] [--results PATH] [--repeats N] [--recipes a,b] [--models default,76m]
+//   MXKIT_TRAIN_PEER: the peer command (default "python3 bench/train_peer.py"); empty: no peer.
+//   Without a GPU it says so and exits 77.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mxkit/gpu/nn/backend.hpp>
+#include <mxkit/nn/model.hpp>
+#include <mxkit/nn/training.hpp>
+
+#include "bench_common.hpp"
+
+namespace {
+
+namespace gpu = mxkit::gpu;
+namespace nn = mxkit::nn;
+
+struct model_shape {
+  std::string name;
+  std::size_t layers, d_model, heads, kv_heads, ffn, seq, batch;
+};
+
+std::map<std::string, double> run_peer(const model_shape& m) {
+  std::map<std::string, double> v;
+  const char* env = std::getenv("MXKIT_TRAIN_PEER");
+  std::string cmd = env ? env : "python3 bench/train_peer.py";
+  if (cmd.empty()) return v;
+  cmd += " --layers " + std::to_string(m.layers) + " --d-model " + std::to_string(m.d_model) + " --heads " + std::to_string(m.heads) +
+         " --kv-heads " + std::to_string(m.kv_heads) + " --ffn " + std::to_string(m.ffn) + " --seq " + std::to_string(m.seq) +
+         " --batch " + std::to_string(m.batch);
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return v;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    std::printf("peer: %s", line);
+    char key[128];
+    double value = 0;
+    if (std::sscanf(line, "%127s %lf", key, &value) == 2) v[key] = value;
+  }
+  pclose(f);
+  return v;
+}
+
+nn::recipe recipe_named(const std::string& n) {
+  nn::recipe r = n == "bf16" ? nn::recipes::bf16()
+                 : n == "fp8" ? nn::recipes::fp8_delayed()
+                 : n == "mxfp8" ? nn::recipes::mxfp8()
+                 : n == "mxfp4" ? nn::recipes::mxfp4_amd()
+                                : (mxkit::detail::fail("bench_train: unknown recipe '", n, "' (bf16, fp8, mxfp8, mxfp4)"), nn::recipe{});
+  r.activations = nn::dtype::bf16;
+  return r;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = std::min(s.find(',', start), s.size());
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string recipes = "bf16,fp8,mxfp8,mxfp4", models = "default,76m";
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--recipes") && i + 1 < argc) recipes = argv[++i];
+    else if (!std::strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
+    else rest.push_back(argv[i]);
+  }
+  mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
+  opt.repeats = std::max(opt.repeats, 20);
+  int devices = 0;
+  if (gpu::get_device_count(&devices) != gpu::success || devices == 0) {
+    std::printf("no GPU: skipped\n");
+    return 77;
+  }
+  gpu::device_properties props;
+  MXKIT_GPU_CHECK(gpu::get_device_properties(&props, 0));
+  const std::map<std::string, model_shape> shapes{
+      {"default", {"training program default (16L d768)", 16, 768, 12, 4, 2048, 1024, 16}},
+      {"76m", {"76M byte Llama (12L d768)", 12, 768, 12, 4, 2048, 1024, 16}},
+  };
+  // Random bytes: throughput does not depend on the text.
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(std::size_t{1} << 24);
+  std::uint64_t x = 88172645463325252ull;
+  for (std::uint8_t& b : *bytes) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = static_cast<std::uint8_t>(x);
+  }
+  std::vector<mxkit_bench::result> rows;
+  for (const std::string& key : split(models)) {
+    const auto it = shapes.find(key);
+    mxkit::detail::require(it != shapes.end(), "bench_train: unknown model '", key, "' (default, 76m)");
+    const model_shape& m = it->second;
+    nn::model_config mc;
+    mc.vocab = 256;
+    mc.n_layers = m.layers;
+    mc.layer.d_model = m.d_model;
+    mc.layer.n_heads = m.heads;
+    mc.layer.n_kv_heads = m.kv_heads;
+    mc.layer.d_ff = m.ffn;
+    const nn::layer_config& c = mc.layer;
+    const double tokens = double(m.batch) * double(m.seq), D = double(c.head_dim());
+    const double n_linear = double(m.layers) * (double(c.d_model) * double(c.qkv_dim()) + double(c.n_heads) * D * double(c.d_model) +
+                                                 3.0 * double(c.d_model) * double(c.d_ff)) +
+                            double(mc.vocab) * double(c.d_model);
+    const double flops = 6.0 * n_linear * tokens + double(m.layers) * 3.5 * 2.0 * double(m.batch) * double(c.n_heads) * double(m.seq) * double(m.seq) * D;
+    for (const std::string& rname : split(recipes)) {
+      const nn::recipe r = recipe_named(rname);
+      gpu::device_backend be;
+      nn::model model(be, mc, r, 1);
+      nn::train_config tc;
+      tc.steps = 1000000;
+      tc.shape = {m.batch, m.seq};
+      tc.schedule = {3e-4, 3e-5, 10, 1000000};
+      tc.log_every = 1000000;
+      nn::trainer t(model, bytes, tc);
+      for (int i = 0; i < 3; ++i) t.step();
+      be.synchronize();
+      std::vector<double> times;
+      for (int i = 0; i < opt.repeats; ++i) {
+        gpu::event a, b;
+        a.record(be.stream());
+        t.step();
+        b.record(be.stream());
+        times.push_back(b.elapsed_ms_since(a));
+      }
+      std::sort(times.begin(), times.end());
+      const double ms = times[times.size() / 2];
+      const double loss = be.read_scalar(model.loss());
+      std::printf("%-40s %-6s %8.2f ms/step %10.0f tokens/s %6.1f TFLOP/s  last loss %.3f  peak %.2f GiB\n", m.name.c_str(), rname.c_str(), ms,
+                  tokens / ms * 1e3, flops / ms / 1e9, loss, static_cast<double>(be.memory().peak_total()) / (1u << 30));
+      std::fflush(stdout);
+      rows.push_back({"train", rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq) + " tokens/s",
+                      tokens / ms * 1e3, "tokens/s", "torch.compile bf16", 0.0});
+    }
+    const std::map<std::string, double> peer = run_peer(m);
+    const auto get = [&](const char* k) {
+      const auto p = peer.find(k);
+      return p == peer.end() ? 0.0 : p->second;
+    };
+    for (mxkit_bench::result& row : rows)
+      if (row.peer_value == 0.0 && row.case_name.find(m.name) != std::string::npos) row.peer_value = get("compiled_tokens_per_s");
+    rows.push_back({"train", "torch eager bf16 " + m.name + " tokens/s", get("eager_tokens_per_s"), "tokens/s", "torch.compile bf16",
+                    get("compiled_tokens_per_s")});
+  }
+  mxkit_bench::finish(opt, props.name, rows);
+  return 0;
+}

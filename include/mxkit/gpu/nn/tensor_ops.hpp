@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The small element-wise and bookkeeping kernels of the device training backend
+// (gpu/nn/backend.hpp): fill, type conversion, axpy, amax, the byte or bf16 transposes of stored
+// GEMM operands, the fused delayed-scaling update, and the few one-thread kernels that move the
+// optimizer's device scalars between the layouts of the kernels that make and read them. Each is
+// one pass over its data, grid-strided, and never waits for the host.
+//   fill       every element = one value, rounded to the element type on the host
+//   convert    float <-> bf16 <-> double element by element (bf16 rounds to nearest even)
+//   axpy       y = y + alpha * x in float (double for f64), rounded once to y's type
+//   amax       max |x| over a tensor into a double (NaN wins: the largest bit pattern of |x|)
+//   transpose  [rows, cols] -> [cols, rows] through a shared-memory tile, converting on the way
+//              (float or bf16 to bf16: the columnwise bf16 copy; bytes as they are: FP8 codes)
+//   update_scales  ref::update_scale_row for every row of a scaling table, one thread a row
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <mxkit/config.hpp>
+#include <mxkit/format/float16.hpp>
+#include <mxkit/gpu/device.hpp>
+#include <mxkit/gpu/launch.hpp>
+#include <mxkit/gpu/nn/adamw.hpp>
+#include <mxkit/gpu/nn/chunk.hpp>
+#include <mxkit/gpu/nn/global_norm.hpp>
+#include <mxkit/gpu/runtime.hpp>
+#include <mxkit/ref/nn/delayed_scaling.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+namespace detail {
+
+inline constexpr int tensor_ops_threads = 256;
+inline constexpr int transpose_tile = 32;
+
+// Element conversions of the backend's dtypes (float, bfloat16, double).
+template <class D, class S>
+MXKIT_HD constexpr D convert_element(S v) noexcept {
+  if constexpr (std::is_same_v<D, S>) return v;
+  else if constexpr (std::is_same_v<S, bfloat16>) return static_cast<D>(v.to_float());
+  else if constexpr (std::is_same_v<D, bfloat16>) return bfloat16::from_float(static_cast<float>(v), rounding::nearest_even, overflow::propagate);
+  else return static_cast<D>(v);
+}
+
+template <class T>
+MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) fill_kernel(T* p, std::size_t n, T value) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(tensor_ops_threads) + threadIdx.x; i < n;
+       i += gridDim.x * static_cast<std::size_t>(tensor_ops_threads))
+    p[i] = value;
+}
+
+template <class S, class D>
+MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) convert_kernel(const S* in, D* out, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(tensor_ops_threads) + threadIdx.x; i < n;
+       i += gridDim.x * static_cast<std::size_t>(tensor_ops_threads))
+    out[i] = convert_element<D>(in[i]);
+}
+
+// y = y + alpha * x with the arithmetic type A (float for float and bf16, double for double).
+template <class T, class A>
+MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) axpy_kernel(A alpha, const T* x, T* y, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(tensor_ops_threads) + threadIdx.x; i < n;
+       i += gridDim.x * static_cast<std::size_t>(tensor_ops_threads))
+    y[i] = convert_element<T>(convert_element<A>(y[i]) + alpha * convert_element<A>(x[i]));
+}
+
+// |x| of float or bf16 as float bits: integer order is float order for non-negative values, and a
+// NaN's bits (exponent all ones, mantissa non-zero) exceed Inf's.
+template <class T>
+MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) amax_kernel(const T* x, std::size_t n, unsigned* out) {
+  unsigned m = 0;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(tensor_ops_threads) + threadIdx.x; i < n;
+       i += gridDim.x * static_cast<std::size_t>(tensor_ops_threads)) {
+    const unsigned b = bit_cast<unsigned>(load_float(x[i])) & 0x7FFFFFFFu;
+    m = b > m ? b : m;
+  }
+  m = warp_max(m);
+  if (lane_id() == 0) atomic_max(out, m);
+}
+
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) float_bits_to_double_kernel(const unsigned* bits, double* out) {
+  *out = static_cast<double>(bit_cast<float>(*bits));
+}
+
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) float_to_double_kernel(const float* in, double* out) {
+  *out = static_cast<double>(*in);
+}
+
+// [rows, cols] S -> [cols, rows] D, a 32 x 32 tile per pass: reads and writes are both along rows.
+template <class S, class D>
+MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S* in, std::size_t rows, std::size_t cols, D* out) {
+  // Raw bits: a __shared__ array cannot hold a type with a default member initializer (bfloat16).
+  using bits = std::conditional_t<sizeof(D) == 1, std::uint8_t, std::conditional_t<sizeof(D) == 2, std::uint16_t, std::uint32_t>>;
+  static_assert(sizeof(bits) == sizeof(D));
+  __shared__ bits tile[transpose_tile][transpose_tile + 1];  // +1: the column reads hit distinct banks
+  const std::size_t tiles_r = (rows + transpose_tile - 1) / transpose_tile, tiles_c = (cols + transpose_tile - 1) / transpose_tile;
+  const int tx = static_cast<int>(threadIdx.x) % transpose_tile, ty = static_cast<int>(threadIdx.x) / transpose_tile;
+  constexpr int rows_per_pass = tensor_ops_threads / transpose_tile;
+  for (std::size_t t = blockIdx.x; t < tiles_r * tiles_c; t += gridDim.x) {
+    const std::size_t r0 = t / tiles_c * transpose_tile, c0 = t % tiles_c * transpose_tile;
+    for (int r = ty; r < transpose_tile; r += rows_per_pass) {
+      const std::size_t gr = r0 + static_cast<std::size_t>(r), gc = c0 + static_cast<std::size_t>(tx);
+      if (gr < rows && gc < cols) tile[r][tx] = bit_cast<bits>(convert_element<D>(in[gr * cols + gc]));
+    }
+    sync_threads();
+    for (int r = ty; r < transpose_tile; r += rows_per_pass) {  // output row c0 + r, column r0 + tx
+      const std::size_t gr = c0 + static_cast<std::size_t>(r), gc = r0 + static_cast<std::size_t>(tx);
+      if (gr < cols && gc < rows) out[gr * rows + gc] = bit_cast<D>(tile[tx][r]);
+    }
+    sync_threads();
+  }
+}
+
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) update_scales_kernel(float* history, float* scale, const float* fp8_max, std::size_t rows,
+                                                               std::size_t H, float headroom, nn::amax_algorithm algorithm) {
+  const std::size_t r = blockIdx.x * static_cast<std::size_t>(Threads) + threadIdx.x;
+  if (r < rows) ref::update_scale_row(history + r * H, H, scale[r], fp8_max[r], headroom, algorithm);
+}
+
+// The optimizer's scalars: global_norm's result as the backend's (1, 1) f64 norm and clip
+// tensors, its (1, 2) f64 step counts as AdamW's integer counts and back, the learning rate.
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) norm_to_scalars_kernel(const grad_norm_result* r, double* norm, double* clip) {
+  *norm = r->nonfinite ? static_cast<double>(bit_cast<float>(0x7FC00000u)) : static_cast<double>(r->norm);
+  *clip = static_cast<double>(r->clip);
+}
+// The backend's norm and clip tensors as AdamW's input (the clip factor the caller passes is the
+// one applied; a non-finite norm skips the step).
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) scalars_to_norm_kernel(const double* norm, const double* clip, grad_norm_result* r) {
+  const bool finite = finite_bits(*norm);
+  *r = grad_norm_result{static_cast<float>(*norm), finite ? static_cast<float>(*clip) : 1.0f, finite ? 0 : 1};
+}
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) counts_from_state_kernel(const double* state, adamw_step_counts* counts) {
+  counts->taken = static_cast<std::uint64_t>(state[0]);
+  counts->skipped = static_cast<std::uint64_t>(state[1]);
+}
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) counts_to_state_kernel(const adamw_step_counts* counts, double* state) {
+  state[0] = static_cast<double>(counts->taken);
+  state[1] = static_cast<double>(counts->skipped);
+}
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) set_float_kernel(float* p, float value) {
+  *p = value;
+}
+
+template <auto Kernel>
+inline int elementwise_grid(std::size_t n) {
+  return persistent_grid<Kernel>(tensor_ops_threads, (n + tensor_ops_threads - 1) / tensor_ops_threads);
+}
+
+}  // namespace detail
+
+// Every element of p (n of them, device) = value. Asynchronous on `stream`.
+template <class T>
+void fill(T* p, std::size_t n, T value, stream_t stream) {
+  if (n == 0) return;
+  detail::fill_kernel<T><<<detail::elementwise_grid<detail::fill_kernel<T>>(n), detail::tensor_ops_threads, 0, stream>>>(p, n, value);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+// out[i] = in[i] converted (bf16: nearest even, Inf and NaN kept). Asynchronous on `stream`.
+template <class S, class D>
+void convert(const S* in, D* out, std::size_t n, stream_t stream) {
+  if (n == 0) return;
+  detail::convert_kernel<S, D><<<detail::elementwise_grid<detail::convert_kernel<S, D>>(n), detail::tensor_ops_threads, 0, stream>>>(in, out, n);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+// y = y + alpha * x (n elements of float, bf16 or double). Asynchronous on `stream`.
+template <class T>
+void axpy(double alpha, const T* x, T* y, std::size_t n, stream_t stream) {
+  if (n == 0) return;
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  constexpr auto kernel = detail::axpy_kernel<T, A>;
+  kernel<<<detail::elementwise_grid<kernel>(n), detail::tensor_ops_threads, 0, stream>>>(static_cast<A>(alpha), x, y, n);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+// *out = max |x| (float or bf16 x, n elements; 0 for none; NaN if any is NaN); `scratch` is one
+// unsigned of device memory. Asynchronous on `stream`.
+template <layer_element T>
+void amax(const T* x, std::size_t n, double* out, unsigned* scratch, stream_t stream) {
+  MXKIT_GPU_CHECK(memset_async(scratch, 0, sizeof(unsigned), stream));
+  if (n > 0) {
+    detail::amax_kernel<T><<<detail::elementwise_grid<detail::amax_kernel<T>>(n), detail::tensor_ops_threads, 0, stream>>>(x, n, scratch);
+    MXKIT_GPU_CHECK_LAUNCH();
+  }
+  detail::float_bits_to_double_kernel<1><<<1, 1, 0, stream>>>(scratch, out);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+// out [cols, rows] = in [rows, cols] transposed, converted to D. Asynchronous on `stream`.
+template <class S, class D>
+void transpose(const S* in, std::size_t rows, std::size_t cols, D* out, stream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  const std::size_t tiles = (rows + detail::transpose_tile - 1) / detail::transpose_tile * ((cols + detail::transpose_tile - 1) / detail::transpose_tile);
+  constexpr auto kernel = detail::transpose_kernel<S, D>;
+  kernel<<<detail::persistent_grid<kernel>(detail::tensor_ops_threads, tiles), detail::tensor_ops_threads, 0, stream>>>(in, rows, cols, out);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+// The fused delayed-scaling update of a whole scaling table (nn/delayed_scaling.hpp):
+// history (rows, H), scale and fp8_max (rows). Asynchronous on `stream`.
+inline void update_scales(float* history, float* scale, const float* fp8_max, std::size_t rows, std::size_t H,
+                          const nn::delayed_scaling_config& c, stream_t stream) {
+  if (rows == 0) return;
+  constexpr int threads = detail::tensor_ops_threads;
+  const float headroom = static_cast<float>(std::ldexp(1.0, c.margin));
+  detail::update_scales_kernel<threads><<<static_cast<unsigned>((rows + threads - 1) / threads), threads, 0, stream>>>(
+      history, scale, fp8_max, rows, H, headroom, c.algorithm);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE
