@@ -8,9 +8,10 @@
 //  1. Every operation on small and ragged shapes (1x1, 3x37, 67x96, 130x64, ...):
 //     - quantize / quantize_both / transpose (MX with and without the Hadamard rotation, random
 //       signs, stochastic rounding; MXFP8 E4M3 round-up; FP8 through a scaling table with amax
-//       recording; bf16 rowwise and columnwise), from f32 and bf16 inputs: byte for byte (codes,
-//       scales, the FP8 copy's scale, the history the casts wrote). Native operands and f64 data
-//       are refused on the device (std::invalid_argument).
+//       recording; bf16 rowwise and columnwise) and export_fp8 / import_fp8 (the healing stash),
+//       from f32 and bf16 inputs: byte for byte (codes, scales, the FP8 copy's scale and amax, the
+//       history the casts wrote). Native operands and f64 data are refused on the device
+//       (std::invalid_argument).
 //     - gemm, every precision and product (fprop, dgrad, wgrad on the copies the layers use),
 //       f32 and bf16 D, alpha/beta with a separate C and with C = D: within the GEMM tests' bound.
 //     - update_scales after casts (max and most_recent, margin 2, a NaN amax, a row never cast):
@@ -552,6 +553,23 @@ TEST_CASE("device backend: quantized copies are the host backend's, byte for byt
         const qpair pd = d.quantize_both(x.d, r, col), ph = h.quantize_both(x.h, r, col);
         CHECK(copy_mismatch(d, pd.rowwise, ph.rowwise) == "");
         CHECK(copy_mismatch(d, pd.columnwise, ph.columnwise) == "");
+      }
+      {
+        INFO("the healing stash: export_fp8, import_fp8 and its transpose");
+        for (const fp8_type ft : {fp8_type::e4m3, fp8_type::e5m2}) {
+          const host_fp8 ed = d.export_fp8(x.d, ft, 0.75f), eh = h.export_fp8(x.h, ft, 0.75f);
+          const fp8_tensor a = ed.to_tensor(), b = eh.to_tensor();
+          CHECK(bytes_mismatch("exported codes", a.data, b.data, cols) == "");
+          CHECK(a.rows == b.rows);
+          CHECK(a.cols == b.cols);
+          CHECK(a.scale == b.scale);
+          CHECK(mxkit::bit_cast<std::uint32_t>(a.amax) == mxkit::bit_cast<std::uint32_t>(b.amax));
+          const qtensor qd = d.import_fp8(eh, operand_use::fprop_w, mem_tag::quantized_weight);
+          const qtensor qh = h.import_fp8(eh, operand_use::fprop_w, mem_tag::quantized_weight);
+          CHECK(copy_mismatch(d, qd, qh) == "");
+          CHECK(copy_mismatch(d, d.transpose(qd, operand_use::dgrad_w, mem_tag::quantized_weight),
+                              h.transpose(qh, operand_use::dgrad_w, mem_tag::quantized_weight)) == "");
+        }
       }
       ++stream;
     }
@@ -1110,11 +1128,9 @@ TEST_CASE("device backend: cross-entropy loss and in-place gradient", "[gpu][nn]
 
 TEST_CASE("device backend: global norm, clip factor and AdamW", "[gpu][nn][backend]") {
   // global_norm: the device sums squares in double and rounds the norm to float (2 u32, as
-  // catch2_test_nn_kernels.cu); the host's double norm is exact to far better. The device clips
-  // by min(1, max_norm / (norm + 1e-6)) (PyTorch's clip_grad_norm_), the host by max_norm / norm:
-  // the device's factor is compared with the host norm's min(1, max_norm / (norm + 1e-6)), within
-  // 4 u32 (the float norm, the float factor), and with the host's factor within that plus 1e-6 /
-  // norm. AdamW: the device's float update against the reference (catch2_test_nn_kernels.cu:
+  // catch2_test_nn_kernels.cu); the host's double norm is exact to far better. Both clip by
+  // nn::clip_factor (max_norm / norm above max_norm): the device's factor, formed from its float
+  // norm and stored as a float, is within 4 u32 of the host's. AdamW: the device's float update against the reference (catch2_test_nn_kernels.cu:
   // m 8 u32, v 16 u32, param 32 u32 of their magnitudes, lr and clip read as floats), the host's
   // float-stored double update within 1 u32 of each: 10, 18 and 40 u32. Step counts exact.
   tally tl;
@@ -1137,9 +1153,9 @@ TEST_CASE("device backend: global norm, clip factor and AdamW", "[gpu][nn][backe
     h.global_norm(gh, max_norm, norm.h, clip.h);
     d.global_norm(gd, max_norm, norm.d, clip.d);
     CHECK(within(tl, "norm", d.read(norm.d), h.read(norm.h), {2 * u32 * n}) == "");
-    const double want = max_norm > 0.0 ? std::min(1.0, max_norm / (n + 1e-6)) : 1.0;
+    const double want = mxkit::nn::clip_factor(n, max_norm);
     CHECK(within(tl, "clip (device formula)", d.read(clip.d), {want}, {4 * u32 * want}) == "");
-    CHECK(within(tl, "clip (host formula)", d.read(clip.d), h.read(clip.h), {4 * u32 * want + 1e-6 / n}) == "");
+    CHECK(within(tl, "clip (host formula)", d.read(clip.d), h.read(clip.h), {4 * u32 * want}) == "");
     if (max_norm != 0.25 * n) CHECK(d.read_scalar(clip.d) == 1.0);
   }
   for (const double bad : {nan_value, HUGE_VAL}) {
@@ -1150,10 +1166,12 @@ TEST_CASE("device backend: global norm, clip factor and AdamW", "[gpu][nn][backe
     d.write(grads[2].d, v);
     h.global_norm(gh, 1.0, norm.h, clip.h);
     d.global_norm(gd, 1.0, norm.d, clip.d);
-    CHECK_FALSE(std::isfinite(d.read_scalar(norm.d)));  // the device writes NaN for Inf too; the host Inf
+    // Both non-finite (the device writes NaN for an Inf norm too, the host Inf), so adamw_step
+    // skips on both; the device's clip factor is then 1 (gpu/nn/global_norm.hpp), the host's
+    // max_norm / Inf = 0 for an Inf norm: unused either way, only the device's is checked.
+    CHECK_FALSE(std::isfinite(d.read_scalar(norm.d)));
     CHECK_FALSE(std::isfinite(h.read_scalar(norm.h)));
     CHECK(d.read_scalar(clip.d) == 1.0);
-    CHECK(h.read_scalar(clip.h) == 1.0);
   }
 
   // AdamW over three parameters, the same norm and clip factor written into both backends.
@@ -1425,10 +1443,10 @@ TEST_CASE("device backend: LoRA leaves the frozen base weights bit-identical", "
 
 TEST_CASE("device backend: healing frees every MXFP4 copy before the FP8 copies arrive, measured on the device", "[gpu][nn][backend][healing]") {
   // A model with weights large enough to see on the device (2 layers, d_model 512, d_ff 1536:
-  // 6.0 M frozen weights, 12 MiB of FP8 copies, 6.4 MiB of MXFP4 copies), LoRA on QKV and out.
+  // 6.0 M frozen weights, 11.5 MiB of FP8 copies, 6.1 MiB of MXFP4 copies), LoRA on QKV and out.
   // Device figures per phase, after the stream drained: the runtime's free memory, the pool's
   // reserved and in-use bytes; printed next to the tracker's.
-  // Checks (slack: 1 MiB, plus a quarter of the change, for the rounding of allocations):
+  // Checks (slack: 2 MiB, plus a quarter of the change, for the pool's rounding of ~40 allocations):
   //  - the pool's in-use bytes follow the tracker: (used - tracked) moves by at most the slack
   //    between phases (everything the backend holds is tracked, nothing else uses the pool);
   //  - the runtime's free memory fell by at most what the pool reserved since (+ 16 MiB for
@@ -1443,7 +1461,7 @@ TEST_CASE("device backend: healing frees every MXFP4 copy before the FP8 copies 
   c.layer = {512, 8, 2, 1536};
   const recipe fp4_recipe = with_bf16(recipes::mxfp4_amd()), target = with_bf16(recipes::fp8_healing());
   const double mib = 1048576.0;
-  auto slack = [&](double change) { return mib + std::fabs(change) / 4; };
+  auto slack = [&](double change) { return 2 * mib + std::fabs(change) / 4; };
   auto consistent = [&](const memory_phase& a, const memory_phase& b) {
     INFO(a.name << " -> " << b.name);
     const double moved = (b.pool_used - b.tracked_total) - (a.pool_used - a.tracked_total);

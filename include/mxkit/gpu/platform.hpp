@@ -175,6 +175,9 @@ inline error_t stream_synchronize(stream_t s) noexcept { return MXKIT_GPU_API(cu
 inline error_t event_create(event_t* e) noexcept { return MXKIT_GPU_API(cudaEventCreate, hipEventCreate)(e); }
 inline error_t event_destroy(event_t e) noexcept { return MXKIT_GPU_API(cudaEventDestroy, hipEventDestroy)(e); }
 inline error_t event_record(event_t e, stream_t s) noexcept { return MXKIT_GPU_API(cudaEventRecord, hipEventRecord)(e, s); }
+// success once the work before the event has finished, not_ready before (not an error).
+inline constexpr error_t not_ready = MXKIT_GPU_API(cudaErrorNotReady, hipErrorNotReady);
+inline error_t event_query(event_t e) noexcept { return MXKIT_GPU_API(cudaEventQuery, hipEventQuery)(e); }
 inline error_t event_synchronize(event_t e) noexcept { return MXKIT_GPU_API(cudaEventSynchronize, hipEventSynchronize)(e); }
 // Work enqueued on `s` after this call waits for event `e` (recorded on another stream).
 inline error_t stream_wait_event(stream_t s, event_t e) noexcept { return MXKIT_GPU_API(cudaStreamWaitEvent, hipStreamWaitEvent)(s, e, 0); }

@@ -22,6 +22,14 @@ struct head_shape {
   std::size_t qkv_dim() const noexcept { return q_dim() + 2 * kv_dim(); }
 };
 
+// The gradient clipping factor of a global norm (Pascanu et al. 2013): max_norm / norm when
+// clipping is on (max_norm > 0) and the norm exceeds it, else 1 (a non-finite norm fails the
+// comparison: 1, and the optimizer skips the step). One rule for the host and the device
+// (ref::host_backend, gpu/nn/global_norm.hpp).
+MXKIT_HD constexpr double clip_factor(double norm, double max_norm) noexcept {
+  return max_norm > 0.0 && norm > max_norm && norm - norm == 0.0 ? max_norm / norm : 1.0;
+}
+
 struct adamw_hyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
   double grad_scale = 1.0;  // gradient clipping factor, applied before the moments

@@ -388,7 +388,7 @@ class host_backend : public nn::backend {
       });
     const double n = std::sqrt(ss);
     *norm.as<double>() = n;
-    *clip.as<double>() = max_norm > 0.0 && n > max_norm ? max_norm / n : 1.0;
+    *clip.as<double>() = nn::clip_factor(n, max_norm);
   }
   void do_adamw_step(std::span<const nn::adamw_slot_ref> slots, const nn::adamw_args& args, const nn::tensor& norm,
                      const nn::tensor& clip, nn::tensor& state) override {

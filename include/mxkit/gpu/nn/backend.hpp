@@ -94,6 +94,8 @@ class device_backend : public nn::backend {
   device_backend& operator=(const device_backend&) = delete;
   ~device_backend() override {
     (void)stream_synchronize(stream_);
+    (void)stream_synchronize(copy_stream_);
+    release_copied();
     flags_.reset();
     scratch_.reset();
     norm_list_ = {};
@@ -178,7 +180,10 @@ class device_backend : public nn::backend {
     });
     return out;
   }
-  void do_synchronize() override { MXKIT_GPU_CHECK(stream_synchronize(stream_)); }
+  void do_synchronize() override {
+    MXKIT_GPU_CHECK(stream_synchronize(stream_));
+    release_copied();
+  }
   void do_fill(nn::tensor& t, double value) override {
     visit_host(t.type(), [&](auto z) {
       using T = decltype(z);
@@ -317,6 +322,7 @@ class device_backend : public nn::backend {
     if (host.bytes()) MXKIT_GPU_CHECK(memcpy_async(p->data, host.codes(), host.bytes(), copy_kind::host_to_device, copy_stream_));
     MXKIT_GPU_CHECK(event_record(order_, copy_stream_));
     MXKIT_GPU_CHECK(stream_wait_event(stream_, order_));
+    keep_until_copied(host);
     detail::set_float_kernel<1><<<1, 1, 0, stream_>>>(p->fp8_scale, host.scale());
     MXKIT_GPU_CHECK_LAUNCH();
     return finish(r, host.rows(), host.cols(), std::move(p));
@@ -568,6 +574,24 @@ class device_backend : public nn::backend {
     return out;
   }
 
+  // The host codes of an upload in flight on the copy stream stay alive (a shared owner kept
+  // here) until the copy has finished: a caller may drop its host_fp8 as soon as import_fp8
+  // returns. Finished ones are let go at the next import and at synchronize().
+  void keep_until_copied(const nn::host_fp8& host) {
+    release_copied();
+    event_t done = nullptr;
+    MXKIT_GPU_CHECK(event_create_timing_off(&done));
+    MXKIT_GPU_CHECK(event_record(done, copy_stream_));
+    in_flight_.push_back({host, done});
+  }
+  void release_copied() noexcept {
+    std::erase_if(in_flight_, [](const in_flight& f) {
+      if (event_query(f.done) != success) return false;
+      (void)event_destroy(f.done);
+      return true;
+    });
+  }
+
   // Host -> device through page-locked staging memory, so the copy is asynchronous. The staging
   // buffers form a ring: an upload waits only for the upload that last used its slot, several
   // uploads back (a step uploads its tokens and targets, so the host may run a few steps ahead of
@@ -698,6 +722,11 @@ class device_backend : public nn::backend {
            a.seed == b.seed && a.stream == b.stream;
   }
 
+  struct in_flight {
+    nn::host_fp8 host;
+    event_t done;
+  };
+  std::vector<in_flight> in_flight_;
   struct staging_slot {
     void* memory = nullptr;
     std::size_t bytes = 0;

@@ -4,10 +4,8 @@
 // clipping factor, both left in device memory for gpu/nn/adamw.hpp: no host round trip per
 // step (the host reads the result only when it wants to log it).
 //   norm = sqrt(sum over tensors and elements of g^2)
-//   clip = min(1, max_norm / (norm + 1e-6))   (1 when max_norm is 0: clipping off)
-// The 1e-6 is PyTorch's clip_grad_norm_ (torch.nn.utils.clip_grad_norm_: clip_coef =
-// max_norm / (total_norm + 1e-6), clamped to 1); nn::adamw on the host divides by the norm
-// itself, a relative difference of 1e-6 / norm.
+//   clip = max_norm / norm when norm > max_norm > 0, else 1   (nn::clip_factor, the host's rule;
+//          PyTorch's clip_grad_norm_ divides by norm + 1e-6 instead, a relative 1e-6 / norm)
 // A norm that is Inf or NaN (an Inf or NaN in some gradient, or squares past double's range)
 // sets `nonfinite`: the AdamW update skips the step, as nn::adamw does.
 //
@@ -30,6 +28,7 @@
 #include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/nn/reduce.hpp>
 #include <mxkit/gpu/runtime.hpp>
+#include <mxkit/nn/kernel_args.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
@@ -92,11 +91,7 @@ MXKIT_GLOBAL void __launch_bounds__(Threads) global_norm_finish_kernel(const dou
   if (threadIdx.x == 0) {
     const double norm = sqrt(acc);
     const bool finite = finite_bits(norm);
-    double clip = 1.0;
-    if (finite && max_norm > 0.0f) {
-      clip = static_cast<double>(max_norm) / (norm + 1e-6);
-      clip = clip < 1.0 ? clip : 1.0;
-    }
+    const double clip = nn::clip_factor(norm, static_cast<double>(max_norm));
     *out = grad_norm_result{static_cast<float>(norm), static_cast<float>(clip), finite ? 0 : 1};
   }
 }

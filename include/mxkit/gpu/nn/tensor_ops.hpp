@@ -124,7 +124,7 @@ MXKIT_GLOBAL void __launch_bounds__(Threads) update_scales_kernel(float* history
 // tensors, its (1, 2) f64 step counts as AdamW's integer counts and back, the learning rate.
 template <int Threads>
 MXKIT_GLOBAL void __launch_bounds__(Threads) norm_to_scalars_kernel(const grad_norm_result* r, double* norm, double* clip) {
-  *norm = r->nonfinite ? static_cast<double>(bit_cast<float>(0x7FC00000u)) : static_cast<double>(r->norm);
+  *norm = static_cast<double>(r->norm);  // Inf and NaN stay what they are
   *clip = static_cast<double>(r->clip);
 }
 // The backend's norm and clip tensors as AdamW's input (the clip factor the caller passes is the
