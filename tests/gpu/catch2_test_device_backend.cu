@@ -367,7 +367,11 @@ train_config run_config(std::size_t steps) {
   train_config c;
   c.steps = steps;
   c.shape = {2, 64};
-  c.schedule = {1e-2, 1e-3, std::min<std::size_t>(3, steps - 1), steps};  // the cosine needs total > warmup
+  // Peak 3e-3: at 1e-2 this small model trains through loss spikes from step 10 on, and a spike
+  // turns a last-bit difference between the backends into a 37 % loss gap at one step (measured
+  // on the H200: every recipe agreed within 0.6 % for 8 steps, then spiked apart). Agreement is
+  // only a meaningful test of a trajectory that is not chaotic.
+  c.schedule = {3e-3, 3e-4, std::min<std::size_t>(3, steps - 1), steps};  // the cosine needs total > warmup
   c.log_every = 1;
   return c;
 }
@@ -1348,7 +1352,7 @@ TEST_CASE("device backend: twenty training steps of every recipe agree with the 
     REQUIRE(lh.size() == 20);
     REQUIRE(ld.size() == 20);
     CHECK(losses_outside(lh, ld, 5e-3, 2e-2) == 0);
-    CHECK(ld.back() < ld.front() - 1.0);  // and it trains
+    CHECK(ld.back() < ld.front() - 0.5);  // and it trains
   }
 }
 
