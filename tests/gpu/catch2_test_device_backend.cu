@@ -51,6 +51,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -1343,7 +1344,11 @@ TEST_CASE("device backend: twenty training steps of every recipe agree with the 
   // rounding of the two backends' kernels (bf16 activations: a few bf16 ulps of the logits, then
   // averaged): relative 5e-3. After it the updates feed back the differences (and quantizers
   // with a threshold, MX and FP8, round some elements the other way), so the trajectories drift:
-  // relative 2e-2 per step. Both series are printed.
+  // relative 2e-2 per step, 5e-2 for MXFP4, where a last-bit difference in an activation moves
+  // an element by a whole FP4 step (up to a third of its value). Measured on the H200 (lr 3e-3):
+  // at most 0.9 % (bf16, FP8, MXFP8) and 3.5 % (MXFP4) at one step. The drift has no direction:
+  // the mean loss over the 20 steps agrees within 1 % (measured: 0.1 %).
+  // Both series are printed.
   for (const recipe& r0 : {recipes::bf16(), recipes::fp8_delayed(), recipes::mxfp8(), recipes::mxfp4_amd(), recipes::mxfp4_nvidia_style()}) {
     const recipe r = with_bf16(r0);
     INFO(r.name);
@@ -1351,7 +1356,10 @@ TEST_CASE("device backend: twenty training steps of every recipe agree with the 
     WARN(r.name << ", 20 steps, bf16 activations:" << loss_table(lh, ld));
     REQUIRE(lh.size() == 20);
     REQUIRE(ld.size() == 20);
-    CHECK(losses_outside(lh, ld, 5e-3, 2e-2) == 0);
+    const bool fp4 = r.uses(precision::mx) && r.fprop.a.mx == mx_type::mxfp4;
+    CHECK(losses_outside(lh, ld, 5e-3, fp4 ? 5e-2 : 2e-2) == 0);
+    const double mean_h = std::accumulate(lh.begin(), lh.end(), 0.0) / 20, mean_d = std::accumulate(ld.begin(), ld.end(), 0.0) / 20;
+    CHECK(std::fabs(mean_d - mean_h) <= 1e-2 * mean_h);
     CHECK(ld.back() < ld.front() - 0.5);  // and it trains
   }
 }
