@@ -16,6 +16,9 @@ build=${MXKIT_GPU_BUILD:-build-gpu-train}
 targets=${MXKIT_TARGETS:-catch2_test_device_backend bench_layer bench_train 06_train_gpu}
 tests=${MXKIT_TESTS:-catch2_test_device_backend}
 benches=${MXKIT_BENCHES:-bench_layer --record; bench_train --record}
+# The device's copy of the tree may carry a stale .git: pass the commit measured as MXKIT_COMMIT
+# (bench_common.hpp prefers it), e.g. MXKIT_COMMIT=$(git rev-parse --short HEAD) from this side.
+[ -n "${MXKIT_COMMIT:-}" ] || echo "note: MXKIT_COMMIT not set; RESULTS.md rows take the commit git reports here"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 start=$SECONDS
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA -DCMAKE_CUDA_ARCHITECTURES=90 \
