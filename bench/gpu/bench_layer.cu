@@ -34,6 +34,7 @@
 #include <mxkit/nn/transformer_layer.hpp>
 
 #include "bench_common.hpp"
+#include "training_bench.hpp"
 
 namespace {
 
@@ -111,43 +112,6 @@ class profiled_backend final : public gpu::device_backend {
 
 };
 
-struct peer_figures {
-  std::map<std::string, double> v;
-  double get(const std::string& k) const {
-    auto it = v.find(k);
-    return it == v.end() ? 0.0 : it->second;
-  }
-};
-
-peer_figures run_peer(std::size_t seq) {
-  peer_figures p;
-  const char* env = std::getenv("MXKIT_LAYER_PEER");
-  std::string cmd = env ? env : "python3 bench/layer_peer.py";
-  if (cmd.empty()) return p;
-  cmd += " --seq " + std::to_string(seq);
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return p;
-  char line[512];
-  while (std::fgets(line, sizeof line, f)) {
-    std::printf("peer: %s", line);
-    char key[128];
-    double value = 0;
-    if (std::sscanf(line, "%127s %lf", key, &value) == 2) p.v[key] = value;
-  }
-  pclose(f);
-  return p;
-}
-
-nn::recipe recipe_named(const std::string& n) {
-  nn::recipe r = n == "bf16" ? nn::recipes::bf16()
-                 : n == "fp8" ? nn::recipes::fp8_delayed()
-                 : n == "mxfp8" ? nn::recipes::mxfp8()
-                 : n == "mxfp4" ? nn::recipes::mxfp4_amd()
-                                : (mxkit::detail::fail("bench_layer: unknown recipe '", n, "' (bf16, fp8, mxfp8, mxfp4)"), nn::recipe{});
-  r.activations = nn::dtype::bf16;
-  return r;
-}
-
 std::vector<double> normal_values(std::size_t n, std::uint64_t seed, double scale) {
   std::vector<double> v(n);
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -203,13 +167,8 @@ int main(int argc, char** argv) {
     std::array<double, 5> split;
   };
   std::vector<measured> all;
-  std::size_t start = 0;
-  while (start <= recipes.size()) {
-    const std::size_t comma = std::min(recipes.find(',', start), recipes.size());
-    const std::string name = recipes.substr(start, comma - start);
-    start = comma + 1;
-    if (name.empty()) continue;
-    const nn::recipe r = recipe_named(name);
+  for (const std::string& name : mxkit_bench::split_list(recipes)) {
+    const nn::recipe r = mxkit_bench::training_recipe(name);
     profiled_backend be;
     nn::transformer_layer layer(be, "layer", c, 0, r, nn::dtype::f32);
     layer.init(1, 0.02, 32);
@@ -261,20 +220,23 @@ int main(int argc, char** argv) {
     all.push_back({name, ms, peak_gib, split});
   }
 
-  const peer_figures peer = run_peer(seq);
-  const double peer_tok = peer.get("compiled_tokens_per_s"), peer_gib = peer.get("compiled_peak_gib");
+  const char* env = std::getenv("MXKIT_LAYER_PEER");
+  const std::string peer_cmd = env ? env : "python3 bench/layer_peer.py";
+  const std::map<std::string, double> peer = mxkit_bench::run_peer(peer_cmd.empty() ? peer_cmd : peer_cmd + " --seq " + std::to_string(seq));
+  const auto get = [&](const char* key) { return mxkit_bench::peer_value(peer, key); };
+  const double peer_tok = get("compiled_tokens_per_s"), peer_gib = get("compiled_peak_gib");
   const std::string shape_name = "Llama-3.1-8B layer B1 T" + std::to_string(seq) + " fwd+bwd";
   for (const measured& m : all) {
     const std::string what = m.recipe + " " + shape_name;
     rows.push_back({"layer", what + " tokens/s", tokens / m.ms * 1e3, "tokens/s", "torch.compile bf16", peer_tok});
-    rows.push_back({"layer", what + " model TFLOP/s", flops / m.ms / 1e9, "TFLOP/s", "torch.compile bf16", peer.get("compiled_tflops")});
-    rows.push_back({"layer", what + " step", m.ms, "ms", "torch.compile bf16", peer.get("compiled_ms")});
+    rows.push_back({"layer", what + " model TFLOP/s", flops / m.ms / 1e9, "TFLOP/s", "torch.compile bf16", get("compiled_tflops")});
+    rows.push_back({"layer", what + " step", m.ms, "ms", "torch.compile bf16", get("compiled_ms")});
     rows.push_back({"layer", what + " peak memory", m.peak_gib, "GiB", "torch.compile bf16", peer_gib});
     for (int p = 0; p < 5; ++p)
       rows.push_back({"layer", what + " time in " + part_names[p], m.split[static_cast<std::size_t>(p)], "ms", "", 0.0});
   }
-  rows.push_back({"layer", "torch eager bf16 " + shape_name + " tokens/s", peer.get("eager_tokens_per_s"), "tokens/s", "torch.compile bf16", peer_tok});
-  rows.push_back({"layer", "torch compiled FP8 (_scaled_mm) " + shape_name + " tokens/s", peer.get("fp8_tokens_per_s"), "tokens/s",
+  rows.push_back({"layer", "torch eager bf16 " + shape_name + " tokens/s", get("eager_tokens_per_s"), "tokens/s", "torch.compile bf16", peer_tok});
+  rows.push_back({"layer", "torch compiled FP8 (_scaled_mm) " + shape_name + " tokens/s", get("fp8_tokens_per_s"), "tokens/s",
                   "torch.compile bf16", peer_tok});
   mxkit_bench::finish(opt, props.name, rows);
   return 0;

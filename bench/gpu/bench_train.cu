@@ -30,6 +30,7 @@
 #include <mxkit/nn/training.hpp>
 
 #include "bench_common.hpp"
+#include "training_bench.hpp"
 
 namespace {
 
@@ -41,46 +42,14 @@ struct model_shape {
   std::size_t layers, d_model, heads, kv_heads, ffn, seq, batch;
 };
 
-std::map<std::string, double> run_peer(const model_shape& m) {
-  std::map<std::string, double> v;
+// The peer command for model m ($MXKIT_TRAIN_PEER or bench/train_peer.py; empty: no peer).
+std::string peer_command(const model_shape& m) {
   const char* env = std::getenv("MXKIT_TRAIN_PEER");
-  std::string cmd = env ? env : "python3 bench/train_peer.py";
-  if (cmd.empty()) return v;
-  cmd += " --layers " + std::to_string(m.layers) + " --d-model " + std::to_string(m.d_model) + " --heads " + std::to_string(m.heads) +
+  const std::string cmd = env ? env : "python3 bench/train_peer.py";
+  if (cmd.empty()) return cmd;
+  return cmd + " --layers " + std::to_string(m.layers) + " --d-model " + std::to_string(m.d_model) + " --heads " + std::to_string(m.heads) +
          " --kv-heads " + std::to_string(m.kv_heads) + " --ffn " + std::to_string(m.ffn) + " --seq " + std::to_string(m.seq) +
          " --batch " + std::to_string(m.batch);
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return v;
-  char line[512];
-  while (std::fgets(line, sizeof line, f)) {
-    std::printf("peer: %s", line);
-    char key[128];
-    double value = 0;
-    if (std::sscanf(line, "%127s %lf", key, &value) == 2) v[key] = value;
-  }
-  pclose(f);
-  return v;
-}
-
-nn::recipe recipe_named(const std::string& n) {
-  nn::recipe r = n == "bf16" ? nn::recipes::bf16()
-                 : n == "fp8" ? nn::recipes::fp8_delayed()
-                 : n == "mxfp8" ? nn::recipes::mxfp8()
-                 : n == "mxfp4" ? nn::recipes::mxfp4_amd()
-                                : (mxkit::detail::fail("bench_train: unknown recipe '", n, "' (bf16, fp8, mxfp8, mxfp4)"), nn::recipe{});
-  r.activations = nn::dtype::bf16;
-  return r;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t comma = std::min(s.find(',', start), s.size());
-    if (comma > start) out.push_back(s.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -114,7 +83,7 @@ int main(int argc, char** argv) {
     b = static_cast<std::uint8_t>(x);
   }
   std::vector<mxkit_bench::result> rows;
-  for (const std::string& key : split(models)) {
+  for (const std::string& key : mxkit_bench::split_list(models)) {
     const auto it = shapes.find(key);
     mxkit::detail::require(it != shapes.end(), "bench_train: unknown model '", key, "' (default, 76m)");
     const model_shape& m = it->second;
@@ -131,8 +100,8 @@ int main(int argc, char** argv) {
                                                  3.0 * double(c.d_model) * double(c.d_ff)) +
                             double(mc.vocab) * double(c.d_model);
     const double flops = 6.0 * n_linear * tokens + double(m.layers) * 3.5 * 2.0 * double(m.batch) * double(c.n_heads) * double(m.seq) * double(m.seq) * D;
-    for (const std::string& rname : split(recipes)) {
-      const nn::recipe r = recipe_named(rname);
+    for (const std::string& rname : mxkit_bench::split_list(recipes)) {
+      const nn::recipe r = mxkit_bench::training_recipe(rname);
       gpu::device_backend be;
       nn::model model(be, mc, r, 1);
       nn::train_config tc;
@@ -160,11 +129,8 @@ int main(int argc, char** argv) {
       rows.push_back({"train", rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq) + " tokens/s",
                       tokens / ms * 1e3, "tokens/s", "torch.compile bf16", 0.0});
     }
-    const std::map<std::string, double> peer = run_peer(m);
-    const auto get = [&](const char* k) {
-      const auto p = peer.find(k);
-      return p == peer.end() ? 0.0 : p->second;
-    };
+    const std::map<std::string, double> peer = mxkit_bench::run_peer(peer_command(m));
+    const auto get = [&](const char* k) { return mxkit_bench::peer_value(peer, k); };
     for (mxkit_bench::result& row : rows)
       if (row.peer_value == 0.0 && row.case_name.find(m.name) != std::string::npos) row.peer_value = get("compiled_tokens_per_s");
     rows.push_back({"train", "torch eager bf16 " + m.name + " tokens/s", get("eager_tokens_per_s"), "tokens/s", "torch.compile bf16",

@@ -16,6 +16,7 @@ struct quantize_options {
   std::uint32_t stream = 0;              // Philox stream: decorrelates tensors quantized with one seed
 
   MXKIT_HD constexpr std::uint32_t sign_mask() const noexcept;
+  friend constexpr bool operator==(const quantize_options&, const quantize_options&) = default;
 };
 
 MXKIT_END_NAMESPACE

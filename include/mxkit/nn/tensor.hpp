@@ -62,6 +62,29 @@ constexpr dtype dtype_of() noexcept {
   else return dtype::i32;
 }
 
+// f(T{}) for the element type T of dtype t (float, double, bfloat16, int32).
+template <class F>
+void visit_dtype(dtype t, F&& f) {
+  switch (t) {
+    case dtype::f32: f(float{}); break;
+    case dtype::f64: f(double{}); break;
+    case dtype::bf16: f(bfloat16{}); break;
+    case dtype::i32: f(std::int32_t{}); break;
+  }
+}
+// Host values <-> elements, as backend::write and backend::read convert them: exact for f32,
+// f64 and i32 values, bf16 rounds to nearest even (Inf and NaN kept).
+template <class T>
+T element_from_double(double v) {
+  if constexpr (std::is_same_v<T, bfloat16>) return bfloat16::from_float(static_cast<float>(v), rounding::nearest_even, overflow::propagate);
+  else return static_cast<T>(v);
+}
+template <class T>
+double element_to_double(T v) {
+  if constexpr (std::is_same_v<T, bfloat16>) return v.to_float();
+  else return static_cast<double>(v);
+}
+
 // What an allocation holds. weight memory = parameter + quantized_weight.
 enum class mem_tag : std::uint8_t {
   parameter,             // master weights (fp32), LoRA adapters, norms, embeddings

@@ -114,7 +114,7 @@ class host_backend : public nn::backend {
   }
   void do_write(nn::tensor& t, const std::vector<double>& values) override {
     visit(t, [&](auto* p) {
-      for (std::size_t i = 0; i < values.size(); ++i) p[i] = from_double<std::remove_pointer_t<decltype(p)>>(values[i]);
+      for (std::size_t i = 0; i < values.size(); ++i) p[i] = nn::element_from_double<std::remove_pointer_t<decltype(p)>>(values[i]);
     });
   }
   void do_write_tokens(nn::tensor& t, const std::vector<std::int32_t>& tokens) override {
@@ -123,14 +123,14 @@ class host_backend : public nn::backend {
   std::vector<double> do_read(const nn::tensor& t) const override {
     std::vector<double> out(t.size());
     visit(t, [&](const auto* p) {
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_double(p[i]);
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = nn::element_to_double(p[i]);
     });
     return out;
   }
   void do_synchronize() override {}  // in order by construction
   void do_fill(nn::tensor& t, double value) override {
     visit(t, [&](auto* p) {
-      const auto v = from_double<std::remove_pointer_t<decltype(p)>>(value);
+      const auto v = nn::element_from_double<std::remove_pointer_t<decltype(p)>>(value);
       for (std::size_t i = 0; i < t.size(); ++i) p[i] = v;
     });
   }
@@ -152,7 +152,7 @@ class host_backend : public nn::backend {
     double m = 0.0;
     visit(x, [&](const auto* p) {
       for (std::size_t i = 0; i < x.size(); ++i) {
-        const double a = std::fabs(to_double(p[i]));
+        const double a = std::fabs(nn::element_to_double(p[i]));
         if (std::isnan(a) || a > m) m = a;
         if (std::isnan(m)) break;
       }
@@ -192,7 +192,7 @@ class host_backend : public nn::backend {
 
   nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) override {
     const bool same_mx = row.spec.kind == nn::precision::mx && col.spec.kind == nn::precision::mx && row.spec.mx == col.spec.mx &&
-                         same_options(row.mx_options(), col.mx_options());
+                         row.mx_options() == col.mx_options();
     if (same_mx) {  // one call of mxkit::quantize_both, as the fused kernel would produce them
       const floats xf(x);
       mx_tensor_pair both = mxkit::quantize_both(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, row.spec.mx, row.mx_options());
@@ -429,22 +429,7 @@ class host_backend : public nn::backend {
       using P = std::conditional_t<is_const, const T*, T*>;
       f(static_cast<P>(t.template as<T>()));
     };
-    switch (t.type()) {
-      case nn::dtype::f32: call(float{}); break;
-      case nn::dtype::f64: call(double{}); break;
-      case nn::dtype::bf16: call(bfloat16{}); break;
-      case nn::dtype::i32: call(std::int32_t{}); break;
-    }
-  }
-  template <class T>
-  static T from_double(double v) {
-    if constexpr (std::is_same_v<T, bfloat16>) return bfloat16::from_float(static_cast<float>(v), rounding::nearest_even, overflow::propagate);
-    else return static_cast<T>(v);
-  }
-  template <class T>
-  static double to_double(T v) {
-    if constexpr (std::is_same_v<T, bfloat16>) return v.to_float();
-    else return static_cast<double>(v);
+    nn::visit_dtype(t.type(), call);
   }
 
   // Kernel arguments of arithmetic type T: f32/f64 tensors of that type directly, bf16 tensors
@@ -517,10 +502,6 @@ class host_backend : public nn::backend {
   static float scale_of(const nn::fp8_scaling_slot& s) { return s.table->scale().as<float>()[s.row]; }
   static void record(const nn::fp8_scaling_slot& s, float amax) {
     ref::record_amax(s.table->history().as<float>()[s.row * s.table->config().history_length], amax);
-  }
-  static bool same_options(const quantize_options& a, const quantize_options& b) noexcept {
-    return a.rule == b.rule && a.round == b.round && a.hadamard == b.hadamard && a.random_signs == b.random_signs &&
-           a.seed == b.seed && a.stream == b.stream;
   }
   static std::vector<float> widen(const std::vector<bfloat16>& v) {
     std::vector<float> out(v.size());

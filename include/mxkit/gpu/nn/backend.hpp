@@ -155,10 +155,10 @@ class device_backend : public nn::backend {
   }
   void do_write(nn::tensor& t, const std::vector<double>& values) override {
     std::vector<std::uint8_t> host(t.bytes());
-    visit_host(t.type(), [&](auto z) {
+    nn::visit_dtype(t.type(), [&](auto z) {
       using T = decltype(z);
       for (std::size_t i = 0; i < values.size(); ++i) {
-        const T v = from_double<T>(values[i]);
+        const T v = nn::element_from_double<T>(values[i]);
         std::memcpy(host.data() + i * sizeof(T), &v, sizeof(T));
       }
     });
@@ -170,12 +170,12 @@ class device_backend : public nn::backend {
   std::vector<double> do_read(const nn::tensor& t) const override {
     const std::vector<std::uint8_t> host = download_bytes(static_cast<const std::uint8_t*>(t.data()), t.bytes());
     std::vector<double> out(t.size());
-    visit_host(t.type(), [&](auto z) {
+    nn::visit_dtype(t.type(), [&](auto z) {
       using T = decltype(z);
       for (std::size_t i = 0; i < out.size(); ++i) {
         T v;
         std::memcpy(&v, host.data() + i * sizeof(T), sizeof(T));
-        out[i] = to_double(v);
+        out[i] = nn::element_to_double(v);
       }
     });
     return out;
@@ -185,9 +185,9 @@ class device_backend : public nn::backend {
     release_copied();
   }
   void do_fill(nn::tensor& t, double value) override {
-    visit_host(t.type(), [&](auto z) {
+    nn::visit_dtype(t.type(), [&](auto z) {
       using T = decltype(z);
-      gpu::fill(t.as<T>(), t.size(), from_double<T>(value), stream_);
+      gpu::fill(t.as<T>(), t.size(), nn::element_from_double<T>(value), stream_);
     });
   }
   void do_copy(const nn::tensor& src, nn::tensor& dst) override {
@@ -243,7 +243,7 @@ class device_backend : public nn::backend {
 
   nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) override {
     const bool same_mx = row.spec.kind == nn::precision::mx && col.spec.kind == nn::precision::mx && row.spec == col.spec &&
-                         same_options(row.mx_options(), col.mx_options());
+                         row.mx_options() == col.mx_options();
     if (same_mx) {  // one read, both copies (the fused kernel)
       require_activation(x, "quantize_both");
       auto pr = mx_payload(row, x.rows(), x.cols()), pc = mx_payload(col, x.rows(), x.cols());
@@ -697,29 +697,6 @@ class device_backend : public nn::backend {
   static void visit_float(nn::dtype t, const char* what, F&& f) {
     if (t == nn::dtype::f64) f(double{});
     else activation_types(t, what, f);
-  }
-  template <class F>
-  static void visit_host(nn::dtype t, F&& f) {
-    switch (t) {
-      case nn::dtype::f32: f(float{}); break;
-      case nn::dtype::f64: f(double{}); break;
-      case nn::dtype::bf16: f(bfloat16{}); break;
-      case nn::dtype::i32: f(std::int32_t{}); break;
-    }
-  }
-  template <class T>
-  static T from_double(double v) {
-    if constexpr (std::is_same_v<T, bfloat16>) return bfloat16::from_float(static_cast<float>(v), rounding::nearest_even, overflow::propagate);
-    else return static_cast<T>(v);
-  }
-  template <class T>
-  static double to_double(T v) {
-    if constexpr (std::is_same_v<T, bfloat16>) return v.to_float();
-    else return static_cast<double>(v);
-  }
-  static bool same_options(const quantize_options& a, const quantize_options& b) noexcept {
-    return a.rule == b.rule && a.round == b.round && a.hadamard == b.hadamard && a.random_signs == b.random_signs &&
-           a.seed == b.seed && a.stream == b.stream;
   }
 
   struct in_flight {

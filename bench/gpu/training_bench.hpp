@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What the two training benchmarks (bench_layer.cu, bench_train.cu) share: the recipes they time,
+// by name, and the PyTorch peer script they run in the same call, whose "key value" lines they read.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/nn/recipe.hpp>
+
+namespace mxkit_bench {
+
+// bf16, fp8 (delayed scaling, HYBRID), mxfp8, mxfp4 (AMD's recipe: Hadamard on every GEMM), each
+// with bf16 activations.
+inline mxkit::nn::recipe training_recipe(const std::string& name) {
+  namespace rc = mxkit::nn::recipes;
+  mxkit::nn::recipe r = name == "bf16"    ? rc::bf16()
+                        : name == "fp8"   ? rc::fp8_delayed()
+                        : name == "mxfp8" ? rc::mxfp8()
+                        : name == "mxfp4" ? rc::mxfp4_amd()
+                                          : (mxkit::detail::fail("unknown recipe '", name, "' (bf16, fp8, mxfp8, mxfp4)"), mxkit::nn::recipe{});
+  r.activations = mxkit::nn::dtype::bf16;
+  return r;
+}
+
+// The items of a comma-separated list.
+inline std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = std::min(s.find(',', start), s.size());
+    if (comma > start) out.push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Runs `command` (empty: nothing), echoes its output as "peer: ..." lines and returns every
+// "key number" line as a map (missing keys read as 0 through peer_value).
+inline std::map<std::string, double> run_peer(const std::string& command) {
+  std::map<std::string, double> v;
+  if (command.empty()) return v;
+  FILE* f = popen((command + " 2>&1").c_str(), "r");
+  if (!f) return v;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    std::printf("peer: %s", line);
+    char key[128];
+    double value = 0;
+    if (std::sscanf(line, "%127s %lf", key, &value) == 2) v[key] = value;
+  }
+  pclose(f);
+  return v;
+}
+inline double peer_value(const std::map<std::string, double>& peer, const std::string& key) {
+  const auto it = peer.find(key);
+  return it == peer.end() ? 0.0 : it->second;
+}
+
+}  // namespace mxkit_bench
