@@ -7,7 +7,7 @@
 # and bench/RESULTS.md land in $OUT.
 #   MXKIT_TARGETS   targets to build (space-separated)
 #   MXKIT_TESTS     test programs to run (default catch2_test_device_backend)
-#   MXKIT_BENCHES   benchmark command lines to run, separated by ';' (default: bench_layer; bench_train)
+#   MXKIT_BENCHES   benchmark command lines to run, separated by ";" (unset: bench_layer; bench_train; empty: none)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 final=${OUT:-build-gpu-out}
@@ -15,7 +15,7 @@ mkdir -p "$final"
 build=${MXKIT_GPU_BUILD:-build-gpu-train}
 targets=${MXKIT_TARGETS:-catch2_test_device_backend bench_layer bench_train 06_train_gpu}
 tests=${MXKIT_TESTS:-catch2_test_device_backend}
-benches=${MXKIT_BENCHES:-bench_layer --record; bench_train --record}
+benches=${MXKIT_BENCHES-bench_layer --record; bench_train --record}
 # The device's copy of the tree may carry a stale .git: pass the commit measured as MXKIT_COMMIT
 # (bench_common.hpp prefers it), e.g. MXKIT_COMMIT=$(git rev-parse --short HEAD) from this side.
 [ -n "${MXKIT_COMMIT:-}" ] || echo "note: MXKIT_COMMIT not set; RESULTS.md rows take the commit git reports here"
