@@ -2,8 +2,8 @@
 // mxkit:sm90a
 // Training throughput of a byte-level Llama through gpu::device_backend: the GPU training
 // program's default model (examples/train_program.hpp: 16 layers, d_model 768, 12 heads / 4 KV
-// heads, SwiGLU 2048, sequence 1024, batch 16) and, for scale, the 76 M-parameter model of issue
-// #14 (the same with 12 layers), for the recipes bf16, FP8 delayed scaling, MXFP8 and MXFP4 with
+// heads, SwiGLU 2048, sequence 1024, batch 16) and, for scale, a 76 M-parameter model (the same
+// with 12 layers), for the recipes bf16, FP8 delayed scaling, MXFP8 and MXFP4 with
 // the Hadamard rotation; bf16 activations, fp32 master weights, AdamW, clipping at 1.0.
 // Per run: 3 warm-up steps, then --repeats steps timed with CUDA events around each (the loss is
 // read once at the end: nn::trainer reads nothing back between logging steps), the median step
