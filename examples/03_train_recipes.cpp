@@ -29,6 +29,8 @@
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/training.hpp>
 
+
+#include "repository_data.hpp"
 namespace fs = std::filesystem;
 using namespace mxkit::nn;
 using mxkit::ref::host_backend;
@@ -51,17 +53,10 @@ void say(const char* fmt, Args... args) {
 }
 
 fs::path find_data_dir(int argc, char** argv) {
-  std::vector<fs::path> candidates;
+  std::vector<fs::path> given;
   for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]).rfind("--", 0) != 0) candidates.emplace_back(argv[i]);
-  if (const char* env = std::getenv("MXKIT_DATA_DIR")) candidates.emplace_back(env);
-  for (fs::path p = fs::current_path(); !p.empty(); p = p.parent_path()) {
-    candidates.push_back(p / "data");
-    if (p == p.parent_path()) break;
-  }
-  candidates.push_back(fs::path(__FILE__).parent_path().parent_path() / "data");
-  for (const fs::path& c : candidates)
-    if (fs::exists(c / "stories.txt") && fs::exists(c / "qa.txt")) return c;
+    if (std::string(argv[i]).rfind("--", 0) != 0) given.emplace_back(argv[i]);
+  if (std::optional<fs::path> d = find_repository_data(given)) return *d;
   std::fprintf(stderr, "03_train_recipes: cannot find data/stories.txt and data/qa.txt; pass the data directory\n");
   std::exit(2);
 }

@@ -43,6 +43,8 @@
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/training.hpp>
 
+#include "repository_data.hpp"
+
 namespace train_program {
 
 namespace fs = std::filesystem;
@@ -56,7 +58,7 @@ struct device_info {
 };
 
 struct options {
-  fs::path data;  // empty: the repository's corpora (find_repository_data)
+  fs::path data;  // empty: the repository's corpora (repository_data.hpp)
   std::string recipe = "bf16";
   nn::dtype activations = nn::dtype::bf16;
   std::size_t layers = 16, d_model = 768, heads = 12, kv_heads = 4, ffn = 2048;
@@ -281,17 +283,9 @@ inline void print_help(const char* program) {
 
 // ---- data ----------------------------------------------------------------------------------------
 
-// data/ with stories.txt and qa.txt: $MXKIT_DATA_DIR, ./data or a parent's, or this source tree's.
-inline fs::path find_repository_data() {
-  std::vector<fs::path> candidates;
-  if (const char* env = std::getenv("MXKIT_DATA_DIR")) candidates.emplace_back(env);
-  for (fs::path p = fs::current_path(); !p.empty(); p = p.parent_path()) {
-    candidates.push_back(p / "data");
-    if (p == p.parent_path()) break;
-  }
-  candidates.push_back(fs::path(__FILE__).parent_path().parent_path() / "data");
-  for (const fs::path& c : candidates)
-    if (fs::exists(c / "stories.txt") && fs::exists(c / "qa.txt")) return c;
+// data/ with stories.txt and qa.txt (repository_data.hpp says where it looks).
+inline fs::path repository_data() {
+  if (std::optional<fs::path> d = find_repository_data()) return *d;
   throw usage_error("no --data given and the repository's data/stories.txt and data/qa.txt were not found (looked in "
                     "$MXKIT_DATA_DIR, ./data and its parents' data/, and next to this program's source)");
 }
@@ -304,7 +298,7 @@ struct training_data {
 inline training_data load_data(const options& o) {
   if (!o.data.empty()) return {o.data.string(), nn::load_corpus(o.data, 0.1)};
   // Both corpora, each split apart, so that the held-out tail has text of both.
-  const fs::path dir = find_repository_data();
+  const fs::path dir = repository_data();
   std::vector<std::uint8_t> train, validation;
   for (const char* name : {"stories.txt", "qa.txt"}) {
     const nn::corpus_split s = nn::load_corpus(dir / name, 0.1);
