@@ -5,9 +5,9 @@
 // bf16-rounded inputs, so every bound below is the device's own error. Causal GQA, B = 2, T not
 // a multiple of the 64-row tile, H / Hkv = 1 and 4, D = 64 and 128, a row stride with padding
 // (poisoned: a read of it shows as NaN, a write of it is caught). Outputs are poisoned (all-ones
-// bytes: NaN in bf16 and float), so an unwritten element fails. Both paths run: the tensor-core
-// one (mma.sync) and the portable one the AMD build uses (Portable = true, its emulation of the
-// same instruction).
+// bytes: NaN in bf16 and float), so an unwritten element fails. Three paths run: the tensor-core
+// one (mma.sync), the portable one the AMD build uses (its emulation of the same instruction), and
+// on an sm_90a device the Hopper kernels (wgmma and TMA, arch/cuda/sm90_attention.hpp).
 //
 // Bounds (u = 2^-8, bf16's unit roundoff; u32 = 2^-24). The kernels round P (forward, dV) and dS
 // (dQ, dK) to bf16 to feed the tensor cores (Dao 2023), so each output is a sum whose terms are
@@ -84,10 +84,12 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
-template <bool Portable>
-void check_attention(std::size_t batch, std::size_t seq, std::size_t heads, std::size_t kv_heads, std::size_t dim, std::size_t pad,
+using kernels_t = gpu::detail::attention_kernels;
+const char* name(kernels_t k) { return k == kernels_t::sm90 ? "sm90" : k == kernels_t::tensor_core ? "mma" : "portable"; }
+
+void check_attention(kernels_t kernels, std::size_t batch, std::size_t seq, std::size_t heads, std::size_t kv_heads, std::size_t dim, std::size_t pad,
                      double sd, std::uint64_t seed) {
-  INFO((Portable ? "portable" : "mma") << " attention B " << batch << " T " << seq << " H " << heads << " Hkv " << kv_heads << " D "
+  INFO(name(kernels) << " attention B " << batch << " T " << seq << " H " << heads << " Hkv " << kv_heads << " D "
                                        << dim << " stride pad " << pad << " sd " << sd);
   const head_shape s{batch, seq, heads, kv_heads, dim};
   const std::size_t row = s.qkv_dim(), stride = row + pad, N = s.tokens(), od = s.q_dim(), group = heads / kv_heads;
@@ -189,15 +191,15 @@ void check_attention(std::size_t batch, std::size_t seq, std::size_t heads, std:
 
   // Device: forward, backward, each twice.
   auto g_qkv = upload(qkv_t), g_dout = upload(dout_t);
-  gpu::device_buffer<float> ws(gpu::attention_backward_workspace(s));
+  gpu::device_buffer<std::byte> fws(gpu::attention_forward_workspace(s)), bws(gpu::attention_backward_workspace(s));
   std::vector<bfloat16> out_h[2], dqkv_h[2];
   std::vector<float> lse_h[2];
   for (int run = 0; run < 2; ++run) {
     auto g_out = poisoned<bfloat16>(N * od), g_dqkv = poisoned<bfloat16>(N * stride);
     auto g_lse = poisoned<float>(lse.size());
-    gpu::detail::attention_forward_impl<Portable>(g_qkv.data(), stride, g_out.data(), g_lse.data(), s, nullptr);
-    gpu::detail::attention_backward_impl<Portable>(g_dout.data(), g_qkv.data(), stride, g_out.data(), g_lse.data(), g_dqkv.data(), s,
-                                                   std::span<float>(ws.data(), ws.size()), nullptr);
+    gpu::detail::attention_forward_impl(g_qkv.data(), stride, g_out.data(), g_lse.data(), s, {fws.data(), fws.size()}, kernels, nullptr);
+    gpu::detail::attention_backward_impl(g_dout.data(), g_qkv.data(), stride, g_out.data(), g_lse.data(), g_dqkv.data(), s,
+                                         {bws.data(), bws.size()}, kernels, nullptr);
     out_h[run] = g_out.to_host();
     lse_h[run] = g_lse.to_host();
     dqkv_h[run] = g_dqkv.to_host();
@@ -234,19 +236,35 @@ void check_attention(std::size_t batch, std::size_t seq, std::size_t heads, std:
 }  // namespace
 
 TEST_CASE("gpu attention, tensor cores: causal GQA forward and backward against the reference", "[gpu][attention][small]") {
-  check_attention<false>(2, 77, 4, 1, 64, 0, 1.0, 1);
-  check_attention<false>(2, 77, 2, 2, 128, 8, 1.0, 2);
-  check_attention<false>(2, 33, 1, 1, 64, 16, 1.0, 3);
-  check_attention<false>(2, 1, 4, 1, 128, 0, 1.0, 4);
-  check_attention<false>(2, 100, 4, 1, 128, 8, 2.0, 5);  // sharper softmax: scores of sd ~ 4
+  check_attention(kernels_t::tensor_core, 2, 77, 4, 1, 64, 0, 1.0, 1);
+  check_attention(kernels_t::tensor_core, 2, 77, 2, 2, 128, 8, 1.0, 2);
+  check_attention(kernels_t::tensor_core, 2, 33, 1, 1, 64, 16, 1.0, 3);
+  check_attention(kernels_t::tensor_core, 2, 1, 4, 1, 128, 0, 1.0, 4);
+  check_attention(kernels_t::tensor_core, 2, 100, 4, 1, 128, 8, 2.0, 5);  // sharper softmax: scores of sd ~ 4
 }
 
 TEST_CASE("gpu attention, tensor cores: several tiles", "[gpu][attention]") {
-  check_attention<false>(2, 200, 8, 2, 64, 0, 1.0, 6);
-  check_attention<false>(2, 190, 4, 4, 128, 0, 1.0, 7);
+  check_attention(kernels_t::tensor_core, 2, 200, 8, 2, 64, 0, 1.0, 6);
+  check_attention(kernels_t::tensor_core, 2, 190, 4, 4, 128, 0, 1.0, 7);
+}
+
+// The Hopper kernels (wgmma, TMA): tiles of 128 query rows and 128 or 64 keys, so these shapes
+// cover one tile, a ragged tile, several tiles (the two-stage ring wraps) and GQA groups of 1-4.
+TEST_CASE("gpu attention, sm90 wgmma kernels: against the reference", "[gpu][attention][sm90]") {
+  if (gpu::detail::attention_default_kernels() != kernels_t::sm90) {
+    WARN("no sm_90a device: the sm90 attention kernels are not exercised");
+    return;
+  }
+  check_attention(kernels_t::sm90, 2, 77, 4, 1, 64, 0, 1.0, 21);
+  check_attention(kernels_t::sm90, 2, 77, 2, 2, 128, 8, 1.0, 22);
+  check_attention(kernels_t::sm90, 2, 1, 4, 1, 128, 0, 1.0, 23);
+  check_attention(kernels_t::sm90, 2, 100, 4, 1, 128, 8, 2.0, 24);
+  check_attention(kernels_t::sm90, 2, 200, 8, 2, 64, 0, 1.0, 25);
+  check_attention(kernels_t::sm90, 1, 520, 4, 1, 128, 0, 1.0, 26);
+  check_attention(kernels_t::sm90, 2, 384, 4, 2, 64, 8, 1.0, 27);
 }
 
 TEST_CASE("gpu attention, portable path (the AMD build's): against the reference", "[gpu][attention][small]") {
-  check_attention<true>(2, 77, 4, 1, 64, 8, 1.0, 11);
-  check_attention<true>(2, 70, 2, 2, 128, 0, 1.0, 12);
+  check_attention(kernels_t::portable, 2, 77, 4, 1, 64, 8, 1.0, 11);
+  check_attention(kernels_t::portable, 2, 70, 2, 2, 128, 0, 1.0, 12);
 }

@@ -27,6 +27,10 @@
 //   dq    one block per (64 query rows, b, h) loops over the key tiles in order and accumulates
 //         dQ = dS K in registers: a second recomputation of S and dP (two more matmuls than the
 //         atomic dQ of Dao 2023) buys a result that is the same bits on every run.
+// On an sm_90a device (a program built with compute_90a device code) the same computation runs on
+// the Hopper kernels of arch/cuda/sm90_attention.hpp (wgmma, TMA, larger tiles; they read
+// transposed copies of some operands from the caller's workspace); the kernels below are the
+// path everywhere else.
 // Arithmetic: bf16 operands on the tensor cores (mma.sync m16n8k16, fp32 accumulation) on
 // sm_80+; P and dS are rounded to bf16 to feed the second matmul of each pair, as Dao 2023;
 // softmax, LSE and Delta in fp32. Elsewhere (AMD this round, and the tests' `portable` runs on
@@ -49,6 +53,9 @@
 #include <mxkit/gpu/nn/reduce.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/nn/kernel_args.hpp>
+#if MXKIT_GPU_CUDA
+#include <mxkit/gpu/arch/cuda/sm90_attention.hpp>
+#endif
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
@@ -583,9 +590,59 @@ inline attention_params attention_make_params(const bfloat16* qkv, std::size_t s
   return p;
 }
 
-template <bool Portable>
-void attention_forward_impl(const bfloat16* qkv, std::size_t stride, bfloat16* out, float* lse, const nn::head_shape& s,
-                            stream_t stream) {
+// Which kernels run: the Hopper wgmma/TMA ones (arch/cuda/sm90_attention.hpp; needs sm_90a
+// device code and such a device), the mma.sync ones above (sm_80+), or the same fragment code on
+// the instruction's emulation (the AMD build's path; on NVIDIA, a test of it).
+enum class attention_kernels { sm90, tensor_core, portable };
+
+inline attention_kernels attention_default_kernels() {
+#if MXKIT_GPU_CUDA
+  if (sm90::available()) return attention_kernels::sm90;
+#endif
+  return attention_kernels::tensor_core;
+}
+
+// Workspace, in 256-byte aligned pieces. Forward: V^T. Backward: Delta, then Q^T, K^T, dO^T. The
+// transposed copies, [B][heads * D][T rounded up to 8] bf16, are what the sm90 kernels read as
+// K-major operands; the sizes are the same whichever kernels run.
+inline std::size_t attention_piece(std::size_t bytes) noexcept { return (bytes + 255) / 256 * 256; }
+inline std::size_t attention_padded_seq(const nn::head_shape& s) noexcept { return (s.seq + 7) / 8 * 8; }  // 16-byte rows
+inline std::size_t attention_transposed_bytes(const nn::head_shape& s, std::size_t heads) noexcept {
+  return attention_piece(s.batch * heads * s.head_dim * attention_padded_seq(s) * 2);
+}
+inline std::size_t attention_delta_bytes(const nn::head_shape& s) noexcept {
+  return attention_piece(s.batch * s.n_heads * s.seq * sizeof(float));
+}
+
+#if MXKIT_GPU_CUDA
+inline sm90::attention_args sm90_args(const attention_params& p, const nn::head_shape& s) {
+  sm90::attention_args a;
+  a.qkv = p.qkv;
+  a.stride = p.stride;
+  a.out = p.out;
+  a.lse = p.lse;
+  a.lse_in = p.lse_in;
+  a.delta = p.delta;
+  a.dqkv = p.dqkv;
+  a.batch = p.batch;
+  a.seq = p.seq;
+  a.heads = p.heads;
+  a.kv_heads = p.kv_heads;
+  a.seq_pad = attention_padded_seq(s);
+  a.scale = p.scale;
+  a.scale_log2 = p.scale_log2;
+  return a;
+}
+#endif
+
+inline void attention_check_workspace(const char* entry, std::span<std::byte> workspace, std::size_t need) {
+  mxkit::detail::require(workspace.size() >= need && (need == 0 || workspace.data() != nullptr), entry, ": workspace of ",
+                         workspace.size(), " bytes, need ", need);
+  mxkit::detail::require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 16 == 0, entry, ": workspace is not 16-byte aligned");
+}
+
+inline void attention_forward_impl(const bfloat16* qkv, std::size_t stride, bfloat16* out, float* lse, const nn::head_shape& s,
+                                   std::span<std::byte> workspace, attention_kernels kernels, stream_t stream) {
   constexpr const char* entry = "gpu::attention_forward";
   attention_check(entry, s, stride);
   if (s.tokens() == 0) return;
@@ -593,27 +650,48 @@ void attention_forward_impl(const bfloat16* qkv, std::size_t stride, bfloat16* o
                          lse != nullptr, ")");
   check_aligned16(qkv, entry, "qkv");
   check_aligned16(out, entry, "out");
+  attention_check_workspace(entry, workspace, attention_transposed_bytes(s, s.n_kv_heads));
   attention_params p = attention_make_params(qkv, stride, s);
   p.out = reinterpret_cast<std::uint16_t*>(out);
   p.lse = lse;
+#if MXKIT_GPU_CUDA
+  if (kernels == attention_kernels::sm90) {
+    const sm90::attention_args a = sm90_args(p, s);
+    auto* vt = reinterpret_cast<std::uint16_t*>(workspace.data());
+    if (s.head_dim == 64) sm90::attention_forward<64>(a, vt, stream);
+    else sm90::attention_forward<128>(a, vt, stream);
+    return;
+  }
+#endif
   // x: (b, head), y: tile; blocks start in x-fastest order, so every head's heaviest tile goes first.
   const dim3 grid(static_cast<unsigned>(s.batch * s.n_heads), static_cast<unsigned>((s.seq + attn_tile - 1) / attn_tile));
-  if (s.head_dim == 64) attention_launch(attention_forward_kernel<64, Portable>, grid, attn_forward_smem<64>, p, stream);
-  else attention_launch(attention_forward_kernel<128, Portable>, grid, attn_forward_smem<128>, p, stream);
+  const bool portable = kernels == attention_kernels::portable;
+  if (s.head_dim == 64) {
+    if (portable) attention_launch(attention_forward_kernel<64, true>, grid, attn_forward_smem<64>, p, stream);
+    else attention_launch(attention_forward_kernel<64, false>, grid, attn_forward_smem<64>, p, stream);
+  } else {
+    if (portable) attention_launch(attention_forward_kernel<128, true>, grid, attn_forward_smem<128>, p, stream);
+    else attention_launch(attention_forward_kernel<128, false>, grid, attn_forward_smem<128>, p, stream);
+  }
 }
 
-template <bool Portable>
-void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, std::size_t stride, const bfloat16* out,
-                             const float* lse, bfloat16* dqkv, const nn::head_shape& s, std::span<float> workspace,
-                             stream_t stream) {
+template <int D, bool Portable>
+void attention_backward_mma(const attention_params& p, const dim3& grid_q, const dim3& grid_kv, stream_t stream) {
+  attention_launch(attention_dkdv_kernel<D, Portable>, grid_kv, attn_dkdv_smem<D>, p, stream);
+  attention_launch(attention_dq_kernel<D, Portable>, grid_q, attn_dq_smem<D>, p, stream);
+}
+
+inline void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, std::size_t stride, const bfloat16* out,
+                                    const float* lse, bfloat16* dqkv, const nn::head_shape& s, std::span<std::byte> workspace,
+                                    attention_kernels kernels, stream_t stream) {
   constexpr const char* entry = "gpu::attention_backward";
   attention_check(entry, s, stride);
   if (s.tokens() == 0) return;
   mxkit::detail::require(dout && qkv && out && lse && dqkv, entry, ": null pointer (dout ", dout != nullptr, ", qkv ",
                          qkv != nullptr, ", out ", out != nullptr, ", lse ", lse != nullptr, ", dqkv ", dqkv != nullptr, ")");
-  const std::size_t need = s.batch * s.n_heads * s.seq;
-  mxkit::detail::require(workspace.data() != nullptr && workspace.size() >= need, entry, ": workspace of ", workspace.size(),
-                         " floats, need ", need, " (attention_backward_workspace)");
+  const std::size_t delta_bytes = attention_delta_bytes(s);
+  attention_check_workspace(entry, workspace,
+                            delta_bytes + 2 * attention_transposed_bytes(s, s.n_heads) + attention_transposed_bytes(s, s.n_kv_heads));
   check_aligned16(dout, entry, "dout");
   check_aligned16(qkv, entry, "qkv");
   check_aligned16(dqkv, entry, "dqkv");
@@ -621,47 +699,70 @@ void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, std::siz
   p.dout = reinterpret_cast<const std::uint16_t*>(dout);
   p.o = reinterpret_cast<const std::uint16_t*>(out);
   p.lse_in = lse;
-  p.delta = workspace.data();
+  p.delta = reinterpret_cast<float*>(workspace.data());
   p.dqkv = reinterpret_cast<std::uint16_t*>(dqkv);
+  const std::size_t rows = s.batch * s.n_heads * s.seq;
+  if (s.head_dim == 64) {
+    const int g = persistent_grid<attention_delta_kernel<64>>(256, (rows + 7) / 8);
+    attention_delta_kernel<64><<<g, 256, 0, stream>>>(p);
+  } else {
+    const int g = persistent_grid<attention_delta_kernel<128>>(256, (rows + 7) / 8);
+    attention_delta_kernel<128><<<g, 256, 0, stream>>>(p);
+  }
+  MXKIT_GPU_CHECK_LAUNCH();
+#if MXKIT_GPU_CUDA
+  if (kernels == attention_kernels::sm90) {
+    const sm90::attention_args a = sm90_args(p, s);
+    std::byte* ws = workspace.data() + delta_bytes;
+    auto* qt = reinterpret_cast<std::uint16_t*>(ws);
+    auto* dot = reinterpret_cast<std::uint16_t*>(ws + attention_transposed_bytes(s, s.n_heads));
+    auto* kt = reinterpret_cast<std::uint16_t*>(ws + 2 * attention_transposed_bytes(s, s.n_heads));
+    if (s.head_dim == 64) sm90::attention_backward<64>(a, p.dout, qt, kt, dot, stream);
+    else sm90::attention_backward<128>(a, p.dout, qt, kt, dot, stream);
+    return;
+  }
+#endif
   const unsigned tiles = static_cast<unsigned>((s.seq + attn_tile - 1) / attn_tile);
   const dim3 grid_q(static_cast<unsigned>(s.batch * s.n_heads), tiles), grid_kv(static_cast<unsigned>(s.batch * s.n_kv_heads), tiles);
+  const bool portable = kernels == attention_kernels::portable;
   if (s.head_dim == 64) {
-    const int g = persistent_grid<attention_delta_kernel<64>>(256, (need + 7) / 8);
-    attention_delta_kernel<64><<<g, 256, 0, stream>>>(p);
-    MXKIT_GPU_CHECK_LAUNCH();
-    attention_launch(attention_dkdv_kernel<64, Portable>, grid_kv, attn_dkdv_smem<64>, p, stream);
-    attention_launch(attention_dq_kernel<64, Portable>, grid_q, attn_dq_smem<64>, p, stream);
+    if (portable) attention_backward_mma<64, true>(p, grid_q, grid_kv, stream);
+    else attention_backward_mma<64, false>(p, grid_q, grid_kv, stream);
   } else {
-    const int g = persistent_grid<attention_delta_kernel<128>>(256, (need + 7) / 8);
-    attention_delta_kernel<128><<<g, 256, 0, stream>>>(p);
-    MXKIT_GPU_CHECK_LAUNCH();
-    attention_launch(attention_dkdv_kernel<128, Portable>, grid_kv, attn_dkdv_smem<128>, p, stream);
-    attention_launch(attention_dq_kernel<128, Portable>, grid_q, attn_dq_smem<128>, p, stream);
+    if (portable) attention_backward_mma<128, true>(p, grid_q, grid_kv, stream);
+    else attention_backward_mma<128, false>(p, grid_q, grid_kv, stream);
   }
 }
 
 }  // namespace detail
 
-// Floats of workspace attention_backward needs (Delta, one per query row and head).
-inline std::size_t attention_backward_workspace(const nn::head_shape& s) noexcept { return s.batch * s.n_heads * s.seq; }
+// Bytes of device workspace the forward and the backward need (transposed copies of the operands
+// for the Hopper kernels; Delta for the backward), used only between the kernels a call enqueues.
+inline std::size_t attention_forward_workspace(const nn::head_shape& s) noexcept {
+  return detail::attention_transposed_bytes(s, s.n_kv_heads);
+}
+inline std::size_t attention_backward_workspace(const nn::head_shape& s) noexcept {
+  return detail::attention_delta_bytes(s) + 2 * detail::attention_transposed_bytes(s, s.n_heads) +
+         detail::attention_transposed_bytes(s, s.n_kv_heads);
+}
 
 // Causal GQA forward. qkv (B*T, qkv_stride) bf16, row [q heads | k heads | v heads] (stride a
 // multiple of 8 elements, >= s.qkv_dim()); out (B*T, H*D) bf16; lse (B*H, T) float, the natural
 // log-sum-exp of each row's scaled scores. D = s.head_dim is 64 or 128. Device pointers, qkv and
-// out 16-byte aligned. Asynchronous on `stream`; no allocation.
+// out 16-byte aligned; workspace at least attention_forward_workspace(s) bytes, 16-byte aligned. Asynchronous on `stream`; no allocation.
 inline void attention_forward(const bfloat16* qkv, std::size_t qkv_stride, bfloat16* out, float* lse, const nn::head_shape& s,
-                              stream_t stream = nullptr) {
-  detail::attention_forward_impl<false>(qkv, qkv_stride, out, lse, s, stream);
+                              std::span<std::byte> workspace, stream_t stream = nullptr) {
+  detail::attention_forward_impl(qkv, qkv_stride, out, lse, s, workspace, detail::attention_default_kernels(), stream);
 }
 
 // Causal GQA backward: dqkv (qkv's layout and stride, every element overwritten) from dout
 // (B*T, H*D), qkv, the forward's out and lse. workspace: at least attention_backward_workspace(s)
-// floats of device memory (Delta), used between the kernels this enqueues. Deterministic: the
-// same inputs give the same bits on every run. Asynchronous on `stream`; no allocation.
+// bytes of device memory, 16-byte aligned. Deterministic: the same inputs give the same bits on
+// every run. Asynchronous on `stream`; no allocation.
 inline void attention_backward(const bfloat16* dout, const bfloat16* qkv, std::size_t qkv_stride, const bfloat16* out,
-                               const float* lse, bfloat16* dqkv, const nn::head_shape& s, std::span<float> workspace,
+                               const float* lse, bfloat16* dqkv, const nn::head_shape& s, std::span<std::byte> workspace,
                                stream_t stream = nullptr) {
-  detail::attention_backward_impl<false>(dout, qkv, qkv_stride, out, lse, dqkv, s, workspace, stream);
+  detail::attention_backward_impl(dout, qkv, qkv_stride, out, lse, dqkv, s, workspace, detail::attention_default_kernels(), stream);
 }
 
 }  // namespace gpu

@@ -404,18 +404,20 @@ class device_backend : public nn::backend {
   }
   void do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) override {
     require_activation(qkv, "attention");
-    if (qkv.type() == nn::dtype::bf16) {
-      gpu::attention_forward(qkv.as<bfloat16>(), s.qkv_dim(), out.as<bfloat16>(), lse.as<float>(), s, stream_);
-      return;
-    }
-    nn::tensor q16 = as_bf16(qkv), o16 = scratch(out.rows(), out.cols(), nn::dtype::bf16);
-    gpu::attention_forward(q16.as<bfloat16>(), s.qkv_dim(), o16.as<bfloat16>(), lse.as<float>(), s, stream_);
-    gpu::convert(o16.as<bfloat16>(), out.as<float>(), out.size(), stream_);
+    with_workspace<std::byte>(attention_forward_workspace(s), [&](std::span<std::byte> ws) {
+      if (qkv.type() == nn::dtype::bf16) {
+        gpu::attention_forward(qkv.as<bfloat16>(), s.qkv_dim(), out.as<bfloat16>(), lse.as<float>(), s, ws, stream_);
+        return;
+      }
+      nn::tensor q16 = as_bf16(qkv), o16 = scratch(out.rows(), out.cols(), nn::dtype::bf16);
+      gpu::attention_forward(q16.as<bfloat16>(), s.qkv_dim(), o16.as<bfloat16>(), lse.as<float>(), s, ws, stream_);
+      gpu::convert(o16.as<bfloat16>(), out.as<float>(), out.size(), stream_);
+    });
   }
   void do_attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& out, const nn::tensor& lse,
                              nn::tensor& dqkv, const nn::head_shape& s) override {
     require_activation(qkv, "attention backward");
-    with_workspace<float>(attention_backward_workspace(s), [&](std::span<float> ws) {
+    with_workspace<std::byte>(attention_backward_workspace(s), [&](std::span<std::byte> ws) {
       if (qkv.type() == nn::dtype::bf16) {
         gpu::attention_backward(dout.as<bfloat16>(), qkv.as<bfloat16>(), s.qkv_dim(), out.as<bfloat16>(), lse.as<float>(),
                                 dqkv.as<bfloat16>(), s, ws, stream_);

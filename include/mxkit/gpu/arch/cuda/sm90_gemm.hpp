@@ -38,13 +38,10 @@
 // (a fast path and its fallback are both enqueued; gemm.hpp).
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
-
-#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched from the driver)
-#include <cudaTypedefs.h>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gpu/arch/cuda/sm90_ptx.hpp>
+#include <mxkit/gpu/arch/cuda/sm90_runtime.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
@@ -468,42 +465,7 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
 #endif
 }
 
-// 1 when the device code of this program has the sm_90a kernels (built for compute_90a) and runs
-// on this device; the launcher asks once per device.
-MXKIT_GLOBAL void probe_kernel(int* out) { *out = MXKIT_SM90A; }
-
 // ---- launcher ---------------------------------------------------------------------------------
-inline bool available() {
-  static int cached[64];
-  static std::once_flag once[64];
-  int dev = 0;
-  if (get_device(&dev) != success || dev < 0 || dev >= 64) return false;
-  std::call_once(once[dev], [dev] {
-    int* flag = nullptr;
-    int host = 0;
-    if (cudaMalloc(&flag, sizeof(int)) == cudaSuccess) {
-      probe_kernel<<<1, 1>>>(flag);
-      if (cudaGetLastError() == cudaSuccess && cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess)
-        cached[dev] = host;
-      (void)cudaFree(flag);
-    }
-    (void)cudaGetLastError();  // a device without a compatible image leaves a launch error
-  });
-  return cached[dev] == 1;
-}
-
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    MXKIT_GPU_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status));
-    mxkit::detail::require(status == cudaDriverEntryPointSuccess && f != nullptr,
-                           "gemm (sm90): the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
 // [lines, k] bytes with `line_bytes` between lines, read in boxes of [box_lines, 128] bytes.
 inline CUtensorMap make_tensor_map(const std::uint8_t* data, std::size_t lines, std::size_t k, std::size_t line_bytes,
                                    std::uint32_t box_lines) {

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Hopper (sm_90a) instruction wrappers for the GEMM: mbarriers, the bulk tensor copy (TMA),
-// warpgroup MMA (wgmma) on FP8 operands, register reallocation. Inline PTX, one function per
-// instruction (PTX ISA 8.x sections named at each). Compiled only where the device pass has the
-// sm_90a features (MXKIT_SM90A); elsewhere these are empty and the kernels using them are not
-// launched (sm90_gemm.hpp probes the device code at run time).
+// Hopper (sm_90a) instruction wrappers for the GEMM and the attention kernels: mbarriers, the
+// bulk tensor copy (TMA), warpgroup MMA (wgmma) on FP8 and bf16 operands, register
+// reallocation. Inline PTX, one function per instruction (PTX ISA 8.x sections named at each).
+// Compiled only where the device pass has the sm_90a features (MXKIT_SM90A); elsewhere these are
+// empty and the kernels using them are not launched (sm90_runtime.hpp probes the device code at
+// run time).
 #include <cstdint>
 
 #include <mxkit/gpu/platform.hpp>
@@ -61,6 +62,15 @@ __device__ inline void tma_load_2d(void* dst, const void* tensor_map, std::uint6
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
           smem_addr(dst)),
       "l"(reinterpret_cast<std::uint64_t>(tensor_map)), "r"(smem_addr(bar)), "r"(c_inner), "r"(c_outer)
+      : "memory");
+}
+// The same for a 3-D box (inner, middle, outer coordinates): a tile of one sequence of a batch,
+// so rows past the sequence's end are zero-filled rather than read from the next sequence.
+__device__ inline void tma_load_3d(void* dst, const void* tensor_map, std::uint64_t* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(tensor_map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
 __device__ inline void prefetch_tensor_map(const void* tensor_map) {
@@ -210,6 +220,59 @@ __device__ inline void wgmma_m64n256k16_bf16(float (&d)[4][32], std::uint32_t de
         "+f"(d[3][28]), "+f"(d[3][29]), "+f"(d[3][30]), "+f"(d[3][31])
       : "r"(desc_a_lo), "r"(desc_b_lo), "r"(desc_sw128_hi), "r"(1u));
 }
+
+// D[64 x 128] (+)= A[64 x 16] . B[128 x 16]^T, bf16, both K-major in shared memory (descriptor low
+// words, desc_sw128_lo); accumulate = 0 overwrites D.
+__device__ inline void wgmma_bf16_ss_n128(float (&d)[64], std::uint32_t desc_a_lo, std::uint32_t desc_b_lo, std::uint32_t accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b64 da, db;\n"
+      "mov.b64 da, {%64, %67};\n"
+      "mov.b64 db, {%65, %67};\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, da, db, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(desc_a_lo), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi));
+}
+
+// D[64 x 64] (+)= A[64 x 16] . B[64 x 16]^T, bf16, A in registers (the m64k16 A fragment: warp w
+// of the warpgroup holds rows 16w.., in the m16n8k16 A layout), B K-major in shared memory.
+__device__ inline void wgmma_bf16_rs_n64(float (&d)[32], const std::uint32_t (&a)[4], std::uint32_t desc_b_lo, std::uint32_t accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b64 db;\n"
+      "mov.b64 db, {%36, %38};\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, db, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi));
+}
+
+// D[64 x 128] (+)= A[64 x 16] . B[128 x 16]^T, bf16, A in registers (the m64k16 A fragment: warp w
+// of the warpgroup holds rows 16w.., in the m16n8k16 A layout), B K-major in shared memory.
+__device__ inline void wgmma_bf16_rs_n128(float (&d)[64], const std::uint32_t (&a)[4], std::uint32_t desc_b_lo, std::uint32_t accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b64 db;\n"
+      "mov.b64 db, {%68, %70};\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, db, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi));
+}
+
 #endif  // MXKIT_SM90A
 
 }  // namespace sm90
