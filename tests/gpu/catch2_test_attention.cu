@@ -87,10 +87,10 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
 using kernels_t = gpu::detail::attention_kernels;
 const char* name(kernels_t k) { return k == kernels_t::sm90 ? "sm90" : k == kernels_t::tensor_core ? "mma" : "portable"; }
 
-void check_attention(kernels_t kernels, std::size_t batch, std::size_t seq, std::size_t heads, std::size_t kv_heads, std::size_t dim, std::size_t pad,
-                     double sd, std::uint64_t seed) {
-  INFO(name(kernels) << " attention B " << batch << " T " << seq << " H " << heads << " Hkv " << kv_heads << " D "
-                                       << dim << " stride pad " << pad << " sd " << sd);
+void check_attention(kernels_t kernels, std::size_t batch, std::size_t seq, std::size_t heads, std::size_t kv_heads, std::size_t dim,
+                     std::size_t pad, double sd, std::uint64_t seed) {
+  INFO(name(kernels) << " attention B " << batch << " T " << seq << " H " << heads << " Hkv " << kv_heads << " D " << dim
+                     << " stride pad " << pad << " sd " << sd);
   const head_shape s{batch, seq, heads, kv_heads, dim};
   const std::size_t row = s.qkv_dim(), stride = row + pad, N = s.tokens(), od = s.q_dim(), group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
@@ -262,6 +262,20 @@ TEST_CASE("gpu attention, sm90 wgmma kernels: against the reference", "[gpu][att
   check_attention(kernels_t::sm90, 2, 200, 8, 2, 64, 0, 1.0, 25);
   check_attention(kernels_t::sm90, 1, 520, 4, 1, 128, 0, 1.0, 26);
   check_attention(kernels_t::sm90, 2, 384, 4, 2, 64, 8, 1.0, 27);
+}
+
+TEST_CASE("gpu attention: a workspace smaller than asked for is refused before any launch", "[gpu][attention]") {
+  const head_shape s{1, 16, 2, 1, 64};
+  gpu::device_buffer<bfloat16> qkv(s.tokens() * s.qkv_dim()), out(s.tokens() * s.q_dim()), dqkv(s.tokens() * s.qkv_dim());
+  gpu::device_buffer<float> lse(s.batch * s.n_heads * s.seq);
+  gpu::device_buffer<std::byte> ws(gpu::attention_backward_workspace(s));
+  const std::size_t f = gpu::attention_forward_workspace(s), b = gpu::attention_backward_workspace(s);
+  CHECK_THROWS_WITH(gpu::attention_forward(qkv.data(), s.qkv_dim(), out.data(), lse.data(), s, {ws.data(), f - 1}),
+                    mxkit_test::contains("workspace of " + std::to_string(f - 1) + " bytes, need " + std::to_string(f)));
+  CHECK_THROWS_WITH(gpu::attention_backward(out.data(), qkv.data(), s.qkv_dim(), out.data(), lse.data(), dqkv.data(), s, {ws.data(), b - 1}),
+                    mxkit_test::contains("workspace of " + std::to_string(b - 1) + " bytes, need " + std::to_string(b)));
+  CHECK_NOTHROW(gpu::attention_forward(qkv.data(), s.qkv_dim(), out.data(), lse.data(), s, {ws.data(), f}));
+  CHECK(gpu::device_synchronize() == gpu::success);
 }
 
 TEST_CASE("gpu attention, portable path (the AMD build's): against the reference", "[gpu][attention][small]") {

@@ -602,7 +602,7 @@ inline attention_kernels attention_default_kernels() {
   return attention_kernels::tensor_core;
 }
 
-// Workspace, in 256-byte aligned pieces. Forward: V^T. Backward: Delta, then Q^T, K^T, dO^T. The
+// Workspace, in 256-byte aligned pieces. Forward: V^T. Backward: Delta, then Q^T, dO^T, K^T. The
 // transposed copies, [B][heads * D][T rounded up to 8] bf16, are what the sm90 kernels read as
 // K-major operands; the sizes are the same whichever kernels run.
 inline std::size_t attention_piece(std::size_t bytes) noexcept { return (bytes + 255) / 256 * 256; }
@@ -749,7 +749,8 @@ inline std::size_t attention_backward_workspace(const nn::head_shape& s) noexcep
 // Causal GQA forward. qkv (B*T, qkv_stride) bf16, row [q heads | k heads | v heads] (stride a
 // multiple of 8 elements, >= s.qkv_dim()); out (B*T, H*D) bf16; lse (B*H, T) float, the natural
 // log-sum-exp of each row's scaled scores. D = s.head_dim is 64 or 128. Device pointers, qkv and
-// out 16-byte aligned; workspace at least attention_forward_workspace(s) bytes, 16-byte aligned. Asynchronous on `stream`; no allocation.
+// out 16-byte aligned; workspace at least attention_forward_workspace(s) bytes, 16-byte aligned.
+// Asynchronous on `stream`; no allocation.
 inline void attention_forward(const bfloat16* qkv, std::size_t qkv_stride, bfloat16* out, float* lse, const nn::head_shape& s,
                               std::span<std::byte> workspace, stream_t stream = nullptr) {
   detail::attention_forward_impl(qkv, qkv_stride, out, lse, s, workspace, detail::attention_default_kernels(), stream);
