@@ -50,6 +50,7 @@
 #include <mxkit/gpu/arch/cuda/mma_sm80.hpp>
 #include <mxkit/gpu/device.hpp>
 #include <mxkit/gpu/launch.hpp>
+#include <mxkit/gpu/nn/attention_params.hpp>
 #include <mxkit/gpu/nn/reduce.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/nn/kernel_args.hpp>
@@ -64,7 +65,6 @@ namespace detail {
 inline constexpr int attn_threads = 128;  // 4 teams of 32 lanes (a warp; half a wave64 on AMD)
 inline constexpr int attn_tile = 64;      // query rows of a forward / dq block, key rows of a dkdv block
 inline constexpr int attn_dkdv_q = 32;    // query rows per step of the dkdv loop (registers: dK, dV)
-inline constexpr float attn_log2e = 1.4426950408889634f;
 
 // --- fragments ---------------------------------------------------------------------------------
 // A team is 32 lanes (a warp on NVIDIA; on a wave64 each half is one team and every shuffle stays
@@ -190,21 +190,6 @@ __device__ inline void load_tile(std::uint16_t* tile, const std::uint16_t* src, 
     async_copy16(tile + r * ld + k, s, ok ? 16 : 0);
   }
 }
-
-struct attention_params {
-  const std::uint16_t* qkv;   // (B*T, stride) bf16 bits
-  std::uint16_t* out;         // forward: (B*T, H*D)
-  float* lse;                 // forward: (B*H, T)
-  const std::uint16_t* dout;  // backward: (B*T, H*D)
-  const std::uint16_t* o;     // backward: the forward's out
-  const float* lse_in;        // backward
-  float* delta;               // backward: (B*H, T), rowsum(dO * O)
-  std::uint16_t* dqkv;        // backward: (B*T, stride)
-  std::size_t stride;
-  int batch, seq, heads, kv_heads;
-  float scale_log2;           // log2(e) / sqrt(D): scores in base 2, exp2f
-  float scale;                // 1 / sqrt(D)
-};
 
 // Forward and dq double-buffer the key/value tiles: tile i + 1 is copied (cp.async) while tile i
 // is computed on (Dao 2023, section 3.3's pipelining of loads and math).
@@ -585,6 +570,7 @@ inline attention_params attention_make_params(const bfloat16* qkv, std::size_t s
   p.seq = static_cast<int>(s.seq);
   p.heads = static_cast<int>(s.n_heads);
   p.kv_heads = static_cast<int>(s.n_kv_heads);
+  p.seq_pad = attention_padded_seq(s.seq);
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(s.head_dim)));
   return p;
@@ -606,34 +592,12 @@ inline attention_kernels attention_default_kernels() {
 // transposed copies, [B][heads * D][T rounded up to 8] bf16, are what the sm90 kernels read as
 // K-major operands; the sizes are the same whichever kernels run.
 inline std::size_t attention_piece(std::size_t bytes) noexcept { return (bytes + 255) / 256 * 256; }
-inline std::size_t attention_padded_seq(const nn::head_shape& s) noexcept { return (s.seq + 7) / 8 * 8; }  // 16-byte rows
 inline std::size_t attention_transposed_bytes(const nn::head_shape& s, std::size_t heads) noexcept {
-  return attention_piece(s.batch * heads * s.head_dim * attention_padded_seq(s) * 2);
+  return attention_piece(s.batch * heads * s.head_dim * attention_padded_seq(s.seq) * 2);
 }
 inline std::size_t attention_delta_bytes(const nn::head_shape& s) noexcept {
   return attention_piece(s.batch * s.n_heads * s.seq * sizeof(float));
 }
-
-#if MXKIT_GPU_CUDA
-inline sm90::attention_args sm90_args(const attention_params& p, const nn::head_shape& s) {
-  sm90::attention_args a;
-  a.qkv = p.qkv;
-  a.stride = p.stride;
-  a.out = p.out;
-  a.lse = p.lse;
-  a.lse_in = p.lse_in;
-  a.delta = p.delta;
-  a.dqkv = p.dqkv;
-  a.batch = p.batch;
-  a.seq = p.seq;
-  a.heads = p.heads;
-  a.kv_heads = p.kv_heads;
-  a.seq_pad = attention_padded_seq(s);
-  a.scale = p.scale;
-  a.scale_log2 = p.scale_log2;
-  return a;
-}
-#endif
 
 inline void attention_check_workspace(const char* entry, std::span<std::byte> workspace, std::size_t need) {
   mxkit::detail::require(workspace.size() >= need && (need == 0 || workspace.data() != nullptr), entry, ": workspace of ",
@@ -656,10 +620,9 @@ inline void attention_forward_impl(const bfloat16* qkv, std::size_t stride, bflo
   p.lse = lse;
 #if MXKIT_GPU_CUDA
   if (kernels == attention_kernels::sm90) {
-    const sm90::attention_args a = sm90_args(p, s);
     auto* vt = reinterpret_cast<std::uint16_t*>(workspace.data());
-    if (s.head_dim == 64) sm90::attention_forward<64>(a, vt, stream);
-    else sm90::attention_forward<128>(a, vt, stream);
+    if (s.head_dim == 64) sm90::attention_forward<64>(p, vt, stream);
+    else sm90::attention_forward<128>(p, vt, stream);
     return;
   }
 #endif
@@ -712,13 +675,12 @@ inline void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, s
   MXKIT_GPU_CHECK_LAUNCH();
 #if MXKIT_GPU_CUDA
   if (kernels == attention_kernels::sm90) {
-    const sm90::attention_args a = sm90_args(p, s);
     std::byte* ws = workspace.data() + delta_bytes;
     auto* qt = reinterpret_cast<std::uint16_t*>(ws);
     auto* dot = reinterpret_cast<std::uint16_t*>(ws + attention_transposed_bytes(s, s.n_heads));
     auto* kt = reinterpret_cast<std::uint16_t*>(ws + 2 * attention_transposed_bytes(s, s.n_heads));
-    if (s.head_dim == 64) sm90::attention_backward<64>(a, p.dout, qt, kt, dot, stream);
-    else sm90::attention_backward<128>(a, p.dout, qt, kt, dot, stream);
+    if (s.head_dim == 64) sm90::attention_backward<64>(p, qt, kt, dot, stream);
+    else sm90::attention_backward<128>(p, qt, kt, dot, stream);
     return;
   }
 #endif

@@ -32,6 +32,7 @@
 #include <mxkit/error.hpp>
 #include <mxkit/gpu/arch/cuda/sm90_ptx.hpp>
 #include <mxkit/gpu/arch/cuda/sm90_runtime.hpp>
+#include <mxkit/gpu/nn/attention_params.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -41,26 +42,36 @@ namespace sm90 {
 inline constexpr int attn_threads = 384;  // warpgroups 0-1 consume, 2 produces
 inline constexpr int attn_producer_regs = 24, attn_consumer_regs = 240;
 static_assert(2 * 128 * attn_consumer_regs + 128 * attn_producer_regs <= 65536, "register file");
-inline constexpr float attn_log2e = 1.4426950408889634f;
 
-// What the kernels read and write (device pointers; bf16 as raw bits).
-struct attention_args {
-  const std::uint16_t* qkv = nullptr;  // (B*T, stride)
-  std::size_t stride = 0;
-  std::uint16_t* out = nullptr;        // forward: (B*T, H*D)
-  float* lse = nullptr;                // forward: (B*H, T)
-  const float* lse_in = nullptr;       // backward
-  const float* delta = nullptr;        // backward: rowsum(dO * O), (B*H, T)
-  std::uint16_t* dqkv = nullptr;       // backward: qkv's layout
-  int batch = 0, seq = 0, heads = 0, kv_heads = 0;
-  std::size_t seq_pad = 0;             // row length of the transposed copies: TMA strides are multiples of 16 bytes
-  float scale = 0, scale_log2 = 0;     // 1 / sqrt(D), log2(e) / sqrt(D)
-};
+using detail::attention_params;
+using detail::attn_log2e;
 
 // Up to five tensor maps per kernel, passed by value as a __grid_constant__ parameter so that TMA
 // reads them from parameter space.
 struct attention_maps {
   CUtensorMap m[5];
+};
+
+// A two-stage ring of shared-memory buffers guarded by mbarriers: loop step j uses stage j % 2.
+// `full` completes when the producer has filled the stage (the TMA's expect_tx arrival, plus
+// `producer_threads` plain arrivals of threads that store into it), `empty` when all 256 consumer
+// threads are done with it. A fresh barrier counts its parity-1 phase as complete, so the
+// producer's first wait on each stage falls through.
+struct attn_ring {
+  std::uint64_t full[2], empty[2];
+#if MXKIT_SM90A
+  static __device__ std::uint32_t phase(int j) { return static_cast<std::uint32_t>((j / 2) & 1); }
+  __device__ void init(std::uint32_t producer_threads = 0) {
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(&full[s], 1 + producer_threads);
+      mbar_init(&empty[s], 256);
+    }
+  }
+  __device__ std::uint64_t* filled(int j) { return &full[j % 2]; }
+  __device__ void wait_free(int j) { mbar_wait(&empty[j % 2], phase(j) ^ 1); }
+  __device__ void wait_filled(int j) { mbar_wait(&full[j % 2], phase(j)); }
+  __device__ void release(int j) { mbar_arrive(&empty[j % 2]); }
+#endif
 };
 
 // ---- shared-memory layouts (every tile a stack of 128-byte-wide panels, 1024-byte aligned) -----
@@ -70,7 +81,8 @@ struct attn_forward_smem {
   alignas(1024) std::uint8_t q[BM * D * 2];      // [D/64 panels][BM rows][128 B]
   alignas(1024) std::uint8_t k[2][BN * D * 2];   // [D/64 panels][BN rows][128 B]
   alignas(1024) std::uint8_t vt[2][D * BN * 2];  // [BN/64 panels][D rows][128 B]
-  std::uint64_t q_full, k_full[2], k_empty[2], v_full[2], v_empty[2];
+  std::uint64_t q_full;
+  attn_ring k_ring, v_ring;  // K and V^T in rings of their own (the kernel says why)
 };
 template <int D>
 struct attn_dkdv_smem {
@@ -82,8 +94,8 @@ struct attn_dkdv_smem {
   alignas(1024) std::uint8_t qt[2][D * BM * 2];   // [1][D][128 B]: 64 query columns
   alignas(1024) std::uint8_t dot[2][D * BM * 2];
   float lse[2][BM], delta[2][BM];                 // LSE in base 2; Delta
-  // Two rings: Q, dO and the row statistics feed the scores; Q^T, dO^T the gradient products.
-  std::uint64_t kv_full, a_full[2], a_empty[2], b_full[2], b_empty[2];
+  std::uint64_t kv_full;
+  attn_ring a_ring, b_ring;  // Q, dO and the row statistics feed the scores; Q^T, dO^T the gradient products
 };
 template <int D>
 struct attn_dq_smem {
@@ -93,7 +105,8 @@ struct attn_dq_smem {
   alignas(1024) std::uint8_t k[2][BN * D * 2];    // [D/64][BN][128 B]
   alignas(1024) std::uint8_t v[2][BN * D * 2];
   alignas(1024) std::uint8_t kt[2][D * BN * 2];   // [1][D][128 B]: 64 key columns
-  std::uint64_t q_full, kv_full[2], kv_empty[2], kt_full[2], kt_empty[2];
+  std::uint64_t q_full;
+  attn_ring kv_ring, kt_ring;
 };
 template <class Smem>
 inline constexpr std::size_t attn_smem_bytes = sizeof(Smem) + 1024;  // + alignment slack
@@ -163,7 +176,7 @@ __device__ inline void attn_store_rows(std::uint16_t* dst, std::size_t ld, int r
 // Maps: 0 qkv (box 128 rows), 1 V^T (box D rows). Grid: x = (b, head), y = query tile, heaviest
 // (the last) first.
 template <int D>
-MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(const __grid_constant__ attention_maps maps, const attention_args p) {
+MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(const __grid_constant__ attention_maps maps, const attention_params p) {
 #if MXKIT_SM90A
   using S = attn_forward_smem<D>;
   constexpr int BM = S::BM, BN = S::BN, KD = D / 16;
@@ -174,12 +187,8 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
   const int m0 = m_tile * BM, tiles = m_tile + 1;  // key tiles 0..m_tile (BN == BM)
   if (tid == 0) {
     mbar_init(&sm.q_full, 1);
-    for (int s = 0; s < 2; ++s) {
-      mbar_init(&sm.k_full[s], 1);
-      mbar_init(&sm.k_empty[s], 256);
-      mbar_init(&sm.v_full[s], 1);
-      mbar_init(&sm.v_empty[s], 256);
-    }
+    sm.k_ring.init();
+    sm.v_ring.init();
     fence_mbar_init();
   }
   __syncthreads();
@@ -194,14 +203,13 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
     // P_j V_j, so one shared ring would hold K_{j+2} back by most of an iteration.
     for (int j = 0; j < tiles; ++j) {
       const int s = j % 2;
-      const std::uint32_t free_parity = ((j / 2) & 1) ^ 1;
-      mbar_wait(&sm.k_empty[s], free_parity);
-      mbar_arrive_expect_tx(&sm.k_full[s], BN * D * 2);
-      for (int pn = 0; pn < D / 64; ++pn) tma_load_3d(sm.k[s] + pn * BN * 128, &maps.m[0], &sm.k_full[s], k_col + pn * 128, j * BN, b);
-      mbar_wait(&sm.v_empty[s], free_parity);
-      mbar_arrive_expect_tx(&sm.v_full[s], D * BN * 2);
+      sm.k_ring.wait_free(j);
+      mbar_arrive_expect_tx(sm.k_ring.filled(j), BN * D * 2);
+      for (int pn = 0; pn < D / 64; ++pn) tma_load_3d(sm.k[s] + pn * BN * 128, &maps.m[0], sm.k_ring.filled(j), k_col + pn * 128, j * BN, b);
+      sm.v_ring.wait_free(j);
+      mbar_arrive_expect_tx(sm.v_ring.filled(j), D * BN * 2);
       for (int pn = 0; pn < BN / 64; ++pn)
-        tma_load_3d(sm.vt[s] + pn * D * 128, &maps.m[1], &sm.v_full[s], (j * BN + pn * 64) * 2, kvh * D, b);
+        tma_load_3d(sm.vt[s] + pn * D * 128, &maps.m[1], sm.v_ring.filled(j), (j * BN + pn * 64) * 2, kvh * D, b);
     }
     return;
   }
@@ -285,11 +293,11 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
   };
 
   mbar_wait(&sm.q_full, 0);
-  mbar_wait(&sm.k_full[0], 0);
+  sm.k_ring.wait_filled(0);
   issue_s(0);
   wgmma_wait<0>();
   fence_all(s);
-  mbar_arrive(&sm.k_empty[0]);
+  sm.k_ring.release(0);
   {
     float alpha[2];
     softmax(0, alpha);
@@ -298,25 +306,25 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
   for (int j = 1; j < tiles; ++j) {
     // Both waits come before the wgmmas: a spin loop while a wgmma is in flight makes ptxas
     // serialize them (C7514).
-    mbar_wait(&sm.k_full[j % 2], (j / 2) & 1);
-    mbar_wait(&sm.v_full[(j - 1) % 2], ((j - 1) / 2) & 1);
+    sm.k_ring.wait_filled(j);
+    sm.v_ring.wait_filled(j - 1);
     issue_s(j);       // S_j = Q K_j^T ...
     issue_pv(j - 1);  // ... while O += P_{j-1} V_{j-1} queues behind it
     wgmma_wait<1>();  // S_j is in
     fence_all(s);
-    mbar_arrive(&sm.k_empty[j % 2]);
+    sm.k_ring.release(j);
     float alpha[2];
     softmax(j, alpha);  // overlaps the P V product still on the tensor cores
     wgmma_wait<0>();
     fence_all(o);
-    mbar_arrive(&sm.v_empty[(j - 1) % 2]);
+    sm.v_ring.release(j - 1);
     rescale_and_pack(alpha);
   }
-  mbar_wait(&sm.v_full[(tiles - 1) % 2], ((tiles - 1) / 2) & 1);
+  sm.v_ring.wait_filled(tiles - 1);
   issue_pv(tiles - 1);
   wgmma_wait<0>();
   fence_all(o);
-  mbar_arrive(&sm.v_empty[(tiles - 1) % 2]);
+  sm.v_ring.release(tiles - 1);
 
   // O / l and LSE = (m + log2 l) / log2(e): row sums over the quad in a fixed order.
 #pragma unroll
@@ -344,7 +352,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
 // tiles at or after its keys. Maps: 0 qkv (box 128 rows: K, V), 1 qkv (box 64 rows: Q), 2 dout
 // (box 64 rows), 3 Q^T, 4 dO^T (box D rows).
 template <int D>
-MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const __grid_constant__ attention_maps maps, const attention_args p) {
+MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const __grid_constant__ attention_maps maps, const attention_params p) {
 #if MXKIT_SM90A
   using S = attn_dkdv_smem<D>;
   constexpr int BM = S::BM, BN = S::BN, KD = D / 16;
@@ -356,12 +364,8 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   const int per_head = (T - n0 + BM - 1) / BM, steps = group * per_head;
   if (tid == 0) {
     mbar_init(&sm.kv_full, 1);
-    for (int s = 0; s < 2; ++s) {
-      mbar_init(&sm.a_full[s], 1 + 128);  // the TMA's expect_tx arrival + every producer thread (LSE, Delta)
-      mbar_init(&sm.a_empty[s], 256);
-      mbar_init(&sm.b_full[s], 1);
-      mbar_init(&sm.b_empty[s], 256);
-    }
+    sm.a_ring.init(128);  // every producer thread also stores LSE or Delta into the stage
+    sm.b_ring.init();
     fence_mbar_init();
   }
   __syncthreads();
@@ -379,25 +383,24 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
     }
     for (int step = 0; step < steps; ++step) {
       const int s = step % 2, h = kvh * group + step / per_head, m0 = n0 + (step % per_head) * BM;
-      const std::uint32_t free_parity = ((step / 2) & 1) ^ 1;
-      mbar_wait(&sm.a_empty[s], free_parity);
+      sm.a_ring.wait_free(step);
       if (pt == 0) {
-        mbar_arrive_expect_tx(&sm.a_full[s], 2 * BM * D * 2);
+        mbar_arrive_expect_tx(sm.a_ring.filled(step), 2 * BM * D * 2);
         for (int pn = 0; pn < D / 64; ++pn) {
-          tma_load_3d(sm.q[s] + pn * BM * 128, &maps.m[1], &sm.a_full[s], h * D * 2 + pn * 128, m0, b);
-          tma_load_3d(sm.dout[s] + pn * BM * 128, &maps.m[2], &sm.a_full[s], h * D * 2 + pn * 128, m0, b);
+          tma_load_3d(sm.q[s] + pn * BM * 128, &maps.m[1], sm.a_ring.filled(step), h * D * 2 + pn * 128, m0, b);
+          tma_load_3d(sm.dout[s] + pn * BM * 128, &maps.m[2], sm.a_ring.filled(step), h * D * 2 + pn * 128, m0, b);
         }
       }
       const std::size_t row = (static_cast<std::size_t>(b) * p.heads + h) * T;
       const int r = m0 + (pt % BM);
       if (pt < BM) sm.lse[s][pt] = r < T ? p.lse_in[row + r] * attn_log2e : 0.0f;
       else sm.delta[s][pt - BM] = r < T ? p.delta[row + r] : 0.0f;
-      mbar_arrive(&sm.a_full[s]);  // release: the stores above are visible to the waiters
+      mbar_arrive(sm.a_ring.filled(step));  // release: the stores above are visible to the waiters
       if (pt == 0) {
-        mbar_wait(&sm.b_empty[s], free_parity);
-        mbar_arrive_expect_tx(&sm.b_full[s], 2 * D * BM * 2);
-        tma_load_3d(sm.qt[s], &maps.m[3], &sm.b_full[s], m0 * 2, h * D, b);
-        tma_load_3d(sm.dot[s], &maps.m[4], &sm.b_full[s], m0 * 2, h * D, b);
+        sm.b_ring.wait_free(step);
+        mbar_arrive_expect_tx(sm.b_ring.filled(step), 2 * D * BM * 2);
+        tma_load_3d(sm.qt[s], &maps.m[3], sm.b_ring.filled(step), m0 * 2, h * D, b);
+        tma_load_3d(sm.dot[s], &maps.m[4], sm.b_ring.filled(step), m0 * 2, h * D, b);
       }
     }
     return;
@@ -463,56 +466,54 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   // needs both steps' fragments live: at D = 128 that is more than 240 registers (ptxas then
   // serializes every wgmma), so there each step drains before the next.
   constexpr bool overlap = D <= 64;
-  auto drain_grads = [&](int s) {
+  auto drain_grads = [&](int step) {
     wgmma_wait<0>();
     fence_all(dv);
     fence_all(dk);
-    mbar_arrive(&sm.b_empty[s]);
+    sm.b_ring.release(step);
   };
   auto scores_in = [&] {
     fence_all(st);
     fence_all(dpt);
   };
   mbar_wait(&sm.kv_full, 0);
-  auto parity = [](int step) { return static_cast<std::uint32_t>((step / 2) & 1); };
   if constexpr (overlap) {
-    mbar_wait(&sm.a_full[0], 0);
+    sm.a_ring.wait_filled(0);
     issue_scores(0);
     wgmma_wait<0>();
     scores_in();
     gradients_of_scores(0, 0);
-    mbar_arrive(&sm.a_empty[0]);
+    sm.a_ring.release(0);
     pack();
     for (int step = 1; step < steps; ++step) {
       const int s = step % 2;
-      mbar_wait(&sm.a_full[s], parity(step));
-      mbar_wait(&sm.b_full[s ^ 1], parity(step - 1));  // before any wgmma is in flight (a spin loop)
+      sm.a_ring.wait_filled(step);
+      sm.b_ring.wait_filled(step - 1);  // before any wgmma is in flight (a spin loop)
       issue_scores(s);
       issue_grads(s ^ 1);
       wgmma_wait<1>();
       scores_in();
       gradients_of_scores(step, s);
-      mbar_arrive(&sm.a_empty[s]);
-      drain_grads(s ^ 1);
+      sm.a_ring.release(step);
+      drain_grads(step - 1);
       pack();
     }
-    const int last = (steps - 1) % 2;
-    mbar_wait(&sm.b_full[last], parity(steps - 1));
-    issue_grads(last);
-    drain_grads(last);
+    sm.b_ring.wait_filled(steps - 1);
+    issue_grads((steps - 1) % 2);
+    drain_grads(steps - 1);
   } else {
     for (int step = 0; step < steps; ++step) {
       const int s = step % 2;
-      mbar_wait(&sm.a_full[s], parity(step));
+      sm.a_ring.wait_filled(step);
       issue_scores(s);
       wgmma_wait<0>();
       scores_in();
       gradients_of_scores(step, s);
-      mbar_arrive(&sm.a_empty[s]);
+      sm.a_ring.release(step);
       pack();
-      mbar_wait(&sm.b_full[s], parity(step));
+      sm.b_ring.wait_filled(step);
       issue_grads(s);
-      drain_grads(s);
+      drain_grads(step);
     }
   }
   const int k_col = (p.heads + kvh) * D, v_col = k_col + p.kv_heads * D;
@@ -530,7 +531,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
 // registers. Maps: 0 qkv (box 128 rows: Q), 1 dout (box 128 rows), 2 qkv (box 64 rows: K, V),
 // 3 K^T (box D rows).
 template <int D>
-MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const __grid_constant__ attention_maps maps, const attention_args p) {
+MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const __grid_constant__ attention_maps maps, const attention_params p) {
 #if MXKIT_SM90A
   using S = attn_dq_smem<D>;
   constexpr int BM = S::BM, BN = S::BN, KD = D / 16;
@@ -542,12 +543,8 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
   const int tiles = (m0 + BM) / BN < key_tiles ? (m0 + BM) / BN : key_tiles;
   if (tid == 0) {
     mbar_init(&sm.q_full, 1);
-    for (int s = 0; s < 2; ++s) {
-      mbar_init(&sm.kv_full[s], 1);
-      mbar_init(&sm.kv_empty[s], 256);
-      mbar_init(&sm.kt_full[s], 1);
-      mbar_init(&sm.kt_empty[s], 256);
-    }
+    sm.kv_ring.init();
+    sm.kt_ring.init();
     fence_mbar_init();
   }
   __syncthreads();
@@ -563,16 +560,15 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
     }
     for (int j = 0; j < tiles; ++j) {  // K, V and K^T in separate rings (the forward says why)
       const int s = j % 2;
-      const std::uint32_t free_parity = ((j / 2) & 1) ^ 1;
-      mbar_wait(&sm.kv_empty[s], free_parity);
-      mbar_arrive_expect_tx(&sm.kv_full[s], 2 * BN * D * 2);
+      sm.kv_ring.wait_free(j);
+      mbar_arrive_expect_tx(sm.kv_ring.filled(j), 2 * BN * D * 2);
       for (int pn = 0; pn < D / 64; ++pn) {
-        tma_load_3d(sm.k[s] + pn * BN * 128, &maps.m[2], &sm.kv_full[s], k_col + pn * 128, j * BN, b);
-        tma_load_3d(sm.v[s] + pn * BN * 128, &maps.m[2], &sm.kv_full[s], v_col + pn * 128, j * BN, b);
+        tma_load_3d(sm.k[s] + pn * BN * 128, &maps.m[2], sm.kv_ring.filled(j), k_col + pn * 128, j * BN, b);
+        tma_load_3d(sm.v[s] + pn * BN * 128, &maps.m[2], sm.kv_ring.filled(j), v_col + pn * 128, j * BN, b);
       }
-      mbar_wait(&sm.kt_empty[s], free_parity);
-      mbar_arrive_expect_tx(&sm.kt_full[s], D * BN * 2);
-      tma_load_3d(sm.kt[s], &maps.m[3], &sm.kt_full[s], j * BN * 2, kvh * D, b);
+      sm.kt_ring.wait_free(j);
+      mbar_arrive_expect_tx(sm.kt_ring.filled(j), D * BN * 2);
+      tma_load_3d(sm.kt[s], &maps.m[3], sm.kt_ring.filled(j), j * BN * 2, kvh * D, b);
     }
     return;
   }
@@ -625,37 +621,35 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
     for (int kk = 0; kk < BN / 16; ++kk) attn_to_a(sa[kk], sc, kk);
   };
   mbar_wait(&sm.q_full, 0);
-  mbar_wait(&sm.kv_full[0], 0);
+  sm.kv_ring.wait_filled(0);
   issue_scores(0);
   wgmma_wait<0>();
   fence_all(sc);
   fence_all(dp);
-  mbar_arrive(&sm.kv_empty[0]);
+  sm.kv_ring.release(0);
   score_gradients(0);
   pack();
   for (int j = 1; j < tiles; ++j) {  // tile j's scores and dS overlap tile j - 1's dQ product (as the forward)
     const int s = j % 2;
-    const std::uint32_t parity = (j / 2) & 1, prev_parity = ((j - 1) / 2) & 1;
-    mbar_wait(&sm.kv_full[s], parity);
-    mbar_wait(&sm.kt_full[s ^ 1], prev_parity);  // before any wgmma is in flight (a spin loop)
+    sm.kv_ring.wait_filled(j);
+    sm.kt_ring.wait_filled(j - 1);  // before any wgmma is in flight (a spin loop)
     issue_scores(s);
     issue_dq(s ^ 1);
     wgmma_wait<1>();
     fence_all(sc);
     fence_all(dp);
-    mbar_arrive(&sm.kv_empty[s]);
+    sm.kv_ring.release(j);
     score_gradients(j);
     wgmma_wait<0>();
     fence_all(dq);
-    mbar_arrive(&sm.kt_empty[s ^ 1]);
+    sm.kt_ring.release(j - 1);
     pack();
   }
-  const int last = (tiles - 1) % 2;
-  mbar_wait(&sm.kt_full[last], ((tiles - 1) / 2) & 1);
-  issue_dq(last);
+  sm.kt_ring.wait_filled(tiles - 1);
+  issue_dq((tiles - 1) % 2);
   wgmma_wait<0>();
   fence_all(dq);
-  mbar_arrive(&sm.kt_empty[last]);
+  sm.kt_ring.release(tiles - 1);
   std::uint16_t* dst = p.dqkv + static_cast<std::size_t>(b) * T * p.stride + static_cast<std::size_t>(h) * D;
   attn_store_rows<D / 2>(dst, p.stride, r0, T, dq, p.scale, p.scale);
 #else
@@ -710,7 +704,7 @@ inline CUtensorMap make_attention_map(const void* data, std::size_t row_bytes, s
 }
 
 template <class Kernel>
-inline void attention_launch(Kernel kernel, std::size_t smem, dim3 grid, const attention_maps& maps, const attention_args& p,
+inline void attention_launch(Kernel kernel, std::size_t smem, dim3 grid, const attention_maps& maps, const attention_params& p,
                              stream_t stream) {
   MXKIT_GPU_CHECK(set_max_dynamic_shared_bytes(kernel, static_cast<int>(smem)));
   kernel<<<grid, attn_threads, smem, stream>>>(maps, p);
@@ -727,7 +721,7 @@ inline void transpose_heads(const std::uint16_t* src, std::size_t ld_src, std::s
 
 // Forward: V^T into vt ([B][Hkv * D][seq_pad]), then the kernel.
 template <int D>
-void attention_forward(const attention_args& p, std::uint16_t* vt, stream_t stream) {
+void attention_forward(const attention_params& p, std::uint16_t* vt, stream_t stream) {
   const int T = p.seq, B = p.batch;
   transpose_heads(p.qkv, p.stride, static_cast<std::size_t>(p.heads + p.kv_heads) * D, B, T, p.kv_heads * D, vt, p.seq_pad, stream);
   const std::size_t rows = static_cast<std::size_t>(T), batch = static_cast<std::size_t>(B);
@@ -741,8 +735,8 @@ void attention_forward(const attention_args& p, std::uint16_t* vt, stream_t stre
 // Backward (Delta already in p.delta): Q^T, K^T, dO^T into qt, kt, dot ([B][heads * D][seq_pad]),
 // then the two kernels.
 template <int D>
-void attention_backward(const attention_args& p, const std::uint16_t* dout, std::uint16_t* qt, std::uint16_t* kt, std::uint16_t* dot,
-                        stream_t stream) {
+void attention_backward(const attention_params& p, std::uint16_t* qt, std::uint16_t* kt, std::uint16_t* dot, stream_t stream) {
+  const std::uint16_t* dout = p.dout;
   const int T = p.seq, B = p.batch, H = p.heads, Hkv = p.kv_heads;
   const std::size_t od = static_cast<std::size_t>(H) * D, ld = p.seq_pad;
   transpose_heads(p.qkv, p.stride, 0, B, T, H * D, qt, ld, stream);
