@@ -6,13 +6,8 @@
 // the Hadamard rotation on every GEMM; bf16 activations, fp32 master weights and gradients.
 // Per recipe: time per step (median of --repeats after 3 warm-up steps, CUDA events), tokens/s,
 // model TFLOP/s, the peak of the backend's tracked device memory in a step, and the time split
-// from a second, profiled pass in which every backend operation is bracketed by events:
-//   gemm        every GEMM (the quantized products)
-//   quantize    standalone quantize / quantize_both / transpose / FP8 scale update
-//   producers   rmsnorm_quantize and swiglu_quantize (norm or activation + its operand copies)
-//   attention   flash attention forward and backward
-//   other       the remaining kernels (norms, RoPE, SwiGLU backward, fills, copies, allocations'
-//               zero fills) and the gaps between kernels (step time minus the four above)
+// from a second, profiled pass in which every backend operation is bracketed by events (the parts
+// are listed in profiled_backend.hpp; `gaps` is the step minus every bracketed operation).
 // Peer in the same run: bench/layer_peer.py (the same layer in PyTorch: bf16 eager, compiled,
 // per-tensor FP8 through torch._scaled_mm compiled, and SDPA alone). Model FLOPs, as the peer:
 // 6 * N_linear * tokens + attention 3.5 * 2 * B * H * T^2 * D (causal forward 2 B H T^2 D,
@@ -34,83 +29,13 @@
 #include <mxkit/nn/transformer_layer.hpp>
 
 #include "bench_common.hpp"
+#include "profiled_backend.hpp"
 #include "training_bench.hpp"
 
 namespace {
 
 namespace gpu = mxkit::gpu;
 namespace nn = mxkit::nn;
-
-enum class part : int { gemm, quantize, producers, attention, other };
-constexpr const char* part_names[] = {"gemm", "quantize", "producers", "attention", "other"};
-
-// The device backend with every operation bracketed by events when profiling is on.
-class profiled_backend final : public gpu::device_backend {
- public:
-  bool profiling = false;
-  std::array<double, 5> ms{};  // by part, summed over the profiled operations
-
-  void collect() {  // waits for the recorded events and adds them up
-    for (auto& [p, a, b] : marks_) ms[static_cast<int>(p)] += b->elapsed_ms_since(*a);
-    marks_.clear();
-  }
-
- private:
-  struct mark {
-    part p;
-    std::unique_ptr<gpu::event> a, b;
-  };
-  template <class F>
-  auto timed(part p, F&& f) {
-    if (!profiling) return f();
-    auto a = std::make_unique<gpu::event>(), b = std::make_unique<gpu::event>();
-    a->record(stream());
-    if constexpr (std::is_void_v<decltype(f())>) {
-      f();
-      b->record(stream());
-      marks_.push_back({p, std::move(a), std::move(b)});
-    } else {
-      auto r = f();
-      b->record(stream());
-      marks_.push_back({p, std::move(a), std::move(b)});
-      return r;
-    }
-  }
-  std::vector<mark> marks_;
-
- protected:
-  nn::qtensor do_quantize(const nn::tensor& x, const nn::quant_request& r) override {
-    return timed(part::quantize, [&] { return device_backend::do_quantize(x, r); });
-  }
-  nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& a, const nn::quant_request& b) override {
-    return timed(part::quantize, [&] { return device_backend::do_quantize_both(x, a, b); });
-  }
-  nn::qtensor do_transpose(const nn::qtensor& q, nn::operand_use u, nn::mem_tag t) override {
-    return timed(part::quantize, [&] { return device_backend::do_transpose(q, u, t); });
-  }
-  void do_update_scales(nn::scaling_table& t) override {
-    timed(part::quantize, [&] { device_backend::do_update_scales(t); });
-  }
-  void do_gemm(mxkit::gemm_product k, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
-               const nn::tensor* c) override {
-    timed(part::gemm, [&] { device_backend::do_gemm(k, a, b, d, alpha, beta, c); });
-  }
-  nn::qpair do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
-                                nn::tensor* y) override {
-    return timed(part::producers, [&] { return device_backend::do_rmsnorm_quantize(x, w, rstd, eps, plan, y); });
-  }
-  nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override {
-    return timed(part::producers, [&] { return device_backend::do_swiglu_quantize(gu, plan, out); });
-  }
-  void do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) override {
-    timed(part::attention, [&] { device_backend::do_attention_forward(qkv, out, lse, s); });
-  }
-  void do_attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& out, const nn::tensor& lse, nn::tensor& dqkv,
-                             const nn::head_shape& s) override {
-    timed(part::attention, [&] { device_backend::do_attention_backward(dout, qkv, out, lse, dqkv, s); });
-  }
-
-};
 
 std::vector<double> normal_values(std::size_t n, std::uint64_t seed, double scale) {
   std::vector<double> v(n);
@@ -164,12 +89,12 @@ int main(int argc, char** argv) {
   struct measured {
     std::string recipe;
     double ms, peak_gib;
-    std::array<double, 5> split;
+    std::array<double, mxkit_bench::step_part_count> split;
   };
   std::vector<measured> all;
   for (const std::string& name : mxkit_bench::split_list(recipes)) {
     const nn::recipe r = mxkit_bench::training_recipe(name);
-    profiled_backend be;
+    mxkit_bench::profiled_backend be;
     nn::transformer_layer layer(be, "layer", c, 0, r, nn::dtype::f32);
     layer.init(1, 0.02, 32);
     nn::tensor x = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
@@ -205,17 +130,17 @@ int main(int argc, char** argv) {
     step();
     b.record(be.stream());
     const double profiled_ms = b.elapsed_ms_since(a);
-    be.collect();
+    const mxkit_bench::profiled_backend::profile ops = be.collect();
     be.profiling = false;
-    std::array<double, 5> split = be.ms;
-    split[static_cast<int>(part::other)] = profiled_ms - split[0] - split[1] - split[2] - split[3];
+    const std::array<double, mxkit_bench::step_part_count> split = mxkit_bench::split_by_part(ops, profiled_ms);
     // Tracked bytes are the tensors and copies a step holds (as torch's max_memory_allocated
     // counts tensors); the pool also keeps GEMM scratch and workspaces, shown beside it.
     const double pool_gib = static_cast<double>(gpu::pool_reserved_bytes()) / (1024.0 * 1024.0 * 1024.0);
     std::printf("%-6s %8.2f ms/step  %9.0f tokens/s  %6.1f TFLOP/s  peak %.2f GiB (pool %.2f GiB)  split (profiled step %.2f ms):",
                 name.c_str(), ms, tokens / ms * 1e3, flops / ms / 1e9, peak_gib, pool_gib, profiled_ms);
-    for (int p = 0; p < 5; ++p) std::printf(" %s %.2f", part_names[p], split[static_cast<std::size_t>(p)]);
+    for (int p = 0; p < mxkit_bench::step_part_count; ++p) std::printf(" %s %.2f", mxkit_bench::step_part_names[p], split[static_cast<std::size_t>(p)]);
     std::printf("\n");
+    mxkit_bench::print_op_times(ops);
     std::fflush(stdout);
     all.push_back({name, ms, peak_gib, split});
   }
@@ -232,8 +157,8 @@ int main(int argc, char** argv) {
     rows.push_back({"layer", what + " model TFLOP/s", flops / m.ms / 1e9, "TFLOP/s", "torch.compile bf16", get("compiled_tflops")});
     rows.push_back({"layer", what + " step", m.ms, "ms", "torch.compile bf16", get("compiled_ms")});
     rows.push_back({"layer", what + " peak memory", m.peak_gib, "GiB", "torch.compile bf16", peer_gib});
-    for (int p = 0; p < 5; ++p)
-      rows.push_back({"layer", what + " time in " + part_names[p], m.split[static_cast<std::size_t>(p)], "ms", "", 0.0});
+    for (int p = 0; p < mxkit_bench::step_part_count; ++p)
+      rows.push_back({"layer", what + " time in " + mxkit_bench::step_part_names[p], m.split[static_cast<std::size_t>(p)], "ms", "", 0.0});
   }
   rows.push_back({"layer", "torch eager bf16 " + shape_name + " tokens/s", get("eager_tokens_per_s"), "tokens/s", "torch.compile bf16", peer_tok});
   rows.push_back({"layer", "torch compiled FP8 (_scaled_mm) " + shape_name + " tokens/s", get("fp8_tokens_per_s"), "tokens/s",

@@ -7,7 +7,9 @@
 // the Hadamard rotation; bf16 activations, fp32 master weights, AdamW, clipping at 1.0.
 // Per run: 3 warm-up steps, then --repeats steps timed with CUDA events around each (the loss is
 // read once at the end: nn::trainer reads nothing back between logging steps), the median step
-// time, tokens/s and model TFLOP/s. Model FLOPs, as the peer: 6 * N_linear * tokens + attention
+// time, tokens/s and model TFLOP/s. Then where the time goes: the host time to enqueue one step
+// (the device idle at its start), and one profiled step with every backend operation bracketed
+// by events, split into parts (profiled_backend.hpp; `gaps`: time between operations). Model FLOPs, as the peer: 6 * N_linear * tokens + attention
 // 3.5 * 2 * B * H * T^2 * D per layer (the embedding table and LM head: 6 * 2 * V * C * tokens
 // excluded from N_linear, included here as the LM head GEMM 6 * V * C * tokens).
 // Peer in the same run: bench/train_peer.py (the same model in PyTorch, bf16 autocast, fused
@@ -16,6 +18,8 @@
 //   MXKIT_TRAIN_PEER: the peer command (default "python3 bench/train_peer.py"); empty: no peer.
 //   Without a GPU it says so and exits 77.
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +34,7 @@
 #include <mxkit/nn/training.hpp>
 
 #include "bench_common.hpp"
+#include "profiled_backend.hpp"
 #include "training_bench.hpp"
 
 namespace {
@@ -102,7 +107,7 @@ int main(int argc, char** argv) {
     const double flops = 6.0 * n_linear * tokens + double(m.layers) * 3.5 * 2.0 * double(m.batch) * double(c.n_heads) * double(m.seq) * double(m.seq) * D;
     for (const std::string& rname : mxkit_bench::split_list(recipes)) {
       const nn::recipe r = mxkit_bench::training_recipe(rname);
-      gpu::device_backend be;
+      mxkit_bench::profiled_backend be;
       nn::model model(be, mc, r, 1);
       nn::train_config tc;
       tc.steps = 1000000;
@@ -123,16 +128,43 @@ int main(int argc, char** argv) {
       std::sort(times.begin(), times.end());
       const double ms = times[times.size() / 2];
       const double loss = be.read_scalar(model.loss());
+      // Host time to enqueue a step, from an idle device (median of 5).
+      std::vector<double> host;
+      for (int i = 0; i < 5; ++i) {
+        be.synchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        t.step();
+        host.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(host.begin(), host.end());
+      const double host_ms = host[host.size() / 2];
+      be.synchronize();
+      be.profiling = true;
+      gpu::event pa, pb;
+      pa.record(be.stream());
+      t.step();
+      pb.record(be.stream());
+      const double profiled_ms = pb.elapsed_ms_since(pa);
+      const mxkit_bench::profiled_backend::profile ops = be.collect();
+      be.profiling = false;
+      const std::array<double, mxkit_bench::step_part_count> split = mxkit_bench::split_by_part(ops, profiled_ms);
       std::printf("%-40s %-6s %8.2f ms/step %10.0f tokens/s %6.1f TFLOP/s  last loss %.3f  peak %.2f GiB\n", m.name.c_str(), rname.c_str(), ms,
                   tokens / ms * 1e3, flops / ms / 1e9, loss, static_cast<double>(be.memory().peak_total()) / (1u << 30));
+      std::printf("  host enqueue %.2f ms/step; split (profiled step %.2f ms):", host_ms, profiled_ms);
+      for (int p = 0; p < mxkit_bench::step_part_count; ++p) std::printf(" %s %.2f", mxkit_bench::step_part_names[p], split[static_cast<std::size_t>(p)]);
+      std::printf("\n");
+      mxkit_bench::print_op_times(ops);
       std::fflush(stdout);
-      rows.push_back({"train", rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq) + " tokens/s",
-                      tokens / ms * 1e3, "tokens/s", "torch.compile bf16", 0.0});
+      const std::string what = rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq);
+      rows.push_back({"train", what + " tokens/s", tokens / ms * 1e3, "tokens/s", "torch.compile bf16", 0.0});
+      rows.push_back({"train", what + " host enqueue per step", host_ms, "ms", "", 0.0});
+      for (int p = 0; p < mxkit_bench::step_part_count; ++p)
+        rows.push_back({"train", what + " time in " + mxkit_bench::step_part_names[p], split[static_cast<std::size_t>(p)], "ms", "", 0.0});
     }
     const std::map<std::string, double> peer = mxkit_bench::run_peer(peer_command(m));
     const auto get = [&](const char* k) { return mxkit_bench::peer_value(peer, k); };
     for (mxkit_bench::result& row : rows)
-      if (row.peer_value == 0.0 && row.case_name.find(m.name) != std::string::npos) row.peer_value = get("compiled_tokens_per_s");
+      if (row.peer_value == 0.0 && row.unit == "tokens/s" && row.case_name.find(m.name) != std::string::npos) row.peer_value = get("compiled_tokens_per_s");
     rows.push_back({"train", "torch eager bf16 " + m.name + " tokens/s", get("eager_tokens_per_s"), "tokens/s", "torch.compile bf16",
                     get("compiled_tokens_per_s")});
   }

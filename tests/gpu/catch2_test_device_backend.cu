@@ -33,7 +33,7 @@
 //     its high-water mark during the switch, the runtime's free memory; printed).
 //
 // Bounds. u32 = 2^-24 and u16 = 2^-8 are float's and bf16's unit roundoff. Where a kernel has a
-// GPU kernel test (catch2_test_nn_kernels.cu, catch2_test_attention.cu, catch2_test_gemm.cu), the
+// GPU kernel test (catch2_test_nn_kernels.cu, catch2_test_gpu_attention.cu, catch2_test_gemm.cu), the
 // device's error against the exact result is the bound derived there; the host backend's error
 // against the exact result (its kernels accumulate in double and round once or twice to float)
 // is added, so |device - host| <= device bound + host bound. A result stored in bf16 is rounded
@@ -558,6 +558,15 @@ TEST_CASE("device backend: quantized copies are the host backend's, byte for byt
         const qpair pd = d.quantize_both(x.d, r, col), ph = h.quantize_both(x.h, r, col);
         CHECK(copy_mismatch(d, pd.rowwise, ph.rowwise) == "");
         CHECK(copy_mismatch(d, pd.columnwise, ph.columnwise) == "");
+        // A copy the caller lets alias its input: a bf16 input is handed back as it is (same
+        // memory, no bytes added to the copies), anything else is copied as before.
+        quant_request ra = r;
+        ra.may_alias_input = true;
+        const std::size_t held = d.memory().live(mem_tag::quantized_activation);
+        const qtensor va = d.quantize(x.d, ra);
+        CHECK(copy_mismatch(d, va, h.quantize(x.h, ra)) == "");
+        CHECK((d.memory().live(mem_tag::quantized_activation) == held) == (t == dtype::bf16));
+        CHECK((device_backend::get(va).data == x.d.data()) == (t == dtype::bf16));
       }
       {
         INFO("the healing stash: export_fp8, import_fp8 and its transpose");
@@ -863,7 +872,7 @@ TEST_CASE("device backend: rope forward and inverse", "[gpu][nn][backend]") {
 
 namespace {
 
-// Bounds of the device's attention against the exact result (catch2_test_attention.cu), from the
+// Bounds of the device's attention against the exact result (catch2_test_gpu_attention.cu), from the
 // inputs in double: out u16 |o| + 4 u16 sum_u P_tu |v_u| (P and dS are rounded to bf16 to feed
 // the tensor cores), dqkv u16 |d| + 4 u16 (sum |dS| |k or q| + sum P |dO|, the absolute error of
 // dP - Delta folded in), lse 2 (D + T + 16) u32 (scale |q| max|k| + |lse| + 1). The host backend

@@ -529,3 +529,76 @@ TEST_CASE("gpu gemm: MXFP4 x MXFP4, line-scaled path and its block-scaled fallba
     CHECK(wrong == 0);
   }
 }
+
+TEST_CASE("gpu gemm: wgrad-shaped products split K, match the reference and repeat bit for bit", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  INFO("seed " << seed);
+  // 96 x 300 outputs are 2 tiles of 128 x 256: K = 4096 (32 stages of 128 bytes, 64 in bf16) is
+  // split over several CTAs; a K that is not a multiple of the split leaves a short last split.
+  const std::size_t p = 96, q = 300;
+#if MXKIT_GPU_CUDA
+  int device = 0, sms = 0;
+  MXKIT_GPU_CHECK(g::get_device(&device));
+  MXKIT_GPU_CHECK(g::get_multiprocessor_count(&sms, device));
+  for (const std::size_t k : {std::size_t{4096}, std::size_t{3104}})
+    CHECK(g::sm90::choose_k_splits(2, static_cast<std::uint32_t>(k / 128), static_cast<std::uint32_t>(sms)) > 1);
+#endif
+  g::gemm_options fp8_only;
+  fp8_only.mxfp8_via_bf16 = false;
+  for (const g::gemm_path path : device_paths())
+    for (const std::size_t k : {std::size_t{4096}, std::size_t{3104}}) {
+      const double rel = (2.0 * static_cast<double>(k / 32) + 8) * u;
+      for (const mx_type t : {mx_type::mxfp4, mx_type::mxfp8_e4m3, mx_type::mxfp6_e2m3}) {
+        const mx_tensor a = exact_mx(p, k, t, rng), b = exact_mx(q, k, t, rng);
+        const auto c1 = run_mx<float>(a, b, path, {1.5f, -0.5f}, rel, seed, 2);
+        const auto c2 = run_mx<bfloat16>(a, b, path, {1.0f, 1.0f}, rel, seed);
+        const auto c3 = run_mx<float>(a, b, path, {1.0f, 0.0f}, rel, seed, 0, fp8_only);
+        // A line the fast route cannot take (MXFP4: scales 40 binades apart; MXFP8: exponent
+        // 60): its gate closes, the fallback's split kernel and reduction run instead.
+        mx_tensor odd = a;
+        if (t != mx_type::mxfp6_e2m3) {
+          std::memset(odd.data().data() + 5 * odd.layout().line_bytes(), t == mx_type::mxfp4 ? 0x77 : 0x38, 32);
+          odd.scales()[5 * (k / 32) + 0] = 127 - 20;
+          odd.scales()[5 * (k / 32) + 1] = static_cast<std::uint8_t>(t == mx_type::mxfp4 ? 127 + 20 : 127 + 60);
+        }
+        const auto c4 = run_mx<float>(odd, b, path, {1.0f, 1.0f}, rel, seed);
+        INFO(g::name_of(path) << " " << name_of(t) << " K=" << k << ": " << c1 << " | " << c2 << " | " << c3 << " | " << c4);
+        CHECK(c1.over_bound == 0);
+        CHECK(c2.over_bound == 0);
+        CHECK(c3.over_bound == 0);
+        CHECK(c4.over_bound == 0);
+      }
+      // bf16 operands (the bf16 recipe's wgrad), accumulating into D as the gradients do; two
+      // runs give the same bits (the partials are added in split order).
+      const std::vector<float> xa = gemm_test::random_matrix(p, k, seed + 7, 3), xb = gemm_test::random_matrix(q, k, seed + 8, 3);
+      std::vector<bfloat16> ha(p * k), hb(q * k);
+      for (std::size_t i = 0; i < ha.size(); ++i) ha[i] = bfloat16::from_float(xa[i]);
+      for (std::size_t i = 0; i < hb.size(); ++i) hb[i] = bfloat16::from_float(xb[i]);
+      g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)};
+      std::vector<float> fa(ha.size()), fb(hb.size());
+      for (std::size_t i = 0; i < fa.size(); ++i) fa[i] = ha[i].to_float();
+      for (std::size_t i = 0; i < fb.size(); ++i) fb[i] = hb[i].to_float();
+      const auto o = gemm_test::oracle_tn(fa, fb, p, q, k);
+      const std::vector<float> c0 = gemm_test::random_matrix(p, q, seed + 9, 1);
+      std::vector<float> first;
+      for (int run = 0; run < 2; ++run) {
+        device_out<float> d(p, q, q);
+        d.set(c0);
+        g::gemm(matrix_view<const bfloat16>{da.data(), p, k}, matrix_view<const bfloat16>{db.data(), q, k}, d.view(), {1.0f, 1.0f},
+                nullptr, g::gemm_options{path});
+        MXKIT_GPU_CHECK(g::device_synchronize());
+        const std::vector<float> got = d.get();
+        std::vector<double> want(p * q), s(p * q);
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          want[i] = o.d[i] + c0[i];
+          s[i] = o.s[i] + std::fabs(c0[i]);
+        }
+        const auto cmp = gemm_test::compare(as_double(got), want, s, (2.0 * static_cast<double>(k) + 8) * u, q);
+        INFO(g::name_of(path) << " bf16 K=" << k << " run " << run << ": " << cmp);
+        CHECK(cmp.over_bound == 0);
+        if (run == 0) first = got;
+        else CHECK(std::memcmp(first.data(), got.data(), got.size() * sizeof(float)) == 0);
+      }
+    }
+}

@@ -339,9 +339,9 @@ class checking_backend : public host_backend {
   static bool like(const tensor& t, const tensor& u) { return shape(t, u.rows(), u.cols()) && t.type() == u.type(); }
   static bool scalar64(const tensor& t) { return shape(t, 1, 1) && t.type() == dtype::f64; }
 
-  allocation do_alloc(std::size_t bytes) override {
+  allocation do_alloc(std::size_t bytes, bool zero_fill) override {
     hit(backend_op::alloc, true);
-    return host_backend::do_alloc(bytes);
+    return host_backend::do_alloc(bytes, zero_fill);
   }
   void do_write(tensor& t, const std::vector<double>& v) override {
     hit(backend_op::write, v.size() == t.size());

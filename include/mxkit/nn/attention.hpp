@@ -19,7 +19,7 @@ class causal_attention {
  public:
   // qkv (B*T, qkv_dim) -> out (B*T, n_heads*D); keeps qkv, out and the log-sum-exp for backward.
   void forward(backend& be, const tensor& qkv, tensor& out, const head_shape& s) {
-    lse_ = be.alloc(s.batch * s.n_heads, s.seq, stat_type(qkv.type()), mem_tag::activation);  // (B*H, T)
+    lse_ = be.alloc_uninitialized(s.batch * s.n_heads, s.seq, stat_type(qkv.type()), mem_tag::activation);  // (B*H, T), written
     be.attention_forward(qkv, out, lse_, s);
     qkv_ = qkv;
     out_ = out;

@@ -16,7 +16,7 @@
 // 2. Streams and memory. A backend owns one stream; every operation is enqueued on it, in call
 //    order, and returns without waiting. Only read(), read_scalar(), export_fp8() and
 //    synchronize() wait, and each counts in counters().host_reads (or synchronizations).
-//    alloc() memory is zero-filled and comes from a stream-ordered pool (cudaMallocAsync-style,
+//    alloc() memory is zero-filled (alloc_uninitialized(): not) and comes from a stream-ordered pool (cudaMallocAsync-style,
 //    released to the pool when the last tensor handle drops): once a step's shapes have been
 //    seen, a step allocates nothing from the driver (counters().driver_allocations stays put) and
 //    never synchronizes the device. The host backend's stream is the calling thread (in order by
@@ -108,6 +108,10 @@ struct quant_request {
   fp8_scaling_slot fp8;                   // kind fp8: code = cast(x * scale[row]); amax -> history[row, 0]
   operand_use use = operand_use::fprop_x;
   mem_tag tag = mem_tag::quantized_activation;
+  // The caller consumes the copy before it changes x (the next GEMM's operand; linear.hpp sets it
+  // for fprop X and dgrad dY): where the copy would equal x byte for byte (bf16 rowwise of bf16),
+  // a backend may hand back x itself instead of copying it (the device backend does).
+  bool may_alias_input = false;
 
   // The MX quantizer's options for this copy.
   quantize_options mx_options() const noexcept { return {spec.rule, spec.round, hadamard, random_signs, seed, stream}; }
@@ -233,24 +237,13 @@ class backend {
 
   // ---- memory and transfers ---------------------------------------------------------------------
   // Zero-filled [rows, cols] of `type` from the stream-ordered pool, counted under `tag`.
-  tensor alloc(std::size_t rows, std::size_t cols, dtype type, mem_tag tag) {
-    // rows * cols * size_of(type) must not wrap around (a small buffer behind a huge shape), and
-    // is at most one object's bytes, so a backend's round-up to its alignment cannot wrap either.
-    const std::size_t elements = detail::checked_mul({"rows", rows}, {"cols", cols}, "alloc: a ", rows, "x", cols, " ",
-                                                     name_of(type), " tensor does not fit in memory");
-    const std::size_t bytes = detail::checked_bytes({"rows x cols", elements}, size_of(type), "alloc: a ", rows, "x", cols, " ",
-                                                    name_of(type), " tensor does not fit in memory");
-    count(backend_op::alloc);
-    allocation a = do_alloc(bytes);
-    struct owner {
-      std::shared_ptr<void> memory;
-      tracked_bytes tracked;
-    };
-    auto o = std::make_shared<owner>();
-    o->memory = std::move(a.owner);
-    o->tracked = tracked_bytes(&memory_, tag, bytes);
-    return tensor(type, rows, cols, a.data, std::move(o));
-  }
+  tensor alloc(std::size_t rows, std::size_t cols, dtype type, mem_tag tag) { return allocate(rows, cols, type, tag, true); }
+  // The same without the zero fill, for the output of an operation that overwrites all of it
+  // (a GEMM with beta = 0 or a separate C, attention, a copy: the operations documented
+  // "overwritten"). Its contents are unspecified until then; the host backend fills it with
+  // 0xFF bytes (NaN in every float type), so a test that reads it before it is written sees NaN.
+  // On the GPU this saves a memset per activation (bench/NOTES_training.md).
+  tensor alloc_uninitialized(std::size_t rows, std::size_t cols, dtype type, mem_tag tag) { return allocate(rows, cols, type, tag, false); }
   // A (1, 1) device scalar (f64: the loss, norms, clip factors, counters).
   tensor scalar(mem_tag tag = mem_tag::activation) { return alloc(1, 1, dtype::f64, tag); }
 
@@ -579,7 +572,7 @@ class backend {
     std::shared_ptr<void> owner;  // releases the memory to the pool
   };
   // Every do_*() is called only with arguments its public function has checked.
-  virtual allocation do_alloc(std::size_t bytes) = 0;  // zero-filled, 8-byte aligned at least
+  virtual allocation do_alloc(std::size_t bytes, bool zero_fill) = 0;  // 8-byte aligned at least
   virtual void do_write(tensor& t, const std::vector<double>& values) = 0;
   virtual void do_write_tokens(tensor& t, const std::vector<std::int32_t>& tokens) = 0;
   virtual std::vector<double> do_read(const tensor& t) const = 0;
@@ -617,6 +610,24 @@ class backend {
   mutable backend_counters counters_;
 
  private:
+  tensor allocate(std::size_t rows, std::size_t cols, dtype type, mem_tag tag, bool zero_fill) {
+    // rows * cols * size_of(type) must not wrap around (a small buffer behind a huge shape), and
+    // is at most one object's bytes, so a backend's round-up to its alignment cannot wrap either.
+    const std::size_t elements = detail::checked_mul({"rows", rows}, {"cols", cols}, "alloc: a ", rows, "x", cols, " ",
+                                                     name_of(type), " tensor does not fit in memory");
+    const std::size_t bytes = detail::checked_bytes({"rows x cols", elements}, size_of(type), "alloc: a ", rows, "x", cols, " ",
+                                                    name_of(type), " tensor does not fit in memory");
+    count(backend_op::alloc);
+    allocation a = do_alloc(bytes, zero_fill);
+    struct owner {
+      std::shared_ptr<void> memory;
+      tracked_bytes tracked;
+    };
+    auto o = std::make_shared<owner>();
+    o->memory = std::move(a.owner);
+    o->tracked = tracked_bytes(&memory_, tag, bytes);
+    return tensor(type, rows, cols, a.data, std::move(o));
+  }
   void count(backend_op o) const noexcept { ++counters_.calls[static_cast<std::size_t>(o)]; }
   void count_copy(const quant_request& r) noexcept { ++counters_.quantized[static_cast<std::size_t>(r.use)]; }
   void count_plan(const quant_plan& p) noexcept {

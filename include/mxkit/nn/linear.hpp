@@ -123,6 +123,7 @@ class linear {
     const std::uint32_t stream = training ? mix_stream(id_, 0, step_ * 4096 + calls_in_step_++) : mix_stream(id_, 3, step_);
     quant_plan p;
     p.rowwise = request(gemm_product::fprop, false, block_axis::rowwise, operand_use::fprop_x, slot(0, training), stream);
+    p.rowwise.may_alias_input = true;  // used by the fprop GEMM right away, never kept
     if (wgrad) {
       p.columnwise = request(gemm_product::wgrad, true, block_axis::columnwise, operand_use::wgrad_x, slot(0, training), stream);
       p.columnwise_wanted = true;
@@ -162,7 +163,8 @@ class linear {
     require_shape(dy, dy.rows(), out_, ("linear '" + name() + "' dY").c_str());
     const bool wgrad = weight_.trainable;
     const std::uint32_t stream = mix_stream(saved_stream_, 2);
-    const quant_request rd = request(gemm_product::dgrad, false, block_axis::rowwise, operand_use::dgrad_dy, slot(2, true), stream);
+    quant_request rd = request(gemm_product::dgrad, false, block_axis::rowwise, operand_use::dgrad_dy, slot(2, true), stream);
+    rd.may_alias_input = true;  // used by the dgrad GEMM right away, never kept
     const quant_request rw = request(gemm_product::wgrad, false, block_axis::columnwise, operand_use::wgrad_dy, slot(2, true), stream);
     qpair qdy;
     if (dx && wgrad) qdy = be_->quantize_both(dy, rd, rw);

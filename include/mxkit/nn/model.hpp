@@ -68,13 +68,13 @@ class model {
     detail::require(tokens.rows() == M && targets.rows() == M, "model: ", tokens.rows(), " tokens and ", targets.rows(),
                     " targets for a batch of ", b.batch, "x", b.seq);
     shape_ = b;
-    xs_.assign(1, act(M, C));  // xs_[i]: input of layer i; xs_[L]: input of the final norm
+    xs_.assign(1, output(M, C));  // xs_[i]: input of layer i; xs_[L]: input of the final norm
     embedding_.forward(tokens, xs_[0]);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      xs_.push_back(act(M, C));
+      xs_.push_back(output(M, C));
       layers_[i].forward(xs_[i], xs_[i + 1], b, training);
     }
-    tensor logits = act(M, c_.vocab);  // (M, V)
+    tensor logits = output(M, c_.vocab);  // (M, V)
     head_.forward_quantized(final_norm_.forward_quantized(xs_.back(), head_.input_requests(M, training), nullptr), nullptr, logits,
                             training);
     be_->cross_entropy(logits, targets, loss_, training);
@@ -106,13 +106,13 @@ class model {
   void backward() {
     detail::require(dlogits_.defined(), "model: backward without a training forward");
     const std::size_t M = shape_.tokens(), C = c_.layer.d_model;
-    tensor dn = act(M, C);
+    tensor dn = output(M, C);
     head_.backward(dlogits_, &dn);
     tensor dx = act(M, C);
     final_norm_.backward(dn, dx);
     for (std::size_t i = layers_.size(); i-- > 0;) {
       const bool need_dx = i > 0 || embedding_.table().trainable;
-      tensor dprev = need_dx ? act(M, C) : tensor{};
+      tensor dprev = need_dx ? output(M, C) : tensor{};
       layers_[i].backward(dx, need_dx ? &dprev : nullptr, shape_);
       dx = dprev;
     }
@@ -194,6 +194,10 @@ class model {
 
  private:
   tensor act(std::size_t rows, std::size_t cols) { return be_->alloc(rows, cols, activation_type(), mem_tag::activation); }
+  // An activation the next operation overwrites whole (embedding, layer, GEMM): no zero fill.
+  tensor output(std::size_t rows, std::size_t cols) {
+    return be_->alloc_uninitialized(rows, cols, activation_type(), mem_tag::activation);
+  }
   std::shared_ptr<scaling_table> make_table(const recipe& r) {
     if (!r.uses(precision::fp8)) return nullptr;
     const std::array<fp8_type, 3> t = linear::scaling_types(r);

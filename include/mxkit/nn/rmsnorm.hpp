@@ -49,7 +49,7 @@ class rmsnorm {
  private:
   void save(const tensor& x) {
     x_ = x;
-    rstd_ = be_->alloc(x.rows(), 1, stat_type(x.type()), mem_tag::activation);  // (M, 1)
+    rstd_ = be_->alloc_uninitialized(x.rows(), 1, stat_type(x.type()), mem_tag::activation);  // (M, 1), written by the forward
   }
 
   backend* be_ = nullptr;

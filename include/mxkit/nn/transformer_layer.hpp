@@ -95,20 +95,20 @@ class transformer_layer {
     const std::size_t M = b.tokens(), C = c_.d_model;
     require_shape(x, M, C, "layer input");
     const head_shape hs = heads(b);
-    tensor n1 = qkv_.lora() ? alloc(M, C, x) : tensor{};  // high precision only for an adapter
+    tensor n1 = qkv_.lora() ? output(M, C, x) : tensor{};  // high precision only for an adapter
     qpair n1q = norm1_.forward_quantized(x, qkv_.input_requests(M, training), qkv_.lora() ? &n1 : nullptr);
-    tensor qkv = alloc(M, c_.qkv_dim(), x);  // (M, (H + 2 Hkv) D)
+    tensor qkv = output(M, c_.qkv_dim(), x);  // (M, (H + 2 Hkv) D)
     qkv_.forward_quantized(std::move(n1q), &n1, qkv, training);
     rope_.forward(*be_, qkv, hs);
-    tensor att = alloc(M, hs.q_dim(), x);  // (M, H D)
+    tensor att = output(M, hs.q_dim(), x);  // (M, H D)
     attention_.forward(*be_, qkv, att, hs);
-    tensor x2 = alloc(M, C, x);  // residual stream after attention: x + att . Wo^T
+    tensor x2 = output(M, C, x);  // residual stream after attention: x + att . Wo^T
     out_.forward(att, x2, training, &x);
-    tensor n2 = gate_up_.lora() ? alloc(M, C, x) : tensor{};
+    tensor n2 = gate_up_.lora() ? output(M, C, x) : tensor{};
     qpair n2q = norm2_.forward_quantized(x2, gate_up_.input_requests(M, training), gate_up_.lora() ? &n2 : nullptr);
-    tensor gu = alloc(M, 2 * c_.d_ff, x);  // (M, 2F)
+    tensor gu = output(M, 2 * c_.d_ff, x);  // (M, 2F)
     gate_up_.forward_quantized(std::move(n2q), &n2, gu, training);
-    tensor s = down_.lora() ? alloc(M, c_.d_ff, x) : tensor{};  // (M, F)
+    tensor s = down_.lora() ? output(M, c_.d_ff, x) : tensor{};  // (M, F)
     qpair sq = swiglu_.forward_quantized(*be_, gu, down_.input_requests(M, training), down_.lora() ? &s : nullptr);
     down_.forward_quantized(std::move(sq), &s, y, training, &x2);  // y = x2 + s . Wdown^T
     if (!training) release_saved();
@@ -119,25 +119,25 @@ class transformer_layer {
     const std::size_t M = b.tokens(), C = c_.d_model;
     require_shape(dy, M, C, "layer backward dY");
     const head_shape hs = heads(b);
-    tensor dx2 = alloc(M, C, dy);  // gradient of the residual stream x2
+    tensor dx2 = output(M, C, dy);  // gradient of the residual stream x2
     be_->copy(dy, dx2);
-    tensor ds = alloc(M, c_.d_ff, dy);
+    tensor ds = output(M, c_.d_ff, dy);
     down_.backward(dy, &ds);
-    tensor dgu = alloc(M, 2 * c_.d_ff, dy);
+    tensor dgu = output(M, 2 * c_.d_ff, dy);
     swiglu_.backward(*be_, ds, dgu);
-    tensor dn2 = alloc(M, C, dy);
+    tensor dn2 = output(M, C, dy);
     gate_up_.backward(dgu, &dn2);
     norm2_.backward(dn2, dx2);
-    tensor datt = alloc(M, hs.q_dim(), dy);
+    tensor datt = output(M, hs.q_dim(), dy);
     out_.backward(dx2, &datt);
-    tensor dqkv = alloc(M, c_.qkv_dim(), dy);
+    tensor dqkv = output(M, c_.qkv_dim(), dy);
     attention_.backward(*be_, datt, dqkv, hs);
     rope_.backward(*be_, dqkv, hs);
     const bool need_dn1 = dx != nullptr || norm1_.weight().trainable;
-    tensor dn1 = need_dn1 ? alloc(M, C, dy) : tensor{};
+    tensor dn1 = need_dn1 ? output(M, C, dy) : tensor{};
     qkv_.backward(dqkv, need_dn1 ? &dn1 : nullptr);
     if (need_dn1) {
-      tensor scratch = dx ? tensor{} : alloc(M, C, dy);
+      tensor scratch = dx ? tensor{} : output(M, C, dy);
       tensor& target = dx ? *dx : scratch;
       be_->copy(dx2, target);
       norm1_.backward(dn1, target);
@@ -183,7 +183,11 @@ class transformer_layer {
   head_shape heads(const batch_shape& b) const noexcept {
     return {b.batch, b.seq, c_.n_heads, c_.n_kv_heads, c_.head_dim()};
   }
-  tensor alloc(std::size_t rows, std::size_t cols, const tensor& like) { return be_->alloc(rows, cols, like.type(), mem_tag::activation); }
+  // An activation the next operation overwrites whole (GEMM, attention, copy, SwiGLU backward):
+  // no zero fill.
+  tensor output(std::size_t rows, std::size_t cols, const tensor& like) {
+    return be_->alloc_uninitialized(rows, cols, like.type(), mem_tag::activation);
+  }
   void release_saved() noexcept {
     norm1_.release_saved();
     norm2_.release_saved();

@@ -92,7 +92,9 @@ class host_backend : public nn::backend {
 
  protected:
   // ---- memory: a pool of 8-byte aligned blocks, cached by size
-  allocation do_alloc(std::size_t bytes) override {
+  // Uninitialized memory is filled with 0xFF bytes (NaN in every float type): an operation that
+  // leaves part of an output it should overwrite unwritten shows up as NaN in the tests.
+  allocation do_alloc(std::size_t bytes, bool zero_fill) override {
     const std::size_t words = (bytes + 7) / 8;
     std::unique_ptr<double[]> block;
     auto& free = pool_->free[words];
@@ -100,11 +102,11 @@ class host_backend : public nn::backend {
       block = std::move(free.back());
       free.pop_back();
       pool_->free_bytes -= words * 8;
-      std::memset(block.get(), 0, words * 8);
     } else {
-      block.reset(new double[words]());
+      block.reset(new double[words]);
       ++counters_.driver_allocations;
     }
+    std::memset(block.get(), zero_fill ? 0 : 0xFF, words * 8);
     double* data = block.release();
     std::shared_ptr<void> owner(data, [p = pool_, words](void* d) {
       p->free[words].emplace_back(static_cast<double*>(d));
@@ -490,7 +492,7 @@ class host_backend : public nn::backend {
   // An untracked temporary (the unfused intermediate of a fused producer; a device kernel keeps
   // it in registers).
   nn::tensor scratch(std::size_t rows, std::size_t cols, nn::dtype type) {
-    allocation a = host_backend::do_alloc(rows * cols * nn::size_of(type));
+    allocation a = host_backend::do_alloc(rows * cols * nn::size_of(type), false);
     return nn::tensor(type, rows, cols, a.data, std::move(a.owner));
   }
   nn::qpair quantize_plan(const nn::tensor& x, const nn::quant_plan& plan) {

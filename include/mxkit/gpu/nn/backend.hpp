@@ -70,6 +70,7 @@ class device_backend : public nn::backend {
   // the MX scales ([lines, blocks] row-major) or the FP8 scale.
   struct payload final : nn::qpayload {
     std::shared_ptr<void> memory;
+    nn::tensor source;               // a view's tensor (view_of), kept alive with the copy
     std::uint8_t* data = nullptr;
     std::uint8_t* scales = nullptr;  // mx
     float* fp8_scale = nullptr;      // fp8: the scale the codes were made with
@@ -150,9 +151,9 @@ class device_backend : public nn::backend {
 
  protected:
   // ---- memory and transfers
-  allocation do_alloc(std::size_t bytes) override {
+  allocation do_alloc(std::size_t bytes, bool zero_fill) override {
     void* p = pool_alloc(bytes < 16 ? 16 : bytes);
-    MXKIT_GPU_CHECK(memset_async(p, 0, bytes < 16 ? 16 : bytes, stream_));
+    if (zero_fill) MXKIT_GPU_CHECK(memset_async(p, 0, bytes < 16 ? 16 : bytes, stream_));
     return {p, std::shared_ptr<void>(p, [s = stream_](void* d) { deallocate_async(d, s); })};
   }
   void do_write(nn::tensor& t, const std::vector<double>& values) override {
@@ -228,6 +229,7 @@ class device_backend : public nn::backend {
         return finish(r, x.rows(), x.cols(), std::move(p));
       }
       case nn::precision::bf16: {
+        if (r.may_alias_input && r.axis == block_axis::rowwise && x.type() == nn::dtype::bf16) return view_of(r, x);
         auto p = bytes_payload(r, x.rows() * x.cols() * sizeof(bfloat16));
         auto* out = reinterpret_cast<bfloat16*>(p->data);
         activation_types(x.type(), "quantize", [&](auto z) {
@@ -648,6 +650,16 @@ class device_backend : public nn::backend {
     auto p = bytes_payload(r, data + sizeof(float));
     p->fp8_scale = reinterpret_cast<float*>(p->data + data);
     return p;
+  }
+  // A bf16 activation as its own rowwise bf16 copy (the request allows it): the payload shares
+  // x's memory and keeps it alive; no bytes are added to the copies' count, none are moved.
+  nn::qtensor view_of(const nn::quant_request& r, const nn::tensor& x) {
+    auto p = std::make_shared<payload>();
+    p->source = x;
+    p->data = static_cast<std::uint8_t*>(x.data());
+    p->live = &live_[static_cast<std::size_t>(r.spec.kind)];
+    ++*p->live;
+    return nn::qtensor(r, x.rows(), x.cols(), x.bytes(), std::move(p));
   }
   nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<payload> p) {
     std::size_t bytes = rows * cols;

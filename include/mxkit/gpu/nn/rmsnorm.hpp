@@ -8,7 +8,7 @@
 // Backward: one block per group of rmsnorm_group_rows rows. Each warp reduces the dot products
 // of its rows; then each thread owns a chunk of columns and walks the group's rows in order,
 // updating dx and summing dw's terms in registers, and writes the group's sums to a row of the
-// caller's workspace [groups, C]. A second kernel adds the workspace rows to dw in row order.
+// caller's workspace [groups, C]. A second kernel adds the workspace rows to dw in a fixed order.
 // dw is the same every run: nothing is added in scheduler order (no float atomics).
 // Bytes moved (s = sizeof(T), R rows, C columns, G = ceil(R / rmsnorm_group_rows)):
 //   forward   2 R C s + 4 R (x is read twice per row, the second time from cache)
@@ -139,14 +139,28 @@ struct rmsnorm_dw_params {
   std::size_t groups, cols;
 };
 
-// dw_j += sum over groups of partial[g][j], groups in order: one thread a column, coalesced.
+// dw_j += sum over groups of partial[g][j] in a fixed order: a block takes 32 columns; its
+// rmsnorm_dw_lanes threads per column each sum every lanes-th group in order (a warp reads 32
+// consecutive columns of one group row), then lane 0 adds the lanes' sums in lane order. One
+// thread per column walking all groups serially was latency-bound (R = 16384 rows: 512 groups).
+inline constexpr int rmsnorm_dw_lanes = rmsnorm_threads / warp_size;
 template <class W>
 MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_dw_kernel(const rmsnorm_dw_params<W> p) {
-  for (std::size_t c = blockIdx.x * static_cast<std::size_t>(rmsnorm_threads) + threadIdx.x; c < p.cols;
-       c += gridDim.x * static_cast<std::size_t>(rmsnorm_threads)) {
-    float acc = load_float(p.dw[c]);
-    for (std::size_t g = 0; g < p.groups; ++g) acc += p.partial[g * p.cols + c];
-    p.dw[c] = round_to<W>(acc);
+  __shared__ float sums[rmsnorm_dw_lanes][warp_size];
+  const std::size_t lane = threadIdx.x / warp_size, col = threadIdx.x % warp_size;
+  for (std::size_t c0 = blockIdx.x * static_cast<std::size_t>(warp_size); c0 < p.cols; c0 += gridDim.x * static_cast<std::size_t>(warp_size)) {
+    const std::size_t c = c0 + col;
+    float acc = 0.0f;
+    if (c < p.cols)
+      for (std::size_t g = lane; g < p.groups; g += rmsnorm_dw_lanes) acc += p.partial[g * p.cols + c];
+    sums[lane][col] = acc;
+    sync_threads();
+    if (lane == 0 && c < p.cols) {
+      float total = load_float(p.dw[c]);
+      for (int l = 0; l < rmsnorm_dw_lanes; ++l) total += sums[l][col];
+      p.dw[c] = round_to<W>(total);
+    }
+    sync_threads();  // sums is rewritten by the next column group
   }
 }
 
@@ -198,8 +212,7 @@ void rmsnorm_backward(const T* dy, const T* x, const W* w, const float* rstd, T*
   MXKIT_GPU_CHECK_LAUNCH();
   if (dw) {
     const detail::rmsnorm_dw_params<DW> q{workspace.data(), dw, groups, cols};
-    const int g2 = detail::persistent_grid<detail::rmsnorm_dw_kernel<DW>>(detail::rmsnorm_threads,
-                                                                   (cols + detail::rmsnorm_threads - 1) / detail::rmsnorm_threads);
+    const int g2 = detail::persistent_grid<detail::rmsnorm_dw_kernel<DW>>(detail::rmsnorm_threads, (cols + warp_size - 1) / warp_size);
     detail::rmsnorm_dw_kernel<DW><<<g2, detail::rmsnorm_threads, 0, stream>>>(q);
     MXKIT_GPU_CHECK_LAUNCH();
   }

@@ -36,6 +36,7 @@
 // Tile 128 x 256 (2 consumer warpgroups x 64 rows), 384 threads, ~216 KB shared memory, one CTA
 // per SM, grouped raster order for L2 reuse. A closed launch_gate makes the kernel return at once
 // (a fast path and its fallback are both enqueued; gemm.hpp).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -43,6 +44,7 @@
 #include <mxkit/gpu/arch/cuda/sm90_ptx.hpp>
 #include <mxkit/gpu/arch/cuda/sm90_runtime.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -106,6 +108,10 @@ struct params {
   launch_gate gate;                   // the kernel returns at once when the gate is closed
   bool vector_store = false;          // D (and C) rows allow 2-element stores
   gemm_output_desc out;
+  // Split K (gridDim.y splits): split z covers stages [z, z + 1) * stages_per_split of the
+  // reduction and writes its fp32 partial to out.d + z * split_stride; split_reduce adds them.
+  std::uint32_t stages_per_split = 0;
+  std::size_t split_stride = 0;
 };
 
 // Slot of tile column c in a block's column-scale row. A thread t of a fragment holds, for each
@@ -198,7 +204,8 @@ __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint3
   const gemm_output_desc& o = p.out;
   if (row >= p.p || col >= p.q) return;
   const bool pair = col + 1 < p.q;
-  const std::size_t di = static_cast<std::size_t>(row) * o.ldd + col, ci = static_cast<std::size_t>(row) * o.ldc + col;
+  const std::size_t di = blockIdx.y * p.split_stride + static_cast<std::size_t>(row) * o.ldd + col,
+                    ci = static_cast<std::size_t>(row) * o.ldc + col;
   v0 = o.alpha * ((v0 * fcol0) * frow);
   v1 = o.alpha * ((v1 * fcol1) * frow);
   if (o.bf16) {
@@ -258,7 +265,10 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
   const std::uint32_t rows_here = p.tiles_p - first < group ? p.tiles_p - first : group;
   const std::uint32_t tp = first + (bid % per_group) % rows_here, tq = (bid % per_group) / rows_here;
   const std::uint32_t p0 = tp * BM, q0 = tq * BN;
-  const std::uint32_t k_stages = (p.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
+  // This CTA's share of the reduction: stages [k_first, k_first + k_stages).
+  const std::uint32_t all_stages = (p.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
+  const std::uint32_t k_first = gridDim.y > 1 ? blockIdx.y * p.stages_per_split : 0u;
+  const std::uint32_t k_stages = gridDim.y > 1 ? min(p.stages_per_split, all_stages - k_first) : all_stages;
 
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
@@ -285,10 +295,11 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
     const bool words = p.scale_ld_a % 4 == 0 && p.scale_ld_b % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.scale_a) % 4 == 0 &&
                        reinterpret_cast<std::uintptr_t>(p.scale_b) % 4 == 0;
     auto fetch = [&](std::uint32_t it, std::uint32_t (&w)[4]) {
-      w[0] = load_scales4(p.scale_a, p.scale_ld_a, p0 + pt, p.p, it * 4, p.k_blocks, words);
-      w[1] = a2 ? load_scales4(p.scale_a, p.scale_ld_a, p0 + 128 + pt, p.p, it * 4, p.k_blocks, words) : 0u;
-      w[2] = load_scales4(p.scale_b, p.scale_ld_b, q0 + pt, p.q, it * 4, p.k_blocks, words);
-      w[3] = b2 ? load_scales4(p.scale_b, p.scale_ld_b, q0 + 128 + pt, p.q, it * 4, p.k_blocks, words) : 0u;
+      const std::uint32_t kb = (k_first + it) * 4;
+      w[0] = load_scales4(p.scale_a, p.scale_ld_a, p0 + pt, p.p, kb, p.k_blocks, words);
+      w[1] = a2 ? load_scales4(p.scale_a, p.scale_ld_a, p0 + 128 + pt, p.p, kb, p.k_blocks, words) : 0u;
+      w[2] = load_scales4(p.scale_b, p.scale_ld_b, q0 + pt, p.q, kb, p.k_blocks, words);
+      w[3] = b2 ? load_scales4(p.scale_b, p.scale_ld_b, q0 + 128 + pt, p.q, kb, p.k_blocks, words) : 0u;
     };
     std::uint32_t next[4] = {};
     if (block_scaled && k_stages > 0) fetch(0, next);
@@ -301,8 +312,9 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
       mbar_wait(&sm.empty[s], phase ^ 1);
       if (pt == 0) {
         mbar_arrive_expect_tx(&sm.full[s], a_stage_bytes + b_stage_bytes);
-        tma_load_2d(sm.a[s], &map_a, &sm.full[s], static_cast<int>(it * tile_k), static_cast<int>(p0));
-        tma_load_2d(sm.b[s], &map_b, &sm.full[s], static_cast<int>(it * tile_k), static_cast<int>(q0));
+        const int k0 = static_cast<int>((k_first + it) * tile_k);
+        tma_load_2d(sm.a[s], &map_a, &sm.full[s], k0, static_cast<int>(p0));
+        tma_load_2d(sm.b[s], &map_b, &sm.full[s], k0, static_cast<int>(q0));
       }
       if constexpr (block_scaled) {
 #pragma unroll
@@ -465,6 +477,54 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
 #endif
 }
 
+// ---- split K ----------------------------------------------------------------------------------
+// A wgrad-shaped product (a few hundred thousand outputs, K = tokens in the tens of thousands)
+// has fewer 128 x 256 tiles than the GPU has SMs: the reduction is split across CTAs (gridDim.y)
+// into fp32 partials, then added in split order, so every run gives the same bits.
+// D = sum_z partial_z + beta * C, in D's type; alpha and the scales are in the partials already.
+template <bool Bf16Out>
+MXKIT_GLOBAL void split_reduce_kernel(const float* partials, std::uint32_t splits, std::size_t stride, std::uint32_t rows,
+                                      std::uint32_t cols, gemm_output_desc o, launch_gate gate) {
+  if (gate.closed()) return;
+  const std::size_t n = static_cast<std::size_t>(rows) * cols;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    float v = partials[i];
+    for (std::uint32_t z = 1; z < splits; ++z) v += partials[z * stride + i];
+    const std::size_t r = i / cols, c = i % cols, di = r * o.ldd + c, ci = r * o.ldc + c;
+    if constexpr (Bf16Out) {
+      if (o.beta != 0.0f) v = v + o.beta * bit_cast<float>(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(o.c)[ci]) << 16);
+      static_cast<std::uint16_t*>(o.d)[di] = bf16_output_bits(v);
+    } else {
+      if (o.beta != 0.0f) v = v + o.beta * static_cast<const float*>(o.c)[ci];
+      static_cast<float*>(o.d)[di] = v;
+    }
+  }
+}
+
+// SMs of the current device.
+inline std::uint32_t multiprocessors() {
+  int device = 0, n = 0;
+  MXKIT_GPU_CHECK(get_device(&device));
+  MXKIT_GPU_CHECK(get_multiprocessor_count(&n, device));
+  return static_cast<std::uint32_t>(n);
+}
+
+// How many ways to split K for `tiles` output tiles over `k_stages` stages on `sms` SMs (one CTA
+// per SM): the split count with the fewest waves per unit of work, at least 8 stages (1 KiB of
+// K) per split, each extra split charged 3 % for its partial's write and read-back.
+constexpr std::uint32_t choose_k_splits(std::uint32_t tiles, std::uint32_t k_stages, std::uint32_t sms) noexcept {
+  if (tiles == 0 || sms == 0) return 1;
+  std::uint32_t best = 1;
+  double best_cost = static_cast<double>((tiles + sms - 1) / sms);
+  for (std::uint32_t z = 2; z <= 16 && k_stages / z >= 8; ++z) {
+    const double cost = static_cast<double>((tiles * z + sms - 1) / sms) / z * (1.0 + 0.03 * (z - 1));
+    if (cost < best_cost) best = z, best_cost = cost;
+  }
+  return best;
+}
+static_assert(choose_k_splits(18, 128, 132) == 7 && choose_k_splits(384, 6, 132) == 1 && choose_k_splits(512, 64, 132) == 1);
+
 // ---- launcher ---------------------------------------------------------------------------------
 // [lines, k] bytes with `line_bytes` between lines, read in boxes of [box_lines, 128] bytes.
 inline CUtensorMap make_tensor_map(const std::uint8_t* data, std::size_t lines, std::size_t k, std::size_t line_bytes,
@@ -522,9 +582,27 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   const std::size_t k_bytes = a.length * (TA == mma_kind::bf16 ? 2 : 1);
   const CUtensorMap ma = make_tensor_map(fa.data, a.lines, k_bytes, fa.line_bytes, Cfg::bm);
   const CUtensorMap mb = make_tensor_map(fb.data, b.lines, k_bytes, fb.line_bytes, Cfg::bn);
-  const std::size_t grid = static_cast<std::size_t>(prm.tiles_p) * prm.tiles_q;
-  kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(ma, mb, prm);
+  const std::uint32_t tiles = prm.tiles_p * prm.tiles_q, k_stages = (prm.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
+  const std::uint32_t splits = choose_k_splits(tiles, k_stages, multiprocessors());
+  if (splits == 1) {
+    kernel<<<tiles, threads, smem, stream>>>(ma, mb, prm);
+    MXKIT_GPU_CHECK_LAUNCH();
+    return;
+  }
+  prm.stages_per_split = (k_stages + splits - 1) / splits;
+  const std::uint32_t used = (k_stages + prm.stages_per_split - 1) / prm.stages_per_split;  // every split has work
+  const gemm_output_desc out = prm.out;
+  prm.split_stride = static_cast<std::size_t>(prm.p) * prm.q;
+  float* partials = static_cast<float*>(allocate_async(used * prm.split_stride * sizeof(float), stream));
+  prm.out = {partials, nullptr, prm.q, prm.q, false, out.alpha, 0.0f};
+  prm.vector_store = prm.q % 2 == 0;
+  kernel<<<dim3(tiles, used), threads, smem, stream>>>(ma, mb, prm);
   MXKIT_GPU_CHECK_LAUNCH();
+  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((prm.split_stride + 255) / 256, 4u * multiprocessors()));
+  if (out.bf16) split_reduce_kernel<true><<<blocks, 256, 0, stream>>>(partials, used, prm.split_stride, prm.p, prm.q, out, prm.gate);
+  else split_reduce_kernel<false><<<blocks, 256, 0, stream>>>(partials, used, prm.split_stride, prm.p, prm.q, out, prm.gate);
+  MXKIT_GPU_CHECK_LAUNCH();
+  deallocate_async(partials, stream);
 }
 
 template <scaling S, int G, class Cfg>
