@@ -139,8 +139,8 @@ struct rmsnorm_dw_params {
   std::size_t groups, cols;
 };
 
-// dw_j += sum over groups of partial[g][j] in a fixed order: a block takes 32 columns; its
-// rmsnorm_dw_lanes threads per column each sum every lanes-th group in order (a warp reads 32
+// dw_j += sum over groups of partial[g][j] in a fixed order: a block takes warp_size columns;
+// its rmsnorm_dw_lanes threads per column each sum every lanes-th group in order (a warp reads
 // consecutive columns of one group row), then lane 0 adds the lanes' sums in lane order. One
 // thread per column walking all groups serially was latency-bound (R = 16384 rows: 512 groups).
 inline constexpr int rmsnorm_dw_lanes = rmsnorm_threads / warp_size;
