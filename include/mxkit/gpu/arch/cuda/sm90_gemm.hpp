@@ -583,7 +583,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   const CUtensorMap ma = make_tensor_map(fa.data, a.lines, k_bytes, fa.line_bytes, Cfg::bm);
   const CUtensorMap mb = make_tensor_map(fb.data, b.lines, k_bytes, fb.line_bytes, Cfg::bn);
   const std::uint32_t tiles = prm.tiles_p * prm.tiles_q, k_stages = (prm.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
-  const std::uint32_t splits = choose_k_splits(tiles, k_stages, multiprocessors());
+  const std::uint32_t sms = multiprocessors(), splits = choose_k_splits(tiles, k_stages, sms);
   if (splits == 1) {
     kernel<<<tiles, threads, smem, stream>>>(ma, mb, prm);
     MXKIT_GPU_CHECK_LAUNCH();
@@ -598,7 +598,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   prm.vector_store = prm.q % 2 == 0;
   kernel<<<dim3(tiles, used), threads, smem, stream>>>(ma, mb, prm);
   MXKIT_GPU_CHECK_LAUNCH();
-  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((prm.split_stride + 255) / 256, 4u * multiprocessors()));
+  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((prm.split_stride + 255) / 256, 4u * sms));
   if (out.bf16) split_reduce_kernel<true><<<blocks, 256, 0, stream>>>(partials, used, prm.split_stride, prm.p, prm.q, out, prm.gate);
   else split_reduce_kernel<false><<<blocks, 256, 0, stream>>>(partials, used, prm.split_stride, prm.p, prm.q, out, prm.gate);
   MXKIT_GPU_CHECK_LAUNCH();
