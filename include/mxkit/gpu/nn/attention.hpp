@@ -28,9 +28,8 @@
 //         dQ = dS K in registers: a second recomputation of S and dP (two more matmuls than the
 //         atomic dQ of Dao 2023) buys a result that is the same bits on every run.
 // On an sm_90a device (a program built with compute_90a device code) the same computation runs on
-// the Hopper kernels of arch/cuda/sm90_attention.hpp (wgmma, TMA, larger tiles; they read
-// transposed copies of some operands from the caller's workspace); the kernels below are the
-// path everywhere else.
+// the Hopper kernels of arch/cuda/sm90_attention.hpp (wgmma, TMA, larger tiles); the kernels
+// below are the path everywhere else.
 // Arithmetic: bf16 operands on the tensor cores (mma.sync m16n8k16, fp32 accumulation) on
 // sm_80+; P and dS are rounded to bf16 to feed the second matmul of each pair, as Dao 2023;
 // softmax, LSE and Delta in fp32. Elsewhere (AMD this round, and the tests' `portable` runs on
@@ -322,21 +321,42 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads) attention_forward_kernel(const
 }
 
 // --- backward ----------------------------------------------------------------------------------
-// Delta = rowsum(dO * O) per (token, head), fp32, one warp a row, a fixed-order warp sum.
+// Delta = rowsum(dO * O) per (token, head), fp32. A row is D / 8 lanes, each with one 16-byte
+// chunk of 8 bf16 of each input (an element per lane made the loads 2 bytes wide, and the kernel
+// 3x the copy time of its inputs); each lane adds its 8 products in order, then the lanes of a
+// row combine by a fixed xor tree: the same bits on every run.
 template <int D>
 MXKIT_GLOBAL void __launch_bounds__(256) attention_delta_kernel(const attention_params p) {
+  constexpr int lanes = D / 8, rows_per_warp = warp_size / lanes;
+  static_assert(D % 8 == 0 && warp_size % lanes == 0, "whole 8-element chunks, whole rows in a warp");
   const std::size_t rows = static_cast<std::size_t>(p.batch) * p.seq * p.heads, warps = 256 / warp_size;
-  for (std::size_t r = blockIdx.x * warps + threadIdx.x / warp_size; r < rows; r += gridDim.x * warps) {
-    const std::size_t token = r / static_cast<std::size_t>(p.heads), h = r % static_cast<std::size_t>(p.heads);
-    const std::uint16_t* dO = p.dout + r * D;  // (token, head) row: token * H * D + h * D
-    const std::uint16_t* O = p.o + r * D;
+  const int sub = lane_id() % lanes;
+  for (std::size_t r0 = blockIdx.x * warps + threadIdx.x / warp_size; r0 * rows_per_warp < rows; r0 += gridDim.x * warps) {
+    const std::size_t r = r0 * rows_per_warp + static_cast<std::size_t>(lane_id() / lanes);
     float acc = 0.0f;
-    for (int d = lane_id(); d < D; d += warp_size)
-      acc = fmaf(__uint_as_float(static_cast<std::uint32_t>(dO[d]) << 16), __uint_as_float(static_cast<std::uint32_t>(O[d]) << 16), acc);
-    acc = warp_sum(acc);
-    const std::size_t b = token / static_cast<std::size_t>(p.seq), tt = token % static_cast<std::size_t>(p.seq);
-    if (lane_id() == 0) p.delta[(b * p.heads + h) * p.seq + tt] = acc;
+    if (r < rows) {  // (token, head) row r starts at token * H * D + h * D = r * D
+      float dO[8], O[8];
+      load_chunk<8>(reinterpret_cast<const bfloat16*>(p.dout) + r * D, static_cast<std::size_t>(sub) * 8, D, dO);
+      load_chunk<8>(reinterpret_cast<const bfloat16*>(p.o) + r * D, static_cast<std::size_t>(sub) * 8, D, O);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc = fmaf(dO[k], O[k], acc);
+    }
+#pragma unroll
+    for (int m = lanes / 2; m > 0; m /= 2) acc += shfl_xor(acc, m);  // every lane of the warp takes part
+    if (sub == 0 && r < rows) {
+      const std::size_t token = r / static_cast<std::size_t>(p.heads), h = r % static_cast<std::size_t>(p.heads);
+      const std::size_t b = token / static_cast<std::size_t>(p.seq), tt = token % static_cast<std::size_t>(p.seq);
+      p.delta[(b * p.heads + h) * p.seq + tt] = acc;
+    }
   }
+}
+
+template <int D>
+inline void launch_attention_delta(const attention_params& p, std::size_t rows, stream_t stream) {
+  constexpr std::size_t rows_per_block = 256 * 8 / D;  // D / 8 lanes a row
+  const int grid = persistent_grid<attention_delta_kernel<D>>(256, (rows + rows_per_block - 1) / rows_per_block);
+  attention_delta_kernel<D><<<grid, 256, 0, stream>>>(p);
+  MXKIT_GPU_CHECK_LAUNCH();
 }
 
 // dK, dV of 64 key rows of one kv head (16 per team), over the group's query heads in order.
@@ -570,7 +590,6 @@ inline attention_params attention_make_params(const bfloat16* qkv, std::size_t s
   p.seq = static_cast<int>(s.seq);
   p.heads = static_cast<int>(s.n_heads);
   p.kv_heads = static_cast<int>(s.n_kv_heads);
-  p.seq_pad = attention_padded_seq(s.seq);
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(s.head_dim)));
   return p;
@@ -588,16 +607,9 @@ inline attention_kernels attention_default_kernels() {
   return attention_kernels::tensor_core;
 }
 
-// Workspace, in 256-byte aligned pieces. Forward: V^T. Backward: Delta, then Q^T, dO^T, K^T. The
-// transposed copies, [B][heads * D][T rounded up to 8] bf16, are what the sm90 kernels read as
-// K-major operands; the sizes are the same whichever kernels run.
-inline std::size_t attention_piece(std::size_t bytes) noexcept { return (bytes + 255) / 256 * 256; }
-inline std::size_t attention_transposed_bytes(const nn::head_shape& s, std::size_t heads) noexcept {
-  return attention_piece(s.batch * heads * s.head_dim * attention_padded_seq(s.seq) * 2);
-}
-inline std::size_t attention_delta_bytes(const nn::head_shape& s) noexcept {
-  return attention_piece(s.batch * s.n_heads * s.seq * sizeof(float));
-}
+// Workspace: the backward's Delta (B*H*T floats); the forward needs none. The same whichever
+// kernels run.
+inline std::size_t attention_delta_bytes(const nn::head_shape& s) noexcept { return s.batch * s.n_heads * s.seq * sizeof(float); }
 
 inline void attention_check_workspace(const char* entry, std::span<std::byte> workspace, std::size_t need) {
   mxkit::detail::require(workspace.size() >= need && (need == 0 || workspace.data() != nullptr), entry, ": workspace of ",
@@ -614,15 +626,14 @@ inline void attention_forward_impl(const bfloat16* qkv, std::size_t stride, bflo
                          lse != nullptr, ")");
   check_aligned16(qkv, entry, "qkv");
   check_aligned16(out, entry, "out");
-  attention_check_workspace(entry, workspace, attention_transposed_bytes(s, s.n_kv_heads));
+  attention_check_workspace(entry, workspace, 0);
   attention_params p = attention_make_params(qkv, stride, s);
   p.out = reinterpret_cast<std::uint16_t*>(out);
   p.lse = lse;
 #if MXKIT_GPU_CUDA
   if (kernels == attention_kernels::sm90) {
-    auto* vt = reinterpret_cast<std::uint16_t*>(workspace.data());
-    if (s.head_dim == 64) sm90::attention_forward<64>(p, vt, stream);
-    else sm90::attention_forward<128>(p, vt, stream);
+    if (s.head_dim == 64) sm90::attention_forward<64>(p, stream);
+    else sm90::attention_forward<128>(p, stream);
     return;
   }
 #endif
@@ -652,9 +663,7 @@ inline void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, s
   if (s.tokens() == 0) return;
   mxkit::detail::require(dout && qkv && out && lse && dqkv, entry, ": null pointer (dout ", dout != nullptr, ", qkv ",
                          qkv != nullptr, ", out ", out != nullptr, ", lse ", lse != nullptr, ", dqkv ", dqkv != nullptr, ")");
-  const std::size_t delta_bytes = attention_delta_bytes(s);
-  attention_check_workspace(entry, workspace,
-                            delta_bytes + 2 * attention_transposed_bytes(s, s.n_heads) + attention_transposed_bytes(s, s.n_kv_heads));
+  attention_check_workspace(entry, workspace, attention_delta_bytes(s));
   check_aligned16(dout, entry, "dout");
   check_aligned16(qkv, entry, "qkv");
   check_aligned16(dqkv, entry, "dqkv");
@@ -665,22 +674,12 @@ inline void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, s
   p.delta = reinterpret_cast<float*>(workspace.data());
   p.dqkv = reinterpret_cast<std::uint16_t*>(dqkv);
   const std::size_t rows = s.batch * s.n_heads * s.seq;
-  if (s.head_dim == 64) {
-    const int g = persistent_grid<attention_delta_kernel<64>>(256, (rows + 7) / 8);
-    attention_delta_kernel<64><<<g, 256, 0, stream>>>(p);
-  } else {
-    const int g = persistent_grid<attention_delta_kernel<128>>(256, (rows + 7) / 8);
-    attention_delta_kernel<128><<<g, 256, 0, stream>>>(p);
-  }
-  MXKIT_GPU_CHECK_LAUNCH();
+  if (s.head_dim == 64) launch_attention_delta<64>(p, rows, stream);
+  else launch_attention_delta<128>(p, rows, stream);
 #if MXKIT_GPU_CUDA
   if (kernels == attention_kernels::sm90) {
-    std::byte* ws = workspace.data() + delta_bytes;
-    auto* qt = reinterpret_cast<std::uint16_t*>(ws);
-    auto* dot = reinterpret_cast<std::uint16_t*>(ws + attention_transposed_bytes(s, s.n_heads));
-    auto* kt = reinterpret_cast<std::uint16_t*>(ws + 2 * attention_transposed_bytes(s, s.n_heads));
-    if (s.head_dim == 64) sm90::attention_backward<64>(p, qt, kt, dot, stream);
-    else sm90::attention_backward<128>(p, qt, kt, dot, stream);
+    if (s.head_dim == 64) sm90::attention_backward<64>(p, stream);
+    else sm90::attention_backward<128>(p, stream);
     return;
   }
 #endif
@@ -698,15 +697,14 @@ inline void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, s
 
 }  // namespace detail
 
-// Bytes of device workspace the forward and the backward need (transposed copies of the operands
-// for the Hopper kernels; Delta for the backward), used only between the kernels a call enqueues.
+// Bytes of device workspace the forward and the backward need, used only between the kernels a
+// call enqueues: the backward's Delta; the forward needs none today (every path reads its
+// operands in place), and callers that ask keep working if a path comes to need some.
 inline std::size_t attention_forward_workspace(const nn::head_shape& s) noexcept {
-  return detail::attention_transposed_bytes(s, s.n_kv_heads);
+  (void)s;
+  return 0;
 }
-inline std::size_t attention_backward_workspace(const nn::head_shape& s) noexcept {
-  return detail::attention_delta_bytes(s) + 2 * detail::attention_transposed_bytes(s, s.n_heads) +
-         detail::attention_transposed_bytes(s, s.n_kv_heads);
-}
+inline std::size_t attention_backward_workspace(const nn::head_shape& s) noexcept { return detail::attention_delta_bytes(s); }
 
 // Causal GQA forward. qkv (B*T, qkv_stride) bf16, row [q heads | k heads | v heads] (stride a
 // multiple of 8 elements, >= s.qkv_dim()); out (B*T, H*D) bf16; lse (B*H, T) float, the natural

@@ -25,14 +25,10 @@ struct attention_params {
   float* delta;               // backward: (B*H, T), rowsum(dO * O)
   std::uint16_t* dqkv;        // backward: (B*T, stride)
   std::size_t stride;
-  std::size_t seq_pad;        // row length of the transposed copies the sm90 kernels read
   int batch, seq, heads, kv_heads;
   float scale_log2;           // log2(e) / sqrt(D): scores in base 2, exp2f
   float scale;                // 1 / sqrt(D)
 };
-
-// T rounded up to 8: rows of 16 bytes, as TMA strides must be.
-inline std::size_t attention_padded_seq(std::size_t seq) noexcept { return (seq + 7) / 8 * 8; }
 
 }  // namespace detail
 }  // namespace gpu

@@ -4,29 +4,27 @@
 // mma.sync kernels of gpu/nn/attention.hpp (the formulas are there), on warpgroup MMAs fed by TMA,
 // in the structure of FlashAttention-3 (Shah et al., "FlashAttention-3: Fast and Accurate
 // Attention with Asynchrony and Low-precision", 2024):
-//  - warp specialization: one producer warpgroup issues the TMA copies into two-stage rings
+//  - warp specialization: one producer warpgroup issues the TMA copies into rings of stages
 //    guarded by mbarriers; two consumer warpgroups (64 rows each) run the wgmmas and the softmax,
-//    register budgets moved to them with setmaxnreg. The operands of a loop step's first product
-//    and of its second have rings of their own, so a buffer is refilled as soon as its own
-//    product is done;
+//    register budgets moved to them with setmaxnreg;
 //  - P and dS stay in registers: a wgmma accumulator fragment of 16 columns is, rounded to bf16,
 //    exactly the register A operand of the next wgmma (both use the m16n8k16 row/column split);
 //  - within a warpgroup, step j's scores are computed while step j - 1's second product is still
 //    on the tensor cores, and step j's exponentials overlap it (FA3 section 3.2,
 //    "intra-warpgroup overlapping"): the forward, dQ, and dK/dV at D = 64 (at D = 128 the two
 //    steps' fragments do not fit in 240 registers, and dK/dV drains each step).
-// Every wgmma operand in shared memory is K-major with the 128-byte swizzle, the layout the
-// GEMM's descriptors already use (desc_sw128_lo): the products whose second operand would be
-// MN-major (P V, dS K, P^T dO, dS^T Q) read a transposed copy instead, written per call by
-// transpose_heads_kernel into the caller's workspace (V^T for the forward; Q^T, K^T, dO^T for the
-// backward). The copies cost one pass over those tensors; measured in bench/NOTES_training.md.
+// Every operand tile in shared memory is a TMA box of Q, K, V or dO rows with the 128-byte
+// swizzle. The score products read it K-major (desc_sw128_lo, as the GEMM); the products whose
+// second operand runs along the head dimension (P V, dS K, P^T dO, dS^T Q) read the same box
+// MN-major (desc_sw128_mn_lo, wgmma's transposed B), so no operand is copied or transposed.
 // The backward keeps the deterministic split of the mma.sync path: a dK/dV kernel per key tile
 // that loops over the group's query heads, and a separate dQ kernel (no float atomics).
 // Tiles: forward 128 query rows x 128 keys; dK/dV 128 keys x 64 query rows per step; dQ 128
-// query rows x 64 keys. Shared memory at D = 128: 160, 193 and 160 KiB.
+// query rows x 64 keys. Shared memory at D = 128: 160 KiB each.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/error.hpp>
@@ -46,71 +44,76 @@ static_assert(2 * 128 * attn_consumer_regs + 128 * attn_producer_regs <= 65536, 
 using detail::attention_params;
 using detail::attn_log2e;
 
-// Up to five tensor maps per kernel, passed by value as a __grid_constant__ parameter so that TMA
+// Up to three tensor maps per kernel, passed by value as a __grid_constant__ parameter so that TMA
 // reads them from parameter space.
 struct attention_maps {
-  CUtensorMap m[5];
+  CUtensorMap m[3];
 };
 
-// A two-stage ring of shared-memory buffers guarded by mbarriers: loop step j uses stage j % 2.
-// `full` completes when the producer has filled the stage (the TMA's expect_tx arrival, plus
-// `producer_threads` plain arrivals of threads that store into it), `empty` when all 256 consumer
-// threads are done with it. A fresh barrier counts its parity-1 phase as complete, so the
-// producer's first wait on each stage falls through.
+// A ring of Stages shared-memory buffers guarded by mbarriers: loop step j uses stage
+// j % Stages. `full` completes when the producer has filled the stage (the TMA's expect_tx
+// arrival, plus `producer_threads` plain arrivals of threads that store into it), `empty` when
+// all 256 consumer threads are done with it. A fresh barrier counts its parity-1 phase as
+// complete, so the producer's first wait on each stage falls through.
+template <int Stages>
 struct attn_ring {
-  std::uint64_t full[2], empty[2];
+  static constexpr int stages = Stages;
+  std::uint64_t full[Stages], empty[Stages];
 #if MXKIT_SM90A
-  static __device__ std::uint32_t phase(int j) { return static_cast<std::uint32_t>((j / 2) & 1); }
+  static __device__ std::uint32_t phase(int j) { return static_cast<std::uint32_t>((j / Stages) & 1); }
   __device__ void init(std::uint32_t producer_threads = 0) {
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < Stages; ++s) {
       mbar_init(&full[s], 1 + producer_threads);
       mbar_init(&empty[s], 256);
     }
   }
-  __device__ std::uint64_t* filled(int j) { return &full[j % 2]; }
-  __device__ void wait_free(int j) { mbar_wait(&empty[j % 2], phase(j) ^ 1); }
-  __device__ void wait_filled(int j) { mbar_wait(&full[j % 2], phase(j)); }
-  __device__ void release(int j) { mbar_arrive(&empty[j % 2]); }
+  __device__ std::uint64_t* filled(int j) { return &full[j % Stages]; }
+  __device__ void wait_free(int j) { mbar_wait(&empty[j % Stages], phase(j) ^ 1); }
+  __device__ void wait_filled(int j) { mbar_wait(&full[j % Stages], phase(j)); }
+  __device__ void release(int j) { mbar_arrive(&empty[j % Stages]); }
 #endif
 };
 
 // ---- shared-memory layouts (every tile a stack of 128-byte-wide panels, 1024-byte aligned) -----
+// A tile of R rows of D bf16 is [D/64 panels][R rows][128 B]: one TMA box of 128-byte width per
+// panel. Read K-major it is R x D; read MN-major it is the D x R transpose (sm90_ptx.hpp).
 template <int D>
 struct attn_forward_smem {
   static constexpr int BM = 128, BN = 128;
-  alignas(1024) std::uint8_t q[BM * D * 2];      // [D/64 panels][BM rows][128 B]
-  alignas(1024) std::uint8_t k[2][BN * D * 2];   // [D/64 panels][BN rows][128 B]
-  alignas(1024) std::uint8_t vt[2][D * BN * 2];  // [BN/64 panels][D rows][128 B]
+  alignas(1024) std::uint8_t q[BM * D * 2];     // [D/64][BM][128 B]
+  alignas(1024) std::uint8_t k[2][BN * D * 2];  // [D/64][BN][128 B]
+  alignas(1024) std::uint8_t v[2][BN * D * 2];
   std::uint64_t q_full;
-  attn_ring k_ring, v_ring;  // K and V^T in rings of their own (the kernel says why)
+  attn_ring<2> k_ring, v_ring;  // K and V in rings of their own (the kernel says why)
 };
+// The backward's loops read a stage's operands in both of a step's products; with the products
+// of two steps in flight (the overlapped loops) a third stage lets the next step's TMA land.
 template <int D>
 struct attn_dkdv_smem {
-  static constexpr int BN = 128, BM = 64;
-  alignas(1024) std::uint8_t k[BN * D * 2];       // [D/64][BN][128 B]
+  static constexpr int BN = 128, BM = 64, stages = 3;
+  alignas(1024) std::uint8_t k[BN * D * 2];  // [D/64][BN][128 B]
   alignas(1024) std::uint8_t v[BN * D * 2];
-  alignas(1024) std::uint8_t q[2][BM * D * 2];    // [D/64][BM][128 B]
-  alignas(1024) std::uint8_t dout[2][BM * D * 2];
-  alignas(1024) std::uint8_t qt[2][D * BM * 2];   // [1][D][128 B]: 64 query columns
-  alignas(1024) std::uint8_t dot[2][D * BM * 2];
-  float lse[2][BM], delta[2][BM];                 // LSE in base 2; Delta
+  alignas(1024) std::uint8_t q[stages][BM * D * 2];  // [D/64][BM][128 B]
+  alignas(1024) std::uint8_t dout[stages][BM * D * 2];
+  float lse[stages][BM], delta[stages][BM];  // LSE in base 2; Delta
   std::uint64_t kv_full;
-  attn_ring a_ring, b_ring;  // Q, dO and the row statistics feed the scores; Q^T, dO^T the gradient products
+  attn_ring<stages> ring;  // Q, dO and the row statistics of one step
 };
 template <int D>
 struct attn_dq_smem {
-  static constexpr int BM = 128, BN = 64;
-  alignas(1024) std::uint8_t q[BM * D * 2];       // [D/64][BM][128 B]
+  static constexpr int BM = 128, BN = 64, stages = 3;
+  alignas(1024) std::uint8_t q[BM * D * 2];  // [D/64][BM][128 B]
   alignas(1024) std::uint8_t dout[BM * D * 2];
-  alignas(1024) std::uint8_t k[2][BN * D * 2];    // [D/64][BN][128 B]
-  alignas(1024) std::uint8_t v[2][BN * D * 2];
-  alignas(1024) std::uint8_t kt[2][D * BN * 2];   // [1][D][128 B]: 64 key columns
+  alignas(1024) std::uint8_t k[stages][BN * D * 2];  // [D/64][BN][128 B]
+  alignas(1024) std::uint8_t v[stages][BN * D * 2];
   std::uint64_t q_full;
-  attn_ring kv_ring, kt_ring;
+  attn_ring<stages> ring;  // K and V of one key tile
 };
 template <class Smem>
 inline constexpr std::size_t attn_smem_bytes = sizeof(Smem) + 1024;  // + alignment slack
-static_assert(attn_smem_bytes<attn_dkdv_smem<128>> <= 232448, "Hopper allows 227 KiB of shared memory per block");
+static_assert(attn_smem_bytes<attn_forward_smem<128>> <= 232448 && attn_smem_bytes<attn_dkdv_smem<128>> <= 232448 &&
+                  attn_smem_bytes<attn_dq_smem<128>> <= 232448,
+              "Hopper allows 227 KiB of shared memory per block");
 
 #if MXKIT_SM90A
 template <class Smem>
@@ -142,6 +145,16 @@ __device__ inline std::uint32_t attn_pack_bf16(float a, float b) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
   return d;
 }
+// 2^x by the special-function unit alone (PTX 9.7.3.22 ex2.approx.ftz.f32: max relative error
+// 2^-22, subnormal results flushed to zero, 2^-inf = +0). exp2f's range fix for subnormal results
+// costs a compare and two predicated multiplies per element, and these loops are issue-bound
+// (bench/NOTES_training.md); a probability under 2^-126 rounds to nothing in any bf16 product
+// that follows.
+__device__ inline float attn_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 // Accumulator columns 16 kk .. 16 kk + 15 as the register A operand of K step kk.
 template <int N>
 __device__ inline void attn_to_a(std::uint32_t (&a)[4], const float (&c)[N], int kk) {
@@ -151,10 +164,13 @@ __device__ inline void attn_to_a(std::uint32_t (&a)[4], const float (&c)[N], int
   a[3] = attn_pack_bf16(c[8 * kk + 6], c[8 * kk + 7]);
 }
 
+// acc[64 x D] += A (registers, K step kk) . B, B the K step's 16 rows of a [D/64][rows][128 B]
+// tile read MN-major.
 template <int D>
-__device__ inline void wgmma_rs_d(float (&acc)[D / 2], const std::uint32_t (&a)[4], std::uint32_t desc_b) {
-  if constexpr (D == 128) wgmma_bf16_rs_n128(acc, a, desc_b, 1u);
-  else wgmma_bf16_rs_n64(acc, a, desc_b, 1u);
+__device__ inline void wgmma_rs_d(float (&acc)[D / 2], const std::uint32_t (&a)[4], const void* tile, int rows, int kk) {
+  const std::uint32_t desc = desc_sw128_mn_lo(smem_addr(tile) + static_cast<std::uint32_t>(kk * 16 * 128), static_cast<std::uint32_t>(rows * 128));
+  if constexpr (D == 128) wgmma_bf16_rs_n128(acc, a, desc, 1u);
+  else wgmma_bf16_rs_n64(acc, a, desc, 1u);
 }
 
 // Stores rows r0 and r0 + 8 of a fragment (columns 8 i + 2 t) as bf16 pairs, times `scale`.
@@ -173,8 +189,7 @@ __device__ inline void attn_store_rows(std::uint16_t* dst, std::size_t ld, int r
 #endif  // MXKIT_SM90A
 
 // ---- forward ------------------------------------------------------------------------------------
-// Maps: 0 qkv (box 128 rows), 1 V^T (box D rows). Grid: x = (b, head), y = query tile, heaviest
-// (the last) first.
+// Map 0: qkv (box 128 rows). Grid: x = (b, head), y = query tile, heaviest (the last) first.
 template <int D>
 MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(const __grid_constant__ attention_maps maps, const attention_params p) {
 #if MXKIT_SM90A
@@ -196,10 +211,10 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
   if (wg == 2) {
     reg_dealloc<attn_producer_regs>();
     if (tid != 256) return;
-    const int q_col = h * D * 2, k_col = (p.heads + kvh) * D * 2;
+    const int q_col = h * D * 2, k_col = (p.heads + kvh) * D * 2, v_col = k_col + p.kv_heads * D * 2;
     mbar_arrive_expect_tx(&sm.q_full, BM * D * 2);
     for (int pn = 0; pn < D / 64; ++pn) tma_load_3d(sm.q + pn * BM * 128, &maps.m[0], &sm.q_full, q_col + pn * 128, m0, b);
-    // K and V^T in rings of their own: K_j's buffer frees once S_j is computed, V_j's only after
+    // K and V in rings of their own: K_j's buffer frees once S_j is computed, V_j's only after
     // P_j V_j, so one shared ring would hold K_{j+2} back by most of an iteration.
     for (int j = 0; j < tiles; ++j) {
       const int s = j % 2;
@@ -207,9 +222,8 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
       mbar_arrive_expect_tx(sm.k_ring.filled(j), BN * D * 2);
       for (int pn = 0; pn < D / 64; ++pn) tma_load_3d(sm.k[s] + pn * BN * 128, &maps.m[0], sm.k_ring.filled(j), k_col + pn * 128, j * BN, b);
       sm.v_ring.wait_free(j);
-      mbar_arrive_expect_tx(sm.v_ring.filled(j), D * BN * 2);
-      for (int pn = 0; pn < BN / 64; ++pn)
-        tma_load_3d(sm.vt[s] + pn * D * 128, &maps.m[1], sm.v_ring.filled(j), (j * BN + pn * 64) * 2, kvh * D, b);
+      mbar_arrive_expect_tx(sm.v_ring.filled(j), BN * D * 2);
+      for (int pn = 0; pn < D / 64; ++pn) tma_load_3d(sm.v[s] + pn * BN * 128, &maps.m[0], sm.v_ring.filled(j), v_col + pn * 128, j * BN, b);
     }
     return;
   }
@@ -234,7 +248,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
     fence_all(o);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_d<D>(o, pa[kk], attn_desc(sm.vt[j % 2], kk, D * 128));
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_d<D>(o, pa[kk], sm.v[j % 2], BN, kk);
     wgmma_commit();
   };
   // Mask, scale to base 2, new row maxima; exponentiates s in place and returns the factor
@@ -265,7 +279,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
       mx[r] = fmaxf(mx[r], shfl_xor(mx[r], 2));
       const float m_new = fmaxf(m_run[r], mx[r]);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a fully masked row stays at 0, not NaN
-      alpha[r] = exp2f(m_run[r] - m_use);
+      alpha[r] = attn_exp2(m_run[r] - m_use);
       m_run[r] = m_new;
       mx[r] = m_use;
     }
@@ -274,7 +288,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
     for (int i = 0; i < BN / 8; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[4 * i + e] = exp2f(s[4 * i + e] - mx[e >> 1]);
+        s[4 * i + e] = attn_exp2(s[4 * i + e] - mx[e >> 1]);
         rs[e >> 1] += s[4 * i + e];
       }
     l_run[0] = l_run[0] * alpha[0] + rs[0];
@@ -350,7 +364,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
 // One CTA per (128 keys, b, kv head); each consumer warpgroup owns 64 keys' dK and dV in
 // registers and steps through the group's query heads in order and, for each, the 64-row query
 // tiles at or after its keys. Maps: 0 qkv (box 128 rows: K, V), 1 qkv (box 64 rows: Q), 2 dout
-// (box 64 rows), 3 Q^T, 4 dO^T (box D rows).
+// (box 64 rows).
 template <int D>
 MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const __grid_constant__ attention_maps maps, const attention_params p) {
 #if MXKIT_SM90A
@@ -364,8 +378,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   const int per_head = (T - n0 + BM - 1) / BM, steps = group * per_head;
   if (tid == 0) {
     mbar_init(&sm.kv_full, 1);
-    sm.a_ring.init(128);  // every producer thread also stores LSE or Delta into the stage
-    sm.b_ring.init();
+    sm.ring.init(128);  // every producer thread also stores LSE or Delta into the stage
     fence_mbar_init();
   }
   __syncthreads();
@@ -382,26 +395,20 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
       }
     }
     for (int step = 0; step < steps; ++step) {
-      const int s = step % 2, h = kvh * group + step / per_head, m0 = n0 + (step % per_head) * BM;
-      sm.a_ring.wait_free(step);
+      const int s = step % S::stages, h = kvh * group + step / per_head, m0 = n0 + (step % per_head) * BM;
+      sm.ring.wait_free(step);
       if (pt == 0) {
-        mbar_arrive_expect_tx(sm.a_ring.filled(step), 2 * BM * D * 2);
+        mbar_arrive_expect_tx(sm.ring.filled(step), 2 * BM * D * 2);
         for (int pn = 0; pn < D / 64; ++pn) {
-          tma_load_3d(sm.q[s] + pn * BM * 128, &maps.m[1], sm.a_ring.filled(step), h * D * 2 + pn * 128, m0, b);
-          tma_load_3d(sm.dout[s] + pn * BM * 128, &maps.m[2], sm.a_ring.filled(step), h * D * 2 + pn * 128, m0, b);
+          tma_load_3d(sm.q[s] + pn * BM * 128, &maps.m[1], sm.ring.filled(step), h * D * 2 + pn * 128, m0, b);
+          tma_load_3d(sm.dout[s] + pn * BM * 128, &maps.m[2], sm.ring.filled(step), h * D * 2 + pn * 128, m0, b);
         }
       }
       const std::size_t row = (static_cast<std::size_t>(b) * p.heads + h) * T;
       const int r = m0 + (pt % BM);
       if (pt < BM) sm.lse[s][pt] = r < T ? p.lse_in[row + r] * attn_log2e : 0.0f;
       else sm.delta[s][pt - BM] = r < T ? p.delta[row + r] : 0.0f;
-      mbar_arrive(sm.a_ring.filled(step));  // release: the stores above are visible to the waiters
-      if (pt == 0) {
-        sm.b_ring.wait_free(step);
-        mbar_arrive_expect_tx(sm.b_ring.filled(step), 2 * D * BM * 2);
-        tma_load_3d(sm.qt[s], &maps.m[3], sm.b_ring.filled(step), m0 * 2, h * D, b);
-        tma_load_3d(sm.dot[s], &maps.m[4], sm.b_ring.filled(step), m0 * 2, h * D, b);
-      }
+      mbar_arrive(sm.ring.filled(step));  // release: the stores above are visible to the waiters
     }
     return;
   }
@@ -427,32 +434,41 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
     }
     wgmma_commit();
   };
-  // dV += P^T dO, dK += dS^T Q (the query index is the K dimension; B = the transposed copies).
+  // dV += P^T dO, dK += dS^T Q: the query index is the K dimension, dO and Q read MN-major.
   auto issue_grads = [&](int s) {
     fence_all(dv);
     fence_all(dk);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) {
-      wgmma_rs_d<D>(dv, pa[kk], attn_desc(sm.dot[s], kk, D * 128));
-      wgmma_rs_d<D>(dk, sa[kk], attn_desc(sm.qt[s], kk, D * 128));
+      wgmma_rs_d<D>(dv, pa[kk], sm.dout[s], BM, kk);
+      wgmma_rs_d<D>(dk, sa[kk], sm.q[s], BM, kk);
     }
     wgmma_commit();
   };
   // P^T = exp2(S^T scale log2 e - LSE log2 e) (0 where masked), dS^T = P^T (dP^T - Delta).
+  // Branch-free: the exponential of every element, then a select where the tile crosses the
+  // diagonal or the sequence end (a per-element branch cost 16 instructions an element). A masked
+  // element's exponential may overflow; the select drops it before anything multiplies it.
   auto gradients_of_scores = [&](int step, int s) {
     const int m0 = n0 + (step % per_head) * BM;
-    const bool edge = m0 < n0 + BN || m0 + BM > T;
+    auto body = [&](auto edge) {
 #pragma unroll
-    for (int i = 0; i < BM / 8; ++i)
+      for (int i = 0; i < BM / 8; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = 8 * i + 2 * t + (e & 1), q = m0 + qi, key = e < 2 ? j0 : j1;
-        const bool ok = !edge || (q >= key && q < T);
-        const float pr = ok ? exp2f(st[4 * i + e] * p.scale_log2 - sm.lse[s][qi]) : 0.0f;
-        st[4 * i + e] = pr;
-        dpt[4 * i + e] = pr * (dpt[4 * i + e] - sm.delta[s][qi]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int qi = 8 * i + 2 * t + (e & 1);
+          float pr = attn_exp2(st[4 * i + e] * p.scale_log2 - sm.lse[s][qi]);
+          if constexpr (decltype(edge)::value) {
+            const int q = m0 + qi;
+            pr = q >= (e < 2 ? j0 : j1) && q < T ? pr : 0.0f;
+          }
+          st[4 * i + e] = pr;
+          dpt[4 * i + e] = pr * (dpt[4 * i + e] - sm.delta[s][qi]);
+        }
+    };
+    if (m0 < n0 + BN || m0 + BM > T) body(std::true_type{});
+    else body(std::false_type{});
   };
   auto pack = [&] {
 #pragma unroll
@@ -464,13 +480,14 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   // With `overlap`, step i's scores run on the tensor cores while step i - 1's gradient products
   // queue behind them, and step i's exponentials overlap those products (as the forward). It
   // needs both steps' fragments live: at D = 128 that is more than 240 registers (ptxas then
-  // serializes every wgmma), so there each step drains before the next.
+  // serializes every wgmma), so there each step drains before the next. A stage is released
+  // once its step's gradient products are done: they read its Q and dO.
   constexpr bool overlap = D <= 64;
   auto drain_grads = [&](int step) {
     wgmma_wait<0>();
     fence_all(dv);
     fence_all(dk);
-    sm.b_ring.release(step);
+    sm.ring.release(step);
   };
   auto scores_in = [&] {
     fence_all(st);
@@ -478,40 +495,34 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   };
   mbar_wait(&sm.kv_full, 0);
   if constexpr (overlap) {
-    sm.a_ring.wait_filled(0);
+    sm.ring.wait_filled(0);
     issue_scores(0);
     wgmma_wait<0>();
     scores_in();
     gradients_of_scores(0, 0);
-    sm.a_ring.release(0);
     pack();
     for (int step = 1; step < steps; ++step) {
-      const int s = step % 2;
-      sm.a_ring.wait_filled(step);
-      sm.b_ring.wait_filled(step - 1);  // before any wgmma is in flight (a spin loop)
+      const int s = step % S::stages;
+      sm.ring.wait_filled(step);  // before any wgmma is in flight (a spin loop)
       issue_scores(s);
-      issue_grads(s ^ 1);
+      issue_grads((step - 1) % S::stages);
       wgmma_wait<1>();
       scores_in();
       gradients_of_scores(step, s);
-      sm.a_ring.release(step);
       drain_grads(step - 1);
       pack();
     }
-    sm.b_ring.wait_filled(steps - 1);
-    issue_grads((steps - 1) % 2);
+    issue_grads((steps - 1) % S::stages);
     drain_grads(steps - 1);
   } else {
     for (int step = 0; step < steps; ++step) {
-      const int s = step % 2;
-      sm.a_ring.wait_filled(step);
+      const int s = step % S::stages;
+      sm.ring.wait_filled(step);
       issue_scores(s);
       wgmma_wait<0>();
       scores_in();
       gradients_of_scores(step, s);
-      sm.a_ring.release(step);
       pack();
-      sm.b_ring.wait_filled(step);
       issue_grads(s);
       drain_grads(step);
     }
@@ -528,8 +539,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
 
 // ---- backward: dQ -------------------------------------------------------------------------------
 // One CTA per (128 query rows, b, head), over the key tiles in order; dQ = dS K accumulates in
-// registers. Maps: 0 qkv (box 128 rows: Q), 1 dout (box 128 rows), 2 qkv (box 64 rows: K, V),
-// 3 K^T (box D rows).
+// registers. Maps: 0 qkv (box 128 rows: Q), 1 dout (box 128 rows), 2 qkv (box 64 rows: K, V).
 template <int D>
 MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const __grid_constant__ attention_maps maps, const attention_params p) {
 #if MXKIT_SM90A
@@ -543,8 +553,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
   const int tiles = (m0 + BM) / BN < key_tiles ? (m0 + BM) / BN : key_tiles;
   if (tid == 0) {
     mbar_init(&sm.q_full, 1);
-    sm.kv_ring.init();
-    sm.kt_ring.init();
+    sm.ring.init();
     fence_mbar_init();
   }
   __syncthreads();
@@ -558,17 +567,14 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
       tma_load_3d(sm.q + pn * BM * 128, &maps.m[0], &sm.q_full, q_col + pn * 128, m0, b);
       tma_load_3d(sm.dout + pn * BM * 128, &maps.m[1], &sm.q_full, q_col + pn * 128, m0, b);
     }
-    for (int j = 0; j < tiles; ++j) {  // K, V and K^T in separate rings (the forward says why)
-      const int s = j % 2;
-      sm.kv_ring.wait_free(j);
-      mbar_arrive_expect_tx(sm.kv_ring.filled(j), 2 * BN * D * 2);
+    for (int j = 0; j < tiles; ++j) {
+      const int s = j % S::stages;
+      sm.ring.wait_free(j);
+      mbar_arrive_expect_tx(sm.ring.filled(j), 2 * BN * D * 2);
       for (int pn = 0; pn < D / 64; ++pn) {
-        tma_load_3d(sm.k[s] + pn * BN * 128, &maps.m[2], sm.kv_ring.filled(j), k_col + pn * 128, j * BN, b);
-        tma_load_3d(sm.v[s] + pn * BN * 128, &maps.m[2], sm.kv_ring.filled(j), v_col + pn * 128, j * BN, b);
+        tma_load_3d(sm.k[s] + pn * BN * 128, &maps.m[2], sm.ring.filled(j), k_col + pn * 128, j * BN, b);
+        tma_load_3d(sm.v[s] + pn * BN * 128, &maps.m[2], sm.ring.filled(j), v_col + pn * 128, j * BN, b);
       }
-      sm.kt_ring.wait_free(j);
-      mbar_arrive_expect_tx(sm.kt_ring.filled(j), D * BN * 2);
-      tma_load_3d(sm.kt[s], &maps.m[3], sm.kt_ring.filled(j), j * BN * 2, kvh * D, b);
     }
     return;
   }
@@ -596,92 +602,70 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
     }
     wgmma_commit();
   };
-  auto issue_dq = [&](int s) {  // dQ += dS K (B = K^T)
+  auto issue_dq = [&](int s) {  // dQ += dS K (K read MN-major)
     fence_all(dq);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_d<D>(dq, sa[kk], attn_desc(sm.kt[s], kk, D * 128));
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_d<D>(dq, sa[kk], sm.k[s], BN, kk);
     wgmma_commit();
   };
-  auto score_gradients = [&](int j) {  // dS = P (dP - Delta), P = exp2(S scale log2 e - LSE log2 e)
+  // dS = P (dP - Delta), P = exp2(S scale log2 e - LSE log2 e), masked by a select (as dK/dV).
+  auto score_gradients = [&](int j) {
     const int n0 = j * BN;
-    const bool edge = n0 + BN > m0 || n0 + BN > T;
+    auto body = [&](auto edge) {
 #pragma unroll
-    for (int i = 0; i < BN / 8; ++i)
+      for (int i = 0; i < BN / 8; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = n0 + 8 * i + 2 * t + (e & 1), r = e < 2 ? r0 : r1;
-        const bool ok = !edge || (col <= r && col < T);
-        const float pr = ok ? exp2f(sc[4 * i + e] * p.scale_log2 - (e < 2 ? lse0 : lse1)) : 0.0f;
-        sc[4 * i + e] = pr * (dp[4 * i + e] - (e < 2 ? dl0 : dl1));
-      }
+        for (int e = 0; e < 4; ++e) {
+          float pr = attn_exp2(sc[4 * i + e] * p.scale_log2 - (e < 2 ? lse0 : lse1));
+          if constexpr (decltype(edge)::value) {
+            const int col = n0 + 8 * i + 2 * t + (e & 1);
+            pr = col <= (e < 2 ? r0 : r1) && col < T ? pr : 0.0f;
+          }
+          sc[4 * i + e] = pr * (dp[4 * i + e] - (e < 2 ? dl0 : dl1));
+        }
+    };
+    if (n0 + BN > m0 || n0 + BN > T) body(std::true_type{});
+    else body(std::false_type{});
   };
   auto pack = [&] {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) attn_to_a(sa[kk], sc, kk);
   };
+  // A stage is released once tile j's dQ product is done (it reads K).
+  auto drain_dq = [&](int j) {
+    wgmma_wait<0>();
+    fence_all(dq);
+    sm.ring.release(j);
+  };
   mbar_wait(&sm.q_full, 0);
-  sm.kv_ring.wait_filled(0);
+  sm.ring.wait_filled(0);
   issue_scores(0);
   wgmma_wait<0>();
   fence_all(sc);
   fence_all(dp);
-  sm.kv_ring.release(0);
   score_gradients(0);
   pack();
   for (int j = 1; j < tiles; ++j) {  // tile j's scores and dS overlap tile j - 1's dQ product (as the forward)
-    const int s = j % 2;
-    sm.kv_ring.wait_filled(j);
-    sm.kt_ring.wait_filled(j - 1);  // before any wgmma is in flight (a spin loop)
+    const int s = j % S::stages;
+    sm.ring.wait_filled(j);  // before any wgmma is in flight (a spin loop)
     issue_scores(s);
-    issue_dq(s ^ 1);
+    issue_dq((j - 1) % S::stages);
     wgmma_wait<1>();
     fence_all(sc);
     fence_all(dp);
-    sm.kv_ring.release(j);
     score_gradients(j);
-    wgmma_wait<0>();
-    fence_all(dq);
-    sm.kt_ring.release(j - 1);
+    drain_dq(j - 1);
     pack();
   }
-  sm.kt_ring.wait_filled(tiles - 1);
-  issue_dq((tiles - 1) % 2);
-  wgmma_wait<0>();
-  fence_all(dq);
-  sm.kt_ring.release(tiles - 1);
+  issue_dq((tiles - 1) % S::stages);
+  drain_dq(tiles - 1);
   std::uint16_t* dst = p.dqkv + static_cast<std::size_t>(b) * T * p.stride + static_cast<std::size_t>(h) * D;
   attn_store_rows<D / 2>(dst, p.stride, r0, T, dq, p.scale, p.scale);
 #else
   (void)maps;
   (void)p;
 #endif
-}
-
-// ---- transposed copies --------------------------------------------------------------------------
-// dst[b][c][t] = src[b*T + t][col0 + c] for c < C, t < T: 64 x 64 tiles through shared memory,
-// 4-byte loads along c and 4-byte stores along t. dst rows are ld_dst (T rounded up to 8) long;
-// the pad is never read (the tensor maps end at T and zero-fill past it).
-MXKIT_GLOBAL void __launch_bounds__(256) transpose_heads_kernel(const std::uint16_t* src, std::size_t ld_src, std::size_t col0, int T,
-                                                                int C, std::uint16_t* dst, std::size_t ld_dst) {
-  __shared__ std::uint16_t tile[64][66];  // [t][c]
-  const int b = static_cast<int>(blockIdx.z), t0 = static_cast<int>(blockIdx.x) * 64, c0 = static_cast<int>(blockIdx.y) * 64;
-  const std::uint16_t* s = src + static_cast<std::size_t>(b) * T * ld_src + col0;
-  for (int i = static_cast<int>(threadIdx.x); i < 64 * 32; i += 256) {
-    const int r = i / 32, w = i % 32, tt = t0 + r, c = c0 + 2 * w;
-    const std::uint32_t v = tt < T && c < C ? *reinterpret_cast<const std::uint32_t*>(s + static_cast<std::size_t>(tt) * ld_src + c) : 0u;
-    tile[r][2 * w] = static_cast<std::uint16_t>(v);
-    tile[r][2 * w + 1] = static_cast<std::uint16_t>(v >> 16);
-  }
-  __syncthreads();
-  std::uint16_t* d = dst + static_cast<std::size_t>(b) * C * ld_dst;
-  for (int i = static_cast<int>(threadIdx.x); i < 64 * 32; i += 256) {
-    const int r = i / 32, w = i % 32, c = c0 + r, tt = t0 + 2 * w;
-    if (c >= C || tt >= T) continue;
-    std::uint16_t* out = d + static_cast<std::size_t>(c) * ld_dst + tt;
-    if (tt + 1 < T) *reinterpret_cast<std::uint32_t*>(out) = tile[2 * w][r] | (static_cast<std::uint32_t>(tile[2 * w + 1][r]) << 16);
-    else *out = tile[2 * w][r];
-  }
 }
 
 // ---- host side ----------------------------------------------------------------------------------
@@ -711,51 +695,30 @@ inline void attention_launch(Kernel kernel, std::size_t smem, dim3 grid, const a
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
-// Columns [col0, col0 + C) of the (B*T, ld_src) matrix into dst[B][C][ld_dst].
-inline void transpose_heads(const std::uint16_t* src, std::size_t ld_src, std::size_t col0, int B, int T, int C, std::uint16_t* dst,
-                            std::size_t ld_dst, stream_t stream) {
-  const dim3 grid(static_cast<unsigned>((T + 63) / 64), static_cast<unsigned>((C + 63) / 64), static_cast<unsigned>(B));
-  transpose_heads_kernel<<<grid, 256, 0, stream>>>(src, ld_src, col0, T, C, dst, ld_dst);
-  MXKIT_GPU_CHECK_LAUNCH();
-}
-
-// Forward: V^T into vt ([B][Hkv * D][seq_pad]), then the kernel.
+// Forward: one kernel over the qkv rows.
 template <int D>
-void attention_forward(const attention_params& p, std::uint16_t* vt, stream_t stream) {
-  const int T = p.seq, B = p.batch;
-  transpose_heads(p.qkv, p.stride, static_cast<std::size_t>(p.heads + p.kv_heads) * D, B, T, p.kv_heads * D, vt, p.seq_pad, stream);
-  const std::size_t rows = static_cast<std::size_t>(T), batch = static_cast<std::size_t>(B);
+void attention_forward(const attention_params& p, stream_t stream) {
+  const std::size_t rows = static_cast<std::size_t>(p.seq), batch = static_cast<std::size_t>(p.batch);
   attention_maps maps{};
   maps.m[0] = make_attention_map(p.qkv, p.stride * 2, rows, batch, p.stride * 2, 128);
-  maps.m[1] = make_attention_map(vt, rows * 2, static_cast<std::size_t>(p.kv_heads) * D, batch, p.seq_pad * 2, D);
-  const dim3 grid(static_cast<unsigned>(B * p.heads), static_cast<unsigned>((T + 127) / 128));
+  const dim3 grid(static_cast<unsigned>(p.batch * p.heads), static_cast<unsigned>((p.seq + 127) / 128));
   attention_launch(attention_forward_kernel<D>, attn_smem_bytes<attn_forward_smem<D>>, grid, maps, p, stream);
 }
 
-// Backward (Delta already in p.delta): Q^T, K^T, dO^T into qt, kt, dot ([B][heads * D][seq_pad]),
-// then the two kernels.
+// Backward (Delta already in p.delta): the dK/dV kernel, then the dQ kernel.
 template <int D>
-void attention_backward(const attention_params& p, std::uint16_t* qt, std::uint16_t* kt, std::uint16_t* dot, stream_t stream) {
-  const std::uint16_t* dout = p.dout;
-  const int T = p.seq, B = p.batch, H = p.heads, Hkv = p.kv_heads;
-  const std::size_t od = static_cast<std::size_t>(H) * D, ld = p.seq_pad;
-  transpose_heads(p.qkv, p.stride, 0, B, T, H * D, qt, ld, stream);
-  transpose_heads(p.qkv, p.stride, od, B, T, Hkv * D, kt, ld, stream);
-  transpose_heads(dout, od, 0, B, T, H * D, dot, ld, stream);
-  const std::size_t rows = static_cast<std::size_t>(T), batch = static_cast<std::size_t>(B);
+void attention_backward(const attention_params& p, stream_t stream) {
+  const std::size_t rows = static_cast<std::size_t>(p.seq), batch = static_cast<std::size_t>(p.batch);
+  const std::size_t od = static_cast<std::size_t>(p.heads) * D;
   const CUtensorMap qkv128 = make_attention_map(p.qkv, p.stride * 2, rows, batch, p.stride * 2, 128);
   const CUtensorMap qkv64 = make_attention_map(p.qkv, p.stride * 2, rows, batch, p.stride * 2, 64);
-  const CUtensorMap dout64 = make_attention_map(dout, od * 2, rows, batch, od * 2, 64);
-  const CUtensorMap dout128 = make_attention_map(dout, od * 2, rows, batch, od * 2, 128);
-  const CUtensorMap qt_map = make_attention_map(qt, rows * 2, od, batch, ld * 2, D);
-  const CUtensorMap kt_map = make_attention_map(kt, rows * 2, static_cast<std::size_t>(Hkv) * D, batch, ld * 2, D);
-  const CUtensorMap dot_map = make_attention_map(dot, rows * 2, od, batch, ld * 2, D);
-  const attention_maps kv{{qkv128, qkv64, dout64, qt_map, dot_map}};
-  attention_launch(attention_dkdv_kernel<D>, attn_smem_bytes<attn_dkdv_smem<D>>,
-                   dim3(static_cast<unsigned>(B * Hkv), static_cast<unsigned>((T + 127) / 128)), kv, p, stream);
-  const attention_maps q{{qkv128, dout128, qkv64, kt_map, kt_map}};
-  attention_launch(attention_dq_kernel<D>, attn_smem_bytes<attn_dq_smem<D>>,
-                   dim3(static_cast<unsigned>(B * H), static_cast<unsigned>((T + 127) / 128)), q, p, stream);
+  const CUtensorMap dout64 = make_attention_map(p.dout, od * 2, rows, batch, od * 2, 64);
+  const CUtensorMap dout128 = make_attention_map(p.dout, od * 2, rows, batch, od * 2, 128);
+  const unsigned tiles = static_cast<unsigned>((p.seq + 127) / 128);
+  attention_launch(attention_dkdv_kernel<D>, attn_smem_bytes<attn_dkdv_smem<D>>, dim3(static_cast<unsigned>(p.batch * p.kv_heads), tiles),
+                   attention_maps{{qkv128, qkv64, dout64}}, p, stream);
+  attention_launch(attention_dq_kernel<D>, attn_smem_bytes<attn_dq_smem<D>>, dim3(static_cast<unsigned>(p.batch * p.heads), tiles),
+                   attention_maps{{qkv128, dout128, qkv64}}, p, stream);
 }
 
 }  // namespace sm90

@@ -109,6 +109,18 @@ __device__ inline std::uint32_t desc_sw128_lo(std::uint32_t smem_byte_addr) {
   return ((smem_byte_addr & 0x3FFFFu) >> 4) | (1u << 16);
 }
 
+// The same for an MN-major 16-bit operand (wgmma's imm-trans 1): the tile is a stack of panels,
+// each 64 elements of the M/N dimension (128 bytes) wide and as many rows of the K dimension as
+// the tile has, 128 bytes a row, written by TMA with the 128-byte swizzle: exactly a K-major tile
+// of the matrix's transpose, so one TMA box serves both products that read it. The canonical
+// layout (PTX 9.7.15.5.1.2.1.3, MN-major 128B: ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))) puts the
+// next 8 K rows at the stride byte offset (1024, as desc_sw128_hi says) and the next 64-element
+// panel at the leading byte offset, `panel_bytes`. A K step of 16 rows is a 2048-byte advance of
+// the start address.
+__device__ inline std::uint32_t desc_sw128_mn_lo(std::uint32_t smem_byte_addr, std::uint32_t panel_bytes) {
+  return ((smem_byte_addr & 0x3FFFFu) >> 4) | (((panel_bytes & 0x3FFFFu) >> 4) << 16);
+}
+
 // Element types of a wgmma operand: FP8 (32 elements per 32-byte K step) or bf16 (16 per step).
 enum class mma_kind : int { e4m3 = 0, e5m2 = 1, bf16 = 2 };
 
@@ -239,8 +251,9 @@ __device__ inline void wgmma_bf16_ss_n128(float (&d)[64], std::uint32_t desc_a_l
       : "r"(desc_a_lo), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi));
 }
 
-// D[64 x 64] (+)= A[64 x 16] . B[64 x 16]^T, bf16, A in registers (the m64k16 A fragment: warp w
-// of the warpgroup holds rows 16w.., in the m16n8k16 A layout), B K-major in shared memory.
+// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], bf16, A in registers (the m64k16 A fragment: warp w
+// of the warpgroup holds rows 16w.., in the m16n8k16 A layout), B MN-major in shared memory
+// (desc_sw128_mn_lo; imm-trans-b 1).
 __device__ inline void wgmma_bf16_rs_n64(float (&d)[32], const std::uint32_t (&a)[4], std::uint32_t desc_b_lo, std::uint32_t accumulate) {
   asm volatile(
       "{\n"
@@ -250,14 +263,14 @@ __device__ inline void wgmma_bf16_rs_n64(float (&d)[32], const std::uint32_t (&a
       "setp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, db, p, 1, 1, 0;\n"
+      "}, {%32, %33, %34, %35}, db, p, 1, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi));
 }
 
-// D[64 x 128] (+)= A[64 x 16] . B[128 x 16]^T, bf16, A in registers (the m64k16 A fragment: warp w
-// of the warpgroup holds rows 16w.., in the m16n8k16 A layout), B K-major in shared memory.
+// D[64 x 128] (+)= A[64 x 16] . B[16 x 128], bf16, A in registers (as above), B MN-major in
+// shared memory (desc_sw128_mn_lo over two 64-column panels; imm-trans-b 1).
 __device__ inline void wgmma_bf16_rs_n128(float (&d)[64], const std::uint32_t (&a)[4], std::uint32_t desc_b_lo, std::uint32_t accumulate) {
   asm volatile(
       "{\n"
@@ -267,7 +280,7 @@ __device__ inline void wgmma_bf16_rs_n128(float (&d)[64], const std::uint32_t (&
       "setp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, db, p, 1, 1, 0;\n"
+      "}, {%64, %65, %66, %67}, db, p, 1, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_b_lo), "r"(accumulate), "r"(desc_sw128_hi));
