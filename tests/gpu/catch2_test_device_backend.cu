@@ -489,7 +489,7 @@ std::pair<std::size_t, bool> compare_frozen(backend& be, const frozen_record& r)
 TEST_CASE("device backend: quantized copies are the host backend's, byte for byte", "[gpu][nn][backend]") {
   host_backend h;
   device_backend d;
-  const std::size_t shapes[][2] = {{1, 1}, {3, 37}, {67, 96}, {130, 64}};
+  const std::size_t shapes[][2] = {{1, 1}, {3, 37}, {67, 96}, {130, 64}, {192, 200}};
   struct mx_case {
     const char* name;
     operand_spec spec;
@@ -739,6 +739,28 @@ TEST_CASE("device backend: update_scales gives the host's histories and scales e
       CHECK(scale[3] == 1.0);  // zero amax: kept
     }
   }
+  // A history longer than a block: the device folds the amax over 256 threads and shifts the
+  // columns in chunks of 256 from the end (600 columns: three chunks), so every column is filled.
+  const delayed_scaling_config cfg{600, amax_algorithm::max, 1};
+  INFO("history 600, every column filled");
+  host_backend h;
+  device_backend d;
+  const std::vector<fp8_type> types = {fp8_type::e4m3, fp8_type::e5m2, fp8_type::e4m3};
+  const std::shared_ptr<scaling_table> th = h.make_scaling_table(cfg, types), td = d.make_scaling_table(cfg, types);
+  std::vector<double> history = normals(3 * 600, 77, 0.0, 1.0);
+  for (double& v : history) v = std::fabs(v);  // amaxes are magnitudes
+  history[600 + 599] = 40.0;                   // row 1's largest in the last column: it leaves after one shift
+  history[2 * 600 + 300] = nan_value;          // row 2: NaN wins, the scale is kept
+  h.write(th->history(), history);
+  d.write(td->history(), history);
+  for (int step = 0; step < 2; ++step) {
+    INFO("update " << step);
+    h.update_scales(*th);
+    d.update_scales(*td);
+    CHECK(same_values("history", d.read(td->history()), h.read(th->history())) == "");
+    CHECK(same_values("scale", d.read(td->scale()), h.read(th->scale())) == "");
+  }
+  CHECK(h.read(th->scale())[2] == 1.0);
 }
 
 TEST_CASE("device backend: rmsnorm forward, fused quantize and backward", "[gpu][nn][backend]") {

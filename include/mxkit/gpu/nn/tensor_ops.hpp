@@ -11,7 +11,7 @@
 //   amax       max |x| over a tensor into a double (NaN wins: the largest bit pattern of |x|)
 //   transpose  [rows, cols] -> [cols, rows] through a shared-memory tile, converting on the way
 //              (float or bf16 to bf16: the columnwise bf16 copy; bytes as they are: FP8 codes)
-//   update_scales  ref::update_scale_row for every row of a scaling table, one thread a row
+//   update_scales  the rule of ref::update_scale_row for every row of a scaling table, a block a row
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -31,7 +31,7 @@ namespace gpu {
 namespace detail {
 
 inline constexpr int tensor_ops_threads = 256;
-inline constexpr int transpose_tile = 32;
+inline constexpr int transpose_tile = 64;
 
 // Element conversions of the backend's dtypes (float, bfloat16, double).
 template <class D, class S>
@@ -88,36 +88,112 @@ MXKIT_GLOBAL void __launch_bounds__(Threads) float_to_double_kernel(const float*
   *out = static_cast<double>(*in);
 }
 
-// [rows, cols] S -> [cols, rows] D, a 32 x 32 tile per pass: reads and writes are both along rows.
+// [rows, cols] S -> [cols, rows] D, a 64 x 64 tile per pass. Each thread moves 2 x 2 blocks:
+// two adjacent elements of two adjacent input rows (one vector load a row where the pair is
+// aligned), regrouped in registers into two adjacent elements of two output rows, so a warp reads
+// 64 consecutive inputs of a row and writes 64 consecutive outputs of a row, and the shared tile
+// holds output pairs (one 2-element access each way). A 32 x 32 tile of single elements ran at a
+// quarter of copy bandwidth, bound by its shared-memory and 2-byte global accesses
+// (bench/NOTES_training.md).
 template <class S, class D>
 MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S* in, std::size_t rows, std::size_t cols, D* out) {
   // Raw bits: a __shared__ array cannot hold a type with a default member initializer (bfloat16).
   using bits = std::conditional_t<sizeof(D) == 1, std::uint8_t, std::conditional_t<sizeof(D) == 2, std::uint16_t, std::uint32_t>>;
-  static_assert(sizeof(bits) == sizeof(D));
-  __shared__ bits tile[transpose_tile][transpose_tile + 1];  // +1: the column reads hit distinct banks
-  const std::size_t tiles_r = (rows + transpose_tile - 1) / transpose_tile, tiles_c = (cols + transpose_tile - 1) / transpose_tile;
-  const int tx = static_cast<int>(threadIdx.x) % transpose_tile, ty = static_cast<int>(threadIdx.x) / transpose_tile;
-  constexpr int rows_per_pass = tensor_ops_threads / transpose_tile;
+  using pair_bits = std::conditional_t<sizeof(D) == 1, std::uint16_t, std::conditional_t<sizeof(D) == 2, std::uint32_t, std::uint64_t>>;
+  static_assert(sizeof(bits) == sizeof(D) && sizeof(pair_bits) == 2 * sizeof(D));
+  constexpr int T = transpose_tile, pairs = T / 2, groups = tensor_ops_threads / pairs;
+  __shared__ pair_bits tile[T][pairs + 1];  // [output row][output column pair]; +1 spreads the writes' banks
+  const std::size_t tiles_r = (rows + T - 1) / T, tiles_c = (cols + T - 1) / T;
+  const int w = static_cast<int>(threadIdx.x) % pairs, g = static_cast<int>(threadIdx.x) / pairs;
+  const bool vector_in = cols % 2 == 0 && aligned_to<static_cast<int>(2 * sizeof(S))>(in);
+  const bool vector_out = rows % 2 == 0 && aligned_to<static_cast<int>(2 * sizeof(D))>(out);
+  const auto pack = [](D lo, D hi) {
+    return static_cast<pair_bits>(static_cast<pair_bits>(bit_cast<bits>(lo)) | (static_cast<pair_bits>(bit_cast<bits>(hi)) << (8 * sizeof(D))));
+  };
   for (std::size_t t = blockIdx.x; t < tiles_r * tiles_c; t += gridDim.x) {
-    const std::size_t r0 = t / tiles_c * transpose_tile, c0 = t % tiles_c * transpose_tile;
-    for (int r = ty; r < transpose_tile; r += rows_per_pass) {
-      const std::size_t gr = r0 + static_cast<std::size_t>(r), gc = c0 + static_cast<std::size_t>(tx);
-      if (gr < rows && gc < cols) tile[r][tx] = bit_cast<bits>(convert_element<D>(in[gr * cols + gc]));
+    const std::size_t r0 = t / tiles_c * T, c0 = t % tiles_c * T;
+    const std::size_t gc = c0 + 2 * static_cast<std::size_t>(w);  // input columns gc, gc + 1
+#pragma unroll
+    for (int i = g; i < pairs; i += groups) {  // input rows r0 + 2i, r0 + 2i + 1
+      D v[2][2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const std::size_t gr = r0 + 2 * static_cast<std::size_t>(i) + static_cast<std::size_t>(k);
+        S a = S(), b = S();
+        if (gr < rows && gc < cols) {
+          const S* src = in + gr * cols + gc;
+          if (vector_in && gc + 1 < cols) {
+            struct alignas(2 * sizeof(S)) two {
+              S x, y;
+            };
+            const two p = *reinterpret_cast<const two*>(src);
+            a = p.x, b = p.y;
+          } else {
+            a = src[0];
+            if (gc + 1 < cols) b = src[1];
+          }
+        }
+        v[k][0] = convert_element<D>(a);
+        v[k][1] = convert_element<D>(b);
+      }
+      tile[2 * w][i] = pack(v[0][0], v[1][0]);  // output row c0 + 2w: columns r0 + 2i, r0 + 2i + 1
+      tile[2 * w + 1][i] = pack(v[0][1], v[1][1]);
     }
     sync_threads();
-    for (int r = ty; r < transpose_tile; r += rows_per_pass) {  // output row c0 + r, column r0 + tx
-      const std::size_t gr = c0 + static_cast<std::size_t>(r), gc = r0 + static_cast<std::size_t>(tx);
-      if (gr < cols && gc < rows) out[gr * rows + gc] = bit_cast<D>(tile[tx][r]);
+    const std::size_t oc = r0 + 2 * static_cast<std::size_t>(w);  // output columns oc, oc + 1
+#pragma unroll
+    for (int c = g; c < T; c += groups) {
+      const std::size_t orow = c0 + static_cast<std::size_t>(c);
+      if (orow >= cols || oc >= rows) continue;
+      const pair_bits p = tile[c][w];
+      D* dst = out + orow * rows + oc;
+      if (vector_out && oc + 1 < rows) {
+        *reinterpret_cast<pair_bits*>(dst) = p;
+      } else {
+        dst[0] = bit_cast<D>(static_cast<bits>(p));
+        if (oc + 1 < rows) dst[1] = bit_cast<D>(static_cast<bits>(p >> (8 * sizeof(D))));
+      }
     }
     sync_threads();
   }
 }
 
+// A block per table row (a thread per row walked its 1024 history columns alone: about 100 us
+// for a table of a few rows). The amax: each thread folds columns tid, tid + Threads, ... with
+// ref::record_amax, then a fixed tree over the threads (a NaN-wins max: the same bits as the
+// host's left-to-right fold). The shift: chunks of Threads columns from the end down, each read
+// whole before it is written, so every column moves from its old left neighbour.
 template <int Threads>
 MXKIT_GLOBAL void __launch_bounds__(Threads) update_scales_kernel(float* history, float* scale, const float* fp8_max, std::size_t rows,
                                                                std::size_t H, float headroom, nn::amax_algorithm algorithm) {
-  const std::size_t r = blockIdx.x * static_cast<std::size_t>(Threads) + threadIdx.x;
-  if (r < rows) ref::update_scale_row(history + r * H, H, scale[r], fp8_max[r], headroom, algorithm);
+  __shared__ float part[Threads];
+  const int tid = static_cast<int>(threadIdx.x);
+  for (std::size_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* h = history + r * H;
+    const std::size_t span = algorithm == nn::amax_algorithm::max ? H : 1;
+    float amax = 0.0f;
+    if (static_cast<std::size_t>(tid) < span) {
+      amax = h[tid];
+      for (std::size_t k = static_cast<std::size_t>(tid) + Threads; k < span; k += Threads) ref::record_amax(amax, h[k]);
+    }
+    part[tid] = amax;
+    sync_threads();
+    for (int n = Threads / 2; n > 0; n /= 2) {
+      if (tid < n) ref::record_amax(part[tid], part[tid + n]);
+      sync_threads();
+    }
+    if (tid == 0) ref::scale_from_amax(part[0], scale[r], fp8_max[r], headroom);
+    for (std::size_t end = H; end > 1;) {  // columns [first, end) take columns [first - 1, end - 1)
+      const std::size_t first = end > Threads + 1 ? end - Threads : 1, k = first + static_cast<std::size_t>(tid);
+      const float v = k < end ? h[k - 1] : 0.0f;
+      sync_threads();
+      if (k < end) h[k] = v;
+      sync_threads();
+      end = first;
+    }
+    if (tid == 0) h[0] = 0.0f;
+    sync_threads();  // part[] and the row are free for the next row
+  }
 }
 
 // The optimizer's scalars: global_norm's result as the backend's (1, 1) f64 norm and clip
@@ -212,8 +288,8 @@ inline void update_scales(float* history, float* scale, const float* fp8_max, st
   if (rows == 0) return;
   constexpr int threads = detail::tensor_ops_threads;
   const float headroom = static_cast<float>(std::ldexp(1.0, c.margin));
-  detail::update_scales_kernel<threads><<<static_cast<unsigned>((rows + threads - 1) / threads), threads, 0, stream>>>(
-      history, scale, fp8_max, rows, H, headroom, c.algorithm);
+  const unsigned blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);  // a block a row, strided beyond
+  detail::update_scales_kernel<threads><<<blocks, threads, 0, stream>>>(history, scale, fp8_max, rows, H, headroom, c.algorithm);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 

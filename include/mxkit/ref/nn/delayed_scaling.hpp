@@ -24,20 +24,28 @@ MXKIT_HD constexpr void record_amax(float& slot, float amax) noexcept {
 }
 
 // One row: h (H history columns), its scale, its fp8_max; headroom = 2^margin. The one copy of
-// the rule: the host loop below and the device kernel (gpu/nn/delayed_scaling.hpp) both call it.
-// Comparisons stand in for isfinite (a NaN fails every one), so it runs on the device as well.
-MXKIT_HD constexpr void update_scale_row(float* h, std::size_t H, float& scale, float fp8_max, float headroom,
-                                         nn::amax_algorithm algorithm) noexcept {
-  constexpr float largest = bit_cast<float>(0x7F7FFFFFu);  // the largest finite float
+// the rule, in three steps that the host loop below runs in turn and the device kernel
+// (gpu/nn/tensor_ops.hpp) runs with a block per row (record_amax is a max in which NaN wins, so
+// the amax of any grouping of the columns is the same bits). Comparisons stand in for isfinite
+// (a NaN fails every one), so it runs on the device as well.
+MXKIT_HD constexpr float history_amax(const float* h, std::size_t H, nn::amax_algorithm algorithm) noexcept {
   float amax = h[0];
   if (algorithm == nn::amax_algorithm::max)
     for (std::size_t k = 1; k < H; ++k) record_amax(amax, h[k]);
+  return amax;
+}
+MXKIT_HD constexpr void scale_from_amax(float amax, float& scale, float fp8_max, float headroom) noexcept {
+  constexpr float largest = bit_cast<float>(0x7F7FFFFFu);  // the largest finite float
   if (amax > 0.0f && amax <= largest) {
     const float s = fp8_max / headroom / amax;
     // A tiny amax can overflow the quotient; the largest float is the closest valid scale.
     scale = s <= largest ? s : largest;
   }
-  for (std::size_t k = H - 1; k > 0; --k) h[k] = h[k - 1];
+}
+MXKIT_HD constexpr void update_scale_row(float* h, std::size_t H, float& scale, float fp8_max, float headroom,
+                                         nn::amax_algorithm algorithm) noexcept {
+  scale_from_amax(history_amax(h, H, algorithm), scale, fp8_max, headroom);
+  for (std::size_t k = H - 1; k > 0; --k) h[k] = h[k - 1];  // column k+1 = column k
   h[0] = 0.0f;
 }
 
