@@ -71,10 +71,35 @@ __device__ inline void store4(std::uint8_t* dst, std::uint32_t codes, int n, boo
   for (int k = 0; k < n; ++k) dst[k] = static_cast<std::uint8_t>(codes >> (8 * k));
 }
 
+// The codes of x[0..n) (n <= 4), packed little-endian, and their amax folded into `amax`. The
+// element type is a template argument and a whole chunk (n == 4) a fixed-count loop, so each
+// element is straight-line code: with the type chosen per element and a run-time trip count the
+// cast ran at 60 instructions an element, ALU-bound at a third of copy bandwidth
+// (bench/NOTES_training.md).
+template <fp8_type Type>
+__device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale, overflow o, std::uint32_t& amax) {
+  std::uint32_t codes = 0;
+  if (n == 4) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      amax = amax_bits(amax, x[k]);
+      codes |= static_cast<std::uint32_t>(fp8_encode(x[k], Type, scale, o)) << (8 * k);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (k >= n) break;
+      amax = amax_bits(amax, x[k]);
+      codes |= static_cast<std::uint32_t>(fp8_encode(x[k], Type, scale, o)) << (8 * k);
+    }
+  }
+  return codes;
+}
+
 // Each thread handles four consecutive columns of a tile row (16 threads a row, 16 rows a pass):
 // 8- or 16-byte loads and 4-byte stores of the codes; the transposed rows are gathered from the
 // shared tile four codes at a time. (One element per thread ran at a third of copy bandwidth.)
-template <class T>
+template <class T, fp8_type Type>
 MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<T> p) {
   constexpr int quads = fp8_tile / 4, rows_per_pass = fp8_threads / quads;
   __shared__ __align__(4) std::uint8_t tile[fp8_tile][fp8_tile + 4];  // +4: the transposed gathers spread over banks
@@ -90,11 +115,7 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
       float x[4];
       load4(p.in, gr * p.ld, gc, p.cols, p.vector_in, x);
       const int n = p.cols - gc < 4 ? static_cast<int>(p.cols - gc) : 4;
-      std::uint32_t codes = 0;
-      for (int k = 0; k < n; ++k) {
-        amax = amax_bits(amax, x[k]);
-        codes |= static_cast<std::uint32_t>(fp8_encode(x[k], p.type, scale, p.o)) << (8 * k);
-      }
+      const std::uint32_t codes = encode4<Type>(x, n, scale, p.o, amax);
       if (p.out.data) store4(p.out.data + gr * p.cols + gc, codes, n, p.vector_data);
       *reinterpret_cast<std::uint32_t*>(&tile[r][q]) = codes;
     }
@@ -105,7 +126,9 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
         if (gr >= p.cols || gc >= p.rows) continue;
         const int n = p.rows - gc < 4 ? static_cast<int>(p.rows - gc) : 4;
         std::uint32_t codes = 0;
-        for (int k = 0; k < n; ++k) codes |= static_cast<std::uint32_t>(tile[q + k][r]) << (8 * k);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          if (k < n) codes |= static_cast<std::uint32_t>(tile[q + k][r]) << (8 * k);
         store4(p.out.transposed + gr * p.rows + gc, codes, n, p.vector_transposed);
       }
       sync_threads();
@@ -127,6 +150,20 @@ void set_vector_access(fp8_params<T>& p) {
   p.vector_transposed = p.rows % 4 == 0 && aligned(p.out.transposed, 4);
 }
 
+// One launch of the cast over p's tiles, the kernel chosen by p.type.
+template <class T>
+void launch_fp8_cast(fp8_params<T>& p, stream_t stream) {
+  set_vector_access(p);
+  if (p.type == fp8_type::e4m3) {
+    constexpr auto kernel = fp8_cast_kernel<T, fp8_type::e4m3>;
+    kernel<<<persistent_grid<kernel>(fp8_threads, p.tiles_m * p.tiles_k), fp8_threads, 0, stream>>>(p);
+  } else {
+    constexpr auto kernel = fp8_cast_kernel<T, fp8_type::e5m2>;
+    kernel<<<persistent_grid<kernel>(fp8_threads, p.tiles_m * p.tiles_k), fp8_threads, 0, stream>>>(p);
+  }
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
 }  // namespace detail
 
 // Casts `in` (device) to FP8 `type` with code = cast(x * scale), as quantize_fp8 on the host.
@@ -143,10 +180,7 @@ void cast_fp8(matrix_view<const T> in, fp8_type type, float scale, const fp8_out
   mxkit::detail::require(out.data || out.transposed || out.amax, "gpu::cast_fp8: no output requested");
   detail::fp8_params<U> p{in.data, in.rows, in.cols, in.stride(), type, scale, o, out,
                           (in.rows + detail::fp8_tile - 1) / detail::fp8_tile, (in.cols + detail::fp8_tile - 1) / detail::fp8_tile};
-  detail::set_vector_access(p);
-  const int grid = detail::persistent_grid<detail::fp8_cast_kernel<U>>(detail::fp8_threads, p.tiles_m * p.tiles_k);
-  detail::fp8_cast_kernel<U><<<grid, detail::fp8_threads, 0, stream>>>(p);
-  MXKIT_GPU_CHECK_LAUNCH();
+  detail::launch_fp8_cast(p, stream);
 }
 
 // Delayed scaling (nn/delayed_scaling.hpp): the cast of one step's tensor with the scale its
@@ -172,10 +206,7 @@ void cast_fp8_delayed(matrix_view<const T> in, fp8_type type, const float* scale
   detail::fp8_params<U> p{in.data, in.rows, in.cols, in.stride(), type, 1.0f, o, outs,
                           (in.rows + detail::fp8_tile - 1) / detail::fp8_tile, (in.cols + detail::fp8_tile - 1) / detail::fp8_tile,
                           scale, scale_used};
-  detail::set_vector_access(p);
-  const int grid = detail::persistent_grid<detail::fp8_cast_kernel<U>>(detail::fp8_threads, p.tiles_m * p.tiles_k);
-  detail::fp8_cast_kernel<U><<<grid, detail::fp8_threads, 0, stream>>>(p);
-  MXKIT_GPU_CHECK_LAUNCH();
+  detail::launch_fp8_cast(p, stream);
 }
 
 }  // namespace gpu

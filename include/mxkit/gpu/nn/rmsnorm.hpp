@@ -35,9 +35,6 @@ inline constexpr int rmsnorm_threads = 256;
 // mean more workspace ([ceil(R / 32), C] floats) and a longer column reduction; more mean
 // fewer blocks for small R and more of dy and x to keep in L2 between the two passes.
 inline constexpr std::size_t rmsnorm_group_rows = 32;
-// Rows of a group whose loads the backward issues together (rmsnorm_backward_kernel says why).
-inline constexpr std::size_t rmsnorm_batch_rows = 4;
-static_assert(rmsnorm_group_rows % rmsnorm_batch_rows == 0);
 
 template <class T, class W>
 struct rmsnorm_forward_params {
@@ -116,31 +113,18 @@ MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_backward_kernel(con
       float wv[N], acc[N];
       load_chunk(p.w, c, p.cols, wv);
       for (int k = 0; k < N; ++k) acc[k] = 0.0f;
-      // The group's rows in order (dw's fixed order), rmsnorm_batch_rows at a time with every
-      // load of the batch issued before its first store: the stores to dx could alias the next
-      // row's loads for all the compiler knows, so row by row each row waited a full memory
-      // latency (bench/NOTES_training.md).
-      for (std::size_t i0 = 0; i0 < nr; i0 += rmsnorm_batch_rows) {
-        float d[rmsnorm_batch_rows][N], xv[rmsnorm_batch_rows][N], dx[rmsnorm_batch_rows][N];
-#pragma unroll
-        for (std::size_t b = 0; b < rmsnorm_batch_rows; ++b) {
-          if (i0 + b >= nr) break;
-          const std::size_t r = r0 + i0 + b;
-          load_chunk(p.dy + r * p.cols, c, p.cols, d[b]);
-          load_chunk(p.x + r * p.cols, c, p.cols, xv[b]);
-          load_chunk(p.dx + r * p.cols, c, p.cols, dx[b]);
+      for (std::size_t i = 0; i < nr; ++i) {  // the group's rows in order: dw's fixed order
+        const std::size_t r = r0 + i;
+        const float s = p.rstd[r], kc = coef[i];
+        float d[N], xv[N], dx[N];
+        load_chunk(p.dy + r * p.cols, c, p.cols, d);
+        load_chunk(p.x + r * p.cols, c, p.cols, xv);
+        load_chunk(p.dx + r * p.cols, c, p.cols, dx);
+        for (int k = 0; k < N; ++k) {
+          dx[k] += s * wv[k] * d[k] - kc * xv[k];
+          acc[k] = fmaf(d[k] * xv[k], s, acc[k]);
         }
-#pragma unroll
-        for (std::size_t b = 0; b < rmsnorm_batch_rows; ++b) {
-          if (i0 + b >= nr) break;
-          const std::size_t r = r0 + i0 + b;
-          const float s = p.rstd[r], kc = coef[i0 + b];
-          for (int k = 0; k < N; ++k) {
-            dx[b][k] += s * wv[k] * d[b][k] - kc * xv[b][k];
-            acc[k] = fmaf(d[b][k] * xv[b][k], s, acc[k]);
-          }
-          store_chunk(p.dx + r * p.cols, c, p.cols, dx[b]);
-        }
+        store_chunk(p.dx + r * p.cols, c, p.cols, dx);
       }
       if (p.partial) store_chunk(p.partial + g * p.cols, c, p.cols, acc);
     }
