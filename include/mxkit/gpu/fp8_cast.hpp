@@ -72,26 +72,25 @@ __device__ inline void store4(std::uint8_t* dst, std::uint32_t codes, int n, boo
 }
 
 // The codes of x[0..n) (n <= 4), packed little-endian, and their amax folded into `amax`. The
-// element type and the overflow rule are template arguments and a whole chunk (n == 4) a
-// fixed-count loop, so each element is straight-line code of one rule: with both chosen per
-// element the compiler kept the portable rounding next to the conversion instruction that
-// replaces it under `saturate`, and the cast ran at 60 instructions an element, ALU-bound at a
-// third of copy bandwidth (bench/NOTES_training.md).
-template <fp8_type Type, overflow O>
-__device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale, std::uint32_t& amax) {
+// element type is a template argument and a whole chunk (n == 4) a fixed-count loop, so each
+// element is straight-line code: with the type chosen per element and a run-time trip count the
+// cast ran at 60 instructions an element, ALU-bound at a third of copy bandwidth
+// (bench/NOTES_training.md).
+template <fp8_type Type>
+__device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale, overflow o, std::uint32_t& amax) {
   std::uint32_t codes = 0;
   if (n == 4) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       amax = amax_bits(amax, x[k]);
-      codes |= static_cast<std::uint32_t>(fp8_encode(x[k], Type, scale, O)) << (8 * k);
+      codes |= static_cast<std::uint32_t>(fp8_encode(x[k], Type, scale, o)) << (8 * k);
     }
   } else {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       if (k >= n) break;
       amax = amax_bits(amax, x[k]);
-      codes |= static_cast<std::uint32_t>(fp8_encode(x[k], Type, scale, O)) << (8 * k);
+      codes |= static_cast<std::uint32_t>(fp8_encode(x[k], Type, scale, o)) << (8 * k);
     }
   }
   return codes;
@@ -100,7 +99,7 @@ __device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale,
 // Each thread handles four consecutive columns of a tile row (16 threads a row, 16 rows a pass):
 // 8- or 16-byte loads and 4-byte stores of the codes; the transposed rows are gathered from the
 // shared tile four codes at a time. (One element per thread ran at a third of copy bandwidth.)
-template <class T, fp8_type Type, overflow O>
+template <class T, fp8_type Type>
 MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<T> p) {
   constexpr int quads = fp8_tile / 4, rows_per_pass = fp8_threads / quads;
   __shared__ __align__(4) std::uint8_t tile[fp8_tile][fp8_tile + 4];  // +4: the transposed gathers spread over banks
@@ -116,7 +115,7 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
       float x[4];
       load4(p.in, gr * p.ld, gc, p.cols, p.vector_in, x);
       const int n = p.cols - gc < 4 ? static_cast<int>(p.cols - gc) : 4;
-      const std::uint32_t codes = encode4<Type, O>(x, n, scale, amax);
+      const std::uint32_t codes = encode4<Type>(x, n, scale, p.o, amax);
       if (p.out.data) store4(p.out.data + gr * p.cols + gc, codes, n, p.vector_data);
       *reinterpret_cast<std::uint32_t*>(&tile[r][q]) = codes;
     }
@@ -151,21 +150,18 @@ void set_vector_access(fp8_params<T>& p) {
   p.vector_transposed = p.rows % 4 == 0 && aligned(p.out.transposed, 4);
 }
 
-// One launch of the cast over p's tiles, the kernel chosen by p.type and p.o.
-template <class T, fp8_type Type, overflow O>
-void launch_fp8_cast_kernel(const fp8_params<T>& p, stream_t stream) {
-  constexpr auto kernel = fp8_cast_kernel<T, Type, O>;
-  kernel<<<persistent_grid<kernel>(fp8_threads, p.tiles_m * p.tiles_k), fp8_threads, 0, stream>>>(p);
-  MXKIT_GPU_CHECK_LAUNCH();
-}
+// One launch of the cast over p's tiles, the kernel chosen by p.type.
 template <class T>
 void launch_fp8_cast(fp8_params<T>& p, stream_t stream) {
   set_vector_access(p);
-  const bool e4m3 = p.type == fp8_type::e4m3, saturate = p.o == overflow::saturate;
-  if (e4m3 && saturate) launch_fp8_cast_kernel<T, fp8_type::e4m3, overflow::saturate>(p, stream);
-  else if (e4m3) launch_fp8_cast_kernel<T, fp8_type::e4m3, overflow::propagate>(p, stream);
-  else if (saturate) launch_fp8_cast_kernel<T, fp8_type::e5m2, overflow::saturate>(p, stream);
-  else launch_fp8_cast_kernel<T, fp8_type::e5m2, overflow::propagate>(p, stream);
+  if (p.type == fp8_type::e4m3) {
+    constexpr auto kernel = fp8_cast_kernel<T, fp8_type::e4m3>;
+    kernel<<<persistent_grid<kernel>(fp8_threads, p.tiles_m * p.tiles_k), fp8_threads, 0, stream>>>(p);
+  } else {
+    constexpr auto kernel = fp8_cast_kernel<T, fp8_type::e5m2>;
+    kernel<<<persistent_grid<kernel>(fp8_threads, p.tiles_m * p.tiles_k), fp8_threads, 0, stream>>>(p);
+  }
+  MXKIT_GPU_CHECK_LAUNCH();
 }
 
 }  // namespace detail

@@ -448,8 +448,9 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   };
   // P^T = exp2(S^T scale log2 e - LSE log2 e) (0 where masked), dS^T = P^T (dP^T - Delta).
   // Branch-free: the exponential of every element, then a select where the tile crosses the
-  // diagonal or the sequence end (a per-element branch cost 16 instructions an element). A masked
-  // element's exponential may overflow; the select drops it before anything multiplies it.
+  // diagonal or the sequence end (a branch and a reconvergence per element made this loop, not
+  // the tensor cores, set the pace: bench/NOTES_training.md). A masked element's exponential may
+  // overflow; the select drops it before anything multiplies it.
   auto gradients_of_scores = [&](int step, int s) {
     const int m0 = n0 + (step % per_head) * BM;
     auto body = [&](auto edge) {
