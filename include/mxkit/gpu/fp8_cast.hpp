@@ -73,9 +73,8 @@ __device__ inline void store4(std::uint8_t* dst, std::uint32_t codes, int n, boo
 
 // The codes of x[0..n) (n <= 4), packed little-endian, and their amax folded into `amax`. The
 // element type is a template argument and a whole chunk (n == 4) a fixed-count loop, so each
-// element is straight-line code: with the type chosen per element and a run-time trip count the
-// cast ran at 60 instructions an element, ALU-bound at a third of copy bandwidth
-// (bench/NOTES_training.md).
+// element unrolls to straight-line code with no per-element choice of type: the cast is bound by
+// its arithmetic, not by memory (bench/NOTES_training.md).
 template <fp8_type Type>
 __device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale, overflow o, std::uint32_t& amax) {
   std::uint32_t codes = 0;

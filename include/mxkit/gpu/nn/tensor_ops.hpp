@@ -92,8 +92,8 @@ MXKIT_GLOBAL void __launch_bounds__(Threads) float_to_double_kernel(const float*
 // two adjacent elements of two adjacent input rows (one vector load a row where the pair is
 // aligned), regrouped in registers into two adjacent elements of two output rows, so a warp reads
 // 64 consecutive inputs of a row and writes 64 consecutive outputs of a row, and the shared tile
-// holds output pairs (one 2-element access each way). A 32 x 32 tile of single elements ran at a
-// quarter of copy bandwidth, bound by its shared-memory and 2-byte global accesses
+// holds output pairs (one 2-element access each way). A 32 x 32 tile of single elements was bound
+// by its shared-memory and 2-byte global accesses, far under copy bandwidth
 // (bench/NOTES_training.md).
 template <class S, class D>
 MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S* in, std::size_t rows, std::size_t cols, D* out) {
@@ -158,11 +158,11 @@ MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S
   }
 }
 
-// A block per table row (a thread per row walked its 1024 history columns alone: about 100 us
-// for a table of a few rows). The amax: each thread folds columns tid, tid + Threads, ... with
-// ref::record_amax, then a fixed tree over the threads (a NaN-wins max: the same bits as the
-// host's left-to-right fold). The shift: chunks of Threads columns from the end down, each read
-// whole before it is written, so every column moves from its old left neighbour.
+// A block per table row (a thread walking a whole row's history alone took longer than the casts
+// the table serves: bench/NOTES_training.md). The amax: each thread folds columns tid,
+// tid + Threads, ... with ref::record_amax, then a fixed tree over the threads (a max in which
+// NaN wins, so the scale is the host's). The shift: chunks of Threads columns from the end down,
+// each read whole before it is written, so every column moves from its old left neighbour.
 template <int Threads>
 MXKIT_GLOBAL void __launch_bounds__(Threads) update_scales_kernel(float* history, float* scale, const float* fp8_max, std::size_t rows,
                                                                std::size_t H, float headroom, nn::amax_algorithm algorithm) {

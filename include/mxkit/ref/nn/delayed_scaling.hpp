@@ -26,8 +26,8 @@ MXKIT_HD constexpr void record_amax(float& slot, float amax) noexcept {
 // One row: h (H history columns), its scale, its fp8_max; headroom = 2^margin. The one copy of
 // the rule, in three steps that the host loop below runs in turn and the device kernel
 // (gpu/nn/tensor_ops.hpp) runs with a block per row (record_amax is a max in which NaN wins, so
-// the amax of any grouping of the columns is the same bits). Comparisons stand in for isfinite
-// (a NaN fails every one), so it runs on the device as well.
+// any grouping of the columns gives the same scale). Comparisons stand in for isfinite (a NaN
+// fails every one), so it runs on the device as well.
 MXKIT_HD constexpr float history_amax(const float* h, std::size_t H, nn::amax_algorithm algorithm) noexcept {
   float amax = h[0];
   if (algorithm == nn::amax_algorithm::max)

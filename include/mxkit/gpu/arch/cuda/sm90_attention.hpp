@@ -145,11 +145,11 @@ __device__ inline std::uint32_t attn_pack_bf16(float a, float b) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
   return d;
 }
-// 2^x by the special-function unit alone (PTX 9.7.3.22 ex2.approx.ftz.f32: max relative error
-// 2^-22, subnormal results flushed to zero, 2^-inf = +0). exp2f's range fix for subnormal results
-// costs a compare and two predicated multiplies per element, and these loops are issue-bound
-// (bench/NOTES_training.md); a probability under 2^-126 rounds to nothing in any bf16 product
-// that follows.
+// 2^x by the special-function unit alone (PTX ex2.approx.ftz.f32: the approximation exp2f also
+// uses, with subnormal results flushed to zero and 2^-inf = +0). exp2f's range fix for subnormal
+// results costs a compare and two predicated multiplies per element, and these loops are
+// issue-bound (bench/NOTES_training.md); a probability under 2^-126 adds nothing visible to the
+// bf16 products that follow.
 __device__ inline float attn_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
