@@ -102,6 +102,7 @@ MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S
   using pair_bits = std::conditional_t<sizeof(D) == 1, std::uint16_t, std::conditional_t<sizeof(D) == 2, std::uint32_t, std::uint64_t>>;
   static_assert(sizeof(bits) == sizeof(D) && sizeof(pair_bits) == 2 * sizeof(D));
   constexpr int T = transpose_tile, pairs = T / 2, groups = tensor_ops_threads / pairs;
+  static_assert(pairs % groups == 0 && T % groups == 0, "every thread makes the same number of passes");
   __shared__ pair_bits tile[T][pairs + 1];  // [output row][output column pair]; +1 spreads the writes' banks
   const std::size_t tiles_r = (rows + T - 1) / T, tiles_c = (cols + T - 1) / T;
   const int w = static_cast<int>(threadIdx.x) % pairs, g = static_cast<int>(threadIdx.x) / pairs;
@@ -114,7 +115,8 @@ MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S
     const std::size_t r0 = t / tiles_c * T, c0 = t % tiles_c * T;
     const std::size_t gc = c0 + 2 * static_cast<std::size_t>(w);  // input columns gc, gc + 1
 #pragma unroll
-    for (int i = g; i < pairs; i += groups) {  // input rows r0 + 2i, r0 + 2i + 1
+    for (int pass = 0; pass < pairs / groups; ++pass) {  // input rows r0 + 2i, r0 + 2i + 1
+      const int i = g + pass * groups;
       D v[2][2];
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
@@ -142,7 +144,8 @@ MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S
     sync_threads();
     const std::size_t oc = r0 + 2 * static_cast<std::size_t>(w);  // output columns oc, oc + 1
 #pragma unroll
-    for (int c = g; c < T; c += groups) {
+    for (int pass = 0; pass < T / groups; ++pass) {
+      const int c = g + pass * groups;
       const std::size_t orow = c0 + static_cast<std::size_t>(c);
       if (orow >= cols || oc >= rows) continue;
       const pair_bits p = tile[c][w];
