@@ -39,25 +39,19 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "gpu_test_util.hpp"
 
 namespace {
 
 namespace gpu = mxkit::gpu;
 using mxkit::bfloat16;
 using mxkit::nn::head_shape;
+using gpu_test::poisoned;
+using gpu_test::same_bits;
+using gpu_test::upload;
 
 constexpr double u16 = 0x1p-8, u32 = 0x1p-24;
 
-template <class T>
-gpu::device_buffer<T> upload(const std::vector<T>& v) {
-  return gpu::device_buffer<T>{std::span<const T>(v)};
-}
-template <class T>
-gpu::device_buffer<T> poisoned(std::size_t n) {
-  gpu::device_buffer<T> b(n);
-  b.fill_bytes(0xFF);
-  return b;
-}
 double widen(bfloat16 x) { return x.to_float(); }
 double widen(float x) { return x; }
 
@@ -77,11 +71,6 @@ std::string compare(const char* what, const std::vector<double>& got, const std:
     << ", reference " << want[first] << ", error " << std::fabs(got[first] - want[first]) << ", bound " << bound[first]
     << "; worst error/bound " << worst;
   return s.str();
-}
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 using kernels_t = gpu::detail::attention_kernels;

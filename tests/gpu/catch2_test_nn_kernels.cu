@@ -42,10 +42,14 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "gpu_test_util.hpp"
 
 namespace {
 
 namespace gpu = mxkit::gpu;
+using gpu_test::poisoned;
+using gpu_test::same_bits;
+using gpu_test::upload;
 using mxkit::bfloat16;
 
 constexpr double u32 = 0x1p-24;  // float's unit roundoff
@@ -103,18 +107,6 @@ values<T> from_doubles(const std::vector<double>& x) {
   return v;
 }
 
-template <class T>
-gpu::device_buffer<T> upload(const std::vector<T>& v) {
-  return gpu::device_buffer<T>{std::span<const T>(v)};
-}
-// A device buffer whose every byte is 0xFF: NaN in float and in bf16.
-template <class T>
-gpu::device_buffer<T> poisoned(std::size_t n) {
-  gpu::device_buffer<T> b(n);
-  b.fill_bytes(0xFF);
-  return b;
-}
-
 // "" when |got - want| <= bound for every element (NaN fails; equal infinities pass), else how
 // many fail and the first.
 inline std::string compare(const char* what, const std::vector<double>& got, const std::vector<double>& want,
@@ -132,11 +124,6 @@ inline std::string compare(const char* what, const std::vector<double>& got, con
 }
 
 inline bool bit_equal(float a, float b) { return mxkit::bit_cast<std::uint32_t>(a) == mxkit::bit_cast<std::uint32_t>(b); }
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
 
 // ---------------------------------------------------------------------------------- RMSNorm
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <mxkit/block/scale_rule.hpp>  // amax_bits
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
@@ -89,11 +90,25 @@ inline std::string first_difference(std::span<const std::uint8_t> got, std::span
   return s.str();
 }
 
-// Device buffer filled with a poison byte, so an unwritten output byte shows.
-inline mxkit::gpu::device_buffer<std::uint8_t> poisoned(std::size_t n, std::uint8_t poison = 0xA5) {
-  mxkit::gpu::device_buffer<std::uint8_t> b(n);
+// Device buffer of n T filled with a poison byte, so an unwritten output shows: 0xA5 for bytes,
+// 0xFF (NaN) for float and bf16.
+template <class T = std::uint8_t>
+mxkit::gpu::device_buffer<T> poisoned(std::size_t n, std::uint8_t poison = std::is_same_v<T, std::uint8_t> ? 0xA5 : 0xFF) {
+  mxkit::gpu::device_buffer<T> b(n);
   b.fill_bytes(poison);
   return b;
+}
+
+// A device copy of v.
+template <class T>
+mxkit::gpu::device_buffer<T> upload(const std::vector<T>& v) {
+  return mxkit::gpu::device_buffer<T>{std::span<const T>(v)};
+}
+
+// Same size and the same bytes.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // max |x| as the host computes it: the integer max of the float bits of |x|.
