@@ -3,7 +3,9 @@
 // One Llama 3.1 8B transformer layer (d_model 4096, 32 query heads, 8 KV heads, head dim 128,
 // SwiGLU 14336), batch 1 x sequence 8192, forward + backward + the recipe's end of step, through
 // gpu::device_backend, for the recipes bf16, FP8 delayed scaling (HYBRID), MXFP8 and MXFP4 with
-// the Hadamard rotation on every GEMM; bf16 activations, fp32 master weights and gradients.
+// the Hadamard rotation on every GEMM; bf16 activations, fp32 master weights and gradients. Each
+// step starts from zero_grad's mark (nn/parameter.hpp), so it writes fresh weight gradients as the
+// peer's does after zero_grad(set_to_none=True).
 // Per recipe: time per step (median of --repeats after 3 warm-up steps, CUDA events), tokens/s,
 // model TFLOP/s, the peak of the backend's tracked device memory in a step, and the time split
 // from a second, profiled pass in which every backend operation is bracketed by events (the parts
@@ -103,7 +105,10 @@ int main(int argc, char** argv) {
     nn::tensor dx = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
     be.write(x, normal_values(x.size(), 2, 1.0));
     be.write(dy, normal_values(dy.size(), 3, 1e-3));
+    std::vector<nn::parameter*> params;
+    layer.collect(params);
     auto step = [&] {
+      nn::mark_grads_zero(params);  // fresh gradients each step, as the peer's set_to_none
       layer.forward(x, y, shape, true);
       be.fill(dx, 0.0);
       layer.backward(dy, &dx, shape);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Short training runs: the loss goes down for every recipe, a seeded run repeats exactly, and
 // the LoRA + healing run trains through the switch.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -56,6 +57,76 @@ TEST_CASE("training: the loss goes down for every recipe", "[nn][training]") {
     CHECK(std::isfinite(last));
     CHECK(first > 5.0);  // ln 256 = 5.55 at random init
     CHECK(last < first - 2.0);
+  }
+}
+
+TEST_CASE("training: zero_grad writes nothing; the backward overwrites each gradient, the optimizer zeros the rest",
+          "[nn][training]") {
+  host_backend be;
+  model m(be, tiny_model(), recipes::bf16(), 17);
+  const batch_shape b{2, 32};
+  std::vector<std::int32_t> tokens, targets;
+  for (std::size_t i = 0; i < b.tokens(); ++i) {
+    tokens.push_back(static_cast<std::int32_t>((37 * i + 11) % 256));
+    targets.push_back(static_cast<std::int32_t>((53 * i + 5) % 256));
+  }
+  const std::vector<parameter*> params = m.parameters();
+  auto grads = [&] {
+    std::vector<std::vector<double>> g;
+    for (parameter* p : params) g.push_back(be.read(p->grad));
+    return g;
+  };
+  auto poison = [&] {  // a gradient that is read or added to instead of overwritten shows as NaN
+    for (parameter* p : params) be.fill(p->grad, std::nan(""));
+  };
+  // The gradients as written zeros and accumulating products give them.
+  for (parameter* p : params) be.fill(p->grad, 0.0);
+  m.forward(tokens, targets, b, true);
+  m.backward();
+  const std::vector<std::vector<double>> want = grads();
+
+  poison();
+  const std::uint64_t fills = be.counters().op_calls(backend_op::fill);
+  m.zero_grad();
+  CHECK(be.counters().op_calls(backend_op::fill) == fills);
+  for (parameter* p : params) CHECK(p->grad_is_zero);
+  m.forward(tokens, targets, b, true);
+  m.backward();
+  for (parameter* p : params) CHECK_FALSE(p->grad_is_zero);
+  const std::vector<std::vector<double>> got = grads();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    INFO(params[i]->name);
+    CHECK(got[i] == want[i]);  // bit for bit, and no NaN from the poison
+  }
+
+  // A second backward adds to the first (gradient accumulation over micro-batches): twice the
+  // gradient, up to the float rounding of sums that add the same terms in another order (the
+  // norm gains' column sums), bounded against the tensor's largest entry.
+  m.forward(tokens, targets, b, true);
+  m.backward();
+  const std::vector<std::vector<double>> twice = grads();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    double largest = 0;
+    for (double g : want[i]) largest = std::max(largest, std::abs(g));
+    for (std::size_t j = 0; j < want[i].size(); ++j) {
+      INFO(params[i]->name << "[" << j << "]");
+      CHECK(std::abs(twice[i][j] - 2.0 * want[i][j]) <= 1e-5 * largest);
+    }
+  }
+
+  // An optimizer step with no backward since zero_grad reads zeros: the step is taken (a NaN
+  // would skip it), the norm is 0, and only the weight decay moves the weights.
+  poison();
+  m.zero_grad();
+  adamw opt(be, params, {0.9, 0.95, 1e-8, 0.0, 1.0});
+  const std::vector<double> before = be.read(params[0]->value);
+  opt.step(1e-3);
+  CHECK(opt.skipped_steps() == 0);
+  CHECK(opt.last_grad_norm() == 0.0);
+  CHECK(be.read(params[0]->value) == before);  // weight decay 0, zero gradient: no update
+  for (parameter* p : params) {
+    CHECK_FALSE(p->grad_is_zero);
+    for (double g : be.read(p->grad)) CHECK(g == 0.0);
   }
 }
 

@@ -77,6 +77,7 @@ class adamw {
     std::vector<const tensor*> grads;
     std::vector<adamw_slot_ref> refs;
     for (slot& s : slots_) {
+      materialize_grad(*be_, *s.p);  // a parameter the backward did not reach: its zeros
       grads.push_back(&s.p->grad);
       refs.push_back({&s.p->value, &s.p->grad, &s.m, &s.v, s.p->decay ? config_.weight_decay : 0.0});
     }

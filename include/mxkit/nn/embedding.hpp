@@ -24,7 +24,9 @@ class embedding {
     tokens_ = tokens;
   }
   void backward(const tensor& dout) {
-    if (table_.trainable) be_->embedding_backward(tokens_, dout, table_.grad);
+    if (!table_.trainable) return;
+    materialize_grad(*be_, table_);  // the backward adds each token's row in place
+    be_->embedding_backward(tokens_, dout, table_.grad);
   }
   void release_saved() noexcept { tokens_.reset(); }
   parameter& table() noexcept { return table_; }

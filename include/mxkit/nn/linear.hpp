@@ -171,7 +171,7 @@ class linear {
     else if (dx) qdy.rowwise = be_->quantize(dy, rd);
     else if (wgrad) qdy.columnwise = be_->quantize(dy, rw);
     if (dx) be_->gemm(gemm_product::dgrad, qdy.rowwise, cache_.columnwise, *dx);
-    if (wgrad) be_->gemm(gemm_product::wgrad, qdy.columnwise, x_wgrad_, weight_.grad, 1.0f, 1.0f);
+    if (wgrad) be_->gemm(gemm_product::wgrad, qdy.columnwise, x_wgrad_, weight_.grad, 1.0f, grad_beta(weight_));
     if (lora_) lora_->backward(*be_, recipe_.high, dy, dx);
     x_wgrad_.reset();
     saved_ = false;

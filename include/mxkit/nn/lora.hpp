@@ -66,11 +66,11 @@ class lora_adapter {
     const std::size_t M = dy.rows(), r = config_.rank;
     const float s = static_cast<float>(scale());
     const qpair qdy = be.quantize_both(dy, request(high, block_axis::rowwise), request(high, block_axis::columnwise));
-    if (b_.trainable) be.gemm(gemm_product::wgrad, qdy.columnwise, h_col_, b_.grad, s, 1.0f);  // (N, r)
+    if (b_.trainable) be.gemm(gemm_product::wgrad, qdy.columnwise, h_col_, b_.grad, s, grad_beta(b_));  // (N, r)
     tensor dh = be.alloc(M, r, dy.type(), mem_tag::activation);                              // (M, r)
     be.gemm(gemm_product::dgrad, qdy.rowwise, be.quantize(b_.value, request(high, block_axis::columnwise)), dh, s, 0.0f);
     const qpair qdh = be.quantize_both(dh, request(high, block_axis::rowwise), request(high, block_axis::columnwise));
-    if (a_.trainable) be.gemm(gemm_product::wgrad, qdh.columnwise, x_col_, a_.grad, 1.0f, 1.0f);  // (r, K)
+    if (a_.trainable) be.gemm(gemm_product::wgrad, qdh.columnwise, x_col_, a_.grad, 1.0f, grad_beta(a_));  // (r, K)
     if (dx) be.gemm(gemm_product::dgrad, qdh.rowwise, be.quantize(a_.value, request(high, block_axis::columnwise)), *dx, 1.0f, 1.0f);
     release_saved();
   }

@@ -123,10 +123,9 @@ class model {
     embedding_.release_saved();
   }
 
-  void zero_grad() {
-    for (parameter* p : parameters())
-      if (p->trainable) be_->fill(p->grad, 0.0);
-  }
+  // Every trainable gradient reads as zeros from here on; nothing is written (parameter.hpp:
+  // the next backward overwrites each gradient, the optimizer writes any it did not reach).
+  void zero_grad() { mark_grads_zero(parameters()); }
 
   // After the optimizer step: one fused delayed-scaling update of every FP8 tensor; step counters.
   void end_step() {

@@ -24,10 +24,38 @@ struct parameter {
   std::uint64_t version = 0;   // bumped by every optimizer update of `value`
   bool trainable = true;
   bool decay = true;           // AdamW weight decay applies (not to norm gains)
+  // zero_grad's mark: `grad` reads as zeros but was not written. The first product that adds to
+  // it then overwrites it instead (grad_beta), so a step writes each weight gradient once, where
+  // a fill followed by accumulating GEMMs writes it twice and reads it once (torch's
+  // zero_grad(set_to_none=True) saves the same passes). Whatever else reads or adds to `grad`
+  // calls materialize_grad first; code that writes `grad` itself after zero_grad clears the mark.
+  bool grad_is_zero = false;
 
   std::size_t rows() const noexcept { return value.rows(); }
   std::size_t cols() const noexcept { return value.cols(); }
 };
+
+// The beta of a GEMM that adds its product to p.grad: 0 (overwrite) while p.grad only reads as
+// zeros, else 1. Either way p.grad holds written values afterwards.
+inline float grad_beta(parameter& p) noexcept {
+  const float beta = p.grad_is_zero ? 0.0f : 1.0f;
+  p.grad_is_zero = false;
+  return beta;
+}
+
+// Writes the zeros zero_grad left pending, before an operation that reads p.grad or adds to it
+// in place (the optimizer, the norm and embedding gradients).
+inline void materialize_grad(backend& be, parameter& p) {
+  if (!p.grad_is_zero) return;
+  be.fill(p.grad, 0.0);
+  p.grad_is_zero = false;
+}
+
+// zero_grad for a set of parameters: marks every trainable gradient as zeros (nothing is written).
+inline void mark_grads_zero(const std::vector<parameter*>& params) noexcept {
+  for (parameter* p : params)
+    if (p->trainable) p->grad_is_zero = true;
+}
 
 inline parameter make_parameter(backend& be, std::string name, std::size_t rows, std::size_t cols, dtype type, bool decay = true) {
   parameter p;
@@ -41,6 +69,7 @@ inline parameter make_parameter(backend& be, std::string name, std::size_t rows,
 // Frozen parameters get no gradient and are never touched by the optimizer.
 inline void freeze(parameter& p) noexcept {
   p.trainable = false;
+  p.grad_is_zero = false;
   p.grad.reset();
 }
 

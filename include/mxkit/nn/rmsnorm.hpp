@@ -35,6 +35,7 @@ class rmsnorm {
   }
   // dx (M, C) += input gradient; weight gradient accumulated when trainable.
   void backward(const tensor& dy, tensor& dx) {
+    if (weight_.trainable) materialize_grad(*be_, weight_);
     be_->rmsnorm_backward(dy, x_, weight_.value, rstd_, dx, weight_.trainable ? &weight_.grad : nullptr);
   }
   void release_saved() noexcept {
