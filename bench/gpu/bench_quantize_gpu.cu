@@ -7,6 +7,8 @@
 //   bf16 8192x4096"); the register-cap variants of the two-copy cases are printed, not recorded.
 //   fp16 and fp32 input: rowwise, and rowwise+columnwise with Hadamard, MXFP4 and MXFP8 (cases
 //   "... fp16 ..." / "... fp32 ..."); bytes read = rows * cols * sizeof(input).
+//   The per-tensor FP8 cast (gpu::cast_fp8) of bf16 and fp32 input: E4M3 codes, their transpose
+//   and the amax (case "fp8 e4m3 rowwise+transposed+amax bf16 8192x4096").
 // Each case is validated first: the first 256 rows' rowwise lines and every column's first
 // eight columnwise blocks equal the host reference byte for byte.
 // Inputs rotate among enough buffers that the set is at least 4x the L2, so repeated runs read
@@ -26,8 +28,10 @@
 #include <utility>
 #include <vector>
 
+#include <mxkit/gpu/fp8_cast.hpp>
 #include <mxkit/gpu/quantize.hpp>
 #include <mxkit/ref/quantize.hpp>
+#include <mxkit/tensor/fp8_tensor.hpp>
 
 #include "bench_common.hpp"
 
@@ -235,6 +239,60 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
     }
 }
 
+// The per-tensor FP8 cast of the delayed-scaling recipe (gpu::cast_fp8: E4M3 codes, their
+// transpose and the amax from one read), as the recipe's layer casts its bf16 activations and
+// fp32 weights. Validated first: every code of both outputs and the amax equal quantize_fp8's.
+// Bytes: input + codes + transposed codes.
+template <class T>
+void run_fp8_shape(run_context& ctx, std::size_t M, std::size_t K) {
+  const std::string name = std::string("fp8 e4m3 rowwise+transposed+amax ") + input_name<T>() + " " + std::to_string(M) + "x" + std::to_string(K);
+  if (ctx.only && name.find(ctx.only) == std::string::npos) return;
+  gpu::stream& s = ctx.s;
+  const std::size_t n = M * K, in_bytes = n * sizeof(T);
+  const std::size_t nbuf = std::max<std::size_t>(2, (4 * ctx.prop.l2_cache_bytes + in_bytes - 1) / in_bytes);
+  std::vector<gpu::device_buffer<T>> in, copy_dst;
+  std::vector<gpu::device_buffer<std::uint8_t>> codes, transposed;
+  std::vector<gpu::device_buffer<float>> amax;
+  for (std::size_t b = 0; b < nbuf; ++b) {
+    in.emplace_back(n);
+    copy_dst.emplace_back(n);
+    codes.emplace_back(n);
+    transposed.emplace_back(n);
+    amax.emplace_back(1);
+    fill_input<T><<<4 * ctx.prop.multiprocessors, 256, 0, s>>>(in.back().data(), n, K, 31 + b);
+    MXKIT_GPU_CHECK_LAUNCH();
+  }
+  const timing copy = time_ms(
+      [&](int i) {
+        MXKIT_GPU_CHECK(gpu::memcpy_async(copy_dst[i % nbuf].data(), in[(i + 1) % nbuf].data(), in_bytes, gpu::copy_kind::device_to_device, s));
+      },
+      ctx.repeats, s);
+  const double copy_gbs = 2.0 * static_cast<double>(in_bytes) / (copy.ms * 1e-3) / 1e9;
+  const float scale = 16.0f;  // |x| < 2^12 times 2^4: some codes saturate at 448, as an overflowing step's do
+  auto launch = [&](int i) {
+    const std::size_t b = static_cast<std::size_t>(i) % nbuf;
+    gpu::cast_fp8(mxkit::matrix_view<const T>{in[b].data(), M, K}, mxkit::fp8_type::e4m3, scale,
+                  {codes[b].data(), transposed[b].data(), amax[b].data()}, mxkit::overflow::saturate, s);
+  };
+  launch(0);
+  s.synchronize();
+  const std::vector<T> host = in[0].to_host(s);
+  const mxkit::fp8_tensor want = mxkit::quantize_fp8(mxkit::matrix_view<const T>{host.data(), M, K}, mxkit::fp8_type::e4m3, scale);
+  const mxkit::fp8_tensor want_t = mxkit::transpose(want);
+  std::string bad = first_diff(codes[0].to_host(s), want.data) + first_diff(transposed[0].to_host(s), want_t.data);
+  if (amax[0].to_host(s)[0] != want.amax) bad += " amax differs";
+  if (!bad.empty()) {
+    std::fprintf(stderr, "FAILED validation: %s: %s\n", name.c_str(), bad.c_str());
+    ++ctx.failures;
+    return;
+  }
+  const timing t = time_ms(launch, ctx.repeats, s);
+  const double gbs = (static_cast<double>(in_bytes) + 2.0 * static_cast<double>(n)) / (t.ms * 1e-3) / 1e9;
+  std::printf("\n%s: d2d copy %.0f GB/s\n  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", input_name<T>(), copy_gbs,
+              name.c_str(), t.ms * 1e3, gbs, 100.0 * gbs / copy_gbs, t.spread * 100);
+  ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -264,6 +322,8 @@ int main(int argc, char** argv) {
     run_shape<bf16, true>(ctx, M, K, all_modes);
     run_shape<fp16, false>(ctx, M, K, other_modes);
     run_shape<float, false>(ctx, M, K, other_modes);
+    run_fp8_shape<bf16>(ctx, M, K);
+    run_fp8_shape<float>(ctx, M, K);
   }
   std::printf("\n");
   mxkit_bench::finish(opt, device, rows_out);

@@ -95,12 +95,14 @@ __device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale,
   return codes;
 }
 
-// Each thread handles four consecutive columns of a tile row (16 threads a row, 16 rows a pass):
-// 8- or 16-byte loads and 4-byte stores of the codes; the transposed rows are gathered from the
-// shared tile four codes at a time. (One element per thread ran at a third of copy bandwidth.)
+// Each thread handles four consecutive columns of a tile row (16 threads a row, 16 rows a pass,
+// four passes a tile): 8- or 16-byte loads and 4-byte stores of the codes; the transposed rows
+// are gathered from the shared tile four codes at a time. A thread issues its four loads of a
+// tile before it encodes and stores any of them: with the stores between them, the loads went
+// out one at a time, and too few bytes were in flight per SM to cover DRAM latency.
 template <class T, fp8_type Type>
 MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<T> p) {
-  constexpr int quads = fp8_tile / 4, rows_per_pass = fp8_threads / quads;
+  constexpr int quads = fp8_tile / 4, rows_per_pass = fp8_threads / quads, passes = fp8_tile / rows_per_pass;
   __shared__ __align__(4) std::uint8_t tile[fp8_tile][fp8_tile + 4];  // +4: the transposed gathers spread over banks
   const int t = static_cast<int>(threadIdx.x), q = (t % quads) * 4, row_base = t / quads;
   std::uint32_t amax = 0;
@@ -108,13 +110,20 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
   if (p.scale_used && blockIdx.x == 0 && t == 0) *p.scale_used = scale;
   for (std::size_t tile_id = blockIdx.x; tile_id < p.tiles_m * p.tiles_k; tile_id += gridDim.x) {
     const std::size_t r0 = tile_id / p.tiles_k * fp8_tile, c0 = tile_id % p.tiles_k * fp8_tile;
-    for (int r = row_base; r < fp8_tile; r += rows_per_pass) {
-      const std::size_t gr = r0 + static_cast<std::size_t>(r), gc = c0 + static_cast<std::size_t>(q);
-      if (gr >= p.rows || gc >= p.cols) continue;
-      float x[4];
-      load4(p.in, gr * p.ld, gc, p.cols, p.vector_in, x);
-      const int n = p.cols - gc < 4 ? static_cast<int>(p.cols - gc) : 4;
-      const std::uint32_t codes = encode4<Type>(x, n, scale, p.o, amax);
+    const std::size_t gc = c0 + static_cast<std::size_t>(q);
+    const int n = gc >= p.cols ? 0 : (p.cols - gc < 4 ? static_cast<int>(p.cols - gc) : 4);
+    float x[passes][4];
+#pragma unroll
+    for (int i = 0; i < passes; ++i) {
+      const std::size_t gr = r0 + static_cast<std::size_t>(row_base + i * rows_per_pass);
+      if (gr < p.rows && n > 0) load4(p.in, gr * p.ld, gc, p.cols, p.vector_in, x[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < passes; ++i) {
+      const int r = row_base + i * rows_per_pass;
+      const std::size_t gr = r0 + static_cast<std::size_t>(r);
+      if (gr >= p.rows || n == 0) continue;
+      const std::uint32_t codes = encode4<Type>(x[i], n, scale, p.o, amax);
       if (p.out.data) store4(p.out.data + gr * p.cols + gc, codes, n, p.vector_data);
       *reinterpret_cast<std::uint32_t*>(&tile[r][q]) = codes;
     }
