@@ -40,6 +40,10 @@ TEST_CASE("gpu fp8 cast: equals the host for both formats, both overflow modes, 
         check_cast<float>(type, o, scale, 100, 130, 133, 500u + static_cast<unsigned>(n));
         check_cast<mxkit::bfloat16>(type, o, scale, 64, 64, 64, 600u + static_cast<unsigned>(n));
         check_cast<mxkit::float16>(type, o, scale, 129, 31, 40, 700u + static_cast<unsigned>(n));
+        // Interior tiles (the path without bounds tests) beside edge tiles, in one call: aligned
+        // rows with a padded stride, full 64 x 64 tiles and a ragged last row and column of tiles.
+        check_cast<float>(type, o, scale, 200, 136, 140, 800u + static_cast<unsigned>(n));
+        check_cast<mxkit::bfloat16>(type, o, scale, 130, 192, 196, 900u + static_cast<unsigned>(n));
         ++n;
       }
 }

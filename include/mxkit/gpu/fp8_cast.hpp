@@ -45,20 +45,25 @@ struct fp8_params {
   bool vector_in = false, vector_data = false, vector_transposed = false;  // set_vector_access
 };
 
-// Four consecutive elements of `in` from (row, col) as floats: one 8- or 16-byte load when the
-// caller found the rows aligned for it (`vector`), else element by element within `cols`.
+// A tile's four consecutive elements in one load: 8 bytes of bf16/fp16, 16 of fp32.
+template <class T>
+using chunk4 = std::conditional_t<sizeof(T) == 2, uint2, uint4>;  // T: a quantizer_input, 2 or 4 bytes
+template <class T>
+__device__ inline void decode4(const chunk4<T>& c, float (&v)[4]) {
+  using word = std::conditional_t<sizeof(T) == 2, std::uint16_t, std::uint32_t>;
+  const word* w = reinterpret_cast<const word*>(&c);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = load_float(bit_cast<T>(w[k]));
+}
+
+// Four consecutive elements of `in` from (row, col) as floats: one load when the caller found
+// the rows aligned for it (`vector`), else element by element within `cols`.
 template <class T>
 __device__ inline void load4(const T* in, std::size_t row_start, std::size_t col, std::size_t cols, bool vector, float (&v)[4]) {
   const T* src = in + row_start + col;
-  if constexpr (sizeof(T) == 2 || sizeof(T) == 4) {
-    if (vector && col + 4 <= cols) {
-      using word = std::conditional_t<sizeof(T) == 2, std::uint16_t, std::uint32_t>;
-      using chunk = std::conditional_t<sizeof(T) == 2, uint2, uint4>;
-      const chunk c = *reinterpret_cast<const chunk*>(src);
-      const word* w = reinterpret_cast<const word*>(&c);
-      for (int k = 0; k < 4; ++k) v[k] = load_float(bit_cast<T>(w[k]));
-      return;
-    }
+  if (vector && col + 4 <= cols) {
+    decode4<T>(*reinterpret_cast<const chunk4<T>*>(src), v);
+    return;
   }
   for (int k = 0; k < 4; ++k) v[k] = col + static_cast<std::size_t>(k) < cols ? load_float(src[k]) : 0.0f;
 }
@@ -98,8 +103,10 @@ __device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale,
 // Each thread handles four consecutive columns of a tile row (16 threads a row, 16 rows a pass,
 // four passes a tile): 8- or 16-byte loads and 4-byte stores of the codes; the transposed rows
 // are gathered from the shared tile four codes at a time. A thread issues its four loads of a
-// tile before it encodes and stores any of them: with the stores between them, the loads went
-// out one at a time, and too few bytes were in flight per SM to cover DRAM latency.
+// tile before it encodes and stores any of them, so that four are in flight at once.
+// Interior tiles whose every access may be a vector (all but the edges of a matrix) take a path
+// with no bounds or alignment tests: the general path's per-chunk choices cost more issue slots
+// than the conversion itself (ncu and the SASS: bench/NOTES_training.md).
 template <class T, fp8_type Type>
 MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<T> p) {
   constexpr int quads = fp8_tile / 4, rows_per_pass = fp8_threads / quads, passes = fp8_tile / rows_per_pass;
@@ -108,36 +115,57 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
   std::uint32_t amax = 0;
   const float scale = p.scale_in ? *p.scale_in : p.scale;
   if (p.scale_used && blockIdx.x == 0 && t == 0) *p.scale_used = scale;
+  const bool vectors = p.vector_in && (!p.out.data || p.vector_data) && (!p.out.transposed || p.vector_transposed);
   for (std::size_t tile_id = blockIdx.x; tile_id < p.tiles_m * p.tiles_k; tile_id += gridDim.x) {
     const std::size_t r0 = tile_id / p.tiles_k * fp8_tile, c0 = tile_id % p.tiles_k * fp8_tile;
     const std::size_t gc = c0 + static_cast<std::size_t>(q);
-    const int n = gc >= p.cols ? 0 : (p.cols - gc < 4 ? static_cast<int>(p.cols - gc) : 4);
-    float x[passes][4];
+    const bool interior = vectors && r0 + fp8_tile <= p.rows && c0 + fp8_tile <= p.cols;
+    if (interior) {
+      const T* src = p.in + (r0 + static_cast<std::size_t>(row_base)) * p.ld + gc;
+      chunk4<T> c[passes];
 #pragma unroll
-    for (int i = 0; i < passes; ++i) {
-      const std::size_t gr = r0 + static_cast<std::size_t>(row_base + i * rows_per_pass);
-      if (gr < p.rows && n > 0) load4(p.in, gr * p.ld, gc, p.cols, p.vector_in, x[i]);
-    }
+      for (int i = 0; i < passes; ++i) c[i] = *reinterpret_cast<const chunk4<T>*>(src + static_cast<std::size_t>(i * rows_per_pass) * p.ld);
 #pragma unroll
-    for (int i = 0; i < passes; ++i) {
-      const int r = row_base + i * rows_per_pass;
-      const std::size_t gr = r0 + static_cast<std::size_t>(r);
-      if (gr >= p.rows || n == 0) continue;
-      const std::uint32_t codes = encode4<Type>(x[i], n, scale, p.o, amax);
-      if (p.out.data) store4(p.out.data + gr * p.cols + gc, codes, n, p.vector_data);
-      *reinterpret_cast<std::uint32_t*>(&tile[r][q]) = codes;
+      for (int i = 0; i < passes; ++i) {
+        const int r = row_base + i * rows_per_pass;
+        float x[4];
+        decode4<T>(c[i], x);
+        const std::uint32_t codes = encode4<Type>(x, 4, scale, p.o, amax);
+        if (p.out.data) *reinterpret_cast<std::uint32_t*>(p.out.data + (r0 + static_cast<std::size_t>(r)) * p.cols + gc) = codes;
+        *reinterpret_cast<std::uint32_t*>(&tile[r][q]) = codes;
+      }
+    } else {
+      const int n = gc >= p.cols ? 0 : (p.cols - gc < 4 ? static_cast<int>(p.cols - gc) : 4);
+      float x[passes][4];
+#pragma unroll
+      for (int i = 0; i < passes; ++i) {
+        const std::size_t gr = r0 + static_cast<std::size_t>(row_base + i * rows_per_pass);
+        if (gr < p.rows && n > 0) load4(p.in, gr * p.ld, gc, p.cols, p.vector_in, x[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < passes; ++i) {
+        const int r = row_base + i * rows_per_pass;
+        const std::size_t gr = r0 + static_cast<std::size_t>(r);
+        if (gr >= p.rows || n == 0) continue;
+        const std::uint32_t codes = encode4<Type>(x[i], n, scale, p.o, amax);
+        if (p.out.data) store4(p.out.data + gr * p.cols + gc, codes, n, p.vector_data);
+        *reinterpret_cast<std::uint32_t*>(&tile[r][q]) = codes;
+      }
     }
     if (p.out.transposed) {
       sync_threads();
-      for (int r = row_base; r < fp8_tile; r += rows_per_pass) {  // transposed row c0 + r, columns r0 + q ..
-        const std::size_t gr = c0 + static_cast<std::size_t>(r), gc = r0 + static_cast<std::size_t>(q);
-        if (gr >= p.cols || gc >= p.rows) continue;
-        const int n = p.rows - gc < 4 ? static_cast<int>(p.rows - gc) : 4;
+      const std::size_t tc = r0 + static_cast<std::size_t>(q);  // transposed rows c0 + r, columns tc ..
+#pragma unroll 1
+      for (int i = 0; i < passes; ++i) {
+        const int r = row_base + i * rows_per_pass;
+        const std::size_t tr = c0 + static_cast<std::size_t>(r);
+        const int n = interior ? 4 : (tr >= p.cols || tc >= p.rows ? 0 : (p.rows - tc < 4 ? static_cast<int>(p.rows - tc) : 4));
         std::uint32_t codes = 0;
 #pragma unroll
         for (int k = 0; k < 4; ++k)
           if (k < n) codes |= static_cast<std::uint32_t>(tile[q + k][r]) << (8 * k);
-        store4(p.out.transposed + gr * p.rows + gc, codes, n, p.vector_transposed);
+        if (interior) *reinterpret_cast<std::uint32_t*>(p.out.transposed + tr * p.rows + tc) = codes;
+        else if (n > 0) store4(p.out.transposed + tr * p.rows + tc, codes, n, p.vector_transposed);
       }
       sync_threads();
     }
