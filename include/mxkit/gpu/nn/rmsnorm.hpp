@@ -32,9 +32,12 @@ namespace detail {
 
 inline constexpr int rmsnorm_threads = 256;
 // Rows of one backward group: the rows one block walks per column chunk. Fewer rows per group
-// mean more workspace ([ceil(R / 32), C] floats) and a longer column reduction; more mean
-// fewer blocks for small R and more of dy and x to keep in L2 between the two passes.
-inline constexpr std::size_t rmsnorm_group_rows = 32;
+// mean more workspace ([ceil(R / rows), C] floats) and a longer column reduction; more mean
+// fewer blocks and more of dy and x to keep in L2 between the two passes. The block walks its
+// rows one after another, so the bytes in flight come from the number of resident blocks: at
+// 32 rows an 8192-row input gave 256 blocks, two per SM, and the kernel waited on memory
+// (bench/NOTES_training.md).
+inline constexpr std::size_t rmsnorm_group_rows = 16;
 
 template <class T, class W>
 struct rmsnorm_forward_params {

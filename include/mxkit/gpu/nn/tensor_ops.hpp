@@ -93,15 +93,20 @@ MXKIT_GLOBAL void __launch_bounds__(Threads) float_to_double_kernel(const float*
 // aligned), regrouped in registers into two adjacent elements of two output rows, so a warp reads
 // 64 consecutive inputs of a row and writes 64 consecutive outputs of a row, and the shared tile
 // holds output pairs (one 2-element access each way). A 32 x 32 tile of single elements was bound
-// by its shared-memory and 2-byte global accesses, far under copy bandwidth
-// (bench/NOTES_training.md).
+// by its shared-memory and 2-byte global accesses, far under copy bandwidth. Interior tiles with
+// aligned pairs (all but a matrix's edges) load all of a thread's pairs before the first shared
+// store and test no bounds: a load placed after a shared store waits for it (the compiler cannot
+// tell the two apart), so one pair at a time was in flight per thread (bench/NOTES_training.md).
 template <class S, class D>
 MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S* in, std::size_t rows, std::size_t cols, D* out) {
   // Raw bits: a __shared__ array cannot hold a type with a default member initializer (bfloat16).
   using bits = std::conditional_t<sizeof(D) == 1, std::uint8_t, std::conditional_t<sizeof(D) == 2, std::uint16_t, std::uint32_t>>;
   using pair_bits = std::conditional_t<sizeof(D) == 1, std::uint16_t, std::conditional_t<sizeof(D) == 2, std::uint32_t, std::uint64_t>>;
   static_assert(sizeof(bits) == sizeof(D) && sizeof(pair_bits) == 2 * sizeof(D));
-  constexpr int T = transpose_tile, pairs = T / 2, groups = tensor_ops_threads / pairs;
+  struct alignas(2 * sizeof(S)) two {
+    S x, y;
+  };
+  constexpr int T = transpose_tile, pairs = T / 2, groups = tensor_ops_threads / pairs, passes = pairs / groups;
   static_assert(pairs % groups == 0 && T % groups == 0, "every thread makes the same number of passes");
   __shared__ pair_bits tile[T][pairs + 1];  // [output row][output column pair]; +1 spreads the writes' banks
   const std::size_t tiles_r = (rows + T - 1) / T, tiles_c = (cols + T - 1) / T;
@@ -114,32 +119,46 @@ MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S
   for (std::size_t t = blockIdx.x; t < tiles_r * tiles_c; t += gridDim.x) {
     const std::size_t r0 = t / tiles_c * T, c0 = t % tiles_c * T;
     const std::size_t gc = c0 + 2 * static_cast<std::size_t>(w);  // input columns gc, gc + 1
+    const bool interior = vector_in && vector_out && r0 + T <= rows && c0 + T <= cols;
+    if (interior) {
+      two v[passes][2];  // input rows r0 + 2i, r0 + 2i + 1 of each pass, i = g + pass * groups
+      const S* src = in + (r0 + 2 * static_cast<std::size_t>(g)) * cols + gc;
 #pragma unroll
-    for (int pass = 0; pass < pairs / groups; ++pass) {  // input rows r0 + 2i, r0 + 2i + 1
-      const int i = g + pass * groups;
-      D v[2][2];
+      for (int pass = 0; pass < passes; ++pass)
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const std::size_t gr = r0 + 2 * static_cast<std::size_t>(i) + static_cast<std::size_t>(k);
-        S a = S(), b = S();
-        if (gr < rows && gc < cols) {
-          const S* src = in + gr * cols + gc;
-          if (vector_in && gc + 1 < cols) {
-            struct alignas(2 * sizeof(S)) two {
-              S x, y;
-            };
-            const two p = *reinterpret_cast<const two*>(src);
-            a = p.x, b = p.y;
-          } else {
-            a = src[0];
-            if (gc + 1 < cols) b = src[1];
-          }
-        }
-        v[k][0] = convert_element<D>(a);
-        v[k][1] = convert_element<D>(b);
+        for (int k = 0; k < 2; ++k)
+          v[pass][k] = *reinterpret_cast<const two*>(src + static_cast<std::size_t>(2 * pass * groups + k) * cols);
+#pragma unroll
+      for (int pass = 0; pass < passes; ++pass) {
+        const int i = g + pass * groups;
+        tile[2 * w][i] = pack(convert_element<D>(v[pass][0].x), convert_element<D>(v[pass][1].x));
+        tile[2 * w + 1][i] = pack(convert_element<D>(v[pass][0].y), convert_element<D>(v[pass][1].y));
       }
-      tile[2 * w][i] = pack(v[0][0], v[1][0]);  // output row c0 + 2w: columns r0 + 2i, r0 + 2i + 1
-      tile[2 * w + 1][i] = pack(v[0][1], v[1][1]);
+    } else {
+#pragma unroll
+      for (int pass = 0; pass < passes; ++pass) {
+        const int i = g + pass * groups;
+        D v[2][2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const std::size_t gr = r0 + 2 * static_cast<std::size_t>(i) + static_cast<std::size_t>(k);
+          S a = S(), b = S();
+          if (gr < rows && gc < cols) {
+            const S* src = in + gr * cols + gc;
+            if (vector_in && gc + 1 < cols) {
+              const two p = *reinterpret_cast<const two*>(src);
+              a = p.x, b = p.y;
+            } else {
+              a = src[0];
+              if (gc + 1 < cols) b = src[1];
+            }
+          }
+          v[k][0] = convert_element<D>(a);
+          v[k][1] = convert_element<D>(b);
+        }
+        tile[2 * w][i] = pack(v[0][0], v[1][0]);  // output row c0 + 2w: columns r0 + 2i, r0 + 2i + 1
+        tile[2 * w + 1][i] = pack(v[0][1], v[1][1]);
+      }
     }
     sync_threads();
     const std::size_t oc = r0 + 2 * static_cast<std::size_t>(w);  // output columns oc, oc + 1
@@ -147,10 +166,10 @@ MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S
     for (int pass = 0; pass < T / groups; ++pass) {
       const int c = g + pass * groups;
       const std::size_t orow = c0 + static_cast<std::size_t>(c);
-      if (orow >= cols || oc >= rows) continue;
+      if (!interior && (orow >= cols || oc >= rows)) continue;
       const pair_bits p = tile[c][w];
       D* dst = out + orow * rows + oc;
-      if (vector_out && oc + 1 < rows) {
+      if (interior || (vector_out && oc + 1 < rows)) {
         *reinterpret_cast<pair_bits*>(dst) = p;
       } else {
         dst[0] = bit_cast<D>(static_cast<bits>(p));
