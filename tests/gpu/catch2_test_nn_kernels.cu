@@ -620,7 +620,9 @@ TEST_CASE("gpu rmsnorm backward: dx and a deterministic dw equal the reference",
 
 TEST_CASE("gpu rope: forward and inverse equal the reference; v heads untouched", "[gpu][nn]") {
   using hs = mxkit::nn::head_shape;
-  const hs shapes[] = {hs{2, 5, 4, 2, 8}, hs{1, 37, 3, 1, 64}, hs{3, 17, 2, 2, 6}, hs{1, 3, 1, 1, 2}, hs{1, 2000, 1, 1, 128}};
+  // 12 + 3 rotated heads: a full batch of rope_batch heads and a partial one.
+  const hs shapes[] = {hs{2, 5, 4, 2, 8},  hs{1, 37, 3, 1, 64},     hs{3, 17, 2, 2, 6},
+                       hs{1, 3, 1, 1, 2},  hs{1, 2000, 1, 1, 128}, hs{2, 9, 12, 3, 16}};
   std::uint64_t seed = 300;
   for (const hs& s : shapes)
     for (const double theta : {10000.0, 500000.0}) {

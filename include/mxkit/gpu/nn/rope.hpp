@@ -26,6 +26,7 @@ namespace gpu {
 namespace detail {
 
 inline constexpr int rope_threads = 256;
+inline constexpr int rope_batch = 8;  // heads whose loads a thread issues together
 
 template <class T>
 struct rope_params {
@@ -49,10 +50,24 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
     sincos(angle, &sd, &cd);
     const float c = static_cast<float>(cd), s = static_cast<float>(p.inverse ? -sd : sd);
     T* v = p.qkv + token * p.row + i;
-    for (std::size_t h = 0; h < p.rotated; ++h, v += p.head_dim) {
-      const float x1 = load_float(v[0]), x2 = load_float(v[p.half]);
-      v[0] = round_to<T>(x1 * c - x2 * s);
-      v[p.half] = round_to<T>(x1 * s + x2 * c);
+    // Heads rope_batch at a time, every load of a batch before its stores: a load after a store
+    // through the same pointer waits for it, so head by head one pair was in flight.
+    for (std::size_t h0 = 0; h0 < p.rotated; h0 += rope_batch) {
+      float x1[rope_batch], x2[rope_batch];
+#pragma unroll
+      for (int j = 0; j < rope_batch; ++j) {
+        const T* e = v + (h0 + static_cast<std::size_t>(j)) * p.head_dim;
+        const bool in = h0 + static_cast<std::size_t>(j) < p.rotated;
+        x1[j] = in ? load_float(e[0]) : 0.0f;
+        x2[j] = in ? load_float(e[p.half]) : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < rope_batch; ++j) {
+        if (h0 + static_cast<std::size_t>(j) >= p.rotated) break;
+        T* e = v + (h0 + static_cast<std::size_t>(j)) * p.head_dim;
+        e[0] = round_to<T>(x1[j] * c - x2[j] * s);
+        e[p.half] = round_to<T>(x1[j] * s + x2[j] * c);
+      }
     }
   }
 }
