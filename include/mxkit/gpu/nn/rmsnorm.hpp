@@ -49,44 +49,29 @@ struct rmsnorm_forward_params {
   float eps;
 };
 
-// Chunks a lane loads before it uses any (rmsnorm_forward_kernel): a row's loads go out
-// rmsnorm_unroll at a time. One at a time, with the store of y between them, a lane had one
-// chunk in flight and the kernel waited on memory (bench/NOTES_training.md). Positions past the
-// row load as 0, which adds nothing to the sum of squares, so the sum's order is unchanged.
-inline constexpr int rmsnorm_unroll = 4;
-
 template <class T, class W>
 MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_forward_kernel(const rmsnorm_forward_params<T, W> p) {
-  constexpr int N = chunk_elements<T>, U = rmsnorm_unroll;
+  constexpr int N = chunk_elements<T>;
   constexpr std::size_t warps = rmsnorm_threads / warp_size, step = static_cast<std::size_t>(warp_size) * N;
   const std::size_t lane = static_cast<std::size_t>(lane_id());
   for (std::size_t r = blockIdx.x * warps + threadIdx.x / warp_size; r < p.rows; r += gridDim.x * warps) {
     const T* x = p.x + r * p.cols;
     float ss = 0.0f;
-    for (std::size_t c = lane * N; c < p.cols; c += U * step) {
-      float v[U][N];
-#pragma unroll
-      for (int u = 0; u < U; ++u) load_chunk(x, c + u * step, p.cols, v[u]);
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        for (int k = 0; k < N; ++k) ss = fmaf(v[u][k], v[u][k], ss);
+    for (std::size_t c = lane * N; c < p.cols; c += step) {
+      float v[N];
+      load_chunk(x, c, p.cols, v);
+      for (int k = 0; k < N; ++k) ss = fmaf(v[k], v[k], ss);
     }
     ss = warp_sum(ss);
     const float s = 1.0f / sqrtf(ss / static_cast<float>(p.cols) + p.eps);
     if (lane == 0) p.rstd[r] = s;
     T* y = p.y + r * p.cols;
-    for (std::size_t c = lane * N; c < p.cols; c += U * step) {
-      float v[U][N];
-#pragma unroll
-      for (int u = 0; u < U; ++u) load_chunk(x, c + u * step, p.cols, v[u]);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {  // w (one row for all rows) comes from cache: loaded as used
-        if (c + u * step >= p.cols) break;
-        float g[N];
-        load_chunk(p.w, c + u * step, p.cols, g);
-        for (int k = 0; k < N; ++k) v[u][k] = v[u][k] * s * g[k];
-        store_chunk(y, c + u * step, p.cols, v[u]);
-      }
+    for (std::size_t c = lane * N; c < p.cols; c += step) {
+      float v[N], g[N];
+      load_chunk(x, c, p.cols, v);
+      load_chunk(p.w, c, p.cols, g);
+      for (int k = 0; k < N; ++k) v[k] = v[k] * s * g[k];
+      store_chunk(y, c, p.cols, v);
     }
   }
 }
