@@ -109,6 +109,21 @@ struct run_context {
   int failures = 0;
 };
 
+// A device-to-device copy of each input buffer into as many others, timed like a case: the
+// peer every case of these inputs is compared with (its bytes: read + write).
+template <class T>
+timing copy_time(run_context& ctx, const std::vector<gpu::device_buffer<T>>& in) {
+  const std::size_t nbuf = in.size(), n = in.front().size();
+  std::vector<gpu::device_buffer<T>> dst;
+  for (std::size_t b = 0; b < nbuf; ++b) dst.emplace_back(n);
+  return time_ms(
+      [&](int i) {
+        MXKIT_GPU_CHECK(gpu::memcpy_async(dst[i % nbuf].data(), in[(i + 1) % nbuf].data(), n * sizeof(T), gpu::copy_kind::device_to_device,
+                                          ctx.s));
+      },
+      ctx.repeats, ctx.s);
+}
+
 // Every case of one input type T at one shape [M, K]: the copy, then each format x mode.
 // Variants: also time the two-copy cases with other register caps (bf16 only: each is a kernel).
 template <class T, bool Variants>
@@ -132,20 +147,10 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
     fill_input<T><<<4 * ctx.prop.multiprocessors, 256, 0, s>>>(in.back().data(), n, K, 11 + b);
     MXKIT_GPU_CHECK_LAUNCH();
   }
-  double copy_gbs = 0;
-  {
-    std::vector<gpu::device_buffer<T>> copy_dst;
-    for (std::size_t b = 0; b < nbuf; ++b) copy_dst.emplace_back(n);
-    const timing copy = time_ms(
-        [&](int i) {
-          MXKIT_GPU_CHECK(gpu::memcpy_async(copy_dst[i % nbuf].data(), in[(i + 1) % nbuf].data(), in_bytes,
-                                            gpu::copy_kind::device_to_device, s));
-        },
-        repeats, s);
-    copy_gbs = 2.0 * static_cast<double>(in_bytes) / (copy.ms * 1e-3) / 1e9;
-    std::printf("\n%s %s: d2d copy %.1f us = %.0f GB/s (spread %.0f%%), %zu input buffers\n", shape.c_str(), input_name<T>(),
-                copy.ms * 1e3, copy_gbs, copy.spread * 100, nbuf);
-  }
+  const timing copy = copy_time(ctx, in);
+  const double copy_gbs = 2.0 * static_cast<double>(in_bytes) / (copy.ms * 1e-3) / 1e9;
+  std::printf("\n%s %s: d2d copy %.1f us = %.0f GB/s (spread %.0f%%), %zu input buffers\n", shape.c_str(), input_name<T>(),
+              copy.ms * 1e3, copy_gbs, copy.spread * 100, nbuf);
 
   // Host copy of the first 256 rows of input 0, for validation.
   const std::size_t band = 256;
@@ -250,23 +255,18 @@ void run_fp8_shape(run_context& ctx, std::size_t M, std::size_t K) {
   gpu::stream& s = ctx.s;
   const std::size_t n = M * K, in_bytes = n * sizeof(T);
   const std::size_t nbuf = std::max<std::size_t>(2, (4 * ctx.prop.l2_cache_bytes + in_bytes - 1) / in_bytes);
-  std::vector<gpu::device_buffer<T>> in, copy_dst;
+  std::vector<gpu::device_buffer<T>> in;
   std::vector<gpu::device_buffer<std::uint8_t>> codes, transposed;
   std::vector<gpu::device_buffer<float>> amax;
   for (std::size_t b = 0; b < nbuf; ++b) {
     in.emplace_back(n);
-    copy_dst.emplace_back(n);
     codes.emplace_back(n);
     transposed.emplace_back(n);
     amax.emplace_back(1);
     fill_input<T><<<4 * ctx.prop.multiprocessors, 256, 0, s>>>(in.back().data(), n, K, 31 + b);
     MXKIT_GPU_CHECK_LAUNCH();
   }
-  const timing copy = time_ms(
-      [&](int i) {
-        MXKIT_GPU_CHECK(gpu::memcpy_async(copy_dst[i % nbuf].data(), in[(i + 1) % nbuf].data(), in_bytes, gpu::copy_kind::device_to_device, s));
-      },
-      ctx.repeats, s);
+  const timing copy = copy_time(ctx, in);
   const double copy_gbs = 2.0 * static_cast<double>(in_bytes) / (copy.ms * 1e-3) / 1e9;
   const float scale = 16.0f;  // |x| < 2^12 times 2^4: some codes saturate at 448, as an overflowing step's do
   auto launch = [&](int i) {
