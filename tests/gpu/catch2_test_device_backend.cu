@@ -567,6 +567,16 @@ TEST_CASE("device backend: quantized copies are the host backend's, byte for byt
         CHECK(copy_mismatch(d, va, h.quantize(x.h, ra)) == "");
         CHECK((d.memory().live(mem_tag::quantized_activation) == held) == (t == dtype::bf16));
         CHECK((device_backend::get(va).data == x.d.data()) == (t == dtype::bf16));
+        // The columnwise copy too: x's own rows, read MN-major by the GEMM (same values); and
+        // quantize_both's columnwise copy is its rowwise copy's bytes, with no bytes of its own.
+        quant_request ca = col;
+        ca.may_alias_input = true;
+        const qtensor vc = d.quantize(x.d, ca);
+        CHECK(copy_mismatch(d, vc, h.quantize(x.h, ca)) == "");
+        CHECK((d.memory().live(mem_tag::quantized_activation) == held) == (t == dtype::bf16));
+        CHECK((device_backend::get(vc).data == x.d.data()) == (t == dtype::bf16));
+        CHECK(device_backend::get(pd.columnwise).data == device_backend::get(pd.rowwise).data);
+        CHECK(pd.columnwise.bytes() == 0);
       }
       {
         INFO("the healing stash: export_fp8, import_fp8 and its transpose");
@@ -708,6 +718,54 @@ TEST_CASE("device backend: every GEMM product within the fp32 accumulation bound
       }
   }
   WARN("gemm, worst error / bound:" << tl.str());
+}
+
+TEST_CASE("device backend: bf16 copies that are their source's rows give the transposed copies' products", "[gpu][nn][backend][gemm]") {
+  // Without may_alias_input a bf16 columnwise copy is a real transpose; with it (wgrad's X and
+  // dY), or as quantize_both's columnwise copy (the weights' dgrad copy), it is the source's rows
+  // read MN-major. Each product from such copies must have the bits of the one from transposed
+  // copies: the same values, summed in the same order (sm90 for 16-byte aligned rows, the
+  // portable kernel for the odd shape).
+  struct shape {
+    std::size_t m, n, k;
+  };
+  std::uint64_t seed = 3000;
+  for (const shape sh : {shape{136, 264, 200}, shape{512, 96, 304}, shape{37, 45, 77}})
+    for (const dtype t : {dtype::bf16, dtype::f32}) {
+      INFO("M " << sh.m << ", N " << sh.n << ", K " << sh.k << ", " << name_of(t) << " activations");
+      device_backend d;
+      tensor x = d.alloc(sh.m, sh.k, t, mem_tag::activation), dy = d.alloc(sh.m, sh.n, t, mem_tag::activation);
+      tensor w = d.alloc(sh.n, sh.k, dtype::f32, mem_tag::parameter);
+      d.write(x, spread_values(sh.m, sh.k, seed++, 3));
+      d.write(dy, spread_values(sh.m, sh.n, seed++, 3));
+      d.write(w, spread_values(sh.n, sh.k, seed++, 3));
+      const quant_request row = plain_request(recipes::bf16_operand(), block_axis::rowwise);
+      const quant_request col = plain_request(recipes::bf16_operand(), block_axis::columnwise);
+      quant_request alias = col;
+      alias.may_alias_input = true;
+      const qtensor x_t = d.quantize(x, col), dy_t = d.quantize(dy, col), w_t = d.quantize(w, col);  // transposes
+      const std::size_t held = d.memory().live(mem_tag::quantized_activation);
+      const qtensor x_a = d.quantize(x, alias), dy_a = d.quantize(dy, alias);
+      CHECK((d.memory().live(mem_tag::quantized_activation) == held) == (t == dtype::bf16));  // bf16: no copy made
+      const qpair wq = d.quantize_both(w, row, col);
+      const qtensor dy_row = d.quantize(dy, row);
+      auto product = [&](gemm_product p, const qtensor& a, const qtensor& b, std::size_t rows, std::size_t cols) {
+        tensor out = d.alloc(rows, cols, dtype::f32, mem_tag::gradient);
+        d.fill(out, nan_value);
+        d.gemm(p, a, b, out, 1.0f, 0.0f, nullptr);
+        return d.read(out);
+      };
+      const std::vector<double> wgrad = product(gemm_product::wgrad, dy_t, x_t, sh.n, sh.k);
+      const std::vector<double> dgrad = product(gemm_product::dgrad, dy_row, w_t, sh.m, sh.k);
+      CHECK(std::none_of(wgrad.begin(), wgrad.end(), [](double v) { return std::isnan(v); }));
+      auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
+        return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](double p, double q) { return mxkit::bit_cast<std::uint64_t>(p) == mxkit::bit_cast<std::uint64_t>(q); });
+      };
+      CHECK(same(product(gemm_product::wgrad, dy_a, x_a, sh.n, sh.k), wgrad));  // both MN-major
+      CHECK(same(product(gemm_product::wgrad, dy_a, x_t, sh.n, sh.k), wgrad));  // A only
+      CHECK(same(product(gemm_product::wgrad, dy_t, x_a, sh.n, sh.k), wgrad));  // B only
+      CHECK(same(product(gemm_product::dgrad, dy_row, wq.columnwise, sh.m, sh.k), dgrad));
+    }
 }
 
 TEST_CASE("device backend: update_scales gives the host's histories and scales exactly", "[gpu][nn][backend]") {
@@ -1415,6 +1473,7 @@ struct lora_outcome {
   std::optional<healing_report> report;
   std::size_t live_mx = 0;
   bool base_unchanged = false;
+  std::size_t bf16_dgrad_copy_bytes = 0;  // the cached bf16 columnwise weight copies (the head's)
 };
 // 10 bf16 steps from random weights, then a LoRA fine-tune under MXFP4 (AMD's recipe) that heals
 // to FP8 before step 10 of 20 (catch2_test_training.cpp's healing test at the small model's size).
@@ -1440,6 +1499,10 @@ lora_outcome lora_healing_run() {
   o.lora = t.losses();
   o.report = t.healing();
   o.live_mx = be.live_copies(precision::mx);
+  std::vector<linear*> ls = m.linears();
+  ls.push_back(&m.head());
+  for (const linear* l : ls)
+    if (l->cached_columnwise().defined() && l->cached_columnwise().kind() == precision::bf16) o.bf16_dgrad_copy_bytes += l->cached_columnwise().bytes();
   const auto [kept, same] = compare_frozen(be, frozen);
   o.base_unchanged = kept > 0 && same;  // embedding, norms, head
   return o;
@@ -1459,12 +1522,16 @@ TEST_CASE("device backend: LoRA with MXFP4 -> FP8 healing agrees with the host b
   CHECK(d.report->peak_weight_bytes < d.report->co_resident_bytes);
   CHECK(d.live_mx == 0);
   CHECK(d.base_unchanged);
-  // The tracker's figures are the backends' alike, but for the bytes of a copy: both count codes,
-  // scales and FP8 scales the same way.
-  CHECK(d.report->weight_bytes_before == h.report->weight_bytes_before);
-  CHECK(d.report->weight_bytes_after == h.report->weight_bytes_after);
-  CHECK(d.report->peak_weight_bytes == h.report->peak_weight_bytes);
-  CHECK(d.report->co_resident_bytes == h.report->co_resident_bytes);
+  // The tracker's figures are the backends' alike (both count codes, scales and FP8 scales the
+  // same way), but for the bf16 dgrad copy of a weight: the device's is its rowwise copy's bytes
+  // read MN-major, no bytes of its own.
+  CHECK(h.bf16_dgrad_copy_bytes > 0);
+  CHECK(d.bf16_dgrad_copy_bytes == 0);
+  const std::size_t aliased = h.bf16_dgrad_copy_bytes;
+  CHECK(d.report->weight_bytes_before + aliased == h.report->weight_bytes_before);
+  CHECK(d.report->weight_bytes_after + aliased == h.report->weight_bytes_after);
+  CHECK(d.report->peak_weight_bytes + aliased == h.report->peak_weight_bytes);
+  CHECK(d.report->co_resident_bytes + aliased == h.report->co_resident_bytes);
   CHECK(std::isfinite(d.lora.back()));
 }
 

@@ -355,6 +355,136 @@ TEST_CASE("gpu gemm: per-tensor FP8 and bf16 operands", "[gpu][gemm]") {
   }
 }
 
+TEST_CASE("gpu gemm: bf16 output stored 16 bytes a lane has the bits of pair stores", "[gpu][gemm]") {
+  // The sm90 epilogue writes bf16 D through quad transposes and 16-byte stores where D's rows
+  // allow it (ld a multiple of 8: store_quad_rows) and 4-byte pair stores elsewhere, which an
+  // odd ld forces. Both must give the same bits, with alpha, beta and C, on ragged tiles (rows
+  // and columns past the edge in the last tiles), for every scaling of the kernel: line
+  // (MXFP4), tensor (FP8, bf16, MXFP8 expanded), block (MXFP6: pair stores only). The 16-byte
+  // result is also checked against the reference.
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  const std::size_t p = 200, q = 328, k = 256, wide_ld = 336, pair_ld = 329;
+  const std::vector<float> cf = gemm_test::random_matrix(p, q, seed ^ 0xC, 1);
+  // D = 1.5 A.B^T - 0.75 C with C in D's memory at leading dimension ld; returns D [p, q].
+  auto run = [&](std::size_t ld, auto&& gemm_into) {
+    device_out<bfloat16> d(p, q, ld);
+    std::vector<bfloat16> c(p * ld, bfloat16::from_float(0.0f));
+    for (std::size_t i = 0; i < p; ++i)
+      for (std::size_t j = 0; j < q; ++j) c[i * ld + j] = bfloat16::from_float(cf[i * q + j]);
+    d.set(c);
+    gemm_into(d.view());
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    return d.get();
+  };
+  auto same_bits = [](const std::vector<bfloat16>& x, const std::vector<bfloat16>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(bfloat16)) == 0;
+  };
+  const gemm_epilogue e{1.5f, -0.75f};
+  for (const g::gemm_path path : device_paths()) {
+    if (path == g::gemm_path::gfx950) continue;
+    const g::gemm_options opt{path};
+    for (const mx_type t : {mx_type::mxfp4, mx_type::mxfp8_e4m3, mx_type::mxfp6_e2m3}) {
+      const mx_tensor a = realistic_mx(p, k, t, seed + 1), b = realistic_mx(q, k, t, seed + 2);
+      const device_mx da(a), db(b);
+      auto gemm_into = [&](matrix_view<bfloat16> d) { g::gemm(da.view(), db.view(), d, e, nullptr, opt); };
+      INFO(g::name_of(path) << " " << name_of(t));
+      CHECK(same_bits(run(wide_ld, gemm_into), run(pair_ld, gemm_into)));
+      const auto cmp = run_mx<bfloat16>(a, b, path, e, path == g::gemm_path::portable ? (2.0 * k / 32 + 40) * u : 0x1p-9, seed,
+                                        wide_ld - q);
+      INFO(cmp);
+      CHECK(cmp.over_bound == 0);
+    }
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int> v(-3, 3);
+    fp8_tensor fa{fp8_type::e4m3, p, k, 2.0f, 0.0f, std::vector<std::uint8_t>(p * k)}, fb{fp8_type::e4m3, q, k, 0.5f, 0.0f, std::vector<std::uint8_t>(q * k)};
+    for (auto& c : fa.data) c = fp8_encode(static_cast<float>(v(rng)), fp8_type::e4m3, 1.0f);
+    for (auto& c : fb.data) c = fp8_encode(static_cast<float>(v(rng)), fp8_type::e4m3, 1.0f);
+    g::device_buffer<std::uint8_t> dfa{std::span<const std::uint8_t>(fa.data)}, dfb{std::span<const std::uint8_t>(fb.data)};
+    const std::vector<float> xa = gemm_test::random_matrix(p, k, seed + 3, 3), xb = gemm_test::random_matrix(q, k, seed + 4, 3);
+    std::vector<bfloat16> ha(p * k), hb(q * k);
+    for (std::size_t i = 0; i < ha.size(); ++i) ha[i] = bfloat16::from_float(xa[i]);
+    for (std::size_t i = 0; i < hb.size(); ++i) hb[i] = bfloat16::from_float(xb[i]);
+    g::device_buffer<bfloat16> dha{std::span<const bfloat16>(ha)}, dhb{std::span<const bfloat16>(hb)};
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    auto fp8_into = [&](matrix_view<bfloat16> d) {
+      g::gemm(fp8_view{fp8_type::e4m3, p, k, fa.scale, dfa.data()}, fp8_view{fp8_type::e4m3, q, k, fb.scale, dfb.data()}, d, e, nullptr, opt);
+    };
+    auto bf16_into = [&](matrix_view<bfloat16> d) {
+      g::gemm(matrix_view<const bfloat16>{dha.data(), p, k}, matrix_view<const bfloat16>{dhb.data(), q, k}, d, e, nullptr, opt);
+    };
+    INFO(g::name_of(path) << " fp8 and bf16 operands");
+    CHECK(same_bits(run(wide_ld, fp8_into), run(pair_ld, fp8_into)));
+    CHECK(same_bits(run(wide_ld, bf16_into), run(pair_ld, bf16_into)));
+  }
+}
+
+TEST_CASE("gpu gemm: bf16 operands stored MN-major give the K-major products bit for bit", "[gpu][gemm]") {
+  // wgrad reads dY and X as the forward wrote them (major_order::mn_major: sm90 through wgmma's
+  // transposed operands, the portable kernel by index). Every order pair must give the bits of
+  // the K-major product of the same values (the same bf16 products, summed in the same order),
+  // which is itself checked against the fp64 oracle. Shapes: ragged tiles with K rows past the
+  // last 64-row stage, a split-K wgrad shape, and widths whose MN-major rows are not 16-byte
+  // aligned (portable only: sm90 refuses them).
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  struct shape {
+    std::size_t p, q, k;
+  };
+  for (const shape sh : {shape{136, 264, 200}, shape{96, 304, 4096}, shape{256, 512, 1000}, shape{37, 45, 77}}) {
+    const std::size_t p = sh.p, q = sh.q, k = sh.k;
+    const std::vector<float> xa = gemm_test::random_matrix(p, k, seed + p, 3), xb = gemm_test::random_matrix(q, k, seed + q, 3);
+    std::vector<bfloat16> ha(p * k), hb(q * k), hat(k * p), hbt(k * q);  // K-major, and stored MN-major ([k, p], [k, q])
+    std::vector<float> fa(p * k), fb(q * k);
+    for (std::size_t i = 0; i < p; ++i)
+      for (std::size_t r = 0; r < k; ++r) {
+        ha[i * k + r] = hat[r * p + i] = bfloat16::from_float(xa[i * k + r]);
+        fa[i * k + r] = ha[i * k + r].to_float();
+      }
+    for (std::size_t j = 0; j < q; ++j)
+      for (std::size_t r = 0; r < k; ++r) {
+        hb[j * k + r] = hbt[r * q + j] = bfloat16::from_float(xb[j * k + r]);
+        fb[j * k + r] = hb[j * k + r].to_float();
+      }
+    g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)},
+        dat{std::span<const bfloat16>(hat)}, dbt{std::span<const bfloat16>(hbt)};
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    const auto o = gemm_test::oracle_tn(fa, fb, p, q, k);
+    const matrix_view<const bfloat16> va{da.data(), p, k}, vb{db.data(), q, k}, vat{dat.data(), k, p}, vbt{dbt.data(), k, q};
+    for (const g::gemm_path path : device_paths()) {
+      if (path == g::gemm_path::gfx950) continue;  // MX operands only
+      const bool aligned = p % 8 == 0 && q % 8 == 0 && k % 8 == 0;
+      if (path != g::gemm_path::portable && !aligned) {
+        device_out<float> d(p, q, q);
+        CHECK_THROWS_AS(g::gemm(vat, g::major_order::mn_major, vb, g::major_order::k_major, d.view(), {}, nullptr, g::gemm_options{path}),
+                        std::invalid_argument);
+        continue;
+      }
+      std::vector<float> k_major;
+      for (int orders = 0; orders < 4; ++orders) {
+        const bool mn_a = orders & 2, mn_b = orders & 1;
+        device_out<float> d(p, q, q);
+        const g::gemm_path used = g::gemm(mn_a ? vat : va, mn_a ? g::major_order::mn_major : g::major_order::k_major, mn_b ? vbt : vb,
+                                          mn_b ? g::major_order::mn_major : g::major_order::k_major, d.view(), {}, nullptr,
+                                          g::gemm_options{path});
+        MXKIT_GPU_CHECK(g::device_synchronize());
+        CHECK(used == path);
+        const std::vector<float> got = d.get();
+        INFO(g::name_of(path) << " " << p << "x" << q << "x" << k << " A " << (mn_a ? "MN" : "K") << "-major, B " << (mn_b ? "MN" : "K")
+                              << "-major");
+        if (orders == 0) {
+          const auto cmp = gemm_test::compare(as_double(got), o.d, o.s, (2.0 * static_cast<double>(k) + 8) * u, q);
+          INFO(cmp);
+          CHECK(cmp.over_bound == 0);
+          k_major = got;
+        } else {
+          CHECK(std::memcmp(k_major.data(), got.data(), got.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("gpu gemm: NaN scales propagate, empty shapes write nothing", "[gpu][gemm]") {
   const std::uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);

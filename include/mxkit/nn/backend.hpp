@@ -108,9 +108,10 @@ struct quant_request {
   fp8_scaling_slot fp8;                   // kind fp8: code = cast(x * scale[row]); amax -> history[row, 0]
   operand_use use = operand_use::fprop_x;
   mem_tag tag = mem_tag::quantized_activation;
-  // The caller consumes the copy before it changes x (the next GEMM's operand; linear.hpp sets it
-  // for fprop X and dgrad dY): where the copy would equal x byte for byte (bf16 rowwise of bf16),
-  // a backend may hand back x itself instead of copying it (the device backend does).
+  // The caller leaves x unchanged for as long as it keeps the copy (linear.hpp sets it for X, whose
+  // wgrad copy lives until backward, and for dY): where the copy holds x's own values (bf16 of
+  // bf16), a backend may hand back x itself instead of copying it (the device backend does, the
+  // columnwise copy read MN-major by its GEMM).
   bool may_alias_input = false;
 
   // The MX quantizer's options for this copy.

@@ -2,7 +2,8 @@
 #pragma once
 // Linear layer Y[M,N] = X[M,K] . W[N,K]^T trained through a recipe (recipe.hpp):
 //   forward   X quantized on the fly: the fprop copy (rowwise) and, when W trains, the wgrad
-//             copy (columnwise), which is saved for backward instead of X.
+//             copy (columnwise), which is saved for backward instead of X (the device backend's
+//             bf16 copy is X itself, read transposed by the GEMM: X stays unchanged until then).
 //             W quantized once per optimizer step: the fprop copy (rowwise) and the dgrad copy
 //             (columnwise, "transpose cache") are cached, keyed by the weight's version (bumped
 //             by the optimizer) and, for FP8, W's scale version in the scaling table (bumped by
@@ -126,6 +127,7 @@ class linear {
     p.rowwise.may_alias_input = true;  // used by the fprop GEMM right away, never kept
     if (wgrad) {
       p.columnwise = request(gemm_product::wgrad, true, block_axis::columnwise, operand_use::wgrad_x, slot(0, training), stream);
+      p.columnwise.may_alias_input = true;  // kept until backward, while X stays as it is (forward's contract)
       p.columnwise_wanted = true;
     }
     pending_stream_ = stream;
@@ -133,7 +135,8 @@ class linear {
   }
 
   // x (M, K) -> y (M, N), overwritten (y = x W^T + residual when a residual is given).
-  // training: save what backward needs, record FP8 amaxes.
+  // training: save what backward needs, record FP8 amaxes. x must stay unchanged until
+  // backward: a backend may keep x itself as the wgrad copy (quant_request::may_alias_input).
   void forward(const tensor& x, tensor& y, bool training, const tensor* residual = nullptr) {
     require_shape(x, x.rows(), in_, ("linear '" + name() + "' input").c_str());
     const quant_plan p = input_requests(x.rows(), training);
@@ -165,7 +168,8 @@ class linear {
     const std::uint32_t stream = mix_stream(saved_stream_, 2);
     quant_request rd = request(gemm_product::dgrad, false, block_axis::rowwise, operand_use::dgrad_dy, slot(2, true), stream);
     rd.may_alias_input = true;  // used by the dgrad GEMM right away, never kept
-    const quant_request rw = request(gemm_product::wgrad, false, block_axis::columnwise, operand_use::wgrad_dy, slot(2, true), stream);
+    quant_request rw = request(gemm_product::wgrad, false, block_axis::columnwise, operand_use::wgrad_dy, slot(2, true), stream);
+    rw.may_alias_input = true;  // used by the wgrad GEMM right away
     qpair qdy;
     if (dx && wgrad) qdy = be_->quantize_both(dy, rd, rw);
     else if (dx) qdy.rowwise = be_->quantize(dy, rd);

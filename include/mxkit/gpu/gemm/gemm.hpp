@@ -4,7 +4,8 @@
 // output (C is D's previous contents, read only when beta != 0), on the caller's stream.
 // Operands: two MX copies (any element pair), two per-tensor FP8 matrices, or two bf16
 // matrices, all stored with the reduction axis contiguous (gemm/gemm.hpp says why and which
-// copy each training product takes). Host-side checks are the reference's (same messages).
+// copy each training product takes); bf16 ones may also be stored transposed (MN-major,
+// operand.hpp: major_order), which wgrad uses to read dY and X as the forward wrote them. Host-side checks are the reference's (same messages).
 //
 //   gpu::gemm(a_view, b_view, d_view, {alpha, beta}, stream)            // any TN product
 //   gpu::fprop(x_rowwise, w_rowwise, y, ...), dgrad(...), wgrad(...)    // the named products
@@ -226,14 +227,23 @@ gemm_path gemm(fp8_view a, fp8_view b, matrix_view<Out> d, gemm_epilogue e = {},
   return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
 }
 
+// bf16 operands in either storage order (major_order): a stored [P,R] (k_major) or [R,P]
+// (mn_major), b [Q,R] or [R,Q]. wgrad from the forward's own row-major dY [M,N] and X [M,K]:
+//   gpu::gemm(dy, major_order::mn_major, x, major_order::mn_major, dw, {1, 1}, s)   // dW += dY^T X
 template <gemm_output Out>
-gemm_path gemm(matrix_view<const bfloat16> a, matrix_view<const bfloat16> b, matrix_view<Out> d, gemm_epilogue e = {},
-               stream_t s = nullptr, gemm_options o = {}) {
-  const gemm_shape sh = mxkit::detail::check_tn(a.rows, a.cols, b.rows, b.cols, "gemm");
+gemm_path gemm(matrix_view<const bfloat16> a, major_order order_a, matrix_view<const bfloat16> b, major_order order_b,
+               matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr, gemm_options o = {}) {
+  const gemm_operand oa = make_operand(a, order_a), ob = make_operand(b, order_b);
+  const gemm_shape sh = mxkit::detail::check_tn(oa.lines, oa.length, ob.lines, ob.length, "gemm");
   mxkit::detail::check_matrix(a, "gemm: A");
   mxkit::detail::check_matrix(b, "gemm: B");
   mxkit::detail::check_output(d, sh, "gemm");
-  return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
+  return detail::run(oa, ob, detail::make_output(d, e), s, o);
+}
+template <gemm_output Out>
+gemm_path gemm(matrix_view<const bfloat16> a, matrix_view<const bfloat16> b, matrix_view<Out> d, gemm_epilogue e = {},
+               stream_t s = nullptr, gemm_options o = {}) {
+  return gemm(a, major_order::k_major, b, major_order::k_major, d, e, s, o);
 }
 
 // ---- the training products (operand roles: gemm/product.hpp) -------------------------------------

@@ -26,22 +26,31 @@ enum class operand_kind : std::uint8_t {
   bf16,  // bfloat16 values
 };
 
+// How a bf16 operand lies in memory. k_major: [lines, length] row-major, the reduction axis
+// contiguous, as every other operand kind. mn_major: [length, lines] row-major, the matrix whose
+// transpose is the operand, e.g. wgrad's dY [tokens, N] and X [tokens, K] as the forward wrote
+// them. Hopper's bf16 tensor cores read either (wgmma's transpose bits exist for 16-bit types
+// only; PTX ISA 9.7.15.5.1), so wgrad needs no transposed copies.
+enum class major_order : std::uint8_t { k_major, mn_major };
+
 // Kernel parameters, not a view: the public views (mx_const_view, fp8_view, bf16 matrix_view)
 // become this flat struct in make_operand, so every kernel reads any operand kind the same way.
 struct gemm_operand {
   operand_kind kind = operand_kind::mx;
   mx_type type = mx_type::mxfp8_e4m3;  // kind == mx
   fp8_type fp8 = fp8_type::e4m3;       // kind == fp8
-  const std::uint8_t* data = nullptr;  // line l starts at data + l * line_bytes
+  const std::uint8_t* data = nullptr;  // line l starts at data + l * line_bytes (mn_major: see below)
   const std::uint8_t* scales = nullptr;  // kind == mx: [lines, blocks]
   std::size_t lines = 0;       // P (A) or Q (B)
   std::size_t length = 0;      // R: the reduction length (a multiple of 32 for MX)
-  std::size_t line_bytes = 0;  // bytes between consecutive lines
+  std::size_t line_bytes = 0;  // bytes between consecutive lines; mn_major: between consecutive reduction rows
   std::size_t blocks = 0;      // kind == mx: scales per line
   float scale_inv = 1.0f;      // kind == fp8
   // kind == fp8 with delayed scaling: the scale in device memory (the kernel uses 1 / *scale in
   // place of scale_inv), so the descale needs no host round trip; null: scale_inv.
   const float* scale = nullptr;
+  // kind == bf16 only: element (l, r) at data + r * line_bytes + 2 l (major_order::mn_major).
+  bool mn_major = false;
 
   MXKIT_HD constexpr int storage_bits() const noexcept { return kind == operand_kind::mx ? storage_bits_of_type(type) : (kind == operand_kind::bf16 ? 16 : 8); }
   MXKIT_HD static constexpr int storage_bits_of_type(mx_type t) noexcept { return storage_bits_of(t); }
@@ -54,9 +63,11 @@ inline gemm_operand make_operand(mx_const_view v) noexcept {
 inline gemm_operand make_operand(fp8_view v) noexcept {
   return {operand_kind::fp8, mx_type::mxfp8_e4m3, v.type, v.data, nullptr, v.rows, v.cols, v.cols, 0, v.scale_inv(), nullptr};
 }
-inline gemm_operand make_operand(matrix_view<const bfloat16> v) noexcept {
-  return {operand_kind::bf16, mx_type::mxfp8_e4m3, fp8_type::e4m3, reinterpret_cast<const std::uint8_t*>(v.data), nullptr,
-          v.rows, v.cols, v.stride() * sizeof(bfloat16), 0, 1.0f, nullptr};
+// `stored` as it lies in memory: [P or Q, R] when k_major, [R, P or Q] when mn_major.
+inline gemm_operand make_operand(matrix_view<const bfloat16> stored, major_order order = major_order::k_major) noexcept {
+  const bool mn = order == major_order::mn_major;
+  return {operand_kind::bf16, mx_type::mxfp8_e4m3, fp8_type::e4m3, reinterpret_cast<const std::uint8_t*>(stored.data), nullptr,
+          mn ? stored.cols : stored.rows, mn ? stored.rows : stored.cols, stored.stride() * sizeof(bfloat16), 0, 1.0f, nullptr, mn};
 }
 
 // The per-tensor FP8 descale 1 / (scale_a scale_b), formed as the host reference forms it

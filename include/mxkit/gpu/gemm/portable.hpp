@@ -39,19 +39,20 @@ struct tile_smem {
 
 __device__ inline float load_element(const gemm_operand& o, const float* lut, std::size_t line, std::size_t pos) {
   if (line >= o.lines || pos >= o.length) return 0.0f;
-  const std::uint8_t* row = o.data + line * o.line_bytes;
   if (o.kind == operand_kind::bf16) {
-    const std::uint16_t h = static_cast<std::uint16_t>(row[2 * pos] | (row[2 * pos + 1] << 8));
+    const std::uint8_t* e = o.mn_major ? o.data + pos * o.line_bytes + 2 * line : o.data + line * o.line_bytes + 2 * pos;
+    const std::uint16_t h = static_cast<std::uint16_t>(e[0] | (e[1] << 8));
     return bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
   }
-  return lut[load_code(row, pos, o.storage_bits())];
+  return lut[load_code(o.data + line * o.line_bytes, pos, o.storage_bits())];
 }
 
 template <int Lines>
 __device__ inline void load_tile(const gemm_operand& o, const float* lut, float (*dst)[Lines + 1], float* scale, std::size_t line0,
                                  std::size_t k0, int tid) {
   for (int e = tid; e < Lines * tile_k; e += threads) {
-    const int r = e / tile_k, k = e % tile_k;  // consecutive threads read consecutive K of one line
+    // Consecutive threads read consecutive addresses: K of one line, or lines of one K row (mn_major).
+    const int r = o.mn_major ? e % Lines : e / tile_k, k = o.mn_major ? e / Lines : e % tile_k;
     dst[k][r] = load_element(o, lut, line0 + static_cast<std::size_t>(r), k0 + static_cast<std::size_t>(k));
   }
   if (o.kind == operand_kind::mx)

@@ -12,7 +12,10 @@
 //   operands   MX: gpu::quantize (both copies from one read when both are asked for); FP8:
 //              gpu::cast_fp8_delayed, reading the scaling table's scale on the device and
 //              max-combining the amax into the table's history, the scale it used kept with the
-//              copy; bf16: a conversion (rowwise) or a converting transpose (columnwise).
+//              copy; bf16: a conversion (rowwise) or a converting transpose (columnwise). A bf16
+//              columnwise copy is no copy at all where the GEMM can read the rows MN-major
+//              (gpu::major_order): the rowwise copy made with it, or x itself when the request
+//              allows (may_alias_input: wgrad's X and dY).
 //   GEMM       gpu/gemm (the sm90 path on Hopper, gfx950's MX path on CDNA4, else portable),
 //              the FP8 descale read from the copies' device scales; C in the epilogue.
 //   layers     gpu/nn/ kernels: rmsnorm, rope, flash attention (bf16 tensor cores: f32
@@ -76,6 +79,7 @@ class device_backend : public nn::backend {
     float* fp8_scale = nullptr;      // fp8: the scale the codes were made with
     mx_layout layout{};              // mx
     quantize_options options{};      // mx
+    bool mn_major = false;           // bf16 columnwise: `data` holds the [length, lines] rows of its source
     nn::tracked_bytes tracked;
     std::size_t* live = nullptr;     // the backend's count of live copies of this kind
     payload() = default;
@@ -141,12 +145,17 @@ class device_backend : public nn::backend {
     std::memcpy(&t.scale, s.data(), sizeof(float));
     return t;
   }
+  // The copy's [lines, length] values, however it is stored.
   std::vector<bfloat16> download_bf16(const nn::qtensor& q) const {
     mxkit::detail::require(q.kind() == nn::precision::bf16, "download_bf16: a ", name_of(q.kind()), " copy");
     const std::vector<std::uint8_t> b = download_bytes(get(q).data, q.rows() * q.cols() * sizeof(bfloat16));
     std::vector<bfloat16> out(q.rows() * q.cols());
     std::memcpy(out.data(), b.data(), b.size());
-    return out;
+    if (!get(q).mn_major) return out;
+    std::vector<bfloat16> lines(out.size());
+    for (std::size_t r = 0; r < q.length(); ++r)
+      for (std::size_t l = 0; l < q.lines(); ++l) lines[l * q.length() + r] = out[r * q.lines() + l];
+    return lines;
   }
 
  protected:
@@ -229,7 +238,7 @@ class device_backend : public nn::backend {
         return finish(r, x.rows(), x.cols(), std::move(p));
       }
       case nn::precision::bf16: {
-        if (r.may_alias_input && r.axis == block_axis::rowwise && x.type() == nn::dtype::bf16) return view_of(r, x);
+        if (r.may_alias_input && x.type() == nn::dtype::bf16) return view_of(r, x);
         auto p = bytes_payload(r, x.rows() * x.cols() * sizeof(bfloat16));
         auto* out = reinterpret_cast<bfloat16*>(p->data);
         activation_types(x.type(), "quantize", [&](auto z) {
@@ -269,6 +278,12 @@ class device_backend : public nn::backend {
       run_fp8(x, r, pr->fp8_scale, {pr->data, pc->data, nullptr});
       MXKIT_GPU_CHECK(memcpy_async(pc->fp8_scale, pr->fp8_scale, sizeof(float), copy_kind::device_to_device, stream_));
       return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
+    }
+    if (row.spec.kind == nn::precision::bf16 && col.spec.kind == nn::precision::bf16) {  // the rows, read both ways
+      nn::quant_request rr = row;
+      rr.may_alias_input = row.may_alias_input && col.may_alias_input;  // the columnwise copy may outlive x's promise
+      nn::qtensor r = device_backend::do_quantize(x, rr);
+      return {r, alias_of(col, r)};
     }
     return {device_backend::do_quantize(x, row), device_backend::do_quantize(x, col)};
   }
@@ -363,10 +378,12 @@ class device_backend : public nn::backend {
         return;
       }
       case nn::precision::bf16: {
-        const auto* da = reinterpret_cast<const bfloat16*>(pa.data);
-        const auto* db = reinterpret_cast<const bfloat16*>(pb.data);
-        detail::run(make_operand(matrix_view<const bfloat16>{da, a.lines(), a.length()}),
-                    make_operand(matrix_view<const bfloat16>{db, b.lines(), b.length()}), out, stream_, {});
+        auto operand = [](const nn::qtensor& q, const payload& p) {
+          const auto* data = reinterpret_cast<const bfloat16*>(p.data);
+          return p.mn_major ? make_operand(matrix_view<const bfloat16>{data, q.length(), q.lines()}, major_order::mn_major)
+                            : make_operand(matrix_view<const bfloat16>{data, q.lines(), q.length()});
+        };
+        detail::run(operand(a, pa), operand(b, pb), out, stream_, {});
         return;
       }
       case nn::precision::native: break;
@@ -651,15 +668,30 @@ class device_backend : public nn::backend {
     p->fp8_scale = reinterpret_cast<float*>(p->data + data);
     return p;
   }
-  // A bf16 activation as its own rowwise bf16 copy (the request allows it): the payload shares
-  // x's memory and keeps it alive; no bytes are added to the copies' count, none are moved.
+  // A bf16 activation as its own bf16 copy (the request allows it), rowwise as it is, columnwise
+  // read MN-major: the payload shares x's memory and keeps it alive; no bytes are added to the
+  // copies' count, none are moved.
   nn::qtensor view_of(const nn::quant_request& r, const nn::tensor& x) {
     auto p = std::make_shared<payload>();
     p->source = x;
     p->data = static_cast<std::uint8_t*>(x.data());
+    p->mn_major = r.axis == block_axis::columnwise;
     p->live = &live_[static_cast<std::size_t>(r.spec.kind)];
     ++*p->live;
     return nn::qtensor(r, x.rows(), x.cols(), x.bytes(), std::move(p));
+  }
+  // The columnwise bf16 copy `r` of the tensor whose rowwise copy is `row`: the same bytes read
+  // MN-major, kept alive with it; 0 bytes of its own.
+  nn::qtensor alias_of(const nn::quant_request& r, const nn::qtensor& row) {
+    const payload& src = get(row);
+    auto p = std::make_shared<payload>();
+    p->memory = src.memory;
+    p->source = src.source;
+    p->data = src.data;
+    p->mn_major = true;
+    p->live = &live_[static_cast<std::size_t>(r.spec.kind)];
+    ++*p->live;
+    return nn::qtensor(r, row.rows(), row.cols(), 0, std::move(p));
   }
   nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<payload> p) {
     std::size_t bytes = rows * cols;

@@ -33,6 +33,8 @@
 //  - operands arrive by TMA (128-byte swizzle, 4 stages of 128 bytes of K) from one producer
 //    thread, the producer warpgroup keeping 40 registers (setmaxnreg) so consumers get 232.
 // Throughput of each route against cuBLAS: bench/NOTES_gemm.md and bench/RESULTS.md.
+// bf16 operands may also be MN-major (major_order::mn_major: wgrad's dY and X as stored), loaded
+// as 64-line panels and read with wgmma's transpose bits, so wgrad needs no transposed copies.
 // Tile 128 x 256 (2 consumer warpgroups x 64 rows), 384 threads, ~216 KB shared memory, one CTA
 // per SM, grouped raster order for L2 reuse. A closed launch_gate makes the kernel return at once
 // (a fast path and its fallback are both enqueued; gemm.hpp).
@@ -107,6 +109,7 @@ struct params {
   const float* line_scale_b = nullptr;
   launch_gate gate;                   // the kernel returns at once when the gate is closed
   bool vector_store = false;          // D (and C) rows allow 2-element stores
+  bool wide_store = false;            // bf16 D rows allow 16-byte stores (store_quad_rows)
   gemm_output_desc out;
   // Split K (gridDim.y splits): split z covers stages [z, z + 1) * stages_per_split of the
   // reduction and writes its fp32 partial to out.d + z * split_stride; split_reduce adds them.
@@ -197,8 +200,33 @@ __device__ inline void wgmma_wait_n(int n) {
   }
 }
 
-// Writes outputs (row, col) and (row, col + 1): alpha * ((v * fcol) * frow) (+ beta * C), where
-// frow is the row's line factor or the per-tensor descale and fcol the column's line factor or 1.
+// One stage (128 bytes of K) of an operand tile of `Lines` lines by TMA. K-major: one box of
+// [Lines, 128 B]. MN-major (bf16): Lines / 64 panels, each 64 K rows of 64 lines (128 B), one
+// after the other (the layout desc_sw128_mn_lo describes, the panel stride its leading offset).
+inline constexpr int mn_panel_bytes = 64 * tile_k;
+template <bool Mn, int Lines>
+__device__ inline void tma_load_stage(std::uint8_t* dst, const CUtensorMap* map, std::uint64_t* bar, std::uint32_t k_byte0,
+                                      std::uint32_t line0) {
+  if constexpr (Mn) {
+#pragma unroll
+    for (int pn = 0; pn < Lines / 64; ++pn)
+      tma_load_2d(dst + pn * mn_panel_bytes, map, bar, static_cast<int>(2 * (line0 + 64u * pn)), static_cast<int>(k_byte0 / 2));
+  } else {
+    tma_load_2d(dst, map, bar, static_cast<int>(k_byte0), static_cast<int>(line0));
+  }
+}
+
+// alpha * ((v * fcol) * frow) (+ beta * C[ci]): every output element's value, where frow is the
+// row's line factor or the per-tensor descale and fcol the column's line factor or 1.
+__device__ inline float output_value(const gemm_output_desc& o, float v, float frow, float fcol, std::size_t ci) {
+  v = o.alpha * ((v * fcol) * frow);
+  if (o.beta != 0.0f)
+    v = v + o.beta * (o.bf16 ? bit_cast<float>(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(o.c)[ci]) << 16)
+                             : static_cast<const float*>(o.c)[ci]);
+  return v;
+}
+
+// Writes outputs (row, col) and (row, col + 1) of a fragment.
 __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint32_t col, float v0, float v1, float frow,
                                   float fcol0, float fcol1) {
   const gemm_output_desc& o = p.out;
@@ -206,15 +234,10 @@ __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint3
   const bool pair = col + 1 < p.q;
   const std::size_t di = blockIdx.y * p.split_stride + static_cast<std::size_t>(row) * o.ldd + col,
                     ci = static_cast<std::size_t>(row) * o.ldc + col;
-  v0 = o.alpha * ((v0 * fcol0) * frow);
-  v1 = o.alpha * ((v1 * fcol1) * frow);
+  v0 = output_value(o, v0, frow, fcol0, ci);
+  if (pair) v1 = output_value(o, v1, frow, fcol1, ci + 1);
   if (o.bf16) {
-    const std::uint16_t* c = static_cast<const std::uint16_t*>(o.c);
     std::uint16_t* d = static_cast<std::uint16_t*>(o.d);
-    if (o.beta != 0.0f) {
-      v0 = v0 + o.beta * bit_cast<float>(static_cast<std::uint32_t>(c[ci]) << 16);
-      if (pair) v1 = v1 + o.beta * bit_cast<float>(static_cast<std::uint32_t>(c[ci + 1]) << 16);
-    }
     if (pair && p.vector_store) {
       *reinterpret_cast<std::uint32_t*>(d + di) = bf16_output_bits(v0) | (static_cast<std::uint32_t>(bf16_output_bits(v1)) << 16);
     } else {
@@ -222,12 +245,7 @@ __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint3
       if (pair) d[di + 1] = bf16_output_bits(v1);
     }
   } else {
-    const float* c = static_cast<const float*>(o.c);
     float* d = static_cast<float*>(o.d);
-    if (o.beta != 0.0f) {
-      v0 = v0 + o.beta * c[ci];
-      if (pair) v1 = v1 + o.beta * c[ci + 1];
-    }
     if (pair && p.vector_store) {
       *reinterpret_cast<float2*>(d + di) = make_float2(v0, v1);
     } else {
@@ -236,16 +254,61 @@ __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint3
     }
   }
 }
+
+// w[k] of quad lane t becomes w[t] of quad lane k (a 4 x 4 transpose over the four lanes of a
+// quad): 2 x 2 blocks trade across lanes t ^ 2, then the elements inside each block across t ^ 1.
+__device__ inline void quad_transpose(std::uint32_t (&w)[4]) {
+  const unsigned t = threadIdx.x & 3u;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const std::uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, (t & 2u) ? w[k] : w[k + 2], 2);
+    ((t & 2u) ? w[k] : w[k + 2]) = got;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; k += 2) {
+    const std::uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, (t & 1u) ? w[k] : w[k + 1], 1);
+    ((t & 1u) ? w[k] : w[k + 1]) = got;
+  }
+}
+
+// bf16 D, four 8-column groups of rows `row` and row + 8 from a fragment (a[4 k + 0..3]: columns
+// col0 + 8 k + 2 t + {0, 1} of both rows). A quad's four lanes hold a group's 16 bytes of a row,
+// so a warp of pair stores writes 16 of every 32-byte sector (ncu: half the sectors excess);
+// after quad_transpose lane t holds group t whole, and the warp's 16-byte stores fill every
+// sector with a quarter of the instructions. The caller has every row and column inside D and
+// every lane of the warp here (the shuffles), and D's rows 16-byte aligned (wide_store).
+__device__ inline void store_quad_rows(const params& p, std::uint32_t row, std::uint32_t col0, const float* a, float frow0, float frow1,
+                                       const float (&fcol)[8]) {
+  const gemm_output_desc& o = p.out;
+  const std::uint32_t t = threadIdx.x & 3u;
+  std::uint32_t w0[4], w1[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const std::uint32_t col = col0 + 8u * k + 2u * t;
+    const std::size_t c0 = static_cast<std::size_t>(row) * o.ldc + col, c1 = c0 + 8 * o.ldc;
+    w0[k] = bf16_output_bits(output_value(o, a[4 * k + 0], frow0, fcol[2 * k], c0)) |
+            (static_cast<std::uint32_t>(bf16_output_bits(output_value(o, a[4 * k + 1], frow0, fcol[2 * k + 1], c0 + 1))) << 16);
+    w1[k] = bf16_output_bits(output_value(o, a[4 * k + 2], frow1, fcol[2 * k], c1)) |
+            (static_cast<std::uint32_t>(bf16_output_bits(output_value(o, a[4 * k + 3], frow1, fcol[2 * k + 1], c1 + 1))) << 16);
+  }
+  quad_transpose(w0);
+  quad_transpose(w1);
+  std::uint16_t* d = static_cast<std::uint16_t*>(o.d) + static_cast<std::size_t>(row) * o.ldd + col0 + 8u * t;
+  *reinterpret_cast<uint4*>(d) = make_uint4(w0[0], w0[1], w0[2], w0[3]);
+  *reinterpret_cast<uint4*>(d + 8 * o.ldd) = make_uint4(w1[0], w1[1], w1[2], w1[3]);
+}
 #endif  // MXKIT_SM90A
 
 // ---- kernel -----------------------------------------------------------------------------------
 // G: 32-blocks per promotion, the k32 wgmmas that accumulate in the tensor core before an fp32
 // add (1 keeps every block's product exact, as the reference; 4 is DeepGEMM's 128-K promotion).
-template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg>
+// MnA, MnB: that bf16 operand is MN-major (tma_load_stage).
+template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg, bool MnA = false, bool MnB = false>
 MXKIT_GLOBAL void __launch_bounds__(threads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const params p) {
 #if MXKIT_SM90A
   static_assert(G == 1 || G == blocks_per_stage, "a promotion covers one block or one stage");
+  static_assert(TA == mma_kind::bf16 || !(MnA || MnB), "only 16-bit operands can be MN-major");
   static_assert(S != scaling::block || G == 1, "block scales change every 32 K");
   constexpr bool block_scaled = S == scaling::block;
   if (p.gate.closed()) return;  // uniform: every thread reads the same flag
@@ -258,13 +321,20 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
       *reinterpret_cast<smem_layout<BM, BN>*>(smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
   const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
 
-  // Grouped raster: `group` row tiles share each column sweep, so the CTAs in flight read about
+  // Persistent: CTA x takes tiles x, x + gridDim.x, ..., so the CTAs in flight work on about one
+  // grid's worth of neighbouring tiles at a time, and the stage pipeline runs on from one tile to
+  // the next: the producer loads a tile's first stages while the consumers still store the
+  // previous tile's outputs (with one CTA per SM, a fresh CTA per tile would wait for both).
+  // Grouped raster: `group` row tiles share each column sweep, so the tiles in flight read about
   // as many A rows as B rows and both stay in L2.
   constexpr std::uint32_t group = 4096 / BM;
-  const std::uint32_t bid = blockIdx.x, per_group = group * p.tiles_q, first = bid / per_group * group;
-  const std::uint32_t rows_here = p.tiles_p - first < group ? p.tiles_p - first : group;
-  const std::uint32_t tp = first + (bid % per_group) % rows_here, tq = (bid % per_group) / rows_here;
-  const std::uint32_t p0 = tp * BM, q0 = tq * BN;
+  const std::uint32_t tiles = p.tiles_p * p.tiles_q, per_group = group * p.tiles_q;
+  std::uint32_t p0 = 0, q0 = 0;  // the current tile's first output row and column
+  auto enter_tile = [&](std::uint32_t tile) {
+    const std::uint32_t first = tile / per_group * group, rows_here = min(p.tiles_p - first, group);
+    p0 = (first + (tile % per_group) % rows_here) * BM;
+    q0 = (tile % per_group) / rows_here * BN;
+  };
   // This CTA's share of the reduction: stages [k_first, k_first + k_stages).
   const std::uint32_t all_stages = (p.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
   const std::uint32_t k_first = gridDim.y > 1 ? blockIdx.y * p.stages_per_split : 0u;
@@ -301,31 +371,35 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
       w[2] = load_scales4(p.scale_b, p.scale_ld_b, q0 + pt, p.q, kb, p.k_blocks, words);
       w[3] = b2 ? load_scales4(p.scale_b, p.scale_ld_b, q0 + 128 + pt, p.q, kb, p.k_blocks, words) : 0u;
     };
-    std::uint32_t next[4] = {};
-    if (block_scaled && k_stages > 0) fetch(0, next);
     const int c0 = column_slot(static_cast<int>(pt)), c1 = column_slot(static_cast<int>(pt) + 128);
-    for (std::uint32_t it = 0; it < k_stages; ++it) {
-      const int s = static_cast<int>(it % stages);
-      const std::uint32_t phase = (it / stages) & 1;
-      const std::uint32_t cur[4] = {next[0], next[1], next[2], next[3]};
-      if (block_scaled && it + 1 < k_stages) fetch(it + 1, next);
-      mbar_wait(&sm.empty[s], phase ^ 1);
-      if (pt == 0) {
-        mbar_arrive_expect_tx(&sm.full[s], a_stage_bytes + b_stage_bytes);
-        const int k0 = static_cast<int>((k_first + it) * tile_k);
-        tma_load_2d(sm.a[s], &map_a, &sm.full[s], k0, static_cast<int>(p0));
-        tma_load_2d(sm.b[s], &map_b, &sm.full[s], k0, static_cast<int>(q0));
-      }
-      if constexpr (block_scaled) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          sm.sa[s][j][pt] = e8m0::from_bits(static_cast<std::uint8_t>(cur[0] >> (8 * j))).to_float();
-          if (a2) sm.sa[s][j][pt + 128] = e8m0::from_bits(static_cast<std::uint8_t>(cur[1] >> (8 * j))).to_float();
-          if (b1) sm.sb[s][j][c0] = e8m0::from_bits(static_cast<std::uint8_t>(cur[2] >> (8 * j))).to_float();
-          if (b2) sm.sb[s][j][c1] = e8m0::from_bits(static_cast<std::uint8_t>(cur[3] >> (8 * j))).to_float();
+    std::uint32_t filled = 0;  // stages filled so far, over all of this CTA's tiles
+    for (std::uint32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, filled += k_stages) {
+      enter_tile(tile);
+      std::uint32_t next[4] = {};
+      if (block_scaled && k_stages > 0) fetch(0, next);
+      for (std::uint32_t it = 0; it < k_stages; ++it) {
+        const int s = static_cast<int>((filled + it) % stages);
+        const std::uint32_t phase = ((filled + it) / stages) & 1;
+        const std::uint32_t cur[4] = {next[0], next[1], next[2], next[3]};
+        if (block_scaled && it + 1 < k_stages) fetch(it + 1, next);
+        mbar_wait(&sm.empty[s], phase ^ 1);
+        if (pt == 0) {
+          mbar_arrive_expect_tx(&sm.full[s], a_stage_bytes + b_stage_bytes);
+          const std::uint32_t k0 = (k_first + it) * tile_k;
+          tma_load_stage<MnA, BM>(sm.a[s], &map_a, &sm.full[s], k0, p0);
+          tma_load_stage<MnB, BN>(sm.b[s], &map_b, &sm.full[s], k0, q0);
         }
+        if constexpr (block_scaled) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            sm.sa[s][j][pt] = e8m0::from_bits(static_cast<std::uint8_t>(cur[0] >> (8 * j))).to_float();
+            if (a2) sm.sa[s][j][pt + 128] = e8m0::from_bits(static_cast<std::uint8_t>(cur[1] >> (8 * j))).to_float();
+            if (b1) sm.sb[s][j][c0] = e8m0::from_bits(static_cast<std::uint8_t>(cur[2] >> (8 * j))).to_float();
+            if (b2) sm.sb[s][j][c1] = e8m0::from_bits(static_cast<std::uint8_t>(cur[3] >> (8 * j))).to_float();
+          }
+        }
+        mbar_arrive(&sm.full[s]);  // release: the scale stores above are visible to the waiters
       }
-      mbar_arrive(&sm.full[s]);  // release: the scale stores above are visible to the waiters
     }
   } else {
     // ---- consumers: warpgroup wg owns rows [BM/2 wg, BM/2 (wg+1)) x all BN columns ----
@@ -333,141 +407,183 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
     constexpr int mh = Cfg::mh, subs = Cfg::subs, frag = Cfg::frag, ring = Cfg::ring, lag = Cfg::lag;
     const int lane = tid % 32, warp = (tid / 32) % 4, t = lane % 4;
     const int row0 = wg * (BM / 2) + warp * 16 + lane / 4;  // this thread's first row in half 0 (others: +8, +64, +72)
-    float acc[mh][subs][frag];
+    std::uint32_t consumed = 0;  // stages consumed so far, over all of this CTA's tiles
+    for (std::uint32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, consumed += k_stages) {
+      enter_tile(tile);
+      float acc[mh][subs][frag];
 #pragma unroll
-    for (int h = 0; h < mh; ++h)
+      for (int h = 0; h < mh; ++h)
 #pragma unroll
-      for (int u = 0; u < subs; ++u)
+        for (int u = 0; u < subs; ++u)
 #pragma unroll
-        for (int i = 0; i < frag; ++i) acc[h][u][i] = 0.0f;
-    float P[ring][frag];
+          for (int i = 0; i < frag; ++i) acc[h][u][i] = 0.0f;
+      float P[ring][frag];
 
-    const std::uint32_t desc_a0 = desc_sw128_lo(smem_addr(sm.a[0]) + static_cast<std::uint32_t>(wg) * (BM / 2) * tile_k);
-    const std::uint32_t desc_b0 = desc_sw128_lo(smem_addr(sm.b[0]));
-    // Descriptor advances are in 16-byte units: stage, 64-row half, SN-row sub-tile, 32-byte K block.
-    constexpr std::uint32_t a_stage = a_stage_bytes / 16, b_stage = b_stage_bytes / 16, half_rows = 64 * tile_k / 16,
-                            sub_rows = SN * tile_k / 16, kblk = 32 / 16;
+      // A warpgroup's BM/2 = 64 rows of an MN-major A are one panel, at the same offset.
+      const std::uint32_t a_base = smem_addr(sm.a[0]) + static_cast<std::uint32_t>(wg) * (BM / 2) * tile_k, b_base = smem_addr(sm.b[0]);
+      const std::uint32_t desc_a0 = MnA ? desc_sw128_mn_lo(a_base, mn_panel_bytes) : desc_sw128_lo(a_base);
+      const std::uint32_t desc_b0 = MnB ? desc_sw128_mn_lo(b_base, mn_panel_bytes) : desc_sw128_lo(b_base);
+      // Descriptor advances are in 16-byte units: stage, 64-row half, SN-row sub-tile, 32-byte K block.
+      constexpr std::uint32_t a_stage = a_stage_bytes / 16, b_stage = b_stage_bytes / 16, half_rows = 64 * tile_k / 16,
+                              sub_rows = SN * tile_k / 16, kblk = 32 / 16;
 
-    // One stage (128 K) per iteration, as straight-line code: `steps` wgmma groups (G = 1: each
-    // block x column sub-tile x row half; G = 4: each sub-tile x half, 4 k32 MMAs per group),
-    // each issued `lag` groups before it is promoted. The ring drains at the end of each stage
-    // (no wgmma result may be live across the loop's back edge, or ptxas serializes every wgmma:
-    // warnings C7514/C7515); the other consumer warpgroup keeps the tensor cores busy meanwhile.
-    constexpr int per_blk = subs * mh;
-    constexpr int steps = G == 1 ? blocks_per_stage * per_blk : per_blk;
-    static_assert(steps > lag, "the ring is shorter than a stage");
-    // bf16: no promotion at all. Each stage is four m64n256k16 wgmmas straight into the
-    // accumulators, drained before the stage is released; the other warpgroup's wgmmas fill the
-    // tensor cores while this one waits.
-    constexpr bool direct = TA == mma_kind::bf16;
-    static_assert(!direct || (mh == 1 && BN == 256 && SN == 64 && S == scaling::tensor), "bf16 uses the 64x256 warpgroup tile");
-    for (std::uint32_t it = 0; direct && it < k_stages; ++it) {
-      const int s = static_cast<int>(it % stages);
-      mbar_wait(&sm.full[s], (it / stages) & 1);
-      const std::uint32_t da = desc_a0 + static_cast<std::uint32_t>(s) * a_stage, db = desc_b0 + static_cast<std::uint32_t>(s) * b_stage;
+      // One stage (128 K) per iteration, as straight-line code: `steps` wgmma groups (G = 1: each
+      // block x column sub-tile x row half; G = 4: each sub-tile x half, 4 k32 MMAs per group),
+      // each issued `lag` groups before it is promoted. The ring drains at the end of each stage
+      // (no wgmma result may be live across the loop's back edge, or ptxas serializes every wgmma:
+      // warnings C7514/C7515); the other consumer warpgroup keeps the tensor cores busy meanwhile.
+      constexpr int per_blk = subs * mh;
+      constexpr int steps = G == 1 ? blocks_per_stage * per_blk : per_blk;
+      static_assert(steps > lag, "the ring is shorter than a stage");
+      // bf16: no promotion at all. Each stage is four m64n256k16 wgmmas straight into the
+      // accumulators, drained before the stage is released; the other warpgroup's wgmmas fill the
+      // tensor cores while this one waits. A k16 step is 32 bytes along a K-major row or 16 rows
+      // (2048 bytes) down an MN-major panel.
+      constexpr bool direct = TA == mma_kind::bf16;
+      constexpr std::uint32_t k16_a = MnA ? 16 * tile_k / 16 : kblk, k16_b = MnB ? 16 * tile_k / 16 : kblk;
+      static_assert(!direct || (mh == 1 && BN == 256 && SN == 64 && S == scaling::tensor), "bf16 uses the 64x256 warpgroup tile");
+      for (std::uint32_t it = 0; direct && it < k_stages; ++it) {
+        const int s = static_cast<int>((consumed + it) % stages);
+        mbar_wait(&sm.full[s], ((consumed + it) / stages) & 1);
+        const std::uint32_t da = desc_a0 + static_cast<std::uint32_t>(s) * a_stage, db = desc_b0 + static_cast<std::uint32_t>(s) * b_stage;
 #pragma unroll
-      for (int u = 0; u < subs; ++u)
+        for (int u = 0; u < subs; ++u)
 #pragma unroll
-        for (int i = 0; i < frag; ++i) fence_operand(acc[0][u][i]);
-      wgmma_fence();
-#pragma unroll
-      for (int g = 0; g < blocks_per_stage; ++g)
-        wgmma_m64n256k16_bf16(acc[0], da + static_cast<std::uint32_t>(g) * kblk, db + static_cast<std::uint32_t>(g) * kblk);
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int u = 0; u < subs; ++u)
-#pragma unroll
-        for (int i = 0; i < frag; ++i) fence_operand(acc[0][u][i]);
-      mbar_arrive(&sm.empty[s]);
-    }
-    for (std::uint32_t it = 0; !direct && it < k_stages; ++it) {
-      const int s = static_cast<int>(it % stages);
-      mbar_wait(&sm.full[s], (it / stages) & 1);
-      const float* sa_s = &sm.sa[s][0][0];
-      const float* sb_s = &sm.sb[s][0][0];
-      const std::uint32_t da = desc_a0 + static_cast<std::uint32_t>(s) * a_stage, db = desc_b0 + static_cast<std::uint32_t>(s) * b_stage;
-      // Scales for promoting step n: its sub-tile's column scales are read at half 0 and kept for
-      // the other half; the row scales are this thread's two rows of half h.
-      float4 cs[SN / 16] = {};
-      auto scales_of = [&](int n) {
-        const int blk = G == 1 ? n / per_blk : 0, u = (n / mh) % subs, h = n % mh;
-        sub_scales<SN> sc;
-        if (h == 0) {
-          const float4* sb = reinterpret_cast<const float4*>(sb_s + blk * BN + u * SN);
-#pragma unroll
-          for (int j = 0; j < SN / 16; ++j) cs[j] = sb[j * 4 + t];
-        }
-#pragma unroll
-        for (int j = 0; j < SN / 16; ++j) sc.b[j] = cs[j];
-        sc.a0 = sa_s[blk * BM + row0 + h * 64];
-        sc.a1 = sa_s[blk * BM + row0 + h * 64 + 8];
-        return sc;
-      };
-      // Scales are read between a wgmma commit and the following wait (both asm statements with
-      // memory clobbers pin the loads there): read right before the wgmma.fence, the fence
-      // stalls until they land. With Cfg::prefetch they are read one promotion ahead (`next`),
-      // so their latency hides behind a whole promotion instead of stalling the first multiply.
-      sub_scales<SN> cur{}, next{};
-      if (block_scaled && Cfg::prefetch) cur = scales_of(0);
-#pragma unroll
-      for (int st = 0; st < steps; ++st) {
-        const int blk = G == 1 ? st / per_blk : 0, u = (st / mh) % subs, h = st % mh;
-        float(&Pn)[frag] = P[st % ring];
-#pragma unroll
-        for (int i = 0; i < frag; ++i) fence_operand(Pn[i]);
+          for (int i = 0; i < frag; ++i) fence_operand(acc[0][u][i]);
         wgmma_fence();
 #pragma unroll
-        for (int g = 0; g < G; ++g)
-          wgmma_step<SN, TA, TB>(Pn, da + static_cast<std::uint32_t>(h) * half_rows + static_cast<std::uint32_t>(blk + g) * kblk,
-                                db + static_cast<std::uint32_t>(u) * sub_rows + static_cast<std::uint32_t>(blk + g) * kblk,
-                                g > 0 ? 1u : 0u);
+        for (int g = 0; g < blocks_per_stage; ++g)
+          wgmma_m64n256k16_bf16<MnA, MnB>(acc[0], da + static_cast<std::uint32_t>(g) * k16_a, db + static_cast<std::uint32_t>(g) * k16_b);
         wgmma_commit();
-        if (st >= lag) {  // promote step n = st - lag while this step's wgmma runs
-          const int n = st - lag;
+        wgmma_wait<0>();
+#pragma unroll
+        for (int u = 0; u < subs; ++u)
+#pragma unroll
+          for (int i = 0; i < frag; ++i) fence_operand(acc[0][u][i]);
+        mbar_arrive(&sm.empty[s]);
+      }
+      for (std::uint32_t it = 0; !direct && it < k_stages; ++it) {
+        const int s = static_cast<int>((consumed + it) % stages);
+        mbar_wait(&sm.full[s], ((consumed + it) / stages) & 1);
+        const float* sa_s = &sm.sa[s][0][0];
+        const float* sb_s = &sm.sb[s][0][0];
+        const std::uint32_t da = desc_a0 + static_cast<std::uint32_t>(s) * a_stage, db = desc_b0 + static_cast<std::uint32_t>(s) * b_stage;
+        // Scales for promoting step n: its sub-tile's column scales are read at half 0 and kept for
+        // the other half; the row scales are this thread's two rows of half h.
+        float4 cs[SN / 16] = {};
+        auto scales_of = [&](int n) {
+          const int blk = G == 1 ? n / per_blk : 0, u = (n / mh) % subs, h = n % mh;
+          sub_scales<SN> sc;
+          if (h == 0) {
+            const float4* sb = reinterpret_cast<const float4*>(sb_s + blk * BN + u * SN);
+#pragma unroll
+            for (int j = 0; j < SN / 16; ++j) cs[j] = sb[j * 4 + t];
+          }
+#pragma unroll
+          for (int j = 0; j < SN / 16; ++j) sc.b[j] = cs[j];
+          sc.a0 = sa_s[blk * BM + row0 + h * 64];
+          sc.a1 = sa_s[blk * BM + row0 + h * 64 + 8];
+          return sc;
+        };
+        // Scales are read between a wgmma commit and the following wait (both asm statements with
+        // memory clobbers pin the loads there): read right before the wgmma.fence, the fence
+        // stalls until they land. With Cfg::prefetch they are read one promotion ahead (`next`),
+        // so their latency hides behind a whole promotion instead of stalling the first multiply.
+        sub_scales<SN> cur{}, next{};
+        if (block_scaled && Cfg::prefetch) cur = scales_of(0);
+#pragma unroll
+        for (int st = 0; st < steps; ++st) {
+          const int blk = G == 1 ? st / per_blk : 0, u = (st / mh) % subs, h = st % mh;
+          float(&Pn)[frag] = P[st % ring];
+#pragma unroll
+          for (int i = 0; i < frag; ++i) fence_operand(Pn[i]);
+          wgmma_fence();
+#pragma unroll
+          for (int g = 0; g < G; ++g)
+            wgmma_step<SN, TA, TB>(Pn, da + static_cast<std::uint32_t>(h) * half_rows + static_cast<std::uint32_t>(blk + g) * kblk,
+                                  db + static_cast<std::uint32_t>(u) * sub_rows + static_cast<std::uint32_t>(blk + g) * kblk,
+                                  g > 0 ? 1u : 0u);
+          wgmma_commit();
+          if (st >= lag) {  // promote step n = st - lag while this step's wgmma runs
+            const int n = st - lag;
+            if (block_scaled && Cfg::prefetch && n + 1 < steps) next = scales_of(n + 1);
+            if (block_scaled && !Cfg::prefetch) cur = scales_of(n);
+            wgmma_wait<lag>();
+            promote<block_scaled, SN>(P[n % ring], acc[n % mh][(n / mh) % subs], cur);
+            if (Cfg::prefetch) cur = next;
+          }
+        }
+#pragma unroll
+        for (int d = 0; d < lag; ++d) {  // drain the ring
+          const int n = steps - lag + d;
           if (block_scaled && Cfg::prefetch && n + 1 < steps) next = scales_of(n + 1);
           if (block_scaled && !Cfg::prefetch) cur = scales_of(n);
-          wgmma_wait<lag>();
+          wgmma_wait_n(lag - 1 - d);
           promote<block_scaled, SN>(P[n % ring], acc[n % mh][(n / mh) % subs], cur);
           if (Cfg::prefetch) cur = next;
         }
+        mbar_arrive(&sm.empty[s]);  // this thread is done with stage s (MMAs complete, scales read)
       }
+      // ---- epilogue: fragment (rows +0/+8 of each half, column 8i + 2t + {0,1}) of each sub-tile ----
+      // Line factors of rows and columns past the edge are never used (store_pair skips them).
+      // bf16 D with 16-byte aligned rows: 32 columns (four groups) at a time through
+      // store_quad_rows where the warp's 16 rows and the 32 columns are all inside D
+      // (warp-uniform, as its shuffles need). Everything else keeps the pair loop as it was:
+      // fp32 D (wgrad, split-K partials) ran 15-45 % slower in the layer when its pairs went
+      // through the grouped loop too. Not under block scaling, whose scale registers leave no
+      // room for the transpose (ptxas spilled 372 bytes).
+      auto line_factor = [](const float* f, std::uint32_t i, std::uint32_t n) { return i < n ? f[i] : 1.0f; };
+      const float post_scale = p.tensor_scale_a ? (1.0f / *p.tensor_scale_a) * (1.0f / *p.tensor_scale_b) : p.post_scale;
 #pragma unroll
-      for (int d = 0; d < lag; ++d) {  // drain the ring
-        const int n = steps - lag + d;
-        if (block_scaled && Cfg::prefetch && n + 1 < steps) next = scales_of(n + 1);
-        if (block_scaled && !Cfg::prefetch) cur = scales_of(n);
-        wgmma_wait_n(lag - 1 - d);
-        promote<block_scaled, SN>(P[n % ring], acc[n % mh][(n / mh) % subs], cur);
-        if (Cfg::prefetch) cur = next;
-      }
-      mbar_arrive(&sm.empty[s]);  // this thread is done with stage s (MMAs complete, scales read)
-    }
-    // ---- epilogue: fragment (rows +0/+8 of each half, column 8i + 2t + {0,1}) of each sub-tile ----
-    // Line factors of rows and columns past the edge are never used (store_pair skips them).
-    auto line_factor = [](const float* f, std::uint32_t i, std::uint32_t n) { return i < n ? f[i] : 1.0f; };
-    const float post_scale = p.tensor_scale_a ? (1.0f / *p.tensor_scale_a) * (1.0f / *p.tensor_scale_b) : p.post_scale;
-#pragma unroll
-    for (int h = 0; h < mh; ++h) {
-      const std::uint32_t row = p0 + static_cast<std::uint32_t>(row0 + h * 64);
-      float fr0 = post_scale, fr1 = post_scale;
-      if constexpr (S == scaling::line) {
-        fr0 = line_factor(p.line_scale_a, row, p.p);
-        fr1 = line_factor(p.line_scale_a, row + 8, p.p);
-      }
-#pragma unroll
-      for (int u = 0; u < subs; ++u)
-#pragma unroll
-        for (int i = 0; i < SN / 8; ++i) {
-          const std::uint32_t col = q0 + static_cast<std::uint32_t>(u * SN + i * 8 + 2 * t);
-          float fc0 = 1.0f, fc1 = 1.0f;
-          if constexpr (S == scaling::line) {
-            fc0 = line_factor(p.line_scale_b, col, p.q);
-            fc1 = line_factor(p.line_scale_b, col + 1, p.q);
-          }
-          store_pair(p, row, col, acc[h][u][i * 4 + 0], acc[h][u][i * 4 + 1], fr0, fc0, fc1);
-          store_pair(p, row + 8, col, acc[h][u][i * 4 + 2], acc[h][u][i * 4 + 3], fr1, fc0, fc1);
+      for (int h = 0; h < mh; ++h) {
+        const std::uint32_t row = p0 + static_cast<std::uint32_t>(row0 + h * 64);
+        float fr0 = post_scale, fr1 = post_scale;
+        if constexpr (S == scaling::line) {
+          fr0 = line_factor(p.line_scale_a, row, p.p);
+          fr1 = line_factor(p.line_scale_a, row + 8, p.p);
         }
+        if (S != scaling::block && p.wide_store) {
+          const bool warp_rows_in = p0 + static_cast<std::uint32_t>(wg * (BM / 2) + h * 64 + warp * 16 + 16) <= p.p;
+#pragma unroll
+          for (int u = 0; u < subs; ++u)
+#pragma unroll
+            for (int i0 = 0; i0 < SN / 8; i0 += 4) {
+              const std::uint32_t col0 = q0 + static_cast<std::uint32_t>(u * SN + i0 * 8);
+              float fc[8];
+#pragma unroll
+              for (int k = 0; k < 8; ++k) fc[k] = 1.0f;
+              if constexpr (S == scaling::line) {
+#pragma unroll
+                for (int k = 0; k < 8; ++k) fc[k] = line_factor(p.line_scale_b, col0 + static_cast<std::uint32_t>(k / 2 * 8 + 2 * t + k % 2), p.q);
+              }
+              if (warp_rows_in && col0 + 32 <= p.q) {
+                store_quad_rows(p, row, col0, &acc[h][u][i0 * 4], fr0, fr1, fc);
+                continue;
+              }
+#pragma unroll
+              for (int k = 0; k < 4; ++k) {
+                const int i = i0 + k;
+                const std::uint32_t col = col0 + static_cast<std::uint32_t>(k * 8 + 2 * t);
+                store_pair(p, row, col, acc[h][u][i * 4 + 0], acc[h][u][i * 4 + 1], fr0, fc[2 * k], fc[2 * k + 1]);
+                store_pair(p, row + 8, col, acc[h][u][i * 4 + 2], acc[h][u][i * 4 + 3], fr1, fc[2 * k], fc[2 * k + 1]);
+              }
+            }
+          continue;
+        }
+#pragma unroll
+        for (int u = 0; u < subs; ++u)
+#pragma unroll
+          for (int i = 0; i < SN / 8; ++i) {
+            const std::uint32_t col = q0 + static_cast<std::uint32_t>(u * SN + i * 8 + 2 * t);
+            float fc0 = 1.0f, fc1 = 1.0f;
+            if constexpr (S == scaling::line) {
+              fc0 = line_factor(p.line_scale_b, col, p.q);
+              fc1 = line_factor(p.line_scale_b, col + 1, p.q);
+            }
+            store_pair(p, row, col, acc[h][u][i * 4 + 0], acc[h][u][i * 4 + 1], fr0, fc0, fc1);
+            store_pair(p, row + 8, col, acc[h][u][i * 4 + 2], acc[h][u][i * 4 + 3], fr1, fc0, fc1);
+          }
+      }
     }
   }
 #else
@@ -555,6 +671,7 @@ struct mma_operand {
 inline bool supports(const gemm_operand& a, const gemm_operand& b) noexcept {
   auto ok = [](const gemm_operand& o) {
     if (o.kind == operand_kind::mx && o.type == mx_type::mxint8) return false;
+    if (o.mn_major && o.kind != operand_kind::bf16) return false;
     const bool expanded = o.kind == operand_kind::mx && o.type != mx_type::mxfp8_e4m3 && o.type != mx_type::mxfp8_e5m2;
     if (!expanded && (reinterpret_cast<std::uintptr_t>(o.data) % 16 != 0 || o.line_bytes % 16 != 0)) return false;
     return o.lines < (std::size_t{1} << 31) && o.length < (std::size_t{1} << 31);
@@ -567,10 +684,18 @@ inline bool supports(const gemm_operand& a, const gemm_operand& b) noexcept {
 using config_mx = config<128, 256, 64, 2, false>;
 using config_fp8 = config<128, 256, 64, 2, false>;
 
-template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg>
+// The tensor map of one side: K-major [lines, K bytes] in boxes of [box_lines, 128 B], or
+// MN-major (bf16) [K rows, 2 lines bytes] in boxes of [64 rows, 128 B] (tma_load_stage's panels).
+template <bool Mn>
+CUtensorMap operand_map(const gemm_operand& o, const mma_operand& f, std::size_t k_bytes, std::uint32_t box_lines) {
+  if constexpr (Mn) return make_tensor_map(f.data, o.length, 2 * o.lines, f.line_bytes, 64);
+  else return make_tensor_map(f.data, o.lines, k_bytes, f.line_bytes, box_lines);
+}
+
+template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg, bool MnA = false, bool MnB = false>
 void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb, params prm,
                   stream_t stream) {
-  auto kernel = gemm_kernel<TA, TB, S, G, Cfg>;
+  auto kernel = gemm_kernel<TA, TB, S, G, Cfg, MnA, MnB>;
   constexpr std::size_t smem = smem_bytes<Cfg::bm, Cfg::bn>;
   static const bool configured = [&] {
     MXKIT_GPU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -580,12 +705,11 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   prm.tiles_p = static_cast<std::uint32_t>((a.lines + Cfg::bm - 1) / Cfg::bm);
   prm.tiles_q = static_cast<std::uint32_t>((b.lines + Cfg::bn - 1) / Cfg::bn);
   const std::size_t k_bytes = a.length * (TA == mma_kind::bf16 ? 2 : 1);
-  const CUtensorMap ma = make_tensor_map(fa.data, a.lines, k_bytes, fa.line_bytes, Cfg::bm);
-  const CUtensorMap mb = make_tensor_map(fb.data, b.lines, k_bytes, fb.line_bytes, Cfg::bn);
+  const CUtensorMap ma = operand_map<MnA>(a, fa, k_bytes, Cfg::bm), mb = operand_map<MnB>(b, fb, k_bytes, Cfg::bn);
   const std::uint32_t tiles = prm.tiles_p * prm.tiles_q, k_stages = (prm.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
   const std::uint32_t sms = multiprocessors(), splits = choose_k_splits(tiles, k_stages, sms);
-  if (splits == 1) {
-    kernel<<<tiles, threads, smem, stream>>>(ma, mb, prm);
+  if (splits == 1) {  // persistent: one CTA per SM at most, each taking every sms-th tile
+    kernel<<<std::min(tiles, sms), threads, smem, stream>>>(ma, mb, prm);
     MXKIT_GPU_CHECK_LAUNCH();
     return;
   }
@@ -596,6 +720,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   float* partials = static_cast<float*>(allocate_async(used * prm.split_stride * sizeof(float), stream));
   prm.out = {partials, nullptr, prm.q, prm.q, false, out.alpha, 0.0f};
   prm.vector_store = prm.q % 2 == 0;
+  prm.wide_store = false;
   kernel<<<dim3(tiles, used), threads, smem, stream>>>(ma, mb, prm);
   MXKIT_GPU_CHECK_LAUNCH();
   const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((prm.split_stride + 255) / 256, 4u * sms));
@@ -645,9 +770,17 @@ inline void launch(const gemm_operand& a, const gemm_operand& b, const mma_opera
   const std::size_t elem = out.bf16 ? 2 : 4;
   prm.vector_store = out.ldd % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.d) % (2 * elem) == 0 &&
                      (out.beta == 0.0f || (out.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.c) % (2 * elem) == 0));
+  prm.wide_store = out.bf16 && out.ldd % 8 == 0 && reinterpret_cast<std::uintptr_t>(out.d) % 16 == 0;
   if (bf16) {
     mxkit::detail::require(fb.kind == mma_kind::bf16, "gemm (sm90): bf16 pairs only with bf16");
-    launch_typed<mma_kind::bf16, mma_kind::bf16, scaling::tensor, blocks_per_stage, config_fp8>(a, b, fa, fb, prm, stream);
+    constexpr mma_kind B16 = mma_kind::bf16;
+    constexpr int G = blocks_per_stage;
+    switch (static_cast<int>(a.mn_major) * 2 + static_cast<int>(b.mn_major)) {
+      case 0: launch_typed<B16, B16, scaling::tensor, G, config_fp8, false, false>(a, b, fa, fb, prm, stream); break;
+      case 1: launch_typed<B16, B16, scaling::tensor, G, config_fp8, false, true>(a, b, fa, fb, prm, stream); break;
+      case 2: launch_typed<B16, B16, scaling::tensor, G, config_fp8, true, false>(a, b, fa, fb, prm, stream); break;
+      default: launch_typed<B16, B16, scaling::tensor, G, config_fp8, true, true>(a, b, fa, fb, prm, stream); break;
+    }
   } else if (!mx) {
     launch_kinds<scaling::tensor, blocks_per_stage, config_fp8>(a, b, fa, fb, prm, stream);
   } else if (fa.line_scale && fb.line_scale) {

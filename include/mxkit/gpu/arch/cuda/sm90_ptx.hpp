@@ -188,10 +188,13 @@ __device__ inline void wgmma_step(float (&d)[N / 2], std::uint32_t desc_a_lo, st
 #undef MXKIT_WGMMA_M64N64
 #undef MXKIT_WGMMA_M64N32
 
-// D[64x256] += A[64x16] . B[256x16]^T, bf16, both K-major: a consumer warpgroup's whole tile in
-// one instruction, accumulating in the tensor core (bf16 products are exact in fp32 and the
+// D[64x256] += A[64x16] . B[256x16]^T, bf16: a consumer warpgroup's whole tile in one
+// instruction, accumulating in the tensor core (bf16 products are exact in fp32 and the
 // accumulation keeps fp32 precision, unlike FP8's). d[u] is the m64n64 fragment of columns
 // 64u..64u+63, in the same register order (8-column groups) as four m64n64 instructions.
+// MnA / MnB: that operand's tile is MN-major (desc_sw128_mn_lo; wgmma's imm-trans 1), else
+// K-major (desc_sw128_lo).
+template <bool MnA, bool MnB>
 __device__ inline void wgmma_m64n256k16_bf16(float (&d)[4][32], std::uint32_t desc_a_lo, std::uint32_t desc_b_lo) {
   asm volatile(
       "{\n"
@@ -208,7 +211,7 @@ __device__ inline void wgmma_m64n256k16_bf16(float (&d)[4][32], std::uint32_t de
       "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, "
       "%101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, "
       "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127 "
-      "}, da, db, p, 1, 1, 0, 0;\n"
+      "}, da, db, p, 1, 1, %132, %133;\n"
       "}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[0][4]), "+f"(d[0][5]), "+f"(d[0][6]),
         "+f"(d[0][7]), "+f"(d[0][8]), "+f"(d[0][9]), "+f"(d[0][10]), "+f"(d[0][11]), "+f"(d[0][12]), "+f"(d[0][13]),
@@ -230,7 +233,7 @@ __device__ inline void wgmma_m64n256k16_bf16(float (&d)[4][32], std::uint32_t de
         "+f"(d[3][16]), "+f"(d[3][17]), "+f"(d[3][18]), "+f"(d[3][19]), "+f"(d[3][20]), "+f"(d[3][21]),
         "+f"(d[3][22]), "+f"(d[3][23]), "+f"(d[3][24]), "+f"(d[3][25]), "+f"(d[3][26]), "+f"(d[3][27]),
         "+f"(d[3][28]), "+f"(d[3][29]), "+f"(d[3][30]), "+f"(d[3][31])
-      : "r"(desc_a_lo), "r"(desc_b_lo), "r"(desc_sw128_hi), "r"(1u));
+      : "r"(desc_a_lo), "r"(desc_b_lo), "r"(desc_sw128_hi), "r"(1u), "n"(MnA ? 1 : 0), "n"(MnB ? 1 : 0));
 }
 
 // D[64 x 128] (+)= A[64 x 16] . B[128 x 16]^T, bf16, both K-major in shared memory (descriptor low
