@@ -18,9 +18,10 @@
 // tensor-core paths (2^-7 per-tensor: 128-long tensor-core sums), + 2^-7 for the bf16 output
 // (one ulp). The worst |d - ref| / S is printed (the GPU tests measured ~4e-4 on MX data).
 //
-//   bench_gemm [--record | --results FILE] [--repeats N] [--quick] [--format F] [--no-check] [--no-peers]
-// --quick: the 8192^3 fprop only (the issue's target shape); --format mxfp4|mxfp8|hybrid|fp8:
-// that format only; --no-check / --no-peers: skip validation / the cuBLAS peers (profiling runs).
+//   bench_gemm [--record | --results FILE] [--repeats N] [--quick] [--format F] [--model M] [--no-check] [--no-peers]
+// --quick: the 8192^3 fprop only (the issue's target shape); --format mxfp4|mxfp8|hybrid|fp8|bf16:
+// that format only; --model 8B|70B|76M: that model's layers only; --no-check / --no-peers: skip
+// validation / the cuBLAS peers (profiling runs).
 // Not a test: nothing here asserts a speed. On HIP builds this file is device-compiled only and
 // main() says so.
 #include <algorithm>
@@ -97,6 +98,10 @@ const layer layers[] = {
     {"8B qkv", 8192, 6144, 4096},    {"8B o", 8192, 4096, 4096},     {"8B gate_up", 8192, 28672, 4096},
     {"8B down", 8192, 4096, 14336},  {"70B qkv", 8192, 10240, 8192}, {"70B o", 8192, 8192, 8192},
     {"70B gate_up", 8192, 57344, 8192}, {"70B down", 8192, 8192, 28672},
+    // The 76 M training model of bench_train (d768, 4 KV heads of 64, SwiGLU 2048), B16 x T1024:
+    // K or N of 768 gives short reductions and few tiles, where per-tile costs show.
+    {"76M qkv", 16384, 1280, 768},      {"76M o", 16384, 768, 768},     {"76M gate_up", 16384, 4096, 768},
+    {"76M down", 16384, 768, 2048},
 };
 
 // The stored copies each product takes (gemm/product.hpp): {axis, logical rows, logical cols}.
@@ -377,7 +382,7 @@ int main(int argc, char** argv) {
   return 0;
 #else
   bool quick = false, check = true, with_peers = true;
-  std::string only;
+  std::string only, model;
   std::vector<char*> args{argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -385,6 +390,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-check") check = false;
     else if (a == "--no-peers") with_peers = false;
     else if (a == "--format" && i + 1 < argc) only = argv[++i];
+    else if (a == "--model" && i + 1 < argc) model = std::string(argv[++i]) + " ";
     else args.push_back(argv[i]);
   }
   const mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(args.size()), args.data());
@@ -415,6 +421,7 @@ int main(int argc, char** argv) {
               "cuBLASLt", "bf16", "mxfp4-4b", "mxfp8-fp8");
   for (const layer& l : layers) {
     if (quick && std::string(l.name) != "70B o") continue;
+    if (!model.empty() && std::string(l.name).rfind(model, 0) != 0) continue;
     for (const gemm_product prod : products) {
       if (quick && prod != gemm_product::fprop) continue;
       const product_shapes sh = shapes_of(prod, l);
