@@ -109,7 +109,6 @@ struct params {
   const float* line_scale_b = nullptr;
   launch_gate gate;                   // the kernel returns at once when the gate is closed
   bool vector_store = false;          // D (and C) rows allow 2-element stores
-  bool wide_store = false;            // bf16 D rows allow 16-byte stores (store_quad_rows)
   gemm_output_desc out;
   // Split K (gridDim.y splits): split z covers stages [z, z + 1) * stages_per_split of the
   // reduction and writes its fp32 partial to out.d + z * split_stride; split_reduce adds them.
@@ -276,7 +275,7 @@ __device__ inline void quad_transpose(std::uint32_t (&w)[4]) {
 // so a warp of pair stores writes 16 of every 32-byte sector (ncu: half the sectors excess);
 // after quad_transpose lane t holds group t whole, and the warp's 16-byte stores fill every
 // sector with a quarter of the instructions. The caller has every row and column inside D and
-// every lane of the warp here (the shuffles), and D's rows 16-byte aligned (wide_store).
+// every lane of the warp here (the shuffles), and D's rows 16-byte aligned (wide_output).
 __device__ inline void store_quad_rows(const params& p, std::uint32_t row, std::uint32_t col0, const float* a, float frow0, float frow1,
                                        const float (&fcol)[8]) {
   const gemm_output_desc& o = p.out;
@@ -302,12 +301,14 @@ __device__ inline void store_quad_rows(const params& p, std::uint32_t row, std::
 // ---- kernel -----------------------------------------------------------------------------------
 // G: 32-blocks per promotion, the k32 wgmmas that accumulate in the tensor core before an fp32
 // add (1 keeps every block's product exact, as the reference; 4 is DeepGEMM's 128-K promotion).
-// MnA, MnB: that bf16 operand is MN-major (tma_load_stage).
-template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg, bool MnA = false, bool MnB = false>
+// MnA, MnB: that bf16 operand is MN-major (tma_load_stage). WideD: bf16 D with 16-byte aligned
+// rows, written through store_quad_rows (wide_output).
+template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg, bool MnA = false, bool MnB = false, bool WideD = false>
 MXKIT_GLOBAL void __launch_bounds__(threads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const params p) {
 #if MXKIT_SM90A
   static_assert(G == 1 || G == blocks_per_stage, "a promotion covers one block or one stage");
+  static_assert(!(WideD && S == scaling::block), "block scaling keeps the pair stores");
   static_assert(TA == mma_kind::bf16 || !(MnA || MnB), "only 16-bit operands can be MN-major");
   static_assert(S != scaling::block || G == 1, "block scales change every 32 K");
   constexpr bool block_scaled = S == scaling::block;
@@ -526,12 +527,9 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
       }
       // ---- epilogue: fragment (rows +0/+8 of each half, column 8i + 2t + {0,1}) of each sub-tile ----
       // Line factors of rows and columns past the edge are never used (store_pair skips them).
-      // bf16 D with 16-byte aligned rows: 32 columns (four groups) at a time through
-      // store_quad_rows where the warp's 16 rows and the 32 columns are all inside D
-      // (warp-uniform, as its shuffles need). Everything else keeps the pair loop as it was:
-      // fp32 D (wgrad, split-K partials) ran 15-45 % slower in the layer when its pairs went
-      // through the grouped loop too. Not under block scaling, whose scale registers leave no
-      // room for the transpose (ptxas spilled 372 bytes).
+      // WideD: 32 columns (four groups) at a time through store_quad_rows where the warp's 16
+      // rows and the 32 columns are all inside D (warp-uniform, as its shuffles need), pairs at
+      // the edges; otherwise the pair loop.
       auto line_factor = [](const float* f, std::uint32_t i, std::uint32_t n) { return i < n ? f[i] : 1.0f; };
       const float post_scale = p.tensor_scale_a ? (1.0f / *p.tensor_scale_a) * (1.0f / *p.tensor_scale_b) : p.post_scale;
 #pragma unroll
@@ -542,7 +540,7 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
           fr0 = line_factor(p.line_scale_a, row, p.p);
           fr1 = line_factor(p.line_scale_a, row + 8, p.p);
         }
-        if (S != scaling::block && p.wide_store) {
+        if constexpr (WideD) {
           const bool warp_rows_in = p0 + static_cast<std::uint32_t>(wg * (BM / 2) + h * 64 + warp * 16 + 16) <= p.p;
 #pragma unroll
           for (int u = 0; u < subs; ++u)
@@ -568,21 +566,21 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
                 store_pair(p, row + 8, col, acc[h][u][i * 4 + 2], acc[h][u][i * 4 + 3], fr1, fc[2 * k], fc[2 * k + 1]);
               }
             }
-          continue;
-        }
+        } else {
 #pragma unroll
-        for (int u = 0; u < subs; ++u)
+          for (int u = 0; u < subs; ++u)
 #pragma unroll
-          for (int i = 0; i < SN / 8; ++i) {
-            const std::uint32_t col = q0 + static_cast<std::uint32_t>(u * SN + i * 8 + 2 * t);
-            float fc0 = 1.0f, fc1 = 1.0f;
-            if constexpr (S == scaling::line) {
-              fc0 = line_factor(p.line_scale_b, col, p.q);
-              fc1 = line_factor(p.line_scale_b, col + 1, p.q);
+            for (int i = 0; i < SN / 8; ++i) {
+              const std::uint32_t col = q0 + static_cast<std::uint32_t>(u * SN + i * 8 + 2 * t);
+              float fc0 = 1.0f, fc1 = 1.0f;
+              if constexpr (S == scaling::line) {
+                fc0 = line_factor(p.line_scale_b, col, p.q);
+                fc1 = line_factor(p.line_scale_b, col + 1, p.q);
+              }
+              store_pair(p, row, col, acc[h][u][i * 4 + 0], acc[h][u][i * 4 + 1], fr0, fc0, fc1);
+              store_pair(p, row + 8, col, acc[h][u][i * 4 + 2], acc[h][u][i * 4 + 3], fr1, fc0, fc1);
             }
-            store_pair(p, row, col, acc[h][u][i * 4 + 0], acc[h][u][i * 4 + 1], fr0, fc0, fc1);
-            store_pair(p, row + 8, col, acc[h][u][i * 4 + 2], acc[h][u][i * 4 + 3], fr1, fc0, fc1);
-          }
+        }
       }
     }
   }
@@ -692,13 +690,24 @@ CUtensorMap operand_map(const gemm_operand& o, const mma_operand& f, std::size_t
   else return make_tensor_map(f.data, o.lines, k_bytes, f.line_bytes, box_lines);
 }
 
+// Does D take the 16-byte epilogue (store_quad_rows)? bf16 rows 16-byte aligned.
+inline bool wide_output(const gemm_output_desc& o) noexcept {
+  return o.bf16 && o.ldd % 8 == 0 && reinterpret_cast<std::uintptr_t>(o.d) % 16 == 0;
+}
+
 template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg, bool MnA = false, bool MnB = false>
 void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb, params prm,
                   stream_t stream) {
-  auto kernel = gemm_kernel<TA, TB, S, G, Cfg, MnA, MnB>;
+  // The 16-byte epilogue is a kernel of its own: compiled into every kernel, it made those with
+  // fp32 D (wgrad, split-K partials) 8-60 % slower on the H200 though they never took it
+  // (bench/NOTES_training.md). Block scaling never takes it (ptxas spilled 372 bytes).
+  constexpr bool can_widen = S != scaling::block;
+  auto kernel = gemm_kernel<TA, TB, S, G, Cfg, MnA, MnB, false>;
+  auto wide_kernel = gemm_kernel<TA, TB, S, G, Cfg, MnA, MnB, can_widen>;
   constexpr std::size_t smem = smem_bytes<Cfg::bm, Cfg::bn>;
   static const bool configured = [&] {
     MXKIT_GPU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    MXKIT_GPU_CHECK(cudaFuncSetAttribute(wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)configured;
@@ -709,7 +718,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   const std::uint32_t tiles = prm.tiles_p * prm.tiles_q, k_stages = (prm.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
   const std::uint32_t sms = multiprocessors(), splits = choose_k_splits(tiles, k_stages, sms);
   if (splits == 1) {  // persistent: one CTA per SM at most, each taking every sms-th tile
-    kernel<<<std::min(tiles, sms), threads, smem, stream>>>(ma, mb, prm);
+    (can_widen && wide_output(prm.out) ? wide_kernel : kernel)<<<std::min(tiles, sms), threads, smem, stream>>>(ma, mb, prm);
     MXKIT_GPU_CHECK_LAUNCH();
     return;
   }
@@ -720,7 +729,6 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   float* partials = static_cast<float*>(allocate_async(used * prm.split_stride * sizeof(float), stream));
   prm.out = {partials, nullptr, prm.q, prm.q, false, out.alpha, 0.0f};
   prm.vector_store = prm.q % 2 == 0;
-  prm.wide_store = false;
   kernel<<<dim3(tiles, used), threads, smem, stream>>>(ma, mb, prm);
   MXKIT_GPU_CHECK_LAUNCH();
   const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((prm.split_stride + 255) / 256, 4u * sms));
@@ -770,7 +778,6 @@ inline void launch(const gemm_operand& a, const gemm_operand& b, const mma_opera
   const std::size_t elem = out.bf16 ? 2 : 4;
   prm.vector_store = out.ldd % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.d) % (2 * elem) == 0 &&
                      (out.beta == 0.0f || (out.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.c) % (2 * elem) == 0));
-  prm.wide_store = out.bf16 && out.ldd % 8 == 0 && reinterpret_cast<std::uintptr_t>(out.d) % 16 == 0;
   if (bf16) {
     mxkit::detail::require(fb.kind == mma_kind::bf16, "gemm (sm90): bf16 pairs only with bf16");
     constexpr mma_kind B16 = mma_kind::bf16;
