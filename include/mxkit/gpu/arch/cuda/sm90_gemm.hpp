@@ -215,17 +215,18 @@ __device__ inline void tma_load_stage(std::uint8_t* dst, const CUtensorMap* map,
   }
 }
 
-// alpha * ((v * fcol) * frow) (+ beta * C[ci]): every output element's value, where frow is the
-// row's line factor or the per-tensor descale and fcol the column's line factor or 1.
-__device__ inline float output_value(const gemm_output_desc& o, float v, float frow, float fcol, std::size_t ci) {
-  v = o.alpha * ((v * fcol) * frow);
-  if (o.beta != 0.0f)
-    v = v + o.beta * (o.bf16 ? bit_cast<float>(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(o.c)[ci]) << 16)
-                             : static_cast<const float*>(o.c)[ci]);
-  return v;
+// An output element's value is alpha * ((v * fcol) * frow) (+ beta * C), where frow is the row's
+// line factor or the per-tensor descale and fcol the column's line factor or 1: scaled_output,
+// then plus_c where beta != 0.
+__device__ inline float scaled_output(const gemm_output_desc& o, float v, float frow, float fcol) { return o.alpha * ((v * fcol) * frow); }
+__device__ inline float plus_c(const gemm_output_desc& o, float v, std::size_t ci) {
+  const float c = o.bf16 ? bit_cast<float>(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(o.c)[ci]) << 16)
+                         : static_cast<const float*>(o.c)[ci];
+  return v + o.beta * c;
 }
 
-// Writes outputs (row, col) and (row, col + 1) of a fragment.
+// Writes outputs (row, col) and (row, col + 1) of a fragment. Both values are formed before
+// any test of `pair` (a branch between them left fp32 D about 10 % slower: NOTES_training.md).
 __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint32_t col, float v0, float v1, float frow,
                                   float fcol0, float fcol1) {
   const gemm_output_desc& o = p.out;
@@ -233,8 +234,12 @@ __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint3
   const bool pair = col + 1 < p.q;
   const std::size_t di = blockIdx.y * p.split_stride + static_cast<std::size_t>(row) * o.ldd + col,
                     ci = static_cast<std::size_t>(row) * o.ldc + col;
-  v0 = output_value(o, v0, frow, fcol0, ci);
-  if (pair) v1 = output_value(o, v1, frow, fcol1, ci + 1);
+  v0 = scaled_output(o, v0, frow, fcol0);
+  v1 = scaled_output(o, v1, frow, fcol1);
+  if (o.beta != 0.0f) {
+    v0 = plus_c(o, v0, ci);
+    if (pair) v1 = plus_c(o, v1, ci + 1);
+  }
   if (o.bf16) {
     std::uint16_t* d = static_cast<std::uint16_t*>(o.d);
     if (pair && p.vector_store) {
@@ -285,10 +290,16 @@ __device__ inline void store_quad_rows(const params& p, std::uint32_t row, std::
   for (int k = 0; k < 4; ++k) {
     const std::uint32_t col = col0 + 8u * k + 2u * t;
     const std::size_t c0 = static_cast<std::size_t>(row) * o.ldc + col, c1 = c0 + 8 * o.ldc;
-    w0[k] = bf16_output_bits(output_value(o, a[4 * k + 0], frow0, fcol[2 * k], c0)) |
-            (static_cast<std::uint32_t>(bf16_output_bits(output_value(o, a[4 * k + 1], frow0, fcol[2 * k + 1], c0 + 1))) << 16);
-    w1[k] = bf16_output_bits(output_value(o, a[4 * k + 2], frow1, fcol[2 * k], c1)) |
-            (static_cast<std::uint32_t>(bf16_output_bits(output_value(o, a[4 * k + 3], frow1, fcol[2 * k + 1], c1 + 1))) << 16);
+    float v[4] = {scaled_output(o, a[4 * k + 0], frow0, fcol[2 * k]), scaled_output(o, a[4 * k + 1], frow0, fcol[2 * k + 1]),
+                  scaled_output(o, a[4 * k + 2], frow1, fcol[2 * k]), scaled_output(o, a[4 * k + 3], frow1, fcol[2 * k + 1])};
+    if (o.beta != 0.0f) {
+      v[0] = plus_c(o, v[0], c0);
+      v[1] = plus_c(o, v[1], c0 + 1);
+      v[2] = plus_c(o, v[2], c1);
+      v[3] = plus_c(o, v[3], c1 + 1);
+    }
+    w0[k] = bf16_output_bits(v[0]) | (static_cast<std::uint32_t>(bf16_output_bits(v[1])) << 16);
+    w1[k] = bf16_output_bits(v[2]) | (static_cast<std::uint32_t>(bf16_output_bits(v[3])) << 16);
   }
   quad_transpose(w0);
   quad_transpose(w1);
