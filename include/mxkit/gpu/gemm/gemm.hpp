@@ -5,7 +5,8 @@
 // Operands: two MX copies (any element pair), two per-tensor FP8 matrices, or two bf16
 // matrices, all stored with the reduction axis contiguous (gemm/gemm.hpp says why and which
 // copy each training product takes); bf16 ones may also be stored transposed (MN-major,
-// operand.hpp: major_order), which wgrad uses to read dY and X as the forward wrote them. Host-side checks are the reference's (same messages).
+// operand.hpp: major_order), which wgrad uses to read dY and X as the forward wrote them.
+// Host-side checks are the reference's (same messages).
 //
 //   gpu::gemm(a_view, b_view, d_view, {alpha, beta}, stream)            // any TN product
 //   gpu::fprop(x_rowwise, w_rowwise, y, ...), dgrad(...), wgrad(...)    // the named products
