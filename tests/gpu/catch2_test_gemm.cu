@@ -87,6 +87,25 @@ std::vector<double> as_double(const std::vector<bfloat16>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) d[i] = v[i].to_float();
   return d;
 }
+// A random [rows, cols] matrix (gemm_test::random_matrix) rounded to bf16; bf16 values as floats;
+// a [rows, cols] matrix stored transposed ([cols, rows]).
+std::vector<bfloat16> random_bf16(std::size_t rows, std::size_t cols, std::uint64_t seed) {
+  const std::vector<float> x = gemm_test::random_matrix(rows, cols, seed, 3);
+  std::vector<bfloat16> h(x.size());
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = bfloat16::from_float(x[i]);
+  return h;
+}
+std::vector<float> as_float(const std::vector<bfloat16>& v) {
+  std::vector<float> f(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) f[i] = v[i].to_float();
+  return f;
+}
+std::vector<bfloat16> transposed(const std::vector<bfloat16>& v, std::size_t rows, std::size_t cols) {
+  std::vector<bfloat16> t(v.size());
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) t[j * rows + i] = v[i * cols + j];
+  return t;
+}
 
 // S[i,j] = sum_k |a_k b_k| with the scales applied: the reference on sign-stripped copies.
 std::uint8_t abs_code(mx_type t, std::uint8_t c) {
@@ -330,19 +349,13 @@ TEST_CASE("gpu gemm: per-tensor FP8 and bf16 operands", "[gpu][gemm]") {
       }
   // bf16 x bf16 on every path this device offers.
   const std::size_t p = 97, q = 131, k = 200;
-  const std::vector<float> xa = gemm_test::random_matrix(p, k, seed + 5, 3), xb = gemm_test::random_matrix(q, k, seed + 6, 3);
-  std::vector<bfloat16> ha(p * k), hb(q * k);
-  for (std::size_t i = 0; i < ha.size(); ++i) ha[i] = bfloat16::from_float(xa[i]);
-  for (std::size_t i = 0; i < hb.size(); ++i) hb[i] = bfloat16::from_float(xb[i]);
+  const std::vector<bfloat16> ha = random_bf16(p, k, seed + 5), hb = random_bf16(q, k, seed + 6);
   g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)};
   MXKIT_GPU_CHECK(g::device_synchronize());
   std::vector<float> want(p * q);
   ref::gemm(matrix_view<const bfloat16>{ha.data(), p, k}, matrix_view<const bfloat16>{hb.data(), q, k},
                  matrix_view<float>{want.data(), p, q});
-  std::vector<float> fa(ha.size()), fb(hb.size());
-  for (std::size_t i = 0; i < fa.size(); ++i) fa[i] = ha[i].to_float();
-  for (std::size_t i = 0; i < fb.size(); ++i) fb[i] = hb[i].to_float();
-  const auto o = gemm_test::oracle_tn(fa, fb, p, q, k);
+  const auto o = gemm_test::oracle_tn(as_float(ha), as_float(hb), p, q, k);
   for (const g::gemm_path path : device_paths()) {  // sm90: bf16 tensor cores (k = 200: 400-byte rows)
     device_out<float> d(p, q, q);
     const g::gemm_path used = g::gemm(matrix_view<const bfloat16>{da.data(), p, k}, matrix_view<const bfloat16>{db.data(), q, k},
@@ -401,10 +414,7 @@ TEST_CASE("gpu gemm: bf16 output stored 16 bytes a lane has the bits of pair sto
     for (auto& c : fa.data) c = fp8_encode(static_cast<float>(v(rng)), fp8_type::e4m3, 1.0f);
     for (auto& c : fb.data) c = fp8_encode(static_cast<float>(v(rng)), fp8_type::e4m3, 1.0f);
     g::device_buffer<std::uint8_t> dfa{std::span<const std::uint8_t>(fa.data)}, dfb{std::span<const std::uint8_t>(fb.data)};
-    const std::vector<float> xa = gemm_test::random_matrix(p, k, seed + 3, 3), xb = gemm_test::random_matrix(q, k, seed + 4, 3);
-    std::vector<bfloat16> ha(p * k), hb(q * k);
-    for (std::size_t i = 0; i < ha.size(); ++i) ha[i] = bfloat16::from_float(xa[i]);
-    for (std::size_t i = 0; i < hb.size(); ++i) hb[i] = bfloat16::from_float(xb[i]);
+    const std::vector<bfloat16> ha = random_bf16(p, k, seed + 3), hb = random_bf16(q, k, seed + 4);
     g::device_buffer<bfloat16> dha{std::span<const bfloat16>(ha)}, dhb{std::span<const bfloat16>(hb)};
     MXKIT_GPU_CHECK(g::device_synchronize());
     auto fp8_into = [&](matrix_view<bfloat16> d) {
@@ -433,23 +443,13 @@ TEST_CASE("gpu gemm: bf16 operands stored MN-major give the K-major products bit
   };
   for (const shape sh : {shape{136, 264, 200}, shape{96, 304, 4096}, shape{256, 512, 1000}, shape{37, 45, 77}}) {
     const std::size_t p = sh.p, q = sh.q, k = sh.k;
-    const std::vector<float> xa = gemm_test::random_matrix(p, k, seed + p, 3), xb = gemm_test::random_matrix(q, k, seed + q, 3);
-    std::vector<bfloat16> ha(p * k), hb(q * k), hat(k * p), hbt(k * q);  // K-major, and stored MN-major ([k, p], [k, q])
-    std::vector<float> fa(p * k), fb(q * k);
-    for (std::size_t i = 0; i < p; ++i)
-      for (std::size_t r = 0; r < k; ++r) {
-        ha[i * k + r] = hat[r * p + i] = bfloat16::from_float(xa[i * k + r]);
-        fa[i * k + r] = ha[i * k + r].to_float();
-      }
-    for (std::size_t j = 0; j < q; ++j)
-      for (std::size_t r = 0; r < k; ++r) {
-        hb[j * k + r] = hbt[r * q + j] = bfloat16::from_float(xb[j * k + r]);
-        fb[j * k + r] = hb[j * k + r].to_float();
-      }
+    // K-major, and stored MN-major ([k, p], [k, q])
+    const std::vector<bfloat16> ha = random_bf16(p, k, seed + p), hb = random_bf16(q, k, seed + q);
+    const std::vector<bfloat16> hat = transposed(ha, p, k), hbt = transposed(hb, q, k);
     g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)},
         dat{std::span<const bfloat16>(hat)}, dbt{std::span<const bfloat16>(hbt)};
     MXKIT_GPU_CHECK(g::device_synchronize());
-    const auto o = gemm_test::oracle_tn(fa, fb, p, q, k);
+    const auto o = gemm_test::oracle_tn(as_float(ha), as_float(hb), p, q, k);
     const matrix_view<const bfloat16> va{da.data(), p, k}, vb{db.data(), q, k}, vat{dat.data(), k, p}, vbt{dbt.data(), k, q};
     for (const g::gemm_path path : device_paths()) {
       if (path == g::gemm_path::gfx950) continue;  // MX operands only
@@ -701,15 +701,9 @@ TEST_CASE("gpu gemm: wgrad-shaped products split K, match the reference and repe
       }
       // bf16 operands (the bf16 recipe's wgrad), accumulating into D as the gradients do; two
       // runs give the same bits (the partials are added in split order).
-      const std::vector<float> xa = gemm_test::random_matrix(p, k, seed + 7, 3), xb = gemm_test::random_matrix(q, k, seed + 8, 3);
-      std::vector<bfloat16> ha(p * k), hb(q * k);
-      for (std::size_t i = 0; i < ha.size(); ++i) ha[i] = bfloat16::from_float(xa[i]);
-      for (std::size_t i = 0; i < hb.size(); ++i) hb[i] = bfloat16::from_float(xb[i]);
+      const std::vector<bfloat16> ha = random_bf16(p, k, seed + 7), hb = random_bf16(q, k, seed + 8);
       g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)};
-      std::vector<float> fa(ha.size()), fb(hb.size());
-      for (std::size_t i = 0; i < fa.size(); ++i) fa[i] = ha[i].to_float();
-      for (std::size_t i = 0; i < fb.size(); ++i) fb[i] = hb[i].to_float();
-      const auto o = gemm_test::oracle_tn(fa, fb, p, q, k);
+      const auto o = gemm_test::oracle_tn(as_float(ha), as_float(hb), p, q, k);
       const std::vector<float> c0 = gemm_test::random_matrix(p, q, seed + 9, 1);
       std::vector<float> first;
       for (int run = 0; run < 2; ++run) {
