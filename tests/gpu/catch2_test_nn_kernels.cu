@@ -159,8 +159,10 @@ void check_rmsnorm_forward(std::size_t rows, std::size_t cols, std::uint64_t see
 
 // Backward: dx's dot product is a C-term float sum as the forward's (k <= C / 32 + 14 deep,
 // 2 roundings a term), the coefficient r^3 dot / C 4 more, the update 5: (k + 10) u relative to
-// the magnitudes |dx0| + |r w dy| + r^3 / C sum_i |w_i dy_i x_i| |x|; bound (C / 16 + 48) u. dw: each group sums its 32 rows, the column reduction its G groups onto dw0:
-// R + G + 2 roundings relative to |dw0| + sum_r |dy x r|; bound (2 (R + G) + 16) u.
+// the magnitudes |dx0| + |r w dy| + r^3 / C sum_i |w_i dy_i x_i| |x|; bound (C / 16 + 48) u. dw:
+// each group sums its R = rmsnorm_group_rows rows (the row-per-warp kernel: each warp its rows,
+// then the 8 warps' sums), the column reduction its G groups onto dw0: at most R + 8 + G + 2
+// roundings relative to |dw0| + sum_r |dy x r|; bound (2 (R + 8 + G) + 16) u.
 template <class T, class W>
 void check_rmsnorm_backward(std::size_t rows, std::size_t cols, std::uint64_t seed, bool with_dw = true) {
   INFO(type_name<T>() << " rmsnorm backward " << rows << "x" << cols << ", dw " << (with_dw ? type_name<W>() : "none"));
@@ -194,8 +196,8 @@ void check_rmsnorm_backward(std::size_t rows, std::size_t cols, std::uint64_t se
       bdx[i] = rel_dx * (std::fabs(dx0.d[i]) + std::fabs(s * w.d[c] * dy.d[i]) + s * s * s * dot_abs / static_cast<double>(cols) * std::fabs(x.d[i]));
     }
   }
-  const double groups = std::ceil(static_cast<double>(rows) / 32);
-  const double rel_dw = (2 * (32 + groups) + 16) * u32 + out_u<W>;
+  const double R = static_cast<double>(gpu::detail::rmsnorm_group_rows), groups = std::ceil(static_cast<double>(rows) / R);
+  const double rel_dw = (2 * (R + 8 + groups) + 16) * u32 + out_u<W>;
   for (std::size_t c = 0; c < cols; ++c) {
     double mag = std::fabs(dw0.d[c]);
     for (std::size_t r = 0; r < rows; ++r) mag += std::fabs(dy.d[r * cols + c] * x.d[r * cols + c] * rstd_d[r]);
@@ -204,6 +206,15 @@ void check_rmsnorm_backward(std::size_t rows, std::size_t cols, std::uint64_t se
   CHECK(compare("dx", widen(gdx.to_host()), dx, bdx) == "");
   if (with_dw) CHECK(compare("dw", widen(gdw.to_host()), dw, bdw) == "");
   else CHECK(same_bits(gdw.to_host(), dw0.t));  // a null dw: nothing written
+  // The residual form, dx = dr + ..., into a poisoned dx that it must not read: the bits of the
+  // accumulating form above.
+  auto gdr = upload(dx0.t), gdx2 = poisoned<T>(rows * cols);
+  auto gdw2 = upload(dw0.t);
+  gpu::rmsnorm_backward(gdy.data(), gx.data(), gw.data(), grstd.data(), static_cast<const T*>(gdr.data()), gdx2.data(),
+                        with_dw ? gdw2.data() : static_cast<W*>(nullptr), rows, cols, std::span<float>(ws.data(), ws.size()));
+  CHECK(same_bits(gdx2.to_host(), gdx.to_host()));
+  CHECK(same_bits(gdw2.to_host(), gdw.to_host()));
+  CHECK(same_bits(gdr.to_host(), dx0.t));
 }
 
 // --------------------------------------------------------------------------------------- RoPE
@@ -607,7 +618,9 @@ TEST_CASE("gpu rmsnorm forward: equals the reference on ragged shapes", "[gpu][n
 }
 
 TEST_CASE("gpu rmsnorm backward: dx and a deterministic dw equal the reference", "[gpu][nn]") {
-  const std::size_t shapes[][2] = {{1, 1}, {3, 7}, {33, 65}, {64, 64}, {100, 1000}, {70, 2050}};
+  // Row-per-warp kernels up to 1024 bf16 or 512 float columns (4 chunks a lane), the group
+  // kernel beyond: {300, 768} is the training models' width over 19 groups.
+  const std::size_t shapes[][2] = {{1, 1}, {3, 7}, {33, 65}, {64, 64}, {100, 1000}, {70, 2050}, {300, 768}, {40, 520}, {17, 1030}};
   std::uint64_t seed = 200;
   for (const auto& s : shapes) {
     check_rmsnorm_backward<float, float>(s[0], s[1], seed++);
@@ -620,7 +633,8 @@ TEST_CASE("gpu rmsnorm backward: dx and a deterministic dw equal the reference",
 
 TEST_CASE("gpu rope: forward and inverse equal the reference; v heads untouched", "[gpu][nn]") {
   using hs = mxkit::nn::head_shape;
-  // 12 + 3 rotated heads: a full batch of rope_batch heads and a partial one.
+  // 12 + 3 rotated heads: full batches of rope_batch heads and a partial one; head_dim 6 and 2:
+  // a partial group of rope_pairs pairs, and halves not aligned for vector accesses.
   const hs shapes[] = {hs{2, 5, 4, 2, 8},  hs{1, 37, 3, 1, 64},     hs{3, 17, 2, 2, 6},
                        hs{1, 3, 1, 1, 2},  hs{1, 2000, 1, 1, 128}, hs{2, 9, 12, 3, 16}};
   std::uint64_t seed = 300;
@@ -641,7 +655,10 @@ TEST_CASE("gpu swiglu: forward and backward equal the reference, odd widths", "[
 }
 
 TEST_CASE("gpu embedding: forward copies rows, backward adds in token order", "[gpu][nn]") {
-  const std::size_t shapes[][3] = {{1, 1, 1}, {5, 3, 7}, {300, 50, 64}, {1000, 37, 1000}, {257, 1001, 9}, {40, 8, 2050}};
+  // Tokens past one scan tile (embedding_scan_ids): a byte vocabulary, and three rows hit by
+  // nearly every lane of every ballot.
+  const std::size_t shapes[][3] = {{1, 1, 1},      {5, 3, 7},        {300, 50, 64},  {1000, 37, 1000},
+                                   {257, 1001, 9}, {40, 8, 2050},    {5000, 256, 100}, {2100, 3, 40}};
   std::uint64_t seed = 500;
   for (const auto& s : shapes) {
     check_embedding_forward<float>(s[0], s[1], s[2], seed++);

@@ -43,6 +43,21 @@ __device__ inline lane_mask_t ballot(bool predicate) noexcept {
   return __ballot_sync(0xFFFFFFFFu, predicate);
 #endif
 }
+// The number of lanes set in a ballot's mask, and the lowest one (m != 0).
+__device__ inline int lane_count(lane_mask_t m) noexcept {
+#if MXKIT_GPU_HIP
+  return static_cast<int>(__popcll(m));
+#else
+  return __popc(m);
+#endif
+}
+__device__ inline int lowest_lane(lane_mask_t m) noexcept {
+#if MXKIT_GPU_HIP
+  return static_cast<int>(__ffsll(static_cast<unsigned long long>(m))) - 1;
+#else
+  return __ffs(static_cast<int>(m)) - 1;
+#endif
+}
 __device__ inline void sync_threads() noexcept { __syncthreads(); }
 
 // 16-byte copy from global to shared memory: asynchronous on sm_80+ (cp.async.cg, completion

@@ -11,10 +11,13 @@
 // The backward pass is deterministic without sorting and without float atomics. Pass 1
 // counts each vocabulary row's tokens (integer atomics: the counts do not depend on the
 // order). Pass 2 gives each vocabulary row with a nonzero count a block (per column tile):
-// the block scans the token ids in order, a block-width tile at a time, until it has met
-// all of that row's tokens, and adds their dout rows in token order to a float accumulator
-// that started from dtable's row. The row's sum is then the same every run, and for float it
-// is bit for bit the reference's (the same additions in the same order); bf16 rows round once.
+// the block scans the token ids in order, embedding_scan_ids at a time, until it has met all
+// of that row's tokens. Each warp marks its ids of the row in a ballot mask; after one barrier
+// every thread walks the tile's masks in token order, visiting only the marked tokens, and adds
+// their dout rows to a float accumulator that started from dtable's row. The row's sum is then
+// the same every run, and for float it is bit for bit the reference's (the same additions in
+// the same order); bf16 rows round once. (The earlier walk over every token of a tile, with a
+// barrier per 256 ids, was latency-bound: bench/NOTES_training.md.)
 // Cost: pass 1 reads the n ids; pass 2 reads every count (vocab x 4 bytes), and for each
 // distinct token present scans ids up to its last occurrence: at most distinct * n id reads
 // (from L2; n^2 / 2 when all ids differ: 32M reads for n = 8192), plus n C s of dout and
@@ -30,7 +33,6 @@
 #include <mxkit/error.hpp>
 #include <mxkit/gpu/device.hpp>
 #include <mxkit/gpu/launch.hpp>
-#include <mxkit/gpu/nn/reduce.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -102,37 +104,48 @@ struct embedding_backward_params {
   std::size_t n, vocab, cols;
 };
 
+// Ids a backward block tests per barrier: embedding_id_rounds per thread.
+inline constexpr int embedding_id_rounds = 4;
+inline constexpr std::size_t embedding_scan_ids = static_cast<std::size_t>(embedding_threads) * embedding_id_rounds;
+
 // Block (v, tile): columns [tile * 256 N, (tile + 1) * 256 N) of vocabulary rows v, v + gridDim.x, ...
 template <class T, class W>
 MXKIT_GLOBAL void __launch_bounds__(embedding_threads) embedding_backward_kernel(const embedding_backward_params<T, W> p) {
-  constexpr int N = chunk_elements<T>;
-  __shared__ unsigned char hit[embedding_threads];  // token base + j has id v
-  __shared__ unsigned partial[embedding_threads / warp_size];
+  constexpr int N = chunk_elements<T>, warps = embedding_threads / warp_size, words = embedding_id_rounds * warps;
+  // Bit l of word k * warps + w: token base + (k * warps + w) * warp_size + l has id v (round k
+  // of warp w), so the words in order cover the tile's tokens in order.
+  __shared__ lane_mask_t hits[words];
   const std::size_t c = (blockIdx.y * static_cast<std::size_t>(embedding_threads) + threadIdx.x) * N;
+  const int warp = static_cast<int>(threadIdx.x) / warp_size;
   for (std::size_t v = blockIdx.x; v < p.vocab; v += gridDim.x) {
     const unsigned expected = p.count[v];
     if (expected == 0) continue;  // uniform over the block
     W* row = p.dtable + v * p.cols;
     float acc[N];
     load_chunk(row, c, p.cols, acc);
-    unsigned found = 0;
-    for (std::size_t base = 0; base < p.n && found < expected; base += embedding_threads) {
-      const std::size_t i = base + threadIdx.x;
-      const bool h = i < p.n && static_cast<std::size_t>(p.ids[i]) == v;  // a negative id wraps past vocab: no match
-      hit[threadIdx.x] = h ? 1 : 0;
-      const unsigned k = block_sum<embedding_threads>(h ? 1u : 0u, partial);  // its barrier publishes hit[]
-      if (k != 0) {
-        const std::size_t m = p.n - base < embedding_threads ? p.n - base : embedding_threads;
-        if (c < p.cols)
-          for (std::size_t j = 0; j < m; ++j)
-            if (hit[j]) {
-              float d[N];
-              load_chunk(p.dout + (base + j) * p.cols, c, p.cols, d);
-              for (int e = 0; e < N; ++e) acc[e] += d[e];
-            }
-        sync_threads();  // hit[] is rewritten by the next tile
+    unsigned found = 0;  // the same in every thread: read from hits[]
+    for (std::size_t base = 0; base < p.n && found < expected; base += embedding_scan_ids) {
+      std::int32_t id[embedding_id_rounds];
+      for (int k = 0; k < embedding_id_rounds; ++k) {  // the loads first, all in flight together
+        const std::size_t i = base + static_cast<std::size_t>(k) * embedding_threads + threadIdx.x;
+        id[k] = i < p.n ? p.ids[i] : -1;
       }
-      found += k;
+      for (int k = 0; k < embedding_id_rounds; ++k) {
+        const lane_mask_t m = ballot(static_cast<std::size_t>(id[k]) == v);  // a negative id wraps past vocab: no match
+        if (lane_id() == 0) hits[k * warps + warp] = m;
+      }
+      sync_threads();
+      for (int w = 0; w < words; ++w) {
+        lane_mask_t m = hits[w];
+        found += static_cast<unsigned>(lane_count(m));
+        for (; m != 0 && c < p.cols; m &= m - 1) {
+          float d[N];
+          load_chunk(p.dout + (base + static_cast<std::size_t>(w) * warp_size + static_cast<std::size_t>(lowest_lane(m))) * p.cols, c,
+                     p.cols, d);
+          for (int e = 0; e < N; ++e) acc[e] += d[e];
+        }
+      }
+      sync_threads();  // hits[] is rewritten by the next tile
     }
     if (c < p.cols) store_chunk(row, c, p.cols, acc);
   }

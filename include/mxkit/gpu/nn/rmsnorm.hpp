@@ -3,17 +3,27 @@
 // RMSNorm (Zhang and Sennrich 2019), forward and backward, on the device: the kernels of
 // ref/nn/rmsnorm.hpp with float statistics (the reference accumulates in double).
 //   forward   r = 1 / sqrt(mean_j x_j^2 + eps),  y_j = x_j r w_j              (r saved, float)
-//   backward  dx_j += r w_j dy_j - r^3 / C * x_j * sum_i w_i dy_i x_i,   dw_j += sum_rows dy_j x_j r
+//   backward  dx_j = dr_j + r w_j dy_j - r^3 / C * x_j * sum_i w_i dy_i x_i,   dw_j += sum_rows dy_j x_j r
+//             (dr: the residual stream's gradient, which dx may be: then dx +=)
 // Forward: one warp per row (a warp-shuffle reduction, no shared memory), rows grid-strided.
-// Backward: one block per group of rmsnorm_group_rows rows. Each warp reduces the dot products
-// of its rows; then each thread owns a chunk of columns and walks the group's rows in order,
-// updating dx and summing dw's terms in registers, and writes the group's sums to a row of the
-// caller's workspace [groups, C]. A second kernel adds the workspace rows to dw in a fixed order.
-// dw is the same every run: nothing is added in scheduler order (no float atomics).
+// Backward: one block per group of rmsnorm_group_rows rows, in one of two shapes, and the
+// group's dw terms to a row of the caller's workspace [groups, C]; a second kernel adds the
+// workspace rows to dw in a fixed order. dw is the same every run: nothing is added in
+// scheduler order (no float atomics).
+//   rows that fit a warp (C <= warp_size N rmsnorm_row_chunks): a warp takes the group's rows
+//     warp, warp + warps, ... in order, holds a row's dy and x in registers, reduces its dot
+//     product, writes its dx and adds its dw terms to the lanes' own sums; the warps' sums are
+//     then added in warp order through shared memory. Every thread works and the loads of a
+//     row are all in flight together.
+//   wider rows: each warp reduces the dot products of its rows; then each thread owns a chunk
+//     of columns and walks the group's rows in order, updating dx and summing dw's terms.
+//     (At C = 768 this shape left 160 of 256 threads idle and each walked its rows one
+//     dependent load after another: bench/NOTES_training.md.)
 // Bytes moved (s = sizeof(T), R rows, C columns, G = ceil(R / rmsnorm_group_rows)):
 //   forward   2 R C s + 4 R (x is read twice per row, the second time from cache)
-//   backward  4 R C s (dy, x, dx read, dx written; dy and x are read again per group, from L2
-//             while the group's rows stay there) + 8 G C (workspace) + C (s + sizeof(dw)) (dw)
+//   backward  4 R C s (dy, x, dr read, dx written; wider rows read dy and x again per group,
+//             from L2 while the group's rows stay there) + 8 G C (workspace) + C (s +
+//             sizeof(dw)) (dw)
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -82,10 +92,73 @@ struct rmsnorm_backward_params {
   const T* x;         // (rows, cols)
   const W* w;         // (cols)
   const float* rstd;  // (rows)
-  T* dx;              // (rows, cols), added into
+  const T* dr;        // (rows, cols): added to dx's gradient; may be dx
+  T* dx;              // (rows, cols)
   float* partial;     // (groups, cols): each group's sum of dy x r; null when dw is not wanted
   std::size_t rows, cols, groups;
 };
+
+// Chunks of a row one lane holds in the row-per-warp backward: rows up to warp_size N
+// rmsnorm_row_chunks elements (1024 bf16 or 512 float with 32-lane warps) take it.
+inline constexpr int rmsnorm_row_chunks = 4;
+
+template <class T, class W, int K>  // K chunks a lane: cols <= warp_size N K
+MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_backward_rows_kernel(const rmsnorm_backward_params<T, W> p) {
+  constexpr int N = chunk_elements<T>, warps = rmsnorm_threads / warp_size, width = warp_size * N * K;
+  __shared__ float sums[warps][width];  // each warp's dw terms of the group
+  const int lane = lane_id(), warp = static_cast<int>(threadIdx.x) / warp_size;
+  const float inv_cols = 1.0f / static_cast<float>(p.cols);
+  for (std::size_t g = blockIdx.x; g < p.groups; g += gridDim.x) {
+    const std::size_t r0 = g * rmsnorm_group_rows, nr = p.rows - r0 < rmsnorm_group_rows ? p.rows - r0 : rmsnorm_group_rows;
+    float acc[K][N] = {};
+    for (std::size_t i = static_cast<std::size_t>(warp); i < nr; i += warps) {  // this warp's rows in order: dw's fixed order
+      const std::size_t row = (r0 + i) * p.cols;
+      float d[K][N], xv[K][N];
+      float dot = 0.0f;
+      for (int k = 0; k < K; ++k) {
+        const std::size_t c = static_cast<std::size_t>(k * warp_size + lane) * N;
+        if (c < p.cols) {
+          load_chunk(p.dy + row, c, p.cols, d[k]);
+          load_chunk(p.x + row, c, p.cols, xv[k]);
+        } else {
+          for (int e = 0; e < N; ++e) d[k][e] = xv[k][e] = 0.0f;
+        }
+      }
+      for (int k = 0; k < K; ++k) {
+        const std::size_t c = static_cast<std::size_t>(k * warp_size + lane) * N;
+        if (c >= p.cols) continue;
+        float wv[N];
+        load_chunk(p.w, c, p.cols, wv);  // from L1: every row of the block reads it
+        for (int e = 0; e < N; ++e) dot = fmaf(wv[e] * d[k][e], xv[k][e], dot);
+      }
+      dot = warp_sum(dot);
+      const float s = p.rstd[r0 + i], kc = s * s * s * dot * inv_cols;
+      for (int k = 0; k < K; ++k) {
+        const std::size_t c = static_cast<std::size_t>(k * warp_size + lane) * N;
+        if (c >= p.cols) continue;
+        float wv[N], o[N];
+        load_chunk(p.w, c, p.cols, wv);
+        load_chunk(p.dr + row, c, p.cols, o);
+        for (int e = 0; e < N; ++e) {
+          o[e] += s * wv[e] * d[k][e] - kc * xv[k][e];
+          acc[k][e] = fmaf(d[k][e] * xv[k][e], s, acc[k][e]);
+        }
+        store_chunk(p.dx + row, c, p.cols, o);
+      }
+    }
+    if (p.partial) {
+      for (int k = 0; k < K; ++k)
+        for (int e = 0; e < N; ++e) sums[warp][(k * warp_size + lane) * N + e] = acc[k][e];
+      sync_threads();
+      for (std::size_t c = threadIdx.x; c < p.cols; c += rmsnorm_threads) {
+        float t = 0.0f;
+        for (int w = 0; w < warps; ++w) t += sums[w][c];  // warp order: fixed
+        p.partial[g * p.cols + c] = t;
+      }
+      sync_threads();  // sums is rewritten by the next group
+    }
+  }
+}
 
 template <class T, class W>
 MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_backward_kernel(const rmsnorm_backward_params<T, W> p) {
@@ -122,7 +195,7 @@ MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_backward_kernel(con
         float d[N], xv[N], dx[N];
         load_chunk(p.dy + r * p.cols, c, p.cols, d);
         load_chunk(p.x + r * p.cols, c, p.cols, xv);
-        load_chunk(p.dx + r * p.cols, c, p.cols, dx);
+        load_chunk(p.dr + r * p.cols, c, p.cols, dx);
         for (int k = 0; k < N; ++k) {
           dx[k] += s * wv[k] * d[k] - kc * xv[k];
           acc[k] = fmaf(d[k] * xv[k], s, acc[k]);
@@ -167,6 +240,13 @@ MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_dw_kernel(const rms
   }
 }
 
+template <auto Kernel, class T, class W>
+void launch_rmsnorm_backward(const rmsnorm_backward_params<T, W>& p, stream_t stream) {
+  const int grid = persistent_grid<Kernel>(rmsnorm_threads, p.groups);
+  Kernel<<<grid, rmsnorm_threads, 0, stream>>>(p);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
 }  // namespace detail
 
 // Floats of workspace rmsnorm_backward needs for a (rows, cols) input when it computes dw.
@@ -192,33 +272,48 @@ void rmsnorm_forward(const T* x, const W* w, T* y, float* rstd, std::size_t rows
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
-// dx += dL/dx; dw += dL/dw unless dw is null (a frozen weight; then no workspace is needed;
-// a null dw is spelled with its type, static_cast<float*>(nullptr), for the deduction of DW).
-// dy, x, dx (rows, cols); w (cols) and dw (cols) of T or float; rstd (rows) from rmsnorm_forward;
-// workspace: at least rmsnorm_backward_workspace(rows, cols) floats of device memory, used
-// between the two kernels this enqueues. All device pointers. Asynchronous on `stream`.
+// dx = dr + dL/dx (dr, the gradient that reaches x by the residual path, may be dx itself:
+// then dx +=); dw += dL/dw unless dw is null (a frozen weight; then no workspace is needed; a
+// null dw is spelled with its type, static_cast<float*>(nullptr), for the deduction of DW).
+// dy, x, dr, dx (rows, cols); w (cols) and dw (cols) of T or float; rstd (rows) from
+// rmsnorm_forward; workspace: at least rmsnorm_backward_workspace(rows, cols) floats of device
+// memory, used between the two kernels this enqueues. All device pointers. Asynchronous on
+// `stream`.
 template <layer_element T, layer_element W, layer_element DW>
-void rmsnorm_backward(const T* dy, const T* x, const W* w, const float* rstd, T* dx, DW* dw, std::size_t rows, std::size_t cols,
-                      std::span<float> workspace, stream_t stream = nullptr) {
+void rmsnorm_backward(const T* dy, const T* x, const W* w, const float* rstd, const T* dr, T* dx, DW* dw, std::size_t rows,
+                      std::size_t cols, std::span<float> workspace, stream_t stream = nullptr) {
   if (rows == 0 || cols == 0) return;
-  mxkit::detail::require(dy && x && w && rstd && dx, "gpu::rmsnorm_backward: null pointer (dy ", dy != nullptr, ", x ",
-                         x != nullptr, ", w ", w != nullptr, ", rstd ", rstd != nullptr, ", dx ", dx != nullptr, ")");
+  mxkit::detail::require(dy && x && w && rstd && dr && dx, "gpu::rmsnorm_backward: null pointer (dy ", dy != nullptr, ", x ",
+                         x != nullptr, ", w ", w != nullptr, ", rstd ", rstd != nullptr, ", dr ", dr != nullptr, ", dx ", dx != nullptr, ")");
   const std::size_t groups = (rows + detail::rmsnorm_group_rows - 1) / detail::rmsnorm_group_rows;
   if (dw) {
     const std::size_t need = rmsnorm_backward_workspace(rows, cols);
     mxkit::detail::require(workspace.data() != nullptr && workspace.size() >= need, "gpu::rmsnorm_backward: workspace of ",
                            workspace.size(), " floats, need ", need, " (rmsnorm_backward_workspace(", rows, ", ", cols, "))");
   }
-  const detail::rmsnorm_backward_params<T, W> p{dy, x, w, rstd, dx, dw ? workspace.data() : nullptr, rows, cols, groups};
-  const int grid = detail::persistent_grid<detail::rmsnorm_backward_kernel<T, W>>(detail::rmsnorm_threads, groups);
-  detail::rmsnorm_backward_kernel<T, W><<<grid, detail::rmsnorm_threads, 0, stream>>>(p);
-  MXKIT_GPU_CHECK_LAUNCH();
+  const detail::rmsnorm_backward_params<T, W> p{dy, x, w, rstd, dr, dx, dw ? workspace.data() : nullptr, rows, cols, groups};
+  constexpr std::size_t lane_cols = static_cast<std::size_t>(warp_size) * detail::chunk_elements<T>;
+  static_assert(detail::rmsnorm_row_chunks == 4, "a case below for each chunk count a lane may hold");
+  switch ((cols + lane_cols - 1) / lane_cols) {
+    case 1: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_rows_kernel<T, W, 1>>(p, stream); break;
+    case 2: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_rows_kernel<T, W, 2>>(p, stream); break;
+    case 3: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_rows_kernel<T, W, 3>>(p, stream); break;
+    case 4: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_rows_kernel<T, W, 4>>(p, stream); break;
+    default: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_kernel<T, W>>(p, stream); break;
+  }
   if (dw) {
     const detail::rmsnorm_dw_params<DW> q{workspace.data(), dw, groups, cols};
     const int g2 = detail::persistent_grid<detail::rmsnorm_dw_kernel<DW>>(detail::rmsnorm_threads, (cols + warp_size - 1) / warp_size);
     detail::rmsnorm_dw_kernel<DW><<<g2, detail::rmsnorm_threads, 0, stream>>>(q);
     MXKIT_GPU_CHECK_LAUNCH();
   }
+}
+
+// dx += dL/dx: the residual path's gradient already in dx.
+template <layer_element T, layer_element W, layer_element DW>
+void rmsnorm_backward(const T* dy, const T* x, const W* w, const float* rstd, T* dx, DW* dw, std::size_t rows, std::size_t cols,
+                      std::span<float> workspace, stream_t stream = nullptr) {
+  rmsnorm_backward(dy, x, w, rstd, static_cast<const T*>(dx), dx, dw, rows, cols, workspace, stream);
 }
 
 }  // namespace gpu

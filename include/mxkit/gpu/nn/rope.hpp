@@ -5,12 +5,15 @@
 // ref/nn/rope.hpp. Head element pair (i, i + D/2) of token b*seq + t turns by angle
 // t * theta^(-2i/D) (forward) or by minus that (inverse, the backward pass: a rotation's
 // transpose is its inverse); v heads are left alone.
-// One thread per (token, i) pair, looping over the rotated heads: the angle, its cosine and
-// sine are computed once per pair in double, as the reference does, and rounded to float, so
-// the rotation factors equal the host's float factors (up to the double libraries' last bit);
-// an fp32 angle t * inv_freq would be off by up to t * 2^-24 radians (5e-4 at t = 8192).
-// The double work is one pow and one sincos per pair, shared by all 2 (n_heads + n_kv_heads)
-// elements of the pair. Consecutive threads take consecutive i: coalesced within each half.
+// One thread per token and rope_pairs consecutive pairs i, looping over the rotated heads: the
+// angle, its cosine and sine are computed once per pair in double, as the reference does, and
+// rounded to float, so the rotation factors equal the host's float factors (up to the double
+// libraries' last bit); an fp32 angle t * inv_freq would be off by up to t * 2^-24 radians (5e-4
+// at t = 8192). The double work is one pow and one sincos per pair, shared by all
+// 2 (n_heads + n_kv_heads) elements of the pair. A thread moves its pairs' elements of each half
+// as one 8-byte (bf16) or 16-byte (float) access: with one element an access, the kernel issued
+// twice the memory instructions its bytes needed and ran at about half of copy bandwidth
+// (bench/NOTES_training.md). Consecutive threads take consecutive pairs: coalesced within each half.
 // Bytes moved: 2 * tokens * (n_heads + n_kv_heads) * head_dim * sizeof(T) (read and write).
 #include <cmath>
 #include <cstddef>
@@ -26,47 +29,60 @@ namespace gpu {
 namespace detail {
 
 inline constexpr int rope_threads = 256;
-inline constexpr int rope_batch = 8;  // heads whose loads a thread issues together
+inline constexpr int rope_batch = 4;  // heads whose loads a thread issues together
+inline constexpr int rope_pairs = 4;  // consecutive pairs (elements of each half) a thread rotates
 
 template <class T>
 struct rope_params {
   T* qkv;                    // (tokens, row)
   std::size_t tokens, seq;   // tokens = batch * seq; position = token % seq
   std::size_t row, rotated;  // qkv row width; heads rotated (q heads then k heads, contiguous)
-  std::size_t head_dim, half;
+  std::size_t head_dim, half, groups;  // groups = ceil(half / rope_pairs) per token
   double theta;
   bool inverse;
 };
 
 template <class T>
 MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<T> p) {
-  const std::size_t total = p.tokens * p.half;
+  constexpr int V = rope_pairs;
+  const std::size_t total = p.tokens * p.groups;
   for (std::size_t idx = blockIdx.x * static_cast<std::size_t>(rope_threads) + threadIdx.x; idx < total;
        idx += gridDim.x * static_cast<std::size_t>(rope_threads)) {
-    const std::size_t token = idx / p.half, i = idx % p.half, t = token % p.seq;
-    // The reference's expression, in its order: t * theta^((-2 i) / D).
-    const double angle = static_cast<double>(t) * pow(p.theta, -2.0 * static_cast<double>(i) / static_cast<double>(p.head_dim));
-    double sd, cd;
-    sincos(angle, &sd, &cd);
-    const float c = static_cast<float>(cd), s = static_cast<float>(p.inverse ? -sd : sd);
-    T* v = p.qkv + token * p.row + i;
+    const std::size_t token = idx / p.groups, i0 = idx % p.groups * V, t = token % p.seq;
+    float c[V], s[V];
+    for (int k = 0; k < V; ++k) {
+      // The reference's expression, in its order: t * theta^((-2 i) / D). Past the half
+      // (a partial group) the factors are unused.
+      const double i = static_cast<double>(i0 + static_cast<std::size_t>(k));
+      const double angle = static_cast<double>(t) * pow(p.theta, -2.0 * i / static_cast<double>(p.head_dim));
+      double sd, cd;
+      sincos(angle, &sd, &cd);
+      c[k] = static_cast<float>(cd);
+      s[k] = static_cast<float>(p.inverse ? -sd : sd);
+    }
+    T* v = p.qkv + token * p.row;
     // Heads rope_batch at a time, every load of a batch before its stores: a load after a store
-    // through the same pointer waits for it, so head by head one pair was in flight.
+    // through the same pointer waits for it.
     for (std::size_t h0 = 0; h0 < p.rotated; h0 += rope_batch) {
-      float x1[rope_batch], x2[rope_batch];
+      float x1[rope_batch][V], x2[rope_batch][V];
 #pragma unroll
       for (int j = 0; j < rope_batch; ++j) {
+        if (h0 + static_cast<std::size_t>(j) >= p.rotated) break;
         const T* e = v + (h0 + static_cast<std::size_t>(j)) * p.head_dim;
-        const bool in = h0 + static_cast<std::size_t>(j) < p.rotated;
-        x1[j] = in ? load_float(e[0]) : 0.0f;
-        x2[j] = in ? load_float(e[p.half]) : 0.0f;
+        load_chunk(e, i0, p.half, x1[j]);
+        load_chunk(e + p.half, i0, p.half, x2[j]);
       }
 #pragma unroll
       for (int j = 0; j < rope_batch; ++j) {
         if (h0 + static_cast<std::size_t>(j) >= p.rotated) break;
         T* e = v + (h0 + static_cast<std::size_t>(j)) * p.head_dim;
-        e[0] = round_to<T>(x1[j] * c - x2[j] * s);
-        e[p.half] = round_to<T>(x1[j] * s + x2[j] * c);
+        float y1[V], y2[V];
+        for (int k = 0; k < V; ++k) {
+          y1[k] = x1[j][k] * c[k] - x2[j][k] * s[k];
+          y2[k] = x1[j][k] * s[k] + x2[j][k] * c[k];
+        }
+        store_chunk(e, i0, p.half, y1);
+        store_chunk(e + p.half, i0, p.half, y2);
       }
     }
   }
@@ -85,10 +101,10 @@ void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, stream_t 
   if (s.tokens() == 0) return;
   mxkit::detail::require(s.seq > 0, "gpu::rope: seq is 0 for ", s.tokens(), " tokens");
   mxkit::detail::require(qkv != nullptr, "gpu::rope: null qkv for ", s.tokens(), " tokens");
-  const detail::rope_params<T> p{qkv, s.tokens(), s.seq, s.qkv_dim(), s.n_heads + s.n_kv_heads, s.head_dim, s.head_dim / 2,
-                                 theta, inverse};
-  const std::size_t pairs = p.tokens * p.half;
-  const int grid = detail::persistent_grid<detail::rope_kernel<T>>(detail::rope_threads, (pairs + detail::rope_threads - 1) / detail::rope_threads);
+  const std::size_t half = s.head_dim / 2, groups = (half + detail::rope_pairs - 1) / detail::rope_pairs;
+  const detail::rope_params<T> p{qkv, s.tokens(), s.seq, s.qkv_dim(), s.n_heads + s.n_kv_heads, s.head_dim, half, groups, theta, inverse};
+  const std::size_t work = p.tokens * groups;
+  const int grid = detail::persistent_grid<detail::rope_kernel<T>>(detail::rope_threads, (work + detail::rope_threads - 1) / detail::rope_threads);
   detail::rope_kernel<T><<<grid, detail::rope_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
