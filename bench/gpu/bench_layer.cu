@@ -3,7 +3,8 @@
 // One Llama 3.1 8B transformer layer (d_model 4096, 32 query heads, 8 KV heads, head dim 128,
 // SwiGLU 14336), batch 1 x sequence 8192, forward + backward + the recipe's end of step, through
 // gpu::device_backend, for the recipes bf16, FP8 delayed scaling (HYBRID), MXFP8 and MXFP4 with
-// the Hadamard rotation on every GEMM; bf16 activations, fp32 master weights and gradients. Each
+// the Hadamard rotation on every GEMM; bf16 activations. Weights and their gradients in fp32 (the
+// training program's master weights) and in bf16 (what the peer's layer holds): --params. Each
 // step starts from zero_grad's mark (nn/parameter.hpp), so it writes fresh weight gradients as the
 // peer's does after zero_grad(set_to_none=True).
 // Per recipe: time per step (median of --repeats after 3 warm-up steps, CUDA events), tokens/s,
@@ -15,6 +16,7 @@
 // 6 * N_linear * tokens + attention 3.5 * 2 * B * H * T^2 * D (causal forward 2 B H T^2 D,
 // backward 2.5 times that).
 // Usage: bench_layer [--record] [--results PATH] [--repeats N] [--seq T] [--recipes a,b]
+//                    [--params f32,bf16]
 //   MXKIT_LAYER_PEER: the peer command (default "python3 bench/layer_peer.py"); empty: no peer.
 //   Without a GPU it says so and exits 77.
 #include <algorithm>
@@ -57,11 +59,12 @@ std::vector<double> normal_values(std::size_t n, std::uint64_t seed, double scal
 
 int main(int argc, char** argv) {
   std::size_t seq = 8192;
-  std::string recipes = "bf16,fp8,mxfp8,mxfp4";
+  std::string recipes = "bf16,fp8,mxfp8,mxfp4", param_types = "f32,bf16";
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--seq") && i + 1 < argc) seq = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--recipes") && i + 1 < argc) recipes = argv[++i];
+    else if (!std::strcmp(argv[i], "--params") && i + 1 < argc) param_types = argv[++i];
     else rest.push_back(argv[i]);
   }
   mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
@@ -94,10 +97,17 @@ int main(int argc, char** argv) {
     std::array<double, mxkit_bench::step_part_count> split;
   };
   std::vector<measured> all;
-  for (const std::string& name : mxkit_bench::split_list(recipes)) {
-    const nn::recipe r = mxkit_bench::training_recipe(name);
+  for (const std::string& params : mxkit_bench::split_list(param_types))
+  for (const std::string& recipe_name : mxkit_bench::split_list(recipes)) {
+    if (params != "f32" && params != "bf16") {
+      std::fprintf(stderr, "bench_layer: --params takes f32 and bf16, got '%s'\n", params.c_str());
+      return 2;
+    }
+    const nn::recipe r = mxkit_bench::training_recipe(recipe_name);
+    // fp32 weights keep the rows' earlier case names; bf16 weights say so.
+    const std::string name = params == "f32" ? recipe_name : recipe_name + " (bf16 weights)";
     mxkit_bench::profiled_backend be;
-    nn::transformer_layer layer(be, "layer", c, 0, r, nn::dtype::f32);
+    nn::transformer_layer layer(be, "layer", c, 0, r, params == "f32" ? nn::dtype::f32 : nn::dtype::bf16);
     layer.init(1, 0.02, 32);
     nn::tensor x = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
     nn::tensor dy = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
@@ -144,6 +154,10 @@ int main(int argc, char** argv) {
     std::printf("%-6s %8.2f ms/step  %9.0f tokens/s  %6.1f TFLOP/s  peak %.2f GiB (pool %.2f GiB)  split (profiled step %.2f ms):",
                 name.c_str(), ms, tokens / ms * 1e3, flops / ms / 1e9, peak_gib, pool_gib, profiled_ms);
     for (int p = 0; p < mxkit_bench::step_part_count; ++p) std::printf(" %s %.2f", mxkit_bench::step_part_names[p], split[static_cast<std::size_t>(p)]);
+    std::printf("\n       at the peak, GiB:");
+    for (std::size_t t = 0; t < nn::mem_tag_count; ++t)
+      if (const std::size_t b = be.memory().live_at_peak(static_cast<nn::mem_tag>(t)))
+        std::printf(" %s %.3f", mxkit::name_of(static_cast<nn::mem_tag>(t)), static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
     std::printf("\n");
     mxkit_bench::print_op_times(ops);
     std::fflush(stdout);

@@ -149,8 +149,9 @@ class profiled_backend final : public mxkit::gpu::device_backend {
   qpair do_rmsnorm_quantize(const tensor& x, const tensor& w, tensor& rstd, double eps, const quant_plan& plan, tensor* y) override {
     return timed(op::rmsnorm_quantize, [&] { return device_backend::do_rmsnorm_quantize(x, w, rstd, eps, plan, y); });
   }
-  void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, tensor& dx, tensor* dw) override {
-    timed(op::rmsnorm_backward, [&] { device_backend::do_rmsnorm_backward(dy, x, w, rstd, dx, dw); });
+  void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, const tensor& dr, tensor& dx,
+                           tensor* dw) override {
+    timed(op::rmsnorm_backward, [&] { device_backend::do_rmsnorm_backward(dy, x, w, rstd, dr, dx, dw); });
   }
   void do_rope(tensor& qkv, const head_shape& s, double theta, bool inverse) override {
     timed(op::rope, [&] { device_backend::do_rope(qkv, s, theta, inverse); });

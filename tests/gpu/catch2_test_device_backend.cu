@@ -768,6 +768,47 @@ TEST_CASE("device backend: bf16 copies that are their source's rows give the tra
     }
 }
 
+TEST_CASE("device backend: a bf16 master weight is its own bf16 copies, with the copies' products", "[gpu][nn][backend][gemm]") {
+  // nn::linear asks for its weight copies with may_alias_input (they are read only while the
+  // weight's version is theirs): a bf16 master is then its fprop copy and, read MN-major, its
+  // dgrad copy, and no quantized weight bytes exist. An fp32 master holding the same values is
+  // cast into copies of its own. Every product must have the same bits either way (dW rounded
+  // from the fp32 gradient to bf16 once, as the bf16 epilogue rounds its fp32 sum).
+  struct shape {
+    std::size_t m, n, k;
+  };
+  std::uint64_t seed = 3500;
+  for (const shape sh : {shape{128, 320, 192}, shape{96, 40, 72}}) {
+    INFO("M " << sh.m << ", N " << sh.n << ", K " << sh.k);
+    device_backend d;
+    const recipe r = with_bf16(recipes::bf16());
+    linear w16(d, "w16", sh.k, sh.n, 0, r, dtype::bf16), w32(d, "w32", sh.k, sh.n, 0, r, dtype::f32);
+    const std::vector<double> wv = bf16_normals(sh.n * sh.k, seed++, 0.05);
+    d.write(w16.weight().value, wv);
+    d.write(w32.weight().value, wv);
+    tensor x = d.alloc(sh.m, sh.k, dtype::bf16, mem_tag::activation), dy = d.alloc(sh.m, sh.n, dtype::bf16, mem_tag::activation);
+    d.write(x, bf16_normals(x.size(), seed++));
+    d.write(dy, bf16_normals(dy.size(), seed++));
+    tensor y16 = d.alloc(sh.m, sh.n, dtype::bf16, mem_tag::activation), y32 = d.alloc(sh.m, sh.n, dtype::bf16, mem_tag::activation);
+    mark_grads_zero({&w16.weight(), &w32.weight()});
+    w16.forward(x, y16, true);
+    CHECK(d.memory().live(mem_tag::quantized_weight) == 0);
+    CHECK(device_backend::get(w16.cached_rowwise()).data == w16.weight().value.data());
+    CHECK(device_backend::get(w16.cached_columnwise()).data == w16.weight().value.data());
+    w32.forward(x, y32, true);
+    CHECK(d.memory().live(mem_tag::quantized_weight) == 2 * sh.n * sh.k);  // w32's fprop copy; its dgrad copy shares the bytes
+    tensor dx16, dx32 = d.alloc(sh.m, sh.k, dtype::bf16, mem_tag::activation);
+    w16.backward(dy, &dx16);  // dX allocated by backward
+    w32.backward(dy, &dx32);
+    REQUIRE(dx16.defined());
+    CHECK(same_values("y", d.read(y16), d.read(y32)) == "");
+    CHECK(same_values("dx", d.read(dx16), d.read(dx32)) == "");
+    std::vector<double> g32 = d.read(w32.weight().grad);
+    for (double& v : g32) v = mxkit::bfloat16::from_float(static_cast<float>(v)).to_float();
+    CHECK(same_values("dW", d.read(w16.weight().grad), g32) == "");
+  }
+}
+
 TEST_CASE("device backend: update_scales gives the host's histories and scales exactly", "[gpu][nn][backend]") {
   // The same function (ref::update_scale_row) runs on both: bit for bit, NaN and zero amaxes included.
   const delayed_scaling_config configs[] = {{4, amax_algorithm::max, 0}, {4, amax_algorithm::most_recent, 0}, {3, amax_algorithm::max, 2}};
@@ -915,6 +956,49 @@ TEST_CASE("device backend: rmsnorm forward, fused quantize and backward", "[gpu]
       }
     }
   WARN("rmsnorm, worst error / bound:" << tl.str());
+}
+
+TEST_CASE("device backend: RMSNorm with bf16 weights, and the residual form, give the same bits", "[gpu][nn][backend]") {
+  // A bf16 weight is widened to float as an f32 one is, and a bf16 dw is the f32 sum rounded
+  // once: bf16 weights holding the f32 weights' values give the same y and dx, and dw rounded.
+  // The residual form (dx = dr + ..., dx not read) gives the accumulating form's bits.
+  std::uint64_t seed = 2500;
+  for (const std::size_t C : {std::size_t{96}, std::size_t{768}, std::size_t{2050}}) {  // row-per-warp, and the group kernel
+    const std::size_t R = 70;
+    INFO("rmsnorm " << R << "x" << C);
+    device_backend d;
+    auto bf16_values = [&](std::size_t n, double mean, double sd) {
+      std::vector<double> v = normals(n, seed++, mean, sd);
+      for (double& e : v) e = mxkit::bfloat16::from_float(static_cast<float>(e)).to_float();
+      return v;
+    };
+    const std::vector<double> wv = bf16_values(C, 1.0, 0.5), dw0 = bf16_values(C, 0.0, 0.1), dx0 = bf16_values(R * C, 0.0, 0.1);
+    tensor x = d.alloc(R, C, dtype::bf16, mem_tag::activation), dy = d.alloc(R, C, dtype::bf16, mem_tag::activation);
+    d.write(x, normals(R * C, seed++));
+    d.write(dy, normals(R * C, seed++));
+    tensor w32 = d.alloc(1, C, dtype::f32, mem_tag::parameter), w16 = d.alloc(1, C, dtype::bf16, mem_tag::parameter);
+    tensor g32 = d.alloc(1, C, dtype::f32, mem_tag::gradient), g16 = d.alloc(1, C, dtype::bf16, mem_tag::gradient);
+    for (tensor* t : {&w32, &w16}) d.write(*t, wv);
+    for (tensor* t : {&g32, &g16}) d.write(*t, dw0);
+    tensor y32 = d.alloc(R, C, dtype::bf16, mem_tag::activation), y16 = d.alloc(R, C, dtype::bf16, mem_tag::activation);
+    tensor rs = d.alloc(R, 1, dtype::f32, mem_tag::activation), rs16 = d.alloc(R, 1, dtype::f32, mem_tag::activation);
+    d.rmsnorm_forward(x, w32, y32, rs, 1e-5);
+    d.rmsnorm_forward(x, w16, y16, rs16, 1e-5);
+    CHECK(same_values("y", d.read(y16), d.read(y32)) == "");
+    CHECK(same_values("rstd", d.read(rs16), d.read(rs)) == "");
+    tensor dx = d.alloc(R, C, dtype::bf16, mem_tag::activation), dr = d.alloc(R, C, dtype::bf16, mem_tag::activation);
+    tensor dx16 = d.alloc(R, C, dtype::bf16, mem_tag::activation);
+    d.write(dx, dx0);
+    d.write(dr, dx0);
+    d.fill(dx16, nan_value);  // the residual form must not read it
+    d.rmsnorm_backward(dy, x, w32, rs, dx, &g32);  // dx += ...
+    d.rmsnorm_backward(dy, x, w16, rs, dx16, &g16, &dr);  // dx16 = dr + ...
+    CHECK(same_values("dx", d.read(dx16), d.read(dx)) == "");
+    CHECK(same_values("dr untouched", d.read(dr), dx0) == "");
+    std::vector<double> want = d.read(g32);
+    for (double& e : want) e = mxkit::bfloat16::from_float(static_cast<float>(e)).to_float();
+    CHECK(same_values("dw", d.read(g16), want) == "");
+  }
 }
 
 TEST_CASE("device backend: rope forward and inverse", "[gpu][nn][backend]") {
@@ -1125,6 +1209,9 @@ TEST_CASE("device backend: swiglu forward, fused quantize and backward", "[gpu][
           bd[r * 2 * F + F + j] = (17 * u32 + out_u) * std::fabs(dh[r * 2 * F + F + j]) + tiny;
         }
       CHECK(within(tl, "swiglu dgate_up", d.read(dgu.d), dh, bd) == "");
+      // Written over gu itself (nn::swiglu::backward_in_place): the same bits.
+      d.swiglu_backward(dout.d, gu.d, gu.d);
+      CHECK(same_values("swiglu dgate_up in place", d.read(gu.d), d.read(dgu.d)) == "");
     }
   WARN("swiglu, worst error / bound:" << tl.str());
 }

@@ -412,9 +412,10 @@ class checking_backend : public host_backend {
     hit(backend_op::rmsnorm_quantize, norm_ok(x, w, rstd) && (!y || like(*y, x)) && p.rowwise.axis == block_axis::rowwise);
     return host_backend::do_rmsnorm_quantize(x, w, rstd, eps, p, y);
   }
-  void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, tensor& dx, tensor* dw) override {
-    hit(backend_op::rmsnorm_backward, norm_ok(x, w, rstd) && like(dy, x) && like(dx, x) && (!dw || like(*dw, w)));
-    host_backend::do_rmsnorm_backward(dy, x, w, rstd, dx, dw);
+  void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, const tensor& dr, tensor& dx,
+                           tensor* dw) override {
+    hit(backend_op::rmsnorm_backward, norm_ok(x, w, rstd) && like(dy, x) && like(dr, x) && like(dx, x) && (!dw || like(*dw, w)));
+    host_backend::do_rmsnorm_backward(dy, x, w, rstd, dr, dx, dw);
   }
   void do_rope(tensor& qkv, const head_shape& s, double th, bool inv) override {
     hit(backend_op::rope, shape(qkv, s.tokens(), s.qkv_dim()) && s.head_dim % 2 == 0);
@@ -500,6 +501,7 @@ TEST_CASE("backend: every public call reaches the backend once, checked; a bad c
   tensor bad_lse = be.alloc(s.batch * s.n_heads, s.seq + 1, dtype::f32, mem_tag::activation);
   tensor lse64 = be.alloc(s.batch * s.n_heads, s.seq, dtype::f64, mem_tag::activation);
   tensor w = random_tensor(be, 1, s.qkv_dim(), 2), rstd = be.alloc(s.tokens() + 1, 1, dtype::f32, mem_tag::activation);
+  tensor rstd_ok = be.alloc(s.tokens(), 1, dtype::f32, mem_tag::activation);
   tensor loss = be.alloc(1, 1, dtype::f32, mem_tag::activation), targets = be.alloc(s.tokens(), 1, dtype::i32, mem_tag::activation);
   tensor g = be.alloc(2, 2, dtype::f32, mem_tag::gradient), m1 = be.alloc(2, 3, dtype::f32, mem_tag::optimizer);
   tensor norm = be.scalar(), clip = be.scalar(), state = be.alloc(1, 2, dtype::f64, mem_tag::optimizer);
@@ -511,6 +513,8 @@ TEST_CASE("backend: every public call reaches the backend once, checked; a bad c
   CHECK_THROWS_WITH(be.attention_forward(qkv, out, lse, {2, 4, 3, 2, 8}), mxkit_test::contains("not a multiple of n_kv_heads"));
   CHECK_THROWS_WITH(be.attention_backward(out, qkv, out, lse, out, s), mxkit_test::contains("dqkv"));
   CHECK_THROWS_WITH(be.rmsnorm_forward(qkv, w, qkv, rstd, 1e-5), mxkit_test::contains("rmsnorm rstd"));
+  CHECK_THROWS_WITH(be.rmsnorm_backward(qkv, qkv, w, rstd_ok, qkv, nullptr, &out),
+                    mxkit_test::contains("rmsnorm backward residual gradient: tensor is 8x16, expected 8x32"));
   CHECK_THROWS_WITH(be.swiglu_forward(qkv, qkv), mxkit_test::contains("swiglu output"));
   CHECK_THROWS_WITH(be.cross_entropy(qkv, targets, loss, true), mxkit_test::contains("cross_entropy loss"));
   CHECK_THROWS_WITH(be.adamw_step(slots, {}, norm, clip, state), mxkit_test::contains("adamw gradient/moment"));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include <mxkit/nn/transformer_layer.hpp>
 #include <mxkit/ref/host_backend.hpp>
 
 #include "../catch.hpp"
@@ -127,6 +128,40 @@ TEST_CASE("layers: quantized copies are tracked while alive", "[nn][layers]") {
   CHECK_THROWS_WITH(be.gemm(gemm_product::fprop, be.quantize(x, r), be.quantize(x, b), d), mxkit_test::contains("operands are mx and bf16"));
   tensor narrow = random_tensor(be, 64, 32, 2);
   CHECK_THROWS_WITH(be.gemm(gemm_product::fprop, be.quantize(x, b), be.quantize(narrow, b), d), mxkit_test::contains("reduction lengths differ"));
+}
+
+TEST_CASE("layers: the SwiGLU gradient is written over its input, and backward frees what it has read", "[nn][layers]") {
+  // d_ff 4x d_model, as in Llama: were the (M, 2F) gradient allocated beside the saved gate/up
+  // output, backward would rise above the end of forward by at least its bytes; were a saved
+  // tensor kept past its last reader, activations would stay live after backward.
+  layer_config c;
+  c.d_model = 64;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.d_ff = 256;
+  const batch_shape shape{2, 32};
+  const std::size_t M = shape.tokens();
+  for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed(), recipes::mxfp4_amd()})
+  for (const dtype weights : {dtype::f32, dtype::bf16}) {  // fp32 masters, or a layer held in bf16
+    INFO(r.name << ", " << name_of(weights) << " weights");
+    host_backend be;
+    transformer_layer layer(be, "layer", c, 0, r, weights);
+    layer.init(1, 0.02, 2);
+    const tensor x = random_tensor(be, M, c.d_model, 2), dy = random_tensor(be, M, c.d_model, 3, 1e-2);
+    tensor y = be.alloc(M, c.d_model, dtype::f32, mem_tag::activation), dx = be.alloc(M, c.d_model, dtype::f32, mem_tag::activation);
+    const std::size_t before = be.memory().live(mem_tag::activation);
+    layer.forward(x, y, shape, true);
+    const std::size_t after_forward = be.memory().total();
+    be.memory().reset_peak();
+    layer.backward(dy, &dx, shape);
+    const std::size_t gradient_bytes = M * 2 * c.d_ff * sizeof(float);
+    CHECK(be.memory().peak_total() < after_forward + gradient_bytes);
+    CHECK(be.memory().live(mem_tag::activation) == before);
+    CHECK(be.memory().live(mem_tag::quantized_activation) == 0);
+    std::size_t at_peak = 0;
+    for (std::size_t t = 0; t < mem_tag_count; ++t) at_peak += be.memory().live_at_peak(static_cast<mem_tag>(t));
+    CHECK(at_peak == be.memory().peak_total());
+  }
 }
 
 TEST_CASE("layers: host_backend alloc refuses a shape whose byte count wraps around", "[nn][layers]") {

@@ -108,10 +108,11 @@ struct quant_request {
   fp8_scaling_slot fp8;                   // kind fp8: code = cast(x * scale[row]); amax -> history[row, 0]
   operand_use use = operand_use::fprop_x;
   mem_tag tag = mem_tag::quantized_activation;
-  // The caller leaves x unchanged for as long as it keeps the copy (linear.hpp sets it for X, whose
-  // wgrad copy lives until backward, and for dY): where the copy holds x's own values (bf16 of
-  // bf16), a backend may hand back x itself instead of copying it (the device backend does, the
-  // columnwise copy read MN-major by its GEMM).
+  // The caller leaves x unchanged for as long as it reads the copy (linear.hpp sets it for X, whose
+  // wgrad copy is read in backward, for dY, and for a weight, whose cached copies are read only
+  // while the weight's version is theirs): where the copy holds x's own values (bf16 of bf16), a
+  // backend may hand back x itself instead of copying it (the device backend does, the columnwise
+  // copy read MN-major by its GEMM).
   bool may_alias_input = false;
 
   // The MX quantizer's options for this copy.
@@ -433,8 +434,11 @@ class backend {
     note_plan(plan);
     return q;
   }
-  // dx += d(loss)/dx; dw += d(loss)/dw (dw null: frozen).
-  void rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, tensor& dx, tensor* dw) {
+  // dx += d(loss)/dx; dw += d(loss)/dw (dw null: frozen). With a residual gradient dr,
+  // dx = dr + d(loss)/dx instead (dx's values are not read; dr may be dx): the residual
+  // stream's gradient and the norm's in one pass, where a copy of dr into dx came first.
+  void rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, tensor& dx, tensor* dw,
+                        const tensor* dr = nullptr) {
     check_rmsnorm(x, w, rstd);
     require_shape(dy, x.rows(), x.cols(), "rmsnorm backward dY");
     require_type(dy, x.type(), "rmsnorm backward dY");
@@ -444,8 +448,12 @@ class backend {
       require_shape(*dw, 1, x.cols(), "rmsnorm backward dW");
       require_type(*dw, w.type(), "rmsnorm backward dW");
     }
+    if (dr) {
+      require_shape(*dr, x.rows(), x.cols(), "rmsnorm backward residual gradient");
+      require_type(*dr, x.type(), "rmsnorm backward residual gradient");
+    }
     count(backend_op::rmsnorm_backward);
-    do_rmsnorm_backward(dy, x, w, rstd, dx, dw);
+    do_rmsnorm_backward(dy, x, w, rstd, dr ? *dr : dx, dx, dw);
   }
   // In place on the q and k heads of a qkv tensor; inverse = rotate back (the backward pass).
   void rope(tensor& qkv, const head_shape& s, double theta, bool inverse) {
@@ -494,7 +502,8 @@ class backend {
     note_plan(plan);
     return q;
   }
-  // dgate_up is overwritten.
+  // dgate_up is overwritten; it may be gate_up itself (every backend reads an element's gate and
+  // up before it writes their gradients, and no element reads another's).
   void swiglu_backward(const tensor& dout, const tensor& gate_up, tensor& dgate_up) {
     check_swiglu(gate_up);
     check_like(dout, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu backward dout");
@@ -592,7 +601,9 @@ class backend {
   virtual void do_gemm(gemm_product kind, const qtensor& a, const qtensor& b, tensor& d, float alpha, float beta, const tensor* c) = 0;
   virtual void do_rmsnorm_forward(const tensor& x, const tensor& w, tensor& y, tensor& rstd, double eps) = 0;
   virtual qpair do_rmsnorm_quantize(const tensor& x, const tensor& w, tensor& rstd, double eps, const quant_plan& plan, tensor* y) = 0;
-  virtual void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, tensor& dx, tensor* dw) = 0;
+  // dx = dr + d(loss)/dx; dr may be dx.
+  virtual void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, const tensor& dr, tensor& dx,
+                                   tensor* dw) = 0;
   virtual void do_rope(tensor& qkv, const head_shape& s, double theta, bool inverse) = 0;
   virtual void do_attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) = 0;
   virtual void do_attention_backward(const tensor& dout, const tensor& qkv, const tensor& out, const tensor& lse, tensor& dqkv,
@@ -671,7 +682,16 @@ class backend {
     detail::require(t.defined(), what, ": tensor is not allocated");
     detail::require(t.type() == dtype::f32 || t.type() == dtype::f64, what, ": parameters are f32 or f64, got ", name_of(t.type()));
   }
-  // An activation of a model whose parameters are `param`'s type: f64 with f64, f32 or bf16 with f32.
+  // A layer's weight (RMSNorm gains; the linears' weights are GEMM operands): bf16 too, a layer
+  // held in bf16 for its forward and backward as PyTorch's bf16 modules are. The embedding
+  // table and the optimizer's parameters stay f32 or f64 (master weights).
+  static void check_layer_weight(const tensor& t, const char* what) {
+    detail::require(t.defined(), what, ": tensor is not allocated");
+    detail::require(t.type() == dtype::f32 || t.type() == dtype::bf16 || t.type() == dtype::f64, what,
+                    ": layer weights are f32, bf16 or f64, got ", name_of(t.type()));
+  }
+  // An activation of a model whose parameters are `param`'s type: f64 with f64, f32 or bf16 with
+  // f32 or bf16.
   static void check_activation_of(const tensor& act, const tensor& param, const char* what) {
     detail::require(param.type() == dtype::f64 ? act.type() == dtype::f64 : (act.type() == dtype::f32 || act.type() == dtype::bf16),
                     what, ": ", name_of(act.type()), " activations with ", name_of(param.type()), " parameters");
@@ -690,7 +710,7 @@ class backend {
   }
   static void check_rmsnorm(const tensor& x, const tensor& w, const tensor& rstd) {
     detail::require(x.defined() && is_floating(x.type()), "rmsnorm: input must be an allocated floating-point tensor");
-    check_param(w, "rmsnorm weight");
+    check_layer_weight(w, "rmsnorm weight");
     require_shape(w, 1, x.cols(), "rmsnorm weight");
     check_activation_of(x, w, "rmsnorm input");
     check_stat(rstd, x, x.rows(), 1, "rmsnorm rstd");

@@ -160,7 +160,9 @@ class linear {
     saved_stream_ = pending_stream_;
   }
 
-  // dy (M, N); dx (M, K) overwritten when given; dW accumulated when the weight trains.
+  // dy (M, N); dx (M, K) overwritten when given; dW accumulated when the weight trains. An
+  // undefined *dx is allocated here (dy's type), after the wgrad GEMM has released the saved copy
+  // of X: the layer's peak then never holds both.
   void backward(const tensor& dy, tensor* dx) {
     detail::require(saved_, "linear '", name(), "': backward without a training forward");
     require_shape(dy, dy.rows(), out_, ("linear '" + name() + "' dY").c_str());
@@ -174,10 +176,14 @@ class linear {
     if (dx && wgrad) qdy = be_->quantize_both(dy, rd, rw);
     else if (dx) qdy.rowwise = be_->quantize(dy, rd);
     else if (wgrad) qdy.columnwise = be_->quantize(dy, rw);
-    if (dx) be_->gemm(gemm_product::dgrad, qdy.rowwise, cache_.columnwise, *dx);
     if (wgrad) be_->gemm(gemm_product::wgrad, qdy.columnwise, x_wgrad_, weight_.grad, 1.0f, grad_beta(weight_));
-    if (lora_) lora_->backward(*be_, recipe_.high, dy, dx);
     x_wgrad_.reset();
+    qdy.columnwise.reset();
+    if (dx) {
+      if (!dx->defined()) *dx = be_->alloc_uninitialized(dy.rows(), in_, dy.type(), mem_tag::activation);
+      be_->gemm(gemm_product::dgrad, qdy.rowwise, cache_.columnwise, *dx);
+    }
+    if (lora_) lora_->backward(*be_, recipe_.high, dy, dx);
     saved_ = false;
   }
 
@@ -315,8 +321,12 @@ class linear {
     const std::uint64_t scale_version = table_ ? table_->version(row0_ + 1) : 0;
     const std::uint32_t stream = mix_stream(id_, 1, step_);
     cache_ = {};  // free the stale copies first: old and new are never co-resident
-    qpair both = be_->quantize_both(weight_.value, request(gemm_product::fprop, true, block_axis::rowwise, operand_use::fprop_w, s, stream),
-                                    request(gemm_product::dgrad, true, block_axis::columnwise, operand_use::dgrad_w, s, stream));
+    quant_request rows = request(gemm_product::fprop, true, block_axis::rowwise, operand_use::fprop_w, s, stream);
+    quant_request cols = request(gemm_product::dgrad, true, block_axis::columnwise, operand_use::dgrad_w, s, stream);
+    // The copies are read only while the weight's version is theirs (cache_fresh), so a bf16
+    // master may be its own bf16 copies: no bytes, no cast.
+    rows.may_alias_input = cols.may_alias_input = true;
+    qpair both = be_->quantize_both(weight_.value, rows, cols);
     cache_ = {std::move(both.rowwise), std::move(both.columnwise), weight_.version, scale_version};
     ++weight_quantizations_;
   }

@@ -4,6 +4,7 @@
 // The host kernels are in ref/nn/rmsnorm.hpp. Reductions accumulate in double.
 //   forward   r = 1 / sqrt(mean_j x_j^2 + eps),  y_j = g_j x_j r
 //   backward  dx_j += r g_j dy_j - r^3 / C * x_j * sum_i g_i dy_i x_i,   dg_j += sum_rows dy_j x_j r
+//             (or dx_j = dr_j + ..., from the residual stream's gradient dr: no copy of dr first)
 // forward_quantized is the fused producer: the backend writes the next linear's quantized copies
 // of y directly (backend::rmsnorm_quantize), and y itself only when asked for.
 #include <cmath>
@@ -33,10 +34,11 @@ class rmsnorm {
     save(x);
     return be_->rmsnorm_quantize(x, weight_.value, rstd_, eps_, plan, y);
   }
-  // dx (M, C) += input gradient; weight gradient accumulated when trainable.
-  void backward(const tensor& dy, tensor& dx) {
+  // dx (M, C) += input gradient, or dx = dr + input gradient when dr is given (the gradient
+  // that reaches x by the residual path); weight gradient accumulated when trainable.
+  void backward(const tensor& dy, tensor& dx, const tensor* dr = nullptr) {
     if (weight_.trainable) materialize_grad(*be_, weight_);
-    be_->rmsnorm_backward(dy, x_, weight_.value, rstd_, dx, weight_.trainable ? &weight_.grad : nullptr);
+    be_->rmsnorm_backward(dy, x_, weight_.value, rstd_, dx, weight_.trainable ? &weight_.grad : nullptr, dr);
   }
   void release_saved() noexcept {
     x_.reset();

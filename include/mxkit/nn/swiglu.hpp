@@ -8,6 +8,7 @@
 // copies of `out` directly (backend::swiglu_quantize), and `out` itself only when asked for.
 #include <cmath>
 #include <cstddef>
+#include <utility>
 
 #include <mxkit/nn/backend.hpp>
 
@@ -26,6 +27,14 @@ class swiglu {
     return q;
   }
   void backward(backend& be, const tensor& dout, tensor& dgu) { be.swiglu_backward(dout, gu_, dgu); }
+  // The same gradient written over the saved gu, which backward reads for the last time: the
+  // (M, 2F) gradient costs no memory of its own (the largest activation of a Llama layer). Hands
+  // gu's memory back as dgu and releases the saved state.
+  tensor backward_in_place(backend& be, const tensor& dout) {
+    tensor dgu = std::exchange(gu_, tensor{});
+    be.swiglu_backward(dout, dgu, dgu);
+    return dgu;
+  }
   void release_saved() noexcept { gu_.reset(); }
 
  private:

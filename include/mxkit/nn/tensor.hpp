@@ -112,7 +112,10 @@ class memory_tracker {
     live_[index(t)] += bytes;
     if (live_[index(t)] > peak_[index(t)]) peak_[index(t)] = live_[index(t)];
     if (weight_bytes() > peak_weight_) peak_weight_ = weight_bytes();
-    if (total() > peak_total_) peak_total_ = total();
+    if (total() > peak_total_) {
+      peak_total_ = total();
+      at_peak_ = live_;
+    }
   }
   void remove(mem_tag t, std::size_t bytes) noexcept { live_[index(t)] -= bytes; }
 
@@ -127,15 +130,18 @@ class memory_tracker {
   std::size_t peak(mem_tag t) const noexcept { return peak_[index(t)]; }
   std::size_t peak_weight_bytes() const noexcept { return peak_weight_; }
   std::size_t peak_total() const noexcept { return peak_total_; }
+  // What the total's peak was made of: the live bytes of tag t at that moment.
+  std::size_t live_at_peak(mem_tag t) const noexcept { return at_peak_[index(t)]; }
   void reset_peak() noexcept {
     peak_ = live_;
+    at_peak_ = live_;
     peak_weight_ = weight_bytes();
     peak_total_ = total();
   }
 
  private:
   static constexpr std::size_t index(mem_tag t) noexcept { return static_cast<std::size_t>(t); }
-  std::array<std::size_t, mem_tag_count> live_{}, peak_{};
+  std::array<std::size_t, mem_tag_count> live_{}, peak_{}, at_peak_{};
   std::size_t peak_weight_ = 0, peak_total_ = 0;
 };
 

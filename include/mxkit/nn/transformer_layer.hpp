@@ -115,32 +115,40 @@ class transformer_layer {
   }
 
   // dy (M, C); dx (M, C) overwritten when given (null: no input gradient wanted).
+  // Every saved tensor and gradient is released as soon as its last reader is done, and each
+  // linear allocates its dX only after its wgrad GEMM has released the saved X; the SwiGLU
+  // gradient is written over the saved gate/up output. The peak of a step is then the end of
+  // forward, not the first steps of backward (bench/NOTES_training.md has the bytes).
   void backward(const tensor& dy, tensor* dx, const batch_shape& b) {
     const std::size_t M = b.tokens(), C = c_.d_model;
     require_shape(dy, M, C, "layer backward dY");
     const head_shape hs = heads(b);
-    tensor dx2 = output(M, C, dy);  // gradient of the residual stream x2
-    be_->copy(dy, dx2);
-    tensor ds = output(M, c_.d_ff, dy);
+    tensor ds;  // (M, F), allocated by down's backward
     down_.backward(dy, &ds);
-    tensor dgu = output(M, 2 * c_.d_ff, dy);
-    swiglu_.backward(*be_, ds, dgu);
-    tensor dn2 = output(M, C, dy);
+    tensor dgu = swiglu_.backward_in_place(*be_, ds);  // (M, 2F)
+    ds.reset();
+    tensor dn2;
     gate_up_.backward(dgu, &dn2);
-    norm2_.backward(dn2, dx2);
-    tensor datt = output(M, hs.q_dim(), dy);
+    dgu.reset();
+    tensor dx2 = output(M, C, dy);  // gradient of the residual stream x2: dy + the norm's
+    norm2_.backward(dn2, dx2, &dy);
+    norm2_.release_saved();
+    dn2.reset();
+    tensor datt;
     out_.backward(dx2, &datt);
     tensor dqkv = output(M, c_.qkv_dim(), dy);
     attention_.backward(*be_, datt, dqkv, hs);
+    attention_.release_saved();
+    datt.reset();
     rope_.backward(*be_, dqkv, hs);
     const bool need_dn1 = dx != nullptr || norm1_.weight().trainable;
-    tensor dn1 = need_dn1 ? output(M, C, dy) : tensor{};
+    tensor dn1;
     qkv_.backward(dqkv, need_dn1 ? &dn1 : nullptr);
+    dqkv.reset();
     if (need_dn1) {
       tensor scratch = dx ? tensor{} : output(M, C, dy);
       tensor& target = dx ? *dx : scratch;
-      be_->copy(dx2, target);
-      norm1_.backward(dn1, target);
+      norm1_.backward(dn1, target, &dx2);
     }
     release_saved();
   }

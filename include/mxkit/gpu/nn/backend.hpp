@@ -15,7 +15,8 @@
 //              copy; bf16: a conversion (rowwise) or a converting transpose (columnwise). A bf16
 //              columnwise copy is no copy at all where the GEMM can read the rows MN-major
 //              (gpu::major_order): the rowwise copy made with it, or x itself when the request
-//              allows (may_alias_input: wgrad's X and dY).
+//              allows (may_alias_input: wgrad's X and dY, and a bf16 master weight, which is
+//              then its own fprop and dgrad copy).
 //   GEMM       gpu/gemm (the sm90 path on Hopper, gfx950's MX path on CDNA4, else portable),
 //              the FP8 descale read from the copies' device scales; C in the epilogue.
 //   layers     gpu/nn/ kernels: rmsnorm, rope, flash attention (bf16 tensor cores: f32
@@ -395,7 +396,10 @@ class device_backend : public nn::backend {
   void do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) override {
     activation_types(x.type(), "rmsnorm", [&](auto z) {
       using T = decltype(z);
-      gpu::rmsnorm_forward(x.as<T>(), w.as<float>(), y.as<T>(), rstd.as<float>(), x.rows(), x.cols(), eps, stream_);
+      activation_types(w.type(), "rmsnorm weight", [&](auto zw) {
+        using W = decltype(zw);
+        gpu::rmsnorm_forward(x.as<T>(), w.as<W>(), y.as<T>(), rstd.as<float>(), x.rows(), x.cols(), eps, stream_);
+      });
     });
   }
   nn::qpair do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
@@ -404,14 +408,17 @@ class device_backend : public nn::backend {
     device_backend::do_rmsnorm_forward(x, w, out, rstd, eps);
     return quantize_plan(out, plan);
   }
-  void do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, nn::tensor& dx,
-                           nn::tensor* dw) override {
+  void do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
+                           nn::tensor& dx, nn::tensor* dw) override {
     activation_types(x.type(), "rmsnorm backward", [&](auto z) {
       using T = decltype(z);
-      const std::size_t need = dw ? rmsnorm_backward_workspace(x.rows(), x.cols()) : 0;
-      with_workspace<float>(need, [&](std::span<float> ws) {
-        gpu::rmsnorm_backward(dy.as<T>(), x.as<T>(), w.as<float>(), rstd.as<float>(), dx.as<T>(),
-                              dw ? dw->as<float>() : static_cast<float*>(nullptr), x.rows(), x.cols(), ws, stream_);
+      activation_types(w.type(), "rmsnorm weight", [&](auto zw) {  // a weight and its gradient: f32, or bf16 (bf16 layer weights)
+        using W = decltype(zw);
+        const std::size_t need = dw ? rmsnorm_backward_workspace(x.rows(), x.cols()) : 0;
+        with_workspace<float>(need, [&](std::span<float> ws) {
+          gpu::rmsnorm_backward(dy.as<T>(), x.as<T>(), w.as<W>(), rstd.as<float>(), dr.as<T>(), dx.as<T>(),
+                                dw ? dw->as<W>() : static_cast<W*>(nullptr), x.rows(), x.cols(), ws, stream_);
+        });
       });
     });
   }

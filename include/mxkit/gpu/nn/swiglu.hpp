@@ -80,7 +80,8 @@ void swiglu_forward(const T* gu, T* out, std::size_t rows, std::size_t f, stream
 }
 
 // dgu = [dg | du] (rows, 2F), overwritten, from dout (rows, F) and gu (rows, 2F); device
-// pointers. Asynchronous on `stream`.
+// pointers. dgu may be gu: a thread loads its chunks of g and u before it stores theirs.
+// Asynchronous on `stream`.
 template <layer_element T>
 void swiglu_backward(const T* dout, const T* gu, T* dgu, std::size_t rows, std::size_t f, stream_t stream = nullptr) {
   if (rows == 0 || f == 0) return;
