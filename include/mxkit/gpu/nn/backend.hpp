@@ -19,10 +19,10 @@
 //              then its own fprop and dgrad copy).
 //   GEMM       gpu/gemm (the sm90 path on Hopper, gfx950's MX path on CDNA4, else portable),
 //              the FP8 descale read from the copies' device scales; C in the epilogue.
-//   layers     gpu/nn/ kernels: rmsnorm, rope, flash attention (bf16 tensor cores: f32
-//              activations are rounded to bf16 for attention, its output widened back), swiglu,
-//              embedding, cross_entropy; global_norm and adamw as multi-tensor kernels whose
-//              device descriptor arrays are kept between steps.
+//   layers     gpu/nn/ kernels: rmsnorm, rope (from a factor table kept across calls), flash
+//              attention (bf16 tensor cores: f32 activations are rounded to bf16 for attention,
+//              its output widened back), swiglu, embedding, cross_entropy; global_norm and adamw
+//              as multi-tensor kernels whose device descriptor arrays are kept between steps.
 //   scalars    loss, norm, clip factor and step counts stay in device memory; one-thread
 //              kernels move them between the kernels' layouts (gpu/nn/tensor_ops.hpp).
 // Fused producers: rmsnorm_quantize and swiglu_quantize run the unfused kernel into a temporary
@@ -425,7 +425,7 @@ class device_backend : public nn::backend {
   void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override {
     activation_types(qkv.type(), "rope", [&](auto z) {
       using T = decltype(z);
-      gpu::rope(qkv.as<T>(), s, theta, inverse, stream_);
+      gpu::rope(qkv.as<T>(), s, theta, inverse, rope_table(s, theta), stream_);
     });
   }
   void do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) override {
@@ -604,6 +604,21 @@ class device_backend : public nn::backend {
     return out;
   }
 
+  // The RoPE factors of every position up to the longest sequence seen, for one (head_dim,
+  // theta): computed on the stream once (gpu::rope_factors), then read by every layer's RoPE of
+  // every step instead of a double pow and sincos per pair and call.
+  const float2* rope_table(const nn::head_shape& s, double theta) {
+    const bool same = rope_table_.defined() && rope_head_dim_ == s.head_dim && rope_theta_ == theta;
+    if (!same || rope_table_.rows() < s.seq) {
+      const std::size_t seq = same ? std::max(s.seq, rope_table_.rows()) : s.seq;
+      rope_table_ = scratch(seq, s.head_dim, nn::dtype::f32);  // (seq, head_dim / 2) float pairs
+      rope_head_dim_ = s.head_dim;
+      rope_theta_ = theta;
+      gpu::rope_factors(static_cast<float2*>(rope_table_.data()), seq, s.head_dim, theta, stream_);
+    }
+    return static_cast<const float2*>(rope_table_.data());
+  }
+
   // The host codes of an upload in flight on the copy stream stay alive (a shared owner kept
   // here) until the copy has finished: a caller may drop its host_fp8 as soon as import_fp8
   // returns. Finished ones are let go at the next import and at synchronize().
@@ -769,6 +784,9 @@ class device_backend : public nn::backend {
   std::array<staging_slot, 8> staging_{};
   std::size_t next_slot_ = 0;
   nn::tensor flags_, scratch_;
+  nn::tensor rope_table_;
+  std::size_t rope_head_dim_ = 0;
+  double rope_theta_ = 0.0;
   descriptor_list<norm_tensor<float>> norm_list_;
   descriptor_list<adamw_tensor<float>> adamw_list_;
   std::array<std::size_t, 4> live_{};  // by precision

@@ -5,15 +5,16 @@
 // ref/nn/rope.hpp. Head element pair (i, i + D/2) of token b*seq + t turns by angle
 // t * theta^(-2i/D) (forward) or by minus that (inverse, the backward pass: a rotation's
 // transpose is its inverse); v heads are left alone.
-// One thread per token and rope_pairs consecutive pairs i, looping over the rotated heads: the
-// angle, its cosine and sine are computed once per pair in double, as the reference does, and
-// rounded to float, so the rotation factors equal the host's float factors (up to the double
+// One thread per token and rope_pairs consecutive pairs i, looping over the rotated heads. The
+// rotation factors cos and sin of each (position t, pair i) are computed in double, as the
+// reference does, and rounded to float, so they equal the host's float factors (up to the double
 // libraries' last bit); an fp32 angle t * inv_freq would be off by up to t * 2^-24 radians (5e-4
-// at t = 8192). The double work is one pow and one sincos per pair, shared by all
-// 2 (n_heads + n_kv_heads) elements of the pair. A thread moves its pairs' elements of each half
-// as one 8-byte (bf16) or 16-byte (float) access: with one element an access, the kernel issued
-// twice the memory instructions its bytes needed and ran at about half of copy bandwidth
-// (bench/NOTES_training.md). Consecutive threads take consecutive pairs: coalesced within each half.
+// at t = 8192). That is one pow and one sincos (slow for the large angles of late positions)
+// per pair and token: rope_factors computes them once into a [seq, head_dim / 2] table of
+// (cos, sin) that every layer and step reads (the device backend keeps one), and rope without a
+// table computes them on the fly. A thread moves its pairs' elements of each half as one 8-byte
+// (bf16) or 16-byte (float) access. Consecutive threads take consecutive pairs: coalesced
+// within each half.
 // Bytes moved: 2 * tokens * (n_heads + n_kv_heads) * head_dim * sizeof(T) (read and write).
 #include <cmath>
 #include <cstddef>
@@ -32,8 +33,30 @@ inline constexpr int rope_threads = 256;
 inline constexpr int rope_batch = 4;  // heads whose loads a thread issues together
 inline constexpr int rope_pairs = 4;  // consecutive pairs (elements of each half) a thread rotates
 
+// cos and sin of t * theta^(-2i/D), in double, rounded to float: the reference's expression, in
+// its order.
+__device__ inline void rope_factor(std::size_t t, std::size_t i, std::size_t head_dim, double theta, float& c, float& s) noexcept {
+  const double angle = static_cast<double>(t) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  double sd, cd;
+  sincos(angle, &sd, &cd);
+  c = static_cast<float>(cd);
+  s = static_cast<float>(sd);
+}
+
+template <int Threads>  // a template, as every kernel here (an unused plain kernel warns per unit)
+MXKIT_GLOBAL void __launch_bounds__(Threads) rope_factors_kernel(float2* table, std::size_t seq, std::size_t half, std::size_t head_dim,
+                                                                  double theta) {
+  for (std::size_t idx = blockIdx.x * static_cast<std::size_t>(Threads) + threadIdx.x; idx < seq * half;
+       idx += gridDim.x * static_cast<std::size_t>(Threads)) {
+    float c, s;
+    rope_factor(idx / half, idx % half, head_dim, theta, c, s);
+    table[idx] = make_float2(c, s);
+  }
+}
+
 template <class T>
 struct rope_params {
+  const float2* factors;     // (seq, half) from rope_factors, or null: computed here
   T* qkv;                    // (tokens, row)
   std::size_t tokens, seq;   // tokens = batch * seq; position = token % seq
   std::size_t row, rotated;  // qkv row width; heads rotated (q heads then k heads, contiguous)
@@ -50,15 +73,15 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
        idx += gridDim.x * static_cast<std::size_t>(rope_threads)) {
     const std::size_t token = idx / p.groups, i0 = idx % p.groups * V, t = token % p.seq;
     float c[V], s[V];
-    for (int k = 0; k < V; ++k) {
-      // The reference's expression, in its order: t * theta^((-2 i) / D). Past the half
-      // (a partial group) the factors are unused.
-      const double i = static_cast<double>(i0 + static_cast<std::size_t>(k));
-      const double angle = static_cast<double>(t) * pow(p.theta, -2.0 * i / static_cast<double>(p.head_dim));
-      double sd, cd;
-      sincos(angle, &sd, &cd);
-      c[k] = static_cast<float>(cd);
-      s[k] = static_cast<float>(p.inverse ? -sd : sd);
+    for (int k = 0; k < V; ++k) {  // past the half (a partial group) the factors are unused
+      const std::size_t i = i0 + static_cast<std::size_t>(k);
+      if (p.factors) {
+        const float2 f = i < p.half ? p.factors[t * p.half + i] : make_float2(0.0f, 0.0f);
+        c[k] = f.x, s[k] = f.y;
+      } else {
+        rope_factor(t, i, p.head_dim, p.theta, c[k], s[k]);
+      }
+      if (p.inverse) s[k] = -s[k];
     }
     T* v = p.qkv + token * p.row;
     // Heads rope_batch at a time, every load of a batch before its stores: a load after a store
@@ -90,10 +113,27 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
 
 }  // namespace detail
 
+// The rotation factors of positions 0 .. seq - 1 for head_dim and theta: table[t * head_dim / 2
+// + i] = (cos, sin) of t * theta^(-2i/D), float from double (device, seq * head_dim / 2
+// entries). Asynchronous on `stream`.
+inline std::size_t rope_factors_size(std::size_t seq, std::size_t head_dim) noexcept { return seq * (head_dim / 2); }
+inline void rope_factors(float2* table, std::size_t seq, std::size_t head_dim, double theta, stream_t stream = nullptr) {
+  mxkit::detail::require(head_dim > 0 && head_dim % 2 == 0, "gpu::rope_factors: head_dim ", head_dim, " must be even and > 0");
+  mxkit::detail::require(std::isfinite(theta) && theta > 0.0, "gpu::rope_factors: theta must be finite and > 0, got ", theta);
+  const std::size_t n = rope_factors_size(seq, head_dim);
+  if (n == 0) return;
+  mxkit::detail::require(table != nullptr, "gpu::rope_factors: null table for ", n, " entries");
+  constexpr int threads = detail::rope_threads;
+  const int grid = detail::persistent_grid<detail::rope_factors_kernel<threads>>(threads, (n + threads - 1) / threads);
+  detail::rope_factors_kernel<threads><<<grid, threads, 0, stream>>>(table, seq, head_dim / 2, head_dim, theta);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
 // Rotates the q and k heads of qkv (device, [s.tokens(), s.qkv_dim()]) in place: by
-// t * theta^(-2i/D) at position t, or back by it when `inverse`. Asynchronous on `stream`.
+// t * theta^(-2i/D) at position t, or back by it when `inverse`. factors: rope_factors(s.seq,
+// s.head_dim, theta)'s table (device), or null to compute them here. Asynchronous on `stream`.
 template <layer_element T>
-void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, stream_t stream = nullptr) {
+void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, const float2* factors, stream_t stream = nullptr) {
   mxkit::detail::require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "gpu::rope: n_heads ", s.n_heads,
                          " is not a multiple of n_kv_heads ", s.n_kv_heads);
   mxkit::detail::require(s.head_dim > 0 && s.head_dim % 2 == 0, "gpu::rope: head_dim ", s.head_dim, " must be even and > 0");
@@ -102,11 +142,16 @@ void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, stream_t 
   mxkit::detail::require(s.seq > 0, "gpu::rope: seq is 0 for ", s.tokens(), " tokens");
   mxkit::detail::require(qkv != nullptr, "gpu::rope: null qkv for ", s.tokens(), " tokens");
   const std::size_t half = s.head_dim / 2, groups = (half + detail::rope_pairs - 1) / detail::rope_pairs;
-  const detail::rope_params<T> p{qkv, s.tokens(), s.seq, s.qkv_dim(), s.n_heads + s.n_kv_heads, s.head_dim, half, groups, theta, inverse};
+  const detail::rope_params<T> p{factors, qkv, s.tokens(), s.seq, s.qkv_dim(), s.n_heads + s.n_kv_heads, s.head_dim, half, groups, theta,
+                                 inverse};
   const std::size_t work = p.tokens * groups;
   const int grid = detail::persistent_grid<detail::rope_kernel<T>>(detail::rope_threads, (work + detail::rope_threads - 1) / detail::rope_threads);
   detail::rope_kernel<T><<<grid, detail::rope_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
+}
+template <layer_element T>
+void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, stream_t stream = nullptr) {
+  rope(qkv, s, theta, inverse, static_cast<const float2*>(nullptr), stream);
 }
 
 }  // namespace gpu
