@@ -625,9 +625,10 @@ TEST_CASE("gpu rmsnorm forward: equals the reference on ragged shapes", "[gpu][n
 }
 
 TEST_CASE("gpu rmsnorm backward: dx and a deterministic dw equal the reference", "[gpu][nn]") {
-  // Row-per-warp kernels up to 1024 bf16 or 512 float columns (4 chunks a lane), the group
-  // kernel beyond: {300, 768} is the training models' width over 19 groups.
-  const std::size_t shapes[][2] = {{1, 1}, {3, 7}, {33, 65}, {64, 64}, {100, 1000}, {70, 2050}, {300, 768}, {40, 520}, {17, 1030}};
+  // Row-per-warp kernels up to 768 bf16 or 384 float columns (3 chunks a lane), the group
+  // kernel beyond: {300, 768} is the training models' width over 19 groups, {40, 520} takes
+  // 3 chunks (bf16) or the group kernel (float), {17, 770} just past the row kernels.
+  const std::size_t shapes[][2] = {{1, 1}, {3, 7}, {33, 65}, {64, 64}, {100, 1000}, {70, 2050}, {300, 768}, {40, 520}, {17, 770}};
   std::uint64_t seed = 200;
   for (const auto& s : shapes) {
     check_rmsnorm_backward<float, float>(s[0], s[1], seed++);

@@ -106,6 +106,7 @@ class device_backend : public nn::backend {
     release_copied();
     flags_.reset();
     scratch_.reset();
+    rope_table_.reset();  // freed on stream_, which goes below
     norm_list_ = {};
     adamw_list_ = {};
     (void)stream_synchronize(stream_);

@@ -69,6 +69,22 @@ __device__ inline void pack_words(const float (&v)[N], std::uint32_t* w) noexcep
   }
 }
 
+// The N elements at q as 32-bit words, by vector loads (q aligned to chunk_vector_bytes).
+template <int N, class T>
+__device__ inline void load_vector_words(const T* q, std::uint32_t (&w)[N * sizeof(T) / 4]) noexcept {
+  constexpr int vb = chunk_vector_bytes<T, N>;
+#pragma unroll
+  for (int j = 0; j < static_cast<int>(N * sizeof(T)) / vb; ++j) {
+    if constexpr (vb == 16) {
+      const uint4 a = reinterpret_cast<const uint4*>(q)[j];
+      w[4 * j] = a.x, w[4 * j + 1] = a.y, w[4 * j + 2] = a.z, w[4 * j + 3] = a.w;
+    } else {
+      const uint2 a = reinterpret_cast<const uint2*>(q)[j];
+      w[2 * j] = a.x, w[2 * j + 1] = a.y;
+    }
+  }
+}
+
 // Elements [i, i + N) of p (a row of n elements) as floats; `pad` for positions at or past n.
 template <int N, class T>
 __device__ inline void load_chunk(const T* p, std::size_t i, std::size_t n, float (&v)[N], float pad = 0.0f) noexcept {
@@ -77,20 +93,29 @@ __device__ inline void load_chunk(const T* p, std::size_t i, std::size_t n, floa
   if constexpr (vb > 0) {
     if (i + N <= n && aligned_to<vb>(q)) {
       std::uint32_t w[N * sizeof(T) / 4];
-      for (int j = 0; j < static_cast<int>(N * sizeof(T)) / vb; ++j) {
-        if constexpr (vb == 16) {
-          const uint4 a = reinterpret_cast<const uint4*>(q)[j];
-          w[4 * j] = a.x, w[4 * j + 1] = a.y, w[4 * j + 2] = a.z, w[4 * j + 3] = a.w;
-        } else {
-          const uint2 a = reinterpret_cast<const uint2*>(q)[j];
-          w[2 * j] = a.x, w[2 * j + 1] = a.y;
-        }
-      }
+      load_vector_words<N>(q, w);
       unpack_words<T>(w, v);
       return;
     }
   }
   for (int k = 0; k < N; ++k) v[k] = i + static_cast<std::size_t>(k) < n ? load_float(q[k]) : pad;
+}
+
+// The same elements kept as their 32-bit words (zeros at and past n): a bf16 chunk in half the
+// registers of its floats, widened (unpack_words) where it is used.
+template <int N, class T>
+__device__ inline void load_words(const T* p, std::size_t i, std::size_t n, std::uint32_t (&w)[N * sizeof(T) / 4]) noexcept {
+  constexpr int vb = chunk_vector_bytes<T, N>;
+  const T* q = p + i;
+  if constexpr (vb > 0) {
+    if (i + N <= n && aligned_to<vb>(q)) {
+      load_vector_words<N>(q, w);
+      return;
+    }
+  }
+  float v[N];
+  for (int k = 0; k < N; ++k) v[k] = i + static_cast<std::size_t>(k) < n ? load_float(q[k]) : 0.0f;
+  pack_words<T>(v, w);  // exact: each value came from a T
 }
 
 // Stores elements [i, min(i + N, n)) of p from v, each rounded once to T.

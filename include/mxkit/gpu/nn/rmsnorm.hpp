@@ -6,20 +6,20 @@
 //   backward  dx_j = dr_j + r w_j dy_j - r^3 / C * x_j * sum_i w_i dy_i x_i,   dw_j += sum_rows dy_j x_j r
 //             (dr: the residual stream's gradient, which dx may be: then dx +=)
 // Forward: one warp per row (a warp-shuffle reduction, no shared memory), rows grid-strided.
-// Backward: one block per group of rmsnorm_group_rows rows, in one of two shapes, and the
-// group's dw terms to a row of the caller's workspace [groups, C]; a second kernel adds the
-// workspace rows to dw in a fixed order. dw is the same every run: nothing is added in
-// scheduler order (no float atomics).
-//   rows that fit a warp (C <= warp_size N rmsnorm_row_chunks): a warp takes the group's rows
-//     warp, warp + warps, ... in order, holds a row's dy and x in registers, reduces its dot
+// Backward: one block per group of rows, in one of two shapes, and the group's dw terms to a
+// row of the caller's workspace [groups, C]; a second kernel adds the workspace rows to dw in a
+// fixed order. dw is the same every run: nothing is added in scheduler order (no float atomics).
+//   rows that fit a warp (C <= warp_size N rmsnorm_row_chunks; groups of
+//     rmsnorm_row_group_rows): a warp takes the group's rows warp, warp + warps, ... in order,
+//     holds a row's dy, x and dr in registers (as loaded words: bf16 pairs), reduces its dot
 //     product, writes its dx and adds its dw terms to the lanes' own sums; the warps' sums are
 //     then added in warp order through shared memory. Every thread works and the loads of a
 //     row are all in flight together.
-//   wider rows: each warp reduces the dot products of its rows; then each thread owns a chunk
-//     of columns and walks the group's rows in order, updating dx and summing dw's terms.
-//     (At C = 768 this shape left 160 of 256 threads idle and each walked its rows one
-//     dependent load after another: bench/NOTES_training.md.)
-// Bytes moved (s = sizeof(T), R rows, C columns, G = ceil(R / rmsnorm_group_rows)):
+//   wider rows (groups of rmsnorm_group_rows): each warp reduces the dot products of its rows;
+//     then each thread owns a chunk of columns and walks the group's rows in order, updating
+//     dx and summing dw's terms. (At C = 768 this shape left 160 of 256 threads idle and each
+//     walked its rows one dependent load after another: bench/NOTES_training.md.)
+// Bytes moved (s = sizeof(T), R rows, C columns, G groups):
 //   forward   2 R C s + 4 R (x is read twice per row, the second time from cache)
 //   backward  4 R C s (dy, x, dr read, dx written; wider rows read dy and x again per group,
 //             from L2 while the group's rows stay there) + 8 G C (workspace) + C (s +
@@ -98,9 +98,16 @@ struct rmsnorm_backward_params {
   std::size_t rows, cols, groups;
 };
 
+// Rows of one group of the row-per-warp backward: 8 a warp. Its warps' sums are added once per
+// group, and a dw kernel over G = R / 64 partial rows (at R / 16 it was a quarter of the call at
+// d_model 768: bench/NOTES_training.md). At most rmsnorm_group_rows' workspace.
+inline constexpr std::size_t rmsnorm_row_group_rows = 64;
+static_assert(rmsnorm_row_group_rows >= rmsnorm_group_rows, "rmsnorm_backward_workspace is sized for the smaller groups");
+
 // Chunks of a row one lane holds in the row-per-warp backward: rows up to warp_size N
-// rmsnorm_row_chunks elements (1024 bf16 or 512 float with 32-lane warps) take it.
-inline constexpr int rmsnorm_row_chunks = 4;
+// rmsnorm_row_chunks elements (768 bf16 or 384 float with 32-lane warps) take it. At 3 chunks a
+// thread needs 124 registers (two blocks an SM); at 4, 162 (one block).
+inline constexpr int rmsnorm_row_chunks = 3;
 
 template <class T, class W, int K>  // K chunks a lane: cols <= warp_size N K
 MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_backward_rows_kernel(const rmsnorm_backward_params<T, W> p) {
@@ -109,45 +116,54 @@ MXKIT_GLOBAL void __launch_bounds__(rmsnorm_threads) rmsnorm_backward_rows_kerne
   const int lane = lane_id(), warp = static_cast<int>(threadIdx.x) / warp_size;
   const float inv_cols = 1.0f / static_cast<float>(p.cols);
   for (std::size_t g = blockIdx.x; g < p.groups; g += gridDim.x) {
-    const std::size_t r0 = g * rmsnorm_group_rows, nr = p.rows - r0 < rmsnorm_group_rows ? p.rows - r0 : rmsnorm_group_rows;
+    constexpr std::size_t R = rmsnorm_row_group_rows;
+    const std::size_t r0 = g * R, nr = p.rows - r0 < R ? p.rows - r0 : R;
     float acc[K][N] = {};
     for (std::size_t i = static_cast<std::size_t>(warp); i < nr; i += warps) {  // this warp's rows in order: dw's fixed order
       const std::size_t row = (r0 + i) * p.cols;
-      float d[K][N], xv[K][N];
-      float dot = 0.0f;
+      // The row's chunks as loaded words (half the registers of floats for bf16), all loads in
+      // flight together; every array is indexed by unrolled constants, so it stays in registers.
+      constexpr int words = N * static_cast<int>(sizeof(T)) / 4;
+      std::uint32_t dq[K][words], xq[K][words], rq[K][words];
+#pragma unroll
       for (int k = 0; k < K; ++k) {
         const std::size_t c = static_cast<std::size_t>(k * warp_size + lane) * N;
-        if (c < p.cols) {
-          load_chunk(p.dy + row, c, p.cols, d[k]);
-          load_chunk(p.x + row, c, p.cols, xv[k]);
-        } else {
-          for (int e = 0; e < N; ++e) d[k][e] = xv[k][e] = 0.0f;
-        }
+        load_words<N>(p.dy + row, c, p.cols, dq[k]);  // zeros at and past cols
+        load_words<N>(p.x + row, c, p.cols, xq[k]);
+        load_words<N>(p.dr + row, c, p.cols, rq[k]);
       }
+      float dot = 0.0f;
+#pragma unroll
       for (int k = 0; k < K; ++k) {
-        const std::size_t c = static_cast<std::size_t>(k * warp_size + lane) * N;
-        if (c >= p.cols) continue;
-        float wv[N];
-        load_chunk(p.w, c, p.cols, wv);  // from L1: every row of the block reads it
-        for (int e = 0; e < N; ++e) dot = fmaf(wv[e] * d[k][e], xv[k][e], dot);
+        float d[N], xv[N], wv[N];
+        unpack_words<T>(dq[k], d);
+        unpack_words<T>(xq[k], xv);
+        load_chunk(p.w, static_cast<std::size_t>(k * warp_size + lane) * N, p.cols, wv);  // from L1: every row reads it
+#pragma unroll
+        for (int e = 0; e < N; ++e) dot = fmaf(wv[e] * d[e], xv[e], dot);
       }
       dot = warp_sum(dot);
       const float s = p.rstd[r0 + i], kc = s * s * s * dot * inv_cols;
+#pragma unroll
       for (int k = 0; k < K; ++k) {
         const std::size_t c = static_cast<std::size_t>(k * warp_size + lane) * N;
-        if (c >= p.cols) continue;
-        float wv[N], o[N];
+        float d[N], xv[N], o[N], wv[N];
+        unpack_words<T>(dq[k], d);
+        unpack_words<T>(xq[k], xv);
+        unpack_words<T>(rq[k], o);
         load_chunk(p.w, c, p.cols, wv);
-        load_chunk(p.dr + row, c, p.cols, o);
+#pragma unroll
         for (int e = 0; e < N; ++e) {
-          o[e] += s * wv[e] * d[k][e] - kc * xv[k][e];
-          acc[k][e] = fmaf(d[k][e] * xv[k][e], s, acc[k][e]);
+          o[e] += s * wv[e] * d[e] - kc * xv[e];
+          acc[k][e] = fmaf(d[e] * xv[e], s, acc[k][e]);
         }
-        store_chunk(p.dx + row, c, p.cols, o);
+        if (c < p.cols) store_chunk(p.dx + row, c, p.cols, o);
       }
     }
     if (p.partial) {
+#pragma unroll
       for (int k = 0; k < K; ++k)
+#pragma unroll
         for (int e = 0; e < N; ++e) sums[warp][(k * warp_size + lane) * N + e] = acc[k][e];
       sync_threads();
       for (std::size_t c = threadIdx.x; c < p.cols; c += rmsnorm_threads) {
@@ -285,20 +301,21 @@ void rmsnorm_backward(const T* dy, const T* x, const W* w, const float* rstd, co
   if (rows == 0 || cols == 0) return;
   mxkit::detail::require(dy && x && w && rstd && dr && dx, "gpu::rmsnorm_backward: null pointer (dy ", dy != nullptr, ", x ",
                          x != nullptr, ", w ", w != nullptr, ", rstd ", rstd != nullptr, ", dr ", dr != nullptr, ", dx ", dx != nullptr, ")");
-  const std::size_t groups = (rows + detail::rmsnorm_group_rows - 1) / detail::rmsnorm_group_rows;
+  constexpr std::size_t lane_cols = static_cast<std::size_t>(warp_size) * detail::chunk_elements<T>;
+  const std::size_t chunks = (cols + lane_cols - 1) / lane_cols;  // a lane's, were a warp to take a row
+  const std::size_t group_rows = chunks <= detail::rmsnorm_row_chunks ? detail::rmsnorm_row_group_rows : detail::rmsnorm_group_rows;
+  const std::size_t groups = (rows + group_rows - 1) / group_rows;
   if (dw) {
     const std::size_t need = rmsnorm_backward_workspace(rows, cols);
     mxkit::detail::require(workspace.data() != nullptr && workspace.size() >= need, "gpu::rmsnorm_backward: workspace of ",
                            workspace.size(), " floats, need ", need, " (rmsnorm_backward_workspace(", rows, ", ", cols, "))");
   }
   const detail::rmsnorm_backward_params<T, W> p{dy, x, w, rstd, dr, dx, dw ? workspace.data() : nullptr, rows, cols, groups};
-  constexpr std::size_t lane_cols = static_cast<std::size_t>(warp_size) * detail::chunk_elements<T>;
-  static_assert(detail::rmsnorm_row_chunks == 4, "a case below for each chunk count a lane may hold");
-  switch ((cols + lane_cols - 1) / lane_cols) {
+  static_assert(detail::rmsnorm_row_chunks == 3, "a case below for each chunk count a lane may hold");
+  switch (chunks) {
     case 1: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_rows_kernel<T, W, 1>>(p, stream); break;
     case 2: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_rows_kernel<T, W, 2>>(p, stream); break;
     case 3: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_rows_kernel<T, W, 3>>(p, stream); break;
-    case 4: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_rows_kernel<T, W, 4>>(p, stream); break;
     default: detail::launch_rmsnorm_backward<detail::rmsnorm_backward_kernel<T, W>>(p, stream); break;
   }
   if (dw) {

@@ -5,19 +5,24 @@
 // ref/nn/rope.hpp. Head element pair (i, i + D/2) of token b*seq + t turns by angle
 // t * theta^(-2i/D) (forward) or by minus that (inverse, the backward pass: a rotation's
 // transpose is its inverse); v heads are left alone.
-// One thread per token and rope_pairs consecutive pairs i, looping over the rotated heads. The
-// rotation factors cos and sin of each (position t, pair i) are computed in double, as the
+// The rotation factors cos and sin of each (position t, pair i) are computed in double, as the
 // reference does, and rounded to float, so they equal the host's float factors (up to the double
 // libraries' last bit); an fp32 angle t * inv_freq would be off by up to t * 2^-24 radians (5e-4
 // at t = 8192). That is one pow and one sincos (slow for the large angles of late positions)
 // per pair and token: rope_factors computes them once into a [seq, head_dim / 2] table of
 // (cos, sin) that every layer and step reads (the device backend keeps one), and rope without a
-// table computes them on the fly. A thread moves its pairs' elements of each half as one 8-byte
-// (bf16) or 16-byte (float) access. Consecutive threads take consecutive pairs: coalesced
-// within each half.
+// table computes them on the fly. One thread per token and run of consecutive pairs, looping
+// over the rotated heads a few at a time (all loads of a batch before its stores):
+//   from a table   4 pairs a thread, each half's elements one 8-byte (bf16) or 16-byte (float)
+//                  access, 2 heads a batch (the fastest of the shapes timed in
+//                  bench/NOTES_training.md);
+//   on the fly     1 pair a thread, 8 heads a batch (the double math's registers leave no room
+//                  for more).
+// Consecutive threads take consecutive pairs: coalesced within each half.
 // Bytes moved: 2 * tokens * (n_heads + n_kv_heads) * head_dim * sizeof(T) (read and write).
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include <mxkit/gpu/nn/chunk.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/error.hpp>
@@ -30,8 +35,12 @@ namespace gpu {
 namespace detail {
 
 inline constexpr int rope_threads = 256;
-inline constexpr int rope_batch = 4;  // heads whose loads a thread issues together
-inline constexpr int rope_pairs = 4;  // consecutive pairs (elements of each half) a thread rotates
+// Consecutive pairs a thread rotates (elements of each half), and heads whose loads it issues
+// together, with and without a factor table.
+template <bool Table>
+inline constexpr int rope_pairs = Table ? 4 : 1;
+template <bool Table>
+inline constexpr int rope_batch = Table ? 2 : 8;
 
 // cos and sin of t * theta^(-2i/D), in double, rounded to float: the reference's expression, in
 // its order.
@@ -60,14 +69,15 @@ struct rope_params {
   T* qkv;                    // (tokens, row)
   std::size_t tokens, seq;   // tokens = batch * seq; position = token % seq
   std::size_t row, rotated;  // qkv row width; heads rotated (q heads then k heads, contiguous)
-  std::size_t head_dim, half, groups;  // groups = ceil(half / rope_pairs) per token
+  std::size_t head_dim, half, groups;  // groups = ceil(half / V) per token
   double theta;
   bool inverse;
 };
 
-template <class T>
+// Table: the factors come from p.factors (an instantiation of its own: with the on-the-fly pow
+// and sincos in the same kernel the table path ran at the registers of both).
+template <class T, bool Table, int V = rope_pairs<Table>, int Batch = rope_batch<Table>>
 MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<T> p) {
-  constexpr int V = rope_pairs;
   const std::size_t total = p.tokens * p.groups;
   for (std::size_t idx = blockIdx.x * static_cast<std::size_t>(rope_threads) + threadIdx.x; idx < total;
        idx += gridDim.x * static_cast<std::size_t>(rope_threads)) {
@@ -75,7 +85,7 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
     float c[V], s[V];
     for (int k = 0; k < V; ++k) {  // past the half (a partial group) the factors are unused
       const std::size_t i = i0 + static_cast<std::size_t>(k);
-      if (p.factors) {
+      if constexpr (Table) {
         const float2 f = i < p.half ? p.factors[t * p.half + i] : make_float2(0.0f, 0.0f);
         c[k] = f.x, s[k] = f.y;
       } else {
@@ -84,19 +94,19 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
       if (p.inverse) s[k] = -s[k];
     }
     T* v = p.qkv + token * p.row;
-    // Heads rope_batch at a time, every load of a batch before its stores: a load after a store
+    // Heads Batch at a time, every load of a batch before its stores: a load after a store
     // through the same pointer waits for it.
-    for (std::size_t h0 = 0; h0 < p.rotated; h0 += rope_batch) {
-      float x1[rope_batch][V], x2[rope_batch][V];
+    for (std::size_t h0 = 0; h0 < p.rotated; h0 += Batch) {
+      float x1[Batch][V], x2[Batch][V];
 #pragma unroll
-      for (int j = 0; j < rope_batch; ++j) {
+      for (int j = 0; j < Batch; ++j) {
         if (h0 + static_cast<std::size_t>(j) >= p.rotated) break;
         const T* e = v + (h0 + static_cast<std::size_t>(j)) * p.head_dim;
         load_chunk(e, i0, p.half, x1[j]);
         load_chunk(e + p.half, i0, p.half, x2[j]);
       }
 #pragma unroll
-      for (int j = 0; j < rope_batch; ++j) {
+      for (int j = 0; j < Batch; ++j) {
         if (h0 + static_cast<std::size_t>(j) >= p.rotated) break;
         T* e = v + (h0 + static_cast<std::size_t>(j)) * p.head_dim;
         float y1[V], y2[V];
@@ -141,13 +151,19 @@ void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, const flo
   if (s.tokens() == 0) return;
   mxkit::detail::require(s.seq > 0, "gpu::rope: seq is 0 for ", s.tokens(), " tokens");
   mxkit::detail::require(qkv != nullptr, "gpu::rope: null qkv for ", s.tokens(), " tokens");
-  const std::size_t half = s.head_dim / 2, groups = (half + detail::rope_pairs - 1) / detail::rope_pairs;
-  const detail::rope_params<T> p{factors, qkv, s.tokens(), s.seq, s.qkv_dim(), s.n_heads + s.n_kv_heads, s.head_dim, half, groups, theta,
-                                 inverse};
-  const std::size_t work = p.tokens * groups;
-  const int grid = detail::persistent_grid<detail::rope_kernel<T>>(detail::rope_threads, (work + detail::rope_threads - 1) / detail::rope_threads);
-  detail::rope_kernel<T><<<grid, detail::rope_threads, 0, stream>>>(p);
-  MXKIT_GPU_CHECK_LAUNCH();
+  auto launch = [&](auto table) {
+    constexpr bool Table = decltype(table)::value;
+    constexpr std::size_t V = detail::rope_pairs<Table>;
+    const std::size_t half = s.head_dim / 2, groups = (half + V - 1) / V;
+    const detail::rope_params<T> p{factors, qkv, s.tokens(), s.seq, s.qkv_dim(), s.n_heads + s.n_kv_heads, s.head_dim, half, groups, theta,
+                                   inverse};
+    const std::size_t blocks = (p.tokens * groups + detail::rope_threads - 1) / detail::rope_threads;
+    const int grid = detail::persistent_grid<detail::rope_kernel<T, Table>>(detail::rope_threads, blocks);
+    detail::rope_kernel<T, Table><<<grid, detail::rope_threads, 0, stream>>>(p);
+    MXKIT_GPU_CHECK_LAUNCH();
+  };
+  if (factors) launch(std::true_type{});
+  else launch(std::false_type{});
 }
 template <layer_element T>
 void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, stream_t stream = nullptr) {
