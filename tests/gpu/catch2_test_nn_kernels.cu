@@ -245,7 +245,7 @@ void check_rope(const mxkit::nn::head_shape& s, double theta, std::uint64_t seed
     const std::vector<T> got = dev.to_host();
     CHECK(compare("qkv", widen(got), want, bound) == "");
     {  // From a factor table (the device backend's path), one longer than seq: the same bits.
-      gpu::device_buffer<float2> table(gpu::rope_factors_size(s.seq + 3, s.head_dim));
+      gpu::device_buffer<gpu::rope_factor> table(gpu::rope_factors_size(s.seq + 3, s.head_dim));
       gpu::rope_factors(table.data(), s.seq + 3, s.head_dim, theta);
       auto dev2 = upload(in.t);
       gpu::rope(dev2.data(), s, theta, inverse, table.data());

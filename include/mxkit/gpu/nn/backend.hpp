@@ -608,16 +608,16 @@ class device_backend : public nn::backend {
   // The RoPE factors of every position up to the longest sequence seen, for one (head_dim,
   // theta): computed on the stream once (gpu::rope_factors), then read by every layer's RoPE of
   // every step instead of a double pow and sincos per pair and call.
-  const float2* rope_table(const nn::head_shape& s, double theta) {
+  const rope_factor* rope_table(const nn::head_shape& s, double theta) {
     const bool same = rope_table_.defined() && rope_head_dim_ == s.head_dim && rope_theta_ == theta;
     if (!same || rope_table_.rows() < s.seq) {
       const std::size_t seq = same ? std::max(s.seq, rope_table_.rows()) : s.seq;
       rope_table_ = scratch(seq, s.head_dim, nn::dtype::f32);  // (seq, head_dim / 2) float pairs
       rope_head_dim_ = s.head_dim;
       rope_theta_ = theta;
-      gpu::rope_factors(static_cast<float2*>(rope_table_.data()), seq, s.head_dim, theta, stream_);
+      gpu::rope_factors(static_cast<rope_factor*>(rope_table_.data()), seq, s.head_dim, theta, stream_);
     }
-    return static_cast<const float2*>(rope_table_.data());
+    return static_cast<const rope_factor*>(rope_table_.data());
   }
 
   // The host codes of an upload in flight on the copy stream stay alive (a shared owner kept

@@ -32,6 +32,13 @@
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
+
+// One entry of a RoPE factor table: the cosine and sine of one (position, pair) angle. A struct
+// of our own: HIP's vector pair type is not trivially copyable, so no device_buffer holds it.
+struct alignas(8) rope_factor {
+  float cos, sin;
+};
+
 namespace detail {
 
 inline constexpr int rope_threads = 256;
@@ -44,7 +51,7 @@ inline constexpr int rope_batch = Table ? 2 : 8;
 
 // cos and sin of t * theta^(-2i/D), in double, rounded to float: the reference's expression, in
 // its order.
-__device__ inline void rope_factor(std::size_t t, std::size_t i, std::size_t head_dim, double theta, float& c, float& s) noexcept {
+__device__ inline void rotation_factors(std::size_t t, std::size_t i, std::size_t head_dim, double theta, float& c, float& s) noexcept {
   const double angle = static_cast<double>(t) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
   double sd, cd;
   sincos(angle, &sd, &cd);
@@ -53,19 +60,19 @@ __device__ inline void rope_factor(std::size_t t, std::size_t i, std::size_t hea
 }
 
 template <int Threads>  // a template, as every kernel here (an unused plain kernel warns per unit)
-MXKIT_GLOBAL void __launch_bounds__(Threads) rope_factors_kernel(float2* table, std::size_t seq, std::size_t half, std::size_t head_dim,
+MXKIT_GLOBAL void __launch_bounds__(Threads) rope_factors_kernel(rope_factor* table, std::size_t seq, std::size_t half, std::size_t head_dim,
                                                                   double theta) {
   for (std::size_t idx = blockIdx.x * static_cast<std::size_t>(Threads) + threadIdx.x; idx < seq * half;
        idx += gridDim.x * static_cast<std::size_t>(Threads)) {
     float c, s;
-    rope_factor(idx / half, idx % half, head_dim, theta, c, s);
-    table[idx] = make_float2(c, s);
+    rotation_factors(idx / half, idx % half, head_dim, theta, c, s);
+    table[idx] = {c, s};
   }
 }
 
 template <class T>
 struct rope_params {
-  const float2* factors;     // (seq, half) from rope_factors, or null: computed here
+  const rope_factor* factors;  // (seq, half) from rope_factors, or null: computed here
   T* qkv;                    // (tokens, row)
   std::size_t tokens, seq;   // tokens = batch * seq; position = token % seq
   std::size_t row, rotated;  // qkv row width; heads rotated (q heads then k heads, contiguous)
@@ -86,10 +93,10 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
     for (int k = 0; k < V; ++k) {  // past the half (a partial group) the factors are unused
       const std::size_t i = i0 + static_cast<std::size_t>(k);
       if constexpr (Table) {
-        const float2 f = i < p.half ? p.factors[t * p.half + i] : make_float2(0.0f, 0.0f);
-        c[k] = f.x, s[k] = f.y;
+        const rope_factor f = i < p.half ? p.factors[t * p.half + i] : rope_factor{0.0f, 0.0f};
+        c[k] = f.cos, s[k] = f.sin;
       } else {
-        rope_factor(t, i, p.head_dim, p.theta, c[k], s[k]);
+        rotation_factors(t, i, p.head_dim, p.theta, c[k], s[k]);
       }
       if (p.inverse) s[k] = -s[k];
     }
@@ -110,9 +117,9 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
         if (h0 + static_cast<std::size_t>(j) >= p.rotated) break;
         T* e = v + (h0 + static_cast<std::size_t>(j)) * p.head_dim;
         float y1[V], y2[V];
-        for (int k = 0; k < V; ++k) {
-          y1[k] = x1[j][k] * c[k] - x2[j][k] * s[k];
-          y2[k] = x1[j][k] * s[k] + x2[j][k] * c[k];
+        for (int k = 0; k < V; ++k) {  // the fused multiply-adds spelled out: every instantiation rounds alike
+          y1[k] = fmaf(x1[j][k], c[k], -(x2[j][k] * s[k]));
+          y2[k] = fmaf(x1[j][k], s[k], x2[j][k] * c[k]);
         }
         store_chunk(e, i0, p.half, y1);
         store_chunk(e + p.half, i0, p.half, y2);
@@ -127,7 +134,7 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
 // + i] = (cos, sin) of t * theta^(-2i/D), float from double (device, seq * head_dim / 2
 // entries). Asynchronous on `stream`.
 inline std::size_t rope_factors_size(std::size_t seq, std::size_t head_dim) noexcept { return seq * (head_dim / 2); }
-inline void rope_factors(float2* table, std::size_t seq, std::size_t head_dim, double theta, stream_t stream = nullptr) {
+inline void rope_factors(rope_factor* table, std::size_t seq, std::size_t head_dim, double theta, stream_t stream = nullptr) {
   mxkit::detail::require(head_dim > 0 && head_dim % 2 == 0, "gpu::rope_factors: head_dim ", head_dim, " must be even and > 0");
   mxkit::detail::require(std::isfinite(theta) && theta > 0.0, "gpu::rope_factors: theta must be finite and > 0, got ", theta);
   const std::size_t n = rope_factors_size(seq, head_dim);
@@ -143,7 +150,7 @@ inline void rope_factors(float2* table, std::size_t seq, std::size_t head_dim, d
 // t * theta^(-2i/D) at position t, or back by it when `inverse`. factors: rope_factors(s.seq,
 // s.head_dim, theta)'s table (device), or null to compute them here. Asynchronous on `stream`.
 template <layer_element T>
-void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, const float2* factors, stream_t stream = nullptr) {
+void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, const rope_factor* factors, stream_t stream = nullptr) {
   mxkit::detail::require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "gpu::rope: n_heads ", s.n_heads,
                          " is not a multiple of n_kv_heads ", s.n_kv_heads);
   mxkit::detail::require(s.head_dim > 0 && s.head_dim % 2 == 0, "gpu::rope: head_dim ", s.head_dim, " must be even and > 0");
@@ -167,7 +174,7 @@ void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, const flo
 }
 template <layer_element T>
 void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, stream_t stream = nullptr) {
-  rope(qkv, s, theta, inverse, static_cast<const float2*>(nullptr), stream);
+  rope(qkv, s, theta, inverse, static_cast<const rope_factor*>(nullptr), stream);
 }
 
 }  // namespace gpu
