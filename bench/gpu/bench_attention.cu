@@ -22,6 +22,7 @@
 #include <mxkit/gpu/nn/attention.hpp>
 
 #include "bench_common.hpp"
+#include "event_timing.hpp"
 
 namespace {
 
@@ -42,20 +43,7 @@ __global__ void fill_normalish(mxkit::bfloat16* x, std::size_t n, std::uint32_t 
   }
 }
 
-template <class F>
-double median_ms(F&& f, int repeats, gpu::stream_t s) {
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<double> t;
-  gpu::event start, stop;
-  for (int i = 0; i < repeats; ++i) {
-    start.record(s);
-    f();
-    stop.record(s);
-    t.push_back(stop.elapsed_ms_since(start));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using mxkit_bench::median_ms;
 
 // Runs the peer and returns its two figures (0 when it fails).
 void run_peer(double& fwd, double& fwdbwd, const mxkit::nn::head_shape& s) {

@@ -98,15 +98,16 @@ struct rmsnorm_backward_params {
   std::size_t rows, cols, groups;
 };
 
-// Rows of one group of the row-per-warp backward: 8 a warp. Its warps' sums are added once per
-// group, and a dw kernel over G = R / 64 partial rows (at R / 16 it was a quarter of the call at
-// d_model 768: bench/NOTES_training.md). At most rmsnorm_group_rows' workspace.
+// Rows of one group of the row-per-warp backward (8 a warp with 32-lane warps): the warps' sums
+// are added once per group, and the dw kernel reads R / 64 partial rows (with groups of 16 it
+// took a large part of the call at d_model 768: bench/NOTES_training.md). Needs no more
+// workspace than rmsnorm_group_rows.
 inline constexpr std::size_t rmsnorm_row_group_rows = 64;
 static_assert(rmsnorm_row_group_rows >= rmsnorm_group_rows, "rmsnorm_backward_workspace is sized for the smaller groups");
 
 // Chunks of a row one lane holds in the row-per-warp backward: rows up to warp_size N
-// rmsnorm_row_chunks elements (768 bf16 or 384 float with 32-lane warps) take it. At 3 chunks a
-// thread needs 124 registers (two blocks an SM); at 4, 162 (one block).
+// rmsnorm_row_chunks elements (768 bf16 or 384 float with 32-lane warps) take it. A fourth
+// chunk's registers would leave one block an SM instead of two (bench/NOTES_training.md).
 inline constexpr int rmsnorm_row_chunks = 3;
 
 template <class T, class W, int K>  // K chunks a lane: cols <= warp_size N K
