@@ -22,7 +22,7 @@
 #include <mxkit/gpu/nn/attention.hpp>
 
 #include "bench_common.hpp"
-#include "event_timing.hpp"
+#include "gpu_bench.hpp"
 
 namespace {
 
@@ -69,13 +69,8 @@ void run_peer(double& fwd, double& fwdbwd, const mxkit::nn::head_shape& s) {
 int main(int argc, char** argv) {
   mxkit_bench::options opt = mxkit_bench::parse_args(argc, argv);
   opt.repeats = std::max(opt.repeats, 10);
-  int devices = 0;
-  if (gpu::get_device_count(&devices) != gpu::success || devices == 0) {
-    std::printf("no GPU: skipped\n");
-    return 77;
-  }
   gpu::device_properties props;
-  MXKIT_GPU_CHECK(gpu::get_device_properties(&props, 0));
+  if (!mxkit_bench::first_gpu(props)) return 77;
   // The Llama 3.1 8B layer's attention, and the 76 M byte-level model's (bench_train).
   const mxkit::nn::head_shape shapes[] = {{1, 8192, 32, 8, 128}, {16, 1024, 12, 4, 64}};
   std::vector<mxkit_bench::result> rows;

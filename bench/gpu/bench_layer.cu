@@ -33,6 +33,7 @@
 #include <mxkit/nn/transformer_layer.hpp>
 
 #include "bench_common.hpp"
+#include "gpu_bench.hpp"
 #include "profiled_backend.hpp"
 #include "training_bench.hpp"
 
@@ -69,13 +70,8 @@ int main(int argc, char** argv) {
   }
   mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
   opt.repeats = std::max(opt.repeats, 10);
-  int devices = 0;
-  if (gpu::get_device_count(&devices) != gpu::success || devices == 0) {
-    std::printf("no GPU: skipped\n");
-    return 77;
-  }
   gpu::device_properties props;
-  MXKIT_GPU_CHECK(gpu::get_device_properties(&props, 0));
+  if (!mxkit_bench::first_gpu(props)) return 77;
 
   nn::layer_config c;
   c.d_model = 4096;

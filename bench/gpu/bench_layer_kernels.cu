@@ -27,7 +27,7 @@
 #include <mxkit/gpu/nn/rope.hpp>
 
 #include "bench_common.hpp"
-#include "event_timing.hpp"
+#include "gpu_bench.hpp"
 
 namespace {
 
@@ -70,13 +70,8 @@ gpu::device_buffer<T> upload(const std::vector<T>& h) {
 int main(int argc, char** argv) {
   mxkit_bench::options opt = mxkit_bench::parse_args(argc, argv);
   opt.repeats = std::max(opt.repeats, 20);
-  int devices = 0;
-  if (gpu::get_device_count(&devices) != gpu::success || devices == 0) {
-    std::printf("no GPU: skipped\n");
-    return 77;
-  }
   gpu::device_properties props;
-  MXKIT_GPU_CHECK(gpu::get_device_properties(&props, 0));
+  if (!mxkit_bench::first_gpu(props)) return 77;
   const gpu::stream_t st = nullptr;
 
   std::vector<mxkit_bench::result> rows;

@@ -34,6 +34,7 @@
 #include <mxkit/nn/training.hpp>
 
 #include "bench_common.hpp"
+#include "gpu_bench.hpp"
 #include "profiled_backend.hpp"
 #include "training_bench.hpp"
 
@@ -69,13 +70,8 @@ int main(int argc, char** argv) {
   }
   mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
   opt.repeats = std::max(opt.repeats, 20);
-  int devices = 0;
-  if (gpu::get_device_count(&devices) != gpu::success || devices == 0) {
-    std::printf("no GPU: skipped\n");
-    return 77;
-  }
   gpu::device_properties props;
-  MXKIT_GPU_CHECK(gpu::get_device_properties(&props, 0));
+  if (!mxkit_bench::first_gpu(props)) return 77;
   const std::map<std::string, model_shape> shapes{
       {"default", {"training program default (16L d768)", 16, 768, 12, 4, 2048, 1024, 16}},
       {"76m", {"76M byte Llama (12L d768)", 12, 768, 12, 4, 2048, 1024, 16}},

@@ -87,8 +87,8 @@ std::vector<double> as_double(const std::vector<bfloat16>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) d[i] = v[i].to_float();
   return d;
 }
-// A random [rows, cols] matrix (gemm_test::random_matrix) rounded to bf16; bf16 values as floats;
-// a [rows, cols] matrix stored transposed ([cols, rows]).
+// A random [rows, cols] matrix (gemm_test::random_matrix) rounded to bf16; bf16 values as floats
+// (transposes: gemm_test::transposed).
 std::vector<bfloat16> random_bf16(std::size_t rows, std::size_t cols, std::uint64_t seed) {
   const std::vector<float> x = gemm_test::random_matrix(rows, cols, seed, 3);
   std::vector<bfloat16> h(x.size());
@@ -99,12 +99,6 @@ std::vector<float> as_float(const std::vector<bfloat16>& v) {
   std::vector<float> f(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) f[i] = v[i].to_float();
   return f;
-}
-std::vector<bfloat16> transposed(const std::vector<bfloat16>& v, std::size_t rows, std::size_t cols) {
-  std::vector<bfloat16> t(v.size());
-  for (std::size_t i = 0; i < rows; ++i)
-    for (std::size_t j = 0; j < cols; ++j) t[j * rows + i] = v[i * cols + j];
-  return t;
 }
 
 // S[i,j] = sum_k |a_k b_k| with the scales applied: the reference on sign-stripped copies.
@@ -445,7 +439,7 @@ TEST_CASE("gpu gemm: bf16 operands stored MN-major give the K-major products bit
     const std::size_t p = sh.p, q = sh.q, k = sh.k;
     // K-major, and stored MN-major ([k, p], [k, q])
     const std::vector<bfloat16> ha = random_bf16(p, k, seed + p), hb = random_bf16(q, k, seed + q);
-    const std::vector<bfloat16> hat = transposed(ha, p, k), hbt = transposed(hb, q, k);
+    const std::vector<bfloat16> hat = gemm_test::transposed(ha, p, k), hbt = gemm_test::transposed(hb, q, k);
     g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)},
         dat{std::span<const bfloat16>(hat)}, dbt{std::span<const bfloat16>(hbt)};
     MXKIT_GPU_CHECK(g::device_synchronize());
