@@ -15,8 +15,11 @@
 // per-tensor FP8 through torch._scaled_mm compiled, and SDPA alone). Model FLOPs, as the peer:
 // 6 * N_linear * tokens + attention 3.5 * 2 * B * H * T^2 * D (causal forward 2 B H T^2 D,
 // backward 2.5 times that).
+// --memory fast,lean: the linears' default trade, or linear_memory::lean() (each weight copy made
+// for its GEMM, dY's two copies one at a time: the lowest peak, one more read of each weight and
+// each dY).
 // Usage: bench_layer [--record] [--results PATH] [--repeats N] [--seq T] [--recipes a,b]
-//                    [--params f32,bf16]
+//                    [--params f32,bf16] [--memory fast,lean]
 //   MXKIT_LAYER_PEER: the peer command (default "python3 bench/layer_peer.py"); empty: no peer.
 //   Without a GPU it says so and exits 77.
 #include <algorithm>
@@ -60,12 +63,13 @@ std::vector<double> normal_values(std::size_t n, std::uint64_t seed, double scal
 
 int main(int argc, char** argv) {
   std::size_t seq = 8192;
-  std::string recipes = "bf16,fp8,mxfp8,mxfp4", param_types = "f32,bf16";
+  std::string recipes = "bf16,fp8,mxfp8,mxfp4", param_types = "f32,bf16", memory_modes = "fast";
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--seq") && i + 1 < argc) seq = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--recipes") && i + 1 < argc) recipes = argv[++i];
     else if (!std::strcmp(argv[i], "--params") && i + 1 < argc) param_types = argv[++i];
+    else if (!std::strcmp(argv[i], "--memory") && i + 1 < argc) memory_modes = argv[++i];
     else rest.push_back(argv[i]);
   }
   mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
@@ -93,18 +97,26 @@ int main(int argc, char** argv) {
     std::array<double, mxkit_bench::step_part_count> split;
   };
   std::vector<measured> all;
+  for (const std::string& memory : mxkit_bench::split_list(memory_modes))
   for (const std::string& params : mxkit_bench::split_list(param_types))
   for (const std::string& recipe_name : mxkit_bench::split_list(recipes)) {
     if (params != "f32" && params != "bf16") {
       std::fprintf(stderr, "bench_layer: --params takes f32 and bf16, got '%s'\n", params.c_str());
       return 2;
     }
+    if (memory != "fast" && memory != "lean") {
+      std::fprintf(stderr, "bench_layer: --memory takes fast and lean, got '%s'\n", memory.c_str());
+      return 2;
+    }
     const nn::recipe r = mxkit_bench::training_recipe(recipe_name);
-    // fp32 weights keep the rows' earlier case names; bf16 weights say so.
-    const std::string name = params == "f32" ? recipe_name : recipe_name + " (bf16 weights)";
+    // fp32 weights and the default trade keep the rows' earlier case names; the others say so.
+    std::string name = recipe_name;
+    if (params == "bf16") name += memory == "lean" ? " (bf16 weights, lean memory)" : " (bf16 weights)";
+    else if (memory == "lean") name += " (lean memory)";
     mxkit_bench::profiled_backend be;
     nn::transformer_layer layer(be, "layer", c, 0, r, params == "f32" ? nn::dtype::f32 : nn::dtype::bf16);
     layer.init(1, 0.02, 32);
+    if (memory == "lean") layer.set_memory(nn::linear_memory::lean());
     nn::tensor x = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
     nn::tensor dy = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);
     nn::tensor y = be.alloc(shape.tokens(), c.d_model, nn::dtype::bf16, nn::mem_tag::activation);

@@ -23,6 +23,8 @@
 //       against the device's own unfused output byte for byte (the contract: the bytes quantize()
 //       gives on the stored output), since the device and host outputs differ by rounding.
 //     - a warm training step allocates nothing from the driver and never synchronizes.
+//     - a layer with lean memory (weight copies per GEMM, dY's copies one at a time) gives the
+//       default's bits, with a lower backward peak.
 //  2. Twenty training steps of a 2-layer model (d_model 128, 2 heads, 1 KV head, head_dim 64,
 //     ffn 256, bytes, seq 64, batch 2, bf16 activations) for every recipe, and a LoRA fine-tune
 //     that heals from MXFP4 to FP8, on both backends: the losses agree (tolerances below; both
@@ -806,6 +808,60 @@ TEST_CASE("device backend: a bf16 master weight is its own bf16 copies, with the
     std::vector<double> g32 = d.read(w32.weight().grad);
     for (double& v : g32) v = mxkit::bfloat16::from_float(static_cast<float>(v)).to_float();
     CHECK(same_values("dW", d.read(w16.weight().grad), g32) == "");
+  }
+}
+
+TEST_CASE("device backend: a layer with lean memory gives the same bits below the default's peak", "[gpu][nn][backend]") {
+  // linear_memory::lean() (weight copies per GEMM, dY's copies one at a time) makes the requests
+  // the cached path makes, so every output and gradient must keep its bits; the 8-bit recipes'
+  // backward peaks lower, and no weight copy outlives its GEMM. Two steps: the second runs on
+  // moved scales and a new weight version.
+  layer_config c;
+  c.d_model = 128;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.d_ff = 512;
+  const batch_shape shape{2, 64};
+  const std::size_t M = shape.tokens();
+  for (const recipe& r : {with_bf16(recipes::fp8_delayed()), with_bf16(recipes::mxfp8()), with_bf16(recipes::mxfp4_amd())})
+  for (const dtype weights : {dtype::f32, dtype::bf16}) {
+    INFO(r.name << ", " << name_of(weights) << " weights");
+    std::vector<std::vector<double>> outputs[2];
+    std::size_t peak[2] = {}, weight_copies[2] = {};
+    for (int lean = 0; lean < 2; ++lean) {
+      device_backend d;
+      transformer_layer layer(d, "layer", c, 0, r, weights);
+      layer.init(1, 0.02, 2);
+      if (lean) layer.set_memory(linear_memory::lean());
+      tensor x = d.alloc(M, c.d_model, dtype::bf16, mem_tag::activation), dy = d.alloc(M, c.d_model, dtype::bf16, mem_tag::activation);
+      d.write(x, bf16_normals(x.size(), 41));
+      d.write(dy, bf16_normals(dy.size(), 42, 1e-2));
+      tensor y = d.alloc(M, c.d_model, dtype::bf16, mem_tag::activation), dx = d.alloc(M, c.d_model, dtype::bf16, mem_tag::activation);
+      std::vector<parameter*> params;
+      layer.collect(params);
+      for (int step = 0; step < 2; ++step) {
+        mark_grads_zero(params);
+        layer.forward(x, y, shape, true);
+        d.memory().reset_peak();
+        layer.backward(dy, &dx, shape);
+        peak[lean] = d.memory().peak_total();
+        weight_copies[lean] = d.memory().live(mem_tag::quantized_weight);
+        outputs[lean].push_back(d.read(y));
+        outputs[lean].push_back(d.read(dx));
+        for (parameter* p : params) outputs[lean].push_back(d.read(p->grad));
+        for (parameter* p : params) {
+          d.axpy(-0.5, p->grad, p->value);
+          ++p->version;
+        }
+        layer.end_step();
+      }
+    }
+    REQUIRE(outputs[0].size() == outputs[1].size());
+    for (std::size_t i = 0; i < outputs[0].size(); ++i) CHECK(same_values("output " + std::to_string(i), outputs[1][i], outputs[0][i]) == "");
+    CHECK(weight_copies[0] > 0);
+    CHECK(weight_copies[1] == 0);
+    CHECK(peak[1] < peak[0]);
+    WARN(r.name << ", " << name_of(weights) << " weights: backward peak " << peak[0] << " bytes, lean " << peak[1]);
   }
 }
 

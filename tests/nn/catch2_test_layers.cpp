@@ -2,6 +2,7 @@
 // Host layer kernels: properties that pin down each one (RoPE is a rotation by position,
 // attention is causal and grouped, RMSNorm normalizes, SwiGLU and cross-entropy values), and
 // the host backend's quantization bookkeeping.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -161,6 +162,76 @@ TEST_CASE("layers: the SwiGLU gradient is written over its input, and backward f
     std::size_t at_peak = 0;
     for (std::size_t t = 0; t < mem_tag_count; ++t) at_peak += be.memory().live_at_peak(static_cast<mem_tag>(t));
     CHECK(at_peak == be.memory().peak_total());
+  }
+}
+
+TEST_CASE("layers: lean memory trains the same bits below the default's peak", "[nn][layers]") {
+  // Weight copies per GEMM and dY's copies one at a time (linear_memory) make the same requests,
+  // so the same bytes; where the copies are bytes of their own (FP8, MX) each lowers a backward's
+  // peak, and with copies per GEMM no weight copy outlives its GEMM.
+  layer_config c;
+  c.d_model = 64;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.d_ff = 256;
+  const batch_shape shape{2, 32};
+  const std::size_t M = shape.tokens();
+  const linear_memory modes[] = {{}, {true, false}, {false, true}, linear_memory::lean()};
+  for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed(), recipes::mxfp8(), recipes::mxfp4_amd()})
+  for (const dtype weights : {dtype::f32, dtype::bf16}) {
+    INFO(r.name << ", " << name_of(weights) << " weights");
+    struct run {
+      std::vector<std::vector<double>> outputs;
+      std::size_t backward_peak = 0, weight_copies_after = 0;
+    };
+    std::vector<run> runs;
+    for (const linear_memory& m : modes) {
+      host_backend be;
+      transformer_layer layer(be, "layer", c, 0, r, weights);
+      layer.init(1, 0.02, 2);
+      layer.set_memory(m);
+      // bf16 activations, as the device runs them: the (M, 2F) gradient then weighs what its two
+      // FP8 copies do, and gate/up's backward is where the default peaks.
+      const tensor x = random_tensor(be, M, c.d_model, 2, 1.0, dtype::bf16), dy = random_tensor(be, M, c.d_model, 3, 1e-2, dtype::bf16);
+      tensor y = be.alloc(M, c.d_model, dtype::bf16, mem_tag::activation), dx = be.alloc(M, c.d_model, dtype::bf16, mem_tag::activation);
+      std::vector<parameter*> params;
+      layer.collect(params);
+      run u;
+      for (int step = 0; step < 2; ++step) {  // the second step: moved scales and a new weight version
+        mark_grads_zero(params);
+        layer.forward(x, y, shape, true);
+        be.memory().reset_peak();
+        layer.backward(dy, &dx, shape);
+        u.backward_peak = be.memory().peak_total();
+        u.weight_copies_after = be.memory().live(mem_tag::quantized_weight);
+        u.outputs.push_back(be.read(y));
+        u.outputs.push_back(be.read(dx));
+        for (parameter* p : params) u.outputs.push_back(be.read(p->grad));
+        for (parameter* p : params) {  // a plain SGD step, the version bumped as the optimizer does
+          be.axpy(-0.5, p->grad, p->value);
+          ++p->version;
+        }
+        layer.end_step();
+      }
+      runs.push_back(std::move(u));
+    }
+    const run &fast = runs[0], &per_gemm = runs[1], &one_at_a_time = runs[2], &lean = runs[3];
+    for (const run& u : runs) {
+      REQUIRE(u.outputs.size() == fast.outputs.size());
+      for (std::size_t i = 0; i < fast.outputs.size(); ++i) {
+        INFO("output " << i);
+        CHECK(u.outputs[i] == fast.outputs[i]);
+      }
+    }
+    CHECK(per_gemm.weight_copies_after == 0);
+    CHECK(lean.weight_copies_after == 0);
+    CHECK(fast.weight_copies_after > 0);
+    CHECK(lean.backward_peak <= std::min(per_gemm.backward_peak, one_at_a_time.backward_peak));
+    CHECK(one_at_a_time.backward_peak <= fast.backward_peak);
+    if (r.name == "bf16") continue;  // bf16 copies: the same peaks or lower
+    CHECK(per_gemm.backward_peak < fast.backward_peak);
+    // 8-bit dY copies: the default peaks in gate/up's backward, with both copies of its gradient.
+    if (r.dgrad.a.kind == precision::fp8 || r.dgrad.a.mx == mx_type::mxfp8_e4m3) CHECK(one_at_a_time.backward_peak < fast.backward_peak);
   }
 }
 

@@ -13,6 +13,8 @@
 //             fprop GEMM write Y = X W^T + C (the residual add in the epilogue).
 //   backward  dY quantized on the fly: dgrad copy (rowwise), wgrad copy (columnwise).
 //             dX = dgrad(dY, W_col),  dW += wgrad(dY_col, X_col).
+// linear_memory trades passes over memory for a lower peak: weight copies made per GEMM instead
+// of cached, dY's two copies made one at a time.
 // A frozen weight (LoRA base) has no gradient: its wgrad operands are never quantized and its
 // wgrad GEMM never runs. A frozen weight may also drop its master copy after pre-quantization
 // and live as quantized copies only (the LoRA healing recipe, healing.hpp).
@@ -39,6 +41,23 @@
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
+
+// What a linear holds between and within its passes. The default (both off) makes the fewest
+// passes over memory; both on give the lowest peak at the same results, bit for bit.
+struct linear_memory {
+  // The weight's quantized copies are made where a GEMM reads them and freed after it: the fprop
+  // copy in forward, the dgrad copy in backward (TransformerEngine casts its FP8 weights this way
+  // outside gradient accumulation). Two reads of the weight a step and no copy held between the
+  // passes, where the cache holds both from forward to the next optimizer step. Weights without a
+  // master (released, restored from the healing stash) keep their copies.
+  bool weight_copies_per_gemm = false;
+  // Backward makes dY's wgrad copy, runs wgrad and frees the copy before it makes the dgrad copy:
+  // a second read of dY, and the two copies are never held together.
+  bool dy_copies_one_at_a_time = false;
+
+  static constexpr linear_memory lean() noexcept { return {true, true}; }
+  friend constexpr bool operator==(const linear_memory&, const linear_memory&) = default;
+};
 
 class linear {
  public:
@@ -104,6 +123,13 @@ class linear {
 
   void freeze() noexcept { nn::freeze(weight_); }
 
+  // Weight copies per GEMM drops the cached ones now: they would never be read.
+  void set_memory(const linear_memory& m) {
+    memory_ = m;
+    if (copies_per_gemm()) cache_ = {};
+  }
+  const linear_memory& memory() const noexcept { return memory_; }
+
   void add_lora(const lora_config& c, std::uint64_t seed) {
     lora_ = std::make_unique<lora_adapter>(*be_, weight_.name, in_, out_, c, weight_.value.defined() ? weight_.value.type() : dtype::f32,
                                            seed);
@@ -153,8 +179,8 @@ class linear {
                     in_, ") input");
     detail::require(!lora_ || x, "linear '", name(), "': LoRA adapters need the high-precision input");
     x_wgrad_ = std::move(xq.columnwise);  // (K, M) stored, when training a trainable weight
-    ensure_weight_copies(training);
-    be_->gemm(gemm_product::fprop, xq.rowwise, cache_.rowwise, y, 1.0f, residual ? 1.0f : 0.0f, residual);
+    const qtensor w = fprop_weight(training);
+    be_->gemm(gemm_product::fprop, xq.rowwise, w, y, 1.0f, residual ? 1.0f : 0.0f, residual);
     if (lora_) lora_->forward(*be_, recipe_.high, *x, y, training);
     saved_ = training;
     saved_stream_ = pending_stream_;
@@ -173,15 +199,16 @@ class linear {
     quant_request rw = request(gemm_product::wgrad, false, block_axis::columnwise, operand_use::wgrad_dy, slot(2, true), stream);
     rw.may_alias_input = true;  // used by the wgrad GEMM right away
     qpair qdy;
-    if (dx && wgrad) qdy = be_->quantize_both(dy, rd, rw);
-    else if (dx) qdy.rowwise = be_->quantize(dy, rd);
+    if (dx && wgrad && !memory_.dy_copies_one_at_a_time) qdy = be_->quantize_both(dy, rd, rw);
     else if (wgrad) qdy.columnwise = be_->quantize(dy, rw);
     if (wgrad) be_->gemm(gemm_product::wgrad, qdy.columnwise, x_wgrad_, weight_.grad, 1.0f, grad_beta(weight_));
     x_wgrad_.reset();
     qdy.columnwise.reset();
     if (dx) {
+      if (!qdy.rowwise.defined()) qdy.rowwise = be_->quantize(dy, rd);
+      const qtensor w = dgrad_weight();
       if (!dx->defined()) *dx = be_->alloc_uninitialized(dy.rows(), in_, dy.type(), mem_tag::activation);
-      be_->gemm(gemm_product::dgrad, qdy.rowwise, cache_.columnwise, *dx);
+      be_->gemm(gemm_product::dgrad, qdy.rowwise, w, *dx);
     }
     if (lora_) lora_->backward(*be_, recipe_.high, dy, dx);
     saved_ = false;
@@ -200,8 +227,11 @@ class linear {
   }
 
   // ---- quantized weight copies
-  // Makes the cached weight copies now (the recipe's pre-quantization on entry to training).
-  void prequantize() { ensure_weight_copies(false); }
+  // Makes the cached weight copies now (the recipe's pre-quantization on entry to training); with
+  // weight copies per GEMM there is no cache to fill.
+  void prequantize() {
+    if (!copies_per_gemm()) ensure_weight_copies(false);
+  }
 
   // Frozen weights only: keep the quantized copies and free the master (quantized primary weights).
   void release_master() {
@@ -305,6 +335,36 @@ class linear {
     return r;
   }
 
+  bool copies_per_gemm() const noexcept { return memory_.weight_copies_per_gemm && has_master(); }
+
+  // The weight operands of fprop and dgrad: the cached copies, or made for this GEMM alone from
+  // the same requests (the same bytes, W's amax recorded for the same version).
+  qtensor fprop_weight(bool training) {
+    if (!copies_per_gemm()) {
+      ensure_weight_copies(training);
+      return cache_.rowwise;
+    }
+    ++weight_quantizations_;
+    return be_->quantize(weight_.value, weight_request(gemm_product::fprop, training));
+  }
+  qtensor dgrad_weight() {
+    if (!copies_per_gemm()) return cache_.columnwise;
+    ++weight_quantizations_;
+    return be_->quantize(weight_.value, weight_request(gemm_product::dgrad, true));
+  }
+  // fprop: the rowwise copy (N, K); dgrad: the columnwise copy, stored (K, N). The amax of W is
+  // that of its value version: the table knows when W's scale may move.
+  quant_request weight_request(gemm_product g, bool training) const {
+    const fp8_scaling_slot s = slot(1, training, weight_.version + 1);
+    const std::uint32_t stream = mix_stream(id_, 1, step_);
+    quant_request r = g == gemm_product::fprop ? request(g, true, block_axis::rowwise, operand_use::fprop_w, s, stream)
+                                               : request(g, true, block_axis::columnwise, operand_use::dgrad_w, s, stream);
+    // The copies are read only while the weight's version is theirs (cache_fresh), or within one
+    // GEMM, so a bf16 master may be its own bf16 copies: no bytes, no cast.
+    r.may_alias_input = true;
+    return r;
+  }
+
   bool cache_fresh() const noexcept {
     if (!cache_.rowwise.defined()) return false;
     if (!has_master()) return true;  // quantized primary weights: the only copy there is
@@ -316,17 +376,10 @@ class linear {
     if (cache_fresh()) return;
     detail::require(has_master(), "linear '", name(), "': the weight has no master copy and no quantized copy under recipe '",
                     recipe_.name, "' (restore it from the healing stash first)");
-    // The amax of W is that of its value version: the table knows when W's scale may move.
-    const fp8_scaling_slot s = slot(1, training, weight_.version + 1);
     const std::uint64_t scale_version = table_ ? table_->version(row0_ + 1) : 0;
-    const std::uint32_t stream = mix_stream(id_, 1, step_);
     cache_ = {};  // free the stale copies first: old and new are never co-resident
-    quant_request rows = request(gemm_product::fprop, true, block_axis::rowwise, operand_use::fprop_w, s, stream);
-    quant_request cols = request(gemm_product::dgrad, true, block_axis::columnwise, operand_use::dgrad_w, s, stream);
-    // The copies are read only while the weight's version is theirs (cache_fresh), so a bf16
-    // master may be its own bf16 copies: no bytes, no cast.
-    rows.may_alias_input = cols.may_alias_input = true;
-    qpair both = be_->quantize_both(weight_.value, rows, cols);
+    qpair both = be_->quantize_both(weight_.value, weight_request(gemm_product::fprop, training),
+                                    weight_request(gemm_product::dgrad, training));
     cache_ = {std::move(both.rowwise), std::move(both.columnwise), weight_.version, scale_version};
     ++weight_quantizations_;
   }
@@ -345,6 +398,7 @@ class linear {
   std::uint32_t saved_stream_ = 0, pending_stream_ = 0;
   std::uint64_t step_ = 0, calls_in_step_ = 0, weight_quantizations_ = 0;
   std::unique_ptr<lora_adapter> lora_;
+  linear_memory memory_;
 };
 
 }  // namespace nn

@@ -165,6 +165,11 @@ class transformer_layer {
   void end_step() {
     for (linear* l : linears()) l->end_step();
   }
+  // Every linear's memory trade (linear.hpp): linear_memory::lean() gives a layer step its lowest
+  // peak, at one more read of each weight and of each dY.
+  void set_memory(const linear_memory& m) {
+    for (linear* l : linears()) l->set_memory(m);
+  }
   void add_lora(const lora_targets& t, const lora_config& c, std::uint64_t seed) {
     if (t.qkv) qkv_.add_lora(c, seed);
     if (t.out) out_.add_lora(c, seed + 1);
