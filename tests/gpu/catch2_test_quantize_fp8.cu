@@ -53,4 +53,10 @@ TEST_CASE("gpu fp8 cast: bad scale is rejected", "[gpu]") {
   mxkit::gpu::device_buffer<std::uint8_t> out(16);
   CHECK_THROWS_WITH(mxkit::gpu::cast_fp8(mxkit::matrix_view<const float>{in.data(), 4, 4}, mxkit::fp8_type::e4m3, 0.0f, {out.data()}),
                     mxkit_test::contains("scale must be finite and positive"));
+  // A fixed-scale cast has no scale to keep: the copies' scale outputs belong to the delayed cast.
+  mxkit::gpu::device_buffer<float> kept(1);
+  mxkit::gpu::fp8_outputs o{out.data()};
+  o.data_scale = kept.data();
+  CHECK_THROWS_WITH(mxkit::gpu::cast_fp8(mxkit::matrix_view<const float>{in.data(), 4, 4}, mxkit::fp8_type::e4m3, 1.0f, o),
+                    mxkit_test::contains("data_scale and transposed_scale are cast_fp8_delayed's"));
 }

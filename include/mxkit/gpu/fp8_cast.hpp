@@ -24,6 +24,10 @@ struct fp8_outputs {
   std::uint8_t* data = nullptr;        // [rows, cols] codes
   std::uint8_t* transposed = nullptr;  // [cols, rows] codes
   float* amax = nullptr;               // max |x| (bits of the integer max, as the host's)
+  // Delayed scaling (cast_fp8_delayed): where each copy keeps the scale its codes were made with
+  // (its GEMM's descale, while the table moves on), written by the cast itself.
+  float* data_scale = nullptr;
+  float* transposed_scale = nullptr;
 };
 
 namespace detail {
@@ -41,7 +45,6 @@ struct fp8_params {
   fp8_outputs out;
   std::size_t tiles_m, tiles_k;
   const float* scale_in = nullptr;  // delayed scaling: the scale, read on the device (else `scale`)
-  float* scale_used = nullptr;      // delayed scaling: where the scale the codes were made with goes
   bool vector_in = false, vector_data = false, vector_transposed = false;  // set_vector_access
 };
 
@@ -114,7 +117,10 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
   const int t = static_cast<int>(threadIdx.x), q = (t % quads) * 4, row_base = t / quads;
   std::uint32_t amax = 0;
   const float scale = p.scale_in ? *p.scale_in : p.scale;
-  if (p.scale_used && blockIdx.x == 0 && t == 0) *p.scale_used = scale;
+  if (blockIdx.x == 0 && t == 0) {
+    if (p.out.data_scale) *p.out.data_scale = scale;
+    if (p.out.transposed_scale) *p.out.transposed_scale = scale;
+  }
   const bool vectors = p.vector_in && (!p.out.data || p.vector_data) && (!p.out.transposed || p.vector_transposed);
   for (std::size_t tile_id = blockIdx.x; tile_id < p.tiles_m * p.tiles_k; tile_id += gridDim.x) {
     const std::size_t r0 = tile_id / p.tiles_k * fp8_tile, c0 = tile_id % p.tiles_k * fp8_tile;
@@ -211,6 +217,7 @@ void cast_fp8(matrix_view<const T> in, fp8_type type, float scale, const fp8_out
   using U = std::remove_const_t<T>;
   mxkit::detail::check_fp8_cast(type, scale, o, "gpu::cast_fp8");  // scale, and type/overflow values in their enums
   mxkit::detail::check_matrix(in, "gpu::cast_fp8:");
+  mxkit::detail::require(!out.data_scale && !out.transposed_scale, "gpu::cast_fp8: the scale is the caller's; data_scale and transposed_scale are cast_fp8_delayed's");
   if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
   if (in.rows == 0 || in.cols == 0) return;
   mxkit::detail::require(out.data || out.transposed || out.amax, "gpu::cast_fp8: no output requested");
@@ -221,27 +228,28 @@ void cast_fp8(matrix_view<const T> in, fp8_type type, float scale, const fp8_out
 
 // Delayed scaling (nn/delayed_scaling.hpp): the cast of one step's tensor with the scale its
 // scaling table holds in device memory, so no host round trip is needed to learn it. *scale is
-// read when the kernel runs and written to *scale_used (when given: the copy keeps the scale its
-// codes were made with, the GEMM's descale, while the table moves on); the amax is max-combined
-// into *amax_history (when given) without zeroing it first, as every cast of a step adds to the
-// step's history slot (NaN wins, being the largest bit pattern). out.amax must be null.
+// read when the kernel runs and written to out.data_scale and out.transposed_scale where given;
+// the amax is max-combined into *amax_history (when given) without zeroing it first, as every
+// cast of a step adds to the step's history slot (NaN wins, being the largest bit pattern).
+// out.amax must be null.
 template <class T>
   requires quantizer_input<T>
-void cast_fp8_delayed(matrix_view<const T> in, fp8_type type, const float* scale, float* scale_used, float* amax_history,
-                      const fp8_outputs& out, overflow o = overflow::saturate, stream_t stream = nullptr) {
+void cast_fp8_delayed(matrix_view<const T> in, fp8_type type, const float* scale, float* amax_history, const fp8_outputs& out,
+                      overflow o = overflow::saturate, stream_t stream = nullptr) {
   using U = std::remove_const_t<T>;
   mxkit::detail::check_fp8_cast(type, 1.0f, o, "gpu::cast_fp8_delayed");  // type and overflow values in their enums
   mxkit::detail::check_matrix(in, "gpu::cast_fp8_delayed:");
   mxkit::detail::require(scale != nullptr && out.amax == nullptr, "gpu::cast_fp8_delayed: needs a device scale and no out.amax");
-  if (in.rows == 0 || in.cols == 0) {  // nothing to cast; the copy still records its scale
-    if (scale_used) MXKIT_GPU_CHECK(memcpy_async(scale_used, scale, sizeof(float), copy_kind::device_to_device, stream));
+  if (in.rows == 0 || in.cols == 0) {  // nothing to cast; the copies still record their scale
+    for (float* kept : {out.data_scale, out.transposed_scale})
+      if (kept) MXKIT_GPU_CHECK(memcpy_async(kept, scale, sizeof(float), copy_kind::device_to_device, stream));
     return;
   }
   fp8_outputs outs = out;
   outs.amax = amax_history;
   detail::fp8_params<U> p{in.data, in.rows, in.cols, in.stride(), type, 1.0f, o, outs,
                           (in.rows + detail::fp8_tile - 1) / detail::fp8_tile, (in.cols + detail::fp8_tile - 1) / detail::fp8_tile,
-                          scale, scale_used};
+                          scale};
   detail::launch_fp8_cast(p, stream);
 }
 

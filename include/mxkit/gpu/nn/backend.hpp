@@ -236,7 +236,8 @@ class device_backend : public nn::backend {
         auto p = fp8_payload(r, x.rows(), x.cols());
         fp8_outputs out;
         (r.axis == block_axis::rowwise ? out.data : out.transposed) = p->data;
-        run_fp8(x, r, p->fp8_scale, out);
+        (r.axis == block_axis::rowwise ? out.data_scale : out.transposed_scale) = p->fp8_scale;
+        run_fp8(x, r, out);
         return finish(r, x.rows(), x.cols(), std::move(p));
       }
       case nn::precision::bf16: {
@@ -277,8 +278,7 @@ class device_backend : public nn::backend {
       nn::quant_request r = row;
       r.fp8.record_amax = row.fp8.record_amax || col.fp8.record_amax;
       auto pr = fp8_payload(row, x.rows(), x.cols()), pc = fp8_payload(col, x.rows(), x.cols());
-      run_fp8(x, r, pr->fp8_scale, {pr->data, pc->data, nullptr});
-      MXKIT_GPU_CHECK(memcpy_async(pc->fp8_scale, pr->fp8_scale, sizeof(float), copy_kind::device_to_device, stream_));
+      run_fp8(x, r, {pr->data, pc->data, nullptr, pr->fp8_scale, pc->fp8_scale});
       return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
     }
     if (row.spec.kind == nn::precision::bf16 && col.spec.kind == nn::precision::bf16) {  // the rows, read both ways
@@ -733,13 +733,13 @@ class device_backend : public nn::backend {
       gpu::quantize(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.mx, r.mx_options(), out, stream_);
     });
   }
-  void run_fp8(const nn::tensor& x, const nn::quant_request& r, float* scale_used, const fp8_outputs& out) {
+  void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out) {
     nn::scaling_table& t = *r.fp8.table;
     float* history = r.fp8.record_amax ? t.history().as<float>() + r.fp8.row * t.config().history_length : nullptr;
     activation_types(x.type(), "quantize", [&](auto z) {
       using T = decltype(z);
-      cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, t.scale().as<float>() + r.fp8.row, scale_used,
-                       history, out, overflow::saturate, stream_);
+      cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, t.scale().as<float>() + r.fp8.row, history, out,
+                       overflow::saturate, stream_);
     });
   }
  protected:
