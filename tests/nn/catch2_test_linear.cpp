@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The linear layer's GEMMs equal direct calls of mxkit's quantizer and reference GEMM, bit for
-// bit, for every recipe; weight copies are cached per optimizer step; a frozen LoRA base is
-// never touched and its wgrad operands are never quantized.
+// bit, for every recipe; weight copies are cached per optimizer step (or made per GEMM); a frozen
+// LoRA base is never touched and its wgrad operands are never quantized.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -210,6 +210,41 @@ TEST_CASE("linear: weights are quantized once per optimizer step", "[nn][linear]
     CHECK(l.weight_quantizations() == 2);
     l.forward(x, y, false);
     CHECK(l.weight_quantizations() == 2);
+  }
+}
+
+TEST_CASE("linear: weight copies per GEMM are made for each pass and never held", "[nn][linear]") {
+  // linear_memory::weight_copies_per_gemm: the fprop copy in forward, the dgrad copy in backward,
+  // each freed after its GEMM; a weight without a master keeps its copies; switching between
+  // forward and backward, either way, gives the default's gradients.
+  for (const recipe& r : {recipes::mxfp4_amd(), recipes::fp8_delayed()}) {
+    INFO(r.name);
+    std::vector<std::vector<double>> want;  // dx, dW of the default
+    for (int mode = 0; mode < 3; ++mode) {  // default; per GEMM; per GEMM in forward, cached in backward
+      host_backend be;
+      linear l(be, "layer", K, N, 5, r, dtype::f32);
+      l.init_normal(3, 0.05);
+      if (mode > 0) l.set_memory({true, false});
+      tensor x = random_tensor(be, M, K, 1), y = be.alloc(M, N, dtype::f32, mem_tag::activation);
+      tensor dy = random_tensor(be, M, N, 2), dx = be.alloc(M, K, dtype::f32, mem_tag::activation);
+      mark_grads_zero({&l.weight()});
+      l.forward(x, y, true);
+      CHECK((be.memory().live(mem_tag::quantized_weight) == 0) == (mode > 0));
+      if (mode == 2) l.set_memory({});
+      l.backward(dy, &dx);
+      const std::vector<std::vector<double>> got{be.read(y), be.read(dx), be.read(l.weight().grad)};
+      if (mode == 0) want = got;
+      CHECK(got == want);
+      CHECK(l.weight_quantizations() == (mode == 0 ? 1u : 2u));  // per GEMM: fprop and dgrad
+      CHECK((be.memory().live(mem_tag::quantized_weight) == 0) == (mode == 1));
+      if (mode == 1) {
+        l.freeze();
+        l.release_master();  // no master: the copies stay, whatever the setting
+        CHECK(be.memory().live(mem_tag::quantized_weight) > 0);
+        l.forward(x, y, false);
+        CHECK(be.read(y) == want[0]);
+      }
+    }
   }
 }
 

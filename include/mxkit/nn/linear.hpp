@@ -348,7 +348,10 @@ class linear {
     return be_->quantize(weight_.value, weight_request(gemm_product::fprop, training));
   }
   qtensor dgrad_weight() {
-    if (!copies_per_gemm()) return cache_.columnwise;
+    if (!copies_per_gemm()) {
+      if (!cache_.columnwise.defined()) ensure_weight_copies(true);  // set_memory switched to the cache after forward
+      return cache_.columnwise;
+    }
     ++weight_quantizations_;
     return be_->quantize(weight_.value, weight_request(gemm_product::dgrad, true));
   }
