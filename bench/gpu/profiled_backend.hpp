@@ -27,7 +27,8 @@ inline constexpr const char* step_part_names[step_part_count] = {"gemm",      "q
 
 //   gemm               every GEMM
 //   quantize           standalone quantize / quantize_both / transpose / FP8 scale update
-//   producers          rmsnorm_quantize and swiglu_quantize (the norm or activation with its copies)
+//   producers          rmsnorm_quantize, swiglu_quantize and swiglu_backward_quantize (the norm or
+//                      activation, or the activation's gradient, with its copies)
 //   attention          flash attention forward and backward
 //   norms/act          RMSNorm, RoPE, SwiGLU, embedding and cross entropy kernels
 //   optimizer          the global gradient norm and the AdamW update
@@ -37,7 +38,7 @@ inline constexpr step_part part_of(mxkit::nn::backend_op o) {
   switch (o) {
     case op::gemm: return step_part::gemm;
     case op::quantize: case op::quantize_both: case op::transpose: case op::update_scales: return step_part::quantize;
-    case op::rmsnorm_quantize: case op::swiglu_quantize: return step_part::producers;
+    case op::rmsnorm_quantize: case op::swiglu_quantize: case op::swiglu_backward_quantize: return step_part::producers;
     case op::attention_forward: case op::attention_backward: return step_part::attention;
     case op::rmsnorm_forward: case op::rmsnorm_backward: case op::rope: case op::swiglu_forward: case op::swiglu_backward:
     case op::embedding_forward: case op::embedding_backward: case op::cross_entropy:
@@ -172,6 +173,9 @@ class profiled_backend final : public mxkit::gpu::device_backend {
   void do_swiglu_backward(const tensor& dout, const tensor& gu, tensor& dgu) override {
     timed(op::swiglu_backward, [&] { device_backend::do_swiglu_backward(dout, gu, dgu); });
   }
+  qpair do_swiglu_backward_quantize(tensor& dout, tensor& gu, const quant_plan& plan) override {
+    return timed(op::swiglu_backward_quantize, [&] { return device_backend::do_swiglu_backward_quantize(dout, gu, plan); });
+  }
   void do_embedding_forward(const tensor& tokens, const tensor& table, tensor& out) override {
     timed(op::embedding_forward, [&] { device_backend::do_embedding_forward(tokens, table, out); });
   }
@@ -195,7 +199,8 @@ inline constexpr const char* backend_op_names[mxkit::nn::backend_op_count] = {
     "alloc", "write", "write_tokens", "read", "fill", "copy", "axpy", "amax",
     "quantize", "quantize_both", "transpose", "export_fp8", "import_fp8", "update_scales", "gemm",
     "rmsnorm_forward", "rmsnorm_quantize", "rmsnorm_backward", "rope", "attention_forward", "attention_backward",
-    "swiglu_forward", "swiglu_quantize", "swiglu_backward", "embedding_forward", "embedding_backward", "cross_entropy",
+    "swiglu_forward", "swiglu_quantize", "swiglu_backward", "swiglu_backward_quantize", "embedding_forward", "embedding_backward",
+    "cross_entropy",
     "global_norm", "adamw_step"};
 static_assert(backend_op_names[mxkit::nn::backend_op_count - 1] != nullptr, "a name for every backend_op");
 

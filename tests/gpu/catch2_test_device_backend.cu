@@ -17,7 +17,8 @@
 //     - update_scales after casts (max and most_recent, margin 2, a NaN amax, a row never cast):
 //       history and scale exactly equal (the one function ref::update_scale_row runs on both).
 //     - rmsnorm (forward, fused quantize, backward with and without dw), rope, attention (head_dim
-//       64 and 128, GQA), swiglu (forward, fused quantize, backward), embedding, cross_entropy,
+//       64 and 128, GQA), swiglu (forward, fused quantize, backward, the backward's fused
+//       quantize), embedding, cross_entropy,
 //       global_norm, adamw_step (and a skipped step), fill / copy / axpy / amax: within the bounds
 //       stated at each check. The fused producers (rmsnorm_quantize, swiglu_quantize) are checked
 //       against the device's own unfused output byte for byte (the contract: the bytes quantize()
@@ -1251,6 +1252,32 @@ TEST_CASE("device backend: swiglu forward, fused quantize and backward", "[gpu][
         const quant_plan bf{plain_request(recipes::bf16_operand(), block_axis::rowwise), {}, false};
         CHECK(device_copy_mismatch(d, d.swiglu_quantize(gu.d, bf, nullptr).rowwise, d.quantize(out.d, bf.rowwise)) == "");
       }
+      // FP8 copies written straight from gu (the output never stored), against the cast of the
+      // stored output: the same codes, scale and amax history. Scale 37.5 saturates the extremes.
+      const auto fp8_tables = [&](fp8_type type) {
+        std::array<std::shared_ptr<scaling_table>, 2> t;
+        for (auto& e : t) {
+          e = d.make_scaling_table({4, amax_algorithm::max, 0}, {type});
+          d.write(e->scale(), {37.5});
+        }
+        return t;
+      };
+      const auto fp8_plans = [&](const std::array<std::shared_ptr<scaling_table>, 2>& t, bool both) {
+        std::array<quant_plan, 2> p;
+        for (int k = 0; k < 2; ++k)
+          p[k] = {fp8_request(t[k].get(), 0, block_axis::rowwise, true), fp8_request(t[k].get(), 0, block_axis::columnwise, true), both};
+        return p;
+      };
+      for (const bool both : {true, false}) {
+        INFO("FP8 swiglu_quantize, " << (both ? "both copies" : "rowwise"));
+        const auto tf = fp8_tables(fp8_type::e4m3);
+        const auto p = fp8_plans(tf, both);
+        const qpair q = d.swiglu_quantize(gu.d, p[0], nullptr);
+        const qpair u = both ? d.quantize_both(out.d, p[1].rowwise, p[1].columnwise) : qpair{d.quantize(out.d, p[1].rowwise), {}};
+        CHECK(device_copy_mismatch(d, q.rowwise, u.rowwise) == "");
+        if (both) CHECK(device_copy_mismatch(d, q.columnwise, u.columnwise) == "");
+        CHECK(same_values("amax history", d.read(tf[0]->history()), d.read(tf[1]->history())) == "");
+      }
 
       twin dout = make_twin(h, d, R, F, t, normals(R * F, seed++));
       twin dgu = make_twin(h, d, R, 2 * F, t, std::vector<double>(R * 2 * F, nan_value));  // overwritten
@@ -1265,6 +1292,41 @@ TEST_CASE("device backend: swiglu forward, fused quantize and backward", "[gpu][
           bd[r * 2 * F + F + j] = (17 * u32 + out_u) * std::fabs(dh[r * 2 * F + F + j]) + tiny;
         }
       CHECK(within(tl, "swiglu dgate_up", d.read(dgu.d), dh, bd) == "");
+      // The gradient's copies (swiglu_backward_quantize, which consumes dout and gu: each call
+      // gets copies of its own), against quantizing the stored gradient: FP8 written straight
+      // from dout and gu, in both FP8 types; MX and bf16 from the gradient written over gu.
+      const auto fresh = [&](const tensor& src) {
+        tensor c = d.alloc(src.rows(), src.cols(), t, mem_tag::activation);
+        d.copy(src, c);
+        return c;
+      };
+      for (const fp8_type type : {fp8_type::e5m2, fp8_type::e4m3}) {
+        INFO("FP8 swiglu_backward_quantize, " << name_of(type));
+        const auto tb = fp8_tables(type);
+        const auto p = fp8_plans(tb, true);
+        tensor dd = fresh(dout.d), gd = fresh(gu.d);
+        const qpair q = d.swiglu_backward_quantize(dd, gd, p[0]);
+        CHECK(!dd.defined());
+        CHECK(!gd.defined());
+        const qpair u = d.quantize_both(dgu.d, p[1].rowwise, p[1].columnwise);
+        CHECK(device_copy_mismatch(d, q.rowwise, u.rowwise) == "");
+        CHECK(device_copy_mismatch(d, q.columnwise, u.columnwise) == "");
+        CHECK(same_values("amax history", d.read(tb[0]->history()), d.read(tb[1]->history())) == "");
+      }
+      {
+        INFO("MX and bf16 swiglu_backward_quantize");
+        const operand_spec fp4 = recipes::mx_operand(mx_type::mxfp4, scale_rule::even, rounding::stochastic);
+        const quant_plan mx{mx_request(fp4, block_axis::rowwise, true, true, 9), mx_request(fp4, block_axis::columnwise, true, true, 9), true};
+        const quant_plan bf{plain_request(recipes::bf16_operand(), block_axis::rowwise), {}, false};
+        for (const quant_plan* plan : {&mx, &bf}) {
+          tensor dd = fresh(dout.d), gd = fresh(gu.d);
+          const qpair q = d.swiglu_backward_quantize(dd, gd, *plan);
+          const qpair u = plan->columnwise_wanted ? d.quantize_both(dgu.d, plan->rowwise, plan->columnwise)
+                                                  : qpair{d.quantize(dgu.d, plan->rowwise), {}};
+          CHECK(device_copy_mismatch(d, q.rowwise, u.rowwise) == "");
+          if (plan->columnwise_wanted) CHECK(device_copy_mismatch(d, q.columnwise, u.columnwise) == "");
+        }
+      }
       // Written over gu itself (nn::swiglu::backward_in_place): the same bits.
       d.swiglu_backward(dout.d, gu.d, gu.d);
       CHECK(same_values("swiglu dgate_up in place", d.read(gu.d), d.read(dgu.d)) == "");

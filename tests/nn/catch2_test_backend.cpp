@@ -444,6 +444,10 @@ class checking_backend : public host_backend {
     hit(backend_op::swiglu_backward, shape(dout, gu.rows(), gu.cols() / 2) && like(dgu, gu));
     host_backend::do_swiglu_backward(dout, gu, dgu);
   }
+  qpair do_swiglu_backward_quantize(tensor& dout, tensor& gu, const quant_plan& p) override {
+    hit(backend_op::swiglu_backward_quantize, shape(dout, gu.rows(), gu.cols() / 2) && p.rowwise.axis == block_axis::rowwise);
+    return host_backend::do_swiglu_backward_quantize(dout, gu, p);
+  }
   void do_embedding_forward(const tensor& tokens, const tensor& table, tensor& out) override {
     hit(backend_op::embedding_forward, tokens.type() == dtype::i32 && shape(out, tokens.rows(), table.cols()));
     host_backend::do_embedding_forward(tokens, table, out);
@@ -488,7 +492,8 @@ TEST_CASE("backend: every public call reaches the backend once, checked; a bad c
       INFO("operation " << o);
       CHECK(be.counters().calls[o] == be.reached[o]);
     }
-    for (backend_op o : {backend_op::rmsnorm_quantize, backend_op::swiglu_quantize, backend_op::attention_backward, backend_op::adamw_step,
+    for (backend_op o : {backend_op::rmsnorm_quantize, backend_op::swiglu_quantize, backend_op::swiglu_backward_quantize,
+                         backend_op::attention_backward, backend_op::adamw_step,
                          backend_op::global_norm, backend_op::cross_entropy, backend_op::gemm})
       CHECK(be.at(o) > 0);
     if (r.uses(precision::fp8)) CHECK(be.at(backend_op::update_scales) == 3);  // one fused update per step

@@ -2,7 +2,6 @@
 // Host layer kernels: properties that pin down each one (RoPE is a rotation by position,
 // attention is causal and grouped, RMSNorm normalizes, SwiGLU and cross-entropy values), and
 // the host backend's quantization bookkeeping.
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -226,7 +225,8 @@ TEST_CASE("layers: lean memory trains the same bits below the default's peak", "
     CHECK(per_gemm.weight_copies_after == 0);
     CHECK(lean.weight_copies_after == 0);
     CHECK(fast.weight_copies_after > 0);
-    CHECK(lean.backward_peak <= std::min(per_gemm.backward_peak, one_at_a_time.backward_peak));
+    CHECK(lean.backward_peak <= one_at_a_time.backward_peak);
+    CHECK(lean.backward_peak < fast.backward_peak);
     CHECK(one_at_a_time.backward_peak <= fast.backward_peak);
     if (r.name == "bf16") continue;  // bf16 copies: the same peaks or lower
     CHECK(per_gemm.backward_peak < fast.backward_peak);

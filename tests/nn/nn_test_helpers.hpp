@@ -58,6 +58,10 @@ class recording_backend : public host_backend {
     record(plan);
     return host_backend::do_swiglu_quantize(gu, plan, out);
   }
+  qpair do_swiglu_backward_quantize(tensor& dout, tensor& gu, const quant_plan& plan) override {
+    record(plan);
+    return host_backend::do_swiglu_backward_quantize(dout, gu, plan);
+  }
 
  private:
   void record(const quant_plan& p) {

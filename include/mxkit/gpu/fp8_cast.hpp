@@ -4,10 +4,12 @@
 // element is fp8_encode(x, type, scale, overflow), the host's function; optionally the
 // transposed codes (what dgrad and wgrad consume) from the same read, and the input's amax.
 // A CTA of 256 threads owns a 64x64 tile, four columns a thread; the transposed copy goes through
-// shared memory so both outputs are written a row at a time.
+// shared memory so both outputs are written a row at a time. The kernel reads through a source
+// (detail::matrix_source, or a producer's values computed on the fly: gpu/nn/swiglu.hpp).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
@@ -35,19 +37,6 @@ namespace detail {
 inline constexpr int fp8_tile = 64;
 inline constexpr int fp8_threads = 256;
 
-template <class T>
-struct fp8_params {
-  const T* in;
-  std::size_t rows, cols, ld;
-  fp8_type type;
-  float scale;
-  overflow o;
-  fp8_outputs out;
-  std::size_t tiles_m, tiles_k;
-  const float* scale_in = nullptr;  // delayed scaling: the scale, read on the device (else `scale`)
-  bool vector_in = false, vector_data = false, vector_transposed = false;  // set_vector_access
-};
-
 // A tile's four consecutive elements in one load: 8 bytes of bf16/fp16, 16 of fp32.
 template <class T>
 using chunk4 = std::conditional_t<sizeof(T) == 2, uint2, uint4>;  // T: a quantizer_input, 2 or 4 bytes
@@ -70,6 +59,41 @@ __device__ inline void load4(const T* in, std::size_t row_start, std::size_t col
   }
   for (int k = 0; k < 4; ++k) v[k] = col + static_cast<std::size_t>(k) < cols ? load_float(src[k]) : 0.0f;
 }
+
+// What a cast reads: element (r, c) of a [rows, cols] matrix, four consecutive columns at a
+// time. A stored matrix (matrix_source), or values a producer computes from its own inputs
+// (gpu/nn/swiglu.hpp), whose codes are then written without the values ever being stored.
+//   chunk, fetch(r, c)    the raw loads of four elements (c a multiple of 4, all four in range)
+//   decode(chunk, c, x)   their values; an interior tile issues every fetch before any decode,
+//                         so that they are all in flight at once
+//   load(r, c, cols, vector, x)  four values at (r, c), zero past `cols` (the edge tiles)
+//   vectors()             whether fetch's loads are aligned (the host checks it once)
+template <class T>
+struct matrix_source {
+  const T* in;
+  std::size_t ld;
+  using chunk = chunk4<T>;
+  __device__ chunk fetch(std::size_t r, std::size_t c) const { return *reinterpret_cast<const chunk*>(in + r * ld + c); }
+  __device__ void decode(const chunk& v, std::size_t, float (&x)[4]) const { decode4<T>(v, x); }
+  __device__ void load(std::size_t r, std::size_t c, std::size_t cols, bool vector, float (&x)[4]) const {
+    load4(in, r * ld, c, cols, vector, x);
+  }
+  bool vectors() const { return ld % 4 == 0 && reinterpret_cast<std::uintptr_t>(in) % (4 * sizeof(T)) == 0; }
+};
+
+template <class Source>
+struct fp8_params {
+  Source src;
+  std::size_t rows, cols;
+  fp8_type type;
+  float scale;
+  overflow o;
+  fp8_outputs out;
+  std::size_t tiles_m, tiles_k;
+  const float* scale_in = nullptr;  // delayed scaling: the scale, read on the device (else `scale`)
+  bool vector_in = false, vector_data = false, vector_transposed = false;  // set_vector_access
+};
+
 // Writes codes[0..n) at dst: one 4-byte store when all four land and `vector` says dst is aligned.
 __device__ inline void store4(std::uint8_t* dst, std::uint32_t codes, int n, bool vector) {
   if (vector && n == 4) {
@@ -110,8 +134,8 @@ __device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale,
 // Interior tiles whose every access may be a vector (all but the edges of a matrix) take a path
 // with no bounds or alignment tests: the general path's per-chunk choices cost more issue slots
 // than the conversion itself (ncu and the SASS: bench/NOTES_training.md).
-template <class T, fp8_type Type>
-MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<T> p) {
+template <class Source, fp8_type Type>
+MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<Source> p) {
   constexpr int quads = fp8_tile / 4, rows_per_pass = fp8_threads / quads, passes = fp8_tile / rows_per_pass;
   __shared__ __align__(4) std::uint8_t tile[fp8_tile][fp8_tile + 4];  // +4: the transposed gathers spread over banks
   const int t = static_cast<int>(threadIdx.x), q = (t % quads) * 4, row_base = t / quads;
@@ -127,15 +151,14 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
     const std::size_t gc = c0 + static_cast<std::size_t>(q);
     const bool interior = vectors && r0 + fp8_tile <= p.rows && c0 + fp8_tile <= p.cols;
     if (interior) {
-      const T* src = p.in + (r0 + static_cast<std::size_t>(row_base)) * p.ld + gc;
-      chunk4<T> c[passes];
+      typename Source::chunk c[passes];
 #pragma unroll
-      for (int i = 0; i < passes; ++i) c[i] = *reinterpret_cast<const chunk4<T>*>(src + static_cast<std::size_t>(i * rows_per_pass) * p.ld);
+      for (int i = 0; i < passes; ++i) c[i] = p.src.fetch(r0 + static_cast<std::size_t>(row_base + i * rows_per_pass), gc);
 #pragma unroll
       for (int i = 0; i < passes; ++i) {
         const int r = row_base + i * rows_per_pass;
         float x[4];
-        decode4<T>(c[i], x);
+        p.src.decode(c[i], gc, x);
         const std::uint32_t codes = encode4<Type>(x, 4, scale, p.o, amax);
         if (p.out.data) *reinterpret_cast<std::uint32_t*>(p.out.data + (r0 + static_cast<std::size_t>(r)) * p.cols + gc) = codes;
         *reinterpret_cast<std::uint32_t*>(&tile[r][q]) = codes;
@@ -146,7 +169,7 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
 #pragma unroll
       for (int i = 0; i < passes; ++i) {
         const std::size_t gr = r0 + static_cast<std::size_t>(row_base + i * rows_per_pass);
-        if (gr < p.rows && n > 0) load4(p.in, gr * p.ld, gc, p.cols, p.vector_in, x[i]);
+        if (gr < p.rows && n > 0) p.src.load(gr, gc, p.cols, p.vector_in, x[i]);
       }
 #pragma unroll
       for (int i = 0; i < passes; ++i) {
@@ -182,25 +205,25 @@ MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_param
   }
 }
 
-// Which accesses may be vectors: rows of `in` start on 4-element boundaries of a 4-element
-// aligned base; the outputs' rows start on 4-byte boundaries.
-template <class T>
-void set_vector_access(fp8_params<T>& p) {
+// Which accesses may be vectors: the source's fetches (rows of a matrix start on 4-element
+// boundaries of a 4-element aligned base); the outputs' rows start on 4-byte boundaries.
+template <class Source>
+void set_vector_access(fp8_params<Source>& p) {
   const auto aligned = [](const void* ptr, std::size_t n) { return reinterpret_cast<std::uintptr_t>(ptr) % n == 0; };
-  p.vector_in = p.ld % 4 == 0 && aligned(p.in, 4 * sizeof(T));
+  p.vector_in = p.src.vectors();
   p.vector_data = p.cols % 4 == 0 && aligned(p.out.data, 4);
   p.vector_transposed = p.rows % 4 == 0 && aligned(p.out.transposed, 4);
 }
 
 // One launch of the cast over p's tiles, the kernel chosen by p.type.
-template <class T>
-void launch_fp8_cast(fp8_params<T>& p, stream_t stream) {
+template <class Source>
+void launch_fp8_cast(fp8_params<Source>& p, stream_t stream) {
   set_vector_access(p);
   if (p.type == fp8_type::e4m3) {
-    constexpr auto kernel = fp8_cast_kernel<T, fp8_type::e4m3>;
+    constexpr auto kernel = fp8_cast_kernel<Source, fp8_type::e4m3>;
     kernel<<<persistent_grid<kernel>(fp8_threads, p.tiles_m * p.tiles_k), fp8_threads, 0, stream>>>(p);
   } else {
-    constexpr auto kernel = fp8_cast_kernel<T, fp8_type::e5m2>;
+    constexpr auto kernel = fp8_cast_kernel<Source, fp8_type::e5m2>;
     kernel<<<persistent_grid<kernel>(fp8_threads, p.tiles_m * p.tiles_k), fp8_threads, 0, stream>>>(p);
   }
   MXKIT_GPU_CHECK_LAUNCH();
@@ -221,10 +244,31 @@ void cast_fp8(matrix_view<const T> in, fp8_type type, float scale, const fp8_out
   if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
   if (in.rows == 0 || in.cols == 0) return;
   mxkit::detail::require(out.data || out.transposed || out.amax, "gpu::cast_fp8: no output requested");
-  detail::fp8_params<U> p{in.data, in.rows, in.cols, in.stride(), type, scale, o, out,
-                          (in.rows + detail::fp8_tile - 1) / detail::fp8_tile, (in.cols + detail::fp8_tile - 1) / detail::fp8_tile};
+  detail::fp8_params<detail::matrix_source<U>> p{{in.data, in.stride()}, in.rows, in.cols, type, scale, o, out,
+                                                  (in.rows + detail::fp8_tile - 1) / detail::fp8_tile,
+                                                  (in.cols + detail::fp8_tile - 1) / detail::fp8_tile};
   detail::launch_fp8_cast(p, stream);
 }
+
+namespace detail {
+// The delayed-scaling cast of any source (cast_fp8_delayed below; the fused producers of
+// gpu/nn/swiglu.hpp): the checks past the source's own, then one launch.
+template <class Source>
+void cast_fp8_delayed_from(const Source& src, std::size_t rows, std::size_t cols, fp8_type type, const float* scale, float* amax_history,
+                           const fp8_outputs& out, overflow o, stream_t stream, const char* what) {
+  mxkit::detail::check_fp8_cast(type, 1.0f, o, what);  // type and overflow values in their enums
+  mxkit::detail::require(scale != nullptr && out.amax == nullptr, what, ": needs a device scale and no out.amax");
+  if (rows == 0 || cols == 0) {  // nothing to cast; the copies still record their scale
+    for (float* kept : {out.data_scale, out.transposed_scale})
+      if (kept) MXKIT_GPU_CHECK(memcpy_async(kept, scale, sizeof(float), copy_kind::device_to_device, stream));
+    return;
+  }
+  fp8_outputs outs = out;
+  outs.amax = amax_history;
+  fp8_params<Source> p{src, rows, cols, type, 1.0f, o, outs, (rows + fp8_tile - 1) / fp8_tile, (cols + fp8_tile - 1) / fp8_tile, scale};
+  launch_fp8_cast(p, stream);
+}
+}  // namespace detail
 
 // Delayed scaling (nn/delayed_scaling.hpp): the cast of one step's tensor with the scale its
 // scaling table holds in device memory, so no host round trip is needed to learn it. *scale is
@@ -237,20 +281,9 @@ template <class T>
 void cast_fp8_delayed(matrix_view<const T> in, fp8_type type, const float* scale, float* amax_history, const fp8_outputs& out,
                       overflow o = overflow::saturate, stream_t stream = nullptr) {
   using U = std::remove_const_t<T>;
-  mxkit::detail::check_fp8_cast(type, 1.0f, o, "gpu::cast_fp8_delayed");  // type and overflow values in their enums
   mxkit::detail::check_matrix(in, "gpu::cast_fp8_delayed:");
-  mxkit::detail::require(scale != nullptr && out.amax == nullptr, "gpu::cast_fp8_delayed: needs a device scale and no out.amax");
-  if (in.rows == 0 || in.cols == 0) {  // nothing to cast; the copies still record their scale
-    for (float* kept : {out.data_scale, out.transposed_scale})
-      if (kept) MXKIT_GPU_CHECK(memcpy_async(kept, scale, sizeof(float), copy_kind::device_to_device, stream));
-    return;
-  }
-  fp8_outputs outs = out;
-  outs.amax = amax_history;
-  detail::fp8_params<U> p{in.data, in.rows, in.cols, in.stride(), type, 1.0f, o, outs,
-                          (in.rows + detail::fp8_tile - 1) / detail::fp8_tile, (in.cols + detail::fp8_tile - 1) / detail::fp8_tile,
-                          scale};
-  detail::launch_fp8_cast(p, stream);
+  detail::cast_fp8_delayed_from(detail::matrix_source<U>{in.data, in.stride()}, in.rows, in.cols, type, scale, amax_history, out, o, stream,
+                                "gpu::cast_fp8_delayed");
 }
 
 }  // namespace gpu

@@ -41,9 +41,9 @@
 // 6. Types. Activations are f32 or bf16 (the recipe's `activations`), f64 in the gradient
 //    check; parameters, gradients and moments f32 (f64); tokens and targets (tokens, 1) i32
 //    tensors uploaded once per batch (write_tokens checks the range on the host, before upload).
-// 7. Fused producers, where they save a pass over memory: rmsnorm_quantize and swiglu_quantize
-//    write the quantized copies of their output directly (byte-identical to quantizing the
-//    output the unfused op stores, rounded to its dtype); gemm has a C operand (D = alpha A.B^T +
+// 7. Fused producers, where they save a pass over memory: rmsnorm_quantize, swiglu_quantize and
+//    swiglu_backward_quantize write the quantized copies of their output directly (byte-identical
+//    to quantizing the output the unfused op stores, rounded to its dtype); gemm has a C operand (D = alpha A.B^T +
 //    beta C: the residual add in the epilogue); cross_entropy writes the logits' gradient in
 //    place of the logits.
 //
@@ -53,8 +53,8 @@
 //               export_fp8 / import_fp8 (the healing stash), make_scaling_table, update_scales
 //   GEMM        gemm: D[P,Q] = alpha * A . B^T + beta * C on stored copies A [P,R], B [Q,R]
 //   layers      rmsnorm_forward / rmsnorm_quantize / rmsnorm_backward, rope, attention_forward /
-//               attention_backward, swiglu_forward / swiglu_quantize / swiglu_backward,
-//               embedding_forward / embedding_backward, cross_entropy
+//               attention_backward, swiglu_forward / swiglu_quantize / swiglu_backward /
+//               swiglu_backward_quantize, embedding_forward / embedding_backward, cross_entropy
 //   optimizer   global_norm (multi-tensor), adamw_step (multi-tensor)
 // Stored copies follow mxkit's convention (tensor/mx_tensor.hpp): a rowwise copy of a [rows,
 // cols] matrix is stored as is, a columnwise copy transposed, so the reduction axis of every
@@ -199,11 +199,11 @@ enum class backend_op : std::uint8_t {
   alloc, write, write_tokens, read, fill, copy, axpy, amax,
   quantize, quantize_both, transpose, export_fp8, import_fp8, update_scales, gemm,
   rmsnorm_forward, rmsnorm_quantize, rmsnorm_backward, rope, attention_forward, attention_backward,
-  swiglu_forward, swiglu_quantize, swiglu_backward, embedding_forward, embedding_backward, cross_entropy,
+  swiglu_forward, swiglu_quantize, swiglu_backward, swiglu_backward_quantize, embedding_forward, embedding_backward, cross_entropy,
   global_norm, adamw_step,
 };
 inline constexpr std::size_t backend_op_count = static_cast<std::size_t>(backend_op::adamw_step) + 1;
-static_assert(backend_op_count == 29);
+static_assert(backend_op_count == 30);
 
 struct backend_counters {
   std::array<std::uint64_t, operand_use_count> quantized{};  // stored copies produced, by use
@@ -511,6 +511,23 @@ class backend {
     count(backend_op::swiglu_backward);
     do_swiglu_backward(dout, gate_up, dgate_up);
   }
+  // The plan's copies of the SwiGLU gradient [dg | du] (rows, 2F), byte-identical to quantizing
+  // what swiglu_backward stores. Consumes dout and gate_up (both handles are released): a backend
+  // may write the gradient over gate_up, release dout and quantize the gradient (the host; a
+  // bf16 copy may then be gate_up's memory, which it keeps), or write the copies straight from
+  // dout and gate_up (the device's FP8 copies: one pass, with both inputs beside the copies).
+  qpair swiglu_backward_quantize(tensor& dout, tensor& gate_up, const quant_plan& plan) {
+    check_swiglu(gate_up);
+    check_like(dout, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu backward dout");
+    check_pair(plan.rowwise, plan.columnwise_wanted ? &plan.columnwise : nullptr, "swiglu_backward_quantize");
+    count(backend_op::swiglu_backward_quantize);
+    count_plan(plan);
+    qpair q = do_swiglu_backward_quantize(dout, gate_up, plan);
+    note_plan(plan);
+    dout.reset();
+    gate_up.reset();
+    return q;
+  }
   // out[i] = table[tokens[i]] (out in the activation dtype);  dtable[tokens[i]] += dout[i].
   void embedding_forward(const tensor& tokens, const tensor& table, tensor& out) {
     check_tokens(tokens, "embedding tokens");
@@ -611,6 +628,7 @@ class backend {
   virtual void do_swiglu_forward(const tensor& gate_up, tensor& out) = 0;
   virtual qpair do_swiglu_quantize(const tensor& gate_up, const quant_plan& plan, tensor* out) = 0;
   virtual void do_swiglu_backward(const tensor& dout, const tensor& gate_up, tensor& dgate_up) = 0;
+  virtual qpair do_swiglu_backward_quantize(tensor& dout, tensor& gate_up, const quant_plan& plan) = 0;
   virtual void do_embedding_forward(const tensor& tokens, const tensor& table, tensor& out) = 0;
   virtual void do_embedding_backward(const tensor& tokens, const tensor& dout, tensor& dtable) = 0;
   virtual void do_cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient) = 0;

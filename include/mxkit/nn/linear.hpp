@@ -11,7 +11,8 @@
 //             The producer of X may write its quantized copies itself (input_requests, then
 //             forward_quantized: the fused RMSNorm and SwiGLU producers). A residual C makes the
 //             fprop GEMM write Y = X W^T + C (the residual add in the epilogue).
-//   backward  dY quantized on the fly: dgrad copy (rowwise), wgrad copy (columnwise).
+//   backward  dY quantized on the fly: dgrad copy (rowwise), wgrad copy (columnwise), or written
+//             by dY's producer (dy_requests, then backward_quantized: the SwiGLU backward).
 //             dX = dgrad(dY, W_col),  dW += wgrad(dY_col, X_col).
 // linear_memory trades passes over memory for a lower peak: weight copies made per GEMM instead
 // of cached, dY's two copies made one at a time.
@@ -52,7 +53,8 @@ struct linear_memory {
   // master (released, restored from the healing stash) keep their copies.
   bool weight_copies_per_gemm = false;
   // Backward makes dY's wgrad copy, runs wgrad and frees the copy before it makes the dgrad copy:
-  // a second read of dY, and the two copies are never held together.
+  // a second read of dY, and the two copies are never held together. dY is then stored first
+  // (no producer writes its copies: backward_quantized is refused).
   bool dy_copies_one_at_a_time = false;
 
   static constexpr linear_memory lean() noexcept { return {true, true}; }
@@ -192,26 +194,44 @@ class linear {
   void backward(const tensor& dy, tensor* dx) {
     detail::require(saved_, "linear '", name(), "': backward without a training forward");
     require_shape(dy, dy.rows(), out_, ("linear '" + name() + "' dY").c_str());
-    const bool wgrad = weight_.trainable;
-    const std::uint32_t stream = mix_stream(saved_stream_, 2);
-    quant_request rd = request(gemm_product::dgrad, false, block_axis::rowwise, operand_use::dgrad_dy, slot(2, true), stream);
-    rd.may_alias_input = true;  // used by the dgrad GEMM right away, never kept
-    quant_request rw = request(gemm_product::wgrad, false, block_axis::columnwise, operand_use::wgrad_dy, slot(2, true), stream);
-    rw.may_alias_input = true;  // used by the wgrad GEMM right away
+    const quant_plan p = dy_requests();
     qpair qdy;
-    if (dx && wgrad && !memory_.dy_copies_one_at_a_time) qdy = be_->quantize_both(dy, rd, rw);
-    else if (wgrad) qdy.columnwise = be_->quantize(dy, rw);
-    if (wgrad) be_->gemm(gemm_product::wgrad, qdy.columnwise, x_wgrad_, weight_.grad, 1.0f, grad_beta(weight_));
-    x_wgrad_.reset();
-    qdy.columnwise.reset();
-    if (dx) {
-      if (!qdy.rowwise.defined()) qdy.rowwise = be_->quantize(dy, rd);
-      const qtensor w = dgrad_weight();
-      if (!dx->defined()) *dx = be_->alloc_uninitialized(dy.rows(), in_, dy.type(), mem_tag::activation);
-      be_->gemm(gemm_product::dgrad, qdy.rowwise, w, *dx);
-    }
-    if (lora_) lora_->backward(*be_, recipe_.high, dy, dx);
-    saved_ = false;
+    if (p.columnwise_wanted && dx && !memory_.dy_copies_one_at_a_time) qdy = be_->quantize_both(dy, p.rowwise, p.columnwise);
+    else if (p.columnwise_wanted) qdy.columnwise = be_->quantize(dy, p.columnwise);
+    backward_from(std::move(qdy), p, &dy, dx, dy.type());
+  }
+
+  // The copies of dY that backward makes, for a producer that writes them itself (the SwiGLU
+  // backward, then backward_quantized): the dgrad copy (rowwise), and the wgrad copy (columnwise)
+  // when the weight trains. The same Philox stream however often it is asked.
+  quant_plan dy_requests() const {
+    const std::uint32_t stream = mix_stream(saved_stream_, 2);
+    quant_plan p;
+    p.rowwise = request(gemm_product::dgrad, false, block_axis::rowwise, operand_use::dgrad_dy, slot(2, true), stream);
+    p.rowwise.may_alias_input = true;  // used by the dgrad GEMM right away, never kept
+    p.columnwise = request(gemm_product::wgrad, false, block_axis::columnwise, operand_use::wgrad_dy, slot(2, true), stream);
+    p.columnwise.may_alias_input = true;  // used by the wgrad GEMM right away
+    p.columnwise_wanted = weight_.trainable;
+    return p;
+  }
+  // Whether backward_quantized may take dY's copies from a producer: no adapter reads dY in high
+  // precision, and the copies are not to be made one at a time.
+  bool takes_quantized_dy() const noexcept { return !lora_ && !memory_.dy_copies_one_at_a_time; }
+
+  // backward from dY's copies as dy_requests() planned them, made by dY's producer (the dgrad
+  // copy is read only when dx is given); an undefined *dx is allocated in dx_type (dY's own type).
+  void backward_quantized(qpair qdy, tensor* dx, dtype dx_type) {
+    detail::require(saved_, "linear '", name(), "': backward without a training forward");
+    detail::require(takes_quantized_dy(), "linear '", name(), "': backward_quantized with ",
+                    lora_ ? "a LoRA adapter (it reads dY in high precision)" : "dY's copies to be made one at a time");
+    const quant_plan p = dy_requests();
+    const auto check = [&](const qtensor& q, const quant_request& r, const char* what) {
+      detail::require(q.defined() && q.kind() == r.spec.kind && q.axis() == r.axis && q.cols() == out_, "linear '", name(),
+                      "': backward_quantized needs dY's ", what, " copy of an (M, ", out_, ") gradient as dy_requests planned it");
+    };
+    if (dx) check(qdy.rowwise, p.rowwise, "dgrad (rowwise)");
+    if (p.columnwise_wanted) check(qdy.columnwise, p.columnwise, "wgrad (columnwise)");
+    backward_from(std::move(qdy), p, nullptr, dx, dx_type);
   }
 
   // After the optimizer step: the step counter moves; a table of the layer's own gets its
@@ -333,6 +353,23 @@ class linear {
     r.seed = s.seed;
     r.stream = stream;
     return r;
+  }
+
+  // The GEMMs of backward: wgrad first (then the saved X and dY's wgrad copy go), then dgrad; the
+  // dgrad copy of dY is made here from dy when the caller has not made it.
+  void backward_from(qpair qdy, const quant_plan& p, const tensor* dy, tensor* dx, dtype dx_type) {
+    if (p.columnwise_wanted) be_->gemm(gemm_product::wgrad, qdy.columnwise, x_wgrad_, weight_.grad, 1.0f, grad_beta(weight_));
+    x_wgrad_.reset();
+    qdy.columnwise.reset();
+    if (dx) {
+      if (!qdy.rowwise.defined()) qdy.rowwise = be_->quantize(*dy, p.rowwise);
+      const std::size_t rows = qdy.rowwise.rows();
+      const qtensor w = dgrad_weight();
+      if (!dx->defined()) *dx = be_->alloc_uninitialized(rows, in_, dx_type, mem_tag::activation);
+      be_->gemm(gemm_product::dgrad, qdy.rowwise, w, *dx);
+    }
+    if (lora_) lora_->backward(*be_, recipe_.high, *dy, dx);
+    saved_ = false;
   }
 
   bool copies_per_gemm() const noexcept { return memory_.weight_copies_per_gemm && has_master(); }

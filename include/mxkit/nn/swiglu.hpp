@@ -5,7 +5,8 @@
 //   forward   out = silu(g) * u,  silu(g) = g * sigmoid(g)
 //   backward  dg = dout * u * sigmoid(g) * (1 + g * (1 - sigmoid(g))),  du = dout * silu(g)
 // forward_quantized is the fused producer: the backend writes the down projection's quantized
-// copies of `out` directly (backend::swiglu_quantize), and `out` itself only when asked for.
+// copies of `out` directly (backend::swiglu_quantize), and `out` itself only when asked for;
+// backward_quantized the gate/up projection's copies of the gradient (swiglu_backward_quantize).
 #include <cmath>
 #include <cstddef>
 #include <utility>
@@ -34,6 +35,13 @@ class swiglu {
     tensor dgu = std::exchange(gu_, tensor{});
     be.swiglu_backward(dout, dgu, dgu);
     return dgu;
+  }
+  // The copies `plan` asks for of the same gradient (the gate/up projection's dY copies), written
+  // from dout and the saved gu without storing the gradient where the backend can (its FP8
+  // copies on the device), else over gu first. Consumes dout (reset) and the saved state.
+  qpair backward_quantized(backend& be, tensor& dout, const quant_plan& plan) {
+    tensor gu = std::exchange(gu_, tensor{});
+    return be.swiglu_backward_quantize(dout, gu, plan);
   }
   void release_saved() noexcept { gu_.reset(); }
 

@@ -20,8 +20,9 @@
 // Layer kernels are the ref:: functions of ref/nn/ (rmsnorm.hpp, attention.hpp, ...). bf16
 // activations are widened to float, computed by the float kernel and rounded back (RNE) on
 // store, as a device kernel loads bf16, computes in fp32 and stores bf16. The fused producers
-// (rmsnorm_quantize, swiglu_quantize) run the unfused kernel into a temporary and quantize it:
-// the same bytes by construction. gemm with a C operand copies C into D first.
+// (rmsnorm_quantize, swiglu_quantize) run the unfused kernel into a temporary and quantize it,
+// swiglu_backward_quantize writes the gradient over gate_up and quantizes that: the same bytes by
+// construction. gemm with a C operand copies C into D first.
 // Not final: tests derive from it to record what the layers ask for.
 #include <array>
 #include <cmath>
@@ -353,6 +354,11 @@ class host_backend : public nn::backend {
       ref::swiglu_backward(st.in(dout), st.in(gu), st.out(dgu, false), gu.rows(), gu.cols() / 2);
       st.commit();
     });
+  }
+  nn::qpair do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) override {
+    host_backend::do_swiglu_backward(dout, gu, gu);  // the gradient over gu; dout goes before the copies come
+    dout.reset();
+    return quantize_plan(gu, plan);
   }
   void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override {
     compute(out.type(), [&](auto z) {

@@ -463,7 +463,14 @@ class device_backend : public nn::backend {
       gpu::swiglu_forward(gu.as<T>(), out.as<T>(), gu.rows(), gu.cols() / 2, stream_);
     });
   }
+  // FP8 copies come straight from gu (the output is never stored, unless asked for); other
+  // copies from the stored output.
   nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override {
+    if (!out && fp8_plan(plan))
+      return write_fp8_plan(plan, gu.rows(), gu.cols() / 2, [&](auto z, const nn::quant_request& r, float* history, const fp8_outputs& o) {
+        using T = decltype(z);
+        gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, scale_of(r), history, o, stream_);
+      }, gu.type());
     nn::tensor o = out ? *out : scratch(gu.rows(), gu.cols() / 2, gu.type());
     device_backend::do_swiglu_forward(gu, o);
     return quantize_plan(o, plan);
@@ -473,6 +480,18 @@ class device_backend : public nn::backend {
       using T = decltype(z);
       gpu::swiglu_backward(dout.as<T>(), gu.as<T>(), dgu.as<T>(), gu.rows(), gu.cols() / 2, stream_);
     });
+  }
+  // FP8 copies come straight from dout and gu; other copies from the gradient written over gu
+  // (dout released first: its memory goes back to the stream-ordered pool behind the kernel).
+  nn::qpair do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) override {
+    if (fp8_plan(plan))
+      return write_fp8_plan(plan, gu.rows(), gu.cols(), [&](auto z, const nn::quant_request& r, float* history, const fp8_outputs& o) {
+        using T = decltype(z);
+        gpu::swiglu_backward_fp8(dout.as<T>(), gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, scale_of(r), history, o, stream_);
+      }, gu.type());
+    device_backend::do_swiglu_backward(dout, gu, gu);
+    dout.reset();
+    return quantize_plan(gu, plan);
   }
   void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override {
     activation_types(out.type(), "embedding", [&](auto z) {
@@ -732,6 +751,36 @@ class device_backend : public nn::backend {
       using T = decltype(z);
       gpu::quantize(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.mx, r.mx_options(), out, stream_);
     });
+  }
+  // A plan whose copies one FP8 cast writes together: FP8 codes and, when wanted, their
+  // transpose, of the same type and scaling row.
+  static bool fp8_plan(const nn::quant_plan& p) {
+    const nn::quant_request &r = p.rowwise, &c = p.columnwise;
+    return r.spec.kind == nn::precision::fp8 &&
+           (!p.columnwise_wanted || (c.spec.kind == nn::precision::fp8 && c.spec.fp8 == r.spec.fp8 && c.fp8.table == r.fp8.table &&
+                                     c.fp8.row == r.fp8.row));
+  }
+  static const float* scale_of(const nn::quant_request& r) { return r.fp8.table->scale().as<float>() + r.fp8.row; }
+  // The plan's FP8 copies of a (rows, cols) result, written by cast(T{}, request, amax history,
+  // outputs) for the activation type `type`: the payloads of quantize_both, filled by a producer.
+  template <class Cast>
+  nn::qpair write_fp8_plan(const nn::quant_plan& plan, std::size_t rows, std::size_t cols, Cast&& cast, nn::dtype type) {
+    nn::quant_request r = plan.rowwise;
+    if (plan.columnwise_wanted) r.fp8.record_amax = plan.rowwise.fp8.record_amax || plan.columnwise.fp8.record_amax;
+    nn::scaling_table& t = *r.fp8.table;
+    float* history = r.fp8.record_amax ? t.history().as<float>() + r.fp8.row * t.config().history_length : nullptr;
+    auto pr = fp8_payload(plan.rowwise, rows, cols);
+    fp8_outputs out{pr->data, nullptr, nullptr, pr->fp8_scale, nullptr};
+    std::shared_ptr<payload> pc;
+    if (plan.columnwise_wanted) {
+      pc = fp8_payload(plan.columnwise, rows, cols);
+      out.transposed = pc->data;
+      out.transposed_scale = pc->fp8_scale;
+    }
+    activation_types(type, "FP8 producer", [&](auto z) { cast(z, r, history, out); });
+    nn::qpair q{finish(plan.rowwise, rows, cols, std::move(pr)), {}};
+    if (pc) q.columnwise = finish(plan.columnwise, rows, cols, std::move(pc));
+    return q;
   }
   void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out) {
     nn::scaling_table& t = *r.fp8.table;

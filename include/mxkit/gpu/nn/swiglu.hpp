@@ -9,10 +9,18 @@
 // expf (not __expf); for g below about -88, exp(-g) is Inf and sigmoid(g) is 0, the float
 // nearest to the true value's.
 // Bytes moved (s = sizeof(T)): forward 3 M F s, backward 5 M F s.
+// The FP8 producers (swiglu_forward_fp8, swiglu_backward_fp8) write the delayed-scaling FP8 copies
+// of the output (codes, their transpose) through the cast kernel of gpu/fp8_cast.hpp, computing
+// each value as it is read: the codes of what the plain kernels store (rounded to T first), bit
+// for bit, with the output never stored. Bytes: forward 2 M F s read, up to 2 M F written (the
+// kernel then a cast: 4 M F s and 2 M F); backward 3 M F s read, 4 M F written (7 M F s and
+// 4 M F). The backward's gate and up halves are tiles of their own, each reading dout, g and u:
+// the second reads mostly hit L2.
 #include <cstddef>
 
 #include <mxkit/gpu/nn/chunk.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/error.hpp>
+#include <mxkit/gpu/fp8_cast.hpp>
 #include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
@@ -30,6 +38,14 @@ struct swiglu_params {
   std::size_t rows, f, chunks;  // chunks = ceil(F / N) per row
 };
 
+// The element functions, shared by the plain kernels and the FP8 producers (the same bits).
+__device__ inline float swiglu_value(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ inline void swiglu_gradient(float d, float g, float u, float& dg, float& du) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  dg = d * u * sig * fmaf(g, 1.0f - sig, 1.0f);  // the multiply-add spelled out: one rounding wherever it is inlined
+  du = d * g * sig;
+}
+
 template <class T, bool Backward>
 MXKIT_GLOBAL void __launch_bounds__(swiglu_threads) swiglu_kernel(const swiglu_params<T> p) {
   constexpr int N = chunk_elements<T>;
@@ -43,16 +59,12 @@ MXKIT_GLOBAL void __launch_bounds__(swiglu_threads) swiglu_kernel(const swiglu_p
     load_chunk(gate + p.f, c, p.f, u);
     if constexpr (!Backward) {
       float o[N];
-      for (int k = 0; k < N; ++k) o[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+      for (int k = 0; k < N; ++k) o[k] = swiglu_value(g[k], u[k]);
       store_chunk(p.out + r * p.f, c, p.f, o);
     } else {
       float d[N], dg[N], du[N];
       load_chunk(p.dout + r * p.f, c, p.f, d);
-      for (int k = 0; k < N; ++k) {
-        const float sig = 1.0f / (1.0f + expf(-g[k]));
-        dg[k] = d[k] * u[k] * sig * (1.0f + g[k] * (1.0f - sig));
-        du[k] = d[k] * g[k] * sig;
-      }
+      for (int k = 0; k < N; ++k) swiglu_gradient(d[k], g[k], u[k], dg[k], du[k]);
       T* dgate = p.out + r * 2 * p.f;
       store_chunk(dgate, c, p.f, dg);
       store_chunk(dgate + p.f, c, p.f, du);
@@ -67,6 +79,82 @@ void launch_swiglu(const swiglu_params<T>& p, stream_t stream) {
   swiglu_kernel<T, Backward><<<grid, swiglu_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
+
+// Sources of the FP8 cast (gpu/fp8_cast.hpp): the values the plain kernels would store, rounded
+// to T, computed from gu (and dout) as the cast reads them.
+// silu(g) * u, (rows, F).
+template <class T>
+struct swiglu_forward_source {
+  const T* gu;
+  std::size_t f;
+  struct chunk {
+    chunk4<T> g, u;
+  };
+  __device__ chunk fetch(std::size_t r, std::size_t c) const {
+    const T* row = gu + r * 2 * f + c;
+    return {*reinterpret_cast<const chunk4<T>*>(row), *reinterpret_cast<const chunk4<T>*>(row + f)};
+  }
+  __device__ void decode(const chunk& v, std::size_t, float (&x)[4]) const {
+    float g[4], u[4];
+    decode4<T>(v.g, g);
+    decode4<T>(v.u, u);
+    for (int k = 0; k < 4; ++k) x[k] = load_float(round_to<T>(swiglu_value(g[k], u[k])));
+  }
+  __device__ void load(std::size_t r, std::size_t c, std::size_t cols, bool, float (&x)[4]) const {
+    const T* row = gu + r * 2 * f;
+    for (int k = 0; k < 4; ++k) {
+      const std::size_t j = c + static_cast<std::size_t>(k);
+      x[k] = j < cols ? load_float(round_to<T>(swiglu_value(load_float(row[j]), load_float(row[f + j])))) : 0.0f;
+    }
+  }
+  bool vectors() const { return f % 4 == 0 && reinterpret_cast<std::uintptr_t>(gu) % (4 * sizeof(T)) == 0; }
+};
+// [dg | du], (rows, 2F): a chunk lies in one half when F % 4 == 0 (vectors()); the edge path
+// picks the half per element.
+template <class T>
+struct swiglu_backward_source {
+  const T* dout;
+  const T* gu;
+  std::size_t f;
+  struct chunk {
+    chunk4<T> d, g, u;
+  };
+  __device__ chunk fetch(std::size_t r, std::size_t c) const {
+    const std::size_t j = c < f ? c : c - f;
+    const T* row = gu + r * 2 * f + j;
+    return {*reinterpret_cast<const chunk4<T>*>(dout + r * f + j), *reinterpret_cast<const chunk4<T>*>(row),
+            *reinterpret_cast<const chunk4<T>*>(row + f)};
+  }
+  __device__ void decode(const chunk& v, std::size_t c, float (&x)[4]) const {
+    float d[4], g[4], u[4];
+    decode4<T>(v.d, d);
+    decode4<T>(v.g, g);
+    decode4<T>(v.u, u);
+    const bool gate = c < f;
+    for (int k = 0; k < 4; ++k) {
+      float dg, du;
+      swiglu_gradient(d[k], g[k], u[k], dg, du);
+      x[k] = load_float(round_to<T>(gate ? dg : du));
+    }
+  }
+  __device__ void load(std::size_t r, std::size_t c, std::size_t cols, bool, float (&x)[4]) const {
+    for (int k = 0; k < 4; ++k) {
+      const std::size_t col = c + static_cast<std::size_t>(k);
+      if (col >= cols) {
+        x[k] = 0.0f;
+        continue;
+      }
+      const std::size_t j = col < f ? col : col - f;
+      float dg, du;
+      swiglu_gradient(load_float(dout[r * f + j]), load_float(gu[r * 2 * f + j]), load_float(gu[r * 2 * f + f + j]), dg, du);
+      x[k] = load_float(round_to<T>(col < f ? dg : du));
+    }
+  }
+  bool vectors() const {
+    const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % (4 * sizeof(T)) == 0; };
+    return f % 4 == 0 && aligned(dout) && aligned(gu);
+  }
+};
 
 }  // namespace detail
 
@@ -89,6 +177,29 @@ void swiglu_backward(const T* dout, const T* gu, T* dgu, std::size_t rows, std::
                          ", dgu ", dgu != nullptr, ")");
   constexpr std::size_t N = detail::chunk_elements<T>;
   detail::launch_swiglu<T, true>({dout, gu, dgu, rows, f, (f + N - 1) / N}, stream);
+}
+
+// The delayed-scaling FP8 copies of silu(g) * u (rows, F) from gu (rows, 2F), as
+// cast_fp8_delayed (gpu/fp8_cast.hpp) writes them from the stored output of swiglu_forward, with
+// the output never stored. Asynchronous on `stream`.
+template <layer_element T>
+void swiglu_forward_fp8(const T* gu, std::size_t rows, std::size_t f, fp8_type type, const float* scale, float* amax_history,
+                        const fp8_outputs& out, stream_t stream = nullptr) {
+  mxkit::detail::require(gu || rows == 0 || f == 0, "gpu::swiglu_forward_fp8: null gate/up input");
+  detail::cast_fp8_delayed_from(detail::swiglu_forward_source<T>{gu, f}, rows, f, type, scale, amax_history, out, overflow::saturate,
+                                stream, "gpu::swiglu_forward_fp8");
+}
+
+// The delayed-scaling FP8 copies of dgu = [dg | du] (rows, 2F), as cast_fp8_delayed writes them
+// from the output of swiglu_backward, with dgu never stored; gu is only read. Asynchronous on
+// `stream`.
+template <layer_element T>
+void swiglu_backward_fp8(const T* dout, const T* gu, std::size_t rows, std::size_t f, fp8_type type, const float* scale,
+                         float* amax_history, const fp8_outputs& out, stream_t stream = nullptr) {
+  mxkit::detail::require((dout && gu) || rows == 0 || f == 0, "gpu::swiglu_backward_fp8: null pointer (dout ", dout != nullptr, ", gu ",
+                         gu != nullptr, ")");
+  detail::cast_fp8_delayed_from(detail::swiglu_backward_source<T>{dout, gu, f}, rows, 2 * f, type, scale, amax_history, out,
+                                overflow::saturate, stream, "gpu::swiglu_backward_fp8");
 }
 
 }  // namespace gpu
