@@ -17,7 +17,7 @@
 //     - update_scales after casts (max and most_recent, margin 2, a NaN amax, a row never cast):
 //       history and scale exactly equal (the one function ref::update_scale_row runs on both).
 //     - rmsnorm (forward, fused quantize, backward with and without dw), rope, attention (head_dim
-//       64 and 128, GQA), swiglu (forward, fused quantize, backward, the backward's fused
+//       64 and 128, GQA), swiglu (forward, fused quantize, backward, the backward's
 //       quantize), embedding, cross_entropy,
 //       global_norm, adamw_step (and a skipped step), fill / copy / axpy / amax: within the bounds
 //       stated at each check. The fused producers (rmsnorm_quantize, swiglu_quantize) are checked
@@ -1293,8 +1293,8 @@ TEST_CASE("device backend: swiglu forward, fused quantize and backward", "[gpu][
         }
       CHECK(within(tl, "swiglu dgate_up", d.read(dgu.d), dh, bd) == "");
       // The gradient's copies (swiglu_backward_quantize, which consumes dout and gu: each call
-      // gets copies of its own), against quantizing the stored gradient: FP8 written straight
-      // from dout and gu, in both FP8 types; MX and bf16 from the gradient written over gu.
+      // gets copies of its own), against quantizing the stored gradient: FP8 in both types, MX
+      // and bf16.
       const auto fresh = [&](const tensor& src) {
         tensor c = d.alloc(src.rows(), src.cols(), t, mem_tag::activation);
         d.copy(src, c);

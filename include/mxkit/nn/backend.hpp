@@ -512,10 +512,11 @@ class backend {
     do_swiglu_backward(dout, gate_up, dgate_up);
   }
   // The plan's copies of the SwiGLU gradient [dg | du] (rows, 2F), byte-identical to quantizing
-  // what swiglu_backward stores. Consumes dout and gate_up (both handles are released): a backend
-  // may write the gradient over gate_up, release dout and quantize the gradient (the host; a
-  // bf16 copy may then be gate_up's memory, which it keeps), or write the copies straight from
-  // dout and gate_up (the device's FP8 copies: one pass, with both inputs beside the copies).
+  // what swiglu_backward stores. Consumes dout and gate_up (both handles are released): both
+  // backends write the gradient over gate_up, release dout and quantize the gradient, so neither
+  // input is held beside the copies, nor the gradient beside the GEMMs that read them (unless a
+  // bf16 copy is gate_up's memory itself). A backend may write the copies from dout and gate_up
+  // directly instead.
   qpair swiglu_backward_quantize(tensor& dout, tensor& gate_up, const quant_plan& plan) {
     check_swiglu(gate_up);
     check_like(dout, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu backward dout");

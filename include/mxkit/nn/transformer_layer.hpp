@@ -117,8 +117,9 @@ class transformer_layer {
   // dy (M, C); dx (M, C) overwritten when given (null: no input gradient wanted).
   // Every saved tensor and gradient is released as soon as its last reader is done, and each
   // linear allocates its dX only after its wgrad GEMM has released the saved X; the SwiGLU
-  // gradient is written as gate/up's dY copies (swiglu::backward_quantized), or over the saved
-  // gate/up output when an adapter reads it or its copies are made one at a time. Backward then never holds a gradient
+  // gradient is written over the saved gate/up output, and, unless an adapter reads it or its
+  // copies are made one at a time, quantized into gate/up's dY copies and freed before gate/up's
+  // GEMMs (swiglu::backward_quantized). Backward then never holds a gradient
   // beside the activation it replaces; where the recipe's dY copies are bytes of their own (FP8,
   // MX), gate/up's backward with both copies of its (M, 2F) gradient can still top the end of
   // forward (bench/NOTES_training.md has the bytes).
@@ -129,7 +130,7 @@ class transformer_layer {
     tensor ds;  // (M, F), allocated by down's backward
     down_.backward(dy, &ds);
     tensor dn2;
-    if (gate_up_.takes_quantized_dy()) {  // the SwiGLU backward writes gate/up's dY copies
+    if (gate_up_.takes_quantized_dy()) {  // the SwiGLU backward makes gate/up's dY copies
       qpair dgu = swiglu_.backward_quantized(*be_, ds, gate_up_.dy_requests());  // consumes ds
       gate_up_.backward_quantized(std::move(dgu), &dn2, dy.type());
     } else {  // an adapter reads the gradient itself, or its copies are made one at a time

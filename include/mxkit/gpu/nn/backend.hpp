@@ -481,14 +481,10 @@ class device_backend : public nn::backend {
       gpu::swiglu_backward(dout.as<T>(), gu.as<T>(), dgu.as<T>(), gu.rows(), gu.cols() / 2, stream_);
     });
   }
-  // FP8 copies come straight from dout and gu; other copies from the gradient written over gu
-  // (dout released first: its memory goes back to the stream-ordered pool behind the kernel).
+  // The gradient written over gu, dout released (its memory goes back to the stream-ordered pool
+  // behind the kernel), then the copies from one read: gu's memory is free before the GEMMs that
+  // read them, unless a bf16 copy is gu itself.
   nn::qpair do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) override {
-    if (fp8_plan(plan))
-      return write_fp8_plan(plan, gu.rows(), gu.cols(), [&](auto z, const nn::quant_request& r, float* history, const fp8_outputs& o) {
-        using T = decltype(z);
-        gpu::swiglu_backward_fp8(dout.as<T>(), gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, scale_of(r), history, o, stream_);
-      }, gu.type());
     device_backend::do_swiglu_backward(dout, gu, gu);
     dout.reset();
     return quantize_plan(gu, plan);

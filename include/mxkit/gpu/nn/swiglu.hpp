@@ -9,13 +9,13 @@
 // expf (not __expf); for g below about -88, exp(-g) is Inf and sigmoid(g) is 0, the float
 // nearest to the true value's.
 // Bytes moved (s = sizeof(T)): forward 3 M F s, backward 5 M F s.
-// The FP8 producers (swiglu_forward_fp8, swiglu_backward_fp8) write the delayed-scaling FP8 copies
-// of the output (codes, their transpose) through the cast kernel of gpu/fp8_cast.hpp, computing
-// each value as it is read: the codes of what the plain kernels store (rounded to T first), bit
-// for bit, with the output never stored. Bytes: forward 2 M F s read, up to 2 M F written (the
-// kernel then a cast: 4 M F s and 2 M F); backward 3 M F s read, 4 M F written (7 M F s and
-// 4 M F). The backward's gate and up halves are tiles of their own, each reading dout, g and u:
-// the second reads mostly hit L2.
+// The FP8 producer swiglu_forward_fp8 writes the delayed-scaling FP8 copies of the output (codes,
+// their transpose) through the cast kernel of gpu/fp8_cast.hpp, computing each value as it is
+// read: the codes of what swiglu_forward stores (rounded to T first), bit for bit, with the output
+// never stored. Bytes: 2 M F s read, up to 2 M F written, where the kernel and then a cast move
+// 4 M F s and 2 M F. (The backward has no such producer: as a cast source its gate and up halves
+// are tiles of their own, each computing the sigmoid and reading dout, g and u, and it was slower
+// than the kernel and a cast: bench/NOTES_training.md.)
 #include <cstddef>
 
 #include <mxkit/gpu/nn/chunk.hpp>  // first: the vendor runtime before any MXKIT_HD code
@@ -109,53 +109,6 @@ struct swiglu_forward_source {
   }
   bool vectors() const { return f % 4 == 0 && reinterpret_cast<std::uintptr_t>(gu) % (4 * sizeof(T)) == 0; }
 };
-// [dg | du], (rows, 2F): a chunk lies in one half when F % 4 == 0 (vectors()); the edge path
-// picks the half per element.
-template <class T>
-struct swiglu_backward_source {
-  const T* dout;
-  const T* gu;
-  std::size_t f;
-  struct chunk {
-    chunk4<T> d, g, u;
-  };
-  __device__ chunk fetch(std::size_t r, std::size_t c) const {
-    const std::size_t j = c < f ? c : c - f;
-    const T* row = gu + r * 2 * f + j;
-    return {*reinterpret_cast<const chunk4<T>*>(dout + r * f + j), *reinterpret_cast<const chunk4<T>*>(row),
-            *reinterpret_cast<const chunk4<T>*>(row + f)};
-  }
-  __device__ void decode(const chunk& v, std::size_t c, float (&x)[4]) const {
-    float d[4], g[4], u[4];
-    decode4<T>(v.d, d);
-    decode4<T>(v.g, g);
-    decode4<T>(v.u, u);
-    const bool gate = c < f;
-    for (int k = 0; k < 4; ++k) {
-      float dg, du;
-      swiglu_gradient(d[k], g[k], u[k], dg, du);
-      x[k] = load_float(round_to<T>(gate ? dg : du));
-    }
-  }
-  __device__ void load(std::size_t r, std::size_t c, std::size_t cols, bool, float (&x)[4]) const {
-    for (int k = 0; k < 4; ++k) {
-      const std::size_t col = c + static_cast<std::size_t>(k);
-      if (col >= cols) {
-        x[k] = 0.0f;
-        continue;
-      }
-      const std::size_t j = col < f ? col : col - f;
-      float dg, du;
-      swiglu_gradient(load_float(dout[r * f + j]), load_float(gu[r * 2 * f + j]), load_float(gu[r * 2 * f + f + j]), dg, du);
-      x[k] = load_float(round_to<T>(col < f ? dg : du));
-    }
-  }
-  bool vectors() const {
-    const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % (4 * sizeof(T)) == 0; };
-    return f % 4 == 0 && aligned(dout) && aligned(gu);
-  }
-};
-
 }  // namespace detail
 
 // out = silu(g) * u. gu (rows, 2F) = [g | u], out (rows, F); device pointers. Asynchronous on `stream`.
@@ -188,18 +141,6 @@ void swiglu_forward_fp8(const T* gu, std::size_t rows, std::size_t f, fp8_type t
   mxkit::detail::require(gu || rows == 0 || f == 0, "gpu::swiglu_forward_fp8: null gate/up input");
   detail::cast_fp8_delayed_from(detail::swiglu_forward_source<T>{gu, f}, rows, f, type, scale, amax_history, out, overflow::saturate,
                                 stream, "gpu::swiglu_forward_fp8");
-}
-
-// The delayed-scaling FP8 copies of dgu = [dg | du] (rows, 2F), as cast_fp8_delayed writes them
-// from the output of swiglu_backward, with dgu never stored; gu is only read. Asynchronous on
-// `stream`.
-template <layer_element T>
-void swiglu_backward_fp8(const T* dout, const T* gu, std::size_t rows, std::size_t f, fp8_type type, const float* scale,
-                         float* amax_history, const fp8_outputs& out, stream_t stream = nullptr) {
-  mxkit::detail::require((dout && gu) || rows == 0 || f == 0, "gpu::swiglu_backward_fp8: null pointer (dout ", dout != nullptr, ", gu ",
-                         gu != nullptr, ")");
-  detail::cast_fp8_delayed_from(detail::swiglu_backward_source<T>{dout, gu, f}, rows, 2 * f, type, scale, amax_history, out,
-                                overflow::saturate, stream, "gpu::swiglu_backward_fp8");
 }
 
 }  // namespace gpu
