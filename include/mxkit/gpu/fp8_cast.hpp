@@ -240,7 +240,8 @@ void cast_fp8(matrix_view<const T> in, fp8_type type, float scale, const fp8_out
   using U = std::remove_const_t<T>;
   mxkit::detail::check_fp8_cast(type, scale, o, "gpu::cast_fp8");  // scale, and type/overflow values in their enums
   mxkit::detail::check_matrix(in, "gpu::cast_fp8:");
-  mxkit::detail::require(!out.data_scale && !out.transposed_scale, "gpu::cast_fp8: the scale is the caller's; data_scale and transposed_scale are cast_fp8_delayed's");
+  mxkit::detail::require(!out.data_scale && !out.transposed_scale,
+                         "gpu::cast_fp8: the scale is the caller's; data_scale and transposed_scale are cast_fp8_delayed's");
   if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
   if (in.rows == 0 || in.cols == 0) return;
   mxkit::detail::require(out.data || out.transposed || out.amax, "gpu::cast_fp8: no output requested");

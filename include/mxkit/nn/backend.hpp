@@ -41,11 +41,11 @@
 // 6. Types. Activations are f32 or bf16 (the recipe's `activations`), f64 in the gradient
 //    check; parameters, gradients and moments f32 (f64); tokens and targets (tokens, 1) i32
 //    tensors uploaded once per batch (write_tokens checks the range on the host, before upload).
-// 7. Fused producers, where they save a pass over memory: rmsnorm_quantize, swiglu_quantize and
-//    swiglu_backward_quantize write the quantized copies of their output directly (byte-identical
-//    to quantizing the output the unfused op stores, rounded to its dtype); gemm has a C operand (D = alpha A.B^T +
-//    beta C: the residual add in the epilogue); cross_entropy writes the logits' gradient in
-//    place of the logits.
+// 7. Producers of quantized copies: rmsnorm_quantize, swiglu_quantize and swiglu_backward_quantize
+//    hand back the copies of their output (byte-identical to quantizing the output the unfused
+//    op stores, rounded to its dtype), in one pass where a backend fuses them, and the output
+//    itself only when asked for; gemm has a C operand (D = alpha A.B^T + beta C: the residual
+//    add in the epilogue); cross_entropy writes the logits' gradient in place of the logits.
 //
 // Operations (shapes: M tokens, C width, V vocabulary, B*H attention rows, T sequence)
 //   memory      alloc, alloc_host, write, write_tokens, read, read_scalar, synchronize, fill, copy, axpy, amax

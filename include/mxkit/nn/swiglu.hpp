@@ -36,9 +36,9 @@ class swiglu {
     be.swiglu_backward(dout, dgu, dgu);
     return dgu;
   }
-  // The copies `plan` asks for of the same gradient (the gate/up projection's dY copies), written
-  // from dout and the saved gu without storing the gradient where the backend can (its FP8
-  // copies on the device), else over gu first. Consumes dout (reset) and the saved state.
+  // The copies `plan` asks for of the same gradient (the gate/up projection's dY copies), made
+  // from the gradient written over the saved gu, which is freed then unless a copy is its memory
+  // (backend::swiglu_backward_quantize). Consumes dout (reset) and the saved state.
   qpair backward_quantized(backend& be, tensor& dout, const quant_plan& plan) {
     tensor gu = std::exchange(gu_, tensor{});
     return be.swiglu_backward_quantize(dout, gu, plan);

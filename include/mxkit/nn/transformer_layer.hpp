@@ -117,12 +117,12 @@ class transformer_layer {
   // dy (M, C); dx (M, C) overwritten when given (null: no input gradient wanted).
   // Every saved tensor and gradient is released as soon as its last reader is done, and each
   // linear allocates its dX only after its wgrad GEMM has released the saved X; the SwiGLU
-  // gradient is written over the saved gate/up output, and, unless an adapter reads it or its
+  // gradient is written over the saved gate/up output and, unless an adapter reads it or its
   // copies are made one at a time, quantized into gate/up's dY copies and freed before gate/up's
-  // GEMMs (swiglu::backward_quantized). Backward then never holds a gradient
-  // beside the activation it replaces; where the recipe's dY copies are bytes of their own (FP8,
-  // MX), gate/up's backward with both copies of its (M, 2F) gradient can still top the end of
-  // forward (bench/NOTES_training.md has the bytes).
+  // GEMMs (swiglu::backward_quantized). Backward then never holds a gradient beside the
+  // activation it replaces; where the recipe's dY copies are bytes of their own (FP8, MX),
+  // gate/up's backward with both copies of its (M, 2F) gradient can still top the end of forward
+  // (bench/NOTES_training.md has the bytes; linear_memory::lean() lowers it).
   void backward(const tensor& dy, tensor* dx, const batch_shape& b) {
     const std::size_t M = b.tokens(), C = c_.d_model;
     require_shape(dy, M, C, "layer backward dY");

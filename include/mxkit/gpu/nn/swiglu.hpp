@@ -38,7 +38,7 @@ struct swiglu_params {
   std::size_t rows, f, chunks;  // chunks = ceil(F / N) per row
 };
 
-// The element functions, shared by the plain kernels and the FP8 producers (the same bits).
+// The element functions, shared by the plain kernels and the FP8 producer (the same bits).
 __device__ inline float swiglu_value(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 __device__ inline void swiglu_gradient(float d, float g, float u, float& dg, float& du) {
   const float sig = 1.0f / (1.0f + expf(-g));
