@@ -271,16 +271,13 @@ class device_backend : public nn::backend {
       run_mx(x, row, out);
       return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
     }
-    const bool same_fp8 = row.spec.kind == nn::precision::fp8 && col.spec.kind == nn::precision::fp8 && row.spec.fp8 == col.spec.fp8 &&
-                          row.fp8.table == col.fp8.table && row.fp8.row == col.fp8.row;
-    if (same_fp8) {  // one cast writes the codes and their transpose
-      require_activation(x, "quantize_both");
-      nn::quant_request r = row;
-      r.fp8.record_amax = row.fp8.record_amax || col.fp8.record_amax;
-      auto pr = fp8_payload(row, x.rows(), x.cols()), pc = fp8_payload(col, x.rows(), x.cols());
-      run_fp8(x, r, {pr->data, pc->data, nullptr, pr->fp8_scale, pc->fp8_scale});
-      return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
-    }
+    const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
+      using T = decltype(z);
+      cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, scale_of(r), amax_history(r), o, overflow::saturate,
+                       stream_);
+    };
+    const nn::quant_plan both{row, col, true};
+    if (fp8_plan(both)) return write_fp8_plan(both, x.rows(), x.cols(), x.type(), "quantize_both", cast);  // codes and transpose, one cast
     if (row.spec.kind == nn::precision::bf16 && col.spec.kind == nn::precision::bf16) {  // the rows, read both ways
       nn::quant_request rr = row;
       rr.may_alias_input = row.may_alias_input && col.may_alias_input;  // the columnwise copy may outlive x's promise
@@ -466,11 +463,11 @@ class device_backend : public nn::backend {
   // FP8 copies come straight from gu (the output is never stored, unless asked for); other
   // copies from the stored output.
   nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override {
-    if (!out && fp8_plan(plan))
-      return write_fp8_plan(plan, gu.rows(), gu.cols() / 2, [&](auto z, const nn::quant_request& r, float* history, const fp8_outputs& o) {
-        using T = decltype(z);
-        gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, scale_of(r), history, o, stream_);
-      }, gu.type());
+    const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
+      using T = decltype(z);
+      gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, scale_of(r), amax_history(r), o, stream_);
+    };
+    if (!out && fp8_plan(plan)) return write_fp8_plan(plan, gu.rows(), gu.cols() / 2, gu.type(), "swiglu_quantize", cast);
     nn::tensor o = out ? *out : scratch(gu.rows(), gu.cols() / 2, gu.type());
     device_backend::do_swiglu_forward(gu, o);
     return quantize_plan(o, plan);
@@ -756,15 +753,20 @@ class device_backend : public nn::backend {
            (!p.columnwise_wanted || (c.spec.kind == nn::precision::fp8 && c.spec.fp8 == r.spec.fp8 && c.fp8.table == r.fp8.table &&
                                      c.fp8.row == r.fp8.row));
   }
+  // An FP8 request's scale, and the history slot its amax goes to (null when it records none).
   static const float* scale_of(const nn::quant_request& r) { return r.fp8.table->scale().as<float>() + r.fp8.row; }
-  // The plan's FP8 copies of a (rows, cols) result, written by cast(T{}, request, amax history,
-  // outputs) for the activation type `type`: the payloads of quantize_both, filled by a producer.
+  static float* amax_history(const nn::quant_request& r) {
+    nn::scaling_table& t = *r.fp8.table;
+    return r.fp8.record_amax ? t.history().as<float>() + r.fp8.row * t.config().history_length : nullptr;
+  }
+  // The plan's FP8 copies of a (rows, cols) result of activation type `type`, written by
+  // cast(T{}, request, outputs) (the request records the amax if either copy's does): a cast of
+  // a stored tensor (quantize_both) or a producer that writes them itself.
   template <class Cast>
-  nn::qpair write_fp8_plan(const nn::quant_plan& plan, std::size_t rows, std::size_t cols, Cast&& cast, nn::dtype type) {
+  nn::qpair write_fp8_plan(const nn::quant_plan& plan, std::size_t rows, std::size_t cols, nn::dtype type, const char* what, Cast&& cast) {
     nn::quant_request r = plan.rowwise;
     if (plan.columnwise_wanted) r.fp8.record_amax = plan.rowwise.fp8.record_amax || plan.columnwise.fp8.record_amax;
-    nn::scaling_table& t = *r.fp8.table;
-    float* history = r.fp8.record_amax ? t.history().as<float>() + r.fp8.row * t.config().history_length : nullptr;
+    activation_types(type, what, [](auto) {});  // refused before anything is allocated
     auto pr = fp8_payload(plan.rowwise, rows, cols);
     fp8_outputs out{pr->data, nullptr, nullptr, pr->fp8_scale, nullptr};
     std::shared_ptr<payload> pc;
@@ -773,17 +775,15 @@ class device_backend : public nn::backend {
       out.transposed = pc->data;
       out.transposed_scale = pc->fp8_scale;
     }
-    activation_types(type, "FP8 producer", [&](auto z) { cast(z, r, history, out); });
+    activation_types(type, what, [&](auto z) { cast(z, r, out); });
     nn::qpair q{finish(plan.rowwise, rows, cols, std::move(pr)), {}};
     if (pc) q.columnwise = finish(plan.columnwise, rows, cols, std::move(pc));
     return q;
   }
   void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out) {
-    nn::scaling_table& t = *r.fp8.table;
-    float* history = r.fp8.record_amax ? t.history().as<float>() + r.fp8.row * t.config().history_length : nullptr;
     activation_types(x.type(), "quantize", [&](auto z) {
       using T = decltype(z);
-      cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, t.scale().as<float>() + r.fp8.row, history, out,
+      cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, scale_of(r), amax_history(r), out,
                        overflow::saturate, stream_);
     });
   }
