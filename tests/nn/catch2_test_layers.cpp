@@ -130,15 +130,24 @@ TEST_CASE("layers: quantized copies are tracked while alive", "[nn][layers]") {
   CHECK_THROWS_WITH(be.gemm(gemm_product::fprop, be.quantize(x, b), be.quantize(narrow, b), d), mxkit_test::contains("reduction lengths differ"));
 }
 
-TEST_CASE("layers: the SwiGLU gradient is written over its input, and backward frees what it has read", "[nn][layers]") {
-  // d_ff 4x d_model, as in Llama: were the (M, 2F) gradient allocated beside the saved gate/up
-  // output, backward would rise above the end of forward by at least its bytes; were a saved
-  // tensor kept past its last reader, activations would stay live after backward.
+namespace {
+// d_ff 4x d_model, as in Llama: the (M, 2F) SwiGLU gradient and its copies are what a layer's
+// backward peaks on.
+layer_config llama_shaped_layer() {
   layer_config c;
   c.d_model = 64;
   c.n_heads = 2;
   c.n_kv_heads = 1;
   c.d_ff = 256;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("layers: the SwiGLU gradient is written over its input, and backward frees what it has read", "[nn][layers]") {
+  // d_ff 4x d_model, as in Llama: were the (M, 2F) gradient allocated beside the saved gate/up
+  // output, backward would rise above the end of forward by at least its bytes; were a saved
+  // tensor kept past its last reader, activations would stay live after backward.
+  const layer_config c = llama_shaped_layer();
   const batch_shape shape{2, 32};
   const std::size_t M = shape.tokens();
   for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed(), recipes::mxfp4_amd()})
@@ -168,11 +177,7 @@ TEST_CASE("layers: lean memory trains the same bits below the default's peak", "
   // Weight copies per GEMM and dY's copies one at a time (linear_memory) make the same requests,
   // so the same bytes; where the copies are bytes of their own (FP8, MX) each lowers a backward's
   // peak, and with copies per GEMM no weight copy outlives its GEMM.
-  layer_config c;
-  c.d_model = 64;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.d_ff = 256;
+  const layer_config c = llama_shaped_layer();
   const batch_shape shape{2, 32};
   const std::size_t M = shape.tokens();
   const linear_memory modes[] = {{}, {true, false}, {false, true}, linear_memory::lean()};
