@@ -58,7 +58,6 @@ struct linear_memory {
   bool dy_copies_one_at_a_time = false;
 
   static constexpr linear_memory lean() noexcept { return {true, true}; }
-  friend constexpr bool operator==(const linear_memory&, const linear_memory&) = default;
 };
 
 class linear {
@@ -377,20 +376,18 @@ class linear {
   // The weight operands of fprop and dgrad: the cached copies, or made for this GEMM alone from
   // the same requests (the same bytes, W's amax recorded for the same version).
   qtensor fprop_weight(bool training) {
-    if (!copies_per_gemm()) {
-      ensure_weight_copies(training);
-      return cache_.rowwise;
-    }
-    ++weight_quantizations_;
-    return be_->quantize(weight_.value, weight_request(gemm_product::fprop, training));
+    if (copies_per_gemm()) return weight_copy(gemm_product::fprop, training);
+    ensure_weight_copies(training);
+    return cache_.rowwise;
   }
   qtensor dgrad_weight() {
-    if (!copies_per_gemm()) {
-      if (!cache_.columnwise.defined()) ensure_weight_copies(true);  // set_memory switched to the cache after forward
-      return cache_.columnwise;
-    }
+    if (copies_per_gemm()) return weight_copy(gemm_product::dgrad, true);
+    if (!cache_.columnwise.defined()) ensure_weight_copies(true);  // set_memory switched to the cache after forward
+    return cache_.columnwise;
+  }
+  qtensor weight_copy(gemm_product g, bool training) {
     ++weight_quantizations_;
-    return be_->quantize(weight_.value, weight_request(gemm_product::dgrad, true));
+    return be_->quantize(weight_.value, weight_request(g, training));
   }
   // fprop: the rowwise copy (N, K); dgrad: the columnwise copy, stored (K, N). The amax of W is
   // that of its value version: the table knows when W's scale may move.
