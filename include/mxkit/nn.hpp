@@ -8,6 +8,7 @@
 #include <mxkit/nn/attention.hpp>
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/nn/checkpoint.hpp>
+#include <mxkit/nn/communicator.hpp>
 #include <mxkit/nn/data.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/embedding.hpp>
