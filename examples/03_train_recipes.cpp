@@ -5,8 +5,8 @@
 //
 //   03_train_recipes [data_dir] [--quick]
 //
-// data_dir holds stories.txt and qa.txt (default: the repository's data/, found from the
-// working directory, $MXKIT_DATA_DIR or this source file's location). --quick runs a few
+// data_dir holds stories.txt and qa.txt (default: the repository's data/, found in
+// $MXKIT_DATA_DIR, ./data or <this program's folder>/../share/mxkit/data: repository_data.hpp). --quick runs a few
 // steps of each run (a smoke test). Runs go to $MXKIT_DEMO_THREADS worker threads (default 2);
 // each run is single-threaded and seeded, so the table does not depend on the thread count.
 #include <algorithm>
@@ -56,8 +56,10 @@ fs::path find_data_dir(int argc, char** argv) {
   std::vector<fs::path> given;
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]).rfind("--", 0) != 0) given.emplace_back(argv[i]);
-  if (std::optional<fs::path> d = find_repository_data(given)) return *d;
-  std::fprintf(stderr, "03_train_recipes: cannot find data/stories.txt and data/qa.txt; pass the data directory\n");
+  const data_search s = search_repository_data(given);
+  if (s.found) return *s.found;
+  std::fprintf(stderr, "03_train_recipes: stories.txt and qa.txt are not in any of: %s; pass the data directory\n",
+               s.looked_list().c_str());
   std::exit(2);
 }
 

@@ -285,9 +285,11 @@ inline void print_help(const char* program) {
 
 // data/ with stories.txt and qa.txt (repository_data.hpp says where it looks).
 inline fs::path repository_data() {
-  if (std::optional<fs::path> d = find_repository_data()) return *d;
-  throw usage_error("no --data given and the repository's data/stories.txt and data/qa.txt were not found (looked in "
-                    "$MXKIT_DATA_DIR, ./data and its parents' data/, and next to this program's source)");
+  const data_search s = search_repository_data();
+  if (s.found) return *s.found;
+  throw usage_error("no --data given, and the default data (stories.txt and qa.txt) is not in any of: " + s.looked_list() +
+                    " (set MXKIT_DATA_DIR to the repository's data/, install it with cmake --install <build> --component "
+                    "mxkit_examples, or pass --data FILE)");
 }
 
 struct training_data {
