@@ -63,6 +63,10 @@ void check_format() {
           const mxkit::e8m0 s = mxkit::quantize_block_packed<Fmt>(blocks[k].data(), o, mxkit::hadamard_signs{o.sign_mask()}, first, got);
           REQUIRE(s.bits() == want.scale.bits());
           for (int j = 0; j < mxkit::block_words<Fmt>; ++j) REQUIRE(got[j] == expected[j]);
+          // The overload without signs takes them from o.sign_mask(): the same words.
+          std::uint32_t own[mxkit::block_words<Fmt>];
+          REQUIRE(mxkit::quantize_block_packed<Fmt>(blocks[k].data(), o, first, own).bits() == want.scale.bits());
+          for (int j = 0; j < mxkit::block_words<Fmt>; ++j) REQUIRE(own[j] == expected[j]);
         }
       }
 }

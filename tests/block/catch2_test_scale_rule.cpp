@@ -55,6 +55,13 @@ static_assert(shared_scale_takes<mxkit::e2m1, float> && shared_scale_takes<mxkit
 static_assert(!shared_scale_takes<mxkit::e2m1, std::uint32_t> && !shared_scale_takes<mxkit::e2m1, int> &&
               !shared_scale_takes<mxkit::e2m1, double>);
 static_assert(!std::is_convertible_v<std::uint32_t, mxkit::float_bits> && !std::is_convertible_v<float, mxkit::float_bits>);
+// The format descriptor, as quantize_block takes it, names its element type.
+static_assert(mxkit::shared_scale<mxkit::mx_format<mxkit::mx_type::mxfp4>>(7.0f, scale_rule::even).bits() ==
+              mxkit::shared_scale<mxkit::e2m1>(7.0f, scale_rule::even).bits());
+static_assert(mxkit::shared_scale<mxkit::mx_format<mxkit::mx_type::mxfp8_e4m3>>(7.0f, scale_rule::floor).bits() ==
+              mxkit::shared_scale<mxkit::e4m3>(7.0f, scale_rule::floor).bits());
+static_assert(mxkit::shared_scale<mxkit::mx_format<mxkit::mx_type::mxfp8_e4m3>>(7.0f, scale_rule::floor).bits() !=
+              mxkit::shared_scale<mxkit::e2m1>(7.0f, scale_rule::floor).bits());
 
 template <class Fn>
 void for_each_mx_type(Fn&& fn) {

@@ -101,7 +101,9 @@ inline constexpr int float_path_max_exponent = block_element_encoder<Element>::m
 }  // namespace detail
 
 // The random signs of the Hadamard rotation, passed in when the caller computed them once (a
-// kernel quantizing many blocks); quantize_block(in, o) takes them from o.sign_mask().
+// kernel quantizing many blocks: hadamard_signs{o.sign_mask()}); quantize_block(in, o) and
+// quantize_block_packed(in, o, first_index, words) take them from o.sign_mask() themselves.
+// Default-constructed: no signs, which is what o.sign_mask() gives unless o.random_signs is set.
 struct hadamard_signs {
   std::uint32_t mask = 0;
 };
@@ -331,6 +333,14 @@ MXKIT_HD constexpr e8m0 quantize_block_packed(const float* in, const quantize_op
                                               std::uint64_t first_index, std::uint32_t* words) noexcept {
   return detail::encode_block_packed<Fmt>(detail::prepare_block<typename Fmt::element_type>(in, o, signs), o, first_index,
                                           words);
+}
+
+// The same with the signs from o.sign_mask() (computed per call: a kernel quantizing many blocks
+// with random signs passes hadamard_signs{o.sign_mask()}, computed once, to the overload above).
+template <mx_format_descriptor Fmt>
+MXKIT_HD constexpr e8m0 quantize_block_packed(const float* in, const quantize_options& o, std::uint64_t first_index,
+                                              std::uint32_t* words) noexcept {
+  return quantize_block_packed<Fmt>(in, o, hadamard_signs{o.sign_mask()}, first_index, words);
 }
 
 template <mx_format_descriptor Fmt>

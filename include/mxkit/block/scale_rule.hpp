@@ -67,6 +67,18 @@ MXKIT_HD constexpr std::uint32_t normalized_significand(std::uint32_t abs) noexc
 }  // namespace detail
 
 namespace detail {
+// shared_scale's template argument: an element type (e2m1, e4m3, int8_fixed, ...) or a format
+// descriptor (mx_format<mx_type::mxfp4>, what quantize_block takes), meaning its element type.
+template <class T>
+struct scale_element {
+  using type = T;
+};
+template <class T>
+  requires requires { typename T::element_type; }
+struct scale_element<T> {
+  using type = typename T::element_type;
+};
+
 // For a normal amax every rule is a floor after an addition to the float bits: the carry out of
 // the mantissa field is the rule's step to the next binade (even: half an element ulp, rounding
 // up; round_up: past the element's max significand; ceil: anything above the power of two).
@@ -80,9 +92,11 @@ MXKIT_HD constexpr std::uint32_t scale_rule_carry(scale_rule rule) noexcept {
 }  // namespace detail
 
 // Shared scale for a block whose amax has the float bits b (see amax_bits): what kernels pass,
-// having tracked the amax as bits.
-template <class Element>
+// having tracked the amax as bits. Element: the element type (shared_scale<e2m1>) or the format
+// descriptor (shared_scale<mx_format<mx_type::mxfp4>>); there is no default, the scale depends on it.
+template <class ElementOrFormat>
 MXKIT_HD constexpr e8m0 shared_scale(float_bits b, scale_rule rule) noexcept {
+  using Element = typename detail::scale_element<ElementOrFormat>::type;
   const std::uint32_t amax = b.value;
   if (amax >= 0x7F800000u) return e8m0::nan();
   if (amax >= 0x00800000u)  // normal: < 0x7F800000 + 0x800000, so the sum cannot wrap
@@ -118,5 +132,14 @@ MXKIT_HD constexpr e8m0 shared_scale(float amax, scale_rule rule) noexcept {
 template <class Element, class T>
   requires(std::is_arithmetic_v<T> && !std::is_same_v<T, float>)
 e8m0 shared_scale(T amax, scale_rule rule) = delete;
+// A call that names no element type lands here, and says so (a bare deduction failure, as nvcc
+// reports it, gives no hint).
+template <class Element = void, class T>
+  requires std::is_void_v<Element>
+MXKIT_HD constexpr e8m0 shared_scale(T, scale_rule) noexcept {
+  static_assert(!std::is_void_v<Element>,
+                "shared_scale needs the element type: shared_scale<mxkit::e2m1>(amax, rule) (or the format descriptor)");
+  return e8m0::nan();
+}
 
 MXKIT_END_NAMESPACE
