@@ -74,7 +74,15 @@ elseif(_mxkit_gpu STREQUAL "")
       set(_mxkit_gpu OFF)
     endif()
   endif()
-  message(STATUS "mxkit: MXKIT_GPU detected as ${_mxkit_gpu} (choose with -DMXKIT_GPU=OFF|CUDA|HIP)")
+  # Say what detection means: with a GPU compiler found, the GPU tests, examples and benchmarks
+  # are built too (a CUDA build of them takes minutes); a host-only build says OFF.
+  if(_mxkit_gpu STREQUAL "OFF")
+    message(STATUS "mxkit: MXKIT_GPU detected as OFF: no CUDA or HIP compiler found; host targets only")
+  else()
+    message(STATUS "mxkit: MXKIT_GPU detected as ${_mxkit_gpu}: mxkit's own GPU tests, examples and benchmarks "
+                   "(those switched on) are built for ${_mxkit_gpu} besides the host ones; for a host-only build "
+                   "configure with -DMXKIT_GPU=OFF (choices: OFF, CUDA, HIP)")
+  endif()
 elseif(NOT _mxkit_gpu MATCHES "^(OFF|CUDA|HIP)$")
   message(FATAL_ERROR "mxkit: MXKIT_GPU must be OFF, CUDA or HIP, got '${MXKIT_GPU}'")
 endif()
@@ -123,14 +131,20 @@ function(mxkit_gpu_target tgt)
   target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=all-warnings>)
 endfunction()
 
-# Makes <tgt>'s CUDA architectures arch-specific (90 -> 90a): sm_90a instructions such as wgmma
-# and setmaxnreg assemble only for such a target.
+# Makes <tgt>'s CUDA architectures arch-specific (90 -> 90a-real): sm_90a instructions such as
+# wgmma and setmaxnreg assemble only for such a target. A plain entry becomes -real, i.e.
+# --generate-code=arch=compute_90a,code=[sm_90a]: arch-specific PTX runs on that one architecture
+# only (it is not forward compatible), so embedding compute_90a PTX beside the sm_90a binary
+# would add nothing but size.
 function(mxkit_cuda_arch_specific tgt)
   get_target_property(archs ${tgt} CUDA_ARCHITECTURES)
   set(out "")
   foreach(a IN LISTS archs)
     if(a MATCHES "^([0-9]+)(-real|-virtual)?$" AND CMAKE_MATCH_1 GREATER_EQUAL 90)
       set(a "${CMAKE_MATCH_1}a${CMAKE_MATCH_2}")
+      if(CMAKE_MATCH_2 STREQUAL "")
+        set(a "${a}-real")
+      endif()
     endif()
     list(APPEND out ${a})
   endforeach()
