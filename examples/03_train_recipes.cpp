@@ -6,8 +6,8 @@
 //   03_train_recipes [data_dir] [--quick]
 //
 // data_dir holds stories.txt and qa.txt (default: the repository's data/, found in
-// $MXKIT_DATA_DIR, ./data or <this program's folder>/../share/mxkit/data: repository_data.hpp). --quick runs a few
-// steps of each run (a smoke test). Runs go to $MXKIT_DEMO_THREADS worker threads (default 2);
+// $MXKIT_DATA_DIR, ./data or <this program's folder>/../share/mxkit/data: repository_data.hpp).
+// --quick runs a few steps of each run (a smoke test). Runs go to $MXKIT_DEMO_THREADS worker threads (default 2);
 // each run is single-threaded and seeded, so the table does not depend on the thread count.
 #include <algorithm>
 #include <chrono>
