@@ -43,6 +43,24 @@ struct operand_spec {
   friend bool operator==(const operand_spec&, const operand_spec&) = default;
 };
 
+// The four kinds of operand, by name (recipes are written with these).
+namespace recipes {
+inline operand_spec native_operand() { return {precision::native}; }
+inline operand_spec bf16_operand() { return {precision::bf16}; }
+inline operand_spec mma_operand(fp8_type t) {
+  operand_spec o{precision::fp8};
+  o.fp8 = t;
+  return o;
+}
+inline operand_spec mx_operand(mx_type t, scale_rule rule, rounding round = rounding::nearest_even) {
+  operand_spec o{precision::mx};
+  o.mx = t;
+  o.rule = rule;
+  o.round = round;
+  return o;
+}
+}  // namespace recipes
+
 // Which operand of which product a quantization feeds (counted by the backend).
 enum class operand_use : std::uint8_t { fprop_x, fprop_w, dgrad_dy, dgrad_w, wgrad_dy, wgrad_x, adapter };
 inline constexpr std::size_t operand_use_count = 7;

@@ -95,21 +95,6 @@ inline void check_config(const recipe& r) {
 
 namespace recipes {
 
-inline operand_spec native_operand() { return {precision::native}; }
-inline operand_spec bf16_operand() { return {precision::bf16}; }
-inline operand_spec mma_operand(fp8_type t) {
-  operand_spec o{precision::fp8};
-  o.fp8 = t;
-  return o;
-}
-inline operand_spec mx_operand(mx_type t, scale_rule rule, rounding round = rounding::nearest_even) {
-  operand_spec o{precision::mx};
-  o.mx = t;
-  o.rule = rule;
-  o.round = round;
-  return o;
-}
-
 // Every GEMM with both operands in `o`.
 inline recipe uniform(std::string name, const operand_spec& o) {
   recipe r;
