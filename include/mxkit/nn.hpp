@@ -7,6 +7,7 @@
 #include <mxkit/nn/adamw.hpp>
 #include <mxkit/nn/attention.hpp>
 #include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/backend_observer.hpp>
 #include <mxkit/nn/checkpoint.hpp>
 #include <mxkit/nn/communicator.hpp>
 #include <mxkit/nn/data.hpp>
@@ -18,6 +19,7 @@
 #include <mxkit/nn/linear.hpp>
 #include <mxkit/nn/lora.hpp>
 #include <mxkit/nn/model.hpp>
+#include <mxkit/nn/operand.hpp>
 #include <mxkit/nn/parameter.hpp>
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/rmsnorm.hpp>

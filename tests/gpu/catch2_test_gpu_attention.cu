@@ -7,7 +7,7 @@
 // (poisoned: a read of it shows as NaN, a write of it is caught). Outputs are poisoned (all-ones
 // bytes: NaN in bf16 and float), so an unwritten element fails. Three paths run: the tensor-core
 // one (mma.sync), the portable one the AMD build uses (its emulation of the same instruction), and
-// on an sm_90a device the Hopper kernels (wgmma and TMA, arch/cuda/sm90_attention.hpp).
+// on an sm_90a device the Hopper kernels (wgmma and TMA, gpu/nn/attention/sm90/).
 //
 // Bounds (u = 2^-8, bf16's unit roundoff; u32 = 2^-24). The kernels round P (forward, dV) and dS
 // (dQ, dK) to bf16 to feed the tensor cores (Dao 2023), so each output is a sum whose terms are

@@ -17,15 +17,16 @@
 #      HIP   the two host objects are linked into one relocatable object (without -fgpu-rdc
 #            device code stays per unit, so the host-side kernel stubs are where a duplicate
 #            shows; a whole program would need the AMD device linker); built, never run.
-# A header under an arch/cuda/ or arch/hip/ folder is one vendor's ISA-specific code, included
-# only through a switch header for that vendor (gpu/gemm/gemm.hpp), and is compiled for that
-# vendor only.
+# A header under an arch/cuda/ or arch/hip/ folder (instruction wrappers), or under a folder named
+# for one architecture (gemm/sm90/, gemm/gfx950/, nn/attention/sm90/: kernels by role), is one
+# vendor's ISA-specific code, included only through a switch header for that vendor
+# (gpu/gemm/gemm.hpp, gpu/nn/attention.hpp), and is compiled for that vendor only.
 set(include_root ${PROJECT_SOURCE_DIR}/include)
 file(GLOB_RECURSE gpu_headers CONFIGURE_DEPENDS RELATIVE ${include_root} ${include_root}/mxkit/gpu/*.hpp)
 if(MXKIT_GPU STREQUAL "CUDA")
-  list(FILTER gpu_headers EXCLUDE REGEX "/arch/hip/")
+  list(FILTER gpu_headers EXCLUDE REGEX "/(arch/hip|gfx950)/")
 else()
-  list(FILTER gpu_headers EXCLUDE REGEX "/arch/cuda/")
+  list(FILTER gpu_headers EXCLUDE REGEX "/(arch/cuda|sm90)/")
 endif()
 list(SORT gpu_headers)
 if(NOT gpu_headers)

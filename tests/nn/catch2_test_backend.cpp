@@ -617,3 +617,71 @@ TEST_CASE("backend: bf16 activations are computed in float and rounded once on s
   tensor bad = be.alloc(M, C, dtype::f64, mem_tag::activation);
   CHECK_THROWS_WITH(be.rmsnorm_forward(bad, w, bad, rf, 1e-5), mxkit_test::contains("f64 activations with f32 parameters"));
 }
+
+namespace {
+// Records every bracket the backend opens and closes; checks they nest.
+struct recording_observer final : backend_observer {
+  std::vector<backend_event> open;
+  std::array<std::uint64_t, backend_op_count> begun{}, ended{};
+  std::uint64_t gemm_products[3]{};
+  bool nested_ok = true;
+  void begin(const backend_event& e) override {
+    open.push_back(e);
+    ++begun[static_cast<std::size_t>(e.op)];
+    if (e.op == backend_op::gemm) {
+      if (e.product < 0 || e.product > 2) nested_ok = false;
+      else ++gemm_products[e.product];
+    } else if (e.product != -1) {
+      nested_ok = false;
+    }
+  }
+  void end(const backend_event& e) override {
+    if (open.empty() || open.back().op != e.op || open.back().product != e.product) nested_ok = false;
+    if (!open.empty()) open.pop_back();
+    ++ended[static_cast<std::size_t>(e.op)];
+  }
+};
+}  // namespace
+
+TEST_CASE("backend: the observer brackets every counted operation once, nested, and only while installed", "[nn][backend]") {
+  for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed({4, amax_algorithm::max, 0}), recipes::mxfp4()}) {
+    INFO(r.name);
+    host_backend be;
+    model m(be, tiny_model(), r, 3);
+    trainer t(m, text_tokens(), short_run(3));
+    t.step();  // warm: the observer sees a steady-state step
+    recording_observer obs;
+    const backend_counters before = be.counters();
+    be.set_observer(&obs);
+    CHECK(be.observer() == &obs);
+    t.step();
+    be.set_observer(nullptr);
+    CHECK(obs.nested_ok);
+    CHECK(obs.open.empty());
+    std::uint64_t total = 0;
+    for (std::size_t o = 0; o < backend_op_count; ++o) {
+      INFO(name_of(static_cast<backend_op>(o)));
+      CHECK(obs.begun[o] == be.counters().calls[o] - before.calls[o]);
+      CHECK(obs.ended[o] == obs.begun[o]);
+      total += obs.begun[o];
+    }
+    CHECK(total > 0);
+    for (std::size_t g = 0; g < 3; ++g) CHECK(obs.gemm_products[g] == be.counters().gemms[g] - before.gemms[g]);
+    CHECK(obs.gemm_products[0] > 0);
+    const auto seen = obs.begun;
+    t.step();  // removed: sees nothing more
+    CHECK(obs.begun == seen);
+  }
+}
+
+TEST_CASE("backend: an operation refused by its checks is not observed", "[nn][backend]") {
+  host_backend be;
+  recording_observer obs;
+  be.set_observer(&obs);
+  tensor a = be.alloc(2, 3, dtype::f32, mem_tag::activation), b = be.alloc(3, 2, dtype::f32, mem_tag::activation);
+  CHECK_THROWS_AS(be.copy(a, b), std::invalid_argument);  // refused before do_copy: no bracket
+  CHECK(obs.begun[static_cast<std::size_t>(backend_op::copy)] == 0);
+  CHECK(obs.begun[static_cast<std::size_t>(backend_op::alloc)] == 2);
+  CHECK(obs.ended[static_cast<std::size_t>(backend_op::alloc)] == 2);
+  be.set_observer(nullptr);
+}

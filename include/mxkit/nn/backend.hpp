@@ -67,143 +67,24 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/nn/backend_observer.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/kernel_args.hpp>
-#include <mxkit/nn/recipe.hpp>
+#include <mxkit/gemm/product.hpp>
+#include <mxkit/nn/operand.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
-
-// Which operand of which product a quantization feeds (counted by the backend).
-enum class operand_use : std::uint8_t { fprop_x, fprop_w, dgrad_dy, dgrad_w, wgrad_dy, wgrad_x, adapter };
-inline constexpr std::size_t operand_use_count = 7;
-
-}  // namespace nn
-template <>
-struct enum_names<nn::operand_use> {
-  static constexpr const char* names[] = {"fprop X", "fprop W", "dgrad dY", "dgrad W", "wgrad dY", "wgrad X", "adapter"};
-  static constexpr nn::operand_use last = nn::operand_use::adapter;
-};
-namespace nn {
-
-// One stored copy to produce from a high-precision tensor.
-// The element format, scale rule and rounding are the operand's (spec); the rotation and the
-// Philox key belong to the GEMM (gemm_spec), the Philox stream to the tensor.
-struct quant_request {
-  operand_spec spec;
-  block_axis axis = block_axis::rowwise;  // columnwise: stored transposed
-  bool hadamard = false;                  // kind mx: the GEMM's 16-point rotation
-  bool random_signs = false;              // kind mx: with hadamard, H.D with D from seed
-  std::uint64_t seed = 0;                 // kind mx: Philox key (random signs, stochastic rounding)
-  std::uint32_t stream = 0;               // kind mx: Philox stream of this tensor
-  fp8_scaling_slot fp8;                   // kind fp8: code = cast(x * scale[row]); amax -> history[row, 0]
-  operand_use use = operand_use::fprop_x;
-  mem_tag tag = mem_tag::quantized_activation;
-  // The caller leaves x unchanged for as long as it reads the copy (linear.hpp sets it for X, whose
-  // wgrad copy is read in backward, for dY, and for a weight, whose cached copies are read only
-  // while the weight's version is theirs): where the copy holds x's own values (bf16 of bf16), a
-  // backend may hand back x itself instead of copying it (the device backend does, the columnwise
-  // copy read MN-major by its GEMM).
-  bool may_alias_input = false;
-
-  // The MX quantizer's options for this copy.
-  quantize_options mx_options() const noexcept { return {spec.rule, spec.round, hadamard, random_signs, seed, stream}; }
-};
-
-// The copies a consumer wants of one tensor: always the rowwise one, the columnwise one when
-// `columnwise_wanted` (what a fused producer writes; linear::input_requests).
-struct quant_plan {
-  quant_request rowwise;
-  quant_request columnwise;
-  bool columnwise_wanted = false;
-};
-
-// An FP8 copy in host memory that a backend made (export_fp8: the healing stash) and can upload
-// again (import_fp8). Its codes live in host memory the backend allocated (backend::alloc_host):
-// page-locked on a GPU backend, so the upload runs on a copy engine with no staging copy.
-class host_fp8 {
- public:
-  host_fp8() = default;
-  host_fp8(fp8_type type, std::size_t rows, std::size_t cols, float scale, float amax, std::shared_ptr<std::uint8_t[]> codes) noexcept
-      : type_(type), rows_(rows), cols_(cols), scale_(scale), amax_(amax), codes_(std::move(codes)) {}
-  fp8_type type() const noexcept { return type_; }
-  std::size_t rows() const noexcept { return rows_; }
-  std::size_t cols() const noexcept { return cols_; }
-  float scale() const noexcept { return scale_; }  // code = cast(x * scale)
-  float amax() const noexcept { return amax_; }
-  std::size_t bytes() const noexcept { return rows_ * cols_; }
-  const std::uint8_t* codes() const noexcept { return codes_.get(); }
-  // A plain host tensor of the same codes (tests, oracles).
-  fp8_tensor to_tensor() const {
-    fp8_tensor t{type_, rows_, cols_, scale_, amax_, {}};
-    if (bytes()) t.data.assign(codes(), codes() + bytes());
-    return t;
-  }
-
- private:
-  fp8_type type_ = fp8_type::e4m3;
-  std::size_t rows_ = 0, cols_ = 0;
-  float scale_ = 1.0f, amax_ = 0.0f;
-  std::shared_ptr<std::uint8_t[]> codes_;
-};
-
-// Backend-owned storage of a quantized copy; each backend derives its own.
-class qpayload {
- public:
-  virtual ~qpayload() = default;
-};
-
-// A stored GEMM operand: one copy (rowwise or columnwise) of a logical [rows, cols] matrix. An
-// FP8 copy's scale lives in its payload (backend memory), written by the cast.
-class qtensor {
- public:
-  qtensor() = default;
-  qtensor(quant_request request, std::size_t rows, std::size_t cols, std::size_t bytes, std::shared_ptr<const qpayload> payload) noexcept
-      : request_(request), rows_(rows), cols_(cols), bytes_(bytes), payload_(std::move(payload)) {}
-
-  const quant_request& request() const noexcept { return request_; }
-  precision kind() const noexcept { return request_.spec.kind; }
-  block_axis axis() const noexcept { return request_.axis; }
-  std::size_t rows() const noexcept { return rows_; }
-  std::size_t cols() const noexcept { return cols_; }
-  // Stored shape [lines, length]; length is the reduction axis of the GEMM that consumes it.
-  std::size_t lines() const noexcept { return axis() == block_axis::rowwise ? rows_ : cols_; }
-  std::size_t length() const noexcept { return axis() == block_axis::rowwise ? cols_ : rows_; }
-  std::size_t bytes() const noexcept { return bytes_; }
-  bool defined() const noexcept { return payload_ != nullptr; }
-  const qpayload* payload() const noexcept { return payload_.get(); }
-  void reset() noexcept { *this = qtensor{}; }
-
- private:
-  quant_request request_;
-  std::size_t rows_ = 0, cols_ = 0;
-  std::size_t bytes_ = 0;
-  std::shared_ptr<const qpayload> payload_;
-};
-
-struct qpair {
-  qtensor rowwise, columnwise;
-};
-
-// The public operations, for the per-operation call counters.
-enum class backend_op : std::uint8_t {
-  alloc, write, write_tokens, read, fill, copy, axpy, amax,
-  quantize, quantize_both, transpose, export_fp8, import_fp8, update_scales, gemm,
-  rmsnorm_forward, rmsnorm_quantize, rmsnorm_backward, rope, attention_forward, attention_backward,
-  swiglu_forward, swiglu_quantize, swiglu_backward, swiglu_backward_quantize, embedding_forward, embedding_backward, cross_entropy,
-  global_norm, adamw_step,
-};
-inline constexpr std::size_t backend_op_count = static_cast<std::size_t>(backend_op::adamw_step) + 1;
-static_assert(backend_op_count == 30);
 
 struct backend_counters {
   std::array<std::uint64_t, operand_use_count> quantized{};  // stored copies produced, by use
@@ -253,9 +134,8 @@ class backend {
   void write(tensor& t, const std::vector<double>& values) {
     detail::require(t.defined(), "write: tensor is not allocated");
     detail::require(values.size() == t.size(), "write: ", values.size(), " values for a ", t.rows(), "x", t.cols(), " tensor");
-    count(backend_op::write);
     ++counters_.uploads;
-    do_write(t, values);
+    observed(backend_op::write, [&] { do_write(t, values); });
   }
   // Token ids (tokens, 1) i32, each checked against [0, vocab) on the host before the upload.
   void write_tokens(tensor& t, const std::vector<std::int32_t>& tokens, std::size_t vocab) {
@@ -264,16 +144,14 @@ class backend {
     for (std::size_t i = 0; i < tokens.size(); ++i)
       detail::require(tokens[i] >= 0 && static_cast<std::size_t>(tokens[i]) < vocab, "token ", i, " is ", tokens[i],
                       ", outside the vocabulary [0, ", vocab, ")");
-    count(backend_op::write_tokens);
     ++counters_.uploads;
-    do_write_tokens(t, tokens);
+    observed(backend_op::write_tokens, [&] { do_write_tokens(t, tokens); });
   }
   // Backend memory -> host, as doubles. Waits for the stream: a host read (counted).
   std::vector<double> read(const tensor& t) const {
     detail::require(t.defined(), "read: tensor is not allocated");
-    count(backend_op::read);
     ++counters_.host_reads;
-    return do_read(t);
+    return observed(backend_op::read, [&] { return do_read(t); });
   }
   double read_scalar(const tensor& t) const {
     require_shape(t, 1, 1, "read_scalar");
@@ -286,38 +164,33 @@ class backend {
   }
   void fill(tensor& t, double value) {
     detail::require(t.defined(), "fill: tensor is not allocated");
-    count(backend_op::fill);
-    do_fill(t, value);
+    observed(backend_op::fill, [&] { do_fill(t, value); });
   }
   void copy(const tensor& src, tensor& dst) {
     require_shape(dst, src.rows(), src.cols(), "copy destination");
     require_type(dst, src.type(), "copy destination");
-    count(backend_op::copy);
-    do_copy(src, dst);
+    observed(backend_op::copy, [&] { do_copy(src, dst); });
   }
   // y += alpha * x (same shape and type)
   void axpy(double alpha, const tensor& x, tensor& y) {
     require_shape(y, x.rows(), x.cols(), "axpy y");
     require_type(y, x.type(), "axpy y");
     detail::require(is_floating(x.type()), "axpy: integer tensors");
-    count(backend_op::axpy);
-    do_axpy(alpha, x, y);
+    observed(backend_op::axpy, [&] { do_axpy(alpha, x, y); });
   }
   // out (1, 1) f64 = max |x| (NaN if any element is NaN)
   void amax(const tensor& x, tensor& out) {
     detail::require(x.defined() && is_floating(x.type()), "amax: needs an allocated floating-point tensor");
     check_scalar(out, "amax output");
-    count(backend_op::amax);
-    do_amax(x, out);
+    observed(backend_op::amax, [&] { do_amax(x, out); });
   }
 
   // ---- quantized operands, delayed scaling, GEMM ----------------------------------------------
   qtensor quantize(const tensor& x, const quant_request& r) {
     check_quant_input(x, "quantize");
     check_request(r, "quantize");
-    count(backend_op::quantize);
     count_copy(r);
-    qtensor q = do_quantize(x, r);
+    qtensor q = observed(backend_op::quantize, [&] { return do_quantize(x, r); });
     note_amax(r);
     return q;
   }
@@ -325,10 +198,9 @@ class backend {
   qpair quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) {
     check_quant_input(x, "quantize_both");
     check_pair(rowwise, &columnwise, "quantize_both");
-    count(backend_op::quantize_both);
     count_copy(rowwise);
     count_copy(columnwise);
-    qpair q = do_quantize_both(x, rowwise, columnwise);
+    qpair q = observed(backend_op::quantize_both, [&] { return do_quantize_both(x, rowwise, columnwise); });
     note_amax(rowwise);
     note_amax(columnwise);
     return q;
@@ -338,9 +210,8 @@ class backend {
     detail::require(fp8_rowwise.defined() && fp8_rowwise.kind() == precision::fp8 && fp8_rowwise.axis() == block_axis::rowwise,
                     "transpose: needs an FP8 rowwise copy, got a ", name_of(fp8_rowwise.kind()), " ", name_of(fp8_rowwise.axis()),
                     " copy");
-    count(backend_op::transpose);
     ++counters_.quantized[static_cast<std::size_t>(use)];
-    return do_transpose(fp8_rowwise, use, tag);
+    return observed(backend_op::transpose, [&] { return do_transpose(fp8_rowwise, use, tag); });
   }
   // FP8 copies between backend memory and host memory (the healing stash): quantize_fp8 of `w`
   // with a host scale, returned in the backend's host memory (waits: a host read); and a host
@@ -349,17 +220,15 @@ class backend {
     check_quant_input(w, "export_fp8");
     detail::require(std::isfinite(scale) && scale > 0.0f, "export_fp8: scale must be finite and positive, got ", scale);
     detail::check_enum(type, fp8_type::e5m2, "fp8_type", "export_fp8");
-    count(backend_op::export_fp8);
     ++counters_.host_reads;
-    return do_export_fp8(w, type, scale);
+    return observed(backend_op::export_fp8, [&] { return do_export_fp8(w, type, scale); });
   }
   qtensor import_fp8(const host_fp8& host, operand_use use, mem_tag tag) {
     detail::check_enum(host.type(), fp8_type::e5m2, "fp8_type", "import_fp8");
     detail::require(host.bytes() == 0 || host.codes() != nullptr, "import_fp8: a ", host.rows(), "x", host.cols(), " copy without codes");
-    count(backend_op::import_fp8);
     ++counters_.uploads;
     ++counters_.quantized[static_cast<std::size_t>(use)];
-    return do_import_fp8(host, use, tag);
+    return observed(backend_op::import_fp8, [&] { return do_import_fp8(host, use, tag); });
   }
   // A plain host tensor (checked: codes that fill rows x cols), through the backend's host memory.
   qtensor import_fp8(const fp8_tensor& t, operand_use use, mem_tag tag) {
@@ -384,8 +253,7 @@ class backend {
   }
   // The fused per-step update of every row: new scales from the histories, histories rolled.
   void update_scales(scaling_table& table) {
-    count(backend_op::update_scales);
-    do_update_scales(table);
+    observed(backend_op::update_scales, [&] { do_update_scales(table); });
     table.note_update();
   }
   // D = alpha * A . B^T + beta * C; A stored [P,R], B stored [Q,R] (same kind, same R); D [P,Q]
@@ -405,9 +273,8 @@ class backend {
     } else {
       c = nullptr;
     }
-    count(backend_op::gemm);
     ++counters_.gemms[static_cast<std::size_t>(kind)];
-    do_gemm(kind, a, b, d, alpha, beta, c);
+    observed(backend_op::gemm, [&] { do_gemm(kind, a, b, d, alpha, beta, c); }, static_cast<int>(kind));
   }
 
   // ---- layer kernels (forward and backward; *_backward kernels add into their outputs where noted)
@@ -416,8 +283,7 @@ class backend {
     check_rmsnorm(x, w, rstd);
     require_shape(y, x.rows(), x.cols(), "rmsnorm output");
     require_type(y, x.type(), "rmsnorm output");
-    count(backend_op::rmsnorm_forward);
-    do_rmsnorm_forward(x, w, y, rstd, eps);
+    observed(backend_op::rmsnorm_forward, [&] { do_rmsnorm_forward(x, w, y, rstd, eps); });
   }
   // The same normalization writing the consumer's quantized copies directly (y, the output in
   // x's dtype, too when given): the bytes quantize(y) would give.
@@ -428,9 +294,8 @@ class backend {
       require_shape(*y, x.rows(), x.cols(), "rmsnorm output");
       require_type(*y, x.type(), "rmsnorm output");
     }
-    count(backend_op::rmsnorm_quantize);
     count_plan(plan);
-    qpair q = do_rmsnorm_quantize(x, w, rstd, eps, plan, y);
+    qpair q = observed(backend_op::rmsnorm_quantize, [&] { return do_rmsnorm_quantize(x, w, rstd, eps, plan, y); });
     note_plan(plan);
     return q;
   }
@@ -452,16 +317,14 @@ class backend {
       require_shape(*dr, x.rows(), x.cols(), "rmsnorm backward residual gradient");
       require_type(*dr, x.type(), "rmsnorm backward residual gradient");
     }
-    count(backend_op::rmsnorm_backward);
-    do_rmsnorm_backward(dy, x, w, rstd, dr ? *dr : dx, dx, dw);
+    observed(backend_op::rmsnorm_backward, [&] { do_rmsnorm_backward(dy, x, w, rstd, dr ? *dr : dx, dx, dw); });
   }
   // In place on the q and k heads of a qkv tensor; inverse = rotate back (the backward pass).
   void rope(tensor& qkv, const head_shape& s, double theta, bool inverse) {
     check_heads(s);
     detail::require(s.head_dim % 2 == 0, "rope: head_dim ", s.head_dim, " must be even");
     check_activation(qkv, s.tokens(), s.qkv_dim(), "rope qkv");
-    count(backend_op::rope);
-    do_rope(qkv, s, theta, inverse);
+    observed(backend_op::rope, [&] { do_rope(qkv, s, theta, inverse); });
   }
   // Causal grouped-query attention; lse (batch*n_heads, seq) log-sum-exp saved, in stat_type.
   void attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) {
@@ -469,8 +332,7 @@ class backend {
     check_activation(qkv, s.tokens(), s.qkv_dim(), "attention qkv");
     check_like(out, qkv, s.tokens(), s.q_dim(), "attention output");
     check_stat(lse, qkv, s.batch * s.n_heads, s.seq, "attention log-sum-exp");
-    count(backend_op::attention_forward);
-    do_attention_forward(qkv, out, lse, s);
+    observed(backend_op::attention_forward, [&] { do_attention_forward(qkv, out, lse, s); });
   }
   // dqkv is overwritten; out and lse are the forward pass's.
   void attention_backward(const tensor& dout, const tensor& qkv, const tensor& out, const tensor& lse, tensor& dqkv,
@@ -481,24 +343,21 @@ class backend {
     check_like(dout, qkv, s.tokens(), s.q_dim(), "attention backward dout");
     check_stat(lse, qkv, s.batch * s.n_heads, s.seq, "attention backward log-sum-exp");
     check_like(dqkv, qkv, s.tokens(), s.qkv_dim(), "attention backward dqkv");
-    count(backend_op::attention_backward);
-    do_attention_backward(dout, qkv, out, lse, dqkv, s);
+    observed(backend_op::attention_backward, [&] { do_attention_backward(dout, qkv, out, lse, dqkv, s); });
   }
   // out = silu(gate) * up, gate_up = [gate | up].
   void swiglu_forward(const tensor& gate_up, tensor& out) {
     check_swiglu(gate_up);
     check_like(out, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu output");
-    count(backend_op::swiglu_forward);
-    do_swiglu_forward(gate_up, out);
+    observed(backend_op::swiglu_forward, [&] { do_swiglu_forward(gate_up, out); });
   }
   // The same activation writing the consumer's quantized copies directly (out too when given).
   qpair swiglu_quantize(const tensor& gate_up, const quant_plan& plan, tensor* out) {
     check_swiglu(gate_up);
     check_pair(plan.rowwise, plan.columnwise_wanted ? &plan.columnwise : nullptr, "swiglu_quantize");
     if (out) check_like(*out, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu output");
-    count(backend_op::swiglu_quantize);
     count_plan(plan);
-    qpair q = do_swiglu_quantize(gate_up, plan, out);
+    qpair q = observed(backend_op::swiglu_quantize, [&] { return do_swiglu_quantize(gate_up, plan, out); });
     note_plan(plan);
     return q;
   }
@@ -508,8 +367,7 @@ class backend {
     check_swiglu(gate_up);
     check_like(dout, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu backward dout");
     check_like(dgate_up, gate_up, gate_up.rows(), gate_up.cols(), "swiglu backward dgate_up");
-    count(backend_op::swiglu_backward);
-    do_swiglu_backward(dout, gate_up, dgate_up);
+    observed(backend_op::swiglu_backward, [&] { do_swiglu_backward(dout, gate_up, dgate_up); });
   }
   // The plan's copies of the SwiGLU gradient [dg | du] (rows, 2F), byte-identical to quantizing
   // what swiglu_backward stores. Consumes dout and gate_up (both handles are released): both
@@ -521,9 +379,8 @@ class backend {
     check_swiglu(gate_up);
     check_like(dout, gate_up, gate_up.rows(), gate_up.cols() / 2, "swiglu backward dout");
     check_pair(plan.rowwise, plan.columnwise_wanted ? &plan.columnwise : nullptr, "swiglu_backward_quantize");
-    count(backend_op::swiglu_backward_quantize);
     count_plan(plan);
-    qpair q = do_swiglu_backward_quantize(dout, gate_up, plan);
+    qpair q = observed(backend_op::swiglu_backward_quantize, [&] { return do_swiglu_backward_quantize(dout, gate_up, plan); });
     note_plan(plan);
     dout.reset();
     gate_up.reset();
@@ -535,16 +392,14 @@ class backend {
     check_param(table, "embedding table");
     require_shape(out, tokens.rows(), table.cols(), "embedding output");
     check_activation_of(out, table, "embedding output");
-    count(backend_op::embedding_forward);
-    do_embedding_forward(tokens, table, out);
+    observed(backend_op::embedding_forward, [&] { do_embedding_forward(tokens, table, out); });
   }
   void embedding_backward(const tensor& tokens, const tensor& dout, tensor& dtable) {
     check_tokens(tokens, "embedding tokens");
     check_param(dtable, "embedding backward dtable");
     require_shape(dout, tokens.rows(), dtable.cols(), "embedding backward dout");
     check_activation_of(dout, dtable, "embedding backward dout");
-    count(backend_op::embedding_backward);
-    do_embedding_backward(tokens, dout, dtable);
+    observed(backend_op::embedding_backward, [&] { do_embedding_backward(tokens, dout, dtable); });
   }
   // loss (1, 1) f64 = mean cross-entropy of softmax(logits) against targets (rows, 1) i32.
   // gradient: logits is overwritten with d(loss)/d(logits) (in place: no second (M, V) buffer).
@@ -553,8 +408,7 @@ class backend {
     check_tokens(targets, "cross_entropy targets");
     detail::require(targets.rows() == logits.rows(), "cross_entropy: ", targets.rows(), " targets for ", logits.rows(), " rows");
     check_scalar(loss, "cross_entropy loss");
-    count(backend_op::cross_entropy);
-    do_cross_entropy(logits, targets, loss, gradient);
+    observed(backend_op::cross_entropy, [&] { do_cross_entropy(logits, targets, loss, gradient); });
   }
 
   // ---- optimizer (multi-tensor) ------------------------------------------------------------------
@@ -565,8 +419,7 @@ class backend {
     detail::require(max_norm >= 0.0, "global_norm: max_norm must be >= 0, got ", max_norm);
     check_scalar(norm, "global_norm norm");
     check_scalar(clip, "global_norm clip factor");
-    count(backend_op::global_norm);
-    do_global_norm(tensors, max_norm, norm, clip);
+    observed(backend_op::global_norm, [&] { do_global_norm(tensors, max_norm, norm, clip); });
   }
   // Every slot: g' = g * clip, AdamW with bias correction t = state[0] + 1 (ref/nn/adamw.hpp).
   // A non-finite norm skips the whole step on the device: nothing is written but state[1] += 1;
@@ -585,14 +438,18 @@ class backend {
     check_scalar(clip, "adamw_step clip factor");
     require_shape(state, 1, 2, "adamw_step state");
     require_type(state, dtype::f64, "adamw_step state");
-    count(backend_op::adamw_step);
-    do_adamw_step(slots, args, norm, clip, state);
+    observed(backend_op::adamw_step, [&] { do_adamw_step(slots, args, norm, clip, state); });
   }
 
   memory_tracker& memory() noexcept { return memory_; }
   const memory_tracker& memory() const noexcept { return memory_; }
   backend_counters& counters() noexcept { return counters_; }
   const backend_counters& counters() const noexcept { return counters_; }
+  // The one seam for cross-cutting work (profiling, tracing, overlap bookkeeping): every public
+  // operation's do_*() is bracketed by observer->begin/end. Null (the default) observes nothing.
+  // The observer must outlive its installation; set_observer(nullptr) removes it.
+  void set_observer(backend_observer* observer) noexcept { observer_ = observer; }
+  backend_observer* observer() const noexcept { return observer_; }
 
  protected:
   struct allocation {
@@ -639,6 +496,7 @@ class backend {
 
   memory_tracker memory_;
   mutable backend_counters counters_;
+  backend_observer* observer_ = nullptr;
 
  private:
   tensor allocate(std::size_t rows, std::size_t cols, dtype type, mem_tag tag, bool zero_fill) {
@@ -648,8 +506,7 @@ class backend {
                                                      name_of(type), " tensor does not fit in memory");
     const std::size_t bytes = detail::checked_bytes({"rows x cols", elements}, size_of(type), "alloc: a ", rows, "x", cols, " ",
                                                     name_of(type), " tensor does not fit in memory");
-    count(backend_op::alloc);
-    allocation a = do_alloc(bytes, zero_fill);
+    allocation a = observed(backend_op::alloc, [&] { return do_alloc(bytes, zero_fill); });
     struct owner {
       std::shared_ptr<void> memory;
       tracked_bytes tracked;
@@ -659,7 +516,23 @@ class backend {
     o->tracked = tracked_bytes(&memory_, tag, bytes);
     return tensor(type, rows, cols, a.data, std::move(o));
   }
-  void count(backend_op o) const noexcept { ++counters_.calls[static_cast<std::size_t>(o)]; }
+  // Every public operation that passed its checks runs its do_*() through here: counted, and
+  // bracketed by the observer's begin/end (an operation that throws gets no end).
+  template <class F>
+  std::invoke_result_t<F&> observed(backend_op o, F&& run, int product = -1) const {
+    ++counters_.calls[static_cast<std::size_t>(o)];
+    if (!observer_) return run();
+    const backend_event e{o, product};
+    observer_->begin(e);
+    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+      run();
+      observer_->end(e);
+    } else {
+      std::invoke_result_t<F&> r = run();
+      observer_->end(e);
+      return r;
+    }
+  }
   void count_copy(const quant_request& r) noexcept { ++counters_.quantized[static_cast<std::size_t>(r.use)]; }
   void count_plan(const quant_plan& p) noexcept {
     count_copy(p.rowwise);

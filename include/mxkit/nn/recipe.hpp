@@ -27,31 +27,12 @@
 #include <mxkit/format/rounding.hpp>
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
+#include <mxkit/nn/operand.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
-
-enum class precision : std::uint8_t { native, bf16, fp8, mx };
-
-}  // namespace nn
-template <>
-struct enum_names<nn::precision> {
-  static constexpr const char* names[] = {"native", "bf16", "fp8", "mx"};
-  static constexpr nn::precision last = nn::precision::mx;
-};
-namespace nn {
-
-struct operand_spec {
-  precision kind = precision::bf16;
-  mx_type mx = mx_type::mxfp4;              // kind mx: element format
-  scale_rule rule = scale_rule::floor;      // kind mx: shared-scale rule
-  rounding round = rounding::nearest_even;  // kind mx: element rounding (stochastic allowed)
-  fp8_type fp8 = fp8_type::e4m3;            // kind fp8: element format (scale from delayed scaling)
-
-  friend bool operator==(const operand_spec&, const operand_spec&) = default;
-};
 
 struct gemm_spec {
   operand_spec a, b;          // see the table at the top of this file
@@ -113,21 +94,6 @@ inline void check_config(const recipe& r) {
 }
 
 namespace recipes {
-
-inline operand_spec native_operand() { return {precision::native}; }
-inline operand_spec bf16_operand() { return {precision::bf16}; }
-inline operand_spec mma_operand(fp8_type t) {
-  operand_spec o{precision::fp8};
-  o.fp8 = t;
-  return o;
-}
-inline operand_spec mx_operand(mx_type t, scale_rule rule, rounding round = rounding::nearest_even) {
-  operand_spec o{precision::mx};
-  o.mx = t;
-  o.rule = rule;
-  o.round = round;
-  return o;
-}
 
 // Every GEMM with both operands in `o`.
 inline recipe uniform(std::string name, const operand_spec& o) {

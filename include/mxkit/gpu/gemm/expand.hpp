@@ -5,7 +5,7 @@
 // tensor-core path computes MXFP4/MXFP6 products exactly. One pass over the operand
 // ([lines, K] codes in, [lines, K] bytes out, a few microseconds at the benchmark shapes) instead
 // of a conversion inside the GEMM, where it would take issue slots from the scale promotion that
-// bounds the Hopper kernel (sm90_gemm.hpp; bench/NOTES_gemm.md has the count).
+// bounds the Hopper kernel (gpu/gemm/sm90/; bench/NOTES_gemm.md has the count).
 #include <cstddef>
 #include <cstdint>
 
@@ -87,7 +87,7 @@ inline void launch(const gemm_operand& o, std::uint8_t* dst, stream_t stream, la
 // non-zero blocks' scale exponents e_b span at most 28 binades is stored as E5M2 bytes
 // v * 2^(e_b - r) with one line factor 2^r, r = max e_b - 13: every block product of the GEMM is
 // then the same exact number times 2^-(r_a + r_b), the tensor cores need no per-block scales, and
-// the factors are applied once per output (sm90_gemm.hpp, scaling::line). All-zero blocks (their
+// the factors are applied once per output (gpu/gemm/sm90/, scaling::line). All-zero blocks (their
 // scale carries no information) do not widen the span; a NaN scale makes the line factor NaN,
 // as every output it touches is NaN in the reference. A line that does not fit, or whose
 // exponents leave [-48, 48] (then an fp32 intermediate could round differently from the

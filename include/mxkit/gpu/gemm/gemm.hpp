@@ -13,7 +13,7 @@
 //
 // Paths (gemm_path), chosen per call by `automatic`, or forced by gemm_options::path:
 //   portable  plain CUDA/HIP kernel, every operand kind and shape (portable.hpp)
-//   sm90      Hopper tensor cores, TMA + wgmma (arch/cuda/sm90_gemm.hpp); needs sm_90a device
+//   sm90      Hopper tensor cores, TMA + wgmma (gemm/sm90/: config, mainloop, epilogue, kernel, split_k, launch); needs sm_90a device
 //             code (build with -gencode arch=compute_90a,code=sm_90a) and 16-byte aligned rows:
 //               MXFP4 x MXFP4  folded into E5M2 with one factor per line (exact block sums)
 //               MXFP8 x MXFP8  (E4M3/E5M2 mixes) expanded to bf16 with the scales applied
@@ -22,7 +22,7 @@
 //             The folded and bf16 routes check their exactness conditions on the device and
 //             fall back to per-block promotion where they fail (run_sm90). Their scratch comes
 //             from mxkit's device pool, which keeps its memory (release_gemm_scratch returns it).
-//   gfx950    CDNA4 block-scaled MFMA (arch/hip/gfx950_gemm.hpp), compiled only: never run here
+//   gfx950    CDNA4 block-scaled MFMA (gemm/gfx950/kernel.hpp), compiled only: never run here
 // MXINT8 uses the portable kernel.
 #include <cstddef>
 #include <cstdint>
@@ -36,9 +36,9 @@
 #include <mxkit/gpu/runtime.hpp>
 
 #if MXKIT_GPU_CUDA
-#include <mxkit/gpu/arch/cuda/sm90_gemm.hpp>
+#include <mxkit/gpu/gemm/sm90/launch.hpp>
 #else
-#include <mxkit/gpu/arch/hip/gfx950_gemm.hpp>
+#include <mxkit/gpu/gemm/gfx950/kernel.hpp>
 #endif
 
 MXKIT_BEGIN_NAMESPACE

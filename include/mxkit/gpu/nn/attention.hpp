@@ -28,7 +28,7 @@
 //         dQ = dS K in registers: a second recomputation of S and dP (two more matmuls than the
 //         atomic dQ of Dao 2023) buys a result that is the same bits on every run.
 // On an sm_90a device (a program built with compute_90a device code) the same computation runs on
-// the Hopper kernels of arch/cuda/sm90_attention.hpp (wgmma, TMA, larger tiles); the kernels
+// the Hopper kernels of nn/attention/sm90/ (wgmma, TMA, larger tiles); the kernels
 // below are the path everywhere else.
 // Arithmetic: bf16 operands on the tensor cores (mma.sync m16n8k16, fp32 accumulation) on
 // sm_80+; P and dS are rounded to bf16 to feed the second matmul of each pair, as Dao 2023;
@@ -54,7 +54,7 @@
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/nn/kernel_args.hpp>
 #if MXKIT_GPU_CUDA
-#include <mxkit/gpu/arch/cuda/sm90_attention.hpp>
+#include <mxkit/gpu/nn/attention/sm90/launch.hpp>
 #endif
 
 MXKIT_BEGIN_NAMESPACE
@@ -595,7 +595,7 @@ inline attention_params attention_make_params(const bfloat16* qkv, std::size_t s
   return p;
 }
 
-// Which kernels run: the Hopper wgmma/TMA ones (arch/cuda/sm90_attention.hpp; needs sm_90a
+// Which kernels run: the Hopper wgmma/TMA ones (nn/attention/sm90/; needs sm_90a
 // device code and such a device), the mma.sync ones above (sm_80+), or the same fragment code on
 // the instruction's emulation (the AMD build's path; on NVIDIA, a test of it).
 enum class attention_kernels { sm90, tensor_core, portable };

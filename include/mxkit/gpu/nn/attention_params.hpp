@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the attention kernels read and write: one argument block for every path (the mma.sync and
-// portable kernels of gpu/nn/attention.hpp, the Hopper kernels of arch/cuda/sm90_attention.hpp).
+// portable kernels of gpu/nn/attention.hpp, the Hopper kernels of gpu/nn/attention/sm90/).
 // Device pointers; bf16 as raw bits.
 #include <cstddef>
 #include <cstdint>

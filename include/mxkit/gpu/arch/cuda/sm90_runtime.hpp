@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// What the Hopper kernels (sm90_gemm.hpp, sm90_attention.hpp) need from the host: whether this
+// What the Hopper kernels (gpu/gemm/sm90/, gpu/nn/attention/sm90/) need from the host: whether this
 // program carries sm_90a device code that runs on the current device (asked once per device),
 // and the driver's tensor-map encoder for TMA descriptors (fetched through the runtime, so the
 // program does not link libcuda).

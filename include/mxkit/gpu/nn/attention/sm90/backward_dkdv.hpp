@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Hopper flash attention, backward: the dK/dV kernel (common.hpp describes the design).
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <mxkit/gpu/nn/attention/sm90/common.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+namespace sm90 {
+
+// ---- backward: dK, dV ---------------------------------------------------------------------------
+// One CTA per (128 keys, b, kv head); each consumer warpgroup owns 64 keys' dK and dV in
+// registers and steps through the group's query heads in order and, for each, the 64-row query
+// tiles at or after its keys. Maps: 0 qkv (box 128 rows: K, V), 1 qkv (box 64 rows: Q), 2 dout
+// (box 64 rows).
+template <int D>
+MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const __grid_constant__ attention_maps maps, const attention_params p) {
+#if MXKIT_SM90A
+  using S = attn_dkdv_smem<D>;
+  constexpr int BM = S::BM, BN = S::BN, KD = D / 16;
+  S& sm = attn_smem<S>();
+  const int tid = static_cast<int>(threadIdx.x), wg = tid / 128;
+  const int n_tile = static_cast<int>(blockIdx.y);  // tile 0 meets every query tile: first
+  const int bk = static_cast<int>(blockIdx.x), b = bk / p.kv_heads, kvh = bk % p.kv_heads;
+  const int group = p.heads / p.kv_heads, T = p.seq, n0 = n_tile * BN;
+  const int per_head = (T - n0 + BM - 1) / BM, steps = group * per_head;
+  if (tid == 0) {
+    mbar_init(&sm.kv_full, 1);
+    sm.ring.init(128);  // every producer thread also stores LSE or Delta into the stage
+    fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    reg_dealloc<attn_producer_regs>();
+    const int pt = tid - 256;
+    const int k_col = (p.heads + kvh) * D * 2, v_col = k_col + p.kv_heads * D * 2;
+    if (pt == 0) {
+      mbar_arrive_expect_tx(&sm.kv_full, 2 * BN * D * 2);
+      for (int pn = 0; pn < D / 64; ++pn) {
+        tma_load_3d(sm.k + pn * BN * 128, &maps.m[0], &sm.kv_full, k_col + pn * 128, n0, b);
+        tma_load_3d(sm.v + pn * BN * 128, &maps.m[0], &sm.kv_full, v_col + pn * 128, n0, b);
+      }
+    }
+    for (int step = 0; step < steps; ++step) {
+      const int s = step % S::stages, h = kvh * group + step / per_head, m0 = n0 + (step % per_head) * BM;
+      sm.ring.wait_free(step);
+      if (pt == 0) {
+        mbar_arrive_expect_tx(sm.ring.filled(step), 2 * BM * D * 2);
+        for (int pn = 0; pn < D / 64; ++pn) {
+          tma_load_3d(sm.q[s] + pn * BM * 128, &maps.m[1], sm.ring.filled(step), h * D * 2 + pn * 128, m0, b);
+          tma_load_3d(sm.dout[s] + pn * BM * 128, &maps.m[2], sm.ring.filled(step), h * D * 2 + pn * 128, m0, b);
+        }
+      }
+      const std::size_t row = (static_cast<std::size_t>(b) * p.heads + h) * T;
+      const int r = m0 + (pt % BM);
+      if (pt < BM) sm.lse[s][pt] = r < T ? p.lse_in[row + r] * attn_log2e : 0.0f;
+      else sm.delta[s][pt - BM] = r < T ? p.delta[row + r] : 0.0f;
+      mbar_arrive(sm.ring.filled(step));  // release: the stores above are visible to the waiters
+    }
+    return;
+  }
+  reg_alloc<attn_consumer_regs>();
+  const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int j0 = n0 + wg * 64 + warp * 16 + g, j1 = j0 + 8;  // this thread's two keys
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
+  float st[BM / 2], dpt[BM / 2];
+  std::uint32_t pa[BM / 16][4], sa[BM / 16][4];
+  // S^T = K Q^T and dP^T = V dO^T of step `step` (stage s): 64 keys x 64 queries per warpgroup.
+  auto issue_scores = [&](int s) {
+    fence_all(st);
+    fence_all(dpt);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      wgmma_step<64, mma_kind::bf16, mma_kind::bf16>(st, attn_desc(sm.k, kk, BN * 128, wg * 64), attn_desc(sm.q[s], kk, BM * 128),
+                                                      kk > 0 ? 1u : 0u);
+      wgmma_step<64, mma_kind::bf16, mma_kind::bf16>(dpt, attn_desc(sm.v, kk, BN * 128, wg * 64),
+                                                      attn_desc(sm.dout[s], kk, BM * 128), kk > 0 ? 1u : 0u);
+    }
+    wgmma_commit();
+  };
+  // dV += P^T dO, dK += dS^T Q: the query index is the K dimension, dO and Q read MN-major.
+  auto issue_grads = [&](int s) {
+    fence_all(dv);
+    fence_all(dk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      wgmma_rs_d<D>(dv, pa[kk], sm.dout[s], BM, kk);
+      wgmma_rs_d<D>(dk, sa[kk], sm.q[s], BM, kk);
+    }
+    wgmma_commit();
+  };
+  // P^T = exp2(S^T scale log2 e - LSE log2 e) (0 where masked), dS^T = P^T (dP^T - Delta).
+  // Branch-free: the exponential of every element, then a select where the tile crosses the
+  // diagonal or the sequence end (a branch and a reconvergence per element made this loop, not
+  // the tensor cores, set the pace: bench/NOTES_training.md). A masked element's exponential may
+  // overflow; the select drops it before anything multiplies it.
+  auto gradients_of_scores = [&](int step, int s) {
+    const int m0 = n0 + (step % per_head) * BM;
+    auto body = [&](auto edge) {
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qi = 8 * i + 2 * t + (e & 1);
+          float pr = attn_exp2(st[4 * i + e] * p.scale_log2 - sm.lse[s][qi]);
+          if constexpr (decltype(edge)::value) {
+            const int q = m0 + qi;
+            pr = q >= (e < 2 ? j0 : j1) && q < T ? pr : 0.0f;
+          }
+          st[4 * i + e] = pr;
+          dpt[4 * i + e] = pr * (dpt[4 * i + e] - sm.delta[s][qi]);
+        }
+    };
+    if (m0 < n0 + BN || m0 + BM > T) body(std::true_type{});
+    else body(std::false_type{});
+  };
+  auto pack = [&] {
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      attn_to_a(pa[kk], st, kk);
+      attn_to_a(sa[kk], dpt, kk);
+    }
+  };
+  // With `overlap`, step i's scores run on the tensor cores while step i - 1's gradient products
+  // queue behind them, and step i's exponentials overlap those products (as the forward). It
+  // needs both steps' fragments live: at D = 128 that is more than 240 registers (ptxas then
+  // serializes every wgmma), so there each step drains before the next. A stage is released
+  // once its step's gradient products are done: they read its Q and dO.
+  constexpr bool overlap = D <= 64;
+  auto drain_grads = [&](int step) {
+    wgmma_wait<0>();
+    fence_all(dv);
+    fence_all(dk);
+    sm.ring.release(step);
+  };
+  auto scores_in = [&] {
+    fence_all(st);
+    fence_all(dpt);
+  };
+  mbar_wait(&sm.kv_full, 0);
+  if constexpr (overlap) {
+    sm.ring.wait_filled(0);
+    issue_scores(0);
+    wgmma_wait<0>();
+    scores_in();
+    gradients_of_scores(0, 0);
+    pack();
+    for (int step = 1; step < steps; ++step) {
+      const int s = step % S::stages;
+      sm.ring.wait_filled(step);  // before any wgmma is in flight (a spin loop)
+      issue_scores(s);
+      issue_grads((step - 1) % S::stages);
+      wgmma_wait<1>();
+      scores_in();
+      gradients_of_scores(step, s);
+      drain_grads(step - 1);
+      pack();
+    }
+    issue_grads((steps - 1) % S::stages);
+    drain_grads(steps - 1);
+  } else {
+    for (int step = 0; step < steps; ++step) {
+      const int s = step % S::stages;
+      sm.ring.wait_filled(step);
+      issue_scores(s);
+      wgmma_wait<0>();
+      scores_in();
+      gradients_of_scores(step, s);
+      pack();
+      issue_grads(s);
+      drain_grads(step);
+    }
+  }
+  const int k_col = (p.heads + kvh) * D, v_col = k_col + p.kv_heads * D;
+  std::uint16_t* dst = p.dqkv + static_cast<std::size_t>(b) * T * p.stride;
+  attn_store_rows<D / 2>(dst + k_col, p.stride, j0, T, dk, p.scale, p.scale);
+  attn_store_rows<D / 2>(dst + v_col, p.stride, j0, T, dv, 1.0f, 1.0f);
+#else
+  (void)maps;
+  (void)p;
+#endif
+}
+
+}  // namespace sm90
+}  // namespace gpu
+MXKIT_END_NAMESPACE
