@@ -312,7 +312,8 @@ Out reference_output(float sum, float alpha) {
 // blocked along R.
 template <foreign_viewable CopyA, foreign_viewable CopyB, class Out>
   requires gemm_output<std::remove_const_t<Out>>
-gemm_validation_report validate_gemm(const CopyA& copy_a, const CopyB& copy_b, matrix_view<Out> d, const gemm_validate_options& o = {}) {
+gemm_validation_report validate_gemm(const CopyA& copy_a, const CopyB& copy_b, matrix_view<Out> d,
+                                     const gemm_validate_options& o = {}) {
   using O = std::remove_const_t<Out>;
   const mx_foreign_view &a = foreign_view(copy_a), &b = foreign_view(copy_b);
   detail::check_foreign_view(a, "validate_gemm: A");
