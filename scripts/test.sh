@@ -56,7 +56,7 @@ record() {  # stage status seconds detail
 build_and_test() {
   local stage=$1 dir=$2 exclude=$3
   shift 3
-  local start=$SECONDS ctest_args=(--test-dir "$dir" -j "$jobs" --output-on-failure)
+  local start=$SECONDS ctest_args=(--test-dir "$dir" -j "${ctest_jobs:-$jobs}" --output-on-failure)
   [ -n "$exclude" ] && ctest_args+=(-LE "$exclude")
   note "$stage: configure $dir"
   if ! cmake -S . -B "$dir" "${common[@]}" "$@"; then
@@ -168,7 +168,10 @@ for stage in "${stages[@]}"; do
            ! sanitizer_probe "$p" -DPROBE_FUZZER -fsanitize=fuzzer,address,undefined; then
         missing_tool fuzz "$fcxx cannot link or run -fsanitize=fuzzer,address,undefined (Debian: libclang-rt-22-dev)"
       else
-        build_and_test fuzz "$root/fuzz" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$p" \
+        # Every target at once (ctest -j one per target): each runs MXKIT_FUZZ_SECONDS of wall time,
+        # so the stage takes that long whatever the number of targets or cores.
+        fuzz_targets=(tests/fuzz/fuzz_*.cpp)
+        ctest_jobs=${#fuzz_targets[@]} build_and_test fuzz "$root/fuzz" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$p" \
           -DMXKIT_BUILD_FUZZERS=ON -DMXKIT_BUILD_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF -DMXKIT_BUILD_BENCH=OFF \
           -DMXKIT_INSTALL=OFF "-DMXKIT_FUZZ_SECONDS=${MXKIT_FUZZ_SECONDS:-60}"
       fi ;;

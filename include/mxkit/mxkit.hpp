@@ -34,6 +34,7 @@
 #include <mxkit/ref/quantize.hpp>
 #include <mxkit/ref/validate.hpp>
 #include <mxkit/ref/validate_gemm.hpp>
+#include <mxkit/ref/validation_report.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>

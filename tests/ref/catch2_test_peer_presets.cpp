@@ -197,7 +197,7 @@ TEST_CASE("peer presets: each preset describes its peer's storage", "[peers]") {
   CHECK(row.scale_padded.lines == 128);
   CHECK(row.scale_padded.blocks == 8);
   CHECK_FALSE(row.padding_scale.has_value());
-  const mxkit::mx_foreign_view col = te.view(block_axis::columnwise, M, K, nullptr, nullptr);
+  const mxkit::mx_foreign_view col = te.view(block_axis::columnwise, M, K, {}, {});
   CHECK(col.storage.columnwise == mxkit::columnwise_storage::not_transposed);
   CHECK(col.scale_offset_of(70, 2) == 2 * 256 + 70);
   CHECK(col.data_ld() == K);
@@ -254,4 +254,23 @@ TEST_CASE("peer presets: a whole copy in each peer's storage validates, columnwi
       CHECK(plain.element_mismatches == 0);
       CHECK(plain.scale_mismatches == (p.quirks.zero_block_scale == 0x7F ? 0u : 32u));
     }
+}
+
+// ---- Issue #33 item 4: peer enums cast from out-of-range integers (fail on 144c4cb) -------------
+
+TEST_CASE("peer presets: out-of-range peer enums are refused by name", "[peers]") {
+  const auto bad_mode = static_cast<mxkit::torchao_scale_mode>(7);
+  const auto bad_path = static_cast<mxkit::rocm_fp4_path>(7);
+  const auto bad_formula = static_cast<mxkit::peer_formula>(7);
+  CHECK_THROWS_WITH(mxkit::peers::torchao_to_mx(mx_type::mxfp8_e4m3, bad_mode),
+                    mxkit_test::contains("peers::torchao_to_mx: unknown torchao_scale_mode value 7"));
+  CHECK_THROWS_WITH(mxkit::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mxkit::torchao_scale_mode::rceil,
+                                                mxkit::scale_layout::row_major, bad_formula),
+                    mxkit_test::contains("peers::torchao_to_mx: unknown peer_formula value 7"));
+  CHECK_THROWS_WITH(mxkit::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::row_major, bad_formula),
+                    mxkit_test::contains("peers::te_mxfp8: unknown peer_formula value 7"));
+  CHECK_THROWS_WITH(mxkit::peers::rocm_te_mxfp4(bad_path), mxkit_test::contains("peers::rocm_te_mxfp4: unknown rocm_fp4_path value 7"));
+  // The valid values still build (and name themselves).
+  CHECK_NOTHROW(mxkit::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mxkit::torchao_scale_mode::even));
+  CHECK(mxkit::peers::rocm_te_mxfp4(mxkit::rocm_fp4_path::software).name.find("software") != std::string::npos);
 }

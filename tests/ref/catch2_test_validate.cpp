@@ -306,3 +306,36 @@ TEST_CASE("validate: the random-bits hook with mxkit's own Philox bits is quanti
       CHECK(mxkit::validate(in, t.view(), v).element_mismatches > 0);
     }
 }
+
+// ---- Issue #35 item 2: the one-line summary says what was not compared (fails on 144c4cb) ---------
+
+TEST_CASE("validate: the one-line summary counts the elements of NaN-scale blocks it skipped", "[tensor][validate]") {
+  // 4x40 rowwise: two blocks per row, the second ragged (8 elements, 24 padding positions). A NaN
+  // in row 2's second block and one in row 3's first: 8 + 32 elements are not compared.
+  constexpr std::size_t rows = 4, cols = 40;
+  std::vector<float> x = make_matrix(rows, cols, 35);
+  x[2 * cols + 35] = std::nanf("");
+  x[3 * cols + 3] = std::nanf("");
+  const matrix_view<const float> in{x.data(), rows, cols};
+  mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxfp8_e4m3);
+  const mxkit::mx_validation_report r = mxkit::validate(in, t);
+  INFO(mxkit::to_string(r));
+  REQUIRE(r.ok());
+  CHECK(r.nan_blocks_skipped == 2);
+  CHECK(r.elements_checked == rows * cols - 40);
+  const std::string pass = r.summary();
+  INFO(pass);
+  CHECK(pass.rfind("PASS ", 0) == 0);
+  CHECK(pass.find("40 elements of 2 NaN-scale blocks not compared") != std::string::npos);
+  CHECK(pass.find("OCP MX") != std::string::npos);
+  CHECK(mxkit::to_string(r).find("40 elements of 2 NaN-scale blocks not compared") != std::string::npos);
+  t.data()[0] ^= 0x01;  // FAIL says it too
+  const std::string fail = mxkit::validate(in, t).summary();
+  INFO(fail);
+  CHECK(fail.rfind("FAIL ", 0) == 0);
+  CHECK(fail.find("40 elements of 2 NaN-scale blocks not compared") != std::string::npos);
+  // Nothing skipped: nothing said.
+  x[2 * cols + 35] = x[3 * cols + 3] = 1.0f;
+  const mx_tensor clean = mxkit::quantize_rowwise(in, mx_type::mxfp8_e4m3);
+  CHECK(mxkit::validate(in, clean).summary().find("not compared") == std::string::npos);
+}

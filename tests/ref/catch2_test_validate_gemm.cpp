@@ -226,3 +226,23 @@ TEST_CASE("validate_gemm: the derived bound and argument errors", "[validate][ge
   CHECK_THROWS_WITH(mxkit::compare_within_bound(got.data(), want.data(), s.data(), 6, 4, 0.1),
                     mxkit_test::contains("6 values are not whole rows of 4 columns"));
 }
+
+// ---- Issue #33 item 3: D's rows x ld must fit (fails on 144c4cb) ---------------------------------
+
+TEST_CASE("validate_gemm: an output view whose rows x ld wraps is refused", "[validate][gemm]") {
+  // With ld = 2^62 floats, row i starts 2^64 i bytes in: every row's address wraps back onto row 0,
+  // so an unchecked read compares row 0 three times and reports PASS.
+  const std::vector<float> x = gemm_test::random_matrix(3, 64, 33);
+  const mxkit::mx_tensor a = mxkit::quantize_rowwise(matrix_view<const float>{x.data(), 3, 64}, mx_type::mxfp8_e4m3);
+  std::vector<float> d = foreign_product<float>(mxkit::foreign_view(a.view()), mxkit::foreign_view(a.view()));
+  for (std::size_t j = 0; j < 3; ++j) d[1 * 3 + j] = d[2 * 3 + j] = d[j];  // row 0 three times over
+  constexpr std::size_t ld = std::size_t{1} << 62;
+  CHECK_THROWS_WITH(mxkit::validate_gemm(a.view(), a.view(), matrix_view<const float>{d.data(), 3, 3, ld}),
+                    mxkit_test::contains("validate_gemm: D") && mxkit_test::contains("leading dimension 4611686018427387904"));
+  CHECK_THROWS_WITH(mxkit::validate_gemm(matrix_view<const float>{x.data(), 3, 64}, matrix_view<const float>{x.data(), 3, 64},
+                                         matrix_view<const float>{d.data(), 3, 3, ld}),
+                    mxkit_test::contains("leading dimension 4611686018427387904"));
+  // 2^63 + 1 floats: rows x ld wraps in std::size_t itself.
+  CHECK_THROWS_WITH(mxkit::validate_gemm(a.view(), a.view(), matrix_view<const float>{d.data(), 3, 3, (std::size_t{1} << 63) + 1}),
+                    mxkit_test::contains("exceeds the largest std::size_t"));
+}

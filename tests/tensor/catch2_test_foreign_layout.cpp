@@ -40,7 +40,7 @@ std::vector<mx_storage> storages(const mxkit::mx_layout& l) {
           s.columnwise = cw;
           s.nibbles = nib;
           s.padding_stored = padding_stored;
-          const mxkit::mx_foreign_view probe{l, {}, s, nullptr, nullptr};
+          const mxkit::mx_foreign_view probe{l, {}, s};
           s.data_ld = sc % 2 ? probe.min_data_ld() + 7 : 0;
           switch (sc) {
             case 0: break;  // packed row-major
@@ -73,7 +73,7 @@ TEST_CASE("foreign layout: addressing matches each peer's description", "[tensor
   te.scale_line_stride = 1;
   te.scale_block_stride = 128;
   te.scale_padded = {128, 4};
-  const mxkit::mx_foreign_view v{{mx_type::mxfp8_e4m3, block_axis::columnwise, 64, 96}, {}, te, nullptr, nullptr};
+  const mxkit::mx_foreign_view v{{mx_type::mxfp8_e4m3, block_axis::columnwise, 64, 96}, {}, te};
   CHECK_FALSE(v.line_major());
   CHECK(v.min_data_ld() == 96);
   CHECK(v.data_span() == 64 * 96);
@@ -84,7 +84,7 @@ TEST_CASE("foreign layout: addressing matches each peer's description", "[tensor
   // Element (row 45, col 9) of that copy: line 9, position 45, byte 45 * ld + 9.
   std::vector<std::uint8_t> data(v.data_span()), scales(v.scale_span());
   data[45 * 96 + 9] = 0x5A;
-  const mxkit::mx_foreign_view w{v.layout, {}, te, data.data(), scales.data()};
+  const mxkit::mx_foreign_view w{v.layout, {}, te, data, scales};
   CHECK(w.code(9, 45) == 0x5A);
 
   // FP4, rowwise, high nibble first, ld 40: element (row 2, col 7) is the low nibble of byte 2 * 40 + 3.
@@ -93,7 +93,7 @@ TEST_CASE("foreign layout: addressing matches each peer's description", "[tensor
   fp4.data_ld = 40;
   std::vector<std::uint8_t> d4(3 * 40);
   d4[2 * 40 + 3] = 0x9C;
-  const mxkit::mx_foreign_view f{{mx_type::mxfp4, block_axis::rowwise, 3, 64}, {}, fp4, d4.data(), scales.data()};
+  const mxkit::mx_foreign_view f{{mx_type::mxfp4, block_axis::rowwise, 3, 64}, {}, fp4, d4, scales};
   CHECK(f.code(2, 7) == 0xC);
   CHECK(f.code(2, 6) == 0x9);
   // A not-transposed FP4 columnwise copy packs neighbouring columns: (row 5, col 3) is the high
@@ -102,12 +102,12 @@ TEST_CASE("foreign layout: addressing matches each peer's description", "[tensor
   nt.columnwise = mxkit::columnwise_storage::not_transposed;
   std::vector<std::uint8_t> dn(32 * 4);
   dn[5 * 4 + 1] = 0x70;
-  const mxkit::mx_foreign_view n{{mx_type::mxfp4, block_axis::columnwise, 32, 8}, {}, nt, dn.data(), scales.data()};
+  const mxkit::mx_foreign_view n{{mx_type::mxfp4, block_axis::columnwise, 32, 8}, {}, nt, dn, scales};
   CHECK(n.min_data_ld() == 4);
   CHECK(n.code(3, 5) == 0x7);
   // mxkit's own storage is the default of every field.
   const mxkit::mx_layout own{mx_type::mxfp4, block_axis::columnwise, 45, 70};
-  const mxkit::mx_foreign_view o{own, {}, {}, nullptr, nullptr};
+  const mxkit::mx_foreign_view o{own, {}, {}};
   CHECK(o.line_major());
   CHECK(o.data_ld() == own.line_bytes());
   CHECK(o.data_span() == own.data_bytes());
@@ -157,7 +157,7 @@ TEST_CASE("foreign layout: store_foreign and to_mx_tensor round-trip every stora
 TEST_CASE("foreign layout: bad descriptions raise errors naming the value and the limit", "[tensor][foreign]") {
   const mxkit::mx_layout l{mx_type::mxfp8_e4m3, block_axis::rowwise, 64, 96};
   std::vector<std::uint8_t> buf(1 << 16);
-  const auto view = [&](const mx_storage& s) { return mxkit::mx_foreign_view{l, {}, s, buf.data(), buf.data()}; };
+  const auto view = [&](const mx_storage& s) { return mxkit::mx_foreign_view{l, {}, s, buf, buf}; };
   const auto check = [&](const mx_storage& s) { mxkit::detail::check_foreign_view(view(s), "validate"); };
   mx_storage s;
   s.data_ld = 95;
@@ -184,10 +184,10 @@ TEST_CASE("foreign layout: bad descriptions raise errors naming the value and th
   s.nibbles = static_cast<mxkit::nibble_order>(9);
   CHECK_THROWS_WITH(check(s), mxkit_test::contains("unknown nibble_order value 9"));
   mxkit::mx_foreign_view v = view({});
-  v.data = nullptr;
+  v.data = {};
   CHECK_THROWS_WITH(mxkit::detail::check_foreign_view(v, "validate"), mxkit_test::contains("null element data for a 64x96"));
   v = view({});
-  v.scales = nullptr;
+  v.scales = {};
   CHECK_THROWS_WITH(mxkit::detail::check_foreign_view(v, "validate"), mxkit_test::contains("null scales"));
   CHECK_NOTHROW(check({}));
   // store_foreign checks the description, not pointers.
@@ -195,4 +195,69 @@ TEST_CASE("foreign layout: bad descriptions raise errors naming the value and th
   s = {};
   s.data_ld = 1;
   CHECK_THROWS_WITH(mxkit::store_foreign(std::as_const(t).view(), s), mxkit_test::contains("store_foreign: data_ld 1 bytes"));
+}
+
+// ---- Issue #33: sizes that wrap, buffers shorter than the description (fail on 144c4cb) ----------
+
+TEST_CASE("foreign layout: spans that overflow std::size_t are refused before anything is allocated", "[tensor][foreign]") {
+  // 64x64 MXFP8 rowwise: 64 lines of 64 bytes, 2 blocks per line. Each description below makes
+  // data_span() or scale_span() wrap around 2^64 to a small number.
+  const mxkit::mx_layout l{mx_type::mxfp8_e4m3, block_axis::rowwise, 64, 64};
+  const mxkit::mx_tensor t(l, {});
+  constexpr std::size_t huge = std::size_t{1} << 63;
+  const auto check = [&](const mx_storage& s) { mxkit::detail::check_foreign_storage({l, {}, s}, "validate"); };
+  mx_storage s;
+  s.data_ld = huge;  // 63 x 2^63 + 64 wraps to 2^63 + 64
+  REQUIRE_THROWS_WITH(check(s), mxkit_test::contains("data_ld 9223372036854775808") && mxkit_test::contains("exceeds"));
+  REQUIRE_THROWS_WITH(mxkit::store_foreign(t.view(), s), mxkit_test::contains("store_foreign: ") &&
+                                                             mxkit_test::contains("data_ld 9223372036854775808"));
+  s = {};
+  s.scale_line_stride = huge;  // lines 2^63 apart: 63 x 2^63 + 1 + 1 wraps
+  s.scale_block_stride = 1;
+  REQUIRE_THROWS_WITH(check(s), mxkit_test::contains("scale_line_stride 9223372036854775808") && mxkit_test::contains("exceeds"));
+  REQUIRE_THROWS_WITH(mxkit::store_foreign(t.view(), s), mxkit_test::contains("scale_line_stride 9223372036854775808"));
+  s = {};
+  s.scale_padded = {huge, 2};  // 2^63 x 2 = 2^64 entries: wraps to 0
+  REQUIRE_THROWS_WITH(check(s), mxkit_test::contains("scale_padded.lines 9223372036854775808") && mxkit_test::contains("exceeds"));
+  REQUIRE_THROWS_WITH(mxkit::store_foreign(t.view(), s), mxkit_test::contains("scale_padded.lines 9223372036854775808"));
+  s = {};
+  s.data_ld = std::size_t{1} << 58;  // 63 x 2^58 + 64 fits std::size_t, but no object is that large
+  REQUIRE_THROWS_WITH(check(s), mxkit_test::contains("largest object size"));
+  // A caller who sized the buffers by the wrapped data_span() (2^63 + 64) must not be read past them.
+  s = {};
+  s.data_ld = huge;
+  const mxkit::mx_foreign_buffers wrapped{l, {}, s, std::vector<std::uint8_t>(64), std::vector<std::uint8_t>(128)};
+  const std::vector<float> x(64 * 64, 1.0f);
+  REQUIRE_THROWS_WITH(mxkit::validate(matrix_view<const float>{x.data(), 64, 64}, wrapped.view()),
+                      mxkit_test::contains("data_ld 9223372036854775808"));
+}
+
+TEST_CASE("foreign layout: a buffer shorter than its description is refused, naming both sizes", "[tensor][foreign]") {
+  constexpr std::size_t rows = 4, cols = 64;
+  const std::vector<float> x = make_matrix(rows, cols, 33);
+  const matrix_view<const float> in{x.data(), rows, cols};
+  const mxkit::mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxfp8_e4m3);
+  mx_storage s;
+  s.data_ld = 80;  // 3 x 80 + 64 = 304 bytes of data; 4 x 2 = 8 scales
+  mxkit::mx_foreign_buffers b = mxkit::store_foreign(t.view(), s);
+  REQUIRE(b.data.size() == 304);
+  REQUIRE(b.scales.size() == 8);
+  REQUIRE(mxkit::validate(in, b.view()).ok());
+  // view() keeps the sizes of the vectors it points into: validate and to_mx_tensor see them.
+  mxkit::mx_foreign_buffers short_scales = b;
+  short_scales.scales.resize(1);
+  CHECK_THROWS_WITH(mxkit::validate(in, short_scales.view()),
+                    mxkit_test::contains("validate: ") && mxkit_test::contains("scale buffer of 1 byte") &&
+                        mxkit_test::contains("8 bytes"));
+  CHECK_THROWS_WITH(mxkit::to_mx_tensor(short_scales.view()), mxkit_test::contains("to_mx_tensor: ") &&
+                                                                   mxkit_test::contains("scale buffer of 1 byte"));
+  mxkit::mx_foreign_buffers short_data = b;
+  short_data.data.resize(303);
+  CHECK_THROWS_WITH(mxkit::validate(in, short_data.view()),
+                    mxkit_test::contains("data buffer of 303 bytes") && mxkit_test::contains("304 bytes"));
+  // A longer buffer is fine (a view into a larger allocation).
+  mxkit::mx_foreign_buffers longer = b;
+  longer.data.resize(400);
+  longer.scales.resize(20);
+  CHECK(mxkit::validate(in, longer.view()).ok());
 }

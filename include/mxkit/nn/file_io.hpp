@@ -7,11 +7,13 @@
 //                  of a regular file, none for devices and pipes), and reads that stop early only
 //                  at end of file: a read(2) error throws instead of looking like a short file.
 //   replace_file   writes a whole file atomically and durably, POSIX style:
-//                   1. a fresh temporary "<path>.tmp.<unique>" in the target's directory (so the
-//                      rename stays on one file system), open(2)ed with O_CREAT | O_EXCL |
+//                   1. a fresh temporary ".mxkit-<16 hex digits>" in the target's directory (so
+//                      the rename stays on one file system; a short name, so a target name of
+//                      NAME_MAX bytes still has one), open(2)ed with O_CREAT | O_EXCL |
 //                      O_NOFOLLOW: never an existing file and never through a symlink, so
-//                      concurrent writers each own their temporary and a planted "<path>.tmp"
-//                      symlink cannot redirect the write;
+//                      concurrent writers each own their temporary and a planted symlink cannot
+//                      redirect the write; given the replaced file's owner (where permitted) and
+//                      mode, so a file kept private stays private;
 //                   2. every byte written, fsync(2), close(2), each result checked (close can
 //                      report an earlier write error: close(2), NOTES);
 //                   3. rename(2) over the target, atomic: readers and concurrent writers see the
@@ -22,7 +24,7 @@
 //                      directory").
 //                  A failure in steps 1-3 removes the temporary and leaves the target untouched;
 //                  a failure in step 4 says that the new file is in place but may not be durable.
-//                  A crash (no exception) can leave a "<path>.tmp.*" file behind, never a torn
+//                  A crash (no exception) can leave a ".mxkit-*" file behind, never a torn
 //                  target.
 // detail::io_ops() is the seam the read/write/fsync/close calls go through, so that tests can make
 // them fail: a real disk fails rarely and never on demand. Nothing else should change it.
@@ -61,26 +63,28 @@ namespace detail {
   throw std::system_error(err, std::generic_category(), what);
 }
 
-// A name for a temporary next to `path`: ".tmp." + process id + per-process counter + clock bits.
-// Uniqueness is not what makes it safe (O_EXCL does; a collision only costs a retry): it keeps
-// retries rare and the name hard to predict for someone planting files.
+// A name for a temporary next to `path`: ".mxkit-" and 16 hex digits (mixed from a per-process
+// counter, the clock and the process id), 23 bytes in the target's folder whatever the target's
+// name is, so a target of 255 bytes (NAME_MAX) still gets one. Uniqueness is not what makes it
+// safe (O_EXCL does; a collision only costs a retry): it keeps retries rare and the name hard to
+// predict for someone planting files.
 inline std::filesystem::path temporary_name(const std::filesystem::path& path) {
   static std::atomic<std::uint64_t> counter{0};
   const std::uint64_t n = ++counter;
-  std::uint64_t z = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) + 0x9E3779B97F4A7C15ull * n;
-  z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;  // splitmix64 finalizer
-  z ^= z >> 29;
 #if MXKIT_POSIX_FILE_IO
   const std::uint64_t pid = static_cast<std::uint64_t>(::getpid());
 #else
   const std::uint64_t pid = 0;
 #endif
+  std::uint64_t z = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) +
+                    0x9E3779B97F4A7C15ull * n + (pid << 40);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;  // splitmix64 finalizer
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
   static constexpr char hex[] = "0123456789abcdef";
-  std::string suffix = ".tmp." + std::to_string(pid) + "." + std::to_string(n) + ".";
-  for (int i = 0; i < 8; ++i) suffix += hex[(z >> (4 * i)) & 0xF];
-  std::filesystem::path out = path;
-  out += suffix;
-  return out;
+  std::string name = ".mxkit-";
+  for (int i = 0; i < 16; ++i) name += hex[(z >> (4 * i)) & 0xF];
+  return path.parent_path() / name;
 }
 
 #if MXKIT_POSIX_FILE_IO
@@ -222,7 +226,22 @@ inline void replace_file(const std::filesystem::path& path, const void* data, st
     (void)::unlink(tmp.c_str());
     throw_os_error(err, what);
   };
-  const std::string t = "'" + tmp.string() + "'";
+  // (Appended, not "'" + ...: GCC 12 at -O3 reports a false -Wrestrict overlap in operator+'s insert.)
+  const std::string t = std::string(1, '\'').append(tmp.string()).append(1, '\'');
+  // The replaced file's owner and mode (a checkpoint kept at 0600 stays 0600). The owner first:
+  // chown(2) may clear set-user-ID bits that the mode then restores. Giving the file to another
+  // user needs privilege: without it the temporary stays the caller's (EPERM is not an error).
+  struct stat old {};
+  if (::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode)) {
+    if (::fchown(fd.get(), old.st_uid, old.st_gid) != 0 && errno != EPERM) {
+      const int err = errno;
+      abandon(err, "giving " + t + " the owner of '" + path.string() + "' failed");
+    }
+    if (::fchmod(fd.get(), old.st_mode & 07777) != 0) {
+      const int err = errno;
+      abandon(err, "giving " + t + " the mode of '" + path.string() + "' failed");
+    }
+  }
   if (const int err = write_all(fd.get(), data, n)) abandon(err, "writing " + t + " failed");
   if (io_ops().fsync(fd.get()) != 0) {
     const int err = errno;

@@ -55,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -80,6 +81,21 @@ struct enum_names<torchao_scale_mode> {  // torchao's ScaleCalculationMode spell
   static constexpr const char* names[] = {"FLOOR", "RCEIL", "CEIL", "EVEN"};
   static constexpr torchao_scale_mode last = torchao_scale_mode::even;
 };
+template <>
+struct enum_names<peer_formula> {
+  static constexpr const char* names[] = {"peer_code", "documented_rule"};
+  static constexpr peer_formula last = peer_formula::documented_rule;
+};
+template <>
+struct enum_names<rocm_fp4_path> {
+  static constexpr const char* names[] = {"hardware", "software"};
+  static constexpr rocm_fp4_path last = rocm_fp4_path::software;
+};
+template <>
+struct enum_names<peer> {
+  static constexpr const char* names[] = {"torchao", "nvidia_te", "rocm_te"};
+  static constexpr peer last = peer::rocm_te;
+};
 
 struct peer_preset {
   peer who = peer::torchao;
@@ -91,6 +107,8 @@ struct peer_preset {
 
   // How this peer stores the rowwise or columnwise copy of a [rows, cols] matrix.
   mx_storage storage(block_axis axis, std::size_t rows, std::size_t cols) const {
+    detail::check_enum(who, peer::rocm_te, "peer", "peer_preset::storage");
+    detail::check_enum(axis, block_axis::columnwise, "block_axis", "peer_preset::storage");
     mx_storage s;
     s.scales = scales;
     s.padding_stored = false;  // every peer here quantizes whole blocks only
@@ -114,8 +132,9 @@ struct peer_preset {
     }
     return s;
   }
-  mx_foreign_view view(block_axis axis, std::size_t rows, std::size_t cols, const std::uint8_t* data,
-                       const std::uint8_t* scale_bytes) const {
+  // The peer's copy in the caller's buffers, with their sizes (validate refuses a short one).
+  mx_foreign_view view(block_axis axis, std::size_t rows, std::size_t cols, std::span<const std::uint8_t> data,
+                       std::span<const std::uint8_t> scale_bytes) const {
     return {{type, axis, rows, cols}, options, storage(axis, rows, cols), data, scale_bytes};
   }
   // `base` with this peer's quirks.
@@ -131,6 +150,8 @@ namespace peers {
 // scales: row_major, or cublas_128x4 (to_blocked / swizzled scales).
 inline peer_preset torchao_to_mx(mx_type element, torchao_scale_mode mode, scale_layout scales = scale_layout::row_major,
                                  peer_formula formula = peer_formula::peer_code) {
+  detail::check_enum(mode, torchao_scale_mode::even, "torchao_scale_mode", "peers::torchao_to_mx");
+  detail::check_enum(formula, peer_formula::documented_rule, "peer_formula", "peers::torchao_to_mx");
   detail::require(element != mx_type::mxint8 && static_cast<unsigned>(element) <= static_cast<unsigned>(mx_type::mxint8),
                   "peers::torchao_to_mx: element type ", static_cast<unsigned>(element),
                   " is not one of torchao's MX float types (mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, mxfp8_e5m2)");
@@ -155,6 +176,7 @@ inline peer_preset torchao_to_mx(mx_type element, torchao_scale_mode mode, scale
 // scale_inv) or cublas_128x4 (swizzled for the GEMM).
 inline peer_preset te_mxfp8(mx_type element = mx_type::mxfp8_e4m3, scale_layout scales = scale_layout::row_major,
                             peer_formula formula = peer_formula::peer_code) {
+  detail::check_enum(formula, peer_formula::documented_rule, "peer_formula", "peers::te_mxfp8");
   detail::require(element == mx_type::mxfp8_e4m3 || element == mx_type::mxfp8_e5m2, "peers::te_mxfp8: element type ",
                   static_cast<unsigned>(element), " is not mxfp8_e4m3 or mxfp8_e5m2");
   detail::require(scales == scale_layout::row_major || scales == scale_layout::cublas_128x4,
@@ -175,6 +197,7 @@ inline peer_preset te_mxfp8(mx_type element = mx_type::mxfp8_e4m3, scale_layout 
 // ROCm TransformerEngine MXFP4: Hadamard on every operand, EVEN. path: how elements round.
 // scales: row_major or aiter_shuffle.
 inline peer_preset rocm_te_mxfp4(rocm_fp4_path path = rocm_fp4_path::hardware, scale_layout scales = scale_layout::row_major) {
+  detail::check_enum(path, rocm_fp4_path::software, "rocm_fp4_path", "peers::rocm_te_mxfp4");
   detail::require(scales == scale_layout::row_major || scales == scale_layout::aiter_shuffle,
                   "peers::rocm_te_mxfp4: ROCm TE writes row_major or aiter_shuffle scales, not ", name_of(scales));
   peer_preset p;
@@ -184,7 +207,7 @@ inline peer_preset rocm_te_mxfp4(rocm_fp4_path path = rocm_fp4_path::hardware, s
   p.options.rule = scale_rule::even;
   p.options.round = path == rocm_fp4_path::software ? rounding::nearest_away : rounding::nearest_even;
   p.options.hadamard = true;
-  p.name = std::string("ROCm TE MXFP4 (") + (path == rocm_fp4_path::software ? "software" : "hardware") + " path)";
+  p.name = std::string("ROCm TE MXFP4 (") + name_of(path) + " path)";
   return p;
 }
 

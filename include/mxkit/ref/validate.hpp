@@ -29,7 +29,8 @@
 // index in storage terms), the value that was actually quantized (after the Hadamard rotation,
 // when the options rotate; the input before it is shown too), the block's scale, and the
 // expected and actual bytes with their decoded values (`expected 0xe (-4 x 2^-2 = -1)`); a scale
-// mismatch gives the block amax the rule saw. summary() is one line for test harnesses.
+// mismatch gives the block amax the rule saw. summary() is one line for test harnesses. The
+// report and its printing are ref/validation_report.hpp.
 // Speed: lines are validated on host threads (validate_options::threads); the report is the
 // single-threaded one, bit for bit.
 #include <algorithm>
@@ -46,6 +47,7 @@
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/ref/peer_quirks.hpp>
 #include <mxkit/ref/quantize.hpp>
+#include <mxkit/ref/validation_report.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -70,169 +72,6 @@ struct validate_options {
   random_bits_rule random_rule = random_bits_rule::round_up_below;
   unsigned threads = 0;  // host threads (ref/parallel.hpp); 0: as the machine and the size allow
 };
-
-enum class mismatch_kind : std::uint8_t { scale, element, padding };
-
-template <>
-struct enum_names<mismatch_kind> {
-  static constexpr const char* names[] = {"scale", "element", "padding"};
-  static constexpr mismatch_kind last = mismatch_kind::padding;
-};
-
-// One byte that differs from the reference: a block's scale, an element's code, or padding.
-struct mx_mismatch {
-  mx_type type = mx_type::mxfp4;
-  bool is_scale = false;  // a scale byte (padding too, for a padded scale entry)
-  bool padding = false;   // a padding position of the block axis, or a padded scale entry
-  std::size_t line = 0;   // storage line: the row (rowwise) or the column (columnwise)
-  std::size_t block = 0;  // block within the line
-  std::size_t index = 0;  // element within the block (0 for a scale)
-  std::size_t row = 0;    // logical coordinates of the element (a scale: its block's first element);
-  std::size_t col = 0;    //   beyond rows/cols for padding
-  float input = 0.0f;     // element: its input; scale: the block's input amax (both before any rotation)
-  float value = 0.0f;     // element: the value quantized (rotated, normalized); scale: the amax the rule saw
-  bool rotated = false;   // value was rotated (the options' Hadamard)
-  std::uint8_t scale = 0;         // the block's expected scale byte
-  std::uint8_t actual_scale = 0;  // the block's scale byte in the copy
-  std::uint8_t expected = 0;      // reference byte: scale, or element code (FP4: the nibble)
-  std::uint8_t actual = 0;
-
-  mismatch_kind kind() const noexcept {
-    return padding ? mismatch_kind::padding : is_scale ? mismatch_kind::scale : mismatch_kind::element;
-  }
-};
-
-struct mx_validation_report {
-  mx_layout layout;
-  quantize_options options;
-  mx_storage storage;
-  peer_quirks quirks;
-  std::size_t scales_checked = 0, elements_checked = 0, padding_checked = 0;
-  std::size_t scale_mismatches = 0, element_mismatches = 0, padding_mismatches = 0;
-  std::size_t nan_blocks_skipped = 0;    // NaN-scale blocks whose codes were not compared
-  std::vector<mx_mismatch> mismatches;  // the first ones in line order (line, block; scale first), padded scale entries last
-
-  bool ok() const noexcept { return scale_mismatches == 0 && element_mismatches == 0 && padding_mismatches == 0; }
-  std::size_t mismatch_count() const noexcept { return scale_mismatches + element_mismatches + padding_mismatches; }
-  std::string summary() const;  // one line (below)
-};
-
-namespace detail {
-inline void print_scale_byte(std::ostream& s, std::uint8_t b) {
-  s << "0x" << std::hex << int{b} << std::dec;
-  if (b == e8m0::nan_bits) s << " (NaN)";
-  else s << " (2^" << int{b} - e8m0::bias << ")";
-}
-// "0xe (-4 x 2^-2 = -1)": the code, its element value, the scale and the product.
-inline void print_code(std::ostream& s, mx_type type, std::uint8_t code, std::uint8_t scale) {
-  const float element = visit_mx_type(type, [&](auto fmt) {
-    using E = typename decltype(fmt)::element_type;
-    return E::from_bits(code).to_float();
-  });
-  const e8m0 sc = e8m0::from_bits(scale);
-  s << "0x" << std::hex << int{code} << std::dec << " (" << element << " x ";
-  if (sc.is_nan()) s << "NaN = NaN)";
-  else s << "2^" << sc.exponent() << " = " << dequantize_element_value(element, sc) << ")";
-}
-}  // namespace detail
-
-inline std::ostream& operator<<(std::ostream& s, const mx_mismatch& m) {
-  const auto flags = s.flags();
-  s << std::dec;
-  if (m.is_scale && m.padding) {  // a padded entry of the scale layout: no element behind it
-    s << "padding scale (line " << m.line << ", block " << m.block << "): expected ";
-    detail::print_scale_byte(s, m.expected);
-    s << ", actual ";
-    detail::print_scale_byte(s, m.actual);
-    s.flags(flags);
-    return s;
-  }
-  s << name_of(m.kind()) << " (row " << m.row << ", col " << m.col << "; line " << m.line << ", block " << m.block;
-  if (!m.is_scale) s << ", index " << m.index;
-  s << "): ";
-  if (m.is_scale) {
-    s << "block amax " << m.value;
-    if (m.rotated) s << " after the rotation (input amax " << m.input << ")";
-    s << "; expected ";
-    detail::print_scale_byte(s, m.expected);
-    s << ", actual ";
-    detail::print_scale_byte(s, m.actual);
-  } else {
-    s << "quantized " << m.value;
-    if (m.rotated) s << " (input " << m.input << " before the rotation)";
-    s << ", block scale ";
-    detail::print_scale_byte(s, m.scale);
-    s << "; expected ";
-    detail::print_code(s, m.type, m.expected, m.scale);
-    s << ", actual ";
-    detail::print_code(s, m.type, m.actual, m.actual_scale);
-  }
-  s.flags(flags);
-  return s;
-}
-
-namespace detail {
-// "mxfp8_e4m3 columnwise 256x512 (round_up, nearest_even; not transposed, cublas_128x4 scales)"
-inline void print_copy(std::ostream& s, const mx_validation_report& r) {
-  const mx_layout& l = r.layout;
-  const quantize_options& o = r.options;
-  s << name_of(l.type) << ' ' << name_of(l.axis) << ' ' << l.rows << 'x' << l.cols << " (" << name_of(o.rule) << ", "
-    << name_of(o.round) << (o.hadamard ? (o.random_signs ? ", hadamard with signs" : ", hadamard") : "");
-  const mx_storage& st = r.storage;
-  const mx_storage plain{};
-  if (r.quirks.any()) s << ", peer quirks";
-  if (l.axis == block_axis::columnwise && st.columnwise == columnwise_storage::not_transposed) s << "; not transposed";
-  if (st.scales != scale_layout::row_major) s << "; " << name_of(st.scales) << " scales";
-  if (l.type == mx_type::mxfp4 && st.nibbles != plain.nibbles) s << "; " << name_of(st.nibbles) << " nibbles";
-  s << ")";
-}
-}  // namespace detail
-
-inline std::ostream& operator<<(std::ostream& s, const mx_validation_report& r) {
-  detail::print_copy(s, r);
-  s << ": ";
-  if (r.ok()) {
-    s << "all " << r.scales_checked << " scales, " << r.elements_checked << " elements and " << r.padding_checked
-      << " padding entries match";
-  } else {
-    s << r.scale_mismatches << " of " << r.scales_checked << " scales, " << r.element_mismatches << " of " << r.elements_checked
-      << " elements, " << r.padding_mismatches << " of " << r.padding_checked << " padding entries differ";
-  }
-  if (r.nan_blocks_skipped > 0)
-    s << "; the codes of " << r.nan_blocks_skipped << " NaN-scale block" << (r.nan_blocks_skipped == 1 ? "" : "s")
-      << " were not compared (OCP MX 6.3)";
-  for (const mx_mismatch& m : r.mismatches) s << "\n  " << m;
-  const std::size_t rest = r.mismatch_count() - r.mismatches.size();
-  if (rest > 0) s << "\n  ... and " << rest << " more";
-  return s;
-}
-
-inline std::string to_string(const mx_validation_report& r) {
-  std::ostringstream s;
-  s << r;
-  return s.str();
-}
-
-// "PASS mxfp4 rowwise 64x64 (...): 128 scales, 4096 elements, 0 padding entries match" or
-// "FAIL mxfp4 rowwise 64x64 (...): 1 scale, 2 element, 0 padding mismatches; first: element (row 3, col 37) expected 0xe actual 0x6"
-inline std::string mx_validation_report::summary() const {
-  std::ostringstream s;
-  s << (ok() ? "PASS " : "FAIL ");
-  detail::print_copy(s, *this);
-  if (ok()) {
-    s << ": " << scales_checked << " scales, " << elements_checked << " elements, " << padding_checked << " padding entries match";
-    return s.str();
-  }
-  s << ": " << scale_mismatches << " scale, " << element_mismatches << " element, " << padding_mismatches << " padding mismatches";
-  if (!mismatches.empty()) {
-    const mx_mismatch& m = mismatches.front();
-    s << "; first: " << name_of(m.kind());
-    if (m.is_scale && m.padding) s << " (line " << m.line << ", block " << m.block << ")";
-    else s << " (row " << m.row << ", col " << m.col << ")";
-    s << " expected 0x" << std::hex << int{m.expected} << " actual 0x" << int{m.actual};
-  }
-  return s.str();
-}
 
 namespace detail {
 // The reference bytes of one block.
@@ -299,6 +138,7 @@ inline block_story tell_block(const float* in, const quantize_options& o) {
 struct partial_report {
   std::size_t scales_checked = 0, elements_checked = 0, padding_checked = 0;
   std::size_t scale_mismatches = 0, element_mismatches = 0, padding_mismatches = 0, nan_blocks_skipped = 0;
+  std::size_t nan_elements_skipped = 0;
   std::vector<mx_mismatch> mismatches;
 };
 
@@ -368,6 +208,7 @@ partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view
         }
         if (want.scale == e8m0::nan_bits && !opt.strict_nan_blocks) {
           ++p.nan_blocks_skipped;
+          p.nan_elements_skipped += std::min<std::size_t>(mx_block_size, l.line_length() - first_pos);
           continue;
         }
         for (int i = 0; i < mx_block_size; ++i) {
@@ -392,14 +233,19 @@ partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view
 }
 }  // namespace detail
 
-// Compares `actual`, stored as actual.storage describes, with the reference quantization of
-// `input` under actual.layout (type, axis) and actual.options. Throws std::invalid_argument when
-// the layout's shape is not the input's, or the storage description or pointers are invalid.
-template <class T>
+// Compares `actual` with the reference quantization of `input` under its layout (type, axis)
+// and options. `actual` is anything foreign_view() accepts (tensor/foreign_layout.hpp): an
+// mx_foreign_view (the caller's buffers with their sizes, stored as its storage describes), the
+// mx_foreign_buffers of store_foreign or quantize_like, or mxkit's own mx_tensor / mx_view /
+// mx_const_view (their sizes follow from the layout). Throws std::invalid_argument when the
+// layout's shape is not the input's, the storage description is invalid, or a buffer is null or
+// shorter than the bytes the description addresses (naming both sizes).
+template <class T, foreign_viewable Copy>
   requires quantizer_input<T>
-mx_validation_report validate(matrix_view<T> input, const mx_foreign_view& actual, const validate_options& opt = {}) {
+mx_validation_report validate(matrix_view<T> input, const Copy& copy, const validate_options& opt = {}) {
+  const mx_foreign_view& actual = foreign_view(copy);
   const mx_layout& l = actual.layout;
-  // Known enums and sizes that fit first: a wrapped size would skip the null checks.
+  // Known enums and sizes that fit first: a wrapped size would skip the null and size checks.
   detail::check_layout(l, "validate");
   detail::check_options(actual.options, "validate");
   detail::check_foreign_view(actual, "validate");
@@ -409,16 +255,21 @@ mx_validation_report validate(matrix_view<T> input, const mx_foreign_view& actua
   quantize_options o = actual.options;
   o.stream = stochastic_stream(actual.options, l.axis);  // as quantize() draws for this copy
 
-  mx_validation_report r{l, actual.options, actual.storage, opt.quirks, 0, 0, 0, 0, 0, 0, 0, {}};
+  mx_validation_report r;
+  r.layout = l;
+  r.options = actual.options;
+  r.storage = actual.storage;
+  r.quirks = opt.quirks;
   const double work = 8.0 * static_cast<double>(l.lines()) * static_cast<double>(l.padded_length());
   const unsigned threads = detail::host_thread_count(opt.threads, l.lines(), work);
   std::vector<detail::partial_report> parts(detail::parallel_chunk_count(l.lines(), threads));
-  visit_mx_type(l.type, [&](auto fmt) {
-    using Fmt = decltype(fmt);
-    detail::parallel_chunks(l.lines(), threads, [&](std::size_t first, std::size_t last, std::size_t chunk) {
-      parts[chunk] = detail::validate_lines<Fmt>(input, actual, opt, o, first, last);
+  if (l.blocks_per_line() > 0)  // else nothing to compare: do not visit 2^63 empty lines of a 0 x 2^63 copy
+    visit_mx_type(l.type, [&](auto fmt) {
+      using Fmt = decltype(fmt);
+      detail::parallel_chunks(l.lines(), threads, [&](std::size_t first, std::size_t last, std::size_t chunk) {
+        parts[chunk] = detail::validate_lines<Fmt>(input, actual, opt, o, first, last);
+      });
     });
-  });
   for (const detail::partial_report& p : parts) {  // chunks in line order: the single-threaded report
     r.scales_checked += p.scales_checked;
     r.elements_checked += p.elements_checked;
@@ -427,13 +278,14 @@ mx_validation_report validate(matrix_view<T> input, const mx_foreign_view& actua
     r.element_mismatches += p.element_mismatches;
     r.padding_mismatches += p.padding_mismatches;
     r.nan_blocks_skipped += p.nan_blocks_skipped;
+    r.nan_elements_skipped += p.nan_elements_skipped;
     for (const mx_mismatch& m : p.mismatches)
       if (r.mismatches.size() < opt.max_reported) r.mismatches.push_back(m);
   }
   // Padded entries of the scale layout, after every line.
-  if (opt.check_padding && actual.storage.padding_scale) {
+  const scale_extent e = actual.stored_scale_extent();
+  if (opt.check_padding && actual.storage.padding_scale && e.size() > 0) {
     const std::uint8_t want = *actual.storage.padding_scale;
-    const scale_extent e = actual.stored_scale_extent();
     for (std::size_t line = 0; line < e.lines; ++line)
       for (std::size_t blk = line < l.lines() ? l.blocks_per_line() : 0; blk < e.blocks; ++blk) {
         ++r.padding_checked;
@@ -457,38 +309,13 @@ mx_validation_report validate(matrix_view<T> input, const mx_foreign_view& actua
   return r;
 }
 
-// mxkit's own storage (row-major scales, mx_tensor's layout).
-template <class T>
+// The older spelling: at most max_reported mismatches listed, every other option at its default.
+template <class T, foreign_viewable Copy>
   requires quantizer_input<T>
-mx_validation_report validate(matrix_view<T> input, mx_const_view actual, const validate_options& opt) {
-  return validate(input, foreign_view(actual), opt);
-}
-template <class T>
-  requires quantizer_input<T>
-mx_validation_report validate(matrix_view<T> input, mx_const_view actual, std::size_t max_reported = 16) {
+mx_validation_report validate(matrix_view<T> input, const Copy& copy, std::size_t max_reported) {
   validate_options opt;
   opt.max_reported = max_reported;
-  return validate(input, foreign_view(actual), opt);
-}
-template <class T>
-  requires quantizer_input<T>
-mx_validation_report validate(matrix_view<T> input, mx_view actual, std::size_t max_reported = 16) {
-  return validate(input, mx_const_view{actual.layout, actual.options, actual.data, actual.scales, actual.scales_layout}, max_reported);
-}
-template <class T>
-  requires quantizer_input<T>
-mx_validation_report validate(matrix_view<T> input, mx_view actual, const validate_options& opt) {
-  return validate(input, foreign_view(actual), opt);
-}
-template <class T>
-  requires quantizer_input<T>
-mx_validation_report validate(matrix_view<T> input, const mx_tensor& actual, std::size_t max_reported = 16) {
-  return validate(input, actual.view(), max_reported);
-}
-template <class T>
-  requires quantizer_input<T>
-mx_validation_report validate(matrix_view<T> input, const mx_tensor& actual, const validate_options& opt) {
-  return validate(input, foreign_view(actual.view()), opt);
+  return validate(input, copy, opt);
 }
 
 MXKIT_END_NAMESPACE

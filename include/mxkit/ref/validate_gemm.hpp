@@ -251,6 +251,8 @@ void check_gemm_output(const matrix_view<const Out>& d, const gemm_shape& s) {
   require(d.rows == s.p && d.cols == s.q, "validate_gemm: D is ", d.rows, "x", d.cols, ", expected ", s.p, "x", s.q);
   require(d.rows == 0 || d.cols == 0 || d.data != nullptr, "validate_gemm: D has null data");
   require(d.ld == 0 || d.ld >= d.cols, "validate_gemm: D's leading dimension ", d.ld, " is smaller than its ", d.cols, " columns");
+  // rows x ld must fit, as for every matrix the quantizer reads: a wrapped row address reads row 0 again.
+  check_matrix(d, "validate_gemm: D (", d.rows, "x", d.cols, ", leading dimension ", d.ld, ")");
 }
 
 // The shared driver: for chunks of D's columns (B's lines) [j0, j0 + n), fill(j0, n, want,
@@ -305,13 +307,15 @@ Out reference_output(float sum, float alpha) {
 }
 }  // namespace detail
 
-// MX x MX: a and b in any storage (tensor/foreign_layout.hpp); a's lines are D's rows, b's
-// lines D's columns, both blocked along R.
-template <class Out>
+// MX x MX: a and b in any storage (tensor/foreign_layout.hpp: a foreign view with its buffers'
+// sizes, or mxkit's own views and tensors); a's lines are D's rows, b's lines D's columns, both
+// blocked along R.
+template <foreign_viewable CopyA, foreign_viewable CopyB, class Out>
   requires gemm_output<std::remove_const_t<Out>>
-gemm_validation_report validate_gemm(const mx_foreign_view& a, const mx_foreign_view& b, matrix_view<Out> d,
+gemm_validation_report validate_gemm(const CopyA& copy_a, const CopyB& copy_b, matrix_view<Out> d,
                                      const gemm_validate_options& o = {}) {
   using O = std::remove_const_t<Out>;
+  const mx_foreign_view &a = foreign_view(copy_a), &b = foreign_view(copy_b);
   detail::check_foreign_view(a, "validate_gemm: A");
   detail::check_foreign_view(b, "validate_gemm: B");
   const gemm_shape s = detail::check_mx_gemm(a.layout, b.layout, "validate_gemm");
@@ -335,7 +339,7 @@ gemm_validation_report validate_gemm(const mx_foreign_view& a, const mx_foreign_
     mx_tensor copy;
     mx_const_view chunk;
     if (own_storage) {
-      chunk = slice_lines(mx_const_view{b.layout, b.options, b.data, b.scales}, j0, n);
+      chunk = slice_lines(mx_const_view{b.layout, b.options, b.data.data(), b.scales.data()}, j0, n);
     } else {
       std::vector<std::size_t> lines(n);
       for (std::size_t j = 0; j < n; ++j) lines[j] = j0 + j;
@@ -357,11 +361,6 @@ gemm_validation_report validate_gemm(const mx_foreign_view& a, const mx_foreign_
         mag[ii * n + jj] = abs_alpha * sum;
       }
   });
-}
-template <class Out>
-  requires gemm_output<std::remove_const_t<Out>>
-gemm_validation_report validate_gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, const gemm_validate_options& o = {}) {
-  return validate_gemm(foreign_view(a), foreign_view(b), d, o);
 }
 
 // Per-tensor FP8: a [P,R] and b [Q,R] codes, value = code / scale.

@@ -30,11 +30,15 @@
 //    padding), or std::nullopt when they are not checked.
 #include <cstddef>
 #include <cstdint>
+#include <concepts>
 #include <optional>
+#include <ostream>
+#include <span>
 #include <vector>
 
 #include <mxkit/enum_names.hpp>
 #include <mxkit/block/pack.hpp>
+#include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
@@ -76,13 +80,15 @@ struct mx_storage {
 };
 
 // A stored MX copy in any of the layouts above: logical [rows, cols], its axis and format
-// (layout), how it was quantized (options), where its bytes are (storage), host pointers.
+// (layout), how it was quantized (options), where its bytes are (storage), and the caller's host
+// buffers with their sizes: the entry points that read a view refuse one shorter than
+// data_span() or scale_span() (detail::check_foreign_view), naming both sizes.
 struct mx_foreign_view {
   mx_layout layout;
   quantize_options options;
   mx_storage storage;
-  const std::uint8_t* data = nullptr;
-  const std::uint8_t* scales = nullptr;
+  std::span<const std::uint8_t> data{};
+  std::span<const std::uint8_t> scales{};
 
   // Stored rows run along the block axis (rowwise copies and transposed columnwise ones).
   constexpr bool line_major() const noexcept {
@@ -97,7 +103,8 @@ struct mx_foreign_view {
     return packed_bytes(line_major() ? stored_length() : layout.lines(), layout.storage_bits());
   }
   constexpr std::size_t data_ld() const noexcept { return storage.data_ld ? storage.data_ld : min_data_ld(); }
-  // Bytes from data to one past the last stored byte.
+  // Bytes from data to one past the last stored byte. Like every accessor here it does not check
+  // its arithmetic: detail::check_foreign_storage has made sure it cannot wrap.
   constexpr std::size_t data_span() const noexcept {
     return stored_rows() == 0 || min_data_ld() == 0 ? 0 : (stored_rows() - 1) * data_ld() + min_data_ld();
   }
@@ -105,7 +112,7 @@ struct mx_foreign_view {
   // Code of block-axis position `pos` of line `line` (pos < stored_length()).
   constexpr std::uint8_t code(std::size_t line, std::size_t pos) const noexcept {
     const std::size_t row = line_major() ? line : pos, index = line_major() ? pos : line;
-    const std::uint8_t* r = data + row * data_ld();
+    const std::uint8_t* r = data.data() + row * data_ld();
     if (layout.storage_bits() == 8) return r[index];
     const std::uint8_t byte = r[index / 2];
     const bool high = (index & 1) != (storage.nibbles == nibble_order::high_first);
@@ -127,7 +134,7 @@ struct mx_foreign_view {
       return line * storage.scale_line_stride + block * storage.scale_block_stride;
     return line * stored_scale_extent().blocks + block;
   }
-  constexpr std::uint8_t scale(std::size_t line, std::size_t block) const noexcept { return scales[scale_offset_of(line, block)]; }
+  constexpr std::uint8_t scale(std::size_t line, std::size_t block) const noexcept { return scales.data()[scale_offset_of(line, block)]; }
   // Bytes from scales to one past the last stored scale.
   constexpr std::size_t scale_span() const noexcept {
     const scale_extent e = stored_scale_extent();
@@ -137,63 +144,109 @@ struct mx_foreign_view {
   }
 };
 
-// mxkit's own storage seen as a foreign view (every mx_storage field at its default).
 // mxkit's own storage, with the view's scale layout (row-major, or a tiled vendor layout).
 inline mx_storage own_storage(scale_layout scales) noexcept {
   mx_storage s{};
   s.scales = scales;
   return s;
 }
-inline mx_foreign_view foreign_view(mx_const_view v) noexcept {
-  return {v.layout, v.options, own_storage(v.scales_layout), v.data, v.scales};
+// mxkit's own copies as foreign views (every mx_storage field at its default). A view's buffer
+// sizes are the ones its layout implies (mx_basic_view's contract); a tensor's are its vectors'.
+// Unchecked (noexcept): a layout whose sizes wrap is refused by check_foreign_view.
+template <class Byte>
+mx_foreign_view foreign_view(mx_basic_view<Byte> v) noexcept {
+  const mx_layout& l = v.layout;
+  const std::size_t data_bytes = v.data ? l.data_bytes() : 0;
+  const std::size_t scale_bytes = v.scales ? scale_storage_size(v.scales_layout, l.lines(), l.blocks_per_line()) : 0;
+  return {l, v.options, own_storage(v.scales_layout), {v.data, data_bytes}, {v.scales, scale_bytes}};
 }
-inline mx_foreign_view foreign_view(mx_view v) noexcept { return {v.layout, v.options, own_storage(v.scales_layout), v.data, v.scales}; }
+inline mx_foreign_view foreign_view(const mx_tensor& t) noexcept {
+  return {t.layout(), t.options(), own_storage(scale_layout::row_major), t.data(), t.scales()};
+}
+inline const mx_foreign_view& foreign_view(const mx_foreign_view& v) noexcept { return v; }
+
+// What the entry points that read a stored copy accept: anything foreign_view() turns into a
+// view (a foreign view, mxkit's views and tensors, mx_foreign_buffers).
+template <class C>
+concept foreign_viewable = requires(const C& c) {
+  { foreign_view(c) } -> std::convertible_to<mx_foreign_view>;
+};
 
 namespace detail {
 // The layout and storage fields of a foreign view (pointers aside); `what` names the caller.
+// Once it passes, data_span(), scale_span() and every offset the accessors compute are exact
+// and no larger than one object (checked_arithmetic.hpp), as check_layout makes mx_layout's.
 inline void check_foreign_storage(const mx_foreign_view& v, const char* what) {
   const mx_layout& l = v.layout;
   const mx_storage& s = v.storage;
-  require(static_cast<unsigned>(l.type) <= static_cast<unsigned>(mx_type::mxint8), what, ": unknown mx_type value ",
-          static_cast<unsigned>(l.type));
-  require(static_cast<unsigned>(l.axis) <= 1u, what, ": unknown block_axis value ", static_cast<unsigned>(l.axis));
-  require(static_cast<unsigned>(s.columnwise) <= 1u, what, ": unknown columnwise_storage value ",
-          static_cast<unsigned>(s.columnwise));
-  require(static_cast<unsigned>(s.nibbles) <= 1u, what, ": unknown nibble_order value ", static_cast<unsigned>(s.nibbles));
-  require(static_cast<unsigned>(s.scales) <= static_cast<unsigned>(scale_layout::aiter_shuffle), what,
-          ": unknown scale_layout value ", static_cast<unsigned>(s.scales));
+  check_layout(l, what);
+  check_enum(s.columnwise, columnwise_storage::not_transposed, "columnwise_storage", what);
+  check_enum(s.nibbles, nibble_order::high_first, "nibble_order", what);
+  check_enum(s.scales, scale_layout::aiter_shuffle, "scale_layout", what);
   require(s.data_ld == 0 || s.data_ld >= v.min_data_ld(), what, ": data_ld ", s.data_ld, " bytes is smaller than a stored row of ",
           v.min_data_ld(), " bytes (", name_of(l.type), " ", name_of(l.axis), " ", l.rows, "x", l.cols,
           v.line_major() ? "" : ", not transposed", ")");
-  if (s.scales == scale_layout::row_major) {
-    require(s.scale_padded.lines == 0 || s.scale_padded.lines >= l.lines(), what, ": scale_padded.lines ", s.scale_padded.lines,
-            " is smaller than the ", l.lines(), " lines of the copy");
-    require(s.scale_padded.blocks == 0 || s.scale_padded.blocks >= l.blocks_per_line(), what, ": scale_padded.blocks ",
-            s.scale_padded.blocks, " is smaller than the ", l.blocks_per_line(), " blocks per line");
-    require((s.scale_line_stride == 0) == (s.scale_block_stride == 0), what, ": scale strides must both be set or both 0, got line ",
-            s.scale_line_stride, " and block ", s.scale_block_stride);
-    if (s.scale_line_stride) {
-      // One of the two nestings must keep every (line, block) of the stored extent apart.
-      const scale_extent e = v.stored_scale_extent();
-      const bool lines_outer = s.scale_line_stride >= (e.blocks - 1) * s.scale_block_stride + 1;
-      const bool blocks_outer = s.scale_block_stride >= (e.lines - 1) * s.scale_line_stride + 1;
-      require(e.size() <= 1 || lines_outer || blocks_outer, what, ": scale strides (line ", s.scale_line_stride, ", block ",
-              s.scale_block_stride, ") make the scales of a ", e.lines, "x", e.blocks, " extent overlap");
-    }
-  } else {
+  if (v.stored_rows() > 0 && v.min_data_ld() > 0) {  // data_span(), computed without wrapping
+    const std::size_t last_row = checked_mul({"last stored row", v.stored_rows() - 1}, {"data_ld", v.data_ld()}, what);
+    const std::size_t span = checked_add({"last stored row x data_ld", last_row}, {"stored row bytes", v.min_data_ld()}, what);
+    checked_bytes({"data span", span}, 1, what, " (data_ld ", v.data_ld(), ")");
+  }
+  if (s.scales != scale_layout::row_major) {
     require(s.scale_padded.lines == 0 && s.scale_padded.blocks == 0 && s.scale_line_stride == 0 && s.scale_block_stride == 0,
             what, ": scale strides and scale_padded apply to row_major scales only, not ", name_of(s.scales));
+    const scale_extent e = check_scale_extent(s.scales, l.lines(), l.blocks_per_line(), what);
+    checked_bytes({"padded scale entries", e.size()}, 1, what);
+    return;
   }
+  require(s.scale_padded.lines == 0 || s.scale_padded.lines >= l.lines(), what, ": scale_padded.lines ", s.scale_padded.lines,
+          " is smaller than the ", l.lines(), " lines of the copy");
+  require(s.scale_padded.blocks == 0 || s.scale_padded.blocks >= l.blocks_per_line(), what, ": scale_padded.blocks ",
+          s.scale_padded.blocks, " is smaller than the ", l.blocks_per_line(), " blocks per line");
+  require((s.scale_line_stride == 0) == (s.scale_block_stride == 0), what, ": scale strides must both be set or both 0, got line ",
+          s.scale_line_stride, " and block ", s.scale_block_stride);
+  const scale_extent e = v.stored_scale_extent();
+  const std::size_t entries = checked_mul({s.scale_padded.lines ? "scale_padded.lines" : "lines", e.lines},
+                                          {s.scale_padded.blocks ? "scale_padded.blocks" : "blocks per line", e.blocks}, what);
+  if (!s.scale_line_stride) {
+    checked_bytes({"scale entries", entries}, 1, what);
+    return;
+  }
+  if (entries == 0) return;
+  // scale_span(): the offset of the last entry plus one, computed without wrapping.
+  const std::size_t last_line = checked_mul({"last scale line", e.lines - 1}, {"scale_line_stride", s.scale_line_stride}, what);
+  const std::size_t last_block = checked_mul({"last scale block", e.blocks - 1}, {"scale_block_stride", s.scale_block_stride}, what);
+  const std::size_t last = checked_add({"last line offset", last_line}, {"last block offset", last_block}, what);
+  checked_bytes({"scale span", checked_add({"last scale offset", last}, {"one", 1}, what)}, 1, what, " (scale_line_stride ",
+                s.scale_line_stride, ", scale_block_stride ", s.scale_block_stride, ")");
+  // One of the two nestings must keep every (line, block) of the stored extent apart (the
+  // products are below the span just checked).
+  const bool lines_outer = s.scale_line_stride >= last_block + 1;
+  const bool blocks_outer = s.scale_block_stride >= last_line + 1;
+  require(entries <= 1 || lines_outer || blocks_outer, what, ": scale strides (line ", s.scale_line_stride, ", block ",
+          s.scale_block_stride, ") make the scales of a ", e.lines, "x", e.blocks, " extent overlap");
 }
 
-// The argument check of every entry point that reads a foreign view.
+// "1 byte", "304 bytes".
+struct byte_count {
+  std::size_t n;
+  friend std::ostream& operator<<(std::ostream& s, byte_count b) { return s << b.n << (b.n == 1 ? " byte" : " bytes"); }
+};
+
+// The argument check of every entry point that reads a foreign view: the description, then
+// buffers that exist and hold every byte the description addresses.
 inline void check_foreign_view(const mx_foreign_view& v, const char* what) {
   check_foreign_storage(v, what);
   const mx_layout& l = v.layout;
-  require(v.data_span() == 0 || v.data != nullptr, what, ": null element data for a ", l.rows, "x", l.cols, " ", name_of(l.type),
+  const std::size_t data_span = v.data_span(), scale_span = v.scale_span();
+  require(data_span == 0 || v.data.data() != nullptr, what, ": null element data for a ", l.rows, "x", l.cols, " ",
+          name_of(l.type), " copy");
+  require(scale_span == 0 || v.scales.data() != nullptr, what, ": null scales for a ", l.rows, "x", l.cols, " ", name_of(l.type),
           " copy");
-  require(l.scale_count() == 0 || v.scales != nullptr, what, ": null scales for a ", l.rows, "x", l.cols, " ", name_of(l.type),
-          " copy");
+  require(v.data.size() >= data_span, what, ": data buffer of ", byte_count{v.data.size()}, " for a ", l.rows, "x", l.cols, " ",
+          name_of(l.type), " ", name_of(l.axis), " copy whose storage spans ", byte_count{data_span}, " (data_ld ", v.data_ld(), ")");
+  require(v.scales.size() >= scale_span, what, ": scale buffer of ", byte_count{v.scales.size()}, " for a ", l.rows, "x", l.cols,
+          " ", name_of(l.type), " ", name_of(l.axis), " copy whose ", name_of(v.storage.scales), " scales span ",
+          byte_count{scale_span});
 }
 }  // namespace detail
 
@@ -205,6 +258,7 @@ inline mx_tensor to_mx_tensor(const mx_foreign_view& v, const std::vector<std::s
   const std::size_t n = lines.empty() ? l.lines() : lines.size();
   (l.axis == block_axis::rowwise ? l.rows : l.cols) = n;
   mx_tensor out(l, v.options);
+  if (lines.empty() && l.blocks_per_line() == 0) return out;  // nothing stored: skip the empty lines of a 0 x 2^63 copy
   const int bits = l.storage_bits();
   const std::size_t stored = v.stored_length();
   for (std::size_t i = 0; i < n; ++i) {
@@ -226,8 +280,10 @@ struct mx_foreign_buffers {
   mx_storage storage;
   std::vector<std::uint8_t> data, scales;
 
-  mx_foreign_view view() const noexcept { return {layout, options, storage, data.data(), scales.data()}; }
+  // The buffers with their sizes.
+  mx_foreign_view view() const noexcept { return {layout, options, storage, data, scales}; }
 };
+inline mx_foreign_view foreign_view(const mx_foreign_buffers& b) noexcept { return b.view(); }
 
 inline mx_foreign_buffers store_foreign(mx_const_view copy, const mx_storage& storage) {
   mx_foreign_buffers out{copy.layout, copy.options, storage, {}, {}};
@@ -238,6 +294,7 @@ inline mx_foreign_buffers store_foreign(mx_const_view copy, const mx_storage& st
                   l.cols, " ", name_of(l.type), " copy");
   out.data.assign(shape.data_span(), 0);
   out.scales.assign(shape.scale_span(), storage.padding_scale.value_or(0));
+  if (l.blocks_per_line() == 0) return out;  // no element and no logical scale
   const int bits = l.storage_bits();
   const bool line_major = shape.line_major();
   const std::size_t ld = shape.data_ld(), stored = shape.stored_length();
