@@ -2,18 +2,18 @@
 # SPDX-License-Identifier: Apache-2.0
 # Rewrites the two umbrella headers from the tree (ctest static.headers fails when one is stale):
 #   include/mxkit/mxkit.hpp  the numerics: every host header but the training stack
-#   include/mxkit/nn.hpp     the training stack: nn/, its host kernels ref/nn/ and ref/host_backend.hpp
+#   include/mxkit/training_stack.hpp  the training stack: nn/, its host kernels ref/nn/ and ref/host_backend.hpp
 # gpu/ is in neither: it needs a GPU compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 training='^mxkit/(nn/|ref/nn/|ref/host_backend\.hpp)'
-headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name mxkit.hpp ! -path include/mxkit/nn.hpp |
+headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name mxkit.hpp ! -path include/mxkit/training_stack.hpp ! -path include/mxkit/nn.hpp |
           sed 's|^include/||' | LC_ALL=C sort)
 {
   echo '// SPDX-License-Identifier: Apache-2.0'
   echo '#pragma once'
   echo '// Umbrella header of the numerics: formats, blocks, transforms, tensors, GEMM descriptors and the'
-  echo '// host reference (quantizer, validate, GEMMs). The training stack is <mxkit/nn.hpp>; GPU code is'
+  echo '// host reference (quantizer, validate, GEMMs). The training stack is <mxkit/training_stack.hpp>; GPU code is'
   echo '// under <mxkit/gpu/...>. Written by scripts/update_umbrella.sh, checked by ctest static.headers.'
   grep -v -E "$training" <<<"$headers" | sed 's|.*|#include <&>|'
 } > include/mxkit/mxkit.hpp
@@ -25,5 +25,5 @@ headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name
   echo '// Written by scripts/update_umbrella.sh, checked by ctest static.headers.'
   echo '#include <mxkit/mxkit.hpp>'
   grep -E "$training" <<<"$headers" | sed 's|.*|#include <&>|'
-} > include/mxkit/nn.hpp
-echo "mxkit.hpp: $(grep -c '^#include' include/mxkit/mxkit.hpp) headers; nn.hpp: $(grep -c '^#include' include/mxkit/nn.hpp)"
+} > include/mxkit/training_stack.hpp
+echo "mxkit.hpp: $(grep -c '^#include' include/mxkit/mxkit.hpp) headers; training_stack.hpp: $(grep -c "^#include" include/mxkit/training_stack.hpp)"

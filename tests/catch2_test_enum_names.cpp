@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include <mxkit/mxkit.hpp>
-#include <mxkit/nn.hpp>
+#include <mxkit/training_stack.hpp>
 
 #include "catch.hpp"
 

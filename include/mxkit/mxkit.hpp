@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Umbrella header of the numerics: formats, blocks, transforms, tensors, GEMM descriptors and the
-// host reference (quantizer, validate, GEMMs). The training stack is <mxkit/nn.hpp>; GPU code is
+// host reference (quantizer, validate, GEMMs). The training stack is <mxkit/training_stack.hpp>; GPU code is
 // under <mxkit/gpu/...>. Written by scripts/update_umbrella.sh, checked by ctest static.headers.
 #include <mxkit/arch/intrinsics.hpp>
 #include <mxkit/block/element_encoder.hpp>
@@ -28,6 +28,7 @@
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/random/philox.hpp>
 #include <mxkit/ref/gemm.hpp>
+#include <mxkit/ref/names.hpp>
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/ref/peer_presets.hpp>
 #include <mxkit/ref/peer_quirks.hpp>

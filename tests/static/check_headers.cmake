@@ -2,7 +2,7 @@
 # ctest static.headers: cmake -DINCLUDE_ROOT=<repo>/include -P check_headers.cmake
 # 1. No header outside mxkit/gpu names a CUDA/HIP header or an mxkit/gpu header (host code must
 #    build with any C++20 compiler; STYLE.md).  2. Every host header is in one umbrella:
-#    mxkit/nn.hpp the training stack (nn/, ref/nn/, ref/host_backend.hpp), mxkit/mxkit.hpp the
+#    mxkit/training_stack.hpp the training stack (nn/, ref/nn/, ref/host_backend.hpp), mxkit/mxkit.hpp the
 #    rest, and no numerics header includes a training header (the numerics umbrella stays small).
 cmake_minimum_required(VERSION 3.21)
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_ROOT} ${INCLUDE_ROOT}/mxkit/*.hpp)
@@ -17,20 +17,21 @@ foreach(h IN LISTS headers)
 endforeach()
 set(training_regex "^mxkit/(nn/|ref/nn/|ref/host_backend[.]hpp)")
 file(STRINGS ${INCLUDE_ROOT}/mxkit/mxkit.hpp numerics_umbrella REGEX "^#include <mxkit/")
-file(STRINGS ${INCLUDE_ROOT}/mxkit/nn.hpp training_umbrella REGEX "^#include <mxkit/")
+file(STRINGS ${INCLUDE_ROOT}/mxkit/training_stack.hpp training_umbrella REGEX "^#include <mxkit/")
 foreach(h IN LISTS headers)
-  if(h STREQUAL "mxkit/mxkit.hpp" OR h STREQUAL "mxkit/nn.hpp")
+  # mxkit/nn.hpp: the deprecated spelling of the training umbrella, one include of it
+  if(h STREQUAL "mxkit/mxkit.hpp" OR h STREQUAL "mxkit/training_stack.hpp" OR h STREQUAL "mxkit/nn.hpp")
     continue()
   endif()
   if(h MATCHES "${training_regex}")
     if(NOT "#include <${h}>" IN_LIST training_umbrella)
-      string(APPEND errors "  mxkit/nn.hpp does not include <${h}>\n")
+      string(APPEND errors "  mxkit/training_stack.hpp does not include <${h}>\n")
     endif()
   else()
     if(NOT "#include <${h}>" IN_LIST numerics_umbrella)
       string(APPEND errors "  mxkit/mxkit.hpp does not include <${h}>\n")
     endif()
-    file(STRINGS ${INCLUDE_ROOT}/${h} up REGEX "^#include <mxkit/(nn/|nn[.]hpp|ref/nn/|ref/host_backend)")
+    file(STRINGS ${INCLUDE_ROOT}/${h} up REGEX "^#include <mxkit/(nn/|nn[.]hpp|training_stack[.]hpp|ref/nn/|ref/host_backend)")
     if(up)
       string(APPEND errors "  ${h} (numerics) includes the training stack: ${up}\n")
     endif()

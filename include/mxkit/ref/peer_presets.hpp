@@ -61,11 +61,13 @@
 
 #include <mxkit/enum_names.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/ref/names.hpp>
 #include <mxkit/ref/peer_quirks.hpp>
 #include <mxkit/ref/validate.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE
+namespace ref {
 
 // Which formula a preset reproduces where a peer's code departs from its documented rule.
 enum class peer_formula : std::uint8_t {
@@ -76,26 +78,28 @@ enum class torchao_scale_mode : std::uint8_t { floor, rceil, ceil, even };
 enum class rocm_fp4_path : std::uint8_t { hardware, software };
 enum class peer : std::uint8_t { torchao, nvidia_te, rocm_te };
 
+}  // namespace ref
 template <>
-struct enum_names<torchao_scale_mode> {  // torchao's ScaleCalculationMode spellings
+struct enum_names<ref::torchao_scale_mode> {  // torchao's ScaleCalculationMode spellings
   static constexpr const char* names[] = {"FLOOR", "RCEIL", "CEIL", "EVEN"};
-  static constexpr torchao_scale_mode last = torchao_scale_mode::even;
+  static constexpr ref::torchao_scale_mode last = ref::torchao_scale_mode::even;
 };
 template <>
-struct enum_names<peer_formula> {
+struct enum_names<ref::peer_formula> {
   static constexpr const char* names[] = {"peer_code", "documented_rule"};
-  static constexpr peer_formula last = peer_formula::documented_rule;
+  static constexpr ref::peer_formula last = ref::peer_formula::documented_rule;
 };
 template <>
-struct enum_names<rocm_fp4_path> {
+struct enum_names<ref::rocm_fp4_path> {
   static constexpr const char* names[] = {"hardware", "software"};
-  static constexpr rocm_fp4_path last = rocm_fp4_path::software;
+  static constexpr ref::rocm_fp4_path last = ref::rocm_fp4_path::software;
 };
 template <>
-struct enum_names<peer> {
+struct enum_names<ref::peer> {
   static constexpr const char* names[] = {"torchao", "nvidia_te", "rocm_te"};
-  static constexpr peer last = peer::rocm_te;
+  static constexpr ref::peer last = ref::peer::rocm_te;
 };
+namespace ref {
 
 struct peer_preset {
   peer who = peer::torchao;
@@ -247,4 +251,5 @@ mx_foreign_buffers quantize_like(const peer_preset& preset, matrix_view<T> input
   return store_foreign(std::as_const(t).view(), preset.storage(axis, input.rows, input.cols));
 }
 
+}  // namespace ref
 MXKIT_END_NAMESPACE

@@ -32,8 +32,10 @@
 #include <mxkit/config.hpp>
 #include <mxkit/format/bits.hpp>
 #include <mxkit/format/e8m0.hpp>
+#include <mxkit/ref/names.hpp>
 
 MXKIT_BEGIN_NAMESPACE
+namespace ref {
 
 struct peer_quirks {
   std::uint8_t zero_block_scale = 0x7F;     // mxkit's policy: 1.0
@@ -43,6 +45,7 @@ struct peer_quirks {
   constexpr bool any() const noexcept { return zero_block_scale != 0x7F || rceil_float_formula || unit_element_scale_at_0x00; }
 };
 
+}  // namespace ref
 namespace detail {
 // fl(a * b) for finite non-negative floats given as bits, rounded to nearest even with float
 // subnormals kept (integer arithmetic: a flush-to-zero build computes the same bits).
@@ -91,5 +94,4 @@ constexpr e8m0 peer_element_scale(e8m0 scale, const peer_quirks& q) noexcept {
   return q.unit_element_scale_at_0x00 && scale.bits() == 0 ? e8m0::from_exponent(0) : scale;
 }
 }  // namespace detail
-
 MXKIT_END_NAMESPACE

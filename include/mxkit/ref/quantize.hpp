@@ -8,12 +8,12 @@
 
 #include <mxkit/block/quantize_block.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/ref/names.hpp>
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
 
 MXKIT_BEGIN_NAMESPACE
-
 namespace detail {
 // Gathers block `blk` of storage line `line` (zero beyond the logical edge).
 template <class T>
@@ -25,6 +25,7 @@ void gather_block(const matrix_view<T>& in, block_axis axis, std::size_t line, s
   }
 }
 }  // namespace detail
+namespace ref {
 
 // `threads`: host threads over the storage lines (ref/parallel.hpp: 0 = as the machine and the
 // size allow); every line is quantized by one thread with the same code, so the bytes do not
@@ -114,4 +115,5 @@ inline std::vector<float> dequantize(mx_const_view t) {
 }
 inline std::vector<float> dequantize(const mx_tensor& t) { return dequantize(t.view()); }
 
+}  // namespace ref
 MXKIT_END_NAMESPACE

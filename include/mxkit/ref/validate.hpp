@@ -44,6 +44,7 @@
 
 #include <mxkit/enum_names.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/ref/names.hpp>
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/ref/peer_quirks.hpp>
 #include <mxkit/ref/quantize.hpp>
@@ -51,6 +52,7 @@
 #include <mxkit/tensor/foreign_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE
+namespace ref {
 
 // How a foreign kernel's stochastic rounding uses its 32 random bits r, with f the discarded
 // fraction of the element's last place scaled to 32 bits (f = fraction * 2^32):
@@ -73,6 +75,7 @@ struct validate_options {
   unsigned threads = 0;  // host threads (ref/parallel.hpp); 0: as the machine and the size allow
 };
 
+}  // namespace ref
 namespace detail {
 // The reference bytes of one block.
 struct reference_block_bytes {
@@ -232,6 +235,7 @@ partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view
   return p;
 }
 }  // namespace detail
+namespace ref {
 
 // Compares `actual` with the reference quantization of `input` under its layout (type, axis)
 // and options. `actual` is anything foreign_view() accepts (tensor/foreign_layout.hpp): an
@@ -318,4 +322,5 @@ mx_validation_report validate(matrix_view<T> input, const Copy& copy, std::size_
   return validate(input, copy, opt);
 }
 
+}  // namespace ref
 MXKIT_END_NAMESPACE

@@ -48,10 +48,12 @@
 #include <mxkit/error.hpp>
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/ref/gemm.hpp>
+#include <mxkit/ref/names.hpp>
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE
+namespace ref {
 
 enum class gemm_accumulation : std::uint8_t {
   fp32,         // the kernel sums in fp32 (any order): the fp32 bound only
@@ -130,6 +132,7 @@ inline std::string to_string(const gemm_validation_report& r) {
   return s.str();
 }
 
+}  // namespace ref
 namespace detail {
 template <class T>
 double as_double(const T& x) noexcept {
@@ -190,6 +193,7 @@ struct bound_check {
   }
 };
 }  // namespace detail
+namespace ref {
 
 // The element-wise check on its own: got[i] against want[i] with bound relative * magnitude[i]
 // + absolute, for n values of a [n / cols, cols] row-major matrix (row and column of the worst
@@ -220,6 +224,7 @@ inline double gemm_relative_bound(bool mx, std::size_t r, gemm_accumulation a, b
   return rel;
 }
 
+}  // namespace ref
 namespace detail {
 // The rows of D a validation checks (sorted, distinct).
 inline std::vector<std::size_t> gemm_rows_to_check(std::size_t p, const gemm_validate_options& o) {
@@ -306,6 +311,7 @@ Out reference_output(float sum, float alpha) {
   return v;
 }
 }  // namespace detail
+namespace ref {
 
 // MX x MX: a and b in any storage (tensor/foreign_layout.hpp: a foreign view with its buffers'
 // sizes, or mxkit's own views and tensors); a's lines are D's rows, b's lines D's columns, both
@@ -430,4 +436,5 @@ gemm_validation_report validate_gemm(matrix_view<TA> a, matrix_view<TB> b, matri
   });
 }
 
+}  // namespace ref
 MXKIT_END_NAMESPACE

@@ -15,18 +15,22 @@
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/quantize_block.hpp>
 #include <mxkit/enum_names.hpp>
+#include <mxkit/ref/names.hpp>
 #include <mxkit/ref/peer_quirks.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE
+namespace ref {
 
 enum class mismatch_kind : std::uint8_t { scale, element, padding };
 
+}  // namespace ref
 template <>
-struct enum_names<mismatch_kind> {
+struct enum_names<ref::mismatch_kind> {
   static constexpr const char* names[] = {"scale", "element", "padding"};
-  static constexpr mismatch_kind last = mismatch_kind::padding;
+  static constexpr ref::mismatch_kind last = ref::mismatch_kind::padding;
 };
+namespace ref {
 
 // One byte that differs from the reference: a block's scale, an element's code, or padding.
 struct mx_mismatch {
@@ -67,6 +71,7 @@ struct mx_validation_report {
   std::string summary() const;  // one line (below)
 };
 
+}  // namespace ref
 namespace detail {
 inline void print_scale_byte(std::ostream& s, std::uint8_t b) {
   s << "0x" << std::hex << int{b} << std::dec;
@@ -85,6 +90,7 @@ inline void print_code(std::ostream& s, mx_type type, std::uint8_t code, std::ui
   else s << "2^" << sc.exponent() << " = " << dequantize_element_value(element, sc) << ")";
 }
 }  // namespace detail
+namespace ref {
 
 inline std::ostream& operator<<(std::ostream& s, const mx_mismatch& m) {
   const auto flags = s.flags();
@@ -121,6 +127,7 @@ inline std::ostream& operator<<(std::ostream& s, const mx_mismatch& m) {
   return s;
 }
 
+}  // namespace ref
 namespace detail {
 // "mxfp8_e4m3 columnwise 256x512 (round_up, nearest_even; not transposed, cublas_128x4 scales)"
 inline void print_copy(std::ostream& s, const mx_validation_report& r) {
@@ -145,6 +152,7 @@ inline void print_skipped(std::ostream& s, const mx_validation_report& r) {
     << " not compared (OCP MX 6.3: a NaN scale decodes its whole block to NaN)";
 }
 }  // namespace detail
+namespace ref {
 
 inline std::ostream& operator<<(std::ostream& s, const mx_validation_report& r) {
   detail::print_copy(s, r);
@@ -193,4 +201,5 @@ inline std::string mx_validation_report::summary() const {
   return s.str();
 }
 
+}  // namespace ref
 MXKIT_END_NAMESPACE
