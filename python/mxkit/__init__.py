@@ -176,14 +176,15 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     stream handle; default: the framework's current stream), without a host synchronization.
     Returns an MXCopy (codes, scales), or (rowwise, columnwise) for axis="both".
     """
-    rows, cols = _shape2(x)
+    device = _is_device(x)
+    s = _caller_stream(x, stream) if device else None
+    t = _import(x, s)
+    rows, cols = _shape2(t)
     both = axis == "both"
     first_axis = "rowwise" if both else axis
     desc = _describe(rows, cols, fmt, first_axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed,
                      nibbles)
-    if _is_device(x):
-        s = _caller_stream(x, stream)
-        t = _import(x, s)
+    if device:
         outs = _mxkit.quantize_device(t, desc, both, s)
         descs = [desc]
         if both:
@@ -191,7 +192,6 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
                                    random_signs, seed, nibbles))
         copies = [MXCopy(_like(x, c), _like(x, sc), d) for (c, sc), d in zip(outs, descs)]
         return tuple(copies) if both else copies[0]
-    t = _import(x)
     copies = []
     for a in (("rowwise", "columnwise") if both else (axis,)):
         d = desc if a == first_axis else _describe(rows, cols, fmt, a, preset, scale_layout, rule, rounding, hadamard,
@@ -218,14 +218,14 @@ def encode(x, fmt, rounding="nearest_even", saturate=True):
     encode(x, "e4m3", saturate=False) equals x.to(torch.float8_e4m3fn).view(torch.uint8)."""
     import numpy as np
     arr = np.ascontiguousarray(np.asarray(_host(x), dtype=np.float32))
-    return _mxkit.encode(arr, _format(fmt), rounding, "saturate" if saturate else "propagate")
+    return _mxkit.encode(_import(arr), _format(fmt), rounding, "saturate" if saturate else "propagate")
 
 
 def decode(codes, fmt):
     """float32 values of element codes (one code per byte; MXFP4 unpacked, see unpack_fp4)."""
     import numpy as np
     arr = np.ascontiguousarray(np.asarray(_host(_bytes_view(codes)), dtype=np.uint8))
-    return _mxkit.decode(arr, _format(fmt))
+    return _mxkit.decode(_import(arr), _format(fmt))
 
 
 def pack_fp4(codes, order="low_first"):
@@ -274,11 +274,11 @@ def validate(x, codes, scales, fmt=None, axis="rowwise", preset="mxkit", layout=
     (nibble order, scale layout, columnwise storage, scale rule) that would make it pass.
     """
     fmt = _format(fmt) or _format_of_codes(codes)
-    xh = _host(x)
+    xh = _import(_host(x))
     rows, cols = _shape2(xh)
     desc = _describe(rows, cols, fmt, axis, preset, layout, rule, rounding, hadamard, random_signs, seed, nibbles,
                      columnwise, padding_stored)
-    return _mxkit.validate_host(_import(xh), _import(_host(_bytes_view(codes))), _import(_host(_bytes_view(scales))),
+    return _mxkit.validate_host(xh, _import(_host(_bytes_view(codes))), _import(_host(_bytes_view(scales))),
                                 desc, max_reported=max_reported, strict_nan_blocks=strict_nan_blocks,
                                 check_padding=check_padding, diagnose=diagnose, threads=threads)
 
