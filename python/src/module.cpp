@@ -110,9 +110,7 @@ tensor_ref import_tensor(py::handle obj, py::object stream) {
       device = type != dlpack::kDLCPU && type != dlpack::kDLCUDAHost;
     }
     py::object capsule = device && !stream.is_none() ? obj.attr("__dlpack__")(py::arg("stream") = stream) : obj.attr("__dlpack__")();
-    tensor_ref r = from_capsule(capsule);
-    r.owner = std::shared_ptr<void>(r.owner);  // keep
-    return r;
+    return from_capsule(capsule);
   }
   if (!PyObject_CheckBuffer(obj.ptr())) value_error("expected an array (DLPack or buffer protocol), got " + std::string(py::str(py::type::of(obj))));
   auto* view = new Py_buffer;
