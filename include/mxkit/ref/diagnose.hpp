@@ -117,21 +117,19 @@ layout_diagnosis diagnose_layout(matrix_view<T> input, const mx_foreign_view& ac
     return d;
   }
   const std::vector<layout_candidate> singles = detail::single_layout_changes(actual);
-  const auto fits = [&](const layout_candidate& c) {
+  // Validates candidate c where its description fits the buffers; true when it passes.
+  const auto passes = [&](layout_candidate c) {
     mx_foreign_view v = actual;
     v.storage = c.storage;
     detail::check_foreign_storage(v, "diagnose_layout");
-    return detail::fits_buffers(v, data_bytes, scale_bytes);
-  };
-  for (layout_candidate c : singles) {
-    if (!fits(c)) continue;
+    if (!detail::fits_buffers(v, data_bytes, scale_bytes)) return false;
     c.mismatches = count(c.storage, c.options);
     d.tried.push_back(c);
-    if (c.ok()) {
-      d.explanation = "passes with " + c.change + " (" + std::to_string(d.original_mismatches) + " mismatches as described)";
-      return d;
-    }
-  }
+    if (c.ok()) d.explanation = "passes with " + c.change + " (" + std::to_string(d.original_mismatches) + " mismatches as described)";
+    return c.ok();
+  };
+  for (const layout_candidate& c : singles)
+    if (passes(c)) return d;
   // Two mistakes at once (FP4 nibbles and a tiled scale layout often come together): each pair
   // of changes to different fields.
   for (std::size_t i = 0; i < singles.size(); ++i)
@@ -153,13 +151,7 @@ layout_diagnosis diagnose_layout(matrix_view<T> input, const mx_foreign_view& ac
         c.storage.data_ld = 0;
       }
       if (b_rule) c.options.rule = b.options.rule;
-      if (!fits(c)) continue;
-      c.mismatches = count(c.storage, c.options);
-      d.tried.push_back(c);
-      if (c.ok()) {
-        d.explanation = "passes with " + c.change + " (" + std::to_string(d.original_mismatches) + " mismatches as described)";
-        return d;
-      }
+      if (passes(c)) return d;
     }
   d.explanation = "no single or paired change of nibble order, scale layout, columnwise storage or scale rule makes it pass (" +
                   std::to_string(d.tried.size()) + " tried)";
