@@ -60,7 +60,7 @@ namespace {
 
 // ---- DLPack in ----------------------------------------------------------------------------
 template <class Managed>
-tensor_ref from_managed(Managed* m, bool versioned) {
+tensor_ref from_managed(Managed* m) {
   const dlpack::DLTensor& t = m->dl_tensor;
   tensor_ref r;
   r.data = static_cast<char*>(t.data) + t.byte_offset;
@@ -69,7 +69,6 @@ tensor_ref from_managed(Managed* m, bool versioned) {
   r.shape.assign(t.shape, t.shape + t.ndim);
   if (t.strides) r.strides.assign(t.strides, t.strides + t.ndim);
   if constexpr (std::is_same_v<Managed, dlpack::DLManagedTensorVersioned>) r.read_only = (m->flags & dlpack::flag_read_only) != 0;
-  (void)versioned;
   r.owner = std::shared_ptr<void>(m, [](void* p) {
     Managed* mt = static_cast<Managed*>(p);
     if (mt->deleter) mt->deleter(mt);
@@ -82,16 +81,16 @@ tensor_ref from_capsule(py::handle capsule) {
   if (PyCapsule_IsValid(c, "dltensor")) {
     auto* m = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
     PyCapsule_SetName(c, "used_dltensor");  // consumed: the producer's capsule destructor leaves it to us
-    return from_managed(m, false);
+    return from_managed(m);
   }
   if (PyCapsule_IsValid(c, "dltensor_versioned")) {
     auto* m = static_cast<dlpack::DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
     PyCapsule_SetName(c, "used_dltensor_versioned");
     if (m->version.major > 1) {
-      tensor_ref dropped = from_managed(m, true);  // release it through its deleter
+      tensor_ref dropped = from_managed(m);  // release it through its deleter
       value_error("a DLPack " + std::to_string(m->version.major) + ".x tensor; mxkit reads DLPack 1.x and earlier");
     }
-    return from_managed(m, true);
+    return from_managed(m);
   }
   value_error("__dlpack__ returned something that is not an unconsumed DLPack capsule");
 }
@@ -172,10 +171,11 @@ Managed* make_managed(const tensor_ref& t) {
 }
 
 py::capsule export_capsule(const tensor_ref& t, py::object stream, py::object max_version) {
-  if (t.on_cuda() && !stream.is_none()) {
-    const auto s = stream.cast<std::intptr_t>();
-    // -1: the consumer asks for no synchronization (array API); otherwise the consumer's stream
-    // waits for the stream our writes went to, on the device, without a host wait.
+  if (t.on_cuda()) {
+    // None: the legacy default stream (DLPack's 1); -1: the consumer asks for no synchronization
+    // (array API); otherwise the consumer's stream waits for the stream our writes went to, on
+    // the device, without a host wait.
+    const auto s = stream.is_none() ? std::intptr_t{1} : stream.cast<std::intptr_t>();
     if (s != -1 && static_cast<std::uintptr_t>(s) != t.stream) device::stream_wait(static_cast<std::uintptr_t>(s), t.stream, t.device.device_id);
   }
   bool versioned = false;
