@@ -405,6 +405,7 @@ py::tuple quantize_host(const tensor_ref& x, const copy_description& d, unsigned
 // Device quantize: mxkit's storage (any scale layout); `both`: rowwise and columnwise in one launch.
 py::list quantize_device(const tensor_ref& x, const copy_description& d, bool both, std::uintptr_t stream) {
   const matrix_arg m = input_matrix(x, "quantize");
+  if (!x.on_cuda()) value_error("quantize: the device quantizer takes a CUDA tensor, got " + x.describe());
   if (!d.own_storage()) value_error("quantize: the device quantizer writes mxkit's storage (preset='mxkit', any scale layout), not " + d.what());
   const int dev = x.device.device_id;
   std::vector<copy_description> copies;
