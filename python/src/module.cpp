@@ -153,6 +153,14 @@ struct export_context {
 template <class Managed>
 Managed* make_managed(const tensor_ref& t) {
   auto* ctx = new export_context{t.shape, t.strides, t.owner};
+  if (ctx->strides.empty()) {  // explicit compact strides (DLPack 1.2 asks producers for them)
+    ctx->strides.resize(t.shape.size());
+    std::int64_t step = 1;
+    for (std::size_t i = t.shape.size(); i-- > 0;) {
+      ctx->strides[i] = step;
+      step *= t.shape[i];
+    }
+  }
   auto* m = new Managed{};
   m->manager_ctx = ctx;
   m->deleter = [](Managed* self) {
@@ -165,7 +173,7 @@ Managed* make_managed(const tensor_ref& t) {
   d.ndim = static_cast<std::int32_t>(t.shape.size());
   d.dtype = t.dtype;
   d.shape = ctx->shape.data();
-  d.strides = ctx->strides.empty() ? nullptr : ctx->strides.data();
+  d.strides = ctx->strides.data();
   d.byte_offset = 0;
   return m;
 }
