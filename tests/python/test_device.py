@@ -104,7 +104,8 @@ if triton is not None:
         field = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF
         biased = tl.minimum(tl.maximum(field - 2, 0), 254)
         biased = tl.where(amax == 0.0, 0, biased)
-        scale = (biased << 23).to(tl.float32, bitcast=True)  # 2^(biased - 127), exact (a zero block: 0, codes 0)
+        scale = (biased << 23).to(tl.float32, bitcast=True)  # 2^(biased - 127), exact
+        scale = tl.where(amax == 0.0, 1.0, scale)  # a zero block (scale byte 0): codes 0, never 0 / 0
         lo = fp4_code(even, scale)
         hi = fp4_code(odd, scale)
         if HIGH_FIRST:
