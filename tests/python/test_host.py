@@ -341,3 +341,18 @@ def test_gemm_without_gpu_says_so():
     c = mxkit.quantize(matrix(32, 32), "mxfp4")
     with pytest.raises(RuntimeError, match="MXKIT_GPU=CUDA"):
         mxkit.gemm(*c, *c, "mxfp4")
+
+
+def test_torch_cpu_tensors_cross_by_dlpack():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(64, 128).to(torch.bfloat16)
+    t = mxkit._mxkit.import_tensor(x)
+    assert t.dtype == "bfloat16" and t.data_ptr == x.data_ptr()  # read in place
+    row, col = mxkit.quantize(x, "mxfp8_e4m3", axis="both")
+    assert isinstance(row.codes, torch.Tensor) and tuple(col.codes.shape) == (128, 64)
+    # The same bytes as the float32 values of those bf16 numbers, quantized from NumPy.
+    ref = mxkit.quantize(x.float().numpy(), "mxfp8_e4m3")
+    np.testing.assert_array_equal(row.codes.numpy(), ref.codes)
+    assert mxkit.validate(x, row.codes, row.scales, fmt="e4m3").ok
+    back = torch.from_dlpack(mxkit._mxkit.import_tensor(x))  # our capsule, torch's consumer
+    assert back.data_ptr() == x.data_ptr() and back.dtype == torch.bfloat16
