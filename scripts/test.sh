@@ -154,7 +154,7 @@ for stage in "${stages[@]}"; do
       # The Python module and its pytest (python.pytest, label unit) join where a python3 with its
       # headers, pybind11, NumPy and pytest is found (Debian: python3-dev pybind11-dev
       # python3-numpy python3-pytest); CI requires them.
-      py_args=()
+      py_args=(-DMXKIT_BUILD_PYTHON=OFF)
       if py=$(python_for_module); then
         py_args=(-DMXKIT_BUILD_PYTHON=ON "-DPython3_EXECUTABLE=$py")
       elif [ "${CI:-}" = true ]; then
