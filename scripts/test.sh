@@ -4,7 +4,8 @@
 # Stages, all by default, each in its own build folder under $MXKIT_BUILD_ROOT (default build/):
 #   release   Release host build (MXKIT_GPU=OFF) with the default compiler; every ctest test
 #             (unit, exhaustive, per-header compile, README, C++17 and SPDX checks, packaging
-#             including the offline lean install).
+#             including the offline lean install; the Python module's pytest where python3-dev,
+#             pybind11, NumPy and pytest are installed, required under CI=true).
 #   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is
 #             checked by a second compiler too); ctest without the `package` label (the consumer
 #             projects are not sanitized builds), with sanitizer.* proving the build is sanitized.
@@ -134,10 +135,32 @@ PROBE
   return $rc
 }
 
+# The first python3 (PATH, then Debian's) that can build and test the Python module.
+python_for_module() {
+  local c
+  for c in python3 /usr/bin/python3; do
+    command -v "$c" > /dev/null || continue
+    if "$c" -c 'import os, sysconfig, numpy, pybind11, pytest
+assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' > /dev/null 2>&1; then
+      command -v "$c"; return 0
+    fi
+  done
+  return 1
+}
+
 for stage in "${stages[@]}"; do
   case $stage in
     release)
-      build_and_test release "$root/release" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=OFF ;;
+      # The Python module and its pytest (python.pytest, label unit) join where a python3 with its
+      # headers, pybind11, NumPy and pytest is found (Debian: python3-dev pybind11-dev
+      # python3-numpy python3-pytest); CI requires them.
+      py_args=(-DMXKIT_BUILD_PYTHON=OFF)
+      if py=$(python_for_module); then
+        py_args=(-DMXKIT_BUILD_PYTHON=ON "-DPython3_EXECUTABLE=$py")
+      elif [ "${CI:-}" = true ]; then
+        record release FAILED 0 "no python3 with python3-dev, pybind11, numpy and pytest (required in CI)"; continue
+      fi
+      build_and_test release "$root/release" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=OFF "${py_args[@]}" ;;
     sanitize)
       if [ -n "${MXKIT_SANITIZE_CXX:-}" ]; then
         candidates=("$MXKIT_SANITIZE_CXX")

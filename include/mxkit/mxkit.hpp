@@ -27,6 +27,7 @@
 #include <mxkit/format/rounding.hpp>
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/random/philox.hpp>
+#include <mxkit/ref/diagnose.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/names.hpp>
 #include <mxkit/ref/parallel.hpp>

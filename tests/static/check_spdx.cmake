@@ -3,16 +3,16 @@
 # Apache-2.0, in its first 3 lines (after a #! line or a #pragma once, say), and LICENSE holds the
 # Apache License 2.0. Source files: *.hpp *.cpp *.cu *.hip *.cmake *.cmake.in CMakeLists.txt *.sh
 # *.py, the top-level CMakeLists.txt and the scripts in .ci/, under include/ tests/ bench/
-# examples/ scripts/ cmake/ data/ .ci/. The list is what git tracks where the source is a git
+# examples/ scripts/ cmake/ data/ .ci/ python/ (and setup.py). The list is what git tracks where the source is a git
 # work tree (build folders never count), else a glob of those folders.
 #   cmake -DSOURCE_DIR=<repo> -P check_spdx.cmake
 cmake_minimum_required(VERSION 3.21)
-set(dirs include tests bench examples scripts cmake data .ci)
+set(dirs include tests bench examples scripts cmake data .ci python)
 set(pattern "(\\.(hpp|cpp|cu|hip|cmake|cmake\\.in|sh|py)|/CMakeLists\\.txt)$")
 set(files "")
 find_package(Git QUIET)
 if(GIT_FOUND AND EXISTS ${SOURCE_DIR}/.git)
-  execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE_DIR} ls-files -- CMakeLists.txt ${dirs}
+  execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE_DIR} ls-files -- CMakeLists.txt setup.py ${dirs}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE listing ERROR_QUIET)
   if(rc EQUAL 0)
     string(REPLACE "\n" ";" files "${listing}")
@@ -21,7 +21,7 @@ if(GIT_FOUND AND EXISTS ${SOURCE_DIR}/.git)
 endif()
 if(NOT files)
   set(how "glob")
-  set(files CMakeLists.txt)
+  set(files CMakeLists.txt setup.py)
   foreach(d IN LISTS dirs)
     file(GLOB_RECURSE below RELATIVE ${SOURCE_DIR} ${SOURCE_DIR}/${d}/*)
     list(APPEND files ${below})

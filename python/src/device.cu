@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+// The device half of the Python module under nvcc (MXKIT_GPU=CUDA): mxkit's own launchers on the
+// caller's stream. Results live in cudaMalloc memory that Python owns through DLPack; it is freed
+// with cudaFree, which waits for the device's outstanding work, so a consumer that used the
+// memory on any stream is done with it before it is returned.
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/gemm/gemm.hpp>
+#include <mxkit/gpu/quantize.hpp>
+
+#include "device.hpp"
+
+namespace mxkit_python::device {
+namespace {
+using mxkit::gpu::stream_t;
+
+stream_t as_stream(std::uintptr_t s) noexcept { return reinterpret_cast<stream_t>(s); }  // 1, 2: the legacy and per-thread defaults
+
+// Makes `device_id` current for one call, as torch's device guard does.
+class device_guard {
+ public:
+  explicit device_guard(int device_id) {
+    MXKIT_GPU_CHECK(mxkit::gpu::get_device(&previous_));
+    if (device_id != previous_) MXKIT_GPU_CHECK(mxkit::gpu::set_device(device_id));
+  }
+  ~device_guard() { (void)mxkit::gpu::set_device(previous_); }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+}  // namespace
+
+bool built() noexcept { return true; }
+
+void* allocate(std::size_t bytes, int device_id, std::uintptr_t) {
+  device_guard g(device_id);
+  void* p = nullptr;
+  if (bytes > 0) MXKIT_GPU_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+void release(void* p, int device_id) noexcept {
+  if (!p) return;
+  int previous = 0;
+  (void)cudaGetDevice(&previous);
+  (void)cudaSetDevice(device_id);
+  (void)cudaFree(p);
+  (void)cudaSetDevice(previous);
+}
+
+void quantize(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, mxkit::mx_type format,
+              const mxkit::quantize_options& options, const quantize_targets& out, int device_id, std::uintptr_t stream) {
+  device_guard g(device_id);
+  const mxkit::gpu::quantize_outputs o{out.rowwise_data, out.rowwise_scales, out.scales, out.columnwise_data, out.columnwise_scales,
+                                       out.scales, nullptr};
+  switch (type) {
+    case input_type::f32:
+      mxkit::gpu::quantize(mxkit::matrix_view<const float>{static_cast<const float*>(in), rows, cols, ld}, format, options, o, as_stream(stream));
+      break;
+    case input_type::bf16:
+      mxkit::gpu::quantize(mxkit::matrix_view<const mxkit::bfloat16>{static_cast<const mxkit::bfloat16*>(in), rows, cols, ld}, format, options, o,
+                           as_stream(stream));
+      break;
+    case input_type::f16:
+      mxkit::gpu::quantize(mxkit::matrix_view<const mxkit::float16>{static_cast<const mxkit::float16*>(in), rows, cols, ld}, format, options, o,
+                           as_stream(stream));
+      break;
+  }
+}
+
+void gemm(mxkit::mx_const_view a, mxkit::mx_const_view b, void* d, bool bf16_output, std::size_t ld, float alpha, int device_id,
+          std::uintptr_t stream) {
+  device_guard g(device_id);
+  const std::size_t p = a.layout.rows, q = b.layout.rows;
+  if (bf16_output)
+    mxkit::gpu::gemm(a, b, mxkit::matrix_view<mxkit::bfloat16>{static_cast<mxkit::bfloat16*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
+  else
+    mxkit::gpu::gemm(a, b, mxkit::matrix_view<float>{static_cast<float*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
+}
+
+void stream_wait(std::uintptr_t consumer, std::uintptr_t producer, int device_id) {
+  device_guard g(device_id);
+  cudaEvent_t e{};
+  MXKIT_GPU_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  MXKIT_GPU_CHECK(cudaEventRecord(e, as_stream(producer)));
+  MXKIT_GPU_CHECK(cudaStreamWaitEvent(as_stream(consumer), e, 0));
+  MXKIT_GPU_CHECK(cudaEventDestroy(e));  // released once the wait is done with it
+}
+
+}  // namespace mxkit_python::device

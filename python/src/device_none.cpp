@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// The device half in a module built without a GPU backend (MXKIT_GPU=OFF): every call says so.
+#include <stdexcept>
+
+#include "device.hpp"
+
+namespace mxkit_python::device {
+namespace {
+[[noreturn]] void no_gpu() {
+  throw std::runtime_error("mxkit was built without a GPU backend: rebuild the Python module with MXKIT_GPU=CUDA (README, From Python)");
+}
+}  // namespace
+
+bool built() noexcept { return false; }
+void* allocate(std::size_t, int, std::uintptr_t) { no_gpu(); }
+void release(void*, int) noexcept {}
+void quantize(const void*, input_type, std::size_t, std::size_t, std::size_t, mxkit::mx_type, const mxkit::quantize_options&,
+              const quantize_targets&, int, std::uintptr_t) {
+  no_gpu();
+}
+void gemm(mxkit::mx_const_view, mxkit::mx_const_view, void*, bool, std::size_t, float, int, std::uintptr_t) { no_gpu(); }
+void stream_wait(std::uintptr_t, std::uintptr_t, int) { no_gpu(); }
+
+}  // namespace mxkit_python::device

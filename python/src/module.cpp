@@ -1,0 +1,774 @@
+// SPDX-License-Identifier: Apache-2.0
+// _mxkit: the thin C++ layer under the Python package `mxkit` (python/mxkit/__init__.py). It
+// reads tensors in place (DLPack capsules from torch, CuPy, JAX or NumPy; the buffer protocol for
+// NumPy), checks every buffer's size against the layout it is read through, and calls the host
+// oracle (ref/) or the device launchers (device.hpp). Arguments are already normalized by the
+// Python layer: enum values arrive as mxkit's own names (enum_names), shapes as integers.
+#include <Python.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/ref/diagnose.hpp>
+#include <mxkit/ref/peer_presets.hpp>
+#include <mxkit/ref/quantize.hpp>
+#include <mxkit/ref/validate.hpp>
+#include <mxkit/ref/validate_gemm.hpp>
+#include <mxkit/version.hpp>
+
+#include "device.hpp"
+#include "dlpack.hpp"
+#include "tensor_ref.hpp"
+
+namespace py = pybind11;
+using namespace mxkit_python;
+
+namespace mxkit_python {
+
+std::string tensor_ref::dtype_name() const {
+  const char* base = dtype.code == dlpack::kDLFloat    ? "float"
+                     : dtype.code == dlpack::kDLBfloat ? "bfloat"
+                     : dtype.code == dlpack::kDLInt    ? "int"
+                     : dtype.code == dlpack::kDLUInt   ? "uint"
+                     : dtype.code == dlpack::kDLBool   ? "bool"
+                                                       : "code";
+  std::string s = std::string(base) + std::to_string(dtype.bits);
+  if (dtype.code > dlpack::kDLBool) s = "dlpack type code " + std::to_string(dtype.code) + " (" + std::to_string(dtype.bits) + " bits)";
+  if (dtype.lanes != 1) s += "x" + std::to_string(dtype.lanes);
+  return s;
+}
+std::string tensor_ref::describe() const {
+  std::ostringstream s;
+  s << dtype_name() << " [";
+  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "] on " << (on_host() ? "cpu" : on_cuda() ? "cuda:" + std::to_string(device.device_id) : "device type " + std::to_string(device.device_type));
+  return s.str();
+}
+
+namespace {
+
+[[noreturn]] void value_error(const std::string& m) { throw py::value_error(m); }
+
+// ---- DLPack in ----------------------------------------------------------------------------
+template <class Managed>
+tensor_ref from_managed(Managed* m) {
+  const dlpack::DLTensor& t = m->dl_tensor;
+  tensor_ref r;
+  r.data = static_cast<char*>(t.data) + t.byte_offset;
+  r.device = t.device;
+  r.dtype = t.dtype;
+  r.shape.assign(t.shape, t.shape + t.ndim);
+  if (t.strides) r.strides.assign(t.strides, t.strides + t.ndim);
+  if constexpr (std::is_same_v<Managed, dlpack::DLManagedTensorVersioned>) r.read_only = (m->flags & dlpack::flag_read_only) != 0;
+  r.owner = std::shared_ptr<void>(m, [](void* p) {
+    Managed* mt = static_cast<Managed*>(p);
+    if (mt->deleter) mt->deleter(mt);
+  });
+  return r;
+}
+
+tensor_ref from_capsule(py::handle capsule) {
+  PyObject* c = capsule.ptr();
+  if (PyCapsule_IsValid(c, "dltensor")) {
+    auto* m = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+    PyCapsule_SetName(c, "used_dltensor");  // consumed: the producer's capsule destructor leaves it to us
+    return from_managed(m);
+  }
+  if (PyCapsule_IsValid(c, "dltensor_versioned")) {
+    auto* m = static_cast<dlpack::DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
+    PyCapsule_SetName(c, "used_dltensor_versioned");
+    if (m->version.major > 1) {
+      tensor_ref dropped = from_managed(m);  // release it through its deleter
+      value_error("a DLPack " + std::to_string(m->version.major) + ".x tensor; mxkit reads DLPack 1.x and earlier");
+    }
+    return from_managed(m);
+  }
+  value_error("__dlpack__ returned something that is not an unconsumed DLPack capsule");
+}
+
+// Any array: our own tensor, a NumPy array (buffer protocol: it also takes read-only arrays,
+// which NumPy's __dlpack__ refuses), an object with __dlpack__ (torch, CuPy, JAX; `stream` is
+// passed for device tensors so the producer orders its work before ours), or any buffer.
+tensor_ref import_tensor(py::handle obj, py::object stream) {
+  if (py::isinstance<tensor_ref>(obj)) return obj.cast<tensor_ref>();
+  const bool numpy = py::isinstance<py::array>(obj);
+  if (!numpy && py::hasattr(obj, "__dlpack__")) {
+    bool device = false;
+    if (py::hasattr(obj, "__dlpack_device__")) {
+      const py::tuple d = obj.attr("__dlpack_device__")();
+      const int type = d[0].cast<int>();
+      device = type != dlpack::kDLCPU && type != dlpack::kDLCUDAHost;
+    }
+    py::object capsule = device && !stream.is_none() ? obj.attr("__dlpack__")(py::arg("stream") = stream) : obj.attr("__dlpack__")();
+    return from_capsule(capsule);
+  }
+  if (!PyObject_CheckBuffer(obj.ptr())) value_error("expected an array (DLPack or buffer protocol), got " + std::string(py::str(py::type::of(obj))));
+  auto* view = new Py_buffer;
+  if (PyObject_GetBuffer(obj.ptr(), view, PyBUF_RECORDS_RO) != 0) {
+    delete view;
+    throw py::error_already_set();
+  }
+  tensor_ref r;
+  r.owner = std::shared_ptr<void>(view, [](void* p) {
+    py::gil_scoped_acquire gil;
+    PyBuffer_Release(static_cast<Py_buffer*>(p));
+    delete static_cast<Py_buffer*>(p);
+  });
+  r.data = view->buf;
+  r.read_only = view->readonly != 0;
+  const std::string fmt = view->format ? view->format : "B";
+  const char f = fmt.empty() ? 'B' : fmt.back();  // '<f', '=e', ...
+  switch (f) {
+    case 'f': r.dtype = {dlpack::kDLFloat, 32, 1}; break;
+    case 'd': r.dtype = {dlpack::kDLFloat, 64, 1}; break;
+    case 'e': r.dtype = {dlpack::kDLFloat, 16, 1}; break;
+    case 'B': r.dtype = {dlpack::kDLUInt, 8, 1}; break;
+    case 'b': r.dtype = {dlpack::kDLInt, 8, 1}; break;
+    case 'H': r.dtype = {dlpack::kDLUInt, 16, 1}; break;
+    case '?': r.dtype = {dlpack::kDLBool, 8, 1}; break;
+    default: r.dtype = {dlpack::kDLUInt, static_cast<std::uint8_t>(8 * view->itemsize), 1}; break;
+  }
+  for (int i = 0; i < view->ndim; ++i) {
+    r.shape.push_back(view->shape[i]);
+    if (view->strides[i] % view->itemsize != 0) value_error("a buffer whose strides are not whole elements");
+    r.strides.push_back(view->strides[i] / view->itemsize);
+  }
+  return r;
+}
+
+// ---- DLPack out ---------------------------------------------------------------------------
+struct export_context {
+  std::vector<std::int64_t> shape, strides;
+  std::shared_ptr<void> owner;
+};
+template <class Managed>
+Managed* make_managed(const tensor_ref& t) {
+  auto* ctx = new export_context{t.shape, t.strides, t.owner};
+  if (ctx->strides.empty()) {  // explicit compact strides (DLPack 1.2 asks producers for them)
+    ctx->strides.resize(t.shape.size());
+    std::int64_t step = 1;
+    for (std::size_t i = t.shape.size(); i-- > 0;) {
+      ctx->strides[i] = step;
+      step *= t.shape[i];
+    }
+  }
+  auto* m = new Managed{};
+  m->manager_ctx = ctx;
+  m->deleter = [](Managed* self) {
+    delete static_cast<export_context*>(self->manager_ctx);
+    delete self;
+  };
+  dlpack::DLTensor& d = m->dl_tensor;
+  d.data = t.data;
+  d.device = t.device;
+  d.ndim = static_cast<std::int32_t>(t.shape.size());
+  d.dtype = t.dtype;
+  d.shape = ctx->shape.data();
+  d.strides = ctx->strides.data();
+  d.byte_offset = 0;
+  return m;
+}
+
+py::capsule export_capsule(const tensor_ref& t, py::object stream, py::object max_version) {
+  if (t.on_cuda()) {
+    // None: the legacy default stream (DLPack's 1); -1: the consumer asks for no synchronization
+    // (array API); otherwise the consumer's stream waits for the stream our writes went to, on
+    // the device, without a host wait.
+    const auto s = stream.is_none() ? std::intptr_t{1} : stream.cast<std::intptr_t>();
+    if (s != -1 && static_cast<std::uintptr_t>(s) != t.stream) device::stream_wait(static_cast<std::uintptr_t>(s), t.stream, t.device.device_id);
+  }
+  bool versioned = false;
+  if (!max_version.is_none()) versioned = max_version.cast<py::tuple>()[0].cast<int>() >= 1;
+  if (versioned) {
+    auto* m = make_managed<dlpack::DLManagedTensorVersioned>(t);
+    m->version = {1, 0};
+    m->flags = t.read_only ? dlpack::flag_read_only : 0;
+    return py::capsule(m, "dltensor_versioned", [](PyObject* c) {
+      if (PyCapsule_IsValid(c, "dltensor_versioned")) {  // never consumed
+        auto* mt = static_cast<dlpack::DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
+        mt->deleter(mt);
+      }
+    });
+  }
+  auto* m = make_managed<dlpack::DLManagedTensor>(t);
+  return py::capsule(m, "dltensor", [](PyObject* c) {
+    if (PyCapsule_IsValid(c, "dltensor")) {
+      auto* mt = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+      mt->deleter(mt);
+    }
+  });
+}
+
+// A host tensor_ref over a vector we hand over (results: zero copy out).
+tensor_ref host_result(std::vector<std::uint8_t>&& bytes, std::vector<std::int64_t> shape, dlpack::DLDataType dtype) {
+  auto owned = std::make_shared<std::vector<std::uint8_t>>(std::move(bytes));
+  tensor_ref r;
+  r.data = owned->data();
+  r.owner = owned;
+  r.dtype = dtype;
+  r.shape = std::move(shape);
+  return r;
+}
+// As a NumPy array sharing the memory.
+py::array to_numpy(const tensor_ref& t) {
+  py::object base = py::cast(t);
+  std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+  const py::dtype dt = t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 32 ? py::dtype::of<float>()
+                       : t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 64 ? py::dtype::of<double>()
+                                                                                  : py::dtype::of<std::uint8_t>();
+  return py::array(dt, shape, t.data, base);
+}
+py::array numpy_bytes(std::vector<std::uint8_t>&& v, std::vector<std::int64_t> shape) {
+  return to_numpy(host_result(std::move(v), std::move(shape), {dlpack::kDLUInt, 8, 1}));
+}
+py::array numpy_floats(std::vector<float>&& v, std::vector<std::int64_t> shape) {
+  std::vector<std::uint8_t> b(v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return to_numpy(host_result(std::move(b), std::move(shape), {dlpack::kDLFloat, 32, 1}));
+}
+
+// ---- argument checks ----------------------------------------------------------------------
+template <class E>
+E parse_enum(const std::string& name, const char* what) {
+  for (std::size_t i = 0; i < mxkit::enum_count<E>; ++i)
+    if (name == mxkit::enum_names<E>::names[i]) return static_cast<E>(i);
+  std::string choices;
+  for (std::size_t i = 0; i < mxkit::enum_count<E>; ++i) choices += std::string(i ? ", " : "") + mxkit::enum_names<E>::names[i];
+  value_error(std::string(what) + " '" + name + "' is not one of " + choices);
+}
+
+// A byte buffer (codes or scales): compact, one-byte elements, on the host.
+struct byte_buffer {
+  const std::uint8_t* data;
+  std::size_t size;
+};
+byte_buffer host_bytes(const tensor_ref& t, const char* what) {
+  if (!t.on_host()) value_error(std::string(what) + " is " + t.describe() + "; this entry point reads host memory");
+  if (t.dtype.bits != 8 || t.dtype.lanes != 1) value_error(std::string(what) + " must hold bytes (uint8 or an 8-bit float type), got " + t.describe());
+  if (!t.compact()) value_error(std::string(what) + " must be contiguous (row-major), got strides that are not");
+  return {static_cast<const std::uint8_t*>(t.data), t.nbytes()};
+}
+void check_size(const char* entry, const char* what, std::size_t have, std::size_t need, const std::string& layout) {
+  if (have < need)
+    value_error(std::string(entry) + ": " + what + " holds " + std::to_string(have) + " bytes, but " + layout + " needs " + std::to_string(need));
+}
+
+// The 2-D high-precision input: float32, bfloat16 or float16, unit column stride.
+struct matrix_arg {
+  const void* data;
+  device::input_type type;
+  std::size_t rows, cols, ld;
+};
+matrix_arg input_matrix(const tensor_ref& t, const char* entry) {
+  if (t.shape.size() != 2) value_error(std::string(entry) + ": the input must be 2-D [rows, cols], got " + t.describe());
+  device::input_type type;
+  if (t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 32) type = device::input_type::f32;
+  else if (t.dtype.code == dlpack::kDLBfloat && t.dtype.bits == 16) type = device::input_type::bf16;
+  else if (t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 16) type = device::input_type::f16;
+  else value_error(std::string(entry) + ": the input must be float32, bfloat16 or float16, got " + t.describe());
+  if (t.dtype.lanes != 1) value_error(std::string(entry) + ": vector dtypes are not inputs");
+  const std::size_t rows = static_cast<std::size_t>(t.shape[0]), cols = static_cast<std::size_t>(t.shape[1]);
+  std::size_t ld = cols;
+  if (!t.strides.empty()) {
+    if (cols > 1 && t.strides[1] != 1) value_error(std::string(entry) + ": the input's columns must be contiguous (stride 1), got stride " + std::to_string(t.strides[1]) + "; pass a contiguous copy");
+    if (rows > 1) {
+      if (t.strides[0] < static_cast<std::int64_t>(cols)) value_error(std::string(entry) + ": row stride " + std::to_string(t.strides[0]) + " is smaller than cols " + std::to_string(cols));
+      ld = static_cast<std::size_t>(t.strides[0]);
+    }
+  }
+  return {t.data, type, rows, cols, ld};
+}
+template <class F>
+decltype(auto) with_host_matrix(const matrix_arg& m, F&& f) {
+  switch (m.type) {
+    case device::input_type::bf16:
+      return f(mxkit::matrix_view<const mxkit::bfloat16>{static_cast<const mxkit::bfloat16*>(m.data), m.rows, m.cols, m.ld});
+    case device::input_type::f16:
+      return f(mxkit::matrix_view<const mxkit::float16>{static_cast<const mxkit::float16*>(m.data), m.rows, m.cols, m.ld});
+    case device::input_type::f32: break;
+  }
+  return f(mxkit::matrix_view<const float>{static_cast<const float*>(m.data), m.rows, m.cols, m.ld});
+}
+
+// ---- copy descriptions --------------------------------------------------------------------
+// Everything that says how one MX copy is stored and was quantized: the layout, the options,
+// the storage (tensor/foreign_layout.hpp) and a peer's quirks, from a preset name and overrides.
+struct copy_description {
+  std::string preset = "mxkit";
+  std::string name = "mxkit";
+  mxkit::mx_layout layout;
+  mxkit::quantize_options options;
+  mxkit::mx_storage storage;
+  mxkit::peer_quirks quirks;
+  std::optional<mxkit::peer_preset> peer;
+
+  mxkit::mx_foreign_view view(const std::uint8_t* data, const std::uint8_t* scales) const { return {layout, options, storage, data, scales}; }
+  std::size_t data_bytes() const { return view(nullptr, nullptr).data_span(); }
+  std::size_t scale_bytes() const { return view(nullptr, nullptr).scale_span(); }
+  // mxkit's own storage (any scale layout): what the device quantizer and GEMM write and read.
+  bool own_storage() const {
+    const mxkit::mx_storage own = mxkit::own_storage(storage.scales);
+    return !quirks.any() && storage.columnwise == own.columnwise && storage.nibbles == own.nibbles && storage.data_ld == 0 &&
+           storage.padding_stored && storage.scale_line_stride == 0 && storage.scale_padded.lines == 0 && storage.scale_padded.blocks == 0;
+  }
+  std::vector<std::int64_t> data_shape() const {
+    const auto v = view(nullptr, nullptr);
+    return {static_cast<std::int64_t>(v.stored_rows()), static_cast<std::int64_t>(v.data_ld())};
+  }
+  std::vector<std::int64_t> scale_shape() const {
+    const auto v = view(nullptr, nullptr);
+    const mxkit::scale_extent e = v.stored_scale_extent();
+    if (storage.scales != mxkit::scale_layout::row_major) return {static_cast<std::int64_t>(e.size())};
+    if (storage.scale_line_stride == 0) return {static_cast<std::int64_t>(e.lines), static_cast<std::int64_t>(e.blocks)};
+    if (storage.scale_line_stride == 1 && storage.scale_block_stride == e.lines)
+      return {static_cast<std::int64_t>(e.blocks), static_cast<std::int64_t>(e.lines)};  // block index slow (TE columnwise)
+    return {static_cast<std::int64_t>(v.scale_span())};
+  }
+  std::string what() const {  // "a rowwise mxfp4 128x64 copy (torchao to_mx FLOOR (mxfp4))"
+    std::ostringstream s;
+    s << "a " << mxkit::name_of(layout.axis) << " " << mxkit::name_of(layout.type) << " " << layout.rows << "x" << layout.cols << " copy";
+    if (storage.scales != mxkit::scale_layout::row_major) s << " with " << mxkit::name_of(storage.scales) << " scales";
+    s << " (" << name << ")";
+    return s.str();
+  }
+};
+
+mxkit::peer_preset make_preset(const std::string& preset, mxkit::mx_type type, mxkit::scale_layout scales) {
+  using mxkit::torchao_scale_mode;
+  if (preset == "torchao_floor") return mxkit::peers::torchao_to_mx(type, torchao_scale_mode::floor, scales);
+  if (preset == "torchao_rceil") return mxkit::peers::torchao_to_mx(type, torchao_scale_mode::rceil, scales);
+  if (preset == "torchao_ceil") return mxkit::peers::torchao_to_mx(type, torchao_scale_mode::ceil, scales);
+  if (preset == "torchao_even") return mxkit::peers::torchao_to_mx(type, torchao_scale_mode::even, scales);
+  if (preset == "te_mxfp8") return mxkit::peers::te_mxfp8(type, scales);
+  if (preset == "rocm_te_mxfp4" || preset == "rocm_te_mxfp4_software") {
+    if (type != mxkit::mx_type::mxfp4) value_error("preset " + preset + " is MXFP4 only, got " + mxkit::name_of(type));
+    return mxkit::peers::rocm_te_mxfp4(preset == "rocm_te_mxfp4" ? mxkit::rocm_fp4_path::hardware : mxkit::rocm_fp4_path::software, scales);
+  }
+  value_error("unknown preset '" + preset +
+              "'; one of mxkit, torchao_floor, torchao_rceil, torchao_ceil, torchao_even, te_mxfp8, rocm_te_mxfp4, rocm_te_mxfp4_software");
+}
+
+copy_description describe_copy(std::size_t rows, std::size_t cols, const std::string& format, const std::string& axis, const std::string& preset,
+                               std::optional<std::string> layout, std::optional<std::string> rule, std::optional<std::string> rounding,
+                               std::optional<bool> hadamard, bool random_signs, std::uint64_t seed, std::optional<std::string> nibbles,
+                               std::optional<std::string> columnwise, std::optional<bool> padding_stored) {
+  copy_description d;
+  d.preset = preset;
+  d.layout = {parse_enum<mxkit::mx_type>(format, "format"), parse_enum<mxkit::block_axis>(axis, "axis"), rows, cols};
+  mxkit::detail::check_layout(d.layout, "describe_copy");
+  const mxkit::scale_layout scales = layout ? parse_enum<mxkit::scale_layout>(*layout, "layout") : mxkit::scale_layout::row_major;
+  if (preset == "mxkit") {
+    d.storage = mxkit::own_storage(scales);
+  } else {
+    d.peer = make_preset(preset, d.layout.type, scales);
+    d.name = d.peer->name;
+    d.options = d.peer->options;
+    d.quirks = d.peer->quirks;
+    d.storage = d.peer->storage(d.layout.axis, rows, cols);
+  }
+  if (rule) d.options.rule = parse_enum<mxkit::scale_rule>(*rule, "rule");
+  if (rounding) d.options.round = parse_enum<mxkit::rounding>(*rounding, "rounding");
+  if (hadamard) d.options.hadamard = *hadamard;
+  d.options.random_signs = random_signs;
+  d.options.seed = seed;
+  if (nibbles) d.storage.nibbles = parse_enum<mxkit::nibble_order>(*nibbles, "nibbles");
+  if (columnwise) d.storage.columnwise = parse_enum<mxkit::columnwise_storage>(*columnwise, "columnwise");
+  if (padding_stored) d.storage.padding_stored = *padding_stored;
+  mxkit::detail::check_options(d.options, "describe_copy");
+  mxkit::detail::check_foreign_storage(d.view(nullptr, nullptr), "describe_copy");
+  return d;
+}
+
+// ---- quantize / dequantize ----------------------------------------------------------------
+py::tuple quantize_host(const tensor_ref& x, const copy_description& d, unsigned threads) {
+  const matrix_arg m = input_matrix(x, "quantize");
+  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("quantize: the description is for " + d.what() + " but the input is " + x.describe());
+  mxkit::mx_foreign_buffers b;
+  {
+    py::gil_scoped_release nogil;
+    b = with_host_matrix(m, [&](auto in) {
+      if (d.peer) {  // the peer's options and quirks; stored with this description's storage
+        mxkit::peer_preset p = *d.peer;
+        p.options = d.options;
+        const mxkit::mx_foreign_buffers like = mxkit::quantize_like(p, in, d.layout.axis, threads);
+        const mxkit::mx_tensor t = mxkit::to_mx_tensor(like.view());
+        return mxkit::store_foreign(t.view(), d.storage);
+      }
+      const mxkit::mx_tensor t = mxkit::quantize(in, d.layout.type, d.layout.axis, d.options, threads);
+      return mxkit::store_foreign(t.view(), d.storage);
+    });
+  }
+  return py::make_tuple(numpy_bytes(std::move(b.data), d.data_shape()), numpy_bytes(std::move(b.scales), d.scale_shape()));
+}
+
+// Device quantize: mxkit's storage (any scale layout); `both`: rowwise and columnwise in one launch.
+py::list quantize_device(const tensor_ref& x, const copy_description& d, bool both, std::uintptr_t stream) {
+  const matrix_arg m = input_matrix(x, "quantize");
+  if (!x.on_cuda()) value_error("quantize: the device quantizer takes a CUDA tensor, got " + x.describe());
+  if (!d.own_storage()) value_error("quantize: the device quantizer writes mxkit's storage (preset='mxkit', any scale layout), not " + d.what());
+  const int dev = x.device.device_id;
+  std::vector<copy_description> copies;
+  if (both) {
+    copy_description r = d, c = d;
+    r.layout.axis = mxkit::block_axis::rowwise;
+    c.layout.axis = mxkit::block_axis::columnwise;
+    copies = {r, c};
+  } else {
+    copies = {d};
+  }
+  device::quantize_targets out;
+  out.scales = d.storage.scales;
+  std::vector<tensor_ref> refs;
+  for (const copy_description& c : copies) {
+    for (int part = 0; part < 2; ++part) {
+      const std::size_t bytes = part == 0 ? c.data_bytes() : c.scale_bytes();
+      void* p = device::allocate(bytes, dev, stream);
+      tensor_ref t;
+      t.data = p;
+      t.owner = std::shared_ptr<void>(p, [dev](void* q) { device::release(q, dev); });
+      t.device = {dlpack::kDLCUDA, dev};
+      t.shape = part == 0 ? c.data_shape() : c.scale_shape();
+      t.stream = stream;
+      refs.push_back(t);
+      auto* u = static_cast<std::uint8_t*>(p);
+      const bool row = c.layout.axis == mxkit::block_axis::rowwise;
+      (part == 0 ? (row ? out.rowwise_data : out.columnwise_data) : (row ? out.rowwise_scales : out.columnwise_scales)) = u;
+    }
+  }
+  device::quantize(m.data, m.type, m.rows, m.cols, m.ld, d.layout.type, d.options, out, dev, stream);
+  py::list result;
+  for (std::size_t i = 0; i < refs.size(); i += 2) result.append(py::make_tuple(py::cast(refs[i]), py::cast(refs[i + 1])));
+  return result;
+}
+
+py::array dequantize_host(const tensor_ref& codes, const tensor_ref& scales, const copy_description& d) {
+  const byte_buffer c = host_bytes(codes, "codes"), s = host_bytes(scales, "scales");
+  check_size("dequantize", "codes", c.size, d.data_bytes(), d.what());
+  check_size("dequantize", "scales", s.size, d.scale_bytes(), d.what());
+  std::vector<float> out;
+  {
+    py::gil_scoped_release nogil;
+    const mxkit::mx_tensor t = mxkit::to_mx_tensor(d.view(c.data, s.data));
+    out = mxkit::dequantize(t);
+  }
+  return numpy_floats(std::move(out), {static_cast<std::int64_t>(d.layout.rows), static_cast<std::int64_t>(d.layout.cols)});
+}
+
+// ---- element formats ----------------------------------------------------------------------
+py::array encode(const tensor_ref& x, const std::string& format, const std::string& rounding, const std::string& overflow) {
+  if (!x.on_host() || x.dtype.code != dlpack::kDLFloat || x.dtype.bits != 32 || !x.compact())
+    value_error("encode: takes a contiguous float32 host array, got " + x.describe());
+  const mxkit::mx_type t = parse_enum<mxkit::mx_type>(format, "format");
+  const mxkit::rounding r = parse_enum<mxkit::rounding>(rounding, "rounding");
+  if (r == mxkit::rounding::stochastic) value_error("encode: stochastic rounding needs random bits; use quantize with a seed");
+  const mxkit::overflow o = parse_enum<mxkit::overflow>(overflow, "overflow");
+  const float* in = static_cast<const float*>(x.data);
+  std::vector<std::uint8_t> out(x.elements());
+  mxkit::visit_mx_type(t, [&](auto fmt) {
+    using E = typename decltype(fmt)::element_type;
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(E::from_float(in[i], r, o).bits());
+  });
+  return numpy_bytes(std::move(out), x.shape);
+}
+py::array decode(const tensor_ref& codes, const std::string& format) {
+  const byte_buffer c = host_bytes(codes, "codes");
+  const mxkit::mx_type t = parse_enum<mxkit::mx_type>(format, "format");
+  std::vector<float> out(c.size);
+  mxkit::visit_mx_type(t, [&](auto fmt) {
+    using E = typename decltype(fmt)::element_type;
+    const unsigned mask = t == mxkit::mx_type::mxfp4 ? 0xFu : (t == mxkit::mx_type::mxfp6_e2m3 || t == mxkit::mx_type::mxfp6_e3m2) ? 0x3Fu : 0xFFu;
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = E::from_bits(static_cast<typename E::storage_type>(c.data[i] & mask)).to_float();
+  });
+  return numpy_floats(std::move(out), codes.shape);
+}
+
+// ---- validation ---------------------------------------------------------------------------
+struct validation_result {
+  mxkit::mx_validation_report report;
+  std::string text;
+  bool diagnosed = false;
+  std::string diagnosis;        // explanation, when diagnosed
+  std::string passing_change;   // the change that passes, or empty
+  std::vector<std::pair<std::string, std::size_t>> tried;  // (change, mismatches)
+};
+
+float decoded(mxkit::mx_type type, std::uint8_t code, std::uint8_t scale) {
+  return mxkit::visit_mx_type(type, [&](auto fmt) {
+    using E = typename decltype(fmt)::element_type;
+    return mxkit::dequantize_element_value(E::from_bits(code).to_float(), mxkit::e8m0::from_bits(scale));
+  });
+}
+float scale_value(std::uint8_t s) { return mxkit::e8m0::from_bits(s).to_float(); }
+
+py::dict mismatch_arrays(const mxkit::mx_validation_report& r) {
+  const std::size_t n = r.mismatches.size();
+  py::array_t<std::int64_t> row(n), col(n), line(n), block(n), index(n);
+  py::array_t<std::uint8_t> expected(n), actual(n), scale(n), actual_scale(n);
+  py::array_t<float> expected_value(n), actual_value(n), input(n), value(n);
+  py::list kind;
+  for (std::size_t i = 0; i < n; ++i) {
+    const mxkit::mx_mismatch& m = r.mismatches[i];
+    kind.append(mxkit::name_of(m.kind()));
+    row.mutable_at(i) = static_cast<std::int64_t>(m.row);
+    col.mutable_at(i) = static_cast<std::int64_t>(m.col);
+    line.mutable_at(i) = static_cast<std::int64_t>(m.line);
+    block.mutable_at(i) = static_cast<std::int64_t>(m.block);
+    index.mutable_at(i) = static_cast<std::int64_t>(m.index);
+    expected.mutable_at(i) = m.expected;
+    actual.mutable_at(i) = m.actual;
+    scale.mutable_at(i) = m.scale;
+    actual_scale.mutable_at(i) = m.actual_scale;
+    input.mutable_at(i) = m.input;
+    value.mutable_at(i) = m.value;
+    // Decoded: a scale mismatch gives the two scales' values, an element the two element values
+    // times their blocks' scales (what a consumer of either copy would compute).
+    expected_value.mutable_at(i) = m.is_scale ? scale_value(m.expected) : decoded(m.type, m.expected, m.scale);
+    actual_value.mutable_at(i) = m.is_scale ? scale_value(m.actual) : decoded(m.type, m.actual, m.actual_scale);
+  }
+  py::dict d;
+  d["kind"] = py::module_::import("numpy").attr("array")(kind, py::arg("dtype") = "U7");
+  d["row"] = row;
+  d["column"] = col;
+  d["line"] = line;
+  d["block"] = block;
+  d["index"] = index;
+  d["expected"] = expected;
+  d["actual"] = actual;
+  d["expected_value"] = expected_value;
+  d["actual_value"] = actual_value;
+  d["scale"] = scale;
+  d["actual_scale"] = actual_scale;
+  d["input"] = input;
+  d["value"] = value;
+  return d;
+}
+
+validation_result validate_host(const tensor_ref& x, const tensor_ref& codes, const tensor_ref& scales, const copy_description& d,
+                                std::size_t max_reported, bool strict_nan_blocks, bool check_padding, bool diagnose, unsigned threads) {
+  const matrix_arg m = input_matrix(x, "validate");
+  if (!x.on_host()) value_error("validate: the input is " + x.describe() + "; validation reads host memory");
+  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("validate: the description is for " + d.what() + " but the input is " + x.describe());
+  const byte_buffer c = host_bytes(codes, "codes"), s = host_bytes(scales, "scales");
+  check_size("validate", "codes", c.size, d.data_bytes(), d.what());
+  check_size("validate", "scales", s.size, d.scale_bytes(), d.what());
+  mxkit::validate_options o;
+  o.max_reported = max_reported;
+  o.strict_nan_blocks = strict_nan_blocks;
+  o.check_padding = check_padding;
+  o.quirks = d.quirks;
+  o.threads = threads;
+  validation_result v;
+  py::gil_scoped_release nogil;
+  with_host_matrix(m, [&](auto in) {
+    v.report = mxkit::validate(in, d.view(c.data, s.data), o);
+    if (!v.report.ok() && diagnose) {
+      const mxkit::layout_diagnosis dg = mxkit::diagnose_layout(in, d.view(c.data, s.data), c.size, s.size, o);
+      v.diagnosed = true;
+      v.diagnosis = dg.explanation;
+      if (const mxkit::layout_candidate* p = dg.passing()) v.passing_change = p->change;
+      for (const mxkit::layout_candidate& t : dg.tried) v.tried.emplace_back(t.change, t.mismatches);
+    }
+  });
+  v.text = mxkit::to_string(v.report);
+  if (v.diagnosed) v.text += "\n  diagnosis: " + v.diagnosis;
+  return v;
+}
+
+struct gemm_result {
+  mxkit::gemm_validation_report report;
+  std::string text;
+};
+
+gemm_result validate_gemm_host(const tensor_ref& a_codes, const tensor_ref& a_scales, const copy_description& a, const tensor_ref& b_codes,
+                               const tensor_ref& b_scales, const copy_description& b, const tensor_ref& d, float alpha, std::size_t sample_rows,
+                               std::vector<std::size_t> rows, const std::string& accumulation, double relative, double absolute,
+                               std::size_t max_reported, unsigned threads) {
+  const byte_buffer ac = host_bytes(a_codes, "a_codes"), as = host_bytes(a_scales, "a_scales");
+  const byte_buffer bc = host_bytes(b_codes, "b_codes"), bs = host_bytes(b_scales, "b_scales");
+  check_size("validate_gemm", "a_codes", ac.size, a.data_bytes(), a.what());
+  check_size("validate_gemm", "a_scales", as.size, a.scale_bytes(), a.what());
+  check_size("validate_gemm", "b_codes", bc.size, b.data_bytes(), b.what());
+  check_size("validate_gemm", "b_scales", bs.size, b.scale_bytes(), b.what());
+  if (!d.on_host() || d.shape.size() != 2) value_error("validate_gemm: d must be a 2-D host array, got " + d.describe());
+  const matrix_arg dm = input_matrix(d, "validate_gemm: d");
+  mxkit::gemm_validate_options o;
+  o.alpha = alpha;
+  o.sample_rows = sample_rows;
+  o.rows = std::move(rows);
+  o.accumulation = accumulation == "fp32" ? mxkit::gemm_accumulation::fp32
+                   : accumulation == "tensor_core" ? mxkit::gemm_accumulation::tensor_core
+                                                   : (value_error("accumulation '" + accumulation + "' is not fp32 or tensor_core"), mxkit::gemm_accumulation::fp32);
+  o.relative = relative;
+  o.absolute = absolute;
+  o.max_reported = max_reported;
+  o.threads = threads;
+  gemm_result g;
+  py::gil_scoped_release nogil;
+  const auto av = a.view(ac.data, as.data), bv = b.view(bc.data, bs.data);
+  if (dm.type == device::input_type::f32) g.report = mxkit::validate_gemm(av, bv, mxkit::matrix_view<const float>{static_cast<const float*>(dm.data), dm.rows, dm.cols, dm.ld}, o);
+  else if (dm.type == device::input_type::bf16) g.report = mxkit::validate_gemm(av, bv, mxkit::matrix_view<const mxkit::bfloat16>{static_cast<const mxkit::bfloat16*>(dm.data), dm.rows, dm.cols, dm.ld}, o);
+  else value_error("validate_gemm: d must be float32 or bfloat16, got " + d.describe());
+  g.text = mxkit::to_string(g.report);
+  return g;
+}
+
+tensor_ref gemm_device(const tensor_ref& a_codes, const tensor_ref& a_scales, const copy_description& a, const tensor_ref& b_codes,
+                       const tensor_ref& b_scales, const copy_description& b, bool bf16_output, float alpha, std::uintptr_t stream) {
+  for (const tensor_ref* t : {&a_codes, &a_scales, &b_codes, &b_scales})
+    if (!t->on_cuda() || t->dtype.bits != 8 || !t->compact()) value_error("gemm: the operands must be contiguous byte tensors on a CUDA device, got " + t->describe());
+  if (!a.own_storage() || !b.own_storage() || a.storage.scales != mxkit::scale_layout::row_major || b.storage.scales != mxkit::scale_layout::row_major)
+    value_error("gemm: the device GEMM reads mxkit's storage with row_major scales (quantize(..., layout='row_major'))");
+  check_size("gemm", "a_codes", a_codes.nbytes(), a.data_bytes(), a.what());
+  check_size("gemm", "a_scales", a_scales.nbytes(), a.scale_bytes(), a.what());
+  check_size("gemm", "b_codes", b_codes.nbytes(), b.data_bytes(), b.what());
+  check_size("gemm", "b_scales", b_scales.nbytes(), b.scale_bytes(), b.what());
+  const int dev = a_codes.device.device_id;
+  const std::size_t p = a.layout.rows, q = b.layout.rows;
+  const std::size_t bytes = p * q * (bf16_output ? 2 : 4);
+  void* out = device::allocate(bytes, dev, stream);
+  tensor_ref d;
+  d.data = out;
+  d.owner = std::shared_ptr<void>(out, [dev](void* x) { device::release(x, dev); });
+  d.device = {dlpack::kDLCUDA, dev};
+  d.dtype = bf16_output ? dlpack::DLDataType{dlpack::kDLBfloat, 16, 1} : dlpack::DLDataType{dlpack::kDLFloat, 32, 1};
+  d.shape = {static_cast<std::int64_t>(p), static_cast<std::int64_t>(q)};
+  d.stream = stream;
+  const mxkit::mx_const_view av{a.layout, a.options, static_cast<const std::uint8_t*>(a_codes.data), static_cast<const std::uint8_t*>(a_scales.data)};
+  const mxkit::mx_const_view bv{b.layout, b.options, static_cast<const std::uint8_t*>(b_codes.data), static_cast<const std::uint8_t*>(b_scales.data)};
+  device::gemm(av, bv, out, bf16_output, q, alpha, dev, stream);
+  return d;
+}
+
+}  // namespace
+}  // namespace mxkit_python
+
+PYBIND11_MODULE(_mxkit, m) {
+  m.doc() = "mxkit's C++ layer; use the `mxkit` package";
+  m.attr("version") = std::to_string(MXKIT_VERSION_MAJOR) + "." + std::to_string(MXKIT_VERSION_MINOR) + "." + std::to_string(MXKIT_VERSION_PATCH);
+  m.attr("gpu") = device::built();
+
+  py::class_<tensor_ref>(m, "Tensor", py::buffer_protocol(), "An array mxkit returns: DLPack (torch.from_dlpack, np.from_dlpack) and, on the host, the buffer protocol")
+      .def_buffer([](tensor_ref& t) -> py::buffer_info {
+        if (!t.on_host()) throw py::buffer_error("a device tensor has no host buffer; use torch.from_dlpack or cupy.from_dlpack");
+        std::string fmt = t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 32 ? py::format_descriptor<float>::format()
+                          : t.dtype.bits == 8                                   ? py::format_descriptor<std::uint8_t>::format()
+                                                                                : "H";
+        std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end()), strides(t.shape.size());
+        py::ssize_t step = static_cast<py::ssize_t>(t.itemsize());
+        for (std::size_t i = t.shape.size(); i-- > 0;) {
+          strides[i] = t.strides.empty() ? step : static_cast<py::ssize_t>(t.strides[i] * static_cast<std::int64_t>(t.itemsize()));
+          step *= static_cast<py::ssize_t>(t.shape[i]);
+        }
+        return py::buffer_info(t.data, static_cast<py::ssize_t>(t.itemsize()), fmt, static_cast<py::ssize_t>(t.shape.size()), shape, strides, t.read_only);
+      })
+      .def("__dlpack__", [](const tensor_ref& t, py::object stream, py::object max_version, py::object, py::object) { return export_capsule(t, stream, max_version); },
+           py::arg("stream") = py::none(), py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
+      .def("__dlpack_device__", [](const tensor_ref& t) { return py::make_tuple(t.device.device_type, t.device.device_id); })
+      .def_property_readonly("shape", [](const tensor_ref& t) { return py::tuple(py::cast(t.shape)); })
+      .def_property_readonly("dtype", &tensor_ref::dtype_name)
+      .def_property_readonly("device", [](const tensor_ref& t) { return t.on_host() ? std::string("cpu") : "cuda:" + std::to_string(t.device.device_id); })
+      .def_property_readonly("nbytes", &tensor_ref::nbytes)
+      .def_property_readonly("data_ptr", [](const tensor_ref& t) { return reinterpret_cast<std::uintptr_t>(t.data); })
+      .def_property_readonly("stream", [](const tensor_ref& t) { return t.stream; })
+      .def("__repr__", [](const tensor_ref& t) { return "mxkit.Tensor(" + t.describe() + ")"; });
+
+  m.def("import_tensor", &import_tensor, py::arg("x"), py::arg("stream") = py::none(), "Reads any DLPack or buffer-protocol array in place");
+
+  py::class_<copy_description>(m, "CopyDescription", "How one MX copy is stored and was quantized")
+      .def_readonly("preset", &copy_description::preset)
+      .def_readonly("name", &copy_description::name)
+      .def_property_readonly("format", [](const copy_description& d) { return std::string(mxkit::name_of(d.layout.type)); })
+      .def_property_readonly("axis", [](const copy_description& d) { return std::string(mxkit::name_of(d.layout.axis)); })
+      .def_property_readonly("rows", [](const copy_description& d) { return d.layout.rows; })
+      .def_property_readonly("cols", [](const copy_description& d) { return d.layout.cols; })
+      .def_property_readonly("layout", [](const copy_description& d) { return std::string(mxkit::name_of(d.storage.scales)); })
+      .def_property_readonly("nibbles", [](const copy_description& d) { return std::string(mxkit::name_of(d.storage.nibbles)); })
+      .def_property_readonly("columnwise", [](const copy_description& d) { return std::string(mxkit::name_of(d.storage.columnwise)); })
+      .def_property_readonly("rule", [](const copy_description& d) { return std::string(mxkit::name_of(d.options.rule)); })
+      .def_property_readonly("rounding", [](const copy_description& d) { return std::string(mxkit::name_of(d.options.round)); })
+      .def_property_readonly("hadamard", [](const copy_description& d) { return d.options.hadamard; })
+      .def_property_readonly("data_bytes", &copy_description::data_bytes)
+      .def_property_readonly("scale_bytes", &copy_description::scale_bytes)
+      .def_property_readonly("data_shape", &copy_description::data_shape)
+      .def_property_readonly("scale_shape", &copy_description::scale_shape)
+      .def_property_readonly("own_storage", &copy_description::own_storage)
+      .def("__repr__", [](const copy_description& d) { return "<mxkit copy: " + d.what() + ">"; });
+
+  m.def("describe_copy", &describe_copy, py::arg("rows"), py::arg("cols"), py::arg("format"), py::arg("axis"), py::arg("preset") = "mxkit",
+        py::arg("layout") = py::none(), py::arg("rule") = py::none(), py::arg("rounding") = py::none(), py::arg("hadamard") = py::none(),
+        py::arg("random_signs") = false, py::arg("seed") = 0, py::arg("nibbles") = py::none(), py::arg("columnwise") = py::none(),
+        py::arg("padding_stored") = py::none());
+  m.def("quantize_host", &quantize_host, py::arg("x"), py::arg("copy"), py::arg("threads") = 0);
+  m.def("quantize_device", &quantize_device, py::arg("x"), py::arg("copy"), py::arg("both"), py::arg("stream"));
+  m.def("dequantize_host", &dequantize_host, py::arg("codes"), py::arg("scales"), py::arg("copy"));
+  m.def("encode", &encode, py::arg("x"), py::arg("format"), py::arg("rounding") = "nearest_even", py::arg("overflow") = "saturate");
+  m.def("decode", &decode, py::arg("codes"), py::arg("format"));
+
+  py::class_<validation_result>(m, "ValidationResult")
+      .def_property_readonly("ok", [](const validation_result& v) { return v.report.ok(); })
+      .def_property_readonly("scales_checked", [](const validation_result& v) { return v.report.scales_checked; })
+      .def_property_readonly("elements_checked", [](const validation_result& v) { return v.report.elements_checked; })
+      .def_property_readonly("padding_checked", [](const validation_result& v) { return v.report.padding_checked; })
+      .def_property_readonly("scale_mismatches", [](const validation_result& v) { return v.report.scale_mismatches; })
+      .def_property_readonly("element_mismatches", [](const validation_result& v) { return v.report.element_mismatches; })
+      .def_property_readonly("padding_mismatches", [](const validation_result& v) { return v.report.padding_mismatches; })
+      .def_property_readonly("nan_blocks_skipped", [](const validation_result& v) { return v.report.nan_blocks_skipped; })
+      .def_property_readonly("mismatch_count", [](const validation_result& v) { return v.report.mismatch_count(); })
+      .def_property_readonly("mismatches", [](const validation_result& v) { return mismatch_arrays(v.report); })
+      .def_readonly("diagnosed", &validation_result::diagnosed)
+      .def_readonly("diagnosis", &validation_result::diagnosis)
+      .def_readonly("passing_change", &validation_result::passing_change)
+      .def_readonly("tried", &validation_result::tried)
+      .def("summary", [](const validation_result& v) { return v.report.summary(); })
+      .def("__str__", [](const validation_result& v) { return v.text; });
+  m.def("validate_host", &validate_host, py::arg("x"), py::arg("codes"), py::arg("scales"), py::arg("copy"), py::arg("max_reported") = 16,
+        py::arg("strict_nan_blocks") = false, py::arg("check_padding") = true, py::arg("diagnose") = true, py::arg("threads") = 0);
+
+  py::class_<gemm_result>(m, "GemmValidationResult")
+      .def_property_readonly("ok", [](const gemm_result& g) { return g.report.ok(); })
+      .def_property_readonly("rows_checked", [](const gemm_result& g) { return g.report.rows_checked; })
+      .def_property_readonly("elements_checked", [](const gemm_result& g) { return g.report.elements_checked; })
+      .def_property_readonly("over_bound", [](const gemm_result& g) { return g.report.over_bound; })
+      .def_property_readonly("nan_mismatches", [](const gemm_result& g) { return g.report.nan_mismatches; })
+      .def_property_readonly("max_ratio", [](const gemm_result& g) { return g.report.max_ratio; })
+      .def_property_readonly("relative_bound", [](const gemm_result& g) { return g.report.relative_bound; })
+      .def_property_readonly("worst", [](const gemm_result& g) {
+        py::dict d;
+        std::vector<std::int64_t> row, col;
+        std::vector<double> got, want, magnitude, bound, ratio;
+        for (const mxkit::gemm_element_check& e : g.report.worst) {
+          row.push_back(static_cast<std::int64_t>(e.row));
+          col.push_back(static_cast<std::int64_t>(e.col));
+          got.push_back(e.got);
+          want.push_back(e.want);
+          magnitude.push_back(e.magnitude);
+          bound.push_back(e.bound);
+          ratio.push_back(e.ratio);
+        }
+        d["row"] = py::array(py::cast(row));
+        d["column"] = py::array(py::cast(col));
+        d["got"] = py::array(py::cast(got));
+        d["want"] = py::array(py::cast(want));
+        d["magnitude"] = py::array(py::cast(magnitude));
+        d["bound"] = py::array(py::cast(bound));
+        d["ratio"] = py::array(py::cast(ratio));
+        return d;
+      })
+      .def("summary", [](const gemm_result& g) { return g.report.summary(); })
+      .def("__str__", [](const gemm_result& g) { return g.text; });
+  m.def("validate_gemm_host", &validate_gemm_host, py::arg("a_codes"), py::arg("a_scales"), py::arg("a"), py::arg("b_codes"), py::arg("b_scales"),
+        py::arg("b"), py::arg("d"), py::arg("alpha") = 1.0f, py::arg("sample_rows") = 0, py::arg("rows") = std::vector<std::size_t>{},
+        py::arg("accumulation") = "tensor_core", py::arg("relative") = 0.0, py::arg("absolute") = 0.0, py::arg("max_reported") = 8,
+        py::arg("threads") = 0);
+  m.def("gemm_device", &gemm_device, py::arg("a_codes"), py::arg("a_scales"), py::arg("a"), py::arg("b_codes"), py::arg("b_scales"), py::arg("b"),
+        py::arg("bf16_output"), py::arg("alpha"), py::arg("stream"));
+}
