@@ -311,9 +311,12 @@ struct copy_description {
   mxkit::peer_quirks quirks;
   std::optional<mxkit::peer_preset> peer;
 
-  mxkit::mx_foreign_view view(const std::uint8_t* data, const std::uint8_t* scales) const { return {layout, options, storage, data, scales}; }
-  std::size_t data_bytes() const { return view(nullptr, nullptr).data_span(); }
-  std::size_t scale_bytes() const { return view(nullptr, nullptr).scale_span(); }
+  // The view of buffers checked to hold data_bytes() and scale_bytes() (check_size).
+  mxkit::mx_foreign_view view(const std::uint8_t* data, const std::uint8_t* scales) const {
+    return {layout, options, storage, {data, data ? data_bytes() : 0}, {scales, scales ? scale_bytes() : 0}};
+  }
+  std::size_t data_bytes() const { return mxkit::mx_foreign_view{layout, options, storage}.data_span(); }
+  std::size_t scale_bytes() const { return mxkit::mx_foreign_view{layout, options, storage}.scale_span(); }
   // mxkit's own storage (any scale layout): what the device quantizer and GEMM write and read.
   bool own_storage() const {
     const mxkit::mx_storage own = mxkit::own_storage(storage.scales);
@@ -571,7 +574,7 @@ validation_result validate_host(const tensor_ref& x, const tensor_ref& codes, co
   with_host_matrix(m, [&](auto in) {
     v.report = mxkit::validate(in, d.view(c.data, s.data), o);
     if (!v.report.ok() && diagnose) {
-      const mxkit::layout_diagnosis dg = mxkit::diagnose_layout(in, d.view(c.data, s.data), c.size, s.size, o);
+      const mxkit::layout_diagnosis dg = mxkit::ref::diagnose_layout(in, d.view(c.data, s.data), o);
       v.diagnosed = true;
       v.diagnosis = dg.explanation;
       if (const mxkit::layout_candidate* p = dg.passing()) v.passing_change = p->change;

@@ -48,7 +48,7 @@ TEST_CASE("diagnose_layout names a swapped FP4 nibble order", "[diagnose]") {
   const stored_copy c = write_copy(x, rows, cols, mx_type::mxfp4, block_axis::rowwise, {}, high, mxkit::mx_storage{});
   const matrix_view<const float> in{x.data(), rows, cols};
   REQUIRE_FALSE(mxkit::validate(in, c.described).ok());
-  const mxkit::layout_diagnosis d = mxkit::diagnose_layout(in, c.described, c.bytes.data.size(), c.bytes.scales.size());
+  const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
   REQUIRE(d.found());
   CHECK(d.original_mismatches > 0);
   CHECK(d.passing()->change == "high_first nibbles");
@@ -63,7 +63,7 @@ TEST_CASE("diagnose_layout names a 128x4 scale layout, a columnwise storage and 
     mxkit::mx_storage tiled;
     tiled.scales = mxkit::scale_layout::cublas_128x4;
     const stored_copy c = write_copy(x, rows, cols, mx_type::mxfp8_e4m3, block_axis::rowwise, {}, tiled, mxkit::mx_storage{});
-    const mxkit::layout_diagnosis d = mxkit::diagnose_layout(in, c.described, c.bytes.data.size(), c.bytes.scales.size());
+    const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
     REQUIRE(d.found());
     CHECK(d.passing()->change == "cublas_128x4 scales");
   }
@@ -71,7 +71,7 @@ TEST_CASE("diagnose_layout names a 128x4 scale layout, a columnwise storage and 
     mxkit::mx_storage flat;
     flat.columnwise = mxkit::columnwise_storage::not_transposed;
     const stored_copy c = write_copy(x, rows, cols, mx_type::mxfp8_e5m2, block_axis::columnwise, {}, flat, mxkit::mx_storage{});
-    const mxkit::layout_diagnosis d = mxkit::diagnose_layout(in, c.described, c.bytes.data.size(), c.bytes.scales.size());
+    const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
     REQUIRE(d.found());
     CHECK(d.passing()->change == "columnwise copy stored not_transposed");
   }
@@ -80,7 +80,7 @@ TEST_CASE("diagnose_layout names a 128x4 scale layout, a columnwise storage and 
     rceil.rule = mxkit::scale_rule::round_up;
     stored_copy c = write_copy(x, rows, cols, mx_type::mxfp4, block_axis::rowwise, rceil, {}, {});
     c.described.options.rule = mxkit::scale_rule::floor;
-    const mxkit::layout_diagnosis d = mxkit::diagnose_layout(in, c.described, c.bytes.data.size(), c.bytes.scales.size());
+    const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
     REQUIRE(d.found());
     CHECK(d.passing()->change == "scale rule round_up");
   }
@@ -89,7 +89,7 @@ TEST_CASE("diagnose_layout names a 128x4 scale layout, a columnwise storage and 
     both.nibbles = mxkit::nibble_order::high_first;
     both.scales = mxkit::scale_layout::cublas_128x4;
     const stored_copy c = write_copy(x, rows, cols, mx_type::mxfp4, block_axis::rowwise, {}, both, mxkit::mx_storage{});
-    const mxkit::layout_diagnosis d = mxkit::diagnose_layout(in, c.described, c.bytes.data.size(), c.bytes.scales.size());
+    const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
     REQUIRE(d.found());
     CHECK(d.passing()->change == "high_first nibbles and cublas_128x4 scales");
   }
@@ -102,10 +102,12 @@ TEST_CASE("diagnose_layout does not explain away a wrong byte, and checks the bu
   stored_copy c = write_copy(x, rows, cols, mx_type::mxfp8_e4m3, block_axis::rowwise, {}, {}, {});
   c.bytes.data[5] ^= 0x01;  // one planted element error
   c.described = c.bytes.view();
-  const mxkit::layout_diagnosis d = mxkit::diagnose_layout(in, c.described, c.bytes.data.size(), c.bytes.scales.size());
+  const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
   CHECK_FALSE(d.found());
   CHECK(d.original_mismatches == 1);
   CHECK(!d.tried.empty());
   CHECK(d.explanation.find("no single or paired change") != std::string::npos);
-  CHECK_THROWS_AS(mxkit::diagnose_layout(in, c.described, c.bytes.data.size(), c.bytes.scales.size() - 1), std::invalid_argument);
+  mxkit::mx_foreign_view short_scales = c.described;
+  short_scales.scales = short_scales.scales.first(short_scales.scales.size() - 1);
+  CHECK_THROWS_AS(mxkit::ref::diagnose_layout(in, short_scales), std::invalid_argument);
 }

@@ -10,7 +10,7 @@
 //   columnwise   columnwise copies: stored transposed vs not transposed (where the data fits);
 //   scale rule   the block scales computed by another rule (floor, even, round_up, ceil).
 //
-//   mxkit::layout_diagnosis d = mxkit::diagnose_layout(input, view, data_bytes, scale_bytes);
+//   mxkit::ref::layout_diagnosis d = mxkit::ref::diagnose_layout(input, view);
 //   if (d.found()) std::puts(d.explanation.c_str());  // "passes with high_first nibbles"
 //
 // The sizes are those of the caller's buffers: a candidate layout that would read past them is
@@ -23,10 +23,12 @@
 
 #include <mxkit/enum_names.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/ref/names.hpp>
 #include <mxkit/ref/validate.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE
+namespace ref {
 
 // One description tried: what it changes and how many bytes then differ.
 struct layout_candidate {
@@ -53,6 +55,7 @@ struct layout_diagnosis {
   }
 };
 
+}  // namespace ref
 namespace detail {
 // Whether view v's description fits buffers of these sizes (the check every binding makes).
 inline bool fits_buffers(const mx_foreign_view& v, std::size_t data_bytes, std::size_t scale_bytes) noexcept {
@@ -93,13 +96,14 @@ inline std::vector<layout_candidate> single_layout_changes(const mx_foreign_view
   return out;
 }
 }  // namespace detail
+namespace ref {
 
 // Tries the common mistakes on a copy whose description fails validation; see the file comment.
-// data_bytes, scale_bytes: the sizes of the buffers behind actual.data and actual.scales.
+// The buffers are actual.data and actual.scales: a candidate that would read past them is skipped.
 template <class T>
   requires quantizer_input<T>
-layout_diagnosis diagnose_layout(matrix_view<T> input, const mx_foreign_view& actual, std::size_t data_bytes, std::size_t scale_bytes,
-                                 validate_options opt = {}) {
+layout_diagnosis diagnose_layout(matrix_view<T> input, const mx_foreign_view& actual, validate_options opt = {}) {
+  const std::size_t data_bytes = actual.data.size(), scale_bytes = actual.scales.size();
   detail::require(detail::fits_buffers(actual, data_bytes, scale_bytes), "diagnose_layout: the description reads ",
                   actual.data_span(), " data bytes and ", actual.scale_span(), " scale bytes, but the buffers hold ", data_bytes,
                   " and ", scale_bytes);
@@ -158,4 +162,5 @@ layout_diagnosis diagnose_layout(matrix_view<T> input, const mx_foreign_view& ac
   return d;
 }
 
+}  // namespace ref
 MXKIT_END_NAMESPACE
