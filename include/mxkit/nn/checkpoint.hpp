@@ -27,6 +27,23 @@
 // the saver's business (the training program records its configuration there and compares it on
 // --resume); this header only stores them. read_checkpoint_info reads the header and the settings
 // alone, before a model exists to load into.
+// Saving goes through detail::replace_file (nn/file_io.hpp): a unique temporary next to <path>,
+// created exclusively and never through a symlink, written, fsync'ed and closed with every result
+// checked, renamed over <path>, then the directory fsync'ed. A crash leaves the old checkpoint or
+// the new one, never a torn file; concurrent saves of one path each leave a complete checkpoint
+// (the last rename wins); a failed save leaves the old checkpoint and no temporary, and throws
+// checkpoint_error with the OS reason.
+// Loading reads the header first (40 bytes, then for version 2 the settings and the header
+// checksum) and checks, in order: magic (foreign file), size and version, the settings' size and
+// the header checksum, the declared payload against the most this model can load (a weight and
+// two AdamW moments per parameter) and against the file size (truncated); only then is the
+// payload read, so a foreign, huge or endless file (/dev/zero) costs one header read. Then the
+// checksum (corrupt), then that every record matches a parameter of the model by name, type and
+// shape (optimizer records too, when they are not loaded) and that every parameter is present;
+// only then is anything written. Every failure, an I/O error included, is a checkpoint_error
+// naming the file.
+// Weights without a master copy (quantized-only LoRA base, healing.hpp) are neither saved nor
+// expected. FP8 amax histories are not saved: they refill within history_length steps.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
