@@ -7,6 +7,11 @@
 // the GPU runs; the two mains differ only in the backend they construct and what they know about
 // the device (device_info).
 //
+// The command line is train_options.hpp; the checks of the output files before the first step are
+// train_files.hpp. A checkpoint records the run's settings (run_settings below); --resume compares
+// them with the flags before it loads anything. A run whose loss or gradient norm stops being
+// finite ends with an error before it saves over a checkpoint.
+//
 // Host reads: the trainer reads the loss (and the gradient norm) at --log-every steps only, so a
 // device backend runs the steps in between without waiting for the host. Evaluations and
 // checkpoints synchronize first and are timed apart: tokens/s and TFLOP/s count training only.
@@ -15,9 +20,9 @@
 // heads, SwiGLU 2048, sequence 1024, batch 16) is sized for one GPU; --steps is to be calibrated
 // to about five minutes on an H200. On the host, pass a small model (05_train's header comment).
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -27,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -44,6 +50,8 @@
 #include <mxkit/nn/training.hpp>
 
 #include "repository_data.hpp"
+#include "train_files.hpp"
+#include "train_options.hpp"
 
 namespace train_program {
 
@@ -57,230 +65,6 @@ struct device_info {
   std::function<std::string()> memory;  // optional: one line on the device's memory (GPU: free / total)
 };
 
-struct options {
-  fs::path data;  // empty: the repository's corpora (repository_data.hpp)
-  std::string recipe = "bf16";
-  nn::dtype activations = nn::dtype::bf16;
-  std::size_t layers = 16, d_model = 768, heads = 12, kv_heads = 4, ffn = 2048;
-  std::size_t seq = 1024, batch = 16;
-  std::size_t steps = 4000;
-  std::optional<std::size_t> stop_after;  // end the run after this step (the schedule spans `steps`)
-  std::optional<std::size_t> warmup;  // default: warmup_steps()
-  double lr = 6e-4;  // peak; the cosine decays to lr / 10 at the last step
-  std::size_t eval_every = 250, eval_batches = 8, log_every = 10;
-  fs::path checkpoint, resume, csv;
-  std::size_t checkpoint_every = 1000;
-  std::uint64_t seed = 1234;           // model init; the data order uses seed + 1
-  std::optional<double> peak_tflops;   // overrides device_info::peak_tflops
-
-  // 100 steps, or a tenth of a shorter run.
-  std::size_t warmup_steps() const noexcept { return warmup ? *warmup : std::min<std::size_t>(100, steps / 10); }
-};
-
-// A bad command line: what() names the flag and the value.
-class usage_error : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
-
-// ---- recipes -------------------------------------------------------------------------------------
-
-struct recipe_choice {
-  const char* name;
-  nn::recipe (*make)();
-  const char* what;
-};
-inline constexpr std::array<recipe_choice, 7> recipe_choices{{
-    {"bf16", +[] { return nn::recipes::bf16(); }, "bf16 operands, fp32 accumulation (the baseline)"},
-    {"fp8", +[] { return nn::recipes::fp8_delayed(); }, "FP8 delayed scaling, HYBRID (E4M3 forward, E5M2 gradients)"},
-    {"mxfp8", +[] { return nn::recipes::mxfp8(); }, "MXFP8 E4M3, round-up scale rule"},
-    {"mxfp4", +[] { return nn::recipes::mxfp4_amd(); }, "MXFP4, Hadamard on every GEMM (AMD's MLPerf recipe)"},
-    {"mxfp4-no-hadamard", +[] { return nn::recipes::mxfp4_no_hadamard(); }, "MXFP4 without the rotation"},
-    {"mxfp4-wgrad", +[] { return nn::recipes::mxfp4_primus_turbo(); }, "MXFP4, Hadamard on the wgrad GEMM only (Primus-Turbo)"},
-    {"mxfp4-nvidia", +[] { return nn::recipes::mxfp4_nvidia_style(); },
-     "MXFP4, random-sign Hadamard on wgrad, stochastic rounding of gradients (NVFP4 placement)"},
-}};
-
-inline nn::recipe make_recipe(const options& o) {
-  for (const recipe_choice& c : recipe_choices)
-    if (o.recipe == c.name) {
-      nn::recipe r = c.make();
-      r.activations = o.activations;
-      return r;
-    }
-  throw usage_error("--recipe: unknown recipe '" + o.recipe + "' (see --help)");
-}
-
-// ---- command line --------------------------------------------------------------------------------
-
-namespace detail {
-
-inline std::size_t parse_count(std::string_view flag, std::string_view v, bool zero_ok) {
-  std::size_t n = 0;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc{} || end != v.data() + v.size() || v.empty() || (!zero_ok && n == 0))
-    throw usage_error(std::string(flag) + ": expected " + (zero_ok ? "an integer >= 0" : "a positive integer") + ", got '" +
-                      std::string(v) + "'");
-  return n;
-}
-
-inline double parse_real(std::string_view flag, std::string_view v, bool zero_ok) {
-  double x = 0;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc{} || end != v.data() + v.size() || v.empty() || !(x > 0 || (zero_ok && x == 0)) || !(x < 1e300))
-    throw usage_error(std::string(flag) + ": expected a finite number " + (zero_ok ? ">= 0" : "> 0") + ", got '" + std::string(v) + "'");
-  return x;
-}
-
-struct flag {
-  const char* name;
-  const char* value;  // the value's placeholder in --help
-  const char* group;  // --help prints a heading where it changes
-  std::string help;   // with the default
-  std::function<void(options&, std::string_view)> set;
-};
-
-inline std::string text_of(double x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", x);
-  return b;
-}
-
-// The one list of flags: the parser and --help both read it (the help shows the defaults).
-inline std::vector<flag> flags() {
-  using std::to_string;
-  const options d;
-  auto count = [](const char* name, std::size_t options::*field, bool zero_ok) {
-    return [name, field, zero_ok](options& o, std::string_view v) { o.*field = parse_count(name, v, zero_ok); };
-  };
-  auto path = [](fs::path options::*field) {
-    return [field](options& o, std::string_view v) { o.*field = fs::path(std::string(v)); };
-  };
-  std::string recipes;
-  for (const recipe_choice& c : recipe_choices) recipes += std::string("\n      ") + c.name + ": " + c.what;
-  const char* data = "data and recipe";
-  return {
-      {"--data", "PATH", data,
-       "any file, read as bytes (vocabulary 256); the last 10% is held out for evaluation\n"
-       "    (default: the repository's data/stories.txt and data/qa.txt, each split 90/10)",
-       path(&options::data)},
-      {"--recipe", "NAME", data, "training recipe (default " + d.recipe + "):" + recipes,
-       [](options& o, std::string_view v) { o.recipe = std::string(v); }},
-      {"--activations", "f32|bf16", data,
-       std::string("storage of activations and their gradients (default ") + mxkit::name_of(d.activations) + ")",
-       [](options& o, std::string_view v) {
-         if (v == "f32") o.activations = nn::dtype::f32;
-         else if (v == "bf16") o.activations = nn::dtype::bf16;
-         else throw usage_error("--activations: expected f32 or bf16, got '" + std::string(v) + "'");
-       }},
-      {"--layers", "N", "model", "transformer layers (default " + to_string(d.layers) + ")", count("--layers", &options::layers, false)},
-      {"--d-model", "N", "model", "model width (default " + to_string(d.d_model) + ")", count("--d-model", &options::d_model, false)},
-      {"--heads", "N", "model", "query heads (default " + to_string(d.heads) + "; head dim = d-model / heads)",
-       count("--heads", &options::heads, false)},
-      {"--kv-heads", "N", "model", "key/value heads, grouped-query attention (default " + to_string(d.kv_heads) + ")",
-       count("--kv-heads", &options::kv_heads, false)},
-      {"--ffn", "N", "model", "SwiGLU hidden width (default " + to_string(d.ffn) + ")", count("--ffn", &options::ffn, false)},
-      {"--seq", "N", "model", "sequence length in bytes (default " + to_string(d.seq) + ")", count("--seq", &options::seq, false)},
-      {"--batch", "N", "model", "sequences per step (default " + to_string(d.batch) + ")", count("--batch", &options::batch, false)},
-      {"--steps", "N", "run", "optimizer steps (default " + to_string(d.steps) + ")", count("--steps", &options::steps, false)},
-      {"--stop-after", "N", "run",
-       "end this run after step N, a multiple of --log-every, with its checkpoint and CSV;\n"
-       "    the schedule still spans --steps, and --resume continues the run (default: --steps)",
-       [](options& o, std::string_view v) { o.stop_after = parse_count("--stop-after", v, false); }},
-      {"--lr", "X", "run", "peak learning rate; linear warmup, cosine decay to lr/10 (default " + text_of(d.lr) + ")",
-       [](options& o, std::string_view v) { o.lr = parse_real("--lr", v, false); }},
-      {"--warmup", "N", "run", "warmup steps (default 100, or steps / 10 when that is fewer)",
-       [](options& o, std::string_view v) { o.warmup = parse_count("--warmup", v, true); }},
-      {"--seed", "N", "run", "model initialization seed; the data order uses seed + 1 (default " + to_string(d.seed) + ")",
-       [](options& o, std::string_view v) { o.seed = parse_count("--seed", v, true); }},
-      {"--log-every", "N", "output", "print progress (the host reads the loss) every N steps (default " + to_string(d.log_every) + ")",
-       count("--log-every", &options::log_every, false)},
-      {"--eval-every", "N", "output",
-       "evaluate on the held-out data every N steps and at the end; 0: never (default " + to_string(d.eval_every) + ")",
-       count("--eval-every", &options::eval_every, true)},
-      {"--eval-batches", "N", "output", "at most N batches per evaluation (default " + to_string(d.eval_batches) + ")",
-       count("--eval-batches", &options::eval_batches, false)},
-      {"--checkpoint", "PATH", "output",
-       "write a checkpoint (weights and AdamW state, atomically replaced) every\n"
-       "    --checkpoint-every steps and at the end",
-       path(&options::checkpoint)},
-      {"--checkpoint-every", "N", "output", "with --checkpoint; 0: at the end only (default " + to_string(d.checkpoint_every) + ")",
-       count("--checkpoint-every", &options::checkpoint_every, true)},
-      {"--resume", "PATH", "output", "continue from a checkpoint of this program, given the same model, data, --steps and --seed",
-       path(&options::resume)},
-      {"--csv", "PATH", "output",
-       "write step,loss,eval_loss,tokens_per_s,lr (atomically, with each checkpoint and at the end;\n"
-       "    on --resume the file's rows up to the checkpoint's step are kept)",
-       path(&options::csv)},
-      {"--peak-tflops", "X", "output",
-       "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
-       [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
-  };
-}
-
-}  // namespace detail
-
-// Refuses what the model or the schedule would refuse later, naming the flags.
-inline void check_options(const options& o) {
-  auto need = [](bool ok, const std::string& why) {
-    if (!ok) throw usage_error(why);
-  };
-  using std::to_string;
-  need(o.d_model % o.heads == 0, "--d-model " + to_string(o.d_model) + " is not a multiple of --heads " + to_string(o.heads));
-  need(o.heads % o.kv_heads == 0, "--heads " + to_string(o.heads) + " is not a multiple of --kv-heads " + to_string(o.kv_heads));
-  need((o.d_model / o.heads) % 2 == 0, "--d-model / --heads = " + to_string(o.d_model / o.heads) + " must be even (RoPE rotates pairs)");
-  need(o.warmup_steps() < o.steps, "--warmup " + to_string(o.warmup_steps()) + " must be below --steps " + to_string(o.steps));
-  need(!o.stop_after || (*o.stop_after <= o.steps && *o.stop_after % o.log_every == 0),
-       "--stop-after " + to_string(o.stop_after.value_or(0)) + " must be at most --steps " + to_string(o.steps) +
-           " and a multiple of --log-every " + to_string(o.log_every) + " (the CSV row of the last step needs its loss)");
-  (void)make_recipe(o);  // the recipe name
-}
-
-// Parses argv[1..]: "--flag value" or "--flag=value". Returns nullopt for --help / -h.
-inline std::optional<options> parse_options(int argc, char** argv) {
-  options o;
-  const std::vector<detail::flag> flags = detail::flags();
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") return std::nullopt;
-    std::optional<std::string_view> value;
-    if (const std::size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string_view::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    const auto f = std::find_if(flags.begin(), flags.end(), [&](const detail::flag& x) { return arg == x.name; });
-    if (f == flags.end()) throw usage_error("unknown argument '" + std::string(argv[i]) + "' (see --help)");
-    if (!value) {
-      if (i + 1 >= argc) throw usage_error(std::string(f->name) + ": missing value " + f->value);
-      value = std::string_view(argv[++i]);
-    }
-    f->set(o, *value);
-  }
-  check_options(o);
-  return o;
-}
-
-inline void print_help(const char* program) {
-  std::printf(
-      "usage: %s [flags]\n"
-      "Trains a Llama-style byte-level model (vocabulary 256) from random weights with one mxkit recipe.\n",
-      program);
-  const char* group = "";
-  for (const detail::flag& f : detail::flags()) {
-    if (std::string_view(group) != f.group) std::printf("\n%s:\n", group = f.group);
-    std::printf("  %s %s\n    %s\n", f.name, f.value, f.help.c_str());
-  }
-  std::printf(
-      "\nProgress lines: step, training loss (mean since the previous line), learning rate, gradient norm,\n"
-      "tokens/s, model TFLOP/s and MFU (against the device's bf16 dense peak). Model FLOPs per step:\n"
-      "  6 x N_linear x tokens                 N_linear: weights of the QKV, output, gate/up and down\n"
-      "                                        linears of every layer and of the LM head (not the\n"
-      "                                        embedding or the norms)\n"
-      "+ layers x 3.5 x 2 x B x H x T^2 x D    causal attention: forward 2 B H T^2 D (QK^T and PV, half\n"
-      "                                        masked), backward 2.5 times that (scores recomputed)\n"
-      "B batch, H query heads, T sequence, D head dim. Evaluations and checkpoints are not counted.\n");
-}
-
 // ---- data ----------------------------------------------------------------------------------------
 
 // data/ with stories.txt and qa.txt (repository_data.hpp says where it looks).
@@ -292,24 +76,134 @@ inline fs::path repository_data() {
                     "mxkit_examples, or pass --data FILE)");
 }
 
+// The files the run reads as data: --data, or the repository's two corpora.
+inline std::vector<flagged_path> data_files(const options& o) {
+  if (!o.data.empty()) return {{"--data", o.data}};
+  const fs::path dir = repository_data();
+  return {{"--data (default)", dir / "stories.txt"}, {"--data (default)", dir / "qa.txt"}};
+}
+
 struct training_data {
   std::string description;
   nn::corpus_split split;
+  std::uint64_t checksum = 0;  // FNV-1a 64 of the training bytes, then the held-out ones: the data's identity
 };
 
 inline training_data load_data(const options& o) {
-  if (!o.data.empty()) return {o.data.string(), nn::load_corpus(o.data, 0.1)};
-  // Both corpora, each split apart, so that the held-out tail has text of both.
-  const fs::path dir = repository_data();
-  std::vector<std::uint8_t> train, validation;
-  for (const char* name : {"stories.txt", "qa.txt"}) {
-    const nn::corpus_split s = nn::load_corpus(dir / name, 0.1);
-    train.insert(train.end(), s.train->begin(), s.train->end());
-    validation.insert(validation.end(), s.validation->begin(), s.validation->end());
+  training_data d;
+  if (!o.data.empty()) {
+    d = {o.data.string(), nn::load_corpus(o.data, 0.1)};
+  } else {
+    // Both corpora, each split apart, so that the held-out tail has text of both.
+    const fs::path dir = repository_data();
+    std::vector<std::uint8_t> train, validation;
+    for (const char* name : {"stories.txt", "qa.txt"}) {
+      const nn::corpus_split s = nn::load_corpus(dir / name, 0.1);
+      train.insert(train.end(), s.train->begin(), s.train->end());
+      validation.insert(validation.end(), s.validation->begin(), s.validation->end());
+    }
+    d = {(dir / "stories.txt").string() + " + qa.txt",
+         {std::make_shared<const std::vector<std::uint8_t>>(std::move(train)),
+          std::make_shared<const std::vector<std::uint8_t>>(std::move(validation))}};
   }
-  return {(dir / "stories.txt").string() + " + qa.txt",
-          {std::make_shared<const std::vector<std::uint8_t>>(std::move(train)),
-           std::make_shared<const std::vector<std::uint8_t>>(std::move(validation))}};
+  const auto& t = *d.split.train;
+  const auto& v = *d.split.validation;
+  d.checksum = nn::checkpoint_io::fnv1a64(v.data(), v.size(), nn::checkpoint_io::fnv1a64(t.data(), t.size()));
+  return d;
+}
+
+// ---- the run's settings in its checkpoints -------------------------------------------------------
+
+// What a checkpoint records of the run that saved it, and --resume compares: the model's shape,
+// then what decides the rest of the run (the recipe, the batches, the schedule, the seeds, the
+// data's bytes). Keys are the flags' names; output flags are left out (a resumed run may log,
+// evaluate and save differently).
+inline bool is_model_setting(std::string_view key) {
+  return key == "layers" || key == "d-model" || key == "heads" || key == "kv-heads" || key == "ffn";
+}
+
+inline std::string exact_text(double x) {  // the shortest text that reads back as x
+  char b[32];
+  const auto r = std::to_chars(b, b + sizeof b, x, std::chars_format::general);
+  return std::string(b, r.ptr);
+}
+
+inline nn::checkpoint_settings run_settings(const options& o, const training_data& data) {
+  using std::to_string;
+  char checksum[24];
+  std::snprintf(checksum, sizeof checksum, "%016llx", static_cast<unsigned long long>(data.checksum));
+  return {{"layers", to_string(o.layers)},
+          {"d-model", to_string(o.d_model)},
+          {"heads", to_string(o.heads)},
+          {"kv-heads", to_string(o.kv_heads)},
+          {"ffn", to_string(o.ffn)},
+          {"recipe", o.recipe},
+          {"activations", mxkit::name_of(o.activations)},
+          {"seq", to_string(o.seq)},
+          {"batch", to_string(o.batch)},
+          {"steps", to_string(o.steps)},
+          {"lr", exact_text(o.lr)},
+          {"warmup", to_string(o.warmup_steps())},
+          {"seed", to_string(o.seed)},
+          {"data", data.description},  // where it was read: shown, not compared (the same bytes may move)
+          {"data-bytes", to_string(data.split.train->size() + data.split.validation->size())},
+          {"data-checksum", checksum}};
+}
+
+// The differences between a checkpoint's settings and this run's, as "--flag saved vs now".
+struct settings_differences {
+  std::vector<std::string> model, run;
+};
+
+inline std::string setting(const nn::checkpoint_settings& settings, std::string_view key) {
+  for (const auto& [k, v] : settings)
+    if (k == key) return v;
+  return "(not recorded)";
+}
+
+inline settings_differences compare_settings(const nn::checkpoint_settings& saved, const nn::checkpoint_settings& now) {
+  settings_differences out;
+  bool data_differs = false;
+  for (const auto& [key, value] : now) {
+    const std::string was = setting(saved, key);
+    if (key == "data" || was == value) continue;
+    if (key == "data-bytes" || key == "data-checksum") data_differs = true;
+    else if (is_model_setting(key)) out.model.push_back(key + " " + was + " vs " + value);
+    else out.run.push_back("--" + key + " " + was + " vs " + value);
+  }
+  auto data = [](const nn::checkpoint_settings& s) {
+    return "'" + setting(s, "data") + "' (" + setting(s, "data-bytes") + " bytes, checksum " + setting(s, "data-checksum") + ")";
+  };
+  if (data_differs) out.run.push_back("--data " + data(saved) + " vs " + data(now));
+  return out;
+}
+
+inline std::string joined(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+// --resume: refuses a checkpoint of another model, and of another run unless --resume-any-config;
+// warns where the settings cannot be checked (a version 1 file) or differ and are accepted.
+inline void check_resume(const options& o, const nn::checkpoint_info& saved, const nn::checkpoint_settings& now) {
+  const std::string file = "--resume '" + o.resume.string() + "'";
+  if (saved.version < 2) {
+    std::fprintf(stderr,
+                 "warning: %s is a format version %u checkpoint, which records no run settings: they cannot be checked "
+                 "against these flags (it must come from the same model, data, --steps and --seed)\n",
+                 file.c_str(), static_cast<unsigned>(saved.version));
+    return;
+  }
+  const settings_differences d = compare_settings(saved.settings, now);
+  if (!d.model.empty())
+    throw usage_error(file + ": the model differs: " + joined(d.model) + " (the checkpoint's vs these flags)");
+  if (d.run.empty()) return;
+  if (!o.resume_any_config)
+    throw usage_error(file + " comes from a run with other settings (the checkpoint's vs these flags): " + joined(d.run) +
+                      "; give its flags, or --resume-any-config to continue it with these");
+  std::fprintf(stderr, "warning: %s: continuing with settings that differ from the checkpoint's (--resume-any-config): %s\n",
+               file.c_str(), joined(d.run).c_str());
 }
 
 // ---- the loss CSV --------------------------------------------------------------------------------
@@ -318,7 +212,7 @@ inline training_data load_data(const options& o) {
 // with each checkpoint and at the end, so the file always matches a checkpoint a run can resume.
 class loss_csv {
  public:
-  static constexpr std::string_view header = "step,loss,eval_loss,tokens_per_s,lr\n";
+  static constexpr std::string_view header = csv_header;
 
   explicit loss_csv(fs::path path) : path_(std::move(path)) {}
   bool enabled() const noexcept { return !path_.empty(); }
@@ -337,9 +231,7 @@ class loss_csv {
     } catch (const std::system_error& e) {
       throw std::runtime_error("--csv '" + path_.string() + "': " + e.what());
     }
-    if (text.rfind(header, 0) != 0)
-      throw usage_error("--csv '" + path_.string() + "' exists but is not this program's CSV (first line is not '" +
-                        std::string(header.substr(0, header.size() - 1)) + "'); not overwriting it on --resume");
+    if (text.rfind(header, 0) != 0) return;  // empty, or replaced by --overwrite (train_files.hpp): no rows to keep
     for (std::size_t pos = header.size(); pos < text.size();) {
       const std::size_t end = std::min(text.find('\n', pos), text.size());
       const std::string_view line(text.data() + pos, end - pos);
@@ -489,6 +381,30 @@ inline std::vector<nn::batch> evaluation_batches(const training_data& data, cons
   return nn::sequential_batches(data.split.validation, shape, o.eval_batches);
 }
 
+// make(), with an allocation failure (std::bad_alloc, or std::length_error from a container asked
+// for more than it can hold) turned into an error that says what did not fit.
+template <class Make>
+auto allocating(const std::string& what, Make&& make) {
+  try {
+    return make();
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(what + " does not fit in memory (std::bad_alloc)");
+  } catch (const std::length_error& e) {
+    throw std::runtime_error(what + " is too large (std::length_error: " + e.what() + ")");
+  }
+}
+
+// The name and first non-finite element of the first weight that has one (a host read of every
+// weight: before a checkpoint only).
+inline std::optional<std::string> non_finite_weight(nn::model& m) {
+  for (nn::parameter* p : m.parameters()) {
+    if (!p->value.defined()) continue;
+    for (double v : m.be().read(p->value))
+      if (!std::isfinite(v)) return "'" + p->name + "' (" + exact_text(v) + ")";
+  }
+  return std::nullopt;
+}
+
 // Trains as `o` says on `be`. Returns the process exit code; throws on failures.
 inline int run(nn::backend& be, const device_info& device, const options& o) {
   const auto t_start = std::chrono::steady_clock::now();
@@ -500,11 +416,25 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   };
   using ull = unsigned long long;
 
+  // Before anything is loaded or trained: the outputs (train_files.hpp), then the data and the
+  // --resume checkpoint's settings.
+  std::vector<flagged_path> inputs = data_files(o);
+  if (!o.resume.empty()) inputs.push_back({"--resume", o.resume});
+  check_outputs(o, inputs);
   const training_data data = load_data(o);
-  const std::vector<nn::batch> eval_batches = evaluation_batches(data, o);
+  const nn::checkpoint_settings settings = run_settings(o, data);
+  if (!o.resume.empty()) check_resume(o, nn::read_checkpoint_info(o.resume), settings);
+
+  const std::vector<nn::batch> eval_batches = allocating("--eval-batches " + std::to_string(o.eval_batches) + " batches of --batch " +
+                                                             std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + " tokens",
+                                                         [&] { return evaluation_batches(data, o); });
   const nn::recipe r = make_recipe(o);
   const nn::model_config mc = model_config_of(o);
-  nn::model m(be, mc, r, o.seed);
+  char size[32];
+  std::snprintf(size, sizeof size, "%.3g", approximate_parameters(o));
+  const auto model = allocating(std::string("the model (about ") + size + " parameters: --layers, --d-model, --ffn)",
+                                [&] { return std::make_unique<nn::model>(be, mc, r, o.seed); });
+  nn::model& m = *model;
 
   std::size_t n_params = 0;
   for (nn::parameter* p : m.parameters()) n_params += p->value.size();
@@ -528,6 +458,10 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
 
   loss_csv csv(o.csv);
   throughput speed;
+  // The first logged step whose loss or gradient norm is not finite ends the run (before any
+  // checkpoint), and says so; finite_until is the last logged step that was finite.
+  std::optional<std::string> diverged;
+  std::size_t finite_until = 0;
   nn::train_config tc;
   tc.steps = o.steps;
   tc.shape = {o.batch, o.seq};
@@ -543,8 +477,26 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
     say("step %6zu/%zu  loss %.4f  lr %.2e  gnorm %6.3f  %9.0f tok/s  %7.4g TFLOP/s%s", p.step, p.steps, p.loss, p.lr,
         p.grad_norm, tokens_per_s, tflops, mfu);
     csv.train(p.step, p.loss, tokens_per_s, p.lr);
+    if (diverged) return;
+    if (std::isfinite(p.loss) && std::isfinite(p.grad_norm)) {
+      finite_until = p.step;
+      return;
+    }
+    const bool exact = finite_until + 1 == p.step;  // every step since the last finite one was read
+    const std::string at = std::to_string(p.step), from = std::to_string(finite_until + 1);
+    std::vector<std::string> what;
+    if (!std::isfinite(p.loss))
+      what.push_back((exact ? "the training loss is " : "the mean training loss of steps " + from + "-" + at + " is ") + exact_text(p.loss));
+    if (!std::isfinite(p.grad_norm))
+      what.push_back((exact ? "the gradient norm is " : "the gradient norm of step " + at + " is ") + exact_text(p.grad_norm));
+    diverged = (exact ? "the run diverged at step " + at
+                      : "the run diverged between steps " + from + " and " + at + " (the loss is read every --log-every " +
+                            std::to_string(o.log_every) + " steps)") +
+               ": " + joined(what);
   };
-  nn::trainer t(m, data.split.train, tc);
+  const auto trainer = allocating("the training state (--batch " + std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + ")",
+                                  [&] { return std::make_unique<nn::trainer>(m, data.split.train, tc); });
+  nn::trainer& t = *trainer;
   const std::size_t end = o.stop_after.value_or(o.steps);
 
   if (!o.resume.empty()) {
@@ -555,6 +507,7 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
       return 0;
     }
     t.seek(static_cast<std::size_t>(info.steps));
+    finite_until = static_cast<std::size_t>(info.steps);
     csv.keep_rows_until(static_cast<std::size_t>(info.steps));
     say("resumed from '%s' at step %llu", o.resume.string().c_str(), static_cast<ull>(info.steps));
   }
@@ -562,24 +515,43 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   speed.start(first_step);  // data loading, initialization and resumption are not training time
 
   double last_eval = -1;
-  while (t.steps_done() < end) {
+  // A checkpoint is due every --checkpoint-every steps and saved at the first logged step from
+  // there (the same step when --checkpoint-every is a multiple of --log-every), whose loss and
+  // gradient norm are then known to be finite, and only if the weights are finite too.
+  std::size_t checkpoint_due = o.checkpoint_every > 0 ? (first_step / o.checkpoint_every + 1) * o.checkpoint_every : end;
+  std::optional<std::size_t> saved;  // the step of this run's last checkpoint
+  while (t.steps_done() < end && !diverged) {
     t.step();
     const std::size_t s = t.steps_done();
-    const bool last = s == end;
+    if (diverged) break;
+    const bool last = s == end, logged = s % o.log_every == 0 || s == o.steps;
     if (o.eval_every > 0 && (s % o.eval_every == 0 || last))
       speed.pause(be, [&] {
         last_eval = nn::evaluate(m, eval_batches);
         say("eval %6zu/%zu  loss %.4f  (%zu held-out batches)", s, o.steps, last_eval, eval_batches.size());
         csv.eval(s, last_eval);
       });
-    if (!o.checkpoint.empty() && ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || last))
+    if (!o.checkpoint.empty() && ((s >= checkpoint_due && logged) || last))
       speed.pause(be, [&] {
-        nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0});
+        if (const std::optional<std::string> bad = non_finite_weight(m)) {
+          diverged = "the run diverged at step " + std::to_string(s) + ": the weight " + *bad + " is not finite after it";
+          return;
+        }
+        nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0, settings});
+        saved = s;
+        if (o.checkpoint_every > 0) checkpoint_due = (s / o.checkpoint_every + 1) * o.checkpoint_every;
         csv.write();
         say("checkpoint at step %zu: %s", s, o.checkpoint.string().c_str());
       });
   }
-  csv.write();
+  csv.write();  // after a divergence too: its rows show it (a resume keeps the rows up to its checkpoint only)
+  if (diverged) {
+    std::string kept;
+    if (!o.checkpoint.empty())
+      kept = saved ? "; the checkpoint '" + o.checkpoint.string() + "' keeps step " + std::to_string(*saved)
+                   : "; nothing was saved to --checkpoint '" + o.checkpoint.string() + "'";
+    throw std::runtime_error(*diverged + kept + " (a lower --lr, or a longer --warmup, may help)");
+  }
 
   const throughput::rate total = speed.summary();
   const double tflops = total.per_second(flops.per_step) / 1e12;

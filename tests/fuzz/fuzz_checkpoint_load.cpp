@@ -3,11 +3,12 @@
 // and without an optimizer. load_checkpoint must load it or throw checkpoint_error; any other
 // exception (std::bad_alloc, std::length_error, std::ios_base::failure, std::invalid_argument...)
 // is a finding, as is any crash, leak or sanitizer report. A file that loads must save and load
-// again. Each input is tried twice: as it is, and with its last 8 bytes replaced by the FNV-1a
-// checksum of the rest, so that mutations get past the checksum to the record parser.
-// Seeds (corpus/fuzz_checkpoint_load): save_checkpoint of fuzz_model with seed 1, weights only
-// (weights.ckpt) and with a fresh AdamW (with_optimizer.ckpt), and the first 40 bytes of the
-// first (header.ckpt).
+// again. Each input is tried twice: as it is, and with its checksums made right (a version 2
+// header checksum, where the header declares settings that fit, and the last 8 bytes: the FNV-1a
+// of the rest), so that mutations get past the checksums to the settings and record parsers.
+// Seeds (corpus/fuzz_checkpoint_load): format version 1 files of fuzz_model with seed 1, weights
+// only (weights.ckpt) and with a fresh AdamW (with_optimizer.ckpt), and the first 40 bytes of the
+// first (header.ckpt); a version 2 file with run settings and a fresh AdamW (settings_v2.ckpt).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -90,8 +91,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1) {
       if (bytes.size() < checkpoint_header_bytes + 8) break;
-      const std::uint64_t h = checkpoint_io::fnv1a64(bytes.data(), bytes.size() - 8);
-      for (int i = 0; i < 8; ++i) bytes[bytes.size() - 8 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(h >> (8 * i));
+      auto put = [&](std::size_t at, std::uint64_t h) {
+        for (int i = 0; i < 8; ++i) bytes[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(h >> (8 * i));
+      };
+      if (bytes[8] == 2) {  // version 2: the header checksum after the settings
+        std::uint64_t settings = 0;
+        for (int i = 0; i < 8; ++i) settings |= std::uint64_t{bytes[40 + static_cast<std::size_t>(i)]} << (8 * i);
+        if (settings <= checkpoint_max_settings_bytes && 48 + settings + 8 <= bytes.size())
+          put(48 + settings, checkpoint_io::fnv1a64(bytes.data(), 48 + settings));
+      }
+      put(bytes.size() - 8, checkpoint_io::fnv1a64(bytes.data(), bytes.size() - 8));
     }
     write_file(file, bytes.data(), bytes.size());
     load(file, &state().opt);

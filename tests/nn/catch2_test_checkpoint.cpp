@@ -10,6 +10,7 @@
 #include <fstream>
 #include <latch>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -68,6 +69,13 @@ void write_all(const fs::path& p, const std::vector<std::uint8_t>& b) {
 void fix_checksum(std::vector<std::uint8_t>& b) {
   const std::uint64_t h = checkpoint_io::fnv1a64(b.data(), b.size() - 8);
   for (int i = 0; i < 8; ++i) b[b.size() - 8 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(h >> (8 * i));
+}
+// The version 2 header checksum, after the settings (their size at offset 40).
+void fix_header_checksum(std::vector<std::uint8_t>& b) {
+  std::size_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::size_t{b[40 + static_cast<std::size_t>(i)]} << (8 * i);
+  const std::uint64_t h = checkpoint_io::fnv1a64(b.data(), 48 + n);
+  for (int i = 0; i < 8; ++i) b[48 + n + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(h >> (8 * i));
 }
 
 std::vector<std::vector<double>> weights(model& m) {
@@ -188,10 +196,10 @@ TEST_CASE("checkpoint: bad files are refused and the model is left untouched", "
   }
   SECTION("unsupported version") {
     auto b = bytes;
-    b[8] = 2;
+    b[8] = 3;
     fix_checksum(b);
     write_all(bad, b);
-    CHECK_THROWS_WITH(load_checkpoint(bad, target, &opt2), mxkit_test::contains("format version 2 is not supported"));
+    CHECK_THROWS_WITH(load_checkpoint(bad, target, &opt2), mxkit_test::contains("format version 3 is not supported"));
   }
   SECTION("another model") {
     host_backend be3;
@@ -217,24 +225,112 @@ TEST_CASE("checkpoint: the header is the documented layout", "[nn][checkpoint]")
   const fs::path file = dir.path / "layout.ckpt";
   host_backend be;
   model m(be, tiny_model(), recipes::bf16(), 9);
-  save_checkpoint(file, m, nullptr, {123});
+  save_checkpoint(file, m, nullptr, {123, 0, {{"steps", "8"}, {"data", "a b=c"}}});
   const auto b = read_all(file);
-  REQUIRE(b.size() > 48);
+  const std::string settings = "steps=8\ndata=a b=c\n";
+  const std::size_t records = 56 + settings.size();
+  REQUIRE(b.size() > records + 8);
   CHECK(std::string(b.begin(), b.begin() + 8) == "MXKITCKP");
   auto u = [&](std::size_t at, int n) {
     std::uint64_t v = 0;
     for (int i = 0; i < n; ++i) v |= std::uint64_t{b[at + static_cast<std::size_t>(i)]} << (8 * i);
     return v;
   };
-  CHECK(u(8, 4) == 1);                          // version
+  CHECK(u(8, 4) == 2);                          // version
   CHECK(u(12, 4) == m.parameters().size());     // one weight record per parameter
-  CHECK(u(16, 8) == b.size() - 48);             // payload bytes
+  CHECK(u(16, 8) == b.size() - records - 8);    // payload bytes
   CHECK(u(24, 8) == 123);                       // steps
   CHECK(u(32, 8) == 0);                         // no optimizer
+  CHECK(u(40, 8) == settings.size());           // settings bytes
+  CHECK(std::string(b.begin() + 48, b.begin() + 48 + static_cast<std::ptrdiff_t>(settings.size())) == settings);
+  CHECK(u(48 + settings.size(), 8) == checkpoint_io::fnv1a64(b.data(), 48 + settings.size()));  // header checksum
   CHECK(u(b.size() - 8, 8) == checkpoint_io::fnv1a64(b.data(), b.size() - 8));
-  CHECK(u(40, 4) == 0);                         // first record: a weight
-  CHECK(u(44, 4) == 0);                         // f32
-  CHECK(u(48, 4) == std::string("embedding.weight").size());
+  CHECK(u(records, 4) == 0);                    // first record: a weight
+  CHECK(u(records + 4, 4) == 0);                // f32
+  CHECK(u(records + 8, 4) == std::string("embedding.weight").size());
+}
+
+namespace {
+// The version 1 file of the same checkpoint: the 40-byte header, the records, one checksum.
+std::vector<std::uint8_t> as_version_1(const std::vector<std::uint8_t>& v2) {
+  std::uint64_t settings = 0;
+  for (int i = 0; i < 8; ++i) settings |= std::uint64_t{v2[40 + static_cast<std::size_t>(i)]} << (8 * i);
+  std::vector<std::uint8_t> v1 = v2;
+  v1.erase(v1.begin() + 40, v1.begin() + 56 + static_cast<std::ptrdiff_t>(settings));  // the settings and the header checksum
+  v1[8] = 1;
+  fix_checksum(v1);
+  return v1;
+}
+}  // namespace
+
+TEST_CASE("checkpoint: the run settings are saved, read back before loading, and checked", "[nn][checkpoint]") {
+  temp_dir dir;
+  const fs::path file = dir.path / "run.ckpt", bad = dir.path / "bad.ckpt";
+  host_backend be;
+  model m(be, tiny_model(), recipes::bf16(), 9);
+  adamw opt(be, m.parameters(), {});
+  const checkpoint_settings settings{{"recipe", "mxfp4"}, {"steps", "40"}, {"lr", "0.0006"}, {"empty", ""}};
+  save_checkpoint(file, m, &opt, {7, 0, settings});
+
+  const checkpoint_info peek = read_checkpoint_info(file);
+  CHECK(peek.version == 2);
+  CHECK(peek.steps == 7);
+  CHECK(peek.settings == settings);
+  host_backend be2;
+  model target(be2, tiny_model(), recipes::bf16(), 77);
+  adamw opt2(be2, target.parameters(), {});
+  const checkpoint_info loaded = load_checkpoint(file, target, &opt2);
+  CHECK(loaded.settings == settings);
+  CHECK(same(weights(target), weights(m)));
+
+  SECTION("a version 1 file still loads, with no settings") {
+    write_all(bad, as_version_1(read_all(file)));
+    host_backend be3;
+    model old(be3, tiny_model(), recipes::bf16(), 5);
+    adamw opt3(be3, old.parameters(), {});
+    const checkpoint_info v1 = load_checkpoint(bad, old, &opt3);
+    CHECK(v1.version == 1);
+    CHECK(v1.steps == 7);
+    CHECK(v1.settings.empty());
+    CHECK(read_checkpoint_info(bad).version == 1);
+    CHECK(same(weights(old), weights(m)));
+  }
+  SECTION("a corrupt setting is found by the header checksum, without the payload") {
+    auto b = read_all(file);
+    b[50] ^= 0x01;  // inside "recipe=mxfp4"
+    write_all(bad, b);
+    CHECK_THROWS_WITH(read_checkpoint_info(bad), mxkit_test::contains("header checksum mismatch"));
+    CHECK_THROWS_WITH(load_checkpoint(bad, target, &opt2), mxkit_test::contains("header checksum mismatch"));
+  }
+  SECTION("malformed settings with a valid header checksum are refused") {
+    auto b = read_all(file);
+    b[54] = '-';  // "recipe=mxfp4" loses its '='; both checksums are made right again
+    fix_header_checksum(b);
+    fix_checksum(b);
+    write_all(bad, b);
+    CHECK_THROWS_WITH(read_checkpoint_info(bad), mxkit_test::contains("run setting 0 is not key=value"));
+  }
+  SECTION("settings the format cannot hold are refused before anything is written") {
+    const auto before = read_all(file);
+    for (const checkpoint_settings& s : {checkpoint_settings{{"", "x"}}, checkpoint_settings{{"a=b", "x"}},
+                                         checkpoint_settings{{"a", "x\ny"}}, checkpoint_settings{{"a", "1"}, {"a", "2"}},
+                                         checkpoint_settings{{"a", std::string(checkpoint_max_settings_bytes, 'x')}}}) {
+      CHECK_THROWS_AS(save_checkpoint(file, m, &opt, {1, 0, s}), std::invalid_argument);
+      CHECK(read_all(file) == before);
+    }
+  }
+  SECTION("a header that declares more settings than a checkpoint holds") {
+    auto b = read_all(file);
+    for (int i = 0; i < 8; ++i) b[40 + static_cast<std::size_t>(i)] = 0xFF;
+    write_all(bad, b);
+    CHECK_THROWS_WITH(read_checkpoint_info(bad), mxkit_test::contains("bytes of run settings, more than"));
+  }
+  SECTION("truncated inside the settings") {
+    auto b = read_all(file);
+    b.resize(60);
+    write_all(bad, b);
+    CHECK_THROWS_WITH(read_checkpoint_info(bad), mxkit_test::contains("truncated"));
+  }
 }
 
 #if MXKIT_POSIX_FILE_IO
@@ -431,17 +527,20 @@ TEST_CASE("checkpoint: loading checks the header before it reads the payload", "
     const fs::path good = dir.path / "good.ckpt", bad = dir.path / "bad.ckpt";
     save_checkpoint(good, m, nullptr);
     auto b = read_all(good);
-    b.resize(checkpoint_header_bytes);
+    const std::size_t header = 56;  // version 2 with no settings: 48 bytes, then the header checksum
+    b.resize(header);
     const std::uint64_t payload = std::uint64_t{1} << 29;  // 512 MiB, and the file has them all (sparse)
     for (int i = 0; i < 8; ++i) b[16 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(payload >> (8 * i));
+    fix_header_checksum(b);
     write_all(bad, b);
-    fs::resize_file(bad, checkpoint_header_bytes + payload + 8);
+    fs::resize_file(bad, header + payload + 8);
     const std::uint64_t read_before = bytes_read_so_far();
     CHECK_THROWS_WITH(load_checkpoint(bad, target, &opt), mxkit_test::contains("declares a payload of 536870912 bytes"));
     CHECK(bytes_read_so_far() - read_before < (std::uint64_t{1} << 20));
     // Far beyond any file: the same refusal, no allocation of the declared size.
     for (int i = 0; i < 8; ++i) b[16 + static_cast<std::size_t>(i)] = 0xFF;
-    b.resize(checkpoint_header_bytes + 8);  // a header and a checksum
+    fix_header_checksum(b);
+    b.resize(header + 8);  // a header and a checksum
     write_all(bad, b);
     CHECK_THROWS_WITH(load_checkpoint(bad, target, &opt), mxkit_test::contains("declares a payload of 18446744073709551615 bytes"));
   }

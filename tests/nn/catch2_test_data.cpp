@@ -125,9 +125,23 @@ TEST_CASE("data: empty or wrapping batch shapes are refused", "[nn][data]") {
 TEST_CASE("data: a corpus read error is an error (never a shorter corpus)", "[nn][data]") {
   const fs::path dir = fs::temp_directory_path() / ("mxkit_corpus_dir_" + std::to_string(std::random_device{}()));
   fs::create_directories(dir);
+  // The OS reason once: std::system_error appends it to what() (a message once said
+  // "Input/output error: Input/output error").
+  auto reasons = [](const std::string& what, int err) {
+    const std::string reason = std::generic_category().message(err);
+    std::size_t n = 0;
+    for (std::size_t at = what.find(reason); at != std::string::npos; at = what.find(reason, at + 1)) ++n;
+    return n;
+  };
   SECTION("a directory (read(2) fails with EISDIR)") {
     CHECK_THROWS_AS(load_corpus(dir), std::system_error);
     CHECK_THROWS_WITH(load_corpus(dir), mxkit_test::contains(std::generic_category().message(EISDIR)));
+    try {
+      load_corpus(dir);
+    } catch (const std::system_error& e) {
+      CHECK(e.code().value() == EISDIR);
+      CHECK(reasons(e.what(), EISDIR) == 1);
+    }
   }
 #if MXKIT_POSIX_FILE_IO
   SECTION("a read that fails after the first chunk") {
@@ -145,7 +159,7 @@ TEST_CASE("data: a corpus read error is an error (never a shorter corpus)", "[nn
     } catch (const std::system_error& e) {
       CHECK(e.code().value() == EIO);
       CHECK_THAT(e.what(), mxkit_test::contains("reading failed after 1048576 bytes"));
-      CHECK_THAT(e.what(), mxkit_test::contains(std::generic_category().message(EIO)));
+      CHECK(reasons(e.what(), EIO) == 1);
       CHECK_THAT(e.what(), mxkit_test::contains(file.string()));
     }
   }

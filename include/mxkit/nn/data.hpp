@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -72,8 +74,10 @@ inline corpus_split split_corpus(std::vector<std::uint8_t> bytes, double validat
   return {std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes)), std::move(val)};
 }
 
-// Throws std::invalid_argument when the file cannot be opened or is empty, and std::system_error
-// (with the OS reason) when a read fails: a read error never passes for a shorter corpus.
+// Throws std::invalid_argument when the file cannot be opened, is empty or does not fit in
+// memory (saying so: an endless device such as /dev/zero ends there, once the memory is spent),
+// and std::system_error (with the OS reason, once) when a read fails: a read error never passes
+// for a shorter corpus.
 inline corpus_split load_corpus(const std::filesystem::path& path, double validation_fraction = 0.1) {
   const std::string name = "corpus: '" + path.string() + "'";
   std::optional<detail::input_file> in;
@@ -83,19 +87,30 @@ inline corpus_split load_corpus(const std::filesystem::path& path, double valida
     detail::fail(name, ": ", e.what());  // "cannot open the file: <reason>"
   }
   std::vector<std::uint8_t> bytes;
-  if (in->regular_size()) bytes.reserve(static_cast<std::size_t>(*in->regular_size()));
-  constexpr std::size_t chunk = std::size_t{1} << 20;
-  std::vector<std::uint8_t> buffer(chunk);
   try {
+    if (in->regular_size()) bytes.reserve(static_cast<std::size_t>(*in->regular_size()));
+    constexpr std::size_t chunk = std::size_t{1} << 20;
+    std::vector<std::uint8_t> buffer(chunk);
     for (std::size_t got = chunk; got == chunk;) {  // a short read is the end of the file
       got = in->read(buffer.data(), chunk);
       bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(got));
     }
+    detail::require(!bytes.empty(), name, " is empty");
+    return split_corpus(std::move(bytes), validation_fraction);
   } catch (const std::system_error& e) {
-    throw std::system_error(e.code(), name + ": " + e.what());
+    // e.what() already ends with the OS reason, which the new error appends again: drop it once.
+    std::string what = e.what();
+    const std::string reason = ": " + e.code().message();
+    if (what.size() >= reason.size() && what.compare(what.size() - reason.size(), reason.size(), reason) == 0)
+      what.resize(what.size() - reason.size());
+    throw std::system_error(e.code(), name + ": " + what);
+  } catch (const std::bad_alloc&) {
+    if (in->regular_size()) detail::fail(name, ": its ", *in->regular_size(), " bytes do not fit in memory");
+    detail::fail(name, ": too large to hold in memory: an allocation failed after ", bytes.size(),
+                 " bytes were read (an endless device or pipe?)");
+  } catch (const std::length_error&) {
+    detail::fail(name, ": too large to hold in memory (", in->regular_size() ? *in->regular_size() : bytes.size(), " bytes)");
   }
-  detail::require(!bytes.empty(), name, " is empty");
-  return split_corpus(std::move(bytes), validation_fraction);
 }
 
 struct batch {

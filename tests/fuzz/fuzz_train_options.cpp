@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+// libFuzzer target: the training program's command line (examples/train_options.hpp), parsed
+// without training. The input is the arguments after the program's name, separated by NUL bytes
+// (at most 64). parse_options must return options, nullopt (--help) or throw usage_error; any
+// other exception (std::out_of_range, std::length_error, std::bad_alloc...) is a finding, as is
+// any crash or sanitizer report. Options it returns must pass check_options' promises (the model
+// and schedule constraints) and read back unchanged when written out as flags again.
+// Seeds (corpus/fuzz_train_options): the ctest tiny model, a resumed run with switches, "=" forms,
+// --help, and values at and past the limits.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../../examples/train_options.hpp"
+
+namespace {
+
+using train_program::options;
+
+[[noreturn]] void finding(const std::string& what) {
+  std::fprintf(stderr, "fuzz_train_options: %s\n", what.c_str());
+  std::abort();
+}
+
+std::optional<options> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "05_train");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return train_program::parse_options(static_cast<int>(args.size()), argv.data());
+}
+
+// Every field as flags ("--flag=value", so that a value starting with "--" stays a value).
+std::vector<std::string> as_flags(const options& o) {
+  using std::to_string;
+  char lr[40];
+  std::snprintf(lr, sizeof lr, "%.17g", o.lr);
+  std::vector<std::string> out{"--recipe=" + o.recipe, std::string("--activations=") + mxkit::name_of(o.activations),
+                               "--layers=" + to_string(o.layers), "--d-model=" + to_string(o.d_model),
+                               "--heads=" + to_string(o.heads), "--kv-heads=" + to_string(o.kv_heads), "--ffn=" + to_string(o.ffn),
+                               "--seq=" + to_string(o.seq), "--batch=" + to_string(o.batch), "--steps=" + to_string(o.steps),
+                               std::string("--lr=") + lr, "--seed=" + to_string(o.seed), "--log-every=" + to_string(o.log_every),
+                               "--eval-every=" + to_string(o.eval_every), "--eval-batches=" + to_string(o.eval_batches),
+                               "--checkpoint-every=" + to_string(o.checkpoint_every)};
+  if (o.warmup) out.push_back("--warmup=" + to_string(*o.warmup));
+  if (o.stop_after) out.push_back("--stop-after=" + to_string(*o.stop_after));
+  if (o.peak_tflops) {
+    char b[40];
+    std::snprintf(b, sizeof b, "%.17g", *o.peak_tflops);
+    out.push_back(std::string("--peak-tflops=") + b);
+  }
+  for (const auto& [flag, path] : {std::pair{"--data=", &o.data}, {"--checkpoint=", &o.checkpoint}, {"--resume=", &o.resume},
+                                   {"--csv=", &o.csv}})
+    if (!path->empty()) out.push_back(flag + path->string());
+  if (o.overwrite) out.push_back("--overwrite");
+  if (o.resume_any_config) out.push_back("--resume-any-config");
+  return out;
+}
+
+bool same(const options& a, const options& b) {
+  return a.data == b.data && a.recipe == b.recipe && a.activations == b.activations && a.layers == b.layers && a.d_model == b.d_model &&
+         a.heads == b.heads && a.kv_heads == b.kv_heads && a.ffn == b.ffn && a.seq == b.seq && a.batch == b.batch &&
+         a.steps == b.steps && a.stop_after == b.stop_after && a.warmup == b.warmup && a.lr == b.lr && a.eval_every == b.eval_every &&
+         a.eval_batches == b.eval_batches && a.log_every == b.log_every && a.checkpoint == b.checkpoint && a.resume == b.resume &&
+         a.csv == b.csv && a.checkpoint_every == b.checkpoint_every && a.seed == b.seed && a.peak_tflops == b.peak_tflops &&
+         a.overwrite == b.overwrite && a.resume_any_config == b.resume_any_config;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::vector<std::string> args(1);
+  for (std::size_t i = 0; i < size; ++i) {
+    if (data[i] != 0) {
+      args.back() += static_cast<char>(data[i]);
+    } else if (args.size() < 64) {
+      args.emplace_back();
+    }
+  }
+  if (size == 0) args.clear();
+  std::optional<options> o;
+  try {
+    o = parse(args);
+  } catch (const train_program::usage_error&) {
+    return 0;  // a refusal: fine
+  } catch (const std::exception& e) {
+    finding(std::string("parse_options threw something other than usage_error: ") + e.what());
+  }
+  if (!o) return 0;  // --help
+  // check_options' promises.
+  if (o->heads == 0 || o->kv_heads == 0 || o->d_model % o->heads != 0 || o->heads % o->kv_heads != 0 || (o->d_model / o->heads) % 2 != 0)
+    finding("accepted a model the layers refuse");
+  if (o->warmup_steps() >= o->steps || o->log_every == 0 || (o->stop_after && (*o->stop_after > o->steps || *o->stop_after % o->log_every)))
+    finding("accepted a schedule the trainer refuses");
+  if (!(o->lr > 0) || !(o->lr < 1e300) || !(train_program::approximate_parameters(*o) < 1.9e19))
+    finding("accepted an lr or a model size out of range");
+  // Written out and parsed again: the same options.
+  try {
+    const std::optional<options> again = parse(as_flags(*o));
+    if (!again || !same(*o, *again)) finding("accepted options do not read back the same as flags");
+  } catch (const std::exception& e) {
+    finding(std::string("accepted options, written out as flags, are refused: ") + e.what());
+  }
+  return 0;
+}
