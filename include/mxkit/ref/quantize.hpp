@@ -116,4 +116,7 @@ inline std::vector<float> dequantize(mx_const_view t) {
 inline std::vector<float> dequantize(const mx_tensor& t) { return dequantize(t.view()); }
 
 }  // namespace ref
+// mxkit::dequantize(fp8_tensor) (tensor/fp8_tensor.hpp) would hide the using-directive's MX
+// overloads from qualified lookup: the old spelling mxkit::dequantize(mx_tensor) needs them named.
+using ref::dequantize;
 MXKIT_END_NAMESPACE
