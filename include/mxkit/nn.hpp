@@ -22,6 +22,7 @@
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/rmsnorm.hpp>
 #include <mxkit/nn/rope.hpp>
+#include <mxkit/nn/safetensors.hpp>
 #include <mxkit/nn/schedule.hpp>
 #include <mxkit/nn/swiglu.hpp>
 #include <mxkit/nn/tensor.hpp>
