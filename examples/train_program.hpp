@@ -41,6 +41,7 @@
 #include <mxkit/nn/file_io.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/recipe.hpp>
+#include <mxkit/nn/safetensors.hpp>
 #include <mxkit/nn/training.hpp>
 
 #include "repository_data.hpp"
@@ -72,6 +73,9 @@ struct options {
   std::size_t checkpoint_every = 1000;
   std::uint64_t seed = 1234;           // model init; the data order uses seed + 1
   std::optional<double> peak_tflops;   // overrides device_info::peak_tflops
+  // Interchange (tools/twin): Hugging Face Llama safetensors in and out, the batch order out.
+  fs::path init_from, export_path, dump_batches;
+  nn::safetensors_dtype export_dtype = nn::safetensors_dtype::f32;
 
   // 100 steps, or a tenth of a shorter run.
   std::size_t warmup_steps() const noexcept { return warmup ? *warmup : std::min<std::size_t>(100, steps / 10); }
@@ -212,6 +216,23 @@ inline std::vector<flag> flags() {
        "write step,loss,eval_loss,tokens_per_s,lr (atomically, with each checkpoint and at the end;\n"
        "    on --resume the file's rows up to the checkpoint's step are kept)",
        path(&options::csv)},
+      // Interchange with other tools (tools/twin/twin.py replays a run from these files).
+      {"--init-from", "PATH", "interchange",
+       "start from the weights of a safetensors file with Hugging Face Llama names (F32 or BF16)\n"
+       "    instead of the random initialization (before --resume, which overrides it)",
+       path(&options::init_from)},
+      {"--export", "PATH", "interchange", "write the final weights as safetensors with Hugging Face Llama names",
+       path(&options::export_path)},
+      {"--export-dtype", "f32|bf16", "interchange", "element type of --export (default f32: the masters, bit-exact)",
+       [](options& o, std::string_view v) {
+         if (v == "f32") o.export_dtype = nn::safetensors_dtype::f32;
+         else if (v == "bf16") o.export_dtype = nn::safetensors_dtype::bf16;
+         else throw usage_error("--export-dtype: expected f32 or bf16, got '" + std::string(v) + "'");
+       }},
+      {"--dump-batches", "PATH", "interchange",
+       "write the training windows of every step, in order: \"MXBATCH1\", u64 steps, batch, seq + 1\n"
+       "    (little-endian), then steps x batch x (seq + 1) token bytes (inputs and the last target)",
+       path(&options::dump_batches)},
       {"--peak-tflops", "X", "output",
        "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
        [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
@@ -487,6 +508,28 @@ inline std::vector<nn::batch> evaluation_batches(const training_data& data, cons
   return nn::sequential_batches(data.split.validation, shape, o.eval_batches);
 }
 
+// The trainer's windows of steps 0 .. steps - 1 (its loader, data seed seed + 1), as the
+// --dump-batches help describes them.
+inline void dump_batches(const fs::path& path, const training_data& data, const options& o) {
+  const nn::batch_loader loader(data.split.train, {o.batch, o.seq}, o.seed + 1);
+  std::vector<std::uint8_t> out{'M', 'X', 'B', 'A', 'T', 'C', 'H', '1'};
+  for (std::uint64_t v : {std::uint64_t{o.steps}, std::uint64_t{o.batch}, std::uint64_t{o.seq + 1}})
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  out.reserve(out.size() + o.steps * o.batch * (o.seq + 1));
+  for (std::size_t s = 0; s < o.steps; ++s) {
+    const nn::batch b = loader.at(s);
+    for (std::size_t row = 0; row < o.batch; ++row) {
+      for (std::size_t t = 0; t < o.seq; ++t) out.push_back(static_cast<std::uint8_t>(b.inputs[row * o.seq + t]));
+      out.push_back(static_cast<std::uint8_t>(b.targets[row * o.seq + o.seq - 1]));
+    }
+  }
+  try {
+    mxkit::detail::replace_file(path, out.data(), out.size());
+  } catch (const std::system_error& e) {
+    throw std::runtime_error("--dump-batches '" + path.string() + "': " + e.what());
+  }
+}
+
 // Trains as `o` says on `be`. Returns the process exit code; throws on failures.
 inline int run(nn::backend& be, const device_info& device, const options& o) {
   const auto t_start = std::chrono::steady_clock::now();
@@ -503,6 +546,8 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   const nn::recipe r = make_recipe(o);
   const nn::model_config mc = model_config_of(o);
   nn::model m(be, mc, r, o.seed);
+  if (!o.init_from.empty()) nn::import_safetensors(o.init_from, m);
+  if (!o.dump_batches.empty()) dump_batches(o.dump_batches, data, o);
 
   std::size_t n_params = 0;
   for (nn::parameter* p : m.parameters()) n_params += p->value.size();
@@ -578,6 +623,7 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
       });
   }
   csv.write();
+  if (!o.export_path.empty()) nn::export_safetensors(o.export_path, m, o.export_dtype);
 
   const throughput::rate total = speed.summary();
   const double tflops = total.per_second(flops.per_step) / 1e12;
