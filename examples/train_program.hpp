@@ -94,7 +94,7 @@ struct recipe_choice {
   nn::recipe (*make)();
   const char* what;
 };
-inline constexpr std::array<recipe_choice, 7> recipe_choices{{
+inline constexpr std::array<recipe_choice, 9> recipe_choices{{
     {"bf16", +[] { return nn::recipes::bf16(); }, "bf16 operands, fp32 accumulation (the baseline)"},
     {"fp8", +[] { return nn::recipes::fp8_delayed(); }, "FP8 delayed scaling, HYBRID (E4M3 forward, E5M2 gradients)"},
     {"mxfp8", +[] { return nn::recipes::mxfp8(); }, "MXFP8 E4M3, round-up scale rule"},
@@ -103,6 +103,18 @@ inline constexpr std::array<recipe_choice, 7> recipe_choices{{
     {"mxfp4-wgrad", +[] { return nn::recipes::mxfp4_primus_turbo(); }, "MXFP4, Hadamard on the wgrad GEMM only (Primus-Turbo)"},
     {"mxfp4-nvidia", +[] { return nn::recipes::mxfp4_nvidia_style(); },
      "MXFP4, random-sign Hadamard on wgrad, stochastic rounding of gradients (NVFP4 placement)"},
+    {"mxfp4-wgrad-bf16", +[] {
+       nn::recipes::mxfp4_config c;
+       c.wgrad_mx = false;
+       return nn::recipes::mxfp4(c, "mxfp4 (hadamard fprop/dgrad, wgrad bf16)");
+     },
+     "MXFP4 fprop and dgrad with Hadamard, the wgrad GEMM in bf16"},
+    {"mxfp4-bf16-edges", +[] {
+       nn::recipe r = nn::recipes::mxfp4(nn::recipes::mxfp4_config{}, "mxfp4 (hadamard all, first/last layer bf16)");
+       r.bf16_first_layers = r.bf16_last_layers = 1;
+       return r;
+     },
+     "MXFP4 with Hadamard on every GEMM, the first and the last layer in bf16"},
 }};
 
 inline nn::recipe make_recipe(const options& o) {
