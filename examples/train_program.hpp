@@ -76,6 +76,9 @@ struct options {
   // Interchange (tools/twin): Hugging Face Llama safetensors in and out, the batch order out.
   fs::path init_from, export_path, dump_batches;
   nn::safetensors_dtype export_dtype = nn::safetensors_dtype::f32;
+  // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
+  std::string switch_to;
+  std::size_t switch_at = 0;
 
   // 100 steps, or a tenth of a shorter run.
   std::size_t warmup_steps() const noexcept { return warmup ? *warmup : std::min<std::size_t>(100, steps / 10); }
@@ -245,6 +248,10 @@ inline std::vector<flag> flags() {
        "write the training windows of every step, in order: \"MXBATCH1\", u64 steps, batch, seq + 1\n"
        "    (little-endian), then steps x batch x (seq + 1) token bytes (inputs and the last target)",
        path(&options::dump_batches)},
+      {"--switch-to", "NAME", "run", "from --switch-at on, train with this recipe (healing: e.g. fp8 or bf16)",
+       [](options& o, std::string_view v) { o.switch_to = std::string(v); }},
+      {"--switch-at", "N", "run", "the step (0-based) of --switch-to, e.g. 80% of --steps",
+       [](options& o, std::string_view v) { o.switch_at = parse_count("--switch-at", v, false); }},
       {"--peak-tflops", "X", "output",
        "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
        [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
@@ -267,6 +274,13 @@ inline void check_options(const options& o) {
        "--stop-after " + to_string(o.stop_after.value_or(0)) + " must be at most --steps " + to_string(o.steps) +
            " and a multiple of --log-every " + to_string(o.log_every) + " (the CSV row of the last step needs its loss)");
   (void)make_recipe(o);  // the recipe name
+  need(o.switch_to.empty() == (o.switch_at == 0) && o.switch_at < o.steps,
+       "--switch-to and --switch-at go together, with --switch-at below --steps " + to_string(o.steps));
+  if (!o.switch_to.empty()) {
+    options s = o;
+    s.recipe = o.switch_to;
+    (void)make_recipe(s);
+  }
 }
 
 // Parses argv[1..]: "--flag value" or "--flag=value". Returns nullopt for --help / -h.
@@ -617,7 +631,15 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   speed.start(first_step);  // data loading, initialization and resumption are not training time
 
   double last_eval = -1;
+  bool switched = false;  // (a resumed run past --switch-at switches before its first step)
   while (t.steps_done() < end) {
+    if (!switched && !o.switch_to.empty() && t.steps_done() >= o.switch_at) {
+      switched = true;
+      options s = o;
+      s.recipe = o.switch_to;
+      m.set_recipe(make_recipe(s));
+      say("step %zu: switched to the recipe %s", t.steps_done(), m.current_recipe().name.c_str());
+    }
     t.step();
     const std::size_t s = t.steps_done();
     const bool last = s == end;

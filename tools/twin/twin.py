@@ -112,10 +112,10 @@ def round_minifloat(x, fmt, stochastic=False, generator=None):
     step = torch.pow(2.0, e - man)
     y = a / step
     if stochastic:
-        y = torch.floor(y + torch.rand(y.shape, generator=generator))
+        y = torch.floor(y + torch.rand(y.shape, generator=generator, device=y.device))
     else:
         y = torch.round(y)  # half to even
-    return torch.sign(x) * torch.minimum(y * step, torch.tensor(vmax))
+    return torch.sign(x) * (y * step).clamp_max(vmax)
 
 
 def to_bf16(x):
@@ -125,13 +125,13 @@ def to_bf16(x):
 _H16 = None
 
 
-def hadamard16():
+def hadamard16(device):
     global _H16
-    if _H16 is None:
+    if _H16 is None or _H16.device != device:
         h = torch.ones(1, 1)
         while h.shape[0] < 16:
             h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-        _H16 = h / 4.0
+        _H16 = (h / 4.0).to(device)
     return _H16
 
 
@@ -227,7 +227,8 @@ class emulated_linear:
     def __init__(self, recipe, generator):
         self.r, self.gen = recipe, generator
         self.fp8 = {k: fp8_state(f) for k, f in (("x", "e4m3"), ("w", "e4m3"), ("dy", "e5m2"))}
-        self.signs = {g: (torch.randint(0, 2, (16,), generator=generator).float() * 2 - 1) for g in ("fprop", "dgrad", "wgrad")}
+        self.signs = {g: (torch.randint(0, 2, (16,), generator=generator, device=generator.device).float() * 2 - 1)
+                      for g in ("fprop", "dgrad", "wgrad")}
 
     def _operand(self, t, spec, g, tensor_name):
         """t (rows, K): the operand along its last axis (the GEMM's reduction axis)."""
@@ -243,7 +244,7 @@ class emulated_linear:
             v = t.reshape(-1, k // 16, 16)
             if self.r[g]["signs"]:
                 v = v * self.signs[g]
-            t = (v @ hadamard16()).reshape(t.shape)
+            t = (v @ hadamard16(t.device)).reshape(t.shape)
         return mx_quantize(t, spec["fmt"], spec["rule"], spec["sr"], self.gen)
 
     def apply(self, x, w):
@@ -310,7 +311,8 @@ class twin_model:
         T = cfg["seq"]
         inv = torch.tensor([cfg["rope_theta"] ** (-2.0 * i / D) for i in range(D // 2)], dtype=torch.float64)
         ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-        self.cos, self.sin = ang.cos().float(), ang.sin().float()
+        dev = self.p["embed"].device
+        self.cos, self.sin = ang.cos().float().to(dev), ang.sin().float().to(dev)
 
     def decays(self, name):
         return not name.startswith(("n1.", "n2.", "norm"))
@@ -336,7 +338,7 @@ class twin_model:
             k = k.repeat_interleave(H // Hkv, dim=2)
             v = v.repeat_interleave(H // Hkv, dim=2)
             s = torch.einsum("bthd,buhd->bhtu", q, k) / math.sqrt(D)
-            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
             att = torch.einsum("bhtu,buhd->bthd", s.softmax(-1), v).reshape(B * T, H * D)
             x = x + self.lin["o.%d" % i].apply(att, self.p["o.%d" % i])
             gu = self.lin["gu.%d" % i].apply(self.rmsnorm(x, self.p["n2.%d" % i]), self.p["gu.%d" % i])
@@ -438,10 +440,13 @@ def read_loss_csv(path):
 
 def cmd_train(a):
     torch.manual_seed(a.seed)
-    gen = torch.Generator().manual_seed(a.seed)
+    dev = torch.device(a.device)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(a.seed)
     weights, meta = load_safetensors(a.init_from)
+    weights = {k: v.to(dev) for k, v in weights.items()}
     c = config_of(meta, a)
-    batches = load_batches(a.batches)
+    batches = load_batches(a.batches).to(dev)
     steps = a.steps or batches.shape[0]
     if batches.shape[0] < steps:
         sys.exit("twin: %s holds %d steps, %d asked" % (a.batches, batches.shape[0], steps))
@@ -528,6 +533,7 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--warmup", type=int)
     p.add_argument("--seed", type=int, default=0, help="random signs and stochastic rounding")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
     p.add_argument("--csv")
     p.add_argument("--mxkit-csv", help="the training program's --csv (run with --log-every 1)")
     p.add_argument("--first", type=int, default=5, help="steps of the agreement check")
