@@ -231,6 +231,9 @@ inline std::vector<flag> flags() {
        "write step,loss,eval_loss,tokens_per_s,lr (atomically, with each checkpoint and at the end;\n"
        "    on --resume the file's rows up to the checkpoint's step are kept)",
        path(&options::csv)},
+      {"--peak-tflops", "X", "output",
+       "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
+       [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).
       {"--init-from", "PATH", "interchange",
        "start from the weights of a safetensors file with Hugging Face Llama names (F32 or BF16)\n"
@@ -248,13 +251,10 @@ inline std::vector<flag> flags() {
        "write the training windows of every step, in order: \"MXBATCH1\", u64 steps, batch, seq + 1\n"
        "    (little-endian), then steps x batch x (seq + 1) token bytes (inputs and the last target)",
        path(&options::dump_batches)},
-      {"--switch-to", "NAME", "run", "from --switch-at on, train with this recipe (healing: e.g. fp8 or bf16)",
+      {"--switch-to", "NAME", "healing", "from --switch-at on, train with this recipe (healing: e.g. fp8 or bf16)",
        [](options& o, std::string_view v) { o.switch_to = std::string(v); }},
-      {"--switch-at", "N", "run", "the step (0-based) of --switch-to, e.g. 80% of --steps",
+      {"--switch-at", "N", "healing", "the step (0-based) of --switch-to, e.g. 80% of --steps",
        [](options& o, std::string_view v) { o.switch_at = parse_count("--switch-at", v, false); }},
-      {"--peak-tflops", "X", "output",
-       "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
-       [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
   };
 }
 
