@@ -353,12 +353,16 @@ class twin_model:
 
 
 class adamw:
-    def __init__(self, model, lr_max, warmup, steps, wd=0.1, b1=0.9, b2=0.95, eps=1e-8, clip=1.0):
+    def __init__(self, model, lr_max, warmup, steps, wd=0.1, b1=0.9, b2=0.95, eps=1e-8, clip=1.0, schedule="warmup-cosine",
+                 decay_norms=False):
         self.m, self.lr_max, self.warmup, self.steps = model, lr_max, warmup, steps
+        self.schedule, self.decay_norms = schedule, decay_norms
         self.wd, self.b1, self.b2, self.eps, self.clip, self.t = wd, b1, b2, eps, clip, 0
         self.state = {k: (torch.zeros_like(p), torch.zeros_like(p)) for k, p in model.p.items()}
 
     def lr(self, s):
+        if self.schedule == "warmup-times-cosine":  # a variant: min(1, (s+1)/W) x cosine from step 0 to 0
+            return self.lr_max * min(1.0, (s + 1) / self.warmup) * 0.5 * (1 + math.cos(math.pi * s / self.steps))
         lo = self.lr_max / 10
         if s < self.warmup:
             return self.lr_max * (s + 1) / self.warmup
@@ -381,7 +385,7 @@ class adamw:
             vi = self.b2 * v.double() + (1 - self.b2) * g * g
             m.copy_(mi)
             v.copy_(vi)
-            wd = self.wd if self.m.decays(k) else 0.0
+            wd = self.wd if self.decay_norms or self.m.decays(k) else 0.0
             p.copy_(p.double() - lr * ((mi / bc1) / ((vi / bc2).sqrt() + self.eps) + wd * p.double()))
             p.grad = None
         return norm
@@ -453,7 +457,8 @@ def cmd_train(a):
     c["seq"] = batches.shape[2] - 1
     recipe, head_kind = make_recipe(a.recipe)
     m = twin_model(weights, c, recipe, head_kind, gen)
-    opt = adamw(m, a.lr, a.warmup if a.warmup is not None else min(100, steps // 10), steps)
+    opt = adamw(m, a.lr, a.warmup if a.warmup is not None else min(100, steps // 10), steps, schedule=a.schedule,
+                decay_norms=a.decay_norms)
     theirs = read_loss_csv(a.mxkit_csv) if a.mxkit_csv else {}
     rows = []
     print("step,twin_loss,mxkit_loss,difference")
@@ -534,6 +539,9 @@ def main(argv=None):
     p.add_argument("--warmup", type=int)
     p.add_argument("--seed", type=int, default=0, help="random signs and stochastic rounding")
     p.add_argument("--device", default="cpu", help="cpu, cuda, ...")
+    p.add_argument("--schedule", default="warmup-cosine", choices=["warmup-cosine", "warmup-times-cosine"],
+                   help="mxkit's (default), or a variant to measure what a schedule difference does")
+    p.add_argument("--decay-norms", action="store_true", help="weight decay on norm gains too (mxkit: not)")
     p.add_argument("--csv")
     p.add_argument("--mxkit-csv", help="the training program's --csv (run with --log-every 1)")
     p.add_argument("--first", type=int, default=5, help="steps of the agreement check")

@@ -358,8 +358,11 @@ inline safetensors_header parse_safetensors_header(std::string_view json, std::o
     h.tensors.push_back(std::move(e));
   });
   if (!r.at_end()) r.error("unexpected bytes after the header object");
-  std::stable_sort(h.tensors.begin(), h.tensors.end(),
-                   [](const safetensors_entry& a, const safetensors_entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  // A total order (names are unique), so std::sort is deterministic; std::stable_sort would pull
+  // in std::get_temporary_buffer, which clang flags as deprecated in libstdc++ 12.
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const safetensors_entry& a, const safetensors_entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end != b.end ? a.end < b.end : a.name < b.name;
+  });
   std::uint64_t at = 0;
   for (const safetensors_entry& e : h.tensors) {
     if (e.begin != at)
