@@ -500,8 +500,15 @@ inline safetensors_file read_safetensors(const std::filesystem::path& path) {
     if (in->read(json.data(), json.size()) < json.size()) throw safetensors_error("truncated inside the header");
     safetensors_file f;
     f.header = parse_safetensors_header(json, size ? std::optional<std::uint64_t>(*size - 8 - n) : std::nullopt);
-    f.data.resize(static_cast<std::size_t>(f.header.data_bytes));
-    if (in->read(f.data.data(), f.data.size()) < f.data.size()) throw safetensors_error("truncated inside the data");
+    // In chunks: a pipe's header may promise more than it sends, and memory grows only with the
+    // bytes that arrive.
+    constexpr std::uint64_t chunk = std::uint64_t{1} << 24;
+    for (std::uint64_t at = 0; at < f.header.data_bytes;) {
+      const auto n_chunk = static_cast<std::size_t>(std::min(chunk, f.header.data_bytes - at));
+      f.data.resize(static_cast<std::size_t>(at) + n_chunk);
+      if (in->read(f.data.data() + at, n_chunk) < n_chunk) throw safetensors_error("truncated inside the data");
+      at += n_chunk;
+    }
     std::uint8_t extra = 0;
     if (in->read(&extra, 1) != 0) throw safetensors_error("unexpected bytes after the last tensor");
     return f;
