@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <mxkit/nn/recipe.hpp>
+#include <mxkit/nn/safetensors.hpp>
 
 namespace train_program {
 
@@ -45,6 +46,12 @@ struct options {
   std::optional<double> peak_tflops;   // overrides device_info::peak_tflops
   bool overwrite = false;          // replace an existing output that is not this program's
   bool resume_any_config = false;  // resume a checkpoint whose recorded run settings differ
+  // Interchange (tools/twin): Hugging Face Llama safetensors in and out, the batch order out.
+  fs::path init_from, export_path, dump_batches;
+  nn::safetensors_dtype export_dtype = nn::safetensors_dtype::f32;
+  // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
+  std::string switch_to;
+  std::size_t switch_at = 0;
 
   // 100 steps, or a tenth of a shorter run.
   std::size_t warmup_steps() const noexcept { return warmup ? *warmup : std::min<std::size_t>(100, steps / 10); }
@@ -63,7 +70,7 @@ struct recipe_choice {
   nn::recipe (*make)();
   const char* what;
 };
-inline constexpr std::array<recipe_choice, 7> recipe_choices{{
+inline constexpr std::array<recipe_choice, 9> recipe_choices{{
     {"bf16", +[] { return nn::recipes::bf16(); }, "bf16 operands, fp32 accumulation (the baseline)"},
     {"fp8", +[] { return nn::recipes::fp8_delayed(); }, "FP8 delayed scaling, HYBRID (E4M3 forward, E5M2 gradients)"},
     {"mxfp8", +[] { return nn::recipes::mxfp8(); }, "MXFP8 E4M3, round-up scale rule"},
@@ -72,6 +79,18 @@ inline constexpr std::array<recipe_choice, 7> recipe_choices{{
     {"mxfp4-wgrad", +[] { return nn::recipes::mxfp4_primus_turbo(); }, "MXFP4, Hadamard on the wgrad GEMM only (Primus-Turbo)"},
     {"mxfp4-nvidia", +[] { return nn::recipes::mxfp4_nvidia_style(); },
      "MXFP4, random-sign Hadamard on wgrad, stochastic rounding of gradients (NVFP4 placement)"},
+    {"mxfp4-wgrad-bf16", +[] {
+       nn::recipes::mxfp4_config c;
+       c.wgrad_mx = false;
+       return nn::recipes::mxfp4(c, "mxfp4 (hadamard fprop/dgrad, wgrad bf16)");
+     },
+     "MXFP4 fprop and dgrad with Hadamard, the wgrad GEMM in bf16"},
+    {"mxfp4-bf16-edges", +[] {
+       nn::recipe r = nn::recipes::mxfp4(nn::recipes::mxfp4_config{}, "mxfp4 (hadamard all, first/last layer bf16)");
+       r.bf16_first_layers = r.bf16_last_layers = 1;
+       return r;
+     },
+     "MXFP4 with Hadamard on every GEMM, the first and the last layer in bf16"},
 }};
 
 inline nn::recipe make_recipe(const options& o) {
@@ -204,6 +223,27 @@ inline std::vector<flag> flags() {
       {"--peak-tflops", "X", "output",
        "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
        [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
+      // Interchange with other tools (tools/twin/twin.py replays a run from these files).
+      {"--init-from", "PATH", "interchange",
+       "start from the weights of a safetensors file with Hugging Face Llama names (F32 or BF16)\n"
+       "    instead of the random initialization (before --resume, which overrides it)",
+       path(&options::init_from)},
+      {"--export", "PATH", "interchange", "write the final weights as safetensors with Hugging Face Llama names",
+       path(&options::export_path)},
+      {"--export-dtype", "f32|bf16", "interchange", "element type of --export (default f32: the masters, bit-exact)",
+       [](options& o, std::string_view v) {
+         if (v == "f32") o.export_dtype = nn::safetensors_dtype::f32;
+         else if (v == "bf16") o.export_dtype = nn::safetensors_dtype::bf16;
+         else throw usage_error("--export-dtype: expected f32 or bf16, got '" + std::string(v) + "'");
+       }},
+      {"--dump-batches", "PATH", "interchange",
+       "write the training windows of every step, in order: \"MXBATCH1\", u64 steps, batch, seq + 1\n"
+       "    (little-endian), then steps x batch x (seq + 1) token bytes (inputs and the last target)",
+       path(&options::dump_batches)},
+      {"--switch-to", "NAME", "healing", "from --switch-at on, train with this recipe (healing: e.g. fp8 or bf16)",
+       [](options& o, std::string_view v) { o.switch_to = std::string(v); }},
+      {"--switch-at", "N", "healing", "the step (0-based) of --switch-to, e.g. 80% of --steps",
+       [](options& o, std::string_view v) { o.switch_at = parse_count("--switch-at", v, false); }},
   };
 }
 
@@ -244,6 +284,13 @@ inline void check_options(const options& o) {
            to_string(o.ffn) + ", --kv-heads " + to_string(o.kv_heads) + " make " + count +
            " parameters, and their weights, gradients and AdamW moments (16 bytes each) exceed the address space");
   (void)make_recipe(o);  // the recipe name
+  need(o.switch_to.empty() == (o.switch_at == 0) && o.switch_at < o.steps,
+       "--switch-to and --switch-at go together, with --switch-at below --steps " + to_string(o.steps));
+  if (!o.switch_to.empty()) {
+    options s = o;
+    s.recipe = o.switch_to;
+    (void)make_recipe(s);
+  }
 }
 
 // Parses argv[1..]: "--flag value" or "--flag=value". Returns nullopt for --help / -h.

@@ -47,6 +47,7 @@
 #include <mxkit/nn/file_io.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/recipe.hpp>
+#include <mxkit/nn/safetensors.hpp>
 #include <mxkit/nn/training.hpp>
 
 #include "repository_data.hpp"
@@ -405,6 +406,28 @@ inline std::optional<std::string> non_finite_weight(nn::model& m) {
   return std::nullopt;
 }
 
+// The trainer's windows of steps 0 .. steps - 1 (its loader, data seed seed + 1), as the
+// --dump-batches help describes them.
+inline void dump_batches(const fs::path& path, const training_data& data, const options& o) {
+  const nn::batch_loader loader(data.split.train, {o.batch, o.seq}, o.seed + 1);
+  std::vector<std::uint8_t> out{'M', 'X', 'B', 'A', 'T', 'C', 'H', '1'};
+  for (std::uint64_t v : {std::uint64_t{o.steps}, std::uint64_t{o.batch}, std::uint64_t{o.seq + 1}})
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  out.reserve(out.size() + o.steps * o.batch * (o.seq + 1));
+  for (std::size_t s = 0; s < o.steps; ++s) {
+    const nn::batch b = loader.at(s);
+    for (std::size_t row = 0; row < o.batch; ++row) {
+      for (std::size_t t = 0; t < o.seq; ++t) out.push_back(static_cast<std::uint8_t>(b.inputs[row * o.seq + t]));
+      out.push_back(static_cast<std::uint8_t>(b.targets[row * o.seq + o.seq - 1]));
+    }
+  }
+  try {
+    mxkit::detail::replace_file(path, out.data(), out.size());
+  } catch (const std::system_error& e) {
+    throw std::runtime_error("--dump-batches '" + path.string() + "': " + e.what());
+  }
+}
+
 // Trains as `o` says on `be`. Returns the process exit code; throws on failures.
 inline int run(nn::backend& be, const device_info& device, const options& o) {
   const auto t_start = std::chrono::steady_clock::now();
@@ -435,6 +458,8 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   const auto model = allocating(std::string("the model (about ") + size + " parameters: --layers, --d-model, --ffn)",
                                 [&] { return std::make_unique<nn::model>(be, mc, r, o.seed); });
   nn::model& m = *model;
+  if (!o.init_from.empty()) nn::import_safetensors(o.init_from, m);
+  if (!o.dump_batches.empty()) dump_batches(o.dump_batches, data, o);
 
   std::size_t n_params = 0;
   for (nn::parameter* p : m.parameters()) n_params += p->value.size();
@@ -520,7 +545,15 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   // gradient norm are then known to be finite, and only if the weights are finite too.
   std::size_t checkpoint_due = o.checkpoint_every > 0 ? (first_step / o.checkpoint_every + 1) * o.checkpoint_every : end;
   std::optional<std::size_t> saved;  // the step of this run's last checkpoint
+  bool switched = false;  // (a resumed run past --switch-at switches before its first step)
   while (t.steps_done() < end && !diverged) {
+    if (!switched && !o.switch_to.empty() && t.steps_done() >= o.switch_at) {
+      switched = true;
+      options sw = o;
+      sw.recipe = o.switch_to;
+      m.set_recipe(make_recipe(sw));
+      say("step %zu: switched to the recipe %s", t.steps_done(), m.current_recipe().name.c_str());
+    }
     t.step();
     const std::size_t s = t.steps_done();
     if (diverged) break;
@@ -552,6 +585,7 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
                    : "; nothing was saved to --checkpoint '" + o.checkpoint.string() + "'";
     throw std::runtime_error(*diverged + kept + " (a lower --lr, or a longer --warmup, may help)");
   }
+  if (!o.export_path.empty()) nn::export_safetensors(o.export_path, m, o.export_dtype);
 
   const throughput::rate total = speed.summary();
   const double tflops = total.per_second(flops.per_step) / 1e12;

@@ -55,10 +55,16 @@ std::vector<std::string> as_flags(const options& o) {
     out.push_back(std::string("--peak-tflops=") + b);
   }
   for (const auto& [flag, path] : {std::pair{"--data=", &o.data}, {"--checkpoint=", &o.checkpoint}, {"--resume=", &o.resume},
-                                   {"--csv=", &o.csv}})
+                                   {"--csv=", &o.csv}, {"--init-from=", &o.init_from}, {"--export=", &o.export_path},
+                                   {"--dump-batches=", &o.dump_batches}})
     if (!path->empty()) out.push_back(flag + path->string());
   if (o.overwrite) out.push_back("--overwrite");
   if (o.resume_any_config) out.push_back("--resume-any-config");
+  out.push_back(std::string("--export-dtype=") + (o.export_dtype == mxkit::nn::safetensors_dtype::bf16 ? "bf16" : "f32"));
+  if (!o.switch_to.empty()) {
+    out.push_back("--switch-to=" + o.switch_to);
+    out.push_back("--switch-at=" + to_string(o.switch_at));
+  }
   return out;
 }
 
@@ -68,7 +74,9 @@ bool same(const options& a, const options& b) {
          a.steps == b.steps && a.stop_after == b.stop_after && a.warmup == b.warmup && a.lr == b.lr && a.eval_every == b.eval_every &&
          a.eval_batches == b.eval_batches && a.log_every == b.log_every && a.checkpoint == b.checkpoint && a.resume == b.resume &&
          a.csv == b.csv && a.checkpoint_every == b.checkpoint_every && a.seed == b.seed && a.peak_tflops == b.peak_tflops &&
-         a.overwrite == b.overwrite && a.resume_any_config == b.resume_any_config;
+         a.overwrite == b.overwrite && a.resume_any_config == b.resume_any_config && a.init_from == b.init_from &&
+         a.export_path == b.export_path && a.dump_batches == b.dump_batches && a.export_dtype == b.export_dtype &&
+         a.switch_to == b.switch_to && a.switch_at == b.switch_at;
 }
 
 }  // namespace

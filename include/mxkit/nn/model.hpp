@@ -51,7 +51,8 @@ class model {
     be.write(embedding_.table().value, normal_values(embedding_.table().value.size(), seed, mix_stream(0xE3B, 0), c.init_std));
     layers_.reserve(c.n_layers);
     for (std::size_t i = 0; i < c.n_layers; ++i) {
-      layers_.emplace_back(be, "layers." + std::to_string(i), c.layer, static_cast<std::uint32_t>(4 * i), r, c.type, table_,
+      layers_.emplace_back(be, "layers." + std::to_string(i), c.layer, static_cast<std::uint32_t>(4 * i), layer_recipe(r, i, c.n_layers),
+                           c.type, table_,
                            i * transformer_layer::scaling_rows);
       layers_.back().init(seed, c.init_std, c.n_layers);
     }
@@ -147,7 +148,8 @@ class model {
     const bool head_changes = !(r.high == recipe_.high);
     recipe_ = r;
     table_ = make_table(r);
-    for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].set_recipe(r, table_, i * transformer_layer::scaling_rows);
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      layers_[i].set_recipe(layer_recipe(r, i, layers_.size()), table_, i * transformer_layer::scaling_rows);
     if (head_changes) head_.set_recipe(head_recipe(r));
   }
   // The delayed-scaling state of every FP8 tensor of the layers (null without FP8 operands).

@@ -52,6 +52,10 @@ struct recipe {
   // Storage of activations and activation gradients between kernels: f32 or bf16 (masters,
   // weight gradients and optimizer state stay f32; an f64 model keeps f64 everywhere).
   dtype activations = dtype::f32;
+  // The first and the last layers of a model whose linears train in bf16 whatever the GEMM specs
+  // say (NVIDIA's NVFP4 pretraining report keeps the first and last blocks in BF16; the ablation
+  // of issue 31). layer_recipe() gives the recipe of one layer.
+  std::size_t bf16_first_layers = 0, bf16_last_layers = 0;
 
   const gemm_spec& gemm(gemm_product g) const noexcept { return g == gemm_product::fprop ? fprop : g == gemm_product::dgrad ? dgrad : wgrad; }
   gemm_spec& gemm(gemm_product g) noexcept { return g == gemm_product::fprop ? fprop : g == gemm_product::dgrad ? dgrad : wgrad; }
@@ -91,6 +95,18 @@ inline void check_config(const recipe& r) {
   require(r.activations == dtype::f32 || r.activations == dtype::bf16, "recipe '", r.name, "': activations must be f32 or bf16, got ",
           name_of(r.activations));
   check_config(r.scaling);
+}
+
+// The recipe of layer `layer` of `n_layers`: `r`, or its bf16 form (every operand bf16, the same
+// high precision, activations and name with " (bf16 layer)") inside the bf16 first/last layers.
+inline recipe layer_recipe(const recipe& r, std::size_t layer, std::size_t n_layers) {
+  mxkit::detail::require(layer < n_layers, "layer_recipe: layer ", layer, " of ", n_layers);
+  if (layer >= r.bf16_first_layers && layer + r.bf16_last_layers < n_layers) return r;
+  recipe b = r;
+  b.name = r.name + " (bf16 layer)";
+  const operand_spec bf{precision::bf16};
+  b.fprop = b.dgrad = b.wgrad = gemm_spec{bf, bf};
+  return b;
 }
 
 namespace recipes {
