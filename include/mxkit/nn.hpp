@@ -36,3 +36,4 @@
 #include <mxkit/ref/nn/rmsnorm.hpp>
 #include <mxkit/ref/nn/rope.hpp>
 #include <mxkit/ref/nn/swiglu.hpp>
+#include <mxkit/ref/nn/thread_communicator.hpp>
