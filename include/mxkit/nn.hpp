@@ -24,6 +24,7 @@
 #include <mxkit/nn/rmsnorm.hpp>
 #include <mxkit/nn/rope.hpp>
 #include <mxkit/nn/schedule.hpp>
+#include <mxkit/nn/sharded_checkpoint.hpp>
 #include <mxkit/nn/swiglu.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/nn/training.hpp>
