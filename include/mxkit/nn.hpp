@@ -35,6 +35,7 @@
 #include <mxkit/ref/nn/cross_entropy.hpp>
 #include <mxkit/ref/nn/delayed_scaling.hpp>
 #include <mxkit/ref/nn/embedding.hpp>
+#include <mxkit/ref/nn/quantized_gather.hpp>
 #include <mxkit/ref/nn/rmsnorm.hpp>
 #include <mxkit/ref/nn/rope.hpp>
 #include <mxkit/ref/nn/swiglu.hpp>
