@@ -42,6 +42,7 @@
 // same sums in the same order, so its gradients and, without clipping, its weights are the same
 // bits as unsharded data parallelism; its norm differs in the last bits of an f64 (a sum of squared
 // shard norms), which moves the clip factor as much when clipping is active.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
