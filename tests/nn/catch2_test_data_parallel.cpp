@@ -320,6 +320,22 @@ TEST_CASE("data parallel: a rank that throws ends every rank with comm_error wit
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 30 s timeout
 }
 
+TEST_CASE("data parallel: ranks configured differently fail with comm_error naming both calls", "[nn][data_parallel]") {
+  CHECK_THROWS_WITH(ref::run_ranks(
+                        2,
+                        [&](communicator& comm) {
+                          host_backend be;
+                          model m(be, tiny_model(), recipes::bf16(), 17);
+                          train_config c = run_config(2);
+                          c.parallel = {&comm, 1, comm.rank() == 0 ? sharding::none : sharding::optimizer};
+                          trainer t(m, text_tokens(), c);
+                          t.run();
+                        },
+                        std::chrono::seconds(30)),
+                    Catch::Matchers::Contains("mismatched collectives") && Catch::Matchers::Contains("all_reduce (sum)") &&
+                        Catch::Matchers::Contains("reduce_scatter (sum)"));
+}
+
 TEST_CASE("data parallel: bad configurations are refused", "[nn][data_parallel]") {
   host_backend be;
   model m(be, tiny_model(), recipes::bf16(), 17);

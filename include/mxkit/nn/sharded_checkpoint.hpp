@@ -29,7 +29,8 @@
 // parameter's elements (each covered exactly once) and only then writes the weights and this
 // rank's moments. The saved N may differ from the loading run's: the shards are resharded by
 // element ranges, so a run saved on 4 ranks resumes on 2 or 3 (or 1: the unsharded trainer).
-// Every failure is a checkpoint_error naming the file.
+// Every failure is a checkpoint_error naming the file. As in checkpoint.hpp's version 1, FP8 amax
+// histories are not saved: they refill within history_length steps.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
