@@ -185,7 +185,7 @@ TEST_CASE("data parallel: ZeRO-1 and full sharding give the unsharded weights bi
 
 TEST_CASE("full sharding: a rank holds its shard of the weights and at most two groups whole", "[nn][data_parallel]") {
   const int n = 4;
-  std::vector<std::size_t> live(n), peak(n);
+  std::vector<std::size_t> live(n), peak(n), grad_live(n), grad_peak(n);
   std::size_t whole = 0;
   model_config mc = tiny_model();
   mc.n_layers = 4;
@@ -204,6 +204,8 @@ TEST_CASE("full sharding: a rank holds its shard of the weights and at most two 
     t.run();
     live[static_cast<std::size_t>(comm.rank())] = be.memory().live(mem_tag::parameter);
     peak[static_cast<std::size_t>(comm.rank())] = be.memory().peak(mem_tag::parameter);
+    grad_live[static_cast<std::size_t>(comm.rank())] = be.memory().live(mem_tag::gradient);
+    grad_peak[static_cast<std::size_t>(comm.rank())] = be.memory().peak(mem_tag::gradient);
   });
   // Groups: the embedding (256 x 32), four layers (9280 elements each), the final norm and head
   // (8224). A gathered layer: 4 ranks x its shard (9280 / 4 rounded up to 32) x 4 bytes.
@@ -216,6 +218,10 @@ TEST_CASE("full sharding: a rank holds its shard of the weights and at most two 
     CHECK(live[static_cast<std::size_t>(r)] <= whole / n + 6 * 32 * 4);  // the shards (padding aside)
     CHECK(peak[static_cast<std::size_t>(r)] <= live[static_cast<std::size_t>(r)] + 2 * gathered_layer);  // + two groups in use
     CHECK(peak[static_cast<std::size_t>(r)] < whole * 2 / 3);
+    // Gradients: the shards, and the whole gradients of at most two groups during backward.
+    INFO("gradients: live " << grad_live[static_cast<std::size_t>(r)] << ", peak " << grad_peak[static_cast<std::size_t>(r)]);
+    CHECK(grad_live[static_cast<std::size_t>(r)] <= whole / n + 6 * 32 * 4);
+    CHECK(grad_peak[static_cast<std::size_t>(r)] <= grad_live[static_cast<std::size_t>(r)] + 2 * gathered_layer);
   }
 }
 
