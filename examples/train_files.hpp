@@ -28,6 +28,7 @@
 
 #include <mxkit/nn/checkpoint.hpp>
 #include <mxkit/nn/file_io.hpp>
+#include <mxkit/nn/sharded_checkpoint.hpp>
 
 #include "train_options.hpp"
 
@@ -170,8 +171,21 @@ inline void check_writable(const flagged_path& out) {
 #endif
 }
 
-// All three checks on the run's outputs; `inputs` are the files the run reads.
-inline void check_outputs(const options& o, const std::vector<flagged_path>& inputs) {
+// A --checkpoint of several ranks is a folder of shards (nn/sharded_checkpoint.hpp): it may exist
+// if it is empty or holds a manifest (this program's), else --overwrite must say so.
+inline void check_shard_folder(const flagged_path& out, bool overwrite) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(out.path, ec);
+  if (!fs::exists(st)) return;
+  if (!fs::is_directory(st)) throw usage_error(out.quoted() + " is a file; several ranks save a folder of shards there");
+  if (overwrite || fs::is_empty(out.path, ec)) return;
+  if (!fs::is_regular_file(mxkit::nn::manifest_path(out.path), ec))
+    throw usage_error(out.quoted() + " is a folder without a sharded checkpoint's manifest; not writing into it (--overwrite does)");
+}
+
+// All three checks on the run's outputs; `inputs` are the files the run reads. A sharded run's
+// --checkpoint is a folder (check_shard_folder).
+inline void check_outputs(const options& o, const std::vector<flagged_path>& inputs, bool sharded_checkpoint = false) {
   std::vector<flagged_path> outputs;
   if (!o.checkpoint.empty()) outputs.push_back({"--checkpoint", o.checkpoint});
   if (!o.csv.empty()) outputs.push_back({"--csv", o.csv});
@@ -179,6 +193,11 @@ inline void check_outputs(const options& o, const std::vector<flagged_path>& inp
   const std::string_view magic(mxkit::nn::checkpoint_magic, sizeof mxkit::nn::checkpoint_magic);
   for (const flagged_path& out : outputs) {
     const bool csv = std::string_view(out.flag) == "--csv";
+    if (!csv && sharded_checkpoint) {
+      check_shard_folder(out, o.overwrite);
+      check_writable(out);
+      continue;
+    }
     check_replaceable(out, csv ? csv_header : magic,
                       csv ? "this program's loss CSV (its first line is not the CSV header)" : "an mxkit checkpoint (no MXKITCKP magic)",
                       o.overwrite);

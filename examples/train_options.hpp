@@ -21,6 +21,7 @@
 #include <system_error>
 #include <vector>
 
+#include <mxkit/nn/data_parallel.hpp>
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/safetensors.hpp>
 
@@ -49,6 +50,10 @@ struct options {
   // Interchange (tools/twin): Hugging Face Llama safetensors in and out, the batch order out.
   fs::path init_from, export_path, dump_batches;
   nn::safetensors_dtype export_dtype = nn::safetensors_dtype::f32;
+  std::size_t ranks = 1;               // 05_train: rank threads (a GPU program: one process per GPU)
+  std::size_t micro_batches = 1;       // per rank and step (gradient accumulation)
+  nn::sharding shard = nn::sharding::none;
+  bool recompute = false;              // activation recomputation per layer
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
   std::size_t switch_at = 0;
@@ -223,6 +228,23 @@ inline std::vector<flag> flags() {
       {"--peak-tflops", "X", "output",
        "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
        [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
+      {"--ranks", "N", "several ranks", "05_train: N rank threads of this process (default 1); a GPU program takes the\n"
+       "    ranks from its launcher. --batch is each rank's micro-batch", count("--ranks", &options::ranks, false)},
+      {"--micro-batches", "N", "several ranks", "micro-batches per rank and step, gradients accumulated (default 1);\n"
+       "    global batch = ranks x N x --batch", count("--micro-batches", &options::micro_batches, false)},
+      {"--shard", "none|optimizer|full", "several ranks", "none: every rank holds everything; optimizer: ZeRO-1 (AdamW state and\n"
+       "    the weight update sharded); full: weights too, gathered per layer (default none)",
+       [](options& o, std::string_view v) {
+         if (v == "none") o.shard = nn::sharding::none;
+         else if (v == "optimizer") o.shard = nn::sharding::optimizer;
+         else if (v == "full") o.shard = nn::sharding::full;
+         else throw usage_error("--shard: expected none, optimizer or full, got '" + std::string(v) + "'");
+       }},
+      {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
+       [](options& o, std::string_view v) {
+         if (v == "on" || v == "off") o.recompute = v == "on";
+         else throw usage_error("--recompute: expected on or off, got '" + std::string(v) + "'");
+       }},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).
       {"--init-from", "PATH", "interchange",
        "start from the weights of a safetensors file with Hugging Face Llama names (F32 or BF16)\n"

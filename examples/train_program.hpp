@@ -19,6 +19,12 @@
 // The default configuration (about 100 M parameters: 16 layers, d_model 768, 12 heads, 4 KV
 // heads, SwiGLU 2048, sequence 1024, batch 16) is sized for one GPU; --steps is to be calibrated
 // to about five minutes on an H200. On the host, pass a small model (05_train's header comment).
+//
+// Several ranks: run() takes the rank's nn::communicator (05_train: --ranks N host threads; a GPU
+// program: its NCCL/RCCL communicator). --batch is then each rank's micro-batch, the global batch
+// ranks x --micro-batches x --batch; rank 0 prints (global tokens/s, MFU per rank) and writes the
+// CSV; --checkpoint and --resume name a directory of shards (nn/sharded_checkpoint.hpp), which
+// resumes on another number of ranks too.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -48,6 +54,7 @@
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/safetensors.hpp>
+#include <mxkit/nn/sharded_checkpoint.hpp>
 #include <mxkit/nn/training.hpp>
 
 #include "repository_data.hpp"
@@ -428,10 +435,14 @@ inline void dump_batches(const fs::path& path, const training_data& data, const 
   }
 }
 
-// Trains as `o` says on `be`. Returns the process exit code; throws on failures.
-inline int run(nn::backend& be, const device_info& device, const options& o) {
+// Trains as `o` says on `be`, as one rank of `comm` when given (every rank calls it; rank 0
+// prints). Returns the process exit code; throws on failures.
+inline int run(nn::backend& be, const device_info& device, const options& o, nn::communicator* comm = nullptr) {
   const auto t_start = std::chrono::steady_clock::now();
+  const bool lead = !comm || comm->rank() == 0;
+  const std::size_t ranks = comm ? static_cast<std::size_t>(comm->size()) : 1;
   auto say = [&](const char* fmt, auto... args) {
+    if (!lead) return;
     std::printf("[%7.1fs] ", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
     std::printf(fmt, args...);
     std::printf("\n");
@@ -443,10 +454,11 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   // --resume checkpoint's settings.
   std::vector<flagged_path> inputs = data_files(o);
   if (!o.resume.empty()) inputs.push_back({"--resume", o.resume});
-  check_outputs(o, inputs);
+  check_outputs(o, inputs, comm != nullptr);
   const training_data data = load_data(o);
   const nn::checkpoint_settings settings = run_settings(o, data);
-  if (!o.resume.empty()) check_resume(o, nn::read_checkpoint_info(o.resume), settings);
+  // (a folder of shards records no settings yet: only a single-rank checkpoint is compared)
+  if (!o.resume.empty() && !fs::is_directory(o.resume)) check_resume(o, nn::read_checkpoint_info(o.resume), settings);
 
   const std::vector<nn::batch> eval_batches = allocating("--eval-batches " + std::to_string(o.eval_batches) + " batches of --batch " +
                                                              std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + " tokens",
@@ -460,28 +472,37 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   nn::model& m = *model;
   if (!o.init_from.empty()) nn::import_safetensors(o.init_from, m);
   if (!o.dump_batches.empty()) dump_batches(o.dump_batches, data, o);
+  m.set_recompute(o.recompute);
 
   std::size_t n_params = 0;
   for (nn::parameter* p : m.parameters()) n_params += p->value.size();
-  const step_flops flops = count_flops(m, o);
-  const double tokens_per_step = static_cast<double>(o.batch * o.seq);
-  const double peak = o.peak_tflops.value_or(device.peak_tflops);
-  std::printf("device: %s (backend %s); bf16 peak %s\n", device.name.c_str(), be.name(),
-              peak > 0 ? (detail::text_of(peak) + " TFLOP/s").c_str() : "unknown (no MFU)");
-  std::printf("model: layers %zu, d_model %zu, heads %zu (kv %zu, head dim %zu), SwiGLU %zu, vocab %zu: %s parameters "
-              "(%s in linears)\n",
-              o.layers, o.d_model, o.heads, o.kv_heads, o.d_model / o.heads, o.ffn, mc.vocab,
-              millions(static_cast<double>(n_params)).c_str(), millions(flops.linear_weights).c_str());
-  std::printf("recipe: %s, %s activations; batch %zu x %zu = %.0f tokens/step; %.3g TFLOP/step (--help: convention)\n",
-              r.name.c_str(), mxkit::name_of(o.activations), o.batch, o.seq, tokens_per_step, flops.per_step / 1e12);
-  std::printf("data: %s: %zu bytes for training, %zu held out (%zu evaluation batches)\n", data.description.c_str(),
-              data.split.train->size(), data.split.validation->size(), eval_batches.size());
-  std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
-              static_cast<ull>(o.seed));
-  if (device.memory) std::printf("device memory after initialization: %s\n", device.memory().c_str());
-  std::fflush(stdout);
+  // FLOPs and tokens of the global batch; MFU per rank divides by the ranks.
+  const double global_micro = static_cast<double>(ranks * o.micro_batches);
+  step_flops flops = count_flops(m, o);
+  flops.per_step *= global_micro;
+  const double tokens_per_step = static_cast<double>(o.batch * o.seq) * global_micro;
+  const double peak = o.peak_tflops.value_or(device.peak_tflops) * static_cast<double>(ranks);  // every rank's device
+  if (lead) {
+    std::printf("device: %s (backend %s); bf16 peak %s\n", device.name.c_str(), be.name(),
+                peak > 0 ? (detail::text_of(peak / static_cast<double>(ranks)) + " TFLOP/s").c_str() : "unknown (no MFU)");
+    std::printf("model: layers %zu, d_model %zu, heads %zu (kv %zu, head dim %zu), SwiGLU %zu, vocab %zu: %s parameters "
+                "(%s in linears)\n",
+                o.layers, o.d_model, o.heads, o.kv_heads, o.d_model / o.heads, o.ffn, mc.vocab,
+                millions(static_cast<double>(n_params)).c_str(), millions(flops.linear_weights).c_str());
+    std::printf("recipe: %s, %s activations; batch %zu x %zu = %.0f tokens/step; %.3g TFLOP/step (--help: convention)\n",
+                r.name.c_str(), mxkit::name_of(o.activations), o.batch, o.seq, tokens_per_step, flops.per_step / 1e12);
+    std::printf("data: %s: %zu bytes for training, %zu held out (%zu evaluation batches)\n", data.description.c_str(),
+                data.split.train->size(), data.split.validation->size(), eval_batches.size());
+    std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
+                static_cast<ull>(o.seed));
+    if (ranks > 1 || o.micro_batches > 1)
+      std::printf("ranks: %zu x %zu micro-batches of %zu x %zu; sharding %s%s (throughput is global, MFU per rank)\n", ranks,
+                  o.micro_batches, o.batch, o.seq, mxkit::name_of(o.shard), o.recompute ? ", activation recomputation" : "");
+    if (device.memory) std::printf("device memory after initialization: %s\n", device.memory().c_str());
+    std::fflush(stdout);
+  }
 
-  loss_csv csv(o.csv);
+  loss_csv csv(lead ? o.csv : fs::path{});
   throughput speed;
   // The first logged step whose loss or gradient norm is not finite ends the run (before any
   // checkpoint), and says so; finite_until is the last logged step that was finite.
@@ -494,6 +515,7 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   tc.data_seed = o.seed + 1;
   tc.log_every = o.log_every;
   tc.progress_every = o.log_every;
+  tc.parallel = {comm, o.micro_batches, o.shard};
   tc.on_progress = [&](const nn::train_progress& p) {
     const throughput::rate w = speed.close(p.step);
     const double tokens_per_s = w.per_second(tokens_per_step), tflops = w.per_second(flops.per_step) / 1e12;
@@ -524,8 +546,13 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   nn::trainer& t = *trainer;
   const std::size_t end = o.stop_after.value_or(o.steps);
 
+  // Several ranks: checkpoints are directories of shards (a directory resumes on any number).
+  const bool sharded_files = comm != nullptr;
   if (!o.resume.empty()) {
-    const nn::checkpoint_info info = nn::load_checkpoint(o.resume, m, &t.optimizer());
+    const nn::checkpoint_info info = fs::is_directory(o.resume) ? nn::load_sharded_checkpoint(o.resume, t)
+                                     : sharded_files          ? throw usage_error("--resume '" + o.resume.string() +
+                                                                         "' is a single-rank checkpoint file; several ranks resume from a directory of shards")
+                                                              : nn::load_checkpoint(o.resume, m, &t.optimizer());
     if (info.steps >= end) {
       say("checkpoint '%s' is at step %llu: nothing left to train (--steps %zu, --stop-after %zu)", o.resume.string().c_str(),
           static_cast<ull>(info.steps), o.steps, end);
@@ -570,7 +597,8 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
           diverged = "the run diverged at step " + std::to_string(s) + ": the weight " + *bad + " is not finite after it";
           return;
         }
-        nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0, settings});
+        if (sharded_files) nn::save_sharded_checkpoint(o.checkpoint, t);
+        else nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0, settings});
         saved = s;
         if (o.checkpoint_every > 0) checkpoint_due = (s / o.checkpoint_every + 1) * o.checkpoint_every;
         csv.write();
@@ -586,6 +614,7 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
     throw std::runtime_error(*diverged + kept + " (a lower --lr, or a longer --warmup, may help)");
   }
   if (!o.export_path.empty()) nn::export_safetensors(o.export_path, m, o.export_dtype);
+  if (!lead) return 0;
 
   const throughput::rate total = speed.summary();
   const double tflops = total.per_second(flops.per_step) / 1e12;

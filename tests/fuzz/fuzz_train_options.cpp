@@ -61,6 +61,10 @@ std::vector<std::string> as_flags(const options& o) {
   if (o.overwrite) out.push_back("--overwrite");
   if (o.resume_any_config) out.push_back("--resume-any-config");
   out.push_back(std::string("--export-dtype=") + (o.export_dtype == mxkit::nn::safetensors_dtype::bf16 ? "bf16" : "f32"));
+  out.push_back("--ranks=" + to_string(o.ranks));
+  out.push_back("--micro-batches=" + to_string(o.micro_batches));
+  out.push_back(std::string("--shard=") + mxkit::name_of(o.shard));
+  out.push_back(std::string("--recompute=") + (o.recompute ? "on" : "off"));
   if (!o.switch_to.empty()) {
     out.push_back("--switch-to=" + o.switch_to);
     out.push_back("--switch-at=" + to_string(o.switch_at));
@@ -76,7 +80,8 @@ bool same(const options& a, const options& b) {
          a.csv == b.csv && a.checkpoint_every == b.checkpoint_every && a.seed == b.seed && a.peak_tflops == b.peak_tflops &&
          a.overwrite == b.overwrite && a.resume_any_config == b.resume_any_config && a.init_from == b.init_from &&
          a.export_path == b.export_path && a.dump_batches == b.dump_batches && a.export_dtype == b.export_dtype &&
-         a.switch_to == b.switch_to && a.switch_at == b.switch_at;
+         a.switch_to == b.switch_to && a.switch_at == b.switch_at && a.ranks == b.ranks && a.micro_batches == b.micro_batches &&
+         a.shard == b.shard && a.recompute == b.recompute;
 }
 
 }  // namespace

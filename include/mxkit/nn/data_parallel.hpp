@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Data parallelism over the ranks of an nn::communicator (communicator.hpp), backend-agnostic:
+// the same code runs on ref::host_backend with rank threads (ref/nn/thread_communicator.hpp) and
+// on the device backend with NCCL/RCCL.
+//
+// A step on N ranks with K micro-batches each (trainer, training.hpp):
+//   micro-batch j = r K + k of the step (rank r, its k-th): batch number step N K + j of the
+//       loader, Philox call j of every linear (model::set_micro_batch); so N ranks x K micro-batches
+//       of b sequences see the samples, and draw the bits, of one rank with N K micro-batches;
+//   forward, backward; the gradients add up over the rank's K micro-batches (gradient
+//       accumulation). In the last micro-batch's backward, model::backward's hook starts each
+//       gradient group's reduction (the final norm and head first, then every layer, the embedding
+//       last) as soon as the group's gradients are complete, on the communicator (its own stream on
+//       a device: overlapped with the rest of backward); one flat buffer per group, so one
+//       collective per group (a bucket);
+//   join(); the optimizer works on the sum of N K micro-batch gradients with divisor N K
+//       (adamw::set_distribution): the norm of the mean gradient is global, clipping compares it
+//       with clip_norm, and the factor 1/(N K) rides on the clip factor into the update;
+//   FP8 delayed scaling: one MAX all_reduce of the scaling table's amax history before the fused
+//       update (TransformerEngine's amax reduction group), so every rank computes the same scales.
+//       Past columns are equal on every rank already; the whole (rows, H) history is reduced
+//       because column 0 is not contiguous (rows x H x 4 bytes: 1.5 MB for the 8B model's 384 rows
+//       at H = 1024). MX block scales are computed per block from local data and need nothing.
+//   The logged loss is the all-reduced sum of every micro-batch's mean loss / (N K).
+//
+// Sharding (ZeRO-1, Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+// Parameter Models"): each group's flat gradient buffer is reduce-scattered instead of all-reduced;
+// rank r owns elements [r S, (r + 1) S) of the group (S a multiple of 32 elements, every parameter
+// starting on a multiple of 32 elements: a shard never splits a 32-block of a row); the optimizer
+// keeps AdamW moments for that shard only and updates that shard of the fp32 weights (views into
+// one flat weight buffer per group), then the weights are all-gathered in place. The gradient norm
+// combines the ranks' shard norms (an all_gather of N f64 norms, then the norm of those).
+//
+// Agreement with one rank accumulating N K micro-batches (tests/nn/catch2_test_data_parallel.cpp):
+// the micro-batches' losses and gradients are the same bits; what differs is the order of the fp32
+// sums. A GEMM-produced weight gradient adds micro-batch products one at a time on one rank
+// (beta = 1) and in rank order on N ranks with K = 1: the same order, the same bits. Gradients
+// summed token by token (the embedding) or from double partials (norm gains) add the same terms in
+// another order; each of the two results is within m u sum|t| of the exact sum (m additions, each
+// rounding once, u = 2^-24, t the terms), so they differ by at most 2 m u sum|t|. ZeRO-1 reduces the
+// same sums in the same order, so its gradients and, without clipping, its weights are the same
+// bits as unsharded data parallelism; its norm differs in the last bits of an f64 (a sum of squared
+// shard norms), which moves the clip factor as much when clipping is active.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/communicator.hpp>
+#include <mxkit/nn/model.hpp>
+#include <mxkit/nn/parameter.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+
+// none: every rank holds everything; optimizer: ZeRO-1; full: ZeRO-3 / FSDP.
+enum class sharding : std::uint8_t { none, optimizer, full };
+
+}  // namespace nn
+template <>
+struct enum_names<nn::sharding> {
+  static constexpr const char* names[] = {"none", "optimizer", "full"};
+  static constexpr nn::sharding last = nn::sharding::full;
+};
+namespace nn {
+
+struct parallel_config {
+  communicator* comm = nullptr;   // null: one rank
+  std::size_t micro_batches = 1;  // per rank and step (gradient accumulation)
+  sharding shard = sharding::none;
+};
+
+// Elements [offset, offset + rows cols) of `base` as a (rows, cols) tensor sharing its memory (the
+// view keeps the allocation alive).
+inline tensor view_of(const tensor& base, std::size_t offset, std::size_t rows, std::size_t cols) {
+  detail::require(base.defined() && offset <= base.size() && rows * cols <= base.size() - offset, "view_of: ", rows, "x", cols,
+                  " at ", offset, " does not fit a tensor of ", base.size(), " elements");
+  auto keep = std::make_shared<tensor>(base);
+  return tensor(base.type(), rows, cols, static_cast<char*>(base.data()) + offset * size_of(base.type()), std::move(keep));
+}
+
+inline constexpr std::size_t shard_alignment = 32;  // elements: the MX block
+
+constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
+
+class data_parallel {
+ public:
+  data_parallel(model& m, const parallel_config& c) : m_(&m), c_(c) {
+    detail::require(c.micro_batches >= 1, "data_parallel: micro_batches must be at least 1, got ", c.micro_batches);
+    detail::check_enum(c.shard, sharding::full, "sharding", "data_parallel");
+    detail::require(c.shard == sharding::none || c.comm, "data_parallel: sharding '", name_of(c.shard), "' needs a communicator");
+    if (!c.comm) return;
+    backend& be = m.be();
+    const std::size_t n = static_cast<std::size_t>(ranks());
+    const std::size_t r = static_cast<std::size_t>(rank());
+    for (std::vector<parameter*>& members : m.gradient_groups()) {
+      group g;
+      std::size_t total = 0;
+      for (parameter* p : members)
+        if (p->trainable && p->value.defined()) {
+          if (!g.params.empty() && p->value.type() != g.params[0]->value.type())
+            detail::fail("data_parallel: parameter '", p->name, "' is ", name_of(p->value.type()), ", its group's first is ",
+                         name_of(g.params[0]->value.type()));
+          g.params.push_back(p);
+          g.offsets.push_back(total);
+          g.rows.push_back(p->rows());
+          g.cols.push_back(p->cols());
+          total += round_up(p->value.size(), shard_alignment);
+        }
+      if (g.params.empty()) {
+        groups_.push_back(std::move(g));
+        continue;
+      }
+      const dtype type = g.params[0]->value.type();
+      g.shard = round_up((total + n - 1) / n, shard_alignment);
+      const std::size_t lo = r * g.shard, hi = lo + g.shard;
+      g.grads = be.alloc(1, n * g.shard, type, mem_tag::gradient);  // zeros: the padding stays 0
+      bind_grads(g);
+      if (c.shard != sharding::none) {
+        g.values = be.alloc(1, n * g.shard, type, mem_tag::parameter);
+        for (std::size_t i = 0; i < g.params.size(); ++i) {
+          parameter& p = *g.params[i];
+          tensor v = view_of(g.values, g.offsets[i], p.rows(), p.cols());
+          be.copy(p.value, v);
+          p.value = v;
+        }
+      }
+      if (c.shard == sharding::full) {  // this rank keeps its shard of the weights and of the reduced gradients only
+        g.shard_values = be.alloc(1, g.shard, type, mem_tag::parameter);
+        be.copy(view_of(g.values, lo, 1, g.shard), g.shard_values);
+        g.shard_grads = be.alloc(1, g.shard, type, mem_tag::gradient);
+        release_weights(g);
+        release_grads(g);
+      }
+      for (std::size_t i = 0; c.shard != sharding::none && i < g.params.size(); ++i) {
+        parameter& p = *g.params[i];
+        const std::size_t size = g.rows[i] * g.cols[i];
+        const std::size_t a = std::max(lo, g.offsets[i]), b = std::min(hi, g.offsets[i] + size);
+        if (a >= b) continue;
+        parameter piece;
+        piece.name = p.name + "[" + std::to_string(a - g.offsets[i]) + ":" + std::to_string(b - g.offsets[i]) + "]";
+        piece.value = c.shard == sharding::full ? view_of(g.shard_values, a - lo, 1, b - a) : view_of(g.values, a, 1, b - a);
+        piece.grad = c.shard == sharding::full ? view_of(g.shard_grads, a - lo, 1, b - a) : view_of(g.grads, a, 1, b - a);
+        piece.decay = p.decay;
+        g.pieces.push_back(std::move(piece));
+        g.piece_of.push_back(i);
+        g.piece_begin.push_back(a - g.offsets[i]);
+      }
+      groups_.push_back(std::move(g));
+    }
+    m.set_group_hook([this](group_event e, std::size_t group) { on_group(e, group); });
+  }
+  ~data_parallel() {
+    if (c_.comm) m_->set_group_hook(nullptr);
+  }
+  data_parallel(const data_parallel&) = delete;
+  data_parallel& operator=(const data_parallel&) = delete;
+
+  int rank() const noexcept { return c_.comm ? c_.comm->rank() : 0; }
+  int ranks() const noexcept { return c_.comm ? c_.comm->size() : 1; }
+  std::size_t micro_batches() const noexcept { return c_.micro_batches; }
+  // Micro-batches whose gradients a step sums: the optimizer's divisor.
+  std::size_t global_micro_batches() const noexcept { return static_cast<std::size_t>(ranks()) * c_.micro_batches; }
+  // Micro-batch k of this rank within the step (its loader batch and Philox call index).
+  std::size_t micro_batch_index(std::size_t k) const noexcept { return static_cast<std::size_t>(rank()) * c_.micro_batches + k; }
+  // The optimizer works on shards (ZeRO-1 or full sharding).
+  bool sharded() const noexcept { return c_.comm && c_.shard != sharding::none; }
+  bool fully_sharded() const noexcept { return c_.comm && c_.shard == sharding::full; }
+  communicator* comm() const noexcept { return c_.comm; }
+  const parallel_config& config() const noexcept { return c_; }
+
+  // The parameters the optimizer updates: the model's trainable ones, or this rank's pieces of
+  // them (sharded: views of the flat buffers; their names say the element range).
+  std::vector<parameter*> optimizer_parameters() {
+    if (!sharded()) return m_->trainable_parameters();
+    std::vector<parameter*> out;
+    for (group& g : groups_)
+      for (parameter& p : g.pieces) out.push_back(&p);
+    return out;
+  }
+
+  // Set before each micro-batch's backward: the last one's backward reduces the gradients.
+  void set_reducing(bool last_micro_batch) noexcept { reducing_ = last_micro_batch; }
+  // After the last backward: every reduction is visible to what the backend runs next.
+  void finish_gradients() {
+    if (!c_.comm) return;
+    c_.comm->join();
+    release_reduced();
+  }
+  // After the optimizer step: sharded weights gathered (every rank holds every updated weight),
+  // every parameter's version moves (its quantized copies are stale).
+  // (Full sharding: the next forward gathers them.)
+  void finish_update() {
+    if (!sharded()) return;
+    if (!fully_sharded()) {
+      const std::size_t r = static_cast<std::size_t>(rank());
+      for (group& g : groups_) {
+        if (g.params.empty()) continue;
+        const comm_buffer all = buffer_of(g.values);
+        c_.comm->all_gather({static_cast<char*>(all.data) + r * g.shard * size_of(all.type), g.shard, all.type}, all);
+      }
+      c_.comm->join();
+    }
+    for (group& g : groups_)
+      for (parameter* p : g.params) ++p->version;
+  }
+  // Full sharding: every group's weights gathered (checkpoint loading, evaluation of a whole model
+  // on the host); release_all(true) keeps what was written into them, as this rank's shard.
+  void gather_all() {
+    if (!fully_sharded()) return;
+    for (group& g : groups_) gather(g);
+    c_.comm->join();
+  }
+  void release_all(bool keep_written) {
+    if (!fully_sharded()) return;
+    const std::size_t lo = static_cast<std::size_t>(rank());
+    for (group& g : groups_) {
+      if (!g.values.defined()) continue;
+      if (keep_written) m_->be().copy(view_of(g.values, lo * g.shard, 1, g.shard), g.shard_values);
+      release_weights(g);
+    }
+  }
+  // Before update_scales: every rank's amaxes, max-combined.
+  void reduce_amax() {
+    if (!c_.comm || !m_->scaling()) return;
+    c_.comm->all_reduce(m_->scaling()->history(), reduce_op::max);
+    c_.comm->join();
+  }
+  // The loss sum of every rank (a logging step).
+  void reduce_loss(tensor& loss_sum) {
+    if (!c_.comm) return;
+    c_.comm->all_reduce(loss_sum, reduce_op::sum);
+    c_.comm->join();
+  }
+
+  // Sharded: this rank's pieces, by group (checkpoints).
+  struct piece_ref {
+    parameter* whole;
+    parameter* piece;
+    std::size_t begin;  // first element of the piece within the whole parameter
+  };
+  std::vector<piece_ref> pieces() {
+    std::vector<piece_ref> out;
+    for (group& g : groups_)
+      for (std::size_t i = 0; i < g.pieces.size(); ++i) out.push_back({g.params[g.piece_of[i]], &g.pieces[i], g.piece_begin[i]});
+    return out;
+  }
+
+ private:
+  struct group {
+    std::vector<parameter*> params;        // trainable, with a master, in gradient_groups() order
+    std::vector<std::size_t> offsets;      // element offset of each in the flat buffers (multiples of 32)
+    std::vector<std::size_t> rows, cols;   // each parameter's shape (full sharding frees the tensors)
+    std::size_t shard = 0;                 // elements per rank (a multiple of 32)
+    tensor grads;                          // (1, ranks x shard): every params[i].grad is a view of it
+    tensor values;                         // sharded: (1, ranks x shard): every params[i].value is a view of it
+                                           // (full sharding: only while the group is gathered)
+    tensor shard_values, shard_grads;      // full sharding: (1, shard) each, this rank's
+    std::vector<parameter> pieces;         // sharded: this rank's part of each parameter it overlaps
+    std::vector<std::size_t> piece_of, piece_begin;
+  };
+
+  void bind_grads(group& g) {
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      parameter& p = *g.params[i];
+      p.grad = view_of(g.grads, g.offsets[i], g.rows[i], g.cols[i]);
+    }
+  }
+  void release_grads(group& g) noexcept {
+    for (parameter* p : g.params) p->grad.reset();
+    g.grads.reset();
+  }
+  void release_reduced() noexcept {
+    for (std::size_t i : reduced_) release_grads(groups_[i]);
+    reduced_.clear();
+  }
+  void release_weights(group& g) noexcept {
+    for (parameter* p : g.params) p->value.reset();
+    g.values.reset();
+  }
+  // Full sharding: the group's weights from every rank's shard (an all_gather into a new buffer;
+  // visible after the next join()). Nothing if they are here already (prefetched).
+  void gather(group& g) {
+    if (g.params.empty() || g.values.defined()) return;
+    g.values = m_->be().alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
+    c_.comm->all_gather(buffer_of(g.shard_values), buffer_of(g.values));
+    for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i]->value = view_of(g.values, g.offsets[i], g.rows[i], g.cols[i]);
+  }
+
+  void on_group(group_event e, std::size_t index) {
+    if (index >= groups_.size()) return;
+    group& g = groups_[index];
+    if (g.params.empty()) return;
+    const bool full = fully_sharded();
+    switch (e) {
+      case group_event::before_forward:
+      case group_event::before_backward: {
+        if (!full) return;
+        gather(g);
+        if (e == group_event::before_backward && !g.grads.defined()) {  // zeros: the padding stays 0
+          g.grads = m_->be().alloc(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::gradient);
+          bind_grads(g);
+        }
+        c_.comm->join();
+        // The reductions called so far are done for what the backend runs from here on (the
+        // join): the whole gradients they read can go, so backward holds at most two groups'.
+        if (e == group_event::before_backward) release_reduced();
+        // Prefetch the group that runs next (forward: index + 1, backward: index - 1), overlapped
+        // with this group's work on a device communicator's stream.
+        const std::size_t next = e == group_event::before_forward ? index + 1 : index - 1;
+        if (next < groups_.size()) gather(groups_[next]);
+        return;
+      }
+      case group_event::after_forward:
+        if (full) release_weights(g);
+        return;
+      case group_event::after_backward: break;
+    }
+    if (reducing_) {
+      for (parameter* p : g.params) materialize_grad(m_->be(), *p);  // a gradient the backward did not reach: zeros
+      const comm_buffer all = buffer_of(g.grads);
+      const std::size_t r = static_cast<std::size_t>(rank());
+      if (full) {
+        c_.comm->reduce_scatter(all, buffer_of(g.shard_grads), reduce_op::sum);
+      } else if (sharded()) {
+        c_.comm->reduce_scatter(all, {static_cast<char*>(all.data) + r * g.shard * size_of(all.type), g.shard, all.type}, reduce_op::sum);
+      } else {
+        c_.comm->all_reduce(all, all, reduce_op::sum);
+      }
+    }
+    if (full) {
+      release_weights(g);
+      if (reducing_) reduced_.push_back(index);  // freed after the next join(): a device reduction may still read them
+    }
+  }
+
+  model* m_;
+  parallel_config c_;
+  std::vector<group> groups_;
+  bool reducing_ = false;
+  std::vector<std::size_t> reduced_;  // full sharding: groups whose whole gradients go at finish_gradients
+};
+
+}  // namespace nn
+MXKIT_END_NAMESPACE
