@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
   if (argc < 11) return 2;
   const std::vector<char> codes = read_file(argv[9]), scales = read_file(argv[10]);
   mxkit::mx_foreign_view v{{type, axis, rows, cols}, {}, mxkit::own_storage(layout),
-                           reinterpret_cast<const std::uint8_t*>(codes.data()), reinterpret_cast<const std::uint8_t*>(scales.data())};
+                           {reinterpret_cast<const std::uint8_t*>(codes.data()), codes.size()},
+                           {reinterpret_cast<const std::uint8_t*>(scales.data()), scales.size()}};
   v.storage.nibbles = parse<mxkit::nibble_order>(argv[8]);
   if (codes.size() < v.data_span() || scales.size() < v.scale_span()) return 4;
   std::cout << mxkit::validate(in, v).summary() << "\n";
