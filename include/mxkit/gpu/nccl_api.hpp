@@ -91,6 +91,7 @@ struct api {
   const char* (*get_error_string)(result_t) = nullptr;
   result_t (*get_unique_id)(unique_id*) = nullptr;
   result_t (*comm_init_rank_config)(comm_t*, int nranks, unique_id, int rank, config_t*) = nullptr;
+  result_t (*comm_finalize)(comm_t) = nullptr;
   result_t (*comm_destroy)(comm_t) = nullptr;
   result_t (*comm_abort)(comm_t) = nullptr;
   result_t (*comm_get_async_error)(comm_t, result_t*) = nullptr;
@@ -158,6 +159,7 @@ inline api load_api() {
   bind(a.get_error_string, "ncclGetErrorString");
   bind(a.get_unique_id, "ncclGetUniqueId");
   bind(a.comm_init_rank_config, "ncclCommInitRankConfig");
+  bind(a.comm_finalize, "ncclCommFinalize");
   bind(a.comm_destroy, "ncclCommDestroy");
   bind(a.comm_abort, "ncclCommAbort");
   bind(a.comm_get_async_error, "ncclCommGetAsyncError");

@@ -141,11 +141,27 @@ class nccl_communicator final : public nn::communicator {
       stop_ = true;
     }
     if (watchdog_.joinable()) watchdog_.join();
-    // Drain what is still queued (bounded), then abort: with nothing in flight ncclCommAbort is a
-    // local, non-blocking destroy, where ncclCommDestroy may wait for ranks that are gone.
+    // An orderly end: drain what is queued, then ncclCommFinalize (it completes once every rank's
+    // operations are done, so no peer still reads this rank's buffers) and ncclCommDestroy. Each
+    // wait is bounded by the timeout; on any failure (or after one) ncclCommAbort instead.
     if (!failed()) {
       try {
         synchronize();
+        bool finalized = false;
+        {
+          const std::lock_guard<std::mutex> lock(mutex_);
+          const nccl::result_t r = api_.comm_finalize(comm_);
+          if (r != nccl::success && r != nccl::in_progress) fail_locked(failure_text("ncclCommFinalize", r));
+        }
+        if (!failed()) {
+          wait_until_ready("ncclCommFinalize (another rank has not finished its collectives)");
+          finalized = true;
+        }
+        if (finalized) {
+          const std::lock_guard<std::mutex> lock(mutex_);
+          (void)api_.comm_destroy(comm_);
+          comm_ = nullptr;
+        }
       } catch (...) {
       }
     }
