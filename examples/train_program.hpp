@@ -37,6 +37,7 @@
 
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/nn/checkpoint.hpp>
+#include <mxkit/nn/communicator.hpp>
 #include <mxkit/nn/data.hpp>
 #include <mxkit/nn/file_io.hpp>
 #include <mxkit/nn/model.hpp>
@@ -55,6 +56,7 @@ struct device_info {
   std::string name;                     // printed in the header line
   double peak_tflops = 0;               // bf16 dense peak in TFLOP/s for MFU; 0: unknown (no MFU column)
   std::function<std::string()> memory;  // optional: one line on the device's memory (GPU: free / total)
+  nn::communicator* comm = nullptr;     // several ranks (06_train_gpu under scripts/launch_gpus.sh); null: one
 };
 
 struct options {

@@ -157,6 +157,10 @@ if has_part 8b && [ "$ngpu" -ge 2 ]; then
   grep -vE "^\s*$" "$final/fsdp_peer.log" | grep -E "^(#|tokens|tflops|mfu|peak|step)|Error|error" | tail -10
 fi
 
+if has_part scaling || has_part 8b; then
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  python3 bench/multi_gpu_rows.py "$final" "$gpu_name" || status=1
+fi
 cp bench/RESULTS.md "$final/RESULTS.md"
 echo "status=$status (${SECONDS}s)"
 exit $status

@@ -106,7 +106,7 @@ struct launch_environment {
 
 // ---- TCP -----------------------------------------------------------------------------------------
 
-namespace detail {
+namespace rendezvous_detail {
 
 using clock = std::chrono::steady_clock;
 
@@ -202,7 +202,7 @@ inline std::uint32_t get_u32(const char* p) {
   return v;
 }
 
-}  // namespace detail
+}  // namespace rendezvous_detail
 
 // The TCP rendezvous and control channel (see the header comment).
 class tcp_rendezvous {
@@ -221,17 +221,17 @@ class tcp_rendezvous {
     mxkit::detail::require(value_bytes <= max_value_bytes, "tcp_rendezvous: value_bytes ", value_bytes, " (at most ", max_value_bytes, ")");
     mxkit::detail::require(world_ >= 1 && rank_ >= 0 && rank_ < world_, "tcp_rendezvous: rank ", rank_, " of ", world_);
     if (world_ == 1) return;
-    const auto deadline = detail::clock::now() + timeout;
+    const auto deadline = rendezvous_detail::clock::now() + timeout;
     if (rank_ == 0) {
       listen_and_accept(env, deadline);
     } else {
       connect_to_root(env, deadline);
       char m[16];
-      detail::put_u32(m, hello_magic);
-      detail::put_u32(m + 4, static_cast<std::uint32_t>(world_));
-      detail::put_u32(m + 8, static_cast<std::uint32_t>(rank_));
-      detail::put_u32(m + 12, static_cast<std::uint32_t>(value_bytes_));
-      detail::send_all(root_.get(), m, sizeof m, deadline, "rank 0");
+      rendezvous_detail::put_u32(m, hello_magic);
+      rendezvous_detail::put_u32(m + 4, static_cast<std::uint32_t>(world_));
+      rendezvous_detail::put_u32(m + 8, static_cast<std::uint32_t>(rank_));
+      rendezvous_detail::put_u32(m + 12, static_cast<std::uint32_t>(value_bytes_));
+      rendezvous_detail::send_all(root_.get(), m, sizeof m, deadline, "rank 0");
     }
   }
   tcp_rendezvous(const tcp_rendezvous&) = delete;
@@ -249,7 +249,7 @@ class tcp_rendezvous {
       mxkit::detail::require(value.size() == bytes, "tcp_rendezvous::broadcast: rank 0's value has ", value.size(), " bytes, expected ",
                              bytes);
     if (world_ == 1) return value;
-    const auto deadline = detail::clock::now() + timeout_;
+    const auto deadline = rendezvous_detail::clock::now() + timeout_;
     if (rank_ == 0) {
       for (int r = 1; r < world_; ++r) send_message(peers_[r].get(), 'V', value, deadline, "rank " + std::to_string(r));
       return value;
@@ -257,13 +257,13 @@ class tcp_rendezvous {
     for (;;) {
       auto [type, text] = read_message(root_.get(), deadline, "rank 0");
       if (type == 'V') {
-        if (text.size() != bytes) detail::comm_fail("rank 0 sent " + std::to_string(text.size()) + " bytes, expected " + std::to_string(bytes));
+        if (text.size() != bytes) rendezvous_detail::comm_fail("rank 0 sent " + std::to_string(text.size()) + " bytes, expected " + std::to_string(bytes));
         return text;
       }
       if (type == 'A') throw comm_error("mxkit: rank 0 aborted during start-up: " + text);
-      if (type == 'X') detail::comm_fail(text);
-      if (type == 0) detail::comm_fail("rank 0 closed the connection before sending the value (it failed or timed out)");
-      if (type != 'B') detail::comm_fail(std::string("unexpected message '") + type + "' from rank 0");
+      if (type == 'X') rendezvous_detail::comm_fail(text);
+      if (type == 0) rendezvous_detail::comm_fail("rank 0 closed the connection before sending the value (it failed or timed out)");
+      if (type != 'B') rendezvous_detail::comm_fail(std::string("unexpected message '") + type + "' from rank 0");
     }
   }
 
@@ -272,7 +272,7 @@ class tcp_rendezvous {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (world_ == 1 || closed_) return;
     try {
-      const auto deadline = detail::clock::now() + std::chrono::seconds(2);
+      const auto deadline = rendezvous_detail::clock::now() + std::chrono::seconds(2);
       const std::string text = "rank " + std::to_string(rank_) + ": " + reason;
       if (rank_ == 0) {
         for (int r = 1; r < world_; ++r)
@@ -291,7 +291,7 @@ class tcp_rendezvous {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (world_ == 1 || closed_) return std::nullopt;
     if (failure_) return failure_;
-    const auto deadline = detail::clock::now() + std::chrono::seconds(2);
+    const auto deadline = rendezvous_detail::clock::now() + std::chrono::seconds(2);
     auto heard = [&](int fd, const std::string& peer) -> std::optional<std::string> {
       pollfd p{fd, POLLIN, 0};
       if (::poll(&p, 1, 0) <= 0) return std::nullopt;
@@ -337,9 +337,9 @@ class tcp_rendezvous {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return;
     closed_ = true;
-    const auto deadline = detail::clock::now() + std::chrono::seconds(1);
+    const auto deadline = rendezvous_detail::clock::now() + std::chrono::seconds(1);
     if (root_) try_send(root_.get(), 'B', "", deadline);
-    for (detail::socket_fd& p : peers_)
+    for (rendezvous_detail::socket_fd& p : peers_)
       if (p) try_send(p.get(), 'B', "", deadline);
     root_.reset();
     peers_.clear();
@@ -349,40 +349,40 @@ class tcp_rendezvous {
   int rank_, world_;
   std::size_t value_bytes_;
   std::chrono::milliseconds timeout_;
-  detail::socket_fd root_;                 // ranks > 0: the connection to rank 0
-  std::vector<detail::socket_fd> peers_;   // rank 0: index r, rank r's connection
+  rendezvous_detail::socket_fd root_;                 // ranks > 0: the connection to rank 0
+  std::vector<rendezvous_detail::socket_fd> peers_;   // rank 0: index r, rank r's connection
   std::optional<std::string> failure_;
   bool closed_ = false;
   std::mutex mutex_;  // abort(), poll_abort() and close() may run on different threads
 
   // Messages: type (1 byte), length (u32), text. 'V' value, 'A' abort, 'B' goodbye, 'X' refusal.
-  static void send_message(int fd, char type, const std::string& text, detail::clock::time_point deadline, const std::string& peer) {
+  static void send_message(int fd, char type, const std::string& text, rendezvous_detail::clock::time_point deadline, const std::string& peer) {
     std::string m(5, '\0');
     m[0] = type;
-    detail::put_u32(m.data() + 1, static_cast<std::uint32_t>(text.size()));
+    rendezvous_detail::put_u32(m.data() + 1, static_cast<std::uint32_t>(text.size()));
     m += text;
-    detail::send_all(fd, m.data(), m.size(), deadline, peer);
+    rendezvous_detail::send_all(fd, m.data(), m.size(), deadline, peer);
   }
-  static void try_send(int fd, char type, const std::string& text, detail::clock::time_point deadline) noexcept {
+  static void try_send(int fd, char type, const std::string& text, rendezvous_detail::clock::time_point deadline) noexcept {
     try {
       send_message(fd, type, text, deadline, "peer");
     } catch (...) {
     }
   }
   // type 0: the peer closed the connection.
-  static std::pair<char, std::string> read_message(int fd, detail::clock::time_point deadline, const std::string& peer) {
+  static std::pair<char, std::string> read_message(int fd, rendezvous_detail::clock::time_point deadline, const std::string& peer) {
     char head[5];
-    if (!detail::recv_all(fd, head, 5, deadline, peer)) return {0, {}};
-    const std::uint32_t n = detail::get_u32(head + 1);
-    if (n > max_value_bytes + 4096) detail::comm_fail(peer + " sent a message of " + std::to_string(n) + " bytes (not an mxkit rank?)");
+    if (!rendezvous_detail::recv_all(fd, head, 5, deadline, peer)) return {0, {}};
+    const std::uint32_t n = rendezvous_detail::get_u32(head + 1);
+    if (n > max_value_bytes + 4096) rendezvous_detail::comm_fail(peer + " sent a message of " + std::to_string(n) + " bytes (not an mxkit rank?)");
     std::string text(n, '\0');
-    if (n > 0 && !detail::recv_all(fd, text.data(), n, deadline, peer)) detail::comm_fail(peer + " closed the connection mid-message");
+    if (n > 0 && !rendezvous_detail::recv_all(fd, text.data(), n, deadline, peer)) rendezvous_detail::comm_fail(peer + " closed the connection mid-message");
     return {head[0], std::move(text)};
   }
 
-  void listen_and_accept(const launch_environment& env, detail::clock::time_point deadline) {
-    detail::socket_fd ls(::socket(AF_INET, SOCK_STREAM, 0));
-    if (!ls) detail::comm_fail(std::string("socket: ") + detail::errno_text(errno));
+  void listen_and_accept(const launch_environment& env, rendezvous_detail::clock::time_point deadline) {
+    rendezvous_detail::socket_fd ls(::socket(AF_INET, SOCK_STREAM, 0));
+    if (!ls) rendezvous_detail::comm_fail(std::string("socket: ") + rendezvous_detail::errno_text(errno));
     const int one = 1;
     ::setsockopt(ls.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in a{};
@@ -390,31 +390,31 @@ class tcp_rendezvous {
     a.sin_addr.s_addr = htonl(INADDR_ANY);
     a.sin_port = htons(static_cast<std::uint16_t>(env.master_port));
     if (::bind(ls.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-      detail::comm_fail("rank 0 cannot listen on port " + std::to_string(env.master_port) + " (MASTER_PORT): " + detail::errno_text(errno));
-    if (::listen(ls.get(), 128) != 0) detail::comm_fail(std::string("listen: ") + detail::errno_text(errno));
-    detail::set_nonblocking(ls.get());
+      rendezvous_detail::comm_fail("rank 0 cannot listen on port " + std::to_string(env.master_port) + " (MASTER_PORT): " + rendezvous_detail::errno_text(errno));
+    if (::listen(ls.get(), 128) != 0) rendezvous_detail::comm_fail(std::string("listen: ") + rendezvous_detail::errno_text(errno));
+    rendezvous_detail::set_nonblocking(ls.get());
     peers_.resize(static_cast<std::size_t>(world_));
     int joined = 1;
     std::string refusal;
     while (joined < world_ && refusal.empty()) {
-      if (!detail::wait_fd(ls.get(), POLLIN, deadline)) {
+      if (!rendezvous_detail::wait_fd(ls.get(), POLLIN, deadline)) {
         std::string missing;
         for (int r = 1; r < world_; ++r)
           if (!peers_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        detail::comm_fail("rank 0 waited for the other ranks on port " + std::to_string(env.master_port) + " and ranks " + missing +
+        rendezvous_detail::comm_fail("rank 0 waited for the other ranks on port " + std::to_string(env.master_port) + " and ranks " + missing +
                           " never connected (a rank did not start, or WORLD_SIZE differs between ranks)");
       }
-      detail::socket_fd c(::accept(ls.get(), nullptr, nullptr));
+      rendezvous_detail::socket_fd c(::accept(ls.get(), nullptr, nullptr));
       if (!c) continue;
       ::setsockopt(c.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       char hello[16];
       try {
-        if (!detail::recv_all(c.get(), hello, sizeof hello, deadline, "a connecting rank")) continue;
+        if (!rendezvous_detail::recv_all(c.get(), hello, sizeof hello, deadline, "a connecting rank")) continue;
       } catch (const comm_error&) {
         continue;  // not one of ours (a port scanner): ignore it
       }
-      const std::uint32_t magic = detail::get_u32(hello), world = detail::get_u32(hello + 4), r = detail::get_u32(hello + 8),
-                          bytes = detail::get_u32(hello + 12);
+      const std::uint32_t magic = rendezvous_detail::get_u32(hello), world = rendezvous_detail::get_u32(hello + 4), r = rendezvous_detail::get_u32(hello + 8),
+                          bytes = rendezvous_detail::get_u32(hello + 12);
       if (magic != hello_magic) continue;
       if (static_cast<int>(world) != world_) refusal = "rank " + std::to_string(r) + " has WORLD_SIZE " + std::to_string(world) + ", rank 0 has " + std::to_string(world_);
       else if (r == 0 || static_cast<int>(r) >= world_) refusal = "a process claims rank " + std::to_string(r) + " of " + std::to_string(world_);
@@ -430,37 +430,37 @@ class tcp_rendezvous {
       ++joined;
     }
     if (!refusal.empty()) {
-      for (detail::socket_fd& p : peers_)
+      for (rendezvous_detail::socket_fd& p : peers_)
         if (p) try_send(p.get(), 'X', "mismatched configuration: " + refusal, deadline);
       peers_.clear();
       closed_ = true;
-      detail::comm_fail("mismatched configuration: " + refusal);
+      rendezvous_detail::comm_fail("mismatched configuration: " + refusal);
     }
   }
 
-  void connect_to_root(const launch_environment& env, detail::clock::time_point deadline) {
+  void connect_to_root(const launch_environment& env, rendezvous_detail::clock::time_point deadline) {
     addrinfo hints{};
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
     const std::string port = std::to_string(env.master_port);
     const int gai = ::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found);
-    if (gai != 0 || !found) detail::comm_fail("MASTER_ADDR '" + env.master_addr + "': " + ::gai_strerror(gai));
+    if (gai != 0 || !found) rendezvous_detail::comm_fail("MASTER_ADDR '" + env.master_addr + "': " + ::gai_strerror(gai));
     const sockaddr_in addr = *reinterpret_cast<const sockaddr_in*>(found->ai_addr);
     ::freeaddrinfo(found);
     std::string last = "no attempt";
     for (auto pause = std::chrono::milliseconds(10);; pause = std::min(pause * 2, std::chrono::milliseconds(500))) {
-      detail::socket_fd s(::socket(AF_INET, SOCK_STREAM, 0));
-      if (!s) detail::comm_fail(std::string("socket: ") + detail::errno_text(errno));
+      rendezvous_detail::socket_fd s(::socket(AF_INET, SOCK_STREAM, 0));
+      if (!s) rendezvous_detail::comm_fail(std::string("socket: ") + rendezvous_detail::errno_text(errno));
       if (::connect(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
         const int one = 1;
         ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         root_ = std::move(s);
         break;
       }
-      last = detail::errno_text(errno);
-      if (detail::clock::now() + pause >= deadline)
-        detail::comm_fail("rank " + std::to_string(rank_) + " could not connect to rank 0 at " + env.master_addr + ":" + port + " (" + last +
+      last = rendezvous_detail::errno_text(errno);
+      if (rendezvous_detail::clock::now() + pause >= deadline)
+        rendezvous_detail::comm_fail("rank " + std::to_string(rank_) + " could not connect to rank 0 at " + env.master_addr + ":" + port + " (" + last +
                           ") before the timeout");
       std::this_thread::sleep_for(pause);
     }
@@ -485,12 +485,12 @@ inline std::string file_rendezvous(const std::filesystem::path& path, const laun
                            value_bytes);
     std::error_code ec;
     if (std::filesystem::exists(path, ec))
-      detail::comm_fail("rank 0: '" + path.string() + "' exists already (left by an earlier run?); remove it or use a new path");
+      rendezvous_detail::comm_fail("rank 0: '" + path.string() + "' exists already (left by an earlier run?); remove it or use a new path");
     const std::string text = header + value;
     mxkit::detail::replace_file(path, text.data(), text.size());
     return value;
   }
-  const auto deadline = detail::clock::now() + timeout;
+  const auto deadline = rendezvous_detail::clock::now() + timeout;
   for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, std::chrono::milliseconds(200))) {
     std::error_code ec;
     if (std::filesystem::exists(path, ec)) {
@@ -506,12 +506,12 @@ inline std::string file_rendezvous(const std::filesystem::path& path, const laun
       const std::size_t eol = text.find('\n');
       const std::string got_header = eol == std::string::npos ? text : text.substr(0, eol + 1);
       if (got_header != header)
-        detail::comm_fail("rank " + std::to_string(env.rank) + " expects '" + header.substr(0, header.size() - 1) + "' in '" + path.string() +
+        rendezvous_detail::comm_fail("rank " + std::to_string(env.rank) + " expects '" + header.substr(0, header.size() - 1) + "' in '" + path.string() +
                           "', rank 0 wrote '" + got_header.substr(0, got_header.find('\n')) + "' (mismatched configuration)");
       return text.substr(eol + 1);
     }
-    if (detail::clock::now() + pause >= deadline)
-      detail::comm_fail("rank " + std::to_string(env.rank) + " waited for rank 0 to write '" + path.string() + "' until the timeout");
+    if (rendezvous_detail::clock::now() + pause >= deadline)
+      rendezvous_detail::comm_fail("rank " + std::to_string(env.rank) + " waited for rank 0 to write '" + path.string() + "' until the timeout");
     std::this_thread::sleep_for(pause);
   }
 }
