@@ -10,6 +10,7 @@
 #include <mxkit/nn/checkpoint.hpp>
 #include <mxkit/nn/communicator.hpp>
 #include <mxkit/nn/data.hpp>
+#include <mxkit/nn/data_parallel.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/embedding.hpp>
 #include <mxkit/nn/file_io.hpp>
@@ -37,3 +38,4 @@
 #include <mxkit/ref/nn/rmsnorm.hpp>
 #include <mxkit/ref/nn/rope.hpp>
 #include <mxkit/ref/nn/swiglu.hpp>
+#include <mxkit/ref/nn/thread_communicator.hpp>
