@@ -74,6 +74,10 @@ struct options {
   std::size_t checkpoint_every = 1000;
   std::uint64_t seed = 1234;           // model init; the data order uses seed + 1
   std::optional<double> peak_tflops;   // overrides device_info::peak_tflops
+  // Several GPUs (06_train_gpu under scripts/launch_gpus.sh or torchrun): how the ranks share the
+  // model, and activation recomputation (any number of ranks).
+  enum class parallelism { dp, zero1, fsdp } parallel = parallelism::dp;
+  bool recompute = false;
 
   // 100 steps, or a tenth of a shorter run.
   std::size_t warmup_steps() const noexcept { return warmup ? *warmup : std::min<std::size_t>(100, steps / 10); }
@@ -136,7 +140,7 @@ inline double parse_real(std::string_view flag, std::string_view v, bool zero_ok
 
 struct flag {
   const char* name;
-  const char* value;  // the value's placeholder in --help
+  const char* value;  // the value's placeholder in --help; null: a switch that takes no value
   const char* group;  // --help prints a heading where it changes
   std::string help;   // with the default
   std::function<void(options&, std::string_view)> set;
@@ -217,6 +221,21 @@ inline std::vector<flag> flags() {
       {"--peak-tflops", "X", "output",
        "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
        [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
+      {"--dp", nullptr, "several GPUs (one process each: scripts/launch_gpus.sh N PROGRAM ...)",
+       "data parallel (the default): every rank holds the model; gradients all-reduced in buckets\n"
+       "    during backward; global batch = ranks x --batch; loss, gradient norm and clipping global",
+       [](options& o, std::string_view) { o.parallel = options::parallelism::dp; }},
+      {"--zero1", nullptr, "several GPUs (one process each: scripts/launch_gpus.sh N PROGRAM ...)",
+       "ZeRO-1: AdamW state and fp32 masters sharded over the ranks (gradients reduce-scattered,\n"
+       "    updated weights all-gathered)",
+       [](options& o, std::string_view) { o.parallel = options::parallelism::zero1; }},
+      {"--fsdp", nullptr, "several GPUs (one process each: scripts/launch_gpus.sh N PROGRAM ...)",
+       "full sharding (ZeRO-3): each layer's weights gathered just in time (quantized copies where\n"
+       "    the recipe quantizes them), freed after use",
+       [](options& o, std::string_view) { o.parallel = options::parallelism::fsdp; }},
+      {"--recompute", nullptr, "several GPUs (one process each: scripts/launch_gpus.sh N PROGRAM ...)",
+       "recompute each layer's activations in backward (keeps only layer inputs: long sequences)",
+       [](options& o, std::string_view) { o.recompute = true; }},
   };
 }
 
@@ -252,6 +271,11 @@ inline std::optional<options> parse_options(int argc, char** argv) {
     }
     const auto f = std::find_if(flags.begin(), flags.end(), [&](const detail::flag& x) { return arg == x.name; });
     if (f == flags.end()) throw usage_error("unknown argument '" + std::string(argv[i]) + "' (see --help)");
+    if (!f->value) {  // a switch
+      if (value) throw usage_error(std::string(f->name) + " takes no value, got '" + std::string(*value) + "'");
+      f->set(o, {});
+      continue;
+    }
     if (!value) {
       if (i + 1 >= argc) throw usage_error(std::string(f->name) + ": missing value " + f->value);
       value = std::string_view(argv[++i]);
@@ -270,7 +294,7 @@ inline void print_help(const char* program) {
   const char* group = "";
   for (const detail::flag& f : detail::flags()) {
     if (std::string_view(group) != f.group) std::printf("\n%s:\n", group = f.group);
-    std::printf("  %s %s\n    %s\n", f.name, f.value, f.help.c_str());
+    std::printf("  %s%s%s\n    %s\n", f.name, f.value ? " " : "", f.value ? f.value : "", f.help.c_str());
   }
   std::printf(
       "\nProgress lines: step, training loss (mean since the previous line), learning rate, gradient norm,\n"
@@ -506,10 +530,25 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   const nn::model_config mc = model_config_of(o);
   nn::model m(be, mc, r, o.seed);
 
+  // Several ranks (device.comm): the trainer shards the batches and reduces the gradients
+  // (nn/data_parallel.hpp). tokens/s count every rank's tokens; TFLOP/s and MFU are per GPU.
+  // Rank 0 writes the CSV and the checkpoint (data parallel: every rank holds the same state).
+  const int ranks = device.comm ? device.comm->size() : 1;
+  const bool rank0 = !device.comm || device.comm->rank() == 0;
+  if (o.parallel == options::parallelism::fsdp)
+    throw usage_error("--fsdp: full sharding is not in this build yet; --zero1 shards the optimizer state");
+  if (o.parallel == options::parallelism::zero1 && ranks > 1 && (!o.checkpoint.empty() || !o.resume.empty()))
+    throw usage_error("--zero1 with --checkpoint/--resume: sharded checkpoints are not in this build yet");
+  m.set_recompute(o.recompute);
+  if (ranks > 1)
+    std::printf("ranks: %d (%s%s); global batch %d x %zu sequences\n", ranks,
+                o.parallel == options::parallelism::zero1 ? "ZeRO-1" : "data parallel", o.recompute ? ", recompute" : "", ranks,
+                o.batch);
+
   std::size_t n_params = 0;
   for (nn::parameter* p : m.parameters()) n_params += p->value.size();
   const step_flops flops = count_flops(m, o);
-  const double tokens_per_step = static_cast<double>(o.batch * o.seq);
+  const double tokens_per_step = static_cast<double>(o.batch * o.seq) * ranks;
   const double peak = o.peak_tflops.value_or(device.peak_tflops);
   std::printf("device: %s (backend %s); bf16 peak %s\n", device.name.c_str(), be.name(),
               peak > 0 ? (detail::text_of(peak) + " TFLOP/s").c_str() : "unknown (no MFU)");
@@ -526,9 +565,11 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   if (device.memory) std::printf("device memory after initialization: %s\n", device.memory().c_str());
   std::fflush(stdout);
 
-  loss_csv csv(o.csv);
+  loss_csv csv(rank0 ? o.csv : fs::path());
   throughput speed;
   nn::train_config tc;
+  tc.parallel.comm = device.comm;
+  if (device.comm && o.parallel == options::parallelism::zero1) tc.parallel.shard = nn::sharding::optimizer;
   tc.steps = o.steps;
   tc.shape = {o.batch, o.seq};
   tc.schedule = {o.lr, o.lr / 10, o.warmup_steps(), o.steps};
@@ -574,7 +615,7 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
       });
     if (!o.checkpoint.empty() && ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || last))
       speed.pause(be, [&] {
-        nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0});
+        if (rank0) nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0});
         csv.write();
         say("checkpoint at step %zu: %s", s, o.checkpoint.string().c_str());
       });
