@@ -14,6 +14,11 @@
 #     peer bench/fsdp_peer.py (FSDP2 + torch.compile, bf16).
 # Environment: MXKIT_PARTS (default "build tests memcheck allreduce scaling 8b"), MXKIT_8B_SEQ,
 # MXKIT_8B_RECIPES (default "bf16 fp8 mxfp8 mxfp4"), MXKIT_COMMIT (the commit measured).
+# The device tool allows 10 minutes a command: run it in three calls on one warm machine (the
+# build folder stays), e.g.
+#   MXKIT_PARTS="build tests"                 bash scripts/gpu_multi_check.sh
+#   MXKIT_PARTS="memcheck allreduce scaling"  bash scripts/gpu_multi_check.sh
+#   MXKIT_PARTS="8b"                          bash scripts/gpu_multi_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0  # no NVLink multicast, in every process started from here
@@ -77,14 +82,14 @@ if has_part tests; then
   f=$(exe nccl_abi_check) && [ -n "$f" ] && { run_logged nccl_abi 60 "$f"; cat "$final/nccl_abi.log"; }
   f=$(exe catch2_test_nccl_communicator)
   if [ -n "$f" ]; then
-    run_logged nccl_communicator 400 "$f" -s -r compact
+    run_logged nccl_communicator 240 "$f" -r compact
     grep -hE "All tests passed|test cases|SKIPPED" "$final/nccl_communicator.log" | tail -2
     grep -B3 -A15 "FAILED" "$final/nccl_communicator.log" | head -80
   fi
   for t in $extra_tests; do
     f=$(exe "$t") || continue
     [ -n "$f" ] || continue
-    run_logged "$t" 400 "$f" -r compact
+    run_logged "$t" 240 "$f" -r compact
     grep -hE "All tests passed|test cases|SKIPPED" "$final/$t.log" | tail -2
     grep -B3 -A15 "FAILED" "$final/$t.log" | head -60
   done
@@ -94,7 +99,7 @@ if has_part tests; then
       [ -n "$mode" ] && ! "$train" --help 2>/dev/null | grep -q -- "${mode%% *}" && continue
       name="train2${mode// /}"
       # shellcheck disable=SC2086
-      run_logged "$name" 240 bash scripts/launch_gpus.sh 2 "$train" "${tiny[@]}" --recipe mxfp4 $mode
+      run_logged "$name" 120 bash scripts/launch_gpus.sh 2 "$train" "${tiny[@]}" --recipe mxfp4 $mode
       grep -E "step|error|throughput" "$final/$name.log" | tail -4
     done
   fi
@@ -104,15 +109,16 @@ if has_part memcheck && command -v compute-sanitizer >/dev/null; then
   note "memcheck on 2 ranks"
   f=$(exe catch2_test_nccl_communicator)
   if [ -n "$f" ]; then
-    CUDA_VISIBLE_DEVICES=0,1 run_logged nccl_communicator.memcheck 500 \
-      compute-sanitizer --tool memcheck --error-exitcode 99 --target-processes all "$f" "~[failure]"
+    # NCCL_CUMEM_ENABLE=0: NCCL's buffers from cudaMalloc, which memcheck tracks (its cuMem maps it may not).
+    CUDA_VISIBLE_DEVICES=0,1 NCCL_CUMEM_ENABLE=0 run_logged nccl_communicator.memcheck 300 \
+      compute-sanitizer --tool memcheck --error-exitcode 99 "$f" "[memcheck]"
     grep -m5 -A6 "Invalid\|ERROR SUMMARY\|FAILED" "$final/nccl_communicator.memcheck.log"
   fi
   if [ -n "$train" ]; then
     mode=""
     "$train" --help 2>/dev/null | grep -q -- --dp && mode=--dp
     # shellcheck disable=SC2086
-    run_logged train2.memcheck 500 bash scripts/launch_gpus.sh 2 \
+    NCCL_CUMEM_ENABLE=0 run_logged train2.memcheck 300 bash scripts/launch_gpus.sh 2 \
       compute-sanitizer --tool memcheck --error-exitcode 99 "$train" "${tiny[@]}" --steps 4 --recipe mxfp4 $mode
     grep -m5 -A6 "Invalid\|ERROR SUMMARY\|error" "$final/train2.memcheck.log"
   fi
@@ -132,7 +138,7 @@ if has_part scaling && [ -n "$train" ]; then
   for n in 1 2 4; do
     [ "$n" -le "$ngpu" ] || continue
     # shellcheck disable=SC2086
-    run_logged "scaling$n" 240 bash scripts/launch_gpus.sh "$n" "$train" --steps 400 --stop-after 60 --log-every 20 --eval-every 0 $dp
+    run_logged "scaling$n" 150 bash scripts/launch_gpus.sh "$n" "$train" --steps 400 --stop-after 60 --log-every 20 --eval-every 0 $dp
     grep -E "^throughput|tok/s" "$final/scaling$n.log" | tail -2
   done
 fi
@@ -144,15 +150,17 @@ if has_part 8b && [ "$ngpu" -ge 2 ]; then
   n=$((ngpu >= 4 ? 4 : ngpu))
   if [ -n "$train" ] && "$train" --help 2>/dev/null | grep -q -- --fsdp; then
     for recipe in ${MXKIT_8B_RECIPES:-bf16 fp8 mxfp8 mxfp4}; do
-      run_logged "8b_$recipe" 420 bash scripts/launch_gpus.sh "$n" "$train" --layers 32 --d-model 4096 --heads 32 --kv-heads 8 \
+      run_logged "8b_$recipe" 150 bash scripts/launch_gpus.sh "$n" "$train" --layers 32 --d-model 4096 --heads 32 --kv-heads 8 \
         --ffn 14336 --seq "$seq" --batch 1 --steps 100 --stop-after 6 --warmup 1 --log-every 2 --eval-every 0 --fsdp --recompute \
         --recipe "$recipe"
+      rc=$?
       grep -E "tok/s|^throughput|memory|error" "$final/8b_$recipe.log" | tail -4
+      if [ $rc -eq 2 ]; then echo "06_train_gpu refused the flags (exit 2): the other recipes are skipped"; break; fi
     done
   else
     echo "06_train_gpu has no --fsdp here: the 8B runs are skipped"
   fi
-  run_logged fsdp_peer 600 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" bench/fsdp_peer.py --seq "$seq" \
+  run_logged fsdp_peer 300 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" bench/fsdp_peer.py --seq "$seq" \
     --batch 1 --steps 3 --warmup 2
   grep -vE "^\s*$" "$final/fsdp_peer.log" | grep -E "^(#|tokens|tflops|mfu|peak|step)|Error|error" | tail -10
 fi

@@ -164,7 +164,7 @@ void check_all_reduce(nn::comm_type type, bool own_stream) {
 
 }  // namespace
 
-TEST_CASE("nccl_communicator: all_reduce sum and max in every type and both stream modes", "[nccl]") {
+TEST_CASE("nccl_communicator: all_reduce sum and max in every type and both stream modes", "[nccl][memcheck]") {
   for (const bool own : {true, false}) {
     check_all_reduce<float>(nn::comm_type::f32, own);
     check_all_reduce<mxkit::bfloat16>(nn::comm_type::bf16, own);
@@ -173,7 +173,7 @@ TEST_CASE("nccl_communicator: all_reduce sum and max in every type and both stre
   }
 }
 
-TEST_CASE("nccl_communicator: reduce_scatter, all_gather of bytes, broadcast", "[nccl]") {
+TEST_CASE("nccl_communicator: reduce_scatter, all_gather of bytes, broadcast", "[nccl][memcheck]") {
   constexpr std::size_t chunk = 4099;
   gpu::nccl_options o;
   o.timeout = 60s;
