@@ -81,6 +81,10 @@ TEST_CASE("launch_environment reads torchrun's variables and names a bad one", "
     CHECK(e.master_addr == "node7");
     CHECK(e.master_port == 29511);
   }
+  SECTION("torchrun's agent store holds MASTER_PORT: the next port") {
+    vars = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+    CHECK(nn::launch_environment::from_environment(lookup).master_port == 29501);
+  }
   SECTION("LOCAL_RANK defaults to RANK") {
     vars = {{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
     CHECK(nn::launch_environment::from_environment(lookup).local_rank == 2);

@@ -63,7 +63,7 @@ struct launch_environment {
   int world_size = 1;  // WORLD_SIZE
   int local_rank = 0;  // LOCAL_RANK: the device index on this host
   std::string master_addr = "127.0.0.1";  // MASTER_ADDR: where rank 0 listens
-  int master_port = 29500;                // MASTER_PORT
+  int master_port = 29500;                // MASTER_PORT, where rank 0 listens (+1 under torchrun's agent store, below)
 
   // From the process environment, or any lookup (tests). None of the variables set: one rank
   // (0 of 1). RANK or WORLD_SIZE set: both must be, with MASTER_ADDR and MASTER_PORT where
@@ -96,6 +96,12 @@ struct launch_environment {
       detail::require(addr && *addr, "launch environment: WORLD_SIZE=", e.world_size, " but MASTER_ADDR is not set (rank 0's host)");
       e.master_addr = addr;
       e.master_port = number("MASTER_PORT", port, 1, 65535);
+      // torchrun (c10d rendezvous) may keep its own TCP store listening on MASTER_PORT and say so
+      // with TORCHELASTIC_USE_AGENT_STORE: every rank then meets on the next port.
+      if (const char* agent = lookup("TORCHELASTIC_USE_AGENT_STORE"); agent && (std::string_view(agent) == "True" || std::string_view(agent) == "1")) {
+        detail::require(e.master_port < 65535, "launch environment: MASTER_PORT=65535 leaves no port beside torchrun's store");
+        ++e.master_port;
+      }
     } else {
       if (addr && *addr) e.master_addr = addr;
       if (port) e.master_port = number("MASTER_PORT", port, 1, 65535);
