@@ -25,6 +25,7 @@
 #include <mxkit/nn/rmsnorm.hpp>
 #include <mxkit/nn/rope.hpp>
 #include <mxkit/nn/schedule.hpp>
+#include <mxkit/nn/sharded_checkpoint.hpp>
 #include <mxkit/nn/swiglu.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/nn/training.hpp>
@@ -35,6 +36,7 @@
 #include <mxkit/ref/nn/cross_entropy.hpp>
 #include <mxkit/ref/nn/delayed_scaling.hpp>
 #include <mxkit/ref/nn/embedding.hpp>
+#include <mxkit/ref/nn/quantized_gather.hpp>
 #include <mxkit/ref/nn/rmsnorm.hpp>
 #include <mxkit/ref/nn/rope.hpp>
 #include <mxkit/ref/nn/swiglu.hpp>
