@@ -5,10 +5,6 @@
 // the failures: a rank's abort, a rank that never calls (timeout), a mismatched call, each
 // ending every rank with comm_error in bounded time. Skipped (exit 77) without two GPUs or
 // without the library (MXKIT_NCCL_LIBRARY, or MXKIT_NCCL_ROOT at configure time).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -21,6 +17,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "nccl_ranks.hpp"
 
 #include <mxkit/format/float16.hpp>
 #include <mxkit/gpu/memory.hpp>
@@ -30,86 +27,12 @@
 namespace gpu = mxkit::gpu;
 namespace nn = mxkit::nn;
 using namespace std::chrono_literals;
+using nccl_test::ranks;
+using nccl_test::rank_context;
+using nccl_test::run_ranks;
+using nccl_test::require_no_errors;
 
 namespace {
-
-const int ranks = [] {
-  const int n = gpu::device_count();
-  if (n < 2) {
-    std::printf("SKIPPED: %d GPU(s); the NCCL communicator tests need 2\n", n);
-    std::exit(77);
-  }
-  try {
-    (void)gpu::nccl::library();
-  } catch (const std::exception& e) {
-    std::printf("SKIPPED: %s\n", e.what());
-    std::exit(77);
-  }
-  std::printf("%s %d at %s; %d ranks (one per GPU, threads)\n", gpu::nccl::vendor_name, gpu::nccl::library().version,
-              gpu::nccl::library().library.c_str(), n < 8 ? n : 8);
-  return n < 8 ? n : 8;
-}();
-
-struct rank_context {
-  int rank;
-  gpu::stream_t stream;  // the "backend's" stream
-  gpu::nccl_communicator& comm;
-};
-
-// Runs body(rank_context) on `n` threads, rank r on device r; returns each rank's exception text
-// ("" when it returned). Without `control`, the ranks share one unique id made here.
-std::vector<std::string> run_ranks(int n, gpu::nccl_options options, const std::function<void(rank_context&)>& body,
-                                   bool control = false) {
-  const gpu::nccl::unique_id id = gpu::nccl_communicator::new_unique_id();
-  int port = 0;
-  if (control) {  // a free port for the TCP rendezvous
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-    ::close(s);
-  }
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        MXKIT_GPU_CHECK(gpu::set_device(r));
-        gpu::stream s;
-        std::unique_ptr<gpu::nccl_communicator> comm;
-        if (control) {
-          nn::launch_environment env;
-          env.rank = r;
-          env.world_size = n;
-          env.local_rank = r;
-          env.master_addr = "127.0.0.1";
-          env.master_port = port;
-          comm = gpu::nccl_communicator::from_environment(env, s.get(), options);
-        } else {
-          comm = std::make_unique<gpu::nccl_communicator>(id, r, n, s.get(), options);
-        }
-        rank_context c{r, s.get(), *comm};
-        body(c);
-        s.synchronize();
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-        if (errors[static_cast<std::size_t>(r)].empty()) errors[static_cast<std::size_t>(r)] = "(empty what())";
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  return errors;
-}
-
-void require_no_errors(const std::vector<std::string>& errors) {
-  for (std::size_t r = 0; r < errors.size(); ++r) {
-    INFO("rank " << r);
-    CHECK(errors[r] == "");
-  }
-}
 
 // Exact in every type: small integers (sums of at most 8 of them stay below bf16's 256).
 float value_at(int rank, std::size_t i) { return static_cast<float>(static_cast<int>((i * 7 + 3 * rank) % 13) - 6); }

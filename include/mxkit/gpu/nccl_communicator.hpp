@@ -32,8 +32,8 @@
 // every rank compares the table, so all of them throw the same comm_error naming both calls. It
 // costs a host round trip per collective (tests and debugging, not training).
 //
-// NVLink multicast (NVLS) stays off: the first communicator sets NCCL_NVLS_ENABLE=0 in the
-// process environment unless it is set (the launch scripts set it too).
+// NVLink multicast (NVLS) stays off: the first communicator (or unique id) of the process sets
+// NCCL_NVLS_ENABLE=0, over any other value (the launch scripts set it too), before NCCL reads it.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -287,7 +287,7 @@ class nccl_communicator final : public nn::communicator {
 
   static void keep_multicast_off() {
     static std::once_flag once;
-    std::call_once(once, [] { ::setenv("NCCL_NVLS_ENABLE", "0", 0); });
+    std::call_once(once, [] { ::setenv("NCCL_NVLS_ENABLE", "0", 1); });
   }
 
   static nccl::data_type_t type_of(nn::comm_type t) {
