@@ -3,11 +3,12 @@
 # Multi-GPU training on a machine of 2 to 8 GPUs in one call (device tool, kind nvidia-h100-x4 or
 # nvidia-h100-x2, carry [".deps"]). Every part is time-bounded and runs even where an earlier one
 # failed; logs land in $OUT, with RESULTS.md (the rows appended by this run's benchmarks).
-#   1 build (-j16) against PyTorch's NCCL wheel (-DMXKIT_NCCL_ROOT): the communicator test, the
-#     ABI check, the multi-rank GPU tests of tests/gpu that exist, 06_train_gpu, bench_allreduce;
-#   2 tests: gpu.nccl_abi (our NCCL declarations against the wheel's nccl.h), the communicator on
-#     every GPU (threads), the other multi-rank GPU tests; then compute-sanitizer memcheck on 2
-#     ranks: the communicator test without its failure cases, and 06_train_gpu on 2 processes;
+#   1 build (-j16) against PyTorch's NCCL wheel (-DMXKIT_NCCL_ROOT): the NCCL tests, the ABI
+#     check, the multi-rank GPU tests of tests/gpu that exist, 06_train_gpu, bench_allreduce;
+#   2 tests: gpu.nccl_abi (our NCCL declarations against the wheel's nccl.h), the communicator and
+#     the quantized gather on every GPU (threads), the other multi-rank GPU tests, 06_train_gpu on
+#     2 processes in each mode; then compute-sanitizer memcheck on 2 ranks: the NCCL tests' [memcheck]
+#     cases, and 06_train_gpu on 2 processes;
 #   3 benchmarks: all-reduce bus bandwidth against torch.distributed (bench_allreduce --record);
 #     06_train_gpu's default model on 1, 2 and 4 GPUs (weak scaling, a few steps each); the Llama
 #     3.1 8B shape fully sharded with recompute per recipe (MXKIT_8B_SEQ, default 8192) and its
@@ -53,7 +54,8 @@ else
 fi
 [ -n "${MXKIT_COMMIT:-}" ] || echo "note: MXKIT_COMMIT not set; RESULTS.md rows take the commit git reports here"
 
-targets="catch2_test_nccl_communicator 06_train_gpu bench_allreduce"
+nccl_tests="catch2_test_nccl_communicator catch2_test_nccl_quantized_gather"
+targets="$nccl_tests 06_train_gpu bench_allreduce"
 [ -n "$nccl_root" ] && [ -f "$nccl_root/include/nccl.h" ] && targets+=" nccl_abi_check"
 # Multi-rank GPU tests beside the communicator's (the data-parallel ones, where they exist).
 extra_tests=$(cd tests/gpu && ls catch2_test_*parallel*.cu catch2_test_*shard*.cu 2>/dev/null | sed 's/\.cu$//' | tr '\n' ' ')
@@ -80,13 +82,7 @@ tiny=(--layers 2 --d-model 256 --heads 4 --kv-heads 2 --ffn 512 --seq 128 --batc
 if has_part tests; then
   note "tests"
   f=$(exe nccl_abi_check) && [ -n "$f" ] && { run_logged nccl_abi 60 "$f"; cat "$final/nccl_abi.log"; }
-  f=$(exe catch2_test_nccl_communicator)
-  if [ -n "$f" ]; then
-    run_logged nccl_communicator 240 "$f" -r compact
-    grep -hE "All tests passed|test cases|SKIPPED" "$final/nccl_communicator.log" | tail -2
-    grep -B3 -A15 "FAILED" "$final/nccl_communicator.log" | head -80
-  fi
-  for t in $extra_tests; do
+  for t in $nccl_tests $extra_tests; do
     f=$(exe "$t") || continue
     [ -n "$f" ] || continue
     run_logged "$t" 240 "$f" -r compact
@@ -107,13 +103,14 @@ fi
 
 if has_part memcheck && command -v compute-sanitizer >/dev/null; then
   note "memcheck on 2 ranks"
-  f=$(exe catch2_test_nccl_communicator)
-  if [ -n "$f" ]; then
+  for t in $nccl_tests; do
+    f=$(exe "$t")
+    [ -n "$f" ] || continue
     # NCCL_CUMEM_ENABLE=0: NCCL's buffers from cudaMalloc, which memcheck tracks (its cuMem maps it may not).
-    CUDA_VISIBLE_DEVICES=0,1 NCCL_CUMEM_ENABLE=0 run_logged nccl_communicator.memcheck 300 \
+    CUDA_VISIBLE_DEVICES=0,1 NCCL_CUMEM_ENABLE=0 run_logged "$t.memcheck" 200 \
       compute-sanitizer --tool memcheck --error-exitcode 99 "$f" "[memcheck]"
-    grep -m5 -A6 "Invalid\|ERROR SUMMARY\|FAILED" "$final/nccl_communicator.memcheck.log"
-  fi
+    grep -m5 -A6 "Invalid\|ERROR SUMMARY\|FAILED" "$final/$t.memcheck.log"
+  done
   if [ -n "$train" ]; then
     mode=""
     "$train" --help 2>/dev/null | grep -q -- --dp && mode=--dp
