@@ -10,7 +10,8 @@
 // MXKIT_SKIP_EXIT_CODE=77, as ctest runs it).
 //
 // On several GPUs: one process per GPU with torchrun's environment (WORLD_SIZE > 1), e.g.
-//   bash scripts/launch_gpus.sh 4 06_train_gpu --recipe mxfp4
+//   bash scripts/launch_gpus.sh 4 06_train_gpu --recipe mxfp4                 # data parallel
+//   bash scripts/launch_gpus.sh 4 06_train_gpu --shard full --recompute on    # fully sharded
 // Each process takes GPU LOCAL_RANK and joins the NCCL (RCCL) communicator through the TCP
 // rendezvous on MASTER_ADDR:MASTER_PORT (gpu/nccl_communicator.hpp); only rank 0 prints (set
 // MXKIT_ALL_RANKS_PRINT=1 to see every rank). A rank that fails aborts the communicator, so the
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
       return code ? std::atoi(code) : 0;
     }
     const mxkit::nn::launch_environment env = mxkit::nn::launch_environment::from_environment();
+    if (o.ranks != 1)
+      throw train_program::usage_error("--ranks: 06_train_gpu takes its ranks from its launcher, one process per GPU "
+                                       "(bash scripts/launch_gpus.sh N 06_train_gpu ...)");
     if (env.world_size > 1) {
       if (env.local_rank >= gpu::device_count())
         throw train_program::usage_error("LOCAL_RANK " + std::to_string(env.local_rank) + " but this machine has " +
@@ -74,7 +78,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<gpu::nccl_communicator> comm;  // destroyed before the backend whose stream it uses
     if (env.world_size > 1) comm = gpu::nccl_communicator::from_environment(env, be.stream());
     try {
-      return train_program::run(be, {p.name, bf16_peak_tflops(p.name), device_memory, comm.get()}, o);
+      return train_program::run(be, {p.name, bf16_peak_tflops(p.name), device_memory}, o, comm.get());
     } catch (const std::exception& e) {
       if (comm) comm->abort(e.what());  // the other ranks end now, naming this rank's error
       throw;

@@ -7,7 +7,7 @@
 #     check, the multi-rank GPU tests of tests/gpu that exist, 06_train_gpu, bench_allreduce;
 #   2 tests: gpu.nccl_abi (our NCCL declarations against the wheel's nccl.h), the communicator and
 #     the quantized gather on every GPU (threads), the other multi-rank GPU tests, 06_train_gpu on
-#     2 processes in each mode; then compute-sanitizer memcheck on 2 ranks: the NCCL tests' [memcheck]
+#     2 processes in each mode (--shard none/optimizer/full, --recompute on, --micro-batches 2); then compute-sanitizer memcheck on 2 ranks: the NCCL tests' [memcheck]
 #     cases, and 06_train_gpu on 2 processes;
 #   3 benchmarks: all-reduce bus bandwidth against torch.distributed (bench_allreduce --record);
 #     06_train_gpu's default model on 1, 2 and 4 GPUs (weak scaling, a few steps each); the Llama
@@ -91,7 +91,7 @@ if has_part tests; then
   done
   # The training program on 2 processes, each mode it offers, a few steps (correctness, not speed).
   if [ -n "$train" ]; then
-    for mode in "" --dp --zero1 --fsdp "--fsdp --recompute"; do
+    for mode in "" "--shard optimizer" "--shard full" "--shard full --recompute on" "--micro-batches 2"; do
       [ -n "$mode" ] && ! "$train" --help 2>/dev/null | grep -q -- "${mode%% *}" && continue
       name="train2${mode// /}"
       # shellcheck disable=SC2086
@@ -112,11 +112,8 @@ if has_part memcheck && command -v compute-sanitizer >/dev/null; then
     grep -m5 -A6 "Invalid\|ERROR SUMMARY\|FAILED" "$final/$t.memcheck.log"
   done
   if [ -n "$train" ]; then
-    mode=""
-    "$train" --help 2>/dev/null | grep -q -- --dp && mode=--dp
-    # shellcheck disable=SC2086
     NCCL_CUMEM_ENABLE=0 run_logged train2.memcheck 300 bash scripts/launch_gpus.sh 2 \
-      compute-sanitizer --tool memcheck --error-exitcode 99 "$train" "${tiny[@]}" --steps 4 --recipe mxfp4 $mode
+      compute-sanitizer --tool memcheck --error-exitcode 99 "$train" "${tiny[@]}" --steps 4 --recipe mxfp4 --shard full
     grep -m5 -A6 "Invalid\|ERROR SUMMARY\|error" "$final/train2.memcheck.log"
   fi
 fi
@@ -130,12 +127,9 @@ fi
 # Weak scaling: the default model, per-GPU batch fixed, on 1, 2, 4 GPUs; rank 0's summary line.
 if has_part scaling && [ -n "$train" ]; then
   note "weak scaling of 06_train_gpu's default model"
-  dp=""
-  "$train" --help 2>/dev/null | grep -q -- --dp && dp=--dp
   for n in 1 2 4; do
     [ "$n" -le "$ngpu" ] || continue
-    # shellcheck disable=SC2086
-    run_logged "scaling$n" 150 bash scripts/launch_gpus.sh "$n" "$train" --steps 400 --stop-after 60 --log-every 20 --eval-every 0 $dp
+    run_logged "scaling$n" 150 bash scripts/launch_gpus.sh "$n" "$train" --steps 400 --stop-after 60 --log-every 20 --eval-every 0
     grep -E "^throughput|tok/s" "$final/scaling$n.log" | tail -2
   done
 fi
@@ -145,17 +139,17 @@ if has_part 8b && [ "$ngpu" -ge 2 ]; then
   note "Llama 3.1 8B shape, fully sharded, recompute"
   seq=${MXKIT_8B_SEQ:-8192}
   n=$((ngpu >= 4 ? 4 : ngpu))
-  if [ -n "$train" ] && "$train" --help 2>/dev/null | grep -q -- --fsdp; then
+  if [ -n "$train" ] && "$train" --help 2>/dev/null | grep -q -- "--shard"; then
     for recipe in ${MXKIT_8B_RECIPES:-bf16 fp8 mxfp8 mxfp4}; do
       run_logged "8b_$recipe" 150 bash scripts/launch_gpus.sh "$n" "$train" --layers 32 --d-model 4096 --heads 32 --kv-heads 8 \
-        --ffn 14336 --seq "$seq" --batch 1 --steps 100 --stop-after 6 --warmup 1 --log-every 2 --eval-every 0 --fsdp --recompute \
+        --ffn 14336 --seq "$seq" --batch 1 --steps 100 --stop-after 6 --warmup 1 --log-every 2 --eval-every 0 --shard full --recompute on \
         --recipe "$recipe"
       rc=$?
       grep -E "tok/s|^throughput|memory|error" "$final/8b_$recipe.log" | tail -4
       if [ $rc -eq 2 ]; then echo "06_train_gpu refused the flags (exit 2): the other recipes are skipped"; break; fi
     done
   else
-    echo "06_train_gpu has no --fsdp here: the 8B runs are skipped"
+    echo "06_train_gpu has no --shard here: the 8B runs are skipped"
   fi
   run_logged fsdp_peer 300 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" bench/fsdp_peer.py --seq "$seq" \
     --batch 1 --steps 3 --warmup 2

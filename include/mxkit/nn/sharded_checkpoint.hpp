@@ -208,7 +208,24 @@ inline void save_sharded_checkpoint(const std::filesystem::path& dir, model& m, 
 
 // Every rank calls this; the saved run may have had another number of ranks (resharded). Leaves
 // the model and optimizer untouched on failure.
+inline checkpoint_info load_sharded_checkpoint(const std::filesystem::path& dir, model& m, adamw& opt, data_parallel& dp);
+namespace sharded_io {
+inline checkpoint_info load_gathered(const std::filesystem::path& dir, model& m, adamw& opt, data_parallel& dp);
+}
+// Full sharding: the weights are gathered for the load and this rank keeps its shard of them.
 inline checkpoint_info load_sharded_checkpoint(const std::filesystem::path& dir, model& m, adamw& opt, data_parallel& dp) {
+  dp.gather_all();
+  checkpoint_info info;
+  try {
+    info = sharded_io::load_gathered(dir, m, opt, dp);
+  } catch (...) {
+    dp.release_all(false);
+    throw;
+  }
+  dp.release_all(true);
+  return info;
+}
+inline checkpoint_info sharded_io::load_gathered(const std::filesystem::path& dir, model& m, adamw& opt, data_parallel& dp) {
   const std::string mf = manifest_path(dir).string();
   const std::vector<std::uint8_t> man = sharded_io::read_all(manifest_path(dir));
   if (man.size() < 40 || std::memcmp(man.data(), manifest_magic, 8) != 0) throw checkpoint_error("checkpoint '" + mf + "': not an mxkit manifest");
