@@ -3,11 +3,6 @@
 // The multi-GPU tests' ranks: one thread per GPU of this machine (2 to 8), each with its own
 // stream (the "backend's") and gpu::nccl_communicator. Including this header makes the test
 // program exit 77 (skipped) without two GPUs or without the NCCL/RCCL library.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -18,6 +13,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "../nn/free_port.hpp"
 
 #include <mxkit/gpu/nccl_communicator.hpp>
 #include <mxkit/gpu/runtime.hpp>
@@ -55,18 +51,7 @@ struct rank_context {
 inline std::vector<std::string> run_ranks(int n, gpu::nccl_options options, const std::function<void(rank_context&)>& body,
                                    bool control = false) {
   const gpu::nccl::unique_id id = gpu::nccl_communicator::new_unique_id();
-  int port = 0;
-  if (control) {  // a free port for the TCP rendezvous
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-    ::close(s);
-  }
+  const int port = control ? test_ports::free_loopback_port() : 0;  // for the TCP rendezvous
   std::vector<std::string> errors(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)

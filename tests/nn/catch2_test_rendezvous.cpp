@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "free_port.hpp"
 
 #include <mxkit/nn/rendezvous.hpp>
 
@@ -23,20 +24,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A port nothing listens on right now (the kernel's choice for a bound-then-closed socket).
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(s >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
+int free_port() { return test_ports::free_loopback_port(); }
 
 nn::launch_environment env_of(int rank, int world, int port) {
   nn::launch_environment e;

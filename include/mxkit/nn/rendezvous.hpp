@@ -116,29 +116,7 @@ namespace rendezvous_detail {
 
 using clock = std::chrono::steady_clock;
 
-class socket_fd {
- public:
-  socket_fd() = default;
-  explicit socket_fd(int fd) noexcept : fd_(fd) {}
-  socket_fd(socket_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  socket_fd& operator=(socket_fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  ~socket_fd() { reset(); }
-  int get() const noexcept { return fd_; }
-  explicit operator bool() const noexcept { return fd_ >= 0; }
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using socket_fd = mxkit::detail::unique_fd;  // nn/file_io.hpp
 
 inline int ms_left(clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
@@ -282,8 +260,8 @@ class tcp_rendezvous {
       const std::string text = "rank " + std::to_string(rank_) + ": " + reason;
       if (rank_ == 0) {
         for (int r = 1; r < world_; ++r)
-          if (peers_[r]) try_send(peers_[r].get(), 'A', text, deadline);
-      } else if (root_) {
+          if (peers_[r].get() >= 0) try_send(peers_[r].get(), 'A', text, deadline);
+      } else if (root_.get() >= 0) {
         try_send(root_.get(), 'A', text, deadline);
       }
     } catch (...) {
@@ -314,24 +292,24 @@ class tcp_rendezvous {
     };
     if (rank_ == 0) {
       for (int r = 1; r < world_; ++r) {
-        if (!peers_[r]) continue;
+        if (peers_[r].get() < 0) continue;
         std::optional<std::string> h = heard(peers_[r].get(), "rank " + std::to_string(r));
         if (!h) continue;
         if (h->empty()) {  // rank r said goodbye
-          peers_[r].reset();
+          (void)peers_[r].close();
           continue;
         }
         failure_ = *h;
         for (int q = 1; q < world_; ++q)
-          if (q != r && peers_[q]) try_send(peers_[q].get(), 'A', *h, deadline);
+          if (q != r && peers_[q].get() >= 0) try_send(peers_[q].get(), 'A', *h, deadline);
         return failure_;
       }
       return std::nullopt;
     }
-    if (!root_) return std::nullopt;
+    if (root_.get() < 0) return std::nullopt;
     std::optional<std::string> h = heard(root_.get(), "rank 0");
     if (h && h->empty()) {
-      root_.reset();
+      (void)root_.close();
       return std::nullopt;
     }
     if (h) failure_ = *h;
@@ -344,10 +322,10 @@ class tcp_rendezvous {
     if (closed_) return;
     closed_ = true;
     const auto deadline = rendezvous_detail::clock::now() + std::chrono::seconds(1);
-    if (root_) try_send(root_.get(), 'B', "", deadline);
+    if (root_.get() >= 0) try_send(root_.get(), 'B', "", deadline);
     for (rendezvous_detail::socket_fd& p : peers_)
-      if (p) try_send(p.get(), 'B', "", deadline);
-    root_.reset();
+      if (p.get() >= 0) try_send(p.get(), 'B', "", deadline);
+    (void)root_.close();
     peers_.clear();
   }
 
@@ -388,7 +366,7 @@ class tcp_rendezvous {
 
   void listen_and_accept(const launch_environment& env, rendezvous_detail::clock::time_point deadline) {
     rendezvous_detail::socket_fd ls(::socket(AF_INET, SOCK_STREAM, 0));
-    if (!ls) rendezvous_detail::comm_fail(std::string("socket: ") + rendezvous_detail::errno_text(errno));
+    if (ls.get() < 0) rendezvous_detail::comm_fail(std::string("socket: ") + rendezvous_detail::errno_text(errno));
     const int one = 1;
     ::setsockopt(ls.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in a{};
@@ -406,12 +384,12 @@ class tcp_rendezvous {
       if (!rendezvous_detail::wait_fd(ls.get(), POLLIN, deadline)) {
         std::string missing;
         for (int r = 1; r < world_; ++r)
-          if (!peers_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          if (peers_[r].get() < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         rendezvous_detail::comm_fail("rank 0 waited for the other ranks on port " + std::to_string(env.master_port) + " and ranks " + missing +
                           " never connected (a rank did not start, or WORLD_SIZE differs between ranks)");
       }
       rendezvous_detail::socket_fd c(::accept(ls.get(), nullptr, nullptr));
-      if (!c) continue;
+      if (c.get() < 0) continue;
       ::setsockopt(c.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       char hello[16];
       try {
@@ -424,7 +402,7 @@ class tcp_rendezvous {
       if (magic != hello_magic) continue;
       if (static_cast<int>(world) != world_) refusal = "rank " + std::to_string(r) + " has WORLD_SIZE " + std::to_string(world) + ", rank 0 has " + std::to_string(world_);
       else if (r == 0 || static_cast<int>(r) >= world_) refusal = "a process claims rank " + std::to_string(r) + " of " + std::to_string(world_);
-      else if (peers_[r]) refusal = "two processes claim RANK " + std::to_string(r);
+      else if (peers_[r].get() >= 0) refusal = "two processes claim RANK " + std::to_string(r);
       else if (bytes != value_bytes_)
         refusal = "rank " + std::to_string(r) + " expects a value of " + std::to_string(bytes) + " bytes, rank 0 sends " +
                   std::to_string(value_bytes_) + " (another build or communicator kind)";
@@ -437,7 +415,7 @@ class tcp_rendezvous {
     }
     if (!refusal.empty()) {
       for (rendezvous_detail::socket_fd& p : peers_)
-        if (p) try_send(p.get(), 'X', "mismatched configuration: " + refusal, deadline);
+        if (p.get() >= 0) try_send(p.get(), 'X', "mismatched configuration: " + refusal, deadline);
       peers_.clear();
       closed_ = true;
       rendezvous_detail::comm_fail("mismatched configuration: " + refusal);
@@ -457,7 +435,7 @@ class tcp_rendezvous {
     std::string last = "no attempt";
     for (auto pause = std::chrono::milliseconds(10);; pause = std::min(pause * 2, std::chrono::milliseconds(500))) {
       rendezvous_detail::socket_fd s(::socket(AF_INET, SOCK_STREAM, 0));
-      if (!s) rendezvous_detail::comm_fail(std::string("socket: ") + rendezvous_detail::errno_text(errno));
+      if (s.get() < 0) rendezvous_detail::comm_fail(std::string("socket: ") + rendezvous_detail::errno_text(errno));
       if (::connect(s.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
         const int one = 1;
         ::setsockopt(s.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
