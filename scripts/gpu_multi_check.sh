@@ -152,7 +152,7 @@ if has_part 8b && [ "$ngpu" -ge 2 ]; then
     echo "06_train_gpu has no --shard here: the 8B runs are skipped"
   fi
   run_logged fsdp_peer 300 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" bench/fsdp_peer.py --seq "$seq" \
-    --batch 1 --steps 3 --warmup 2
+    --batch 1 --steps 3 --warmup 2 --vocab 256  # 06_train_gpu's vocabulary: the same model (NOTES_multi_gpu.md)
   grep -vE "^\s*$" "$final/fsdp_peer.log" | grep -E "^(#|tokens|tflops|mfu|peak|step)|Error|error" | tail -10
 fi
 
