@@ -81,14 +81,14 @@ def main():
         if not s:
             continue
         n = s["ranks"] or 4
-        case = f"Llama 3.1 8B shape, FSDP + recompute, T{seq}, {recipe}, {n} GPUs"
+        case = f"Llama 3.1 8B shape (vocab 256), FSDP + recompute, T{seq}, {recipe}, {n} GPUs"
         row(case + ": tokens/s per GPU", s["tokens"] / n, "tokens/s", "torch FSDP2+compile bf16", peer.get("tokens_per_s_per_gpu", 0.0))
         row(case + ": MFU per GPU", s["mfu"], "%", "torch FSDP2+compile bf16", peer.get("mfu_percent", 0.0))
         if s["peak_mib"]:
             row(case + ": backend peak memory per GPU", s["peak_mib"] / 1024.0, "GiB", "torch max_memory_allocated",
                 peer.get("peak_gib", 0.0))
     if not rows and peer:
-        row(f"torch FSDP2+compile bf16 Llama 3.1 8B T{seq}: tokens/s per GPU", peer.get("tokens_per_s_per_gpu", 0.0), "tokens/s")
+        row(f"torch FSDP2+compile bf16 Llama 3.1 8B shape (vocab 256) T{seq}: tokens/s per GPU", peer.get("tokens_per_s_per_gpu", 0.0), "tokens/s")
     if rows:
         with open(results, "a") as f:
             f.write("\n".join(rows) + "\n")
