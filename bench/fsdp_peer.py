@@ -3,7 +3,7 @@
 # 4096, 32 heads, 8 KV heads, SwiGLU 14336, vocabulary 128256, RoPE theta 500000) with FSDP2
 # (fully_shard per layer and on the root; fp32 sharded parameters, bf16 compute and gather,
 # fp32 gradient reduction: MixedPrecisionPolicy), torch.compile per layer (torchtitan's
-# placement), activation checkpointing per layer, fused AdamW, random tokens. One process per GPU:
+# placement), activation checkpointing per layer, multi-tensor AdamW, random tokens. One process per GPU:
 #   NCCL_NVLS_ENABLE=0 python3 -m torch.distributed.run --standalone --nproc_per_node 4 \
 #       bench/fsdp_peer.py --seq 8192 --batch 1 --steps 3 --warmup 2
 # Rank 0 prints "key value" lines: tokens_per_s_per_gpu, tflops_per_gpu, mfu_percent (against
@@ -139,7 +139,7 @@ def main():
                 prm.fill_(1.0)
             else:
                 prm.normal_(0.0, 0.02)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, foreach=True)  # multi-tensor, as torchtitan
     cos, sin = rope_tables(a.seq, a.d_model // a.heads, 500000.0, dev)
     gen = torch.Generator(device=dev).manual_seed(1 + rank)
 
