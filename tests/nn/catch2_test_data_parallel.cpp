@@ -23,15 +23,6 @@ using namespace nn_test;
 
 namespace {
 
-token_buffer text_tokens() {
-  const std::string text =
-      "Mira walked to the mill and found two red apples. Tomas gave her three more, so now Mira has five apples. "
-      "The day was not cold; it was warm. Ada walked to the river and found a smooth stone. ";
-  auto v = std::make_shared<std::vector<std::uint8_t>>();
-  for (int i = 0; i < 40; ++i) v->insert(v->end(), text.begin(), text.end());
-  return v;
-}
-
 train_config run_config(std::size_t steps, double clip = 1.0) {
   train_config c;
   c.steps = steps;
@@ -194,7 +185,7 @@ TEST_CASE("data parallel: ZeRO-1 and full sharding give the unsharded weights bi
 
 TEST_CASE("full sharding: a rank holds its shard of the weights and at most two groups whole", "[nn][data_parallel]") {
   const int n = 4;
-  std::vector<std::size_t> live(n), peak(n);
+  std::vector<std::size_t> live(n), peak(n), grad_live(n), grad_peak(n);
   std::size_t whole = 0;
   model_config mc = tiny_model();
   mc.n_layers = 4;
@@ -213,6 +204,8 @@ TEST_CASE("full sharding: a rank holds its shard of the weights and at most two 
     t.run();
     live[static_cast<std::size_t>(comm.rank())] = be.memory().live(mem_tag::parameter);
     peak[static_cast<std::size_t>(comm.rank())] = be.memory().peak(mem_tag::parameter);
+    grad_live[static_cast<std::size_t>(comm.rank())] = be.memory().live(mem_tag::gradient);
+    grad_peak[static_cast<std::size_t>(comm.rank())] = be.memory().peak(mem_tag::gradient);
   });
   // Groups: the embedding (256 x 32), four layers (9280 elements each), the final norm and head
   // (8224). A gathered layer: 4 ranks x its shard (9280 / 4 rounded up to 32) x 4 bytes.
@@ -225,6 +218,10 @@ TEST_CASE("full sharding: a rank holds its shard of the weights and at most two 
     CHECK(live[static_cast<std::size_t>(r)] <= whole / n + 6 * 32 * 4);  // the shards (padding aside)
     CHECK(peak[static_cast<std::size_t>(r)] <= live[static_cast<std::size_t>(r)] + 2 * gathered_layer);  // + two groups in use
     CHECK(peak[static_cast<std::size_t>(r)] < whole * 2 / 3);
+    // Gradients: the shards, and the whole gradients of at most two groups during backward.
+    INFO("gradients: live " << grad_live[static_cast<std::size_t>(r)] << ", peak " << grad_peak[static_cast<std::size_t>(r)]);
+    CHECK(grad_live[static_cast<std::size_t>(r)] <= whole / n + 6 * 32 * 4);
+    CHECK(grad_peak[static_cast<std::size_t>(r)] <= grad_live[static_cast<std::size_t>(r)] + 2 * gathered_layer);
   }
 }
 
@@ -327,6 +324,22 @@ TEST_CASE("data parallel: a rank that throws ends every rank with comm_error wit
   REQUIRE(comm_errors.size() == 2);
   for (const std::string& e : comm_errors) CHECK(e.find("rank 2: the data file went away") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 30 s timeout
+}
+
+TEST_CASE("data parallel: ranks configured differently fail with comm_error naming both calls", "[nn][data_parallel]") {
+  CHECK_THROWS_WITH(ref::run_ranks(
+                        2,
+                        [&](communicator& comm) {
+                          host_backend be;
+                          model m(be, tiny_model(), recipes::bf16(), 17);
+                          train_config c = run_config(2);
+                          c.parallel = {&comm, 1, comm.rank() == 0 ? sharding::none : sharding::optimizer};
+                          trainer t(m, text_tokens(), c);
+                          t.run();
+                        },
+                        std::chrono::seconds(30)),
+                    Catch::Matchers::Contains("mismatched collectives") && Catch::Matchers::Contains("all_reduce (sum)") &&
+                        Catch::Matchers::Contains("reduce_scatter (sum)"));
 }
 
 TEST_CASE("data parallel: bad configurations are refused", "[nn][data_parallel]") {

@@ -19,13 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-token_buffer text_tokens() {
-  const std::string text = "The quick brown fox jumps over the lazy dog; the dog sleeps on, the fox runs to the hill. ";
-  auto v = std::make_shared<std::vector<std::uint8_t>>();
-  for (int i = 0; i < 40; ++i) v->insert(v->end(), text.begin(), text.end());
-  return v;
-}
-
 train_config config(communicator* comm, std::size_t micro, sharding s) {
   train_config c;
   c.steps = 4;

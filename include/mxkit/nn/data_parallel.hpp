@@ -191,8 +191,7 @@ class data_parallel {
   void finish_gradients() {
     if (!c_.comm) return;
     c_.comm->join();
-    for (std::size_t i : reduced_) release_grads(groups_[i]);
-    reduced_.clear();
+    release_reduced();
   }
   // After the optimizer step: sharded weights gathered (every rank holds every updated weight),
   // every parameter's version moves (its quantized copies are stale).
@@ -277,6 +276,10 @@ class data_parallel {
     for (parameter* p : g.params) p->grad.reset();
     g.grads.reset();
   }
+  void release_reduced() noexcept {
+    for (std::size_t i : reduced_) release_grads(groups_[i]);
+    reduced_.clear();
+  }
   void release_weights(group& g) noexcept {
     for (parameter* p : g.params) p->value.reset();
     g.values.reset();
@@ -305,6 +308,9 @@ class data_parallel {
           bind_grads(g);
         }
         c_.comm->join();
+        // The reductions called so far are done for what the backend runs from here on (the
+        // join): the whole gradients they read can go, so backward holds at most two groups'.
+        if (e == group_event::before_backward) release_reduced();
         // Prefetch the group that runs next (forward: index + 1, backward: index - 1), overlapped
         // with this group's work on a device communicator's stream.
         const std::size_t next = e == group_event::before_forward ? index + 1 : index - 1;
@@ -330,7 +336,7 @@ class data_parallel {
     }
     if (full) {
       release_weights(g);
-      if (reducing_) reduced_.push_back(index);  // freed after join(): a device reduction may still read them
+      if (reducing_) reduced_.push_back(index);  // freed after the next join(): a device reduction may still read them
     }
   }
 
