@@ -544,25 +544,25 @@ inline int run(nn::backend& be, const device_info& device, const options& o, nn:
   step_flops flops = count_flops(m, o);
   flops.per_step *= global_micro;
   const double tokens_per_step = static_cast<double>(o.batch * o.seq) * global_micro;
-  const double peak = o.peak_tflops.value_or(device.peak_tflops) * static_cast<double>(ranks);
+  const double peak = o.peak_tflops.value_or(device.peak_tflops) * static_cast<double>(ranks);  // every rank's device
   if (lead) {
-  std::printf("device: %s (backend %s); bf16 peak %s\n", device.name.c_str(), be.name(),
-              peak > 0 ? (detail::text_of(peak) + " TFLOP/s").c_str() : "unknown (no MFU)");
-  std::printf("model: layers %zu, d_model %zu, heads %zu (kv %zu, head dim %zu), SwiGLU %zu, vocab %zu: %s parameters "
-              "(%s in linears)\n",
-              o.layers, o.d_model, o.heads, o.kv_heads, o.d_model / o.heads, o.ffn, mc.vocab,
-              millions(static_cast<double>(n_params)).c_str(), millions(flops.linear_weights).c_str());
-  std::printf("recipe: %s, %s activations; batch %zu x %zu = %.0f tokens/step; %.3g TFLOP/step (--help: convention)\n",
-              r.name.c_str(), mxkit::name_of(o.activations), o.batch, o.seq, tokens_per_step, flops.per_step / 1e12);
-  std::printf("data: %s: %zu bytes for training, %zu held out (%zu evaluation batches)\n", data.description.c_str(),
-              data.split.train->size(), data.split.validation->size(), eval_batches.size());
-  std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
-              static_cast<ull>(o.seed));
-  if (ranks > 1 || o.micro_batches > 1)
-    std::printf("ranks: %zu x %zu micro-batches of %zu x %zu; sharding %s%s (throughput is global, MFU per rank)\n", ranks,
-                o.micro_batches, o.batch, o.seq, mxkit::name_of(o.shard), o.recompute ? ", activation recomputation" : "");
-  if (device.memory) std::printf("device memory after initialization: %s\n", device.memory().c_str());
-  std::fflush(stdout);
+    std::printf("device: %s (backend %s); bf16 peak %s\n", device.name.c_str(), be.name(),
+                peak > 0 ? (detail::text_of(peak / static_cast<double>(ranks)) + " TFLOP/s").c_str() : "unknown (no MFU)");
+    std::printf("model: layers %zu, d_model %zu, heads %zu (kv %zu, head dim %zu), SwiGLU %zu, vocab %zu: %s parameters "
+                "(%s in linears)\n",
+                o.layers, o.d_model, o.heads, o.kv_heads, o.d_model / o.heads, o.ffn, mc.vocab,
+                millions(static_cast<double>(n_params)).c_str(), millions(flops.linear_weights).c_str());
+    std::printf("recipe: %s, %s activations; batch %zu x %zu = %.0f tokens/step; %.3g TFLOP/step (--help: convention)\n",
+                r.name.c_str(), mxkit::name_of(o.activations), o.batch, o.seq, tokens_per_step, flops.per_step / 1e12);
+    std::printf("data: %s: %zu bytes for training, %zu held out (%zu evaluation batches)\n", data.description.c_str(),
+                data.split.train->size(), data.split.validation->size(), eval_batches.size());
+    std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
+                static_cast<ull>(o.seed));
+    if (ranks > 1 || o.micro_batches > 1)
+      std::printf("ranks: %zu x %zu micro-batches of %zu x %zu; sharding %s%s (throughput is global, MFU per rank)\n", ranks,
+                  o.micro_batches, o.batch, o.seq, mxkit::name_of(o.shard), o.recompute ? ", activation recomputation" : "");
+    if (device.memory) std::printf("device memory after initialization: %s\n", device.memory().c_str());
+    std::fflush(stdout);
   }
 
   loss_csv csv(lead ? o.csv : fs::path{});

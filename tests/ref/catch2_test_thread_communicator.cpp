@@ -2,11 +2,11 @@
 // The host communicator: every collective on 1 to 4 rank threads against a sequential oracle
 // (sums in rank order, bit for bit), in-place forms, and the failure contract: a mismatched call,
 // a rank that throws and a rank that never arrives end every rank with comm_error, in bounded
-// time.
-#include <atomic>
+// time. Catch's assertions are not thread-safe: the rank threads record, the test thread checks.
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,14 +29,28 @@ float value(int rank, std::size_t i) {
   return (rank % 2 ? -big : big) * (1.0f + 0.125f * static_cast<float>(rank)) + 0.1f * static_cast<float>(i) + 1e-3f * static_cast<float>(rank);
 }
 
-// One all_reduce that must fail: counts the comm_error, checks that it names `expected`, rethrows.
-void sum_expecting_failure(nn::communicator& c, std::atomic<int>& errors, const std::string& expected) {
+// The comm_errors of the rank threads (recorded there, checked on the test thread).
+struct error_log {
+  std::mutex mu;
+  std::vector<std::string> messages;
+  void add(const comm_error& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    messages.push_back(e.what());
+  }
+  bool all_contain(const std::string& s) const {
+    for (const std::string& m : messages)
+      if (m.find(s) == std::string::npos) return false;
+    return true;
+  }
+};
+
+// One all_reduce that must fail: records the comm_error and rethrows it.
+void sum_expecting_failure(nn::communicator& c, error_log& log) {
   float v = 1.0f;
   try {
     c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
   } catch (const comm_error& e) {
-    ++errors;
-    CHECK(std::string(e.what()).find(expected) != std::string::npos);
+    log.add(e);
     throw;
   }
 }
@@ -60,14 +74,14 @@ TEST_CASE("thread communicator: all_reduce sums in rank order, max with NaN winn
     }
   }
   // max: f64, NaN on one rank wins; i32 and bf16 too.
-  std::vector<double> maxes(3);
+  std::vector<double> maxes(3), nans(3);
   std::vector<std::int32_t> sums(3);
   std::vector<float> bf_sums(3);
   ref::run_ranks(3, [&](nn::communicator& c) {
     double v[2] = {static_cast<double>(c.rank()) * 2.5, c.rank() == 1 ? std::nan("") : 1.0};
     c.all_reduce({v, 2, comm_type::f64}, {v, 2, comm_type::f64}, reduce_op::max);
     maxes[static_cast<std::size_t>(c.rank())] = v[0];
-    CHECK(std::isnan(v[1]));
+    nans[static_cast<std::size_t>(c.rank())] = v[1];
     std::int32_t k = c.rank() + 10, s = 0;
     c.all_reduce({&k, 1, comm_type::i32}, {&s, 1, comm_type::i32}, reduce_op::sum);
     sums[static_cast<std::size_t>(c.rank())] = s;
@@ -77,6 +91,7 @@ TEST_CASE("thread communicator: all_reduce sums in rank order, max with NaN winn
   });
   for (int r = 0; r < 3; ++r) {
     CHECK(maxes[static_cast<std::size_t>(r)] == 5.0);
+    CHECK(std::isnan(nans[static_cast<std::size_t>(r)]));
     CHECK(sums[static_cast<std::size_t>(r)] == 33);
     CHECK(bf_sums[static_cast<std::size_t>(r)] == 6.0f);
   }
@@ -85,31 +100,42 @@ TEST_CASE("thread communicator: all_reduce sums in rank order, max with NaN winn
 TEST_CASE("thread communicator: reduce_scatter, all_gather (in place too) and broadcast", "[ref][communicator]") {
   const int n = 3;
   const std::size_t chunk = 5;
+  struct seen {
+    std::vector<float> scattered, gathered;
+    std::vector<std::uint8_t> bytes;
+    std::vector<double> broadcast;
+  };
+  std::vector<seen> out(n);
   ref::run_ranks(n, [&](nn::communicator& c) {
-    std::vector<float> in(chunk * n), out(chunk);
+    seen& o = out[static_cast<std::size_t>(c.rank())];
+    std::vector<float> in(chunk * n);
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = value(c.rank(), i);
-    c.reduce_scatter({in.data(), in.size(), comm_type::f32}, {out.data(), chunk, comm_type::f32}, reduce_op::sum);
-    for (std::size_t i = 0; i < chunk; ++i) {
-      const std::size_t g = static_cast<std::size_t>(c.rank()) * chunk + i;
-      float want = value(0, g);
-      for (int r = 1; r < n; ++r) want += value(r, g);
-      CHECK(out[i] == want);
-    }
+    o.scattered.resize(chunk);
+    c.reduce_scatter({in.data(), in.size(), comm_type::f32}, {o.scattered.data(), chunk, comm_type::f32}, reduce_op::sum);
     // all_gather out of place, then in place (the input is the rank's own chunk of the output).
-    std::vector<std::uint8_t> mine(chunk, static_cast<std::uint8_t>(c.rank() + 1)), all(chunk * n, 0);
-    c.all_gather({mine.data(), chunk, comm_type::u8}, {all.data(), all.size(), comm_type::u8});
-    for (std::size_t i = 0; i < all.size(); ++i) CHECK(all[i] == i / chunk + 1);
-    std::vector<float> gathered(chunk * n, -1.0f);
-    for (std::size_t i = 0; i < chunk; ++i) gathered[static_cast<std::size_t>(c.rank()) * chunk + i] = static_cast<float>(c.rank() * 100 + i);
-    c.all_gather({gathered.data() + static_cast<std::size_t>(c.rank()) * chunk, chunk, comm_type::f32},
-                 {gathered.data(), gathered.size(), comm_type::f32});
-    for (std::size_t i = 0; i < gathered.size(); ++i) CHECK(gathered[i] == static_cast<float>((i / chunk) * 100 + i % chunk));
-    double b[3] = {static_cast<double>(c.rank()), 0.5 * c.rank(), -1.0 * c.rank()};
-    c.broadcast({b, 3, comm_type::f64}, 2);
-    CHECK(b[0] == 2.0);
-    CHECK(b[1] == 1.0);
-    CHECK(b[2] == -2.0);
+    std::vector<std::uint8_t> mine(chunk, static_cast<std::uint8_t>(c.rank() + 1));
+    o.bytes.assign(chunk * n, 0);
+    c.all_gather({mine.data(), chunk, comm_type::u8}, {o.bytes.data(), o.bytes.size(), comm_type::u8});
+    o.gathered.assign(chunk * n, -1.0f);
+    for (std::size_t i = 0; i < chunk; ++i)
+      o.gathered[static_cast<std::size_t>(c.rank()) * chunk + i] = static_cast<float>(static_cast<std::size_t>(c.rank()) * 100 + i);
+    c.all_gather({o.gathered.data() + static_cast<std::size_t>(c.rank()) * chunk, chunk, comm_type::f32},
+                 {o.gathered.data(), o.gathered.size(), comm_type::f32});
+    o.broadcast = {static_cast<double>(c.rank()), 0.5 * c.rank(), -1.0 * c.rank()};
+    c.broadcast({o.broadcast.data(), 3, comm_type::f64}, 2);
   });
+  for (int r = 0; r < n; ++r) {
+    const seen& o = out[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < chunk; ++i) {
+      const std::size_t g = static_cast<std::size_t>(r) * chunk + i;
+      float want = value(0, g);
+      for (int k = 1; k < n; ++k) want += value(k, g);
+      CHECK(o.scattered[i] == want);
+    }
+    for (std::size_t i = 0; i < o.bytes.size(); ++i) CHECK(o.bytes[i] == i / chunk + 1);
+    for (std::size_t i = 0; i < o.gathered.size(); ++i) CHECK(o.gathered[i] == static_cast<float>((i / chunk) * 100 + i % chunk));
+    CHECK(o.broadcast == std::vector<double>{2.0, 1.0, -2.0});
+  }
 }
 
 TEST_CASE("thread communicator: bad arguments are refused before any rank waits", "[ref][communicator]") {
@@ -129,38 +155,34 @@ TEST_CASE("thread communicator: a mismatched call, a throwing rank and a missing
   using clock = std::chrono::steady_clock;
   const auto timeout = std::chrono::milliseconds(400);
   SECTION("mismatched count: every rank's error names both calls") {
-    std::atomic<int> errors{0};
-    try {
-      ref::run_ranks(
-          3,
-          [&](nn::communicator& c) {
-            std::vector<float> v(c.rank() == 2 ? 8 : 4);
-            try {
-              c.all_reduce({v.data(), v.size(), comm_type::f32}, {v.data(), v.size(), comm_type::f32}, reduce_op::sum);
-            } catch (const comm_error& e) {
-              ++errors;
-              const std::string what = e.what();
-              CHECK(what.find("mismatched") != std::string::npos);
-              CHECK(what.find("of 8 f32") != std::string::npos);
-              CHECK(what.find("of 4 f32") != std::string::npos);
-              throw;
-            }
-          },
-          timeout);
-      FAIL("no error");
-    } catch (const comm_error&) {
-    }
-    CHECK(errors == 3);
+    error_log log;
+    CHECK_THROWS_AS(ref::run_ranks(
+                        3,
+                        [&](nn::communicator& c) {
+                          std::vector<float> v(c.rank() == 2 ? 8 : 4);
+                          try {
+                            c.all_reduce({v.data(), v.size(), comm_type::f32}, {v.data(), v.size(), comm_type::f32}, reduce_op::sum);
+                          } catch (const comm_error& e) {
+                            log.add(e);
+                            throw;
+                          }
+                        },
+                        timeout),
+                    comm_error);
+    CHECK(log.messages.size() == 3);
+    CHECK(log.all_contain("mismatched"));
+    CHECK(log.all_contain("of 8 f32"));
+    CHECK(log.all_contain("of 4 f32"));
   }
   SECTION("a rank that throws: the others fail at once (well before the timeout); its own error is rethrown") {
     const auto t0 = clock::now();
-    std::atomic<int> comm_errors{0};
+    error_log log;
     try {
       ref::run_ranks(
           4,
           [&](nn::communicator& c) {
             if (c.rank() == 1) throw std::runtime_error("rank 1 ran out of data");
-            sum_expecting_failure(c, comm_errors, "rank 1 ran out of data");
+            sum_expecting_failure(c, log);
           },
           std::chrono::seconds(20));
       FAIL("no error");
@@ -169,21 +191,23 @@ TEST_CASE("thread communicator: a mismatched call, a throwing rank and a missing
     } catch (const std::runtime_error& e) {
       CHECK(std::string(e.what()) == "rank 1 ran out of data");
     }
-    CHECK(comm_errors == 3);
+    CHECK(log.messages.size() == 3);
+    CHECK(log.all_contain("rank 1 ran out of data"));
     CHECK(clock::now() - t0 < std::chrono::seconds(5));
   }
   SECTION("a rank that never arrives: the others time out within the bound, naming it") {
     const auto t0 = clock::now();
-    std::atomic<int> comm_errors{0};
+    error_log log;
     CHECK_THROWS_AS(ref::run_ranks(
                         3,
                         [&](nn::communicator& c) {
                           if (c.rank() == 2) return;  // skips the collective
-                          sum_expecting_failure(c, comm_errors, "rank(s) 2 never arrived");
+                          sum_expecting_failure(c, log);
                         },
                         timeout),
                     comm_error);
-    CHECK(comm_errors == 2);
+    CHECK(log.messages.size() == 2);
+    CHECK(log.all_contain("rank(s) 2 never arrived"));
     const auto took = clock::now() - t0;
     CHECK(took >= timeout);
     CHECK(took < timeout * 2 + std::chrono::seconds(2));

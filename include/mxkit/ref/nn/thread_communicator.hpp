@@ -270,7 +270,7 @@ template <class F>
 void run_ranks(int size, F&& f, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   thread_world world(size, timeout);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  std::vector<bool> is_comm(static_cast<std::size_t>(size), false);
+  std::vector<std::uint8_t> is_comm(static_cast<std::size_t>(size), 0);  // not vector<bool>: ranks write their own entries at once
   std::mutex order_mu;
   std::vector<int> order;  // ranks in the order they failed
   {
@@ -283,7 +283,7 @@ void run_ranks(int size, F&& f, std::chrono::milliseconds timeout = std::chrono:
           f(comm);
         } catch (const nn::comm_error& e) {
           errors[static_cast<std::size_t>(r)] = std::current_exception();
-          is_comm[static_cast<std::size_t>(r)] = true;
+          is_comm[static_cast<std::size_t>(r)] = 1;
           comm.abort(e.what());
           std::lock_guard<std::mutex> lock(order_mu);
           order.push_back(r);
