@@ -123,6 +123,36 @@ if(NOT MXKIT_GPU STREQUAL "OFF")
   target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit ${_mxkit_gpu_runtime_libs})
 endif()
 
+# NCCL / RCCL for gpu::nccl_communicator: loaded at run time with dlopen (gpu/nccl_api.hpp), so
+# nothing is linked and the builds compile without either package. MXKIT_NCCL_ROOT (a folder with
+# lib/libnccl.so.2 or lib/librccl.so*, and include/nccl.h or include/rccl/rccl.h; PyTorch's wheel:
+# python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))") compiles that
+# library's path in as the default (MXKIT_NCCL_LIBRARY still overrides it at run time), and has
+# tests/gpu check our declarations against its header.
+set(MXKIT_NCCL_ROOT "" CACHE PATH "NCCL or RCCL install (lib/, include/) for gpu::nccl_communicator's default library and ABI check")
+set(MXKIT_NCCL_LIBRARY_FILE "")
+set(MXKIT_NCCL_HEADER_DIR "")
+if(MXKIT_NCCL_ROOT AND NOT MXKIT_GPU STREQUAL "OFF")
+  foreach(name IN ITEMS libnccl.so.2 libnccl.so librccl.so.1 librccl.so)
+    if(NOT MXKIT_NCCL_LIBRARY_FILE AND EXISTS ${MXKIT_NCCL_ROOT}/lib/${name})
+      set(MXKIT_NCCL_LIBRARY_FILE ${MXKIT_NCCL_ROOT}/lib/${name})
+    endif()
+  endforeach()
+  foreach(dir IN ITEMS include include/rccl)
+    if(NOT MXKIT_NCCL_HEADER_DIR AND (EXISTS ${MXKIT_NCCL_ROOT}/${dir}/nccl.h OR EXISTS ${MXKIT_NCCL_ROOT}/${dir}/rccl.h))
+      set(MXKIT_NCCL_HEADER_DIR ${MXKIT_NCCL_ROOT}/${dir})
+    endif()
+  endforeach()
+  if(NOT MXKIT_NCCL_LIBRARY_FILE)
+    message(FATAL_ERROR "mxkit: MXKIT_NCCL_ROOT=${MXKIT_NCCL_ROOT} has no lib/libnccl.so.2 or lib/librccl.so")
+  endif()
+  target_compile_definitions(mxkit_gpu INTERFACE MXKIT_NCCL_DEFAULT_LIBRARY="${MXKIT_NCCL_LIBRARY_FILE}")
+  message(STATUS "mxkit: NCCL/RCCL default library ${MXKIT_NCCL_LIBRARY_FILE}; header ${MXKIT_NCCL_HEADER_DIR}")
+endif()
+if(NOT MXKIT_GPU STREQUAL "OFF")
+  target_link_libraries(mxkit_gpu INTERFACE ${CMAKE_DL_LIBS})  # dlopen (in libc from glibc 2.34)
+endif()
+
 # mxkit's own CUDA targets (tests, benchmarks, examples): mxkit::gpu, the project's warnings
 # (host code through nvcc, and nvcc's own warnings as errors), MXKIT_SANITIZE for host code.
 function(mxkit_gpu_target tgt)

@@ -8,14 +8,25 @@
 // MFU is measured against the bf16 dense peak of the device, looked up from its name below
 // (--peak-tflops sets it for other devices). Without a GPU it says so and exits 0 (77 when
 // MXKIT_SKIP_EXIT_CODE=77, as ctest runs it).
+//
+// On several GPUs: one process per GPU with torchrun's environment (WORLD_SIZE > 1), e.g.
+//   bash scripts/launch_gpus.sh 4 06_train_gpu --recipe mxfp4                 # data parallel
+//   bash scripts/launch_gpus.sh 4 06_train_gpu --shard full --recompute on    # fully sharded
+// Each process takes GPU LOCAL_RANK and joins the NCCL (RCCL) communicator through the TCP
+// rendezvous on MASTER_ADDR:MASTER_PORT (gpu/nccl_communicator.hpp); only rank 0 prints (set
+// MXKIT_ALL_RANKS_PRINT=1 to see every rank). A rank that fails aborts the communicator, so the
+// others end at once with its message instead of waiting in a collective.
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include <mxkit/gpu/memory.hpp>
+#include <mxkit/gpu/nccl_communicator.hpp>
 #include <mxkit/gpu/nn/backend.hpp>
 #include <mxkit/gpu/runtime.hpp>
+#include <mxkit/nn/rendezvous.hpp>
 
 #include "train_program.hpp"
 
@@ -51,8 +62,26 @@ int main(int argc, char** argv) {
       const char* code = std::getenv("MXKIT_SKIP_EXIT_CODE");
       return code ? std::atoi(code) : 0;
     }
+    const mxkit::nn::launch_environment env = mxkit::nn::launch_environment::from_environment();
+    if (o.ranks != 1)
+      throw train_program::usage_error("--ranks: 06_train_gpu takes its ranks from its launcher, one process per GPU "
+                                       "(bash scripts/launch_gpus.sh N 06_train_gpu ...)");
+    if (env.world_size > 1) {
+      if (env.local_rank >= gpu::device_count())
+        throw train_program::usage_error("LOCAL_RANK " + std::to_string(env.local_rank) + " but this machine has " +
+                                         std::to_string(gpu::device_count()) + " GPU(s)");
+      MXKIT_GPU_CHECK(gpu::set_device(env.local_rank));
+      if (env.rank != 0 && !std::getenv("MXKIT_ALL_RANKS_PRINT")) (void)std::freopen("/dev/null", "w", stdout);
+    }
     const gpu::device_properties p = gpu::properties();
     gpu::device_backend be;
-    return train_program::run(be, {p.name, bf16_peak_tflops(p.name), device_memory}, o);
+    std::unique_ptr<gpu::nccl_communicator> comm;  // destroyed before the backend whose stream it uses
+    if (env.world_size > 1) comm = gpu::nccl_communicator::from_environment(env, be.stream());
+    try {
+      return train_program::run(be, {p.name, bf16_peak_tflops(p.name), device_memory}, o, comm.get());
+    } catch (const std::exception& e) {
+      if (comm) comm->abort(e.what());  // the other ranks end now, naming this rank's error
+      throw;
+    }
   });
 }

@@ -23,6 +23,7 @@
 #include <mxkit/nn/operand.hpp>
 #include <mxkit/nn/parameter.hpp>
 #include <mxkit/nn/recipe.hpp>
+#include <mxkit/nn/rendezvous.hpp>
 #include <mxkit/nn/rmsnorm.hpp>
 #include <mxkit/nn/rope.hpp>
 #include <mxkit/nn/safetensors.hpp>

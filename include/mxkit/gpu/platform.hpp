@@ -162,6 +162,11 @@ inline error_t free_host_pinned(void* p) noexcept { return MXKIT_GPU_API(cudaFre
 inline error_t memcpy_async(void* dst, const void* src, std::size_t bytes, copy_kind k, stream_t s) noexcept {
   return MXKIT_GPU_API(cudaMemcpyAsync, hipMemcpyAsync)(dst, src, bytes, detail::native(k), s);
 }
+// `height` rows of `width` bytes from src (rows `src_pitch` bytes apart) to dst (`dst_pitch` apart).
+inline error_t memcpy_2d_async(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                               std::size_t height, copy_kind k, stream_t s) noexcept {
+  return MXKIT_GPU_API(cudaMemcpy2DAsync, hipMemcpy2DAsync)(dst, dst_pitch, src, src_pitch, width, height, detail::native(k), s);
+}
 inline error_t memset_async(void* dst, int value, std::size_t bytes, stream_t s) noexcept {
   return MXKIT_GPU_API(cudaMemsetAsync, hipMemsetAsync)(dst, value, bytes, s);
 }

@@ -1,0 +1,101 @@
+# SPDX-License-Identifier: Apache-2.0
+# Turns the logs of scripts/gpu_multi_check.sh's training runs into bench/RESULTS.md rows (its
+# format: | date | commit | device | bench | case | value | unit | peer | peer value | ratio |):
+#   weak scaling   06_train_gpu's default model on N GPUs: tokens/s per GPU against 1 GPU's;
+#   8B             the Llama 3.1 8B shape, fully sharded with recompute, per recipe: tokens/s per
+#                  GPU and MFU against bench/fsdp_peer.py (PyTorch FSDP2 + torch.compile, bf16),
+#                  and the backend's peak memory per GPU against the peer's.
+#   python3 bench/multi_gpu_rows.py LOG_DIR DEVICE [RESULTS.md]
+# A run whose log lacks its summary line gives no row (it failed or timed out: its log says why).
+import datetime
+import os
+import re
+import subprocess
+import sys
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def summary(text):
+    """06_train_gpu's final lines: global tokens/s, MFU per GPU, backend peak MiB."""
+    m = re.search(r"^throughput[^:]*: ([0-9.]+) tokens/s, ([0-9.e+]+) model TFLOP/s(?:, MFU ([0-9.]+)%)?", text, re.M)
+    if not m:
+        return None
+    mem = re.search(r"backend memory peak: ([0-9.]+) MiB", text)
+    ranks = re.search(r"ranks?: ([0-9]+)", text)
+    return {"tokens": float(m.group(1)), "mfu": float(m.group(3) or 0), "peak_mib": float(mem.group(1)) if mem else 0.0,
+            "ranks": int(ranks.group(1)) if ranks else None}
+
+
+def peer_values(text):
+    v = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                v[parts[0]] = float(parts[1])
+            except ValueError:
+                pass
+    return v
+
+
+def number(x):
+    return f"{x:.4g}"
+
+
+def main():
+    if len(sys.argv) < 3:
+        print("usage: multi_gpu_rows.py LOG_DIR DEVICE [RESULTS.md]", file=sys.stderr)
+        return 2
+    logs, device = sys.argv[1], sys.argv[2]
+    results = sys.argv[3] if len(sys.argv) > 3 else os.path.join(os.path.dirname(__file__), "RESULTS.md")
+    commit = os.environ.get("MXKIT_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                                                text=True).stdout.strip() or "unknown"
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    rows = []
+
+    def row(case, value, unit, peer="", peer_value=0.0):
+        ratio = f"{100.0 * value / peer_value:.1f}%" if peer_value else "0.0%"
+        rows.append(f"| {date} | {commit} | {device} | train_multi | {case} | {number(value)} | {unit} | {peer} | "
+                    f"{number(peer_value)} | {ratio} |")
+
+    one = summary(read(os.path.join(logs, "scaling1.log")))
+    for n in (1, 2, 4, 8):
+        s = summary(read(os.path.join(logs, f"scaling{n}.log")))
+        if s:
+            per_gpu = s["tokens"] / n
+            base = one["tokens"] if one else 0.0
+            row(f"06_train_gpu default model, {n} GPU(s), data parallel: tokens/s per GPU", per_gpu, "tokens/s",
+                "1 GPU" if n > 1 else "", base if n > 1 else 0.0)
+
+    peer = peer_values(read(os.path.join(logs, "fsdp_peer.log")))
+    seq = os.environ.get("MXKIT_8B_SEQ", "8192")
+    for recipe in ("bf16", "fp8", "mxfp8", "mxfp4"):
+        s = summary(read(os.path.join(logs, f"8b_{recipe}.log")))
+        if not s:
+            continue
+        n = s["ranks"] or 4
+        case = f"Llama 3.1 8B shape (vocab 256), FSDP + recompute, T{seq}, {recipe}, {n} GPUs"
+        row(case + ": tokens/s per GPU", s["tokens"] / n, "tokens/s", "torch FSDP2+compile bf16", peer.get("tokens_per_s_per_gpu", 0.0))
+        row(case + ": MFU per GPU", s["mfu"], "%", "torch FSDP2+compile bf16", peer.get("mfu_percent", 0.0))
+        if s["peak_mib"]:
+            row(case + ": backend peak memory per GPU", s["peak_mib"] / 1024.0, "GiB", "torch max_memory_allocated",
+                peer.get("peak_gib", 0.0))
+    if not rows and peer:
+        row(f"torch FSDP2+compile bf16 Llama 3.1 8B shape (vocab 256) T{seq}: tokens/s per GPU", peer.get("tokens_per_s_per_gpu", 0.0), "tokens/s")
+    if rows:
+        with open(results, "a") as f:
+            f.write("\n".join(rows) + "\n")
+    print("\n".join(rows))
+    print(f"appended {len(rows)} rows to {results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Multi-GPU training on a machine of 2 to 8 GPUs in one call (device tool, kind nvidia-h100-x4 or
+# nvidia-h100-x2, carry [".deps"]). Every part is time-bounded and runs even where an earlier one
+# failed; logs land in $OUT, with RESULTS.md (the rows appended by this run's benchmarks).
+#   1 build (-j16) against PyTorch's NCCL wheel (-DMXKIT_NCCL_ROOT): the NCCL tests, the ABI
+#     check, the multi-rank GPU tests of tests/gpu that exist, 06_train_gpu, bench_allreduce;
+#   2 tests: gpu.nccl_abi (our NCCL declarations against the wheel's nccl.h), the communicator and
+#     the quantized gather on every GPU (threads), the other multi-rank GPU tests, 06_train_gpu on
+#     2 processes in each mode (--shard none/optimizer/full, --recompute on, --micro-batches 2); then compute-sanitizer memcheck on 2 ranks: the NCCL tests' [memcheck]
+#     cases, and 06_train_gpu on 2 processes;
+#   3 benchmarks: all-reduce bus bandwidth against torch.distributed (bench_allreduce --record);
+#     06_train_gpu's default model on 1, 2 and 4 GPUs (weak scaling, a few steps each); the Llama
+#     3.1 8B shape fully sharded with recompute per recipe (MXKIT_8B_SEQ, default 8192) and its
+#     peer bench/fsdp_peer.py (FSDP2 + torch.compile, bf16).
+# Environment: MXKIT_PARTS (default "build tests memcheck allreduce scaling 8b"), MXKIT_8B_SEQ,
+# MXKIT_8B_RECIPES (default "bf16 fp8 mxfp8 mxfp4"), MXKIT_COMMIT (the commit measured).
+# The device tool allows 10 minutes a command: run it in three calls on one warm machine (the
+# build folder stays), e.g.
+#   MXKIT_PARTS="build tests"                 bash scripts/gpu_multi_check.sh
+#   MXKIT_PARTS="memcheck allreduce scaling"  bash scripts/gpu_multi_check.sh
+#   MXKIT_PARTS="8b"                          bash scripts/gpu_multi_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+export NCCL_NVLS_ENABLE=0  # no NVLink multicast, in every process started from here
+final=${OUT:-build-multi-out}
+mkdir -p "$final"
+build=${MXKIT_GPU_BUILD:-build-gpu-multi}
+parts=${MXKIT_PARTS:-build tests memcheck allreduce scaling 8b}
+has_part() { [[ " $parts " == *" $1 "* ]]; }
+status=0
+note() { printf '\n=== %s (%ss)\n' "$*" "$SECONDS"; }
+run_logged() {  # name seconds command...: runs it with a timeout, logs to $final/name.log, prints the tail
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout --kill-after=20 "$limit" "$@" >"$final/$name.log" 2>&1
+  local rc=$?
+  echo "$name: rc=$rc in $((SECONDS - t0)) s"
+  [ $rc -ne 0 ] && status=1
+  return $rc
+}
+
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
+echo "GPUs: $ngpu"
+nccl_root=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null || true)
+if [ -n "$nccl_root" ] && [ -f "$nccl_root/lib/libnccl.so.2" ]; then
+  export MXKIT_NCCL_LIBRARY=$nccl_root/lib/libnccl.so.2
+  echo "NCCL: $MXKIT_NCCL_LIBRARY"
+else
+  echo "NCCL: PyTorch's wheel not found; the loader's search path decides (libnccl.so.2)"
+  nccl_root=""
+fi
+[ -n "${MXKIT_COMMIT:-}" ] || echo "note: MXKIT_COMMIT not set; RESULTS.md rows take the commit git reports here"
+
+nccl_tests="catch2_test_nccl_communicator catch2_test_nccl_quantized_gather"
+targets="$nccl_tests 06_train_gpu bench_allreduce"
+[ -n "$nccl_root" ] && [ -f "$nccl_root/include/nccl.h" ] && targets+=" nccl_abi_check"
+# Multi-rank GPU tests beside the communicator's (the data-parallel ones, where they exist).
+extra_tests=$(cd tests/gpu && ls catch2_test_*parallel*.cu catch2_test_*shard*.cu 2>/dev/null | sed 's/\.cu$//' | tr '\n' ' ')
+targets+=" $extra_tests"
+exe() { find "$build" -name "$1" -type f -perm -u+x | head -1; }
+
+if has_part build; then
+  note "build: $targets"
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA -DCMAKE_CUDA_ARCHITECTURES=90 \
+    "-DCMAKE_PREFIX_PATH=$PWD/.deps/catch2/usr" -DMXKIT_BUILD_TESTS=ON -DMXKIT_BUILD_HOST_TESTS=OFF \
+    -DMXKIT_BUILD_EXAMPLES=ON -DMXKIT_BUILD_BENCH=ON ${nccl_root:+"-DMXKIT_NCCL_ROOT=$nccl_root"} \
+    >"$final/configure.log" 2>&1 || { tail -30 "$final/configure.log"; status=1; }
+  # One target at a time after a parallel attempt, so one that fails does not stop the others.
+  # shellcheck disable=SC2086
+  if ! cmake --build "$build" -j 16 --target $targets >"$final/build.log" 2>&1; then
+    grep -E "error" "$final/build.log" | head -30
+    for t in $targets; do cmake --build "$build" -j 16 --target "$t" >>"$final/build.log" 2>&1 || { echo "build of $t FAILED"; status=1; }; done
+  fi
+  echo "build done at ${SECONDS}s"
+fi
+
+train=$(exe 06_train_gpu)
+tiny=(--layers 2 --d-model 256 --heads 4 --kv-heads 2 --ffn 512 --seq 128 --batch 4 --steps 8 --warmup 1 --log-every 4 --eval-every 0)
+if has_part tests; then
+  note "tests"
+  f=$(exe nccl_abi_check) && [ -n "$f" ] && { run_logged nccl_abi 60 "$f"; cat "$final/nccl_abi.log"; }
+  for t in $nccl_tests $extra_tests; do
+    f=$(exe "$t") || continue
+    [ -n "$f" ] || continue
+    run_logged "$t" 240 "$f" -r compact
+    grep -hE "All tests passed|test cases|SKIPPED" "$final/$t.log" | tail -2
+    grep -B3 -A15 "FAILED" "$final/$t.log" | head -60
+  done
+  # The training program on 2 processes, each mode it offers, a few steps (correctness, not speed).
+  if [ -n "$train" ]; then
+    for mode in "" "--shard optimizer" "--shard full" "--shard full --recompute on" "--micro-batches 2"; do
+      [ -n "$mode" ] && ! "$train" --help 2>/dev/null | grep -q -- "${mode%% *}" && continue
+      name="train2${mode// /}"
+      # shellcheck disable=SC2086
+      run_logged "$name" 120 bash scripts/launch_gpus.sh 2 "$train" "${tiny[@]}" --recipe mxfp4 $mode
+      grep -E "step|error|throughput" "$final/$name.log" | tail -4
+    done
+  fi
+fi
+
+if has_part memcheck && command -v compute-sanitizer >/dev/null; then
+  note "memcheck on 2 ranks"
+  for t in $nccl_tests; do
+    f=$(exe "$t")
+    [ -n "$f" ] || continue
+    # NCCL_CUMEM_ENABLE=0: NCCL's buffers from cudaMalloc, which memcheck tracks (its cuMem maps it may not).
+    CUDA_VISIBLE_DEVICES=0,1 NCCL_CUMEM_ENABLE=0 run_logged "$t.memcheck" 200 \
+      compute-sanitizer --tool memcheck --error-exitcode 99 "$f" "[memcheck]"
+    grep -m5 -A6 "Invalid\|ERROR SUMMARY\|FAILED" "$final/$t.memcheck.log"
+  done
+  if [ -n "$train" ]; then
+    NCCL_CUMEM_ENABLE=0 run_logged train2.memcheck 300 bash scripts/launch_gpus.sh 2 \
+      compute-sanitizer --tool memcheck --error-exitcode 99 "$train" "${tiny[@]}" --steps 4 --recipe mxfp4 --shard full
+    grep -m5 -A6 "Invalid\|ERROR SUMMARY\|error" "$final/train2.memcheck.log"
+  fi
+fi
+
+if has_part allreduce; then
+  note "all-reduce bus bandwidth vs torch.distributed"
+  f=$(exe bench_allreduce)
+  [ -n "$f" ] && { run_logged bench_allreduce 300 "$f" --record; grep -v "^peer: #" "$final/bench_allreduce.log" | tail -14; }
+fi
+
+# Weak scaling: the default model, per-GPU batch fixed, on 1, 2, 4 GPUs; rank 0's summary line.
+if has_part scaling && [ -n "$train" ]; then
+  note "weak scaling of 06_train_gpu's default model"
+  for n in 1 2 4; do
+    [ "$n" -le "$ngpu" ] || continue
+    run_logged "scaling$n" 150 bash scripts/launch_gpus.sh "$n" "$train" --steps 400 --stop-after 60 --log-every 20 --eval-every 0
+    grep -E "^throughput|tok/s" "$final/scaling$n.log" | tail -2
+  done
+fi
+
+# The Llama 3.1 8B shape, fully sharded with recompute, per recipe, and its PyTorch peer.
+if has_part 8b && [ "$ngpu" -ge 2 ]; then
+  note "Llama 3.1 8B shape, fully sharded, recompute"
+  seq=${MXKIT_8B_SEQ:-8192}
+  n=$((ngpu >= 4 ? 4 : ngpu))
+  if [ -n "$train" ] && "$train" --help 2>/dev/null | grep -q -- "--shard"; then
+    for recipe in ${MXKIT_8B_RECIPES:-bf16 fp8 mxfp8 mxfp4}; do
+      run_logged "8b_$recipe" 150 bash scripts/launch_gpus.sh "$n" "$train" --layers 32 --d-model 4096 --heads 32 --kv-heads 8 \
+        --ffn 14336 --seq "$seq" --batch 1 --steps 100 --stop-after 6 --warmup 1 --log-every 2 --eval-every 0 --shard full --recompute on \
+        --recipe "$recipe"
+      rc=$?
+      grep -E "tok/s|^throughput|memory|error" "$final/8b_$recipe.log" | tail -4
+      if [ $rc -eq 2 ]; then echo "06_train_gpu refused the flags (exit 2): the other recipes are skipped"; break; fi
+    done
+  else
+    echo "06_train_gpu has no --shard here: the 8B runs are skipped"
+  fi
+  run_logged fsdp_peer 300 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" bench/fsdp_peer.py --seq "$seq" \
+    --batch 1 --steps 3 --warmup 2 --vocab 256  # 06_train_gpu's vocabulary: the same model (NOTES_multi_gpu.md)
+  grep -vE "^\s*$" "$final/fsdp_peer.log" | grep -E "^(#|tokens|tflops|mfu|peak|step)|Error|error" | tail -10
+fi
+
+if has_part scaling || has_part 8b; then
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  python3 bench/multi_gpu_rows.py "$final" "$gpu_name" || status=1
+fi
+cp bench/RESULTS.md "$final/RESULTS.md"
+echo "status=$status (${SECONDS}s)"
+exit $status
