@@ -93,7 +93,7 @@ void mxkit_two_units_mark_b(int* out) {
 
 if(MXKIT_GPU STREQUAL "CUDA")
   add_library(mxkit_gpu_header_tests OBJECT ${header_units})
-  mxkit_gpu_target(mxkit_gpu_header_tests)
+  mxkit_gpu_target(mxkit_gpu_header_tests HEADER_ONLY)
   set_target_properties(mxkit_gpu_header_tests PROPERTIES CUDA_ARCHITECTURES 90a)
 
   # A C++17 compile (nvcc's default) of the GPU headers stops at mxkit's one-line error.
@@ -104,7 +104,7 @@ if(MXKIT_GPU STREQUAL "CUDA")
   set_tests_properties(gpu.cxx20_required PROPERTIES LABELS gpu)
 
   add_executable(gpu_two_units ${gen}/two_units_a.cu ${gen}/two_units_b.cu)
-  mxkit_gpu_target(gpu_two_units)
+  mxkit_gpu_target(gpu_two_units HEADER_ONLY)
   add_test(NAME gpu.two_units COMMAND gpu_two_units)
   set_tests_properties(gpu.two_units PROPERTIES LABELS "gpu;unit" SKIP_RETURN_CODE 77)
 elseif(MXKIT_GPU STREQUAL "HIP")
