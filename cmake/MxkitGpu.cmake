@@ -121,9 +121,10 @@ endif()
 #                               and examples to it (each kernel compiled once per build). Default
 #                               ON where mxkit is the top-level project with a GPU backend and its
 #                               own programs; OFF compiles every program header-only, as before.
-#   MXKIT_KERNEL_FAMILIES       the families the library compiles (default: all of them, the list
-#                               below); a family left out is compiled header-only in every program
-#                               that calls it (as CUTLASS_LIBRARY_KERNELS narrows CUTLASS's).
+#   MXKIT_KERNEL_FAMILIES       the families the library compiles: `all` (default) or a list from
+#                               MXKIT_KERNEL_FAMILIES_ALL below; a family left out is compiled
+#                               header-only in every program that calls it (as
+#                               CUTLASS_LIBRARY_KERNELS narrows CUTLASS's library).
 # Architectures: CMAKE_CUDA_ARCHITECTURES / CMAKE_HIP_ARCHITECTURES as for everything else (one
 # architecture builds fastest); sm_90 and up are built arch-specific (90a) for the wgmma paths.
 # Each family is src/gpu/<family>.cu or src/gpu/<family>_*.cu (one small file per instantiation
@@ -135,13 +136,17 @@ if(PROJECT_IS_TOP_LEVEL AND _mxkit_own_targets AND NOT MXKIT_GPU STREQUAL "OFF")
   set(_mxkit_kernel_library_default ON)
 endif()
 option(MXKIT_BUILD_KERNEL_LIBRARY "Build mxkit::gpu_kernels and link mxkit's own GPU programs to it" ${_mxkit_kernel_library_default})
-set(MXKIT_KERNEL_FAMILIES "${MXKIT_KERNEL_FAMILIES_ALL}" CACHE STRING
-    "Kernel families compiled into mxkit::gpu_kernels (subset of: ${MXKIT_KERNEL_FAMILIES_ALL})")
+set(MXKIT_KERNEL_FAMILIES "all" CACHE STRING
+    "Kernel families compiled into mxkit::gpu_kernels: all, or a list from: ${MXKIT_KERNEL_FAMILIES_ALL}")
 set(MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS "")  # what a user of the library is compiled with
 set(MXKIT_GPU_KERNEL_LIBRARY_SOURCES "")
 if(MXKIT_BUILD_KERNEL_LIBRARY AND NOT MXKIT_GPU STREQUAL "OFF")
   list(APPEND MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS MXKIT_GPU_KERNEL_LIBRARY)
-  foreach(family IN LISTS MXKIT_KERNEL_FAMILIES)
+  set(families ${MXKIT_KERNEL_FAMILIES})
+  if(families STREQUAL "all")
+    set(families ${MXKIT_KERNEL_FAMILIES_ALL})
+  endif()
+  foreach(family IN LISTS families)
     if(NOT family IN_LIST MXKIT_KERNEL_FAMILIES_ALL)
       message(FATAL_ERROR "mxkit: MXKIT_KERNEL_FAMILIES: unknown family '${family}' (known: ${MXKIT_KERNEL_FAMILIES_ALL})")
     endif()
@@ -151,7 +156,7 @@ if(MXKIT_BUILD_KERNEL_LIBRARY AND NOT MXKIT_GPU STREQUAL "OFF")
     list(SORT family_sources)
     list(APPEND MXKIT_GPU_KERNEL_LIBRARY_SOURCES ${family_sources})
   endforeach()
-  message(STATUS "mxkit: kernel library mxkit::gpu_kernels: ${MXKIT_KERNEL_FAMILIES}")
+  message(STATUS "mxkit: kernel library mxkit::gpu_kernels: ${families}")
 endif()
 
 # mxkit's own CUDA targets (tests, benchmarks, examples): mxkit::gpu, the project's warnings
