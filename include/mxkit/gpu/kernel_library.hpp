@@ -9,26 +9,21 @@
 // several files: each file compiles them again.
 //
 // Kernel library (CMake target mxkit::gpu_kernels, option MXKIT_BUILD_KERNEL_LIBRARY): the target
-// compiles each entry once, in small .cu files (src/gpu/), and defines MXKIT_GPU_KERNEL_LIBRARY
-// for itself and for every target that links it. Such a translation unit then sees the entries
-// below as declarations (non-template functions) or explicit instantiation declarations
-// (`extern template`, templates at the instantiations the library holds) and compiles none of
-// their kernels. Other instantiations (another element type, say) still compile from the header.
-// The entries:
-//   gpu::device_backend               every member that launches a kernel (nn/backend.hpp)
-//   gpu::detail::run                  the GEMM dispatch, every path (gemm/gemm.hpp)
-//   gpu::detail::attention_*_impl     attention forward and backward, head dims 64 and 128
-//   gpu::quantize                     float, bfloat16 and float16 inputs, every MX format
-//   gpu::quantize_as<Fmt>             one format per call (no other format's kernels)
-//   gpu::cast_fp8 / cast_fp8_delayed  float and bfloat16 inputs
-// In the library's own build each .cu file defines MXKIT_GPU_LIBRARY_DEFINES_<ENTRY> for the
-// entries it defines (non-inline there: one definition in the program); both ways give the same
-// kernels from the same source, so the bits are the same (tests/gpu/catch2_test_kernel_library.cu).
-//
-// MXKIT_GPU_LIBRARY_INLINE prefixes the definitions of non-template entries: `inline` header-only,
-// nothing in the library's own definition.
-#if defined(MXKIT_GPU_KERNEL_LIBRARY)
-#define MXKIT_GPU_LIBRARY_INLINE
-#else
-#define MXKIT_GPU_LIBRARY_INLINE inline
-#endif
+// compiles each entry once, in small .cu files (src/gpu/<family>*.cu) that build in parallel, and
+// defines for itself and for every target that links it MXKIT_GPU_KERNEL_LIBRARY and, per family
+// it holds, MXKIT_GPU_LIBRARY_HAS_<FAMILY>. A translation unit that sees HAS_<FAMILY> gets that
+// family's entries as declarations (non-template functions) or explicit instantiation
+// declarations (`extern template` of the library's instantiations) and compiles none of their
+// kernels; an instantiation the library does not hold still compiles from the header. The one
+// library file that defines a family also defines MXKIT_GPU_LIBRARY_DEFINES_<FAMILY>: there the
+// non-template entries are defined without `inline` (MXKIT_GPU_<FAMILY>_ENTRY), so the program
+// has one definition, and the templates are explicitly instantiated.
+//   family          entries                                                     header
+//   DEVICE_BACKEND  gpu::device_backend's members that launch kernels            gpu/nn/backend.hpp
+//   GEMM            gpu::detail::run, the dispatch to every GEMM path            gpu/gemm/gemm.hpp
+//   ATTENTION       gpu::detail::attention_forward_impl / attention_backward_impl gpu/nn/attention.hpp
+//   QUANTIZE        gpu::detail::quantize_format<format, float|bfloat16|float16>  gpu/quantize.hpp
+//   FP8_CAST        gpu::detail::launch_fp8_cast of float, bfloat16, float16 matrices  gpu/fp8_cast.hpp
+// Both ways compile the same source, so they write the same bits (tests/gpu/
+// catch2_test_kernel_library.cu links both and compares). Nothing here is needed to use the
+// library: this header only documents the switch (the macros are tested where they are used).
