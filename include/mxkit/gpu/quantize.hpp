@@ -92,9 +92,7 @@ void launch_quantize(const quantize_params<U>& p, stream_t stream) {
   else if (p.sign_mask) launch_quantize_kernel<Fmt, U, true, true, MinBlocks>(p, stream);
   else launch_quantize_kernel<Fmt, U, true, false, MinBlocks>(p, stream);
 }
-}  // namespace detail
 
-namespace detail {
 // One format's quantize: the checks, then that format's kernels (three variants: plain, rotated,
 // rotated with random signs). The unit the kernel library instantiates (below).
 template <class Fmt, class U>
