@@ -153,12 +153,71 @@ if(NOT MXKIT_GPU STREQUAL "OFF")
   target_link_libraries(mxkit_gpu INTERFACE ${CMAKE_DL_LIBS})  # dlopen (in libc from glibc 2.34)
 endif()
 
+# The compiled kernel library (issue 29; include/mxkit/gpu/kernel_library.hpp says what it holds
+# and how a translation unit that links it sees declarations instead of kernels).
+#   MXKIT_BUILD_KERNEL_LIBRARY  build mxkit::gpu_kernels and link mxkit's own GPU tests, benchmarks
+#                               and examples to it (each kernel compiled once per build). Default
+#                               ON where mxkit is the top-level project with a GPU backend and its
+#                               own programs; OFF compiles every program header-only, as before.
+#   MXKIT_KERNEL_FAMILIES       the families the library compiles: `all` (default) or a list from
+#                               MXKIT_KERNEL_FAMILIES_ALL below; a family left out is compiled
+#                               header-only in every program that calls it (as
+#                               CUTLASS_LIBRARY_KERNELS narrows CUTLASS's library).
+# Architectures: CMAKE_CUDA_ARCHITECTURES / CMAKE_HIP_ARCHITECTURES as for everything else (one
+# architecture builds fastest); sm_90 and up are built arch-specific (90a) for the wgmma paths.
+# Each family is src/gpu/<family>.cu or src/gpu/<family>_*.cu (one small file per instantiation
+# group, so they build in parallel), each defining MXKIT_GPU_LIBRARY_DEFINES_<FAMILY>; the
+# library gives every user MXKIT_GPU_KERNEL_LIBRARY and MXKIT_GPU_LIBRARY_HAS_<FAMILY>.
+set(MXKIT_KERNEL_FAMILIES_ALL device_backend gemm attention quantize fp8_cast)
+set(_mxkit_kernel_library_default OFF)
+if(PROJECT_IS_TOP_LEVEL AND _mxkit_own_targets AND NOT MXKIT_GPU STREQUAL "OFF")
+  set(_mxkit_kernel_library_default ON)
+endif()
+option(MXKIT_BUILD_KERNEL_LIBRARY "Build mxkit::gpu_kernels and link mxkit's own GPU programs to it" ${_mxkit_kernel_library_default})
+set(MXKIT_KERNEL_FAMILIES "all" CACHE STRING
+    "Kernel families compiled into mxkit::gpu_kernels: all, or a list from: ${MXKIT_KERNEL_FAMILIES_ALL}")
+set(MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS "")  # what a user of the library is compiled with
+set(MXKIT_GPU_KERNEL_LIBRARY_SOURCES "")
+if(MXKIT_BUILD_KERNEL_LIBRARY AND NOT MXKIT_GPU STREQUAL "OFF")
+  list(APPEND MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS MXKIT_GPU_KERNEL_LIBRARY)
+  set(families ${MXKIT_KERNEL_FAMILIES})
+  if(families STREQUAL "all")
+    set(families ${MXKIT_KERNEL_FAMILIES_ALL})
+  endif()
+  foreach(family IN LISTS families)
+    if(NOT family IN_LIST MXKIT_KERNEL_FAMILIES_ALL)
+      message(FATAL_ERROR "mxkit: MXKIT_KERNEL_FAMILIES: unknown family '${family}' (known: ${MXKIT_KERNEL_FAMILIES_ALL})")
+    endif()
+    string(TOUPPER ${family} upper)
+    list(APPEND MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS MXKIT_GPU_LIBRARY_HAS_${upper})
+    file(GLOB family_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/gpu/${family}.cu ${PROJECT_SOURCE_DIR}/src/gpu/${family}_*.cu)
+    list(SORT family_sources)
+    list(APPEND MXKIT_GPU_KERNEL_LIBRARY_SOURCES ${family_sources})
+  endforeach()
+  message(STATUS "mxkit: kernel library mxkit::gpu_kernels: ${families}")
+endif()
+
 # mxkit's own CUDA targets (tests, benchmarks, examples): mxkit::gpu, the project's warnings
-# (host code through nvcc, and nvcc's own warnings as errors), MXKIT_SANITIZE for host code.
+# (host code through nvcc, and nvcc's own warnings as errors), MXKIT_SANITIZE for host code, and
+# the kernel library where it is built (HEADER_ONLY: never; the per-header checks and the
+# library itself).
 function(mxkit_gpu_target tgt)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "HEADER_ONLY" "" "")
   mxkit_project_target(${tgt})
   target_link_libraries(${tgt} PRIVATE mxkit::gpu)
   target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=all-warnings>)
+  if(NOT arg_HEADER_ONLY)
+    mxkit_link_gpu_kernels(${tgt})
+  endif()
+endfunction()
+
+# Links <tgt> (a CUDA target) to mxkit::gpu_kernels where the library is built; nothing otherwise.
+# Every GPU program of mxkit's gets it through mxkit_gpu_target; a target of another kind may
+# call this alone.
+function(mxkit_link_gpu_kernels tgt)
+  if(TARGET mxkit_gpu_kernels)
+    target_link_libraries(${tgt} PRIVATE mxkit::gpu_kernels)
+  endif()
 endfunction()
 
 # Makes <tgt>'s CUDA architectures arch-specific (90 -> 90a-real): sm_90a instructions such as
@@ -181,15 +240,43 @@ function(mxkit_cuda_arch_specific tgt)
   set_target_properties(${tgt} PROPERTIES CUDA_ARCHITECTURES "${out}")
 endfunction()
 
+# The kernel library's target: CUDA, a static library; HIP, each source device-compiled for every
+# architecture and host-compiled (as mxkit's other HIP sources; nothing is linked).
+function(_mxkit_add_kernel_library)
+  if(NOT MXKIT_GPU_KERNEL_LIBRARY_SOURCES)
+    return()
+  endif()
+  if(MXKIT_GPU STREQUAL "CUDA")
+    add_library(mxkit_gpu_kernels STATIC ${MXKIT_GPU_KERNEL_LIBRARY_SOURCES})
+    add_library(mxkit::gpu_kernels ALIAS mxkit_gpu_kernels)
+    mxkit_gpu_target(mxkit_gpu_kernels HEADER_ONLY)
+    mxkit_cuda_arch_specific(mxkit_gpu_kernels)
+    target_compile_definitions(mxkit_gpu_kernels PUBLIC ${MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS})
+    target_link_libraries(mxkit_gpu_kernels PUBLIC mxkit::gpu)
+  elseif(MXKIT_GPU STREQUAL "HIP")
+    foreach(src IN LISTS MXKIT_GPU_KERNEL_LIBRARY_SOURCES)
+      get_filename_component(family ${src} NAME_WE)
+      mxkit_hip_device_compile(gpu_kernels_${family} ${src} KERNEL_LIBRARY)
+    endforeach()
+  endif()
+endfunction()
+
 # HIP: compiles <src> as HIP for every CMAKE_HIP_ARCHITECTURES entry (device code only, to
 # assembly: the whole back end runs, nothing is linked) and once for the host (object only).
 # A device-only compile writes no dependency file, so a host-side -M pass lists the headers.
 # The outputs join the target mxkit_hip_compile (part of `all`). INCLUDES: extra include paths.
+# KERNEL_LIBRARY: compiled as a user of the kernel library, where one is built (the kernels it
+# holds are declarations here), or as one of its own sources.
 function(mxkit_hip_device_compile name src)
-  cmake_parse_arguments(arg "" "" "INCLUDES" ${ARGN})
+  cmake_parse_arguments(arg "KERNEL_LIBRARY" "" "INCLUDES" ${ARGN})
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/hip)
   file(MAKE_DIRECTORY ${dir})
   set(common ${MXKIT_HIP_FLAGS})
+  if(arg_KERNEL_LIBRARY)
+    foreach(def IN LISTS MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS)
+      list(APPEND common "-D${def}")
+    endforeach()
+  endif()
   foreach(inc IN LISTS arg_INCLUDES)
     list(APPEND common "-I${inc}")
   endforeach()
@@ -246,6 +333,8 @@ function(mxkit_hip_host_link name)
   add_dependencies(mxkit_hip_compile hip_${name})
 endfunction()
 
+_mxkit_add_kernel_library()
+
 # A GPU example: built (CUDA; a ctest runs it when tests are on) or device-compiled (HIP).
 function(mxkit_add_gpu_example name src)
   cmake_parse_arguments(PARSE_ARGV 2 arg "SM90A" "" "ARGS")
@@ -263,6 +352,6 @@ function(mxkit_add_gpu_example name src)
       set_tests_properties(example.${name} PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77 ENVIRONMENT MXKIT_SKIP_EXIT_CODE=77)
     endif()
   elseif(MXKIT_GPU STREQUAL "HIP")
-    mxkit_hip_device_compile(${name} ${src})
+    mxkit_hip_device_compile(${name} ${src} KERNEL_LIBRARY)
   endif()
 endfunction()

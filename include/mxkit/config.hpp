@@ -30,7 +30,11 @@
 #endif
 
 // Versioned inline namespace: mixing two mxkit majors in one program fails to link, not silently.
+// Predefinable only so one test (tests/gpu/kernel_library_header_only.cu) can hold a second,
+// header-only copy of the kernels beside the kernel library's in one program.
+#ifndef MXKIT_ABI_NAMESPACE
 #define MXKIT_ABI_NAMESPACE v0
+#endif
 #define MXKIT_BEGIN_NAMESPACE namespace mxkit { inline namespace MXKIT_ABI_NAMESPACE {
 #define MXKIT_END_NAMESPACE } }
 

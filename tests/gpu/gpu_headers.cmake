@@ -2,14 +2,16 @@
 # The public GPU headers as a consumer meets them (issue #12), included by tests/gpu/CMakeLists.txt.
 # The header list is globbed at configure time (CONFIGURE_DEPENDS): headers are added, split and
 # moved, and a hand-kept list would quietly stop covering the new ones.
-#  - Per header, one generated translation unit that includes it alone, twice:
+#  - Per header, one generated translation unit that includes it alone, twice (where the kernel
+#    library is built, as the library's users see it: its entries declared, not compiled):
 #      CUDA  compiled by nvcc for sm_90a (so the arch-specific paths compile too), warnings as
 #            errors (target mxkit_gpu_header_tests, part of `all`);
 #      HIP   compiled by clang for every CMAKE_HIP_ARCHITECTURES entry (device code only, to
 #            assembly) and for the host (object), warnings as errors (hip_gpu_header_*).
 #  - gpu.cxx20_required (CUDA): nvcc compiling all GPU headers (unit b below) as C++17 stops at
 #    mxkit's one-line error (tests/static/check_cxx20_error.cmake).
-#  - Two translation units that each include every header, linked into one program. A kernel or
+#  - Two translation units that each include every header, header-only (every entry compiled),
+#    linked into one program. A kernel or
 #    function defined in a header with external linkage and without `inline` (a non-template
 #    __global__ function, say) is then defined twice and the link fails:
 #      CUDA  ctest gpu.two_units runs it: exit 77 (skipped) without a GPU, else it launches a
@@ -94,8 +96,12 @@ void mxkit_two_units_mark_b(int* out) {
 
 if(MXKIT_GPU STREQUAL "CUDA")
   add_library(mxkit_gpu_header_tests OBJECT ${header_units})
-  mxkit_gpu_target(mxkit_gpu_header_tests)
+  mxkit_gpu_target(mxkit_gpu_header_tests HEADER_ONLY)
   set_target_properties(mxkit_gpu_header_tests PROPERTIES CUDA_ARCHITECTURES 90a)
+  # With the kernel library, as its users meet the headers (entries declared: a header is
+  # compiled, not every instantiation its inline entries make); the entries' definitions are
+  # compiled header-only by the two units below and, each family's header alone, by the library.
+  target_compile_definitions(mxkit_gpu_header_tests PRIVATE ${MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS})
 
   # A C++17 compile (nvcc's default) of the GPU headers stops at mxkit's one-line error.
   add_test(NAME gpu.cxx20_required
@@ -105,13 +111,13 @@ if(MXKIT_GPU STREQUAL "CUDA")
   set_tests_properties(gpu.cxx20_required PROPERTIES LABELS gpu)
 
   add_executable(gpu_two_units ${gen}/two_units_a.cu ${gen}/two_units_b.cu)
-  mxkit_gpu_target(gpu_two_units)
+  mxkit_gpu_target(gpu_two_units HEADER_ONLY)
   add_test(NAME gpu.two_units COMMAND gpu_two_units)
   set_tests_properties(gpu.two_units PROPERTIES LABELS "gpu;unit" SKIP_RETURN_CODE 77)
 elseif(MXKIT_GPU STREQUAL "HIP")
   foreach(src IN LISTS header_units)
     get_filename_component(id ${src} NAME_WE)
-    mxkit_hip_device_compile(gpu_header_${id} ${src})
+    mxkit_hip_device_compile(gpu_header_${id} ${src} KERNEL_LIBRARY)  # as for CUDA above
   endforeach()
   mxkit_hip_host_link(gpu_two_units ${gen}/two_units_a.cu ${gen}/two_units_b.cu)
 endif()

@@ -229,6 +229,16 @@ void launch_fp8_cast(fp8_params<Source>& p, stream_t stream) {
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
+// The kernel library's instantiations (gpu/kernel_library.hpp): the casts of stored float,
+// bfloat16 and float16 matrices (cast_fp8, cast_fp8_delayed), both FP8 types; src/gpu/fp8_cast.cu.
+#define MXKIT_GPU_FP8_CAST_INSTANCES(prefix)                                                      \
+  prefix template void launch_fp8_cast<matrix_source<float>>(fp8_params<matrix_source<float>>&, stream_t);       \
+  prefix template void launch_fp8_cast<matrix_source<bfloat16>>(fp8_params<matrix_source<bfloat16>>&, stream_t); \
+  prefix template void launch_fp8_cast<matrix_source<float16>>(fp8_params<matrix_source<float16>>&, stream_t);
+#if defined(MXKIT_GPU_LIBRARY_HAS_FP8_CAST) && !defined(MXKIT_GPU_LIBRARY_DEFINES_FP8_CAST)
+MXKIT_GPU_FP8_CAST_INSTANCES(extern)
+#endif
+
 }  // namespace detail
 
 // Casts `in` (device) to FP8 `type` with code = cast(x * scale), as quantize_fp8 on the host.

@@ -92,23 +92,61 @@ void launch_quantize(const quantize_params<U>& p, stream_t stream) {
   else if (p.sign_mask) launch_quantize_kernel<Fmt, U, true, true, MinBlocks>(p, stream);
   else launch_quantize_kernel<Fmt, U, true, false, MinBlocks>(p, stream);
 }
+
+// One format's quantize: the checks, then that format's kernels (three variants: plain, rotated,
+// rotated with random signs). The unit the kernel library instantiates (below).
+template <class Fmt, class U>
+void quantize_format(matrix_view<const U> in, const quantize_options& options, const quantize_outputs& out, stream_t stream) {
+  mxkit::detail::check_layout({Fmt::type, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // sizes that fit
+  mxkit::detail::check_layout({Fmt::type, block_axis::columnwise, in.rows, in.cols}, "gpu::quantize");
+  mxkit::detail::check_options(options, "gpu::quantize");
+  quantize_params<U> p;
+  if (!make_quantize_params<U>(in, options, out, stream, p)) return;
+  launch_quantize<Fmt, U>(p, stream);
+}
+
+// The kernel library's instantiations (gpu/kernel_library.hpp): every format for float,
+// bfloat16 and float16 inputs, one source per format (src/gpu/quantize_<format>.cu).
+#define MXKIT_GPU_QUANTIZE_INSTANCES(prefix, type)                                                                        \
+  prefix template void quantize_format<mx_format<mx_type::type>, float>(matrix_view<const float>, const quantize_options&,       \
+                                                                       const quantize_outputs&, stream_t);                      \
+  prefix template void quantize_format<mx_format<mx_type::type>, bfloat16>(matrix_view<const bfloat16>, const quantize_options&, \
+                                                                          const quantize_outputs&, stream_t);                   \
+  prefix template void quantize_format<mx_format<mx_type::type>, float16>(matrix_view<const float16>, const quantize_options&,   \
+                                                                         const quantize_outputs&, stream_t);
+#if defined(MXKIT_GPU_LIBRARY_HAS_QUANTIZE) && !defined(MXKIT_GPU_LIBRARY_DEFINES_QUANTIZE)
+MXKIT_GPU_QUANTIZE_INSTANCES(extern, mxfp4)
+MXKIT_GPU_QUANTIZE_INSTANCES(extern, mxfp6_e2m3)
+MXKIT_GPU_QUANTIZE_INSTANCES(extern, mxfp6_e3m2)
+MXKIT_GPU_QUANTIZE_INSTANCES(extern, mxfp8_e4m3)
+MXKIT_GPU_QUANTIZE_INSTANCES(extern, mxfp8_e5m2)
+MXKIT_GPU_QUANTIZE_INSTANCES(extern, mxint8)
+#endif
 }  // namespace detail
 
 // Quantizes `in` (device memory) to MX format `type` as `options` say, into the copies named in
 // `out` (device memory, sizes as mx_layout and scale_storage_size give). Asynchronous on `stream`;
 // out.amax, when given, is zeroed on the stream first. Throws std::invalid_argument on bad
-// arguments and gpu::error on a runtime failure.
+// arguments and gpu::error on a runtime failure. The format is a run-time value, so a call
+// compiles all six formats' kernels (header-only); gpu::quantize<Type> below compiles one.
 template <class T>
   requires quantizer_input<T>
 void quantize(matrix_view<const T> in, mx_type type, const quantize_options& options, const quantize_outputs& out,
               stream_t stream = nullptr) {
   using U = std::remove_const_t<T>;
-  mxkit::detail::check_layout({type, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // known type, sizes that fit
-  mxkit::detail::check_layout({type, block_axis::columnwise, in.rows, in.cols}, "gpu::quantize");
-  mxkit::detail::check_options(options, "gpu::quantize");
-  detail::quantize_params<U> p;
-  if (!detail::make_quantize_params<U>({in.data, in.rows, in.cols, in.ld}, options, out, stream, p)) return;
-  visit_mx_type(type, [&](auto fmt) { detail::launch_quantize<decltype(fmt), U>(p, stream); });
+  mxkit::detail::check_layout({type, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // known type first
+  visit_mx_type(type, [&](auto fmt) {
+    detail::quantize_format<decltype(fmt), U>({in.data, in.rows, in.cols, in.ld}, options, out, stream);
+  });
+}
+
+// The same for a format known at compile time, gpu::quantize<mx_type::mxfp4>(in, options, out):
+// the bytes of the call above, and only this format's kernels are compiled.
+template <mx_type Type, class T>
+  requires quantizer_input<T>
+void quantize(matrix_view<const T> in, const quantize_options& options, const quantize_outputs& out, stream_t stream = nullptr) {
+  using U = std::remove_const_t<T>;
+  detail::quantize_format<mx_format<Type>, U>({in.data, in.rows, in.cols, in.ld}, options, out, stream);
 }
 
 template <class T>

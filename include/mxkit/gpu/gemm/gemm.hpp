@@ -81,6 +81,19 @@ inline bool path_supports(gemm_path path, const gemm_operand& a, const gemm_oper
   }
 }
 
+template <gemm_output Out>
+gemm_output_desc make_output(matrix_view<Out> d, gemm_epilogue e) {
+  return {d.data, d.data, d.stride(), d.stride(), std::is_same_v<Out, bfloat16>, e.alpha, e.beta};
+}
+
+// The dispatch and the paths' launches: compiled in the kernel library when one is used
+// (gpu/kernel_library.hpp); its users see run's declaration.
+#if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
+#if defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
+#define MXKIT_GPU_GEMM_ENTRY  // the kernel library's one definition
+#else
+#define MXKIT_GPU_GEMM_ENTRY inline
+#endif
 #if MXKIT_GPU_CUDA
 // Scratch for the sm90 expansions: stream-ordered memory from mxkit's device pool
 // (gpu/memory.hpp), which keeps it between calls.
@@ -159,13 +172,8 @@ inline void run_sm90(const gemm_operand& a, const gemm_operand& b, const gemm_ou
 }
 #endif
 
-template <gemm_output Out>
-gemm_output_desc make_output(matrix_view<Out> d, gemm_epilogue e) {
-  return {d.data, d.data, d.stride(), d.stride(), std::is_same_v<Out, bfloat16>, e.alpha, e.beta};
-}
-
 // Runs the product on the chosen path; returns the path taken.
-inline gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, gemm_options o) {
+MXKIT_GPU_GEMM_ENTRY gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, gemm_options o) {
   gemm_path path = o.path;
   if (path == gemm_path::automatic) {
 #if MXKIT_GPU_CUDA
@@ -187,6 +195,9 @@ inline gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_ou
   }
   return path;
 }
+#else
+gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, gemm_options o);
+#endif
 
 }  // namespace detail
 

@@ -617,7 +617,14 @@ inline void attention_check_workspace(const char* entry, std::span<std::byte> wo
   mxkit::detail::require(reinterpret_cast<std::uintptr_t>(workspace.data()) % 16 == 0, entry, ": workspace is not 16-byte aligned");
 }
 
-inline void attention_forward_impl(const bfloat16* qkv, std::size_t stride, bfloat16* out, float* lse, const nn::head_shape& s,
+// The entries: compiled in the kernel library when one is used (gpu/kernel_library.hpp).
+#if !defined(MXKIT_GPU_LIBRARY_HAS_ATTENTION) || defined(MXKIT_GPU_LIBRARY_DEFINES_ATTENTION)
+#if defined(MXKIT_GPU_LIBRARY_DEFINES_ATTENTION)
+#define MXKIT_GPU_ATTENTION_ENTRY  // the kernel library's one definition
+#else
+#define MXKIT_GPU_ATTENTION_ENTRY inline
+#endif
+MXKIT_GPU_ATTENTION_ENTRY void attention_forward_impl(const bfloat16* qkv, std::size_t stride, bfloat16* out, float* lse, const nn::head_shape& s,
                                    std::span<std::byte> workspace, attention_kernels kernels, stream_t stream) {
   constexpr const char* entry = "gpu::attention_forward";
   attention_check(entry, s, stride);
@@ -655,7 +662,7 @@ void attention_backward_mma(const attention_params& p, const dim3& grid_q, const
   attention_launch(attention_dq_kernel<D, Portable>, grid_q, attn_dq_smem<D>, p, stream);
 }
 
-inline void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, std::size_t stride, const bfloat16* out,
+MXKIT_GPU_ATTENTION_ENTRY void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, std::size_t stride, const bfloat16* out,
                                     const float* lse, bfloat16* dqkv, const nn::head_shape& s, std::span<std::byte> workspace,
                                     attention_kernels kernels, stream_t stream) {
   constexpr const char* entry = "gpu::attention_backward";
@@ -694,6 +701,13 @@ inline void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, s
     else attention_backward_mma<128, false>(p, grid_q, grid_kv, stream);
   }
 }
+#else
+void attention_forward_impl(const bfloat16* qkv, std::size_t stride, bfloat16* out, float* lse, const nn::head_shape& s,
+                            std::span<std::byte> workspace, attention_kernels kernels, stream_t stream);
+void attention_backward_impl(const bfloat16* dout, const bfloat16* qkv, std::size_t stride, const bfloat16* out, const float* lse,
+                             bfloat16* dqkv, const nn::head_shape& s, std::span<std::byte> workspace, attention_kernels kernels,
+                             stream_t stream);
+#endif
 
 }  // namespace detail
 

@@ -91,33 +91,10 @@ class device_backend : public nn::backend {
     }
   };
 
-  device_backend() {
-    MXKIT_GPU_CHECK(stream_create(&stream_));
-    MXKIT_GPU_CHECK(stream_create(&copy_stream_));
-    MXKIT_GPU_CHECK(event_create_timing_off(&order_));
-    flags_ = alloc(1, 4, nn::dtype::i32, nn::mem_tag::activation);  // [embedding error, cross-entropy error, lr bits, spare]
-    scratch_ = alloc(1, 8, nn::dtype::f64, nn::mem_tag::optimizer);  // grad_norm_result, adamw counts, loss (float), amax bits
-  }
+  device_backend();
   device_backend(const device_backend&) = delete;
   device_backend& operator=(const device_backend&) = delete;
-  ~device_backend() override {
-    (void)stream_synchronize(stream_);
-    (void)stream_synchronize(copy_stream_);
-    release_copied();
-    flags_.reset();
-    scratch_.reset();
-    rope_table_.reset();  // freed on stream_, which goes below
-    norm_list_ = {};
-    adamw_list_ = {};
-    (void)stream_synchronize(stream_);
-    for (staging_slot& slot : staging_) {
-      if (slot.memory) (void)free_host_pinned(slot.memory);
-      if (slot.done) (void)event_destroy(slot.done);
-    }
-    (void)event_destroy(order_);
-    (void)stream_destroy(copy_stream_);
-    (void)stream_destroy(stream_);
-  }
+  ~device_backend() override;
 
   const char* name() const noexcept override { return MXKIT_GPU_HIP ? "hip" : "cuda"; }
   // The stream every operation is enqueued on.
@@ -162,399 +139,61 @@ class device_backend : public nn::backend {
 
  protected:
   // ---- memory and transfers
-  allocation do_alloc(std::size_t bytes, bool zero_fill) override {
-    void* p = pool_alloc(bytes < 16 ? 16 : bytes);
-    if (zero_fill) MXKIT_GPU_CHECK(memset_async(p, 0, bytes < 16 ? 16 : bytes, stream_));
-    return {p, std::shared_ptr<void>(p, [s = stream_](void* d) { deallocate_async(d, s); })};
-  }
-  void do_write(nn::tensor& t, const std::vector<double>& values) override {
-    std::vector<std::uint8_t> host(t.bytes());
-    nn::visit_dtype(t.type(), [&](auto z) {
-      using T = decltype(z);
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        const T v = nn::element_from_double<T>(values[i]);
-        std::memcpy(host.data() + i * sizeof(T), &v, sizeof(T));
-      }
-    });
-    upload(t.data(), host.data(), host.size());
-  }
-  void do_write_tokens(nn::tensor& t, const std::vector<std::int32_t>& tokens) override {
-    upload(t.data(), tokens.data(), tokens.size() * sizeof(std::int32_t));
-  }
-  std::vector<double> do_read(const nn::tensor& t) const override {
-    const std::vector<std::uint8_t> host = download_bytes(static_cast<const std::uint8_t*>(t.data()), t.bytes());
-    std::vector<double> out(t.size());
-    nn::visit_dtype(t.type(), [&](auto z) {
-      using T = decltype(z);
-      for (std::size_t i = 0; i < out.size(); ++i) {
-        T v;
-        std::memcpy(&v, host.data() + i * sizeof(T), sizeof(T));
-        out[i] = nn::element_to_double(v);
-      }
-    });
-    return out;
-  }
-  void do_synchronize() override {
-    MXKIT_GPU_CHECK(stream_synchronize(stream_));
-    release_copied();
-  }
-  void do_fill(nn::tensor& t, double value) override {
-    nn::visit_dtype(t.type(), [&](auto z) {
-      using T = decltype(z);
-      gpu::fill(t.as<T>(), t.size(), nn::element_from_double<T>(value), stream_);
-    });
-  }
-  void do_copy(const nn::tensor& src, nn::tensor& dst) override {
-    if (src.bytes()) MXKIT_GPU_CHECK(memcpy_async(dst.data(), src.data(), src.bytes(), copy_kind::device_to_device, stream_));
-  }
-  void do_axpy(double alpha, const nn::tensor& x, nn::tensor& y) override {
-    visit_float(x.type(), "axpy", [&](auto z) {
-      using T = decltype(z);
-      gpu::axpy(alpha, x.as<T>(), y.as<T>(), x.size(), stream_);
-    });
-  }
-  void do_amax(const nn::tensor& x, nn::tensor& out) override {
-    activation_types(x.type(), "amax", [&](auto z) {
-      using T = decltype(z);
-      gpu::amax(x.as<T>(), x.size(), out.as<double>(), amax_bits(), stream_);
-    });
-  }
+  allocation do_alloc(std::size_t bytes, bool zero_fill) override;
+  void do_write(nn::tensor& t, const std::vector<double>& values) override;
+  void do_write_tokens(nn::tensor& t, const std::vector<std::int32_t>& tokens) override;
+  std::vector<double> do_read(const nn::tensor& t) const override;
+  void do_synchronize() override;
+  void do_fill(nn::tensor& t, double value) override;
+  void do_copy(const nn::tensor& src, nn::tensor& dst) override;
+  void do_axpy(double alpha, const nn::tensor& x, nn::tensor& y) override;
+  void do_amax(const nn::tensor& x, nn::tensor& out) override;
 
   // ---- quantized operands
-  nn::qtensor do_quantize(const nn::tensor& x, const nn::quant_request& r) override {
-    require_activation(x, "quantize");
-    switch (r.spec.kind) {
-      case nn::precision::mx: {
-        auto p = mx_payload(r, x.rows(), x.cols());
-        quantize_outputs out;
-        (r.axis == block_axis::rowwise ? out.rowwise_data : out.columnwise_data) = p->data;
-        (r.axis == block_axis::rowwise ? out.rowwise_scales : out.columnwise_scales) = p->scales;
-        run_mx(x, r, out);
-        return finish(r, x.rows(), x.cols(), std::move(p));
-      }
-      case nn::precision::fp8: {
-        auto p = fp8_payload(r, x.rows(), x.cols());
-        fp8_outputs out;
-        (r.axis == block_axis::rowwise ? out.data : out.transposed) = p->data;
-        (r.axis == block_axis::rowwise ? out.data_scale : out.transposed_scale) = p->fp8_scale;
-        run_fp8(x, r, out);
-        return finish(r, x.rows(), x.cols(), std::move(p));
-      }
-      case nn::precision::bf16: {
-        if (r.may_alias_input && x.type() == nn::dtype::bf16) return view_of(r, x);
-        auto p = bytes_payload(r, x.rows() * x.cols() * sizeof(bfloat16));
-        auto* out = reinterpret_cast<bfloat16*>(p->data);
-        activation_types(x.type(), "quantize", [&](auto z) {
-          using T = decltype(z);
-          if (r.axis == block_axis::rowwise) gpu::convert(x.as<T>(), out, x.size(), stream_);
-          else gpu::transpose(x.as<T>(), x.rows(), x.cols(), out, stream_);
-        });
-        return finish(r, x.rows(), x.cols(), std::move(p));
-      }
-      case nn::precision::native: break;
-    }
-    mxkit::detail::fail("device_backend: native (unrounded) operands belong to the host reference (ref::host_backend); "
-                        "device recipes use bf16, fp8 or mx operands");
-  }
+  nn::qtensor do_quantize(const nn::tensor& x, const nn::quant_request& r) override;
 
-  nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) override {
-    const bool same_mx = row.spec.kind == nn::precision::mx && col.spec.kind == nn::precision::mx && row.spec == col.spec &&
-                         row.mx_options() == col.mx_options();
-    if (same_mx) {  // one read, both copies (the fused kernel)
-      require_activation(x, "quantize_both");
-      auto pr = mx_payload(row, x.rows(), x.cols()), pc = mx_payload(col, x.rows(), x.cols());
-      quantize_outputs out;
-      out.rowwise_data = pr->data;
-      out.rowwise_scales = pr->scales;
-      out.columnwise_data = pc->data;
-      out.columnwise_scales = pc->scales;
-      run_mx(x, row, out);
-      return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
-    }
-    const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
-      using T = decltype(z);
-      cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, scale_of(r), amax_history(r), o, overflow::saturate,
-                       stream_);
-    };
-    const nn::quant_plan both{row, col, true};
-    if (fp8_plan(both)) return write_fp8_plan(both, x.rows(), x.cols(), x.type(), "quantize_both", cast);  // codes and transpose, one cast
-    if (row.spec.kind == nn::precision::bf16 && col.spec.kind == nn::precision::bf16) {  // the rows, read both ways
-      nn::quant_request rr = row;
-      rr.may_alias_input = row.may_alias_input && col.may_alias_input;  // the columnwise copy may outlive x's promise
-      nn::qtensor r = device_backend::do_quantize(x, rr);
-      return {r, alias_of(col, r)};
-    }
-    return {device_backend::do_quantize(x, row), device_backend::do_quantize(x, col)};
-  }
+  nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) override;
 
-  nn::qtensor do_transpose(const nn::qtensor& q, nn::operand_use use, nn::mem_tag tag) override {
-    nn::quant_request r = q.request();
-    r.axis = block_axis::columnwise;
-    r.use = use;
-    r.tag = tag;
-    r.fp8.record_amax = false;
-    const payload& src = get(q);
-    auto p = fp8_payload(r, q.rows(), q.cols());
-    gpu::transpose(src.data, q.rows(), q.cols(), p->data, stream_);
-    MXKIT_GPU_CHECK(memcpy_async(p->fp8_scale, src.fp8_scale, sizeof(float), copy_kind::device_to_device, stream_));
-    return finish(r, q.rows(), q.cols(), std::move(p));
-  }
+  nn::qtensor do_transpose(const nn::qtensor& q, nn::operand_use use, nn::mem_tag tag) override;
 
   // The stash in page-locked host memory: the codes come down straight into it, and go up from
   // it on the copy stream (a copy engine, no staging copy).
-  std::shared_ptr<std::uint8_t[]> do_alloc_host(std::size_t bytes) override {
-    void* p = nullptr;
-    MXKIT_GPU_CHECK(malloc_host_pinned(&p, bytes ? bytes : 1));
-    return std::shared_ptr<std::uint8_t[]>(static_cast<std::uint8_t*>(p), [](std::uint8_t* d) { (void)free_host_pinned(d); });
-  }
-  nn::host_fp8 do_export_fp8(const nn::tensor& w, fp8_type type, float scale) override {
-    require_activation(w, "export_fp8");
-    const std::size_t n = w.size(), amax_at = (n + 15) / 16 * 16;
-    std::shared_ptr<std::uint8_t[]> host = alloc_host(amax_at + sizeof(float));
-    with_workspace<std::uint8_t>(amax_at + sizeof(float), [&](std::span<std::uint8_t> codes) {
-      float* amax = reinterpret_cast<float*>(codes.data() + amax_at);
-      activation_types(w.type(), "export_fp8", [&](auto z) {
-        using T = decltype(z);
-        cast_fp8(matrix_view<const T>{w.as<T>(), w.rows(), w.cols()}, type, scale, {codes.data(), nullptr, amax}, overflow::saturate, stream_);
-      });
-      MXKIT_GPU_CHECK(memcpy_async(host.get(), codes.data(), amax_at + sizeof(float), copy_kind::device_to_host, stream_));
-      MXKIT_GPU_CHECK(stream_synchronize(stream_));
-    });
-    float amax = 0.0f;
-    std::memcpy(&amax, host.get() + amax_at, sizeof(float));
-    return nn::host_fp8(type, w.rows(), w.cols(), scale, amax, std::move(host));
-  }
-  nn::qtensor do_import_fp8(const nn::host_fp8& host, nn::operand_use use, nn::mem_tag tag) override {
-    nn::quant_request r;
-    r.spec = nn::recipes::mma_operand(host.type());
-    r.axis = block_axis::rowwise;
-    r.use = use;
-    r.tag = tag;
-    auto p = fp8_payload(r, host.rows(), host.cols());
-    // The upload runs on the copy stream after everything enqueued so far on the backend's stream
-    // (the allocation, and the frees of the copies it replaces); the backend's stream waits for it.
-    // From page-locked memory (export_fp8's stash, alloc_host) the copy is asynchronous; from
-    // pageable memory the runtime stages it before returning.
-    MXKIT_GPU_CHECK(event_record(order_, stream_));
-    MXKIT_GPU_CHECK(stream_wait_event(copy_stream_, order_));
-    if (host.bytes()) MXKIT_GPU_CHECK(memcpy_async(p->data, host.codes(), host.bytes(), copy_kind::host_to_device, copy_stream_));
-    MXKIT_GPU_CHECK(event_record(order_, copy_stream_));
-    MXKIT_GPU_CHECK(stream_wait_event(stream_, order_));
-    keep_until_copied(host);
-    detail::set_float_kernel<1><<<1, 1, 0, stream_>>>(p->fp8_scale, host.scale());
-    MXKIT_GPU_CHECK_LAUNCH();
-    return finish(r, host.rows(), host.cols(), std::move(p));
-  }
+  std::shared_ptr<std::uint8_t[]> do_alloc_host(std::size_t bytes) override;
+  nn::host_fp8 do_export_fp8(const nn::tensor& w, fp8_type type, float scale) override;
+  nn::qtensor do_import_fp8(const nn::host_fp8& host, nn::operand_use use, nn::mem_tag tag) override;
 
-  void do_update_scales(nn::scaling_table& t) override {
-    gpu::update_scales(t.history().as<float>(), t.scale().as<float>(), t.fp8_max().as<float>(), t.rows(), t.config().history_length,
-                       t.config(), stream_);
-  }
+  void do_update_scales(nn::scaling_table& t) override;
 
   void do_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
-               const nn::tensor* c) override {
-    mxkit::detail::require(d.type() == nn::dtype::f32 || d.type() == nn::dtype::bf16, "device_backend: ", name_of(kind),
-                           " output is ", name_of(d.type()), "; the device writes f32 or bf16");
-    const gemm_output_desc out{d.data(), c && beta != 0.0f ? c->data() : d.data(), d.cols(), d.cols(), d.type() == nn::dtype::bf16, alpha, beta};
-    const payload& pa = get(a);
-    const payload& pb = get(b);
-    switch (a.kind()) {
-      case nn::precision::mx: {
-        const mx_const_view va{pa.layout, pa.options, pa.data, pa.scales, scale_layout::row_major};
-        const mx_const_view vb{pb.layout, pb.options, pb.data, pb.scales, scale_layout::row_major};
-        mxkit::detail::check_mx_product(kind, va.layout, vb.layout);
-        mxkit::detail::check_rotation(va.options, vb.options, name_of(kind));
-        detail::run(make_operand(va), make_operand(vb), out, stream_, {});
-        return;
-      }
-      case nn::precision::fp8: {
-        auto operand = [](const nn::qtensor& q, const payload& p) {
-          gemm_operand o = make_operand(fp8_view{q.request().spec.fp8, q.lines(), q.length(), 1.0f, p.data});
-          o.scale = p.fp8_scale;
-          return o;
-        };
-        detail::run(operand(a, pa), operand(b, pb), out, stream_, {});
-        return;
-      }
-      case nn::precision::bf16: {
-        auto operand = [](const nn::qtensor& q, const payload& p) {
-          const auto* data = reinterpret_cast<const bfloat16*>(p.data);
-          return p.mn_major ? make_operand(matrix_view<const bfloat16>{data, q.length(), q.lines()}, major_order::mn_major)
-                            : make_operand(matrix_view<const bfloat16>{data, q.lines(), q.length()});
-        };
-        detail::run(operand(a, pa), operand(b, pb), out, stream_, {});
-        return;
-      }
-      case nn::precision::native: break;
-    }
-    mxkit::detail::fail("device_backend: ", name_of(kind), " on native operands (the host reference's)");
-  }
+               const nn::tensor* c) override;
 
   // ---- layer kernels
-  void do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) override {
-    activation_types(x.type(), "rmsnorm", [&](auto z) {
-      using T = decltype(z);
-      activation_types(w.type(), "rmsnorm weight", [&](auto zw) {
-        using W = decltype(zw);
-        gpu::rmsnorm_forward(x.as<T>(), w.as<W>(), y.as<T>(), rstd.as<float>(), x.rows(), x.cols(), eps, stream_);
-      });
-    });
-  }
+  void do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) override;
   nn::qpair do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
-                                nn::tensor* y) override {
-    nn::tensor out = y ? *y : scratch(x.rows(), x.cols(), x.type());
-    device_backend::do_rmsnorm_forward(x, w, out, rstd, eps);
-    return quantize_plan(out, plan);
-  }
+                                nn::tensor* y) override;
   void do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
-                           nn::tensor& dx, nn::tensor* dw) override {
-    activation_types(x.type(), "rmsnorm backward", [&](auto z) {
-      using T = decltype(z);
-      activation_types(w.type(), "rmsnorm weight", [&](auto zw) {  // a weight and its gradient: f32, or bf16 (bf16 layer weights)
-        using W = decltype(zw);
-        const std::size_t need = dw ? rmsnorm_backward_workspace(x.rows(), x.cols()) : 0;
-        with_workspace<float>(need, [&](std::span<float> ws) {
-          gpu::rmsnorm_backward(dy.as<T>(), x.as<T>(), w.as<W>(), rstd.as<float>(), dr.as<T>(), dx.as<T>(),
-                                dw ? dw->as<W>() : static_cast<W*>(nullptr), x.rows(), x.cols(), ws, stream_);
-        });
-      });
-    });
-  }
-  void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override {
-    activation_types(qkv.type(), "rope", [&](auto z) {
-      using T = decltype(z);
-      gpu::rope(qkv.as<T>(), s, theta, inverse, rope_table(s, theta), stream_);
-    });
-  }
-  void do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) override {
-    require_activation(qkv, "attention");
-    with_workspace<std::byte>(attention_forward_workspace(s), [&](std::span<std::byte> ws) {
-      if (qkv.type() == nn::dtype::bf16) {
-        gpu::attention_forward(qkv.as<bfloat16>(), s.qkv_dim(), out.as<bfloat16>(), lse.as<float>(), s, ws, stream_);
-        return;
-      }
-      nn::tensor q16 = as_bf16(qkv), o16 = scratch(out.rows(), out.cols(), nn::dtype::bf16);
-      gpu::attention_forward(q16.as<bfloat16>(), s.qkv_dim(), o16.as<bfloat16>(), lse.as<float>(), s, ws, stream_);
-      gpu::convert(o16.as<bfloat16>(), out.as<float>(), out.size(), stream_);
-    });
-  }
+                           nn::tensor& dx, nn::tensor* dw) override;
+  void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override;
+  void do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) override;
   void do_attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& out, const nn::tensor& lse,
-                             nn::tensor& dqkv, const nn::head_shape& s) override {
-    require_activation(qkv, "attention backward");
-    with_workspace<std::byte>(attention_backward_workspace(s), [&](std::span<std::byte> ws) {
-      if (qkv.type() == nn::dtype::bf16) {
-        gpu::attention_backward(dout.as<bfloat16>(), qkv.as<bfloat16>(), s.qkv_dim(), out.as<bfloat16>(), lse.as<float>(),
-                                dqkv.as<bfloat16>(), s, ws, stream_);
-        return;
-      }
-      const nn::tensor d16 = as_bf16(dout), q16 = as_bf16(qkv), o16 = as_bf16(out);
-      nn::tensor dq16 = scratch(dqkv.rows(), dqkv.cols(), nn::dtype::bf16);
-      gpu::attention_backward(d16.as<bfloat16>(), q16.as<bfloat16>(), s.qkv_dim(), o16.as<bfloat16>(), lse.as<float>(),
-                              dq16.as<bfloat16>(), s, ws, stream_);
-      gpu::convert(dq16.as<bfloat16>(), dqkv.as<float>(), dqkv.size(), stream_);
-    });
-  }
-  void do_swiglu_forward(const nn::tensor& gu, nn::tensor& out) override {
-    activation_types(gu.type(), "swiglu", [&](auto z) {
-      using T = decltype(z);
-      gpu::swiglu_forward(gu.as<T>(), out.as<T>(), gu.rows(), gu.cols() / 2, stream_);
-    });
-  }
+                             nn::tensor& dqkv, const nn::head_shape& s) override;
+  void do_swiglu_forward(const nn::tensor& gu, nn::tensor& out) override;
   // FP8 copies come straight from gu (the output is never stored, unless asked for); other
   // copies from the stored output.
-  nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override {
-    const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
-      using T = decltype(z);
-      gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, scale_of(r), amax_history(r), o, stream_);
-    };
-    if (!out && fp8_plan(plan)) return write_fp8_plan(plan, gu.rows(), gu.cols() / 2, gu.type(), "swiglu_quantize", cast);
-    nn::tensor o = out ? *out : scratch(gu.rows(), gu.cols() / 2, gu.type());
-    device_backend::do_swiglu_forward(gu, o);
-    return quantize_plan(o, plan);
-  }
-  void do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) override {
-    activation_types(gu.type(), "swiglu backward", [&](auto z) {
-      using T = decltype(z);
-      gpu::swiglu_backward(dout.as<T>(), gu.as<T>(), dgu.as<T>(), gu.rows(), gu.cols() / 2, stream_);
-    });
-  }
+  nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override;
+  void do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) override;
   // The gradient written over gu, dout released (its memory goes back to the stream-ordered pool
   // behind the kernel), then the copies from one read: gu's memory is free before the GEMMs that
   // read them, unless a bf16 copy is gu itself.
-  nn::qpair do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) override {
-    device_backend::do_swiglu_backward(dout, gu, gu);
-    dout.reset();
-    return quantize_plan(gu, plan);
-  }
-  void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override {
-    activation_types(out.type(), "embedding", [&](auto z) {
-      using T = decltype(z);
-      gpu::embedding_forward(tokens.as<std::int32_t>(), tokens.rows(), table.as<float>(), table.rows(), out.as<T>(), table.cols(),
-                             flags_.as<std::int32_t>(), stream_);
-    });
-  }
-  void do_embedding_backward(const nn::tensor& tokens, const nn::tensor& dout, nn::tensor& dtable) override {
-    activation_types(dout.type(), "embedding backward", [&](auto z) {
-      using T = decltype(z);
-      with_workspace<std::uint32_t>(embedding_backward_workspace(dtable.rows()), [&](std::span<std::uint32_t> ws) {
-        gpu::embedding_backward(tokens.as<std::int32_t>(), tokens.rows(), dout.as<T>(), dtable.as<float>(), dtable.rows(), dtable.cols(),
-                                flags_.as<std::int32_t>(), ws, stream_);
-      });
-    });
-  }
-  void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) override {
-    activation_types(logits.type(), "cross_entropy", [&](auto z) {
-      using T = decltype(z);
-      float* loss32 = reinterpret_cast<float*>(scratch_.as<double>() + loss_slot);
-      with_workspace<float>(cross_entropy_workspace(logits.rows()), [&](std::span<float> ws) {
-        gpu::cross_entropy(logits.as<T>(), targets.as<std::int32_t>(), logits.rows(), logits.cols(), gradient, loss32,
-                           flags_.as<std::int32_t>() + 1, ws, stream_);
-      });
-      detail::float_to_double_kernel<1><<<1, 1, 0, stream_>>>(loss32, loss.as<double>());
-      MXKIT_GPU_CHECK_LAUNCH();
-    });
-  }
+  nn::qpair do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) override;
+  void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override;
+  void do_embedding_backward(const nn::tensor& tokens, const nn::tensor& dout, nn::tensor& dtable) override;
+  void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) override;
 
   // ---- optimizer
-  void do_global_norm(std::span<const nn::tensor* const> tensors, double max_norm, nn::tensor& norm, nn::tensor& clip) override {
-    std::vector<norm_tensor<float>> list;
-    list.reserve(tensors.size());
-    for (const nn::tensor* t : tensors) {
-      require_param(*t, "global_norm");
-      list.push_back({t->as<float>(), t->size()});
-    }
-    const norm_tensor<float>* dev = norm_list_.get(list, *this);
-    grad_norm_result* r = norm_result();
-    with_workspace<double>(global_norm_workspace, [&](std::span<double> ws) {
-      gpu::global_norm(dev, list.size(), static_cast<float>(max_norm), r, ws, stream_);
-    });
-    detail::norm_to_scalars_kernel<1><<<1, 1, 0, stream_>>>(r, norm.as<double>(), clip.as<double>());
-    MXKIT_GPU_CHECK_LAUNCH();
-  }
+  void do_global_norm(std::span<const nn::tensor* const> tensors, double max_norm, nn::tensor& norm, nn::tensor& clip) override;
   void do_adamw_step(std::span<const nn::adamw_slot_ref> slots, const nn::adamw_args& args, const nn::tensor& norm,
-                     const nn::tensor& clip, nn::tensor& state) override {
-    std::vector<adamw_tensor<float>> list;
-    list.reserve(slots.size());
-    for (const nn::adamw_slot_ref& s : slots) {
-      require_param(*s.param, "adamw_step");
-      list.push_back({s.param->as<float>(), s.grad->as<float>(), s.m->as<float>(), s.v->as<float>(), s.param->size(),
-                      static_cast<float>(s.weight_decay)});
-    }
-    const adamw_tensor<float>* dev = adamw_list_.get(list, *this);
-    grad_norm_result* r = norm_result();
-    adamw_step_counts* counts = reinterpret_cast<adamw_step_counts*>(scratch_.as<double>() + counts_slot);
-    float* lr = reinterpret_cast<float*>(flags_.as<std::int32_t>() + 2);
-    detail::scalars_to_norm_kernel<1><<<1, 1, 0, stream_>>>(norm.as<double>(), clip.as<double>(), r);
-    MXKIT_GPU_CHECK_LAUNCH();
-    detail::counts_from_state_kernel<1><<<1, 1, 0, stream_>>>(state.as<double>(), counts);
-    MXKIT_GPU_CHECK_LAUNCH();
-    detail::set_float_kernel<1><<<1, 1, 0, stream_>>>(lr, static_cast<float>(args.lr));
-    MXKIT_GPU_CHECK_LAUNCH();
-    const adamw_settings settings{static_cast<float>(args.beta1), static_cast<float>(args.beta2), static_cast<float>(args.eps)};
-    gpu::adamw_update(dev, list.size(), lr, r, counts, settings, stream_);
-    detail::counts_to_state_kernel<1><<<1, 1, 0, stream_>>>(counts, state.as<double>());
-    MXKIT_GPU_CHECK_LAUNCH();
-  }
+                     const nn::tensor& clip, nn::tensor& state) override;
 
  private:
   // Slots of scratch_ (doubles): grad_norm_result (2), adamw counts (2), loss as float (1), amax bits (1).
@@ -611,26 +250,12 @@ class device_backend : public nn::backend {
     return nn::tensor(type, rows, cols, p, std::shared_ptr<void>(p, [s = stream_](void* d) { deallocate_async(d, s); }));
   }
  private:
-  nn::tensor as_bf16(const nn::tensor& t) {
-    nn::tensor out = scratch(t.rows(), t.cols(), nn::dtype::bf16);
-    gpu::convert(t.as<float>(), out.as<bfloat16>(), t.size(), stream_);
-    return out;
-  }
+  nn::tensor as_bf16(const nn::tensor& t);
 
   // The RoPE factors of every position up to the longest sequence seen, for one (head_dim,
   // theta): computed on the stream once (gpu::rope_factors), then read by every layer's RoPE of
   // every step instead of a double pow and sincos per pair and call.
-  const rope_factor* rope_table(const nn::head_shape& s, double theta) {
-    const bool same = rope_table_.defined() && rope_head_dim_ == s.head_dim && rope_theta_ == theta;
-    if (!same || rope_table_.rows() < s.seq) {
-      const std::size_t seq = same ? std::max(s.seq, rope_table_.rows()) : s.seq;
-      rope_table_ = scratch(seq, s.head_dim, nn::dtype::f32);  // (seq, head_dim / 2) float pairs
-      rope_head_dim_ = s.head_dim;
-      rope_theta_ = theta;
-      gpu::rope_factors(static_cast<rope_factor*>(rope_table_.data()), seq, s.head_dim, theta, stream_);
-    }
-    return static_cast<const rope_factor*>(rope_table_.data());
-  }
+  const rope_factor* rope_table(const nn::head_shape& s, double theta);
 
   // The host codes of an upload in flight on the copy stream stay alive (a shared owner kept
   // here) until the copy has finished: a caller may drop its host_fp8 as soon as import_fp8
@@ -739,12 +364,7 @@ class device_backend : public nn::backend {
     return nn::qtensor(r, rows, cols, bytes, std::move(p));
   }
 
-  void run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out) {
-    activation_types(x.type(), "quantize", [&](auto z) {
-      using T = decltype(z);
-      gpu::quantize(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.mx, r.mx_options(), out, stream_);
-    });
-  }
+  void run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out);
   // A plan whose copies one FP8 cast writes together: FP8 codes and, when wanted, their
   // transpose, of the same type and scaling row.
   static bool fp8_plan(const nn::quant_plan& p) {
@@ -780,18 +400,9 @@ class device_backend : public nn::backend {
     if (pc) q.columnwise = finish(plan.columnwise, rows, cols, std::move(pc));
     return q;
   }
-  void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out) {
-    activation_types(x.type(), "quantize", [&](auto z) {
-      using T = decltype(z);
-      cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, scale_of(r), amax_history(r), out,
-                       overflow::saturate, stream_);
-    });
-  }
+  void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out);
  protected:
-  nn::qpair quantize_plan(const nn::tensor& x, const nn::quant_plan& plan) {
-    if (plan.columnwise_wanted) return device_backend::do_quantize_both(x, plan.rowwise, plan.columnwise);
-    return {device_backend::do_quantize(x, plan.rowwise), {}};
-  }
+  nn::qpair quantize_plan(const nn::tensor& x, const nn::quant_plan& plan);
 
  private:
   // ---- element types
@@ -837,6 +448,450 @@ class device_backend : public nn::backend {
   descriptor_list<adamw_tensor<float>> adamw_list_;
   std::array<std::size_t, 4> live_{};  // by precision
 };
+
+// The members that launch kernels, out of the class: inline here for header-only use; with the
+// kernel library (gpu/kernel_library.hpp) compiled once, in it, and only declared to its users
+// (the destructor, the first virtual member defined out of the class, places the vtable there).
+#if !defined(MXKIT_GPU_LIBRARY_HAS_DEVICE_BACKEND) || defined(MXKIT_GPU_LIBRARY_DEFINES_DEVICE_BACKEND)
+#if defined(MXKIT_GPU_LIBRARY_DEFINES_DEVICE_BACKEND)
+#define MXKIT_GPU_DEVICE_BACKEND_ENTRY  // the kernel library's one definition
+#else
+#define MXKIT_GPU_DEVICE_BACKEND_ENTRY inline
+#endif
+MXKIT_GPU_DEVICE_BACKEND_ENTRY device_backend::device_backend() {
+  MXKIT_GPU_CHECK(stream_create(&stream_));
+  MXKIT_GPU_CHECK(stream_create(&copy_stream_));
+  MXKIT_GPU_CHECK(event_create_timing_off(&order_));
+  flags_ = alloc(1, 4, nn::dtype::i32, nn::mem_tag::activation);  // [embedding error, cross-entropy error, lr bits, spare]
+  scratch_ = alloc(1, 8, nn::dtype::f64, nn::mem_tag::optimizer);  // grad_norm_result, adamw counts, loss (float), amax bits
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY device_backend::~device_backend() {
+  (void)stream_synchronize(stream_);
+  (void)stream_synchronize(copy_stream_);
+  release_copied();
+  flags_.reset();
+  scratch_.reset();
+  rope_table_.reset();  // freed on stream_, which goes below
+  norm_list_ = {};
+  adamw_list_ = {};
+  (void)stream_synchronize(stream_);
+  for (staging_slot& slot : staging_) {
+    if (slot.memory) (void)free_host_pinned(slot.memory);
+    if (slot.done) (void)event_destroy(slot.done);
+  }
+  (void)event_destroy(order_);
+  (void)stream_destroy(copy_stream_);
+  (void)stream_destroy(stream_);
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY device_backend::allocation device_backend::do_alloc(std::size_t bytes, bool zero_fill) {
+  void* p = pool_alloc(bytes < 16 ? 16 : bytes);
+  if (zero_fill) MXKIT_GPU_CHECK(memset_async(p, 0, bytes < 16 ? 16 : bytes, stream_));
+  return {p, std::shared_ptr<void>(p, [s = stream_](void* d) { deallocate_async(d, s); })};
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_write(nn::tensor& t, const std::vector<double>& values) {
+  std::vector<std::uint8_t> host(t.bytes());
+  nn::visit_dtype(t.type(), [&](auto z) {
+    using T = decltype(z);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const T v = nn::element_from_double<T>(values[i]);
+      std::memcpy(host.data() + i * sizeof(T), &v, sizeof(T));
+    }
+  });
+  upload(t.data(), host.data(), host.size());
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_write_tokens(nn::tensor& t, const std::vector<std::int32_t>& tokens) {
+  upload(t.data(), tokens.data(), tokens.size() * sizeof(std::int32_t));
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY std::vector<double> device_backend::do_read(const nn::tensor& t) const {
+  const std::vector<std::uint8_t> host = download_bytes(static_cast<const std::uint8_t*>(t.data()), t.bytes());
+  std::vector<double> out(t.size());
+  nn::visit_dtype(t.type(), [&](auto z) {
+    using T = decltype(z);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      T v;
+      std::memcpy(&v, host.data() + i * sizeof(T), sizeof(T));
+      out[i] = nn::element_to_double(v);
+    }
+  });
+  return out;
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_synchronize() {
+  MXKIT_GPU_CHECK(stream_synchronize(stream_));
+  release_copied();
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_fill(nn::tensor& t, double value) {
+  nn::visit_dtype(t.type(), [&](auto z) {
+    using T = decltype(z);
+    gpu::fill(t.as<T>(), t.size(), nn::element_from_double<T>(value), stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_copy(const nn::tensor& src, nn::tensor& dst) {
+  if (src.bytes()) MXKIT_GPU_CHECK(memcpy_async(dst.data(), src.data(), src.bytes(), copy_kind::device_to_device, stream_));
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_axpy(double alpha, const nn::tensor& x, nn::tensor& y) {
+  visit_float(x.type(), "axpy", [&](auto z) {
+    using T = decltype(z);
+    gpu::axpy(alpha, x.as<T>(), y.as<T>(), x.size(), stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_amax(const nn::tensor& x, nn::tensor& out) {
+  activation_types(x.type(), "amax", [&](auto z) {
+    using T = decltype(z);
+    gpu::amax(x.as<T>(), x.size(), out.as<double>(), amax_bits(), stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_quantize(const nn::tensor& x, const nn::quant_request& r) {
+  require_activation(x, "quantize");
+  switch (r.spec.kind) {
+    case nn::precision::mx: {
+      auto p = mx_payload(r, x.rows(), x.cols());
+      quantize_outputs out;
+      (r.axis == block_axis::rowwise ? out.rowwise_data : out.columnwise_data) = p->data;
+      (r.axis == block_axis::rowwise ? out.rowwise_scales : out.columnwise_scales) = p->scales;
+      run_mx(x, r, out);
+      return finish(r, x.rows(), x.cols(), std::move(p));
+    }
+    case nn::precision::fp8: {
+      auto p = fp8_payload(r, x.rows(), x.cols());
+      fp8_outputs out;
+      (r.axis == block_axis::rowwise ? out.data : out.transposed) = p->data;
+      (r.axis == block_axis::rowwise ? out.data_scale : out.transposed_scale) = p->fp8_scale;
+      run_fp8(x, r, out);
+      return finish(r, x.rows(), x.cols(), std::move(p));
+    }
+    case nn::precision::bf16: {
+      if (r.may_alias_input && x.type() == nn::dtype::bf16) return view_of(r, x);
+      auto p = bytes_payload(r, x.rows() * x.cols() * sizeof(bfloat16));
+      auto* out = reinterpret_cast<bfloat16*>(p->data);
+      activation_types(x.type(), "quantize", [&](auto z) {
+        using T = decltype(z);
+        if (r.axis == block_axis::rowwise) gpu::convert(x.as<T>(), out, x.size(), stream_);
+        else gpu::transpose(x.as<T>(), x.rows(), x.cols(), out, stream_);
+      });
+      return finish(r, x.rows(), x.cols(), std::move(p));
+    }
+    case nn::precision::native: break;
+  }
+  mxkit::detail::fail("device_backend: native (unrounded) operands belong to the host reference (ref::host_backend); "
+                      "device recipes use bf16, fp8 or mx operands");
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) {
+  const bool same_mx = row.spec.kind == nn::precision::mx && col.spec.kind == nn::precision::mx && row.spec == col.spec &&
+                       row.mx_options() == col.mx_options();
+  if (same_mx) {  // one read, both copies (the fused kernel)
+    require_activation(x, "quantize_both");
+    auto pr = mx_payload(row, x.rows(), x.cols()), pc = mx_payload(col, x.rows(), x.cols());
+    quantize_outputs out;
+    out.rowwise_data = pr->data;
+    out.rowwise_scales = pr->scales;
+    out.columnwise_data = pc->data;
+    out.columnwise_scales = pc->scales;
+    run_mx(x, row, out);
+    return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
+  }
+  const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
+    using T = decltype(z);
+    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, scale_of(r), amax_history(r), o, overflow::saturate,
+                     stream_);
+  };
+  const nn::quant_plan both{row, col, true};
+  if (fp8_plan(both)) return write_fp8_plan(both, x.rows(), x.cols(), x.type(), "quantize_both", cast);  // codes and transpose, one cast
+  if (row.spec.kind == nn::precision::bf16 && col.spec.kind == nn::precision::bf16) {  // the rows, read both ways
+    nn::quant_request rr = row;
+    rr.may_alias_input = row.may_alias_input && col.may_alias_input;  // the columnwise copy may outlive x's promise
+    nn::qtensor r = device_backend::do_quantize(x, rr);
+    return {r, alias_of(col, r)};
+  }
+  return {device_backend::do_quantize(x, row), device_backend::do_quantize(x, col)};
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_transpose(const nn::qtensor& q, nn::operand_use use, nn::mem_tag tag) {
+  nn::quant_request r = q.request();
+  r.axis = block_axis::columnwise;
+  r.use = use;
+  r.tag = tag;
+  r.fp8.record_amax = false;
+  const payload& src = get(q);
+  auto p = fp8_payload(r, q.rows(), q.cols());
+  gpu::transpose(src.data, q.rows(), q.cols(), p->data, stream_);
+  MXKIT_GPU_CHECK(memcpy_async(p->fp8_scale, src.fp8_scale, sizeof(float), copy_kind::device_to_device, stream_));
+  return finish(r, q.rows(), q.cols(), std::move(p));
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY std::shared_ptr<std::uint8_t[]> device_backend::do_alloc_host(std::size_t bytes) {
+  void* p = nullptr;
+  MXKIT_GPU_CHECK(malloc_host_pinned(&p, bytes ? bytes : 1));
+  return std::shared_ptr<std::uint8_t[]>(static_cast<std::uint8_t*>(p), [](std::uint8_t* d) { (void)free_host_pinned(d); });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::host_fp8 device_backend::do_export_fp8(const nn::tensor& w, fp8_type type, float scale) {
+  require_activation(w, "export_fp8");
+  const std::size_t n = w.size(), amax_at = (n + 15) / 16 * 16;
+  std::shared_ptr<std::uint8_t[]> host = alloc_host(amax_at + sizeof(float));
+  with_workspace<std::uint8_t>(amax_at + sizeof(float), [&](std::span<std::uint8_t> codes) {
+    float* amax = reinterpret_cast<float*>(codes.data() + amax_at);
+    activation_types(w.type(), "export_fp8", [&](auto z) {
+      using T = decltype(z);
+      cast_fp8(matrix_view<const T>{w.as<T>(), w.rows(), w.cols()}, type, scale, {codes.data(), nullptr, amax}, overflow::saturate, stream_);
+    });
+    MXKIT_GPU_CHECK(memcpy_async(host.get(), codes.data(), amax_at + sizeof(float), copy_kind::device_to_host, stream_));
+    MXKIT_GPU_CHECK(stream_synchronize(stream_));
+  });
+  float amax = 0.0f;
+  std::memcpy(&amax, host.get() + amax_at, sizeof(float));
+  return nn::host_fp8(type, w.rows(), w.cols(), scale, amax, std::move(host));
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_import_fp8(const nn::host_fp8& host, nn::operand_use use, nn::mem_tag tag) {
+  nn::quant_request r;
+  r.spec = nn::recipes::mma_operand(host.type());
+  r.axis = block_axis::rowwise;
+  r.use = use;
+  r.tag = tag;
+  auto p = fp8_payload(r, host.rows(), host.cols());
+  // The upload runs on the copy stream after everything enqueued so far on the backend's stream
+  // (the allocation, and the frees of the copies it replaces); the backend's stream waits for it.
+  // From page-locked memory (export_fp8's stash, alloc_host) the copy is asynchronous; from
+  // pageable memory the runtime stages it before returning.
+  MXKIT_GPU_CHECK(event_record(order_, stream_));
+  MXKIT_GPU_CHECK(stream_wait_event(copy_stream_, order_));
+  if (host.bytes()) MXKIT_GPU_CHECK(memcpy_async(p->data, host.codes(), host.bytes(), copy_kind::host_to_device, copy_stream_));
+  MXKIT_GPU_CHECK(event_record(order_, copy_stream_));
+  MXKIT_GPU_CHECK(stream_wait_event(stream_, order_));
+  keep_until_copied(host);
+  detail::set_float_kernel<1><<<1, 1, 0, stream_>>>(p->fp8_scale, host.scale());
+  MXKIT_GPU_CHECK_LAUNCH();
+  return finish(r, host.rows(), host.cols(), std::move(p));
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_update_scales(nn::scaling_table& t) {
+  gpu::update_scales(t.history().as<float>(), t.scale().as<float>(), t.fp8_max().as<float>(), t.rows(), t.config().history_length,
+                     t.config(), stream_);
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
+             const nn::tensor* c) {
+  mxkit::detail::require(d.type() == nn::dtype::f32 || d.type() == nn::dtype::bf16, "device_backend: ", name_of(kind),
+                         " output is ", name_of(d.type()), "; the device writes f32 or bf16");
+  const gemm_output_desc out{d.data(), c && beta != 0.0f ? c->data() : d.data(), d.cols(), d.cols(), d.type() == nn::dtype::bf16, alpha, beta};
+  const payload& pa = get(a);
+  const payload& pb = get(b);
+  switch (a.kind()) {
+    case nn::precision::mx: {
+      const mx_const_view va{pa.layout, pa.options, pa.data, pa.scales, scale_layout::row_major};
+      const mx_const_view vb{pb.layout, pb.options, pb.data, pb.scales, scale_layout::row_major};
+      mxkit::detail::check_mx_product(kind, va.layout, vb.layout);
+      mxkit::detail::check_rotation(va.options, vb.options, name_of(kind));
+      detail::run(make_operand(va), make_operand(vb), out, stream_, {});
+      return;
+    }
+    case nn::precision::fp8: {
+      auto operand = [](const nn::qtensor& q, const payload& p) {
+        gemm_operand o = make_operand(fp8_view{q.request().spec.fp8, q.lines(), q.length(), 1.0f, p.data});
+        o.scale = p.fp8_scale;
+        return o;
+      };
+      detail::run(operand(a, pa), operand(b, pb), out, stream_, {});
+      return;
+    }
+    case nn::precision::bf16: {
+      auto operand = [](const nn::qtensor& q, const payload& p) {
+        const auto* data = reinterpret_cast<const bfloat16*>(p.data);
+        return p.mn_major ? make_operand(matrix_view<const bfloat16>{data, q.length(), q.lines()}, major_order::mn_major)
+                          : make_operand(matrix_view<const bfloat16>{data, q.lines(), q.length()});
+      };
+      detail::run(operand(a, pa), operand(b, pb), out, stream_, {});
+      return;
+    }
+    case nn::precision::native: break;
+  }
+  mxkit::detail::fail("device_backend: ", name_of(kind), " on native operands (the host reference's)");
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) {
+  activation_types(x.type(), "rmsnorm", [&](auto z) {
+    using T = decltype(z);
+    activation_types(w.type(), "rmsnorm weight", [&](auto zw) {
+      using W = decltype(zw);
+      gpu::rmsnorm_forward(x.as<T>(), w.as<W>(), y.as<T>(), rstd.as<float>(), x.rows(), x.cols(), eps, stream_);
+    });
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
+                              nn::tensor* y) {
+  nn::tensor out = y ? *y : scratch(x.rows(), x.cols(), x.type());
+  device_backend::do_rmsnorm_forward(x, w, out, rstd, eps);
+  return quantize_plan(out, plan);
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
+                         nn::tensor& dx, nn::tensor* dw) {
+  activation_types(x.type(), "rmsnorm backward", [&](auto z) {
+    using T = decltype(z);
+    activation_types(w.type(), "rmsnorm weight", [&](auto zw) {  // a weight and its gradient: f32, or bf16 (bf16 layer weights)
+      using W = decltype(zw);
+      const std::size_t need = dw ? rmsnorm_backward_workspace(x.rows(), x.cols()) : 0;
+      with_workspace<float>(need, [&](std::span<float> ws) {
+        gpu::rmsnorm_backward(dy.as<T>(), x.as<T>(), w.as<W>(), rstd.as<float>(), dr.as<T>(), dx.as<T>(),
+                              dw ? dw->as<W>() : static_cast<W*>(nullptr), x.rows(), x.cols(), ws, stream_);
+      });
+    });
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) {
+  activation_types(qkv.type(), "rope", [&](auto z) {
+    using T = decltype(z);
+    gpu::rope(qkv.as<T>(), s, theta, inverse, rope_table(s, theta), stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) {
+  require_activation(qkv, "attention");
+  with_workspace<std::byte>(attention_forward_workspace(s), [&](std::span<std::byte> ws) {
+    if (qkv.type() == nn::dtype::bf16) {
+      gpu::attention_forward(qkv.as<bfloat16>(), s.qkv_dim(), out.as<bfloat16>(), lse.as<float>(), s, ws, stream_);
+      return;
+    }
+    nn::tensor q16 = as_bf16(qkv), o16 = scratch(out.rows(), out.cols(), nn::dtype::bf16);
+    gpu::attention_forward(q16.as<bfloat16>(), s.qkv_dim(), o16.as<bfloat16>(), lse.as<float>(), s, ws, stream_);
+    gpu::convert(o16.as<bfloat16>(), out.as<float>(), out.size(), stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& out, const nn::tensor& lse,
+                           nn::tensor& dqkv, const nn::head_shape& s) {
+  require_activation(qkv, "attention backward");
+  with_workspace<std::byte>(attention_backward_workspace(s), [&](std::span<std::byte> ws) {
+    if (qkv.type() == nn::dtype::bf16) {
+      gpu::attention_backward(dout.as<bfloat16>(), qkv.as<bfloat16>(), s.qkv_dim(), out.as<bfloat16>(), lse.as<float>(),
+                              dqkv.as<bfloat16>(), s, ws, stream_);
+      return;
+    }
+    const nn::tensor d16 = as_bf16(dout), q16 = as_bf16(qkv), o16 = as_bf16(out);
+    nn::tensor dq16 = scratch(dqkv.rows(), dqkv.cols(), nn::dtype::bf16);
+    gpu::attention_backward(d16.as<bfloat16>(), q16.as<bfloat16>(), s.qkv_dim(), o16.as<bfloat16>(), lse.as<float>(),
+                            dq16.as<bfloat16>(), s, ws, stream_);
+    gpu::convert(dq16.as<bfloat16>(), dqkv.as<float>(), dqkv.size(), stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_swiglu_forward(const nn::tensor& gu, nn::tensor& out) {
+  activation_types(gu.type(), "swiglu", [&](auto z) {
+    using T = decltype(z);
+    gpu::swiglu_forward(gu.as<T>(), out.as<T>(), gu.rows(), gu.cols() / 2, stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) {
+  const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
+    using T = decltype(z);
+    gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, scale_of(r), amax_history(r), o, stream_);
+  };
+  if (!out && fp8_plan(plan)) return write_fp8_plan(plan, gu.rows(), gu.cols() / 2, gu.type(), "swiglu_quantize", cast);
+  nn::tensor o = out ? *out : scratch(gu.rows(), gu.cols() / 2, gu.type());
+  device_backend::do_swiglu_forward(gu, o);
+  return quantize_plan(o, plan);
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) {
+  activation_types(gu.type(), "swiglu backward", [&](auto z) {
+    using T = decltype(z);
+    gpu::swiglu_backward(dout.as<T>(), gu.as<T>(), dgu.as<T>(), gu.rows(), gu.cols() / 2, stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) {
+  device_backend::do_swiglu_backward(dout, gu, gu);
+  dout.reset();
+  return quantize_plan(gu, plan);
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) {
+  activation_types(out.type(), "embedding", [&](auto z) {
+    using T = decltype(z);
+    gpu::embedding_forward(tokens.as<std::int32_t>(), tokens.rows(), table.as<float>(), table.rows(), out.as<T>(), table.cols(),
+                           flags_.as<std::int32_t>(), stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_embedding_backward(const nn::tensor& tokens, const nn::tensor& dout, nn::tensor& dtable) {
+  activation_types(dout.type(), "embedding backward", [&](auto z) {
+    using T = decltype(z);
+    with_workspace<std::uint32_t>(embedding_backward_workspace(dtable.rows()), [&](std::span<std::uint32_t> ws) {
+      gpu::embedding_backward(tokens.as<std::int32_t>(), tokens.rows(), dout.as<T>(), dtable.as<float>(), dtable.rows(), dtable.cols(),
+                              flags_.as<std::int32_t>(), ws, stream_);
+    });
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) {
+  activation_types(logits.type(), "cross_entropy", [&](auto z) {
+    using T = decltype(z);
+    float* loss32 = reinterpret_cast<float*>(scratch_.as<double>() + loss_slot);
+    with_workspace<float>(cross_entropy_workspace(logits.rows()), [&](std::span<float> ws) {
+      gpu::cross_entropy(logits.as<T>(), targets.as<std::int32_t>(), logits.rows(), logits.cols(), gradient, loss32,
+                         flags_.as<std::int32_t>() + 1, ws, stream_);
+    });
+    detail::float_to_double_kernel<1><<<1, 1, 0, stream_>>>(loss32, loss.as<double>());
+    MXKIT_GPU_CHECK_LAUNCH();
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_global_norm(std::span<const nn::tensor* const> tensors, double max_norm, nn::tensor& norm, nn::tensor& clip) {
+  std::vector<norm_tensor<float>> list;
+  list.reserve(tensors.size());
+  for (const nn::tensor* t : tensors) {
+    require_param(*t, "global_norm");
+    list.push_back({t->as<float>(), t->size()});
+  }
+  const norm_tensor<float>* dev = norm_list_.get(list, *this);
+  grad_norm_result* r = norm_result();
+  with_workspace<double>(global_norm_workspace, [&](std::span<double> ws) {
+    gpu::global_norm(dev, list.size(), static_cast<float>(max_norm), r, ws, stream_);
+  });
+  detail::norm_to_scalars_kernel<1><<<1, 1, 0, stream_>>>(r, norm.as<double>(), clip.as<double>());
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_adamw_step(std::span<const nn::adamw_slot_ref> slots, const nn::adamw_args& args, const nn::tensor& norm,
+                   const nn::tensor& clip, nn::tensor& state) {
+  std::vector<adamw_tensor<float>> list;
+  list.reserve(slots.size());
+  for (const nn::adamw_slot_ref& s : slots) {
+    require_param(*s.param, "adamw_step");
+    list.push_back({s.param->as<float>(), s.grad->as<float>(), s.m->as<float>(), s.v->as<float>(), s.param->size(),
+                    static_cast<float>(s.weight_decay)});
+  }
+  const adamw_tensor<float>* dev = adamw_list_.get(list, *this);
+  grad_norm_result* r = norm_result();
+  adamw_step_counts* counts = reinterpret_cast<adamw_step_counts*>(scratch_.as<double>() + counts_slot);
+  float* lr = reinterpret_cast<float*>(flags_.as<std::int32_t>() + 2);
+  detail::scalars_to_norm_kernel<1><<<1, 1, 0, stream_>>>(norm.as<double>(), clip.as<double>(), r);
+  MXKIT_GPU_CHECK_LAUNCH();
+  detail::counts_from_state_kernel<1><<<1, 1, 0, stream_>>>(state.as<double>(), counts);
+  MXKIT_GPU_CHECK_LAUNCH();
+  detail::set_float_kernel<1><<<1, 1, 0, stream_>>>(lr, static_cast<float>(args.lr));
+  MXKIT_GPU_CHECK_LAUNCH();
+  const adamw_settings settings{static_cast<float>(args.beta1), static_cast<float>(args.beta2), static_cast<float>(args.eps)};
+  gpu::adamw_update(dev, list.size(), lr, r, counts, settings, stream_);
+  detail::counts_to_state_kernel<1><<<1, 1, 0, stream_>>>(counts, state.as<double>());
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::tensor device_backend::as_bf16(const nn::tensor& t) {
+  nn::tensor out = scratch(t.rows(), t.cols(), nn::dtype::bf16);
+  gpu::convert(t.as<float>(), out.as<bfloat16>(), t.size(), stream_);
+  return out;
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY const rope_factor* device_backend::rope_table(const nn::head_shape& s, double theta) {
+  const bool same = rope_table_.defined() && rope_head_dim_ == s.head_dim && rope_theta_ == theta;
+  if (!same || rope_table_.rows() < s.seq) {
+    const std::size_t seq = same ? std::max(s.seq, rope_table_.rows()) : s.seq;
+    rope_table_ = scratch(seq, s.head_dim, nn::dtype::f32);  // (seq, head_dim / 2) float pairs
+    rope_head_dim_ = s.head_dim;
+    rope_theta_ = theta;
+    gpu::rope_factors(static_cast<rope_factor*>(rope_table_.data()), seq, s.head_dim, theta, stream_);
+  }
+  return static_cast<const rope_factor*>(rope_table_.data());
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out) {
+  activation_types(x.type(), "quantize", [&](auto z) {
+    using T = decltype(z);
+    gpu::quantize(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.mx, r.mx_options(), out, stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out) {
+  activation_types(x.type(), "quantize", [&](auto z) {
+    using T = decltype(z);
+    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, scale_of(r), amax_history(r), out,
+                     overflow::saturate, stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::quantize_plan(const nn::tensor& x, const nn::quant_plan& plan) {
+  if (plan.columnwise_wanted) return device_backend::do_quantize_both(x, plan.rowwise, plan.columnwise);
+  return {device_backend::do_quantize(x, plan.rowwise), {}};
+}
+#endif  // MXKIT_GPU_LIBRARY_DEFINES_DEVICE_BACKEND
 
 }  // namespace gpu
 MXKIT_END_NAMESPACE
