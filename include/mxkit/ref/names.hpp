@@ -6,8 +6,13 @@
 // mxkit::peers::..., ...) still resolve, through this one using-directive, which every ref/ header
 // includes first (CHANGELOG.md). New code spells mxkit::ref::.
 #include <mxkit/config.hpp>
+#include <mxkit/enum_names.hpp>
 
 MXKIT_BEGIN_NAMESPACE
-namespace ref {}
+namespace ref {
+// The enums of ref/ live here, so argument-dependent lookup of name_of(e) (detail::check_enum, a
+// caller's unqualified call) must find it here too.
+using mxkit::name_of;
+}  // namespace ref
 using namespace ref;  // compatibility with mxkit::X spellings of ref/ names; removed in 0.2
 MXKIT_END_NAMESPACE
