@@ -71,7 +71,10 @@ int main(int argc, char** argv) {
         throw train_program::usage_error("LOCAL_RANK " + std::to_string(env.local_rank) + " but this machine has " +
                                          std::to_string(gpu::device_count()) + " GPU(s)");
       MXKIT_GPU_CHECK(gpu::set_device(env.local_rank));
-      if (env.rank != 0 && !std::getenv("MXKIT_ALL_RANKS_PRINT")) (void)std::freopen("/dev/null", "w", stdout);
+      if (env.rank != 0 && !std::getenv("MXKIT_ALL_RANKS_PRINT")) {
+        std::FILE* quiet = std::freopen("/dev/null", "w", stdout);  // rank 0 prints; the others' output goes nowhere
+        (void)quiet;
+      }
     }
     const gpu::device_properties p = gpu::properties();
     gpu::device_backend be;
