@@ -10,6 +10,7 @@
 #include <mxkit/nn/checkpoint.hpp>
 #include <mxkit/nn/communicator.hpp>
 #include <mxkit/nn/data.hpp>
+#include <mxkit/nn/data_parallel.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/embedding.hpp>
 #include <mxkit/nn/file_io.hpp>
@@ -23,6 +24,7 @@
 #include <mxkit/nn/rmsnorm.hpp>
 #include <mxkit/nn/rope.hpp>
 #include <mxkit/nn/schedule.hpp>
+#include <mxkit/nn/sharded_checkpoint.hpp>
 #include <mxkit/nn/swiglu.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/nn/training.hpp>
@@ -33,6 +35,8 @@
 #include <mxkit/ref/nn/cross_entropy.hpp>
 #include <mxkit/ref/nn/delayed_scaling.hpp>
 #include <mxkit/ref/nn/embedding.hpp>
+#include <mxkit/ref/nn/quantized_gather.hpp>
 #include <mxkit/ref/nn/rmsnorm.hpp>
 #include <mxkit/ref/nn/rope.hpp>
 #include <mxkit/ref/nn/swiglu.hpp>
+#include <mxkit/ref/nn/thread_communicator.hpp>

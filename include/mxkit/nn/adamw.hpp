@@ -18,6 +18,7 @@
 
 #include <mxkit/error.hpp>
 #include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/communicator.hpp>
 #include <mxkit/nn/parameter.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -81,9 +82,35 @@ class adamw {
       grads.push_back(&s.p->grad);
       refs.push_back({&s.p->value, &s.p->grad, &s.m, &s.v, s.p->decay ? config_.weight_decay : 0.0});
     }
-    be_->global_norm(grads, config_.clip_norm, norm_, clip_);
+    if (!shards_) {
+      be_->global_norm(grads, config_.clip_norm * divisor_, norm_, clip_);
+    } else {  // this rank's shard norm, every rank's gathered, their norm: the whole gradient's
+      be_->global_norm(grads, 0.0, norm_, clip_);
+      shards_->all_gather(buffer_of(norm_), buffer_of(rank_norms_));
+      shards_->join();
+      const tensor* all[] = {&rank_norms_};
+      be_->global_norm(all, config_.clip_norm * divisor_, norm_, clip_);
+    }
+    if (divisor_ != 1.0) {  // the mean gradient's norm; 1/divisor rides on the clip factor
+      scale(norm_, 1.0 / divisor_);
+      scale(clip_, 1.0 / divisor_);
+    }
     be_->adamw_step(refs, {lr, config_.beta1, config_.beta2, config_.eps}, norm_, clip_, state_);
     for (slot& s : slots_) ++s.p->version;
+  }
+
+  // Data parallelism (data_parallel.hpp): the gradients hold the sum of `divisor` micro-batches'
+  // gradients (each that of its mean loss) and the step uses their mean: norm() is the mean's,
+  // clipping compares it with clip_norm, and the clip factor carries 1/divisor into the update
+  // (the update reads g x clip in double). With `shards`, each rank's gradients are its shard of
+  // the whole and the norm combines every rank's (an all_gather of the ranks' norms). Divisor 1 and
+  // no shards: the plain step, bit for bit.
+  void set_distribution(double divisor, communicator* shards) {
+    detail::require(divisor >= 1.0 && std::isfinite(divisor), "adamw: gradient divisor must be finite and >= 1, got ", divisor);
+    divisor_ = divisor;
+    shards_ = shards;
+    if (shards) rank_norms_ = be_->alloc(1, static_cast<std::size_t>(shards->size()), dtype::f64, mem_tag::optimizer);
+    if (divisor != 1.0 && !scratch_.defined()) scratch_ = be_->scalar(mem_tag::optimizer);
   }
 
   // Reads from backend memory (each one a host read: for logging and checkpoints).
@@ -108,10 +135,20 @@ class adamw {
   }
 
  private:
+  // t = a t for a device scalar (no host read).
+  void scale(tensor& t, double a) {
+    be_->fill(scratch_, 0.0);
+    be_->axpy(a, t, scratch_);
+    be_->copy(scratch_, t);
+  }
+
   backend* be_;
   adamw_config config_;
   std::vector<slot> slots_;
   tensor norm_, clip_, state_;  // (1, 1), (1, 1), (1, 2) f64
+  double divisor_ = 1.0;
+  communicator* shards_ = nullptr;
+  tensor rank_norms_, scratch_;  // (1, ranks), (1, 1) f64
 };
 
 }  // namespace nn

@@ -244,6 +244,17 @@ class linear {
     step_ = step;
     calls_in_step_ = 0;
   }
+  // Training forwards so far in this step: the Philox stream of the next one. Micro-batch j of a
+  // step draws call j on whichever rank runs it (data_parallel.hpp), and a recomputed forward
+  // draws its original call again (model::set_recompute): the same bits as the run without.
+  std::uint64_t calls_in_step() const noexcept { return calls_in_step_; }
+  void set_calls_in_step(std::uint64_t n) noexcept { calls_in_step_ = n; }
+  // Drops what a training forward saved for backward (activation recomputation runs it again).
+  void release_saved() noexcept {
+    x_wgrad_.reset();
+    saved_ = false;
+    if (lora_) lora_->release_saved();
+  }
 
   // ---- quantized weight copies
   // Makes the cached weight copies now (the recipe's pre-quantization on entry to training); with

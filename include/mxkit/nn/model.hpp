@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,9 +71,15 @@ class model {
     shape_ = b;
     xs_.assign(1, output(M, C));  // xs_[i]: input of layer i; xs_[L]: input of the final norm
     embedding_.forward(tokens, xs_[0]);
+    const bool recompute = training && recompute_;
+    calls_.clear();
+    if (recompute) calls_.assign(layers_.size(), {});
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       xs_.push_back(output(M, C));
+      if (recompute)
+        for (linear* l : layers_[i].linears()) calls_[i].push_back(l->calls_in_step());
       layers_[i].forward(xs_[i], xs_[i + 1], b, training);
+      if (recompute) layers_[i].drop_saved();  // only the input xs_[i] is kept
     }
     tensor logits = output(M, c_.vocab);  // (M, V)
     head_.forward_quantized(final_norm_.forward_quantized(xs_.back(), head_.input_requests(M, training), nullptr), nullptr, logits,
@@ -110,17 +117,52 @@ class model {
     head_.backward(dlogits_, &dn);
     tensor dx = act(M, C);
     final_norm_.backward(dn, dx);
+    gradients_done(layers_.size() + 1);
     for (std::size_t i = layers_.size(); i-- > 0;) {
+      if (!calls_.empty()) recompute_forward(i);
       const bool need_dx = i > 0 || embedding_.table().trainable;
       tensor dprev = need_dx ? output(M, C) : tensor{};
       layers_[i].backward(dx, need_dx ? &dprev : nullptr, shape_);
       dx = dprev;
+      gradients_done(i + 1);
     }
+    calls_.clear();
     if (embedding_.table().trainable) embedding_.backward(dx);
+    gradients_done(0);
     dlogits_.reset();
     xs_.clear();
     final_norm_.release_saved();
     embedding_.release_saved();
+  }
+
+  // Activation recomputation per layer (Chen et al. 2016, "Training Deep Nets with Sublinear
+  // Memory Cost"): a training forward keeps only each layer's input and frees what the layer saved;
+  // backward runs the layer's forward again, then its backward. The recomputed forward draws the
+  // same Philox streams and records the same amaxes (max-combined: no change), so the gradients
+  // are the same bits as without; the cost is one more forward of every layer.
+  void set_recompute(bool on) noexcept { recompute_ = on; }
+  bool recompute() const noexcept { return recompute_; }
+
+  // Gradient groups, in the order parameters() lists them: 0 the embedding, 1 .. L the layers,
+  // L + 1 the final norm and the head. backward() calls the hook with a group's index as soon as
+  // every gradient of the group is complete (L + 1 first, 0 last): data parallelism starts the
+  // group's reduction there, while backward goes on (data_parallel.hpp).
+  std::vector<std::vector<parameter*>> gradient_groups() {
+    std::vector<std::vector<parameter*>> g(layers_.size() + 2);
+    g[0].push_back(&embedding_.table());
+    for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].collect(g[i + 1]);
+    g.back().push_back(&final_norm_.weight());
+    head_.collect(g.back());
+    return g;
+  }
+  void set_gradient_hook(std::function<void(std::size_t group)> hook) { grad_hook_ = std::move(hook); }
+
+  // The training forward the next micro-batch is within its step (its Philox streams): micro-batch
+  // j of a step draws the same bits whichever rank runs it, and however many micro-batches the
+  // rank runs.
+  void set_micro_batch(std::uint64_t j) noexcept {
+    for (linear* l : linears()) l->set_calls_in_step(j);
+    head_.set_calls_in_step(j);
   }
 
   // Every trainable gradient reads as zeros from here on; nothing is written (parameter.hpp:
@@ -197,6 +239,16 @@ class model {
   tensor output(std::size_t rows, std::size_t cols) {
     return be_->alloc_uninitialized(rows, cols, activation_type(), mem_tag::activation);
   }
+  void gradients_done(std::size_t group) {
+    if (grad_hook_) grad_hook_(group);
+  }
+  // Layer i's training forward again, from its kept input, drawing the streams it drew first.
+  void recompute_forward(std::size_t i) {
+    const std::vector<linear*> ls = layers_[i].linears();
+    for (std::size_t k = 0; k < ls.size(); ++k) ls[k]->set_calls_in_step(calls_[i][k]);
+    tensor y = output(shape_.tokens(), c_.layer.d_model);
+    layers_[i].forward(xs_[i], y, shape_, true);
+  }
   std::shared_ptr<scaling_table> make_table(const recipe& r) {
     if (!r.uses(precision::fp8)) return nullptr;
     const std::array<fp8_type, 3> t = linear::scaling_types(r);
@@ -217,6 +269,9 @@ class model {
   batch_shape shape_;
   std::vector<tensor> xs_;
   tensor dlogits_;
+  bool recompute_ = false;
+  std::vector<std::vector<std::uint64_t>> calls_;  // recomputation: each layer's linears' calls before its forward
+  std::function<void(std::size_t)> grad_hook_;
 };
 
 }  // namespace nn

@@ -21,6 +21,7 @@
 #include <mxkit/error.hpp>
 #include <mxkit/nn/adamw.hpp>
 #include <mxkit/nn/data.hpp>
+#include <mxkit/nn/data_parallel.hpp>
 #include <mxkit/nn/healing.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/schedule.hpp>
@@ -46,6 +47,10 @@ struct train_config {
   std::size_t log_every = 1;        // the host reads the loss at these steps (and the last) only
   std::size_t progress_every = 0;   // 0: no progress callbacks; else a multiple of log_every
   std::function<void(const train_progress&)> on_progress;
+  // Several ranks and gradient accumulation (data_parallel.hpp): shape is each micro-batch's; a
+  // step trains on ranks x micro_batches of them (the global batch). The default: one rank, one
+  // micro-batch, the plain step.
+  parallel_config parallel;
 };
 
 // Mean loss over the batches (recipe forward, nothing saved, no amax recorded). The losses are
@@ -69,7 +74,9 @@ inline double evaluate(model& m, const std::vector<batch>& batches) {
 class trainer {
  public:
   trainer(model& m, token_buffer train_tokens, const train_config& c)
-      : m_(&m), c_(c), loader_(std::move(train_tokens), c.shape, c.data_seed), opt_(m.be(), m.trainable_parameters(), c.optimizer) {
+      : m_(&m), c_(c), loader_(std::move(train_tokens), c.shape, c.data_seed), dp_(m, c.parallel),
+        opt_(m.be(), dp_.optimizer_parameters(), c.optimizer) {
+    opt_.set_distribution(static_cast<double>(dp_.global_micro_batches()), dp_.sharded() ? dp_.comm() : nullptr);
     detail::require(c.heal_step < c.steps, "trainer: heal_step ", c.heal_step, " must be below steps ", c.steps);
     check_config(c.schedule);  // (its fields are public: checked again here, before the first step)
     detail::require(c.log_every >= 1, "trainer: log_every must be at least 1");
@@ -89,14 +96,22 @@ class trainer {
       stash_.reset();  // the host copies are no longer needed
     }
     backend& be = m_->be();
-    const batch b = loader_.next();
-    be.write_tokens(tokens_, b.inputs, m_->config().vocab);
-    be.write_tokens(targets_, b.targets, m_->config().vocab);
     m_->zero_grad();
-    be.axpy(1.0, m_->forward(tokens_, targets_, b.shape, true), loss_sum_);
-    m_->backward();
+    for (std::size_t k = 0; k < dp_.micro_batches(); ++k) {  // batch step x (N K) + r K + k of the loader
+      const std::size_t j = dp_.micro_batch_index(k);
+      const batch b = loader_.at(step_ * dp_.global_micro_batches() + j);
+      be.write_tokens(tokens_, b.inputs, m_->config().vocab);
+      be.write_tokens(targets_, b.targets, m_->config().vocab);
+      m_->set_micro_batch(j);
+      be.axpy(1.0, m_->forward(tokens_, targets_, b.shape, true), loss_sum_);
+      dp_.set_reducing(k + 1 == dp_.micro_batches());
+      m_->backward();
+    }
+    dp_.finish_gradients();
     const double lr = c_.schedule(step_);
     opt_.step(lr);
+    dp_.finish_update();
+    dp_.reduce_amax();
     m_->end_step();
     ++step_;
     ++window_;
@@ -129,12 +144,14 @@ class trainer {
   const std::vector<double>& losses() const noexcept { return losses_; }
   const std::optional<healing_report>& healing() const noexcept { return healing_; }
   adamw& optimizer() noexcept { return opt_; }
+  data_parallel& parallel() noexcept { return dp_; }
   model& trained_model() noexcept { return *m_; }
 
  private:
   model* m_;
   train_config c_;
   batch_loader loader_;
+  data_parallel dp_;  // before opt_: the optimizer's parameters are its
   adamw opt_;
   std::optional<fp8_weight_stash> stash_;
   std::optional<healing_report> healing_;
@@ -145,7 +162,8 @@ class trainer {
 
   void log(double lr) {
     backend& be = m_->be();
-    const double mean = be.read_scalar(loss_sum_) / static_cast<double>(window_);
+    dp_.reduce_loss(loss_sum_);
+    const double mean = be.read_scalar(loss_sum_) / static_cast<double>(window_ * dp_.global_micro_batches());
     be.fill(loss_sum_, 0.0);
     window_ = 0;
     losses_.push_back(mean);

@@ -184,6 +184,11 @@ class transformer_layer {
   }
 
   std::vector<linear*> linears() { return {&qkv_, &out_, &gate_up_, &down_}; }
+  // Frees everything a training forward saved (activation recomputation: only the input is kept).
+  void drop_saved() noexcept {
+    release_saved();
+    for (linear* l : linears()) l->release_saved();
+  }
   void collect(std::vector<parameter*>& out) {
     out.push_back(&norm1_.weight());
     qkv_.collect(out);

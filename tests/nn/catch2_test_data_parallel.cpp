@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: Apache-2.0
+// Data parallelism on host rank threads (ref::thread_communicator): N ranks against one rank
+// accumulating N micro-batches (data_parallel.hpp's bound), determinism, ZeRO-1 against unsharded,
+// the FP8 amax reduction, activation recomputation, every recipe under data parallelism, and a
+// rank that throws.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <mxkit/nn/data_parallel.hpp>
+#include <mxkit/nn/training.hpp>
+#include <mxkit/ref/nn/thread_communicator.hpp>
+
+#include "../catch.hpp"
+#include "nn_test_helpers.hpp"
+
+using namespace nn_test;
+
+namespace {
+
+token_buffer text_tokens() {
+  const std::string text =
+      "Mira walked to the mill and found two red apples. Tomas gave her three more, so now Mira has five apples. "
+      "The day was not cold; it was warm. Ada walked to the river and found a smooth stone. ";
+  auto v = std::make_shared<std::vector<std::uint8_t>>();
+  for (int i = 0; i < 40; ++i) v->insert(v->end(), text.begin(), text.end());
+  return v;
+}
+
+train_config run_config(std::size_t steps, double clip = 1.0) {
+  train_config c;
+  c.steps = steps;
+  c.shape = {1, 32};
+  c.schedule = {1e-2, 1e-3, steps > 2 ? std::size_t{2} : std::size_t{0}, steps};
+  c.optimizer.clip_norm = clip;
+  return c;
+}
+
+using grads_t = std::vector<std::vector<double>>;
+
+struct outcome {
+  std::vector<double> losses;
+  grads_t grads, weights;  // after the last step: the reduced gradients, the weights
+  std::vector<std::string> names;
+  std::vector<double> scale;  // FP8: the scaling table's scales
+  double grad_norm = 0.0;
+};
+
+outcome collect(backend& be, model& m, trainer& t) {
+  outcome o;
+  o.losses = t.losses();
+  for (parameter* p : m.trainable_parameters()) {
+    o.names.push_back(p->name);
+    o.grads.push_back(be.read(p->grad));
+    o.weights.push_back(be.read(p->value));
+  }
+  if (m.scaling()) o.scale = be.read(m.scaling()->scale());
+  o.grad_norm = t.optimizer().last_grad_norm();
+  return o;
+}
+
+// One rank's training run; `comm` null for the single-rank run.
+outcome train(const recipe& r, const train_config& base, communicator* comm, std::size_t micro, sharding s, bool recompute = false) {
+  host_backend be;
+  model m(be, tiny_model(), r, 17);
+  m.set_recompute(recompute);
+  train_config c = base;
+  c.parallel = {comm, micro, s};
+  trainer t(m, text_tokens(), c);
+  t.run();
+  return collect(be, m, t);
+}
+
+// Every rank's outcome of an N-rank run.
+std::vector<outcome> train_ranks(int n, const recipe& r, const train_config& c, sharding s, std::size_t micro = 1) {
+  std::vector<outcome> out(static_cast<std::size_t>(n));
+  ref::run_ranks(n, [&](communicator& comm) { out[static_cast<std::size_t>(comm.rank())] = train(r, c, &comm, micro, s); });
+  return out;
+}
+
+// Micro-batch j's gradients alone (batch j of the loader, Philox call j), from the initial weights.
+grads_t micro_batch_grads(const recipe& r, const train_config& c, std::size_t j) {
+  host_backend be;
+  model m(be, tiny_model(), r, 17);
+  batch_loader loader(text_tokens(), c.shape, c.data_seed);
+  const batch b = loader.at(j);
+  m.zero_grad();
+  m.set_micro_batch(j);
+  m.forward(b.inputs, b.targets, b.shape, true);
+  m.backward();
+  grads_t g;
+  for (parameter* p : m.trainable_parameters()) {
+    materialize_grad(be, *p);
+    g.push_back(be.read(p->grad));
+  }
+  return g;
+}
+
+bool is_gemm_weight(const std::string& name) {
+  return name.find("norm") == std::string::npos && name.find("embedding") == std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("data parallel: N ranks agree with one rank accumulating N micro-batches within the derived bound",
+          "[nn][data_parallel]") {
+  for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed({16, amax_algorithm::max, 0}), recipes::mxfp4_nvidia_style()}) {
+    for (int n : {2, 3}) {
+      INFO(r.name << ", " << n << " ranks");
+      const train_config c = run_config(1);
+      const std::vector<outcome> ranks = train_ranks(n, r, c, sharding::none);
+      const outcome one = train(r, c, nullptr, static_cast<std::size_t>(n), sharding::none);
+      std::vector<grads_t> terms;
+      for (int j = 0; j < n; ++j) terms.push_back(micro_batch_grads(r, c, static_cast<std::size_t>(j)));
+      // The logged loss: the same f64 terms added in the same order.
+      for (const outcome& o : ranks) CHECK(o.losses == one.losses);
+      const double u = 0x1p-24;
+      const std::size_t tokens = c.shape.tokens();
+      for (std::size_t p = 0; p < one.grads.size(); ++p) {
+        INFO(one.names[p]);
+        // Additions per element: one per micro-batch for a GEMM's product; token by token for the
+        // embedding rows and the norm gains (each token's term rounded and added in the gradient's
+        // type). sum|t| is estimated from below by the micro-batches' sum|g_j| (a stricter check).
+        const double m = static_cast<double>(n) * (is_gemm_weight(one.names[p]) ? 1 : tokens);
+        std::size_t over = 0, differ = 0;
+        for (std::size_t i = 0; i < one.grads[p].size(); ++i) {
+          double sum_abs = 0;
+          for (const grads_t& t : terms) sum_abs += std::abs(t[p][i]);
+          const double bound = 2 * m * u * sum_abs;
+          for (const outcome& o : ranks) {
+            if (std::abs(o.grads[p][i] - one.grads[p][i]) > bound) ++over;
+            if (o.grads[p][i] != one.grads[p][i]) ++differ;
+          }
+        }
+        CHECK(over == 0);
+        if (is_gemm_weight(one.names[p])) CHECK(differ == 0);  // the same order of fp32 sums: the same bits
+      }
+      // Every rank holds the same weights afterwards, and the same FP8 scales as the one rank.
+      for (const outcome& o : ranks) {
+        CHECK(o.weights == ranks[0].weights);
+        CHECK(o.scale == one.scale);
+      }
+    }
+  }
+}
+
+TEST_CASE("data parallel: a run repeats bit for bit on the same N; micro-batches on N ranks too", "[nn][data_parallel]") {
+  const recipe r = recipes::mxfp8();
+  const train_config c = run_config(4);
+  const std::vector<outcome> a = train_ranks(3, r, c, sharding::none, 2), b = train_ranks(3, r, c, sharding::none, 2);
+  CHECK(a[0].losses.size() == 4);
+  CHECK(a[0].losses == b[0].losses);
+  CHECK(a[1].weights == b[2].weights);
+  CHECK(a[0].weights == b[0].weights);
+  // 3 ranks x 2 micro-batches see the samples of 6 micro-batches on one rank: the first loss is the
+  // same mean of the same six f64 losses, summed in another grouping (bounded by 2 x 6 u64 sum|l|).
+  const outcome one = train(r, c, nullptr, 6, sharding::none);
+  CHECK(std::abs(one.losses[0] - a[0].losses[0]) <= 12 * 0x1p-53 * one.losses[0]);
+  for (std::size_t i = 1; i < 4; ++i) CHECK(std::abs(one.losses[i] - a[0].losses[i]) <= 1e-3 * one.losses[i]);
+}
+
+TEST_CASE("data parallel: ZeRO-1 gives the unsharded weights bit for bit without clipping, within the norm's bits with it",
+          "[nn][data_parallel]") {
+  for (int n : {2, 4}) {
+    INFO(n << " ranks");
+    const recipe r = recipes::bf16();
+    const train_config free = run_config(3, 0.0);
+    const std::vector<outcome> plain = train_ranks(n, r, free, sharding::none), zero = train_ranks(n, r, free, sharding::optimizer);
+    for (int k = 0; k < n; ++k) {
+      CHECK(zero[static_cast<std::size_t>(k)].weights == plain[0].weights);
+      CHECK(zero[static_cast<std::size_t>(k)].losses == plain[0].losses);
+    }
+    // Clipping active (clip 0.05): the clip factors differ in the last bits of an f64.
+    const train_config clipped = run_config(3, 0.05);
+    const std::vector<outcome> pc = train_ranks(n, r, clipped, sharding::none), zc = train_ranks(n, r, clipped, sharding::optimizer);
+    CHECK(std::abs(zc[0].grad_norm - pc[0].grad_norm) <= 1e-12 * pc[0].grad_norm);
+    CHECK(pc[0].grad_norm > 0.05);  // clipping was active
+    for (std::size_t p = 0; p < pc[0].weights.size(); ++p)
+      for (std::size_t i = 0; i < pc[0].weights[p].size(); ++i)
+        CHECK(std::abs(zc[1].weights[p][i] - pc[0].weights[p][i]) <= 1e-5 * (std::abs(pc[0].weights[p][i]) + 1e-3));
+  }
+}
+
+TEST_CASE("data parallel: the amax MAX reduction gives every rank the global maximum", "[nn][data_parallel]") {
+  const int n = 3;
+  std::vector<std::vector<double>> seen(n);
+  ref::run_ranks(n, [&](communicator& comm) {
+    host_backend be;
+    model m(be, tiny_model(), recipes::fp8_delayed({4, amax_algorithm::max, 0}), 17);
+    data_parallel dp(m, {&comm, 1, sharding::none});
+    tensor& h = m.scaling()->history();
+    std::vector<double> v(h.size());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 7 + static_cast<std::size_t>(comm.rank()) * 5) % 11);
+    be.write(h, v);
+    dp.reduce_amax();
+    seen[static_cast<std::size_t>(comm.rank())] = be.read(h);
+  });
+  for (std::size_t i = 0; i < seen[0].size(); ++i) {
+    double want = 0;
+    for (int r = 0; r < n; ++r) want = std::max(want, static_cast<double>((i * 7 + static_cast<std::size_t>(r) * 5) % 11));
+    for (int r = 0; r < n; ++r) CHECK(seen[static_cast<std::size_t>(r)][i] == want);
+  }
+}
+
+TEST_CASE("data parallel: every recipe trains on 2 ranks", "[nn][data_parallel]") {
+  for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed({16, amax_algorithm::max, 0}), recipes::mxfp8(), recipes::mxfp4_amd()}) {
+    for (sharding s : {sharding::none, sharding::optimizer}) {
+      INFO(r.name << ", sharding " << name_of(s));
+      train_config c = run_config(24);
+      c.shape = {2, 32};
+      c.schedule = {1e-2, 1e-3, 3, 24};
+      const std::vector<outcome> o = train_ranks(2, r, c, s);
+      const double first = (o[0].losses[0] + o[0].losses[1]) / 2, last = (o[0].losses[22] + o[0].losses[23]) / 2;
+      INFO("first " << first << ", last " << last);
+      CHECK(std::isfinite(last));
+      CHECK(last < first - 1.5);
+      CHECK(o[1].losses == o[0].losses);
+    }
+  }
+}
+
+TEST_CASE("activation recomputation: the same gradients and weights, bit for bit", "[nn][data_parallel]") {
+  for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed({16, amax_algorithm::max, 0}), recipes::mxfp8(), recipes::mxfp4_nvidia_style()}) {
+    INFO(r.name);
+    const train_config c = run_config(3);
+    const outcome plain = train(r, c, nullptr, 2, sharding::none, false), again = train(r, c, nullptr, 2, sharding::none, true);
+    CHECK(plain.grads == again.grads);
+    CHECK(plain.weights == again.weights);
+    CHECK(plain.losses == again.losses);
+  }
+  // And it holds less: the peak of activations is lower with recomputation.
+  std::size_t peak[2] = {};
+  for (int on = 0; on < 2; ++on) {
+    host_backend be;
+    model_config mc = tiny_model();
+    mc.n_layers = 3;
+    model m(be, mc, recipes::bf16(), 17);
+    m.set_recompute(on != 0);
+    batch_loader loader(text_tokens(), {2, 32}, 1);
+    const batch b = loader.at(0);
+    be.memory().reset_peak();
+    m.forward(b.inputs, b.targets, b.shape, true);
+    m.backward();
+    peak[on] = be.memory().peak(mem_tag::activation) + be.memory().peak(mem_tag::quantized_activation);
+  }
+  CHECK(peak[1] < peak[0]);
+}
+
+TEST_CASE("data parallel: a rank that throws ends every rank with comm_error within the bound", "[nn][data_parallel]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::mutex mu;
+  std::vector<std::string> comm_errors;
+  try {
+    ref::run_ranks(
+        3,
+        [&](communicator& comm) {
+          host_backend be;
+          model m(be, tiny_model(), recipes::bf16(), 17);
+          train_config c = run_config(6);
+          c.parallel = {&comm, 1, sharding::optimizer};
+          trainer t(m, text_tokens(), c);
+          try {
+            for (std::size_t s = 0; s < 6; ++s) {
+              if (comm.rank() == 2 && s == 3) throw std::runtime_error("rank 2: the data file went away");
+              t.step();
+            }
+          } catch (const comm_error& e) {
+            std::lock_guard<std::mutex> lock(mu);
+            comm_errors.push_back(e.what());
+            throw;
+          }
+        },
+        std::chrono::seconds(30));
+    FAIL("no error");
+  } catch (const comm_error& e) {
+    FAIL("the root cause was not rethrown: " << e.what());
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == "rank 2: the data file went away");
+  }
+  REQUIRE(comm_errors.size() == 2);
+  for (const std::string& e : comm_errors) CHECK(e.find("rank 2: the data file went away") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 30 s timeout
+}
+
+TEST_CASE("data parallel: bad configurations are refused", "[nn][data_parallel]") {
+  host_backend be;
+  model m(be, tiny_model(), recipes::bf16(), 17);
+  CHECK_THROWS_AS(data_parallel(m, {nullptr, 0, sharding::none}), std::invalid_argument);
+  CHECK_THROWS_AS(data_parallel(m, {nullptr, 1, sharding::optimizer}), std::invalid_argument);
+  CHECK_THROWS_AS(view_of(m.head().scaling() ? tensor{} : be.alloc(1, 4, dtype::f32, mem_tag::activation), 2, 1, 3),
+                  std::invalid_argument);
+}
