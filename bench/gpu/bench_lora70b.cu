@@ -27,7 +27,8 @@
 // checkpointing.
 // Usage: bench_lora70b [--layers N] [--seq T] [--batch B] [--d-model C --heads H --kv-heads K
 //                      --ffn F --vocab V] [--warmup N] [--steps N] [--budget S] [--peer-gpus N]
-//                      [--force] [--record] [--results PATH]
+//                      [--force] [--predict] [--record] [--results PATH]
+//   --predict: print the predicted bytes and FLOPs and exit (no GPU needed).
 //   MXKIT_LORA70B_PEER: the peer command (default: torchrun ... bench/lora70b_peer.py); empty: none.
 //   Without a GPU it says so and exits 77.
 #include <algorithm>
@@ -114,6 +115,13 @@ prediction predict(const shape& s, const nn::layer_config& c, const model_counts
   return p;
 }
 
+void print_prediction(const prediction& p) {
+  std::printf("predicted: MXFP4 base %.1f GiB, FP8 base %.1f GiB, rest %.1f GiB, adapters %.2f GiB, activations %.1f GiB -> "
+              "MXFP4 phase %.1f GiB, FP8 phase %.1f GiB; host stash %.1f GiB (page-locked)\n",
+              gib(p.mxfp4_base), gib(p.fp8_base), gib(p.frozen_rest), gib(p.adapters), gib(p.activations), gib(p.mxfp4_phase()),
+              gib(p.fp8_phase()), gib(p.stash));
+}
+
 // The runtime's view of device memory: used = total - free, before trimming the pool (the phase's
 // high-water) and after (what is live).
 struct device_snapshot {
@@ -126,7 +134,7 @@ int main(int argc, char** argv) {
   shape s;
   int warmup = 1, steps = 3, peer_gpus = 0;
   double budget = 90.0;
-  bool force = false;
+  bool force = false, predict_only = false;
   std::vector<char*> rest{argv[0]};
   const auto size_arg = [&](int& i) { return static_cast<std::size_t>(std::strtoull(argv[++i], nullptr, 10)); };
   for (int i = 1; i < argc; ++i) {
@@ -145,17 +153,12 @@ int main(int argc, char** argv) {
     else if (a == "--budget" && has) budget = std::atof(argv[++i]);
     else if (a == "--peer-gpus" && has) peer_gpus = std::atoi(argv[++i]);
     else if (a == "--force") force = true;
+    else if (a == "--predict") predict_only = true;
     else rest.push_back(argv[i]);
   }
   mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
   mxkit::detail::require(s.layers >= 1 && s.seq >= 1 && s.batch >= 1 && steps >= 1 && warmup >= 0, "bench_lora70b: --layers, --seq, ",
                          "--batch and --steps must be positive");
-  gpu::device_properties props;
-  if (!mxkit_bench::first_gpu(props)) return 77;
-  int devices = 1;
-  MXKIT_GPU_CHECK(gpu::get_device_count(&devices));
-  if (peer_gpus <= 0) peer_gpus = devices;
-
   nn::model_config mc;
   mc.vocab = s.vocab;
   mc.n_layers = s.layers;
@@ -167,6 +170,15 @@ int main(int argc, char** argv) {
   nn::lora_base_config lc;  // rank 16, alpha 32, QKV and output
   const model_counts mcount = counts(s, mc.layer, lc.lora.rank);
   const prediction pred = predict(s, mc.layer, mcount);
+  if (predict_only) {
+    print_prediction(pred);
+    return 0;
+  }
+  gpu::device_properties props;
+  if (!mxkit_bench::first_gpu(props)) return 77;
+  int devices = 1;
+  MXKIT_GPU_CHECK(gpu::get_device_count(&devices));
+  if (peer_gpus <= 0) peer_gpus = devices;
   const std::string device = props.name;
   const char* peak_env = std::getenv("MXKIT_PEAK_TFLOPS");
   const double peak_flops = (peak_env ? std::atof(peak_env) : 989.4) * 1e12;
@@ -176,10 +188,7 @@ int main(int argc, char** argv) {
   std::printf("%s on %s (%.1f GiB, %.1f GiB free): base %.2f B parameters, adapters %.1f M, %.3g model FLOP per step\n", tag.c_str(),
               device.c_str(), gib(double(at_start.total_bytes)), gib(double(at_start.free_bytes)), mcount.base / 1e9, mcount.adapters / 1e6,
               mcount.flops);
-  std::printf("predicted: MXFP4 base %.1f GiB, FP8 base %.1f GiB, rest %.1f GiB, adapters %.2f GiB, activations %.1f GiB -> "
-              "MXFP4 phase %.1f GiB, FP8 phase %.1f GiB; host stash %.1f GiB (page-locked)\n",
-              gib(pred.mxfp4_base), gib(pred.fp8_base), gib(pred.frozen_rest), gib(pred.adapters), gib(pred.activations),
-              gib(pred.mxfp4_phase()), gib(pred.fp8_phase()), gib(pred.stash));
+  print_prediction(pred);
   std::fflush(stdout);
 
   const double tokens = double(s.batch) * double(s.seq);
@@ -246,18 +255,7 @@ int main(int argc, char** argv) {
     nn::model& m = *base.m;
     m.set_recompute(true);
     for (nn::transformer_layer& l : m.layers()) l.set_memory(nn::linear_memory::lean());
-    auto bytes = std::make_shared<std::vector<std::uint8_t>>(std::size_t{1} << 22);
-    std::uint64_t x = 88172645463325252ull;
-    for (std::uint8_t& b : *bytes) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      b = static_cast<std::uint8_t>(x);
-    }
-    nn::train_config tc;
-    tc.steps = 1000000;
-    tc.shape = {s.batch, s.seq};
-    tc.schedule = {1e-4, 1e-5, 0, 1000000};
-    tc.log_every = 1000000;
-    nn::trainer t(m, bytes, tc);
+    nn::trainer t(m, mxkit_bench::random_bytes(std::size_t{1} << 22), mxkit_bench::timing_config({s.batch, s.seq}, 1e-4, 0));
     std::map<std::string, double> tps;
     const auto phase = [&](const std::string& name) {
       be.memory().reset_peak();
