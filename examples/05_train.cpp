@@ -6,13 +6,25 @@
 //   05_train --layers 2 --d-model 128 --heads 2 --kv-heads 1 --ffn 384 --seq 128 --batch 4
 //            --steps 200 --lr 3e-3 --log-every 20 --eval-every 100   (one command; ~2.5 min)
 // 05_train --help lists every flag.
+// --ranks N trains on N rank threads of this process (ref::thread_communicator): the data-parallel
+// and sharded code paths a GPU program runs through NCCL, checked on the host.
 #include <mxkit/ref/host_backend.hpp>
+#include <mxkit/ref/nn/thread_communicator.hpp>
 
 #include "train_program.hpp"
 
 int main(int argc, char** argv) {
   return train_program::main(argc, argv, "05_train", [](const train_program::options& o) {
-    mxkit::ref::host_backend be;
-    return train_program::run(be, {"host CPU", 0, {}}, o);
+    if (o.ranks == 1) {
+      mxkit::ref::host_backend be;
+      return train_program::run(be, {"host CPU", 0, {}}, o);
+    }
+    int code = 0;
+    mxkit::ref::run_ranks(static_cast<int>(o.ranks), [&](mxkit::nn::communicator& comm) {
+      mxkit::ref::host_backend be;
+      const int c = train_program::run(be, {"host CPU, " + std::to_string(o.ranks) + " rank threads", 0, {}}, o, &comm);
+      if (comm.rank() == 0) code = c;
+    });
+    return code;
   });
 }

@@ -14,6 +14,12 @@
 // The default configuration (about 100 M parameters: 16 layers, d_model 768, 12 heads, 4 KV
 // heads, SwiGLU 2048, sequence 1024, batch 16) is sized for one GPU; --steps is to be calibrated
 // to about five minutes on an H200. On the host, pass a small model (05_train's header comment).
+//
+// Several ranks: run() takes the rank's nn::communicator (05_train: --ranks N host threads; a GPU
+// program: its NCCL/RCCL communicator). --batch is then each rank's micro-batch, the global batch
+// ranks x --micro-batches x --batch; rank 0 prints (global tokens/s, MFU per rank) and writes the
+// CSV; --checkpoint and --resume name a directory of shards (nn/sharded_checkpoint.hpp), which
+// resumes on another number of ranks too.
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -41,6 +47,7 @@
 #include <mxkit/nn/file_io.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/recipe.hpp>
+#include <mxkit/nn/sharded_checkpoint.hpp>
 #include <mxkit/nn/training.hpp>
 
 #include "repository_data.hpp"
@@ -72,6 +79,10 @@ struct options {
   std::size_t checkpoint_every = 1000;
   std::uint64_t seed = 1234;           // model init; the data order uses seed + 1
   std::optional<double> peak_tflops;   // overrides device_info::peak_tflops
+  std::size_t ranks = 1;               // 05_train: rank threads (a GPU program: one process per GPU)
+  std::size_t micro_batches = 1;       // per rank and step (gradient accumulation)
+  nn::sharding shard = nn::sharding::none;
+  bool recompute = false;              // activation recomputation per layer
 
   // 100 steps, or a tenth of a shorter run.
   std::size_t warmup_steps() const noexcept { return warmup ? *warmup : std::min<std::size_t>(100, steps / 10); }
@@ -215,6 +226,23 @@ inline std::vector<flag> flags() {
       {"--peak-tflops", "X", "output",
        "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
        [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
+      {"--ranks", "N", "several ranks", "05_train: N rank threads of this process (default 1); a GPU program takes the\n"
+       "    ranks from its launcher. --batch is each rank's micro-batch", count("--ranks", &options::ranks, false)},
+      {"--micro-batches", "N", "several ranks", "micro-batches per rank and step, gradients accumulated (default 1);\n"
+       "    global batch = ranks x N x --batch", count("--micro-batches", &options::micro_batches, false)},
+      {"--shard", "none|optimizer|full", "several ranks", "none: every rank holds everything; optimizer: ZeRO-1 (AdamW state and\n"
+       "    the weight update sharded); full: weights too, gathered per layer (default none)",
+       [](options& o, std::string_view v) {
+         if (v == "none") o.shard = nn::sharding::none;
+         else if (v == "optimizer") o.shard = nn::sharding::optimizer;
+         else if (v == "full") o.shard = nn::sharding::full;
+         else throw usage_error("--shard: expected none, optimizer or full, got '" + std::string(v) + "'");
+       }},
+      {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
+       [](options& o, std::string_view v) {
+         if (v == "on" || v == "off") o.recompute = v == "on";
+         else throw usage_error("--recompute: expected on or off, got '" + std::string(v) + "'");
+       }},
   };
 }
 
@@ -489,10 +517,14 @@ inline std::vector<nn::batch> evaluation_batches(const training_data& data, cons
   return nn::sequential_batches(data.split.validation, shape, o.eval_batches);
 }
 
-// Trains as `o` says on `be`. Returns the process exit code; throws on failures.
-inline int run(nn::backend& be, const device_info& device, const options& o) {
+// Trains as `o` says on `be`, as one rank of `comm` when given (every rank calls it; rank 0
+// prints). Returns the process exit code; throws on failures.
+inline int run(nn::backend& be, const device_info& device, const options& o, nn::communicator* comm = nullptr) {
   const auto t_start = std::chrono::steady_clock::now();
+  const bool lead = !comm || comm->rank() == 0;
+  const std::size_t ranks = comm ? static_cast<std::size_t>(comm->size()) : 1;
   auto say = [&](const char* fmt, auto... args) {
+    if (!lead) return;
     std::printf("[%7.1fs] ", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
     std::printf(fmt, args...);
     std::printf("\n");
@@ -505,12 +537,17 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   const nn::recipe r = make_recipe(o);
   const nn::model_config mc = model_config_of(o);
   nn::model m(be, mc, r, o.seed);
+  m.set_recompute(o.recompute);
 
   std::size_t n_params = 0;
   for (nn::parameter* p : m.parameters()) n_params += p->value.size();
-  const step_flops flops = count_flops(m, o);
-  const double tokens_per_step = static_cast<double>(o.batch * o.seq);
-  const double peak = o.peak_tflops.value_or(device.peak_tflops);
+  // FLOPs and tokens of the global batch; MFU per rank divides by the ranks.
+  const double global_micro = static_cast<double>(ranks * o.micro_batches);
+  step_flops flops = count_flops(m, o);
+  flops.per_step *= global_micro;
+  const double tokens_per_step = static_cast<double>(o.batch * o.seq) * global_micro;
+  const double peak = o.peak_tflops.value_or(device.peak_tflops) * static_cast<double>(ranks);
+  if (lead) {
   std::printf("device: %s (backend %s); bf16 peak %s\n", device.name.c_str(), be.name(),
               peak > 0 ? (detail::text_of(peak) + " TFLOP/s").c_str() : "unknown (no MFU)");
   std::printf("model: layers %zu, d_model %zu, heads %zu (kv %zu, head dim %zu), SwiGLU %zu, vocab %zu: %s parameters "
@@ -523,10 +560,14 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
               data.split.train->size(), data.split.validation->size(), eval_batches.size());
   std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
               static_cast<ull>(o.seed));
+  if (ranks > 1 || o.micro_batches > 1)
+    std::printf("ranks: %zu x %zu micro-batches of %zu x %zu; sharding %s%s (throughput is global, MFU per rank)\n", ranks,
+                o.micro_batches, o.batch, o.seq, mxkit::name_of(o.shard), o.recompute ? ", activation recomputation" : "");
   if (device.memory) std::printf("device memory after initialization: %s\n", device.memory().c_str());
   std::fflush(stdout);
+  }
 
-  loss_csv csv(o.csv);
+  loss_csv csv(lead ? o.csv : fs::path{});
   throughput speed;
   nn::train_config tc;
   tc.steps = o.steps;
@@ -535,6 +576,7 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   tc.data_seed = o.seed + 1;
   tc.log_every = o.log_every;
   tc.progress_every = o.log_every;
+  tc.parallel = {comm, o.micro_batches, o.shard};
   tc.on_progress = [&](const nn::train_progress& p) {
     const throughput::rate w = speed.close(p.step);
     const double tokens_per_s = w.per_second(tokens_per_step), tflops = w.per_second(flops.per_step) / 1e12;
@@ -547,8 +589,13 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
   nn::trainer t(m, data.split.train, tc);
   const std::size_t end = o.stop_after.value_or(o.steps);
 
+  // Several ranks: checkpoints are directories of shards (a directory resumes on any number).
+  const bool sharded_files = comm != nullptr;
   if (!o.resume.empty()) {
-    const nn::checkpoint_info info = nn::load_checkpoint(o.resume, m, &t.optimizer());
+    const nn::checkpoint_info info = fs::is_directory(o.resume) ? nn::load_sharded_checkpoint(o.resume, t)
+                                     : sharded_files          ? throw usage_error("--resume '" + o.resume.string() +
+                                                                         "' is a single-rank checkpoint file; several ranks resume from a directory of shards")
+                                                              : nn::load_checkpoint(o.resume, m, &t.optimizer());
     if (info.steps >= end) {
       say("checkpoint '%s' is at step %llu: nothing left to train (--steps %zu, --stop-after %zu)", o.resume.string().c_str(),
           static_cast<ull>(info.steps), o.steps, end);
@@ -574,12 +621,14 @@ inline int run(nn::backend& be, const device_info& device, const options& o) {
       });
     if (!o.checkpoint.empty() && ((o.checkpoint_every > 0 && s % o.checkpoint_every == 0) || last))
       speed.pause(be, [&] {
-        nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0});
+        if (sharded_files) nn::save_sharded_checkpoint(o.checkpoint, t);
+        else nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0});
         csv.write();
         say("checkpoint at step %zu: %s", s, o.checkpoint.string().c_str());
       });
   }
   csv.write();
+  if (!lead) return 0;
 
   const throughput::rate total = speed.summary();
   const double tflops = total.per_second(flops.per_step) / 1e12;

@@ -23,15 +23,6 @@ using namespace nn_test;
 
 namespace {
 
-token_buffer text_tokens() {
-  const std::string text =
-      "Mira walked to the mill and found two red apples. Tomas gave her three more, so now Mira has five apples. "
-      "The day was not cold; it was warm. Ada walked to the river and found a smooth stone. ";
-  auto v = std::make_shared<std::vector<std::uint8_t>>();
-  for (int i = 0; i < 40; ++i) v->insert(v->end(), text.begin(), text.end());
-  return v;
-}
-
 train_config run_config(std::size_t steps, double clip = 1.0) {
   train_config c;
   c.steps = steps;
@@ -54,11 +45,13 @@ struct outcome {
 outcome collect(backend& be, model& m, trainer& t) {
   outcome o;
   o.losses = t.losses();
+  t.parallel().gather_all();  // full sharding: the whole weights for the comparison
   for (parameter* p : m.trainable_parameters()) {
     o.names.push_back(p->name);
-    o.grads.push_back(be.read(p->grad));
+    if (p->grad.defined()) o.grads.push_back(be.read(p->grad));  // (full sharding frees the whole gradients)
     o.weights.push_back(be.read(p->value));
   }
+  t.parallel().release_all(false);
   if (m.scaling()) o.scale = be.read(m.scaling()->scale());
   o.grad_norm = t.optimizer().last_grad_norm();
   return o;
@@ -164,25 +157,71 @@ TEST_CASE("data parallel: a run repeats bit for bit on the same N; micro-batches
   for (std::size_t i = 1; i < 4; ++i) CHECK(std::abs(one.losses[i] - a[0].losses[i]) <= 1e-3 * one.losses[i]);
 }
 
-TEST_CASE("data parallel: ZeRO-1 gives the unsharded weights bit for bit without clipping, within the norm's bits with it",
+TEST_CASE("data parallel: ZeRO-1 and full sharding give the unsharded weights bit for bit without clipping, within the norm's bits with it",
           "[nn][data_parallel]") {
-  for (int n : {2, 4}) {
-    INFO(n << " ranks");
-    const recipe r = recipes::bf16();
+  for (const auto& [n, s] : {std::pair{2, sharding::optimizer}, std::pair{4, sharding::optimizer}, std::pair{2, sharding::full},
+                             std::pair{3, sharding::full}}) {
+    INFO(n << " ranks, sharding " << name_of(s));
+    const recipe r = n == 3 ? recipes::fp8_delayed({16, amax_algorithm::max, 0}) : recipes::bf16();
     const train_config free = run_config(3, 0.0);
-    const std::vector<outcome> plain = train_ranks(n, r, free, sharding::none), zero = train_ranks(n, r, free, sharding::optimizer);
+    const std::vector<outcome> plain = train_ranks(n, r, free, sharding::none), zero = train_ranks(n, r, free, s, 2);
+    const std::vector<outcome> plain2 = train_ranks(n, r, free, sharding::none, 2);
     for (int k = 0; k < n; ++k) {
-      CHECK(zero[static_cast<std::size_t>(k)].weights == plain[0].weights);
-      CHECK(zero[static_cast<std::size_t>(k)].losses == plain[0].losses);
+      CHECK(zero[static_cast<std::size_t>(k)].weights == plain2[0].weights);
+      CHECK(zero[static_cast<std::size_t>(k)].losses == plain2[0].losses);
+      CHECK(zero[static_cast<std::size_t>(k)].scale == plain2[0].scale);
     }
+    CHECK(plain2[0].losses != plain[0].losses);  // (another global batch: the comparison above can fail)
     // Clipping active (clip 0.05): the clip factors differ in the last bits of an f64.
     const train_config clipped = run_config(3, 0.05);
-    const std::vector<outcome> pc = train_ranks(n, r, clipped, sharding::none), zc = train_ranks(n, r, clipped, sharding::optimizer);
+    const std::vector<outcome> pc = train_ranks(n, r, clipped, sharding::none), zc = train_ranks(n, r, clipped, s);
     CHECK(std::abs(zc[0].grad_norm - pc[0].grad_norm) <= 1e-12 * pc[0].grad_norm);
     CHECK(pc[0].grad_norm > 0.05);  // clipping was active
     for (std::size_t p = 0; p < pc[0].weights.size(); ++p)
       for (std::size_t i = 0; i < pc[0].weights[p].size(); ++i)
         CHECK(std::abs(zc[1].weights[p][i] - pc[0].weights[p][i]) <= 1e-5 * (std::abs(pc[0].weights[p][i]) + 1e-3));
+  }
+}
+
+TEST_CASE("full sharding: a rank holds its shard of the weights and at most two groups whole", "[nn][data_parallel]") {
+  const int n = 4;
+  std::vector<std::size_t> live(n), peak(n), grad_live(n), grad_peak(n);
+  std::size_t whole = 0;
+  model_config mc = tiny_model();
+  mc.n_layers = 4;
+  {
+    host_backend be;
+    model m(be, mc, recipes::mxfp8(), 17);
+    whole = be.memory().live(mem_tag::parameter);
+  }
+  ref::run_ranks(n, [&](communicator& comm) {
+    host_backend be;
+    model m(be, mc, recipes::mxfp8(), 17);
+    train_config c = run_config(2);
+    c.parallel = {&comm, 1, sharding::full};
+    trainer t(m, text_tokens(), c);
+    be.memory().reset_peak();
+    t.run();
+    live[static_cast<std::size_t>(comm.rank())] = be.memory().live(mem_tag::parameter);
+    peak[static_cast<std::size_t>(comm.rank())] = be.memory().peak(mem_tag::parameter);
+    grad_live[static_cast<std::size_t>(comm.rank())] = be.memory().live(mem_tag::gradient);
+    grad_peak[static_cast<std::size_t>(comm.rank())] = be.memory().peak(mem_tag::gradient);
+  });
+  // Groups: the embedding (256 x 32), four layers (9280 elements each), the final norm and head
+  // (8224). A gathered layer: 4 ranks x its shard (9280 / 4 rounded up to 32) x 4 bytes.
+  const std::size_t C = mc.layer.d_model, F = mc.layer.d_ff;
+  const std::size_t layer = C * mc.layer.qkv_dim() + C * C + C * 2 * F + F * C + 2 * C;
+  const std::size_t gathered_layer = n * round_up((layer + n - 1) / n, 32) * 4;
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << ": live " << live[static_cast<std::size_t>(r)] << ", peak " << peak[static_cast<std::size_t>(r)]
+                 << ", unsharded " << whole);
+    CHECK(live[static_cast<std::size_t>(r)] <= whole / n + 6 * 32 * 4);  // the shards (padding aside)
+    CHECK(peak[static_cast<std::size_t>(r)] <= live[static_cast<std::size_t>(r)] + 2 * gathered_layer);  // + two groups in use
+    CHECK(peak[static_cast<std::size_t>(r)] < whole * 2 / 3);
+    // Gradients: the shards, and the whole gradients of at most two groups during backward.
+    INFO("gradients: live " << grad_live[static_cast<std::size_t>(r)] << ", peak " << grad_peak[static_cast<std::size_t>(r)]);
+    CHECK(grad_live[static_cast<std::size_t>(r)] <= whole / n + 6 * 32 * 4);
+    CHECK(grad_peak[static_cast<std::size_t>(r)] <= grad_live[static_cast<std::size_t>(r)] + 2 * gathered_layer);
   }
 }
 
@@ -209,7 +248,7 @@ TEST_CASE("data parallel: the amax MAX reduction gives every rank the global max
 
 TEST_CASE("data parallel: every recipe trains on 2 ranks", "[nn][data_parallel]") {
   for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed({16, amax_algorithm::max, 0}), recipes::mxfp8(), recipes::mxfp4_amd()}) {
-    for (sharding s : {sharding::none, sharding::optimizer}) {
+    for (sharding s : {sharding::none, sharding::optimizer, sharding::full}) {
       INFO(r.name << ", sharding " << name_of(s));
       train_config c = run_config(24);
       c.shape = {2, 32};
@@ -285,6 +324,22 @@ TEST_CASE("data parallel: a rank that throws ends every rank with comm_error wit
   REQUIRE(comm_errors.size() == 2);
   for (const std::string& e : comm_errors) CHECK(e.find("rank 2: the data file went away") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 30 s timeout
+}
+
+TEST_CASE("data parallel: ranks configured differently fail with comm_error naming both calls", "[nn][data_parallel]") {
+  CHECK_THROWS_WITH(ref::run_ranks(
+                        2,
+                        [&](communicator& comm) {
+                          host_backend be;
+                          model m(be, tiny_model(), recipes::bf16(), 17);
+                          train_config c = run_config(2);
+                          c.parallel = {&comm, 1, comm.rank() == 0 ? sharding::none : sharding::optimizer};
+                          trainer t(m, text_tokens(), c);
+                          t.run();
+                        },
+                        std::chrono::seconds(30)),
+                    Catch::Matchers::Contains("mismatched collectives") && Catch::Matchers::Contains("all_reduce (sum)") &&
+                        Catch::Matchers::Contains("reduce_scatter (sum)"));
 }
 
 TEST_CASE("data parallel: bad configurations are refused", "[nn][data_parallel]") {

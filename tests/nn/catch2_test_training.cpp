@@ -15,15 +15,6 @@ using namespace nn_test;
 
 namespace {
 
-token_buffer text_tokens() {
-  const std::string text =
-      "Mira walked to the mill and found two red apples. Tomas gave her three more, so now Mira has five apples. "
-      "The day was not cold; it was warm. Ada walked to the river and found a smooth stone. ";
-  auto v = std::make_shared<std::vector<std::uint8_t>>();
-  for (int i = 0; i < 40; ++i) v->insert(v->end(), text.begin(), text.end());
-  return v;
-}
-
 train_config short_run(std::size_t steps) {
   train_config c;
   c.steps = steps;

@@ -4,9 +4,12 @@
 // requests the layers make, FP8 scales, and small model shapes.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <mxkit/ref/host_backend.hpp>
+#include <mxkit/nn/data.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/parameter.hpp>
 
@@ -91,6 +94,16 @@ inline model_config tiny_model(dtype type = dtype::f32) {
   c.layer = {32, 2, 1, 64};
   c.type = type;
   return c;
+}
+
+// A short story repeated to 7.5 kB: the training tests' corpus.
+inline token_buffer text_tokens() {
+  const std::string text =
+      "Mira walked to the mill and found two red apples. Tomas gave her three more, so now Mira has five apples. "
+      "The day was not cold; it was warm. Ada walked to the river and found a smooth stone. ";
+  auto v = std::make_shared<std::vector<std::uint8_t>>();
+  for (int i = 0; i < 40; ++i) v->insert(v->end(), text.begin(), text.end());
+  return v;
 }
 
 }  // namespace nn_test

@@ -29,6 +29,18 @@ float value(int rank, std::size_t i) {
   return (rank % 2 ? -big : big) * (1.0f + 0.125f * static_cast<float>(rank)) + 0.1f * static_cast<float>(i) + 1e-3f * static_cast<float>(rank);
 }
 
+// One all_reduce that must fail: counts the comm_error, checks that it names `expected`, rethrows.
+void sum_expecting_failure(nn::communicator& c, std::atomic<int>& errors, const std::string& expected) {
+  float v = 1.0f;
+  try {
+    c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
+  } catch (const comm_error& e) {
+    ++errors;
+    CHECK(std::string(e.what()).find(expected) != std::string::npos);
+    throw;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("thread communicator: all_reduce sums in rank order, max with NaN winning", "[ref][communicator]") {
@@ -147,15 +159,8 @@ TEST_CASE("thread communicator: a mismatched call, a throwing rank and a missing
       ref::run_ranks(
           4,
           [&](nn::communicator& c) {
-            float v = 1.0f;
             if (c.rank() == 1) throw std::runtime_error("rank 1 ran out of data");
-            try {
-              c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
-            } catch (const comm_error& e) {
-              ++comm_errors;
-              CHECK(std::string(e.what()).find("rank 1 ran out of data") != std::string::npos);
-              throw;
-            }
+            sum_expecting_failure(c, comm_errors, "rank 1 ran out of data");
           },
           std::chrono::seconds(20));
       FAIL("no error");
@@ -174,14 +179,7 @@ TEST_CASE("thread communicator: a mismatched call, a throwing rank and a missing
                         3,
                         [&](nn::communicator& c) {
                           if (c.rank() == 2) return;  // skips the collective
-                          float v = 1.0f;
-                          try {
-                            c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
-                          } catch (const comm_error& e) {
-                            ++comm_errors;
-                            CHECK(std::string(e.what()).find("rank(s) 2 never arrived") != std::string::npos);
-                            throw;
-                          }
+                          sum_expecting_failure(c, comm_errors, "rank(s) 2 never arrived");
                         },
                         timeout),
                     comm_error);

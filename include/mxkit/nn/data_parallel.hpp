@@ -42,6 +42,7 @@
 // same sums in the same order, so its gradients and, without clipping, its weights are the same
 // bits as unsharded data parallelism; its norm differs in the last bits of an f64 (a sum of squared
 // shard norms), which moves the clip factor as much when clipping is active.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -58,13 +59,14 @@
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
 
-enum class sharding : std::uint8_t { none, optimizer };
+// none: every rank holds everything; optimizer: ZeRO-1; full: ZeRO-3 / FSDP.
+enum class sharding : std::uint8_t { none, optimizer, full };
 
 }  // namespace nn
 template <>
 struct enum_names<nn::sharding> {
-  static constexpr const char* names[] = {"none", "optimizer"};
-  static constexpr nn::sharding last = nn::sharding::optimizer;
+  static constexpr const char* names[] = {"none", "optimizer", "full"};
+  static constexpr nn::sharding last = nn::sharding::full;
 };
 namespace nn {
 
@@ -91,7 +93,7 @@ class data_parallel {
  public:
   data_parallel(model& m, const parallel_config& c) : m_(&m), c_(c) {
     detail::require(c.micro_batches >= 1, "data_parallel: micro_batches must be at least 1, got ", c.micro_batches);
-    detail::check_enum(c.shard, sharding::optimizer, "sharding", "data_parallel");
+    detail::check_enum(c.shard, sharding::full, "sharding", "data_parallel");
     detail::require(c.shard == sharding::none || c.comm, "data_parallel: sharding '", name_of(c.shard), "' needs a communicator");
     if (!c.comm) return;
     backend& be = m.be();
@@ -107,6 +109,8 @@ class data_parallel {
                          name_of(g.params[0]->value.type()));
           g.params.push_back(p);
           g.offsets.push_back(total);
+          g.rows.push_back(p->rows());
+          g.cols.push_back(p->cols());
           total += round_up(p->value.size(), shard_alignment);
         }
       if (g.params.empty()) {
@@ -115,37 +119,45 @@ class data_parallel {
       }
       const dtype type = g.params[0]->value.type();
       g.shard = round_up((total + n - 1) / n, shard_alignment);
+      const std::size_t lo = r * g.shard, hi = lo + g.shard;
       g.grads = be.alloc(1, n * g.shard, type, mem_tag::gradient);  // zeros: the padding stays 0
-      for (std::size_t i = 0; i < g.params.size(); ++i) {
-        parameter& p = *g.params[i];
-        p.grad = view_of(g.grads, g.offsets[i], p.rows(), p.cols());
-      }
-      if (c.shard == sharding::optimizer) {
+      bind_grads(g);
+      if (c.shard != sharding::none) {
         g.values = be.alloc(1, n * g.shard, type, mem_tag::parameter);
-        const std::size_t lo = r * g.shard, hi = lo + g.shard;
         for (std::size_t i = 0; i < g.params.size(); ++i) {
           parameter& p = *g.params[i];
           tensor v = view_of(g.values, g.offsets[i], p.rows(), p.cols());
           be.copy(p.value, v);
           p.value = v;
-          const std::size_t a = std::max(lo, g.offsets[i]), b = std::min(hi, g.offsets[i] + p.value.size());
-          if (a >= b) continue;
-          parameter piece;
-          piece.name = p.name + "[" + std::to_string(a - g.offsets[i]) + ":" + std::to_string(b - g.offsets[i]) + "]";
-          piece.value = view_of(g.values, a, 1, b - a);
-          piece.grad = view_of(g.grads, a, 1, b - a);
-          piece.decay = p.decay;
-          g.pieces.push_back(std::move(piece));
-          g.piece_of.push_back(i);
-          g.piece_begin.push_back(a - g.offsets[i]);
         }
+      }
+      if (c.shard == sharding::full) {  // this rank keeps its shard of the weights and of the reduced gradients only
+        g.shard_values = be.alloc(1, g.shard, type, mem_tag::parameter);
+        be.copy(view_of(g.values, lo, 1, g.shard), g.shard_values);
+        g.shard_grads = be.alloc(1, g.shard, type, mem_tag::gradient);
+        release_weights(g);
+        release_grads(g);
+      }
+      for (std::size_t i = 0; c.shard != sharding::none && i < g.params.size(); ++i) {
+        parameter& p = *g.params[i];
+        const std::size_t size = g.rows[i] * g.cols[i];
+        const std::size_t a = std::max(lo, g.offsets[i]), b = std::min(hi, g.offsets[i] + size);
+        if (a >= b) continue;
+        parameter piece;
+        piece.name = p.name + "[" + std::to_string(a - g.offsets[i]) + ":" + std::to_string(b - g.offsets[i]) + "]";
+        piece.value = c.shard == sharding::full ? view_of(g.shard_values, a - lo, 1, b - a) : view_of(g.values, a, 1, b - a);
+        piece.grad = c.shard == sharding::full ? view_of(g.shard_grads, a - lo, 1, b - a) : view_of(g.grads, a, 1, b - a);
+        piece.decay = p.decay;
+        g.pieces.push_back(std::move(piece));
+        g.piece_of.push_back(i);
+        g.piece_begin.push_back(a - g.offsets[i]);
       }
       groups_.push_back(std::move(g));
     }
-    m.set_gradient_hook([this](std::size_t group) { on_gradients(group); });
+    m.set_group_hook([this](group_event e, std::size_t group) { on_group(e, group); });
   }
   ~data_parallel() {
-    if (c_.comm) m_->set_gradient_hook(nullptr);
+    if (c_.comm) m_->set_group_hook(nullptr);
   }
   data_parallel(const data_parallel&) = delete;
   data_parallel& operator=(const data_parallel&) = delete;
@@ -157,7 +169,9 @@ class data_parallel {
   std::size_t global_micro_batches() const noexcept { return static_cast<std::size_t>(ranks()) * c_.micro_batches; }
   // Micro-batch k of this rank within the step (its loader batch and Philox call index).
   std::size_t micro_batch_index(std::size_t k) const noexcept { return static_cast<std::size_t>(rank()) * c_.micro_batches + k; }
-  bool sharded() const noexcept { return c_.comm && c_.shard == sharding::optimizer; }
+  // The optimizer works on shards (ZeRO-1 or full sharding).
+  bool sharded() const noexcept { return c_.comm && c_.shard != sharding::none; }
+  bool fully_sharded() const noexcept { return c_.comm && c_.shard == sharding::full; }
   communicator* comm() const noexcept { return c_.comm; }
   const parallel_config& config() const noexcept { return c_; }
 
@@ -175,21 +189,42 @@ class data_parallel {
   void set_reducing(bool last_micro_batch) noexcept { reducing_ = last_micro_batch; }
   // After the last backward: every reduction is visible to what the backend runs next.
   void finish_gradients() {
-    if (c_.comm) c_.comm->join();
+    if (!c_.comm) return;
+    c_.comm->join();
+    release_reduced();
   }
   // After the optimizer step: sharded weights gathered (every rank holds every updated weight),
   // every parameter's version moves (its quantized copies are stale).
+  // (Full sharding: the next forward gathers them.)
   void finish_update() {
     if (!sharded()) return;
-    const std::size_t r = static_cast<std::size_t>(rank());
-    for (group& g : groups_) {
-      if (g.params.empty()) continue;
-      const comm_buffer all = buffer_of(g.values);
-      c_.comm->all_gather({static_cast<char*>(all.data) + r * g.shard * size_of(all.type), g.shard, all.type}, all);
+    if (!fully_sharded()) {
+      const std::size_t r = static_cast<std::size_t>(rank());
+      for (group& g : groups_) {
+        if (g.params.empty()) continue;
+        const comm_buffer all = buffer_of(g.values);
+        c_.comm->all_gather({static_cast<char*>(all.data) + r * g.shard * size_of(all.type), g.shard, all.type}, all);
+      }
+      c_.comm->join();
     }
-    c_.comm->join();
     for (group& g : groups_)
       for (parameter* p : g.params) ++p->version;
+  }
+  // Full sharding: every group's weights gathered (checkpoint loading, evaluation of a whole model
+  // on the host); release_all(true) keeps what was written into them, as this rank's shard.
+  void gather_all() {
+    if (!fully_sharded()) return;
+    for (group& g : groups_) gather(g);
+    c_.comm->join();
+  }
+  void release_all(bool keep_written) {
+    if (!fully_sharded()) return;
+    const std::size_t lo = static_cast<std::size_t>(rank());
+    for (group& g : groups_) {
+      if (!g.values.defined()) continue;
+      if (keep_written) m_->be().copy(view_of(g.values, lo * g.shard, 1, g.shard), g.shard_values);
+      release_weights(g);
+    }
   }
   // Before update_scales: every rank's amaxes, max-combined.
   void reduce_amax() {
@@ -221,24 +256,87 @@ class data_parallel {
   struct group {
     std::vector<parameter*> params;        // trainable, with a master, in gradient_groups() order
     std::vector<std::size_t> offsets;      // element offset of each in the flat buffers (multiples of 32)
+    std::vector<std::size_t> rows, cols;   // each parameter's shape (full sharding frees the tensors)
     std::size_t shard = 0;                 // elements per rank (a multiple of 32)
     tensor grads;                          // (1, ranks x shard): every params[i].grad is a view of it
     tensor values;                         // sharded: (1, ranks x shard): every params[i].value is a view of it
+                                           // (full sharding: only while the group is gathered)
+    tensor shard_values, shard_grads;      // full sharding: (1, shard) each, this rank's
     std::vector<parameter> pieces;         // sharded: this rank's part of each parameter it overlaps
     std::vector<std::size_t> piece_of, piece_begin;
   };
 
-  void on_gradients(std::size_t index) {
-    if (!reducing_ || index >= groups_.size()) return;
+  void bind_grads(group& g) {
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      parameter& p = *g.params[i];
+      p.grad = view_of(g.grads, g.offsets[i], g.rows[i], g.cols[i]);
+    }
+  }
+  void release_grads(group& g) noexcept {
+    for (parameter* p : g.params) p->grad.reset();
+    g.grads.reset();
+  }
+  void release_reduced() noexcept {
+    for (std::size_t i : reduced_) release_grads(groups_[i]);
+    reduced_.clear();
+  }
+  void release_weights(group& g) noexcept {
+    for (parameter* p : g.params) p->value.reset();
+    g.values.reset();
+  }
+  // Full sharding: the group's weights from every rank's shard (an all_gather into a new buffer;
+  // visible after the next join()). Nothing if they are here already (prefetched).
+  void gather(group& g) {
+    if (g.params.empty() || g.values.defined()) return;
+    g.values = m_->be().alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
+    c_.comm->all_gather(buffer_of(g.shard_values), buffer_of(g.values));
+    for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i]->value = view_of(g.values, g.offsets[i], g.rows[i], g.cols[i]);
+  }
+
+  void on_group(group_event e, std::size_t index) {
+    if (index >= groups_.size()) return;
     group& g = groups_[index];
     if (g.params.empty()) return;
-    for (parameter* p : g.params) materialize_grad(m_->be(), *p);  // a gradient the backward did not reach: zeros
-    const comm_buffer all = buffer_of(g.grads);
-    if (sharded()) {
+    const bool full = fully_sharded();
+    switch (e) {
+      case group_event::before_forward:
+      case group_event::before_backward: {
+        if (!full) return;
+        gather(g);
+        if (e == group_event::before_backward && !g.grads.defined()) {  // zeros: the padding stays 0
+          g.grads = m_->be().alloc(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::gradient);
+          bind_grads(g);
+        }
+        c_.comm->join();
+        // The reductions called so far are done for what the backend runs from here on (the
+        // join): the whole gradients they read can go, so backward holds at most two groups'.
+        if (e == group_event::before_backward) release_reduced();
+        // Prefetch the group that runs next (forward: index + 1, backward: index - 1), overlapped
+        // with this group's work on a device communicator's stream.
+        const std::size_t next = e == group_event::before_forward ? index + 1 : index - 1;
+        if (next < groups_.size()) gather(groups_[next]);
+        return;
+      }
+      case group_event::after_forward:
+        if (full) release_weights(g);
+        return;
+      case group_event::after_backward: break;
+    }
+    if (reducing_) {
+      for (parameter* p : g.params) materialize_grad(m_->be(), *p);  // a gradient the backward did not reach: zeros
+      const comm_buffer all = buffer_of(g.grads);
       const std::size_t r = static_cast<std::size_t>(rank());
-      c_.comm->reduce_scatter(all, {static_cast<char*>(all.data) + r * g.shard * size_of(all.type), g.shard, all.type}, reduce_op::sum);
-    } else {
-      c_.comm->all_reduce(all, all, reduce_op::sum);
+      if (full) {
+        c_.comm->reduce_scatter(all, buffer_of(g.shard_grads), reduce_op::sum);
+      } else if (sharded()) {
+        c_.comm->reduce_scatter(all, {static_cast<char*>(all.data) + r * g.shard * size_of(all.type), g.shard, all.type}, reduce_op::sum);
+      } else {
+        c_.comm->all_reduce(all, all, reduce_op::sum);
+      }
+    }
+    if (full) {
+      release_weights(g);
+      if (reducing_) reduced_.push_back(index);  // freed after the next join(): a device reduction may still read them
     }
   }
 
@@ -246,6 +344,7 @@ class data_parallel {
   parallel_config c_;
   std::vector<group> groups_;
   bool reducing_ = false;
+  std::vector<std::size_t> reduced_;  // full sharding: groups whose whole gradients go at finish_gradients
 };
 
 }  // namespace nn

@@ -30,6 +30,10 @@
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
 
+// What model::forward and backward tell a group hook (gradient_groups(): 0 the embedding, 1 .. L
+// the layers, L + 1 the final norm and head), in the order they run.
+enum class group_event : std::uint8_t { before_forward, after_forward, before_backward, after_backward };
+
 struct model_config {
   std::size_t vocab = 256;  // V (bytes)
   std::size_t n_layers = 2;
@@ -86,7 +90,9 @@ class model {
                     " targets for a batch of ", b.batch, "x", b.seq);
     shape_ = b;
     xs_.assign(1, output(M, C));  // xs_[i]: input of layer i; xs_[L]: input of the final norm
+    notify(group_event::before_forward, 0);
     embedding_.forward(tokens, xs_[0]);
+    notify(group_event::after_forward, 0);
     const bool recompute = training && recompute_;
     calls_.clear();
     if (recompute) calls_.assign(layers_.size(), {});
@@ -94,12 +100,16 @@ class model {
       xs_.push_back(output(M, C));
       if (recompute)
         for (linear* l : layers_[i].linears()) calls_[i].push_back(l->calls_in_step());
+      notify(group_event::before_forward, i + 1);
       layers_[i].forward(xs_[i], xs_[i + 1], b, training);
+      notify(group_event::after_forward, i + 1);
       if (recompute) layers_[i].drop_saved();  // only the input xs_[i] is kept
     }
     tensor logits = output(M, c_.vocab);  // (M, V)
+    notify(group_event::before_forward, layers_.size() + 1);
     head_.forward_quantized(final_norm_.forward_quantized(xs_.back(), head_.input_requests(M, training), nullptr), nullptr, logits,
                             training);
+    notify(group_event::after_forward, layers_.size() + 1);
     be_->cross_entropy(logits, targets, loss_, training);
     dlogits_ = training ? logits : tensor{};  // the gradient, in place
     if (!training) {
@@ -130,21 +140,24 @@ class model {
     detail::require(dlogits_.defined(), "model: backward without a training forward");
     const std::size_t M = shape_.tokens(), C = c_.layer.d_model;
     tensor dn = output(M, C);
+    notify(group_event::before_backward, layers_.size() + 1);
     head_.backward(dlogits_, &dn);
     tensor dx = act(M, C);
     final_norm_.backward(dn, dx);
-    gradients_done(layers_.size() + 1);
+    notify(group_event::after_backward, layers_.size() + 1);
     for (std::size_t i = layers_.size(); i-- > 0;) {
+      notify(group_event::before_backward, i + 1);
       if (!calls_.empty()) recompute_forward(i);
       const bool need_dx = i > 0 || embedding_.table().trainable;
       tensor dprev = need_dx ? output(M, C) : tensor{};
       layers_[i].backward(dx, need_dx ? &dprev : nullptr, shape_);
       dx = dprev;
-      gradients_done(i + 1);
+      notify(group_event::after_backward, i + 1);
     }
     calls_.clear();
+    notify(group_event::before_backward, 0);
     if (embedding_.table().trainable) embedding_.backward(dx);
-    gradients_done(0);
+    notify(group_event::after_backward, 0);
     dlogits_.reset();
     xs_.clear();
     final_norm_.release_saved();
@@ -160,9 +173,10 @@ class model {
   bool recompute() const noexcept { return recompute_; }
 
   // Gradient groups, in the order parameters() lists them: 0 the embedding, 1 .. L the layers,
-  // L + 1 the final norm and the head. backward() calls the hook with a group's index as soon as
-  // every gradient of the group is complete (L + 1 first, 0 last): data parallelism starts the
-  // group's reduction there, while backward goes on (data_parallel.hpp).
+  // L + 1 the final norm and the head. forward() and backward() call the hook around each group's
+  // work: data parallelism starts a group's gradient reduction at after_backward, as soon as its
+  // gradients are complete (L + 1 first, 0 last), while backward goes on; full sharding gathers a
+  // group's weights at before_forward/before_backward and frees them after (data_parallel.hpp).
   std::vector<std::vector<parameter*>> gradient_groups() {
     std::vector<std::vector<parameter*>> g(layers_.size() + 2);
     g[0].push_back(&embedding_.table());
@@ -171,7 +185,7 @@ class model {
     head_.collect(g.back());
     return g;
   }
-  void set_gradient_hook(std::function<void(std::size_t group)> hook) { grad_hook_ = std::move(hook); }
+  void set_group_hook(std::function<void(group_event, std::size_t group)> hook) { group_hook_ = std::move(hook); }
 
   // The training forward the next micro-batch is within its step (its Philox streams): micro-batch
   // j of a step draws the same bits whichever rank runs it, and however many micro-batches the
@@ -255,8 +269,8 @@ class model {
   tensor output(std::size_t rows, std::size_t cols) {
     return be_->alloc_uninitialized(rows, cols, activation_type(), mem_tag::activation);
   }
-  void gradients_done(std::size_t group) {
-    if (grad_hook_) grad_hook_(group);
+  void notify(group_event e, std::size_t group) {
+    if (group_hook_) group_hook_(e, group);
   }
   // Layer i's training forward again, from its kept input, drawing the streams it drew first.
   void recompute_forward(std::size_t i) {
@@ -287,7 +301,7 @@ class model {
   tensor dlogits_;
   bool recompute_ = false;
   std::vector<std::vector<std::uint64_t>> calls_;  // recomputation: each layer's linears' calls before its forward
-  std::function<void(std::size_t)> grad_hook_;
+  std::function<void(group_event, std::size_t)> group_hook_;
 };
 
 }  // namespace nn

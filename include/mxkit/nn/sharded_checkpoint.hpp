@@ -29,7 +29,8 @@
 // parameter's elements (each covered exactly once) and only then writes the weights and this
 // rank's moments. The saved N may differ from the loading run's: the shards are resharded by
 // element ranges, so a run saved on 4 ranks resumes on 2 or 3 (or 1: the unsharded trainer).
-// Every failure is a checkpoint_error naming the file.
+// Every failure is a checkpoint_error naming the file. As in checkpoint.hpp's version 1, FP8 amax
+// histories are not saved: they refill within history_length steps.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -167,13 +168,15 @@ inline void save_sharded_checkpoint(const std::filesystem::path& dir, model& m, 
   } catch (const std::exception& e) {
     error = e.what();
   }
+  // The collectives move backend tensors (device memory under NCCL), read back on the host.
   communicator* comm = dp.comm();
   auto any_failed = [&](bool failed) {  // a collective: did any rank fail?
     if (!comm) return failed;
-    std::int32_t f = failed ? 1 : 0;
-    comm->all_reduce({&f, 1, comm_type::i32}, {&f, 1, comm_type::i32}, reduce_op::sum);
+    tensor f = be.alloc(1, 1, dtype::i32, mem_tag::activation);
+    be.write(f, {failed ? 1.0 : 0.0});
+    comm->all_reduce(f, reduce_op::sum);
     comm->join();
-    return f != 0;
+    return be.read(f)[0] != 0.0;
   };
   if (any_failed(!error.empty())) throw checkpoint_error("checkpoint '" + dir.string() + "': cannot create the directory" + (error.empty() ? " (on rank 0)" : ": " + error));
   const std::filesystem::path mine = shard_path(dir, rank, ranks);
@@ -183,10 +186,16 @@ inline void save_sharded_checkpoint(const std::filesystem::path& dir, model& m, 
     error = "checkpoint '" + mine.string() + "': " + e.what();
   }
   std::vector<std::uint64_t> sums(static_cast<std::size_t>(ranks), sum);
-  if (comm) {  // the checksums travel as bytes (host memory: the shard was built on the host)
-    std::uint64_t mine_sum = sum;
-    comm->all_gather({&mine_sum, 8, comm_type::u8}, {sums.data(), 8 * sums.size(), comm_type::u8});
+  if (comm) {  // every shard's checksum, as two 32-bit halves in i32 (exact as doubles)
+    tensor mine_sum = be.alloc(1, 2, dtype::i32, mem_tag::activation);
+    tensor all = be.alloc(1, 2 * sums.size(), dtype::i32, mem_tag::activation);
+    auto half = [](std::uint64_t v) { return static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(v))); };
+    be.write(mine_sum, {half(sum), half(sum >> 32)});
+    comm->all_gather(buffer_of(mine_sum), buffer_of(all));
     comm->join();
+    const std::vector<double> h = be.read(all);
+    auto bits = [](double v) { return std::uint64_t{static_cast<std::uint32_t>(static_cast<std::int32_t>(v))}; };
+    for (std::size_t k = 0; k < sums.size(); ++k) sums[k] = bits(h[2 * k]) | bits(h[2 * k + 1]) << 32;
   }
   if (any_failed(!error.empty())) throw checkpoint_error(error.empty() ? "checkpoint '" + dir.string() + "': another rank failed to write its shard" : error);
   if (rank == 0) {
@@ -208,7 +217,24 @@ inline void save_sharded_checkpoint(const std::filesystem::path& dir, model& m, 
 
 // Every rank calls this; the saved run may have had another number of ranks (resharded). Leaves
 // the model and optimizer untouched on failure.
+inline checkpoint_info load_sharded_checkpoint(const std::filesystem::path& dir, model& m, adamw& opt, data_parallel& dp);
+namespace sharded_io {
+inline checkpoint_info load_gathered(const std::filesystem::path& dir, model& m, adamw& opt, data_parallel& dp);
+}
+// Full sharding: the weights are gathered for the load and this rank keeps its shard of them.
 inline checkpoint_info load_sharded_checkpoint(const std::filesystem::path& dir, model& m, adamw& opt, data_parallel& dp) {
+  dp.gather_all();
+  checkpoint_info info;
+  try {
+    info = sharded_io::load_gathered(dir, m, opt, dp);
+  } catch (...) {
+    dp.release_all(false);
+    throw;
+  }
+  dp.release_all(true);
+  return info;
+}
+inline checkpoint_info sharded_io::load_gathered(const std::filesystem::path& dir, model& m, adamw& opt, data_parallel& dp) {
   const std::string mf = manifest_path(dir).string();
   const std::vector<std::uint8_t> man = sharded_io::read_all(manifest_path(dir));
   if (man.size() < 40 || std::memcmp(man.data(), manifest_magic, 8) != 0) throw checkpoint_error("checkpoint '" + mf + "': not an mxkit manifest");

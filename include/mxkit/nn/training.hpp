@@ -90,6 +90,8 @@ class trainer {
     tokens_ = be.alloc(c.shape.tokens(), 1, dtype::i32, mem_tag::activation);
     targets_ = be.alloc(c.shape.tokens(), 1, dtype::i32, mem_tag::activation);
     loss_sum_ = be.scalar();
+    detail::require(c.heal_step == 0 || !dp_.fully_sharded(), "trainer: healing (heal_step ", c.heal_step,
+                    ") needs every weight on every rank; full sharding keeps shards only");
     if (c.heal_step > 0) stash_ = c.heal_stash ? std::move(*c.heal_stash) : prepare_healing(m);
   }
 
