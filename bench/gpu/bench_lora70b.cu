@@ -302,7 +302,8 @@ int main(int argc, char** argv) {
     row("FP8 / MXFP4 tokens/s", tps["FP8"] / tps["MXFP4"], "x");
   }
 
-  // The peer, on a device mxkit has released.
+  // The peer, on a device mxkit has released (the pool keeps freed memory until trimmed).
+  gpu::trim_device_memory();
   const char* env = std::getenv("MXKIT_LORA70B_PEER");
   std::string cmd = env ? env
                         : "torchrun --standalone --nproc_per_node " + std::to_string(peer_gpus) + " bench/lora70b_peer.py";

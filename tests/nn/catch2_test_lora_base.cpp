@@ -28,13 +28,6 @@ model_config small_model() {
   return c;
 }
 
-token_buffer text_tokens() {
-  const std::string text = "the quick brown fox jumps over the lazy dog; a lazy dog sleeps in the warm sun. ";
-  auto v = std::make_shared<std::vector<std::uint8_t>>();
-  for (int i = 0; i < 60; ++i) v->insert(v->end(), text.begin(), text.end());
-  return v;
-}
-
 train_config lora_run(std::size_t steps, std::size_t heal_step) {
   train_config c;
   c.steps = steps;

@@ -43,9 +43,10 @@ struct model_config {
 };
 
 // A streamed construction (nn/lora_base.hpp builds a frozen quantized LoRA base with it): `init`
-// replaces the default N(0, stddev) fill of the embedding and of every linear weight (a device-side generator, a
-// checkpoint reader), `after_layer` runs once layer i is created and initialized, before layer
-// i + 1 is allocated, so that a base too large to hold in fp32 is never held whole.
+// replaces the default N(0, stddev) fill of the embedding and of every linear weight (a
+// device-side generator, a checkpoint reader), `after_layer` runs once layer i is created and
+// initialized, before layer i + 1 is allocated, so that a base too large to hold in fp32 is never
+// held whole.
 struct model_build_hooks {
   std::function<void(parameter& weight, double stddev)> init;
   std::function<void(std::size_t index, transformer_layer& layer)> after_layer;
