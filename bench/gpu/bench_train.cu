@@ -76,13 +76,7 @@ int main(int argc, char** argv) {
       {"default", {"training program default (16L d768)", 16, 768, 12, 4, 2048, 1024, 16}},
       {"76m", {"76M byte Llama (12L d768)", 12, 768, 12, 4, 2048, 1024, 16}},
   };
-  // Random bytes: throughput does not depend on the text.
-  auto bytes = std::make_shared<std::vector<std::uint8_t>>(std::size_t{1} << 24);
-  std::uint64_t x = 88172645463325252ull;
-  for (std::uint8_t& b : *bytes) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    b = static_cast<std::uint8_t>(x);
-  }
+  const auto bytes = mxkit_bench::random_bytes(std::size_t{1} << 24);
   std::vector<mxkit_bench::result> rows;
   for (const std::string& key : mxkit_bench::split_list(models)) {
     const auto it = shapes.find(key);
@@ -105,12 +99,7 @@ int main(int argc, char** argv) {
       const nn::recipe r = mxkit_bench::training_recipe(rname);
       mxkit_bench::profiled_backend be;
       nn::model model(be, mc, r, 1);
-      nn::train_config tc;
-      tc.steps = 1000000;
-      tc.shape = {m.batch, m.seq};
-      tc.schedule = {3e-4, 3e-5, 10, 1000000};
-      tc.log_every = 1000000;
-      nn::trainer t(model, bytes, tc);
+      nn::trainer t(model, bytes, mxkit_bench::timing_config({m.batch, m.seq}, 3e-4, 10));
       for (int i = 0; i < 3; ++i) t.step();
       be.synchronize();
       std::vector<double> times;

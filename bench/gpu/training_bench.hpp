@@ -4,14 +4,39 @@
 // by name, and the PyTorch peer script they run in the same call, whose "key value" lines they read.
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <mxkit/error.hpp>
 #include <mxkit/nn/recipe.hpp>
+#include <mxkit/nn/training.hpp>
 
 namespace mxkit_bench {
+
+// n random bytes (xorshift64): a training benchmark's tokens; its throughput does not depend on the text.
+inline std::shared_ptr<std::vector<std::uint8_t>> random_bytes(std::size_t n) {
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(n);
+  std::uint64_t x = 88172645463325252ull;
+  for (std::uint8_t& b : *bytes) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = static_cast<std::uint8_t>(x);
+  }
+  return bytes;
+}
+
+// A trainer's configuration for timing steps: it never runs out of steps and reads the loss only
+// when asked (warm-up `warmup` steps of the schedule, peak `lr`).
+inline mxkit::nn::train_config timing_config(mxkit::nn::batch_shape shape, double lr, std::size_t warmup) {
+  mxkit::nn::train_config tc;
+  tc.steps = 1000000;
+  tc.shape = shape;
+  tc.schedule = {lr, lr / 10, warmup, 1000000};
+  tc.log_every = 1000000;
+  return tc;
+}
 
 // bf16, fp8 (delayed scaling, HYBRID), mxfp8, mxfp4 (AMD's recipe: Hadamard on every GEMM), each
 // with bf16 activations.

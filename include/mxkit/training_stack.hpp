@@ -19,6 +19,7 @@
 #include <mxkit/nn/kernel_args.hpp>
 #include <mxkit/nn/linear.hpp>
 #include <mxkit/nn/lora.hpp>
+#include <mxkit/nn/lora_base.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/operand.hpp>
 #include <mxkit/nn/parameter.hpp>

@@ -18,6 +18,7 @@
 // been had the FP8 copies been uploaded before the MXFP4 ones were freed.
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -55,26 +56,30 @@ class fp8_weight_stash {
   std::vector<entry> entries_;
 };
 
+// Step 1 for one frozen linear: its FP8 copy into the stash, then its master released (quantized
+// under the current recipe first). FP8 scale: fp8_max / amax of the weight (the delayed-scaling
+// formula with margin 0 on the weight's own amax). A streamed build (lora_base.hpp) calls it per
+// layer as the layer is built; prepare_healing calls it for every linear of a built model.
+inline void stash_and_release(backend& be, linear& l, fp8_weight_stash& stash, fp8_type type = fp8_type::e4m3) {
+  detail::require(!l.weight().trainable, "prepare_healing: '", l.name(),
+                  "' is trainable; healing stashes frozen weights (freeze the model and train LoRA adapters)");
+  detail::require(l.has_master(), "prepare_healing: '", l.name(), "' has no master copy to stash");
+  tensor amax_scalar = be.scalar();
+  be.amax(l.weight().value, amax_scalar);
+  const double amax = be.read_scalar(amax_scalar);  // a host read: healing is set up once, not per step
+  const double s = amax > 0.0 && std::isfinite(amax) ? fp8_max(type) / amax : 1.0;
+  // A tiny amax gives a quotient beyond float (converting it is undefined behaviour): clamp it
+  // to the largest float, as delayed scaling does (delayed_scaling.hpp).
+  const float scale = s < std::numeric_limits<float>::max() ? static_cast<float>(s) : std::numeric_limits<float>::max();
+  stash.add(l.name(), be.export_fp8(l.weight().value, type, scale));
+  l.release_master();  // quantizes under the current recipe first, then frees the master
+}
+
 // Step 1. The model's linears must be frozen (a LoRA fine-tune): a stashed copy of a weight that
-// trains would go stale. FP8 scale: fp8_max / amax of the weight (the delayed-scaling formula
-// with margin 0 on the weight's own amax).
+// trains would go stale.
 inline fp8_weight_stash prepare_healing(model& m, fp8_type type = fp8_type::e4m3) {
   fp8_weight_stash stash;
-  backend& be = m.be();
-  tensor amax_scalar = be.scalar();
-  for (linear* l : m.linears()) {
-    detail::require(!l->weight().trainable, "prepare_healing: '", l->name(),
-                    "' is trainable; healing stashes frozen weights (freeze the model and train LoRA adapters)");
-    detail::require(l->has_master(), "prepare_healing: '", l->name(), "' has no master copy to stash");
-    be.amax(l->weight().value, amax_scalar);
-    const double amax = be.read_scalar(amax_scalar);  // a host read: healing is set up once, not per step
-    const double s = amax > 0.0 && std::isfinite(amax) ? fp8_max(type) / amax : 1.0;
-    // A tiny amax gives a quotient beyond float (converting it is undefined behaviour): clamp it
-    // to the largest float, as delayed scaling does (delayed_scaling.hpp).
-    const float scale = s < std::numeric_limits<float>::max() ? static_cast<float>(s) : std::numeric_limits<float>::max();
-    stash.add(l->name(), be.export_fp8(l->weight().value, type, scale));
-    l->release_master();  // quantizes under the current recipe first, then frees the master
-  }
+  for (linear* l : m.linears()) stash_and_release(m.be(), *l, stash, type);
   return stash;
 }
 
@@ -89,7 +94,10 @@ struct healing_report {
 };
 
 // Step 3. `target` must read W in FP8 (fprop and dgrad), e.g. recipes::fp8_healing().
-inline healing_report heal(model& m, const fp8_weight_stash& stash, const recipe& target) {
+// between_passes (when given) runs after pass 1, with no MXFP4 copy left: a benchmark measures
+// the device memory there (it may trim the allocator's pool).
+inline healing_report heal(model& m, const fp8_weight_stash& stash, const recipe& target,
+                           const std::function<void()>& between_passes = {}) {
   check_config(target);
   backend& be = m.be();
   memory_tracker& mem = be.memory();
@@ -100,6 +108,7 @@ inline healing_report heal(model& m, const fp8_weight_stash& stash, const recipe
   // Pass 1: drop every MXFP4 copy, install the FP8 recipe (fresh delayed-scaling state).
   m.set_recipe(target);
   rep.weight_bytes_dropped = mem.weight_bytes();
+  if (between_passes) between_passes();
   // Pass 2: upload the stashed copies.
   std::size_t restored_bytes = 0;
   for (linear* l : m.linears()) {

@@ -50,7 +50,9 @@ struct linear_memory {
   // copy in forward, the dgrad copy in backward (TransformerEngine casts its FP8 weights this way
   // outside gradient accumulation). Two reads of the weight a step and no copy held between the
   // passes, where the cache holds both from forward to the next optimizer step. Weights without a
-  // master (released, restored from the healing stash) keep their copies.
+  // master (released, restored from the healing stash) keep their copies, but for an FP8 copy
+  // restored from the stash only the fprop one: its dgrad copy, the exact transpose, is made per
+  // backward GEMM (half the FP8 base: the 70B LoRA's base fits one 141 GB GPU).
   bool weight_copies_per_gemm = false;
   // Backward makes dY's wgrad copy, runs wgrad and frees the copy before it makes the dgrad copy:
   // a second read of dY, and the two copies are never held together. dY is then stored first
@@ -128,6 +130,7 @@ class linear {
   void set_memory(const linear_memory& m) {
     memory_ = m;
     if (copies_per_gemm()) cache_ = {};
+    else if (transposes_per_gemm()) cache_.columnwise.reset();
   }
   const linear_memory& memory() const noexcept { return memory_; }
 
@@ -290,7 +293,7 @@ class linear {
       detail::require(o->kind == precision::fp8 && o->fp8 == rowwise.request().spec.fp8, "linear '", name(),
                       "': the recipe '", recipe_.name, "' does not read W as ", name_of(rowwise.request().spec.fp8));
     cache_.rowwise = rowwise;
-    cache_.columnwise = be_->transpose(rowwise, operand_use::dgrad_w, mem_tag::quantized_weight);
+    cache_.columnwise = memory_.weight_copies_per_gemm ? qtensor{} : be_->transpose(rowwise, operand_use::dgrad_w, mem_tag::quantized_weight);
     cache_.version = weight_.version;
     cache_.scale_version = table_ ? table_->version(row0_ + 1) : 0;
   }
@@ -383,6 +386,11 @@ class linear {
   }
 
   bool copies_per_gemm() const noexcept { return memory_.weight_copies_per_gemm && has_master(); }
+  // A restored FP8 weight (no master) under weight copies per GEMM: the dgrad copy is the fprop
+  // copy's transpose, made for each dgrad GEMM.
+  bool transposes_per_gemm() const noexcept {
+    return memory_.weight_copies_per_gemm && !has_master() && cache_.rowwise.defined() && cache_.rowwise.kind() == precision::fp8;
+  }
 
   // The weight operands of fprop and dgrad: the cached copies, or made for this GEMM alone from
   // the same requests (the same bytes, W's amax recorded for the same version).
@@ -393,6 +401,7 @@ class linear {
   }
   qtensor dgrad_weight() {
     if (copies_per_gemm()) return weight_copy(gemm_product::dgrad, true);
+    if (transposes_per_gemm()) return be_->transpose(cache_.rowwise, operand_use::dgrad_w, mem_tag::quantized_weight);
     if (!cache_.columnwise.defined()) ensure_weight_copies(true);  // set_memory switched to the cache after forward
     return cache_.columnwise;
   }

@@ -42,9 +42,19 @@ struct model_config {
   double init_std = 0.02;
 };
 
+// A streamed construction (nn/lora_base.hpp builds a frozen quantized LoRA base with it): `init`
+// replaces the default N(0, stddev) fill of the embedding and of every linear weight (a
+// device-side generator, a checkpoint reader), `after_layer` runs once layer i is created and
+// initialized, before layer i + 1 is allocated, so that a base too large to hold in fp32 is never
+// held whole.
+struct model_build_hooks {
+  std::function<void(parameter& weight, double stddev)> init;
+  std::function<void(std::size_t index, transformer_layer& layer)> after_layer;
+};
+
 class model {
  public:
-  model(backend& be, const model_config& c, const recipe& r, std::uint64_t seed)
+  model(backend& be, const model_config& c, const recipe& r, std::uint64_t seed, const model_build_hooks& hooks = {})
       : be_(&be), c_(c), recipe_(r) {
     detail::require(c.vocab > 0 && c.n_layers > 0, "model: vocab and n_layers must be positive");
     // A NaN or infinite std would start every weight at NaN or Inf.
@@ -53,17 +63,24 @@ class model {
     loss_ = be.scalar();
     table_ = make_table(r);
     embedding_ = embedding(be, "embedding.weight", c.vocab, c.layer.d_model, c.type);
-    be.write(embedding_.table().value, normal_values(embedding_.table().value.size(), seed, mix_stream(0xE3B, 0), c.init_std));
+    if (hooks.init) hooks.init(embedding_.table(), c.init_std);
+    else be.write(embedding_.table().value, normal_values(embedding_.table().value.size(), seed, mix_stream(0xE3B, 0), c.init_std));
     layers_.reserve(c.n_layers);
     for (std::size_t i = 0; i < c.n_layers; ++i) {
       layers_.emplace_back(be, "layers." + std::to_string(i), c.layer, static_cast<std::uint32_t>(4 * i), layer_recipe(r, i, c.n_layers),
                            c.type, table_,
                            i * transformer_layer::scaling_rows);
-      layers_.back().init(seed, c.init_std, c.n_layers);
+      layers_.back().init(seed, c.init_std, c.n_layers, hooks.init);
+      if (hooks.after_layer) hooks.after_layer(i, layers_.back());
     }
     final_norm_ = rmsnorm(be, "final_norm.weight", c.layer.d_model, c.type, c.layer.norm_eps);
     head_ = linear(be, "head.weight", c.layer.d_model, c.vocab, static_cast<std::uint32_t>(4 * c.n_layers), head_recipe(r), c.type);
-    head_.init_normal(seed, c.init_std);
+    if (hooks.init) {
+      hooks.init(head_.weight(), c.init_std);
+      ++head_.weight().version;
+    } else {
+      head_.init_normal(seed, c.init_std);
+    }
   }
 
   // Mean next-token loss of one batch into loss(); tokens and targets (B*T, 1) i32 in backend

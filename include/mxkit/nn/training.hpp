@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct train_config {
   std::uint64_t data_seed = 1;
   std::size_t heal_step = 0;      // 0: no healing; else switch before this step (0-based)
   recipe heal_recipe = recipes::fp8_healing();
+  // The FP8 copies stashed while the base was built (build_lora_base, lora_base.hpp): the trainer
+  // takes them over (moves them out) instead of calling prepare_healing. Null: prepare_healing.
+  std::shared_ptr<fp8_weight_stash> heal_stash;
   std::size_t log_every = 1;        // the host reads the loss at these steps (and the last) only
   std::size_t progress_every = 0;   // 0: no progress callbacks; else a multiple of log_every
   std::function<void(const train_progress&)> on_progress;
@@ -88,7 +92,7 @@ class trainer {
     loss_sum_ = be.scalar();
     detail::require(c.heal_step == 0 || !dp_.fully_sharded(), "trainer: healing (heal_step ", c.heal_step,
                     ") needs every weight on every rank; full sharding keeps shards only");
-    if (c.heal_step > 0) stash_ = prepare_healing(m);
+    if (c.heal_step > 0) stash_ = c.heal_stash ? std::move(*c.heal_stash) : prepare_healing(m);
   }
 
   // One optimizer step. Reads nothing back but at a logging step.

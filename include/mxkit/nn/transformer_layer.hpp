@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,13 +82,18 @@ class transformer_layer {
   }
 
   // N(0, std) weights; the two projections into the residual stream scaled by 1/sqrt(2 L)
-  // (GPT-2), norm gains 1.
-  void init(std::uint64_t seed, double stddev, std::size_t n_layers) {
+  // (GPT-2), norm gains 1. `fill` (when given) writes each weight instead (model_build_hooks).
+  void init(std::uint64_t seed, double stddev, std::size_t n_layers, const std::function<void(parameter&, double)>& fill = {}) {
     const double residual = stddev / std::sqrt(2.0 * static_cast<double>(n_layers));
-    qkv_.init_normal(seed, stddev);
-    out_.init_normal(seed, residual);
-    gate_up_.init_normal(seed, stddev);
-    down_.init_normal(seed, residual);
+    const auto one = [&](linear& l, double sd) {
+      if (!fill) return l.init_normal(seed, sd);
+      fill(l.weight(), sd);
+      ++l.weight().version;
+    };
+    one(qkv_, stddev);
+    one(out_, residual);
+    one(gate_up_, stddev);
+    one(down_, residual);
   }
 
   // x (M, C) -> y (M, C), y must not alias x.
