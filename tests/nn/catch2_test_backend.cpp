@@ -44,13 +44,6 @@ bool same_bytes(const qtensor& a, const qtensor& b) {
       pa);
 }
 
-token_buffer text_tokens() {
-  const std::string text = "A backend reads nothing back between the steps it logs. The loss stays in device memory. ";
-  auto v = std::make_shared<std::vector<std::uint8_t>>();
-  for (int i = 0; i < 40; ++i) v->insert(v->end(), text.begin(), text.end());
-  return v;
-}
-
 train_config short_run(std::size_t steps) {
   train_config c;
   c.steps = steps;
