@@ -108,12 +108,12 @@ if has_part memcheck && command -v compute-sanitizer >/dev/null; then
     [ -n "$f" ] || continue
     # NCCL_CUMEM_ENABLE=0: NCCL's buffers from cudaMalloc, which memcheck tracks (its cuMem maps it may not).
     CUDA_VISIBLE_DEVICES=0,1 NCCL_CUMEM_ENABLE=0 run_logged "$t.memcheck" 200 \
-      compute-sanitizer --tool memcheck --error-exitcode 99 "$f" "[memcheck]"
+      compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 "$f" "[memcheck]"
     grep -m5 -A6 "Invalid\|ERROR SUMMARY\|FAILED" "$final/$t.memcheck.log"
   done
   if [ -n "$train" ]; then
     NCCL_CUMEM_ENABLE=0 run_logged train2.memcheck 300 bash scripts/launch_gpus.sh 2 \
-      compute-sanitizer --tool memcheck --error-exitcode 99 "$train" "${tiny[@]}" --steps 4 --recipe mxfp4 --shard full
+      compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 "$train" "${tiny[@]}" --steps 4 --recipe mxfp4 --shard full
     grep -m5 -A6 "Invalid\|ERROR SUMMARY\|error" "$final/train2.memcheck.log"
   fi
 fi
