@@ -107,6 +107,7 @@ if has_part memcheck && command -v compute-sanitizer >/dev/null; then
     f=$(exe "$t")
     [ -n "$f" ] || continue
     # NCCL_CUMEM_ENABLE=0: NCCL's buffers from cudaMalloc, which memcheck tracks (its cuMem maps it may not).
+    # --report-api-errors no: NCCL probes kernels it has no image for (cudaFuncGetAttributes errors).
     CUDA_VISIBLE_DEVICES=0,1 NCCL_CUMEM_ENABLE=0 run_logged "$t.memcheck" 200 \
       compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 "$f" "[memcheck]"
     grep -m5 -A6 "Invalid\|ERROR SUMMARY\|FAILED" "$final/$t.memcheck.log"
