@@ -1,11 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Hopper flash attention, backward: the dK/dV kernel (common.hpp describes the design).
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <type_traits>
-
 #include <mxkit/gpu/nn/attention/sm90/common.hpp>
 
 MXKIT_BEGIN_NAMESPACE

@@ -2,10 +2,7 @@
 #pragma once
 // Hopper flash attention, host side: tensor maps and the launches of the forward and backward
 // kernels (gpu/nn/attention.hpp calls them).
-#include <cmath>
 #include <cstddef>
-#include <cstdint>
-#include <type_traits>
 
 #include <mxkit/gpu/arch/cuda/sm90_runtime.hpp>
 #include <mxkit/gpu/nn/attention/sm90/backward_dkdv.hpp>
