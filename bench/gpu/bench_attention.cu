@@ -51,8 +51,11 @@ void run_peer(double& fwd, double& fwdbwd, const mxkit::nn::head_shape& s) {
   const std::string cmd = env ? env : "python3 bench/attention_peer.py";
   fwd = fwdbwd = 0;
   if (cmd.empty()) return;
-  const std::string args = " " + std::to_string(s.batch) + " " + std::to_string(s.seq) + " " + std::to_string(s.n_heads) + " " +
-                           std::to_string(s.n_kv_heads) + " " + std::to_string(s.head_dim);
+  std::string args;  // appended piece by piece: g++ 12 -O3 warns (-Wrestrict, a false positive) on " " + std::string&&
+  for (const std::size_t v : {s.batch, s.seq, s.n_heads, s.n_kv_heads, s.head_dim}) {
+    args += ' ';
+    args += std::to_string(v);
+  }
   FILE* f = popen((cmd + args + " 2>&1").c_str(), "r");
   if (!f) return;
   char line[512];
