@@ -25,9 +25,11 @@
 //              as multi-tensor kernels whose device descriptor arrays are kept between steps.
 //   scalars    loss, norm, clip factor and step counts stay in device memory; one-thread
 //              kernels move them between the kernels' layouts (gpu/nn/tensor_ops.hpp).
-// Fused producers: rmsnorm_quantize and swiglu_quantize run the unfused kernel into a temporary
-// and quantize that (the bytes the contract asks for); fusing them is the next step
-// (bench/NOTES_training.md). The embedding and cross-entropy kernels' range flags are never
+// Producers: swiglu_quantize writes its FP8 copies straight from gate/up (gpu::swiglu_forward_fp8:
+// the output is never stored); its other copies, rmsnorm_quantize's and
+// swiglu_backward_quantize's run the unfused kernel and quantize its output (the bytes the
+// contract asks for; bench/NOTES_training.md has what fusing them measured). The embedding and
+// cross-entropy kernels' range flags are never
 // raised: write_tokens checks every id on the host before the upload.
 // The healing stash: export_fp8 casts on the device and copies the codes to the host;
 // import_fp8 uploads on a second stream (the copy engine) ordered after the backend's stream, so
