@@ -34,6 +34,7 @@
 //
 // NVLink multicast (NVLS) stays off: the first communicator (or unique id) of the process sets
 // NCCL_NVLS_ENABLE=0, over any other value (the launch scripts set it too), before NCCL reads it.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -187,6 +188,7 @@ class nccl_communicator final : public nn::communicator {
       MXKIT_GPU_CHECK(event_record(done, stream()));
     }
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    poll_backoff backoff(options_.poll_interval);
     for (;;) {
       const error_t e = event_query(done);
       if (e == success) break;
@@ -199,7 +201,7 @@ class nccl_communicator final : public nn::communicator {
         if (!failed()) fail("synchronize: collectives did not complete within the timeout");
         check();
       }
-      std::this_thread::sleep_for(options_.poll_interval);
+      backoff.wait();
     }
     give_event(done);
     check();
@@ -285,6 +287,31 @@ class nccl_communicator final : public nn::communicator {
   bool stop_ = false;
   std::thread watchdog_;
 
+  // Waiting for NCCL or for an event: an operation that is "in progress" right after the call
+  // (a non-blocking communicator's enqueue runs on NCCL's own thread) is usually done within
+  // microseconds, so the first polls only yield; later ones sleep, doubling up to poll_interval,
+  // so a long wait costs no CPU. Sleeping a whole poll_interval at once cost every collective
+  // that much, whatever its size (bench/NOTES_multi_gpu.md).
+  class poll_backoff {
+   public:
+    explicit poll_backoff(std::chrono::milliseconds longest) : longest_(longest) {}
+    void wait() {
+      if (yields_ < fast_polls) {
+        ++yields_;
+        std::this_thread::yield();
+        return;
+      }
+      std::this_thread::sleep_for(next_);
+      next_ = std::min<std::chrono::microseconds>(next_ * 2, longest_);
+    }
+
+   private:
+    static constexpr int fast_polls = 256;
+    int yields_ = 0;
+    std::chrono::microseconds next_{8};
+    std::chrono::microseconds longest_;
+  };
+
   static void keep_multicast_off() {
     static std::once_flag once;
     std::call_once(once, [] { ::setenv("NCCL_NVLS_ENABLE", "0", 1); });
@@ -343,6 +370,7 @@ class nccl_communicator final : public nn::communicator {
   // Polls the non-blocking communicator until its last operation left ncclInProgress.
   void wait_until_ready(const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    poll_backoff backoff(options_.poll_interval);
     for (;;) {
       {
         const std::lock_guard<std::mutex> lock(mutex_);
@@ -359,7 +387,7 @@ class nccl_communicator final : public nn::communicator {
         if (std::optional<std::string> why = control_->poll_abort()) fail("during " + std::string(what) + ": " + *why);
       }
       if (failed()) break;
-      std::this_thread::sleep_for(options_.poll_interval);
+      backoff.wait();
     }
     check();
     throw nn::comm_error(std::string("mxkit: ") + what + ": the communicator was aborted");
