@@ -14,7 +14,7 @@
 #     3.1 8B shape fully sharded with recompute per recipe (MXKIT_8B_SEQ, default 8192) and its
 #     peer bench/fsdp_peer.py (FSDP2 + torch.compile, bf16).
 # Environment: MXKIT_PARTS (default "build tests memcheck allreduce scaling 8b"), MXKIT_8B_SEQ,
-# MXKIT_SCALING_SECONDS (each weak-scaling run's length, default 60),
+# MXKIT_SCALING_STEPS (each weak-scaling run's steps, default 60),
 # MXKIT_8B_RECIPES (default "bf16 fp8 mxfp8 mxfp4"), MXKIT_COMMIT (the commit measured).
 # The device tool allows 10 minutes a command: run it in three calls on one warm machine (the
 # build folder stays), e.g.
@@ -131,7 +131,7 @@ if has_part scaling && [ -n "$train" ]; then
   note "weak scaling of 06_train_gpu's default model"
   for n in 1 2 4; do
     [ "$n" -le "$ngpu" ] || continue
-    run_logged "scaling$n" 150 bash scripts/launch_gpus.sh "$n" "$train" --steps 400 --stop-after "${MXKIT_SCALING_SECONDS:-60}" --log-every 20 --eval-every 0
+    run_logged "scaling$n" 150 bash scripts/launch_gpus.sh "$n" "$train" --steps 400 --stop-after "${MXKIT_SCALING_STEPS:-60}" --log-every 20 --eval-every 0
     grep -E "^throughput|tok/s" "$final/scaling$n.log" | tail -2
   done
 fi
