@@ -45,7 +45,7 @@ run_logged() {  # name seconds command...: runs it with a timeout, logs to $fina
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 echo "GPUs: $ngpu"
-nccl_root=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null || true)
+nccl_root=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null || true)
 if [ -n "$nccl_root" ] && [ -f "$nccl_root/lib/libnccl.so.2" ]; then
   export MXKIT_NCCL_LIBRARY=$nccl_root/lib/libnccl.so.2
   echo "NCCL: $MXKIT_NCCL_LIBRARY"

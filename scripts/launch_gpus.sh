@@ -26,7 +26,7 @@ if [ -z "${MASTER_PORT:-}" ]; then
 fi
 export MASTER_PORT
 if [ -z "${MXKIT_NCCL_LIBRARY:-}" ]; then
-  nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null || true)
+  nccl_dir=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null || true)
   [ -n "$nccl_dir" ] && [ -f "$nccl_dir/lib/libnccl.so.2" ] && export MXKIT_NCCL_LIBRARY=$nccl_dir/lib/libnccl.so.2
 fi
 grace=${MXKIT_LAUNCH_GRACE:-30}

@@ -45,9 +45,18 @@ inline mem_pool_t device_pool() {
 }
 }  // namespace detail
 
-// `bytes` of device memory, usable in the order of stream `s` (null for 0 bytes).
+// Every allocation is a whole number of 16-byte units: NCCL and RCCL read a collective's input in
+// 16-byte pieces, past the end of a buffer whose size is not a multiple of 16 (NVIDIA/nccl#265);
+// the driver's granularity makes that harmless, but compute-sanitizer reports it as an
+// out-of-bounds read of the caller's allocation, and an odd-sized tensor is a legal collective.
+inline constexpr std::size_t allocation_unit = 16;
+
+// `bytes` of device memory (rounded up to allocation_unit), usable in the order of stream `s`
+// (null for 0 bytes).
 inline void* allocate_async(std::size_t bytes, stream_t s) {
   if (bytes == 0) return nullptr;
+  mxkit::detail::require(bytes <= ~std::size_t{0} - allocation_unit, "gpu::allocate_async: ", bytes, " bytes");
+  bytes = (bytes + allocation_unit - 1) / allocation_unit * allocation_unit;
   void* p = nullptr;
   MXKIT_GPU_CHECK(malloc_from_pool_async(&p, bytes, detail::device_pool(), s));
   return p;

@@ -11,7 +11,8 @@
 // synchronization). nccl_options::own_stream = false enqueues them on the backend's stream
 // instead (join() has nothing to do). A buffer passed to a collective must stay alive until
 // join(): the backend's stream-ordered pool must not hand its memory out again before the
-// collective has read or written it.
+// collective has read or written it. NCCL reads inputs in 16-byte pieces, so a buffer should lie
+// in an allocation of a whole number of 16-byte units (gpu::allocate_async rounds up to that).
 //
 // Failure, never a hang. The communicator is non-blocking (ncclConfig_t::blocking = 0): no NCCL
 // call waits for another rank. A watchdog thread polls, every poll_interval,
@@ -181,6 +182,7 @@ class nccl_communicator final : public nn::communicator {
   // when the communicator failed or fails meanwhile (bounded by the timeout).
   void synchronize() {
     check();
+    settle();
     event_t done = nullptr;
     {
       const std::lock_guard<std::mutex> lock(mutex_);
@@ -240,6 +242,7 @@ class nccl_communicator final : public nn::communicator {
   }
   void do_join() override {
     check();
+    settle();
     if (!comm_stream_) return;
     MXKIT_GPU_CHECK(event_record(joined_, comm_stream_));
     MXKIT_GPU_CHECK(stream_wait_event(compute_, joined_));
@@ -278,6 +281,11 @@ class nccl_communicator final : public nn::communicator {
   void* verify_buffer_ = nullptr;  // device: size x descriptor_bytes
   void* verify_host_ = nullptr;    // pinned host copy
   std::uint64_t sequence_ = 0;
+  struct launch_in_progress {
+    bool active = false;
+    std::uint64_t sequence = 0;
+    kind what = kind::all_reduce;
+  } launching_;  // the caller's thread only
 
   mutable std::mutex mutex_;  // comm_ and every NCCL call on it, pending_, free_events_, failure_, stop_
   std::deque<pending> pending_;
@@ -396,6 +404,7 @@ class nccl_communicator final : public nn::communicator {
   template <class Launch>
   void enqueue(const call& c, Launch&& launch) {
     check();
+    settle();
     const std::uint64_t seq = ++sequence_;
     if (options_.verify_calls) verify(c, seq);
     const stream_t s = stream();
@@ -413,13 +422,31 @@ class nccl_communicator final : public nn::communicator {
       }
     }
     check();
-    if (r == nccl::in_progress) wait_until_ready(kind_names[static_cast<int>(c.what)]);
-    else if (r != nccl::success) fail(failure_text(kind_names[static_cast<int>(c.what)], r));
+    if (r == nccl::in_progress) {
+      launching_ = {true, seq, c.what};  // settled by the next call (see settle())
+      return;
+    }
+    if (r != nccl::success) fail(failure_text(kind_names[static_cast<int>(c.what)], r));
     check();
+    record_completion(seq, c.what);
+  }
+
+  // A non-blocking communicator may answer a collective with ncclInProgress: NCCL's own thread is
+  // still enqueueing it, and no other call may reach this communicator before it has finished.
+  // The rank does not wait for that at the call: the next collective, join() or synchronize()
+  // does, so the host goes on enqueueing the backward pass meanwhile. Only then is the
+  // collective's kernel on the stream, and its completion event recorded.
+  void settle() {
+    if (!launching_.active) return;
+    launching_.active = false;
+    wait_until_ready(kind_names[static_cast<int>(launching_.what)]);
+    record_completion(launching_.sequence, launching_.what);
+  }
+  void record_completion(std::uint64_t seq, kind what) {
     const std::lock_guard<std::mutex> lock(mutex_);
     event_t done = take_event();
-    MXKIT_GPU_CHECK(event_record(done, s));
-    pending_.push_back({done, std::chrono::steady_clock::now(), seq, c.what});
+    MXKIT_GPU_CHECK(event_record(done, stream()));
+    pending_.push_back({done, std::chrono::steady_clock::now(), seq, what});
   }
 
   // All ranks all-gather their call's description and compare (verify_calls).
