@@ -31,7 +31,7 @@ constexpr int warmup = 3, iterations = 20;
 
 // Seconds per all-reduce of `bytes` bf16 on `ranks` GPUs (rank 0's wall time over `iterations`,
 // after every rank's warm-up and a synchronization).
-std::vector<double> time_all_reduce(int ranks) {
+std::vector<double> time_all_reduce(int ranks, bool blocking) {
   const gpu::nccl::unique_id id = gpu::nccl_communicator::new_unique_id();
   std::vector<double> seconds(std::size(sizes_mib));
   std::vector<std::thread> threads;
@@ -43,6 +43,7 @@ std::vector<double> time_all_reduce(int ranks) {
         gpu::stream s;
         gpu::nccl_options o;
         o.own_stream = false;
+        o.blocking = blocking;
         o.timeout = std::chrono::seconds(120);
         gpu::nccl_communicator comm(id, r, ranks, s.get(), o);
         for (std::size_t k = 0; k < std::size(sizes_mib); ++k) {
@@ -81,7 +82,10 @@ int main(int argc, char** argv) {
   const std::string device = std::string(gpu::properties(0).name) + " x" + std::to_string(ranks);
   std::printf("%s %d (%s), %d ranks, bf16 sum, %d iterations per size\n", gpu::nccl::vendor_name, lib.version, lib.library.c_str(), ranks,
               iterations);
-  const std::vector<double> seconds = time_all_reduce(ranks);
+  // Both NCCL modes: the communicator's default (non-blocking, bounded waits) and blocking (what
+  // torch.distributed uses by default), so the per-call cost of the first shows.
+  const std::vector<double> seconds = time_all_reduce(ranks, false);
+  const std::vector<double> seconds_blocking = time_all_reduce(ranks, true);
 
   std::string sizes;
   for (std::size_t mib : sizes_mib) sizes += (sizes.empty() ? "" : ",") + std::to_string(mib);
@@ -96,10 +100,12 @@ int main(int argc, char** argv) {
   const double factor = 2.0 * (ranks - 1) / ranks;
   for (std::size_t k = 0; k < std::size(sizes_mib); ++k) {
     const double bytes = static_cast<double>(sizes_mib[k]) * (1u << 20);
-    const double busbw = bytes * factor / seconds[k] / 1e9;
-    rows.push_back({"allreduce", "nccl_communicator bf16 sum " + std::to_string(sizes_mib[k]) + " MiB, " + std::to_string(ranks) + " ranks",
-                    busbw, "GB/s bus", "torch.distributed.all_reduce",
-                    mxkit_bench::peer_value(peer, "busbw_gbs_" + std::to_string(sizes_mib[k]))});
+    const double peer_busbw = mxkit_bench::peer_value(peer, "busbw_gbs_" + std::to_string(sizes_mib[k]));
+    const std::string what = " bf16 sum " + std::to_string(sizes_mib[k]) + " MiB, " + std::to_string(ranks) + " ranks";
+    rows.push_back({"allreduce", "nccl_communicator" + what, bytes * factor / seconds[k] / 1e9, "GB/s bus",
+                    "torch.distributed.all_reduce", peer_busbw});
+    rows.push_back({"allreduce", "nccl_communicator (blocking NCCL)" + what, bytes * factor / seconds_blocking[k] / 1e9, "GB/s bus",
+                    "torch.distributed.all_reduce", peer_busbw});
   }
   mxkit_bench::finish(opt, device, rows);
   return 0;

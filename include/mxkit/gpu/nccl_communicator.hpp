@@ -66,6 +66,11 @@ struct nccl_options {
   std::chrono::milliseconds timeout{600'000};       // start-up and any collective's completion
   std::chrono::milliseconds poll_interval{2};       // the watchdog's period
   bool verify_calls = false;                        // compare every collective's description across ranks first
+  // A blocking NCCL communicator (ncclConfig_t::blocking = 1): NCCL returns from each call once
+  // it is enqueued, with no helper thread per call, but a call that waits for a peer (start-up, a
+  // first connection to a rank that died) is not bounded by `timeout`; what runs on the GPU still
+  // is (the watchdog). For measurements of the non-blocking mode's per-call cost.
+  bool blocking = false;
 };
 
 class nccl_communicator final : public nn::communicator {
@@ -85,7 +90,7 @@ class nccl_communicator final : public nn::communicator {
     MXKIT_GPU_CHECK(event_create_timing_off(&ready_));
     MXKIT_GPU_CHECK(event_create_timing_off(&joined_));
     nccl::config_t config;
-    config.blocking = 0;
+    config.blocking = options_.blocking ? 1 : 0;
     nccl::comm_t comm = nullptr;
     const nccl::result_t r = api_.comm_init_rank_config(&comm, size, id, rank, &config);
     comm_ = comm;
