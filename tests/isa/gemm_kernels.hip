@@ -6,6 +6,6 @@
 
 void mxkit_isa_instantiate(const mxkit::gpu::gemm_operand& a, const mxkit::gpu::gemm_operand& b,
                            const mxkit::gpu::gemm_output_desc& out, mxkit::gpu::stream_t s) {
-  mxkit::gpu::gfx950::launch(a, b, out, s);
+  mxkit::gpu::gfx950::launch_mfma(a, b, out, s);
   mxkit::gpu::portable::launch(a, b, out, s);
 }

@@ -20,7 +20,7 @@
 //               other MX pairs E4M3/E5M2 bytes with per-block scale promotion
 //               per-tensor FP8 and bf16 as they are
 //             The folded and bf16 routes check their exactness conditions on the device and
-//             fall back to per-block promotion where they fail (run_sm90). Their scratch comes
+//             fall back to per-block promotion where they fail (execute_sm90). Their scratch comes
 //             from mxkit's device pool, which keeps its memory (release_gemm_scratch returns it).
 //   gfx950    CDNA4 block-scaled MFMA (gemm/gfx950/kernel.hpp), compiled only: never run here
 // MXINT8 uses the portable kernel.
@@ -69,21 +69,79 @@ struct gemm_options {
 
 namespace detail {
 
-inline bool path_supports(gemm_path path, const gemm_operand& a, const gemm_operand& b) {
-  switch (path) {
-    case gemm_path::portable: return true;
+// The vendor's tensor-core path of this build: the one place that tells the two apart (the rest
+// of the dispatch reads this table).
+struct native_path_entry {
+  gemm_path path;
+  bool (*supports)(const gemm_operand&, const gemm_operand&);  // operand kinds, alignment, sizes, and the device
+};
 #if MXKIT_GPU_CUDA
-    case gemm_path::sm90: return a.length > 0 && sm90::supports(a, b) && sm90::available();
+inline bool sm90_takes(const gemm_operand& a, const gemm_operand& b) { return a.length > 0 && sm90::wgmma_supports(a, b) && sm90::available(); }
+inline constexpr native_path_entry native_path{gemm_path::sm90, sm90_takes};
 #else
-    case gemm_path::gfx950: return gfx950::supports(a, b) && gfx950::available();
+inline bool gfx950_takes(const gemm_operand& a, const gemm_operand& b) { return gfx950::mfma_supports(a, b) && gfx950::available(); }
+inline constexpr native_path_entry native_path{gemm_path::gfx950, gfx950_takes};
 #endif
-    default: return false;
-  }
+
+inline bool path_supports(gemm_path path, const gemm_operand& a, const gemm_operand& b) {
+  if (path == gemm_path::portable) return true;
+  return path == native_path.path && native_path.supports(a, b);
+}
+inline gemm_path automatic_path_of(const gemm_operand& a, const gemm_operand& b) {
+  return native_path.supports(a, b) ? native_path.path : gemm_path::portable;
 }
 
 template <gemm_output Out>
 gemm_output_desc make_output(matrix_view<Out> d, gemm_epilogue e) {
   return {d.data, d.data, d.stride(), d.stride(), std::is_same_v<Out, bfloat16>, e.alpha, e.beta};
+}
+
+// How the sm90 path runs a product, decided on the host before anything is enqueued.
+enum class sm90_route : std::uint8_t {
+  direct,          // FP8 bytes (MXFP8 with per-block promotion, per-tensor FP8) or bf16 as they are
+  via_bf16,        // MXFP8 x MXFP8 expanded to bf16 with the scales applied; gate: FP8 block-scaled
+  fold,            // MXFP4 x MXFP4 folded to E5M2 with line factors; gate: expanded, block-scaled
+  expand,          // other MX pairs re-encoded as E4M3/E5M2 bytes, block-scaled
+};
+
+// A product's plan: the path, the sm90 route and the scratch it needs (laid out as
+// [a's bytes | b's bytes | line factors of a, of b | the gate flag]).
+struct gemm_plan {
+  gemm_path path = gemm_path::portable;
+  sm90_route route = sm90_route::direct;
+  std::size_t scratch_a = 0, scratch_b = 0;  // bytes of each side's re-encoded copy
+  std::size_t line_factors = 0;              // floats (fold: a.lines + b.lines)
+  bool gate_flag = false;                    // an int the expansions set when the first route is inexact
+  std::size_t scratch_bytes() const noexcept {
+    return scratch_a + scratch_b + line_factors * sizeof(float) + (gate_flag ? sizeof(int) : 0);
+  }
+};
+
+inline gemm_plan plan_gemm(const gemm_operand& a, const gemm_operand& b, const gemm_options& o) {
+  gemm_plan p;
+  p.path = o.path == gemm_path::automatic ? automatic_path_of(a, b) : o.path;
+  mxkit::detail::require(path_supports(p.path, a, b), "gemm: path ", name_of(p.path),
+                         " cannot take these operands on this device and build (see gpu/gemm/gemm.hpp)");
+#if MXKIT_GPU_CUDA
+  if (p.path != gemm_path::sm90) return p;
+  if (o.mxfp8_via_bf16 && expand::to_bf16::applies(a) && expand::to_bf16::applies(b)) {
+    p.route = sm90_route::via_bf16;
+    p.scratch_a = expand::to_bf16::bytes(a);
+    p.scratch_b = expand::to_bf16::bytes(b);
+    p.gate_flag = true;
+    return p;
+  }
+  p.scratch_a = expand::bytes(a);  // lines * K with K % 32 == 0: 16-byte multiples
+  p.scratch_b = expand::bytes(b);
+  if (expand::fold::applies(a) && expand::fold::applies(b)) {
+    p.route = sm90_route::fold;
+    p.line_factors = a.lines + b.lines;
+    p.gate_flag = true;
+  } else if (p.scratch_a || p.scratch_b) {
+    p.route = sm90_route::expand;
+  }
+#endif
+  return p;
 }
 
 // The dispatch and the paths' launches: compiled in the kernel library when one is used
@@ -95,105 +153,85 @@ gemm_output_desc make_output(matrix_view<Out> d, gemm_epilogue e) {
 #define MXKIT_GPU_GEMM_ENTRY inline
 #endif
 #if MXKIT_GPU_CUDA
-// Scratch for the sm90 expansions: stream-ordered memory from mxkit's device pool
-// (gpu/memory.hpp), which keeps it between calls.
-inline std::uint8_t* scratch_alloc(std::size_t bytes, stream_t s) { return static_cast<std::uint8_t*>(allocate_async(bytes, s)); }
-
 inline sm90::mma_kind mma_kind_of(const gemm_operand& o) {
   if (o.kind == operand_kind::bf16) return sm90::mma_kind::bf16;
   if (o.kind == operand_kind::fp8) return o.fp8 == fp8_type::e4m3 ? sm90::mma_kind::e4m3 : sm90::mma_kind::e5m2;
   return o.type == mx_type::mxfp8_e5m2 ? sm90::mma_kind::e5m2 : sm90::mma_kind::e4m3;  // expanded types are E4M3
 }
 
-// MXFP8 x MXFP8: both sides as bf16 with their scales applied (expand::to_bf16) on the bf16
-// tensor cores; blocks the expansion cannot make exact set a device flag that opens the FP8
-// block-scaled kernel instead (the same gate scheme as run_sm90's fold).
-inline void run_sm90_bf16(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s) {
-  const std::size_t ea = expand::to_bf16::bytes(a), eb = expand::to_bf16::bytes(b);
-  std::uint8_t* scratch = scratch_alloc(ea + eb + sizeof(int), s);
-  try {
-    int* unsafe = reinterpret_cast<int*>(scratch + ea + eb);
-    MXKIT_GPU_CHECK(memset_async(unsafe, 0, sizeof(int), s));
-    expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(scratch), unsafe, s);
-    expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(scratch + ea), unsafe, s);
-    const sm90::mma_operand ba{sm90::mma_kind::bf16, scratch, 2 * a.length}, bb{sm90::mma_kind::bf16, scratch + ea, 2 * b.length};
-    sm90::launch(a, b, ba, bb, out, s, launch_gate{unsafe, false});
-    const sm90::mma_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
-    sm90::launch(a, b, fa, fb, out, s, launch_gate{unsafe, true});
-  } catch (...) {
-    deallocate_async(scratch, s);
-    throw;
-  }
-  deallocate_async(scratch, s);
-}
-
-// MXFP4/MXFP6 operands are first re-encoded as FP8 bytes into stream-ordered scratch memory.
-// MXFP4 x MXFP4 tries the line-scaled path first (expand::fold: both sides as E5M2 with one
-// factor per line, no per-block scales in the GEMM); if some line cannot be folded exactly, the
-// fold sets a device flag that closes that path and opens the block-scaled one (E4M3 bytes and
-// per-block scales). Both are enqueued and the closed kernels return at once, so the choice needs
-// no host synchronization.
-inline void run_sm90(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, const gemm_options& o) {
-  if (o.mxfp8_via_bf16 && expand::to_bf16::applies(a) && expand::to_bf16::applies(b)) return run_sm90_bf16(a, b, out, s);
-  const bool fold = expand::fold::applies(a) && expand::fold::applies(b);
-  const std::size_t ea = expand::bytes(a), eb = expand::bytes(b);  // lines * K with K % 32 == 0: 16-byte multiples
-  const std::size_t extra = fold ? (a.lines + b.lines) * sizeof(float) + sizeof(int) : 0;
-  std::uint8_t* scratch = ea + eb + extra ? scratch_alloc(ea + eb + extra, s) : nullptr;
-  try {
-    sm90::mma_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
-    launch_gate fallback;
-    if (fold) {
-      float* line_a = reinterpret_cast<float*>(scratch + ea + eb);
-      float* line_b = line_a + a.lines;
-      int* unsafe = reinterpret_cast<int*>(line_b + b.lines);
-      MXKIT_GPU_CHECK(memset_async(unsafe, 0, sizeof(int), s));
-      expand::fold::launch(a, scratch, line_a, unsafe, s);
-      expand::fold::launch(b, scratch + ea, line_b, unsafe, s);
-      const sm90::mma_operand la{sm90::mma_kind::e5m2, scratch, a.length, line_a}, lb{sm90::mma_kind::e5m2, scratch + ea, b.length, line_b};
-      sm90::launch(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums);
+// Runs an sm90 plan. The first routes (via_bf16, fold) check their exactness on the device: a
+// line or block they cannot make exact sets the gate flag, which closes their GEMM and opens the
+// fallback's (the FP8 block-scaled kernel on the original or re-encoded bytes). Both are enqueued
+// and the closed kernel returns at once, so the choice needs no host synchronization.
+inline void execute_sm90(const gemm_plan& p, const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s,
+                         const gemm_options& o, std::uint8_t* scratch) {
+  std::uint8_t* copy_a = scratch;
+  std::uint8_t* copy_b = scratch ? scratch + p.scratch_a : nullptr;
+  float* line_a = p.line_factors ? reinterpret_cast<float*>(copy_b + p.scratch_b) : nullptr;
+  float* line_b = line_a ? line_a + a.lines : nullptr;
+  int* unsafe = p.gate_flag ? reinterpret_cast<int*>(scratch + p.scratch_a + p.scratch_b + p.line_factors * sizeof(float)) : nullptr;
+  if (unsafe) MXKIT_GPU_CHECK(memset_async(unsafe, 0, sizeof(int), s));
+  sm90::mma_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
+  launch_gate fallback;
+  switch (p.route) {
+    case sm90_route::via_bf16: {
+      expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(copy_a), unsafe, s);
+      expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(copy_b), unsafe, s);
+      const sm90::mma_operand ba{sm90::mma_kind::bf16, copy_a, 2 * a.length}, bb{sm90::mma_kind::bf16, copy_b, 2 * b.length};
+      sm90::launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false});
+      sm90::launch_wgmma(a, b, fa, fb, out, s, launch_gate{unsafe, true});
+      return;
+    }
+    case sm90_route::fold: {
+      expand::fold::launch(a, copy_a, line_a, unsafe, s);
+      expand::fold::launch(b, copy_b, line_b, unsafe, s);
+      const sm90::mma_operand la{sm90::mma_kind::e5m2, copy_a, a.length, line_a}, lb{sm90::mma_kind::e5m2, copy_b, b.length, line_b};
+      sm90::launch_wgmma(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums);
       fallback = launch_gate{unsafe, true};
+      break;
     }
-    if (ea) {
-      expand::launch(a, scratch, s, fallback);
-      fa.data = scratch;
-      fa.line_bytes = a.length;
-    }
-    if (eb) {
-      expand::launch(b, scratch + ea, s, fallback);
-      fb.data = scratch + ea;
-      fb.line_bytes = b.length;
-    }
-    sm90::launch(a, b, fa, fb, out, s, fallback);
-  } catch (...) {
-    if (scratch) deallocate_async(scratch, s);
-    throw;
+    case sm90_route::expand:
+    case sm90_route::direct: break;
   }
-  if (scratch) deallocate_async(scratch, s);
+  if (p.scratch_a) {
+    expand::launch(a, copy_a, s, fallback);
+    fa.data = copy_a;
+    fa.line_bytes = a.length;
+  }
+  if (p.scratch_b) {
+    expand::launch(b, copy_b, s, fallback);
+    fb.data = copy_b;
+    fb.line_bytes = b.length;
+  }
+  sm90::launch_wgmma(a, b, fa, fb, out, s, fallback);
 }
 #endif
 
-// Runs the product on the chosen path; returns the path taken.
+// Runs the product on the chosen path; returns the path taken. The sm90 scratch comes from
+// mxkit's device pool (stream-ordered), which keeps its memory between calls.
 MXKIT_GPU_GEMM_ENTRY gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, gemm_options o) {
-  gemm_path path = o.path;
-  if (path == gemm_path::automatic) {
+  const gemm_plan p = plan_gemm(a, b, o);
+  if (a.lines == 0 || b.lines == 0) return p.path;
+  switch (p.path) {
 #if MXKIT_GPU_CUDA
-    path = path_supports(gemm_path::sm90, a, b) ? gemm_path::sm90 : gemm_path::portable;
+    case gemm_path::sm90: {
+      const std::size_t bytes = p.scratch_bytes();
+      auto* scratch = static_cast<std::uint8_t*>(bytes ? allocate_async(bytes, s) : nullptr);
+      try {
+        execute_sm90(p, a, b, out, s, o, scratch);
+      } catch (...) {
+        deallocate_async(scratch, s);
+        throw;
+      }
+      deallocate_async(scratch, s);
+      break;
+    }
 #else
-    path = path_supports(gemm_path::gfx950, a, b) ? gemm_path::gfx950 : gemm_path::portable;
-#endif
-  }
-  mxkit::detail::require(path_supports(path, a, b), "gemm: path ", name_of(path),
-                         " cannot take these operands on this device and build (see gpu/gemm/gemm.hpp)");
-  if (a.lines == 0 || b.lines == 0) return path;
-  switch (path) {
-#if MXKIT_GPU_CUDA
-    case gemm_path::sm90: run_sm90(a, b, out, s, o); break;
-#else
-    case gemm_path::gfx950: gfx950::launch(a, b, out, s); break;
+    case gemm_path::gfx950: gfx950::launch_mfma(a, b, out, s); break;
 #endif
     default: portable::launch(a, b, out, s); break;
   }
-  return path;
+  return p.path;
 }
 #else
 gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, gemm_options o);
@@ -206,14 +244,7 @@ gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_de
 inline void release_gemm_scratch() { trim_device_memory(0); }
 
 // Which path `automatic` takes for these operands on the current device.
-inline gemm_path automatic_path(mx_const_view a, mx_const_view b) {
-  const gemm_operand oa = make_operand(a), ob = make_operand(b);
-#if MXKIT_GPU_CUDA
-  return detail::path_supports(gemm_path::sm90, oa, ob) ? gemm_path::sm90 : gemm_path::portable;
-#else
-  return detail::path_supports(gemm_path::gfx950, oa, ob) ? gemm_path::gfx950 : gemm_path::portable;
-#endif
-}
+inline gemm_path automatic_path(mx_const_view a, mx_const_view b) { return detail::automatic_path_of(make_operand(a), make_operand(b)); }
 
 // ---- any TN product ---------------------------------------------------------------------------
 template <gemm_output Out>

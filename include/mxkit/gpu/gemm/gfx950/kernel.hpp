@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(threads) gemm_kernel(const params p) {
 }
 
 // MX operands of MFMA formats, lines 4-byte aligned (the loads are dword loads).
-inline bool supports(const gemm_operand& a, const gemm_operand& b) noexcept {
+inline bool mfma_supports(const gemm_operand& a, const gemm_operand& b) noexcept {
   auto ok = [](const gemm_operand& o) {
     return o.kind == operand_kind::mx && format_code(o.type) >= 0 && reinterpret_cast<std::uintptr_t>(o.data) % 4 == 0 &&
            o.line_bytes % 4 == 0;
@@ -159,8 +159,8 @@ void launch_b(int fb, const params& prm, stream_t stream) {
   }
 }
 
-inline void launch(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t stream) {
-  mxkit::detail::require(supports(a, b), "gemm (gfx950): needs MX operands with FP4/FP6/FP8 elements");
+inline void launch_mfma(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t stream) {
+  mxkit::detail::require(mfma_supports(a, b), "gemm (gfx950): needs MX operands with FP4/FP6/FP8 elements");
   if (a.lines == 0 || b.lines == 0) return;
   mxkit::detail::require((a.lines + tile - 1) / tile <= 65535, "gemm (gfx950): ", a.lines, " rows exceed the grid");
   const params prm{a, b, out};

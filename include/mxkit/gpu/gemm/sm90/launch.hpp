@@ -41,7 +41,7 @@ struct mma_operand {
 };
 
 // Can this path take these operands at all (before any expansion)? Types, alignment, sizes.
-inline bool supports(const gemm_operand& a, const gemm_operand& b) noexcept {
+inline bool wgmma_supports(const gemm_operand& a, const gemm_operand& b) noexcept {
   auto ok = [](const gemm_operand& o) {
     if (o.kind == operand_kind::mx && o.type == mx_type::mxint8) return false;
     if (o.mn_major && o.kind != operand_kind::bf16) return false;
@@ -128,7 +128,7 @@ void launch_kinds(const gemm_operand& a, const gemm_operand& b, const mma_operan
 // a, b: the original operands (shape, scales); fa, fb: their FP8 bytes. Line factors on both
 // (expand::fold's E5M2 bytes) select scaling::line, whose promotions cover one block
 // (exact_block_sums) or four; the kernel runs only if `gate` is open.
-inline void launch(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb,
+inline void launch_wgmma(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb,
                    const gemm_output_desc& out, stream_t stream, launch_gate gate = {}, bool exact_block_sums = true) {
   if (a.lines == 0 || b.lines == 0) return;
   params prm;
