@@ -90,7 +90,7 @@ class linear {
   const recipe& current_recipe() const noexcept { return recipe_; }
 
   void init_normal(std::uint64_t seed, double stddev) {
-    be_->write(weight_.value, normal_values(weight_.value.size(), seed, mix_stream(id_, 0x1417), stddev));
+    initialize(*be_, weight_, parameter_init::normal(seed, mix_stream(id_, 0x1417), stddev));
     ++weight_.version;
   }
 
