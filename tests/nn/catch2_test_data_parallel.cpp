@@ -455,3 +455,85 @@ TEST_CASE("deferred construction: full sharding trains the eager model's losses 
     CHECK(deferred[k].weights == eager[k].weights);
   }
 }
+
+// Forwards every collective to `inner` and counts the bytes each kind moves from this rank's side.
+class counting_communicator : public communicator {
+ public:
+  explicit counting_communicator(communicator& inner) : communicator(inner.rank(), inner.size()), inner_(&inner) {}
+  std::size_t gathered = 0, broadcast_bytes = 0;
+
+ protected:
+  void do_all_reduce(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->all_reduce(in, out, op); }
+  void do_reduce_scatter(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->reduce_scatter(in, out, op); }
+  void do_all_gather(comm_buffer in, comm_buffer out) override {
+    gathered += out.bytes();
+    inner_->all_gather(in, out);
+  }
+  void do_broadcast(comm_buffer data, int root) override {
+    broadcast_bytes += data.bytes();
+    inner_->broadcast(data, root);
+  }
+  void do_join() override { inner_->join(); }
+  void do_abort(const std::string& reason) noexcept override { inner_->abort(reason); }
+
+ private:
+  communicator* inner_;
+};
+
+TEST_CASE("full sharding: backward gathers only the norm gains where forward's weight copies serve dgrad", "[nn][data_parallel]") {
+  model_config mc = tiny_model();
+  mc.n_layers = 2;
+  const int n = 3;
+  const std::size_t C = mc.layer.d_model, F = mc.layer.d_ff;
+  const std::size_t layer = C * mc.layer.qkv_dim() + C * C + C * 2 * F + F * C + 2 * C;
+  const std::size_t head_group = C + C * mc.vocab, embedding_group = C * mc.vocab;
+  const auto whole = [&](std::size_t elements) { return n * round_up((elements + n - 1) / n, 32) * 4; };  // gathered bytes
+  const std::size_t forward = whole(embedding_group) + mc.n_layers * whole(layer) + whole(head_group);
+  for (const bool lean : {false, true}) {
+    for (const bool recompute : {false, true}) {
+      INFO((lean ? "lean memory" : "cached weight copies") << (recompute ? ", recompute" : ""));
+      std::vector<std::size_t> gathered(n), broadcast(n);
+      std::vector<outcome> got(n);
+      ref::run_ranks(n, [&](communicator& inner) {
+        counting_communicator comm(inner);
+        host_backend be;
+        model m(be, mc, recipes::mxfp8(), 17);
+        m.set_recompute(recompute);
+        if (lean)
+          for (auto& l : m.layers()) l.set_memory(linear_memory::lean());
+        train_config c = run_config(2, 0.0);
+        c.parallel = {&comm, 1, sharding::full};
+        trainer t(m, text_tokens(), c);
+        t.run();
+        gathered[static_cast<std::size_t>(comm.rank())] = comm.gathered;
+        broadcast[static_cast<std::size_t>(comm.rank())] = comm.broadcast_bytes;
+        got[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
+      });
+      // Per step: forward gathers every group; backward the layers' and the head group's norm
+      // gains (the head's bf16 copies serve too), or under lean memory the layers whole.
+      const std::size_t norms = (2 * mc.n_layers + 1) * C * 4;
+      const std::size_t backward = lean ? mc.n_layers * whole(layer) : 0;
+      const std::size_t backward_broadcast = lean ? C * 4 : norms;
+      for (int k = 0; k < n; ++k) {
+        INFO("rank " << k);
+        // 2 steps, each with the optimizer's all_gather of the ranks' f64 shard norms
+        CHECK(gathered[static_cast<std::size_t>(k)] == 2 * (forward + backward + n * 8));
+        CHECK(broadcast[static_cast<std::size_t>(k)] == 2 * backward_broadcast);
+        CHECK(got[static_cast<std::size_t>(k)].weights == got[0].weights);
+      }
+      // The same bits as unsharded data parallelism.
+      std::vector<outcome> plain(n);
+      ref::run_ranks(n, [&](communicator& comm) {
+        host_backend be;
+        model m(be, mc, recipes::mxfp8(), 17);
+        train_config c = run_config(2, 0.0);
+        c.parallel = {&comm, 1, sharding::none};
+        trainer t(m, text_tokens(), c);
+        t.run();
+        plain[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
+      });
+      CHECK(got[0].losses == plain[0].losses);
+      CHECK(got[0].weights == plain[0].weights);
+    }
+  }
+}

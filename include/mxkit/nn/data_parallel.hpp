@@ -243,7 +243,10 @@ class data_parallel {
     if (!fully_sharded()) return;
     const std::size_t lo = static_cast<std::size_t>(rank());
     for (group& g : groups_) {
-      if (!g.values.defined()) continue;
+      if (!g.values.defined()) {  // not gathered, or only some parameters (for a backward)
+        release_weights(g);
+        continue;
+      }
       if (keep_written) m_->be().copy(view_of(g.values, lo * g.shard, 1, g.shard), g.shard_values);
       release_weights(g);
     }
@@ -284,6 +287,7 @@ class data_parallel {
     tensor values;                         // sharded: (1, ranks x shard): every params[i].value is a view of it
                                            // (full sharding: only while the group is gathered)
     tensor shard_values, shard_grads;      // full sharding: (1, shard) each, this rank's
+    bool gathered = false;                 // full sharding: gather() called since the last release
     std::vector<parameter> pieces;         // sharded: this rank's part of each parameter it overlaps
     std::vector<std::size_t> piece_of, piece_begin;
   };
@@ -314,14 +318,41 @@ class data_parallel {
   void release_weights(group& g) noexcept {
     for (parameter* p : g.params) p->value.reset();
     g.values.reset();
+    g.gathered = false;
   }
   // Full sharding: the group's weights from every rank's shard (an all_gather into a new buffer;
   // visible after the next join()). Nothing if they are here already (prefetched).
-  void gather(group& g) {
-    if (g.params.empty() || g.values.defined()) return;
-    g.values = m_->be().alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
-    c_.comm->all_gather(buffer_of(g.shard_values), buffer_of(g.values));
-    for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i]->value = view_of(g.values, g.offsets[i], g.rows[i], g.cols[i]);
+  // For backward, only the parameters whose values the backward reads (model::backward_reads_value:
+  // the norm gains; a linear weight whose forward-made quantized copies serve dgrad is not read):
+  // each from the rank(s) whose shard holds it (a broadcast per owner), or nothing at all (the
+  // embedding). The copies forward made are the bytes a fresh quantization of the gathered weight
+  // gives (the weight's version has not moved), so the results are the full gather's bits.
+  void gather(group& g, bool for_backward = false) {
+    if (g.params.empty() || g.gathered) return;
+    g.gathered = true;
+    std::vector<bool> read(g.params.size(), true);
+    bool all = true;
+    for (std::size_t i = 0; for_backward && i < g.params.size(); ++i) all = (read[i] = m_->backward_reads_value(*g.params[i])) && all;
+    backend& be = m_->be();
+    if (all) {
+      g.values = be.alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
+      c_.comm->all_gather(buffer_of(g.shard_values), buffer_of(g.values));
+      for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i]->value = view_of(g.values, g.offsets[i], g.rows[i], g.cols[i]);
+      return;
+    }
+    const std::size_t r = static_cast<std::size_t>(rank());
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      if (!read[i]) continue;
+      parameter& p = *g.params[i];
+      p.value = be.alloc_uninitialized(g.rows[i], g.cols[i], g.shard_values.type(), mem_tag::parameter);
+      const std::size_t begin = g.offsets[i], end = begin + g.rows[i] * g.cols[i];
+      for (std::size_t owner = begin / g.shard; owner * g.shard < end; ++owner) {  // ranks whose shard holds part of p
+        const std::size_t a = std::max(begin, owner * g.shard), b = std::min(end, (owner + 1) * g.shard);
+        tensor part = view_of(p.value, a - begin, 1, b - a);
+        if (owner == r) be.copy(view_of(g.shard_values, a - owner * g.shard, 1, b - a), part);
+        c_.comm->broadcast(buffer_of(part), static_cast<int>(owner));
+      }
+    }
   }
 
   void on_group(group_event e, std::size_t index) {
@@ -333,7 +364,7 @@ class data_parallel {
       case group_event::before_forward:
       case group_event::before_backward: {
         if (!full) return;
-        gather(g);
+        gather(g, e == group_event::before_backward);
         if (e == group_event::before_backward && !g.grads.defined()) {  // zeros: the padding stays 0
           g.grads = m_->be().alloc(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::gradient);
           bind_grads(g);
@@ -345,7 +376,7 @@ class data_parallel {
         // Prefetch the group that runs next (forward: index + 1, backward: index - 1), overlapped
         // with this group's work on a device communicator's stream.
         const std::size_t next = e == group_event::before_forward ? index + 1 : index - 1;
-        if (next < groups_.size()) gather(groups_[next]);
+        if (next < groups_.size()) gather(groups_[next], e == group_event::before_backward);
         return;
       }
       case group_event::after_forward:

@@ -205,6 +205,17 @@ class model {
     return g;
   }
   void set_group_hook(std::function<void(group_event, std::size_t group)> hook) { group_hook_ = std::move(hook); }
+  // Whether the next backward (with its recomputed forwards) reads p's value: the norm gains yes;
+  // the embedding table no (its gradient needs the tokens only); a linear's weight only where its
+  // cached quantized copies do not serve (linear::backward_reads_master). Full sharding gathers
+  // only these before a group's backward.
+  bool backward_reads_value(const parameter& p) {
+    if (&p == &embedding_.table()) return false;
+    for (linear* l : linears())
+      if (&p == &l->weight()) return l->backward_reads_master();
+    if (&p == &head_.weight()) return head_.backward_reads_master();
+    return true;
+  }
 
   // The training forward the next micro-batch is within its step (its Philox streams): micro-batch
   // j of a step draws the same bits whichever rank runs it, and however many micro-batches the
