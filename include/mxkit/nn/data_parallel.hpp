@@ -32,6 +32,15 @@
 // one flat weight buffer per group), then the weights are all-gathered in place. The gradient norm
 // combines the ranks' shard norms (an all_gather of N f64 norms, then the norm of those).
 //
+// Full sharding (ZeRO-3 / FSDP): a rank keeps its shard of each group's fp32 weights and reduced
+// gradients; a group's weights are all-gathered before its forward, and before its backward only
+// the parameters the backward reads (model::backward_reads_value: norm gains; a linear weight
+// whose cached quantized copies serve its dgrad is not read), broadcast from their owners.
+//
+// Construction from a model built with deferred memory (model_build_hooks::defer_memory): each
+// rank fills only what it keeps from the parameters' counter-based initializers (parameter.hpp),
+// so no rank makes or holds the whole model; the values are the eager construction's bits.
+//
 // Agreement with one rank accumulating N K micro-batches (tests/nn/catch2_test_data_parallel.cpp):
 // the micro-batches' losses and gradients are the same bits; what differs is the order of the fp32
 // sums. A GEMM-produced weight gradient adds micro-batch products one at a time on one rank
