@@ -8,7 +8,8 @@
 #       bench/fsdp_peer.py --seq 8192 --batch 1 --steps 3 --warmup 2
 # Rank 0 prints "key value" lines: tokens_per_s_per_gpu, tflops_per_gpu, mfu_percent (against
 # --peak-tflops, the H100 SXM's 989 bf16 dense), peak_gib (torch.cuda.max_memory_allocated),
-# step_ms. Model FLOPs as mxkit's training program counts them (06_train_gpu --help):
+# step_ms, startup_s (process group up, sharded model initialized: before the first step).
+# Model FLOPs as mxkit's training program counts them (06_train_gpu --help):
 # 6 N_linear tokens + layers 3.5 x 2 B H T^2 D.
 # --layers/--d-model/... shrink the model (a smoke run: --layers 2 --d-model 256 --heads 4
 # --kv-heads 2 --ffn 512 --vocab 1024 --seq 256 --no-compile).
@@ -110,6 +111,7 @@ def main():
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--no-recompute", dest="recompute", action="store_false")
     a = p.parse_args()
+    t_start = time.perf_counter()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
@@ -139,6 +141,8 @@ def main():
                 prm.fill_(1.0)
             else:
                 prm.normal_(0.0, 0.02)
+    torch.cuda.synchronize()
+    startup_s = time.perf_counter() - t_start  # process group, sharded model built and initialized
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, foreach=True)  # multi-tensor, as torchtitan
     cos, sin = rope_tables(a.seq, a.d_model // a.heads, 500000.0, dev)
     gen = torch.Generator(device=dev).manual_seed(1 + rank)
@@ -179,6 +183,7 @@ def main():
         print(f"mfu_percent {100.0 * flops / seconds / 1e12 / a.peak_tflops:.2f}", flush=True)
         print(f"peak_gib {peak:.2f}", flush=True)
         print(f"step_ms {1000.0 * seconds:.1f}", flush=True)
+        print(f"startup_s {startup_s:.1f}", flush=True)
     dist.destroy_process_group()
 
 

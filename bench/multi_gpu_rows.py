@@ -4,7 +4,9 @@
 #   weak scaling   06_train_gpu's default model on N GPUs: tokens/s per GPU against 1 GPU's;
 #   8B             the Llama 3.1 8B shape, fully sharded with recompute, per recipe: tokens/s per
 #                  GPU and MFU against bench/fsdp_peer.py (PyTorch FSDP2 + torch.compile, bf16),
-#                  and the backend's peak memory per GPU against the peer's.
+#                  the backend's peak memory per GPU against the peer's, and the start-up time
+#                  (construction of the sharded model) against the peer's. Exposed communication
+#                  is not measured by the training program (bench/NOTES_multi_gpu.md).
 #   python3 bench/multi_gpu_rows.py LOG_DIR DEVICE [RESULTS.md]
 # A run whose log lacks its summary line gives no row (it failed or timed out: its log says why).
 import datetime
@@ -28,9 +30,10 @@ def summary(text):
     if not m:
         return None
     mem = re.search(r"backend memory peak: ([0-9.]+) MiB", text)
+    ready = re.search(r"^\[ *([0-9.]+)s\] training state ready", text, re.M)
     ranks = re.search(r"ranks?: ([0-9]+)", text)
     return {"tokens": float(m.group(1)), "mfu": float(m.group(3) or 0), "peak_mib": float(mem.group(1)) if mem else 0.0,
-            "ranks": int(ranks.group(1)) if ranks else None}
+            "ranks": int(ranks.group(1)) if ranks else None, "ready_s": float(ready.group(1)) if ready else None}
 
 
 def peer_values(text):
@@ -76,17 +79,20 @@ def main():
 
     peer = peer_values(read(os.path.join(logs, "fsdp_peer.log")))
     seq = os.environ.get("MXKIT_8B_SEQ", "8192")
+    names = {"mxfp4": "mxfp4+Hadamard"}
     for recipe in ("bf16", "fp8", "mxfp8", "mxfp4"):
         s = summary(read(os.path.join(logs, f"8b_{recipe}.log")))
         if not s:
             continue
         n = s["ranks"] or 4
-        case = f"Llama 3.1 8B shape (vocab 256), FSDP + recompute, T{seq}, {recipe}, {n} GPUs"
+        case = f"Llama 3.1 8B shape (vocab 256), FSDP + recompute, T{seq}, {names.get(recipe, recipe)}, {n} GPUs"
         row(case + ": tokens/s per GPU", s["tokens"] / n, "tokens/s", "torch FSDP2+compile bf16", peer.get("tokens_per_s_per_gpu", 0.0))
         row(case + ": MFU per GPU", s["mfu"], "%", "torch FSDP2+compile bf16", peer.get("mfu_percent", 0.0))
         if s["peak_mib"]:
             row(case + ": backend peak memory per GPU", s["peak_mib"] / 1024.0, "GiB", "torch max_memory_allocated",
                 peer.get("peak_gib", 0.0))
+        if s["ready_s"] is not None:  # rank 0: run() entered to the sharded model and optimizer built (the peer: from its start)
+            row(case + ": start-up to the first step", s["ready_s"], "s", "torch FSDP2 start-up", peer.get("startup_s", 0.0))
     if not rows and peer:
         row(f"torch FSDP2+compile bf16 Llama 3.1 8B shape (vocab 256) T{seq}: tokens/s per GPU", peer.get("tokens_per_s_per_gpu", 0.0), "tokens/s")
     if rows:

@@ -467,8 +467,13 @@ inline int run(nn::backend& be, const device_info& device, const options& o, nn:
   const nn::model_config mc = model_config_of(o);
   char size[32];
   std::snprintf(size, sizeof size, "%.3g", approximate_parameters(o));
+  // Several ranks: the model is built as shapes and initializers, and the trainer's data_parallel
+  // allocates and fills what each rank keeps (--shard full: its shard only; nn/model.hpp,
+  // defer_memory), so that no rank makes or holds the whole fp32 model; the same values.
+  nn::model_build_hooks build;
+  build.defer_memory = comm != nullptr && o.init_from.empty();
   const auto model = allocating(std::string("the model (about ") + size + " parameters: --layers, --d-model, --ffn)",
-                                [&] { return std::make_unique<nn::model>(be, mc, r, o.seed); });
+                                [&] { return std::make_unique<nn::model>(be, mc, r, o.seed, build); });
   nn::model& m = *model;
   if (!o.init_from.empty()) nn::import_safetensors(o.init_from, m);
   if (!o.dump_batches.empty()) dump_batches(o.dump_batches, data, o);
@@ -544,6 +549,9 @@ inline int run(nn::backend& be, const device_info& device, const options& o, nn:
   const auto trainer = allocating("the training state (--batch " + std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + ")",
                                   [&] { return std::make_unique<nn::trainer>(m, data.split.train, tc); });
   nn::trainer& t = *trainer;
+  say("training state ready: this rank holds %s of parameters, %s of optimizer state%s%s", mib(be.memory().live(nn::mem_tag::parameter)).c_str(),
+      mib(be.memory().live(nn::mem_tag::optimizer)).c_str(), device.memory ? "; device memory: " : "",
+      device.memory ? device.memory().c_str() : "");
   const std::size_t end = o.stop_after.value_or(o.steps);
 
   // Several ranks: checkpoints are directories of shards (a directory resumes on any number).

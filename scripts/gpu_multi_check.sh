@@ -15,7 +15,9 @@
 #     peer bench/fsdp_peer.py (FSDP2 + torch.compile, bf16).
 # Environment: MXKIT_PARTS (default "build tests memcheck allreduce scaling 8b"), MXKIT_8B_SEQ,
 # MXKIT_SCALING_STEPS (each weak-scaling run's steps, default 60),
-# MXKIT_8B_RECIPES (default "bf16 fp8 mxfp8 mxfp4"), MXKIT_COMMIT (the commit measured).
+# MXKIT_8B_RECIPES (default "bf16 fp8 mxfp8 mxfp4"), MXKIT_8B_STEPS (timed steps, default 3),
+# MXKIT_8B_LIMIT / MXKIT_8B_PEER_LIMIT (seconds per case, default 70 / 130), MXKIT_COMMIT (the
+# commit measured).
 # The device tool allows 10 minutes a command: run it in three calls on one warm machine (the
 # build folder stays), e.g.
 #   MXKIT_PARTS="build tests"                 bash scripts/gpu_multi_check.sh
@@ -136,26 +138,37 @@ if has_part scaling && [ -n "$train" ]; then
   done
 fi
 
-# The Llama 3.1 8B shape, fully sharded with recompute, per recipe, and its PyTorch peer.
+# The Llama 3.1 8B shape, fully sharded with recompute, per recipe, and its PyTorch peer: about
+# 5 minutes in all. Each mxkit case: start-up (the rank builds and fills only its shard: about
+# 10-20 s with NCCL's start), one warm-up step, then MXKIT_8B_STEPS timed steps (default 3, ~2 s
+# each); a case that has not finished in MXKIT_8B_LIMIT s (default 70) is stopped and gives no row.
+# The peer last (torch.compile in its two warm-up steps is the slowest part), at most
+# MXKIT_8B_PEER_LIMIT s.
 if has_part 8b && [ "$ngpu" -ge 2 ]; then
   note "Llama 3.1 8B shape, fully sharded, recompute"
   seq=${MXKIT_8B_SEQ:-8192}
   n=$((ngpu >= 4 ? 4 : ngpu))
+  timed=${MXKIT_8B_STEPS:-3}
   if [ -n "$train" ] && "$train" --help 2>/dev/null | grep -q -- "--shard"; then
     for recipe in ${MXKIT_8B_RECIPES:-bf16 fp8 mxfp8 mxfp4}; do
-      run_logged "8b_$recipe" 150 bash scripts/launch_gpus.sh "$n" "$train" --layers 32 --d-model 4096 --heads 32 --kv-heads 8 \
-        --ffn 14336 --seq "$seq" --batch 1 --steps 100 --stop-after 6 --warmup 1 --log-every 2 --eval-every 0 --shard full --recompute on \
-        --recipe "$recipe"
+      # --log-every 1: the first window (step 1, the warm-up) is left out of the summary line.
+      run_logged "8b_$recipe" "${MXKIT_8B_LIMIT:-70}" bash scripts/launch_gpus.sh "$n" "$train" --layers 32 --d-model 4096 --heads 32 \
+        --kv-heads 8 --ffn 14336 --seq "$seq" --batch 1 --steps 100 --stop-after $((timed + 1)) --warmup 1 --log-every 1 \
+        --eval-every 0 --shard full --recompute on --recipe "$recipe"
       rc=$?
-      grep -E "tok/s|^throughput|memory|error" "$final/8b_$recipe.log" | tail -4
+      grep -E "training state ready|tok/s|^throughput|memory peak|error" "$final/8b_$recipe.log" | tail -5
       if [ $rc -eq 2 ]; then echo "06_train_gpu refused the flags (exit 2): the other recipes are skipped"; break; fi
     done
   else
     echo "06_train_gpu has no --shard here: the 8B runs are skipped"
   fi
-  run_logged fsdp_peer 300 python3 -m torch.distributed.run --standalone --nproc_per_node "$n" bench/fsdp_peer.py --seq "$seq" \
-    --batch 1 --steps 3 --warmup 2 --vocab 256  # 06_train_gpu's vocabulary: the same model (NOTES_multi_gpu.md)
-  grep -vE "^\s*$" "$final/fsdp_peer.log" | grep -E "^(#|tokens|tflops|mfu|peak|step)|Error|error" | tail -10
+  if python3 -c "import torch" 2>/dev/null; then
+    run_logged fsdp_peer "${MXKIT_8B_PEER_LIMIT:-130}" python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
+      bench/fsdp_peer.py --seq "$seq" --batch 1 --steps "$timed" --warmup 2 --vocab 256  # 06_train_gpu's vocabulary: the same model
+    grep -vE "^\s*$" "$final/fsdp_peer.log" | grep -E "^(#|tokens|tflops|mfu|peak|step|startup)|Error|error" | tail -10
+  else
+    echo "no PyTorch here: the FSDP2 peer is skipped"
+  fi
 fi
 
 if has_part scaling || has_part 8b; then

@@ -350,3 +350,190 @@ TEST_CASE("data parallel: bad configurations are refused", "[nn][data_parallel]"
   CHECK_THROWS_AS(view_of(m.head().scaling() ? tensor{} : be.alloc(1, 4, dtype::f32, mem_tag::activation), 2, 1, 3),
                   std::invalid_argument);
 }
+
+TEST_CASE("parameter init: any element range of a normal fill is the whole fill's bits, for any threads", "[nn][data_parallel]") {
+  const std::vector<double> whole = normal_values(1001, 9, 4, 0.5);
+  for (const auto& [first, count] : {std::pair<std::size_t, std::size_t>{0, 1001}, {1, 1}, {1, 2}, {7, 500}, {998, 3}, {1000, 1}}) {
+    INFO("elements " << first << " + " << count);
+    std::vector<double> part(count);
+    normal_values_into(part.data(), first, count, 9, 4, 0.5);
+    CHECK(part == std::vector<double>(whole.begin() + static_cast<std::ptrdiff_t>(first),
+                                      whole.begin() + static_cast<std::ptrdiff_t>(first + count)));
+  }
+  CHECK(whole != normal_values(1001, 9, 5, 0.5));  // another stream: other values (the checks above can fail)
+  host_backend be;
+  parameter p;
+  p.name = "w";
+  p.value = be.alloc(1, 1001, dtype::f32, mem_tag::parameter);
+  for (unsigned threads : {1u, 3u, 8u}) {
+    INFO(threads << " threads");
+    initialize(be, p, parameter_init::normal(9, 4, 0.5), threads);
+    std::vector<double> rounded;
+    for (double v : whole) rounded.push_back(static_cast<double>(static_cast<float>(v)));
+    CHECK(be.read(p.value) == rounded);
+    tensor tail = be.alloc(1, 10, dtype::f32, mem_tag::activation);
+    write_initial_values(be, p, tail, 991, threads);
+    CHECK(be.read(tail) == std::vector<double>(rounded.end() - 10, rounded.end()));
+  }
+}
+
+// Every parameter's values as the rank sees them after data_parallel's construction (full
+// sharding: gathered), and the parameter bytes it held at most before that.
+struct built {
+  std::vector<std::vector<double>> values;
+  std::size_t parameter_peak = 0, gradient_peak = 0;
+};
+
+built build_and_read(const model_config& mc, const recipe& r, bool deferred, communicator* comm, sharding s) {
+  host_backend be;
+  model_build_hooks h;
+  h.defer_memory = deferred;
+  model m(be, mc, r, 17, h);
+  if (deferred)
+    for (parameter* p : m.parameters()) CHECK(p->deferred());
+  data_parallel dp(m, {comm, 1, s});
+  built out{{}, be.memory().peak(mem_tag::parameter), be.memory().peak(mem_tag::gradient)};
+  dp.gather_all();
+  for (parameter* p : m.parameters()) out.values.push_back(be.read(p->value));
+  dp.release_all(false);
+  return out;
+}
+
+TEST_CASE("deferred construction: each rank makes only what it keeps, the eager construction's bits", "[nn][data_parallel]") {
+  model_config mc = tiny_model();
+  mc.n_layers = 3;
+  const recipe r = recipes::mxfp8();
+  std::size_t whole = 0;
+  {
+    host_backend be;
+    model m(be, mc, r, 17);
+    whole = be.memory().live(mem_tag::parameter);
+  }
+  const built eager = build_and_read(mc, r, false, nullptr, sharding::none);
+  CHECK(build_and_read(mc, r, true, nullptr, sharding::none).values == eager.values);  // one rank: allocate whole
+  const int n = 3;  // shards not a multiple of any parameter: pieces of several parameters per shard
+  for (sharding s : {sharding::none, sharding::optimizer, sharding::full}) {
+    INFO("sharding " << name_of(s));
+    std::vector<built> got(n);
+    ref::run_ranks(n, [&](communicator& comm) { got[static_cast<std::size_t>(comm.rank())] = build_and_read(mc, r, true, &comm, s); });
+    for (int k = 0; k < n; ++k) {
+      INFO("rank " << k << ": parameter peak " << got[static_cast<std::size_t>(k)].parameter_peak << " of " << whole);
+      CHECK(got[static_cast<std::size_t>(k)].values == eager.values);
+      if (s == sharding::full) {  // the rank's shards only, never a whole group, no whole gradients
+        CHECK(got[static_cast<std::size_t>(k)].parameter_peak <= whole / n + 6 * 32 * 4);
+        CHECK(got[static_cast<std::size_t>(k)].gradient_peak <= whole / n + 6 * 32 * 4);
+      } else {  // the whole weights, once
+        CHECK(got[static_cast<std::size_t>(k)].parameter_peak <= whole + 6 * 32 * 4 * n);
+      }
+    }
+  }
+  host_backend be;
+  model_build_hooks h;
+  h.defer_memory = true;
+  h.after_layer = [](std::size_t, transformer_layer&) {};
+  CHECK_THROWS_AS(model(be, mc, r, 17, h), std::invalid_argument);
+}
+
+TEST_CASE("deferred construction: full sharding trains the eager model's losses and weights bit for bit", "[nn][data_parallel]") {
+  const recipe r = recipes::mxfp4();
+  const train_config c = run_config(2);
+  const std::vector<outcome> eager = train_ranks(2, r, c, sharding::full);
+  std::vector<outcome> deferred(2);
+  ref::run_ranks(2, [&](communicator& comm) {
+    host_backend be;
+    model_build_hooks h;
+    h.defer_memory = true;
+    model m(be, tiny_model(), r, 17, h);
+    train_config cc = c;
+    cc.parallel = {&comm, 1, sharding::full};
+    trainer t(m, text_tokens(), cc);
+    t.run();
+    deferred[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
+  });
+  for (std::size_t k = 0; k < 2; ++k) {
+    CHECK(deferred[k].losses == eager[k].losses);
+    CHECK(deferred[k].weights == eager[k].weights);
+  }
+}
+
+// Forwards every collective to `inner` and counts the bytes each kind moves from this rank's side.
+class counting_communicator : public communicator {
+ public:
+  explicit counting_communicator(communicator& inner) : communicator(inner.rank(), inner.size()), inner_(&inner) {}
+  std::size_t gathered = 0, broadcast_bytes = 0;
+
+ protected:
+  void do_all_reduce(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->all_reduce(in, out, op); }
+  void do_reduce_scatter(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->reduce_scatter(in, out, op); }
+  void do_all_gather(comm_buffer in, comm_buffer out) override {
+    gathered += out.bytes();
+    inner_->all_gather(in, out);
+  }
+  void do_broadcast(comm_buffer data, int root) override {
+    broadcast_bytes += data.bytes();
+    inner_->broadcast(data, root);
+  }
+  void do_join() override { inner_->join(); }
+  void do_abort(const std::string& reason) noexcept override { inner_->abort(reason); }
+
+ private:
+  communicator* inner_;
+};
+
+TEST_CASE("full sharding: backward gathers only the norm gains where forward's weight copies serve dgrad", "[nn][data_parallel]") {
+  model_config mc = tiny_model();
+  mc.n_layers = 2;
+  const int n = 3;
+  const std::size_t C = mc.layer.d_model, F = mc.layer.d_ff;
+  const std::size_t layer = C * mc.layer.qkv_dim() + C * C + C * 2 * F + F * C + 2 * C;
+  const std::size_t head_group = C + C * mc.vocab, embedding_group = C * mc.vocab;
+  const auto whole = [&](std::size_t elements) { return n * round_up((elements + n - 1) / n, 32) * 4; };  // gathered bytes
+  const std::size_t forward = whole(embedding_group) + mc.n_layers * whole(layer) + whole(head_group);
+  for (const bool lean : {false, true}) {
+    for (const bool recompute : {false, true}) {
+      INFO((lean ? "lean memory" : "cached weight copies") << (recompute ? ", recompute" : ""));
+      std::vector<std::size_t> gathered(n), broadcast(n);
+      std::vector<outcome> got(n);
+      ref::run_ranks(n, [&](communicator& inner) {
+        counting_communicator comm(inner);
+        host_backend be;
+        model m(be, mc, recipes::mxfp8(), 17);
+        m.set_recompute(recompute);
+        if (lean)
+          for (auto& l : m.layers()) l.set_memory(linear_memory::lean());
+        train_config c = run_config(2, 0.0);
+        c.parallel = {&comm, 1, sharding::full};
+        trainer t(m, text_tokens(), c);
+        t.run();
+        gathered[static_cast<std::size_t>(comm.rank())] = comm.gathered;
+        broadcast[static_cast<std::size_t>(comm.rank())] = comm.broadcast_bytes;
+        got[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
+      });
+      // Per step: forward gathers every group; backward the layers' and the head group's norm
+      // gains (the head's bf16 copies serve too), or under lean memory the layers whole.
+      const std::size_t norms = (2 * mc.n_layers + 1) * C * 4;
+      const std::size_t backward = lean ? mc.n_layers * whole(layer) : 0;
+      const std::size_t backward_broadcast = lean ? C * 4 : norms;
+      for (int k = 0; k < n; ++k) {
+        INFO("rank " << k);
+        // 2 steps, each with the optimizer's all_gather of the ranks' f64 shard norms
+        CHECK(gathered[static_cast<std::size_t>(k)] == 2 * (forward + backward + n * 8));
+        CHECK(broadcast[static_cast<std::size_t>(k)] == 2 * backward_broadcast);
+        CHECK(got[static_cast<std::size_t>(k)].weights == got[0].weights);
+      }
+      // The same bits as unsharded data parallelism.
+      std::vector<outcome> plain(n);
+      ref::run_ranks(n, [&](communicator& comm) {
+        host_backend be;
+        model m(be, mc, recipes::mxfp8(), 17);
+        train_config c = run_config(2, 0.0);
+        c.parallel = {&comm, 1, sharding::none};
+        trainer t(m, text_tokens(), c);
+        t.run();
+        plain[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
+      });
+      CHECK(got[0].losses == plain[0].losses);
+      CHECK(got[0].weights == plain[0].weights);
+    }
+  }
+}

@@ -32,6 +32,15 @@
 // one flat weight buffer per group), then the weights are all-gathered in place. The gradient norm
 // combines the ranks' shard norms (an all_gather of N f64 norms, then the norm of those).
 //
+// Full sharding (ZeRO-3 / FSDP): a rank keeps its shard of each group's fp32 weights and reduced
+// gradients; a group's weights are all-gathered before its forward, and before its backward only
+// the parameters the backward reads (model::backward_reads_value: norm gains; a linear weight
+// whose cached quantized copies serve its dgrad is not read), broadcast from their owners.
+//
+// Construction from a model built with deferred memory (model_build_hooks::defer_memory): each
+// rank fills only what it keeps from the parameters' counter-based initializers (parameter.hpp),
+// so no rank makes or holds the whole model; the values are the eager construction's bits.
+//
 // Agreement with one rank accumulating N K micro-batches (tests/nn/catch2_test_data_parallel.cpp):
 // the micro-batches' losses and gradients are the same bits; what differs is the order of the fp32
 // sums. A GEMM-produced weight gradient adds micro-batch products one at a time on one rank
@@ -47,6 +56,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -76,15 +86,6 @@ struct parallel_config {
   sharding shard = sharding::none;
 };
 
-// Elements [offset, offset + rows cols) of `base` as a (rows, cols) tensor sharing its memory (the
-// view keeps the allocation alive).
-inline tensor view_of(const tensor& base, std::size_t offset, std::size_t rows, std::size_t cols) {
-  detail::require(base.defined() && offset <= base.size() && rows * cols <= base.size() - offset, "view_of: ", rows, "x", cols,
-                  " at ", offset, " does not fit a tensor of ", base.size(), " elements");
-  auto keep = std::make_shared<tensor>(base);
-  return tensor(base.type(), rows, cols, static_cast<char*>(base.data()) + offset * size_of(base.type()), std::move(keep));
-}
-
 inline constexpr std::size_t shard_alignment = 32;  // elements: the MX block
 
 constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
@@ -95,18 +96,28 @@ class data_parallel {
     detail::require(c.micro_batches >= 1, "data_parallel: micro_batches must be at least 1, got ", c.micro_batches);
     detail::check_enum(c.shard, sharding::full, "sharding", "data_parallel");
     detail::require(c.shard == sharding::none || c.comm, "data_parallel: sharding '", name_of(c.shard), "' needs a communicator");
-    if (!c.comm) return;
     backend& be = m.be();
+    // A model built with deferred memory (model_build_hooks::defer_memory): unsharded, or frozen,
+    // parameters get their whole memory here; sharded groups get what the rank keeps, below.
+    // Normal fills use this rank's part of the host's threads.
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(ranks()));
+    for (parameter* p : m.parameters())
+      if (p->deferred() && (c.shard == sharding::none || !c.comm || !p->trainable)) allocate_deferred(be, *p, threads);
+    if (!c.comm) return;
     const std::size_t n = static_cast<std::size_t>(ranks());
     const std::size_t r = static_cast<std::size_t>(rank());
+    bool gather_initial = false;  // ZeRO-1 from deferred memory: every rank's shard all-gathered
     for (std::vector<parameter*>& members : m.gradient_groups()) {
       group g;
       std::size_t total = 0;
       for (parameter* p : members)
-        if (p->trainable && p->value.defined()) {
+        if (p->trainable && (p->value.defined() || p->deferred())) {
           if (!g.params.empty() && p->value.type() != g.params[0]->value.type())
             detail::fail("data_parallel: parameter '", p->name, "' is ", name_of(p->value.type()), ", its group's first is ",
                          name_of(g.params[0]->value.type()));
+          if (!g.params.empty() && p->deferred() != g.params[0]->deferred())
+            detail::fail("data_parallel: parameter '", p->name, "' and '", g.params[0]->name,
+                         "' of one group are not both built with deferred memory");
           g.params.push_back(p);
           g.offsets.push_back(total);
           g.rows.push_back(p->rows());
@@ -118,11 +129,28 @@ class data_parallel {
         continue;
       }
       const dtype type = g.params[0]->value.type();
+      const bool deferred = g.params[0]->deferred();
       g.shard = round_up((total + n - 1) / n, shard_alignment);
       const std::size_t lo = r * g.shard, hi = lo + g.shard;
-      g.grads = be.alloc(1, n * g.shard, type, mem_tag::gradient);  // zeros: the padding stays 0
-      bind_grads(g);
-      if (c.shard != sharding::none) {
+      if (!deferred || c.shard != sharding::full) {
+        g.grads = be.alloc(1, n * g.shard, type, mem_tag::gradient);  // zeros: the padding stays 0
+        bind_grads(g);
+      }
+      if (deferred) {
+        // Only this rank's elements [lo, hi) are made: full sharding keeps them as its shard;
+        // ZeRO-1 writes them into its part of the whole buffer and all-gathers the others'.
+        if (c.shard == sharding::full) {
+          g.shard_values = be.alloc(1, g.shard, type, mem_tag::parameter);  // zeros: the padding stays 0
+          write_initial_shard(g, g.shard_values, lo, threads);
+        } else {
+          g.values = be.alloc(1, n * g.shard, type, mem_tag::parameter);
+          write_initial_shard(g, view_of(g.values, lo, 1, g.shard), lo, threads);
+          const comm_buffer all = buffer_of(g.values);
+          c_.comm->all_gather({static_cast<char*>(all.data) + lo * size_of(all.type), g.shard, all.type}, all);
+          gather_initial = true;
+          for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i]->value = view_of(g.values, g.offsets[i], g.rows[i], g.cols[i]);
+        }
+      } else if (c.shard != sharding::none) {
         g.values = be.alloc(1, n * g.shard, type, mem_tag::parameter);
         for (std::size_t i = 0; i < g.params.size(); ++i) {
           parameter& p = *g.params[i];
@@ -132,8 +160,10 @@ class data_parallel {
         }
       }
       if (c.shard == sharding::full) {  // this rank keeps its shard of the weights and of the reduced gradients only
-        g.shard_values = be.alloc(1, g.shard, type, mem_tag::parameter);
-        be.copy(view_of(g.values, lo, 1, g.shard), g.shard_values);
+        if (!deferred) {
+          g.shard_values = be.alloc(1, g.shard, type, mem_tag::parameter);
+          be.copy(view_of(g.values, lo, 1, g.shard), g.shard_values);
+        }
         g.shard_grads = be.alloc(1, g.shard, type, mem_tag::gradient);
         release_weights(g);
         release_grads(g);
@@ -154,6 +184,7 @@ class data_parallel {
       }
       groups_.push_back(std::move(g));
     }
+    if (gather_initial) c_.comm->join();
     m.set_group_hook([this](group_event e, std::size_t group) { on_group(e, group); });
   }
   ~data_parallel() {
@@ -221,7 +252,10 @@ class data_parallel {
     if (!fully_sharded()) return;
     const std::size_t lo = static_cast<std::size_t>(rank());
     for (group& g : groups_) {
-      if (!g.values.defined()) continue;
+      if (!g.values.defined()) {  // not gathered, or only some parameters (for a backward)
+        release_weights(g);
+        continue;
+      }
       if (keep_written) m_->be().copy(view_of(g.values, lo * g.shard, 1, g.shard), g.shard_values);
       release_weights(g);
     }
@@ -262,10 +296,20 @@ class data_parallel {
     tensor values;                         // sharded: (1, ranks x shard): every params[i].value is a view of it
                                            // (full sharding: only while the group is gathered)
     tensor shard_values, shard_grads;      // full sharding: (1, shard) each, this rank's
+    bool gathered = false;                 // full sharding: gather() called since the last release
     std::vector<parameter> pieces;         // sharded: this rank's part of each parameter it overlaps
     std::vector<std::size_t> piece_of, piece_begin;
   };
 
+  // Elements [lo, lo + dst.size()) of the group's flat buffer, from its deferred parameters'
+  // initializers (the padding between parameters is left as it is: zeros).
+  void write_initial_shard(const group& g, tensor dst, std::size_t lo, unsigned threads) {
+    const std::size_t hi = lo + dst.size();
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      const std::size_t a = std::max(lo, g.offsets[i]), b = std::min(hi, g.offsets[i] + g.rows[i] * g.cols[i]);
+      if (a < b) write_initial_values(m_->be(), *g.params[i], view_of(dst, a - lo, 1, b - a), a - g.offsets[i], threads);
+    }
+  }
   void bind_grads(group& g) {
     for (std::size_t i = 0; i < g.params.size(); ++i) {
       parameter& p = *g.params[i];
@@ -283,14 +327,41 @@ class data_parallel {
   void release_weights(group& g) noexcept {
     for (parameter* p : g.params) p->value.reset();
     g.values.reset();
+    g.gathered = false;
   }
   // Full sharding: the group's weights from every rank's shard (an all_gather into a new buffer;
   // visible after the next join()). Nothing if they are here already (prefetched).
-  void gather(group& g) {
-    if (g.params.empty() || g.values.defined()) return;
-    g.values = m_->be().alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
-    c_.comm->all_gather(buffer_of(g.shard_values), buffer_of(g.values));
-    for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i]->value = view_of(g.values, g.offsets[i], g.rows[i], g.cols[i]);
+  // For backward, only the parameters whose values the backward reads (model::backward_reads_value:
+  // the norm gains; a linear weight whose forward-made quantized copies serve dgrad is not read):
+  // each from the rank(s) whose shard holds it (a broadcast per owner), or nothing at all (the
+  // embedding). The copies forward made are the bytes a fresh quantization of the gathered weight
+  // gives (the weight's version has not moved), so the results are the full gather's bits.
+  void gather(group& g, bool for_backward = false) {
+    if (g.params.empty() || g.gathered) return;
+    g.gathered = true;
+    std::vector<bool> read(g.params.size(), true);
+    bool all = true;
+    for (std::size_t i = 0; for_backward && i < g.params.size(); ++i) all = (read[i] = m_->backward_reads_value(*g.params[i])) && all;
+    backend& be = m_->be();
+    if (all) {
+      g.values = be.alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
+      c_.comm->all_gather(buffer_of(g.shard_values), buffer_of(g.values));
+      for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i]->value = view_of(g.values, g.offsets[i], g.rows[i], g.cols[i]);
+      return;
+    }
+    const std::size_t r = static_cast<std::size_t>(rank());
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      if (!read[i]) continue;
+      parameter& p = *g.params[i];
+      p.value = be.alloc_uninitialized(g.rows[i], g.cols[i], g.shard_values.type(), mem_tag::parameter);
+      const std::size_t begin = g.offsets[i], end = begin + g.rows[i] * g.cols[i];
+      for (std::size_t owner = begin / g.shard; owner * g.shard < end; ++owner) {  // ranks whose shard holds part of p
+        const std::size_t a = std::max(begin, owner * g.shard), b = std::min(end, (owner + 1) * g.shard);
+        tensor part = view_of(p.value, a - begin, 1, b - a);
+        if (owner == r) be.copy(view_of(g.shard_values, a - owner * g.shard, 1, b - a), part);
+        c_.comm->broadcast(buffer_of(part), static_cast<int>(owner));
+      }
+    }
   }
 
   void on_group(group_event e, std::size_t index) {
@@ -302,7 +373,7 @@ class data_parallel {
       case group_event::before_forward:
       case group_event::before_backward: {
         if (!full) return;
-        gather(g);
+        gather(g, e == group_event::before_backward);
         if (e == group_event::before_backward && !g.grads.defined()) {  // zeros: the padding stays 0
           g.grads = m_->be().alloc(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::gradient);
           bind_grads(g);
@@ -314,7 +385,7 @@ class data_parallel {
         // Prefetch the group that runs next (forward: index + 1, backward: index - 1), overlapped
         // with this group's work on a device communicator's stream.
         const std::size_t next = e == group_event::before_forward ? index + 1 : index - 1;
-        if (next < groups_.size()) gather(groups_[next]);
+        if (next < groups_.size()) gather(groups_[next], e == group_event::before_backward);
         return;
       }
       case group_event::after_forward:

@@ -90,7 +90,7 @@ class linear {
   const recipe& current_recipe() const noexcept { return recipe_; }
 
   void init_normal(std::uint64_t seed, double stddev) {
-    be_->write(weight_.value, normal_values(weight_.value.size(), seed, mix_stream(id_, 0x1417), stddev));
+    initialize(*be_, weight_, parameter_init::normal(seed, mix_stream(id_, 0x1417), stddev));
     ++weight_.version;
   }
 
@@ -296,6 +296,16 @@ class linear {
     cache_.columnwise = memory_.weight_copies_per_gemm ? qtensor{} : be_->transpose(rowwise, operand_use::dgrad_w, mem_tag::quantized_weight);
     cache_.version = weight_.version;
     cache_.scale_version = table_ ? table_->version(row0_ + 1) : 0;
+  }
+
+  // Whether backward (and a recomputed forward before it) reads the master weight: not when the
+  // cache holds both copies of the weight's current version (and, FP8, of W's current scale), no
+  // adapter reads W and its copies are not made per GEMM. Full sharding (data_parallel.hpp) then
+  // gathers no fp32 weight for this layer's backward: the copies forward made serve dgrad.
+  bool backward_reads_master() const noexcept {
+    if (lora_ || memory_.weight_copies_per_gemm || !cache_.rowwise.defined() || !cache_.columnwise.defined()) return true;
+    if (cache_.version != weight_.version) return true;
+    return recipe_.fprop.b.kind == precision::fp8 && cache_.scale_version != table_->version(row0_ + 1);
   }
 
   const qtensor& cached_rowwise() const noexcept { return cache_.rowwise; }

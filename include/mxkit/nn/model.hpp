@@ -47,9 +47,17 @@ struct model_config {
 // device-side generator, a checkpoint reader), `after_layer` runs once layer i is created and
 // initialized, before layer i + 1 is allocated, so that a base too large to hold in fp32 is never
 // held whole.
+//
+// defer_memory: every parameter gets its shape and its initializer (parameter_init) and no memory;
+// data_parallel.hpp then allocates and fills what the rank keeps (full sharding: its shard of
+// each group, ZeRO-1: its shard, gathered from the others), so that the whole model is never
+// held, or generated, on one rank. allocate_parameters() gives every parameter its whole memory
+// instead. The values are the bits of the eager construction (parameter.hpp). Not with `init` or
+// `after_layer` (they write or read the weights).
 struct model_build_hooks {
   std::function<void(parameter& weight, double stddev)> init;
   std::function<void(std::size_t index, transformer_layer& layer)> after_layer;
+  bool defer_memory = false;
 };
 
 class model {
@@ -60,11 +68,14 @@ class model {
     // A NaN or infinite std would start every weight at NaN or Inf.
     detail::require(c.init_std >= 0 && std::isfinite(c.init_std), "model: init_std must be finite and >= 0, got ", c.init_std);
     check_config(r);
+    detail::require(!hooks.defer_memory || (!hooks.init && !hooks.after_layer),
+                    "model: defer_memory cannot be combined with the init or after_layer hooks");
     loss_ = be.scalar();
     table_ = make_table(r);
+    const deferred_parameter_scope deferred(hooks.defer_memory);
     embedding_ = embedding(be, "embedding.weight", c.vocab, c.layer.d_model, c.type);
     if (hooks.init) hooks.init(embedding_.table(), c.init_std);
-    else be.write(embedding_.table().value, normal_values(embedding_.table().value.size(), seed, mix_stream(0xE3B, 0), c.init_std));
+    else initialize(be, embedding_.table(), parameter_init::normal(seed, mix_stream(0xE3B, 0), c.init_std));
     layers_.reserve(c.n_layers);
     for (std::size_t i = 0; i < c.n_layers; ++i) {
       layers_.emplace_back(be, "layers." + std::to_string(i), c.layer, static_cast<std::uint32_t>(4 * i), layer_recipe(r, i, c.n_layers),
@@ -81,6 +92,12 @@ class model {
     } else {
       head_.init_normal(seed, c.init_std);
     }
+  }
+
+  // Every parameter built with deferred memory gets its whole memory and initial values
+  // (data_parallel.hpp does this, or less, itself); `threads` host threads make normal fills.
+  void allocate_parameters(unsigned threads = 0) {
+    for (parameter* p : parameters()) allocate_deferred(*be_, *p, threads);
   }
 
   // Mean next-token loss of one batch into loss(); tokens and targets (B*T, 1) i32 in backend
@@ -188,6 +205,17 @@ class model {
     return g;
   }
   void set_group_hook(std::function<void(group_event, std::size_t group)> hook) { group_hook_ = std::move(hook); }
+  // Whether the next backward (with its recomputed forwards) reads p's value: the norm gains yes;
+  // the embedding table no (its gradient needs the tokens only); a linear's weight only where its
+  // cached quantized copies do not serve (linear::backward_reads_master). Full sharding gathers
+  // only these before a group's backward.
+  bool backward_reads_value(const parameter& p) {
+    if (&p == &embedding_.table()) return false;
+    for (linear* l : linears())
+      if (&p == &l->weight()) return l->backward_reads_master();
+    if (&p == &head_.weight()) return head_.backward_reads_master();
+    return true;
+  }
 
   // The training forward the next micro-batch is within its step (its Philox streams): micro-batch
   // j of a step draws the same bits whichever rank runs it, and however many micro-batches the

@@ -21,7 +21,7 @@ class rmsnorm {
   rmsnorm() = default;
   rmsnorm(backend& be, std::string name, std::size_t dim, dtype type, double eps = 1e-5) : be_(&be), eps_(eps) {
     weight_ = make_parameter(be, std::move(name), 1, dim, type, /*decay=*/false);
-    be.fill(weight_.value, 1.0);
+    initialize(be, weight_, parameter_init::constant(1.0));
   }
 
   // x (M, C) -> y (M, C); keeps x and rstd for backward.
