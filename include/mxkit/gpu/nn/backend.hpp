@@ -27,8 +27,9 @@
 //              kernels move them between the kernels' layouts (gpu/nn/tensor_ops.hpp).
 // Producers: swiglu_quantize writes its FP8 copies straight from gate/up (gpu::swiglu_forward_fp8:
 // the output is never stored); its other copies, rmsnorm_quantize's and
-// swiglu_backward_quantize's run the unfused kernel and quantize its output (the bytes the
-// contract asks for; bench/NOTES_training.md has what fusing them measured). The embedding and
+// swiglu_backward_quantize's are nn::backend's unfused defaults: the kernel, then its output
+// quantized (bench/NOTES_training.md has what fusing them measured). swiglu_backward_quantize's
+// default releases dout behind the kernel, so its memory serves the copies. The embedding and
 // cross-entropy kernels' range flags are never
 // raised: write_tokens checks every id on the host before the upload.
 // The healing stash: export_fp8 casts on the device and copies the codes to the host;
@@ -171,8 +172,6 @@ class device_backend : public nn::backend {
 
   // ---- layer kernels
   void do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) override;
-  nn::qpair do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
-                                nn::tensor* y) override;
   void do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
                            nn::tensor& dx, nn::tensor* dw) override;
   void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override;
@@ -184,10 +183,6 @@ class device_backend : public nn::backend {
   // copies from the stored output.
   nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override;
   void do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) override;
-  // The gradient written over gu, dout released (its memory goes back to the stream-ordered pool
-  // behind the kernel), then the copies from one read: gu's memory is free before the GEMMs that
-  // read them, unless a bf16 copy is gu itself.
-  nn::qpair do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) override;
   void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override;
   void do_embedding_backward(const nn::tensor& tokens, const nn::tensor& dout, nn::tensor& dtable) override;
   void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) override;
@@ -244,14 +239,6 @@ class device_backend : public nn::backend {
     }
     deallocate_async(p, stream_);
   }
-  // An untracked temporary (the unfused intermediate of a fused producer, bf16 attention operands).
- protected:
-  nn::tensor scratch(std::size_t rows, std::size_t cols, nn::dtype type) {
-    const std::size_t bytes = rows * cols * nn::size_of(type);
-    void* p = pool_alloc(bytes < 16 ? 16 : bytes);
-    return nn::tensor(type, rows, cols, p, std::shared_ptr<void>(p, [s = stream_](void* d) { deallocate_async(d, s); }));
-  }
- private:
   nn::tensor as_bf16(const nn::tensor& t);
 
   // The RoPE factors of every position up to the longest sequence seen, for one (head_dim,
@@ -367,6 +354,7 @@ class device_backend : public nn::backend {
   }
 
   void run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out);
+  void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out);
   // A plan whose copies one FP8 cast writes together: FP8 codes and, when wanted, their
   // transpose, of the same type and scaling row.
   static bool fp8_plan(const nn::quant_plan& p) {
@@ -402,11 +390,6 @@ class device_backend : public nn::backend {
     if (pc) q.columnwise = finish(plan.columnwise, rows, cols, std::move(pc));
     return q;
   }
-  void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out);
- protected:
-  nn::qpair quantize_plan(const nn::tensor& x, const nn::quant_plan& plan);
-
- private:
   // ---- element types
   // f(float{}) or f(bfloat16{}) for an activation type; f64 models are the host's.
   template <class F>
@@ -712,12 +695,6 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_forward(const nn:
     });
   });
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
-                              nn::tensor* y) {
-  nn::tensor out = y ? *y : scratch(x.rows(), x.cols(), x.type());
-  device_backend::do_rmsnorm_forward(x, w, out, rstd, eps);
-  return quantize_plan(out, plan);
-}
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
                          nn::tensor& dx, nn::tensor* dw) {
   activation_types(x.type(), "rmsnorm backward", [&](auto z) {
@@ -778,20 +755,13 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_swiglu_quantize(cons
     gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, scale_of(r), amax_history(r), o, stream_);
   };
   if (!out && fp8_plan(plan)) return write_fp8_plan(plan, gu.rows(), gu.cols() / 2, gu.type(), "swiglu_quantize", cast);
-  nn::tensor o = out ? *out : scratch(gu.rows(), gu.cols() / 2, gu.type());
-  device_backend::do_swiglu_forward(gu, o);
-  return quantize_plan(o, plan);
+  return nn::backend::do_swiglu_quantize(gu, plan, out);  // the unfused default
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) {
   activation_types(gu.type(), "swiglu backward", [&](auto z) {
     using T = decltype(z);
     gpu::swiglu_backward(dout.as<T>(), gu.as<T>(), dgu.as<T>(), gu.rows(), gu.cols() / 2, stream_);
   });
-}
-MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) {
-  device_backend::do_swiglu_backward(dout, gu, gu);
-  dout.reset();
-  return quantize_plan(gu, plan);
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) {
   activation_types(out.type(), "embedding", [&](auto z) {
@@ -897,10 +867,6 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_fp8(const nn::tensor& x,
     cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, scale_of(r), amax_history(r), out,
                      overflow::saturate, stream_);
   });
-}
-MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::quantize_plan(const nn::tensor& x, const nn::quant_plan& plan) {
-  if (plan.columnwise_wanted) return device_backend::do_quantize_both(x, plan.rowwise, plan.columnwise);
-  return {device_backend::do_quantize(x, plan.rowwise), {}};
 }
 #endif  // MXKIT_GPU_LIBRARY_DEFINES_DEVICE_BACKEND
 
