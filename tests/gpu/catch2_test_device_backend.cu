@@ -76,6 +76,7 @@
 #include "../nn/nn_test_helpers.hpp"
 #include "../ref/gemm_test_util.hpp"
 #include "gpu_test_util.hpp"
+#include "device_backend_downloads.hpp"
 
 using namespace nn_test;  // mxkit, mxkit::nn, host_backend
 
@@ -214,7 +215,7 @@ std::string copy_mismatch(const device_backend& d, const qtensor& qd, const qten
     return "device " + layout_text(qd) + ", host " + layout_text(qh);
   switch (qd.kind()) {
     case precision::mx: {
-      const mx_tensor a = d.download_mx(qd);
+      const mx_tensor a = gpu_test::download_mx(d, qd);
       const mx_tensor& b = host_backend::mx(qh);
       if (a.type() != b.type() || a.axis() != b.axis() || a.rows() != b.rows() || a.cols() != b.cols()) return "mx layouts differ";
       std::string m = bytes_mismatch("mx codes", a.data(), b.data(), a.layout().line_bytes());
@@ -222,7 +223,7 @@ std::string copy_mismatch(const device_backend& d, const qtensor& qd, const qten
       return m;
     }
     case precision::fp8: {
-      const fp8_tensor a = d.download_fp8(qd);
+      const fp8_tensor a = gpu_test::download_fp8(d, qd);
       const fp8_tensor& b = host_backend::fp8(qh);
       if (a.type != b.type || a.rows != b.rows || a.cols != b.cols) return "fp8 copies of different shape or type";
       if (mxkit::bit_cast<std::uint32_t>(a.scale) != mxkit::bit_cast<std::uint32_t>(b.scale)) {
@@ -233,7 +234,7 @@ std::string copy_mismatch(const device_backend& d, const qtensor& qd, const qten
       return bytes_mismatch("fp8 codes", a.data, b.data, a.cols);
     }
     case precision::bf16: {
-      const std::vector<bfloat16> a = d.download_bf16(qd);
+      const std::vector<bfloat16> a = gpu_test::download_bf16(d, qd);
       const std::vector<bfloat16>& b = host_backend::bf16(qh);
       std::vector<std::uint8_t> ab(a.size() * 2), bb(b.size() * 2);
       if (!a.empty()) std::memcpy(ab.data(), a.data(), ab.size());
@@ -252,18 +253,18 @@ std::string device_copy_mismatch(const device_backend& d, const qtensor& a, cons
     return "fused " + layout_text(a) + ", unfused " + layout_text(b);
   switch (a.kind()) {
     case precision::mx: {
-      const mx_tensor x = d.download_mx(a), y = d.download_mx(b);
+      const mx_tensor x = gpu_test::download_mx(d, a), y = gpu_test::download_mx(d, b);
       std::string m = bytes_mismatch("mx codes", x.data(), y.data(), x.layout().line_bytes());
       if (m.empty()) m = bytes_mismatch("mx scales", x.scales(), y.scales(), x.layout().blocks_per_line());
       return m;
     }
     case precision::fp8: {
-      const fp8_tensor x = d.download_fp8(a), y = d.download_fp8(b);
+      const fp8_tensor x = gpu_test::download_fp8(d, a), y = gpu_test::download_fp8(d, b);
       if (mxkit::bit_cast<std::uint32_t>(x.scale) != mxkit::bit_cast<std::uint32_t>(y.scale)) return "fp8 scales differ";
       return bytes_mismatch("fp8 codes", x.data, y.data, x.cols);
     }
     case precision::bf16: {
-      const std::vector<bfloat16> x = d.download_bf16(a), y = d.download_bf16(b);
+      const std::vector<bfloat16> x = gpu_test::download_bf16(d, a), y = gpu_test::download_bf16(d, b);
       std::vector<std::uint8_t> xb(x.size() * 2), yb(y.size() * 2);
       if (!x.empty()) std::memcpy(xb.data(), x.data(), xb.size());
       if (!y.empty()) std::memcpy(yb.data(), y.data(), yb.size());
