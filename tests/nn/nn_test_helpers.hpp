@@ -55,6 +55,12 @@ class recording_backend : public host_backend {
   }
 };
 
+// The recipe with bf16 activations (the device's training runs).
+inline recipe with_bf16(recipe r) {
+  r.activations = dtype::bf16;
+  return r;
+}
+
 // Sets entry i of a parameter (and bumps its version so quantized copies are remade).
 inline void set_entry(backend& be, parameter& p, std::size_t i, double v) {
   std::vector<double> all = be.read(p.value);
