@@ -43,17 +43,6 @@ using g::device_backend;
 
 // ------------------------------------------------------------------------------------ models
 
-// ------------------------------------------------------------------------------------ models
-
-token_buffer corpus() {
-  const std::string text =
-      "Mira walked to the mill and found two red apples. Tomas gave her three more, so now Mira has five apples. "
-      "The day was not cold; it was warm. Ada walked to the river and found a smooth stone. ";
-  auto v = std::make_shared<std::vector<std::uint8_t>>();
-  for (int i = 0; i < 40; ++i) v->insert(v->end(), text.begin(), text.end());
-  return v;
-}
-
 // The device attention takes head_dim 64 and 128: d_model 128 over 2 heads, one KV head.
 model_config small_model() {
   model_config c;
@@ -79,7 +68,7 @@ template <class Backend>
 std::vector<double> train(const recipe& r, std::size_t steps) {
   Backend be;
   model m(be, small_model(), r, 17);
-  trainer t(m, corpus(), run_config(steps));
+  trainer t(m, text_tokens(), run_config(steps));
   t.run();
   return t.losses();
 }
@@ -196,7 +185,7 @@ TEST_CASE("device backend: a warm training step allocates nothing from the drive
     model m(be, small_model(), r, 3);
     train_config c = run_config(6);
     c.log_every = 6;
-    trainer t(m, corpus(), c);
+    trainer t(m, text_tokens(), c);
     std::vector<std::uint64_t> reads, driver;
     const std::uint64_t syncs = be.counters().synchronizations;
     for (int i = 0; i < 6; ++i) {
@@ -273,7 +262,7 @@ lora_outcome lora_healing_run() {
   model m(be, small_model(), with_bf16(recipes::bf16()), 17);
   lora_outcome o;
   {
-    trainer pre(m, corpus(), run_config(10));
+    trainer pre(m, text_tokens(), run_config(10));
     pre.run();
     o.pre = pre.losses();
   }
@@ -284,7 +273,7 @@ lora_outcome lora_healing_run() {
   train_config c = run_config(20);
   c.heal_step = 10;
   c.heal_recipe = with_bf16(recipes::fp8_healing());
-  trainer t(m, corpus(), c);
+  trainer t(m, text_tokens(), c);
   t.run();
   o.lora = t.losses();
   o.report = t.healing();
@@ -345,7 +334,7 @@ TEST_CASE("device backend: LoRA leaves the frozen base weights bit-identical", "
   m.add_lora({}, {8, 16.0}, 3);
   const std::vector<std::vector<double>> before = frozen_values(be, m);
   REQUIRE(before.size() == m.parameters().size() - 2 * 2 * 2);  // all but the adapters (A, B of qkv and out, 2 layers)
-  trainer t(m, corpus(), run_config(6));
+  trainer t(m, text_tokens(), run_config(6));
   t.run();
   CHECK(frozen_values(be, m) == before);
   CHECK(be.counters().copies(operand_use::wgrad_x) == 0);  // frozen weights: no wgrad operand
@@ -390,7 +379,7 @@ TEST_CASE("device backend: healing frees every MXFP4 copy before the FP8 copies 
     const frozen_record frozen = record_frozen(be, m);
     const fp8_weight_stash stash = prepare_healing(m);
     {
-      trainer t(m, corpus(), run_config(3));
+      trainer t(m, text_tokens(), run_config(3));
       t.run();
       CHECK(std::isfinite(t.losses().back()));
     }
@@ -417,7 +406,7 @@ TEST_CASE("device backend: healing frees every MXFP4 copy before the FP8 copies 
     CHECK(peak_used - p0.pool_used <= std::max(0.0, p2.pool_used - p0.pool_used) + slack(restored));
     consistent(p0, p2);
     {
-      trainer t(m, corpus(), run_config(3));  // FP8 training continues, free of MXFP4
+      trainer t(m, text_tokens(), run_config(3));  // FP8 training continues, free of MXFP4
       t.run();
       CHECK(std::isfinite(t.losses().back()));
     }
@@ -434,7 +423,7 @@ TEST_CASE("device backend: healing frees every MXFP4 copy before the FP8 copies 
     m.add_lora({}, {8, 16.0}, 3);
     const fp8_weight_stash stash = prepare_healing(m);
     {
-      trainer t(m, corpus(), run_config(3));
+      trainer t(m, text_tokens(), run_config(3));
       t.run();
     }
     be.synchronize();

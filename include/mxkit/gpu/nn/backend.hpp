@@ -24,7 +24,7 @@
 //              its output widened back), swiglu, embedding, cross_entropy; global_norm and adamw
 //              as multi-tensor kernels whose device descriptor arrays are kept between steps.
 //   scalars    loss, norm, clip factor and step counts stay in device memory; one-thread
-//              kernels move them between the kernels' layouts (gpu/nn/tensor_ops.hpp).
+//              kernels move them between the kernels' layouts (gpu/nn/device_scalars.hpp).
 // Producers: swiglu_quantize writes its FP8 copies straight from gate/up (gpu::swiglu_forward_fp8:
 // the output is never stored); its other copies, rmsnorm_quantize's and
 // swiglu_backward_quantize's are nn::backend's unfused defaults: the kernel, then its output
@@ -57,6 +57,8 @@
 #include <mxkit/gpu/nn/attention.hpp>
 #include <mxkit/gpu/nn/backend_adapters.hpp>
 #include <mxkit/gpu/nn/cross_entropy.hpp>
+#include <mxkit/gpu/nn/delayed_scaling.hpp>
+#include <mxkit/gpu/nn/device_scalars.hpp>
 #include <mxkit/gpu/nn/embedding.hpp>
 #include <mxkit/gpu/nn/global_norm.hpp>
 #include <mxkit/gpu/nn/host_transfers.hpp>
