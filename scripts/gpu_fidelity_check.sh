@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 out=${OUT:-build-gpu-out}
 mkdir -p "$out"
-MXKIT_TARGETS="catch2_test_device_backend 06_train_gpu" MXKIT_BENCHES="" MXKIT_MEMCHECK=0 OUT=$out scripts/gpu_train_check.sh || exit 1
+MXKIT_TARGETS="catch2_test_device_backend 06_train_gpu" MXKIT_TESTS=catch2_test_device_backend MXKIT_BENCHES="" MXKIT_MEMCHECK=0 OUT=$out scripts/gpu_train_check.sh || exit 1
 prog=${MXKIT_GPU_BUILD:-build-gpu-train}/examples/06_train_gpu
 MXKIT_DATA_DIR=$PWD/data python3 tools/twin/check_twin.py "$prog" --d-model 128 --device cuda \
   --recipes bf16 fp8 mxfp8 mxfp4 mxfp4-no-hadamard 2>&1 | tee "$out/check_twin.log" | grep -E "^==|agreement|disagreement"

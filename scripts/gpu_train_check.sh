@@ -6,15 +6,15 @@
 # compute-sanitizer memcheck unless MXKIT_MEMCHECK=0), then each benchmark with --record. Logs
 # and bench/RESULTS.md land in $OUT.
 #   MXKIT_TARGETS   targets to build (space-separated)
-#   MXKIT_TESTS     test programs to run (default catch2_test_device_backend)
+#   MXKIT_TESTS     test programs to run (default catch2_test_device_backend catch2_test_device_training)
 #   MXKIT_BENCHES   benchmark command lines to run, separated by ";" (unset: bench_layer; bench_train; empty: none)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 final=${OUT:-build-gpu-out}
 mkdir -p "$final"
 build=${MXKIT_GPU_BUILD:-build-gpu-train}
-targets=${MXKIT_TARGETS:-catch2_test_device_backend bench_layer bench_train 06_train_gpu}
-tests=${MXKIT_TESTS:-catch2_test_device_backend}
+targets=${MXKIT_TARGETS:-catch2_test_device_backend catch2_test_device_training bench_layer bench_train 06_train_gpu}
+tests=${MXKIT_TESTS:-catch2_test_device_backend catch2_test_device_training}
 benches=${MXKIT_BENCHES-bench_layer --record; bench_train --record}
 # The device's copy of the tree may carry a stale .git: pass the commit measured as MXKIT_COMMIT
 # (bench_common.hpp prefers it), e.g. MXKIT_COMMIT=$(git rev-parse --short HEAD) from this side.

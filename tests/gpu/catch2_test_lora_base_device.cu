@@ -22,6 +22,7 @@
 #include <mxkit/ref/host_backend.hpp>
 
 #include "../catch.hpp"
+#include "device_backend_downloads.hpp"
 
 using namespace mxkit;
 using namespace mxkit::nn;
@@ -127,7 +128,7 @@ TEST_CASE("device lora base: healing switches at its step, restores the base bit
     double amax = 0;
     for (double v : w) amax = std::max(amax, std::abs(v));
     const fp8_tensor expect = hb.export_fp8(lr[i]->weight().value, fp8_type::e4m3, static_cast<float>(448.0 / amax)).to_tensor();
-    const fp8_tensor got = be.download_fp8(lm[i]->cached_rowwise());
+    const fp8_tensor got = gpu_test::download_fp8(be, lm[i]->cached_rowwise());
     CHECK(got.data == expect.data);
     CHECK(got.scale == expect.scale);
     CHECK_FALSE(lm[i]->cached_columnwise().defined());  // lean: the dgrad copy is made per GEMM

@@ -18,6 +18,8 @@
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 
+#include "../byte_compare.hpp"
+
 namespace gpu_test {
 
 // A row-major [rows, ld] float matrix whose 32x32 regions are each one kind of trouble, so that
@@ -76,19 +78,7 @@ const char* type_name() {
   else return "float16";
 }
 
-// "" when equal, else where the first difference is.
-inline std::string first_difference(std::span<const std::uint8_t> got, std::span<const std::uint8_t> want, std::size_t row_bytes = 0) {
-  if (got.size() != want.size()) return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
-  std::size_t diffs = 0, first = 0;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (got[i] != want[i] && diffs++ == 0) first = i;
-  if (diffs == 0) return "";
-  std::ostringstream s;
-  s << diffs << " of " << got.size() << " bytes differ; first at byte " << first;
-  if (row_bytes) s << " (line " << first / row_bytes << ", byte " << first % row_bytes << ")";
-  s << ": device 0x" << std::hex << int{got[first]} << ", host 0x" << int{want[first]};
-  return s.str();
-}
+using mxkit_test::first_difference;  // tests/byte_compare.hpp
 
 // Device buffer of n T filled with a poison byte, so an unwritten output shows: 0xA5 for bytes,
 // 0xFF (NaN) for float and bf16.

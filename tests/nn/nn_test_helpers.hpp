@@ -32,7 +32,7 @@ inline std::vector<float> floats(const backend& be, const tensor& t) {
 }
 
 // host_backend that keeps every quantization request (tests read the options the layer used),
-// the fused producers' included.
+// the producers' included: nn::backend's unfused producers quantize through do_quantize*().
 class recording_backend : public host_backend {
  public:
   std::vector<quant_request> requests;
@@ -53,25 +53,13 @@ class recording_backend : public host_backend {
     requests.push_back(col);
     return host_backend::do_quantize_both(x, row, col);
   }
-  qpair do_rmsnorm_quantize(const tensor& x, const tensor& w, tensor& rstd, double eps, const quant_plan& plan, tensor* y) override {
-    record(plan);
-    return host_backend::do_rmsnorm_quantize(x, w, rstd, eps, plan, y);
-  }
-  qpair do_swiglu_quantize(const tensor& gu, const quant_plan& plan, tensor* out) override {
-    record(plan);
-    return host_backend::do_swiglu_quantize(gu, plan, out);
-  }
-  qpair do_swiglu_backward_quantize(tensor& dout, tensor& gu, const quant_plan& plan) override {
-    record(plan);
-    return host_backend::do_swiglu_backward_quantize(dout, gu, plan);
-  }
-
- private:
-  void record(const quant_plan& p) {
-    requests.push_back(p.rowwise);
-    if (p.columnwise_wanted) requests.push_back(p.columnwise);
-  }
 };
+
+// The recipe with bf16 activations (the device's training runs).
+inline recipe with_bf16(recipe r) {
+  r.activations = dtype::bf16;
+  return r;
+}
 
 // Sets entry i of a parameter (and bumps its version so quantized copies are remade).
 inline void set_entry(backend& be, parameter& p, std::size_t i, double v) {

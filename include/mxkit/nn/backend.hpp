@@ -44,8 +44,10 @@
 // 7. Producers of quantized copies: rmsnorm_quantize, swiglu_quantize and swiglu_backward_quantize
 //    hand back the copies of their output (byte-identical to quantizing the output the unfused
 //    op stores, rounded to its dtype), in one pass where a backend fuses them, and the output
-//    itself only when asked for; gemm has a C operand (D = alpha A.B^T + beta C: the residual
-//    add in the epilogue); cross_entropy writes the logits' gradient in place of the logits.
+//    itself only when asked for (the defaults here run the unfused operation into scratch and
+//    quantize its output: a backend overrides a producer only where it fuses it); gemm has a
+//    C operand (D = alpha A.B^T + beta C: the residual add in the epilogue); cross_entropy
+//    writes the logits' gradient in place of the logits.
 //
 // Operations (shapes: M tokens, C width, V vocabulary, B*H attention rows, T sequence)
 //   memory      alloc, alloc_host, write, write_tokens, read, read_scalar, synchronize, fill, copy, axpy, amax
@@ -475,7 +477,15 @@ class backend {
   virtual void do_update_scales(scaling_table& table) = 0;
   virtual void do_gemm(gemm_product kind, const qtensor& a, const qtensor& b, tensor& d, float alpha, float beta, const tensor* c) = 0;
   virtual void do_rmsnorm_forward(const tensor& x, const tensor& w, tensor& y, tensor& rstd, double eps) = 0;
-  virtual qpair do_rmsnorm_quantize(const tensor& x, const tensor& w, tensor& rstd, double eps, const quant_plan& plan, tensor* y) = 0;
+  // The three producers have unfused defaults (below): a backend overrides one only where it
+  // fuses it (writes the copies from the kernel's registers); otherwise it inherits "run the
+  // operation into scratch, then quantize the plan", which gives the contract's bytes by
+  // construction.
+  virtual qpair do_rmsnorm_quantize(const tensor& x, const tensor& w, tensor& rstd, double eps, const quant_plan& plan, tensor* y) {
+    tensor out = y ? *y : scratch(x.rows(), x.cols(), x.type());
+    do_rmsnorm_forward(x, w, out, rstd, eps);
+    return quantize_plan(out, plan);
+  }
   // dx = dr + d(loss)/dx; dr may be dx.
   virtual void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, const tensor& dr, tensor& dx,
                                    tensor* dw) = 0;
@@ -484,15 +494,38 @@ class backend {
   virtual void do_attention_backward(const tensor& dout, const tensor& qkv, const tensor& out, const tensor& lse, tensor& dqkv,
                                      const head_shape& s) = 0;
   virtual void do_swiglu_forward(const tensor& gate_up, tensor& out) = 0;
-  virtual qpair do_swiglu_quantize(const tensor& gate_up, const quant_plan& plan, tensor* out) = 0;
+  virtual qpair do_swiglu_quantize(const tensor& gate_up, const quant_plan& plan, tensor* out) {
+    tensor o = out ? *out : scratch(gate_up.rows(), gate_up.cols() / 2, gate_up.type());
+    do_swiglu_forward(gate_up, o);
+    return quantize_plan(o, plan);
+  }
   virtual void do_swiglu_backward(const tensor& dout, const tensor& gate_up, tensor& dgate_up) = 0;
-  virtual qpair do_swiglu_backward_quantize(tensor& dout, tensor& gate_up, const quant_plan& plan) = 0;
+  // The gradient written over gate_up and dout released before the copies are made (a
+  // stream-ordered pool reuses its memory for them).
+  virtual qpair do_swiglu_backward_quantize(tensor& dout, tensor& gate_up, const quant_plan& plan) {
+    do_swiglu_backward(dout, gate_up, gate_up);
+    dout.reset();
+    return quantize_plan(gate_up, plan);
+  }
   virtual void do_embedding_forward(const tensor& tokens, const tensor& table, tensor& out) = 0;
   virtual void do_embedding_backward(const tensor& tokens, const tensor& dout, tensor& dtable) = 0;
   virtual void do_cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient) = 0;
   virtual void do_global_norm(std::span<const tensor* const> tensors, double max_norm, tensor& norm, tensor& clip) = 0;
   virtual void do_adamw_step(std::span<const adamw_slot_ref> slots, const adamw_args& args, const tensor& norm, const tensor& clip,
                              tensor& state) = 0;
+
+  // An untracked temporary from do_alloc (the unfused intermediate of a producer; a fused kernel
+  // keeps it in registers). Released with its last handle, in stream order.
+  tensor scratch(std::size_t rows, std::size_t cols, dtype type) {
+    allocation a = do_alloc(rows * cols * size_of(type), false);
+    return tensor(type, rows, cols, a.data, std::move(a.owner));
+  }
+  // The plan's copies of a stored tensor: both from one read (do_quantize_both) when the
+  // columnwise copy is wanted.
+  qpair quantize_plan(const tensor& x, const quant_plan& plan) {
+    if (plan.columnwise_wanted) return do_quantize_both(x, plan.rowwise, plan.columnwise);
+    return {do_quantize(x, plan.rowwise), {}};
+  }
 
   memory_tracker memory_;
   mutable backend_counters counters_;

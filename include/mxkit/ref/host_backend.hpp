@@ -19,10 +19,10 @@
 //           gradient check)
 // Layer kernels are the ref:: functions of ref/nn/ (rmsnorm.hpp, attention.hpp, ...). bf16
 // activations are widened to float, computed by the float kernel and rounded back (RNE) on
-// store, as a device kernel loads bf16, computes in fp32 and stores bf16. The fused producers
-// (rmsnorm_quantize, swiglu_quantize) run the unfused kernel into a temporary and quantize it,
-// swiglu_backward_quantize writes the gradient over gate_up and quantizes that: the same bytes by
-// construction. gemm with a C operand copies C into D first.
+// store, as a device kernel loads bf16, computes in fp32 and stores bf16. The producers
+// (rmsnorm_quantize, swiglu_quantize, swiglu_backward_quantize) are nn::backend's unfused
+// defaults: the kernel into a temporary, then its output quantized (the same bytes by
+// construction). gemm with a C operand copies C into D first.
 // Not final: tests derive from it to record what the layers ask for.
 #include <array>
 #include <cmath>
@@ -292,12 +292,6 @@ class host_backend : public nn::backend {
       st.commit();
     });
   }
-  nn::qpair do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
-                                nn::tensor* y) override {
-    nn::tensor out = y ? *y : scratch(x.rows(), x.cols(), x.type());
-    host_backend::do_rmsnorm_forward(x, w, out, rstd, eps);
-    return quantize_plan(out, plan);
-  }
   void do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
                            nn::tensor& dx, nn::tensor* dw) override {
     if (!dr.same_as(dx)) std::memcpy(dx.data(), dr.data(), dx.bytes());  // then accumulate: the same values as one pass
@@ -342,11 +336,6 @@ class host_backend : public nn::backend {
       st.commit();
     });
   }
-  nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override {
-    nn::tensor o = out ? *out : scratch(gu.rows(), gu.cols() / 2, gu.type());
-    host_backend::do_swiglu_forward(gu, o);
-    return quantize_plan(o, plan);
-  }
   void do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) override {
     compute(gu.type(), [&](auto z) {
       using T = decltype(z);
@@ -354,11 +343,6 @@ class host_backend : public nn::backend {
       ref::swiglu_backward(st.in(dout), st.in(gu), st.out(dgu, false), gu.rows(), gu.cols() / 2);
       st.commit();
     });
-  }
-  nn::qpair do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) override {
-    host_backend::do_swiglu_backward(dout, gu, gu);  // the gradient over gu; dout goes before the copies come
-    dout.reset();
-    return quantize_plan(gu, plan);
   }
   void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override {
     compute(out.type(), [&](auto z) {
@@ -495,18 +479,6 @@ class host_backend : public nn::backend {
     const float* data_ = nullptr;
     std::vector<float> copy_;
   };
-
-  // An untracked temporary (the unfused intermediate of a fused producer; a device kernel keeps
-  // it in registers).
-  nn::tensor scratch(std::size_t rows, std::size_t cols, nn::dtype type) {
-    allocation a = host_backend::do_alloc(rows * cols * nn::size_of(type), false);
-    return nn::tensor(type, rows, cols, a.data, std::move(a.owner));
-  }
-  nn::qpair quantize_plan(const nn::tensor& x, const nn::quant_plan& plan) {
-    // Qualified calls: a test backend that records do_quantize*() sees each request once.
-    if (plan.columnwise_wanted) return host_backend::do_quantize_both(x, plan.rowwise, plan.columnwise);
-    return {host_backend::do_quantize(x, plan.rowwise), {}};
-  }
 
   static float scale_of(const nn::fp8_scaling_slot& s) { return s.table->scale().as<float>()[s.row]; }
   static void record(const nn::fp8_scaling_slot& s, float amax) {

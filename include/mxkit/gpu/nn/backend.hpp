@@ -24,39 +24,45 @@
 //              its output widened back), swiglu, embedding, cross_entropy; global_norm and adamw
 //              as multi-tensor kernels whose device descriptor arrays are kept between steps.
 //   scalars    loss, norm, clip factor and step counts stay in device memory; one-thread
-//              kernels move them between the kernels' layouts (gpu/nn/tensor_ops.hpp).
+//              kernels move them between the kernels' layouts (gpu/nn/device_scalars.hpp).
 // Producers: swiglu_quantize writes its FP8 copies straight from gate/up (gpu::swiglu_forward_fp8:
 // the output is never stored); its other copies, rmsnorm_quantize's and
-// swiglu_backward_quantize's run the unfused kernel and quantize its output (the bytes the
-// contract asks for; bench/NOTES_training.md has what fusing them measured). The embedding and
-// cross-entropy kernels' range flags are never
-// raised: write_tokens checks every id on the host before the upload.
+// swiglu_backward_quantize's are nn::backend's unfused defaults: the kernel, then its output
+// quantized (bench/NOTES_training.md has what fusing them measured). swiglu_backward_quantize's
+// default releases dout behind the kernel, so its memory serves the copies. The embedding and
+// cross-entropy kernels' range flags are never raised: write_tokens checks every id on the host
+// before the upload.
 // The healing stash: export_fp8 casts on the device and copies the codes to the host;
 // import_fp8 uploads on a second stream (the copy engine) ordered after the backend's stream, so
 // the MXFP4 copies freed before it are reused.
 // Not here: native (unrounded) operands and f64 models (the gradient check): the host backend's.
 // AMD: compiled for gfx942 and gfx950, never run (no AMD GPU was available to this project).
-#include <algorithm>
+// Beside this class: gpu/nn/operand_payload.hpp (the copies' device storage and its counting),
+// gpu/nn/host_transfers.hpp (staging ring, page-locked stash memory, uploads in flight),
+// gpu/nn/backend_adapters.hpp (element types, the GEMM's operands, multi-tensor descriptors).
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <span>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
+#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/error.hpp>
 #include <mxkit/format/float16.hpp>
 #include <mxkit/gpu/fp8_cast.hpp>
-#include <mxkit/gpu/gemm/gemm.hpp>
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/nn/adamw.hpp>
 #include <mxkit/gpu/nn/attention.hpp>
+#include <mxkit/gpu/nn/backend_adapters.hpp>
 #include <mxkit/gpu/nn/cross_entropy.hpp>
+#include <mxkit/gpu/nn/delayed_scaling.hpp>
+#include <mxkit/gpu/nn/device_scalars.hpp>
 #include <mxkit/gpu/nn/embedding.hpp>
 #include <mxkit/gpu/nn/global_norm.hpp>
+#include <mxkit/gpu/nn/host_transfers.hpp>
+#include <mxkit/gpu/nn/operand_payload.hpp>
 #include <mxkit/gpu/nn/rmsnorm.hpp>
 #include <mxkit/gpu/nn/rope.hpp>
 #include <mxkit/gpu/nn/swiglu.hpp>
@@ -72,26 +78,8 @@ namespace gpu {
 
 class device_backend : public nn::backend {
  public:
-  // Storage of one quantized copy in device memory: one pool allocation holding the codes, then
-  // the MX scales ([lines, blocks] row-major) or the FP8 scale.
-  struct payload final : nn::qpayload {
-    std::shared_ptr<void> memory;
-    nn::tensor source;               // a view's tensor (view_of), kept alive with the copy
-    std::uint8_t* data = nullptr;
-    std::uint8_t* scales = nullptr;  // mx
-    float* fp8_scale = nullptr;      // fp8: the scale the codes were made with
-    mx_layout layout{};              // mx
-    quantize_options options{};      // mx
-    bool mn_major = false;           // bf16 columnwise: `data` holds the [length, lines] rows of its source
-    nn::tracked_bytes tracked;
-    std::size_t* live = nullptr;     // the backend's count of live copies of this kind
-    payload() = default;
-    payload(const payload&) = delete;
-    payload& operator=(const payload&) = delete;
-    ~payload() override {
-      if (live) --*live;
-    }
-  };
+  // Storage of one quantized copy in device memory (gpu/nn/operand_payload.hpp).
+  using payload = device_payload;
 
   device_backend();
   device_backend(const device_backend&) = delete;
@@ -103,41 +91,8 @@ class device_backend : public nn::backend {
   stream_t stream() const noexcept { return stream_; }
   // Quantized copies of kind p alive right now (anywhere: caches, saved operands, callers).
   std::size_t live_copies(nn::precision p) const noexcept { return live_[static_cast<std::size_t>(p)]; }
-
-  // ---- host copies of device operands (tests and oracles; each waits for the stream)
-  static const payload& get(const nn::qtensor& q) {
-    const auto* p = dynamic_cast<const payload*>(q.payload());
-    mxkit::detail::require(p != nullptr, "device_backend: the quantized copy was not made by a device_backend");
-    return *p;
-  }
-  mx_tensor download_mx(const nn::qtensor& q) const {
-    mxkit::detail::require(q.kind() == nn::precision::mx, "download_mx: a ", name_of(q.kind()), " copy");
-    const payload& p = get(q);
-    mx_tensor h(p.layout, p.options);
-    h.set_data(download_bytes(p.data, p.layout.data_bytes()));
-    h.set_scales(download_bytes(p.scales, p.layout.lines() * p.layout.blocks_per_line()));
-    return h;
-  }
-  fp8_tensor download_fp8(const nn::qtensor& q) const {
-    mxkit::detail::require(q.kind() == nn::precision::fp8, "download_fp8: a ", name_of(q.kind()), " copy");
-    const payload& p = get(q);
-    fp8_tensor t{q.request().spec.fp8, q.lines(), q.length(), 1.0f, 0.0f, download_bytes(p.data, q.rows() * q.cols())};
-    const std::vector<std::uint8_t> s = download_bytes(reinterpret_cast<const std::uint8_t*>(p.fp8_scale), sizeof(float));
-    std::memcpy(&t.scale, s.data(), sizeof(float));
-    return t;
-  }
-  // The copy's [lines, length] values, however it is stored.
-  std::vector<bfloat16> download_bf16(const nn::qtensor& q) const {
-    mxkit::detail::require(q.kind() == nn::precision::bf16, "download_bf16: a ", name_of(q.kind()), " copy");
-    const std::vector<std::uint8_t> b = download_bytes(get(q).data, q.rows() * q.cols() * sizeof(bfloat16));
-    std::vector<bfloat16> out(q.rows() * q.cols());
-    std::memcpy(out.data(), b.data(), b.size());
-    if (!get(q).mn_major) return out;
-    std::vector<bfloat16> lines(out.size());
-    for (std::size_t r = 0; r < q.length(); ++r)
-      for (std::size_t l = 0; l < q.lines(); ++l) lines[l * q.length() + r] = out[r * q.lines() + l];
-    return lines;
-  }
+  // Where a copy's bytes are (tests read them: tests/gpu/device_backend_downloads.hpp).
+  static const payload& get(const nn::qtensor& q) { return payload_of(q); }
 
  protected:
   // ---- memory and transfers
@@ -171,8 +126,6 @@ class device_backend : public nn::backend {
 
   // ---- layer kernels
   void do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) override;
-  nn::qpair do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
-                                nn::tensor* y) override;
   void do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
                            nn::tensor& dx, nn::tensor* dw) override;
   void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override;
@@ -184,10 +137,6 @@ class device_backend : public nn::backend {
   // copies from the stored output.
   nn::qpair do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) override;
   void do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) override;
-  // The gradient written over gu, dout released (its memory goes back to the stream-ordered pool
-  // behind the kernel), then the copies from one read: gu's memory is free before the GEMMs that
-  // read them, unless a bf16 copy is gu itself.
-  nn::qpair do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) override;
   void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override;
   void do_embedding_backward(const nn::tensor& tokens, const nn::tensor& dout, nn::tensor& dtable) override;
   void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) override;
@@ -205,33 +154,7 @@ class device_backend : public nn::backend {
   grad_norm_result* norm_result() { return reinterpret_cast<grad_norm_result*>(scratch_.as<double>() + norm_slot); }
   unsigned* amax_bits() { return reinterpret_cast<unsigned*>(scratch_.as<double>() + amax_slot); }
 
-  // A multi-tensor kernel's descriptor array in device memory, uploaded again only when the list
-  // changes (a model's parameters are the same every step).
-  template <class D>
-  class descriptor_list {
-   public:
-    const D* get(const std::vector<D>& list, device_backend& be) {
-      const bool same = list.size() == host_.size() &&
-                        std::equal(list.begin(), list.end(), host_.begin(), [](const D& a, const D& b) { return std::memcmp(&a, &b, sizeof(D)) == 0; });
-      if (!same || !device_.defined()) {
-        host_ = list;
-        device_ = be.alloc(1, list.size() * sizeof(D) / sizeof(double) + 1, nn::dtype::f64, nn::mem_tag::optimizer);
-        if (!list.empty()) be.upload(device_.data(), list.data(), list.size() * sizeof(D));
-      }
-      return static_cast<const D*>(device_.data());
-    }
-
-   private:
-    std::vector<D> host_;
-    nn::tensor device_;
-  };
-
-  void* pool_alloc(std::size_t bytes) {
-    const std::size_t before = pool_reserved_bytes();
-    void* p = allocate_async(bytes, stream_);
-    if (pool_reserved_bytes() != before) ++counters_.driver_allocations;
-    return p;
-  }
+  void* pool_alloc(std::size_t bytes) { return pool_alloc_counted(bytes, stream_, counters_.driver_allocations); }
   // Temporary device memory for one call's kernels, returned in stream order.
   template <class T, class F>
   void with_workspace(std::size_t n, F&& f) {
@@ -244,14 +167,6 @@ class device_backend : public nn::backend {
     }
     deallocate_async(p, stream_);
   }
-  // An untracked temporary (the unfused intermediate of a fused producer, bf16 attention operands).
- protected:
-  nn::tensor scratch(std::size_t rows, std::size_t cols, nn::dtype type) {
-    const std::size_t bytes = rows * cols * nn::size_of(type);
-    void* p = pool_alloc(bytes < 16 ? 16 : bytes);
-    return nn::tensor(type, rows, cols, p, std::shared_ptr<void>(p, [s = stream_](void* d) { deallocate_async(d, s); }));
-  }
- private:
   nn::tensor as_bf16(const nn::tensor& t);
 
   // The RoPE factors of every position up to the longest sequence seen, for one (head_dim,
@@ -259,196 +174,42 @@ class device_backend : public nn::backend {
   // every step instead of a double pow and sincos per pair and call.
   const rope_factor* rope_table(const nn::head_shape& s, double theta);
 
-  // The host codes of an upload in flight on the copy stream stay alive (a shared owner kept
-  // here) until the copy has finished: a caller may drop its host_fp8 as soon as import_fp8
-  // returns. Finished ones are let go at the next import and at synchronize().
-  void keep_until_copied(const nn::host_fp8& host) {
-    release_copied();
-    event_t done = nullptr;
-    MXKIT_GPU_CHECK(event_create_timing_off(&done));
-    MXKIT_GPU_CHECK(event_record(done, copy_stream_));
-    in_flight_.push_back({host, done});
-  }
-  void release_copied() noexcept {
-    std::erase_if(in_flight_, [](const in_flight& f) {
-      if (event_query(f.done) != success) return false;
-      (void)event_destroy(f.done);
-      return true;
-    });
-  }
-
-  // Host -> device through page-locked staging memory, so the copy is asynchronous. The staging
-  // buffers form a ring: an upload waits only for the upload that last used its slot, several
-  // uploads back (a step uploads its tokens and targets, so the host may run a few steps ahead of
-  // the device instead of waiting for the previous step at every upload).
-  void upload(void* dst, const void* src, std::size_t bytes, stream_t s = nullptr) {
-    if (bytes == 0) return;
-    if (!s) s = stream_;
-    staging_slot& slot = staging_[next_slot_];
-    next_slot_ = (next_slot_ + 1) % staging_.size();
-    if (slot.done) MXKIT_GPU_CHECK(event_synchronize(slot.done));
-    else MXKIT_GPU_CHECK(event_create_timing_off(&slot.done));
-    if (bytes > slot.bytes) {
-      if (slot.memory) MXKIT_GPU_CHECK(free_host_pinned(slot.memory));
-      slot.memory = nullptr;
-      slot.bytes = 0;
-      MXKIT_GPU_CHECK(malloc_host_pinned(&slot.memory, bytes));
-      slot.bytes = bytes;
-    }
-    std::memcpy(slot.memory, src, bytes);
-    MXKIT_GPU_CHECK(memcpy_async(dst, slot.memory, bytes, copy_kind::host_to_device, s));
-    MXKIT_GPU_CHECK(event_record(slot.done, s));
-  }
-  std::vector<std::uint8_t> download_bytes(const std::uint8_t* src, std::size_t bytes) const {
-    std::vector<std::uint8_t> out(bytes);
-    if (bytes) MXKIT_GPU_CHECK(memcpy_async(out.data(), src, bytes, copy_kind::device_to_host, stream_));
-    MXKIT_GPU_CHECK(stream_synchronize(stream_));
-    return out;
-  }
-
-  // ---- payloads
-  std::shared_ptr<payload> bytes_payload(const nn::quant_request&, std::size_t bytes) {
-    auto p = std::make_shared<payload>();
-    const std::size_t n = bytes < 16 ? 16 : bytes;
-    void* m = pool_alloc(n);
-    p->memory = std::shared_ptr<void>(m, [s = stream_](void* d) { deallocate_async(d, s); });
-    p->data = static_cast<std::uint8_t*>(m);
-    return p;
-  }
-  std::shared_ptr<payload> mx_payload(const nn::quant_request& r, std::size_t rows, std::size_t cols) {
-    const mx_layout layout{r.spec.mx, r.axis, rows, cols};
-    const std::size_t data = (layout.data_bytes() + 255) / 256 * 256, scales = layout.lines() * layout.blocks_per_line();
-    auto p = bytes_payload(r, data + scales);
-    p->scales = p->data + data;
-    p->layout = layout;
-    p->options = r.mx_options();
-    return p;
-  }
-  std::shared_ptr<payload> fp8_payload(const nn::quant_request& r, std::size_t rows, std::size_t cols) {
-    const std::size_t data = (rows * cols + 15) / 16 * 16;
-    auto p = bytes_payload(r, data + sizeof(float));
-    p->fp8_scale = reinterpret_cast<float*>(p->data + data);
-    return p;
-  }
-  // A bf16 activation as its own bf16 copy (the request allows it), rowwise as it is, columnwise
-  // read MN-major: the payload shares x's memory and keeps it alive; no bytes are added to the
-  // copies' count, none are moved.
-  nn::qtensor view_of(const nn::quant_request& r, const nn::tensor& x) {
-    auto p = std::make_shared<payload>();
-    p->source = x;
-    p->data = static_cast<std::uint8_t*>(x.data());
-    p->mn_major = r.axis == block_axis::columnwise;
-    p->live = &live_[static_cast<std::size_t>(r.spec.kind)];
-    ++*p->live;
-    return nn::qtensor(r, x.rows(), x.cols(), x.bytes(), std::move(p));
-  }
-  // The columnwise bf16 copy `r` of the tensor whose rowwise copy is `row`: the same bytes read
-  // MN-major, kept alive with it; 0 bytes of its own.
-  nn::qtensor alias_of(const nn::quant_request& r, const nn::qtensor& row) {
-    const payload& src = get(row);
-    auto p = std::make_shared<payload>();
-    p->memory = src.memory;
-    p->source = src.source;
-    p->data = src.data;
-    p->mn_major = true;
-    p->live = &live_[static_cast<std::size_t>(r.spec.kind)];
-    ++*p->live;
-    return nn::qtensor(r, row.rows(), row.cols(), 0, std::move(p));
-  }
-  nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<payload> p) {
-    std::size_t bytes = rows * cols;
-    if (r.spec.kind == nn::precision::mx) bytes = p->layout.data_bytes() + p->layout.lines() * p->layout.blocks_per_line();
-    else if (r.spec.kind == nn::precision::fp8) bytes += sizeof(float);
-    else bytes *= sizeof(bfloat16);
-    p->tracked = nn::tracked_bytes(&memory_, r.tag, bytes);
-    p->live = &live_[static_cast<std::size_t>(r.spec.kind)];
-    ++*p->live;
-    return nn::qtensor(r, rows, cols, bytes, std::move(p));
-  }
-
   void run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out);
-  // A plan whose copies one FP8 cast writes together: FP8 codes and, when wanted, their
-  // transpose, of the same type and scaling row.
-  static bool fp8_plan(const nn::quant_plan& p) {
-    const nn::quant_request &r = p.rowwise, &c = p.columnwise;
-    return r.spec.kind == nn::precision::fp8 &&
-           (!p.columnwise_wanted || (c.spec.kind == nn::precision::fp8 && c.spec.fp8 == r.spec.fp8 && c.fp8.table == r.fp8.table &&
-                                     c.fp8.row == r.fp8.row));
-  }
-  // An FP8 request's scale, and the history slot its amax goes to (null when it records none).
-  static const float* scale_of(const nn::quant_request& r) { return r.fp8.table->scale().as<float>() + r.fp8.row; }
-  static float* amax_history(const nn::quant_request& r) {
-    nn::scaling_table& t = *r.fp8.table;
-    return r.fp8.record_amax ? t.history().as<float>() + r.fp8.row * t.config().history_length : nullptr;
-  }
+  void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out);
   // The plan's FP8 copies of a (rows, cols) result of activation type `type`, written by
   // cast(T{}, request, outputs) (the request records the amax if either copy's does): a cast of
   // a stored tensor (quantize_both) or a producer that writes them itself.
   template <class Cast>
-  nn::qpair write_fp8_plan(const nn::quant_plan& plan, std::size_t rows, std::size_t cols, nn::dtype type, const char* what, Cast&& cast) {
+  nn::qpair write_one_fp8_cast(const nn::quant_plan& plan, std::size_t rows, std::size_t cols, nn::dtype type, const char* what, Cast&& cast) {
     nn::quant_request r = plan.rowwise;
     if (plan.columnwise_wanted) r.fp8.record_amax = plan.rowwise.fp8.record_amax || plan.columnwise.fp8.record_amax;
-    activation_types(type, what, [](auto) {});  // refused before anything is allocated
-    auto pr = fp8_payload(plan.rowwise, rows, cols);
+    backend_detail::activation_types(type, what, [](auto) {});  // refused before anything is allocated
+    auto pr = payloads_.fp8(rows, cols);
     fp8_outputs out{pr->data, nullptr, nullptr, pr->fp8_scale, nullptr};
     std::shared_ptr<payload> pc;
     if (plan.columnwise_wanted) {
-      pc = fp8_payload(plan.columnwise, rows, cols);
+      pc = payloads_.fp8(rows, cols);
       out.transposed = pc->data;
       out.transposed_scale = pc->fp8_scale;
     }
-    activation_types(type, what, [&](auto z) { cast(z, r, out); });
-    nn::qpair q{finish(plan.rowwise, rows, cols, std::move(pr)), {}};
-    if (pc) q.columnwise = finish(plan.columnwise, rows, cols, std::move(pc));
+    backend_detail::activation_types(type, what, [&](auto z) { cast(z, r, out); });
+    nn::qpair q{payloads_.finish(plan.rowwise, rows, cols, std::move(pr)), {}};
+    if (pc) q.columnwise = payloads_.finish(plan.columnwise, rows, cols, std::move(pc));
     return q;
   }
-  void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out);
- protected:
-  nn::qpair quantize_plan(const nn::tensor& x, const nn::quant_plan& plan);
 
- private:
-  // ---- element types
-  // f(float{}) or f(bfloat16{}) for an activation type; f64 models are the host's.
-  template <class F>
-  static void activation_types(nn::dtype t, const char* what, F&& f) {
-    if (t == nn::dtype::f32) f(float{});
-    else if (t == nn::dtype::bf16) f(bfloat16{});
-    else mxkit::detail::fail("device_backend: ", what, " on ", name_of(t), " data; the device runs f32 and bf16 models (f64 is the host's)");
-  }
-  static void require_activation(const nn::tensor& t, const char* what) {
-    activation_types(t.type(), what, [](auto) {});
-  }
-  static void require_param(const nn::tensor& t, const char* what) {
-    mxkit::detail::require(t.type() == nn::dtype::f32, "device_backend: ", what, " on ", name_of(t.type()),
-                           " tensors; device parameters and gradients are f32");
-  }
-  template <class F>
-  static void visit_float(nn::dtype t, const char* what, F&& f) {
-    if (t == nn::dtype::f64) f(double{});
-    else activation_types(t, what, f);
-  }
-
-  struct in_flight {
-    nn::host_fp8 host;
-    event_t done;
-  };
-  std::vector<in_flight> in_flight_;
-  struct staging_slot {
-    void* memory = nullptr;
-    std::size_t bytes = 0;
-    event_t done = nullptr;  // recorded after the slot's last upload
-  };
   stream_t stream_ = nullptr, copy_stream_ = nullptr;
   event_t order_ = nullptr;
-  std::array<staging_slot, 8> staging_{};
-  std::size_t next_slot_ = 0;
+  staging_ring staging_;
+  uploads_in_flight in_flight_;
+  payload_factory::live_counts live_{};  // by precision
+  payload_factory payloads_;
   nn::tensor flags_, scratch_;
   nn::tensor rope_table_;
   std::size_t rope_head_dim_ = 0;
   double rope_theta_ = 0.0;
-  descriptor_list<norm_tensor<float>> norm_list_;
-  descriptor_list<adamw_tensor<float>> adamw_list_;
-  std::array<std::size_t, 4> live_{};  // by precision
+  backend_detail::descriptor_list<norm_tensor<float>> norm_list_;
+  backend_detail::descriptor_list<adamw_tensor<float>> adamw_list_;
 };
 
 // The members that launch kernels, out of the class: inline here for header-only use; with the
@@ -464,23 +225,21 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY device_backend::device_backend() {
   MXKIT_GPU_CHECK(stream_create(&stream_));
   MXKIT_GPU_CHECK(stream_create(&copy_stream_));
   MXKIT_GPU_CHECK(event_create_timing_off(&order_));
+  payloads_ = payload_factory(stream_, memory_, counters_.driver_allocations, live_);
   flags_ = alloc(1, 4, nn::dtype::i32, nn::mem_tag::activation);  // [embedding error, cross-entropy error, lr bits, spare]
   scratch_ = alloc(1, 8, nn::dtype::f64, nn::mem_tag::optimizer);  // grad_norm_result, adamw counts, loss (float), amax bits
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY device_backend::~device_backend() {
   (void)stream_synchronize(stream_);
   (void)stream_synchronize(copy_stream_);
-  release_copied();
+  in_flight_.release_finished();
   flags_.reset();
   scratch_.reset();
   rope_table_.reset();  // freed on stream_, which goes below
   norm_list_ = {};
   adamw_list_ = {};
   (void)stream_synchronize(stream_);
-  for (staging_slot& slot : staging_) {
-    if (slot.memory) (void)free_host_pinned(slot.memory);
-    if (slot.done) (void)event_destroy(slot.done);
-  }
+  staging_.release();
   (void)event_destroy(order_);
   (void)stream_destroy(copy_stream_);
   (void)stream_destroy(stream_);
@@ -499,13 +258,13 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_write(nn::tensor& t, cons
       std::memcpy(host.data() + i * sizeof(T), &v, sizeof(T));
     }
   });
-  upload(t.data(), host.data(), host.size());
+  staging_.upload(t.data(), host.data(), host.size(), stream_);
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_write_tokens(nn::tensor& t, const std::vector<std::int32_t>& tokens) {
-  upload(t.data(), tokens.data(), tokens.size() * sizeof(std::int32_t));
+  staging_.upload(t.data(), tokens.data(), tokens.size() * sizeof(std::int32_t), stream_);
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY std::vector<double> device_backend::do_read(const nn::tensor& t) const {
-  const std::vector<std::uint8_t> host = download_bytes(static_cast<const std::uint8_t*>(t.data()), t.bytes());
+  const std::vector<std::uint8_t> host = download_bytes(t.data(), t.bytes(), stream_);
   std::vector<double> out(t.size());
   nn::visit_dtype(t.type(), [&](auto z) {
     using T = decltype(z);
@@ -519,7 +278,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY std::vector<double> device_backend::do_read(const
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_synchronize() {
   MXKIT_GPU_CHECK(stream_synchronize(stream_));
-  release_copied();
+  in_flight_.release_finished();
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_fill(nn::tensor& t, double value) {
   nn::visit_dtype(t.type(), [&](auto z) {
@@ -531,46 +290,46 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_copy(const nn::tensor& sr
   if (src.bytes()) MXKIT_GPU_CHECK(memcpy_async(dst.data(), src.data(), src.bytes(), copy_kind::device_to_device, stream_));
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_axpy(double alpha, const nn::tensor& x, nn::tensor& y) {
-  visit_float(x.type(), "axpy", [&](auto z) {
+  backend_detail::visit_float(x.type(), "axpy", [&](auto z) {
     using T = decltype(z);
     gpu::axpy(alpha, x.as<T>(), y.as<T>(), x.size(), stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_amax(const nn::tensor& x, nn::tensor& out) {
-  activation_types(x.type(), "amax", [&](auto z) {
+  backend_detail::activation_types(x.type(), "amax", [&](auto z) {
     using T = decltype(z);
     gpu::amax(x.as<T>(), x.size(), out.as<double>(), amax_bits(), stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_quantize(const nn::tensor& x, const nn::quant_request& r) {
-  require_activation(x, "quantize");
+  backend_detail::require_activation(x, "quantize");
   switch (r.spec.kind) {
     case nn::precision::mx: {
-      auto p = mx_payload(r, x.rows(), x.cols());
+      auto p = payloads_.mx(r, x.rows(), x.cols());
       quantize_outputs out;
       (r.axis == block_axis::rowwise ? out.rowwise_data : out.columnwise_data) = p->data;
       (r.axis == block_axis::rowwise ? out.rowwise_scales : out.columnwise_scales) = p->scales;
       run_mx(x, r, out);
-      return finish(r, x.rows(), x.cols(), std::move(p));
+      return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
     }
     case nn::precision::fp8: {
-      auto p = fp8_payload(r, x.rows(), x.cols());
+      auto p = payloads_.fp8(x.rows(), x.cols());
       fp8_outputs out;
       (r.axis == block_axis::rowwise ? out.data : out.transposed) = p->data;
       (r.axis == block_axis::rowwise ? out.data_scale : out.transposed_scale) = p->fp8_scale;
       run_fp8(x, r, out);
-      return finish(r, x.rows(), x.cols(), std::move(p));
+      return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
     }
     case nn::precision::bf16: {
-      if (r.may_alias_input && x.type() == nn::dtype::bf16) return view_of(r, x);
-      auto p = bytes_payload(r, x.rows() * x.cols() * sizeof(bfloat16));
+      if (r.may_alias_input && x.type() == nn::dtype::bf16) return payloads_.view_of(r, x);
+      auto p = payloads_.bytes(x.rows() * x.cols() * sizeof(bfloat16));
       auto* out = reinterpret_cast<bfloat16*>(p->data);
-      activation_types(x.type(), "quantize", [&](auto z) {
+      backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
         using T = decltype(z);
         if (r.axis == block_axis::rowwise) gpu::convert(x.as<T>(), out, x.size(), stream_);
         else gpu::transpose(x.as<T>(), x.rows(), x.cols(), out, stream_);
       });
-      return finish(r, x.rows(), x.cols(), std::move(p));
+      return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
     }
     case nn::precision::native: break;
   }
@@ -581,28 +340,28 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_quantize_both(const 
   const bool same_mx = row.spec.kind == nn::precision::mx && col.spec.kind == nn::precision::mx && row.spec == col.spec &&
                        row.mx_options() == col.mx_options();
   if (same_mx) {  // one read, both copies (the fused kernel)
-    require_activation(x, "quantize_both");
-    auto pr = mx_payload(row, x.rows(), x.cols()), pc = mx_payload(col, x.rows(), x.cols());
+    backend_detail::require_activation(x, "quantize_both");
+    auto pr = payloads_.mx(row, x.rows(), x.cols()), pc = payloads_.mx(col, x.rows(), x.cols());
     quantize_outputs out;
     out.rowwise_data = pr->data;
     out.rowwise_scales = pr->scales;
     out.columnwise_data = pc->data;
     out.columnwise_scales = pc->scales;
     run_mx(x, row, out);
-    return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
+    return {payloads_.finish(row, x.rows(), x.cols(), std::move(pr)), payloads_.finish(col, x.rows(), x.cols(), std::move(pc))};
   }
   const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
     using T = decltype(z);
-    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, scale_of(r), amax_history(r), o, overflow::saturate,
+    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, fp8_scale_of(r), amax_history_of(r), o, overflow::saturate,
                      stream_);
   };
   const nn::quant_plan both{row, col, true};
-  if (fp8_plan(both)) return write_fp8_plan(both, x.rows(), x.cols(), x.type(), "quantize_both", cast);  // codes and transpose, one cast
+  if (one_fp8_cast(both)) return write_one_fp8_cast(both, x.rows(), x.cols(), x.type(), "quantize_both", cast);  // codes and transpose, one cast
   if (row.spec.kind == nn::precision::bf16 && col.spec.kind == nn::precision::bf16) {  // the rows, read both ways
     nn::quant_request rr = row;
     rr.may_alias_input = row.may_alias_input && col.may_alias_input;  // the columnwise copy may outlive x's promise
     nn::qtensor r = device_backend::do_quantize(x, rr);
-    return {r, alias_of(col, r)};
+    return {r, payloads_.alias_of(col, r)};
   }
   return {device_backend::do_quantize(x, row), device_backend::do_quantize(x, col)};
 }
@@ -612,24 +371,22 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_transpose(const nn
   r.use = use;
   r.tag = tag;
   r.fp8.record_amax = false;
-  const payload& src = get(q);
-  auto p = fp8_payload(r, q.rows(), q.cols());
+  const payload& src = payload_of(q);
+  auto p = payloads_.fp8(q.rows(), q.cols());
   gpu::transpose(src.data, q.rows(), q.cols(), p->data, stream_);
   MXKIT_GPU_CHECK(memcpy_async(p->fp8_scale, src.fp8_scale, sizeof(float), copy_kind::device_to_device, stream_));
-  return finish(r, q.rows(), q.cols(), std::move(p));
+  return payloads_.finish(r, q.rows(), q.cols(), std::move(p));
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY std::shared_ptr<std::uint8_t[]> device_backend::do_alloc_host(std::size_t bytes) {
-  void* p = nullptr;
-  MXKIT_GPU_CHECK(malloc_host_pinned(&p, bytes ? bytes : 1));
-  return std::shared_ptr<std::uint8_t[]>(static_cast<std::uint8_t*>(p), [](std::uint8_t* d) { (void)free_host_pinned(d); });
+  return alloc_pinned_host(bytes);
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::host_fp8 device_backend::do_export_fp8(const nn::tensor& w, fp8_type type, float scale) {
-  require_activation(w, "export_fp8");
+  backend_detail::require_activation(w, "export_fp8");
   const std::size_t n = w.size(), amax_at = (n + 15) / 16 * 16;
   std::shared_ptr<std::uint8_t[]> host = alloc_host(amax_at + sizeof(float));
   with_workspace<std::uint8_t>(amax_at + sizeof(float), [&](std::span<std::uint8_t> codes) {
     float* amax = reinterpret_cast<float*>(codes.data() + amax_at);
-    activation_types(w.type(), "export_fp8", [&](auto z) {
+    backend_detail::activation_types(w.type(), "export_fp8", [&](auto z) {
       using T = decltype(z);
       cast_fp8(matrix_view<const T>{w.as<T>(), w.rows(), w.cols()}, type, scale, {codes.data(), nullptr, amax}, overflow::saturate, stream_);
     });
@@ -646,7 +403,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_import_fp8(const n
   r.axis = block_axis::rowwise;
   r.use = use;
   r.tag = tag;
-  auto p = fp8_payload(r, host.rows(), host.cols());
+  auto p = payloads_.fp8(host.rows(), host.cols());
   // The upload runs on the copy stream after everything enqueued so far on the backend's stream
   // (the allocation, and the frees of the copies it replaces); the backend's stream waits for it.
   // From page-locked memory (export_fp8's stash, alloc_host) the copy is asynchronous; from
@@ -656,73 +413,33 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_import_fp8(const n
   if (host.bytes()) MXKIT_GPU_CHECK(memcpy_async(p->data, host.codes(), host.bytes(), copy_kind::host_to_device, copy_stream_));
   MXKIT_GPU_CHECK(event_record(order_, copy_stream_));
   MXKIT_GPU_CHECK(stream_wait_event(stream_, order_));
-  keep_until_copied(host);
+  in_flight_.keep(host, copy_stream_);
   detail::set_float_kernel<1><<<1, 1, 0, stream_>>>(p->fp8_scale, host.scale());
   MXKIT_GPU_CHECK_LAUNCH();
-  return finish(r, host.rows(), host.cols(), std::move(p));
+  return payloads_.finish(r, host.rows(), host.cols(), std::move(p));
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_update_scales(nn::scaling_table& t) {
   gpu::update_scales(t.history().as<float>(), t.scale().as<float>(), t.fp8_max().as<float>(), t.rows(), t.config().history_length,
                      t.config(), stream_);
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
-             const nn::tensor* c) {
-  mxkit::detail::require(d.type() == nn::dtype::f32 || d.type() == nn::dtype::bf16, "device_backend: ", name_of(kind),
-                         " output is ", name_of(d.type()), "; the device writes f32 or bf16");
-  const gemm_output_desc out{d.data(), c && beta != 0.0f ? c->data() : d.data(), d.cols(), d.cols(), d.type() == nn::dtype::bf16, alpha, beta};
-  const payload& pa = get(a);
-  const payload& pb = get(b);
-  switch (a.kind()) {
-    case nn::precision::mx: {
-      const mx_const_view va{pa.layout, pa.options, pa.data, pa.scales, scale_layout::row_major};
-      const mx_const_view vb{pb.layout, pb.options, pb.data, pb.scales, scale_layout::row_major};
-      mxkit::detail::check_mx_product(kind, va.layout, vb.layout);
-      mxkit::detail::check_rotation(va.options, vb.options, name_of(kind));
-      detail::run(make_operand(va), make_operand(vb), out, stream_, {});
-      return;
-    }
-    case nn::precision::fp8: {
-      auto operand = [](const nn::qtensor& q, const payload& p) {
-        gemm_operand o = make_operand(fp8_view{q.request().spec.fp8, q.lines(), q.length(), 1.0f, p.data});
-        o.scale = p.fp8_scale;
-        return o;
-      };
-      detail::run(operand(a, pa), operand(b, pb), out, stream_, {});
-      return;
-    }
-    case nn::precision::bf16: {
-      auto operand = [](const nn::qtensor& q, const payload& p) {
-        const auto* data = reinterpret_cast<const bfloat16*>(p.data);
-        return p.mn_major ? make_operand(matrix_view<const bfloat16>{data, q.length(), q.lines()}, major_order::mn_major)
-                          : make_operand(matrix_view<const bfloat16>{data, q.lines(), q.length()});
-      };
-      detail::run(operand(a, pa), operand(b, pb), out, stream_, {});
-      return;
-    }
-    case nn::precision::native: break;
-  }
-  mxkit::detail::fail("device_backend: ", name_of(kind), " on native operands (the host reference's)");
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d,
+                                                          float alpha, float beta, const nn::tensor* c) {
+  backend_detail::run_gemm(kind, a, b, d, alpha, beta, c, stream_);
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) {
-  activation_types(x.type(), "rmsnorm", [&](auto z) {
+  backend_detail::activation_types(x.type(), "rmsnorm", [&](auto z) {
     using T = decltype(z);
-    activation_types(w.type(), "rmsnorm weight", [&](auto zw) {
+    backend_detail::activation_types(w.type(), "rmsnorm weight", [&](auto zw) {
       using W = decltype(zw);
       gpu::rmsnorm_forward(x.as<T>(), w.as<W>(), y.as<T>(), rstd.as<float>(), x.rows(), x.cols(), eps, stream_);
     });
   });
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_rmsnorm_quantize(const nn::tensor& x, const nn::tensor& w, nn::tensor& rstd, double eps, const nn::quant_plan& plan,
-                              nn::tensor* y) {
-  nn::tensor out = y ? *y : scratch(x.rows(), x.cols(), x.type());
-  device_backend::do_rmsnorm_forward(x, w, out, rstd, eps);
-  return quantize_plan(out, plan);
-}
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
                          nn::tensor& dx, nn::tensor* dw) {
-  activation_types(x.type(), "rmsnorm backward", [&](auto z) {
+  backend_detail::activation_types(x.type(), "rmsnorm backward", [&](auto z) {
     using T = decltype(z);
-    activation_types(w.type(), "rmsnorm weight", [&](auto zw) {  // a weight and its gradient: f32, or bf16 (bf16 layer weights)
+    backend_detail::activation_types(w.type(), "rmsnorm weight", [&](auto zw) {  // a weight and its gradient: f32, or bf16 (bf16 layer weights)
       using W = decltype(zw);
       const std::size_t need = dw ? rmsnorm_backward_workspace(x.rows(), x.cols()) : 0;
       with_workspace<float>(need, [&](std::span<float> ws) {
@@ -733,13 +450,13 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_backward(const nn
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) {
-  activation_types(qkv.type(), "rope", [&](auto z) {
+  backend_detail::activation_types(qkv.type(), "rope", [&](auto z) {
     using T = decltype(z);
     gpu::rope(qkv.as<T>(), s, theta, inverse, rope_table(s, theta), stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) {
-  require_activation(qkv, "attention");
+  backend_detail::require_activation(qkv, "attention");
   with_workspace<std::byte>(attention_forward_workspace(s), [&](std::span<std::byte> ws) {
     if (qkv.type() == nn::dtype::bf16) {
       gpu::attention_forward(qkv.as<bfloat16>(), s.qkv_dim(), out.as<bfloat16>(), lse.as<float>(), s, ws, stream_);
@@ -752,7 +469,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_attention_forward(const n
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& out, const nn::tensor& lse,
                            nn::tensor& dqkv, const nn::head_shape& s) {
-  require_activation(qkv, "attention backward");
+  backend_detail::require_activation(qkv, "attention backward");
   with_workspace<std::byte>(attention_backward_workspace(s), [&](std::span<std::byte> ws) {
     if (qkv.type() == nn::dtype::bf16) {
       gpu::attention_backward(dout.as<bfloat16>(), qkv.as<bfloat16>(), s.qkv_dim(), out.as<bfloat16>(), lse.as<float>(),
@@ -767,7 +484,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_attention_backward(const 
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_swiglu_forward(const nn::tensor& gu, nn::tensor& out) {
-  activation_types(gu.type(), "swiglu", [&](auto z) {
+  backend_detail::activation_types(gu.type(), "swiglu", [&](auto z) {
     using T = decltype(z);
     gpu::swiglu_forward(gu.as<T>(), out.as<T>(), gu.rows(), gu.cols() / 2, stream_);
   });
@@ -775,33 +492,26 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_swiglu_forward(const nn::
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) {
   const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
     using T = decltype(z);
-    gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, scale_of(r), amax_history(r), o, stream_);
+    gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, fp8_scale_of(r), amax_history_of(r), o, stream_);
   };
-  if (!out && fp8_plan(plan)) return write_fp8_plan(plan, gu.rows(), gu.cols() / 2, gu.type(), "swiglu_quantize", cast);
-  nn::tensor o = out ? *out : scratch(gu.rows(), gu.cols() / 2, gu.type());
-  device_backend::do_swiglu_forward(gu, o);
-  return quantize_plan(o, plan);
+  if (!out && one_fp8_cast(plan)) return write_one_fp8_cast(plan, gu.rows(), gu.cols() / 2, gu.type(), "swiglu_quantize", cast);
+  return nn::backend::do_swiglu_quantize(gu, plan, out);  // the unfused default
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) {
-  activation_types(gu.type(), "swiglu backward", [&](auto z) {
+  backend_detail::activation_types(gu.type(), "swiglu backward", [&](auto z) {
     using T = decltype(z);
     gpu::swiglu_backward(dout.as<T>(), gu.as<T>(), dgu.as<T>(), gu.rows(), gu.cols() / 2, stream_);
   });
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_swiglu_backward_quantize(nn::tensor& dout, nn::tensor& gu, const nn::quant_plan& plan) {
-  device_backend::do_swiglu_backward(dout, gu, gu);
-  dout.reset();
-  return quantize_plan(gu, plan);
-}
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) {
-  activation_types(out.type(), "embedding", [&](auto z) {
+  backend_detail::activation_types(out.type(), "embedding", [&](auto z) {
     using T = decltype(z);
     gpu::embedding_forward(tokens.as<std::int32_t>(), tokens.rows(), table.as<float>(), table.rows(), out.as<T>(), table.cols(),
                            flags_.as<std::int32_t>(), stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_embedding_backward(const nn::tensor& tokens, const nn::tensor& dout, nn::tensor& dtable) {
-  activation_types(dout.type(), "embedding backward", [&](auto z) {
+  backend_detail::activation_types(dout.type(), "embedding backward", [&](auto z) {
     using T = decltype(z);
     with_workspace<std::uint32_t>(embedding_backward_workspace(dtable.rows()), [&](std::span<std::uint32_t> ws) {
       gpu::embedding_backward(tokens.as<std::int32_t>(), tokens.rows(), dout.as<T>(), dtable.as<float>(), dtable.rows(), dtable.cols(),
@@ -810,7 +520,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_embedding_backward(const 
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) {
-  activation_types(logits.type(), "cross_entropy", [&](auto z) {
+  backend_detail::activation_types(logits.type(), "cross_entropy", [&](auto z) {
     using T = decltype(z);
     float* loss32 = reinterpret_cast<float*>(scratch_.as<double>() + loss_slot);
     with_workspace<float>(cross_entropy_workspace(logits.rows()), [&](std::span<float> ws) {
@@ -834,10 +544,10 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_global_norm(std::span<con
       list.push_back({narrowed.back().as<float>(), t->size()});
       continue;
     }
-    require_param(*t, "global_norm");
+    backend_detail::require_param(*t, "global_norm");
     list.push_back({t->as<float>(), t->size()});
   }
-  const norm_tensor<float>* dev = norm_list_.get(list, *this);
+  const norm_tensor<float>* dev = norm_list_.get(list, *this, staging_, stream_);
   grad_norm_result* r = norm_result();
   with_workspace<double>(global_norm_workspace, [&](std::span<double> ws) {
     gpu::global_norm(dev, list.size(), static_cast<float>(max_norm), r, ws, stream_);
@@ -850,11 +560,11 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_adamw_step(std::span<cons
   std::vector<adamw_tensor<float>> list;
   list.reserve(slots.size());
   for (const nn::adamw_slot_ref& s : slots) {
-    require_param(*s.param, "adamw_step");
+    backend_detail::require_param(*s.param, "adamw_step");
     list.push_back({s.param->as<float>(), s.grad->as<float>(), s.m->as<float>(), s.v->as<float>(), s.param->size(),
                     static_cast<float>(s.weight_decay)});
   }
-  const adamw_tensor<float>* dev = adamw_list_.get(list, *this);
+  const adamw_tensor<float>* dev = adamw_list_.get(list, *this, staging_, stream_);
   grad_norm_result* r = norm_result();
   adamw_step_counts* counts = reinterpret_cast<adamw_step_counts*>(scratch_.as<double>() + counts_slot);
   float* lr = reinterpret_cast<float*>(flags_.as<std::int32_t>() + 2);
@@ -886,21 +596,17 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY const rope_factor* device_backend::rope_table(con
   return static_cast<const rope_factor*>(rope_table_.data());
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out) {
-  activation_types(x.type(), "quantize", [&](auto z) {
+  backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
     using T = decltype(z);
     gpu::quantize(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.mx, r.mx_options(), out, stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out) {
-  activation_types(x.type(), "quantize", [&](auto z) {
+  backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
     using T = decltype(z);
-    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, scale_of(r), amax_history(r), out,
+    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, fp8_scale_of(r), amax_history_of(r), out,
                      overflow::saturate, stream_);
   });
-}
-MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::quantize_plan(const nn::tensor& x, const nn::quant_plan& plan) {
-  if (plan.columnwise_wanted) return device_backend::do_quantize_both(x, plan.rowwise, plan.columnwise);
-  return {device_backend::do_quantize(x, plan.rowwise), {}};
 }
 #endif  // MXKIT_GPU_LIBRARY_DEFINES_DEVICE_BACKEND
 

@@ -1,17 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The small element-wise and bookkeeping kernels of the device training backend
-// (gpu/nn/backend.hpp): fill, type conversion, axpy, amax, the byte or bf16 transposes of stored
-// GEMM operands, the fused delayed-scaling update, and the few one-thread kernels that move the
-// optimizer's device scalars between the layouts of the kernels that make and read them. Each is
-// one pass over its data, grid-strided, and never waits for the host.
+// The small element-wise kernels of the device training backend (gpu/nn/backend.hpp): fill, type
+// conversion, axpy, amax and the byte or bf16 transposes of stored GEMM operands. Each is one
+// pass over its data, grid-strided, and never waits for the host. (The fused delayed-scaling
+// update: gpu/nn/delayed_scaling.hpp; the one-thread moves of the optimizer's device scalars:
+// gpu/nn/device_scalars.hpp.)
 //   fill       every element = one value, rounded to the element type on the host
 //   convert    float <-> bf16 <-> double element by element (bf16 rounds to nearest even)
 //   axpy       y = y + alpha * x in float (double for f64), rounded once to y's type
 //   amax       max |x| over a tensor into a double (NaN wins: the largest bit pattern of |x|)
 //   transpose  [rows, cols] -> [cols, rows] through a shared-memory tile, converting on the way
 //              (float or bf16 to bf16: the columnwise bf16 copy; bytes as they are: FP8 codes)
-//   update_scales  the rule of ref::update_scale_row for every row of a scaling table, a block a row
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -20,11 +19,8 @@
 #include <mxkit/format/float16.hpp>
 #include <mxkit/gpu/device.hpp>
 #include <mxkit/gpu/launch.hpp>
-#include <mxkit/gpu/nn/adamw.hpp>
 #include <mxkit/gpu/nn/chunk.hpp>
-#include <mxkit/gpu/nn/global_norm.hpp>
 #include <mxkit/gpu/runtime.hpp>
-#include <mxkit/ref/nn/delayed_scaling.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
@@ -83,10 +79,6 @@ MXKIT_GLOBAL void __launch_bounds__(Threads) float_bits_to_double_kernel(const u
   *out = static_cast<double>(bit_cast<float>(*bits));
 }
 
-template <int Threads>
-MXKIT_GLOBAL void __launch_bounds__(Threads) float_to_double_kernel(const float* in, double* out) {
-  *out = static_cast<double>(*in);
-}
 
 // [rows, cols] S -> [cols, rows] D, a 64 x 64 tile per pass. Each thread moves 2 x 2 blocks:
 // two adjacent elements of two adjacent input rows (one vector load a row where the pair is
@@ -180,73 +172,6 @@ MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S
   }
 }
 
-// A block per table row (a thread walking a whole row's history alone took longer than the casts
-// the table serves: bench/NOTES_training.md). The amax: each thread folds columns tid,
-// tid + Threads, ... with ref::record_amax, then a fixed tree over the threads (a max in which
-// NaN wins, so the scale is the host's). The shift: chunks of Threads columns from the end down,
-// each read whole before it is written, so every column moves from its old left neighbour.
-template <int Threads>
-MXKIT_GLOBAL void __launch_bounds__(Threads) update_scales_kernel(float* history, float* scale, const float* fp8_max, std::size_t rows,
-                                                               std::size_t H, float headroom, nn::amax_algorithm algorithm) {
-  __shared__ float part[Threads];
-  const int tid = static_cast<int>(threadIdx.x);
-  for (std::size_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    float* h = history + r * H;
-    const std::size_t span = algorithm == nn::amax_algorithm::max ? H : 1;
-    float amax = 0.0f;
-    if (static_cast<std::size_t>(tid) < span) {
-      amax = h[tid];
-      for (std::size_t k = static_cast<std::size_t>(tid) + Threads; k < span; k += Threads) ref::record_amax(amax, h[k]);
-    }
-    part[tid] = amax;
-    sync_threads();
-    for (int n = Threads / 2; n > 0; n /= 2) {
-      if (tid < n) ref::record_amax(part[tid], part[tid + n]);
-      sync_threads();
-    }
-    if (tid == 0) ref::scale_from_amax(part[0], scale[r], fp8_max[r], headroom);
-    for (std::size_t end = H; end > 1;) {  // columns [first, end) take columns [first - 1, end - 1)
-      const std::size_t first = end > Threads + 1 ? end - Threads : 1, k = first + static_cast<std::size_t>(tid);
-      const float v = k < end ? h[k - 1] : 0.0f;
-      sync_threads();
-      if (k < end) h[k] = v;
-      sync_threads();
-      end = first;
-    }
-    if (tid == 0) h[0] = 0.0f;
-    sync_threads();  // part[] and the row are free for the next row
-  }
-}
-
-// The optimizer's scalars: global_norm's result as the backend's (1, 1) f64 norm and clip
-// tensors, its (1, 2) f64 step counts as AdamW's integer counts and back, the learning rate.
-template <int Threads>
-MXKIT_GLOBAL void __launch_bounds__(Threads) norm_to_scalars_kernel(const grad_norm_result* r, double* norm, double* clip) {
-  *norm = static_cast<double>(r->norm);  // Inf and NaN stay what they are
-  *clip = static_cast<double>(r->clip);
-}
-// The backend's norm and clip tensors as AdamW's input (the clip factor the caller passes is the
-// one applied; a non-finite norm skips the step).
-template <int Threads>
-MXKIT_GLOBAL void __launch_bounds__(Threads) scalars_to_norm_kernel(const double* norm, const double* clip, grad_norm_result* r) {
-  const bool finite = finite_bits(*norm);
-  *r = grad_norm_result{static_cast<float>(*norm), finite ? static_cast<float>(*clip) : 1.0f, finite ? 0 : 1};
-}
-template <int Threads>
-MXKIT_GLOBAL void __launch_bounds__(Threads) counts_from_state_kernel(const double* state, adamw_step_counts* counts) {
-  counts->taken = static_cast<std::uint64_t>(state[0]);
-  counts->skipped = static_cast<std::uint64_t>(state[1]);
-}
-template <int Threads>
-MXKIT_GLOBAL void __launch_bounds__(Threads) counts_to_state_kernel(const adamw_step_counts* counts, double* state) {
-  state[0] = static_cast<double>(counts->taken);
-  state[1] = static_cast<double>(counts->skipped);
-}
-template <int Threads>
-MXKIT_GLOBAL void __launch_bounds__(Threads) set_float_kernel(float* p, float value) {
-  *p = value;
-}
-
 template <auto Kernel>
 inline int elementwise_grid(std::size_t n) {
   return persistent_grid<Kernel>(tensor_ops_threads, (n + tensor_ops_threads - 1) / tensor_ops_threads);
@@ -300,18 +225,6 @@ void transpose(const S* in, std::size_t rows, std::size_t cols, D* out, stream_t
   const std::size_t tiles = (rows + detail::transpose_tile - 1) / detail::transpose_tile * ((cols + detail::transpose_tile - 1) / detail::transpose_tile);
   constexpr auto kernel = detail::transpose_kernel<S, D>;
   kernel<<<detail::persistent_grid<kernel>(detail::tensor_ops_threads, tiles), detail::tensor_ops_threads, 0, stream>>>(in, rows, cols, out);
-  MXKIT_GPU_CHECK_LAUNCH();
-}
-
-// The fused delayed-scaling update of a whole scaling table (nn/delayed_scaling.hpp):
-// history (rows, H), scale and fp8_max (rows). Asynchronous on `stream`.
-inline void update_scales(float* history, float* scale, const float* fp8_max, std::size_t rows, std::size_t H,
-                          const nn::delayed_scaling_config& c, stream_t stream) {
-  if (rows == 0) return;
-  constexpr int threads = detail::tensor_ops_threads;
-  const float headroom = static_cast<float>(std::ldexp(1.0, c.margin));
-  const unsigned blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);  // a block a row, strided beyond
-  detail::update_scales_kernel<threads><<<blocks, threads, 0, stream>>>(history, scale, fp8_max, rows, H, headroom, c.algorithm);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 

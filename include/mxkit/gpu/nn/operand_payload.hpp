@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The device backend's quantized copies (gpu/nn/backend.hpp): where one copy's bytes live
+// (device_payload) and how they are laid out, made in the backend's stream-ordered pool by a
+// payload_factory that counts them (bytes by tag in the backend's memory_tracker, live copies
+// by precision). The kernels that fill them are the backend's; this header holds no kernel.
+// Layouts: MX codes then scales ([lines, blocks] row-major, scale_layout::row_major), FP8 codes
+// then the one float scale the codes were made with (the GEMM's descale, read on the device),
+// bf16 values, or no bytes of its own where a bf16 copy reads its source in place (MN-major).
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
+
+#include <mxkit/error.hpp>
+#include <mxkit/format/float16.hpp>
+#include <mxkit/gpu/memory.hpp>
+#include <mxkit/gpu/runtime.hpp>
+#include <mxkit/nn/operand.hpp>
+#include <mxkit/tensor/mx_tensor.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+
+// Storage of one quantized copy in device memory: one pool allocation holding the codes, then
+// the MX scales ([lines, blocks] row-major) or the FP8 scale.
+struct device_payload final : nn::qpayload {
+  std::shared_ptr<void> memory;
+  nn::tensor source;               // a view's tensor (view_of), kept alive with the copy
+  std::uint8_t* data = nullptr;
+  std::uint8_t* scales = nullptr;  // mx
+  float* fp8_scale = nullptr;      // fp8: the scale the codes were made with
+  mx_layout layout{};              // mx
+  quantize_options options{};      // mx
+  bool mn_major = false;           // bf16 columnwise: `data` holds the [length, lines] rows of its source
+  nn::tracked_bytes tracked;
+  std::size_t* live = nullptr;     // the backend's count of live copies of this kind
+  device_payload() = default;
+  device_payload(const device_payload&) = delete;
+  device_payload& operator=(const device_payload&) = delete;
+  ~device_payload() override {
+    if (live) --*live;
+  }
+};
+
+// The payload of a copy a device backend made (refuses any other backend's copy).
+inline const device_payload& payload_of(const nn::qtensor& q) {
+  const auto* p = dynamic_cast<const device_payload*>(q.payload());
+  mxkit::detail::require(p != nullptr, "device_backend: the quantized copy was not made by a device_backend");
+  return *p;
+}
+
+// `bytes` from the stream-ordered pool, counting in `driver_allocations` an allocation that had
+// to grow the pool (its reserved bytes): a steady-state step counts none.
+inline void* pool_alloc_counted(std::size_t bytes, stream_t s, std::uint64_t& driver_allocations) {
+  const std::size_t before = pool_reserved_bytes();
+  void* p = allocate_async(bytes, s);
+  if (pool_reserved_bytes() != before) ++driver_allocations;
+  return p;
+}
+
+// FP8 requests: the scale a cast reads (the scaling table's row), and the history slot its amax
+// goes to (null when it records none).
+inline const float* fp8_scale_of(const nn::quant_request& r) { return r.fp8.table->scale().as<float>() + r.fp8.row; }
+inline float* amax_history_of(const nn::quant_request& r) {
+  nn::scaling_table& t = *r.fp8.table;
+  return r.fp8.record_amax ? t.history().as<float>() + r.fp8.row * t.config().history_length : nullptr;
+}
+// A plan whose copies one FP8 cast writes together: FP8 codes and, when wanted, their
+// transpose, of the same type and scaling row.
+inline bool one_fp8_cast(const nn::quant_plan& p) {
+  const nn::quant_request &r = p.rowwise, &c = p.columnwise;
+  return r.spec.kind == nn::precision::fp8 &&
+         (!p.columnwise_wanted || (c.spec.kind == nn::precision::fp8 && c.spec.fp8 == r.spec.fp8 && c.fp8.table == r.fp8.table &&
+                                   c.fp8.row == r.fp8.row));
+}
+
+// Makes and counts one backend's payloads. Set up once the backend's stream exists; `memory`,
+// `driver_allocations` and `live` (by precision) are the backend's and outlive every copy.
+class payload_factory {
+ public:
+  using live_counts = std::array<std::size_t, 4>;
+  payload_factory() = default;
+  payload_factory(stream_t s, nn::memory_tracker& memory, std::uint64_t& driver_allocations, live_counts& live)
+      : stream_(s), memory_(&memory), driver_allocations_(&driver_allocations), live_(&live) {}
+
+  // `bytes` (at least 16) of uninitialized pool memory, released in stream order.
+  std::shared_ptr<device_payload> bytes(std::size_t bytes) const {
+    auto p = std::make_shared<device_payload>();
+    void* m = pool_alloc_counted(bytes < 16 ? 16 : bytes, stream_, *driver_allocations_);
+    p->memory = std::shared_ptr<void>(m, [s = stream_](void* d) { deallocate_async(d, s); });
+    p->data = static_cast<std::uint8_t*>(m);
+    return p;
+  }
+  // MX codes (padded to 256 bytes) then the scales.
+  std::shared_ptr<device_payload> mx(const nn::quant_request& r, std::size_t rows, std::size_t cols) const {
+    const mx_layout layout{r.spec.mx, r.axis, rows, cols};
+    const std::size_t data = (layout.data_bytes() + 255) / 256 * 256, scales = layout.lines() * layout.blocks_per_line();
+    auto p = bytes(data + scales);
+    p->scales = p->data + data;
+    p->layout = layout;
+    p->options = r.mx_options();
+    return p;
+  }
+  // FP8 codes (padded to 16 bytes) then the float scale.
+  std::shared_ptr<device_payload> fp8(std::size_t rows, std::size_t cols) const {
+    const std::size_t data = (rows * cols + 15) / 16 * 16;
+    auto p = bytes(data + sizeof(float));
+    p->fp8_scale = reinterpret_cast<float*>(p->data + data);
+    return p;
+  }
+  // A bf16 activation as its own bf16 copy (the request allows it), rowwise as it is, columnwise
+  // read MN-major: the payload shares x's memory and keeps it alive; no bytes are added to the
+  // copies' count, none are moved.
+  nn::qtensor view_of(const nn::quant_request& r, const nn::tensor& x) const {
+    auto p = std::make_shared<device_payload>();
+    p->source = x;
+    p->data = static_cast<std::uint8_t*>(x.data());
+    p->mn_major = r.axis == block_axis::columnwise;
+    count_live(r, *p);
+    return nn::qtensor(r, x.rows(), x.cols(), x.bytes(), std::move(p));
+  }
+  // The columnwise bf16 copy `r` of the tensor whose rowwise copy is `row`: the same bytes read
+  // MN-major, kept alive with it; 0 bytes of its own.
+  nn::qtensor alias_of(const nn::quant_request& r, const nn::qtensor& row) const {
+    const device_payload& src = payload_of(row);
+    auto p = std::make_shared<device_payload>();
+    p->memory = src.memory;
+    p->source = src.source;
+    p->data = src.data;
+    p->mn_major = true;
+    count_live(r, *p);
+    return nn::qtensor(r, row.rows(), row.cols(), 0, std::move(p));
+  }
+  // The copy of a filled payload: its bytes counted under the request's tag.
+  nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<device_payload> p) const {
+    std::size_t bytes = rows * cols;
+    if (r.spec.kind == nn::precision::mx) bytes = p->layout.data_bytes() + p->layout.lines() * p->layout.blocks_per_line();
+    else if (r.spec.kind == nn::precision::fp8) bytes += sizeof(float);
+    else bytes *= sizeof(bfloat16);
+    p->tracked = nn::tracked_bytes(memory_, r.tag, bytes);
+    count_live(r, *p);
+    return nn::qtensor(r, rows, cols, bytes, std::move(p));
+  }
+
+ private:
+  void count_live(const nn::quant_request& r, device_payload& p) const {
+    p.live = &(*live_)[static_cast<std::size_t>(r.spec.kind)];
+    ++*p.live;
+  }
+  stream_t stream_ = nullptr;
+  nn::memory_tracker* memory_ = nullptr;
+  std::uint64_t* driver_allocations_ = nullptr;
+  live_counts* live_ = nullptr;
+};
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE
