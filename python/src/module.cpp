@@ -301,7 +301,9 @@ py::capsule export_capsule(const tensor_ref& t, py::object stream, py::object ma
     // the device, without a host wait.
     const auto s = stream.is_none() ? std::intptr_t{1} : stream.cast<std::intptr_t>();
     if (s == 0) throw py::value_error("stream 0 is ambiguous on CUDA (DLPack): pass 1 for the legacy default stream or a stream handle");
-    if (s != -1 && static_cast<std::uintptr_t>(s) != t.stream) device::stream_wait(static_cast<std::uintptr_t>(s), t.stream, t.device.device_id);
+    // t.stream 0: a tensor mxkit did not write (an import re-exported); its producer ordered it.
+    if (s != -1 && t.stream != 0 && static_cast<std::uintptr_t>(s) != t.stream)
+      device::stream_wait(static_cast<std::uintptr_t>(s), t.stream, t.device.device_id);
   }
   const tensor_ref out = make_copy ? host_copy(t) : t;
   bool versioned = false;
