@@ -96,17 +96,39 @@ def _caller_stream(x, stream):
 
 
 def _import(x, stream=None):
-    return _mxkit.import_tensor(_bytes_view(x), stream)
+    """An mxkit.Tensor reading x in place. It owns what it reads (the producer's DLPack tensor or
+    a buffer view), so a temporary x may die as soon as this returns."""
+    x = _bytes_view(x)
+    if _framework(x) == "torch" and x.requires_grad:
+        x = x.detach()  # torch refuses to export a tensor that requires grad; mxkit only reads it
+    return _mxkit.import_tensor(x, stream)
+
+
+def _record_stream(x, stream):
+    """Tells torch's caching allocator that device tensor x is read on `stream` (a DLPack
+    integer), when that is not x's current stream: otherwise, once the caller frees x, its memory
+    may be handed to a new tensor while mxkit's kernel still reads it."""
+    if _framework(x) != "torch" or not x.is_cuda:
+        return
+    import torch
+    current = torch.cuda.current_stream(x.device)
+    if (current.cuda_stream or 1) == stream:
+        return
+    s = torch.cuda.default_stream(x.device) if stream == 1 else torch.cuda.ExternalStream(stream, device=x.device)
+    x.record_stream(s)
 
 
 def _host(x):
-    """x on the host: a device tensor is copied (validation is a host oracle); host ones are read in place."""
+    """x on the host: a device tensor is copied (validation is a host oracle); host ones are read
+    in place. The copy is returned for _import, whose tensor keeps it alive."""
     if not _is_device(x):
         return x
-    if hasattr(x, "cpu"):
-        return x.cpu()
+    if _framework(x) == "torch":
+        return x.detach().cpu()
     if hasattr(x, "get"):
         return x.get()
+    if hasattr(x, "cpu"):
+        return x.cpu()
     raise ValueError(f"cannot bring {type(x).__name__} to the host; pass a host array")
 
 
@@ -179,6 +201,8 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     device = _is_device(x)
     s = _caller_stream(x, stream) if device else None
     t = _import(x, s)
+    if device:
+        _record_stream(x, s)
     rows, cols = _shape2(t)
     both = axis == "both"
     first_axis = "rowwise" if both else axis
@@ -324,5 +348,7 @@ def gemm(a_codes, a_scales, b_codes, b_scales, fmt, b_fmt=None, k=None, *, out_d
         raise ValueError(f"out_dtype {out_dtype!r} is not float32 or bfloat16")
     s = _caller_stream(a_codes, stream)
     t = [_import(v, s) for v in (a_codes, a_scales, b_codes, b_scales)]
+    for v in (a_codes, a_scales, b_codes, b_scales):
+        _record_stream(v, s)
     out = _mxkit.gemm_device(t[0], t[1], a, t[2], t[3], b, out_dtype == "bfloat16", float(alpha), s)
     return _like(a_codes, out)

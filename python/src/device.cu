@@ -35,8 +35,10 @@ bool built() noexcept { return true; }
 
 void* allocate(std::size_t bytes, int device_id, std::uintptr_t) {
   device_guard g(device_id);
+  // Never a null pointer, even for an empty result: a DLPack consumer may look the pointer up
+  // (torch's from_blob asks the driver which device it is on).
   void* p = nullptr;
-  if (bytes > 0) MXKIT_GPU_CHECK(cudaMalloc(&p, bytes));
+  MXKIT_GPU_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
   return p;
 }
 void release(void* p, int device_id) noexcept {

@@ -5,6 +5,7 @@
 // JAX and NumPy >= 1.22 hand tensors to each other without a copy. Only the layout matters
 // (these are the exchanged memory objects), so the types are plain C-compatible structs.
 #include <cstdint>
+#include <type_traits>
 
 namespace mxkit_python::dlpack {
 
@@ -55,6 +56,15 @@ struct DLManagedTensorVersioned {
   std::uint64_t flags;  // bit 0: read only; bit 1: is a copy
   DLTensor dl_tensor;
 };
-inline constexpr std::uint64_t flag_read_only = 1u;
+inline constexpr std::uint64_t flag_read_only = 1u;  // DLPACK_FLAG_BITMASK_READ_ONLY
+inline constexpr std::uint64_t flag_is_copied = 2u;  // DLPACK_FLAG_BITMASK_IS_COPIED
+
+// The capsule name of each payload (the Python capsule protocol of dlpack.h); a consumer renames
+// it "used_" + name when it takes the tensor.
+template <class Managed>
+constexpr const char* capsule_name() noexcept {
+  if constexpr (std::is_same_v<Managed, DLManagedTensorVersioned>) return "dltensor_versioned";
+  else return "dltensor";
+}
 
 }  // namespace mxkit_python::dlpack

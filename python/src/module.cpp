@@ -5,10 +5,12 @@
 // oracle (ref/) or the device launchers (device.hpp). Arguments are already normalized by the
 // Python layer: enum values arrive as mxkit's own names (enum_names), shapes as integers.
 #include <Python.h>
-#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <bit>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -58,60 +60,113 @@ namespace {
 
 [[noreturn]] void value_error(const std::string& m) { throw py::value_error(m); }
 
+// ---- tracing (MXKIT_PYTHON_TRACE=1) -------------------------------------------------------
+// Every import, export and deleter call on stderr with its pointers, so a crash in a device run
+// can be matched to the capsule whose lifetime went wrong (scripts/gpu_python_check.sh).
+bool tracing() noexcept {
+  static const bool on = [] {
+    const char* v = std::getenv("MXKIT_PYTHON_TRACE");
+    return v != nullptr && *v != '\0' && *v != '0';
+  }();
+  return on;
+}
+template <class... A>
+void trace(const A&... parts) {
+  if (!tracing()) return;
+  std::ostringstream s;
+  s << "[mxkit] ";
+  (s << ... << parts);
+  s << "\n";
+  std::fputs(s.str().c_str(), stderr);
+  std::fflush(stderr);
+}
+
 // ---- DLPack in ----------------------------------------------------------------------------
+// The limits a DLTensor is checked against before anything reads through it: a producer's
+// corrupt or unsupported tensor is a ValueError, never a read through a bad pointer.
+inline constexpr std::int32_t max_ndim = 32;
+
+// Owns a consumed DLPack tensor: the producer's deleter runs exactly once, when the last
+// tensor_ref sharing it is gone (DLPack: "the consumer must call the deleter when done"). The
+// deleter may run without the GIL (torch, CuPy and NumPy >= 1.25 take it themselves if needed).
 template <class Managed>
-tensor_ref from_managed(Managed* m) {
-  const dlpack::DLTensor& t = m->dl_tensor;
-  tensor_ref r;
-  r.data = static_cast<char*>(t.data) + t.byte_offset;
-  r.device = t.device;
-  r.dtype = t.dtype;
-  r.shape.assign(t.shape, t.shape + t.ndim);
-  if (t.strides) r.strides.assign(t.strides, t.strides + t.ndim);
-  if constexpr (std::is_same_v<Managed, dlpack::DLManagedTensorVersioned>) r.read_only = (m->flags & dlpack::flag_read_only) != 0;
-  r.owner = std::shared_ptr<void>(m, [](void* p) {
+std::shared_ptr<void> own_managed(Managed* m) {
+  return std::shared_ptr<void>(m, [](void* p) {
     Managed* mt = static_cast<Managed*>(p);
+    trace("deleter of ", dlpack::capsule_name<Managed>(), " ", p);
     if (mt->deleter) mt->deleter(mt);
   });
+}
+
+// Reads the DLTensor of an owned managed tensor into a tensor_ref, checking every field first.
+tensor_ref from_dltensor(const dlpack::DLTensor& t, std::shared_ptr<void> owner, bool read_only) {
+  tensor_ref r;
+  r.owner = std::move(owner);  // first: an error below still releases the producer's tensor
+  if (t.ndim < 0 || t.ndim > max_ndim) value_error("a DLPack tensor with ndim " + std::to_string(t.ndim) + "; mxkit reads 0 to 32 axes");
+  if (t.ndim > 0 && t.shape == nullptr) value_error("a DLPack tensor with a null shape");
+  if (t.dtype.lanes != 1) value_error("a DLPack tensor with " + std::to_string(t.dtype.lanes) + " lanes; mxkit reads scalar dtypes");
+  if (t.dtype.bits == 0 || t.dtype.bits % 8 != 0) value_error("a DLPack tensor of " + std::to_string(t.dtype.bits) + "-bit elements; mxkit reads whole bytes");
+  r.device = t.device;
+  r.dtype = t.dtype;
+  r.read_only = read_only;
+  r.shape.assign(t.shape, t.shape + t.ndim);
+  for (std::int64_t e : r.shape)
+    if (e < 0) value_error("a DLPack tensor with a negative extent " + std::to_string(e));
+  if (t.strides != nullptr) r.strides.assign(t.strides, t.strides + t.ndim);
+  if (t.data == nullptr && r.elements() != 0) value_error("a DLPack tensor with a null data pointer and " + std::to_string(r.elements()) + " elements");
+  r.data = t.data == nullptr ? nullptr : static_cast<char*>(t.data) + t.byte_offset;
   return r;
 }
 
+// Consumes a DLPack capsule (dlpack.h, "the capsule protocol"): checks the name, renames it
+// used_dltensor[_versioned] so the producer's capsule destructor leaves the tensor to us, and
+// owns it from that moment. A versioned tensor of a major version mxkit does not know is not
+// consumed (its layout past `version` is unknown): the producer's capsule destructor frees it.
 tensor_ref from_capsule(py::handle capsule) {
   PyObject* c = capsule.ptr();
-  if (PyCapsule_IsValid(c, "dltensor")) {
-    auto* m = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
-    PyCapsule_SetName(c, "used_dltensor");  // consumed: the producer's capsule destructor leaves it to us
-    return from_managed(m);
-  }
   if (PyCapsule_IsValid(c, "dltensor_versioned")) {
     auto* m = static_cast<dlpack::DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
-    PyCapsule_SetName(c, "used_dltensor_versioned");
-    if (m->version.major > 1) {
-      tensor_ref dropped = from_managed(m);  // release it through its deleter
-      value_error("a DLPack " + std::to_string(m->version.major) + ".x tensor; mxkit reads DLPack 1.x and earlier");
-    }
-    return from_managed(m);
+    if (m->version.major != 1)
+      throw py::buffer_error("a DLPack " + std::to_string(m->version.major) + "." + std::to_string(m->version.minor) +
+                             " tensor; mxkit reads DLPack 1.x (versioned) and 0.x (legacy) tensors");
+    if (PyCapsule_SetName(c, "used_dltensor_versioned") != 0) throw py::error_already_set();
+    trace("import dltensor_versioned ", static_cast<void*>(m), " flags ", m->flags);
+    return from_dltensor(m->dl_tensor, own_managed(m), (m->flags & dlpack::flag_read_only) != 0);
+  }
+  if (PyCapsule_IsValid(c, "dltensor")) {
+    auto* m = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+    if (PyCapsule_SetName(c, "used_dltensor") != 0) throw py::error_already_set();
+    trace("import dltensor ", static_cast<void*>(m));
+    return from_dltensor(m->dl_tensor, own_managed(m), false);
   }
   value_error("__dlpack__ returned something that is not an unconsumed DLPack capsule");
 }
 
-// Any array: our own tensor, a NumPy array (buffer protocol: it also takes read-only arrays,
-// which NumPy's __dlpack__ refuses), an object with __dlpack__ (torch, CuPy, JAX; `stream` is
-// passed for device tensors so the producer orders its work before ours), or any buffer.
-tensor_ref import_tensor(py::handle obj, py::object stream) {
-  if (py::isinstance<tensor_ref>(obj)) return obj.cast<tensor_ref>();
-  const bool numpy = py::isinstance<py::array>(obj);
-  if (!numpy && py::hasattr(obj, "__dlpack__")) {
-    bool device = false;
-    if (py::hasattr(obj, "__dlpack_device__")) {
-      const py::tuple d = obj.attr("__dlpack_device__")();
-      const int type = d[0].cast<int>();
-      device = type != dlpack::kDLCPU && type != dlpack::kDLCUDAHost;
-    }
-    py::object capsule = device && !stream.is_none() ? obj.attr("__dlpack__")(py::arg("stream") = stream) : obj.attr("__dlpack__")();
-    return from_capsule(capsule);
+// The dtype of a buffer-protocol format string (PEP 3118): one native or little-endian scalar.
+dlpack::DLDataType buffer_dtype(const char* format, Py_ssize_t itemsize) {
+  std::string f = format ? format : "B";
+  const std::string whole = f;
+  if (!f.empty() && (f[0] == '@' || f[0] == '=' || f[0] == '<' || f[0] == '>' || f[0] == '!')) {
+    constexpr bool little = std::endian::native == std::endian::little;
+    const bool big = f[0] == '>' || f[0] == '!';
+    if (big == little && itemsize > 1) value_error("a big-endian array (format '" + whole + "'); pass it as native byte order, e.g. x.astype(x.dtype.newbyteorder('='))");
+    f.erase(0, 1);
   }
-  if (!PyObject_CheckBuffer(obj.ptr())) value_error("expected an array (DLPack or buffer protocol), got " + std::string(py::str(py::type::of(obj))));
+  if (f.size() != 1) value_error("an array of format '" + whole + "'; mxkit reads float32, float16, bfloat16 and one-byte codes");
+  const auto bits = static_cast<std::uint8_t>(8 * itemsize);
+  switch (f[0]) {
+    case 'f': case 'd': case 'e': return {dlpack::kDLFloat, bits, 1};
+    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'c': return {dlpack::kDLUInt, bits, 1};
+    case 'b': case 'h': case 'i': case 'l': case 'q': return {dlpack::kDLInt, bits, 1};
+    case '?': return {dlpack::kDLBool, bits, 1};
+    default: value_error("an array of format '" + whole + "'; mxkit reads float32, float16, bfloat16 and one-byte codes");
+  }
+}
+
+// A host array through the buffer protocol (NumPy, memoryview, bytes, array.array): read in
+// place; the Py_buffer holds a reference to the exporter until the tensor_ref is gone. Read-only
+// arrays are taken (NumPy's legacy __dlpack__ refuses them).
+tensor_ref from_buffer(py::handle obj) {
   auto* view = new Py_buffer;
   if (PyObject_GetBuffer(obj.ptr(), view, PyBUF_RECORDS_RO) != 0) {
     delete view;
@@ -119,30 +174,58 @@ tensor_ref import_tensor(py::handle obj, py::object stream) {
   }
   tensor_ref r;
   r.owner = std::shared_ptr<void>(view, [](void* p) {
-    py::gil_scoped_acquire gil;
-    PyBuffer_Release(static_cast<Py_buffer*>(p));
-    delete static_cast<Py_buffer*>(p);
+    auto* v = static_cast<Py_buffer*>(p);
+    trace("release buffer ", v->buf);
+    // Released with the GIL; at interpreter exit there is nothing left to release into.
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      PyBuffer_Release(v);
+    }
+    delete v;
   });
+  if (view->ndim < 0 || view->ndim > max_ndim) value_error("a buffer with " + std::to_string(view->ndim) + " axes");
+  if (view->itemsize <= 0) value_error("a buffer with item size " + std::to_string(view->itemsize));
   r.data = view->buf;
   r.read_only = view->readonly != 0;
-  const std::string fmt = view->format ? view->format : "B";
-  const char f = fmt.empty() ? 'B' : fmt.back();  // '<f', '=e', ...
-  switch (f) {
-    case 'f': r.dtype = {dlpack::kDLFloat, 32, 1}; break;
-    case 'd': r.dtype = {dlpack::kDLFloat, 64, 1}; break;
-    case 'e': r.dtype = {dlpack::kDLFloat, 16, 1}; break;
-    case 'B': r.dtype = {dlpack::kDLUInt, 8, 1}; break;
-    case 'b': r.dtype = {dlpack::kDLInt, 8, 1}; break;
-    case 'H': r.dtype = {dlpack::kDLUInt, 16, 1}; break;
-    case '?': r.dtype = {dlpack::kDLBool, 8, 1}; break;
-    default: r.dtype = {dlpack::kDLUInt, static_cast<std::uint8_t>(8 * view->itemsize), 1}; break;
-  }
+  r.dtype = buffer_dtype(view->format, view->itemsize);
   for (int i = 0; i < view->ndim; ++i) {
-    r.shape.push_back(view->shape[i]);
-    if (view->strides[i] % view->itemsize != 0) value_error("a buffer whose strides are not whole elements");
-    r.strides.push_back(view->strides[i] / view->itemsize);
+    r.shape.push_back(view->shape ? view->shape[i] : 0);
+    const Py_ssize_t step = view->strides ? view->strides[i] : 0;
+    if (step % view->itemsize != 0) value_error("a buffer whose strides are not whole elements");
+    r.strides.push_back(step / view->itemsize);
   }
+  if (view->ndim > 0 && (!view->shape || !view->strides)) value_error("a buffer without shape or strides");
+  trace("import buffer ", r.data, " ", r.describe());
   return r;
+}
+
+// Any array: our own tensor; a host array with the buffer protocol (NumPy: read-only arrays and
+// any NumPy version, no NumPy C API in this module); else DLPack (torch, CuPy, JAX): __dlpack__
+// with max_version=(1, 0) first, as the array API standard asks of a consumer (versioned
+// capsules carry the read-only flag), then without it for producers that predate DLPack 1.0.
+// `stream` is passed for device tensors so the producer orders its work before ours.
+tensor_ref import_tensor(py::handle obj, py::object stream) {
+  if (py::isinstance<tensor_ref>(obj)) return obj.cast<tensor_ref>();
+  if (PyObject_CheckBuffer(obj.ptr())) return from_buffer(obj);
+  if (!py::hasattr(obj, "__dlpack__")) value_error("expected an array (DLPack or buffer protocol), got " + std::string(py::str(py::type::of(obj))));
+  bool device = false;
+  if (py::hasattr(obj, "__dlpack_device__")) {
+    const py::tuple d = obj.attr("__dlpack_device__")();
+    const int type = d[0].cast<int>();
+    device = type != dlpack::kDLCPU && type != dlpack::kDLCUDAHost;
+  }
+  py::dict kwargs;
+  if (device && !stream.is_none()) kwargs["stream"] = stream;
+  kwargs["max_version"] = py::make_tuple(1, 0);
+  py::object capsule;
+  try {
+    capsule = obj.attr("__dlpack__")(**kwargs);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+    kwargs.attr("pop")("max_version");  // a pre-1.0 producer: no max_version keyword
+    capsule = obj.attr("__dlpack__")(**kwargs);
+  }
+  return from_capsule(capsule);
 }
 
 // ---- DLPack out ---------------------------------------------------------------------------
@@ -163,7 +246,10 @@ Managed* make_managed(const tensor_ref& t) {
   }
   auto* m = new Managed{};
   m->manager_ctx = ctx;
+  // Called once by the consumer, possibly without the GIL and on another thread: it touches no
+  // Python object (an owner that is a Py_buffer takes the GIL itself).
   m->deleter = [](Managed* self) {
+    trace("our deleter ", static_cast<void*>(self));
     delete static_cast<export_context*>(self->manager_ctx);
     delete self;
   };
@@ -177,35 +263,63 @@ Managed* make_managed(const tensor_ref& t) {
   d.byte_offset = 0;
   return m;
 }
+// The capsule destructors: free the tensor only if no consumer took it (renamed it).
+template <class Managed>
+void capsule_destructor(PyObject* c) {
+  if (PyCapsule_IsValid(c, dlpack::capsule_name<Managed>())) {
+    auto* mt = static_cast<Managed*>(PyCapsule_GetPointer(c, dlpack::capsule_name<Managed>()));
+    trace("unconsumed capsule ", static_cast<void*>(mt));
+    mt->deleter(mt);
+  }
+}
 
-py::capsule export_capsule(const tensor_ref& t, py::object stream, py::object max_version) {
+// A host copy of a host tensor (copy=True): compact, owned by a new vector.
+tensor_ref host_copy(const tensor_ref& t) {
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(t.nbytes());
+  if (!t.compact()) throw py::buffer_error("mxkit copies only contiguous tensors when exporting them");
+  if (!bytes->empty()) std::memcpy(bytes->data(), t.data, bytes->size());
+  tensor_ref r = t;
+  r.data = bytes->data();
+  r.owner = bytes;
+  r.strides.clear();
+  r.read_only = false;
+  return r;
+}
+
+// Tensor.__dlpack__(stream=None, max_version=None, dl_device=None, copy=None) (array API).
+py::capsule export_capsule(const tensor_ref& t, py::object stream, py::object max_version, py::object dl_device, py::object copy) {
+  if (!dl_device.is_none()) {
+    const py::tuple d = dl_device.cast<py::tuple>();
+    if (d.size() != 2 || d[0].cast<int>() != t.device.device_type || d[1].cast<int>() != t.device.device_id)
+      throw py::buffer_error("mxkit exports a tensor only on its own device (" + t.describe() + "); copy it with the consumer's framework");
+  }
+  const bool make_copy = !copy.is_none() && copy.cast<bool>();
+  if (make_copy && !t.on_host()) throw py::buffer_error("mxkit copies only host tensors when exporting them; this one is " + t.describe());
   if (t.on_cuda()) {
     // None: the legacy default stream (DLPack's 1); -1: the consumer asks for no synchronization
     // (array API); otherwise the consumer's stream waits for the stream our writes went to, on
     // the device, without a host wait.
     const auto s = stream.is_none() ? std::intptr_t{1} : stream.cast<std::intptr_t>();
-    if (s != -1 && static_cast<std::uintptr_t>(s) != t.stream) device::stream_wait(static_cast<std::uintptr_t>(s), t.stream, t.device.device_id);
+    if (s == 0) throw py::value_error("stream 0 is ambiguous on CUDA (DLPack): pass 1 for the legacy default stream or a stream handle");
+    // t.stream 0: a tensor mxkit did not write (an import re-exported); its producer ordered it.
+    if (s != -1 && t.stream != 0 && static_cast<std::uintptr_t>(s) != t.stream)
+      device::stream_wait(static_cast<std::uintptr_t>(s), t.stream, t.device.device_id);
   }
+  const tensor_ref out = make_copy ? host_copy(t) : t;
   bool versioned = false;
   if (!max_version.is_none()) versioned = max_version.cast<py::tuple>()[0].cast<int>() >= 1;
   if (versioned) {
-    auto* m = make_managed<dlpack::DLManagedTensorVersioned>(t);
+    auto* m = make_managed<dlpack::DLManagedTensorVersioned>(out);
     m->version = {1, 0};
-    m->flags = t.read_only ? dlpack::flag_read_only : 0;
-    return py::capsule(m, "dltensor_versioned", [](PyObject* c) {
-      if (PyCapsule_IsValid(c, "dltensor_versioned")) {  // never consumed
-        auto* mt = static_cast<dlpack::DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
-        mt->deleter(mt);
-      }
-    });
+    m->flags = (out.read_only ? dlpack::flag_read_only : 0) | (make_copy ? dlpack::flag_is_copied : 0);
+    trace("export dltensor_versioned ", static_cast<void*>(m), " ", out.describe());
+    return py::capsule(m, "dltensor_versioned", &capsule_destructor<dlpack::DLManagedTensorVersioned>);
   }
-  auto* m = make_managed<dlpack::DLManagedTensor>(t);
-  return py::capsule(m, "dltensor", [](PyObject* c) {
-    if (PyCapsule_IsValid(c, "dltensor")) {
-      auto* mt = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
-      mt->deleter(mt);
-    }
-  });
+  // A legacy capsule cannot say "read only" (array API: such an export raises BufferError).
+  if (out.read_only) throw py::buffer_error("a read-only tensor exports only as a versioned DLPack capsule (max_version=(1, 0))");
+  auto* m = make_managed<dlpack::DLManagedTensor>(out);
+  trace("export dltensor ", static_cast<void*>(m), " ", out.describe());
+  return py::capsule(m, "dltensor", &capsule_destructor<dlpack::DLManagedTensor>);
 }
 
 // A host tensor_ref over a vector we hand over (results: zero copy out).
@@ -218,22 +332,36 @@ tensor_ref host_result(std::vector<std::uint8_t>&& bytes, std::vector<std::int64
   r.shape = std::move(shape);
   return r;
 }
-// As a NumPy array sharing the memory.
-py::array to_numpy(const tensor_ref& t) {
-  py::object base = py::cast(t);
-  std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
-  const py::dtype dt = t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 32 ? py::dtype::of<float>()
-                       : t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 64 ? py::dtype::of<double>()
-                                                                                  : py::dtype::of<std::uint8_t>();
-  return py::array(dt, shape, t.data, base);
-}
-py::array numpy_bytes(std::vector<std::uint8_t>&& v, std::vector<std::int64_t> shape) {
+// As a NumPy array sharing the memory, through the buffer protocol (numpy.asarray): this module
+// uses no NumPy C API, so one build works with NumPy 1.x and 2.x alike.
+py::object to_numpy(const tensor_ref& t) { return py::module_::import("numpy").attr("asarray")(py::cast(t)); }
+py::object numpy_bytes(std::vector<std::uint8_t>&& v, std::vector<std::int64_t> shape) {
   return to_numpy(host_result(std::move(v), std::move(shape), {dlpack::kDLUInt, 8, 1}));
 }
-py::array numpy_floats(std::vector<float>&& v, std::vector<std::int64_t> shape) {
+py::object numpy_floats(std::vector<float>&& v, std::vector<std::int64_t> shape) {
   std::vector<std::uint8_t> b(v.size() * sizeof(float));
   if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
   return to_numpy(host_result(std::move(b), std::move(shape), {dlpack::kDLFloat, 32, 1}));
+}
+// A NumPy array of `dtype` from a vector (report fields), by numpy.array over a list.
+template <class T>
+py::object numpy_list(const std::vector<T>& v, const char* dtype) {
+  return py::module_::import("numpy").attr("array")(py::cast(v), py::arg("dtype") = dtype);
+}
+
+// The PEP 3118 format of a host tensor's buffer: the scalar types by name; bfloat16 and the
+// 8-bit float types as their raw bits (uint16, uint8), which NumPy has no type for.
+std::string buffer_format(const tensor_ref& t) {
+  const unsigned bits = t.dtype.bits;
+  if (t.dtype.lanes != 1) throw py::buffer_error("a vector dtype has no buffer format: " + t.describe());
+  if (t.dtype.code == dlpack::kDLFloat && (bits == 16 || bits == 32 || bits == 64)) return bits == 16 ? "e" : bits == 32 ? "f" : "d";
+  if (t.dtype.code == dlpack::kDLInt && bits <= 64) return bits == 8 ? "b" : bits == 16 ? "h" : bits == 32 ? "i" : "q";
+  if (t.dtype.code == dlpack::kDLBool && bits == 8) return "?";
+  if (bits == 8) return "B";
+  if (bits == 16) return "H";
+  if (bits == 32) return "I";
+  if (bits == 64) return "Q";
+  throw py::buffer_error("no buffer format for " + t.describe());
 }
 
 // ---- argument checks ----------------------------------------------------------------------
@@ -453,7 +581,7 @@ py::list quantize_device(const tensor_ref& x, const copy_description& d, bool bo
   return result;
 }
 
-py::array dequantize_host(const tensor_ref& codes, const tensor_ref& scales, const copy_description& d) {
+py::object dequantize_host(const tensor_ref& codes, const tensor_ref& scales, const copy_description& d) {
   const byte_buffer c = host_bytes(codes, "codes"), s = host_bytes(scales, "scales");
   check_size("dequantize", "codes", c.size, d.data_bytes(), d.what());
   check_size("dequantize", "scales", s.size, d.scale_bytes(), d.what());
@@ -467,7 +595,7 @@ py::array dequantize_host(const tensor_ref& codes, const tensor_ref& scales, con
 }
 
 // ---- element formats ----------------------------------------------------------------------
-py::array encode(const tensor_ref& x, const std::string& format, const std::string& rounding, const std::string& overflow) {
+py::object encode(const tensor_ref& x, const std::string& format, const std::string& rounding, const std::string& overflow) {
   if (!x.on_host() || x.dtype.code != dlpack::kDLFloat || x.dtype.bits != 32 || !x.compact())
     value_error("encode: takes a contiguous float32 host array, got " + x.describe());
   const mxkit::mx_type t = parse_enum<mxkit::mx_type>(format, "format");
@@ -482,7 +610,7 @@ py::array encode(const tensor_ref& x, const std::string& format, const std::stri
   });
   return numpy_bytes(std::move(out), x.shape);
 }
-py::array decode(const tensor_ref& codes, const std::string& format) {
+py::object decode(const tensor_ref& codes, const std::string& format) {
   const byte_buffer c = host_bytes(codes, "codes");
   const mxkit::mx_type t = parse_enum<mxkit::mx_type>(format, "format");
   std::vector<float> out(c.size);
@@ -514,44 +642,44 @@ float scale_value(std::uint8_t s) { return mxkit::e8m0::from_bits(s).to_float();
 
 py::dict mismatch_arrays(const mxkit::mx_validation_report& r) {
   const std::size_t n = r.mismatches.size();
-  py::array_t<std::int64_t> row(n), col(n), line(n), block(n), index(n);
-  py::array_t<std::uint8_t> expected(n), actual(n), scale(n), actual_scale(n);
-  py::array_t<float> expected_value(n), actual_value(n), input(n), value(n);
-  py::list kind;
+  std::vector<std::int64_t> row(n), col(n), line(n), block(n), index(n);
+  std::vector<std::uint8_t> expected(n), actual(n), scale(n), actual_scale(n);
+  std::vector<float> expected_value(n), actual_value(n), input(n), value(n);
+  std::vector<std::string> kind(n);
   for (std::size_t i = 0; i < n; ++i) {
     const mxkit::mx_mismatch& m = r.mismatches[i];
-    kind.append(mxkit::name_of(m.kind()));
-    row.mutable_at(i) = static_cast<std::int64_t>(m.row);
-    col.mutable_at(i) = static_cast<std::int64_t>(m.col);
-    line.mutable_at(i) = static_cast<std::int64_t>(m.line);
-    block.mutable_at(i) = static_cast<std::int64_t>(m.block);
-    index.mutable_at(i) = static_cast<std::int64_t>(m.index);
-    expected.mutable_at(i) = m.expected;
-    actual.mutable_at(i) = m.actual;
-    scale.mutable_at(i) = m.scale;
-    actual_scale.mutable_at(i) = m.actual_scale;
-    input.mutable_at(i) = m.input;
-    value.mutable_at(i) = m.value;
+    kind[i] = mxkit::name_of(m.kind());
+    row[i] = static_cast<std::int64_t>(m.row);
+    col[i] = static_cast<std::int64_t>(m.col);
+    line[i] = static_cast<std::int64_t>(m.line);
+    block[i] = static_cast<std::int64_t>(m.block);
+    index[i] = static_cast<std::int64_t>(m.index);
+    expected[i] = m.expected;
+    actual[i] = m.actual;
+    scale[i] = m.scale;
+    actual_scale[i] = m.actual_scale;
+    input[i] = m.input;
+    value[i] = m.value;
     // Decoded: a scale mismatch gives the two scales' values, an element the two element values
     // times their blocks' scales (what a consumer of either copy would compute).
-    expected_value.mutable_at(i) = m.is_scale ? scale_value(m.expected) : decoded(m.type, m.expected, m.scale);
-    actual_value.mutable_at(i) = m.is_scale ? scale_value(m.actual) : decoded(m.type, m.actual, m.actual_scale);
+    expected_value[i] = m.is_scale ? scale_value(m.expected) : decoded(m.type, m.expected, m.scale);
+    actual_value[i] = m.is_scale ? scale_value(m.actual) : decoded(m.type, m.actual, m.actual_scale);
   }
   py::dict d;
-  d["kind"] = py::module_::import("numpy").attr("array")(kind, py::arg("dtype") = "U7");
-  d["row"] = row;
-  d["column"] = col;
-  d["line"] = line;
-  d["block"] = block;
-  d["index"] = index;
-  d["expected"] = expected;
-  d["actual"] = actual;
-  d["expected_value"] = expected_value;
-  d["actual_value"] = actual_value;
-  d["scale"] = scale;
-  d["actual_scale"] = actual_scale;
-  d["input"] = input;
-  d["value"] = value;
+  d["kind"] = numpy_list(kind, "U7");
+  d["row"] = numpy_list(row, "int64");
+  d["column"] = numpy_list(col, "int64");
+  d["line"] = numpy_list(line, "int64");
+  d["block"] = numpy_list(block, "int64");
+  d["index"] = numpy_list(index, "int64");
+  d["expected"] = numpy_list(expected, "uint8");
+  d["actual"] = numpy_list(actual, "uint8");
+  d["expected_value"] = numpy_list(expected_value, "float32");
+  d["actual_value"] = numpy_list(actual_value, "float32");
+  d["scale"] = numpy_list(scale, "uint8");
+  d["actual_scale"] = numpy_list(actual_scale, "uint8");
+  d["input"] = numpy_list(input, "float32");
+  d["value"] = numpy_list(value, "float32");
   return d;
 }
 
@@ -662,9 +790,7 @@ PYBIND11_MODULE(_mxkit, m) {
   py::class_<tensor_ref>(m, "Tensor", py::buffer_protocol(), "An array mxkit returns: DLPack (torch.from_dlpack, np.from_dlpack) and, on the host, the buffer protocol")
       .def_buffer([](tensor_ref& t) -> py::buffer_info {
         if (!t.on_host()) throw py::buffer_error("a device tensor has no host buffer; use torch.from_dlpack or cupy.from_dlpack");
-        std::string fmt = t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 32 ? py::format_descriptor<float>::format()
-                          : t.dtype.bits == 8                                   ? py::format_descriptor<std::uint8_t>::format()
-                                                                                : "H";
+        const std::string fmt = buffer_format(t);
         std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end()), strides(t.shape.size());
         py::ssize_t step = static_cast<py::ssize_t>(t.itemsize());
         for (std::size_t i = t.shape.size(); i-- > 0;) {
@@ -673,7 +799,7 @@ PYBIND11_MODULE(_mxkit, m) {
         }
         return py::buffer_info(t.data, static_cast<py::ssize_t>(t.itemsize()), fmt, static_cast<py::ssize_t>(t.shape.size()), shape, strides, t.read_only);
       })
-      .def("__dlpack__", [](const tensor_ref& t, py::object stream, py::object max_version, py::object, py::object) { return export_capsule(t, stream, max_version); },
+      .def("__dlpack__", &export_capsule,
            py::arg("stream") = py::none(), py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const tensor_ref& t) { return py::make_tuple(t.device.device_type, t.device.device_id); })
       .def_property_readonly("shape", [](const tensor_ref& t) { return py::tuple(py::cast(t.shape)); })
@@ -757,13 +883,13 @@ PYBIND11_MODULE(_mxkit, m) {
           bound.push_back(e.bound);
           ratio.push_back(e.ratio);
         }
-        d["row"] = py::array(py::cast(row));
-        d["column"] = py::array(py::cast(col));
-        d["got"] = py::array(py::cast(got));
-        d["want"] = py::array(py::cast(want));
-        d["magnitude"] = py::array(py::cast(magnitude));
-        d["bound"] = py::array(py::cast(bound));
-        d["ratio"] = py::array(py::cast(ratio));
+        d["row"] = numpy_list(row, "int64");
+        d["column"] = numpy_list(col, "int64");
+        d["got"] = numpy_list(got, "float64");
+        d["want"] = numpy_list(want, "float64");
+        d["magnitude"] = numpy_list(magnitude, "float64");
+        d["bound"] = numpy_list(bound, "float64");
+        d["ratio"] = numpy_list(ratio, "float64");
         return d;
       })
       .def("summary", [](const gemm_result& g) { return g.report.summary(); })

@@ -171,3 +171,59 @@ def test_device_gemm_passes_validate_gemm(fa, fb, out_dtype):
     assert d.is_cuda and tuple(d.shape) == (256, 192) and d.dtype == getattr(torch, out_dtype)
     r = mxkit.validate_gemm(*ca, *cb, d, fmt=fa, b_fmt=fb)
     assert r.ok, str(r)
+
+
+def test_results_live_and_die_through_dlpack_in_any_order():
+    """Issue 30's device crash came inside validate after a passing device quantize: every
+    lifetime of a device result is exercised here (torch tensors over mxkit memory dropped
+    before and after the host copies, re-imported through torch's own capsule, collected by
+    the cyclic GC), each round validated, so a deleter called twice or too early shows up as a
+    wrong byte or a crash in this test rather than in a later one."""
+    import gc
+    x = torch.randn(96, 160, device=DEV)
+    want = mxkit.quantize(x.cpu(), "mxfp8_e4m3", axis="both")
+    for i in range(40):
+        row, col = mxkit.quantize(x, "mxfp8_e4m3", axis="both")
+        again = torch.from_dlpack(mxkit._mxkit.import_tensor(row.codes))  # torch -> mxkit -> torch
+        assert again.data_ptr() == row.codes.data_ptr()
+        if i % 2:
+            del row  # the re-imported view must keep the memory
+        else:
+            r = mxkit.validate(x, row.codes, row.scales, fmt="mxfp8_e4m3")
+            assert r.ok, str(r)
+        np.testing.assert_array_equal(again.cpu().numpy(), want[0].codes.numpy())
+        np.testing.assert_array_equal(col.scales.cpu().numpy(), want[1].scales.numpy())
+        cycle = [again, col]
+        cycle.append(cycle)  # freed by the cyclic GC, at a moment of its choosing
+        del again, col, cycle
+        if i % 5 == 0:
+            gc.collect()
+    gc.collect()
+    torch.cuda.synchronize()
+
+
+def test_inputs_that_require_grad_and_empty_inputs():
+    x = torch.randn(64, 128, device=DEV, requires_grad=True)
+    c = mxkit.quantize(x, "mxfp4")
+    h = mxkit.quantize(x.detach().cpu(), "mxfp4")
+    np.testing.assert_array_equal(host_bytes(c.codes), host_bytes(h.codes))
+    assert mxkit.validate(x, c.codes, c.scales, fmt="mxfp4").ok
+    empty = torch.empty(0, 64, device=DEV)
+    row, col = mxkit.quantize(empty, "mxfp8_e5m2", axis="both", scale_layout="cublas_128x4")
+    assert row.codes.is_cuda and tuple(row.codes.shape) == (0, 64) and tuple(col.codes.shape) == (64, 0)
+    assert mxkit.validate(empty, row.codes, row.scales, fmt="mxfp8_e5m2", layout="cublas_128x4").elements_checked == 0
+
+
+def test_numpy_and_mxkit_tensors_cross_with_this_numpy():
+    """NumPy >= 2.1 asks for versioned capsules (max_version, dl_device, copy): mxkit's host
+    results and NumPy arrays cross both ways with whatever NumPy the device image has."""
+    x = np.random.default_rng(3).standard_normal((64, 96)).astype(np.float32)
+    t = mxkit._mxkit.import_tensor(x)
+    y = np.from_dlpack(t)
+    assert np.shares_memory(x, y)
+    codes, scales = mxkit.quantize(torch.from_numpy(x), "mxfp4")  # torch CPU in, torch CPU out
+    assert isinstance(codes, torch.Tensor) and not codes.is_cuda
+    np.testing.assert_array_equal(codes.numpy(), mxkit.quantize(x, "mxfp4").codes)
+    ro = x.copy()
+    ro.setflags(write=False)
+    assert mxkit.validate(ro, codes, scales, fmt="mxfp4").ok
