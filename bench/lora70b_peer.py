@@ -9,14 +9,15 @@ mixed precision bf16 parameters / fp32 reductions, AdamW on the adapters. Each r
 own batch x seq tokens (data parallel, as FSDP is). Frozen weights get no gradient: FSDP2
 reduce-scatters the adapters' gradients only.
 
-    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node N bench/lora70b_peer.py [--layers 80] ...
+    NCCL_NVLS_ENABLE=0 python3 -m torch.distributed.run --standalone --nproc_per_node N bench/lora70b_peer.py [--layers 80] ...
 
 Prints, on rank 0, "key value" lines that bench_lora70b reads: tokens_per_s_per_gpu, step_ms,
 mfu_percent (with --model-flops, the step's model FLOPs as bench_lora70b counts them, against
 --peak-tflops), peak_memory_gib (torch.cuda.max_memory_allocated on rank 0), gpus, warmup_s, and
 oom 1 if it ran out of memory (a bf16 70B base needs 128 GiB: it cannot fit one GPU). Progress
 goes to "# ..." lines (not read as values). Time-bounded: --steps timed steps after one warm-up
-(compilation) step, stopped early, on every rank at once, past --budget seconds.
+(compilation) step, stopped early, on every rank at once, past --budget seconds or 20 s before
+$MXKIT_DEADLINE_EPOCH (the calling script's deadline, seconds since the epoch) where it is set.
 """
 import argparse
 import math
@@ -127,7 +128,7 @@ class Model(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin)
         logits = self.head(self.norm(x))
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():
@@ -198,12 +199,31 @@ def main():
 
     try:
         t0 = time.time()
-        step()  # compile, warm-up
+        try:
+            step()  # compile, warm-up
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:  # a compilation failure: say so, and go on eagerly where dynamo cannot compile
+            if a.no_compile:
+                raise
+            say(rank, f"warm-up step failed under torch.compile ({type(e).__name__}: {str(e)[:300]}); again with "
+                "torch._dynamo.config.suppress_errors (eager where compilation fails)")
+            out["compile_failed"] = 1
+            opt.zero_grad(set_to_none=True)
+            torch._dynamo.reset()
+            torch._dynamo.config.suppress_errors = True
+            step()
         torch.cuda.synchronize()
         out["warmup_s"] = time.time() - t0
         say(rank, f"warm-up step (compilation) {out['warmup_s']:.1f} s")
         dist.barrier()
         times, start = [], time.time()
+        # The calling script's deadline (scripts/gpu_lora70b_check.sh): stop stepping ~20 s before
+        # it, so the timed steps are reported instead of killed.
+        budget = a.budget
+        deadline = float(os.environ.get("MXKIT_DEADLINE_EPOCH", "0"))
+        if deadline > 0:
+            budget = min(budget, deadline - 20.0 - start)
         for i in range(a.steps):
             s = time.time()
             loss = step()
@@ -212,7 +232,7 @@ def main():
             say(rank, f"step {i + 1}: {1e3 * times[-1]:.1f} ms")
             # Every rank stops at the same step (rank 0's clock decides), or the others would wait
             # in a collective until the time limit.
-            stop = torch.tensor([1.0 if time.time() - start > a.budget else 0.0], device=dev)
+            stop = torch.tensor([1.0 if time.time() - start > budget else 0.0], device=dev)
             dist.broadcast(stop, 0)
             if stop.item() > 0:
                 break

@@ -4,7 +4,7 @@
 # minutes on a machine of 2 H200 (device tool, kind nvidia-h200-x2, carry [".deps"]):
 #   MXKIT_COMMIT=<sha> bash scripts/gpu_lora70b_check.sh
 # Parts, each bounded by a share of one deadline (MXKIT_DEADLINE_S seconds after the start,
-# default 520), so that a slow part cannot eat the others:
+# default 530), so that a slow part cannot eat the others:
 #   build  configure (Release, MXKIT_GPU=CUDA, sm_90a) and build with -j16 only bench_lora70b and
 #          catch2_test_lora_base_device (and the kernel library they link), keep-going;
 #   70b    bench_lora70b --record at the real size on GPU 0: the stash's page-locked memory, the
@@ -19,7 +19,7 @@
 # Then a summary table (mxkit and the peer, ratios against the targets, memory per phase, each
 # part's status and time). $OUT gets run.log (everything printed here), build.log, one log per
 # part and RESULTS.md (this run's rows appended).
-# Environment: MXKIT_DEADLINE_S (default 520), MXKIT_PARTS (default "build 70b peer test small"),
+# Environment: MXKIT_DEADLINE_S (default 530), MXKIT_PARTS (default "build 70b peer test small"),
 # MXKIT_STEPS (timed steps per phase, default 3), MXKIT_BUDGET (seconds per phase, default 30),
 # MXKIT_PEER_GPUS (default: every GPU), MXKIT_GPU_BUILD (build folder), MXKIT_COMMIT.
 # Time plan at 70B (bench/NOTES_lora70b.md): build ~2.5-3.5 min, mxkit ~1.5-2 min, peer ~1.5-2 min,
@@ -38,7 +38,7 @@ main() {
   local gpus peer_gpus
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   peer_gpus=${MXKIT_PEER_GPUS:-$gpus}
-  export MXKIT_DEADLINE_EPOCH=$(($(date +%s) + ${MXKIT_DEADLINE_S:-520}))
+  export MXKIT_DEADLINE_EPOCH=$(($(date +%s) + ${MXKIT_DEADLINE_S:-530}))
   left() { echo $((MXKIT_DEADLINE_EPOCH - $(date +%s))); }
   has_part() { [[ " $parts " == *" $1 "* ]]; }
   exe() { find "$build" -name "$1" -type f -perm -u+x 2>/dev/null | head -1; }
@@ -100,19 +100,22 @@ main() {
 
   local bench
   bench=$(exe bench_lora70b)
-  local peer_cmd="timeout -k 10 \$(( MXKIT_DEADLINE_EPOCH - \$(date +%s) - 25 )) torchrun --standalone --nproc_per_node $peer_gpus bench/lora70b_peer.py"
+  # After the peer: the summary, and the test where it did not run beside the 70B (one GPU).
+  local tail_s=10
+  [ "$gpus" -ge 2 ] || tail_s=30
+  local peer_cmd="timeout -k 10 \$(( MXKIT_DEADLINE_EPOCH - \$(date +%s) - $tail_s )) python3 -m torch.distributed.run --standalone --nproc_per_node $peer_gpus bench/lora70b_peer.py"
   local mxkit_done=0
   if has_part 70b; then
     t0=$SECONDS
     if [ -z "$bench" ]; then
       echo "bench_lora70b: not built"; status=1; done_part 70b "not built" 0
     else
-      # mxkit may use what is left but the peer's ~170 s and the test's 25 s (at most 300 s).
-      local mx_limit=$(($(left) - 195))
+      # mxkit may use what is left but the peer's 150 s (~110 s expected) and the tail (at most 300 s).
+      local mx_limit=$(($(left) - 150 - tail_s))
       [ $mx_limit -gt 300 ] && mx_limit=300
       [ $mx_limit -lt 60 ] && mx_limit=60
-      echo "== 70b: mxkit on GPU 0 (watchdog ${mx_limit} s), then the peer on $peer_gpus GPUs (until the deadline - 25 s)"
-      MXKIT_LORA70B_PEER="$peer_cmd" timeout -k 15 $(($(left) - 20)) "$bench" --record --warmup 1 --steps "$steps" \
+      echo "== 70b: mxkit on GPU 0 (watchdog ${mx_limit} s), then the peer on $peer_gpus GPUs (until the deadline - $tail_s s)"
+      MXKIT_LORA70B_PEER="$peer_cmd" timeout -k 15 $(($(left) - tail_s + 8)) "$bench" --record --warmup 1 --steps "$steps" \
         --budget "$budget" --mxkit-limit "$mx_limit" --peer-gpus "$peer_gpus" >"$final/bench_lora70b_70b.log" 2>&1
       rc=$?
       [ $rc -ne 0 ] && status=1
@@ -129,7 +132,7 @@ main() {
       echo "== peer alone: skipped, $(left) s left"; done_part peer "skipped: no time" 0
     else
       echo "== peer alone (the 70b part printed no peer result)"
-      MXKIT_LORA70B_PEER="$peer_cmd" timeout -k 15 $(($(left) - 20)) "$bench" --record --peer-only --steps "$steps" --budget "$budget" \
+      MXKIT_LORA70B_PEER="$peer_cmd" timeout -k 15 $(($(left) - tail_s + 8)) "$bench" --record --peer-only --steps "$steps" --budget "$budget" \
         --peer-gpus "$peer_gpus" >"$final/bench_lora70b_peer.log" 2>&1
       rc=$?
       grep "^peer: #\|^peer: [a-z_]* [0-9.e+-]*$\|Error\|error" "$final/bench_lora70b_peer.log" | tail -25
@@ -162,7 +165,7 @@ main() {
   if has_part small && [ -n "$bench" ] && [ $mxkit_done = 0 ] && [ "$(left)" -ge 60 ]; then
     t0=$SECONDS
     echo "== small: 2 layers of the 70B shape (mxkit's 70B part did not finish)"
-    MXKIT_LORA70B_PEER="" timeout -k 10 $(($(left) - 5)) "$bench" --layers 2 --warmup 1 --steps 3 --budget 10 \
+    MXKIT_LORA70B_PEER="" timeout -k 10 $(($(left) - 5)) "$bench" --record --layers 2 --warmup 1 --steps 3 --budget 10 \
       >"$final/bench_lora70b_small.log" 2>&1
     rc=$?
     sed -n '/^== summary/,$p' "$final/bench_lora70b_small.log"

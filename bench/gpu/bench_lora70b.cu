@@ -268,6 +268,10 @@ struct report {
   std::string mxkit_status = "not run", peer_status = "not run";
   double stash_s = 0, stash_gib = 0, build_s = 0, heal_s = 0, heal_peak_gib = 0, co_resident_gib = 0;
   int peer_gpus = 0;
+  void set_status(std::string s) {
+    std::lock_guard<std::mutex> g(lock);
+    mxkit_status = std::move(s);
+  }
   void add(mxkit_bench::result r) {
     std::lock_guard<std::mutex> g(lock);
     rows.push_back(std::move(r));
@@ -305,10 +309,14 @@ void print_summary(const report& r, const std::string& tag, const std::string& d
   std::printf("%-68s %10s %10s %10s\n", "device memory, GiB (runtime query; tracked: live tensors)", "used", "high-water", "tracked");
   for (const auto& [what, d] : r.memory)
     std::printf("  %-66s %10.2f %10.2f %10.2f\n", what.c_str(), gib(d.live), gib(d.high_water), gib(d.tracked));
-  if (r.heal_s > 0)
+  if (r.heal_s > 0) {
     std::printf("healing: %.1f s; weight peak during the switch %.2f GiB (tracked) against %.2f GiB had both copies been "
                 "resident: %s\n",
                 r.heal_s, r.heal_peak_gib, r.co_resident_gib, r.heal_peak_gib < r.co_resident_gib ? "never co-resident" : "CO-RESIDENT");
+    for (const auto& [what, d] : r.memory)
+      if (what.rfind("after healing", 0) == 0)
+        std::printf("device high-water from the switch to the FP8 base (runtime query): %.2f GiB\n", gib(d.high_water));
+  }
   if (r.stash_gib > 0) std::printf("host FP8 stash: %.1f GiB page-locked in %.1f s; build %.1f s\n", r.stash_gib, r.stash_s, r.build_s);
   std::fflush(stdout);
 }
@@ -415,7 +423,7 @@ int main(int argc, char** argv) {
       });
     const auto t_mxkit = clock_type::now();
     try {
-      rep.mxkit_status = "running";
+      rep.set_status("running");
       // The stash's host memory first (before the backend: it outlives every host copy).
       const auto t_stash = clock_type::now();
       pinned_arena arena(stash_bytes(s, mc.layer), std::max(1u, std::thread::hardware_concurrency()));
@@ -480,7 +488,10 @@ int main(int argc, char** argv) {
       m.set_recompute(true);
       for (nn::transformer_layer& l : m.layers()) l.set_memory(nn::linear_memory::lean());
       nn::trainer t(m, mxkit_bench::random_bytes(std::size_t{1} << 22), mxkit_bench::timing_config({s.batch, s.seq}, 1e-4, 0));
-      const auto phase = [&](const std::string& name) {
+      // A phase stops taking timed steps past its --budget, or (under --mxkit-limit) once the next
+      // step would end past `end_s` seconds of mxkit's part: the MXFP4 phase leaves time for
+      // healing and the FP8 phase, the FP8 phase for the teardown. One timed step at least.
+      const auto phase = [&](const std::string& name, double end_s) {
         be.memory().reset_peak();
         const auto start = clock_type::now();
         for (int i = 0; i < warmup; ++i) {
@@ -497,6 +508,11 @@ int main(int argc, char** argv) {
           times.push_back(b.elapsed_ms_since(a));
           std::printf("%-6s step %d: %.1f ms\n", name.c_str(), i + 1, times.back());
           if (seconds_since(start) > budget) break;
+          if (mxkit_limit > 0 && seconds_since(t_mxkit) + times.back() * 1e-3 > end_s) {
+            std::printf("%-6s stopped after %zu timed steps: %.0f s of mxkit's %.0f s limit used\n", name.c_str(), times.size(),
+                        seconds_since(t_mxkit), mxkit_limit);
+            break;
+          }
         }
         std::sort(times.begin(), times.end());
         phase_result p;
@@ -515,9 +531,9 @@ int main(int argc, char** argv) {
           std::lock_guard<std::mutex> g(rep.lock);
           rep.phases[name] = p;
         }
-        snapshot(name + " phase (before healing)");
+        snapshot(name + (name == "MXFP4" ? " phase (before healing)" : " phase (after healing)"));
       };
-      phase("MXFP4");
+      phase("MXFP4", 0.55 * mxkit_limit);
       const auto t_heal = clock_type::now();
       const nn::healing_report h = nn::heal(m, base.stash, fp8, [&] { snapshot("switch: MXFP4 freed, FP8 not yet up"); });
       be.synchronize();
@@ -532,17 +548,17 @@ int main(int argc, char** argv) {
       row("healing weight peak (tracked)", rep.heal_peak_gib, "GiB");
       row("healing co-resident weights (avoided)", rep.co_resident_gib, "GiB");
       snapshot("after healing: FP8 base");
-      phase("FP8");
+      phase("FP8", mxkit_limit - 15.0);
       double fp8_over_mxfp4 = 0;
       {
         std::lock_guard<std::mutex> g(rep.lock);
         fp8_over_mxfp4 = rep.phases["FP8"].tokens_per_s / rep.phases["MXFP4"].tokens_per_s;
       }
       row("FP8 / MXFP4 tokens/s", fp8_over_mxfp4, "x");
-      rep.mxkit_status = "done";
+      rep.set_status("done");
     } catch (const std::exception& e) {
       std::printf("mxkit part FAILED: %s\n", e.what());
-      rep.mxkit_status = std::string("FAILED: ") + e.what();
+      rep.set_status(std::string("FAILED: ") + e.what());
       // A failed GPU call can leave device memory held by this process: start the peer only if
       // the device is free again (else scripts/gpu_lora70b_check.sh runs it alone).
       try {
@@ -569,7 +585,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception&) {
     }
     const char* env = std::getenv("MXKIT_LORA70B_PEER");
-    std::string cmd = env ? env : "torchrun --standalone --nproc_per_node " + std::to_string(peer_gpus) + " bench/lora70b_peer.py";
+    std::string cmd = env ? env : "python3 -m torch.distributed.run --standalone --nproc_per_node " + std::to_string(peer_gpus) + " bench/lora70b_peer.py";
     if (!cmd.empty()) {
       cmd += " --layers " + std::to_string(s.layers) + " --d-model " + std::to_string(s.d_model) + " --heads " + std::to_string(s.heads) +
              " --kv-heads " + std::to_string(s.kv_heads) + " --ffn " + std::to_string(s.ffn) + " --vocab " + std::to_string(s.vocab) +
@@ -580,6 +596,7 @@ int main(int argc, char** argv) {
       rep.peer = mxkit_bench::run_peer(cmd);
       const double peer_tps = mxkit_bench::peer_value(rep.peer, "tokens_per_s_per_gpu");
       rep.peer_status = peer_tps > 0 ? "done" : mxkit_bench::peer_value(rep.peer, "oom") > 0 ? "out of memory" : "FAILED (no tokens/s)";
+      if (mxkit_bench::peer_value(rep.peer, "compile_failed") > 0) rep.peer_status += " (torch.compile failed: eager where it could not compile)";
       std::printf("peer: %.1f s\n", seconds_since(t_peer));
       if (mxkit_bench::peer_value(rep.peer, "gpus") > 0) rep.peer_gpus = static_cast<int>(mxkit_bench::peer_value(rep.peer, "gpus"));
     } else {
@@ -594,7 +611,8 @@ int main(int argc, char** argv) {
     if (r.unit == "tokens/s") r.peer_value = peer_tps;
   if (peer_tps > 0) {
     const std::string on = " on " + std::to_string(rep.peer_gpus) + " GPUs";
-    rep.rows.push_back({"lora70b", tag + " torch FSDP2 bf16" + on + " tokens/s per GPU", peer_tps, "tokens/s", "torch FSDP2 bf16 (per GPU)", peer_tps});
+    const std::string compiled = mxkit_bench::peer_value(rep.peer, "compile_failed") > 0 ? " (compile FAILED)" : "";
+    rep.rows.push_back({"lora70b", tag + " torch FSDP2 bf16" + on + compiled + " tokens/s per GPU", peer_tps, "tokens/s", "torch FSDP2 bf16 (per GPU)", peer_tps});
     rep.rows.push_back({"lora70b", tag + " torch FSDP2 bf16" + on + " MFU (bf16 dense peak)", 100.0 * mcount.flops * peer_tps / tokens / peak_flops, "%", "", 0.0});
     rep.rows.push_back({"lora70b", tag + " torch FSDP2 bf16" + on + " peak memory per GPU", mxkit_bench::peer_value(rep.peer, "peak_memory_gib"), "GiB", "", 0.0});
     for (const auto& [name, target] : {std::pair<std::string, double>{"MXFP4", 1.0}, {"FP8", 1.2}}) {
