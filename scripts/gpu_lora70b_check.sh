@@ -23,7 +23,7 @@
 # MXKIT_STEPS (timed steps per phase, default 3), MXKIT_WARM_GIB (host memory touched beside the
 # build, default 72), MXKIT_BUDGET (seconds per phase, default 30),
 # MXKIT_PEER_GPUS (default: every GPU), MXKIT_GPU_BUILD (build folder), MXKIT_COMMIT.
-# Time plan at 70B (bench/NOTES_lora70b.md): build ~2.5-3.5 min, mxkit ~1.5-2 min, peer ~1.5-2 min,
+# Time plan at 70B (bench/NOTES_lora70b.md): build ~2-3 min, mxkit ~1.5-2 min, peer ~1.5-2 min,
 # test ~20 s.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -147,7 +147,9 @@ main() {
         --budget "$budget" --mxkit-limit "$mx_limit" --peer-gpus "$peer_gpus" >"$final/bench_lora70b_70b.log" 2>&1
       rc=$?
       [ $rc -ne 0 ] && status=1
-      grep -v "^peer: \[\|^peer: W\|^peer: *$\|^peer: .*Warning\|^peer: .*warn(" "$final/bench_lora70b_70b.log" | sed -n '1,/^== summary/p' | tail -45
+      # mxkit's lines up to its table of rows, then the peer's progress and values (the summary follows at the end).
+      grep -v "^peer: " "$final/bench_lora70b_70b.log" | sed -n '1,/^case  /p' | grep -v "^case  " | tail -60
+      grep "^peer: #\|^peer: [a-z_]* [0-9.e+-]*$\|^peer: .*Error" "$final/bench_lora70b_70b.log" | tail -20
       grep -q "^mxkit: done" "$final/bench_lora70b_70b.log" && mxkit_done=1
       done_part 70b "rc=$rc, mxkit $([ $mxkit_done = 1 ] && echo 'done' || echo 'NOT done')" $((SECONDS - t0))
       wait_gpus_free
