@@ -20,9 +20,10 @@
 # part's status and time). $OUT gets run.log (everything printed here), build.log, one log per
 # part and RESULTS.md (this run's rows appended).
 # Environment: MXKIT_DEADLINE_S (default 530), MXKIT_PARTS (default "build 70b peer test small"),
-# MXKIT_STEPS (timed steps per phase, default 3), MXKIT_WARM_GIB (host memory touched beside the
-# build, default 72), MXKIT_BUDGET (seconds per phase, default 30),
-# MXKIT_PEER_GPUS (default: every GPU), MXKIT_GPU_BUILD (build folder), MXKIT_COMMIT.
+# MXKIT_STEPS (timed steps per phase at most, default 5; --budget and the deadline may stop
+# earlier), MXKIT_BUDGET (seconds per phase, default 30), MXKIT_WARM_GIB (host memory touched
+# beside the build, default 72), MXKIT_PEER_GPUS (default: every GPU), MXKIT_GPU_BUILD (build
+# folder), MXKIT_COMMIT.
 # Time plan at 70B (bench/NOTES_lora70b.md): build ~2-3 min, mxkit ~1.5-2 min, peer ~1.5-2 min,
 # test ~20 s.
 set -uo pipefail
@@ -35,7 +36,7 @@ mkdir -p "$final"
 main() {
   local build=${MXKIT_GPU_BUILD:-build-gpu-lora70b}
   local parts=${MXKIT_PARTS:-build 70b peer test small}
-  local steps=${MXKIT_STEPS:-3} budget=${MXKIT_BUDGET:-30}
+  local steps=${MXKIT_STEPS:-5} budget=${MXKIT_BUDGET:-30}
   local gpus peer_gpus
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   peer_gpus=${MXKIT_PEER_GPUS:-$gpus}
