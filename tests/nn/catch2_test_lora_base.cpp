@@ -199,6 +199,8 @@ TEST_CASE("lora base: the FP8 dgrad copy made per GEMM gives the same losses wit
   CHECK(2 * bytes[1] == bytes[0]);
 }
 
+namespace {
+
 // Forwards every collective to a rank's thread communicator and counts the elements of the sum
 // all-reduces of more than one element: data_parallel's gradient groups (the loss of a logging
 // step is a one-element sum, the FP8 amax history a max).
@@ -224,6 +226,8 @@ class counting_communicator final : public communicator {
  private:
   communicator* inner_;
 };
+
+}  // namespace
 
 TEST_CASE("lora base: the adapters' gradients agree between 1 and N rank threads, with recomputation, across healing; only "
           "the adapters' gradients are reduced",
