@@ -4,15 +4,20 @@
 bf16 frozen base (embedding, 80 layers, head), LoRA rank 16 / alpha 32 on the fused QKV and the
 output projections (fp32 adapters, written here: A Kaiming-uniform, B zero), activation
 checkpointing per layer, torch.compile per layer, FSDP2 (fully_shard) per layer and on the root
-over every rank of torchrun, mixed precision bf16 parameters / fp32 reductions, AdamW on the
-adapters. Each rank trains on its own batch x seq tokens (data parallel, as FSDP is).
+over every rank of torchrun (torchtitan's order: checkpointing, compile, then fully_shard),
+mixed precision bf16 parameters / fp32 reductions, AdamW on the adapters. Each rank trains on its
+own batch x seq tokens (data parallel, as FSDP is). Frozen weights get no gradient: FSDP2
+reduce-scatters the adapters' gradients only.
 
-    torchrun --standalone --nproc_per_node N bench/lora70b_peer.py [--layers 80] [--seq 8192] ...
+    NCCL_NVLS_ENABLE=0 python3 -m torch.distributed.run --standalone --nproc_per_node N bench/lora70b_peer.py [--layers 80] ...
 
 Prints, on rank 0, "key value" lines that bench_lora70b reads: tokens_per_s_per_gpu, step_ms,
-peak_memory_gib (torch.cuda.max_memory_allocated on rank 0), gpus, and oom 1 if it ran out of
-memory (a bf16 70B base needs 140 GB: it cannot fit one GPU). Time-bounded: --steps timed steps
-after one warm-up (compilation) step, stopped early past --budget seconds.
+mfu_percent (with --model-flops, the step's model FLOPs as bench_lora70b counts them, against
+--peak-tflops), peak_memory_gib (torch.cuda.max_memory_allocated on rank 0), gpus, warmup_s, and
+oom 1 if it ran out of memory (a bf16 70B base needs 128 GiB: it cannot fit one GPU). Progress
+goes to "# ..." lines (not read as values). Time-bounded: --steps timed steps after one warm-up
+(compilation) step, stopped early, on every rank at once, past --budget seconds or 20 s before
+$MXKIT_DEADLINE_EPOCH (the calling script's deadline, seconds since the epoch) where it is set.
 """
 import argparse
 import math
@@ -40,8 +45,15 @@ def parse():
     p.add_argument("--alpha", type=float, default=32.0)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--budget", type=float, default=90.0)
+    p.add_argument("--peak-tflops", type=float, default=989.4)
+    p.add_argument("--model-flops", type=float, default=0.0, help="model FLOPs of one step per GPU (bench_lora70b's count)")
     p.add_argument("--no-compile", action="store_true")
     return p.parse_args()
+
+
+def say(rank, text):
+    if rank == 0:
+        print(f"# {text}", flush=True)
 
 
 class LoRALinear(nn.Module):
@@ -116,21 +128,27 @@ class Model(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin)
         logits = self.head(self.norm(x))
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():
     a = parse()
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast (the machines' rule)
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local)
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dev = torch.device("cuda")
+    dev = torch.device("cuda", local)
+    t_start = time.time()
+    say(rank, f"torch {torch.__version__}, {world} GPUs ({torch.cuda.get_device_name(dev)})")
     try:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     except ImportError:
         from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
+    if hasattr(torch, "_dynamo") and hasattr(torch._dynamo.config, "inline_inbuilt_nn_modules"):
+        torch._dynamo.config.inline_inbuilt_nn_modules = True  # the 80 blocks share one compiled graph
     torch.manual_seed(1)
     with torch.device("meta"):
         model = Model(a)
@@ -139,7 +157,8 @@ def main():
         layer = checkpoint_wrapper(layer)
         if not a.no_compile:
             layer = torch.compile(layer)
-        fully_shard(layer, mp_policy=mp, reshard_after_forward=True)
+        # The last layer stays gathered for the backward that follows at once (torchtitan does the same).
+        fully_shard(layer, mp_policy=mp, reshard_after_forward=i < a.layers - 1)
         model.layers[i] = layer
     fully_shard(model, mp_policy=mp)
     out = {"gpus": world}
@@ -159,11 +178,15 @@ def main():
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    say(rank, f"model on the GPUs in {time.time() - t_start:.1f} s: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B "
+        f"parameters, {sum(p.numel() for p in trainable) / 1e6:.1f} M trainable, "
+        f"{torch.cuda.memory_allocated() / 2**30:.1f} GiB per GPU")
     d = a.d_model // a.heads
     inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d))
     ang = torch.outer(torch.arange(a.seq, device=dev, dtype=torch.float32), inv)
     cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, foreach=True)
+    opt = torch.optim.AdamW(trainable, lr=1e-4, foreach=True)
     g = torch.Generator(device=dev).manual_seed(100 + rank)
     tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev, generator=g)
 
@@ -176,20 +199,48 @@ def main():
 
     try:
         t0 = time.time()
-        step()  # compile, warm-up
+        try:
+            step()  # compile, warm-up
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:  # a compilation failure: say so, and go on eagerly where dynamo cannot compile
+            if a.no_compile:
+                raise
+            say(rank, f"warm-up step failed under torch.compile ({type(e).__name__}: {str(e)[:300]}); again with "
+                "torch._dynamo.config.suppress_errors (eager where compilation fails)")
+            out["compile_failed"] = 1
+            opt.zero_grad(set_to_none=True)
+            torch._dynamo.reset()
+            torch._dynamo.config.suppress_errors = True
+            step()
         torch.cuda.synchronize()
         out["warmup_s"] = time.time() - t0
+        say(rank, f"warm-up step (compilation) {out['warmup_s']:.1f} s")
+        dist.barrier()
         times, start = [], time.time()
-        for _ in range(a.steps):
+        # The calling script's deadline (scripts/gpu_lora70b_check.sh): stop stepping ~20 s before
+        # it, so the timed steps are reported instead of killed.
+        budget = a.budget
+        deadline = float(os.environ.get("MXKIT_DEADLINE_EPOCH", "0"))
+        if deadline > 0:
+            budget = min(budget, deadline - 20.0 - start)
+        for i in range(a.steps):
             s = time.time()
             loss = step()
             torch.cuda.synchronize()
             times.append(time.time() - s)
-            if time.time() - start > a.budget:
+            say(rank, f"step {i + 1}: {1e3 * times[-1]:.1f} ms")
+            # Every rank stops at the same step (rank 0's clock decides), or the others would wait
+            # in a collective until the time limit.
+            stop = torch.tensor([1.0 if time.time() - start > budget else 0.0], device=dev)
+            dist.broadcast(stop, 0)
+            if stop.item() > 0:
                 break
         times.sort()
         ms = 1e3 * times[len(times) // 2]
         out.update(step_ms=ms, tokens_per_s_per_gpu=a.batch * a.seq / ms * 1e3, loss=float(loss), timed_steps=len(times))
+        if a.model_flops > 0:
+            out["mfu_percent"] = 100.0 * a.model_flops / (ms * 1e-3) / (a.peak_tflops * 1e12)
     except torch.cuda.OutOfMemoryError:
         out["oom"] = 1
     report(rank, out)

@@ -6,8 +6,9 @@
 // activations, activation recomputation, lean memory (the FP8 dgrad copy made per GEMM).
 //  - the base built layer by layer equals the model built whole and then prepared for healing:
 //    the same stash bytes, the same tracked bytes, the same losses bit for bit through healing;
-//  - healing switches at its step; the healed FP8 copies are, byte for byte, the host backend's
-//    export of the same masters (the base stays bit-identical); no MXFP4 copy or byte remains;
+//  - the MXFP4 base is bit-identical after MXFP4 steps; healing switches at its step; the healed
+//    FP8 copies are, byte for byte, the host backend's export of the same masters (the base stays
+//    bit-identical); no MXFP4 copy or byte remains;
 //  - recomputation and the per-GEMM transpose change no bit of the losses.
 #include <algorithm>
 #include <cmath>
@@ -103,7 +104,7 @@ TEST_CASE("device lora base: built layer by layer it is the model built whole an
   CHECK(std::isfinite(ts.losses().back()));
 }
 
-TEST_CASE("device lora base: healing switches at its step, restores the base bit for bit, frees every MXFP4 byte",
+TEST_CASE("device lora base: the MXFP4 base stays bit-identical, healing switches at its step, restores it bit for bit, frees every MXFP4 byte",
           "[gpu][nn][lora_base][healing]") {
   host_backend hb;  // the masters on the host (the same values: the default fill is written from the host)
   model ref(hb, small_model(), with_bf16(recipes::mxfp4_amd()), 11);
@@ -112,9 +113,25 @@ TEST_CASE("device lora base: healing switches at its step, restores the base bit
   model& m = *b.m;
   m.set_recompute(true);
   for (auto& l : m.layers()) l.set_memory(linear_memory::lean());
+  // The frozen MXFP4 base as built: training the adapters must not change a bit of it.
+  const auto download = [&](const qtensor& q) { return q.defined() ? be.download_mx(q) : mx_tensor{}; };
+  const auto same = [](const mx_tensor& x, const mx_tensor& y) {
+    return std::ranges::equal(x.data(), y.data()) && std::ranges::equal(x.scales(), y.scales());
+  };
+  std::vector<mx_tensor> built_rowwise, built_columnwise;
+  for (linear* l : m.linears()) {
+    built_rowwise.push_back(download(l->cached_rowwise()));
+    built_columnwise.push_back(download(l->cached_columnwise()));
+  }
   trainer t(m, corpus(), lora_run(6, 3, std::make_shared<fp8_weight_stash>(std::move(b.stash))));
   for (int i = 0; i < 3; ++i) t.step();
   CHECK(m.current_recipe().uses(precision::mx));
+  for (std::size_t i = 0; i < m.linears().size(); ++i) {
+    INFO(m.linears()[i]->name());
+    REQUIRE(m.linears()[i]->cached_rowwise().defined());
+    CHECK(same(download(m.linears()[i]->cached_rowwise()), built_rowwise[i]));
+    CHECK(same(download(m.linears()[i]->cached_columnwise()), built_columnwise[i]));
+  }
   CHECK(be.live_copies(precision::mx) > 0);
   CHECK_FALSE(t.healing().has_value());
   t.step();

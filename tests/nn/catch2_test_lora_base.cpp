@@ -3,7 +3,7 @@
 // layer is the model built whole and then prepared for healing, bit for bit; the build never
 // holds more than one layer's masters; healing switches at its step, leaves no MXFP4 memory and
 // restores the base bit for bit; the FP8 dgrad copy made per GEMM gives the same losses at half
-// the bytes; the adapters' gradients agree between 1 and 2 rank threads.
+// the bytes; the adapters' gradients agree between 1 and N rank threads, and only they are reduced.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -118,7 +118,9 @@ TEST_CASE("lora base: built layer by layer it is the model built whole, then fro
   CHECK(t_streamed.healing().has_value());
 }
 
-TEST_CASE("lora base: healing switches at its step, restores the base bit for bit and leaves no MXFP4 memory", "[nn][lora_base]") {
+TEST_CASE("lora base: the MXFP4 base stays bit-identical while the adapters train; healing switches at its step, restores "
+          "the base bit for bit and leaves no MXFP4 memory",
+          "[nn][lora_base]") {
   // The original masters, kept: their FP8 export is what the healed layers must hold.
   host_backend be_ref;
   model ref(be_ref, small_model(), recipes::mxfp4_amd(), 11);
@@ -127,9 +129,21 @@ TEST_CASE("lora base: healing switches at its step, restores the base bit for bi
   model& m = *b.m;
   train_config c = lora_run(7, 4);
   c.heal_stash = std::make_shared<fp8_weight_stash>(std::move(b.stash));
+  // The frozen MXFP4 base as built: training the adapters must not change a bit of it.
+  std::vector<mx_tensor> built_rowwise, built_columnwise;
+  for (linear* l : m.linears()) {
+    built_rowwise.push_back(host_backend::mx(l->cached_rowwise()));
+    built_columnwise.push_back(host_backend::mx(l->cached_columnwise()));
+  }
   trainer t(m, text_tokens(), c);
   for (int i = 0; i < 4; ++i) t.step();
   CHECK(m.current_recipe().uses(precision::mx));
+  for (std::size_t i = 0; i < m.linears().size(); ++i) {
+    INFO(m.linears()[i]->name());
+    const mx_tensor &row = host_backend::mx(m.linears()[i]->cached_rowwise()), &col = host_backend::mx(m.linears()[i]->cached_columnwise());
+    CHECK((std::ranges::equal(row.data(), built_rowwise[i].data()) && std::ranges::equal(row.scales(), built_rowwise[i].scales())));
+    CHECK((std::ranges::equal(col.data(), built_columnwise[i].data()) && std::ranges::equal(col.scales(), built_columnwise[i].scales())));
+  }
   CHECK_FALSE(t.healing().has_value());
   CHECK(be.live_copies(precision::mx) > 0);
   t.step();  // step 4: the switch, then an FP8 step
@@ -185,33 +199,100 @@ TEST_CASE("lora base: the FP8 dgrad copy made per GEMM gives the same losses wit
   CHECK(2 * bytes[1] == bytes[0]);
 }
 
-TEST_CASE("lora base: the adapters' gradients agree between 1 and 2 rank threads, with recomputation, across healing",
+namespace {
+
+// Forwards every collective to a rank's thread communicator and counts the elements of the sum
+// all-reduces of more than one element: data_parallel's gradient groups (the loss of a logging
+// step is a one-element sum, the FP8 amax history a max).
+class counting_communicator final : public communicator {
+ public:
+  explicit counting_communicator(communicator& inner) : communicator(inner.rank(), inner.size()), inner_(&inner) {}
+  std::size_t gradient_elements = 0, gradient_reductions = 0;
+
+ protected:
+  void do_all_reduce(comm_buffer in, comm_buffer out, reduce_op op) override {
+    if (op == reduce_op::sum && in.count > 1) {
+      gradient_elements += in.count;
+      ++gradient_reductions;
+    }
+    inner_->all_reduce(in, out, op);
+  }
+  void do_reduce_scatter(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->reduce_scatter(in, out, op); }
+  void do_all_gather(comm_buffer in, comm_buffer out) override { inner_->all_gather(in, out); }
+  void do_broadcast(comm_buffer data, int root) override { inner_->broadcast(data, root); }
+  void do_join() override { inner_->join(); }
+  void do_abort(const std::string& reason) noexcept override { inner_->abort(reason); }
+
+ private:
+  communicator* inner_;
+};
+
+}  // namespace
+
+TEST_CASE("lora base: the adapters' gradients agree between 1 and N rank threads, with recomputation, across healing; only "
+          "the adapters' gradients are reduced",
           "[nn][lora_base]") {
+  constexpr std::size_t steps = 4;
   struct outcome {
     std::vector<double> losses;
     std::vector<std::vector<double>> grads;
+    std::size_t adapter_elements = 0, frozen_with_gradient = 0, reduced_elements = 0, reductions = 0;
+    std::size_t group_elements = 0;  // per step: each group's trainable members as data_parallel lays them out for N ranks
+    std::size_t frozen_elements = 0;
   };
   const auto run = [](communicator* comm, std::size_t micro) {
     host_backend be;
     lora_base b = build_lora_base(be, small_model(), recipes::mxfp4_amd(), 9);
     b.m->set_recompute(true);
-    train_config c = lora_run(4, 2);
-    c.parallel = {comm, micro, sharding::none};
+    std::unique_ptr<counting_communicator> counted;
+    if (comm) counted = std::make_unique<counting_communicator>(*comm);
+    train_config c = lora_run(steps, 2);
+    c.parallel = {counted.get(), micro, sharding::none};
     c.heal_stash = std::make_shared<fp8_weight_stash>(std::move(b.stash));
     trainer t(*b.m, text_tokens(), c);
     t.run();
     outcome o{t.losses(), {}};
-    for (parameter* p : b.m->trainable_parameters()) o.grads.push_back(be.read(p->grad));
+    for (parameter* p : b.m->trainable_parameters()) {
+      o.grads.push_back(be.read(p->grad));
+      o.adapter_elements += p->value.size();
+    }
+    for (parameter* p : b.m->parameters())
+      if (!p->trainable && p->grad.defined()) ++o.frozen_with_gradient;
+    // What reducing the adapters alone moves: per gradient group, its trainable members padded
+    // to the shard alignment, the total split in N equal aligned chunks (data_parallel.hpp).
+    const std::size_t n = comm ? static_cast<std::size_t>(comm->size()) : 1;
+    for (const std::vector<parameter*>& members : b.m->gradient_groups()) {
+      std::size_t total = 0;
+      for (const parameter* p : members)
+        if (p->trainable) total += round_up(p->value.size(), shard_alignment);
+      if (total) o.group_elements += n * round_up((total + n - 1) / n, shard_alignment);
+    }
+    for (linear* l : b.m->linears()) o.frozen_elements += l->cached_rowwise().rows() * l->cached_rowwise().cols();
+    if (counted) {
+      o.reduced_elements = counted->gradient_elements;
+      o.reductions = counted->gradient_reductions;
+    }
     return o;
   };
-  const outcome one = run(nullptr, 2);
-  std::vector<outcome> ranks(2);
-  ref::run_ranks(2, [&](communicator& comm) { ranks[static_cast<std::size_t>(comm.rank())] = run(&comm, 1); });
-  for (const outcome& r : ranks) {
-    CHECK(r.losses == one.losses);
-    REQUIRE(r.grads.size() == one.grads.size());
-    // Adapter gradients are GEMM products added one micro-batch at a time on one rank and in rank
-    // order on two (data_parallel.hpp): the same sums in the same order, the same bits.
-    for (std::size_t p = 0; p < one.grads.size(); ++p) CHECK(r.grads[p] == one.grads[p]);
+  for (int n : {2, 3}) {
+    INFO("ranks: " << n);
+    const outcome one = run(nullptr, static_cast<std::size_t>(n));
+    CHECK(one.frozen_with_gradient == 0);
+    std::vector<outcome> ranks(static_cast<std::size_t>(n));
+    ref::run_ranks(n, [&](communicator& comm) { ranks[static_cast<std::size_t>(comm.rank())] = run(&comm, 1); });
+    for (const outcome& r : ranks) {
+      CHECK(r.losses == one.losses);
+      REQUIRE(r.grads.size() == one.grads.size());
+      // Adapter gradients are GEMM products added one micro-batch at a time on one rank and in rank
+      // order on N (data_parallel.hpp): the same sums in the same order, the same bits.
+      for (std::size_t p = 0; p < one.grads.size(); ++p) CHECK(r.grads[p] == one.grads[p]);
+      // Each step reduces every adapter's gradient once and nothing else: the frozen base (the
+      // MXFP4 or FP8 copies, the embedding, the norms, the head) has no gradient to reduce.
+      CHECK(r.frozen_with_gradient == 0);
+      CHECK(r.reductions > 0);
+      CHECK(r.group_elements >= r.adapter_elements);
+      CHECK(r.reduced_elements == steps * r.group_elements);
+      CHECK(r.group_elements < r.frozen_elements);
+    }
   }
 }
