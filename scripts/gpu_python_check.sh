@@ -31,8 +31,9 @@ rc=0
 "$py" -X faulthandler -m pytest -p no:cacheprovider -v -rs tests/python "$@" || rc=$?
 if [ "$rc" -gt 128 ] && [ "${MXKIT_PYTHON_GDB:-1}" != 0 ]; then
   echo "== pytest died of signal $((rc - 128)); the same run under gdb, with the module's DLPack trace =="
-  if command -v gdb >/dev/null; then
-    MXKIT_PYTHON_TRACE=1 gdb -q -batch -ex "set confirm off" -ex "set pagination off" -ex "handle SIGPIPE nostop" \
+  gdb=$(command -v gdb || command -v cuda-gdb || true)  # the device image has cuda-gdb only
+  if [ -n "$gdb" ]; then
+    MXKIT_PYTHON_TRACE=1 "$gdb" -q -batch -ex "set confirm off" -ex "set pagination off" -ex "handle SIGPIPE nostop" \
       -ex run -ex "info sharedlibrary mxkit" -ex bt -ex "thread apply all bt 40" \
       --args "$py" -X faulthandler -m pytest -p no:cacheprovider -v -s -x tests/python "$@" || true
   else
