@@ -94,7 +94,7 @@ if has_part tests; then
   done
   # The training program on 2 processes, each mode it offers, a few steps (correctness, not speed).
   if [ -n "$train" ]; then
-    for mode in "" "--shard optimizer" "--shard full" "--shard full --recompute on" "--micro-batches 2"; do
+    for mode in "" "--shard optimizer" "--shard full" "--shard full --gather fp32" "--shard full --recompute on" "--micro-batches 2"; do
       [ -n "$mode" ] && ! "$train" --help 2>/dev/null | grep -q -- "${mode%% *}" && continue
       name="train2${mode// /}"
       # shellcheck disable=SC2086

@@ -226,10 +226,6 @@ class backend {
   // round-to-nearest (stochastic rounding draws by element index, which a slab's quantizer does
   // not know). A backend that cannot assemble copies says so (gathers_copies): the ranks then
   // gather the weights.
-  struct copy_slab {
-    std::size_t byte_offset = 0;  // within the wire buffer
-    std::size_t first_row = 0, rows = 0;
-  };
   static std::size_t copy_wire_bytes(const quant_request& r, std::size_t rows, std::size_t cols) {
     if (r.spec.kind == precision::fp8) return rows * cols;
     detail::require(r.spec.kind == precision::mx, "copy_wire_bytes: only FP8 and MX copies travel as codes, got ", name_of(r.spec.kind));

@@ -501,7 +501,7 @@ class data_parallel {
       const std::size_t i = g.copied[j];
       const quant_plan& p = g.copy_plans[j];
       const bool fp8 = p.rowwise.spec.kind == precision::fp8;
-      std::vector<backend::copy_slab> row_slabs, col_slabs;
+      std::vector<copy_slab> row_slabs, col_slabs;
       for (std::size_t k = 0; k < n; ++k) {
         const auto [first, count] = slab_of(g, i, k);
         if (count == 0) continue;

@@ -260,19 +260,19 @@ class host_backend : public nn::backend {
     std::memcpy(out + m.data().size(), m.scales().data(), m.scales().size());
   }
   nn::qtensor do_assemble_copy(const nn::quant_request& r, std::size_t rows, std::size_t cols, const nn::tensor& wire,
-                               std::span<const copy_slab> slabs) override {
+                               std::span<const nn::copy_slab> slabs) override {
     const std::uint8_t* in = static_cast<const std::uint8_t*>(wire.data());
     auto p = std::make_shared<payload>();
     if (r.spec.kind == nn::precision::fp8) {  // rowwise: the slabs' codes one after another
       std::vector<std::uint8_t> codes(rows * cols);
-      for (const copy_slab& s : slabs) std::memcpy(codes.data() + s.first_row * cols, in + s.byte_offset, s.rows * cols);
+      for (const nn::copy_slab& s : slabs) std::memcpy(codes.data() + s.first_row * cols, in + s.byte_offset, s.rows * cols);
       p->data = fp8_tensor{r.spec.fp8, rows, cols, scale_of(r.fp8), 0.0f, std::move(codes)};  // (the amax is the table's)
       return finish(r, rows, cols, std::move(p));
     }
     mx_tensor out(mx_layout{r.spec.mx, r.axis, rows, cols}, r.mx_options());
     const mx_layout& L = out.layout();
     std::vector<std::uint8_t> data(L.data_bytes()), scales(L.scale_count());
-    for (const copy_slab& s : slabs) {
+    for (const nn::copy_slab& s : slabs) {
       const mx_layout P{r.spec.mx, r.axis, s.rows, cols};
       const std::uint8_t* codes = in + s.byte_offset;
       const std::uint8_t* slab_scales = codes + P.data_bytes();
