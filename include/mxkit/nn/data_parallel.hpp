@@ -71,9 +71,9 @@
 // shard norms), which moves the clip factor as much when clipping is active.
 #include <algorithm>
 #include <cstddef>
-#include <numeric>
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <utility>
@@ -146,7 +146,7 @@ class data_parallel {
       // The flat layout: parameters one after another from multiples of 32 elements; with copies
       // gathered, a linear weight of whole 32-row blocks from a multiple of its 32-row slab, and
       // the shard a multiple of every such slab, unless that pads the group by more than a quarter
-      // of the plain layout (small models on many ranks; the 8B shape on 4 ranks: under 2%): the
+      // of the plain layout (small models on many ranks; the 8B shape on 4 ranks: under 1 %): the
       // plain layout then, and the fp32 gather. Recipes set later keep the layout.
       std::size_t total = 0, slab = shard_alignment;
       const auto lay_out = [&](bool slabs) {

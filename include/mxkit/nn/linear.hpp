@@ -302,12 +302,14 @@ class linear {
   // copies can be assembled from the ranks' slabs of rows, byte for byte what quantizing the
   // gathered weight gives: both copies MX rounded to nearest (stochastic rounding draws by
   // element index, which a slab's quantizer does not know), or both FP8 of one type (the dgrad
-  // copy the rowwise one's transpose); the cache in use (no copies per GEMM) and no adapter.
+  // copy the rowwise one's transpose, the table the model's); the cache in use (no copies per
+  // GEMM) and no adapter.
   bool weight_copies_gatherable() const noexcept {
     if (lora_ || memory_.weight_copies_per_gemm) return false;
     const operand_spec &f = recipe_.fprop.b, &d = recipe_.dgrad.b;
     if (f.kind == precision::mx && d.kind == precision::mx) return f.round != rounding::stochastic && d.round != rounding::stochastic;
-    return f.kind == precision::fp8 && d.kind == precision::fp8 && f.fp8 == d.fp8;
+    // FP8: W's scaling row in the model's shared table, whose amaxes data_parallel max-reduces.
+    return f.kind == precision::fp8 && d.fp8 == f.fp8 && d.kind == precision::fp8 && !owns_table_;
   }
   // The requests of the cached copies (fprop rowwise, dgrad columnwise) for a forward.
   quant_plan weight_plan(bool training) const {

@@ -141,7 +141,7 @@ class payload_factory {
   void pack(const nn::qtensor& q, std::uint8_t* out) const {
     const device_payload& p = payload_of(q);
     if (q.kind() == nn::precision::fp8) {
-      if (q.rows() * q.cols()) MXKIT_GPU_CHECK(memcpy_async(out, p.data, q.rows() * q.cols(), copy_kind::device_to_device, stream_));
+      if (q.rows() * q.cols() != 0) MXKIT_GPU_CHECK(memcpy_async(out, p.data, q.rows() * q.cols(), copy_kind::device_to_device, stream_));
       return;
     }
     MXKIT_GPU_CHECK(memcpy_async(out, p.data, p.layout.data_bytes(), copy_kind::device_to_device, stream_));
