@@ -564,12 +564,13 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
           std::vector<outcome> got;
           std::vector<std::size_t> f32_gathered, u8_gathered, broadcast;
         };
-        const auto run = [&](sharding s, bool quantized) {
+        const auto run = [&](sharding s, bool quantized, bool recompute = false) {
           run_result out{std::vector<outcome>(n), std::vector<std::size_t>(n), std::vector<std::size_t>(n), std::vector<std::size_t>(n)};
           ref::run_ranks(n, [&](communicator& inner) {
             counting_communicator comm(inner);
             host_backend be;
             model m(be, mc, r, 17);
+            m.set_recompute(recompute);
             train_config c = base;
             c.parallel = {&comm, micro, s};
             c.parallel.gather_quantized = quantized;
@@ -592,6 +593,11 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
           CHECK(q.weights == fp32.got[0].weights);
           CHECK(q.scale == plain.got[0].scale);
           CHECK(q.losses == fp32.got[0].losses);
+        }
+        if (n == 2 && micro == 1) {  // activation recomputation: the recomputed forward reads the installed copies
+          const run_result again = run(sharding::full, true, true);
+          CHECK(again.got[0].losses == plain.got[0].losses);
+          CHECK(again.got[0].weights == plain.got[0].weights);
         }
         // Per step: the layers' weights travel as copies (u8), once per step whatever the
         // micro-batches; fp32 only the embedding and head groups (and the norm gains, broadcast).
