@@ -564,12 +564,14 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
           std::vector<outcome> got;
           std::vector<std::size_t> f32_gathered, u8_gathered, broadcast;
         };
-        const auto run = [&](sharding s, bool quantized, bool recompute = false) {
+        const auto run = [&](sharding s, bool quantized, bool recompute = false, bool deferred = false) {
           run_result out{std::vector<outcome>(n), std::vector<std::size_t>(n), std::vector<std::size_t>(n), std::vector<std::size_t>(n)};
           ref::run_ranks(n, [&](communicator& inner) {
             counting_communicator comm(inner);
             host_backend be;
-            model m(be, mc, r, 17);
+            model_build_hooks hooks;
+            hooks.defer_memory = deferred;  // each rank fills only its shard (06_train_gpu's construction)
+            model m(be, mc, r, 17, hooks);
             m.set_recompute(recompute);
             train_config c = base;
             c.parallel = {&comm, micro, s};
@@ -598,6 +600,11 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
           const run_result again = run(sharding::full, true, true);
           CHECK(again.got[0].losses == plain.got[0].losses);
           CHECK(again.got[0].weights == plain.got[0].weights);
+        }
+        if (n == 3 && micro == 1) {  // deferred construction into the 32-row slab layout
+          const run_result deferred = run(sharding::full, true, false, true);
+          CHECK(deferred.got[0].losses == plain.got[0].losses);
+          CHECK(deferred.got[0].weights == plain.got[0].weights);
         }
         // Per step: the layers' weights travel as copies (u8), once per step whatever the
         // micro-batches; fp32 only the embedding and head groups (and the norm gains, broadcast).
