@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Data parallelism on host rank threads (ref::thread_communicator): N ranks against one rank
 // accumulating N micro-batches (data_parallel.hpp's bound), determinism, ZeRO-1 against unsharded,
-// the FP8 amax reduction, activation recomputation, every recipe under data parallelism, and a
-// rank that throws.
+// the FP8 amax reduction, activation recomputation, every recipe under data parallelism, a rank
+// that throws, full sharding's partial gathers, and gathering the weights as their quantized copies
+// (the bits of unsharded data parallelism, the bytes gathered).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
