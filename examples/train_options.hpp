@@ -53,6 +53,7 @@ struct options {
   std::size_t ranks = 1;               // 05_train: rank threads (a GPU program: one process per GPU)
   std::size_t micro_batches = 1;       // per rank and step (gradient accumulation)
   nn::sharding shard = nn::sharding::none;
+  bool gather_quantized = true;        // full sharding: gather the quantized weight copies
   bool recompute = false;              // activation recomputation per layer
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
@@ -239,6 +240,13 @@ inline std::vector<flag> flags() {
          else if (v == "optimizer") o.shard = nn::sharding::optimizer;
          else if (v == "full") o.shard = nn::sharding::full;
          else throw usage_error("--shard: expected none, optimizer or full, got '" + std::string(v) + "'");
+       }},
+      {"--gather", "copies|fp32", "several ranks",
+       "--shard full: gather the weights that linears quantize as their quantized copies (MXFP4 2 x 17/32\n"
+       "    byte an element, MXFP8 2 x 33/32, FP8 1; the same bits) or as fp32 (default copies)",
+       [](options& o, std::string_view v) {
+         if (v == "copies" || v == "fp32") o.gather_quantized = v == "copies";
+         else throw usage_error("--gather: expected copies or fp32, got '" + std::string(v) + "'");
        }},
       {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
        [](options& o, std::string_view v) {

@@ -521,6 +521,7 @@ inline int run(nn::backend& be, const device_info& device, const options& o, nn:
   tc.log_every = o.log_every;
   tc.progress_every = o.log_every;
   tc.parallel = {comm, o.micro_batches, o.shard};
+  tc.parallel.gather_quantized = o.gather_quantized;
   tc.on_progress = [&](const nn::train_progress& p) {
     const throughput::rate w = speed.close(p.step);
     const double tokens_per_s = w.per_second(tokens_per_step), tflops = w.per_second(flops.per_step) / 1e12;

@@ -22,6 +22,7 @@
 //     recording; bf16 rowwise and columnwise) and export_fp8 / import_fp8 (the healing stash),
 //     from f32 and bf16 inputs: byte for byte (codes, scales, the FP8 copy's scale and amax, the
 //     history the casts wrote).
+//   - pack_copy / assemble_copy: a copy assembled from slabs of rows is the oracle's whole copy.
 //   - gemm, every precision and product (fprop, dgrad, wgrad on the copies the layers use), f32
 //     and bf16 D, alpha/beta with a separate C and with C = D: within the GEMM tests' bound.
 //   - update_scales after casts (max and most_recent, margin 2, a NaN amax, a row never cast):
@@ -519,6 +520,75 @@ void quantized_copies() {
       ++stream;
     }
   CHECK(d.counters().copies(operand_use::wgrad_x) == h.counters().copies(operand_use::wgrad_x));
+}
+
+// A weight's copies gathered from slabs of rows (full sharding, nn/data_parallel.hpp): each slab
+// quantized (quantize_both on a view of its rows), packed into one wire buffer (pack_copy), and
+// the whole copy assembled (assemble_copy) equals the oracle's copy of the whole tensor, byte for
+// byte. Slabs of whole 32-row blocks but the last (ragged for the rowwise and FP8 copies).
+template <class S>
+void gathered_copies() {
+  host_backend h;
+  const auto made = S::make();
+  auto& d = *made;
+  if (!d.gathers_copies()) return;
+  const delayed_scaling_config cfg{4, amax_algorithm::max, 0};
+  const std::shared_ptr<scaling_table> th = h.make_scaling_table(cfg, {fp8_type::e4m3});
+  const std::shared_ptr<scaling_table> td = d.make_scaling_table(cfg, {fp8_type::e4m3});
+  h.write(th->scale(), {3.5});
+  d.write(td->scale(), {3.5});
+  struct copy_case {
+    const char* name;
+    quant_request row, col;  // col: MX only (an FP8 dgrad copy is the rowwise one's transpose)
+    std::size_t rows;        // a multiple of 32 where a columnwise copy is gathered
+  };
+  const operand_spec fp4 = recipes::mx_operand(mx_type::mxfp4, scale_rule::even), fp8e = recipes::mx_operand(mx_type::mxfp8_e4m3, scale_rule::round_up);
+  const copy_case cases[] = {
+      {"mxfp4, hadamard, random signs", mx_request(fp4, block_axis::rowwise, true, true, 7), mx_request(fp4, block_axis::columnwise, true, true, 7), 224},
+      {"mxfp4", mx_request(fp4, block_axis::rowwise, false, false, 8), mx_request(fp4, block_axis::columnwise, false, false, 8), 160},
+      {"mxfp8 e4m3", mx_request(fp8e, block_axis::rowwise, false, false, 9), mx_request(fp8e, block_axis::columnwise, false, false, 9), 96},
+      {"mxfp4 rowwise, ragged last slab", mx_request(fp4, block_axis::rowwise, true, false, 10), {}, 200},
+      {"fp8 e4m3, ragged last slab", fp8_request(td.get(), 0, block_axis::rowwise, false), {}, 200}};
+  for (const std::size_t cols : {std::size_t{64}, std::size_t{96}})
+    for (const copy_case& c : cases) {
+      INFO(c.name << ", " << c.rows << "x" << cols);
+      const bool col = c.col.spec.kind == precision::mx;
+      const twin x = make_twin(h, d, c.rows, cols, dtype::f32, spread_values(c.rows, cols, 300 + cols));
+      const std::size_t cuts[] = {0, 32, 96, c.rows};  // slabs of 32, 64 and the rest of the rows
+      std::vector<copy_slab> row_slabs, col_slabs;
+      std::size_t bytes = 0;
+      for (std::size_t k = 0; k + 1 < std::size(cuts); ++k) {
+        const std::size_t n = cuts[k + 1] - cuts[k];
+        if (n == 0) continue;
+        row_slabs.push_back({bytes, cuts[k], n});
+        bytes += backend::copy_wire_bytes(c.row, n, cols);
+        if (col) {
+          col_slabs.push_back({bytes, cuts[k], n});
+          bytes += backend::copy_wire_bytes(c.col, n, cols);
+        }
+      }
+      tensor wire = d.alloc(1, (bytes + 3) / 4, dtype::f32, mem_tag::quantized_weight);
+      for (std::size_t k = 0; k < row_slabs.size(); ++k) {
+        const tensor slab = view_of(x.d, row_slabs[k].first_row * cols, row_slabs[k].rows, cols);
+        if (col) {
+          const qpair q = d.quantize_both(slab, c.row, c.col);
+          d.pack_copy(q.rowwise, wire, row_slabs[k].byte_offset);
+          d.pack_copy(q.columnwise, wire, col_slabs[k].byte_offset);
+        } else {
+          d.pack_copy(d.quantize(slab, c.row), wire, row_slabs[k].byte_offset);
+        }
+      }
+      quant_request want_row = c.row;
+      if (c.row.spec.kind == precision::fp8) want_row.fp8.table = th.get();
+      CHECK(copy_mismatch<S>(d, d.assemble_copy(c.row, c.rows, cols, wire, row_slabs), h.quantize(x.h, want_row)) == "");
+      if (col) CHECK(copy_mismatch<S>(d, d.assemble_copy(c.col, c.rows, cols, wire, col_slabs), h.quantize(x.h, c.col)) == "");
+    }
+  // Slabs that leave rows out, or an MX columnwise slab off a 32-row boundary, are refused.
+  tensor wire = d.alloc(1, 4096, dtype::f32, mem_tag::quantized_weight);
+  const quant_request r = mx_request(recipes::mx_operand(mx_type::mxfp4, scale_rule::even), block_axis::columnwise, false, false, 1);
+  const copy_slab gap[] = {{0, 0, 32}, {2048, 64, 32}}, off[] = {{0, 0, 16}, {2048, 16, 48}};
+  CHECK_THROWS_AS(d.assemble_copy(r, 96, 64, wire, gap), std::invalid_argument);
+  CHECK_THROWS_AS(d.assemble_copy(r, 64, 64, wire, off), std::invalid_argument);
 }
 
 // Every GEMM product within the fp32 accumulation bound.
@@ -1269,6 +1339,7 @@ void memory_ops() {
 // Every check above as one Catch2 test case named "<name>: <check>", tagged `tags`.
 #define MXKIT_BACKEND_CONFORMANCE_TESTS(Subject, name, tags) \
   TEST_CASE(name ": quantized copies are the oracle's, byte for byte", tags "") { backend_conformance::quantized_copies<Subject>(); } \
+  TEST_CASE(name ": a weight's copies gathered from slabs are the oracle's, byte for byte", tags "") { backend_conformance::gathered_copies<Subject>(); } \
   TEST_CASE(name ": every GEMM product within the fp32 accumulation bound", tags "[gemm]") { backend_conformance::gemm_products<Subject>(); } \
   TEST_CASE(name ": update_scales gives the oracle's histories and scales exactly", tags "") { backend_conformance::update_scales<Subject>(); } \
   TEST_CASE(name ": rmsnorm forward, fused quantize and backward", tags "") { backend_conformance::rmsnorm<Subject>(); } \

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Data parallelism on host rank threads (ref::thread_communicator): N ranks against one rank
 // accumulating N micro-batches (data_parallel.hpp's bound), determinism, ZeRO-1 against unsharded,
-// the FP8 amax reduction, activation recomputation, every recipe under data parallelism, and a
-// rank that throws.
+// the FP8 amax reduction, activation recomputation, every recipe under data parallelism, a rank
+// that throws, full sharding's partial gathers, and gathering the weights as their quantized copies
+// (the bits of unsharded data parallelism, the bytes gathered).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -460,13 +461,14 @@ TEST_CASE("deferred construction: full sharding trains the eager model's losses 
 class counting_communicator : public communicator {
  public:
   explicit counting_communicator(communicator& inner) : communicator(inner.rank(), inner.size()), inner_(&inner) {}
-  std::size_t gathered = 0, broadcast_bytes = 0;
+  std::size_t gathered = 0, gathered_bytes_u8 = 0, broadcast_bytes = 0;
 
  protected:
   void do_all_reduce(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->all_reduce(in, out, op); }
   void do_reduce_scatter(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->reduce_scatter(in, out, op); }
   void do_all_gather(comm_buffer in, comm_buffer out) override {
     gathered += out.bytes();
+    if (out.type == comm_type::u8) gathered_bytes_u8 += out.bytes();
     inner_->all_gather(in, out);
   }
   void do_broadcast(comm_buffer data, int root) override {
@@ -503,6 +505,7 @@ TEST_CASE("full sharding: backward gathers only the norm gains where forward's w
           for (auto& l : m.layers()) l.set_memory(linear_memory::lean());
         train_config c = run_config(2, 0.0);
         c.parallel = {&comm, 1, sharding::full};
+        c.parallel.gather_quantized = false;  // the fp32 gather (the copies' gather: the next test)
         trainer t(m, text_tokens(), c);
         t.run();
         gathered[static_cast<std::size_t>(comm.rank())] = comm.gathered;
@@ -534,6 +537,89 @@ TEST_CASE("full sharding: backward gathers only the norm gains where forward's w
       });
       CHECK(got[0].losses == plain[0].losses);
       CHECK(got[0].weights == plain[0].weights);
+    }
+  }
+}
+
+TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharded data parallelism's bits with fewer bytes",
+          "[nn][data_parallel]") {
+  model_config mc = tiny_model();
+  mc.n_layers = 2;
+  mc.layer = {64, 2, 1, 64};  // wide enough that the 32-row slab layout pads a layer by under a quarter on 2 and 3 ranks
+  const std::size_t C = mc.layer.d_model, F = mc.layer.d_ff;
+  recipes::mxfp4_config signs;
+  signs.random_signs = true;
+  struct bytes_per_element {
+    recipe r;
+    double copies;  // wire bytes per weight element: both MX copies, or FP8's rowwise one
+  };
+  for (const auto& [r, per_element] : {bytes_per_element{recipes::mxfp4(), 34.0 / 32}, bytes_per_element{recipes::mxfp4_no_hadamard(), 34.0 / 32},
+                                       bytes_per_element{recipes::mxfp4(signs, "mxfp4 (random signs)"), 34.0 / 32},
+                                       bytes_per_element{recipes::mxfp8(), 66.0 / 32}, bytes_per_element{recipes::fp8_delayed(), 1.0}}) {
+    for (const int n : {2, 3}) {
+      for (const std::size_t micro : {std::size_t{1}, std::size_t{2}}) {
+        if (micro == 2 && n == 3) continue;
+        INFO(r.name << " on " << n << " ranks, " << micro << " micro-batches");
+        const train_config base = run_config(3, 0.0);  // no clipping: the shard layout moves the norm's last bits only
+        struct run_result {
+          std::vector<outcome> got;
+          std::vector<std::size_t> f32_gathered, u8_gathered, broadcast;
+        };
+        const auto run = [&](sharding s, bool quantized, bool recompute = false, bool deferred = false) {
+          run_result out{std::vector<outcome>(n), std::vector<std::size_t>(n), std::vector<std::size_t>(n), std::vector<std::size_t>(n)};
+          ref::run_ranks(n, [&](communicator& inner) {
+            counting_communicator comm(inner);
+            host_backend be;
+            model_build_hooks hooks;
+            hooks.defer_memory = deferred;  // each rank fills only its shard (06_train_gpu's construction)
+            model m(be, mc, r, 17, hooks);
+            m.set_recompute(recompute);
+            train_config c = base;
+            c.parallel = {&comm, micro, s};
+            c.parallel.gather_quantized = quantized;
+            trainer t(m, text_tokens(), c);
+            t.run();
+            const std::size_t k = static_cast<std::size_t>(comm.rank());
+            out.u8_gathered[k] = comm.gathered_bytes_u8;
+            out.f32_gathered[k] = comm.gathered - comm.gathered_bytes_u8;
+            out.broadcast[k] = comm.broadcast_bytes;
+            out.got[k] = collect(be, m, t);
+          });
+          return out;
+        };
+        const run_result copies = run(sharding::full, true), fp32 = run(sharding::full, false), plain = run(sharding::none, false);
+        for (int k = 0; k < n; ++k) {
+          INFO("rank " << k);
+          const outcome& q = copies.got[static_cast<std::size_t>(k)];
+          CHECK(q.losses == plain.got[0].losses);
+          CHECK(q.weights == plain.got[0].weights);
+          CHECK(q.weights == fp32.got[0].weights);
+          CHECK(q.scale == plain.got[0].scale);
+          CHECK(q.losses == fp32.got[0].losses);
+        }
+        if (n == 2 && micro == 1) {  // activation recomputation: the recomputed forward reads the installed copies
+          const run_result again = run(sharding::full, true, true);
+          CHECK(again.got[0].losses == plain.got[0].losses);
+          CHECK(again.got[0].weights == plain.got[0].weights);
+        }
+        if (n == 3 && micro == 1) {  // deferred construction into the 32-row slab layout
+          const run_result deferred = run(sharding::full, true, false, true);
+          CHECK(deferred.got[0].losses == plain.got[0].losses);
+          CHECK(deferred.got[0].weights == plain.got[0].weights);
+        }
+        // Per step: the layers' weights travel as copies (u8), once per step whatever the
+        // micro-batches; fp32 only the embedding and head groups (and the norm gains, broadcast).
+        const std::size_t steps = base.steps;
+        const std::size_t weights = mc.n_layers * (C * mc.layer.qkv_dim() + C * C + C * 2 * F + F * C);
+        const double copy_bytes = per_element * static_cast<double>(weights);
+        const std::size_t u8 = copies.u8_gathered[0] / steps;
+        INFO("copies gathered per step: " << u8 << " bytes for " << weights << " weight elements; fp32 gather: " << fp32.f32_gathered[0] / steps);
+        CHECK(fp32.u8_gathered[0] == 0);
+        CHECK(static_cast<double>(u8) >= copy_bytes);
+        CHECK(static_cast<double>(u8) <= 2 * copy_bytes);
+        CHECK(copies.f32_gathered[0] + 4 * weights * steps * micro <= fp32.f32_gathered[0]);
+        CHECK(copies.u8_gathered[0] + copies.f32_gathered[0] + copies.broadcast[0] < fp32.f32_gathered[0] + fp32.broadcast[0]);
+      }
     }
   }
 }

@@ -37,6 +37,24 @@
 // the parameters the backward reads (model::backward_reads_value: norm gains; a linear weight
 // whose cached quantized copies serve its dgrad is not read), broadcast from their owners.
 //
+// Gathering the weights as their quantized copies (parallel_config::gather_quantized, full
+// sharding): where a linear's recipe quantizes its weight (MX rounded to nearest, or FP8 for both
+// fprop and dgrad; linear::weight_copies_gatherable), the ranks gather the copies instead of the
+// fp32 weight, and the fp32 weight is not gathered at all (norm gains, the embedding and weights
+// kept in high precision are gathered as before). The group's layout makes that exact: such a
+// weight starts on a multiple of 32 rows (32 x cols elements) and the shard is a multiple of every
+// such 32-row slab, so each rank's piece of the weight is whole 32-row slabs. Before the group's
+// forward each rank quantizes its slab into both copies (MX: the fprop rowwise copy and the dgrad
+// columnwise copy, whose 32-row blocks the slab keeps whole; FP8: the rowwise copy, with the
+// table's scale, the same on every rank), the ranks all-gather the bytes (backend::pack_copy, u8),
+// and every rank assembles the whole copies (backend::assemble_copy; FP8's dgrad copy is the
+// rowwise one's transpose) and installs them as the linear's cached copies: the bytes quantizing
+// the gathered weight gives, so the results are the fp32 gather's bits. FP8's W amax is recorded
+// per slab; the MAX reduction of the scaling table before the update (reduce_amax) makes it the
+// whole weight's, as it does for every amax. Per element gathered: MXFP4 2 x 17/32 bytes (both
+// copies), MXFP8 2 x 33/32, FP8 1, against 4 for fp32. Copies still current (a second micro-batch
+// of the step) are not gathered again.
+//
 // Construction from a model built with deferred memory (model_build_hooks::defer_memory): each
 // rank fills only what it keeps from the parameters' counter-based initializers (parameter.hpp),
 // so no rank makes or holds the whole model; the values are the eager construction's bits.
@@ -55,6 +73,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <utility>
@@ -84,6 +103,9 @@ struct parallel_config {
   communicator* comm = nullptr;   // null: one rank
   std::size_t micro_batches = 1;  // per rank and step (gradient accumulation)
   sharding shard = sharding::none;
+  // Full sharding: gather the weights that linears quantize as their quantized copies (exact: the
+  // fp32 gather's bits), where the backend assembles copies (backend::gathers_copies).
+  bool gather_quantized = true;
 };
 
 inline constexpr std::size_t shard_alignment = 32;  // elements: the MX block
@@ -109,7 +131,6 @@ class data_parallel {
     bool gather_initial = false;  // ZeRO-1 from deferred memory: every rank's shard all-gathered
     for (std::vector<parameter*>& members : m.gradient_groups()) {
       group g;
-      std::size_t total = 0;
       for (parameter* p : members)
         if (p->trainable && (p->value.defined() || p->deferred())) {
           if (!g.params.empty() && p->value.type() != g.params[0]->value.type())
@@ -119,18 +140,47 @@ class data_parallel {
             detail::fail("data_parallel: parameter '", p->name, "' and '", g.params[0]->name,
                          "' of one group are not both built with deferred memory");
           g.params.push_back(p);
-          g.offsets.push_back(total);
           g.rows.push_back(p->rows());
           g.cols.push_back(p->cols());
-          total += round_up(p->value.size(), shard_alignment);
         }
+      // The flat layout: parameters one after another from multiples of 32 elements; with copies
+      // gathered, a linear weight of whole 32-row blocks from a multiple of its 32-row slab, and
+      // the shard a multiple of every such slab, unless that pads the group by more than a quarter
+      // of the plain layout (small models on many ranks; the 8B shape on 4 ranks: under 1 %): the
+      // plain layout then, and the fp32 gather. Recipes set later keep the layout.
+      std::size_t total = 0, slab = shard_alignment;
+      const auto lay_out = [&](bool slabs) {
+        total = 0;
+        slab = shard_alignment;
+        g.offsets.clear();
+        g.linears.assign(g.params.size(), nullptr);
+        for (std::size_t i = 0; i < g.params.size(); ++i) {
+          linear* l = slabs ? m.linear_of(*g.params[i]) : nullptr;
+          if (l && !l->weight_copies_gatherable()) l = nullptr;  // (the recipe at construction: high-precision weights stay plain)
+          const std::size_t rows_slab = mx_block_size * g.cols[i];
+          if (l && g.rows[i] % mx_block_size == 0 && slab <= (std::size_t{1} << 40) / rows_slab) {
+            total = round_up(total, rows_slab);
+            slab = std::lcm(slab, rows_slab);
+            g.linears[i] = l;
+          }
+          g.offsets.push_back(total);
+          total += round_up(g.rows[i] * g.cols[i], shard_alignment);
+        }
+      };
+      const auto padded = [&] { return n * round_up((total + n - 1) / n, slab); };  // the group's elements on all ranks
+      lay_out(false);
+      if (c.shard == sharding::full && c.gather_quantized) {
+        const std::size_t plain = padded();
+        lay_out(true);
+        if (4 * padded() > 5 * plain) lay_out(false);
+      }
       if (g.params.empty()) {
         groups_.push_back(std::move(g));
         continue;
       }
       const dtype type = g.params[0]->value.type();
       const bool deferred = g.params[0]->deferred();
-      g.shard = round_up((total + n - 1) / n, shard_alignment);
+      g.shard = round_up((total + n - 1) / n, slab);
       const std::size_t lo = r * g.shard, hi = lo + g.shard;
       if (!deferred || c.shard != sharding::full) {
         g.grads = be.alloc(1, n * g.shard, type, mem_tag::gradient);  // zeros: the padding stays 0
@@ -245,7 +295,7 @@ class data_parallel {
   // on the host); release_all(true) keeps what was written into them, as this rank's shard.
   void gather_all() {
     if (!fully_sharded()) return;
-    for (group& g : groups_) gather(g);
+    for (group& g : groups_) gather(g, gather_for::whole);
     c_.comm->join();
   }
   void release_all(bool keep_written) {
@@ -299,7 +349,16 @@ class data_parallel {
     bool gathered = false;                 // full sharding: gather() called since the last release
     std::vector<parameter> pieces;         // sharded: this rank's part of each parameter it overlaps
     std::vector<std::size_t> piece_of, piece_begin;
+    // Full sharding with copies gathered: the linear of each parameter laid out in whole 32-row
+    // slabs (null: the others); the copies on their way (visible after the next join()): the wire
+    // (ranks x chunk bytes), the parameters whose copies it carries and their requests.
+    std::vector<linear*> linears;
+    tensor wire;
+    std::size_t chunk = 0;
+    std::vector<std::size_t> copied;
+    std::vector<quant_plan> copy_plans;
   };
+  enum class gather_for : std::uint8_t { forward, backward, whole };
 
   // Elements [lo, lo + dst.size()) of the group's flat buffer, from its deferred parameters'
   // initializers (the padding between parameters is left as it is: zeros).
@@ -336,12 +395,23 @@ class data_parallel {
   // each from the rank(s) whose shard holds it (a broadcast per owner), or nothing at all (the
   // embedding). The copies forward made are the bytes a fresh quantization of the gathered weight
   // gives (the weight's version has not moved), so the results are the full gather's bits.
-  void gather(group& g, bool for_backward = false) {
+  // For forward, a weight whose copies are gathered is not gathered itself: its copies are, unless
+  // the linear's cached ones are current (send_copies).
+  void gather(group& g, gather_for purpose) {
     if (g.params.empty() || g.gathered) return;
     g.gathered = true;
     std::vector<bool> read(g.params.size(), true);
+    std::vector<std::size_t> copied;
     bool all = true;
-    for (std::size_t i = 0; for_backward && i < g.params.size(); ++i) all = (read[i] = m_->backward_reads_value(*g.params[i])) && all;
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      if (purpose == gather_for::backward) read[i] = m_->backward_reads_value(*g.params[i]);
+      if (purpose == gather_for::forward && gathers_copies(g, i)) {
+        read[i] = false;
+        if (g.linears[i]->backward_reads_master()) copied.push_back(i);  // else its cached copies are current
+      }
+      all = all && read[i];
+    }
+    if (!copied.empty()) send_copies(g, std::move(copied));
     backend& be = m_->be();
     if (all) {
       g.values = be.alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
@@ -364,6 +434,91 @@ class data_parallel {
     }
   }
 
+  bool gathers_copies(const group& g, std::size_t i) const {
+    return c_.gather_quantized && g.linears[i] && m_->be().gathers_copies() && g.linears[i]->weight_copies_gatherable();
+  }
+  // Rows [first, first + count) of parameter i in rank k's shard: whole 32-row slabs (laid out so).
+  std::pair<std::size_t, std::size_t> slab_of(const group& g, std::size_t i, std::size_t k) const {
+    const std::size_t begin = g.offsets[i], end = begin + g.rows[i] * g.cols[i];
+    const std::size_t a = std::max(begin, k * g.shard), b = std::min(end, (k + 1) * g.shard);
+    if (a >= b) return {0, 0};
+    return {(a - begin) / g.cols[i], (b - a) / g.cols[i]};
+  }
+  // Wire bytes of parameter i's copies from `rows` rows: MX both copies, FP8 the rowwise one.
+  static std::size_t copies_bytes(const quant_plan& p, std::size_t rows, std::size_t cols) {
+    std::size_t n = backend::copy_wire_bytes(p.rowwise, rows, cols);
+    if (p.columnwise.spec.kind == precision::mx) n += backend::copy_wire_bytes(p.columnwise, rows, cols);
+    return n;
+  }
+  // This rank's slabs of the weights in `copied`, quantized and packed at its chunk of a new wire,
+  // all-gathered (every rank sends the largest rank's byte count; the rest of a chunk is unread).
+  // A rank without a slab of an FP8 weight notes W's amax source as the others do, so every rank's
+  // table decides its scale versions alike (its amax comes through the MAX reduction).
+  void send_copies(group& g, std::vector<std::size_t> copied) {
+    backend& be = m_->be();
+    const bool training = m_->training_forward();
+    const std::size_t n = static_cast<std::size_t>(ranks()), r = static_cast<std::size_t>(rank());
+    g.copy_plans.clear();
+    for (std::size_t i : copied) g.copy_plans.push_back(g.linears[i]->weight_plan(training));
+    g.chunk = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      std::size_t bytes = 0;
+      for (std::size_t j = 0; j < copied.size(); ++j) bytes += copies_bytes(g.copy_plans[j], slab_of(g, copied[j], k).second, g.cols[copied[j]]);
+      g.chunk = std::max(g.chunk, bytes);
+    }
+    g.wire = be.alloc_uninitialized(1, (n * g.chunk + 3) / 4, dtype::f32, mem_tag::quantized_weight);
+    std::size_t at = r * g.chunk;
+    for (std::size_t j = 0; j < copied.size(); ++j) {
+      const std::size_t i = copied[j];
+      const quant_plan& p = g.copy_plans[j];
+      const auto [first, count] = slab_of(g, i, r);
+      if (count == 0) {
+        if (p.rowwise.spec.kind == precision::fp8 && p.rowwise.fp8.record_amax) p.rowwise.fp8.table->note_amax(p.rowwise.fp8.row, p.rowwise.fp8.source);
+        continue;
+      }
+      const tensor slab = view_of(g.shard_values, g.offsets[i] + first * g.cols[i] - r * g.shard, count, g.cols[i]);
+      if (p.rowwise.spec.kind == precision::fp8) {
+        be.pack_copy(be.quantize(slab, p.rowwise), g.wire, at);
+      } else {
+        const qpair q = be.quantize_both(slab, p.rowwise, p.columnwise);
+        be.pack_copy(q.rowwise, g.wire, at);
+        be.pack_copy(q.columnwise, g.wire, at + backend::copy_wire_bytes(p.rowwise, count, g.cols[i]));
+      }
+      at += copies_bytes(p, count, g.cols[i]);
+    }
+    char* wire = static_cast<char*>(g.wire.data());
+    c_.comm->all_gather({wire + r * g.chunk, g.chunk, comm_type::u8}, {wire, n * g.chunk, comm_type::u8});
+    g.copied = std::move(copied);
+  }
+  // After the join: the whole copies assembled from the ranks' slabs, installed in the linears.
+  void install_copies(group& g) {
+    if (g.copied.empty()) return;
+    backend& be = m_->be();
+    const std::size_t n = static_cast<std::size_t>(ranks());
+    std::vector<std::size_t> at(n);
+    for (std::size_t k = 0; k < n; ++k) at[k] = k * g.chunk;
+    for (std::size_t j = 0; j < g.copied.size(); ++j) {
+      const std::size_t i = g.copied[j];
+      const quant_plan& p = g.copy_plans[j];
+      const bool fp8 = p.rowwise.spec.kind == precision::fp8;
+      std::vector<copy_slab> row_slabs, col_slabs;
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto [first, count] = slab_of(g, i, k);
+        if (count == 0) continue;
+        row_slabs.push_back({at[k], first, count});
+        if (!fp8) col_slabs.push_back({at[k] + backend::copy_wire_bytes(p.rowwise, count, g.cols[i]), first, count});
+        at[k] += copies_bytes(p, count, g.cols[i]);
+      }
+      qtensor row = be.assemble_copy(p.rowwise, g.rows[i], g.cols[i], g.wire, row_slabs);
+      qtensor col = fp8 ? be.transpose(row, operand_use::dgrad_w, mem_tag::quantized_weight)
+                        : be.assemble_copy(p.columnwise, g.rows[i], g.cols[i], g.wire, col_slabs);
+      g.linears[i]->install_weight_copies(std::move(row), std::move(col));
+    }
+    g.wire.reset();
+    g.copied.clear();
+    g.copy_plans.clear();
+  }
+
   void on_group(group_event e, std::size_t index) {
     if (index >= groups_.size()) return;
     group& g = groups_[index];
@@ -373,19 +528,21 @@ class data_parallel {
       case group_event::before_forward:
       case group_event::before_backward: {
         if (!full) return;
-        gather(g, e == group_event::before_backward);
+        const gather_for purpose = e == group_event::before_forward ? gather_for::forward : gather_for::backward;
+        gather(g, purpose);
         if (e == group_event::before_backward && !g.grads.defined()) {  // zeros: the padding stays 0
           g.grads = m_->be().alloc(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::gradient);
           bind_grads(g);
         }
         c_.comm->join();
+        install_copies(g);
         // The reductions called so far are done for what the backend runs from here on (the
         // join): the whole gradients they read can go, so backward holds at most two groups'.
         if (e == group_event::before_backward) release_reduced();
         // Prefetch the group that runs next (forward: index + 1, backward: index - 1), overlapped
         // with this group's work on a device communicator's stream.
         const std::size_t next = e == group_event::before_forward ? index + 1 : index - 1;
-        if (next < groups_.size()) gather(groups_[next], e == group_event::before_backward);
+        if (next < groups_.size()) gather(groups_[next], purpose);
         return;
       }
       case group_event::after_forward:

@@ -298,6 +298,44 @@ class linear {
     cache_.scale_version = table_ ? table_->version(row0_ + 1) : 0;
   }
 
+  // Full sharding's gather of the weight as its copies (data_parallel.hpp): whether the cached
+  // copies can be assembled from the ranks' slabs of rows, byte for byte what quantizing the
+  // gathered weight gives: both copies MX rounded to nearest (stochastic rounding draws by
+  // element index, which a slab's quantizer does not know), or both FP8 of one type (the dgrad
+  // copy the rowwise one's transpose, the table the model's); the cache in use (no copies per
+  // GEMM) and no adapter.
+  bool weight_copies_gatherable() const noexcept {
+    if (lora_ || memory_.weight_copies_per_gemm) return false;
+    const operand_spec &f = recipe_.fprop.b, &d = recipe_.dgrad.b;
+    if (f.kind == precision::mx && d.kind == precision::mx) return f.round != rounding::stochastic && d.round != rounding::stochastic;
+    // FP8: W's scaling row in the model's shared table, whose amaxes data_parallel max-reduces.
+    return f.kind == precision::fp8 && d.fp8 == f.fp8 && d.kind == precision::fp8 && !owns_table_;
+  }
+  // The requests of the cached copies (fprop rowwise, dgrad columnwise) for a forward.
+  quant_plan weight_plan(bool training) const {
+    quant_plan p;
+    p.rowwise = weight_request(gemm_product::fprop, training);
+    p.columnwise = weight_request(gemm_product::dgrad, training);
+    p.columnwise_wanted = true;
+    return p;
+  }
+  // Installs copies assembled from the ranks' slabs as the cache of the weight's current version
+  // (and W's current scale): what ensure_weight_copies would have made from the gathered weight.
+  void install_weight_copies(qtensor rowwise, qtensor columnwise) {
+    detail::require(weight_copies_gatherable(), "linear '", name(), "': install_weight_copies under recipe '", recipe_.name,
+                    "', whose weight copies are not gathered");
+    const quant_plan p = weight_plan(false);
+    const auto check = [&](const qtensor& q, const quant_request& r) {
+      detail::require(q.defined() && q.kind() == r.spec.kind && q.axis() == r.axis && q.rows() == out_ && q.cols() == in_, "linear '",
+                      name(), "': install_weight_copies needs the ", name_of(r.axis), " ", name_of(r.spec.kind), " copy of the ", out_, "x",
+                      in_, " weight");
+    };
+    check(rowwise, p.rowwise);
+    check(columnwise, p.columnwise);
+    cache_ = {std::move(rowwise), std::move(columnwise), weight_.version, table_ ? table_->version(row0_ + 1) : 0};
+    ++weight_quantizations_;
+  }
+
   // Whether backward (and a recomputed forward before it) reads the master weight: not when the
   // cache holds both copies of the weight's current version (and, FP8, of W's current scale), no
   // adapter reads W and its copies are not made per GEMM. Full sharding (data_parallel.hpp) then

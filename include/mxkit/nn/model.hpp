@@ -108,6 +108,7 @@ class model {
     detail::require(tokens.rows() == M && targets.rows() == M, "model: ", tokens.rows(), " tokens and ", targets.rows(),
                     " targets for a batch of ", b.batch, "x", b.seq);
     shape_ = b;
+    training_forward_ = training;
     xs_.assign(1, output(M, C));  // xs_[i]: input of layer i; xs_[L]: input of the final norm
     notify(group_event::before_forward, 0);
     embedding_.forward(tokens, xs_[0]);
@@ -209,6 +210,14 @@ class model {
   // the embedding table no (its gradient needs the tokens only); a linear's weight only where its
   // cached quantized copies do not serve (linear::backward_reads_master). Full sharding gathers
   // only these before a group's backward.
+  // The linear whose weight p is (null for the embedding table and the norm gains).
+  linear* linear_of(const parameter& p) {
+    for (linear* l : linears())
+      if (&p == &l->weight()) return l;
+    return &p == &head_.weight() ? &head_ : nullptr;
+  }
+  // Whether the forward running now (or the last one) trains: group hooks quantize for it.
+  bool training_forward() const noexcept { return training_forward_; }
   bool backward_reads_value(const parameter& p) {
     if (&p == &embedding_.table()) return false;
     for (linear* l : linears())
@@ -333,6 +342,7 @@ class model {
   bool recompute_ = false;
   std::vector<std::vector<std::uint64_t>> calls_;  // recomputation: each layer's linears' calls before its forward
   std::function<void(group_event, std::size_t)> group_hook_;
+  bool training_forward_ = false;
 };
 
 }  // namespace nn

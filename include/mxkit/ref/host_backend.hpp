@@ -246,6 +246,54 @@ class host_backend : public nn::backend {
     return finish(r, host.rows(), host.cols(), std::move(p));
   }
 
+  // ---- copies gathered from the ranks' slabs (backend.hpp's wire format)
+  bool do_gathers_copies() const noexcept override { return true; }
+  void do_pack_copy(const nn::qtensor& q, nn::tensor& wire, std::size_t byte_offset) override {
+    std::uint8_t* out = static_cast<std::uint8_t*>(wire.data()) + byte_offset;
+    if (q.kind() == nn::precision::fp8) {
+      const fp8_tensor& f = fp8(q);
+      if (!f.data.empty()) std::memcpy(out, f.data.data(), f.data.size());
+      return;
+    }
+    const mx_tensor& m = mx(q);
+    std::memcpy(out, m.data().data(), m.data().size());
+    std::memcpy(out + m.data().size(), m.scales().data(), m.scales().size());
+  }
+  nn::qtensor do_assemble_copy(const nn::quant_request& r, std::size_t rows, std::size_t cols, const nn::tensor& wire,
+                               std::span<const nn::copy_slab> slabs) override {
+    const std::uint8_t* in = static_cast<const std::uint8_t*>(wire.data());
+    auto p = std::make_shared<payload>();
+    if (r.spec.kind == nn::precision::fp8) {  // rowwise: the slabs' codes one after another
+      std::vector<std::uint8_t> codes(rows * cols);
+      for (const nn::copy_slab& s : slabs) std::memcpy(codes.data() + s.first_row * cols, in + s.byte_offset, s.rows * cols);
+      p->data = fp8_tensor{r.spec.fp8, rows, cols, scale_of(r.fp8), 0.0f, std::move(codes)};  // (the amax is the table's)
+      return finish(r, rows, cols, std::move(p));
+    }
+    mx_tensor out(mx_layout{r.spec.mx, r.axis, rows, cols}, r.mx_options());
+    const mx_layout& L = out.layout();
+    std::vector<std::uint8_t> data(L.data_bytes()), scales(L.scale_count());
+    for (const nn::copy_slab& s : slabs) {
+      const mx_layout P{r.spec.mx, r.axis, s.rows, cols};
+      const std::uint8_t* codes = in + s.byte_offset;
+      const std::uint8_t* slab_scales = codes + P.data_bytes();
+      if (r.axis == block_axis::rowwise) {  // lines are rows: the slab's lines in place
+        std::memcpy(data.data() + s.first_row * L.line_bytes(), codes, P.data_bytes());
+        std::memcpy(scales.data() + s.first_row * L.blocks_per_line(), slab_scales, P.scale_count());
+      } else {  // lines are columns: the slab holds positions [first_row, first_row + rows) of every line
+        const std::size_t at = packed_bytes(s.first_row, L.storage_bits());
+        for (std::size_t c = 0; c < cols; ++c) {
+          std::memcpy(data.data() + c * L.line_bytes() + at, codes + c * P.line_bytes(), P.line_bytes());
+          std::memcpy(scales.data() + c * L.blocks_per_line() + s.first_row / mx_block_size, slab_scales + c * P.blocks_per_line(),
+                      P.blocks_per_line());
+        }
+      }
+    }
+    out.set_data(std::move(data));
+    out.set_scales(std::move(scales));
+    p->data = std::move(out);
+    return finish(r, rows, cols, std::move(p));
+  }
+
   void do_update_scales(nn::scaling_table& t) override {
     ref::update_scales(t.history().as<float>(), t.scale().as<float>(), t.fp8_max().as<float>(), t.rows(), t.config().history_length,
                        t.config());

@@ -113,6 +113,17 @@ class device_backend : public nn::backend {
 
   nn::qtensor do_transpose(const nn::qtensor& q, nn::operand_use use, nn::mem_tag tag) override;
 
+  // A weight's copies gathered from the ranks' slabs (backend.hpp's wire format; stream-ordered
+  // copies, operand_payload.hpp).
+  bool do_gathers_copies() const noexcept override { return true; }
+  void do_pack_copy(const nn::qtensor& q, nn::tensor& wire, std::size_t byte_offset) override {
+    payloads_.pack(q, static_cast<std::uint8_t*>(wire.data()) + byte_offset);
+  }
+  nn::qtensor do_assemble_copy(const nn::quant_request& r, std::size_t rows, std::size_t cols, const nn::tensor& wire,
+                               std::span<const nn::copy_slab> slabs) override {
+    return payloads_.assembled(r, rows, cols, static_cast<const std::uint8_t*>(wire.data()), slabs);
+  }
+
   // The stash in page-locked host memory: the codes come down straight into it, and go up from
   // it on the copy stream (a copy engine, no staging copy).
   std::shared_ptr<std::uint8_t[]> do_alloc_host(std::size_t bytes) override;

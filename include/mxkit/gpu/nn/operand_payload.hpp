@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <utility>
 
 #include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
@@ -135,6 +136,50 @@ class payload_factory {
     count_live(r, *p);
     return nn::qtensor(r, row.rows(), row.cols(), 0, std::move(p));
   }
+  // backend.hpp's wire format of a copy (its codes, then MX scales [lines, blocks] row-major, as
+  // the payload holds them): q's bytes at `out` (device memory), stream-ordered copies.
+  void pack(const nn::qtensor& q, std::uint8_t* out) const {
+    const device_payload& p = payload_of(q);
+    if (q.kind() == nn::precision::fp8) {
+      if (q.rows() * q.cols() != 0) MXKIT_GPU_CHECK(memcpy_async(out, p.data, q.rows() * q.cols(), copy_kind::device_to_device, stream_));
+      return;
+    }
+    MXKIT_GPU_CHECK(memcpy_async(out, p.data, p.layout.data_bytes(), copy_kind::device_to_device, stream_));
+    MXKIT_GPU_CHECK(memcpy_async(out + p.layout.data_bytes(), p.scales, p.layout.scale_count(), copy_kind::device_to_device, stream_));
+  }
+  // The whole [rows, cols] copy `r` from the ranks' slabs in `wire` (device memory): rowwise slabs
+  // are whole lines, columnwise slabs positions [first_row, first_row + rows) of every line (a 2D
+  // copy each); an FP8 copy (rowwise) takes the scale of its scaling row, the one its slabs' casts
+  // read.
+  nn::qtensor assembled(const nn::quant_request& r, std::size_t rows, std::size_t cols, const std::uint8_t* wire,
+                        std::span<const nn::copy_slab> slabs) const {
+    if (r.spec.kind == nn::precision::fp8) {
+      auto p = fp8(rows, cols);
+      for (const nn::copy_slab& s : slabs)
+        MXKIT_GPU_CHECK(memcpy_async(p->data + s.first_row * cols, wire + s.byte_offset, s.rows * cols, copy_kind::device_to_device, stream_));
+      MXKIT_GPU_CHECK(memcpy_async(p->fp8_scale, fp8_scale_of(r), sizeof(float), copy_kind::device_to_device, stream_));
+      return finish(r, rows, cols, std::move(p));
+    }
+    auto p = mx(r, rows, cols);
+    const mx_layout L = p->layout;
+    for (const nn::copy_slab& s : slabs) {
+      const mx_layout P{r.spec.mx, r.axis, s.rows, cols};
+      const std::uint8_t* codes = wire + s.byte_offset;
+      const std::uint8_t* scales = codes + P.data_bytes();
+      if (r.axis == block_axis::rowwise) {
+        MXKIT_GPU_CHECK(memcpy_async(p->data + s.first_row * L.line_bytes(), codes, P.data_bytes(), copy_kind::device_to_device, stream_));
+        MXKIT_GPU_CHECK(memcpy_async(p->scales + s.first_row * L.blocks_per_line(), scales, P.scale_count(), copy_kind::device_to_device,
+                                     stream_));
+      } else {
+        MXKIT_GPU_CHECK(memcpy_2d_async(p->data + packed_bytes(s.first_row, L.storage_bits()), L.line_bytes(), codes, P.line_bytes(),
+                                        P.line_bytes(), cols, copy_kind::device_to_device, stream_));
+        MXKIT_GPU_CHECK(memcpy_2d_async(p->scales + s.first_row / mx_block_size, L.blocks_per_line(), scales, P.blocks_per_line(),
+                                        P.blocks_per_line(), cols, copy_kind::device_to_device, stream_));
+      }
+    }
+    return finish(r, rows, cols, std::move(p));
+  }
+
   // The copy of a filled payload: its bytes counted under the request's tag.
   nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<device_payload> p) const {
     std::size_t bytes = rows * cols;
