@@ -204,10 +204,11 @@ for stage in "${stages[@]}"; do
       if [ -z "$nvcc" ]; then
         missing_tool cuda "no nvcc on PATH or in /usr/local/cuda/bin"
       else
+        # The host tests, examples and benchmarks are the release stage's (the same g++ build).
         # shellcheck disable=SC2086  # word splitting of the extra arguments is intended
         build_and_test cuda "$root/cuda" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA \
           "-DCMAKE_CUDA_COMPILER=$nvcc" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
-          ${MXKIT_CUDA_CMAKE_ARGS:-}
+          -DMXKIT_BUILD_HOST_BENCH=OFF ${MXKIT_CUDA_CMAKE_ARGS:-}
       fi ;;
     hip)
       hipcxx=$(command -v clang++-22 || true)

@@ -16,6 +16,7 @@ const bool gpu_present = [] {
 }();
 }  // namespace
 
-// The object file is a direct source of each test executable, so it is always linked; this
-// keeps the compiler from discarding the unused flag's initializer.
+// The object file (object library mxkit_gpu_skip, compiled once) is on each test executable's
+// link line, so it is always linked; this keeps the compiler from discarding the unused flag's
+// initializer.
 bool mxkit_gpu_test_device_present() { return gpu_present; }

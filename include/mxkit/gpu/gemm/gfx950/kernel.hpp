@@ -159,6 +159,9 @@ void launch_b(int fb, const params& prm, stream_t stream) {
   }
 }
 
+// Compiled where gemm.hpp's dispatch is (as sm90::launch_wgmma; gpu/kernel_library.hpp): this
+// non-template function instantiates all 25 kernels in every file that includes it.
+#if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
 inline void launch_mfma(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t stream) {
   mxkit::detail::require(mfma_supports(a, b), "gemm (gfx950): needs MX operands with FP4/FP6/FP8 elements");
   if (a.lines == 0 || b.lines == 0) return;
@@ -172,6 +175,7 @@ inline void launch_mfma(const gemm_operand& a, const gemm_operand& b, const gemm
     default: launch_b<4>(format_code(b.type), prm, stream); break;
   }
 }
+#endif
 
 }  // namespace gfx950
 }  // namespace gpu
