@@ -521,10 +521,13 @@ class backend {
   virtual qpair do_quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) = 0;
   virtual qtensor do_transpose(const qtensor& fp8_rowwise, operand_use use, mem_tag tag) = 0;
   virtual host_fp8 do_export_fp8(const tensor& w, fp8_type type, float scale) = 0;
+  // A backend that gathers copies overrides all three (the public calls check gathers_copies()).
   virtual bool do_gathers_copies() const noexcept { return false; }
-  virtual void do_pack_copy(const qtensor&, tensor&, std::size_t) { detail::fail("pack_copy: not implemented by backend '", name(), "'"); }
+  virtual void do_pack_copy(const qtensor&, tensor&, std::size_t) {
+    detail::fail("pack_copy: backend '", name(), "' says it gathers copies but has no do_pack_copy");
+  }
   virtual qtensor do_assemble_copy(const quant_request&, std::size_t, std::size_t, const tensor&, std::span<const copy_slab>) {
-    detail::fail("assemble_copy: not implemented by backend '", name(), "'");
+    detail::fail("assemble_copy: backend '", name(), "' says it gathers copies but has no do_assemble_copy");
   }
   virtual qtensor do_import_fp8(const host_fp8& host, operand_use use, mem_tag tag) = 0;
   virtual std::shared_ptr<std::uint8_t[]> do_alloc_host(std::size_t bytes) { return std::shared_ptr<std::uint8_t[]>(new std::uint8_t[bytes]); }
