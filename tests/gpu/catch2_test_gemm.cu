@@ -101,28 +101,8 @@ std::vector<float> as_float(const std::vector<bfloat16>& v) {
   return f;
 }
 
-// S[i,j] = sum_k |a_k b_k| with the scales applied: the reference on sign-stripped copies.
-std::uint8_t abs_code(mx_type t, std::uint8_t c) {
-  switch (t) {
-    case mx_type::mxfp4: return c & 0x7;
-    case mx_type::mxfp6_e2m3:
-    case mx_type::mxfp6_e3m2: return c & 0x1F;
-    case mx_type::mxint8: return c == 0x80 ? 0x7F : (c & 0x80 ? static_cast<std::uint8_t>(-static_cast<int>(c)) : c);  // -2 ~ 127/64
-    default: return c & 0x7F;
-  }
-}
-mx_tensor abs_copy(const mx_tensor& t) {
-  mx_tensor a = t;
-  const int bits = t.layout().storage_bits();
-  for (std::size_t line = 0; line < t.layout().lines(); ++line)
-    for (std::size_t p = 0; p < t.layout().padded_length(); ++p) {
-      std::uint8_t* row = a.data().data() + line * t.layout().line_bytes();
-      store_code(row, p, abs_code(t.type(), load_code(row, p, bits)), bits);
-    }
-  return a;
-}
 std::vector<double> magnitude(const mx_tensor& a, const mx_tensor& b) {
-  const mx_tensor aa = abs_copy(a), bb = abs_copy(b);
+  const mx_tensor aa = gemm_test::abs_copy(a), bb = gemm_test::abs_copy(b);
   std::vector<float> s(a.layout().lines() * b.layout().lines());
   ref::gemm(aa.view(), bb.view(), matrix_view<float>{s.data(), a.layout().lines(), b.layout().lines()});
   return as_double(s);

@@ -298,26 +298,6 @@ inline quant_request plain_request(const operand_spec& spec, block_axis axis) {
 
 // ------------------------------------------------------------------------------------- GEMM
 
-// S = sum |a_k b_k| with the scales applied (the GEMM tests' magnitude), for the stored copies.
-inline std::uint8_t abs_code(mx_type t, std::uint8_t c) {
-  switch (t) {
-    case mx_type::mxfp4: return c & 0x7;
-    case mx_type::mxfp6_e2m3:
-    case mx_type::mxfp6_e3m2: return c & 0x1F;
-    case mx_type::mxint8: return c == 0x80 ? 0x7F : (c & 0x80 ? static_cast<std::uint8_t>(-static_cast<int>(c)) : c);
-    default: return c & 0x7F;
-  }
-}
-inline mx_tensor abs_copy(const mx_tensor& t) {
-  mx_tensor a = t;
-  const int bits = t.layout().storage_bits();
-  for (std::size_t line = 0; line < t.layout().lines(); ++line)
-    for (std::size_t p = 0; p < t.layout().padded_length(); ++p) {
-      std::uint8_t* row = a.data().data() + line * t.layout().line_bytes();
-      store_code(row, p, abs_code(t.type(), load_code(row, p, bits)), bits);
-    }
-  return a;
-}
 // The stored [lines, length] values of a host FP8 or bf16 copy.
 inline std::vector<float> stored_values(const qtensor& q) {
   std::vector<float> v;
@@ -332,7 +312,7 @@ inline std::vector<float> stored_values(const qtensor& q) {
 inline std::vector<double> magnitude(const qtensor& a, const qtensor& b) {
   const std::size_t P = a.lines(), Q = b.lines(), R = a.length();
   if (a.kind() == precision::mx) {
-    const mx_tensor aa = abs_copy(host_backend::mx(a)), bb = abs_copy(host_backend::mx(b));
+    const mx_tensor aa = gemm_test::abs_copy(host_backend::mx(a)), bb = gemm_test::abs_copy(host_backend::mx(b));
     std::vector<float> s(P * Q);
     mxkit::ref::gemm(aa.view(), bb.view(), matrix_view<float>{s.data(), P, Q});
     return {s.begin(), s.end()};

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include <mxkit/block/pack.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/quantize.hpp>
 #include <mxkit/ref/validate_gemm.hpp>
@@ -79,6 +80,29 @@ template <class GotT, class WantT>
 mxkit::gemm_validation_report compare(const std::vector<GotT>& got, const std::vector<WantT>& want, const std::vector<double>& s,
                                       double rel, std::size_t cols, double abs_floor = 0) {
   return mxkit::compare_within_bound(got.data(), want.data(), s.data(), want.size(), cols, rel, abs_floor);
+}
+
+// A sign-stripped copy of an MX tensor (every code's magnitude, scales kept): the reference GEMM
+// on two such copies gives S[i,j] = sum_k |a_k b_k| with the scales applied, the magnitude the
+// GEMM tests' error bounds scale with.
+inline std::uint8_t abs_code(mxkit::mx_type t, std::uint8_t c) {
+  switch (t) {
+    case mxkit::mx_type::mxfp4: return c & 0x7;
+    case mxkit::mx_type::mxfp6_e2m3:
+    case mxkit::mx_type::mxfp6_e3m2: return c & 0x1F;
+    case mxkit::mx_type::mxint8: return c == 0x80 ? 0x7F : (c & 0x80 ? static_cast<std::uint8_t>(-static_cast<int>(c)) : c);  // -2 ~ 127/64
+    default: return c & 0x7F;
+  }
+}
+inline mxkit::mx_tensor abs_copy(const mxkit::mx_tensor& t) {
+  mxkit::mx_tensor a = t;
+  const int bits = t.layout().storage_bits();
+  for (std::size_t line = 0; line < t.layout().lines(); ++line)
+    for (std::size_t p = 0; p < t.layout().padded_length(); ++p) {
+      std::uint8_t* row = a.data().data() + line * t.layout().line_bytes();
+      mxkit::store_code(row, p, abs_code(t.type(), mxkit::load_code(row, p, bits)), bits);
+    }
+  return a;
 }
 
 }  // namespace gemm_test
