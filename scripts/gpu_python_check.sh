@@ -26,6 +26,9 @@ cmake -S . -B "$dir" "-DCMAKE_BUILD_TYPE=${MXKIT_PYTHON_BUILD_TYPE:-RelWithDebIn
   "-DCMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES:-90}" -DMXKIT_BUILD_PYTHON=ON -DMXKIT_BUILD_TESTS=OFF \
   -DMXKIT_INSTALL=OFF "-DPython3_EXECUTABLE=$py"
 cmake --build "$dir" -j "${MXKIT_JOBS:-8}" --target _mxkit mxkit_python_cpp_reference
+# Which C++ runtime the module uses: it must name libstdc++.so.6 and define none of its code.
+so=$(ls "$dir"/python/mxkit/_mxkit*.so)
+echo "module C++ runtime: $(readelf -d "$so" | grep -o 'libstdc++[^]]*' | tr '\n' ' ')(needed); $(nm -C --defined-only "$so" | grep -c 'std::ostream::_M_insert') libstdc++ stream functions defined inside; compiler $("${CXX:-$(command -v g++)}" -print-file-name=libstdc++.so)"
 export PYTHONPATH="$PWD/$dir/python" MXKIT_CPP_REFERENCE="$PWD/$dir/python/mxkit_python_cpp_reference" PYTHONFAULTHANDLER=1
 rc=0
 "$py" -X faulthandler -m pytest -p no:cacheprovider -v -rs tests/python "$@" || rc=$?
