@@ -2,6 +2,7 @@
 #pragma once
 // The Hopper GEMM's device adapter: tensor maps, the operands' wgmma kinds after expansion,
 // the configuration and split choice, and the launch (gemm.hpp calls it).
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -80,12 +81,18 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   auto kernel = gemm_kernel<TA, TB, S, G, Cfg, MnA, MnB, false>;
   auto wide_kernel = gemm_kernel<TA, TB, S, G, Cfg, MnA, MnB, can_widen>;
   constexpr std::size_t smem = smem_bytes<Cfg::bm, Cfg::bn>;
-  static const bool configured = [&] {
-    MXKIT_GPU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    MXKIT_GPU_CHECK(cudaFuncSetAttribute(wide_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    return true;
-  }();
-  (void)configured;
+  // The shared-memory limit is an attribute of the kernel on the current device: a process that
+  // drives several GPUs (one thread per rank, tests/gpu/nccl_ranks.hpp) sets it on each, so the
+  // devices already set are remembered, one bit each (a device past 63 sets it every launch).
+  static std::atomic<std::uint64_t> configured_devices{0};
+  int device = 0;
+  MXKIT_GPU_CHECK(get_device(&device));
+  const std::uint64_t device_bit = device >= 0 && device < 64 ? std::uint64_t{1} << device : 0;
+  if (device_bit == 0 || (configured_devices.load(std::memory_order_acquire) & device_bit) == 0) {
+    MXKIT_GPU_CHECK(set_max_dynamic_shared_bytes(kernel, static_cast<int>(smem)));
+    MXKIT_GPU_CHECK(set_max_dynamic_shared_bytes(wide_kernel, static_cast<int>(smem)));
+    configured_devices.fetch_or(device_bit, std::memory_order_release);
+  }
   prm.tiles_p = static_cast<std::uint32_t>((a.lines + Cfg::bm - 1) / Cfg::bm);
   prm.tiles_q = static_cast<std::uint32_t>((b.lines + Cfg::bn - 1) / Cfg::bn);
   const std::size_t k_bytes = a.length * (TA == mma_kind::bf16 ? 2 : 1);
