@@ -34,23 +34,13 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
     reg_dealloc<attn_producer_regs>();
     const int pt = tid - 256;
     const int k_col = (p.heads + kvh) * D * 2, v_col = k_col + p.kv_heads * D * 2;
-    if (pt == 0) {
-      mbar_arrive_expect_tx(&sm.kv_full, 2 * BN * D * 2);
-      for (int pn = 0; pn < D / 64; ++pn) {
-        tma_load_3d(sm.k + pn * BN * 128, &maps.m[0], &sm.kv_full, k_col + pn * 128, n0, b);
-        tma_load_3d(sm.v + pn * BN * 128, &maps.m[0], &sm.kv_full, v_col + pn * 128, n0, b);
-      }
-    }
+    if (pt == 0) attn_load_tiles<BN, D>(&sm.kv_full, n0, b, attn_tma_tile{sm.k, &maps.m[0], k_col}, attn_tma_tile{sm.v, &maps.m[0], v_col});
     for (int step = 0; step < steps; ++step) {
       const int s = step % S::stages, h = kvh * group + step / per_head, m0 = n0 + (step % per_head) * BM;
       sm.ring.wait_free(step);
-      if (pt == 0) {
-        mbar_arrive_expect_tx(sm.ring.filled(step), 2 * BM * D * 2);
-        for (int pn = 0; pn < D / 64; ++pn) {
-          tma_load_3d(sm.q[s] + pn * BM * 128, &maps.m[1], sm.ring.filled(step), h * D * 2 + pn * 128, m0, b);
-          tma_load_3d(sm.dout[s] + pn * BM * 128, &maps.m[2], sm.ring.filled(step), h * D * 2 + pn * 128, m0, b);
-        }
-      }
+      if (pt == 0)
+        attn_load_tiles<BM, D>(sm.ring.filled(step), m0, b, attn_tma_tile{sm.q[s], &maps.m[1], h * D * 2},
+                               attn_tma_tile{sm.dout[s], &maps.m[2], h * D * 2});
       const std::size_t row = (static_cast<std::size_t>(b) * p.heads + h) * T;
       const int r = m0 + (pt % BM);
       if (pt < BM) sm.lse[s][pt] = r < T ? p.lse_in[row + r] * attn_log2e : 0.0f;
@@ -69,22 +59,18 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   std::uint32_t pa[BM / 16][4], sa[BM / 16][4];
   // S^T = K Q^T and dP^T = V dO^T of step `step` (stage s): 64 keys x 64 queries per warpgroup.
   auto issue_scores = [&](int s) {
-    fence_all(st);
-    fence_all(dpt);
+    fence_all(st, dpt);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk) {
-      wgmma_step<64, mma_kind::bf16, mma_kind::bf16>(st, attn_desc(sm.k, kk, BN * 128, wg * 64), attn_desc(sm.q[s], kk, BM * 128),
-                                                      kk > 0 ? 1u : 0u);
-      wgmma_step<64, mma_kind::bf16, mma_kind::bf16>(dpt, attn_desc(sm.v, kk, BN * 128, wg * 64),
-                                                      attn_desc(sm.dout[s], kk, BM * 128), kk > 0 ? 1u : 0u);
+      wgmma_ss_kmajor<BM>(st, sm.k, BN, wg * 64, sm.q[s], kk);
+      wgmma_ss_kmajor<BM>(dpt, sm.v, BN, wg * 64, sm.dout[s], kk);
     }
     wgmma_commit();
   };
   // dV += P^T dO, dK += dS^T Q: the query index is the K dimension, dO and Q read MN-major.
   auto issue_grads = [&](int s) {
-    fence_all(dv);
-    fence_all(dk);
+    fence_all(dv, dk);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) {
@@ -132,21 +118,14 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   // once its step's gradient products are done: they read its Q and dO.
   constexpr bool overlap = D <= 64;
   auto drain_grads = [&](int step) {
-    wgmma_wait<0>();
-    fence_all(dv);
-    fence_all(dk);
+    attn_wgmma_wait<0>(dv, dk);
     sm.ring.release(step);
-  };
-  auto scores_in = [&] {
-    fence_all(st);
-    fence_all(dpt);
   };
   mbar_wait(&sm.kv_full, 0);
   if constexpr (overlap) {
     sm.ring.wait_filled(0);
     issue_scores(0);
-    wgmma_wait<0>();
-    scores_in();
+    attn_wgmma_wait<0>(st, dpt);
     gradients_of_scores(0, 0);
     pack();
     for (int step = 1; step < steps; ++step) {
@@ -154,8 +133,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
       sm.ring.wait_filled(step);  // before any wgmma is in flight (a spin loop)
       issue_scores(s);
       issue_grads((step - 1) % S::stages);
-      wgmma_wait<1>();
-      scores_in();
+      attn_wgmma_wait<1>(st, dpt);
       gradients_of_scores(step, s);
       drain_grads(step - 1);
       pack();
@@ -167,8 +145,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
       const int s = step % S::stages;
       sm.ring.wait_filled(step);
       issue_scores(s);
-      wgmma_wait<0>();
-      scores_in();
+      attn_wgmma_wait<0>(st, dpt);
       gradients_of_scores(step, s);
       pack();
       issue_grads(s);

@@ -32,19 +32,10 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
     reg_dealloc<attn_producer_regs>();
     if (tid != 256) return;
     const int q_col = h * D * 2, k_col = (p.heads + kvh) * D * 2, v_col = k_col + p.kv_heads * D * 2;
-    mbar_arrive_expect_tx(&sm.q_full, 2 * BM * D * 2);
-    for (int pn = 0; pn < D / 64; ++pn) {
-      tma_load_3d(sm.q + pn * BM * 128, &maps.m[0], &sm.q_full, q_col + pn * 128, m0, b);
-      tma_load_3d(sm.dout + pn * BM * 128, &maps.m[1], &sm.q_full, q_col + pn * 128, m0, b);
-    }
+    attn_load_tiles<BM, D>(&sm.q_full, m0, b, attn_tma_tile{sm.q, &maps.m[0], q_col}, attn_tma_tile{sm.dout, &maps.m[1], q_col});
     for (int j = 0; j < tiles; ++j) {
       const int s = j % S::stages;
-      sm.ring.wait_free(j);
-      mbar_arrive_expect_tx(sm.ring.filled(j), 2 * BN * D * 2);
-      for (int pn = 0; pn < D / 64; ++pn) {
-        tma_load_3d(sm.k[s] + pn * BN * 128, &maps.m[2], sm.ring.filled(j), k_col + pn * 128, j * BN, b);
-        tma_load_3d(sm.v[s] + pn * BN * 128, &maps.m[2], sm.ring.filled(j), v_col + pn * 128, j * BN, b);
-      }
+      attn_fill_stage<BN, D>(sm.ring, j, b, attn_tma_tile{sm.k[s], &maps.m[2], k_col}, attn_tma_tile{sm.v[s], &maps.m[2], v_col});
     }
     return;
   }
@@ -60,15 +51,12 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
   float sc[BN / 2], dp[BN / 2];
   std::uint32_t sa[BN / 16][4];
   auto issue_scores = [&](int s) {  // S = Q K^T, dP = dO V^T
-    fence_all(sc);
-    fence_all(dp);
+    fence_all(sc, dp);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk) {
-      wgmma_step<64, mma_kind::bf16, mma_kind::bf16>(sc, attn_desc(sm.q, kk, BM * 128, wg * 64), attn_desc(sm.k[s], kk, BN * 128),
-                                                      kk > 0 ? 1u : 0u);
-      wgmma_step<64, mma_kind::bf16, mma_kind::bf16>(dp, attn_desc(sm.dout, kk, BM * 128, wg * 64),
-                                                      attn_desc(sm.v[s], kk, BN * 128), kk > 0 ? 1u : 0u);
+      wgmma_ss_kmajor<BN>(sc, sm.q, BM, wg * 64, sm.k[s], kk);
+      wgmma_ss_kmajor<BN>(dp, sm.dout, BM, wg * 64, sm.v[s], kk);
     }
     wgmma_commit();
   };
@@ -104,16 +92,13 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
   };
   // A stage is released once tile j's dQ product is done (it reads K).
   auto drain_dq = [&](int j) {
-    wgmma_wait<0>();
-    fence_all(dq);
+    attn_wgmma_wait<0>(dq);
     sm.ring.release(j);
   };
   mbar_wait(&sm.q_full, 0);
   sm.ring.wait_filled(0);
   issue_scores(0);
-  wgmma_wait<0>();
-  fence_all(sc);
-  fence_all(dp);
+  attn_wgmma_wait<0>(sc, dp);
   score_gradients(0);
   pack();
   for (int j = 1; j < tiles; ++j) {  // tile j's scores and dS overlap tile j - 1's dQ product (as the forward)
@@ -121,9 +106,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
     sm.ring.wait_filled(j);  // before any wgmma is in flight (a spin loop)
     issue_scores(s);
     issue_dq((j - 1) % S::stages);
-    wgmma_wait<1>();
-    fence_all(sc);
-    fence_all(dp);
+    attn_wgmma_wait<1>(sc, dp);
     score_gradients(j);
     drain_dq(j - 1);
     pack();

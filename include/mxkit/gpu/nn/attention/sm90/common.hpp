@@ -22,9 +22,11 @@
 // Tiles: forward 128 query rows x 128 keys; dK/dV 128 keys x 64 query rows per step; dQ 128
 // query rows x 64 keys. Shared memory at D = 128: 160 KiB each.
 // This header: the pieces the three kernels share (warpgroup budgets, tensor maps, the mbarrier
-// ring, shared-memory layouts, descriptor and fragment helpers); forward.hpp, backward_dkdv.hpp
-// and backward_dq.hpp hold the kernels, launch.hpp the host side.
+// ring and the producer's tile loads into it, shared-memory layouts, descriptor, wgmma and
+// fragment helpers); forward.hpp, backward_dkdv.hpp and backward_dq.hpp hold the kernels,
+// launch.hpp the host side.
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -124,6 +126,29 @@ __device__ inline Smem& attn_smem() {
   return *reinterpret_cast<Smem*>(smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
 }
 
+// ---- producer: TMA loads of operand tiles (one thread issues them) ------------------------------
+// One tile to load: the box at byte column `col` of `map` into `dst`, [D/64 panels][R rows][128 B].
+struct attn_tma_tile {
+  std::uint8_t* dst;
+  const CUtensorMap* map;
+  int col;
+};
+// Loads tiles of R rows of D bf16 (rows row .. row + R - 1 of batch b) onto barrier `bar`: one
+// expect_tx for all their bytes, then panel by panel, each tile's panel in turn.
+template <int R, int D, std::same_as<attn_tma_tile>... Tiles>
+__device__ inline void attn_load_tiles(std::uint64_t* bar, int row, int b, const Tiles&... tiles) {
+  constexpr std::uint32_t bytes = sizeof...(Tiles) * R * D * 2;
+  mbar_arrive_expect_tx(bar, bytes);
+  for (int pn = 0; pn < D / 64; ++pn) (tma_load_3d(tiles.dst + pn * R * 128, tiles.map, bar, tiles.col + pn * 128, row, b), ...);
+}
+// Fills stage j of `ring` with row tile j (rows j R .. j R + R - 1) of the tiles, once the
+// consumers have released the stage.
+template <int R, int D, int Stages, std::same_as<attn_tma_tile>... Tiles>
+__device__ inline void attn_fill_stage(attn_ring<Stages>& ring, int j, int b, const Tiles&... tiles) {
+  ring.wait_free(j);
+  attn_load_tiles<R, D>(ring.filled(j), j * R, b, tiles...);
+}
+
 // Descriptor low word of byte `offset` inside a tile of 128-byte panels: rows advance by 128
 // bytes, a 16-wide K step by 32 bytes within a panel, the next panel by panel_bytes.
 __device__ inline std::uint32_t attn_desc(const void* tile, int k_step, int panel_bytes, int row0 = 0) {
@@ -131,10 +156,19 @@ __device__ inline std::uint32_t attn_desc(const void* tile, int k_step, int pane
   return desc_sw128_lo(smem_addr(tile) + static_cast<std::uint32_t>(offset));
 }
 
-template <int N>
-__device__ inline void fence_all(float (&r)[N]) {
+// Fences every register of the accumulators (fence_operand), in order.
+template <int N, int... M>
+__device__ inline void fence_all(float (&r)[N], float (&... rest)[M]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) fence_operand(r[i]);
+  if constexpr (sizeof...(M) > 0) fence_all(rest...);
+}
+// Waits until at most `Pending` wgmma groups are in flight; the accumulators `acc` that the
+// finished groups wrote are fenced, so no read of them moves above the wait.
+template <int Pending, int... N>
+__device__ inline void attn_wgmma_wait(float (&... acc)[N]) {
+  wgmma_wait<Pending>();
+  fence_all(acc...);
 }
 
 // Two floats rounded to nearest-even bf16 and packed (a in the low half) by one instruction
@@ -166,6 +200,14 @@ __device__ inline void attn_to_a(std::uint32_t (&a)[4], const float (&c)[N], int
   a[3] = attn_pack_bf16(c[8 * kk + 6], c[8 * kk + 7]);
 }
 
+// acc[64 x N] (+)= A . B^T at K step kk (step 0 overwrites): A the 64 rows from a_row0 of a
+// tile of a_rows rows, B a tile of N rows, both [D/64][rows][128 B] read K-major.
+template <int N>
+__device__ inline void wgmma_ss_kmajor(float (&acc)[N / 2], const void* a, int a_rows, int a_row0, const void* b, int kk) {
+  const std::uint32_t desc_a = attn_desc(a, kk, a_rows * 128, a_row0), desc_b = attn_desc(b, kk, N * 128), accumulate = kk > 0 ? 1u : 0u;
+  if constexpr (N == 128) wgmma_bf16_ss_n128(acc, desc_a, desc_b, accumulate);
+  else wgmma_step<64, mma_kind::bf16, mma_kind::bf16>(acc, desc_a, desc_b, accumulate);
+}
 // acc[64 x D] += A (registers, K step kk) . B, B the K step's 16 rows of a [D/64][rows][128 B]
 // tile read MN-major.
 template <int D>

@@ -31,18 +31,12 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
     reg_dealloc<attn_producer_regs>();
     if (tid != 256) return;
     const int q_col = h * D * 2, k_col = (p.heads + kvh) * D * 2, v_col = k_col + p.kv_heads * D * 2;
-    mbar_arrive_expect_tx(&sm.q_full, BM * D * 2);
-    for (int pn = 0; pn < D / 64; ++pn) tma_load_3d(sm.q + pn * BM * 128, &maps.m[0], &sm.q_full, q_col + pn * 128, m0, b);
+    attn_load_tiles<BM, D>(&sm.q_full, m0, b, attn_tma_tile{sm.q, &maps.m[0], q_col});
     // K and V in rings of their own: K_j's buffer frees once S_j is computed, V_j's only after
     // P_j V_j, so one shared ring would hold K_{j+2} back by most of an iteration.
     for (int j = 0; j < tiles; ++j) {
-      const int s = j % 2;
-      sm.k_ring.wait_free(j);
-      mbar_arrive_expect_tx(sm.k_ring.filled(j), BN * D * 2);
-      for (int pn = 0; pn < D / 64; ++pn) tma_load_3d(sm.k[s] + pn * BN * 128, &maps.m[0], sm.k_ring.filled(j), k_col + pn * 128, j * BN, b);
-      sm.v_ring.wait_free(j);
-      mbar_arrive_expect_tx(sm.v_ring.filled(j), BN * D * 2);
-      for (int pn = 0; pn < D / 64; ++pn) tma_load_3d(sm.v[s] + pn * BN * 128, &maps.m[0], sm.v_ring.filled(j), v_col + pn * 128, j * BN, b);
+      attn_fill_stage<BN, D>(sm.k_ring, j, b, attn_tma_tile{sm.k[j % 2], &maps.m[0], k_col});
+      attn_fill_stage<BN, D>(sm.v_ring, j, b, attn_tma_tile{sm.v[j % 2], &maps.m[0], v_col});
     }
     return;
   }
@@ -60,7 +54,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)
-      wgmma_bf16_ss_n128(s, attn_desc(sm.q, kk, BM * 128, wg * 64), attn_desc(sm.k[j % 2], kk, BN * 128), kk > 0 ? 1u : 0u);
+      wgmma_ss_kmajor<BN>(s, sm.q, BM, wg * 64, sm.k[j % 2], kk);
     wgmma_commit();
   };
   auto issue_pv = [&](int j) {
@@ -128,8 +122,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
   mbar_wait(&sm.q_full, 0);
   sm.k_ring.wait_filled(0);
   issue_s(0);
-  wgmma_wait<0>();
-  fence_all(s);
+  attn_wgmma_wait<0>(s);
   sm.k_ring.release(0);
   {
     float alpha[2];
@@ -143,20 +136,17 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_forward_kernel(co
     sm.v_ring.wait_filled(j - 1);
     issue_s(j);       // S_j = Q K_j^T ...
     issue_pv(j - 1);  // ... while O += P_{j-1} V_{j-1} queues behind it
-    wgmma_wait<1>();  // S_j is in
-    fence_all(s);
+    attn_wgmma_wait<1>(s);  // S_j is in
     sm.k_ring.release(j);
     float alpha[2];
     softmax(j, alpha);  // overlaps the P V product still on the tensor cores
-    wgmma_wait<0>();
-    fence_all(o);
+    attn_wgmma_wait<0>(o);
     sm.v_ring.release(j - 1);
     rescale_and_pack(alpha);
   }
   sm.v_ring.wait_filled(tiles - 1);
   issue_pv(tiles - 1);
-  wgmma_wait<0>();
-  fence_all(o);
+  attn_wgmma_wait<0>(o);
   sm.v_ring.release(tiles - 1);
 
   // O / l and LSE = (m + log2 l) / log2(e): row sums over the quad in a fixed order.
