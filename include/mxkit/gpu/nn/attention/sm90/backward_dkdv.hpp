@@ -85,6 +85,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   // the tensor cores, set the pace: bench/NOTES_training.md). A masked element's exponential may
   // overflow; the select drops it before anything multiplies it.
   auto gradients_of_scores = [&](int step, int s) {
+    fence_all(st, dpt);
     const int m0 = n0 + (step % per_head) * BM;
     auto body = [&](auto edge) {
 #pragma unroll
@@ -111,11 +112,10 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
       attn_to_a(sa[kk], dpt, kk);
     }
   };
-  // With `overlap`, step i's scores run on the tensor cores while step i - 1's gradient products
-  // queue behind them, and step i's exponentials overlap those products (as the forward). It
-  // needs both steps' fragments live: at D = 128 that is more than 240 registers (ptxas then
-  // serializes every wgmma), so there each step drains before the next. A stage is released
-  // once its step's gradient products are done: they read its Q and dO.
+  // With `overlap` (attn_overlapped_steps, as dQ), step i's scores and exponentials overlap step
+  // i - 1's gradient products. That needs both steps' fragments live: at D = 128 more than 240
+  // registers (ptxas then serializes every wgmma), so there each step drains before the next.
+  // A stage is released once its step's gradient products are done: they read its Q and dO.
   constexpr bool overlap = D <= 64;
   auto drain_grads = [&](int step) {
     attn_wgmma_wait<0>(dv, dk);
@@ -123,29 +123,13 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   };
   mbar_wait(&sm.kv_full, 0);
   if constexpr (overlap) {
-    sm.ring.wait_filled(0);
-    issue_scores(0);
-    attn_wgmma_wait<0>(st, dpt);
-    gradients_of_scores(0, 0);
-    pack();
-    for (int step = 1; step < steps; ++step) {
-      const int s = step % S::stages;
-      sm.ring.wait_filled(step);  // before any wgmma is in flight (a spin loop)
-      issue_scores(s);
-      issue_grads((step - 1) % S::stages);
-      attn_wgmma_wait<1>(st, dpt);
-      gradients_of_scores(step, s);
-      drain_grads(step - 1);
-      pack();
-    }
-    issue_grads((steps - 1) % S::stages);
-    drain_grads(steps - 1);
+    attn_overlapped_steps(sm.ring, steps, issue_scores, issue_grads, gradients_of_scores, drain_grads, pack);
   } else {
     for (int step = 0; step < steps; ++step) {
       const int s = step % S::stages;
       sm.ring.wait_filled(step);
       issue_scores(s);
-      attn_wgmma_wait<0>(st, dpt);
+      wgmma_wait<0>();
       gradients_of_scores(step, s);
       pack();
       issue_grads(s);

@@ -68,7 +68,8 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
     wgmma_commit();
   };
   // dS = P (dP - Delta), P = exp2(S scale log2 e - LSE log2 e), masked by a select (as dK/dV).
-  auto score_gradients = [&](int j) {
+  auto score_gradients = [&](int j, int) {
+    fence_all(sc, dp);
     const int n0 = j * BN;
     auto body = [&](auto edge) {
 #pragma unroll
@@ -96,23 +97,8 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
     sm.ring.release(j);
   };
   mbar_wait(&sm.q_full, 0);
-  sm.ring.wait_filled(0);
-  issue_scores(0);
-  attn_wgmma_wait<0>(sc, dp);
-  score_gradients(0);
-  pack();
-  for (int j = 1; j < tiles; ++j) {  // tile j's scores and dS overlap tile j - 1's dQ product (as the forward)
-    const int s = j % S::stages;
-    sm.ring.wait_filled(j);  // before any wgmma is in flight (a spin loop)
-    issue_scores(s);
-    issue_dq((j - 1) % S::stages);
-    attn_wgmma_wait<1>(sc, dp);
-    score_gradients(j);
-    drain_dq(j - 1);
-    pack();
-  }
-  issue_dq((tiles - 1) % S::stages);
-  drain_dq(tiles - 1);
+  // Tile j's scores and dS overlap tile j - 1's dQ product (as the forward).
+  attn_overlapped_steps(sm.ring, tiles, issue_scores, issue_dq, score_gradients, drain_dq, pack);
   std::uint16_t* dst = p.dqkv + static_cast<std::size_t>(b) * T * p.stride + static_cast<std::size_t>(h) * D;
   attn_store_rows<D / 2>(dst, p.stride, r0, T, dq, p.scale, p.scale);
 #else

@@ -171,6 +171,34 @@ __device__ inline void attn_wgmma_wait(float (&... acc)[N]) {
   fence_all(acc...);
 }
 
+// The backward's overlapped consumer loop over ring stages 0 .. steps - 1 (FA3 section 3.2): step
+// i's score products (issue_scores(stage)) are issued before step i - 1's gradient product
+// (issue_grads(stage)), and step i's elementwise pass (math(i, stage), which fences the score
+// accumulators first) runs while that product is still on the tensor cores. retire(i) waits for
+// step i's gradient product and releases its stage; only then does pack() overwrite the register
+// operands that product reads.
+template <int Stages, class Scores, class Grads, class Math, class Retire, class Pack>
+__device__ inline void attn_overlapped_steps(attn_ring<Stages>& ring, int steps, Scores issue_scores, Grads issue_grads, Math math,
+                                             Retire retire, Pack pack) {
+  ring.wait_filled(0);
+  issue_scores(0);
+  wgmma_wait<0>();
+  math(0, 0);
+  pack();
+  for (int i = 1; i < steps; ++i) {
+    const int s = i % Stages;
+    ring.wait_filled(i);  // before any wgmma is in flight (a spin loop)
+    issue_scores(s);
+    issue_grads((i - 1) % Stages);
+    wgmma_wait<1>();
+    math(i, s);
+    retire(i - 1);
+    pack();
+  }
+  issue_grads((steps - 1) % Stages);
+  retire(steps - 1);
+}
+
 // Two floats rounded to nearest-even bf16 and packed (a in the low half) by one instruction
 // (PTX 9.7.9.21 cvt.rn.bf16x2.f32: the first source goes to the upper half). It is the rounding
 // of detail::round_to<bfloat16>, which the mma.sync kernels use; the hardware conversion matters
