@@ -89,6 +89,13 @@ endif()
 # The resolved value, for every directory below (the cache entry keeps what the user chose).
 set(MXKIT_GPU ${_mxkit_gpu})
 
+# A machine with no GPU (CI's) compiles mxkit's GPU programs only to check them, and runs them
+# only to see them report themselves skipped (CUDA) or not at all (HIP: device code is compiled,
+# nothing is linked): unoptimized, host and device, they compile in half the time or less. The
+# kernel library keeps -O3: its machine code is what ptxas and the AMD back end check.
+option(MXKIT_GPU_PROGRAMS_UNOPTIMIZED
+       "Compile mxkit's own GPU tests, benchmarks, examples and header checks at -O0 (host and device); the kernel library stays -O3" OFF)
+
 if(MXKIT_GPU STREQUAL "CUDA")
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
     set(CMAKE_CUDA_ARCHITECTURES 90)
@@ -96,6 +103,11 @@ if(MXKIT_GPU STREQUAL "CUDA")
   enable_language(CUDA)  # nothing new where the consumer enabled it
   find_package(CUDAToolkit REQUIRED)  # CUDA::cudart for mxkit::gpu, CUDA::cublas for bench_gemm
   message(STATUS "mxkit: CUDA ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+  if(MXKIT_GPU_PROGRAMS_UNOPTIMIZED)
+    foreach(config RELEASE RELWITHDEBINFO MINSIZEREL)  # one -O per nvcc command: each target gives its own
+      string(REGEX REPLACE "(^| )-O[0-9s]( |$)" " " CMAKE_CUDA_FLAGS_${config} "${CMAKE_CUDA_FLAGS_${config}}")
+    endforeach()
+  endif()
 elseif(MXKIT_GPU STREQUAL "HIP")
   # For mxkit's own device compiles (custom commands: CMake 3.25's HIP language needs a ROCm
   # layout that Debian's clang + HIP 5.2 packages do not have); a consumer's HIP targets need
@@ -200,12 +212,19 @@ endif()
 # mxkit's own CUDA targets (tests, benchmarks, examples): mxkit::gpu, the project's warnings
 # (host code through nvcc, and nvcc's own warnings as errors), MXKIT_SANITIZE for host code, and
 # the kernel library where it is built (HEADER_ONLY: never; the per-header checks and the
-# library itself).
+# library itself). LIBRARY: the kernel library, optimized also under MXKIT_GPU_PROGRAMS_UNOPTIMIZED.
 function(mxkit_gpu_target tgt)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "HEADER_ONLY" "" "")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "HEADER_ONLY;LIBRARY" "" "")
   mxkit_project_target(${tgt})
   target_link_libraries(${tgt} PRIVATE mxkit::gpu)
   target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=all-warnings>)
+  if(MXKIT_GPU_PROGRAMS_UNOPTIMIZED AND MXKIT_GPU STREQUAL "CUDA")
+    if(arg_LIBRARY)
+      target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O3>)
+    else()
+      target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O0 -Xcicc=-O0 -Xptxas=-O0>)
+    endif()
+  endif()
   if(NOT arg_HEADER_ONLY)
     mxkit_link_gpu_kernels(${tgt})
   endif()
@@ -249,14 +268,14 @@ function(_mxkit_add_kernel_library)
   if(MXKIT_GPU STREQUAL "CUDA")
     add_library(mxkit_gpu_kernels STATIC ${MXKIT_GPU_KERNEL_LIBRARY_SOURCES})
     add_library(mxkit::gpu_kernels ALIAS mxkit_gpu_kernels)
-    mxkit_gpu_target(mxkit_gpu_kernels HEADER_ONLY)
+    mxkit_gpu_target(mxkit_gpu_kernels HEADER_ONLY LIBRARY)
     mxkit_cuda_arch_specific(mxkit_gpu_kernels)
     target_compile_definitions(mxkit_gpu_kernels PUBLIC ${MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS})
     target_link_libraries(mxkit_gpu_kernels PUBLIC mxkit::gpu)
   elseif(MXKIT_GPU STREQUAL "HIP")
     foreach(src IN LISTS MXKIT_GPU_KERNEL_LIBRARY_SOURCES)
       get_filename_component(family ${src} NAME_WE)
-      mxkit_hip_device_compile(gpu_kernels_${family} ${src} KERNEL_LIBRARY)
+      mxkit_hip_device_compile(gpu_kernels_${family} ${src} KERNEL_LIBRARY LIBRARY_SOURCE)
     endforeach()
   endif()
 endfunction()
@@ -266,12 +285,16 @@ endfunction()
 # A device-only compile writes no dependency file, so a host-side -M pass lists the headers.
 # The outputs join the target mxkit_hip_compile (part of `all`). INCLUDES: extra include paths.
 # KERNEL_LIBRARY: compiled as a user of the kernel library, where one is built (the kernels it
-# holds are declarations here), or as one of its own sources.
+# holds are declarations here), or as one of its own sources. LIBRARY_SOURCE: one of its own
+# sources (-O3 also under MXKIT_GPU_PROGRAMS_UNOPTIMIZED).
 function(mxkit_hip_device_compile name src)
-  cmake_parse_arguments(arg "KERNEL_LIBRARY" "" "INCLUDES" ${ARGN})
+  cmake_parse_arguments(arg "KERNEL_LIBRARY;LIBRARY_SOURCE" "" "INCLUDES" ${ARGN})
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/hip)
   file(MAKE_DIRECTORY ${dir})
   set(common ${MXKIT_HIP_FLAGS})
+  if(MXKIT_GPU_PROGRAMS_UNOPTIMIZED AND NOT arg_LIBRARY_SOURCE)
+    list(TRANSFORM common REPLACE "^-O3$" "-O0")
+  endif()
   if(arg_KERNEL_LIBRARY)
     foreach(def IN LISTS MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS)
       list(APPEND common "-D${def}")
@@ -313,12 +336,16 @@ function(mxkit_hip_host_link name)
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/hip)
   file(MAKE_DIRECTORY ${dir})
   list(GET CMAKE_HIP_ARCHITECTURES 0 first_arch)
+  set(flags ${MXKIT_HIP_FLAGS})
+  if(MXKIT_GPU_PROGRAMS_UNOPTIMIZED)
+    list(TRANSFORM flags REPLACE "^-O3$" "-O0")
+  endif()
   set(objects "")
   foreach(src IN LISTS ARGN)
     get_filename_component(stem ${src} NAME_WE)
     set(obj ${dir}/${name}.${stem}.host.o)
     add_custom_command(OUTPUT ${obj}
-      COMMAND ${MXKIT_HIP_COMPILER} ${MXKIT_HIP_FLAGS} --offload-arch=${first_arch} --cuda-host-only -c ${src} -o ${obj} -MD -MF ${obj}.d
+      COMMAND ${MXKIT_HIP_COMPILER} ${flags} --offload-arch=${first_arch} --cuda-host-only -c ${src} -o ${obj} -MD -MF ${obj}.d
       DEPENDS ${src} DEPFILE ${obj}.d COMMAND_EXPAND_LISTS
       COMMENT "HIP host compile ${name}: ${stem}")
     list(APPEND objects ${obj})

@@ -7,8 +7,11 @@
 #             including the offline lean install; the Python module's pytest where python3-dev,
 #             pybind11, NumPy and pytest are installed, required under CI=true).
 #   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is
-#             checked by a second compiler too); ctest without the `package` label (the consumer
-#             projects are not sanitized builds), with sanitizer.* proving the build is sanitized.
+#             checked by a second compiler too) at -O1 with line tables only (-g1: the reports'
+#             file and line, for less compile time than -O2 -g; bench/NOTES_build.md), with one
+#             header check (the umbrella's: each header alone is the release stage's check);
+#             ctest without the `package` label (the consumer projects are not sanitized
+#             builds), with sanitizer.* proving the build is sanitized.
 #             The compiler must compile, link and run an ASan + UBSan probe first; outside CI a
 #             compiler that cannot (no runtime installed) is passed over for clang++, then g++,
 #             and the summary names the one used. MXKIT_SANITIZE_SKIP_LABELS=exhaustive also skips
@@ -180,7 +183,8 @@ for stage in "${stages[@]}"; do
         missing_tool sanitize "no usable sanitizer compiler:${tried%;}"
       else
         build_and_test sanitize "$root/sanitize" "package${skip_labels:+|$skip_labels}" \
-          -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$cxx" "-DMXKIT_SANITIZE=address;undefined"
+          -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$cxx" "-DMXKIT_SANITIZE=address;undefined" \
+          "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DMXKIT_HEADER_UNITS=OFF
         summary[-1]+=" ($(basename "$cxx")${tried:+; passed over:${tried%;}})"
       fi ;;
     fuzz)
@@ -206,9 +210,11 @@ for stage in "${stages[@]}"; do
       else
         # The host tests, examples and benchmarks are the release stage's (the same g++ build).
         # shellcheck disable=SC2086  # word splitting of the extra arguments is intended
+        # With no GPU here the GPU programs are compiled to be checked and run to report
+        # themselves skipped: unoptimized (MXKIT_GPU_PROGRAMS_UNOPTIMIZED), the library at -O3.
         build_and_test cuda "$root/cuda" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA \
           "-DCMAKE_CUDA_COMPILER=$nvcc" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
-          -DMXKIT_BUILD_HOST_BENCH=OFF ${MXKIT_CUDA_CMAKE_ARGS:-}
+          -DMXKIT_BUILD_HOST_BENCH=OFF -DMXKIT_GPU_PROGRAMS_UNOPTIMIZED=ON ${MXKIT_CUDA_CMAKE_ARGS:-}
       fi ;;
     hip)
       hipcxx=$(command -v clang++-22 || true)
@@ -218,9 +224,10 @@ for stage in "${stages[@]}"; do
         # No benchmarks: they time NVIDIA runs against NVIDIA peers, and the kernels they call are
         # compiled for AMD through the tests and the per-header checks (keeps CI under 45 min).
         # shellcheck disable=SC2086
+        # Tests and header checks unoptimized as in the cuda stage; the library's sources at -O3.
         build_and_test hip "$root/hip" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=HIP \
           "-DCMAKE_HIP_COMPILER=$hipcxx" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
-          -DMXKIT_BUILD_BENCH=OFF ${MXKIT_HIP_CMAKE_ARGS:-}
+          -DMXKIT_BUILD_BENCH=OFF -DMXKIT_GPU_PROGRAMS_UNOPTIMIZED=ON ${MXKIT_HIP_CMAKE_ARGS:-}
       fi ;;
     *)
       echo "unknown stage '$stage' (release, sanitize, fuzz, cuda, hip)" >&2; exit 2 ;;
