@@ -80,12 +80,15 @@ def main():
     peer = peer_values(read(os.path.join(logs, "fsdp_peer.log")))
     seq = os.environ.get("MXKIT_8B_SEQ", "8192")
     names = {"mxfp4": "mxfp4+Hadamard"}
+    flags = os.environ.get("MXKIT_8B_FLAGS", "").strip()  # extra 06_train_gpu flags of the 8B runs (gpu_multi_check.sh)
     for recipe in ("bf16", "fp8", "mxfp8", "mxfp4"):
         s = summary(read(os.path.join(logs, f"8b_{recipe}.log")))
         if not s:
             continue
         n = s["ranks"] or 4
         case = f"Llama 3.1 8B shape (vocab 256), FSDP + recompute, T{seq}, {names.get(recipe, recipe)}, {n} GPUs"
+        if flags:
+            case += f" ({flags})"
         row(case + ": tokens/s per GPU", s["tokens"] / n, "tokens/s", "torch FSDP2+compile bf16", peer.get("tokens_per_s_per_gpu", 0.0))
         row(case + ": MFU per GPU", s["mfu"], "%", "torch FSDP2+compile bf16", peer.get("mfu_percent", 0.0))
         if s["peak_mib"]:

@@ -54,6 +54,7 @@ struct options {
   std::size_t micro_batches = 1;       // per rank and step (gradient accumulation)
   nn::sharding shard = nn::sharding::none;
   bool gather_quantized = true;        // full sharding: gather the quantized weight copies
+  bool reshard_after_forward = false;  // full sharding: drop each layer's gathered copies after its forward
   bool recompute = false;              // activation recomputation per layer
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
@@ -247,6 +248,13 @@ inline std::vector<flag> flags() {
        [](options& o, std::string_view v) {
          if (v == "copies" || v == "fp32") o.gather_quantized = v == "copies";
          else throw usage_error("--gather: expected copies or fp32, got '" + std::string(v) + "'");
+       }},
+      {"--reshard-after-forward", "on|off", "several ranks",
+       "--shard full: each layer's gathered weights (copies) freed after its forward and gathered\n"
+       "    again for its backward: less memory, the gathered bytes twice (default off)",
+       [](options& o, std::string_view v) {
+         if (v == "on" || v == "off") o.reshard_after_forward = v == "on";
+         else throw usage_error("--reshard-after-forward: expected on or off, got '" + std::string(v) + "'");
        }},
       {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
        [](options& o, std::string_view v) {

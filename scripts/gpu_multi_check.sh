@@ -8,7 +8,7 @@
 #   2 tests: gpu.nccl_abi (our NCCL declarations against the wheel's nccl.h), the communicator and
 #     the quantized gather on every GPU (threads), the other multi-rank GPU tests, 06_train_gpu on
 #     2 processes in each mode (--shard none/optimizer/full, --gather fp32, --recompute on,
-#     --micro-batches 2); then compute-sanitizer memcheck on 2 ranks: the NCCL tests' [memcheck]
+#     --reshard-after-forward on, --micro-batches 2); then compute-sanitizer memcheck on 2 ranks: the NCCL tests' [memcheck]
 #     cases, and 06_train_gpu on 2 processes;
 #   3 benchmarks: all-reduce bus bandwidth against torch.distributed (bench_allreduce --record);
 #     06_train_gpu's default model on 1, 2 and 4 GPUs (weak scaling, a few steps each); the Llama
@@ -18,6 +18,8 @@
 # MXKIT_SCALING_STEPS (each weak-scaling run's steps, default 60),
 # MXKIT_8B_RECIPES (default "bf16 fp8 mxfp8 mxfp4"), MXKIT_8B_STEPS (timed steps, default 3),
 # MXKIT_8B_GATHER (copies|fp32: what full sharding gathers, default the program's: copies),
+# MXKIT_8B_FLAGS (extra 06_train_gpu flags appended to each 8B mxkit run, e.g.
+# "--reshard-after-forward on"; the RESULTS.md rows name them),
 # MXKIT_8B_LIMIT / MXKIT_8B_PEER_LIMIT (seconds per case, default 70 / 130), MXKIT_COMMIT (the
 # commit measured).
 # The device tool allows 10 minutes a command: run it in three calls on one warm machine (the
@@ -96,7 +98,8 @@ if has_part tests; then
   done
   # The training program on 2 processes, each mode it offers, a few steps (correctness, not speed).
   if [ -n "$train" ]; then
-    for mode in "" "--shard optimizer" "--shard full" "--shard full --gather fp32" "--shard full --recompute on" "--micro-batches 2"; do
+    for mode in "" "--shard optimizer" "--shard full" "--shard full --gather fp32" "--shard full --recompute on" \
+      "--shard full --reshard-after-forward on --recompute on --micro-batches 2" "--micro-batches 2"; do
       [ -n "$mode" ] && ! "$train" --help 2>/dev/null | grep -q -- "${mode%% *}" && continue
       name="train2${mode// /}"
       # shellcheck disable=SC2086
@@ -156,9 +159,10 @@ if has_part 8b && [ "$ngpu" -ge 2 ]; then
   if [ -n "$train" ] && "$train" --help 2>/dev/null | grep -q -- "--shard"; then
     for recipe in ${MXKIT_8B_RECIPES:-bf16 fp8 mxfp8 mxfp4}; do
       # --log-every 1: the first window (step 1, the warm-up) is left out of the summary line.
+      # shellcheck disable=SC2086  # MXKIT_8B_FLAGS: several flags, split on purpose
       run_logged "8b_$recipe" "${MXKIT_8B_LIMIT:-70}" bash scripts/launch_gpus.sh "$n" "$train" --layers 32 --d-model 4096 --heads 32 \
         --kv-heads 8 --ffn 14336 --seq "$seq" --batch 1 --steps 100 --stop-after $((timed + 1)) --warmup 1 --log-every 1 \
-        --eval-every 0 --shard full --recompute on --recipe "$recipe" ${gather_flag[@]+"${gather_flag[@]}"}
+        --eval-every 0 --shard full --recompute on --recipe "$recipe" ${gather_flag[@]+"${gather_flag[@]}"} ${MXKIT_8B_FLAGS:-}
       rc=$?
       grep -E "training state ready|tok/s|^throughput|memory peak|error" "$final/8b_$recipe.log" | tail -5
       if [ $rc -eq 2 ]; then echo "06_train_gpu refused the flags (exit 2): the other recipes are skipped"; break; fi

@@ -66,6 +66,7 @@ std::vector<std::string> as_flags(const options& o) {
   out.push_back(std::string("--shard=") + mxkit::name_of(o.shard));
   out.push_back(std::string("--recompute=") + (o.recompute ? "on" : "off"));
   out.push_back(std::string("--gather=") + (o.gather_quantized ? "copies" : "fp32"));
+  out.push_back(std::string("--reshard-after-forward=") + (o.reshard_after_forward ? "on" : "off"));
   if (!o.switch_to.empty()) {
     out.push_back("--switch-to=" + o.switch_to);
     out.push_back("--switch-at=" + to_string(o.switch_at));
@@ -82,7 +83,8 @@ bool same(const options& a, const options& b) {
          a.overwrite == b.overwrite && a.resume_any_config == b.resume_any_config && a.init_from == b.init_from &&
          a.export_path == b.export_path && a.dump_batches == b.dump_batches && a.export_dtype == b.export_dtype &&
          a.switch_to == b.switch_to && a.switch_at == b.switch_at && a.ranks == b.ranks && a.micro_batches == b.micro_batches &&
-         a.shard == b.shard && a.recompute == b.recompute && a.gather_quantized == b.gather_quantized;
+         a.shard == b.shard && a.recompute == b.recompute && a.gather_quantized == b.gather_quantized &&
+         a.reshard_after_forward == b.reshard_after_forward;
 }
 
 }  // namespace

@@ -629,3 +629,79 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
     }
   }
 }
+
+TEST_CASE("full sharding: resharding after forward gives the same bits, gathers the weights again for backward and holds fewer copies",
+          "[nn][data_parallel]") {
+  model_config mc = tiny_model();
+  mc.n_layers = 4;  // enough layers that every layer's copies at once outweigh two groups' and a wire
+  mc.layer = {64, 2, 1, 64};  // the 32-row slab layout, as in the test above
+  struct setup {
+    recipe r;
+    bool fp8_copies;  // gather_quantized_fp8
+  };
+  const recipe fp8 = recipes::fp8_delayed({16, amax_algorithm::max, 0});
+  for (const auto& [r, fp8_copies] : {setup{recipes::mxfp4(), true}, setup{recipes::mxfp8(), true}, setup{fp8, true}, setup{fp8, false},
+                                      setup{recipes::bf16(), true}}) {
+    const bool copies = r.fprop.b.kind == precision::mx || (r.fprop.b.kind == precision::fp8 && fp8_copies);
+    struct shape {
+      int n;
+      std::size_t micro;
+      bool recompute;
+    };
+    for (const auto& [n, micro, recompute] : {shape{2, 1, false}, shape{2, 2, true}, shape{3, 2, false}}) {
+      INFO(r.name << (fp8_copies ? "" : " (fp32 gather of FP8 weights)") << " on " << n << " ranks, " << micro << " micro-batches"
+                  << (recompute ? ", recompute" : ""));
+      const train_config base = run_config(2, 0.0);  // no clipping: the shard layout moves the norm's last bits only
+      struct run_result {
+        std::vector<outcome> got;
+        std::vector<std::size_t> u8_gathered, other_bytes, copies_peak;
+      };
+      const auto run = [&](sharding s, bool reshard) {
+        const std::size_t ranks = static_cast<std::size_t>(n);
+        run_result out{std::vector<outcome>(ranks), std::vector<std::size_t>(ranks), std::vector<std::size_t>(ranks),
+                       std::vector<std::size_t>(ranks)};
+        ref::run_ranks(n, [&](communicator& inner) {
+          counting_communicator comm(inner);
+          host_backend be;
+          model m(be, mc, r, 17);
+          m.set_recompute(recompute);
+          train_config c = base;
+          c.parallel = {&comm, micro, s};
+          c.parallel.gather_quantized_fp8 = fp8_copies;
+          c.parallel.reshard_after_forward = reshard;
+          trainer t(m, text_tokens(), c);
+          be.memory().reset_peak();
+          t.run();
+          const std::size_t k = static_cast<std::size_t>(comm.rank());
+          out.copies_peak[k] = be.memory().peak(mem_tag::quantized_weight);
+          out.u8_gathered[k] = comm.gathered_bytes_u8;
+          out.other_bytes[k] = comm.gathered - comm.gathered_bytes_u8 + comm.broadcast_bytes;
+          out.got[k] = collect(be, m, t);
+        });
+        return out;
+      };
+      const run_result plain = run(sharding::none, false), kept = run(sharding::full, false), resharded = run(sharding::full, true);
+      for (std::size_t k = 0; k < static_cast<std::size_t>(n); ++k) {
+        INFO("rank " << k << ": quantized weight peak " << resharded.copies_peak[k] << " resharded, " << kept.copies_peak[k] << " kept");
+        const outcome& q = resharded.got[k];
+        CHECK(q.losses == plain.got[0].losses);
+        CHECK(q.weights == plain.got[0].weights);
+        CHECK(q.scale == plain.got[0].scale);
+        CHECK(q.losses == kept.got[0].losses);
+        CHECK(q.weights == kept.got[0].weights);
+        CHECK(q.scale == kept.got[0].scale);
+        // The copies of one or two groups (and a wire) at a time instead of every layer's.
+        CHECK(resharded.copies_peak[k] < kept.copies_peak[k]);
+      }
+      INFO("u8 gathered: " << resharded.u8_gathered[0] << " resharded, " << kept.u8_gathered[0] << " kept; other: "
+                           << resharded.other_bytes[0] << " resharded, " << kept.other_bytes[0] << " kept");
+      if (copies) {  // kept: once per step; resharded: each micro-batch's forward and backward
+        CHECK(kept.u8_gathered[0] > 0);
+        CHECK(resharded.u8_gathered[0] == 2 * micro * kept.u8_gathered[0]);
+      } else {  // the fp32 weights gathered again for backward
+        CHECK(resharded.u8_gathered[0] == 0);
+        CHECK(resharded.other_bytes[0] > kept.other_bytes[0]);
+      }
+    }
+  }
+}

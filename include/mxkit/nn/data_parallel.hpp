@@ -55,6 +55,20 @@
 // copies), MXFP8 2 x 33/32, FP8 1, against 4 for fp32. Copies still current (a second micro-batch
 // of the step) are not gathered again.
 //
+// Resharding after forward (parallel_config::reshard_after_forward, full sharding; FSDP2's
+// reshard_after_forward=True): the copies otherwise stay in every linear's cache from a layer's
+// forward to its backward, so all layers' copies are resident at the start of backward. With it on,
+// a group's linears drop their cached weight copies at after_forward and after_backward (the final
+// norm and head group keeps them after forward: its backward follows at once), and the group's
+// backward gathers them again: the copies' bytes where they are gathered (send_copies, installed
+// at the join as forward does, the prefetch of the next group alike), else the fp32 weight, which
+// the linear quantizes again (linear::backward_reads_master: its cache is gone). The re-gathered
+// copies are the forward's bytes (same weight version and scale); the re-gather records no FP8
+// amax (forward recorded the same slabs'), and the fp32 path's quantization records W's amax of the
+// same version again, a max with itself: the scales do not move. Activation recomputation reads
+// the copies installed for backward; each micro-batch's forward gathers again. The cost: the
+// copy-gathered bytes twice per micro-batch and step (forward and backward).
+//
 // Construction from a model built with deferred memory (model_build_hooks::defer_memory): each
 // rank fills only what it keeps from the parameters' counter-based initializers (parameter.hpp),
 // so no rank makes or holds the whole model; the values are the eager construction's bits.
@@ -111,6 +125,12 @@ struct parallel_config {
   // an FP8 run differed from the fp32 gather's while its losses and scales matched, a difference
   // not yet explained (bench/NOTES_multi_gpu.md); the host backend gives the fp32 gather's bits.
   bool gather_quantized_fp8 = false;
+  // Full sharding: a group's linears drop their weight copies after its forward (and backward),
+  // and its backward gathers them again (FSDP2's reshard_after_forward): the copies of one or two
+  // groups resident instead of every layer's, for twice the gathered bytes. Off for now: the device
+  // measurement (peak memory and step time of the 8B shape, scripts/gpu_multi_check.sh) decides
+  // the default.
+  bool reshard_after_forward = false;
 };
 
 inline constexpr std::size_t shard_alignment = 32;  // elements: the MX block
@@ -145,6 +165,7 @@ class data_parallel {
             detail::fail("data_parallel: parameter '", p->name, "' and '", g.params[0]->name,
                          "' of one group are not both built with deferred memory");
           g.params.push_back(p);
+          g.weight_of.push_back(m.linear_of(*p));
           g.rows.push_back(p->rows());
           g.cols.push_back(p->cols());
         }
@@ -358,6 +379,7 @@ class data_parallel {
     // slabs (null: the others); the copies on their way (visible after the next join()): the wire
     // (ranks x chunk bytes), the parameters whose copies it carries and their requests.
     std::vector<linear*> linears;
+    std::vector<linear*> weight_of;  // the linear whose weight each parameter is (null: norm gains, the embedding)
     tensor wire;
     std::size_t chunk = 0;
     std::vector<std::size_t> copied;
@@ -393,6 +415,13 @@ class data_parallel {
     g.values.reset();
     g.gathered = false;
   }
+  // Resharding after forward: the group's linears drop their cached weight copies (the next pass
+  // over the group gathers them again).
+  void release_copies(group& g) noexcept {
+    if (!c_.reshard_after_forward) return;
+    for (linear* l : g.weight_of)
+      if (l) l->release_weight_copies();
+  }
   // Full sharding: the group's weights from every rank's shard (an all_gather into a new buffer;
   // visible after the next join()). Nothing if they are here already (prefetched).
   // For backward, only the parameters whose values the backward reads (model::backward_reads_value:
@@ -401,7 +430,10 @@ class data_parallel {
   // embedding). The copies forward made are the bytes a fresh quantization of the gathered weight
   // gives (the weight's version has not moved), so the results are the full gather's bits.
   // For forward, a weight whose copies are gathered is not gathered itself: its copies are, unless
-  // the linear's cached ones are current (send_copies).
+  // the linear's cached ones are current (send_copies). For backward the same: current unless
+  // resharding after forward dropped them; then the copies are sent again (recording no amax) and
+  // installed at the join. A weight without gathered copies whose cache was dropped is read by
+  // backward (backward_reads_value) and gathered in fp32.
   void gather(group& g, gather_for purpose) {
     if (g.params.empty() || g.gathered) return;
     g.gathered = true;
@@ -410,13 +442,13 @@ class data_parallel {
     bool all = true;
     for (std::size_t i = 0; i < g.params.size(); ++i) {
       if (purpose == gather_for::backward) read[i] = m_->backward_reads_value(*g.params[i]);
-      if (purpose == gather_for::forward && gathers_copies(g, i)) {
+      if (purpose != gather_for::whole && gathers_copies(g, i)) {
         read[i] = false;
         if (g.linears[i]->backward_reads_master()) copied.push_back(i);  // else its cached copies are current
       }
       all = all && read[i];
     }
-    if (!copied.empty()) send_copies(g, std::move(copied));
+    if (!copied.empty()) send_copies(g, std::move(copied), purpose == gather_for::forward && m_->training_forward());
     backend& be = m_->be();
     if (all) {
       g.values = be.alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
@@ -458,14 +490,15 @@ class data_parallel {
   }
   // This rank's slabs of the weights in `copied`, quantized and packed at its chunk of a new wire,
   // all-gathered (every rank sends the largest rank's byte count; the rest of a chunk is unread).
-  // A rank without a slab of an FP8 weight notes W's amax source as the others do, so every rank's
-  // table decides its scale versions alike (its amax comes through the MAX reduction).
-  void send_copies(group& g, std::vector<std::size_t> copied) {
+  // record_amax (a training forward): a rank without a slab of an FP8 weight notes W's amax source
+  // as the others do, so every rank's table decides its scale versions alike (its amax comes
+  // through the MAX reduction). A backward's re-gather records nothing: the forward of this weight
+  // version recorded the same slabs' amaxes.
+  void send_copies(group& g, std::vector<std::size_t> copied, bool record_amax) {
     backend& be = m_->be();
-    const bool training = m_->training_forward();
     const std::size_t n = static_cast<std::size_t>(ranks()), r = static_cast<std::size_t>(rank());
     g.copy_plans.clear();
-    for (std::size_t i : copied) g.copy_plans.push_back(g.linears[i]->weight_plan(training));
+    for (std::size_t i : copied) g.copy_plans.push_back(g.linears[i]->weight_plan(record_amax));
     g.chunk = 0;
     for (std::size_t k = 0; k < n; ++k) {
       std::size_t bytes = 0;
@@ -552,7 +585,9 @@ class data_parallel {
         return;
       }
       case group_event::after_forward:
-        if (full) release_weights(g);
+        if (!full) return;
+        if (index + 1 < groups_.size()) release_copies(g);  // (the head group's backward follows at once)
+        release_weights(g);
         return;
       case group_event::after_backward: break;
     }
@@ -569,6 +604,7 @@ class data_parallel {
       }
     }
     if (full) {
+      release_copies(g);
       release_weights(g);
       if (reducing_) reduced_.push_back(index);  // freed after the next join(): a device reduction may still read them
     }

@@ -336,6 +336,13 @@ class linear {
     ++weight_quantizations_;
   }
 
+  // Frees the cached weight copies (full sharding's reshard after forward, data_parallel.hpp): the
+  // next GEMM that reads W makes them again from the master, or they are installed again. A
+  // frozen weight without a master keeps them: they are the only copy of it.
+  void release_weight_copies() noexcept {
+    if (weight_.trainable || has_master()) cache_ = {};
+  }
+
   // Whether backward (and a recomputed forward before it) reads the master weight: not when the
   // cache holds both copies of the weight's current version (and, FP8, of W's current scale), no
   // adapter reads W and its copies are not made per GEMM. Full sharding (data_parallel.hpp) then
