@@ -155,6 +155,12 @@ inline std::vector<flag> flags() {
   auto path = [](fs::path options::*field) {
     return [field](options& o, std::string_view v) { o.*field = fs::path(std::string(v)); };
   };
+  auto on_off = [](const char* name, bool options::*field) {
+    return [name, field](options& o, std::string_view v) {
+      if (v == "on" || v == "off") o.*field = v == "on";
+      else throw usage_error(std::string(name) + ": expected on or off, got '" + std::string(v) + "'");
+    };
+  };
   std::string recipes;
   for (const recipe_choice& c : recipe_choices) recipes += std::string("\n      ") + c.name + ": " + c.what;
   const char* data = "data and recipe";
@@ -252,15 +258,9 @@ inline std::vector<flag> flags() {
       {"--reshard-after-forward", "on|off", "several ranks",
        "--shard full: each layer's gathered weights (copies) freed after its forward and gathered\n"
        "    again for its backward: less memory, the gathered bytes twice (default off)",
-       [](options& o, std::string_view v) {
-         if (v == "on" || v == "off") o.reshard_after_forward = v == "on";
-         else throw usage_error("--reshard-after-forward: expected on or off, got '" + std::string(v) + "'");
-       }},
+       on_off("--reshard-after-forward", &options::reshard_after_forward)},
       {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
-       [](options& o, std::string_view v) {
-         if (v == "on" || v == "off") o.recompute = v == "on";
-         else throw usage_error("--recompute: expected on or off, got '" + std::string(v) + "'");
-       }},
+       on_off("--recompute", &options::recompute)},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).
       {"--init-from", "PATH", "interchange",
        "start from the weights of a safetensors file with Hugging Face Llama names (F32 or BF16)\n"
