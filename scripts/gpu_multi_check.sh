@@ -8,8 +8,8 @@
 #   2 tests: gpu.nccl_abi (our NCCL declarations against the wheel's nccl.h), the communicator and
 #     the quantized gather on every GPU (threads), the other multi-rank GPU tests, 06_train_gpu on
 #     2 processes in each mode (--shard none/optimizer/full, --gather fp32, --recompute on,
-#     --reshard-after-forward on, --micro-batches 2); then compute-sanitizer memcheck on 2 ranks: the NCCL tests' [memcheck]
-#     cases, and 06_train_gpu on 2 processes;
+#     --reshard-after-forward on, --micro-batches 2); then compute-sanitizer memcheck on 2 ranks:
+#     the NCCL tests' [memcheck] cases, and 06_train_gpu on 2 processes;
 #   3 benchmarks: all-reduce bus bandwidth against torch.distributed (bench_allreduce --record);
 #     06_train_gpu's default model on 1, 2 and 4 GPUs (weak scaling, a few steps each); the Llama
 #     3.1 8B shape fully sharded with recompute per recipe (MXKIT_8B_SEQ, default 8192) and its
