@@ -94,7 +94,7 @@ set(MXKIT_GPU ${_mxkit_gpu})
 # nothing is linked): unoptimized, host and device, they compile in half the time or less. The
 # kernel library keeps -O3: its machine code is what ptxas and the AMD back end check.
 option(MXKIT_GPU_PROGRAMS_UNOPTIMIZED
-       "Compile mxkit's own GPU tests, benchmarks, examples and header checks at -O0 (host and device); the kernel library stays -O3" OFF)
+       "Compile mxkit's own GPU tests, benchmarks, examples and header checks unoptimized (host -O0, NVVM -O1, HIP -O0); the kernel library stays -O3" OFF)
 
 if(MXKIT_GPU STREQUAL "CUDA")
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
@@ -222,7 +222,8 @@ function(mxkit_gpu_target tgt)
     if(arg_LIBRARY)
       target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O3>)
     else()
-      target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O0 -Xcicc=-O0 -Xptxas=-O0>)
+      # NVVM at -O1, not -O0: ptxas 13.0 crashed on -O0 PTX of the header-only wgmma kernels.
+      target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O0 -Xcicc=-O1>)
     endif()
   endif()
   if(NOT arg_HEADER_ONLY)

@@ -209,9 +209,9 @@ for stage in "${stages[@]}"; do
         missing_tool cuda "no nvcc on PATH or in /usr/local/cuda/bin"
       else
         # The host tests, examples and benchmarks are the release stage's (the same g++ build).
-        # shellcheck disable=SC2086  # word splitting of the extra arguments is intended
         # With no GPU here the GPU programs are compiled to be checked and run to report
         # themselves skipped: unoptimized (MXKIT_GPU_PROGRAMS_UNOPTIMIZED), the library at -O3.
+        # shellcheck disable=SC2086  # word splitting of the extra arguments is intended
         build_and_test cuda "$root/cuda" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA \
           "-DCMAKE_CUDA_COMPILER=$nvcc" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
           -DMXKIT_BUILD_HOST_BENCH=OFF -DMXKIT_GPU_PROGRAMS_UNOPTIMIZED=ON ${MXKIT_CUDA_CMAKE_ARGS:-}
@@ -223,8 +223,8 @@ for stage in "${stages[@]}"; do
       else
         # No benchmarks: they time NVIDIA runs against NVIDIA peers, and the kernels they call are
         # compiled for AMD through the tests and the per-header checks (keeps CI under 45 min).
-        # shellcheck disable=SC2086
         # Tests and header checks unoptimized as in the cuda stage; the library's sources at -O3.
+        # shellcheck disable=SC2086
         build_and_test hip "$root/hip" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=HIP \
           "-DCMAKE_HIP_COMPILER=$hipcxx" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
           -DMXKIT_BUILD_BENCH=OFF -DMXKIT_GPU_PROGRAMS_UNOPTIMIZED=ON ${MXKIT_HIP_CMAKE_ARGS:-}
