@@ -98,7 +98,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   const std::size_t k_bytes = a.length * (TA == mma_kind::bf16 ? 2 : 1);
   const CUtensorMap ma = operand_map<MnA>(a, fa, k_bytes, Cfg::bm), mb = operand_map<MnB>(b, fb, k_bytes, Cfg::bn);
   const std::uint32_t tiles = prm.tiles_p * prm.tiles_q, k_stages = (prm.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
-  const std::uint32_t sms = multiprocessors(), splits = choose_k_splits(tiles, k_stages, sms);
+  const std::uint32_t sms = multiprocessors(device), splits = choose_k_splits(tiles, k_stages, sms);
   if (splits == 1) {  // persistent: one CTA per SM at most, each taking every sms-th tile
     (can_widen && wide_output(prm.out) ? wide_kernel : kernel)<<<std::min(tiles, sms), threads, smem, stream>>>(ma, mb, prm);
     MXKIT_GPU_CHECK_LAUNCH();

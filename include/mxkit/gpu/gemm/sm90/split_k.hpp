@@ -36,10 +36,9 @@ MXKIT_GLOBAL void split_reduce_kernel(const float* partials, std::uint32_t split
   }
 }
 
-// SMs of the current device.
-inline std::uint32_t multiprocessors() {
-  int device = 0, n = 0;
-  MXKIT_GPU_CHECK(get_device(&device));
+// SMs of `device`.
+inline std::uint32_t multiprocessors(int device) {
+  int n = 0;
   MXKIT_GPU_CHECK(get_multiprocessor_count(&n, device));
   return static_cast<std::uint32_t>(n);
 }
