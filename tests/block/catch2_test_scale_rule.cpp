@@ -64,7 +64,7 @@ static_assert(mxkit::shared_scale<mxkit::mx_format<mxkit::mx_type::mxfp8_e4m3>>(
               mxkit::shared_scale<mxkit::e2m1>(7.0f, scale_rule::floor).bits());
 
 template <class Fn>
-void for_each_mx_type(Fn&& fn) {
+void for_each_scale_type(Fn&& fn) {
   for (const mxkit::mx_type t : mxkit::all_mx_types)
     mxkit::visit_mx_type(t, [&](auto fmt) { fn(fmt, oracle::model_of(t)); });
 }
@@ -72,7 +72,7 @@ void for_each_mx_type(Fn&& fn) {
 }  // namespace
 
 TEST_CASE("scale rules: every element type and rule matches the oracle on boundary and random amax", "[block]") {
-  for_each_mx_type([](auto fmt, const oracle::element_model& m) {
+  for_each_scale_type([](auto fmt, const oracle::element_model& m) {
     using E = typename decltype(fmt)::element_type;
     oracle::mismatch_log log;
     for (const float amax : amax_values(m))
@@ -127,7 +127,7 @@ TEST_CASE("scale rules: a float amax is a value, bits are float_bits (defect 4)"
 }
 
 TEST_CASE("scale rules: round_up and ceil never clip, floor keeps amax/scale below 2^(emax+1)", "[block]") {
-  for_each_mx_type([](auto fmt, const oracle::element_model& m) {
+  for_each_scale_type([](auto fmt, const oracle::element_model& m) {
     using E = typename decltype(fmt)::element_type;
     oracle::mismatch_log log;
     for (const float amax : amax_values(m)) {
@@ -154,7 +154,7 @@ TEST_CASE("scale rules: round_up and ceil never clip, floor keeps amax/scale bel
 }
 
 TEST_CASE("scale rules: zero, NaN and Inf amax; exponent clamping at +-127", "[block]") {
-  for_each_mx_type([](auto fmt, const oracle::element_model& m) {
+  for_each_scale_type([](auto fmt, const oracle::element_model& m) {
     using E = typename decltype(fmt)::element_type;
     INFO(m.info.name);
     for (const scale_rule rule : oracle::all_scale_rules) {

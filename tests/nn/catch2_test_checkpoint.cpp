@@ -29,6 +29,7 @@
 #include "../catch.hpp"
 #include "io_fault.hpp"
 #include "nn_test_helpers.hpp"
+#include "temp_files.hpp"
 
 using namespace nn_test;
 namespace fs = std::filesystem;
@@ -41,7 +42,7 @@ token_buffer synthetic_tokens() {
   return v;
 }
 
-train_config short_run(std::size_t steps) {
+train_config checkpoint_run(std::size_t steps) {
   train_config c;
   c.steps = steps;
   c.shape = {2, 32};
@@ -49,23 +50,6 @@ train_config short_run(std::size_t steps) {
   return c;
 }
 
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / ("mxkit_ckpt_test_" + std::to_string(std::random_device{}()));
-  temp_dir() { fs::create_directories(path); }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::vector<std::uint8_t> read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-void write_all(const fs::path& p, const std::vector<std::uint8_t>& b) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 void fix_checksum(std::vector<std::uint8_t>& b) {
   const std::uint64_t h = checkpoint_io::fnv1a64(b.data(), b.size() - 8);
   for (int i = 0; i < 8; ++i) b[b.size() - 8 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(h >> (8 * i));
@@ -118,7 +102,7 @@ TEST_CASE("checkpoint: a resumed run continues with the same losses", "[nn][chec
     // Uninterrupted: 8 steps.
     host_backend be1;
     model m1(be1, tiny_model(), r, 9);
-    trainer t1(m1, synthetic_tokens(), short_run(8));
+    trainer t1(m1, synthetic_tokens(), checkpoint_run(8));
     for (int i = 0; i < 4; ++i) t1.step();
     save_checkpoint(file, m1, &t1.optimizer(), {t1.steps_done()});
     CHECK(fs::exists(file));
@@ -128,7 +112,7 @@ TEST_CASE("checkpoint: a resumed run continues with the same losses", "[nn][chec
     // Resumed: a fresh model with other weights, loaded, then the last 4 steps.
     host_backend be2;
     model m2(be2, tiny_model(), r, 1234);
-    trainer t2(m2, synthetic_tokens(), short_run(8));
+    trainer t2(m2, synthetic_tokens(), checkpoint_run(8));
     const checkpoint_info info = load_checkpoint(file, m2, &t2.optimizer());
     CHECK(info.steps == 4);
     CHECK(info.optimizer_steps == 4);

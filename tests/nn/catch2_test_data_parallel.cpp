@@ -18,6 +18,7 @@
 #include <mxkit/ref/nn/thread_communicator.hpp>
 
 #include "../catch.hpp"
+#include "counting_communicator.hpp"
 #include "nn_test_helpers.hpp"
 
 using namespace nn_test;
@@ -457,31 +458,6 @@ TEST_CASE("deferred construction: full sharding trains the eager model's losses 
   }
 }
 
-// Forwards every collective to `inner` and counts the bytes each kind moves from this rank's side.
-class counting_communicator : public communicator {
- public:
-  explicit counting_communicator(communicator& inner) : communicator(inner.rank(), inner.size()), inner_(&inner) {}
-  std::size_t gathered = 0, gathered_bytes_u8 = 0, broadcast_bytes = 0;
-
- protected:
-  void do_all_reduce(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->all_reduce(in, out, op); }
-  void do_reduce_scatter(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->reduce_scatter(in, out, op); }
-  void do_all_gather(comm_buffer in, comm_buffer out) override {
-    gathered += out.bytes();
-    if (out.type == comm_type::u8) gathered_bytes_u8 += out.bytes();
-    inner_->all_gather(in, out);
-  }
-  void do_broadcast(comm_buffer data, int root) override {
-    broadcast_bytes += data.bytes();
-    inner_->broadcast(data, root);
-  }
-  void do_join() override { inner_->join(); }
-  void do_abort(const std::string& reason) noexcept override { inner_->abort(reason); }
-
- private:
-  communicator* inner_;
-};
-
 TEST_CASE("full sharding: backward gathers only the norm gains where forward's weight copies serve dgrad", "[nn][data_parallel]") {
   model_config mc = tiny_model();
   mc.n_layers = 2;
@@ -506,6 +482,7 @@ TEST_CASE("full sharding: backward gathers only the norm gains where forward's w
         train_config c = run_config(2, 0.0);
         c.parallel = {&comm, 1, sharding::full};
         c.parallel.gather_quantized = false;  // the fp32 gather (the copies' gather: the next test)
+        c.parallel.reshard_after_forward = false;  // forward's copies kept for dgrad (resharding: its own test)
         trainer t(m, text_tokens(), c);
         t.run();
         gathered[static_cast<std::size_t>(comm.rank())] = comm.gathered;
@@ -578,6 +555,7 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
             c.parallel = {&comm, micro, s};
             c.parallel.gather_quantized = quantized;
             c.parallel.gather_quantized_fp8 = quantized && fp8_copies;
+            c.parallel.reshard_after_forward = false;  // the bytes below count one gather per weight and step
             trainer t(m, text_tokens(), c);
             t.run();
             const std::size_t k = static_cast<std::size_t>(comm.rank());

@@ -15,6 +15,7 @@
 #include <mxkit/ref/nn/thread_communicator.hpp>
 
 #include "../catch.hpp"
+#include "counting_communicator.hpp"
 #include "nn_test_helpers.hpp"
 
 using namespace nn_test;
@@ -198,36 +199,6 @@ TEST_CASE("lora base: the FP8 dgrad copy made per GEMM gives the same losses wit
   CHECK(losses[0] == losses[1]);
   CHECK(2 * bytes[1] == bytes[0]);
 }
-
-namespace {
-
-// Forwards every collective to a rank's thread communicator and counts the elements of the sum
-// all-reduces of more than one element: data_parallel's gradient groups (the loss of a logging
-// step is a one-element sum, the FP8 amax history a max).
-class counting_communicator final : public communicator {
- public:
-  explicit counting_communicator(communicator& inner) : communicator(inner.rank(), inner.size()), inner_(&inner) {}
-  std::size_t gradient_elements = 0, gradient_reductions = 0;
-
- protected:
-  void do_all_reduce(comm_buffer in, comm_buffer out, reduce_op op) override {
-    if (op == reduce_op::sum && in.count > 1) {
-      gradient_elements += in.count;
-      ++gradient_reductions;
-    }
-    inner_->all_reduce(in, out, op);
-  }
-  void do_reduce_scatter(comm_buffer in, comm_buffer out, reduce_op op) override { inner_->reduce_scatter(in, out, op); }
-  void do_all_gather(comm_buffer in, comm_buffer out) override { inner_->all_gather(in, out); }
-  void do_broadcast(comm_buffer data, int root) override { inner_->broadcast(data, root); }
-  void do_join() override { inner_->join(); }
-  void do_abort(const std::string& reason) noexcept override { inner_->abort(reason); }
-
- private:
-  communicator* inner_;
-};
-
-}  // namespace
 
 TEST_CASE("lora base: the adapters' gradients agree between 1 and N rank threads, with recomputation, across healing; only "
           "the adapters' gradients are reduced",

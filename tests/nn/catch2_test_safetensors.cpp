@@ -15,6 +15,7 @@
 
 #include "../catch.hpp"
 #include "nn_test_helpers.hpp"
+#include "temp_files.hpp"
 
 using namespace nn_test;
 namespace fs = std::filesystem;
@@ -39,24 +40,6 @@ constexpr unsigned char python_fixture[] = {
     0x6f, 0x74, 0x65, 0x64, 0x5c, 0x22, 0x22, 0x7d, 0x7d, 0x80, 0x3f, 0x00, 0xc0, 0x00, 0x3f, 0x70,
     0x40, 0x00, 0x00, 0x00, 0xbf, 0x00, 0x00, 0x80, 0xbe, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80,
     0x3e, 0x00, 0x00, 0x00, 0x3f, 0x00, 0x00, 0x40, 0x3f};
-
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / ("mxkit_safetensors_test_" + std::to_string(std::random_device{}()));
-  temp_dir() { fs::create_directories(path); }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::vector<std::uint8_t> read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-void write_all(const fs::path& p, const std::vector<std::uint8_t>& b) {
-  std::ofstream f(p, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 
 // A file from a header text and a data buffer of n bytes.
 std::vector<std::uint8_t> file_of(const std::string& json, std::size_t n) {

@@ -15,7 +15,7 @@ using namespace nn_test;
 
 namespace {
 
-train_config short_run(std::size_t steps) {
+train_config training_run(std::size_t steps) {
   train_config c;
   c.steps = steps;
   c.shape = {2, 32};
@@ -26,7 +26,7 @@ train_config short_run(std::size_t steps) {
 std::vector<double> run(const recipe& r, std::size_t steps) {
   host_backend be;
   model m(be, tiny_model(), r, 17);
-  trainer t(m, text_tokens(), short_run(steps));
+  trainer t(m, text_tokens(), training_run(steps));
   t.run();
   return t.losses();
 }
@@ -130,7 +130,7 @@ TEST_CASE("training: bf16 activations train and halve the activation memory", "[
     host_backend be;
     model m(be, tiny_model(), r, 17);
     CHECK(m.activation_type() == (bf16 ? dtype::bf16 : dtype::f32));
-    trainer t(m, text_tokens(), short_run(30));
+    trainer t(m, text_tokens(), training_run(30));
     t.run();
     losses[bf16] = t.losses();
     peak[bf16] = be.memory().peak(mem_tag::activation);
@@ -158,14 +158,14 @@ TEST_CASE("training: LoRA fine-tune healing from MXFP4 to FP8", "[nn][training][
   host_backend be;
   model m(be, tiny_model(), recipes::bf16(), 17);
   {
-    trainer pre(m, text_tokens(), short_run(20));  // a base worth fine-tuning
+    trainer pre(m, text_tokens(), training_run(20));  // a base worth fine-tuning
     pre.run();
   }
   const std::vector<double> base_head = be.read(m.head().weight().value);
   m.set_recipe(recipes::mxfp4_amd());
   m.freeze_all();
   m.add_lora({}, {8, 16.0}, 3);
-  train_config c = short_run(16);
+  train_config c = training_run(16);
   c.heal_step = 10;
   trainer t(m, text_tokens(), c);
   t.run();
@@ -270,13 +270,13 @@ TEST_CASE("training: optimizer and schedule settings and the init std are valida
     CHECK_THROWS_WITH(s(5), mxkit_test::contains("max_lr must be finite"));
     host_backend be2;
     model m(be2, tiny_model(), recipes::bf16(), 1);
-    train_config c = short_run(4);
+    train_config c = training_run(4);
     c.schedule.min_lr = nan;
     CHECK_THROWS_WITH(trainer(m, text_tokens(), c), mxkit_test::contains("min_lr must be finite"));
-    c = short_run(4);
+    c = training_run(4);
     c.optimizer.eps = 0.0;
     CHECK_THROWS_WITH(trainer(m, text_tokens(), c), mxkit_test::contains("eps must be"));
-    c = short_run(4);
+    c = training_run(4);
     c.shape = {0, 32};
     CHECK_THROWS_WITH(trainer(m, text_tokens(), c), mxkit_test::contains("batch must be positive"));
   }

@@ -26,7 +26,7 @@ using mxkit::block_axis;
 using mxkit::matrix_view;
 using mxkit::mx_type;
 
-std::vector<float> make_matrix(std::size_t rows, std::size_t cols, std::uint64_t seed) {
+std::vector<float> parallel_matrix(std::size_t rows, std::size_t cols, std::uint64_t seed) {
   std::mt19937_64 g(seed);
   std::normal_distribution<float> n(0.0f, 1.0f);
   std::uniform_int_distribution<int> e(-10, 10);
@@ -75,7 +75,7 @@ TEST_CASE("parallel: chunks cover every item once, in order, and rethrow", "[par
 
 TEST_CASE("parallel: quantize is byte-identical on any thread count", "[parallel]") {
   constexpr std::size_t rows = 67, cols = 93;  // ragged: padding, partial last lines
-  const std::vector<float> x = make_matrix(rows, cols, 1);
+  const std::vector<float> x = parallel_matrix(rows, cols, 1);
   const matrix_view<const float> in{x.data(), rows, cols};
   for (const mx_type type : mxkit::all_mx_types)
     for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise})
@@ -98,7 +98,7 @@ TEST_CASE("parallel: quantize is byte-identical on any thread count", "[parallel
 
 TEST_CASE("parallel: the reference GEMMs are bit-identical on any thread count", "[parallel]") {
   constexpr std::size_t p = 37, q = 29, r = 96;
-  const std::vector<float> a = make_matrix(p, r, 2), b = make_matrix(q, r, 3), c = make_matrix(p, q, 4);
+  const std::vector<float> a = parallel_matrix(p, r, 2), b = parallel_matrix(q, r, 3), c = parallel_matrix(p, q, 4);
   const matrix_view<const float> av{a.data(), p, r}, bv{b.data(), q, r};
   const mxkit::mx_tensor qa = mxkit::quantize_rowwise(av, mx_type::mxfp8_e4m3), qb = mxkit::quantize_rowwise(bv, mx_type::mxfp4);
   const mxkit::fp8_tensor fa = mxkit::quantize_fp8(av, mxkit::fp8_type::e4m3, 64.0f), fb = mxkit::quantize_fp8(bv, mxkit::fp8_type::e5m2, 0.5f);
@@ -126,7 +126,7 @@ TEST_CASE("parallel: the reference GEMMs are bit-identical on any thread count",
 
 TEST_CASE("parallel: validate and validate_gemm report the same on any thread count", "[parallel]") {
   constexpr std::size_t rows = 70, cols = 96;
-  const std::vector<float> x = make_matrix(rows, cols, 5);
+  const std::vector<float> x = parallel_matrix(rows, cols, 5);
   const matrix_view<const float> in{x.data(), rows, cols};
   mxkit::mx_tensor t = mxkit::quantize_columnwise(in, mx_type::mxfp4);
   for (std::size_t i = 0; i < t.data().size(); i += 37) t.data()[i] ^= 0x11;  // mismatches in many lines
@@ -148,7 +148,7 @@ TEST_CASE("parallel: validate and validate_gemm report the same on any thread co
 
   // validate_gemm on a product with planted errors in several column chunks (chunks of 256 lines).
   constexpr std::size_t p = 20, q = 600, r = 64;
-  const std::vector<float> a = make_matrix(p, r, 6), b = make_matrix(q, r, 7);
+  const std::vector<float> a = parallel_matrix(p, r, 6), b = parallel_matrix(q, r, 7);
   const mxkit::mx_tensor qa = mxkit::quantize_rowwise(matrix_view<const float>{a.data(), p, r}, mx_type::mxfp8_e5m2);
   const mxkit::mx_tensor qb = mxkit::quantize_rowwise(matrix_view<const float>{b.data(), q, r}, mx_type::mxfp8_e5m2);
   std::vector<float> d(p * q);

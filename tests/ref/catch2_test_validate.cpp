@@ -22,7 +22,7 @@ using mxkit::mx_tensor;
 using mxkit::mx_type;
 using mxkit::quantize_options;
 
-std::vector<float> make_matrix(std::size_t rows, std::size_t cols, std::uint64_t seed) {
+std::vector<float> validate_matrix(std::size_t rows, std::size_t cols, std::uint64_t seed) {
   std::vector<float> x(rows * cols);
   std::mt19937_64 g(seed);
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -34,7 +34,7 @@ std::vector<float> make_matrix(std::size_t rows, std::size_t cols, std::uint64_t
 
 TEST_CASE("validate: identical bytes give an empty report", "[tensor][validate]") {
   constexpr std::size_t rows = 45, cols = 70;
-  const std::vector<float> x = make_matrix(rows, cols, 1);
+  const std::vector<float> x = validate_matrix(rows, cols, 1);
   const matrix_view<const float> in{x.data(), rows, cols};
   for (const mx_type type : mxkit::all_mx_types)
     for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise})
@@ -64,7 +64,7 @@ TEST_CASE("validate: identical bytes give an empty report", "[tensor][validate]"
 
 TEST_CASE("validate: a flipped FP4 nibble is reported with its coordinates", "[tensor][validate]") {
   constexpr std::size_t rows = 10, cols = 70;
-  const std::vector<float> x = make_matrix(rows, cols, 2);
+  const std::vector<float> x = validate_matrix(rows, cols, 2);
   const matrix_view<const float> in{x.data(), rows, cols};
   mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxfp4);
   // Row 3, column 37 = block 1, index 5: byte 37/2 = 18 of line 3, high nibble (odd position).
@@ -95,7 +95,7 @@ TEST_CASE("validate: a flipped FP4 nibble is reported with its coordinates", "[t
 
 TEST_CASE("validate: columnwise coordinates, scale bytes and padding", "[tensor][validate]") {
   constexpr std::size_t rows = 40, cols = 6;  // columnwise: 6 lines of 64 (40 + 24 padding)
-  const std::vector<float> x = make_matrix(rows, cols, 3);
+  const std::vector<float> x = validate_matrix(rows, cols, 3);
   const matrix_view<const float> in{x.data(), rows, cols};
   mx_tensor t = mxkit::quantize_columnwise(in, mx_type::mxfp8_e4m3);
   REQUIRE(t.layout().padded_length() == 64);
@@ -142,7 +142,7 @@ TEST_CASE("validate: columnwise coordinates, scale bytes and padding", "[tensor]
 
 TEST_CASE("validate: counts everything, lists at most max_reported", "[tensor][validate]") {
   constexpr std::size_t rows = 8, cols = 64;
-  const std::vector<float> x = make_matrix(rows, cols, 4);
+  const std::vector<float> x = validate_matrix(rows, cols, 4);
   const matrix_view<const float> in{x.data(), rows, cols};
   mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxint8);
   for (std::uint8_t& b : t.data()) b = static_cast<std::uint8_t>(b + 1);  // every element off by one
@@ -164,7 +164,7 @@ TEST_CASE("validate: counts everything, lists at most max_reported", "[tensor][v
 
 TEST_CASE("validate: bf16 input and the mx_view overload", "[tensor][validate]") {
   constexpr std::size_t rows = 4, cols = 32;
-  const std::vector<float> xf = make_matrix(rows, cols, 5);
+  const std::vector<float> xf = validate_matrix(rows, cols, 5);
   std::vector<mxkit::bfloat16> x;
   for (const float v : xf) x.push_back(mxkit::bfloat16::from_float(v));
   const matrix_view<const mxkit::bfloat16> in{x.data(), rows, cols};
@@ -176,7 +176,7 @@ TEST_CASE("validate: bf16 input and the mx_view overload", "[tensor][validate]")
 
 TEST_CASE("validate: wrong shapes and null pointers raise errors", "[tensor][validate]") {
   constexpr std::size_t rows = 8, cols = 40;
-  const std::vector<float> x = make_matrix(rows, cols, 6);
+  const std::vector<float> x = validate_matrix(rows, cols, 6);
   const matrix_view<const float> in{x.data(), rows, cols};
   const mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxfp4);
   mx_const_view v = t.view();
@@ -214,7 +214,7 @@ TEST_CASE("validate: the codes of a NaN-scale block are don't-care", "[tensor][v
   // OCP MX v1.0 section 6.3: a block whose scale is NaN (0xFF) decodes to NaN whatever its codes
   // hold. A kernel that writes 0xFF and leaves its codes (here: 0x5 in every nibble) is correct.
   constexpr std::size_t rows = 4, cols = 64;
-  std::vector<float> x = make_matrix(rows, cols, 7);
+  std::vector<float> x = validate_matrix(rows, cols, 7);
   x[1 * cols + 40] = std::nanf("");  // row 1, block 1
   const matrix_view<const float> in{x.data(), rows, cols};
   mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxfp4);
@@ -228,7 +228,7 @@ TEST_CASE("validate: the codes of a NaN-scale block are don't-care", "[tensor][v
 
 TEST_CASE("validate: under the rotation the report shows the value that was quantized", "[tensor][validate]") {
   constexpr std::size_t rows = 2, cols = 32;
-  const std::vector<float> x = make_matrix(rows, cols, 8);
+  const std::vector<float> x = validate_matrix(rows, cols, 8);
   const matrix_view<const float> in{x.data(), rows, cols};
   quantize_options o;
   o.hadamard = true;
@@ -258,7 +258,7 @@ TEST_CASE("validate: under the rotation the report shows the value that was quan
 
 TEST_CASE("validate: a scale mismatch reports the amax the scale rule saw", "[tensor][validate]") {
   constexpr std::size_t rows = 1, cols = 32;
-  const std::vector<float> x = make_matrix(rows, cols, 9);
+  const std::vector<float> x = validate_matrix(rows, cols, 9);
   const matrix_view<const float> in{x.data(), rows, cols};
   quantize_options o;
   o.hadamard = true;
@@ -282,7 +282,7 @@ TEST_CASE("validate: the random-bits hook with mxkit's own Philox bits is quanti
   // reference_block); fed the bits quantize() draws, it must accept quantize()'s output exactly,
   // and other bits must not.
   constexpr std::size_t rows = 40, cols = 70;
-  const std::vector<float> x = make_matrix(rows, cols, 10);
+  const std::vector<float> x = validate_matrix(rows, cols, 10);
   const matrix_view<const float> in{x.data(), rows, cols};
   for (const mx_type type : mxkit::all_mx_types)
     for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
@@ -313,7 +313,7 @@ TEST_CASE("validate: the one-line summary counts the elements of NaN-scale block
   // 4x40 rowwise: two blocks per row, the second ragged (8 elements, 24 padding positions). A NaN
   // in row 2's second block and one in row 3's first: 8 + 32 elements are not compared.
   constexpr std::size_t rows = 4, cols = 40;
-  std::vector<float> x = make_matrix(rows, cols, 35);
+  std::vector<float> x = validate_matrix(rows, cols, 35);
   x[2 * cols + 35] = std::nanf("");
   x[3 * cols + 3] = std::nanf("");
   const matrix_view<const float> in{x.data(), rows, cols};

@@ -23,7 +23,7 @@ namespace {
 using mxkit::block_axis;
 using mxkit::matrix_view;
 using mxkit::mx_type;
-constexpr double u = 0x1p-24;
+constexpr double unit_roundoff = 0x1p-24;
 
 // The foreign kernel's output: fp64 sums of the dequantized copies' products, rounded once.
 template <class Out>
@@ -193,9 +193,9 @@ TEST_CASE("validate_gemm: per-tensor FP8 and high-precision operands", "[validat
 
 TEST_CASE("validate_gemm: the derived bound and argument errors", "[validate][gemm]") {
   using mxkit::gemm_accumulation;
-  CHECK(mxkit::gemm_relative_bound(true, 256, gemm_accumulation::fp32, false, 1.0f) == (2 * 8 + 34) * u);
-  CHECK(mxkit::gemm_relative_bound(true, 256, gemm_accumulation::tensor_core, false, 1.0f) == (2 * 8 + 34) * u + 0x1p-9);
-  CHECK(mxkit::gemm_relative_bound(false, 100, gemm_accumulation::fp32, true, 2.0f) == (2 * 100 + 4) * u + u + 0x1p-7);
+  CHECK(mxkit::gemm_relative_bound(true, 256, gemm_accumulation::fp32, false, 1.0f) == (2 * 8 + 34) * unit_roundoff);
+  CHECK(mxkit::gemm_relative_bound(true, 256, gemm_accumulation::tensor_core, false, 1.0f) == (2 * 8 + 34) * unit_roundoff + 0x1p-9);
+  CHECK(mxkit::gemm_relative_bound(false, 100, gemm_accumulation::fp32, true, 2.0f) == (2 * 100 + 4) * unit_roundoff + unit_roundoff + 0x1p-7);
 
   const std::vector<float> x = gemm_test::random_matrix(8, 64, 9);
   const mxkit::mx_tensor a = mxkit::quantize_rowwise(matrix_view<const float>{x.data(), 8, 64}, mx_type::mxfp4);
