@@ -54,7 +54,7 @@ struct options {
   std::size_t micro_batches = 1;       // per rank and step (gradient accumulation)
   nn::sharding shard = nn::sharding::none;
   bool gather_quantized = true;        // full sharding: gather the quantized weight copies
-  bool reshard_after_forward = false;  // full sharding: drop each layer's gathered copies after its forward
+  bool reshard_after_forward = true;   // full sharding: drop each layer's gathered copies after its forward
   bool recompute = false;              // activation recomputation per layer
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
@@ -257,7 +257,7 @@ inline std::vector<flag> flags() {
        }},
       {"--reshard-after-forward", "on|off", "several ranks",
        "--shard full: each layer's gathered weights (copies) freed after its forward and gathered\n"
-       "    again for its backward: less memory, the gathered bytes twice (default off)",
+       "    again for its backward: less memory, the gathered bytes twice (default on)",
        on_off("--reshard-after-forward", &options::reshard_after_forward)},
       {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
        on_off("--recompute", &options::recompute)},

@@ -8,7 +8,7 @@
 #   2 tests: gpu.nccl_abi (our NCCL declarations against the wheel's nccl.h), the communicator and
 #     the quantized gather on every GPU (threads), the other multi-rank GPU tests, 06_train_gpu on
 #     2 processes in each mode (--shard none/optimizer/full, --gather fp32, --recompute on,
-#     --reshard-after-forward on, --micro-batches 2); then compute-sanitizer memcheck on 2 ranks:
+#     --reshard-after-forward off, --micro-batches 2); then compute-sanitizer memcheck on 2 ranks:
 #     the NCCL tests' [memcheck] cases, and 06_train_gpu on 2 processes;
 #   3 benchmarks: all-reduce bus bandwidth against torch.distributed (bench_allreduce --record);
 #     06_train_gpu's default model on 1, 2 and 4 GPUs (weak scaling, a few steps each); the Llama
@@ -20,7 +20,8 @@
 # MXKIT_8B_GATHER (copies|fp32: what full sharding gathers, default the program's: copies),
 # MXKIT_8B_FLAGS (extra 06_train_gpu flags appended to each 8B mxkit run, e.g.
 # "--reshard-after-forward on"; the RESULTS.md rows name them),
-# MXKIT_8B_LIMIT / MXKIT_8B_PEER_LIMIT (seconds per case, default 70 / 130), MXKIT_COMMIT (the
+# MXKIT_8B_LIMIT / MXKIT_8B_PEER_LIMIT (seconds per case, default 70 / 130), MXKIT_8B_PEER=0 (no
+# peer run: when only mxkit's flags change against a peer measured on the same kind), MXKIT_COMMIT (the
 # commit measured).
 # The device tool allows 10 minutes a command: run it in three calls on one warm machine (the
 # build folder stays), e.g.
@@ -99,7 +100,7 @@ if has_part tests; then
   # The training program on 2 processes, each mode it offers, a few steps (correctness, not speed).
   if [ -n "$train" ]; then
     for mode in "" "--shard optimizer" "--shard full" "--shard full --gather fp32" "--shard full --recompute on" \
-      "--shard full --reshard-after-forward on --recompute on --micro-batches 2" "--micro-batches 2"; do
+      "--shard full --reshard-after-forward off --recompute on --micro-batches 2" "--micro-batches 2"; do
       [ -n "$mode" ] && ! "$train" --help 2>/dev/null | grep -q -- "${mode%% *}" && continue
       name="train2${mode// /}"
       # shellcheck disable=SC2086
@@ -170,7 +171,9 @@ if has_part 8b && [ "$ngpu" -ge 2 ]; then
   else
     echo "06_train_gpu has no --shard here: the 8B runs are skipped"
   fi
-  if python3 -c "import torch" 2>/dev/null; then
+  if [ "${MXKIT_8B_PEER:-1}" = 0 ]; then
+    echo "MXKIT_8B_PEER=0: the FSDP2 peer is not run"
+  elif python3 -c "import torch" 2>/dev/null; then
     run_logged fsdp_peer "${MXKIT_8B_PEER_LIMIT:-130}" python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
       bench/fsdp_peer.py --seq "$seq" --batch 1 --steps "$timed" --warmup 2 --vocab 256  # 06_train_gpu's vocabulary: the same model
     grep -vE "^\s*$" "$final/fsdp_peer.log" | grep -E "^(#|tokens|tflops|mfu|peak|step|startup)|Error|error" | tail -10

@@ -127,10 +127,10 @@ struct parallel_config {
   bool gather_quantized_fp8 = false;
   // Full sharding: a group's linears drop their weight copies after its forward (and backward),
   // and its backward gathers them again (FSDP2's reshard_after_forward): the copies of one or two
-  // groups resident instead of every layer's, for twice the gathered bytes. Off for now: the device
-  // measurement (peak memory and step time of the 8B shape, scripts/gpu_multi_check.sh) decides
-  // the default.
-  bool reshard_after_forward = false;
+  // groups resident instead of every layer's, for twice the gathered bytes. On by default, as in
+  // FSDP2: the 8B shape's peak per GPU falls by a quarter for a few percent of step time
+  // (bench/NOTES_multi_gpu.md).
+  bool reshard_after_forward = true;
 };
 
 inline constexpr std::size_t shard_alignment = 32;  // elements: the MX block
