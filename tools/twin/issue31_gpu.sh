@@ -8,7 +8,8 @@
 # activations, the Python standard library's .py files as the corpus.
 #   tools/twin/issue31_gpu.sh TRAIN_GPU OUT_DIR
 # Environment: SEEDS (default "0 1 2"), STEPS (1200), RECIPES ("bf16 mxfp4-no-hadamard"),
-# PYTHON (python3 with torch and a GPU), CORPUS (default: built from /usr/lib/python3*).
+# PYTHON (python3 with torch and a GPU), CORPUS (default: built from /usr/lib/python3*),
+# TWIN_ARGS (extra twin.py train flags, e.g. "--schedule warmup-times-cosine").
 set -euo pipefail
 prog=$1 out=$2
 seeds=${SEEDS:-"0 1 2"} steps=${STEPS:-1200} recipes=${RECIPES:-"bf16 mxfp4-no-hadamard"} py=${PYTHON:-python3}
@@ -27,7 +28,7 @@ for s in $seeds; do
     "$prog" "${shape[@]}" "${run[@]}" --seed "$s" --recipe "$r" --init-from "$out/init$s.safetensors" \
       --dump-batches "$out/batches$s.bin" --csv "$out/mxkit_${r}_$s.csv" > "$out/mxkit_${r}_$s.log"
     "$py" "$here/twin.py" train --device cuda --init-from "$out/init$s.safetensors" --batches "$out/batches$s.bin" --recipe "$r" \
-      --lr 2e-3 --warmup 100 --seed "$s" --csv "$out/twin_${r}_$s.csv" --mxkit-csv "$out/mxkit_${r}_$s.csv" > "$out/twin_${r}_$s.log"
+      --lr 2e-3 --warmup 100 --seed "$s" ${TWIN_ARGS:-} --csv "$out/twin_${r}_$s.csv" --mxkit-csv "$out/mxkit_${r}_$s.csv" > "$out/twin_${r}_$s.log"
     tail -n 3 "$out/twin_${r}_$s.log"
   done
 done
