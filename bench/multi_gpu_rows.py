@@ -64,9 +64,11 @@ def main():
     rows = []
 
     def row(case, value, unit, peer="", peer_value=0.0):
-        ratio = f"{100.0 * value / peer_value:.1f}%" if peer_value else "0.0%"
+        if not peer_value:  # no peer ran (MXKIT_8B_PEER=0, or the peer failed): the peer columns stay empty
+            rows.append(f"| {date} | {commit} | {device} | train_multi | {case} | {number(value)} | {unit} | | | |")
+            return
         rows.append(f"| {date} | {commit} | {device} | train_multi | {case} | {number(value)} | {unit} | {peer} | "
-                    f"{number(peer_value)} | {ratio} |")
+                    f"{number(peer_value)} | {100.0 * value / peer_value:.1f}% |")
 
     one = summary(read(os.path.join(logs, "scaling1.log")))
     for n in (1, 2, 4, 8):
