@@ -8,8 +8,9 @@
 #             pybind11, NumPy and pytest are installed, required under CI=true).
 #   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is
 #             checked by a second compiler too) at -O1 with line tables only (-g1: the reports'
-#             file and line, for less compile time than -O2 -g; bench/NOTES_build.md), with one
-#             header check (the umbrella's: each header alone is the release stage's check);
+#             file and line, for less compile time than -O2 -g; bench/NOTES_build.md), without
+#             the benchmarks (no test runs them), with one header check (the umbrella's: each
+#             header alone is the release stage's check);
 #             ctest without the `package` label (the consumer projects are not sanitized
 #             builds), with sanitizer.* proving the build is sanitized.
 #             The compiler must compile, link and run an ASan + UBSan probe first; outside CI a
@@ -17,8 +18,8 @@
 #             and the summary names the one used. MXKIT_SANITIZE_SKIP_LABELS=exhaustive also skips
 #             the [exhaustive] test cases there (not needed today: they take seconds).
 #   fuzz      libFuzzer targets (tests/fuzz) built with clang++-22 and -fsanitize=fuzzer,address,
-#             undefined; each runs MXKIT_FUZZ_SECONDS (default 60) from its seed corpus, both at
-#             once; any finding fails the stage.
+#             undefined at -O1 -g1; each runs MXKIT_FUZZ_SECONDS (default 60) from its seed
+#             corpus, all at once; any finding fails the stage.
 #   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernels, GPU tests, GPU header checks
 #             and benchmarks compile; the GPU tests run and report themselves skipped where no
 #             GPU is present; CUDA consumers of the package build and run.
@@ -182,9 +183,10 @@ for stage in "${stages[@]}"; do
       if [ -z "$cxx" ]; then
         missing_tool sanitize "no usable sanitizer compiler:${tried%;}"
       else
+        # No benchmarks: no test runs them, and the release stage compiles them.
         build_and_test sanitize "$root/sanitize" "package${skip_labels:+|$skip_labels}" \
           -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$cxx" "-DMXKIT_SANITIZE=address;undefined" \
-          "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DMXKIT_HEADER_UNITS=OFF
+          "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DMXKIT_HEADER_UNITS=OFF -DMXKIT_BUILD_BENCH=OFF
         summary[-1]+=" ($(basename "$cxx")${tried:+; passed over:${tried%;}})"
       fi ;;
     fuzz)
@@ -198,7 +200,9 @@ for stage in "${stages[@]}"; do
         # Every target at once (ctest -j one per target): each runs MXKIT_FUZZ_SECONDS of wall time,
         # so the stage takes that long whatever the number of targets or cores.
         fuzz_targets=(tests/fuzz/fuzz_*.cpp)
+        # -O1 with line tables, as OSS-Fuzz builds its targets (-O1 -gline-tables-only).
         ctest_jobs=${#fuzz_targets[@]} build_and_test fuzz "$root/fuzz" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$p" \
+          "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
           -DMXKIT_BUILD_FUZZERS=ON -DMXKIT_BUILD_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF -DMXKIT_BUILD_BENCH=OFF \
           -DMXKIT_INSTALL=OFF "-DMXKIT_FUZZ_SECONDS=${MXKIT_FUZZ_SECONDS:-60}"
       fi ;;

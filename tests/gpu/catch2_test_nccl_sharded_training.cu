@@ -3,7 +3,8 @@
 // communicator's): gathering the weights as their quantized copies (parallel_config::
 // gather_quantized; backend::pack_copy / assemble_copy, gpu/nn/operand_payload.hpp) gives the
 // fp32 gather's losses, weights and FP8 scales bit for bit, per recipe (MXFP4 with and without
-// Hadamard, MXFP8, FP8 delayed scaling). The host twin: tests/nn/catch2_test_data_parallel.cpp.
+// Hadamard, MXFP8, FP8 delayed scaling; FP8 against the fp32 gather at the same shard layout, see
+// below). The host twins: tests/nn/catch2_test_data_parallel.cpp (NCCL's summation order too).
 // Skipped without two GPUs or the library.
 #include <chrono>
 #include <cstddef>
@@ -31,7 +32,7 @@ struct outcome {
 };
 
 // Every rank's outcome of a fully sharded run on `n` GPUs.
-std::vector<outcome> train_sharded(int n, const recipe& r, bool gather_quantized) {
+std::vector<outcome> train_sharded(int n, const recipe& r, bool gather_quantized, bool gather_fp8) {
   model_config mc = tiny_model();
   mc.n_layers = 2;
   mc.layer = {128, 2, 1, 128};  // head_dim 64: the device attention's smallest
@@ -55,7 +56,7 @@ std::vector<outcome> train_sharded(int n, const recipe& r, bool gather_quantized
         c.optimizer.clip_norm = 0.0;  // no clipping: the shard layout moves the norm's last bits only
         c.parallel = {&comm, 1, sharding::full};
         c.parallel.gather_quantized = gather_quantized;
-        c.parallel.gather_quantized_fp8 = gather_quantized;  // off by default: this is the test it waits on
+        c.parallel.gather_quantized_fp8 = gather_fp8;
         trainer t(m, text_tokens(), c);
         t.run();
         outcome& got = out[static_cast<std::size_t>(k)];
@@ -80,7 +81,12 @@ TEST_CASE("full sharding on NCCL: the quantized copies' gather gives the fp32 ga
   const int n = nccl_test::ranks < 3 ? nccl_test::ranks : 3;
   for (const recipe& r : {recipes::mxfp4(), recipes::mxfp4_no_hadamard(), recipes::mxfp8(), recipes::fp8_delayed()}) {
     INFO(r.name << " on " << n << " GPUs");
-    const std::vector<outcome> copies = train_sharded(n, r, true), fp32 = train_sharded(n, r, false);
+    // The fp32 gather at the copies' shard layout: NCCL's ring sums a gradient in an order that
+    // depends on the rank owning it, so another layout moves the last bits of sums that round
+    // (FP8's; MX gradients add exactly). For FP8 gather_quantized_fp8 off keeps the layout; for MX
+    // the fp32 gather (gather_quantized off) is compared, at its own layout.
+    const bool fp8 = r.fprop.b.kind == precision::fp8;
+    const std::vector<outcome> copies = train_sharded(n, r, true, true), fp32 = train_sharded(n, r, fp8, false);
     for (int k = 0; k < n; ++k) {
       INFO("rank " << k);
       const outcome &q = copies[static_cast<std::size_t>(k)], &f = fp32[static_cast<std::size_t>(k)];

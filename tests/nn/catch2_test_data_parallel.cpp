@@ -518,6 +518,48 @@ TEST_CASE("full sharding: backward gathers only the norm gains where forward's w
   }
 }
 
+// NCCL's ring reduce-scatter adds a rank's chunk in an order that starts at the next rank, so with
+// three or more ranks a gradient sum depends on which rank owns the element: two runs with
+// different shard layouts differ in the last bits. The copies' gather lays linear weights out in
+// 32-row slabs and the fp32 gather (gather_quantized off) does not; their FP8 runs therefore
+// differed on 3 GPUs (MX gradients, sums of few-bit products under a shared block scale, added
+// exactly and did not). This is that device test's model and run on the host in NCCL's order
+// (ref::sum_order::ring): gathering FP8 weights as copies or in fp32 at the same layout
+// (gather_quantized_fp8 on and off) gives the same bits.
+TEST_CASE("full sharding: FP8 weights gathered as copies give the fp32 gather's bits at the same layout, in NCCL's ring order",
+          "[nn][data_parallel]") {
+  model_config mc = tiny_model();
+  mc.n_layers = 2;
+  mc.layer = {128, 2, 1, 128};  // tests/gpu/catch2_test_nccl_sharded_training.cu's model
+  const int n = 3;
+  const auto run = [&](bool fp8_copies) {
+    std::vector<outcome> got(n);
+    ref::run_ranks(
+        n,
+        [&](communicator& comm) {
+          host_backend be;
+          model m(be, mc, recipes::fp8_delayed(), 17);
+          train_config c = run_config(3, 0.0);
+          c.schedule = {1e-2, 1e-3, 1, 3};
+          c.parallel = {&comm, 1, sharding::full};
+          c.parallel.gather_quantized_fp8 = fp8_copies;
+          trainer t(m, text_tokens(), c);
+          t.run();
+          got[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
+        },
+        std::chrono::seconds(60), ref::sum_order::ring);
+    return got;
+  };
+  const std::vector<outcome> copies = run(true), fp32 = run(false);
+  for (int k = 0; k < n; ++k) {
+    INFO("rank " << k);
+    const outcome &q = copies[static_cast<std::size_t>(k)], &f = fp32[static_cast<std::size_t>(k)];
+    CHECK(q.losses == f.losses);
+    CHECK(q.weights == f.weights);
+    CHECK(q.scale == f.scale);
+  }
+}
+
 TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharded data parallelism's bits with fewer bytes",
           "[nn][data_parallel]") {
   model_config mc = tiny_model();

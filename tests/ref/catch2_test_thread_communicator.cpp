@@ -138,6 +138,30 @@ TEST_CASE("thread communicator: reduce_scatter, all_gather (in place too) and br
   }
 }
 
+TEST_CASE("thread communicator: a reduce_scatter in ring order adds rank r's chunk from rank r + 1 on, as NCCL's ring does",
+          "[ref][communicator]") {
+  // 1 + e + e with e = 2^-24: in rank order (1 + e) + e = 1 (each sum a tie, to even); from rank 1
+  // on, (e + e) + 1 = 1 + 2^-23. Every rank sends the same value for each of the 3 chunks.
+  const float e = std::ldexp(1.0f, -24);
+  const float value_of[3] = {1.0f, e, e};
+  for (const ref::sum_order order : {ref::sum_order::by_rank, ref::sum_order::ring}) {
+    std::vector<float> got(3);
+    ref::run_ranks(
+        3,
+        [&](nn::communicator& c) {
+          std::vector<float> in(3, value_of[c.rank()]);
+          c.reduce_scatter({in.data(), 3, comm_type::f32}, {&got[static_cast<std::size_t>(c.rank())], 1, comm_type::f32},
+                           reduce_op::sum);
+        },
+        std::chrono::seconds(60), order);
+    INFO((order == ref::sum_order::ring ? "ring" : "by rank"));
+    // ring: rank 0's chunk from rank 1 ((e + e) + 1), rank 1's from rank 2 ((e + 1) + e), rank 2's from 0.
+    CHECK(got[0] == (order == ref::sum_order::ring ? 1.0f + 2 * e : 1.0f));
+    CHECK(got[1] == 1.0f);
+    CHECK(got[2] == 1.0f);
+  }
+}
+
 TEST_CASE("thread communicator: bad arguments are refused before any rank waits", "[ref][communicator]") {
   ref::thread_world w(1);
   ref::thread_communicator c(w, 0);

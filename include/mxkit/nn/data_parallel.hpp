@@ -121,10 +121,11 @@ struct parallel_config {
   // fp32 gather's bits), where the backend assembles copies (backend::gathers_copies).
   bool gather_quantized = true;
   // The same for FP8 weights (delayed scaling: the rowwise copy, its transpose made after the
-  // gather). Off by default: on the device backend through NCCL (3 H200s) the final weights of
-  // an FP8 run differed from the fp32 gather's while its losses and scales matched, a difference
-  // not yet explained (bench/NOTES_multi_gpu.md); the host backend gives the fp32 gather's bits.
-  bool gather_quantized_fp8 = false;
+  // gather); off gathers them in fp32 at the same shard layout, with the same bits. (On 3 GPUs an
+  // FP8 run's weights once differed from the fp32 gather's: that gather used another layout, and
+  // NCCL's ring sums a gradient in an order that depends on the rank owning it;
+  // bench/NOTES_multi_gpu.md.)
+  bool gather_quantized_fp8 = true;
   // Full sharding: a group's linears drop their weight copies after its forward (and backward),
   // and its backward gathers them again (FSDP2's reshard_after_forward): the copies of one or two
   // groups resident instead of every layer's, for twice the gathered bytes. On by default, as in

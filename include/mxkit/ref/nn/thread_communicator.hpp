@@ -7,9 +7,16 @@
 // A collective is a rendezvous. Each rank posts its call (operation, reduce op, element type,
 // count, root, buffers) and waits; the last rank to arrive checks that every call matches and
 // then performs the whole collective on every rank's buffers (they are host memory of one
-// process), so a reduction always combines the ranks in rank order, 0, 1, ..., size-1, in the
-// element type (bf16 sums in float, rounded once at the end): the result is deterministic and
-// identical on every rank. Every rank leaves before the next collective can start.
+// process), so a reduction combines the ranks in a fixed order, in the element type (bf16 sums in
+// float, rounded once at the end): the result is deterministic and identical on every rank. Every
+// rank leaves before the next collective can start.
+//
+// The order (sum_order): by_rank, 0, 1, ..., size-1 for every element, by default; or ring, as
+// NCCL's ring reduce-scatter adds rank r's chunk: from rank r + 1 around the ring to r. With three
+// or more ranks a float sum then depends on which rank owns an element, so a change of shard
+// layout changes the last bits, as it does through NCCL; a test that compares two layouts
+// (tests/nn/catch2_test_data_parallel.cpp) sees on the host what NCCL would show on GPUs.
+// all_reduce keeps rank order in both (NCCL's order there depends on its chunk sizes).
 //
 // Failure (communicator.hpp's contract): a mismatched call (another operation, reduce op, type,
 // count or root on another rank) aborts the world, naming both calls; a rank that waits longer
@@ -39,10 +46,13 @@ namespace ref {
 
 class thread_communicator;
 
+enum class sum_order : std::uint8_t { by_rank, ring };
+
 // The shared state of `size` rank threads. Outlives every thread_communicator made from it.
 class thread_world {
  public:
-  explicit thread_world(int size, std::chrono::milliseconds timeout = std::chrono::seconds(60)) : size_(size), timeout_(timeout) {
+  explicit thread_world(int size, std::chrono::milliseconds timeout = std::chrono::seconds(60), sum_order order = sum_order::by_rank)
+      : size_(size), timeout_(timeout), order_(order) {
     detail::require(size >= 1, "thread_world: size ", size, " must be at least 1");
     detail::require(timeout.count() > 0, "thread_world: timeout must be positive, got ", timeout.count(), " ms");
     slots_.resize(static_cast<std::size_t>(size));
@@ -106,7 +116,8 @@ class thread_world {
       case kind::reduce_scatter: {
         const std::size_t n = c0.out.count;
         std::vector<std::vector<std::uint8_t>> chunks(slots_.size(), std::vector<std::uint8_t>(c0.out.bytes()));
-        for (std::size_t r = 0; r < slots_.size(); ++r) reduce(r * n, n, chunks[r].data());
+        for (std::size_t r = 0; r < slots_.size(); ++r)
+          reduce(r * n, n, chunks[r].data(), order_ == sum_order::ring ? (r + 1) % slots_.size() : 0);
         for (std::size_t r = 0; r < slots_.size(); ++r)
           if (!chunks[r].empty()) std::memcpy(slots_[r].out.data, chunks[r].data(), chunks[r].size());
         break;
@@ -128,16 +139,17 @@ class thread_world {
       }
     }
   }
-  // out[0, n) = op over ranks (in rank order) of in[first, first + n).
-  void reduce(std::size_t first, std::size_t n, std::uint8_t* out) const {
+  // out[0, n) = op over ranks of in[first, first + n), the ranks from `start` on around the ring.
+  void reduce(std::size_t first, std::size_t n, std::uint8_t* out, std::size_t start = 0) const {
     const nn::comm_type t = slots_[0].in.type;
     const nn::reduce_op op = slots_[0].op;
     auto run = [&](auto zero, auto load, auto store) {
       for (std::size_t i = 0; i < n; ++i) {
         auto acc = zero;
-        for (std::size_t r = 0; r < slots_.size(); ++r) {
+        for (std::size_t j = 0; j < slots_.size(); ++j) {
+          const std::size_t r = (start + j) % slots_.size();
           const auto v = load(slots_[r].in.data, first + i);
-          if (r == 0) acc = v;
+          if (j == 0) acc = v;
           else if (op == nn::reduce_op::sum) acc = acc + v;
           else acc = (v != v || acc != acc) ? (v != v ? v : acc) : (v > acc ? v : acc);  // max, NaN wins (amax)
         }
@@ -215,6 +227,7 @@ class thread_world {
 
   int size_;
   std::chrono::milliseconds timeout_;
+  sum_order order_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<call> slots_;
@@ -267,8 +280,8 @@ class thread_communicator final : public nn::communicator {
 // throws aborts the world (so the others' collectives end with comm_error at once); the first
 // error is rethrown, preferring the one that caused the abort over the comm_errors it caused.
 template <class F>
-void run_ranks(int size, F&& f, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  thread_world world(size, timeout);
+void run_ranks(int size, F&& f, std::chrono::milliseconds timeout = std::chrono::seconds(60), sum_order summation = sum_order::by_rank) {
+  thread_world world(size, timeout, summation);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
   std::vector<std::uint8_t> is_comm(static_cast<std::size_t>(size), 0);  // not vector<bool>: ranks write their own entries at once
   std::mutex order_mu;
