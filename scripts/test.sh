@@ -9,8 +9,8 @@
 #   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is
 #             checked by a second compiler too) at -O1 with line tables only (-g1: the reports'
 #             file and line, for less compile time than -O2 -g; bench/NOTES_build.md), without
-#             the benchmarks (no test runs them), with one header check (the umbrella's: each
-#             header alone is the release stage's check);
+#             the benchmarks and demo programs (no test runs them), with one header check (the
+#             umbrella's: each header alone is the release stage's check);
 #             ctest without the `package` label (the consumer projects are not sanitized
 #             builds), with sanitizer.* proving the build is sanitized.
 #             The compiler must compile, link and run an ASan + UBSan probe first; outside CI a
@@ -183,10 +183,11 @@ for stage in "${stages[@]}"; do
       if [ -z "$cxx" ]; then
         missing_tool sanitize "no usable sanitizer compiler:${tried%;}"
       else
-        # No benchmarks: no test runs them, and the release stage compiles them.
+        # No benchmarks or demo programs: no test runs them, and the release stage compiles them.
         build_and_test sanitize "$root/sanitize" "package${skip_labels:+|$skip_labels}" \
           -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$cxx" "-DMXKIT_SANITIZE=address;undefined" \
-          "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DMXKIT_HEADER_UNITS=OFF -DMXKIT_BUILD_BENCH=OFF
+          "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DMXKIT_HEADER_UNITS=OFF -DMXKIT_BUILD_BENCH=OFF \
+          -DMXKIT_DEMO_EXAMPLES=OFF
         summary[-1]+=" ($(basename "$cxx")${tried:+; passed over:${tried%;}})"
       fi ;;
     fuzz)
