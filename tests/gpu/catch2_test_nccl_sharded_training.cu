@@ -21,6 +21,7 @@
 #include <mxkit/nn/training.hpp>
 
 #include "../nn/nn_test_helpers.hpp"
+#include "../nn/same_runs.hpp"
 
 using namespace nn_test;
 
@@ -86,13 +87,6 @@ TEST_CASE("full sharding on NCCL: the quantized copies' gather gives the fp32 ga
     // (FP8's; MX gradients add exactly). For FP8 gather_quantized_fp8 off keeps the layout; for MX
     // the fp32 gather (gather_quantized off) is compared, at its own layout.
     const bool fp8 = r.fprop.b.kind == precision::fp8;
-    const std::vector<outcome> copies = train_sharded(n, r, true, true), fp32 = train_sharded(n, r, fp8, false);
-    for (int k = 0; k < n; ++k) {
-      INFO("rank " << k);
-      const outcome &q = copies[static_cast<std::size_t>(k)], &f = fp32[static_cast<std::size_t>(k)];
-      CHECK(q.losses == f.losses);
-      CHECK(q.weights == f.weights);
-      CHECK(q.scale == f.scale);
-    }
+    check_same_runs(train_sharded(n, r, true, true), train_sharded(n, r, fp8, false));
   }
 }

@@ -20,6 +20,7 @@
 #include "../catch.hpp"
 #include "counting_communicator.hpp"
 #include "nn_test_helpers.hpp"
+#include "same_runs.hpp"
 
 using namespace nn_test;
 
@@ -550,14 +551,7 @@ TEST_CASE("full sharding: FP8 weights gathered as copies give the fp32 gather's 
         std::chrono::seconds(60), ref::sum_order::ring);
     return got;
   };
-  const std::vector<outcome> copies = run(true), fp32 = run(false);
-  for (int k = 0; k < n; ++k) {
-    INFO("rank " << k);
-    const outcome &q = copies[static_cast<std::size_t>(k)], &f = fp32[static_cast<std::size_t>(k)];
-    CHECK(q.losses == f.losses);
-    CHECK(q.weights == f.weights);
-    CHECK(q.scale == f.scale);
-  }
+  check_same_runs(run(true), run(false));
 }
 
 TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharded data parallelism's bits with fewer bytes",
