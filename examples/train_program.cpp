@@ -290,49 +290,76 @@ inline std::string mib(std::size_t bytes) {
 // Training throughput: per progress window (the steps since the previous progress line), and for
 // the summary over the run without its first window, which holds the warm-up (first-use
 // allocations, caches), where there is more than one. Evaluations and checkpoints are paused out.
+// With several ranks each window also holds the time this rank's compute waited for collectives
+// (communicator::take_exposed_seconds: the communication that overlap did not hide), where the
+// communicator measures it.
 class throughput {
  public:
   using clock = std::chrono::steady_clock;
   struct rate {
     double steps = 0, seconds = 0;
+    std::optional<double> exposed_seconds;
     double per_second(double per_step) const { return steps * per_step / seconds; }
+    std::optional<double> exposed_fraction() const {
+      if (!exposed_seconds || seconds <= 0) return std::nullopt;
+      return *exposed_seconds / seconds;
+    }
   };
+  explicit throughput(nn::communicator* comm) : comm_(comm) {}
 
   // Starts the first window now (after initialization) at `step` (0, or the resumed step).
   void start(std::size_t step) {
     window_start_ = clock::now();
     paused_ = 0;
     last_step_ = step;
+    // Construction's and resumption's collectives are not training: read, and dropped.
+    window_exposed_ = exposed_since_last() ? std::optional<double>(0.0) : std::nullopt;
   }
   // Closes the window that ends at `step`; the next one starts now.
   rate close(std::size_t step) {
     const clock::time_point now = clock::now();
-    const rate r{static_cast<double>(step - last_step_), std::chrono::duration<double>(now - window_start_).count() - paused_};
+    const rate r{static_cast<double>(step - last_step_), std::chrono::duration<double>(now - window_start_).count() - paused_,
+                 add(window_exposed_, exposed_since_last())};
     rate& total = windows_++ == 0 ? first_ : rest_;
     total.steps += r.steps;
     total.seconds += r.seconds;
+    total.exposed_seconds = add(total.exposed_seconds, r.exposed_seconds);
     window_start_ = now;
     paused_ = 0;
+    window_exposed_.reset();
     last_step_ = step;
     return r;
   }
   // Runs `work` outside the measured time. The backend is synchronized first, so that the training
-  // work still queued on its stream counts as training.
+  // work still queued on its stream counts as training; so do the collectives' waits until then,
+  // and not those of `work`.
   template <class F>
   void pause(nn::backend& be, F&& work) {
     be.synchronize();
+    window_exposed_ = add(window_exposed_, exposed_since_last());
     const clock::time_point t0 = clock::now();
     work();
     paused_ += std::chrono::duration<double>(clock::now() - t0).count();
+    be.synchronize();
+    (void)exposed_since_last();
   }
   bool past_warmup() const noexcept { return windows_ > 1; }
   rate summary() const noexcept { return past_warmup() ? rest_ : first_; }
 
  private:
+  nn::communicator* comm_;
   clock::time_point window_start_ = clock::now();
   double paused_ = 0;
+  std::optional<double> window_exposed_;
   std::size_t last_step_ = 0, windows_ = 0;
   rate first_, rest_;
+
+  std::optional<double> exposed_since_last() { return comm_ ? comm_->take_exposed_seconds() : std::nullopt; }
+  static std::optional<double> add(std::optional<double> a, std::optional<double> b) {
+    if (!a) return b;
+    if (!b) return a;
+    return *a + *b;
+  }
 };
 
 inline nn::model_config model_config_of(const options& o) {
@@ -478,7 +505,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   }
 
   loss_csv csv(lead ? o.csv : fs::path{});
-  throughput speed;
+  throughput speed(comm);
   // The first logged step whose loss or gradient norm is not finite ends the run (before any
   // checkpoint), and says so; finite_until is the last logged step that was finite.
   std::optional<std::string> diverged;
@@ -496,10 +523,11 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   tc.on_progress = [&](const nn::train_progress& p) {
     const throughput::rate w = speed.close(p.step);
     const double tokens_per_s = w.per_second(tokens_per_step), tflops = w.per_second(flops.per_step) / 1e12;
-    char mfu[32] = "";
+    char mfu[32] = "", exposed[40] = "";
     if (peak > 0) std::snprintf(mfu, sizeof mfu, "  MFU %5.1f%%", 100.0 * tflops / peak);
-    say("step %6zu/%zu  loss %.4f  lr %.2e  gnorm %6.3f  %9.0f tok/s  %7.4g TFLOP/s%s", p.step, p.steps, p.loss, p.lr,
-        p.grad_norm, tokens_per_s, tflops, mfu);
+    if (const std::optional<double> f = w.exposed_fraction()) std::snprintf(exposed, sizeof exposed, "  comm exposed %4.1f%%", 100.0 * *f);
+    say("step %6zu/%zu  loss %.4f  lr %.2e  gnorm %6.3f  %9.0f tok/s  %7.4g TFLOP/s%s%s", p.step, p.steps, p.loss, p.lr,
+        p.grad_norm, tokens_per_s, tflops, mfu, exposed);
     csv.train(p.step, p.loss, tokens_per_s, p.lr);
     if (diverged) return;
     if (std::isfinite(p.loss) && std::isfinite(p.grad_norm)) {
@@ -603,6 +631,8 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   std::printf("\nthroughput%s: %.0f tokens/s, %.4g model TFLOP/s", speed.past_warmup() ? " after the first progress window" : "",
               total.per_second(tokens_per_step), tflops);
   if (peak > 0) std::printf(", MFU %.1f%%", 100.0 * tflops / peak);
+  if (const std::optional<double> f = total.exposed_fraction())
+    std::printf("\nexposed communication (rank 0): %.2f ms a step, %.2f%% of the step", 1e3 * *total.exposed_seconds / total.steps, 100.0 * *f);
   std::printf("\nskipped optimizer steps (non-finite gradients): %llu; host reads: %llu\n",
               static_cast<ull>(t.optimizer().skipped_steps()), static_cast<ull>(be.counters().host_reads));
   std::printf("backend memory peak: %s (tracked tensors)", mib(be.memory().peak_total()).c_str());

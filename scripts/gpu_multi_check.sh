@@ -140,7 +140,7 @@ if has_part scaling && [ -n "$train" ]; then
   for n in 1 2 4; do
     [ "$n" -le "$ngpu" ] || continue
     run_logged "scaling$n" 150 bash scripts/launch_gpus.sh "$n" "$train" --steps 400 --stop-after "${MXKIT_SCALING_STEPS:-60}" --log-every 20 --eval-every 0
-    grep -E "^throughput|tok/s" "$final/scaling$n.log" | tail -2
+    grep -E "^throughput|^exposed|tok/s" "$final/scaling$n.log" | tail -3
   done
 fi
 
@@ -165,7 +165,7 @@ if has_part 8b && [ "$ngpu" -ge 2 ]; then
         --kv-heads 8 --ffn 14336 --seq "$seq" --batch 1 --steps 100 --stop-after $((timed + 1)) --warmup 1 --log-every 1 \
         --eval-every 0 --shard full --recompute on --recipe "$recipe" ${gather_flag[@]+"${gather_flag[@]}"} ${MXKIT_8B_FLAGS:-}
       rc=$?
-      grep -E "training state ready|tok/s|^throughput|memory peak|error" "$final/8b_$recipe.log" | tail -5
+      grep -E "training state ready|tok/s|^throughput|^exposed|memory peak|error" "$final/8b_$recipe.log" | tail -6
       if [ $rc -eq 2 ]; then echo "06_train_gpu refused the flags (exit 2): the other recipes are skipped"; break; fi
     done
   else

@@ -12,8 +12,10 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
@@ -171,6 +173,58 @@ TEST_CASE("nccl_communicator: a collective sees the backend's earlier work, the 
       INFO("rank " << r << (own ? ", own stream" : ", backend stream"));
       CHECK(got[r] == std::vector<float>(4, 0.0f));
     }
+  }
+}
+
+TEST_CASE("nccl_communicator: take_exposed_seconds is the backend stream's stall at join", "[nccl]") {
+  // Rank 1 calls 100 ms late, so every other rank's join stalls its idle stream until rank 1's
+  // data arrives: at least 90 ms exposed there (some of the delay may pass before the join is
+  // enqueued), far less on rank 1. Nothing between the next two takes: 0. Not measured without a
+  // communication stream or with time_joins off.
+  constexpr std::size_t n = 1 << 20;
+  struct reading {
+    double first = -1, second = -1;
+    bool off_measured = true;
+  };
+  std::vector<reading> got(ranks);
+  gpu::nccl_options o;
+  o.timeout = 60s;
+  std::vector<std::string> errors = run_ranks(ranks, o, [&](rank_context& c) {
+    gpu::device_buffer<float> x(n, c.stream);
+    x.fill_bytes(0, c.stream);
+    MXKIT_GPU_CHECK(gpu::stream_synchronize(c.stream));
+    (void)c.comm.take_exposed_seconds();  // start-up
+    if (c.rank == 1) std::this_thread::sleep_for(100ms);
+    c.comm.all_reduce({x.data(), n, nn::comm_type::f32}, {x.data(), n, nn::comm_type::f32}, nn::reduce_op::sum);
+    c.comm.join();
+    const std::optional<double> a = c.comm.take_exposed_seconds(), b = c.comm.take_exposed_seconds();
+    got[c.rank].first = a.value_or(-1);
+    got[c.rank].second = b.value_or(-1);
+  });
+  require_no_errors(errors);
+  for (int r = 0; r < ranks; ++r) {
+    INFO("rank " << r);
+    CHECK(got[r].second == 0.0);
+    if (r == 1) continue;
+    CHECK(got[r].first >= 0.09);
+    CHECK(got[r].first > got[1].first);
+  }
+  CHECK(got[1].first >= 0.0);
+  for (const auto& [own, timed] : {std::pair{true, false}, std::pair{false, true}, std::pair{false, false}}) {
+    gpu::nccl_options p;
+    p.timeout = 60s;
+    p.own_stream = own;
+    p.time_joins = timed;
+    errors = run_ranks(ranks, p, [&](rank_context& c) {
+      gpu::device_buffer<float> x(n, c.stream);
+      x.fill_bytes(0, c.stream);
+      c.comm.all_reduce({x.data(), n, nn::comm_type::f32}, {x.data(), n, nn::comm_type::f32}, nn::reduce_op::sum);
+      c.comm.join();
+      got[c.rank].off_measured = c.comm.take_exposed_seconds().has_value();
+    });
+    require_no_errors(errors);
+    INFO((own ? "own stream" : "backend stream") << (timed ? ", joins timed" : ", joins not timed"));
+    for (int r = 0; r < ranks; ++r) CHECK_FALSE(got[r].off_measured);
   }
 }
 

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <mxkit/ref/nn/thread_communicator.hpp>
@@ -160,6 +162,38 @@ TEST_CASE("thread communicator: a reduce_scatter in ring order adds rank r's chu
     CHECK(got[1] == 1.0f);
     CHECK(got[2] == 1.0f);
   }
+}
+
+TEST_CASE("thread communicator: take_exposed_seconds is the time spent in collectives, waiting included, since the last take",
+          "[ref][communicator]") {
+  // Rank 1 arrives 50 ms late: rank 0's all_reduce holds it at least that long, all of it exposed.
+  // Nothing happens between the second and third takes, so the third reads nothing.
+  constexpr double late = 0.05;
+  double first[2] = {}, second[2] = {}, third[2] = {};
+  bool measured = true;
+  ref::run_ranks(2, [&](nn::communicator& c) {
+    const auto r = static_cast<std::size_t>(c.rank());
+    const std::optional<double> before = c.take_exposed_seconds();  // nothing yet
+    if (r == 1) std::this_thread::sleep_for(std::chrono::duration<double>(late));
+    float v = 1.0f;
+    c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
+    const std::optional<double> a = c.take_exposed_seconds(), b = c.take_exposed_seconds();
+    if (!before || !a || !b) {
+      measured = false;
+      return;
+    }
+    first[r] = *before;
+    second[r] = *a;
+    third[r] = *b;
+  });
+  REQUIRE(measured);
+  CHECK(first[0] == 0.0);
+  CHECK(first[1] == 0.0);
+  CHECK(second[0] >= late);
+  CHECK(second[1] >= 0.0);
+  CHECK(second[1] < second[0]);
+  CHECK(third[0] == 0.0);
+  CHECK(third[1] == 0.0);
 }
 
 TEST_CASE("thread communicator: bad arguments are refused before any rank waits", "[ref][communicator]") {

@@ -13,6 +13,8 @@
 # 4 times is refused: up to about 4 epochs, repeated data trains about as well as new data
 # (Muennighoff et al., 2023, "Scaling Data-Constrained Language Models").
 # TOKENS_PER_STEP (default 16384 = the default batch 16 x seq 1024; set it with --batch/--seq).
+# STOP_AT (seconds since the epoch): no run starts from then on, so a call with a time limit ends
+# with whole runs; a later call resumes (finished runs are skipped).
 # Cost: 11 recipes x 3 seeds = 33 runs of STEPS x 16 x 1024 tokens on the default 100 M model;
 # at about 400 k tokens/s per H100 (bench/NOTES_training.md), 1 B tokens a run (STEPS 61035) is
 # about 42 minutes: 23 GPU-hours in all (3 hours on 8 GPUs). The default STEPS 2000 (32.8 M
@@ -62,6 +64,10 @@ worker() {  # worker GPU: every gpus-th job
   for ((i = g; i < ${#jobs[@]}; i += gpus)); do
     local n=${jobs[$i]%%:*} s=${jobs[$i]##*:}
     [[ -s "$out/$n.seed$s.csv" ]] && continue  # done in an earlier call
+    if [[ -n "${STOP_AT:-}" ]] && (( $(date +%s) >= STOP_AT )); then
+      echo "STOP_AT passed: run $n seed $s and later ones left for the next call"
+      return
+    fi
     # shellcheck disable=SC2086
     CUDA_VISIBLE_DEVICES=$g "$prog" ${recipe[$n]} --steps "$steps" --seed "$s" --log-every 10 --eval-every 0 \
       --csv "$out/$n.seed$s.csv" "${data[@]}" "${extra[@]}" > "$out/$n.seed$s.log" 2>&1 || echo "run $n seed $s failed: $out/$n.seed$s.log"

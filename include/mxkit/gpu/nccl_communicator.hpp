@@ -9,9 +9,11 @@
 // waits for an event recorded on the backend's stream at the call (it sees everything enqueued
 // before it), and join() makes the backend's stream wait for the communication stream (no host
 // synchronization). nccl_options::own_stream = false enqueues them on the backend's stream
-// instead (join() has nothing to do). A buffer passed to a collective must stay alive until
-// join(): the backend's stream-ordered pool must not hand its memory out again before the
-// collective has read or written it. NCCL reads inputs in 16-byte pieces, so a buffer should lie
+// instead (join() has nothing to do). With nccl_options::time_joins, join() brackets that wait
+// with two timing events on the backend's stream; the time between them is how long compute
+// stalled for communication, which take_exposed_seconds() sums (nn/communicator.hpp). A buffer
+// passed to a collective must stay alive until join(): the backend's stream-ordered pool must not
+// hand its memory out again before the collective has read or written it. NCCL reads inputs in 16-byte pieces, so a buffer should lie
 // in an allocation of a whole number of 16-byte units (gpu::allocate_async rounds up to that).
 //
 // Failure, never a hang. The communicator is non-blocking (ncclConfig_t::blocking = 0): no NCCL
@@ -71,6 +73,9 @@ struct nccl_options {
   // first connection to a rank that died) is not bounded by `timeout`; what runs on the GPU still
   // is (the watchdog). For measurements of the non-blocking mode's per-call cost.
   bool blocking = false;
+  // Times the backend stream's wait at each join() (take_exposed_seconds): two event records per
+  // join, read back when taken.
+  bool time_joins = true;
 };
 
 class nccl_communicator final : public nn::communicator {
@@ -194,21 +199,11 @@ class nccl_communicator final : public nn::communicator {
       done = take_event();
       MXKIT_GPU_CHECK(event_record(done, stream()));
     }
-    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-    poll_backoff backoff(options_.poll_interval);
-    for (;;) {
-      const error_t e = event_query(done);
-      if (e == success) break;
-      if (e != not_ready) {
-        give_event(done);
-        MXKIT_GPU_CHECK(e);
-      }
-      if (failed() || std::chrono::steady_clock::now() > deadline) {
-        give_event(done);
-        if (!failed()) fail("synchronize: collectives did not complete within the timeout");
-        check();
-      }
-      backoff.wait();
+    try {
+      wait_for(done, "synchronize: collectives did not complete within the timeout");
+    } catch (...) {
+      give_event(done);
+      throw;
     }
     give_event(done);
     check();
@@ -250,7 +245,24 @@ class nccl_communicator final : public nn::communicator {
     settle();
     if (!comm_stream_) return;
     MXKIT_GPU_CHECK(event_record(joined_, comm_stream_));
+    if (!options_.time_joins) {
+      MXKIT_GPU_CHECK(stream_wait_event(compute_, joined_));
+      return;
+    }
+    // `before` completes when the compute enqueued so far has, `after` when the collectives have
+    // too: the time between them is the stall.
+    join_stall j{take_timing_event(), take_timing_event()};
+    MXKIT_GPU_CHECK(event_record(j.before, compute_));
     MXKIT_GPU_CHECK(stream_wait_event(compute_, joined_));
+    MXKIT_GPU_CHECK(event_record(j.after, compute_));
+    stalls_.push_back(j);
+    if (stalls_.size() >= stalls_folded_at) fold_stalls(false);
+  }
+  std::optional<double> do_take_exposed_seconds() override {
+    if (!comm_stream_ || !options_.time_joins) return std::nullopt;
+    check();
+    fold_stalls(true);
+    return std::exchange(exposed_ms_, 0.0) / 1e3;
   }
   void do_abort(const std::string& reason) noexcept override {
     if (control_) control_->abort(reason);
@@ -267,6 +279,11 @@ class nccl_communicator final : public nn::communicator {
     int detail;         // reduce_op, or the broadcast's root
   };
   static constexpr std::size_t descriptor_bytes = 32;  // sequence, kind|type|detail, count, spare (u64 each)
+  struct join_stall {
+    event_t before, after;
+  };
+  // Stalls not yet read stay bounded: joins past this many fold the completed ones into exposed_ms_.
+  static constexpr std::size_t stalls_folded_at = 256;
 
   struct pending {
     event_t done;
@@ -286,6 +303,9 @@ class nccl_communicator final : public nn::communicator {
   void* verify_buffer_ = nullptr;  // device: size x descriptor_bytes
   void* verify_host_ = nullptr;    // pinned host copy
   std::uint64_t sequence_ = 0;
+  std::deque<join_stall> stalls_;            // joins not yet read, oldest first (the caller's thread only)
+  std::vector<event_t> free_timing_events_;  // (the caller's thread only)
+  double exposed_ms_ = 0;                    // stalls read since the last take_exposed_seconds
   struct launch_in_progress {
     bool active = false;
     std::uint64_t sequence = 0;
@@ -362,6 +382,47 @@ class nccl_communicator final : public nn::communicator {
   void give_event(event_t e) {
     const std::lock_guard<std::mutex> lock(mutex_);
     free_events_.push_back(e);
+  }
+  event_t take_timing_event() {
+    if (!free_timing_events_.empty()) {
+      event_t e = free_timing_events_.back();
+      free_timing_events_.pop_back();
+      return e;
+    }
+    event_t e = nullptr;
+    MXKIT_GPU_CHECK(event_create(&e));
+    return e;
+  }
+  // Adds the recorded stalls to exposed_ms_, oldest first: all of them (waiting, bounded by the
+  // timeout), or only those already complete.
+  void fold_stalls(bool wait) {
+    while (!stalls_.empty()) {
+      const join_stall j = stalls_.front();
+      if (wait) wait_for(j.after, "take_exposed_seconds: a join's collectives did not complete within the timeout");
+      else if (event_query(j.after) != success) return;
+      float ms = 0;
+      MXKIT_GPU_CHECK(event_elapsed_ms(&ms, j.before, j.after));
+      exposed_ms_ += ms;
+      stalls_.pop_front();
+      free_timing_events_.push_back(j.before);
+      free_timing_events_.push_back(j.after);
+    }
+  }
+  // Polls `e` until it completes; throws comm_error when the communicator fails meanwhile or the
+  // timeout passes (naming `timeout_reason`).
+  void wait_for(event_t e, const char* timeout_reason) {
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    poll_backoff backoff(options_.poll_interval);
+    for (;;) {
+      const error_t q = event_query(e);
+      if (q == success) return;
+      if (q != not_ready) MXKIT_GPU_CHECK(q);
+      if (failed() || std::chrono::steady_clock::now() > deadline) {
+        if (!failed()) fail(timeout_reason);
+        check();
+      }
+      backoff.wait();
+    }
   }
 
   // Records the first cause and aborts the NCCL communicator (its kernels return). Never throws.
@@ -555,6 +616,13 @@ class nccl_communicator final : public nn::communicator {
     if (comm_stream_) (void)stream_synchronize(comm_stream_);
     for (event_t e : free_events_) (void)event_destroy(e);
     free_events_.clear();
+    for (const join_stall& j : stalls_) {
+      (void)event_destroy(j.before);
+      (void)event_destroy(j.after);
+    }
+    stalls_.clear();
+    for (event_t e : free_timing_events_) (void)event_destroy(e);
+    free_timing_events_.clear();
     if (ready_) (void)event_destroy(ready_);
     if (joined_) (void)event_destroy(joined_);
     ready_ = joined_ = nullptr;

@@ -22,12 +22,19 @@
 // communicator's timeout, never a hang; abort() ends them at once (it is what a rank calls from
 // its exception handler so the others need not wait for the timeout).
 //
+// Exposed communication. take_exposed_seconds() is the time this rank's compute waited for
+// collectives since the last call: on a device, how long the backend's stream stalled at join()
+// for the communication stream (the communication that overlap did not hide); on the host, the
+// whole time of each collective, which runs to completion in the caller. An implementation that
+// does not measure it answers nullopt.
+//
 // Determinism. Reductions combine the ranks' values in rank order (0, 1, ..., size-1) wherever the
 // implementation controls the order (the host one always). NCCL's ring order is fixed for a given
 // communicator and size, so a run repeats bit for bit on the same N.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -130,6 +137,8 @@ class communicator {
   void join() { do_join(); }
   // Ends every rank's collectives with comm_error (this rank's too, from now on), naming `reason`.
   void abort(const std::string& reason) noexcept { do_abort(reason); }
+  // Seconds this rank's compute waited for collectives since the previous call (see above).
+  std::optional<double> take_exposed_seconds() { return do_take_exposed_seconds(); }
 
  protected:
   communicator(int rank, int size) : rank_(rank), size_(size) {
@@ -142,6 +151,7 @@ class communicator {
   virtual void do_broadcast(comm_buffer data, int root) = 0;
   virtual void do_join() = 0;
   virtual void do_abort(const std::string& reason) noexcept = 0;
+  virtual std::optional<double> do_take_exposed_seconds() { return std::nullopt; }
 
  private:
   int rank_, size_;

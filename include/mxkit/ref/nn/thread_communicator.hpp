@@ -32,9 +32,11 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <mxkit/error.hpp>
@@ -253,6 +255,9 @@ class thread_communicator final : public nn::communicator {
   }
   void do_broadcast(nn::comm_buffer data, int root) override { run(thread_world::kind::broadcast, data, data, nn::reduce_op::sum, root); }
   void do_join() override {}  // every collective ran to completion before it returned
+  // A host collective holds its caller until every rank has arrived and the result is written: all
+  // of its time is exposed.
+  std::optional<double> do_take_exposed_seconds() override { return std::exchange(exposed_seconds_, 0.0); }
   void do_abort(const std::string& reason) noexcept override {
     try {
       std::lock_guard<std::mutex> lock(world_->mu_);
@@ -270,10 +275,13 @@ class thread_communicator final : public nn::communicator {
     c.out = out;
     c.root = root;
     c.sequence = sequence_++;
+    const auto start = std::chrono::steady_clock::now();
     world_->collective(rank(), c);
+    exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   thread_world* world_;
   std::uint64_t sequence_ = 0;
+  double exposed_seconds_ = 0;
 };
 
 // Runs f(communicator&) on `size` threads, one per rank, and waits for all of them. A rank that
