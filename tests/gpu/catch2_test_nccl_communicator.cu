@@ -192,8 +192,11 @@ TEST_CASE("nccl_communicator: take_exposed_seconds is the backend stream's stall
   std::vector<std::string> errors = run_ranks(ranks, o, [&](rank_context& c) {
     gpu::device_buffer<float> x(n, c.stream);
     x.fill_bytes(0, c.stream);
-    MXKIT_GPU_CHECK(gpu::stream_synchronize(c.stream));
-    (void)c.comm.take_exposed_seconds();  // start-up
+    // A first collective connects the ranks, and its enqueue may wait on the host for a late peer
+    // (then the stream never stalls): connect first.
+    c.comm.all_reduce({x.data(), n, nn::comm_type::f32}, {x.data(), n, nn::comm_type::f32}, nn::reduce_op::sum);
+    c.comm.synchronize();
+    (void)c.comm.take_exposed_seconds();
     if (c.rank == 1) std::this_thread::sleep_for(100ms);
     c.comm.all_reduce({x.data(), n, nn::comm_type::f32}, {x.data(), n, nn::comm_type::f32}, nn::reduce_op::sum);
     c.comm.join();
