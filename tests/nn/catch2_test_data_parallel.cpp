@@ -11,6 +11,8 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <mxkit/nn/data_parallel.hpp>
@@ -19,6 +21,7 @@
 
 #include "../catch.hpp"
 #include "counting_communicator.hpp"
+#include "deferred_communicator.hpp"
 #include "nn_test_helpers.hpp"
 #include "same_runs.hpp"
 
@@ -715,6 +718,55 @@ TEST_CASE("full sharding: resharding after forward gives the same bits, gathers 
       } else {  // the fp32 weights gathered again for backward
         CHECK(resharded.u8_gathered[0] == 0);
         CHECK(resharded.other_bytes[0] > kept.other_bytes[0]);
+      }
+    }
+  }
+}
+
+TEST_CASE("full sharding: with collectives that complete only when joined, a group waits for its own gather only, the same bits",
+          "[nn][data_parallel]") {
+  // deferred_communicator runs a collective at the first join covering it, as a device
+  // communicator's stream does at the latest: a group that used its weights before joining their
+  // gather, or freed gradients a reduction still reads, would train other bits. partial_joins
+  // counts the joins that left a later collective (the previous group's gradient reduction)
+  // running: the overlap the marks exist for.
+  model_config mc = tiny_model();
+  mc.n_layers = 3;
+  mc.layer = {64, 2, 1, 64};
+  for (const recipe& r : {recipes::mxfp4(), recipes::fp8_delayed({16, amax_algorithm::max, 0}), recipes::bf16()}) {
+    for (const auto& [n, micro, recompute, reshard] : {std::tuple{2, std::size_t{1}, false, true}, std::tuple{3, std::size_t{2}, true, true},
+                                                       std::tuple{2, std::size_t{2}, false, false}}) {
+      INFO(r.name << " on " << n << " ranks, " << micro << " micro-batches" << (recompute ? ", recompute" : "")
+                  << (reshard ? ", resharded after forward" : ""));
+      const train_config base = run_config(2, 0.0);
+      const auto run = [&](bool deferred) {
+        std::vector<outcome> got(static_cast<std::size_t>(n));
+        std::vector<std::size_t> partial(static_cast<std::size_t>(n));
+        ref::run_ranks(n, [&](communicator& inner) {
+          deferred_communicator later(inner);
+          communicator& comm = deferred ? static_cast<communicator&>(later) : inner;
+          host_backend be;
+          model m(be, mc, r, 17);
+          m.set_recompute(recompute);
+          train_config c = base;
+          c.parallel = {&comm, micro, sharding::full};
+          c.parallel.reshard_after_forward = reshard;
+          trainer t(m, text_tokens(), c);
+          t.run();
+          got[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
+          partial[static_cast<std::size_t>(comm.rank())] = later.partial_joins;
+        });
+        return std::pair{got, partial};
+      };
+      const auto [now, immediate_partial] = run(false);
+      const auto [later, partial] = run(true);
+      for (std::size_t k = 0; k < static_cast<std::size_t>(n); ++k) {
+        INFO("rank " << k);
+        CHECK(later[k].losses == now[k].losses);
+        CHECK(later[k].weights == now[k].weights);
+        CHECK(later[k].scale == now[k].scale);
+        CHECK(partial[k] > 0);
+        CHECK(immediate_partial[k] == 0);
       }
     }
   }

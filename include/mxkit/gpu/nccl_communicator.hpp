@@ -8,8 +8,9 @@
 // they overlap the backend's compute (the gradient buckets of backward): each collective first
 // waits for an event recorded on the backend's stream at the call (it sees everything enqueued
 // before it), and join() makes the backend's stream wait for the communication stream (no host
-// synchronization). nccl_options::own_stream = false enqueues them on the backend's stream
-// instead (join() has nothing to do). With nccl_options::time_joins, join() brackets that wait
+// synchronization). mark() records an event on the communication stream after the collectives
+// called so far, and join(mark) waits for that event only. nccl_options::own_stream = false
+// enqueues them on the backend's stream instead (join() has nothing to do). With nccl_options::time_joins, join() brackets that wait
 // with two timing events on the backend's stream; the time between them is how long compute
 // stalled for communication, which take_exposed_seconds() sums (nn/communicator.hpp). A buffer
 // passed to a collective must stay alive until join(): the backend's stream-ordered pool must not
@@ -245,18 +246,33 @@ class nccl_communicator final : public nn::communicator {
     settle();
     if (!comm_stream_) return;
     MXKIT_GPU_CHECK(event_record(joined_, comm_stream_));
-    if (!options_.time_joins) {
-      MXKIT_GPU_CHECK(stream_wait_event(compute_, joined_));
-      return;
+    compute_waits_for(joined_);
+    release_marks(next_mark_);  // every mark taken is behind this join
+  }
+  std::uint64_t do_mark() override {
+    check();
+    settle();  // the last collective's kernel is on the stream
+    ++next_mark_;
+    if (!comm_stream_) return next_mark_;  // collectives on the backend's stream: in order already
+    event_t e = nullptr;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      e = take_event();
     }
-    // `before` completes when the compute enqueued so far has, `after` when the collectives have
-    // too: the time between them is the stall.
-    join_stall j{take_timing_event(), take_timing_event()};
-    MXKIT_GPU_CHECK(event_record(j.before, compute_));
-    MXKIT_GPU_CHECK(stream_wait_event(compute_, joined_));
-    MXKIT_GPU_CHECK(event_record(j.after, compute_));
-    stalls_.push_back(j);
-    if (stalls_.size() >= stalls_folded_at) fold_stalls(false);
+    const error_t r = event_record(e, comm_stream_);
+    if (r != success) give_event(e);
+    MXKIT_GPU_CHECK(r);
+    marks_.push_back({next_mark_, e});
+    return next_mark_;
+  }
+  void do_join_until(std::uint64_t mark) override {
+    mxkit::detail::require(mark <= next_mark_, "nccl_communicator::join: mark ", mark, " was not taken (", next_mark_, " so far)");
+    check();
+    if (!comm_stream_ || mark == 0) return;  // (mark 0: before any collective)
+    release_marks(mark - 1);                 // older marks: covered by this one
+    if (marks_.empty() || marks_.front().index != mark) return;  // a full join or a later mark's join covered it
+    compute_waits_for(marks_.front().done);
+    release_marks(mark);
   }
   std::optional<double> do_take_exposed_seconds() override {
     if (!comm_stream_ || !options_.time_joins) return std::nullopt;
@@ -303,6 +319,12 @@ class nccl_communicator final : public nn::communicator {
   void* verify_buffer_ = nullptr;  // device: size x descriptor_bytes
   void* verify_host_ = nullptr;    // pinned host copy
   std::uint64_t sequence_ = 0;
+  struct collective_mark_event {
+    std::uint64_t index;
+    event_t done;  // recorded on the communication stream at mark()
+  };
+  std::deque<collective_mark_event> marks_;  // marks not yet joined, oldest first (the caller's thread only)
+  std::uint64_t next_mark_ = 0;              // the last mark handed out
   std::deque<join_stall> stalls_;            // joins not yet read, oldest first (the caller's thread only)
   std::vector<event_t> free_timing_events_;  // (the caller's thread only)
   double exposed_ms_ = 0;                    // stalls read since the last take_exposed_seconds
@@ -382,6 +404,28 @@ class nccl_communicator final : public nn::communicator {
   void give_event(event_t e) {
     const std::lock_guard<std::mutex> lock(mutex_);
     free_events_.push_back(e);
+  }
+  // The backend's stream waits for `e`; with time_joins, bracketed by two timing events on it:
+  // `before` completes when the compute enqueued so far has, `after` when `e` has too, so the time
+  // between them is the stall.
+  void compute_waits_for(event_t e) {
+    if (!options_.time_joins) {
+      MXKIT_GPU_CHECK(stream_wait_event(compute_, e));
+      return;
+    }
+    join_stall j{take_timing_event(), take_timing_event()};
+    MXKIT_GPU_CHECK(event_record(j.before, compute_));
+    MXKIT_GPU_CHECK(stream_wait_event(compute_, e));
+    MXKIT_GPU_CHECK(event_record(j.after, compute_));
+    stalls_.push_back(j);
+    if (stalls_.size() >= stalls_folded_at) fold_stalls(false);
+  }
+  // Marks up to `through` are joined: their events go back to the pool.
+  void release_marks(std::uint64_t through) {
+    while (!marks_.empty() && marks_.front().index <= through) {
+      give_event(marks_.front().done);
+      marks_.pop_front();
+    }
   }
   event_t take_timing_event() {
     if (!free_timing_events_.empty()) {
@@ -616,6 +660,8 @@ class nccl_communicator final : public nn::communicator {
     if (comm_stream_) (void)stream_synchronize(comm_stream_);
     for (event_t e : free_events_) (void)event_destroy(e);
     free_events_.clear();
+    for (const collective_mark_event& m : marks_) (void)event_destroy(m.done);
+    marks_.clear();
     for (const join_stall& j : stalls_) {
       (void)event_destroy(j.before);
       (void)event_destroy(j.after);

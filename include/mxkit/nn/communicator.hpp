@@ -16,6 +16,11 @@
 // on a stream of its own (overlap with the backward pass) ordered by events; join() makes the
 // backend's stream wait for them without a host synchronization. The host one runs each
 // collective to completion before returning, so join() has nothing to do there.
+// join(mark()) waits for fewer: only the collectives called before the mark, not those called
+// after it. Full sharding needs that: a layer's prefetched weights are gathered before the
+// previous layer's gradients are reduced, and waiting for both at every layer left each layer's
+// reduction exposed (bench/NOTES_multi_gpu.md). A buffer of a collective called after the mark
+// must stay alive until a later join covers it. An implementation without marks joins fully.
 //
 // Failure. A rank that throws, a mismatched call (another operation, count or type on another
 // rank) or a peer that never arrives ends every rank's collective with comm_error within the
@@ -135,6 +140,14 @@ class communicator {
   }
   // The backend's stream waits for every collective called so far (no host synchronization).
   void join() { do_join(); }
+  // A point in this rank's sequence of collectives; a mark taken later compares greater or equal.
+  struct collective_mark {
+    std::uint64_t index = 0;
+    friend constexpr bool operator<=(collective_mark a, collective_mark b) noexcept { return a.index <= b.index; }
+  };
+  collective_mark mark() { return {do_mark()}; }
+  // The backend's stream waits for the collectives called before `m` (see above).
+  void join(collective_mark m) { do_join_until(m.index); }
   // Ends every rank's collectives with comm_error (this rank's too, from now on), naming `reason`.
   void abort(const std::string& reason) noexcept { do_abort(reason); }
   // Seconds this rank's compute waited for collectives since the previous call (see above).
@@ -152,6 +165,10 @@ class communicator {
   virtual void do_join() = 0;
   virtual void do_abort(const std::string& reason) noexcept = 0;
   virtual std::optional<double> do_take_exposed_seconds() { return std::nullopt; }
+  // Without marks of its own an implementation hands out one mark, and joins fully: every mark
+  // compares equal, and join(mark) covers every collective.
+  virtual std::uint64_t do_mark() { return 0; }
+  virtual void do_join_until(std::uint64_t) { do_join(); }
 
  private:
   int rank_, size_;

@@ -36,6 +36,9 @@
 // gradients; a group's weights are all-gathered before its forward, and before its backward only
 // the parameters the backward reads (model::backward_reads_value: norm gains; a linear weight
 // whose cached quantized copies serve its dgrad is not read), broadcast from their owners.
+// The next group's gather is called before this group's work (the prefetch), and a group's work
+// waits for its own gather only (communicator::join(mark)), not for the gradient reduction of the
+// group before it, which is called later and runs behind this group's backward.
 //
 // Gathering the weights as their quantized copies (parallel_config::gather_quantized, full
 // sharding): where a linear's recipe quantizes its weight (MX rounded to nearest, or FP8 for both
@@ -88,6 +91,7 @@
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -374,6 +378,7 @@ class data_parallel {
                                            // (full sharding: only while the group is gathered)
     tensor shard_values, shard_grads;      // full sharding: (1, shard) each, this rank's
     bool gathered = false;                 // full sharding: gather() called since the last release
+    communicator::collective_mark ready;   // full sharding: after gather()'s collectives (join(ready) shows them)
     std::vector<parameter> pieces;         // sharded: this rank's part of each parameter it overlaps
     std::vector<std::size_t> piece_of, piece_begin;
     // Full sharding with copies gathered: the linear of each parameter laid out in whole 32-row
@@ -407,9 +412,14 @@ class data_parallel {
     for (parameter* p : g.params) p->grad.reset();
     g.grads.reset();
   }
-  void release_reduced() noexcept {
-    for (std::size_t i : reduced_) release_grads(groups_[i]);
-    reduced_.clear();
+  // The whole gradients of the groups whose reductions the join of `joined` covered (all of them
+  // after a full join).
+  void release_reduced(std::optional<communicator::collective_mark> joined = std::nullopt) noexcept {
+    std::erase_if(reduced_, [&](const reduction& r) {
+      if (joined && !(r.called <= *joined)) return false;
+      release_grads(groups_[r.group]);
+      return true;
+    });
   }
   void release_weights(group& g) noexcept {
     for (parameter* p : g.params) p->value.reset();
@@ -455,6 +465,7 @@ class data_parallel {
       g.values = be.alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
       c_.comm->all_gather(buffer_of(g.shard_values), buffer_of(g.values));
       for (std::size_t i = 0; i < g.params.size(); ++i) g.params[i]->value = view_of(g.values, g.offsets[i], g.rows[i], g.cols[i]);
+      g.ready = c_.comm->mark();
       return;
     }
     const std::size_t r = static_cast<std::size_t>(rank());
@@ -470,6 +481,7 @@ class data_parallel {
         c_.comm->broadcast(buffer_of(part), static_cast<int>(owner));
       }
     }
+    g.ready = c_.comm->mark();
   }
 
   bool gathers_copies(const group& g, std::size_t i) const {
@@ -570,15 +582,20 @@ class data_parallel {
         if (!full) return;
         const gather_for purpose = e == group_event::before_forward ? gather_for::forward : gather_for::backward;
         gather(g, purpose);
-        if (e == group_event::before_backward && !g.grads.defined()) {  // zeros: the padding stays 0
-          g.grads = m_->be().alloc(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::gradient);
-          bind_grads(g);
-        }
-        c_.comm->join();
+        // Only the group's own collectives: in backward the previous group's gradient reduction,
+        // called after this group's prefetch, goes on behind this group's backward.
+        c_.comm->join(g.ready);
         install_copies(g);
-        // The reductions called so far are done for what the backend runs from here on (the
-        // join): the whole gradients they read can go, so backward holds at most two groups'.
-        if (e == group_event::before_backward) release_reduced();
+        if (e == group_event::before_backward) {
+          // The reductions the join covered are done for what the backend runs from here on: the
+          // whole gradients they read can go before this group's are made, so backward holds at
+          // most two groups' (the previous group's, still being reduced, and this one's).
+          release_reduced(g.ready);
+          if (!g.grads.defined()) {  // zeros: the padding stays 0
+            g.grads = m_->be().alloc(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::gradient);
+            bind_grads(g);
+          }
+        }
         // Prefetch the group that runs next (forward: index + 1, backward: index - 1), overlapped
         // with this group's work on a device communicator's stream.
         const std::size_t next = e == group_event::before_forward ? index + 1 : index - 1;
@@ -607,7 +624,7 @@ class data_parallel {
     if (full) {
       release_copies(g);
       release_weights(g);
-      if (reducing_) reduced_.push_back(index);  // freed after the next join(): a device reduction may still read them
+      if (reducing_) reduced_.push_back({index, c_.comm->mark()});  // freed after a join covers the reduction: a device may still read them
     }
   }
 
@@ -615,7 +632,11 @@ class data_parallel {
   parallel_config c_;
   std::vector<group> groups_;
   bool reducing_ = false;
-  std::vector<std::size_t> reduced_;  // full sharding: groups whose whole gradients go at finish_gradients
+  struct reduction {
+    std::size_t group;
+    communicator::collective_mark called;  // after its reduce_scatter
+  };
+  std::vector<reduction> reduced_;  // full sharding: groups whose whole gradients go once a join covers their reduction
 };
 
 }  // namespace nn
