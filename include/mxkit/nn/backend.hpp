@@ -224,7 +224,7 @@ class backend {
   // format of a copy of a [rows, cols] slab is backend-neutral: its stored codes (lines x length,
   // MX packed as mx_layout), then, MX, its E8M0 scales (lines x blocks per line). An FP8 copy sends
   // its codes only: its scale is the table's, the same on every rank; a bf16 copy its values (2
-  // bytes each, little-endian). FP8 and bf16 copies travel rowwise: their columnwise copy is the
+  // bytes each, as stored). FP8 and bf16 copies travel rowwise: their columnwise copy is the
   // rowwise one's transpose (transpose()). Slabs are whole 32-row blocks (but the last), so every
   // block of either copy is quantized from the values the whole weight's quantizer reads: the
   // assembled copy is the bytes quantizing the gathered weight gives, for round-to-nearest

@@ -41,21 +41,21 @@
 // sharding): where a linear's recipe quantizes its weight (MX rounded to nearest, FP8 for both
 // fprop and dgrad, or bf16 for both: the bf16 recipe, the bf16 first/last layers of a recipe, the
 // LM head in bf16 high precision; linear::weight_copies_gatherable), the ranks gather the copies
-// instead of the fp32 weight, and the fp32 weight is not gathered at all (norm gains, the
-// embedding and other weights, native or of mixed kinds, are gathered as before). The group's layout makes that exact:
-// such a weight starts on a multiple of 32 rows (32 x cols elements) and the shard is a multiple
-// of every such 32-row slab, so each rank's piece of the weight is whole 32-row slabs. Before the
-// group's forward each rank quantizes its slab into both copies (MX: the fprop rowwise copy and
-// the dgrad columnwise copy, whose 32-row blocks the slab keeps whole; FP8: the rowwise copy, with
-// the table's scale, the same on every rank; bf16: the rowwise copy, rounded elementwise), the
-// ranks all-gather the bytes (backend::pack_copy, u8), and every rank assembles the whole copies
-// (backend::assemble_copy; FP8's and bf16's dgrad copy is the rowwise one's transpose,
-// backend::transpose) and installs them as the linear's cached copies: the bytes quantizing the
-// gathered weight gives, so the results are the fp32 gather's bits. FP8's W amax is recorded per
-// slab; the MAX reduction of the scaling table before the update (reduce_amax) makes it the whole
-// weight's, as it does for every amax (bf16 and MX copies have no table). Per element gathered:
-// MXFP4 2 x 17/32 bytes (both copies), MXFP8 2 x 33/32, FP8 1, bf16 2 (PyTorch FSDP2's bf16
-// gather), against 4 for fp32. Copies still current (a second micro-batch of the step) are not
+// instead of the fp32 weight, and the fp32 weight is not gathered at all (norm gains, the embedding
+// and other weights, native or of mixed kinds, are gathered as before). The group's layout makes
+// that exact: such a weight starts on a multiple of 32 rows (32 x cols elements) and the shard is a
+// multiple of every such 32-row slab, so each rank's piece of the weight is whole 32-row slabs.
+// Before the group's forward each rank quantizes its slab into both copies (MX: the fprop rowwise
+// copy and the dgrad columnwise copy, whose 32-row blocks the slab keeps whole; FP8: the rowwise
+// copy, with the table's scale, the same on every rank; bf16: the rowwise copy, rounded
+// elementwise), the ranks all-gather the bytes (backend::pack_copy, u8), and every rank assembles
+// the whole copies (backend::assemble_copy; FP8's and bf16's dgrad copy is the rowwise one's
+// transpose, backend::transpose) and installs them as the linear's cached copies: the bytes
+// quantizing the gathered weight gives, so the results are the fp32 gather's bits. FP8's W amax is
+// recorded per slab; the MAX reduction of the scaling table before the update (reduce_amax) makes
+// it the whole weight's, as it does for every amax (bf16 and MX copies have no table). Per element
+// gathered: MXFP4 2 x 17/32 bytes (both copies), MXFP8 2 x 33/32, FP8 1, bf16 2 (PyTorch FSDP2's
+// bf16 gather), against 4 for fp32. Copies still current (a second micro-batch of the step) are not
 // gathered again.
 //
 // Resharding after forward (parallel_config::reshard_after_forward, full sharding; FSDP2's

@@ -255,7 +255,7 @@ class host_backend : public nn::backend {
   bool do_gathers_copies() const noexcept override { return true; }
   void do_pack_copy(const nn::qtensor& q, nn::tensor& wire, std::size_t byte_offset) override {
     std::uint8_t* out = static_cast<std::uint8_t*>(wire.data()) + byte_offset;
-    if (q.kind() == nn::precision::fp8 || q.kind() == nn::precision::bf16) {  // rowwise: the elements as stored
+    if (columnwise_is_transpose(q.kind())) {  // FP8, bf16 (rowwise): the elements as stored
       const void* elements = q.kind() == nn::precision::fp8 ? static_cast<const void*>(fp8(q).data.data()) : bf16(q).data();
       const std::size_t n = copy_wire_bytes(q.request(), q.rows(), q.cols());
       if (n) std::memcpy(out, elements, n);
@@ -269,7 +269,7 @@ class host_backend : public nn::backend {
                                std::span<const nn::copy_slab> slabs) override {
     const std::uint8_t* in = static_cast<const std::uint8_t*>(wire.data());
     auto p = std::make_shared<payload>();
-    if (r.spec.kind == nn::precision::fp8 || r.spec.kind == nn::precision::bf16) {  // rowwise: the slabs' elements one after another
+    if (columnwise_is_transpose(r.spec.kind)) {  // FP8, bf16 (rowwise): the slabs' elements one after another
       const std::size_t row_bytes = copy_wire_bytes(r, 1, cols);
       const auto place = [&](void* elements) {
         for (const nn::copy_slab& s : slabs)
