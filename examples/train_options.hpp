@@ -250,7 +250,7 @@ inline std::vector<flag> flags() {
        }},
       {"--gather", "copies|fp32", "several ranks",
        "--shard full: gather the weights that linears quantize as their quantized copies (MXFP4 2 x 17/32\n"
-       "    byte an element, MXFP8 2 x 33/32, FP8 1; the same bits) or as fp32 (default copies)",
+       "    byte an element, MXFP8 2 x 33/32, FP8 1, bf16 2; the same bits) or as fp32 (default copies)",
        [](options& o, std::string_view v) {
          if (v == "copies" || v == "fp32") o.gather_quantized = v == "copies";
          else throw usage_error("--gather: expected copies or fp32, got '" + std::string(v) + "'");

@@ -3,8 +3,10 @@
 // communicator's): gathering the weights as their quantized copies (parallel_config::
 // gather_quantized; backend::pack_copy / assemble_copy, gpu/nn/operand_payload.hpp) gives the
 // fp32 gather's losses, weights and FP8 scales bit for bit, per recipe (MXFP4 with and without
-// Hadamard, MXFP8, FP8 delayed scaling; FP8 against the fp32 gather at the same shard layout, see
-// below). The host twins: tests/nn/catch2_test_data_parallel.cpp (NCCL's summation order too).
+// Hadamard, MXFP8, FP8 delayed scaling, bf16, MXFP4 with bf16 first and last layers; FP8 and bf16
+// weights, the bf16 head of every recipe among them, against the fp32 gather at the same shard
+// layout, see below). The host twins: tests/nn/catch2_test_data_parallel.cpp (NCCL's summation
+// order too).
 // Skipped without two GPUs or the library.
 #include <chrono>
 #include <cstddef>
@@ -33,9 +35,9 @@ struct outcome {
 };
 
 // Every rank's outcome of a fully sharded run on `n` GPUs.
-std::vector<outcome> train_sharded(int n, const recipe& r, bool gather_quantized, bool gather_fp8) {
+std::vector<outcome> train_sharded(int n, const recipe& r, bool gather_quantized, bool gather_fp8, bool gather_bf16) {
   model_config mc = tiny_model();
-  mc.n_layers = 2;
+  mc.n_layers = r.bf16_first_layers ? 3 : 2;  // (an MXFP4 layer between the bf16 ones)
   mc.layer = {128, 2, 1, 128};  // head_dim 64: the device attention's smallest
   std::vector<outcome> out(static_cast<std::size_t>(n));
   std::vector<std::string> errors(static_cast<std::size_t>(n));
@@ -58,6 +60,7 @@ std::vector<outcome> train_sharded(int n, const recipe& r, bool gather_quantized
         c.parallel = {&comm, 1, sharding::full};
         c.parallel.gather_quantized = gather_quantized;
         c.parallel.gather_quantized_fp8 = gather_fp8;
+        c.parallel.gather_quantized_bf16 = gather_bf16;
         trainer t(m, text_tokens(), c);
         t.run();
         outcome& got = out[static_cast<std::size_t>(k)];
@@ -80,13 +83,23 @@ std::vector<outcome> train_sharded(int n, const recipe& r, bool gather_quantized
 
 TEST_CASE("full sharding on NCCL: the quantized copies' gather gives the fp32 gather's bits", "[nccl][training]") {
   const int n = nccl_test::ranks < 3 ? nccl_test::ranks : 3;
-  for (const recipe& r : {recipes::mxfp4(), recipes::mxfp4_no_hadamard(), recipes::mxfp8(), recipes::fp8_delayed()}) {
-    INFO(r.name << " on " << n << " GPUs");
+  recipe edges = recipes::mxfp4();  // examples/train_options.hpp's mxfp4-bf16-edges
+  edges.name = "mxfp4, bf16 first and last layer";
+  edges.bf16_first_layers = edges.bf16_last_layers = 1;
+  for (const recipe& r : {recipes::mxfp4(), recipes::mxfp4_no_hadamard(), recipes::mxfp8(), recipes::fp8_delayed(), recipes::bf16(), edges}) {
     // The fp32 gather at the copies' shard layout: NCCL's ring sums a gradient in an order that
     // depends on the rank owning it, so another layout moves the last bits of sums that round
-    // (FP8's; MX gradients add exactly). For FP8 gather_quantized_fp8 off keeps the layout; for MX
-    // the fp32 gather (gather_quantized off) is compared, at its own layout.
-    const bool fp8 = r.fprop.b.kind == precision::fp8;
-    check_same_runs(train_sharded(n, r, true, true), train_sharded(n, r, fp8, false));
+    // (FP8's and bf16's; MX gradients add exactly). gather_quantized_fp8 and _bf16 off keep the
+    // layout and gather those weights (the bf16 head of every recipe too) in fp32.
+    {
+      INFO(r.name << " on " << n << " GPUs: FP8 and bf16 weights as copies and in fp32");
+      check_same_runs(train_sharded(n, r, true, true, true), train_sharded(n, r, true, false, false));
+    }
+    // MX weights against the fp32 gather (gather_quantized off) at its own layout: on two GPUs,
+    // where a sum of two ranks' terms does not depend on the order.
+    if (r.fprop.b.kind == precision::mx) {
+      INFO(r.name << " on 2 GPUs: every weight as copies and in fp32");
+      check_same_runs(train_sharded(2, r, true, true, true), train_sharded(2, r, false, false, false));
+    }
   }
 }

@@ -505,7 +505,9 @@ void quantized_copies() {
 // A weight's copies gathered from slabs of rows (full sharding, nn/data_parallel.hpp): each slab
 // quantized (quantize_both on a view of its rows), packed into one wire buffer (pack_copy), and
 // the whole copy assembled (assemble_copy) equals the oracle's copy of the whole tensor, byte for
-// byte. Slabs of whole 32-row blocks but the last (ragged for the rowwise and FP8 copies).
+// byte; for FP8 and bf16, which travel rowwise, its transpose equals the oracle's columnwise copy.
+// Slabs of whole 32-row blocks but the last (ragged for the rowwise, FP8 and bf16 copies); bf16
+// slabs from f32 values and from bf16 values (a copy that is its source: may_alias_input).
 template <class S>
 void gathered_copies() {
   host_backend h;
@@ -519,21 +521,26 @@ void gathered_copies() {
   d.write(td->scale(), {3.5});
   struct copy_case {
     const char* name;
-    quant_request row, col;  // col: MX only (an FP8 dgrad copy is the rowwise one's transpose)
+    quant_request row, col;  // col: MX only (an FP8 or bf16 dgrad copy is the rowwise one's transpose)
     std::size_t rows;        // a multiple of 32 where a columnwise copy is gathered
+    dtype source = dtype::f32;
   };
+  quant_request bf16_aliasing = plain_request(recipes::bf16_operand(), block_axis::rowwise);
+  bf16_aliasing.may_alias_input = true;  // (a bf16 master weight is its own bf16 copy)
   const operand_spec fp4 = recipes::mx_operand(mx_type::mxfp4, scale_rule::even), fp8e = recipes::mx_operand(mx_type::mxfp8_e4m3, scale_rule::round_up);
   const copy_case cases[] = {
       {"mxfp4, hadamard, random signs", mx_request(fp4, block_axis::rowwise, true, true, 7), mx_request(fp4, block_axis::columnwise, true, true, 7), 224},
       {"mxfp4", mx_request(fp4, block_axis::rowwise, false, false, 8), mx_request(fp4, block_axis::columnwise, false, false, 8), 160},
       {"mxfp8 e4m3", mx_request(fp8e, block_axis::rowwise, false, false, 9), mx_request(fp8e, block_axis::columnwise, false, false, 9), 96},
       {"mxfp4 rowwise, ragged last slab", mx_request(fp4, block_axis::rowwise, true, false, 10), {}, 200},
-      {"fp8 e4m3, ragged last slab", fp8_request(td.get(), 0, block_axis::rowwise, false), {}, 200}};
+      {"fp8 e4m3, ragged last slab", fp8_request(td.get(), 0, block_axis::rowwise, false), {}, 200},
+      {"bf16, ragged last slab", plain_request(recipes::bf16_operand(), block_axis::rowwise), {}, 200},
+      {"bf16 from bf16 values", bf16_aliasing, {}, 128, dtype::bf16}};
   for (const std::size_t cols : {std::size_t{64}, std::size_t{96}})
     for (const copy_case& c : cases) {
       INFO(c.name << ", " << c.rows << "x" << cols);
       const bool col = c.col.spec.kind == precision::mx;
-      const twin x = make_twin(h, d, c.rows, cols, dtype::f32, spread_values(c.rows, cols, 300 + cols));
+      const twin x = make_twin(h, d, c.rows, cols, c.source, spread_values(c.rows, cols, 300 + cols));
       const std::size_t cuts[] = {0, 32, 96, c.rows};  // slabs of 32, 64 and the rest of the rows
       std::vector<copy_slab> row_slabs, col_slabs;
       std::size_t bytes = 0;
@@ -560,9 +567,28 @@ void gathered_copies() {
       }
       quant_request want_row = c.row;
       if (c.row.spec.kind == precision::fp8) want_row.fp8.table = th.get();
-      CHECK(copy_mismatch<S>(d, d.assemble_copy(c.row, c.rows, cols, wire, row_slabs), h.quantize(x.h, want_row)) == "");
+      const qtensor row = d.assemble_copy(c.row, c.rows, cols, wire, row_slabs);
+      CHECK(copy_mismatch<S>(d, row, h.quantize(x.h, want_row)) == "");
       if (col) CHECK(copy_mismatch<S>(d, d.assemble_copy(c.col, c.rows, cols, wire, col_slabs), h.quantize(x.h, c.col)) == "");
+      if (backend::columnwise_is_transpose(c.row.spec.kind)) {
+        quant_request want_col = want_row;
+        want_col.axis = block_axis::columnwise;
+        CHECK(copy_mismatch<S>(d, d.transpose(row, operand_use::dgrad_w, mem_tag::quantized_weight), h.quantize(x.h, want_col)) == "");
+      }
     }
+  // FP8 and bf16 copies travel rowwise; native operands do not travel (the weight is gathered).
+  {
+    const twin x = make_twin(h, d, 64, 64, dtype::f32, spread_values(64, 64, 5));
+    tensor wire = d.alloc(1, 4096, dtype::f32, mem_tag::quantized_weight);
+    const quant_request bf16_col = plain_request(recipes::bf16_operand(), block_axis::columnwise);
+    const copy_slab all[] = {{0, 0, 64}};
+    CHECK_THROWS_AS(d.pack_copy(d.quantize(x.d, bf16_col), wire, 0), std::invalid_argument);
+    CHECK_THROWS_AS(d.assemble_copy(bf16_col, 64, 64, wire, all), std::invalid_argument);
+    CHECK_THROWS_AS(backend::copy_wire_bytes(plain_request(recipes::native_operand(), block_axis::rowwise), 64, 64), std::invalid_argument);
+    CHECK(backend::copy_wire_bytes(plain_request(recipes::bf16_operand(), block_axis::rowwise), 64, 64) == 2 * 64 * 64);
+    CHECK_THROWS_AS(d.pack_copy(d.quantize(x.d, plain_request(recipes::bf16_operand(), block_axis::rowwise)), wire, 4 * 4096 - 2 * 64 * 64 + 2),
+                    std::invalid_argument);
+  }
   // Slabs that leave rows out, or an MX columnwise slab off a 32-row boundary, are refused.
   tensor wire = d.alloc(1, 4096, dtype::f32, mem_tag::quantized_weight);
   const quant_request r = mx_request(recipes::mx_operand(mx_type::mxfp4, scale_rule::even), block_axis::columnwise, false, false, 1);

@@ -385,7 +385,7 @@ class checking_backend : public host_backend {
     return host_backend::do_quantize_both(x, a, b);
   }
   qtensor do_transpose(const qtensor& q, operand_use u, mem_tag t) override {
-    hit(backend_op::transpose, q.kind() == precision::fp8 && q.axis() == block_axis::rowwise);
+    hit(backend_op::transpose, backend::columnwise_is_transpose(q.kind()) && q.axis() == block_axis::rowwise);
     return host_backend::do_transpose(q, u, t);
   }
   host_fp8 do_export_fp8(const tensor& w, fp8_type t, float s) override {

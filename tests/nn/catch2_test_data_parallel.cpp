@@ -426,8 +426,11 @@ TEST_CASE("deferred construction: each rank makes only what it keeps, the eager 
       INFO("rank " << k << ": parameter peak " << got[static_cast<std::size_t>(k)].parameter_peak << " of " << whole);
       CHECK(got[static_cast<std::size_t>(k)].values == eager.values);
       if (s == sharding::full) {  // the rank's shards only, never a whole group, no whole gradients
-        CHECK(got[static_cast<std::size_t>(k)].parameter_peak <= whole / n + 6 * 32 * 4);
-        CHECK(got[static_cast<std::size_t>(k)].gradient_peak <= whole / n + 6 * 32 * 4);
+        // (A group laid out in 32-row slabs, for the copies' gather: the bf16 head's here, is
+        // padded by at most a quarter, data_parallel.hpp.)
+        const std::size_t shards = whole * 5 / 4 / n + 6 * 32 * 4;
+        CHECK(got[static_cast<std::size_t>(k)].parameter_peak <= shards);
+        CHECK(got[static_cast<std::size_t>(k)].gradient_peak <= shards);
       } else {  // the whole weights, once
         CHECK(got[static_cast<std::size_t>(k)].parameter_peak <= whole + 6 * 32 * 4 * n);
       }
@@ -527,34 +530,47 @@ TEST_CASE("full sharding: backward gathers only the norm gains where forward's w
 // different shard layouts differ in the last bits. The copies' gather lays linear weights out in
 // 32-row slabs and the fp32 gather (gather_quantized off) does not; their FP8 runs therefore
 // differed on 3 GPUs (MX gradients, sums of few-bit products under a shared block scale, added
-// exactly and did not). This is that device test's model and run on the host in NCCL's order
-// (ref::sum_order::ring): gathering FP8 weights as copies or in fp32 at the same layout
-// (gather_quantized_fp8 on and off) gives the same bits.
-TEST_CASE("full sharding: FP8 weights gathered as copies give the fp32 gather's bits at the same layout, in NCCL's ring order",
+// exactly and did not; bf16 gradients round as FP8's do). This is that device test's model and run
+// on the host in NCCL's order (ref::sum_order::ring): gathering FP8 and bf16 weights as copies or
+// in fp32 at the same layout (gather_quantized_fp8 and gather_quantized_bf16 on and off) gives the
+// same bits. The bf16 head of every recipe here travels as its bf16 copy too.
+TEST_CASE("full sharding: FP8 and bf16 weights gathered as copies give the fp32 gather's bits at the same layout, in NCCL's ring order",
           "[nn][data_parallel]") {
-  model_config mc = tiny_model();
-  mc.n_layers = 2;
-  mc.layer = {128, 2, 1, 128};  // tests/gpu/catch2_test_nccl_sharded_training.cu's model
-  const int n = 3;
-  const auto run = [&](bool fp8_copies) {
-    std::vector<outcome> got(n);
-    ref::run_ranks(
-        n,
-        [&](communicator& comm) {
-          host_backend be;
-          model m(be, mc, recipes::fp8_delayed(), 17);
-          train_config c = run_config(3, 0.0);
-          c.schedule = {1e-2, 1e-3, 1, 3};
-          c.parallel = {&comm, 1, sharding::full};
-          c.parallel.gather_quantized_fp8 = fp8_copies;
-          trainer t(m, text_tokens(), c);
-          t.run();
-          got[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
-        },
-        std::chrono::seconds(60), ref::sum_order::ring);
-    return got;
-  };
-  check_same_runs(run(true), run(false));
+  recipe edges = recipes::mxfp4();  // examples/train_options.hpp's mxfp4-bf16-edges
+  edges.name = "mxfp4, bf16 first and last layer";
+  edges.bf16_first_layers = edges.bf16_last_layers = 1;
+  for (const recipe& r : {recipes::fp8_delayed(), recipes::bf16(), edges}) {
+    model_config mc = tiny_model();
+    mc.n_layers = r.bf16_first_layers ? 3 : 2;  // (an MXFP4 layer between the bf16 ones)
+    mc.layer = {128, 2, 1, 128};  // tests/gpu/catch2_test_nccl_sharded_training.cu's model
+    const int n = 3;
+    INFO(r.name);
+    std::size_t u8_gathered[2] = {};
+    const auto run = [&](bool copies) {
+      std::vector<outcome> got(n);
+      ref::run_ranks(
+          n,
+          [&](communicator& inner) {
+            counting_communicator comm(inner);
+            host_backend be;
+            model m(be, mc, r, 17);
+            train_config c = run_config(3, 0.0);
+            c.schedule = {1e-2, 1e-3, 1, 3};
+            c.parallel = {&comm, 1, sharding::full};
+            c.parallel.gather_quantized_fp8 = c.parallel.gather_quantized_bf16 = copies;
+            trainer t(m, text_tokens(), c);
+            t.run();
+            got[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
+            if (comm.rank() == 0) u8_gathered[copies] = comm.gathered_bytes_u8;
+          },
+          std::chrono::seconds(60), ref::sum_order::ring);
+      return got;
+    };
+    check_same_runs(run(true), run(false));
+    // Off gathers the FP8 and bf16 weights in fp32 (the edges' MXFP4 layer still as copies).
+    CHECK(u8_gathered[1] > u8_gathered[0]);
+    if (!r.bf16_first_layers) CHECK(u8_gathered[0] == 0);
+  }
 }
 
 TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharded data parallelism's bits with fewer bytes",
@@ -563,15 +579,21 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
   mc.n_layers = 2;
   mc.layer = {64, 2, 1, 64};  // wide enough that the 32-row slab layout pads a layer by under a quarter on 2 and 3 ranks
   const std::size_t C = mc.layer.d_model, F = mc.layer.d_ff;
+  const std::size_t head = mc.vocab * C;  // the LM head: bf16 in every recipe here, 2 wire bytes an element
   recipes::mxfp4_config signs;
   signs.random_signs = true;
+  recipe first_bf16 = recipes::mxfp4();
+  first_bf16.name = "mxfp4, first layer bf16";
+  first_bf16.bf16_first_layers = 1;
   struct bytes_per_element {
     recipe r;
-    double copies;  // wire bytes per weight element: both MX copies, or FP8's rowwise one
+    double copies;  // wire bytes per layer weight element: both MX copies, or FP8's or bf16's rowwise one
   };
   for (const auto& [r, per_element] : {bytes_per_element{recipes::mxfp4(), 34.0 / 32}, bytes_per_element{recipes::mxfp4_no_hadamard(), 34.0 / 32},
                                        bytes_per_element{recipes::mxfp4(signs, "mxfp4 (random signs)"), 34.0 / 32},
-                                       bytes_per_element{recipes::mxfp8(), 66.0 / 32}, bytes_per_element{recipes::fp8_delayed(), 1.0}}) {
+                                       bytes_per_element{recipes::mxfp8(), 66.0 / 32}, bytes_per_element{recipes::fp8_delayed(), 1.0},
+                                       bytes_per_element{recipes::bf16(), 2.0},
+                                       bytes_per_element{first_bf16, (2.0 + 34.0 / 32) / 2}}) {  // (two layers of one size)
     for (const int n : {2, 3}) {
       for (const std::size_t micro : {std::size_t{1}, std::size_t{2}}) {
         if (micro == 2 && n == 3) continue;
@@ -622,7 +644,8 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
         }
         if (r.fprop.b.kind == precision::fp8 && n == 2 && micro == 1) {  // FP8 weights travel as copies only when asked
           const run_result by_default = run(sharding::full, true, false, false, false);
-          CHECK(by_default.u8_gathered[0] == 0);
+          CHECK(by_default.u8_gathered[0] >= 2 * head * base.steps);  // the bf16 head's copies only
+          CHECK(by_default.u8_gathered[0] <= 4 * head * base.steps);
           CHECK(by_default.got[0].weights == plain.got[0].weights);
         }
         if (n == 3 && micro == 1) {  // deferred construction into the 32-row slab layout
@@ -630,17 +653,19 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
           CHECK(deferred.got[0].losses == plain.got[0].losses);
           CHECK(deferred.got[0].weights == plain.got[0].weights);
         }
-        // Per step: the layers' weights travel as copies (u8), once per step whatever the
-        // micro-batches; fp32 only the embedding and head groups (and the norm gains, broadcast).
+        // Per step: the layers' and the head's weights travel as copies (u8), once per step
+        // whatever the micro-batches; fp32 only the embedding and the norm gains (gathered with
+        // the weights' groups' padding, or broadcast).
         const std::size_t steps = base.steps;
         const std::size_t weights = mc.n_layers * (C * mc.layer.qkv_dim() + C * C + C * 2 * F + F * C);
-        const double copy_bytes = per_element * static_cast<double>(weights);
+        const double copy_bytes = per_element * static_cast<double>(weights) + 2.0 * static_cast<double>(head);
         const std::size_t u8 = copies.u8_gathered[0] / steps;
-        INFO("copies gathered per step: " << u8 << " bytes for " << weights << " weight elements; fp32 gather: " << fp32.f32_gathered[0] / steps);
+        INFO("copies gathered per step: " << u8 << " bytes for " << weights << " layer and " << head
+                                          << " head weight elements; fp32 gather: " << fp32.f32_gathered[0] / steps);
         CHECK(fp32.u8_gathered[0] == 0);
         CHECK(static_cast<double>(u8) >= copy_bytes);
         CHECK(static_cast<double>(u8) <= 2 * copy_bytes);
-        CHECK(copies.f32_gathered[0] + 4 * weights * steps * micro <= fp32.f32_gathered[0]);
+        CHECK(copies.f32_gathered[0] + 4 * (weights + head) * steps * micro <= fp32.f32_gathered[0]);
         CHECK(copies.u8_gathered[0] + copies.f32_gathered[0] + copies.broadcast[0] < fp32.f32_gathered[0] + fp32.broadcast[0]);
       }
     }
@@ -657,9 +682,12 @@ TEST_CASE("full sharding: resharding after forward gives the same bits, gathers 
     bool fp8_copies;  // gather_quantized_fp8
   };
   const recipe fp8 = recipes::fp8_delayed({16, amax_algorithm::max, 0});
-  for (const auto& [r, fp8_copies] : {setup{recipes::mxfp4(), true}, setup{recipes::mxfp8(), true}, setup{fp8, true}, setup{fp8, false},
-                                      setup{recipes::bf16(), true}}) {
-    const bool copies = r.fprop.b.kind == precision::mx || (r.fprop.b.kind == precision::fp8 && fp8_copies);
+  for (auto [r, fp8_copies] : {setup{recipes::mxfp4(), true}, setup{recipes::mxfp8(), true}, setup{fp8, true}, setup{fp8, false},
+                               setup{recipes::bf16(), true}}) {
+    // The head native: its fp32 gather is the same in every run (the head group keeps its copies
+    // from forward to backward, so its bytes would not double), and u8 counts the layers' copies.
+    r.high = recipes::native_operand();
+    const bool copies = r.fprop.b.kind != precision::fp8 || fp8_copies;
     struct shape {
       int n;
       std::size_t micro;

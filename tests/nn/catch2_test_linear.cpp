@@ -248,6 +248,60 @@ TEST_CASE("linear: weight copies per GEMM are made for each pass and never held"
   }
 }
 
+TEST_CASE("linear: bf16 weight copies are gathered as the rowwise copy and its transpose, installed as the layer's own", "[nn][linear]") {
+  // Full sharding's gather of W as its copies (nn/data_parallel.hpp): bf16 for fprop and dgrad
+  // qualifies like MX rounded to nearest; stochastic rounding, mixed kinds and copies per GEMM do not.
+  recipes::mxfp4_config bf16_fprop;
+  bf16_fprop.fprop_mx = false;  // fprop's W in bf16, dgrad's in MXFP4
+  recipe stochastic_w = recipes::mxfp4();
+  stochastic_w.name = "mxfp4, dgrad's W rounded stochastically";
+  stochastic_w.dgrad.b.round = rounding::stochastic;
+  for (const auto& [r, gatherable] : {std::pair{recipes::bf16(), true}, std::pair{recipes::mxfp4_amd(), true},
+                                      std::pair{recipes::mxfp4_nvidia_style(), true},  // (only dY rounds stochastically)
+                                      std::pair{stochastic_w, false}, std::pair{recipes::mxfp4(bf16_fprop, "mxfp4, bf16 fprop"), false}}) {
+    host_backend be;
+    INFO(r.name);
+    CHECK(linear(be, "layer", K, N, 5, r, dtype::f32).weight_copies_gatherable() == gatherable);
+  }
+  host_backend be;
+  linear own(be, "own", K, N, 5, recipes::bf16(), dtype::f32), installed(be, "installed", K, N, 5, recipes::bf16(), dtype::f32);
+  own.init_normal(3, 0.05);
+  installed.init_normal(3, 0.05);
+  linear per_gemm(be, "per GEMM", K, N, 5, recipes::bf16(), dtype::f32);
+  per_gemm.set_memory({true, false});
+  CHECK_FALSE(per_gemm.weight_copies_gatherable());
+  // What the ranks assemble: the rowwise bf16 copy (as pack/assemble give it back), its transpose.
+  const quant_plan plan = installed.weight_plan(false);
+  const qtensor row = be.quantize(installed.weight().value, plan.rowwise);
+  const qtensor col = be.transpose(row, operand_use::dgrad_w, mem_tag::quantized_weight);
+  CHECK_THROWS_AS(installed.install_weight_copies(row, row), std::invalid_argument);  // the dgrad copy is columnwise
+  quant_request mx = plan.rowwise;
+  mx.spec = recipes::mx_operand(mx_type::mxfp4, scale_rule::even);
+  CHECK_THROWS_AS(installed.install_weight_copies(be.quantize(installed.weight().value, mx), col), std::invalid_argument);
+  installed.install_weight_copies(row, col);
+  const std::uint64_t made = be.counters().copies(operand_use::fprop_w);
+  CHECK_FALSE(installed.backward_reads_master());  // the installed copies serve dgrad
+  tensor x = random_tensor(be, M, K, 1), dy = random_tensor(be, M, N, 2);
+  std::vector<std::vector<double>> results[2];
+  for (linear* l : {&own, &installed}) {
+    tensor y = be.alloc(M, N, dtype::f32, mem_tag::activation), dx = be.alloc(M, K, dtype::f32, mem_tag::activation);
+    mark_grads_zero({&l->weight()});
+    l->forward(x, y, true);
+    l->backward(dy, &dx);
+    results[l == &installed] = {be.read(y), be.read(dx), be.read(l->weight().grad)};
+  }
+  CHECK(be.counters().copies(operand_use::fprop_w) == made + 1);  // only `own` quantized W
+  CHECK(installed.weight_quantizations() == 1);
+  const auto bits = [](const qtensor& q) {
+    std::vector<std::uint16_t> out;
+    for (const bfloat16 v : host_backend::bf16(q)) out.push_back(v.bits());
+    return out;
+  };
+  CHECK(bits(installed.cached_rowwise()) == bits(own.cached_rowwise()));  // byte for byte
+  CHECK(bits(installed.cached_columnwise()) == bits(own.cached_columnwise()));
+  CHECK(results[1] == results[0]);
+}
+
 TEST_CASE("linear: an FP8 weight copy is remade when W's delayed scale moves", "[nn][linear]") {
   host_backend be;
   linear l(be, "layer", K, N, 5, recipes::fp8_delayed({1, amax_algorithm::most_recent, 0}), dtype::f32);

@@ -207,28 +207,39 @@ class backend {
     note_amax(columnwise);
     return q;
   }
-  // Columnwise copy of an FP8 rowwise copy (per-tensor scale: a byte transpose).
-  qtensor transpose(const qtensor& fp8_rowwise, operand_use use, mem_tag tag) {
-    detail::require(fp8_rowwise.defined() && fp8_rowwise.kind() == precision::fp8 && fp8_rowwise.axis() == block_axis::rowwise,
-                    "transpose: needs an FP8 rowwise copy, got a ", name_of(fp8_rowwise.kind()), " ", name_of(fp8_rowwise.axis()),
-                    " copy");
+  // Whether a columnwise copy of kind k is its rowwise copy's transpose (transpose()): FP8 (a
+  // per-tensor scale) and bf16 (elementwise rounding); an MX copy's blocks run along its axis.
+  static constexpr bool columnwise_is_transpose(precision k) noexcept { return k == precision::fp8 || k == precision::bf16; }
+  // Columnwise copy of an FP8 or bf16 rowwise copy: the same values transposed (FP8: a byte
+  // transpose under the same scale; bf16: a device backend may read the rows MN-major instead).
+  qtensor transpose(const qtensor& rowwise, operand_use use, mem_tag tag) {
+    detail::require(rowwise.defined() && columnwise_is_transpose(rowwise.kind()) && rowwise.axis() == block_axis::rowwise,
+                    "transpose: needs an FP8 or bf16 rowwise copy, got a ", name_of(rowwise.kind()), " ", name_of(rowwise.axis()), " copy");
     ++counters_.quantized[static_cast<std::size_t>(use)];
-    return observed(backend_op::transpose, [&] { return do_transpose(fp8_rowwise, use, tag); });
+    return observed(backend_op::transpose, [&] { return do_transpose(rowwise, use, tag); });
   }
   // A weight's copies from the ranks' slabs of rows (full sharding, data_parallel.hpp): each rank
   // quantizes its slab (quantize/quantize_both on its rows), packs the copy into a wire buffer of
   // bytes the ranks all-gather, and every rank assembles the whole copy from the slabs. The wire
   // format of a copy of a [rows, cols] slab is backend-neutral: its stored codes (lines x length,
   // MX packed as mx_layout), then, MX, its E8M0 scales (lines x blocks per line). An FP8 copy sends
-  // its codes only: its scale is the table's, the same on every rank. Slabs are whole 32-row blocks
-  // (but the last), so every block of either copy is quantized from the values the whole weight's
-  // quantizer reads: the assembled copy is the bytes quantizing the gathered weight gives, for
-  // round-to-nearest (stochastic rounding draws by element index, which a slab's quantizer does
-  // not know). A backend that cannot assemble copies says so (gathers_copies): the ranks then
-  // gather the weights.
+  // its codes only: its scale is the table's, the same on every rank; a bf16 copy its values (2
+  // bytes each, as stored). FP8 and bf16 copies travel rowwise: their columnwise copy is the
+  // rowwise one's transpose (transpose()). Slabs are whole 32-row blocks (but the last), so every
+  // block of either copy is quantized from the values the whole weight's quantizer reads: the
+  // assembled copy is the bytes quantizing the gathered weight gives, for round-to-nearest
+  // (stochastic rounding draws by element index, which a slab's quantizer does not know; bf16's
+  // rounding is elementwise, so any rows would do). A backend that cannot assemble copies says so
+  // (gathers_copies): the ranks then gather the weights.
+  static constexpr bool copy_travels(precision k) noexcept { return k == precision::mx || columnwise_is_transpose(k); }
+  // Bytes of one element of a copy that travels as whole elements (FP8, bf16); 0 for MX.
+  static constexpr std::size_t copy_element_bytes(precision k) noexcept {
+    return k == precision::fp8 ? 1 : k == precision::bf16 ? sizeof(std::uint16_t) : 0;
+  }
   static std::size_t copy_wire_bytes(const quant_request& r, std::size_t rows, std::size_t cols) {
-    if (r.spec.kind == precision::fp8) return rows * cols;
-    detail::require(r.spec.kind == precision::mx, "copy_wire_bytes: only FP8 and MX copies travel as codes, got ", name_of(r.spec.kind));
+    detail::require(copy_travels(r.spec.kind), "copy_wire_bytes: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind),
+                    " copy (native operands are gathered as the weights)");
+    if (r.spec.kind != precision::mx) return rows * cols * copy_element_bytes(r.spec.kind);
     const mx_layout l{r.spec.mx, r.axis, rows, cols};
     return l.data_bytes() + l.scale_count();
   }
@@ -236,8 +247,10 @@ class backend {
   // q's wire bytes at wire's byte `byte_offset` (wire: any tensor, read as bytes).
   void pack_copy(const qtensor& q, tensor& wire, std::size_t byte_offset) {
     detail::require(gathers_copies(), "pack_copy: backend '", name(), "' does not gather quantized copies");
-    detail::require(q.defined() && (q.kind() == precision::fp8 || q.kind() == precision::mx), "pack_copy: needs an FP8 or MX copy");
-    detail::require(q.kind() != precision::fp8 || q.axis() == block_axis::rowwise, "pack_copy: an FP8 copy travels rowwise");
+    detail::require(q.defined(), "pack_copy: the copy is not defined");
+    detail::require(copy_travels(q.kind()), "pack_copy: needs an FP8, bf16 or MX copy, got a ", name_of(q.kind()), " copy");
+    detail::require(!columnwise_is_transpose(q.kind()) || q.axis() == block_axis::rowwise, "pack_copy: ", name_of(q.kind()),
+                    " copies travel rowwise (the columnwise copy is the transpose), got a columnwise one");
     const std::size_t n = copy_wire_bytes(q.request(), q.rows(), q.cols());
     detail::require(wire.defined() && byte_offset <= wire.bytes() && n <= wire.bytes() - byte_offset, "pack_copy: ", n, " bytes at ",
                     byte_offset, " do not fit a wire of ", wire.bytes());
@@ -248,7 +261,9 @@ class backend {
   qtensor assemble_copy(const quant_request& r, std::size_t rows, std::size_t cols, const tensor& wire, std::span<const copy_slab> slabs) {
     detail::require(gathers_copies(), "assemble_copy: backend '", name(), "' does not gather quantized copies");
     check_request(r, "assemble_copy");
-    detail::require(r.spec.kind != precision::fp8 || r.axis == block_axis::rowwise, "assemble_copy: an FP8 copy is assembled rowwise");
+    detail::require(copy_travels(r.spec.kind), "assemble_copy: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind), " request");
+    detail::require(!columnwise_is_transpose(r.spec.kind) || r.axis == block_axis::rowwise, "assemble_copy: ", name_of(r.spec.kind),
+                    " copies are assembled rowwise (the columnwise copy is the transpose)");
     std::size_t next = 0;
     for (const copy_slab& s : slabs) {
       detail::require(s.first_row == next && s.rows > 0, "assemble_copy: slabs must cover the rows in order, one starts at row ",
@@ -519,7 +534,7 @@ class backend {
   virtual void do_amax(const tensor& x, tensor& out) = 0;
   virtual qtensor do_quantize(const tensor& x, const quant_request& r) = 0;
   virtual qpair do_quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) = 0;
-  virtual qtensor do_transpose(const qtensor& fp8_rowwise, operand_use use, mem_tag tag) = 0;
+  virtual qtensor do_transpose(const qtensor& rowwise, operand_use use, mem_tag tag) = 0;
   virtual host_fp8 do_export_fp8(const tensor& w, fp8_type type, float scale) = 0;
   // A backend that gathers copies overrides all three (the public calls check gathers_copies()).
   virtual bool do_gathers_copies() const noexcept { return false; }

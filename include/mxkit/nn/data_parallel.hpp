@@ -41,22 +41,25 @@
 // group before it, which is called later and runs behind this group's backward.
 //
 // Gathering the weights as their quantized copies (parallel_config::gather_quantized, full
-// sharding): where a linear's recipe quantizes its weight (MX rounded to nearest, or FP8 for both
-// fprop and dgrad; linear::weight_copies_gatherable), the ranks gather the copies instead of the
-// fp32 weight, and the fp32 weight is not gathered at all (norm gains, the embedding and weights
-// kept in high precision are gathered as before). The group's layout makes that exact: such a
-// weight starts on a multiple of 32 rows (32 x cols elements) and the shard is a multiple of every
-// such 32-row slab, so each rank's piece of the weight is whole 32-row slabs. Before the group's
-// forward each rank quantizes its slab into both copies (MX: the fprop rowwise copy and the dgrad
-// columnwise copy, whose 32-row blocks the slab keeps whole; FP8: the rowwise copy, with the
-// table's scale, the same on every rank), the ranks all-gather the bytes (backend::pack_copy, u8),
-// and every rank assembles the whole copies (backend::assemble_copy; FP8's dgrad copy is the
-// rowwise one's transpose) and installs them as the linear's cached copies: the bytes quantizing
-// the gathered weight gives, so the results are the fp32 gather's bits. FP8's W amax is recorded
-// per slab; the MAX reduction of the scaling table before the update (reduce_amax) makes it the
-// whole weight's, as it does for every amax. Per element gathered: MXFP4 2 x 17/32 bytes (both
-// copies), MXFP8 2 x 33/32, FP8 1, against 4 for fp32. Copies still current (a second micro-batch
-// of the step) are not gathered again.
+// sharding): where a linear's recipe quantizes its weight (MX rounded to nearest, FP8 for both
+// fprop and dgrad, or bf16 for both: the bf16 recipe, the bf16 first/last layers of a recipe, the
+// LM head in bf16 high precision; linear::weight_copies_gatherable), the ranks gather the copies
+// instead of the fp32 weight, and the fp32 weight is not gathered at all (norm gains, the embedding
+// and other weights, native or of mixed kinds, are gathered as before). The group's layout makes
+// that exact: such a weight starts on a multiple of 32 rows (32 x cols elements) and the shard is a
+// multiple of every such 32-row slab, so each rank's piece of the weight is whole 32-row slabs.
+// Before the group's forward each rank quantizes its slab into both copies (MX: the fprop rowwise
+// copy and the dgrad columnwise copy, whose 32-row blocks the slab keeps whole; FP8: the rowwise
+// copy, with the table's scale, the same on every rank; bf16: the rowwise copy, rounded
+// elementwise), the ranks all-gather the bytes (backend::pack_copy, u8), and every rank assembles
+// the whole copies (backend::assemble_copy; FP8's and bf16's dgrad copy is the rowwise one's
+// transpose, backend::transpose) and installs them as the linear's cached copies: the bytes
+// quantizing the gathered weight gives, so the results are the fp32 gather's bits. FP8's W amax is
+// recorded per slab; the MAX reduction of the scaling table before the update (reduce_amax) makes
+// it the whole weight's, as it does for every amax (bf16 and MX copies have no table). Per element
+// gathered: MXFP4 2 x 17/32 bytes (both copies), MXFP8 2 x 33/32, FP8 1, bf16 2 (PyTorch FSDP2's
+// bf16 gather), against 4 for fp32. Copies still current (a second micro-batch of the step) are not
+// gathered again.
 //
 // Resharding after forward (parallel_config::reshard_after_forward, full sharding; FSDP2's
 // reshard_after_forward=True): the copies otherwise stay in every linear's cache from a layer's
@@ -130,6 +133,11 @@ struct parallel_config {
   // NCCL's ring sums a gradient in an order that depends on the rank owning it;
   // bench/NOTES_multi_gpu.md.)
   bool gather_quantized_fp8 = true;
+  // The same for bf16 weights (the rowwise copy, its transpose made after the gather); off gathers
+  // them in fp32 at the same shard layout, with the same bits: on three or more ranks NCCL's ring
+  // sums a gradient in an order that depends on the rank owning it, so only runs at one layout
+  // compare bit for bit (tests/gpu/catch2_test_nccl_sharded_training.cu).
+  bool gather_quantized_bf16 = true;
   // Full sharding: a group's linears drop their weight copies after its forward (and backward),
   // and its backward gathers them again (FSDP2's reshard_after_forward): the copies of one or two
   // groups resident instead of every layer's, for twice the gathered bytes. On by default, as in
@@ -486,7 +494,11 @@ class data_parallel {
 
   bool gathers_copies(const group& g, std::size_t i) const {
     if (!c_.gather_quantized || !g.linears[i] || !m_->be().gathers_copies() || !g.linears[i]->weight_copies_gatherable()) return false;
-    return c_.gather_quantized_fp8 || g.linears[i]->current_recipe().fprop.b.kind != precision::fp8;
+    switch (g.linears[i]->current_recipe().fprop.b.kind) {
+      case precision::fp8: return c_.gather_quantized_fp8;
+      case precision::bf16: return c_.gather_quantized_bf16;
+      default: return true;
+    }
   }
   // Rows [first, first + count) of parameter i in rank k's shard: whole 32-row slabs (laid out so).
   std::pair<std::size_t, std::size_t> slab_of(const group& g, std::size_t i, std::size_t k) const {
@@ -495,10 +507,13 @@ class data_parallel {
     if (a >= b) return {0, 0};
     return {(a - begin) / g.cols[i], (b - a) / g.cols[i]};
   }
-  // Wire bytes of parameter i's copies from `rows` rows: MX both copies, FP8 the rowwise one.
+  // Whether a weight's copies travel as the rowwise one only (FP8, bf16: the dgrad copy is its
+  // transpose), else both (MX).
+  static bool rowwise_travels_alone(const quant_plan& p) { return backend::columnwise_is_transpose(p.rowwise.spec.kind); }
+  // Wire bytes of parameter i's copies from `rows` rows: MX both copies, FP8 and bf16 the rowwise one.
   static std::size_t copies_bytes(const quant_plan& p, std::size_t rows, std::size_t cols) {
     std::size_t n = backend::copy_wire_bytes(p.rowwise, rows, cols);
-    if (p.columnwise.spec.kind == precision::mx) n += backend::copy_wire_bytes(p.columnwise, rows, cols);
+    if (!rowwise_travels_alone(p)) n += backend::copy_wire_bytes(p.columnwise, rows, cols);
     return n;
   }
   // This rank's slabs of the weights in `copied`, quantized and packed at its chunk of a new wire,
@@ -529,7 +544,7 @@ class data_parallel {
         continue;
       }
       const tensor slab = view_of(g.shard_values, g.offsets[i] + first * g.cols[i] - r * g.shard, count, g.cols[i]);
-      if (p.rowwise.spec.kind == precision::fp8) {
+      if (rowwise_travels_alone(p)) {
         be.pack_copy(be.quantize(slab, p.rowwise), g.wire, at);
       } else {
         const qpair q = be.quantize_both(slab, p.rowwise, p.columnwise);
@@ -552,18 +567,18 @@ class data_parallel {
     for (std::size_t j = 0; j < g.copied.size(); ++j) {
       const std::size_t i = g.copied[j];
       const quant_plan& p = g.copy_plans[j];
-      const bool fp8 = p.rowwise.spec.kind == precision::fp8;
+      const bool alone = rowwise_travels_alone(p);
       std::vector<copy_slab> row_slabs, col_slabs;
       for (std::size_t k = 0; k < n; ++k) {
         const auto [first, count] = slab_of(g, i, k);
         if (count == 0) continue;
         row_slabs.push_back({at[k], first, count});
-        if (!fp8) col_slabs.push_back({at[k] + backend::copy_wire_bytes(p.rowwise, count, g.cols[i]), first, count});
+        if (!alone) col_slabs.push_back({at[k] + backend::copy_wire_bytes(p.rowwise, count, g.cols[i]), first, count});
         at[k] += copies_bytes(p, count, g.cols[i]);
       }
       qtensor row = be.assemble_copy(p.rowwise, g.rows[i], g.cols[i], g.wire, row_slabs);
-      qtensor col = fp8 ? be.transpose(row, operand_use::dgrad_w, mem_tag::quantized_weight)
-                        : be.assemble_copy(p.columnwise, g.rows[i], g.cols[i], g.wire, col_slabs);
+      qtensor col = alone ? be.transpose(row, operand_use::dgrad_w, mem_tag::quantized_weight)
+                          : be.assemble_copy(p.columnwise, g.rows[i], g.cols[i], g.wire, col_slabs);
       g.linears[i]->install_weight_copies(std::move(row), std::move(col));
     }
     g.wire.reset();

@@ -301,13 +301,15 @@ class linear {
   // Full sharding's gather of the weight as its copies (data_parallel.hpp): whether the cached
   // copies can be assembled from the ranks' slabs of rows, byte for byte what quantizing the
   // gathered weight gives: both copies MX rounded to nearest (stochastic rounding draws by
-  // element index, which a slab's quantizer does not know), or both FP8 of one type (the dgrad
-  // copy the rowwise one's transpose, the table the model's); the cache in use (no copies per
-  // GEMM) and no adapter.
+  // element index, which a slab's quantizer does not know), both FP8 of one type (the dgrad
+  // copy the rowwise one's transpose, the table the model's), or both bf16 (rounding to nearest
+  // even, elementwise; the dgrad copy the rowwise one's transpose); the cache in use (no copies
+  // per GEMM) and no adapter.
   bool weight_copies_gatherable() const noexcept {
     if (lora_ || memory_.weight_copies_per_gemm) return false;
     const operand_spec &f = recipe_.fprop.b, &d = recipe_.dgrad.b;
     if (f.kind == precision::mx && d.kind == precision::mx) return f.round != rounding::stochastic && d.round != rounding::stochastic;
+    if (f.kind == precision::bf16 && d.kind == precision::bf16) return true;
     // FP8: W's scaling row in the model's shared table, whose amaxes data_parallel max-reduces.
     return f.kind == precision::fp8 && d.fp8 == f.fp8 && d.kind == precision::fp8 && !owns_table_;
   }

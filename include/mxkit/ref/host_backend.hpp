@@ -219,7 +219,10 @@ class host_backend : public nn::backend {
 
   nn::qtensor do_transpose(const nn::qtensor& q, nn::operand_use use, nn::mem_tag tag) override {
     auto p = std::make_shared<payload>();
-    p->data = mxkit::transpose(fp8(q));
+    if (q.kind() == nn::precision::bf16)
+      p->data = stored_copy<bfloat16>(bf16(q).data(), q.rows(), q.cols(), block_axis::columnwise, [](bfloat16 v) { return v; });
+    else
+      p->data = mxkit::transpose(fp8(q));
     nn::quant_request r = q.request();
     r.axis = block_axis::columnwise;
     r.use = use;
@@ -247,12 +250,15 @@ class host_backend : public nn::backend {
   }
 
   // ---- copies gathered from the ranks' slabs (backend.hpp's wire format)
+  static_assert(sizeof(bfloat16) == copy_element_bytes(nn::precision::bf16) && std::is_trivially_copyable_v<bfloat16>,
+                "a bf16 copy's values travel as their bytes");
   bool do_gathers_copies() const noexcept override { return true; }
   void do_pack_copy(const nn::qtensor& q, nn::tensor& wire, std::size_t byte_offset) override {
     std::uint8_t* out = static_cast<std::uint8_t*>(wire.data()) + byte_offset;
-    if (q.kind() == nn::precision::fp8) {
-      const fp8_tensor& f = fp8(q);
-      if (!f.data.empty()) std::memcpy(out, f.data.data(), f.data.size());
+    if (columnwise_is_transpose(q.kind())) {  // FP8, bf16 (rowwise): the elements as stored
+      const void* elements = q.kind() == nn::precision::fp8 ? static_cast<const void*>(fp8(q).data.data()) : bf16(q).data();
+      const std::size_t n = copy_wire_bytes(q.request(), q.rows(), q.cols());
+      if (n) std::memcpy(out, elements, n);
       return;
     }
     const mx_tensor& m = mx(q);
@@ -263,10 +269,21 @@ class host_backend : public nn::backend {
                                std::span<const nn::copy_slab> slabs) override {
     const std::uint8_t* in = static_cast<const std::uint8_t*>(wire.data());
     auto p = std::make_shared<payload>();
-    if (r.spec.kind == nn::precision::fp8) {  // rowwise: the slabs' codes one after another
-      std::vector<std::uint8_t> codes(rows * cols);
-      for (const nn::copy_slab& s : slabs) std::memcpy(codes.data() + s.first_row * cols, in + s.byte_offset, s.rows * cols);
-      p->data = fp8_tensor{r.spec.fp8, rows, cols, scale_of(r.fp8), 0.0f, std::move(codes)};  // (the amax is the table's)
+    if (columnwise_is_transpose(r.spec.kind)) {  // FP8, bf16 (rowwise): the slabs' elements one after another
+      const std::size_t row_bytes = copy_wire_bytes(r, 1, cols);
+      const auto place = [&](void* elements) {
+        for (const nn::copy_slab& s : slabs)
+          std::memcpy(static_cast<std::uint8_t*>(elements) + s.first_row * row_bytes, in + s.byte_offset, s.rows * row_bytes);
+      };
+      if (r.spec.kind == nn::precision::bf16) {
+        std::vector<bfloat16> values(rows * cols);
+        place(values.data());
+        p->data = std::move(values);
+      } else {
+        std::vector<std::uint8_t> codes(rows * cols);
+        place(codes.data());
+        p->data = fp8_tensor{r.spec.fp8, rows, cols, scale_of(r.fp8), 0.0f, std::move(codes)};  // (the amax is the table's)
+      }
       return finish(r, rows, cols, std::move(p));
     }
     mx_tensor out(mx_layout{r.spec.mx, r.axis, rows, cols}, r.mx_options());

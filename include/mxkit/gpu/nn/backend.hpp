@@ -14,9 +14,10 @@
 //              max-combining the amax into the table's history, the scale it used kept with the
 //              copy; bf16: a conversion (rowwise) or a converting transpose (columnwise). A bf16
 //              columnwise copy is no copy at all where the GEMM can read the rows MN-major
-//              (gpu::major_order): the rowwise copy made with it, or x itself when the request
-//              allows (may_alias_input: wgrad's X and dY, and a bf16 master weight, which is
-//              then its own fprop and dgrad copy).
+//              (gpu::major_order): the rowwise copy made with it (or given to transpose(): a
+//              weight's copy assembled by full sharding), or x itself when the request allows
+//              (may_alias_input: wgrad's X and dY, and a bf16 master weight, which is then its
+//              own fprop and dgrad copy).
 //   GEMM       gpu/gemm (the sm90 path on Hopper, gfx950's MX path on CDNA4, else portable),
 //              the FP8 descale read from the copies' device scales; C in the epilogue.
 //   layers     gpu/nn/ kernels: rmsnorm, rope (from a factor table kept across calls), flash
@@ -382,6 +383,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_transpose(const nn
   r.use = use;
   r.tag = tag;
   r.fp8.record_amax = false;
+  if (q.kind() == nn::precision::bf16) return payloads_.alias_of(r, q);  // the rows read MN-major, as quantize_both's pair
   const payload& src = payload_of(q);
   auto p = payloads_.fp8(q.rows(), q.cols());
   gpu::transpose(src.data, q.rows(), q.cols(), p->data, stream_);

@@ -20,6 +20,7 @@
 #include <mxkit/format/float16.hpp>
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
+#include <mxkit/nn/backend.hpp>
 #include <mxkit/nn/operand.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
 
@@ -140,8 +141,9 @@ class payload_factory {
   // the payload holds them): q's bytes at `out` (device memory), stream-ordered copies.
   void pack(const nn::qtensor& q, std::uint8_t* out) const {
     const device_payload& p = payload_of(q);
-    if (q.kind() == nn::precision::fp8) {
-      if (q.rows() * q.cols() != 0) MXKIT_GPU_CHECK(memcpy_async(out, p.data, q.rows() * q.cols(), copy_kind::device_to_device, stream_));
+    if (nn::backend::columnwise_is_transpose(q.kind())) {  // FP8, bf16 (rowwise): the elements as stored
+      const std::size_t n = nn::backend::copy_wire_bytes(q.request(), q.rows(), q.cols());
+      if (n != 0) MXKIT_GPU_CHECK(memcpy_async(out, p.data, n, copy_kind::device_to_device, stream_));
       return;
     }
     MXKIT_GPU_CHECK(memcpy_async(out, p.data, p.layout.data_bytes(), copy_kind::device_to_device, stream_));
@@ -150,14 +152,17 @@ class payload_factory {
   // The whole [rows, cols] copy `r` from the ranks' slabs in `wire` (device memory): rowwise slabs
   // are whole lines, columnwise slabs positions [first_row, first_row + rows) of every line (a 2D
   // copy each); an FP8 copy (rowwise) takes the scale of its scaling row, the one its slabs' casts
-  // read.
+  // read; a bf16 copy (rowwise) is its values.
   nn::qtensor assembled(const nn::quant_request& r, std::size_t rows, std::size_t cols, const std::uint8_t* wire,
                         std::span<const nn::copy_slab> slabs) const {
-    if (r.spec.kind == nn::precision::fp8) {
-      auto p = fp8(rows, cols);
+    if (nn::backend::columnwise_is_transpose(r.spec.kind)) {
+      const bool is_fp8 = r.spec.kind == nn::precision::fp8;
+      const std::size_t row_bytes = nn::backend::copy_wire_bytes(r, 1, cols);
+      auto p = is_fp8 ? fp8(rows, cols) : bytes(rows * row_bytes);
       for (const nn::copy_slab& s : slabs)
-        MXKIT_GPU_CHECK(memcpy_async(p->data + s.first_row * cols, wire + s.byte_offset, s.rows * cols, copy_kind::device_to_device, stream_));
-      MXKIT_GPU_CHECK(memcpy_async(p->fp8_scale, fp8_scale_of(r), sizeof(float), copy_kind::device_to_device, stream_));
+        MXKIT_GPU_CHECK(memcpy_async(p->data + s.first_row * row_bytes, wire + s.byte_offset, s.rows * row_bytes, copy_kind::device_to_device,
+                                     stream_));
+      if (is_fp8) MXKIT_GPU_CHECK(memcpy_async(p->fp8_scale, fp8_scale_of(r), sizeof(float), copy_kind::device_to_device, stream_));
       return finish(r, rows, cols, std::move(p));
     }
     auto p = mx(r, rows, cols);
