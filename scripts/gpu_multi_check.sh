@@ -16,7 +16,8 @@
 #     peer bench/fsdp_peer.py (FSDP2 + torch.compile, bf16).
 # Environment: MXKIT_PARTS (default "build tests memcheck allreduce scaling 8b"), MXKIT_8B_SEQ,
 # MXKIT_SCALING_STEPS (each weak-scaling run's steps, default 60),
-# MXKIT_8B_RECIPES (default "bf16 fp8 mxfp8 mxfp4"), MXKIT_8B_STEPS (timed steps, default 3),
+# MXKIT_8B_RECIPES (default "bf16 fp8 mxfp8 mxfp4"), MXKIT_8B_STEPS (timed steps, default 6: the
+# first steps after the warm-up vary by 10 %),
 # MXKIT_8B_GATHER (copies|fp32: what full sharding gathers, default the program's: copies),
 # MXKIT_8B_FLAGS (extra 06_train_gpu flags appended to each 8B mxkit run, e.g.
 # "--reshard-after-forward on"; the RESULTS.md rows name them),
@@ -146,7 +147,7 @@ fi
 
 # The Llama 3.1 8B shape, fully sharded with recompute, per recipe, and its PyTorch peer: about
 # 5 minutes in all. Each mxkit case: start-up (the rank builds and fills only its shard: about
-# 10-20 s with NCCL's start), one warm-up step, then MXKIT_8B_STEPS timed steps (default 3, ~2 s
+# 10-20 s with NCCL's start), one warm-up step, then MXKIT_8B_STEPS timed steps (default 6, ~1 s
 # each); a case that has not finished in MXKIT_8B_LIMIT s (default 70) is stopped and gives no row.
 # The peer last (torch.compile in its two warm-up steps is the slowest part), at most
 # MXKIT_8B_PEER_LIMIT s.
@@ -154,7 +155,7 @@ if has_part 8b && [ "$ngpu" -ge 2 ]; then
   note "Llama 3.1 8B shape, fully sharded, recompute"
   seq=${MXKIT_8B_SEQ:-8192}
   n=$((ngpu >= 4 ? 4 : ngpu))
-  timed=${MXKIT_8B_STEPS:-3}
+  timed=${MXKIT_8B_STEPS:-6}
   gather_flag=()  # MXKIT_8B_GATHER=fp32: the fp32 weight gather, against the default quantized copies
   [ -n "${MXKIT_8B_GATHER:-}" ] && [ -n "$train" ] && "$train" --help 2>/dev/null | grep -q -- "--gather" && gather_flag=(--gather "$MXKIT_8B_GATHER")
   if [ -n "$train" ] && "$train" --help 2>/dev/null | grep -q -- "--shard"; then
