@@ -8,7 +8,8 @@ training program's step,loss,... rows):
               rows) reaches the baseline's at 80 % of training, in tokens, and its ratio to the
               baseline's tokens; runs that never reach it count as '>' the whole run
 Writes OUT/ablation.md (the table), OUT/ablation_curves.csv (name,seed,step,loss) and, where
-matplotlib is installed, OUT/ablation.png (mean loss curve per recipe over seeds).
+matplotlib is installed, OUT/ablation.png (the mean loss curves, and each recipe's gap to the
+baseline over training with its standard error).
 """
 import argparse
 import csv
@@ -104,19 +105,43 @@ def main():
     except ImportError:
         print("ablation_table: matplotlib is not installed; no PNG (ablation_curves.csv has the curves)")
         return
-    fig, ax = plt.subplots(figsize=(9, 6))
+    # Left: the mean curves past the first fifth of training, where they separate (before it they
+    # overlap at this scale). Right: each recipe's loss minus the baseline's of the same seed, step
+    # by step, mean over seeds (smoothed) with its standard error as a band.
+    fig, (curves, gaps) = plt.subplots(1, 2, figsize=(15, 6))
+    base_steps = {seed: dict(rows) for seed, rows in base.items()}
     for n in names:
         seeds = list(runs[n].values())
         steps = [s for s, _ in seeds[0]]
         k = min(len(r) for r in seeds)
-        mean = [sum(r[i][1] for r in seeds) / len(seeds) for i in range(k)]
         w = max(1, k // 20)
-        ax.plot([s * a.tokens_per_step / 1e6 for s in steps[:k]], [l for _, l in smooth(list(zip(steps, mean)), w)], label=n)
-    ax.set_xlabel("tokens (M)")
-    ax.set_ylabel("training loss (mean over seeds, smoothed)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.savefig(os.path.join(a.out, "ablation.png"), dpi=120)
+        mean = [sum(r[i][1] for r in seeds) / len(seeds) for i in range(k)]
+        first = k // 5
+        line, = curves.plot([s * a.tokens_per_step / 1e6 for s in steps[first:k]],
+                            [l for _, l in smooth(list(zip(steps, mean)), w)][first:], label=n)
+        per_seed = [[l - base_steps[seed][s] for s, l in rows[:k] if s in base_steps[seed]]
+                    for seed, rows in sorted(runs[n].items()) if seed in base_steps]
+        if not per_seed or n == a.baseline:
+            continue
+        m = min(len(d) for d in per_seed)
+        smoothed = [[v for _, v in smooth(list(enumerate(d[:m])), w)] for d in per_seed]
+        stats = [mean_se([d[i] for d in smoothed]) for i in range(m)]
+        x = [s * a.tokens_per_step / 1e6 for s in steps[:m]]
+        gaps.plot(x, [g for g, _ in stats], color=line.get_color(), label=n)
+        if len(smoothed) > 1:
+            gaps.fill_between(x, [g - e for g, e in stats], [g + e for g, e in stats], color=line.get_color(), alpha=0.15)
+    curves.set_xlabel("tokens (M)")
+    curves.set_ylabel("training loss (mean over seeds, smoothed)")
+    curves.legend(fontsize=8)
+    curves.grid(alpha=0.3)
+    gaps.axhline(0.0, color="black", linewidth=0.8)
+    gaps.set_xlabel("tokens (M)")
+    gaps.set_ylabel("loss minus %s's, same seed (mean +- SE over seeds, smoothed)" % a.baseline)
+    gaps.set_ylim(-0.02, None)
+    gaps.legend(fontsize=8)
+    gaps.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(a.out, "ablation.png"), dpi=110)
     print("ablation_table: wrote " + os.path.join(a.out, "ablation.png"))
 
 
