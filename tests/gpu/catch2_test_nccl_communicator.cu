@@ -6,6 +6,7 @@
 // ending every rank with comm_error in bounded time. Skipped (exit 77) without two GPUs or
 // without the library (MXKIT_NCCL_LIBRARY, or MXKIT_NCCL_ROOT at configure time).
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -228,6 +229,54 @@ TEST_CASE("nccl_communicator: take_exposed_seconds is the backend stream's stall
     require_no_errors(errors);
     INFO((own ? "own stream" : "backend stream") << (timed ? ", joins timed" : ", joins not timed"));
     for (int r = 0; r < ranks; ++r) CHECK_FALSE(got[r].off_measured);
+  }
+}
+
+TEST_CASE("nccl_communicator: join(mark) waits for the collectives before the mark, not for later ones", "[nccl]") {
+  // Every rank sums x, takes a mark, then sums y; rank 1 calls the second sum 100 ms late. On the
+  // other ranks join(mark) must not stall for the late sum (well under 50 ms), while x's sum is
+  // visible to the backend after it; the full join that follows waits for y's (at least 50 ms).
+  constexpr std::size_t n = 1 << 20;
+  struct reading {
+    double partial = -1, full = -1;
+    std::size_t bad_x = 1, bad_y = 1;
+  };
+  std::vector<reading> got(ranks);
+  gpu::nccl_options o;
+  o.timeout = 60s;
+  const std::vector<std::string> errors = run_ranks(ranks, o, [&](rank_context& c) {
+    gpu::device_buffer<float> x(n, c.stream), y(n, c.stream), copy(n, c.stream);
+    const std::vector<float> ones(n, 1.0f);
+    x.copy_from(ones, c.stream);
+    y.copy_from(ones, c.stream);
+    MXKIT_GPU_CHECK(gpu::stream_synchronize(c.stream));
+    c.comm.all_reduce({y.data(), n, nn::comm_type::f32}, {y.data(), n, nn::comm_type::f32}, nn::reduce_op::sum);  // connects
+    c.comm.join();
+    y.copy_from(ones, c.stream);
+    MXKIT_GPU_CHECK(gpu::stream_synchronize(c.stream));
+    (void)c.comm.take_exposed_seconds();
+    c.comm.all_reduce({x.data(), n, nn::comm_type::f32}, {x.data(), n, nn::comm_type::f32}, nn::reduce_op::sum);
+    const nn::communicator::collective_mark m = c.comm.mark();
+    if (c.rank == 1) std::this_thread::sleep_for(100ms);
+    c.comm.all_reduce({y.data(), n, nn::comm_type::f32}, {y.data(), n, nn::comm_type::f32}, nn::reduce_op::sum);
+    c.comm.join(m);
+    MXKIT_GPU_CHECK(gpu::memcpy_async(copy.data(), x.data(), n * sizeof(float), gpu::copy_kind::device_to_device, c.stream));
+    got[c.rank].partial = c.comm.take_exposed_seconds().value_or(-1);
+    const auto wrong = [&](const std::vector<float>& h) { return static_cast<std::size_t>(std::count_if(h.begin(), h.end(), [](float v) { return v != ranks; })); };
+    got[c.rank].bad_x = wrong(copy.to_host(c.stream));
+    c.comm.join();
+    got[c.rank].full = c.comm.take_exposed_seconds().value_or(-1);
+    got[c.rank].bad_y = wrong(y.to_host(c.stream));
+  });
+  require_no_errors(errors);
+  for (int r = 0; r < ranks; ++r) {
+    INFO("rank " << r << ": join(mark) stalled " << got[r].partial << " s, the full join " << got[r].full << " s");
+    CHECK(got[r].bad_x == 0);
+    CHECK(got[r].bad_y == 0);
+    CHECK(got[r].partial >= 0.0);
+    if (r == 1) continue;
+    CHECK(got[r].partial < 0.05);
+    CHECK(got[r].full >= 0.05);
   }
 }
 
