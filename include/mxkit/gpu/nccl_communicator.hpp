@@ -391,16 +391,18 @@ class nccl_communicator final : public nn::communicator {
   }
   std::string failure_text(const char* call, nccl::result_t r) const { return failure_text(api_, call, r); }
 
-  event_t take_event() {  // under mutex_
-    if (!free_events_.empty()) {
-      event_t e = free_events_.back();
-      free_events_.pop_back();
+  // An event from `pool`, or a new one (timing: one that records time, for the joins' stalls).
+  static event_t take_from(std::vector<event_t>& pool, bool timing) {
+    if (!pool.empty()) {
+      event_t e = pool.back();
+      pool.pop_back();
       return e;
     }
     event_t e = nullptr;
-    MXKIT_GPU_CHECK(event_create_timing_off(&e));
+    MXKIT_GPU_CHECK(timing ? event_create(&e) : event_create_timing_off(&e));
     return e;
   }
+  event_t take_event() { return take_from(free_events_, false); }  // under mutex_
   void give_event(event_t e) {
     const std::lock_guard<std::mutex> lock(mutex_);
     free_events_.push_back(e);
@@ -427,16 +429,7 @@ class nccl_communicator final : public nn::communicator {
       marks_.pop_front();
     }
   }
-  event_t take_timing_event() {
-    if (!free_timing_events_.empty()) {
-      event_t e = free_timing_events_.back();
-      free_timing_events_.pop_back();
-      return e;
-    }
-    event_t e = nullptr;
-    MXKIT_GPU_CHECK(event_create(&e));
-    return e;
-  }
+  event_t take_timing_event() { return take_from(free_timing_events_, true); }
   // Adds the recorded stalls to exposed_ms_, oldest first: all of them (waiting, bounded by the
   // timeout), or only those already complete.
   void fold_stalls(bool wait) {
