@@ -55,6 +55,7 @@ struct options {
   nn::sharding shard = nn::sharding::none;
   bool gather_quantized = true;        // full sharding: gather the quantized weight copies
   bool reshard_after_forward = true;   // full sharding: drop each layer's gathered copies after its forward
+  bool overlap_reductions = true;      // full sharding: a layer waits for its own gather only
   bool recompute = false;              // activation recomputation per layer
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
@@ -259,6 +260,10 @@ inline std::vector<flag> flags() {
        "--shard full: each layer's gathered weights (copies) freed after its forward and gathered\n"
        "    again for its backward: less memory, the gathered bytes twice (default on)",
        on_off("--reshard-after-forward", &options::reshard_after_forward)},
+      {"--overlap-reductions", "on|off", "several ranks",
+       "--shard full: each layer waits for its own weights' gather only, and the previous layer's\n"
+       "    gradient reduction runs behind its backward; off waits for every collective called (default on)",
+       on_off("--overlap-reductions", &options::overlap_reductions)},
       {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
        on_off("--recompute", &options::recompute)},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).

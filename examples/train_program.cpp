@@ -496,9 +496,10 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
     std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
                 static_cast<ull>(o.seed));
     if (ranks > 1 || o.micro_batches > 1)
-      std::printf("ranks: %zu x %zu micro-batches of %zu x %zu; sharding %s%s%s (throughput is global, MFU per rank)\n", ranks,
+      std::printf("ranks: %zu x %zu micro-batches of %zu x %zu; sharding %s%s%s%s (throughput is global, MFU per rank)\n", ranks,
                   o.micro_batches, o.batch, o.seq, mxkit::name_of(o.shard),
                   o.shard == nn::sharding::full && o.reshard_after_forward ? ", resharded after forward" : "",
+                  o.shard == nn::sharding::full && !o.overlap_reductions ? ", reductions not overlapped" : "",
                   o.recompute ? ", activation recomputation" : "");
     if (device.memory) std::printf("device memory after initialization: %s\n", device.memory().c_str());
     std::fflush(stdout);
@@ -520,6 +521,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   tc.parallel = {comm, o.micro_batches, o.shard};
   tc.parallel.gather_quantized = o.gather_quantized;
   tc.parallel.reshard_after_forward = o.reshard_after_forward;
+  tc.parallel.overlap_reductions = o.overlap_reductions;
   tc.on_progress = [&](const nn::train_progress& p) {
     const throughput::rate w = speed.close(p.step);
     const double tokens_per_s = w.per_second(tokens_per_step), tflops = w.per_second(flops.per_step) / 1e12;

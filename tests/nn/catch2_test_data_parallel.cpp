@@ -767,7 +767,7 @@ TEST_CASE("full sharding: with collectives that complete only when joined, a gro
       INFO(r.name << " on " << n << " ranks, " << micro << " micro-batches" << (recompute ? ", recompute" : "")
                   << (reshard ? ", resharded after forward" : ""));
       const train_config base = run_config(2, 0.0);
-      const auto run = [&](bool deferred) {
+      const auto run = [&](bool deferred, bool overlap = true) {
         std::vector<outcome> got(static_cast<std::size_t>(n));
         std::vector<std::size_t> partial(static_cast<std::size_t>(n));
         ref::run_ranks(n, [&](communicator& inner) {
@@ -779,6 +779,7 @@ TEST_CASE("full sharding: with collectives that complete only when joined, a gro
           train_config c = base;
           c.parallel = {&comm, micro, sharding::full};
           c.parallel.reshard_after_forward = reshard;
+          c.parallel.overlap_reductions = overlap;
           trainer t(m, text_tokens(), c);
           t.run();
           got[static_cast<std::size_t>(comm.rank())] = collect(be, m, t);
@@ -788,6 +789,7 @@ TEST_CASE("full sharding: with collectives that complete only when joined, a gro
       };
       const auto [now, immediate_partial] = run(false);
       const auto [later, partial] = run(true);
+      const auto [serial, serial_partial] = run(true, false);  // overlap_reductions off: every join waits for all
       for (std::size_t k = 0; k < static_cast<std::size_t>(n); ++k) {
         INFO("rank " << k);
         CHECK(later[k].losses == now[k].losses);
@@ -795,6 +797,8 @@ TEST_CASE("full sharding: with collectives that complete only when joined, a gro
         CHECK(later[k].scale == now[k].scale);
         CHECK(partial[k] > 0);
         CHECK(immediate_partial[k] == 0);
+        CHECK(serial[k].weights == now[k].weights);
+        CHECK(serial_partial[k] == 0);
       }
     }
   }

@@ -144,6 +144,10 @@ struct parallel_config {
   // FSDP2: the 8B shape's peak per GPU falls by a quarter for a few percent of step time
   // (bench/NOTES_multi_gpu.md).
   bool reshard_after_forward = true;
+  // Full sharding: a group waits for its own gather only (communicator::join(mark)), and the
+  // previous group's gradient reduction runs behind its backward. Off waits for every collective
+  // called so far at each group (what it did before: the reductions exposed; for measurements).
+  bool overlap_reductions = true;
 };
 
 inline constexpr std::size_t shard_alignment = 32;  // elements: the MX block
@@ -599,13 +603,14 @@ class data_parallel {
         gather(g, purpose);
         // Only the group's own collectives: in backward the previous group's gradient reduction,
         // called after this group's prefetch, goes on behind this group's backward.
-        c_.comm->join(g.ready);
+        if (c_.overlap_reductions) c_.comm->join(g.ready);
+        else c_.comm->join();
         install_copies(g);
         if (e == group_event::before_backward) {
           // The reductions the join covered are done for what the backend runs from here on: the
           // whole gradients they read can go before this group's are made, so backward holds at
           // most two groups' (the previous group's, still being reduced, and this one's).
-          release_reduced(g.ready);
+          release_reduced(c_.overlap_reductions ? std::optional(g.ready) : std::nullopt);
           if (!g.grads.defined()) {  // zeros: the padding stays 0
             g.grads = m_->be().alloc(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::gradient);
             bind_grads(g);
