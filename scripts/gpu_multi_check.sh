@@ -36,6 +36,7 @@ final=${OUT:-build-multi-out}
 mkdir -p "$final"
 build=${MXKIT_GPU_BUILD:-build-gpu-multi}
 parts=${MXKIT_PARTS:-build tests memcheck allreduce scaling 8b}
+[ -n "${MXKIT_PARTS:-}" ] || echo "note: MXKIT_PARTS not set: every part runs, about 20 minutes in all (longer than one device call)"
 has_part() { [[ " $parts " == *" $1 "* ]]; }
 status=0
 note() { printf '\n=== %s (%ss)\n' "$*" "$SECONDS"; }
