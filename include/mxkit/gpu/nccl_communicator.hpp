@@ -249,9 +249,10 @@ class nccl_communicator final : public nn::communicator {
     compute_waits_for(joined_);
     release_marks(next_mark_);  // every mark taken is behind this join
   }
+  // A mark behind a collective still being enqueued (ncclInProgress) is recorded when that one
+  // settles: the host does not wait for NCCL's thread here, as it does not at the call.
   std::uint64_t do_mark() override {
     check();
-    settle();  // the last collective's kernel is on the stream
     ++next_mark_;
     if (!comm_stream_) return next_mark_;  // collectives on the backend's stream: in order already
     event_t e = nullptr;
@@ -259,10 +260,8 @@ class nccl_communicator final : public nn::communicator {
       const std::lock_guard<std::mutex> lock(mutex_);
       e = take_event();
     }
-    const error_t r = event_record(e, comm_stream_);
-    if (r != success) give_event(e);
-    MXKIT_GPU_CHECK(r);
-    marks_.push_back({next_mark_, e});
+    marks_.push_back({next_mark_, e, false});
+    if (!launching_.active) record_mark(marks_.back());
     return next_mark_;
   }
   void do_join_until(std::uint64_t mark) override {
@@ -271,6 +270,7 @@ class nccl_communicator final : public nn::communicator {
     if (!comm_stream_ || mark == 0) return;  // (mark 0: before any collective)
     release_marks(mark - 1);                 // older marks: covered by this one
     if (marks_.empty() || marks_.front().index != mark) return;  // a full join or a later mark's join covered it
+    if (!marks_.front().recorded) settle();
     compute_waits_for(marks_.front().done);
     release_marks(mark);
   }
@@ -321,7 +321,8 @@ class nccl_communicator final : public nn::communicator {
   std::uint64_t sequence_ = 0;
   struct collective_mark_event {
     std::uint64_t index;
-    event_t done;  // recorded on the communication stream at mark()
+    event_t done;   // recorded on the communication stream after the collectives called before mark()
+    bool recorded;  // (not yet while the last of them is still being enqueued)
   };
   std::deque<collective_mark_event> marks_;  // marks not yet joined, oldest first (the caller's thread only)
   std::uint64_t next_mark_ = 0;              // the last mark handed out
@@ -544,6 +545,12 @@ class nccl_communicator final : public nn::communicator {
     launching_.active = false;
     wait_until_ready(kind_names[static_cast<int>(launching_.what)]);
     record_completion(launching_.sequence, launching_.what);
+    for (collective_mark_event& m : marks_)  // marks taken since that call
+      if (!m.recorded) record_mark(m);
+  }
+  void record_mark(collective_mark_event& m) {
+    MXKIT_GPU_CHECK(event_record(m.done, comm_stream_));
+    m.recorded = true;
   }
   void record_completion(std::uint64_t seq, kind what) {
     const std::lock_guard<std::mutex> lock(mutex_);
