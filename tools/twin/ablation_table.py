@@ -91,7 +91,7 @@ def main():
     table = "\n".join(lines) + "\n"
     print(table)
     with open(os.path.join(a.out, "ablation.md"), "w") as fh:
-        fh.write(table)
+        fh.write("<!-- SPDX-License-Identifier: Apache-2.0 -->\n" + table)
     with open(os.path.join(a.out, "ablation_curves.csv"), "w") as fh:
         fh.write("name,seed,step,loss\n")
         for n in names:
