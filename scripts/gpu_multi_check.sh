@@ -24,6 +24,8 @@
 # MXKIT_8B_LIMIT / MXKIT_8B_PEER_LIMIT (seconds per case, default 70 / 130), MXKIT_8B_PEER=0 (no
 # peer run: when only mxkit's flags change against a peer measured on the same kind), MXKIT_COMMIT (the
 # commit measured).
+# Without the build part: scripts/gpu_multi_carry.sh builds the programs here (no GPU needed) into
+# build-carry/, carried to the device with MXKIT_GPU_BUILD=build-carry (saves 150-200 s a lease).
 # The device tool allows 10 minutes a command: run it in three calls on one warm machine (the
 # build folder stays), e.g.
 #   MXKIT_PARTS="build tests"                 bash scripts/gpu_multi_check.sh
@@ -96,7 +98,7 @@ if has_part tests; then
     f=$(exe "$t") || continue
     [ -n "$f" ] || continue
     run_logged "$t" 240 "$f" -r compact
-    grep -hE "All tests passed|test cases|SKIPPED" "$final/$t.log" | tail -2
+    grep -hE "All tests passed|test cases?|SKIPPED" "$final/$t.log" | tail -2
     grep -B3 -A15 "FAILED" "$final/$t.log" | head -60
   done
   # The training program on 2 processes, each mode it offers, a few steps (correctness, not speed).
