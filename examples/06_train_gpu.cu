@@ -79,7 +79,14 @@ int main(int argc, char** argv) {
     const gpu::device_properties p = gpu::properties();
     gpu::device_backend be;
     std::unique_ptr<gpu::nccl_communicator> comm;  // destroyed before the backend whose stream it uses
-    if (env.world_size > 1) comm = gpu::nccl_communicator::from_environment(env, be.stream());
+    if (env.world_size > 1) {
+      // MXKIT_NCCL_BLOCKING=1: a blocking NCCL communicator, for measuring the non-blocking mode's
+      // per-call cost in a training run (gpu::nccl_options::blocking says what it gives up).
+      gpu::nccl_options nccl;
+      const char* blocking = std::getenv("MXKIT_NCCL_BLOCKING");
+      nccl.blocking = blocking && std::string_view(blocking) == "1";
+      comm = gpu::nccl_communicator::from_environment(env, be.stream(), nccl);
+    }
     try {
       return train_program::run(be, {p.name, bf16_peak_tflops(p.name), device_memory}, o, comm.get());
     } catch (const std::exception& e) {

@@ -17,6 +17,7 @@
 // Without a GPU the program exits 77 before Catch starts (gpu_skip.cu) and ctest reports a skip.
 // Built for arch-specific targets (mxkit:sm90a, tests/gpu/CMakeLists.txt) so the sm90 path exists.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -699,4 +700,67 @@ TEST_CASE("gpu gemm: wgrad-shaped products split K, match the reference and repe
         else CHECK(std::memcmp(first.data(), got.data(), got.size() * sizeof(float)) == 0);
       }
     }
+}
+
+TEST_CASE("gpu gemm: the dynamic tile order gives the static order's bits and leaves its counter zero", "[gpu][gemm]") {
+  // gemm_options::tile_counter: the persistent sm90 kernel hands its tiles out from a counter
+  // instead of CTA x taking x, x + grid, ... Which CTA computes a tile must not change its bits;
+  // a tile handed out twice or never shows as a difference (D starts as NaN bytes), a counter
+  // left non-zero would hand the next GEMM's tiles out wrongly (so each order runs three times).
+  // Shapes with fewer tiles than SMs (one fetch per CTA, past the end) and several times more.
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  g::device_buffer<std::uint32_t> counter(2);
+  counter.fill_bytes(0);
+  const auto counter_words = [&] { return counter.to_host(); };
+  for (const g::gemm_path path : device_paths()) {
+    if (path == g::gemm_path::portable) continue;  // no tile order
+    // run(opt) fills and returns D for one operand pair.
+    const auto same_bits = [&](const char* what, auto run) {
+      g::gemm_options fixed{path}, dynamic{path};
+      dynamic.tile_counter = counter.data();
+      const auto want = run(fixed);
+      for (int i = 0; i < 3; ++i) {
+        const auto got = run(dynamic);
+        INFO(g::name_of(path) << " " << what << ", dynamic run " << i);
+        REQUIRE(got.size() == want.size());
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(got[0])) == 0);
+        CHECK(counter_words() == std::vector<std::uint32_t>{0, 0});
+      }
+    };
+    for (const auto& [p, q, k] : {std::array<std::size_t, 3>{200, 300, 512}, std::array<std::size_t, 3>{2048, 2560, 384}}) {
+      INFO("P " << p << " Q " << q << " K " << k);
+      const std::vector<bfloat16> ha = random_bf16(p, k, seed + 1), hb = random_bf16(q, k, seed + 2);
+      g::device_buffer<bfloat16> da{std::span<const bfloat16>(ha)}, db{std::span<const bfloat16>(hb)};
+      same_bits("bf16, bf16 output", [&](const g::gemm_options& o) {
+        device_out<bfloat16> d(p, q, q);
+        g::gemm(matrix_view<const bfloat16>{da.data(), p, k}, matrix_view<const bfloat16>{db.data(), q, k}, d.view(), {}, nullptr, o);
+        MXKIT_GPU_CHECK(g::device_synchronize());
+        return d.get();
+      });
+      std::mt19937_64 rng(seed + 3);
+      std::uniform_int_distribution<int> v(-3, 3);
+      fp8_tensor fa{fp8_type::e4m3, p, k, 4.0f, 0.0f, std::vector<std::uint8_t>(p * k)}, fb{fp8_type::e5m2, q, k, 0.5f, 0.0f, std::vector<std::uint8_t>(q * k)};
+      for (auto& c : fa.data) c = fp8_encode(static_cast<float>(v(rng)), fa.type, 1.0f);
+      for (auto& c : fb.data) c = fp8_encode(static_cast<float>(v(rng)), fb.type, 1.0f);
+      g::device_buffer<std::uint8_t> dfa{std::span<const std::uint8_t>(fa.data)}, dfb{std::span<const std::uint8_t>(fb.data)};
+      same_bits("fp8 e4m3 x e5m2", [&](const g::gemm_options& o) {
+        device_out<float> d(p, q, q);
+        g::gemm(fp8_view{fa.type, p, k, fa.scale, dfa.data()}, fp8_view{fb.type, q, k, fb.scale, dfb.data()}, d.view(), {1.5f, 0.0f},
+                nullptr, o);
+        MXKIT_GPU_CHECK(g::device_synchronize());
+        return d.get();
+      });
+      // MXFP4: the folded line-scaled route; MXFP8: bf16 tensor cores; MXFP6: block-scaled FP8.
+      for (const mx_type t : {mx_type::mxfp4, mx_type::mxfp8_e4m3, mx_type::mxfp6_e2m3}) {
+        const device_mx ma(realistic_mx(p, k, t, seed + 4)), mb(realistic_mx(q, k, t, seed + 5));
+        same_bits(name_of(t), [&](const g::gemm_options& o) {
+          device_out<float> d(p, q, q);
+          g::gemm(ma.view(), mb.view(), d.view(), {}, nullptr, o);
+          MXKIT_GPU_CHECK(g::device_synchronize());
+          return d.get();
+        });
+      }
+    }
+  }
 }

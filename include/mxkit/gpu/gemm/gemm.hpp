@@ -65,6 +65,11 @@ struct gemm_options {
   // run the bf16 tensor cores, which need no per-block promotion; costs 2 bytes of scratch per
   // operand element. Blocks with exponents beyond +-48 fall back to the FP8 block-scaled kernel.
   bool mxfp8_via_bf16 = true;
+  // sm90: two zeroed words of device memory that only this stream's GEMMs use (a GEMM leaves them
+  // zeroed): the persistent kernel then hands out its tiles dynamically, so a GEMM that overlaps
+  // another stream's kernels (a collective's) loses only the SMs they hold, not the tiles queued
+  // behind them (sm90/kernel.hpp). Null: the static order. Results are the same bits either way.
+  std::uint32_t* tile_counter = nullptr;
 };
 
 namespace detail {
@@ -178,15 +183,15 @@ inline void execute_sm90(const gemm_plan& p, const gemm_operand& a, const gemm_o
       expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(copy_a), unsafe, s);
       expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(copy_b), unsafe, s);
       const sm90::mma_operand ba{sm90::mma_kind::bf16, copy_a, 2 * a.length}, bb{sm90::mma_kind::bf16, copy_b, 2 * b.length};
-      sm90::launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false});
-      sm90::launch_wgmma(a, b, fa, fb, out, s, launch_gate{unsafe, true});
+      sm90::launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false}, true, o.tile_counter);
+      sm90::launch_wgmma(a, b, fa, fb, out, s, launch_gate{unsafe, true}, true, o.tile_counter);
       return;
     }
     case sm90_route::fold: {
       expand::fold::launch(a, copy_a, line_a, unsafe, s);
       expand::fold::launch(b, copy_b, line_b, unsafe, s);
       const sm90::mma_operand la{sm90::mma_kind::e5m2, copy_a, a.length, line_a}, lb{sm90::mma_kind::e5m2, copy_b, b.length, line_b};
-      sm90::launch_wgmma(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums);
+      sm90::launch_wgmma(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums, o.tile_counter);
       fallback = launch_gate{unsafe, true};
       break;
     }
@@ -203,7 +208,7 @@ inline void execute_sm90(const gemm_plan& p, const gemm_operand& a, const gemm_o
     fb.data = copy_b;
     fb.line_bytes = b.length;
   }
-  sm90::launch_wgmma(a, b, fa, fb, out, s, fallback);
+  sm90::launch_wgmma(a, b, fa, fb, out, s, fallback, true, o.tile_counter);
 }
 #endif
 

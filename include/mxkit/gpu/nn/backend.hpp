@@ -159,12 +159,14 @@ class device_backend : public nn::backend {
                      const nn::tensor& clip, nn::tensor& state) override;
 
  private:
-  // Slots of scratch_ (doubles): grad_norm_result (2), adamw counts (2), loss as float (1), amax bits (1).
-  static constexpr std::size_t norm_slot = 0, counts_slot = 2, loss_slot = 4, amax_slot = 5;
+  // Slots of scratch_ (doubles): grad_norm_result (2), adamw counts (2), loss as float (1), amax
+  // bits (1), the GEMMs' tile counter (1: two words, zero between GEMMs; gemm_options::tile_counter).
+  static constexpr std::size_t norm_slot = 0, counts_slot = 2, loss_slot = 4, amax_slot = 5, tile_counter_slot = 6;
   static_assert(sizeof(grad_norm_result) <= 2 * sizeof(double) && sizeof(adamw_step_counts) <= 2 * sizeof(double));
 
   grad_norm_result* norm_result() { return reinterpret_cast<grad_norm_result*>(scratch_.as<double>() + norm_slot); }
   unsigned* amax_bits() { return reinterpret_cast<unsigned*>(scratch_.as<double>() + amax_slot); }
+  std::uint32_t* tile_counter() { return reinterpret_cast<std::uint32_t*>(scratch_.as<double>() + tile_counter_slot); }
 
   void* pool_alloc(std::size_t bytes) { return pool_alloc_counted(bytes, stream_, counters_.driver_allocations); }
   // Temporary device memory for one call's kernels, returned in stream order.
@@ -239,7 +241,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY device_backend::device_backend() {
   MXKIT_GPU_CHECK(event_create_timing_off(&order_));
   payloads_ = payload_factory(stream_, memory_, counters_.driver_allocations, live_);
   flags_ = alloc(1, 4, nn::dtype::i32, nn::mem_tag::activation);  // [embedding error, cross-entropy error, lr bits, spare]
-  scratch_ = alloc(1, 8, nn::dtype::f64, nn::mem_tag::optimizer);  // grad_norm_result, adamw counts, loss (float), amax bits
+  scratch_ = alloc(1, 8, nn::dtype::f64, nn::mem_tag::optimizer);  // zeros: the slots above
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY device_backend::~device_backend() {
   (void)stream_synchronize(stream_);
@@ -437,7 +439,11 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_update_scales(nn::scaling
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d,
                                                           float alpha, float beta, const nn::tensor* c) {
-  backend_detail::run_gemm(kind, a, b, d, alpha, beta, c, stream_);
+  // Every GEMM of this backend runs on stream_, so they can share one tile counter: the
+  // dynamic order keeps the backward's GEMMs whole while a gradient reduction holds SMs.
+  gemm_options options;
+  options.tile_counter = tile_counter();
+  backend_detail::run_gemm(kind, a, b, d, alpha, beta, c, stream_, options);
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) {
   backend_detail::activation_types(x.type(), "rmsnorm", [&](auto z) {

@@ -49,7 +49,7 @@ void visit_float(nn::dtype t, const char* what, F&& f) {
 // codes and row-major scales, FP8 codes with the descale read from the copy's device scale, bf16
 // rows (MN-major where the copy reads its source in place). C is D where null or beta = 0.
 inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
-                     const nn::tensor* c, stream_t s) {
+                     const nn::tensor* c, stream_t s, const gemm_options& options = {}) {
   mxkit::detail::require(d.type() == nn::dtype::f32 || d.type() == nn::dtype::bf16, "device_backend: ", name_of(kind), " output is ",
                          name_of(d.type()), "; the device writes f32 or bf16");
   const gemm_output_desc out{d.data(), c && beta != 0.0f ? c->data() : d.data(), d.cols(), d.cols(), d.type() == nn::dtype::bf16,
@@ -62,7 +62,7 @@ inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor&
       const mx_const_view vb{pb.layout, pb.options, pb.data, pb.scales, scale_layout::row_major};
       mxkit::detail::check_mx_product(kind, va.layout, vb.layout);
       mxkit::detail::check_rotation(va.options, vb.options, name_of(kind));
-      detail::run(make_operand(va), make_operand(vb), out, s, {});
+      detail::run(make_operand(va), make_operand(vb), out, s, options);
       return;
     }
     case nn::precision::fp8: {
@@ -71,7 +71,7 @@ inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor&
         o.scale = p.fp8_scale;
         return o;
       };
-      detail::run(operand(a, pa), operand(b, pb), out, s, {});
+      detail::run(operand(a, pa), operand(b, pb), out, s, options);
       return;
     }
     case nn::precision::bf16: {
@@ -80,7 +80,7 @@ inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor&
         return p.mn_major ? make_operand(matrix_view<const bfloat16>{data, q.length(), q.lines()}, major_order::mn_major)
                           : make_operand(matrix_view<const bfloat16>{data, q.lines(), q.length()});
       };
-      detail::run(operand(a, pa), operand(b, pb), out, s, {});
+      detail::run(operand(a, pa), operand(b, pb), out, s, options);
       return;
     }
     case nn::precision::native: break;

@@ -50,6 +50,10 @@ __device__ inline bool mbar_try_wait(std::uint64_t* bar, std::uint32_t parity) {
       : "memory");
   return done != 0;
 }
+// Barrier `id` among `count` threads of the CTA (PTX bar.sync; id 0 is __syncthreads').
+__device__ inline void named_barrier_sync(std::uint32_t id, std::uint32_t count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
 // Waits until the phase of parity `parity` has completed (a fresh barrier counts parity 1 done).
 __device__ inline void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {

@@ -45,6 +45,8 @@ struct smem_layout {
   alignas(16) float sa[stages][blocks_per_stage][BM];  // row scales as floats
   alignas(16) float sb[stages][blocks_per_stage][BN];  // column scales, permuted (column_slot)
   std::uint64_t full[stages], empty[stages];
+  std::uint32_t tile_of[stages];  // dynamic tile order: the tile whose first stage fills slot s
+  std::uint32_t fetched[2];       // dynamic tile order: the producer's last two fetched tiles
 };
 template <int BM, int BN>
 inline constexpr std::size_t smem_bytes = sizeof(smem_layout<BM, BN>) + 1024;  // + alignment slack
@@ -76,6 +78,9 @@ struct params {
   // reduction and writes its fp32 partial to out.d + z * split_stride; split_reduce adds them.
   std::uint32_t stages_per_split = 0;
   std::size_t split_stride = 0;
+  // Dynamic tile order (kernel.hpp; unsplit launches): two words, zero before the launch and
+  // zero again after it; null: the static order.
+  std::uint32_t* tile_counter = nullptr;
 };
 
 // Slot of tile column c in a block's column-scale row. A thread t of a fragment holds, for each

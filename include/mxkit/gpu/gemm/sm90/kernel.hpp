@@ -89,6 +89,14 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
   const std::uint32_t all_stages = (p.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
   const std::uint32_t k_first = gridDim.y > 1 ? blockIdx.y * p.stages_per_split : 0u;
   const std::uint32_t k_stages = gridDim.y > 1 ? min(p.stages_per_split, all_stages - k_first) : all_stages;
+  // Dynamic order (p.tile_counter): CTA x still starts with tile x, and then takes the next tile
+  // nobody has taken (gridDim.x + a global counter), so a CTA that starts late, its SM held by
+  // another stream's kernel (a collective's, which keeps its SMs for the whole transfer), takes
+  // fewer tiles instead of finishing its static share late and the GEMM with it. Each tile's
+  // arithmetic is the same in either order, so the results are too. The producer fetches; its
+  // first stage of each tile carries the tile in sm.tile_of, and a last, empty stage carries a
+  // tile past the end, which ends the consumers.
+  const bool dynamic = p.tile_counter != nullptr && gridDim.y == 1 && k_stages > 0;
 
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
@@ -123,7 +131,30 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
     };
     const int c0 = column_slot(static_cast<int>(pt)), c1 = column_slot(static_cast<int>(pt) + 128);
     std::uint32_t filled = 0;  // stages filled so far, over all of this CTA's tiles
-    for (std::uint32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, filled += k_stages) {
+    std::uint32_t fetches = 0;
+    // The next tile after `tile`: producer thread 0 takes one from the counter and hands it to the
+    // other producer threads through sm.fetched (two slots: a thread may still read the previous
+    // one while thread 0, past this barrier, writes the next).
+    auto next_tile = [&](std::uint32_t tile) {
+      if (!dynamic) return tile + gridDim.x;
+      std::uint32_t* slot = &sm.fetched[fetches++ & 1];
+      if (pt == 0) *slot = gridDim.x + atomicAdd(p.tile_counter, 1u);
+      named_barrier_sync(1, 128);
+      return *slot;
+    };
+    for (std::uint32_t tile = blockIdx.x;; tile = next_tile(tile), filled += k_stages) {
+      if (tile >= tiles) {
+        if (dynamic) {  // the consumers' end: an empty stage whose tile is past the end
+          const int s = static_cast<int>(filled % stages);
+          mbar_wait(&sm.empty[s], ((filled / stages) & 1) ^ 1);
+          if (pt == 0) {
+            sm.tile_of[s] = tile;
+            mbar_arrive(&sm.full[s]);  // in place of the TMA's arrival
+          }
+          mbar_arrive(&sm.full[s]);
+        }
+        break;
+      }
       enter_tile(tile);
       std::uint32_t next[4] = {};
       if (block_scaled && k_stages > 0) fetch(0, next);
@@ -134,6 +165,7 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
         if (block_scaled && it + 1 < k_stages) fetch(it + 1, next);
         mbar_wait(&sm.empty[s], phase ^ 1);
         if (pt == 0) {
+          if (dynamic && it == 0) sm.tile_of[s] = tile;
           mbar_arrive_expect_tx(&sm.full[s], a_stage_bytes + b_stage_bytes);
           const std::uint32_t k0 = (k_first + it) * tile_k;
           tma_load_stage<MnA, BM>(sm.a[s], &map_a, &sm.full[s], k0, p0);
@@ -151,6 +183,15 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
         mbar_arrive(&sm.full[s]);  // release: the scale stores above are visible to the waiters
       }
     }
+    // The counter back to zero for the next launch: the last CTA out zeroes it, when every CTA's
+    // fetches (each before its own count here) are done.
+    if (dynamic && pt == 0) {
+      __threadfence();
+      if (atomicAdd(p.tile_counter + 1, 1u) == gridDim.x - 1) {
+        p.tile_counter[0] = 0;
+        p.tile_counter[1] = 0;
+      }
+    }
   } else {
     // ---- consumers: warpgroup wg owns rows [BM/2 wg, BM/2 (wg+1)) x all BN columns ----
     reg_alloc<consumer_regs>();
@@ -158,7 +199,13 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
     const int lane = tid % 32, warp = (tid / 32) % 4, t = lane % 4;
     const int row0 = wg * (BM / 2) + warp * 16 + lane / 4;  // this thread's first row in half 0 (others: +8, +64, +72)
     std::uint32_t consumed = 0;  // stages consumed so far, over all of this CTA's tiles
-    for (std::uint32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, consumed += k_stages) {
+    for (std::uint32_t tile = blockIdx.x;; consumed += k_stages) {
+      if (dynamic) {  // the tile the producer put in this tile's first stage (the wait below then passes at once)
+        const int s = static_cast<int>(consumed % stages);
+        mbar_wait(&sm.full[s], (consumed / stages) & 1);
+        tile = sm.tile_of[s];
+      }
+      if (tile >= tiles) break;
       enter_tile(tile);
       float acc[mh][subs][frag];
 #pragma unroll
@@ -331,6 +378,7 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
             }
         }
       }
+      if (!dynamic) tile += gridDim.x;
     }
   }
 #else

@@ -104,6 +104,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
     MXKIT_GPU_CHECK_LAUNCH();
     return;
   }
+  prm.tile_counter = nullptr;  // split K: every (tile, split) is its own CTA, no order to choose
   prm.stages_per_split = (k_stages + splits - 1) / splits;
   const std::uint32_t used = (k_stages + prm.stages_per_split - 1) / prm.stages_per_split;  // every split has work
   const gemm_output_desc out = prm.out;
@@ -138,9 +139,11 @@ void launch_kinds(const gemm_operand& a, const gemm_operand& b, const mma_operan
 #if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
 // a, b: the original operands (shape, scales); fa, fb: their FP8 bytes. Line factors on both
 // (expand::fold's E5M2 bytes) select scaling::line, whose promotions cover one block
-// (exact_block_sums) or four; the kernel runs only if `gate` is open.
+// (exact_block_sums) or four; the kernel runs only if `gate` is open. tile_counter: the dynamic
+// tile order's counter (params::tile_counter), or null.
 inline void launch_wgmma(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb,
-                   const gemm_output_desc& out, stream_t stream, launch_gate gate = {}, bool exact_block_sums = true) {
+                   const gemm_output_desc& out, stream_t stream, launch_gate gate = {}, bool exact_block_sums = true,
+                   std::uint32_t* tile_counter = nullptr) {
   if (a.lines == 0 || b.lines == 0) return;
   params prm;
   prm.p = static_cast<std::uint32_t>(a.lines);
@@ -161,6 +164,7 @@ inline void launch_wgmma(const gemm_operand& a, const gemm_operand& b, const mma
   prm.line_scale_b = fb.line_scale;
   prm.gate = gate;
   prm.out = out;
+  prm.tile_counter = tile_counter;
   const std::size_t elem = out.bf16 ? 2 : 4;
   prm.vector_store = out.ldd % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.d) % (2 * elem) == 0 &&
                      (out.beta == 0.0f || (out.ldc % 2 == 0 && reinterpret_cast<std::uintptr_t>(out.c) % (2 * elem) == 0));
