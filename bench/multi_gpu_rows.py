@@ -73,8 +73,11 @@ def main():
         rows.append(f"| {date} | {commit} | {device} | train_multi | {case} | {number(value)} | {unit} | {peer} | "
                     f"{number(peer_value)} | {100.0 * value / peer_value:.1f}% |")
 
+    # Only the parts this run of gpu_multi_check.sh ran (its MXKIT_PARTS): a log folder used by an
+    # earlier call of the same lease still holds the other parts' logs, whose rows are written.
+    parts = os.environ.get("MXKIT_PARTS", "scaling 8b").split()
     one = summary(read(os.path.join(logs, "scaling1.log")))
-    for n in (1, 2, 4, 8):
+    for n in (1, 2, 4, 8) if "scaling" in parts else ():
         s = summary(read(os.path.join(logs, f"scaling{n}.log")))
         if s:
             per_gpu = s["tokens"] / n
@@ -85,11 +88,11 @@ def main():
                 row(f"06_train_gpu default model, {n} GPU(s), data parallel: exposed communication (rank 0)", s["exposed_percent"],
                     "% of step")
 
-    peer = peer_values(read(os.path.join(logs, "fsdp_peer.log")))
+    peer = peer_values(read(os.path.join(logs, "fsdp_peer.log"))) if "8b" in parts else {}
     seq = os.environ.get("MXKIT_8B_SEQ", "8192")
     names = {"mxfp4": "mxfp4+Hadamard"}
     flags = os.environ.get("MXKIT_8B_FLAGS", "").strip()  # extra 06_train_gpu flags of the 8B runs (gpu_multi_check.sh)
-    for recipe in ("bf16", "fp8", "mxfp8", "mxfp4"):
+    for recipe in ("bf16", "fp8", "mxfp8", "mxfp4") if "8b" in parts else ():
         s = summary(read(os.path.join(logs, f"8b_{recipe}.log")))
         if not s:
             continue
