@@ -15,7 +15,8 @@
 // Each process takes GPU LOCAL_RANK and joins the NCCL (RCCL) communicator through the TCP
 // rendezvous on MASTER_ADDR:MASTER_PORT (gpu/nccl_communicator.hpp); only rank 0 prints (set
 // MXKIT_ALL_RANKS_PRINT=1 to see every rank). A rank that fails aborts the communicator, so the
-// others end at once with its message instead of waiting in a collective.
+// others end at once with its message instead of waiting in a collective. MXKIT_NCCL_BLOCKING=1
+// makes the communicator blocking, to measure what the non-blocking one costs a training run.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -80,8 +81,7 @@ int main(int argc, char** argv) {
     gpu::device_backend be;
     std::unique_ptr<gpu::nccl_communicator> comm;  // destroyed before the backend whose stream it uses
     if (env.world_size > 1) {
-      // MXKIT_NCCL_BLOCKING=1: a blocking NCCL communicator, for measuring the non-blocking mode's
-      // per-call cost in a training run (gpu::nccl_options::blocking says what it gives up).
+      // (gpu::nccl_options::blocking says what the blocking mode gives up.)
       gpu::nccl_options nccl;
       const char* blocking = std::getenv("MXKIT_NCCL_BLOCKING");
       nccl.blocking = blocking && std::string_view(blocking) == "1";

@@ -707,7 +707,8 @@ TEST_CASE("gpu gemm: the dynamic tile order gives the static order's bits and le
   // instead of CTA x taking x, x + grid, ... Which CTA computes a tile must not change its bits;
   // a tile handed out twice or never shows as a difference (D starts as NaN bytes), a counter
   // left non-zero would hand the next GEMM's tiles out wrongly (so each order runs three times).
-  // Shapes with fewer tiles than SMs (one fetch per CTA, past the end) and several times more.
+  // Shapes with fewer tiles than SMs (each CTA's one fetch is past the end) and more (160 tiles
+  // of 128 x 256 on an H200's 132 SMs: 28 handed out by the counter).
   const std::uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   g::device_buffer<std::uint32_t> counter(2);
