@@ -36,8 +36,9 @@
 // bf16 operands may also be MN-major (major_order::mn_major: wgrad's dY and X as stored), loaded
 // as 64-line panels and read with wgmma's transpose bits, so wgrad needs no transposed copies.
 // Tile 128 x 256 (2 consumer warpgroups x 64 rows), 384 threads, ~216 KB shared memory, one CTA
-// per SM, grouped raster order for L2 reuse. A closed launch_gate makes the kernel return at once
-// (a fast path and its fallback are both enqueued; gemm.hpp).
+// per SM, grouped raster order for L2 reuse, tiles handed out in a fixed or (with a counter) a
+// dynamic order. A closed launch_gate makes the kernel return at once (a fast path and its
+// fallback are both enqueued; gemm.hpp).
 #include <cstddef>
 #include <cstdint>
 
