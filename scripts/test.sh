@@ -139,16 +139,24 @@ PROBE
   return $rc
 }
 
-# The first python3 (PATH, then Debian's) that can build and test the Python module.
+# The first python3 (PATH, then Debian's) for which the Python module can be built and tested:
+# cmake/python_probe is configured with it, which makes the build's own lookup
+# (cmake/MxkitPython.cmake: Python.h, pybind11's CMake package) and imports numpy and pytest.
+# Configuring a project that builds nothing costs about a second; a Python-side `import pybind11`
+# is not asked, since the build does not use it (Debian's pybind11-dev has no Python module).
 python_for_module() {
-  local c
+  local c probe
+  probe=$(mktemp -d) || return 1
   for c in python3 /usr/bin/python3; do
     command -v "$c" > /dev/null || continue
-    if "$c" -c 'import os, sysconfig, numpy, pybind11, pytest
-assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' > /dev/null 2>&1; then
-      command -v "$c"; return 0
+    rm -rf "${probe:?}"/*
+    if cmake -S cmake/python_probe -B "$probe" "-DPython3_EXECUTABLE=$(command -v "$c")" > "$probe.log" 2>&1; then
+      command -v "$c"; rm -rf "$probe" "$probe.log"; return 0
     fi
+    printf '  python: %s passed over: %s\n' "$(command -v "$c")" \
+      "$(grep -m 1 -A 2 'CMake Error' "$probe.log" | tail -n 2 | tr -s ' \n' ' ')" >&2
   done
+  rm -rf "$probe" "$probe.log"
   return 1
 }
 
@@ -156,13 +164,13 @@ for stage in "${stages[@]}"; do
   case $stage in
     release)
       # The Python module and its pytest (python.pytest, label unit) join where a python3 with its
-      # headers, pybind11, NumPy and pytest is found (Debian: python3-dev pybind11-dev
-      # python3-numpy python3-pytest); CI requires them.
+      # headers, pybind11's CMake package, NumPy and pytest is found (Debian: python3-dev
+      # pybind11-dev python3-numpy python3-pytest); CI requires them.
       py_args=(-DMXKIT_BUILD_PYTHON=OFF)
       if py=$(python_for_module); then
         py_args=(-DMXKIT_BUILD_PYTHON=ON "-DPython3_EXECUTABLE=$py")
       elif [ "${CI:-}" = true ]; then
-        record release FAILED 0 "no python3 with python3-dev, pybind11, numpy and pytest (required in CI)"; continue
+        record release FAILED 0 "no python3 with python3-dev, pybind11-dev, numpy and pytest (required in CI; see above)"; continue
       fi
       build_and_test release "$root/release" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=OFF "${py_args[@]}" ;;
     sanitize)
