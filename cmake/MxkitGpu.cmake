@@ -135,7 +135,7 @@ if(NOT MXKIT_GPU STREQUAL "OFF")
   target_link_libraries(mxkit_gpu INTERFACE mxkit::mxkit ${_mxkit_gpu_runtime_libs})
 endif()
 
-# NCCL / RCCL for gpu::nccl_communicator: loaded at run time with dlopen (gpu/nccl_api.hpp), so
+# NCCL / RCCL for gpu::nccl_communicator: loaded at run time with dlopen (gpu/parallel/nccl_api.hpp), so
 # nothing is linked and the builds compile without either package. MXKIT_NCCL_ROOT (a folder with
 # lib/libnccl.so.2 or lib/librccl.so*, and include/nccl.h or include/rccl/rccl.h; PyTorch's wheel:
 # python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))") compiles that

@@ -23,14 +23,14 @@
 #include <thread>
 #include <vector>
 
-#include <mxkit/nn/checkpoint.hpp>
-#include <mxkit/nn/data.hpp>
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/io/checkpoint.hpp>
+#include <mxkit/train/data.hpp>
+#include <mxkit/host/host_backend.hpp>
 #include <mxkit/nn/model.hpp>
-#include <mxkit/nn/training.hpp>
+#include <mxkit/train/training.hpp>
 
 
-#include "repository_data.hpp"
+#include <mxkit/train/program/repository_data.hpp>
 namespace fs = std::filesystem;
 using namespace mxkit::nn;
 using mxkit::ref::host_backend;
@@ -56,7 +56,7 @@ fs::path find_data_dir(int argc, char** argv) {
   std::vector<fs::path> given;
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]).rfind("--", 0) != 0) given.emplace_back(argv[i]);
-  const data_search s = search_repository_data(given);
+  const mxkit::train_program::data_search s = mxkit::train_program::search_repository_data(given);
   if (s.found) return *s.found;
   std::fprintf(stderr, "03_train_recipes: stories.txt and qa.txt are not in any of: %s; pass the data directory\n",
                s.looked_list().c_str());

@@ -7,7 +7,7 @@
 //     The report shows the rotated value that was quantized, not the input.
 //  3. A GEMM output (fprop of the MXFP8 copies, summed by a "kernel" in another order) with one
 //     wrong element, checked on 8 sampled rows against the accumulation bound.
-// The peer presets (ref/peer_presets.hpp) stand in for the peers' kernels here: quantize_like
+// The peer presets (validation/peer_presets.hpp) stand in for the peers' kernels here: quantize_like
 // writes the bytes and the storage a peer writes. Exits 1 unless each report finds exactly the
 // planted errors.
 #include <mxkit/mxkit.hpp>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The training program (examples/train_program.hpp) on the host reference backend: the same
+// The training program (include/mxkit/train/program/program.hpp, src/train/program.cpp) on the host reference backend: the same
 // command line, output, checkpoints and CSV as 06_train_gpu, so the program is run and checked
 // (ctest example.05_train.*) on machines without a GPU. The default model (about 100 M
 // parameters) is sized for a GPU; on the host train a small one, for example
@@ -8,21 +8,21 @@
 // 05_train --help lists every flag.
 // --ranks N trains on N rank threads of this process (ref::thread_communicator): the data-parallel
 // and sharded code paths a GPU program runs through NCCL, checked on the host.
-#include <mxkit/ref/host_backend.hpp>
-#include <mxkit/ref/nn/thread_communicator.hpp>
+#include <mxkit/host/host_backend.hpp>
+#include <mxkit/parallel/thread_communicator.hpp>
 
-#include "train_program.hpp"
+#include <mxkit/train/program/program.hpp>
 
 int main(int argc, char** argv) {
-  return train_program::main(argc, argv, "05_train", [](const train_program::options& o) {
+  return mxkit::train_program::main(argc, argv, "05_train", [](const mxkit::train_program::options& o) {
     if (o.ranks == 1) {
       mxkit::ref::host_backend be;
-      return train_program::run(be, {"host CPU", 0, {}}, o);
+      return mxkit::train_program::run(be, {"host CPU", 0, {}}, o);
     }
     int code = 0;
     mxkit::ref::run_ranks(static_cast<int>(o.ranks), [&](mxkit::nn::communicator& comm) {
       mxkit::ref::host_backend be;
-      const int c = train_program::run(be, {"host CPU, " + std::to_string(o.ranks) + " rank threads", 0, {}}, o, &comm);
+      const int c = mxkit::train_program::run(be, {"host CPU, " + std::to_string(o.ranks) + " rank threads", 0, {}}, o, &comm);
       if (comm.rank() == 0) code = c;
     });
     return code;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The training program (examples/train_program.hpp) on one GPU through mxkit's device backend
+// The training program (include/mxkit/train/program/program.hpp, src/train/program.cpp) on one GPU through mxkit's device backend
 // (gpu::device_backend: CUDA, or HIP from the same source). With no flags it trains the default
 // model, about 100 M parameters, for about five minutes on an H200:
 //   06_train_gpu                                   # bf16 recipe, the repository's corpora
@@ -13,7 +13,7 @@
 //   bash scripts/launch_gpus.sh 4 06_train_gpu --recipe mxfp4                 # data parallel
 //   bash scripts/launch_gpus.sh 4 06_train_gpu --shard full --recompute on    # fully sharded
 // Each process takes GPU LOCAL_RANK and joins the NCCL (RCCL) communicator through the TCP
-// rendezvous on MASTER_ADDR:MASTER_PORT (gpu/nccl_communicator.hpp); only rank 0 prints (set
+// rendezvous on MASTER_ADDR:MASTER_PORT (gpu/parallel/nccl_communicator.hpp); only rank 0 prints (set
 // MXKIT_ALL_RANKS_PRINT=1 to see every rank). A rank that fails aborts the communicator, so the
 // others end at once with its message instead of waiting in a collective. MXKIT_NCCL_BLOCKING=1
 // makes the communicator blocking, to measure what the non-blocking one costs a training run.
@@ -24,12 +24,12 @@
 #include <string_view>
 
 #include <mxkit/gpu/memory.hpp>
-#include <mxkit/gpu/nccl_communicator.hpp>
+#include <mxkit/gpu/parallel/nccl_communicator.hpp>
 #include <mxkit/gpu/nn/backend.hpp>
 #include <mxkit/gpu/runtime.hpp>
-#include <mxkit/nn/rendezvous.hpp>
+#include <mxkit/parallel/rendezvous.hpp>
 
-#include "train_program.hpp"
+#include <mxkit/train/program/program.hpp>
 
 namespace {
 
@@ -57,7 +57,7 @@ std::string device_memory() {
 
 int main(int argc, char** argv) {
   namespace gpu = mxkit::gpu;
-  return train_program::main(argc, argv, "06_train_gpu", [](const train_program::options& o) {
+  return mxkit::train_program::main(argc, argv, "06_train_gpu", [](const mxkit::train_program::options& o) {
     if (gpu::device_count() == 0) {
       std::printf("no GPU here: 06_train_gpu was compiled; run it on a machine with a GPU (or 05_train on the host)\n");
       const char* code = std::getenv("MXKIT_SKIP_EXIT_CODE");
@@ -65,11 +65,11 @@ int main(int argc, char** argv) {
     }
     const mxkit::nn::launch_environment env = mxkit::nn::launch_environment::from_environment();
     if (o.ranks != 1)
-      throw train_program::usage_error("--ranks: 06_train_gpu takes its ranks from its launcher, one process per GPU "
+      throw mxkit::train_program::usage_error("--ranks: 06_train_gpu takes its ranks from its launcher, one process per GPU "
                                        "(bash scripts/launch_gpus.sh N 06_train_gpu ...)");
     if (env.world_size > 1) {
       if (env.local_rank >= gpu::device_count())
-        throw train_program::usage_error("LOCAL_RANK " + std::to_string(env.local_rank) + " but this machine has " +
+        throw mxkit::train_program::usage_error("LOCAL_RANK " + std::to_string(env.local_rank) + " but this machine has " +
                                          std::to_string(gpu::device_count()) + " GPU(s)");
       MXKIT_GPU_CHECK(gpu::set_device(env.local_rank));
       if (env.rank != 0 && !std::getenv("MXKIT_ALL_RANKS_PRINT")) {
@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
       comm = gpu::nccl_communicator::from_environment(env, be.stream(), nccl);
     }
     try {
-      return train_program::run(be, {p.name, bf16_peak_tflops(p.name), device_memory}, o, comm.get());
+      return mxkit::train_program::run(be, {p.name, bf16_peak_tflops(p.name), device_memory}, o, comm.get());
     } catch (const std::exception& e) {
       if (comm) comm->abort(e.what());  // the other ranks end now, naming this rank's error
       throw;

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Runs PROGRAM on N GPUs of this machine, one process per GPU, with the environment torchrun sets
 # (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT), so mxkit's programs start
-# their NCCL communicator without MPI (nn/rendezvous.hpp: rank 0 hands out NCCL's id over TCP).
+# their NCCL communicator without MPI (parallel/rendezvous.hpp: rank 0 hands out NCCL's id over TCP).
 #   bash scripts/launch_gpus.sh N PROGRAM [ARGS...]
 #   bash scripts/launch_gpus.sh 4 build/examples/06_train_gpu --fsdp --recompute
 # Rank 0 writes to this terminal; rank r > 0 writes its lines prefixed with "[rank r] " (stderr).

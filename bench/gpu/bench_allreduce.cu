@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // All-reduce bus bandwidth through gpu::nccl_communicator on every GPU of the machine (one thread
-// per rank; the library NCCL or RCCL as gpu/nccl_api.hpp finds it), against
+// per rank; the library NCCL or RCCL as gpu/parallel/nccl_api.hpp finds it), against
 // torch.distributed.all_reduce on the same GPUs in the same run (bench/allreduce_peer.py under
 // torchrun). Bus bandwidth as nccl-tests defines it: bytes x 2 (n - 1) / n / time, the traffic
 // each link carries in a ring, so the figure is comparable across rank counts.
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <mxkit/gpu/memory.hpp>
-#include <mxkit/gpu/nccl_communicator.hpp>
+#include <mxkit/gpu/parallel/nccl_communicator.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 #include "bench_common.hpp"

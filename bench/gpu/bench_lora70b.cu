@@ -61,7 +61,7 @@
 #include <mxkit/gpu/nn/backend.hpp>
 #include <mxkit/nn/healing.hpp>
 #include <mxkit/nn/lora_base.hpp>
-#include <mxkit/nn/training.hpp>
+#include <mxkit/train/training.hpp>
 
 #include "bench_common.hpp"
 #include "gpu_bench.hpp"

@@ -12,7 +12,7 @@
 
 #include <mxkit/error.hpp>
 #include <mxkit/nn/recipe.hpp>
-#include <mxkit/nn/training.hpp>
+#include <mxkit/train/training.hpp>
 
 namespace mxkit_bench {
 

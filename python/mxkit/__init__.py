@@ -323,7 +323,7 @@ def validate_gemm(a_codes, a_scales, b_codes, b_scales, d, fmt=None, b_fmt=None,
                   threads=0):
     """Checks D[P,Q] = alpha * A[P,K] . B[Q,K]^T from two MX copies (both blocked along K, as a
     TN GEMM reads them) against the host reference within the accumulation bound
-    (ref/validate_gemm.hpp). d: float32 or bfloat16 [P, Q]. Returns a GemmReport."""
+    (validation/validate_gemm.hpp). d: float32 or bfloat16 [P, Q]. Returns a GemmReport."""
     b_fmt = b_fmt or fmt
     a = _operand(a_codes, fmt, k, preset, a_layout, nibbles, rule, rounding, hadamard)
     b = _operand(b_codes, b_fmt, k, preset, b_layout, nibbles, rule, rounding, hadamard)

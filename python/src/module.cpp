@@ -20,11 +20,11 @@
 #include <vector>
 
 #include <mxkit/error.hpp>
-#include <mxkit/ref/diagnose.hpp>
-#include <mxkit/ref/peer_presets.hpp>
+#include <mxkit/validation/diagnose.hpp>
+#include <mxkit/validation/peer_presets.hpp>
 #include <mxkit/ref/quantize.hpp>
-#include <mxkit/ref/validate.hpp>
-#include <mxkit/ref/validate_gemm.hpp>
+#include <mxkit/validation/validate.hpp>
+#include <mxkit/validation/validate_gemm.hpp>
 #include <mxkit/version.hpp>
 
 #include "device.hpp"

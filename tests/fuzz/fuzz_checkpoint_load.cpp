@@ -21,8 +21,8 @@
 
 #include <unistd.h>
 
-#include <mxkit/nn/checkpoint.hpp>
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/io/checkpoint.hpp>
+#include <mxkit/host/host_backend.hpp>
 
 namespace {
 

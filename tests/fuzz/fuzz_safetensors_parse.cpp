@@ -21,8 +21,8 @@
 
 #include <unistd.h>
 
-#include <mxkit/nn/safetensors.hpp>
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/io/safetensors.hpp>
+#include <mxkit/host/host_backend.hpp>
 
 namespace {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// libFuzzer target: the training program's command line (examples/train_options.hpp), parsed
+// libFuzzer target: the training program's command line (mxkit/train/program/options.hpp), parsed
 // without training. The input is the arguments after the program's name, separated by NUL bytes
 // (at most 64). parse_options must return options, nullopt (--help) or throw usage_error; any
 // other exception (std::out_of_range, std::length_error, std::bad_alloc...) is a finding, as is
@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "../../examples/train_options.hpp"
+#include <mxkit/train/program/options.hpp>
 
 namespace {
 
-using train_program::options;
+using mxkit::train_program::options;
 
 [[noreturn]] void finding(const std::string& what) {
   std::fprintf(stderr, "fuzz_train_options: %s\n", what.c_str());
@@ -32,7 +32,7 @@ std::optional<options> parse(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  return train_program::parse_options(static_cast<int>(args.size()), argv.data());
+  return mxkit::train_program::parse_options(static_cast<int>(args.size()), argv.data());
 }
 
 // Every field as flags ("--flag=value", so that a value starting with "--" stays a value).
@@ -102,7 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::optional<options> o;
   try {
     o = parse(args);
-  } catch (const train_program::usage_error&) {
+  } catch (const mxkit::train_program::usage_error&) {
     return 0;  // a refusal: fine
   } catch (const std::exception& e) {
     finding(std::string("parse_options threw something other than usage_error: ") + e.what());
@@ -113,7 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     finding("accepted a model the layers refuse");
   if (o->warmup_steps() >= o->steps || o->log_every == 0 || (o->stop_after && (*o->stop_after > o->steps || *o->stop_after % o->log_every)))
     finding("accepted a schedule the trainer refuses");
-  if (!(o->lr > 0) || !(o->lr < 1e300) || !(train_program::approximate_parameters(*o) < 1.9e19))
+  if (!(o->lr > 0) || !(o->lr < 1e300) || !(mxkit::train_program::approximate_parameters(*o) < 1.9e19))
     finding("accepted an lr or a model size out of range");
   // Written out and parsed again: the same options.
   try {

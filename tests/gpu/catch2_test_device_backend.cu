@@ -22,7 +22,7 @@
 #include <vector>
 
 #include <mxkit/gpu/nn/backend.hpp>
-#include <mxkit/nn/training.hpp>
+#include <mxkit/train/training.hpp>
 
 #include "../catch.hpp"
 #include "../nn/backend_conformance.hpp"
@@ -74,7 +74,7 @@ TEST_CASE("device backend: native operands and f64 data are refused", "[gpu][nn]
   REQUIRE_THROWS_AS(d.rmsnorm_forward(x64, w64, y64, r64, 1e-5), std::invalid_argument);
   tensor norm = d.scalar(), clip = d.scalar();
   REQUIRE_THROWS_AS(d.amax(x64, norm), std::invalid_argument);
-  // global_norm reads f64 tensors (a sharded optimizer's gathered per-rank norms, nn/adamw.hpp)
+  // global_norm reads f64 tensors (a sharded optimizer's gathered per-rank norms, train/adamw.hpp)
   // as float copies: the norm of the f64 values is the norm of their float roundings.
   tensor norm32 = d.scalar(), clip32 = d.scalar();
   const std::vector<const tensor*> ts = {&x64}, ts32 = {&x};

@@ -28,8 +28,8 @@
 #include <mxkit/gpu/nn/backend.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/nn/healing.hpp>
-#include <mxkit/nn/training.hpp>
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/train/training.hpp>
+#include <mxkit/host/host_backend.hpp>
 
 #include "../catch.hpp"
 #include "../nn/backend_conformance.hpp"

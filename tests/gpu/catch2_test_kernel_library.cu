@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-#include "catch.hpp"
+#include "../catch.hpp"
 #include "gpu_test_util.hpp"
 #include "kernel_library_header_only.hpp"
 

@@ -19,8 +19,8 @@
 
 #include <mxkit/gpu/nn/backend.hpp>
 #include <mxkit/nn/lora_base.hpp>
-#include <mxkit/nn/training.hpp>
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/train/training.hpp>
+#include <mxkit/host/host_backend.hpp>
 
 #include "../catch.hpp"
 #include "device_backend_downloads.hpp"

@@ -19,12 +19,12 @@
 #include <utility>
 #include <vector>
 
-#include "catch.hpp"
+#include "../catch.hpp"
 #include "nccl_ranks.hpp"
 
 #include <mxkit/format/float16.hpp>
 #include <mxkit/gpu/memory.hpp>
-#include <mxkit/gpu/nccl_communicator.hpp>
+#include <mxkit/gpu/parallel/nccl_communicator.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 namespace gpu = mxkit::gpu;

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "catch.hpp"
+#include "../catch.hpp"
 #include "gpu_test_util.hpp"
 #include "nccl_ranks.hpp"
 
 #include <mxkit/gpu/memory.hpp>
-#include <mxkit/gpu/nn/quantized_gather.hpp>
+#include <mxkit/gpu/parallel/quantized_gather.hpp>
 #include <mxkit/gpu/quantize.hpp>
 
 namespace gpu = mxkit::gpu;

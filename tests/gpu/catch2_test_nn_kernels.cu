@@ -41,7 +41,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "catch.hpp"
+#include "../catch.hpp"
 #include "gpu_test_util.hpp"
 
 namespace {

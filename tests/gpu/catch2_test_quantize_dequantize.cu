@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "catch.hpp"
+#include "../catch.hpp"
 #include "gpu_test_util.hpp"
 
 namespace {

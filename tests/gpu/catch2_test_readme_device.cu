@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../static/readme_device.hpp"
-#include "catch.hpp"
+#include "../catch.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include <nccl.h>
 
-#include <mxkit/gpu/nccl_api.hpp>
+#include <mxkit/gpu/parallel/nccl_api.hpp>
 
 namespace api = mxkit::gpu::nccl;
 

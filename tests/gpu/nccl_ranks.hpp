@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "catch.hpp"
-#include "../nn/free_port.hpp"
+#include "../catch.hpp"
+#include "../parallel/free_port.hpp"
 
-#include <mxkit/gpu/nccl_communicator.hpp>
+#include <mxkit/gpu/parallel/nccl_communicator.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 namespace nccl_test {

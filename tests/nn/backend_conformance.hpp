@@ -61,9 +61,9 @@
 #include <utility>
 #include <vector>
 
-#include <mxkit/nn/training.hpp>
+#include <mxkit/train/training.hpp>
 #include <mxkit/ref/gemm.hpp>
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/host/host_backend.hpp>
 #include <mxkit/ref/nn/attention.hpp>
 
 #include "../byte_compare.hpp"
@@ -502,7 +502,7 @@ void quantized_copies() {
   CHECK(d.counters().copies(operand_use::wgrad_x) == h.counters().copies(operand_use::wgrad_x));
 }
 
-// A weight's copies gathered from slabs of rows (full sharding, nn/data_parallel.hpp): each slab
+// A weight's copies gathered from slabs of rows (full sharding, parallel/data_parallel.hpp): each slab
 // quantized (quantize_both on a view of its rows), packed into one wire buffer (pack_copy), and
 // the whole copy assembled (assemble_copy) equals the oracle's copy of the whole tensor, byte for
 // byte; for FP8 and bf16, which travel rowwise, its transpose equals the oracle's columnwise copy.
@@ -701,7 +701,7 @@ void gemm_products() {
 // Update_scales gives the oracle's histories and scales exactly.
 template <class S>
 void update_scales() {
-  // The same function (ref::update_scale_row) runs on both: bit for bit, NaN and zero amaxes included.
+  // The same function (nn::update_scale_row) runs on both: bit for bit, NaN and zero amaxes included.
   const delayed_scaling_config configs[] = {{4, amax_algorithm::max, 0}, {4, amax_algorithm::most_recent, 0}, {3, amax_algorithm::max, 2}};
   for (const delayed_scaling_config& cfg : configs) {
     INFO(name_of(cfg.algorithm) << ", history " << cfg.history_length << ", margin " << cfg.margin);

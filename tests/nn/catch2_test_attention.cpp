@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/host/host_backend.hpp>
 #include <mxkit/ref/nn/attention.hpp>
 
 #include "../catch.hpp"

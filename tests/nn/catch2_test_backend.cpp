@@ -12,8 +12,8 @@
 #include <variant>
 #include <vector>
 
-#include <mxkit/nn/training.hpp>
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/train/training.hpp>
+#include <mxkit/host/host_backend.hpp>
 #include <mxkit/ref/nn/adamw.hpp>
 #include <mxkit/ref/nn/cross_entropy.hpp>
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <mxkit/nn/delayed_scaling.hpp>
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/host/host_backend.hpp>
 
 #include "../catch.hpp"
 #include "nn_test_helpers.hpp"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <mxkit/nn/healing.hpp>
-#include <mxkit/nn/training.hpp>
+#include <mxkit/train/training.hpp>
 
 #include "../catch.hpp"
 #include "nn_test_helpers.hpp"

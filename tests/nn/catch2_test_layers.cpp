@@ -6,7 +6,7 @@
 #include <vector>
 
 #include <mxkit/nn/transformer_layer.hpp>
-#include <mxkit/ref/host_backend.hpp>
+#include <mxkit/host/host_backend.hpp>
 
 #include "../catch.hpp"
 #include "nn_test_helpers.hpp"

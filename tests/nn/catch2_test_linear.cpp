@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include <mxkit/nn/adamw.hpp>
+#include <mxkit/train/adamw.hpp>
 #include <mxkit/nn/linear.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/quantize.hpp>
@@ -249,7 +249,7 @@ TEST_CASE("linear: weight copies per GEMM are made for each pass and never held"
 }
 
 TEST_CASE("linear: bf16 weight copies are gathered as the rowwise copy and its transpose, installed as the layer's own", "[nn][linear]") {
-  // Full sharding's gather of W as its copies (nn/data_parallel.hpp): bf16 for fprop and dgrad
+  // Full sharding's gather of W as its copies (parallel/data_parallel.hpp): bf16 for fprop and dgrad
   // qualifies like MX rounded to nearest; stochastic rounding, mixed kinds and copies per GEMM do not.
   recipes::mxfp4_config bf16_fprop;
   bf16_fprop.fprop_mx = false;  // fprop's W in bf16, dgrad's in MXFP4

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include <mxkit/nn/lora_base.hpp>
-#include <mxkit/nn/training.hpp>
-#include <mxkit/ref/nn/thread_communicator.hpp>
+#include <mxkit/train/training.hpp>
+#include <mxkit/parallel/thread_communicator.hpp>
 
 #include "../catch.hpp"
-#include "counting_communicator.hpp"
+#include "../parallel/counting_communicator.hpp"
 #include "nn_test_helpers.hpp"
 
 using namespace nn_test;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <mxkit/ref/host_backend.hpp>
-#include <mxkit/nn/data.hpp>
+#include <mxkit/host/host_backend.hpp>
+#include <mxkit/train/data.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/parameter.hpp>
 

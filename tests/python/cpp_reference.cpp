@@ -14,7 +14,7 @@
 #include <vector>
 
 #include <mxkit/ref/quantize.hpp>
-#include <mxkit/ref/validate.hpp>
+#include <mxkit/validation/validate.hpp>
 
 namespace {
 template <class E>

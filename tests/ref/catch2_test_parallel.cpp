@@ -16,8 +16,8 @@
 
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/parallel.hpp>
-#include <mxkit/ref/validate.hpp>
-#include <mxkit/ref/validate_gemm.hpp>
+#include <mxkit/validation/validate.hpp>
+#include <mxkit/validation/validate_gemm.hpp>
 
 #include "../catch.hpp"
 

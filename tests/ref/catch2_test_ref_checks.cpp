@@ -14,7 +14,7 @@
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/quantize.hpp>
-#include <mxkit/ref/validate.hpp>
+#include <mxkit/validation/validate.hpp>
 
 #include "../catch.hpp"
 

@@ -14,7 +14,7 @@
 #include <mxkit/block/pack.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/quantize.hpp>
-#include <mxkit/ref/validate_gemm.hpp>
+#include <mxkit/validation/validate_gemm.hpp>
 
 namespace gemm_test {
 
@@ -75,7 +75,7 @@ inline std::vector<float> dequantized_lines(const mxkit::mx_tensor& t) {
 }
 
 // Element-wise |got - want| <= rel * s + abs_floor (a NaN must meet a NaN): the library's check
-// (mxkit::compare_within_bound, ref/validate_gemm.hpp) on whole vectors of a [n / cols, cols] result.
+// (mxkit::compare_within_bound, validation/validate_gemm.hpp) on whole vectors of a [n / cols, cols] result.
 template <class GotT, class WantT>
 mxkit::gemm_validation_report compare(const std::vector<GotT>& got, const std::vector<WantT>& want, const std::vector<double>& s,
                                       double rel, std::size_t cols, double abs_floor = 0) {

@@ -5,7 +5,7 @@
 
 #include <mxkit/error.hpp>
 
-#include "catch.hpp"
+#include "../catch.hpp"
 
 TEST_CASE("catch shim: contains matches exception messages", "[catch_shim]") {
   REQUIRE_THROWS_WITH(mxkit::detail::require(false, "bad rows ", 7), mxkit_test::contains("rows 7"));

@@ -2,7 +2,7 @@
 # ctest static.headers: cmake -DINCLUDE_ROOT=<repo>/include -P check_headers.cmake
 # 1. No header outside mxkit/gpu names a CUDA/HIP header or an mxkit/gpu header (host code must
 #    build with any C++20 compiler; STYLE.md).  2. Every host header is in one umbrella:
-#    mxkit/training_stack.hpp the training stack (nn/, ref/nn/, ref/host_backend.hpp), mxkit/mxkit.hpp the
+#    mxkit/training_stack.hpp the training stack (nn/, ref/nn/, host/host_backend.hpp), mxkit/mxkit.hpp the
 #    rest, and no numerics header includes a training header (the numerics umbrella stays small).
 cmake_minimum_required(VERSION 3.21)
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_ROOT} ${INCLUDE_ROOT}/mxkit/*.hpp)

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include <mxkit/ref/validate.hpp>
+#include <mxkit/validation/validate.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 
 #include "../catch.hpp"

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "catch.hpp"
+#include "../catch.hpp"
 
 namespace {
 

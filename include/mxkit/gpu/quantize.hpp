@@ -15,7 +15,6 @@
 #include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/quantize/kernel.hpp>
 #include <mxkit/gpu/runtime.hpp>
-#include <mxkit/ref/quantize.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
 #include <mxkit/tensor/scale_layout.hpp>

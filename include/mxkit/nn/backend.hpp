@@ -2,7 +2,7 @@
 #pragma once
 // The one interface between the nn layers and the hardware. Layers (linear, transformer_layer,
 // model, adamw, trainer) allocate tensors and call these operations; ref::host_backend
-// (ref/host_backend.hpp) implements them on the CPU with mxkit's host quantizer, reference GEMMs
+// (host/host_backend.hpp) implements them on the CPU with mxkit's host quantizer, reference GEMMs
 // and the ref/nn/ kernels, a GPU backend implements them with device kernels on its stream.
 //
 // Contract (what a device backend may rely on, and what it must provide)
@@ -28,7 +28,7 @@
 //    global_norm reduces every gradient tensor in one multi-tensor pass and writes norm and
 //    clip factor, adamw_step updates every parameter in one multi-tensor pass, reading both
 //    through pointers (a non-finite norm skips the step on the device and counts it). The host
-//    reads the loss only when it logs (nn/training.hpp).
+//    reads the loss only when it logs (train/training.hpp).
 // 4. Delayed scaling on the device (nn/delayed_scaling.hpp). An FP8 request names a row of a
 //    scaling_table; the cast reads scale[row] through a pointer, stores the scale it used with
 //    the copy (the GEMM's descale) and, when asked, max-combines its amax into history[row, 0].

@@ -17,7 +17,7 @@
 //   |d_ref - d_exact| <= (nb + 1) u S  (+ one rounding each for alpha, beta*C and bf16 output).
 // A kernel that sums a block's 32 products in fp32 in another order, then adds blocks, is within
 // (32 + nb + 1) u S of exact, hence within about (32 + 2 nb + 2) u S of the reference
-// (validate_gemm, ref/validate_gemm.hpp, applies this bound element by element to a foreign output). FP8 tensor
+// (validate_gemm, validation/validate_gemm.hpp, applies this bound element by element to a foreign output). FP8 tensor
 // cores (Hopper's wgmma) do not sum a block in fp32: the products are exact but are aligned and
 // added with fewer bits than fp32 (DeepSeek-V3 report, section 3.3.2: about 14 bits). mxkit's
 // Hopper kernel therefore starts a fresh tensor-core sum for every 32-block (MX) or every 128

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// How another library stores an MX copy: the description that validate (ref/validate.hpp) and
-// validate_gemm (ref/validate_gemm.hpp) read foreign output through, given as raw host pointers.
+// How another library stores an MX copy: the description that validate (validation/validate.hpp) and
+// validate_gemm (validation/validate_gemm.hpp) read foreign output through, given as raw host pointers.
 // mxkit's own storage (tensor/mx_tensor.hpp) is the default of every field: lines of
 // line_bytes() with the block-axis padding stored, FP4 low nibble first, scales [lines, blocks]
 // row-major. The peers differ from it in these ways, one field each:

@@ -553,7 +553,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_cross_entropy(nn::tensor&
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_global_norm(std::span<const nn::tensor* const> tensors, double max_norm, nn::tensor& norm, nn::tensor& clip) {
   std::vector<norm_tensor<float>> list;
   list.reserve(tensors.size());
-  // f64 tensors (a sharded optimizer's gathered per-rank norms, nn/adamw.hpp) are read as float
+  // f64 tensors (a sharded optimizer's gathered per-rank norms, train/adamw.hpp) are read as float
   // copies: the device norm is a float result either way, and they are a few elements.
   std::vector<nn::tensor> narrowed;
   for (const nn::tensor* t : tensors) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The fused delayed-scaling update on the device, the twin of ref/nn/delayed_scaling.hpp: the
-// rule of ref::update_scale_row (the same function, so the scales are the host's bit for bit)
+// rule of nn::update_scale_row (the same function, so the scales are the host's bit for bit)
 // for every row of a scaling table (nn/delayed_scaling.hpp), one kernel per training step,
 // a block a row.
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <mxkit/config.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
-#include <mxkit/ref/nn/delayed_scaling.hpp>
+#include <mxkit/nn/delayed_scaling_rule.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
@@ -21,7 +21,7 @@ inline constexpr int update_scales_threads = 256;
 
 // A block per table row (a thread walking a whole row's history alone took longer than the casts
 // the table serves: bench/NOTES_training.md). The amax: each thread folds columns tid,
-// tid + Threads, ... with ref::record_amax, then a fixed tree over the threads (a max in which
+// tid + Threads, ... with nn::record_amax, then a fixed tree over the threads (a max in which
 // NaN wins, so the scale is the host's). The shift: chunks of Threads columns from the end down,
 // each read whole before it is written, so every column moves from its old left neighbour.
 template <int Threads>
@@ -35,15 +35,15 @@ MXKIT_GLOBAL void __launch_bounds__(Threads) update_scales_kernel(float* history
     float amax = 0.0f;
     if (static_cast<std::size_t>(tid) < span) {
       amax = h[tid];
-      for (std::size_t k = static_cast<std::size_t>(tid) + Threads; k < span; k += Threads) ref::record_amax(amax, h[k]);
+      for (std::size_t k = static_cast<std::size_t>(tid) + Threads; k < span; k += Threads) nn::record_amax(amax, h[k]);
     }
     part[tid] = amax;
     sync_threads();
     for (int n = Threads / 2; n > 0; n /= 2) {
-      if (tid < n) ref::record_amax(part[tid], part[tid + n]);
+      if (tid < n) nn::record_amax(part[tid], part[tid + n]);
       sync_threads();
     }
-    if (tid == 0) ref::scale_from_amax(part[0], scale[r], fp8_max[r], headroom);
+    if (tid == 0) nn::scale_from_amax(part[0], scale[r], fp8_max[r], headroom);
     for (std::size_t end = H; end > 1;) {  // columns [first, end) take columns [first - 1, end - 1)
       const std::size_t first = end > Threads + 1 ? end - Threads : 1, k = first + static_cast<std::size_t>(tid);
       const float v = k < end ? h[k - 1] : 0.0f;

@@ -1,0 +1,391 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The training program's command line (mxkit/train/program/program.hpp): its options, the one table of
+// flags that both the parser and --help read, and the checks that need no file, data or device.
+// Parsing trains nothing and touches no file, so it can be called (and fuzzed:
+// tests/fuzz/fuzz_train_options.cpp) on its own. A new flag is one entry of detail::flags() (and a
+// field of options, and a check in check_options where it constrains others).
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <mxkit/config.hpp>
+#include <mxkit/parallel/data_parallel.hpp>
+#include <mxkit/nn/recipe.hpp>
+#include <mxkit/io/safetensors.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace train_program {
+
+namespace fs = std::filesystem;
+namespace nn = ::mxkit::nn;
+
+struct options {
+  fs::path data;  // empty: the repository's corpora (repository_data.hpp)
+  std::string recipe = "bf16";
+  nn::dtype activations = nn::dtype::bf16;
+  std::size_t layers = 16, d_model = 768, heads = 12, kv_heads = 4, ffn = 2048;
+  std::size_t seq = 1024, batch = 16;
+  std::size_t steps = 4000;
+  std::optional<std::size_t> stop_after;  // end the run after this step (the schedule spans `steps`)
+  std::optional<std::size_t> warmup;  // default: warmup_steps()
+  double lr = 6e-4;  // peak; the cosine decays to lr / 10 at the last step
+  std::size_t eval_every = 250, eval_batches = 8, log_every = 10;
+  fs::path checkpoint, resume, csv;
+  std::size_t checkpoint_every = 1000;
+  std::uint64_t seed = 1234;           // model init; the data order uses seed + 1
+  std::optional<double> peak_tflops;   // overrides device_info::peak_tflops
+  bool overwrite = false;          // replace an existing output that is not this program's
+  bool resume_any_config = false;  // resume a checkpoint whose recorded run settings differ
+  // Interchange (tools/twin): Hugging Face Llama safetensors in and out, the batch order out.
+  fs::path init_from, export_path, dump_batches;
+  nn::safetensors_dtype export_dtype = nn::safetensors_dtype::f32;
+  std::size_t ranks = 1;               // 05_train: rank threads (a GPU program: one process per GPU)
+  std::size_t micro_batches = 1;       // per rank and step (gradient accumulation)
+  nn::sharding shard = nn::sharding::none;
+  bool gather_quantized = true;        // full sharding: gather the quantized weight copies
+  bool reshard_after_forward = true;   // full sharding: drop each layer's gathered copies after its forward
+  bool overlap_reductions = true;      // full sharding: a layer waits for its own gather only
+  bool recompute = false;              // activation recomputation per layer
+  // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
+  std::string switch_to;
+  std::size_t switch_at = 0;
+
+  // 100 steps, or a tenth of a shorter run.
+  std::size_t warmup_steps() const noexcept { return warmup ? *warmup : std::min<std::size_t>(100, steps / 10); }
+};
+
+// A bad command line: what() names the flag and the value.
+class usage_error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// ---- recipes -------------------------------------------------------------------------------------
+
+struct recipe_choice {
+  const char* name;
+  nn::recipe (*make)();
+  const char* what;
+};
+inline constexpr std::array<recipe_choice, 9> recipe_choices{{
+    {"bf16", +[] { return nn::recipes::bf16(); }, "bf16 operands, fp32 accumulation (the baseline)"},
+    {"fp8", +[] { return nn::recipes::fp8_delayed(); }, "FP8 delayed scaling, HYBRID (E4M3 forward, E5M2 gradients)"},
+    {"mxfp8", +[] { return nn::recipes::mxfp8(); }, "MXFP8 E4M3, round-up scale rule"},
+    {"mxfp4", +[] { return nn::recipes::mxfp4_amd(); }, "MXFP4, Hadamard on every GEMM (AMD's MLPerf recipe)"},
+    {"mxfp4-no-hadamard", +[] { return nn::recipes::mxfp4_no_hadamard(); }, "MXFP4 without the rotation"},
+    {"mxfp4-wgrad", +[] { return nn::recipes::mxfp4_primus_turbo(); }, "MXFP4, Hadamard on the wgrad GEMM only (Primus-Turbo)"},
+    {"mxfp4-nvidia", +[] { return nn::recipes::mxfp4_nvidia_style(); },
+     "MXFP4, random-sign Hadamard on wgrad, stochastic rounding of gradients (NVFP4 placement)"},
+    {"mxfp4-wgrad-bf16", +[] {
+       nn::recipes::mxfp4_config c;
+       c.wgrad_mx = false;
+       return nn::recipes::mxfp4(c, "mxfp4 (hadamard fprop/dgrad, wgrad bf16)");
+     },
+     "MXFP4 fprop and dgrad with Hadamard, the wgrad GEMM in bf16"},
+    {"mxfp4-bf16-edges", +[] {
+       nn::recipe r = nn::recipes::mxfp4(nn::recipes::mxfp4_config{}, "mxfp4 (hadamard all, first/last layer bf16)");
+       r.bf16_first_layers = r.bf16_last_layers = 1;
+       return r;
+     },
+     "MXFP4 with Hadamard on every GEMM, the first and the last layer in bf16"},
+}};
+
+inline nn::recipe make_recipe(const options& o) {
+  for (const recipe_choice& c : recipe_choices)
+    if (o.recipe == c.name) {
+      nn::recipe r = c.make();
+      r.activations = o.activations;
+      return r;
+    }
+  throw usage_error("--recipe: unknown recipe '" + o.recipe + "' (see --help)");
+}
+
+// ---- command line --------------------------------------------------------------------------------
+
+namespace detail {
+
+inline std::size_t parse_count(std::string_view flag, std::string_view v, bool zero_ok) {
+  std::size_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc{} || end != v.data() + v.size() || v.empty() || (!zero_ok && n == 0))
+    throw usage_error(std::string(flag) + ": expected " + (zero_ok ? "an integer >= 0" : "a positive integer") + ", got '" +
+                      std::string(v) + "'");
+  return n;
+}
+
+inline double parse_real(std::string_view flag, std::string_view v, bool zero_ok) {
+  double x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc{} || end != v.data() + v.size() || v.empty() || !(x > 0 || (zero_ok && x == 0)) || !(x < 1e300))
+    throw usage_error(std::string(flag) + ": expected a finite number " + (zero_ok ? ">= 0" : "> 0") + ", got '" + std::string(v) + "'");
+  return x;
+}
+
+struct flag {
+  const char* name;
+  const char* value;  // the value's placeholder in --help; nullptr: a switch, which takes no value
+  const char* group;  // --help prints a heading where it changes
+  std::string help;   // with the default
+  std::function<void(options&, std::string_view)> set;
+};
+
+inline std::string text_of(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+
+// The one list of flags: the parser and --help both read it (the help shows the defaults).
+inline std::vector<flag> flags() {
+  using std::to_string;
+  const options d;
+  auto count = [](const char* name, std::size_t options::*field, bool zero_ok) {
+    return [name, field, zero_ok](options& o, std::string_view v) { o.*field = parse_count(name, v, zero_ok); };
+  };
+  auto path = [](fs::path options::*field) {
+    return [field](options& o, std::string_view v) { o.*field = fs::path(std::string(v)); };
+  };
+  auto on_off = [](const char* name, bool options::*field) {
+    return [name, field](options& o, std::string_view v) {
+      if (v == "on" || v == "off") o.*field = v == "on";
+      else throw usage_error(std::string(name) + ": expected on or off, got '" + std::string(v) + "'");
+    };
+  };
+  std::string recipes;
+  for (const recipe_choice& c : recipe_choices) recipes += std::string("\n      ") + c.name + ": " + c.what;
+  const char* data = "data and recipe";
+  return {
+      {"--data", "PATH", data,
+       "any file, read as bytes (vocabulary 256); the last 10% is held out for evaluation\n"
+       "    (default: the repository's data/stories.txt and data/qa.txt, each split 90/10)",
+       path(&options::data)},
+      {"--recipe", "NAME", data, "training recipe (default " + d.recipe + "):" + recipes,
+       [](options& o, std::string_view v) { o.recipe = std::string(v); }},
+      {"--activations", "f32|bf16", data,
+       std::string("storage of activations and their gradients (default ") + mxkit::name_of(d.activations) + ")",
+       [](options& o, std::string_view v) {
+         if (v == "f32") o.activations = nn::dtype::f32;
+         else if (v == "bf16") o.activations = nn::dtype::bf16;
+         else throw usage_error("--activations: expected f32 or bf16, got '" + std::string(v) + "'");
+       }},
+      {"--layers", "N", "model", "transformer layers (default " + to_string(d.layers) + ")", count("--layers", &options::layers, false)},
+      {"--d-model", "N", "model", "model width (default " + to_string(d.d_model) + ")", count("--d-model", &options::d_model, false)},
+      {"--heads", "N", "model", "query heads (default " + to_string(d.heads) + "; head dim = d-model / heads)",
+       count("--heads", &options::heads, false)},
+      {"--kv-heads", "N", "model", "key/value heads, grouped-query attention (default " + to_string(d.kv_heads) + ")",
+       count("--kv-heads", &options::kv_heads, false)},
+      {"--ffn", "N", "model", "SwiGLU hidden width (default " + to_string(d.ffn) + ")", count("--ffn", &options::ffn, false)},
+      {"--seq", "N", "model", "sequence length in bytes (default " + to_string(d.seq) + ")", count("--seq", &options::seq, false)},
+      {"--batch", "N", "model", "sequences per step (default " + to_string(d.batch) + ")", count("--batch", &options::batch, false)},
+      {"--steps", "N", "run", "optimizer steps (default " + to_string(d.steps) + ")", count("--steps", &options::steps, false)},
+      {"--stop-after", "N", "run",
+       "end this run after step N, a multiple of --log-every, with its checkpoint and CSV;\n"
+       "    the schedule still spans --steps, and --resume continues the run (default: --steps)",
+       [](options& o, std::string_view v) { o.stop_after = parse_count("--stop-after", v, false); }},
+      {"--lr", "X", "run", "peak learning rate; linear warmup, cosine decay to lr/10 (default " + text_of(d.lr) + ")",
+       [](options& o, std::string_view v) { o.lr = parse_real("--lr", v, false); }},
+      {"--warmup", "N", "run", "warmup steps (default 100, or steps / 10 when that is fewer)",
+       [](options& o, std::string_view v) { o.warmup = parse_count("--warmup", v, true); }},
+      {"--seed", "N", "run", "model initialization seed; the data order uses seed + 1 (default " + to_string(d.seed) + ")",
+       [](options& o, std::string_view v) { o.seed = parse_count("--seed", v, true); }},
+      {"--log-every", "N", "output", "print progress (the host reads the loss) every N steps (default " + to_string(d.log_every) + ")",
+       count("--log-every", &options::log_every, false)},
+      {"--eval-every", "N", "output",
+       "evaluate on the held-out data every N steps and at the end; 0: never (default " + to_string(d.eval_every) + ")",
+       count("--eval-every", &options::eval_every, true)},
+      {"--eval-batches", "N", "output", "at most N batches per evaluation (default " + to_string(d.eval_batches) + ")",
+       count("--eval-batches", &options::eval_batches, false)},
+      {"--checkpoint", "PATH", "output",
+       "write a checkpoint (weights, AdamW state and this run's settings, atomically replaced)\n"
+       "    every --checkpoint-every steps and at the end, while the loss and gradient norm are\n"
+       "    finite: a run whose loss or gradient norm stops being finite ends with an error and\n"
+       "    keeps the last good checkpoint",
+       path(&options::checkpoint)},
+      {"--checkpoint-every", "N", "output",
+       "with --checkpoint; 0: at the end only (default " + to_string(d.checkpoint_every) + "). A checkpoint waits\n"
+       "    for the first step from there whose loss is read (--log-every), to know it is finite",
+       count("--checkpoint-every", &options::checkpoint_every, true)},
+      {"--resume", "PATH", "output",
+       "continue from a checkpoint of this program; the settings it records (model, --recipe,\n"
+       "    --activations, --seq, --batch, --steps, --lr, --warmup, --seed and the data) must be\n"
+       "    these flags' (see --resume-any-config)",
+       path(&options::resume)},
+      {"--resume-any-config", nullptr, "output",
+       "with --resume: continue even when the checkpoint's recorded settings differ from these\n"
+       "    flags (each difference is printed; the model's shape must still match)",
+       [](options& o, std::string_view) { o.resume_any_config = true; }},
+      {"--csv", "PATH", "output",
+       "write step,loss,eval_loss,tokens_per_s,lr (atomically, with each checkpoint and at the end;\n"
+       "    on --resume the file's rows up to the checkpoint's step are kept)",
+       path(&options::csv)},
+      {"--overwrite", nullptr, "output",
+       "replace an existing --checkpoint or --csv file even when it is not this program's\n"
+       "    (without it such a file is refused before the first step; outputs must be distinct\n"
+       "    files, none of them --data or --resume, and writable, in any case)",
+       [](options& o, std::string_view) { o.overwrite = true; }},
+      {"--peak-tflops", "X", "output",
+       "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
+       [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
+      {"--ranks", "N", "several ranks", "05_train: N rank threads of this process (default 1); a GPU program takes the\n"
+       "    ranks from its launcher. --batch is each rank's micro-batch", count("--ranks", &options::ranks, false)},
+      {"--micro-batches", "N", "several ranks", "micro-batches per rank and step, gradients accumulated (default 1);\n"
+       "    global batch = ranks x N x --batch", count("--micro-batches", &options::micro_batches, false)},
+      {"--shard", "none|optimizer|full", "several ranks", "none: every rank holds everything; optimizer: ZeRO-1 (AdamW state and\n"
+       "    the weight update sharded); full: weights too, gathered per layer (default none)",
+       [](options& o, std::string_view v) {
+         if (v == "none") o.shard = nn::sharding::none;
+         else if (v == "optimizer") o.shard = nn::sharding::optimizer;
+         else if (v == "full") o.shard = nn::sharding::full;
+         else throw usage_error("--shard: expected none, optimizer or full, got '" + std::string(v) + "'");
+       }},
+      {"--gather", "copies|fp32", "several ranks",
+       "--shard full: gather the weights that linears quantize as their quantized copies (MXFP4 2 x 17/32\n"
+       "    byte an element, MXFP8 2 x 33/32, FP8 1, bf16 2; the same bits) or as fp32 (default copies)",
+       [](options& o, std::string_view v) {
+         if (v == "copies" || v == "fp32") o.gather_quantized = v == "copies";
+         else throw usage_error("--gather: expected copies or fp32, got '" + std::string(v) + "'");
+       }},
+      {"--reshard-after-forward", "on|off", "several ranks",
+       "--shard full: each layer's gathered weights (copies) freed after its forward and gathered\n"
+       "    again for its backward: less memory, the gathered bytes twice (default on)",
+       on_off("--reshard-after-forward", &options::reshard_after_forward)},
+      {"--overlap-reductions", "on|off", "several ranks",
+       "--shard full: each layer waits for its own weights' gather only, and the previous layer's\n"
+       "    gradient reduction runs behind its backward; off waits for every collective called (default on)",
+       on_off("--overlap-reductions", &options::overlap_reductions)},
+      {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
+       on_off("--recompute", &options::recompute)},
+      // Interchange with other tools (tools/twin/twin.py replays a run from these files).
+      {"--init-from", "PATH", "interchange",
+       "start from the weights of a safetensors file with Hugging Face Llama names (F32 or BF16)\n"
+       "    instead of the random initialization (before --resume, which overrides it)",
+       path(&options::init_from)},
+      {"--export", "PATH", "interchange", "write the final weights as safetensors with Hugging Face Llama names",
+       path(&options::export_path)},
+      {"--export-dtype", "f32|bf16", "interchange", "element type of --export (default f32: the masters, bit-exact)",
+       [](options& o, std::string_view v) {
+         if (v == "f32") o.export_dtype = nn::safetensors_dtype::f32;
+         else if (v == "bf16") o.export_dtype = nn::safetensors_dtype::bf16;
+         else throw usage_error("--export-dtype: expected f32 or bf16, got '" + std::string(v) + "'");
+       }},
+      {"--dump-batches", "PATH", "interchange",
+       "write the training windows of every step, in order: \"MXBATCH1\", u64 steps, batch, seq + 1\n"
+       "    (little-endian), then steps x batch x (seq + 1) token bytes (inputs and the last target)",
+       path(&options::dump_batches)},
+      {"--switch-to", "NAME", "healing", "from --switch-at on, train with this recipe (healing: e.g. fp8 or bf16)",
+       [](options& o, std::string_view v) { o.switch_to = std::string(v); }},
+      {"--switch-at", "N", "healing", "the step (0-based) of --switch-to, e.g. 80% of --steps",
+       [](options& o, std::string_view v) { o.switch_at = parse_count("--switch-at", v, false); }},
+  };
+}
+
+}  // namespace detail
+
+// The model's parameter count, in floating point so that nothing wraps (any --layers, --d-model,
+// --ffn): the embedding and the head, each layer's two norms, QKV, output, gate/up and down
+// projections, and the final norm (nn/model.hpp).
+inline double approximate_parameters(const options& o) {
+  const double d = static_cast<double>(o.d_model), kv = d / static_cast<double>(o.heads) * static_cast<double>(o.kv_heads);
+  const double f = static_cast<double>(o.ffn), vocab = 256;
+  const double per_layer = 2 * d + d * (d + 2 * kv) + d * d + 3 * d * f;
+  return 2 * vocab * d + d + static_cast<double>(o.layers) * per_layer;
+}
+
+// Refuses what the model or the schedule would refuse later, naming the flags.
+inline void check_options(const options& o) {
+  auto need = [](bool ok, const std::string& why) {
+    if (!ok) throw usage_error(why);
+  };
+  using std::to_string;
+  need(o.d_model % o.heads == 0, "--d-model " + to_string(o.d_model) + " is not a multiple of --heads " + to_string(o.heads));
+  need(o.heads % o.kv_heads == 0, "--heads " + to_string(o.heads) + " is not a multiple of --kv-heads " + to_string(o.kv_heads));
+  need((o.d_model / o.heads) % 2 == 0, "--d-model / --heads = " + to_string(o.d_model / o.heads) + " must be even (RoPE rotates pairs)");
+  need(o.warmup_steps() < o.steps, "--warmup " + to_string(o.warmup_steps()) + " must be below --steps " + to_string(o.steps));
+  need(!o.stop_after || (*o.stop_after <= o.steps && *o.stop_after % o.log_every == 0),
+       "--stop-after " + to_string(o.stop_after.value_or(0)) + " must be at most --steps " + to_string(o.steps) +
+           " and a multiple of --log-every " + to_string(o.log_every) + " (the CSV row of the last step needs its loss)");
+  need(!o.resume_any_config || !o.resume.empty(), "--resume-any-config needs --resume");
+  // The model's size: vector::reserve or the allocator would otherwise be the first to notice,
+  // with a message that names no flag.
+  const double parameters = approximate_parameters(o);
+  constexpr double bytes_per_parameter = 16;  // f32 weight, gradient and two AdamW moments
+  char count[32];
+  std::snprintf(count, sizeof count, "%.3g", parameters);
+  need(parameters * bytes_per_parameter < static_cast<double>(std::numeric_limits<std::size_t>::max()),
+       "the model is too large: --layers " + to_string(o.layers) + ", --d-model " + to_string(o.d_model) + ", --ffn " +
+           to_string(o.ffn) + ", --kv-heads " + to_string(o.kv_heads) + " make " + count +
+           " parameters, and their weights, gradients and AdamW moments (16 bytes each) exceed the address space");
+  (void)make_recipe(o);  // the recipe name
+  need(o.switch_to.empty() == (o.switch_at == 0) && o.switch_at < o.steps,
+       "--switch-to and --switch-at go together, with --switch-at below --steps " + to_string(o.steps));
+  if (!o.switch_to.empty()) {
+    options s = o;
+    s.recipe = o.switch_to;
+    (void)make_recipe(s);
+  }
+}
+
+// Parses argv[1..]: "--flag value" or "--flag=value". Returns nullopt for --help / -h.
+inline std::optional<options> parse_options(int argc, char** argv) {
+  options o;
+  const std::vector<detail::flag> flags = detail::flags();
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") return std::nullopt;
+    std::optional<std::string_view> value;
+    if (const std::size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string_view::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    const auto f = std::find_if(flags.begin(), flags.end(), [&](const detail::flag& x) { return arg == x.name; });
+    if (f == flags.end()) throw usage_error("unknown argument '" + std::string(argv[i]) + "' (see --help)");
+    if (!f->value) {  // a switch
+      if (value) throw usage_error(std::string(f->name) + " takes no value, got '" + std::string(*value) + "'");
+      value = std::string_view();
+    } else if (!value) {
+      if (i + 1 >= argc) throw usage_error(std::string(f->name) + ": missing value " + f->value);
+      value = std::string_view(argv[++i]);
+    }
+    f->set(o, *value);
+  }
+  check_options(o);
+  return o;
+}
+
+inline void print_help(const char* program) {
+  std::printf(
+      "usage: %s [flags]\n"
+      "Trains a Llama-style byte-level model (vocabulary 256) from random weights with one mxkit recipe.\n",
+      program);
+  const char* group = "";
+  for (const detail::flag& f : detail::flags()) {
+    if (std::string_view(group) != f.group) std::printf("\n%s:\n", group = f.group);
+    std::printf("  %s%s%s\n    %s\n", f.name, f.value ? " " : "", f.value ? f.value : "", f.help.c_str());
+  }
+  std::printf(
+      "\nProgress lines: step, training loss (mean since the previous line), learning rate, gradient norm,\n"
+      "tokens/s, model TFLOP/s and MFU (against the device's bf16 dense peak). Model FLOPs per step:\n"
+      "  6 x N_linear x tokens                 N_linear: weights of the QKV, output, gate/up and down\n"
+      "                                        linears of every layer and of the LM head (not the\n"
+      "                                        embedding or the norms)\n"
+      "+ layers x 3.5 x 2 x B x H x T^2 x D    causal attention: forward 2 B H T^2 D (QK^T and PV, half\n"
+      "                                        masked), backward 2.5 times that (scores recomputed)\n"
+      "B batch, H query heads, T sequence, D head dim. Evaluations and checkpoints are not counted.\n");
+}
+
+
+}  // namespace train_program
+MXKIT_END_NAMESPACE

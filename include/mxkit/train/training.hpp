@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The training loop: one optimizer step is
+//   upload tokens and targets (two (B*T, 1) i32 tensors, allocated once) -> zero_grad ->
+//   forward (training; loss into backend memory, added to a device-side loss sum) -> backward
+//   -> AdamW step (multi-tensor norm, clipping factor and update; lr from the schedule)
+//   -> end_step (one fused delayed-scaling update)
+// and reads nothing back, except at logging steps (every `log_every` steps and the last one):
+// then the host reads the loss sum (and the gradient norm, for a progress callback) and records
+// the window's mean loss. With log_every = 1 that is every step's loss.
+// An optional healing switch (healing.hpp): the stash is taken when the trainer starts and the
+// switch happens before step `heal_step`. Every run is deterministic in the model seed and the
+// data seed: the same configuration gives the same losses, bit for bit.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <mxkit/error.hpp>
+#include <mxkit/train/adamw.hpp>
+#include <mxkit/train/data.hpp>
+#include <mxkit/parallel/data_parallel.hpp>
+#include <mxkit/nn/healing.hpp>
+#include <mxkit/nn/model.hpp>
+#include <mxkit/train/schedule.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+
+struct train_progress {
+  std::size_t step = 0, steps = 0;  // step just finished (1-based), of steps
+  double loss = 0.0;                // mean training loss since the previous logging step
+  double lr = 0.0, grad_norm = 0.0;
+  const char* recipe = "";
+};
+
+struct train_config {
+  std::size_t steps = 100;
+  batch_shape shape{4, 64};
+  warmup_cosine schedule{3e-3, 3e-4, 10, 100};
+  adamw_config optimizer;
+  std::uint64_t data_seed = 1;
+  std::size_t heal_step = 0;      // 0: no healing; else switch before this step (0-based)
+  recipe heal_recipe = recipes::fp8_healing();
+  // The FP8 copies stashed while the base was built (build_lora_base, lora_base.hpp): the trainer
+  // takes them over (moves them out) instead of calling prepare_healing. Null: prepare_healing.
+  std::shared_ptr<fp8_weight_stash> heal_stash;
+  std::size_t log_every = 1;        // the host reads the loss at these steps (and the last) only
+  std::size_t progress_every = 0;   // 0: no progress callbacks; else a multiple of log_every
+  std::function<void(const train_progress&)> on_progress;
+  // Several ranks and gradient accumulation (data_parallel.hpp): shape is each micro-batch's; a
+  // step trains on ranks x micro_batches of them (the global batch). The default: one rank, one
+  // micro-batch, the plain step.
+  parallel_config parallel;
+};
+
+// Mean loss over the batches (recipe forward, nothing saved, no amax recorded). The losses are
+// summed in backend memory; one host read at the end.
+inline double evaluate(model& m, const std::vector<batch>& batches) {
+  if (batches.empty()) return 0.0;
+  backend& be = m.be();
+  tensor sum = be.scalar(), tokens, targets;
+  for (const batch& b : batches) {
+    if (!tokens.defined() || tokens.rows() != b.shape.tokens()) {
+      tokens = be.alloc(b.shape.tokens(), 1, dtype::i32, mem_tag::activation);
+      targets = be.alloc(b.shape.tokens(), 1, dtype::i32, mem_tag::activation);
+    }
+    be.write_tokens(tokens, b.inputs, m.config().vocab);
+    be.write_tokens(targets, b.targets, m.config().vocab);
+    be.axpy(1.0, m.forward(tokens, targets, b.shape, false), sum);
+  }
+  return be.read_scalar(sum) / static_cast<double>(batches.size());
+}
+
+class trainer {
+ public:
+  trainer(model& m, token_buffer train_tokens, const train_config& c)
+      : m_(&m), c_(c), loader_(std::move(train_tokens), c.shape, c.data_seed), dp_(m, c.parallel),
+        opt_(m.be(), dp_.optimizer_parameters(), c.optimizer) {
+    opt_.set_distribution(static_cast<double>(dp_.global_micro_batches()), dp_.sharded() ? dp_.comm() : nullptr);
+    detail::require(c.heal_step < c.steps, "trainer: heal_step ", c.heal_step, " must be below steps ", c.steps);
+    check_config(c.schedule);  // (its fields are public: checked again here, before the first step)
+    detail::require(c.log_every >= 1, "trainer: log_every must be at least 1");
+    detail::require(c.progress_every % c.log_every == 0, "trainer: progress_every ", c.progress_every,
+                    " must be a multiple of log_every ", c.log_every, " (progress needs the loss)");
+    backend& be = m.be();
+    tokens_ = be.alloc(c.shape.tokens(), 1, dtype::i32, mem_tag::activation);
+    targets_ = be.alloc(c.shape.tokens(), 1, dtype::i32, mem_tag::activation);
+    loss_sum_ = be.scalar();
+    detail::require(c.heal_step == 0 || !dp_.fully_sharded(), "trainer: healing (heal_step ", c.heal_step,
+                    ") needs every weight on every rank; full sharding keeps shards only");
+    if (c.heal_step > 0) stash_ = c.heal_stash ? std::move(*c.heal_stash) : prepare_healing(m);
+  }
+
+  // One optimizer step. Reads nothing back but at a logging step.
+  void step() {
+    if (c_.heal_step > 0 && step_ == c_.heal_step) {
+      healing_ = heal(*m_, *stash_, c_.heal_recipe);
+      stash_.reset();  // the host copies are no longer needed
+    }
+    backend& be = m_->be();
+    m_->zero_grad();
+    for (std::size_t k = 0; k < dp_.micro_batches(); ++k) {  // batch step x (N K) + r K + k of the loader
+      const std::size_t j = dp_.micro_batch_index(k);
+      const batch b = loader_.at(step_ * dp_.global_micro_batches() + j);
+      be.write_tokens(tokens_, b.inputs, m_->config().vocab);
+      be.write_tokens(targets_, b.targets, m_->config().vocab);
+      m_->set_micro_batch(j);
+      be.axpy(1.0, m_->forward(tokens_, targets_, b.shape, true), loss_sum_);
+      dp_.set_reducing(k + 1 == dp_.micro_batches());
+      m_->backward();
+    }
+    dp_.finish_gradients();
+    const double lr = c_.schedule(step_);
+    opt_.step(lr);
+    dp_.finish_update();
+    dp_.reduce_amax();
+    m_->end_step();
+    ++step_;
+    ++window_;
+    if (step_ % c_.log_every == 0 || step_ == c_.steps) log(lr);
+  }
+  void run() {
+    while (step_ < c_.steps) step();
+  }
+
+  // Mean of the last n logged losses (fewer if fewer were logged); with log_every = 1, the mean
+  // training loss of the last n steps.
+  double recent_loss(std::size_t n) const {
+    if (losses_.empty()) return 0.0;
+    n = n < losses_.size() ? n : losses_.size();
+    double s = 0.0;
+    for (std::size_t i = losses_.size() - n; i < losses_.size(); ++i) s += losses_[i];
+    return s / static_cast<double>(n);
+  }
+  // Resume position (after load_checkpoint): steps done, data and schedule follow.
+  void seek(std::size_t steps_done) {
+    step_ = steps_done;
+    window_ = 0;
+    m_->be().fill(loss_sum_, 0.0);
+    loader_.seek(steps_done);
+    m_->set_step(steps_done);
+  }
+
+  std::size_t steps_done() const noexcept { return step_; }
+  // One entry per logging step: the mean training loss of the steps since the previous one.
+  const std::vector<double>& losses() const noexcept { return losses_; }
+  const std::optional<healing_report>& healing() const noexcept { return healing_; }
+  adamw& optimizer() noexcept { return opt_; }
+  data_parallel& parallel() noexcept { return dp_; }
+  model& trained_model() noexcept { return *m_; }
+
+ private:
+  model* m_;
+  train_config c_;
+  batch_loader loader_;
+  data_parallel dp_;  // before opt_: the optimizer's parameters are its
+  adamw opt_;
+  std::optional<fp8_weight_stash> stash_;
+  std::optional<healing_report> healing_;
+  std::size_t step_ = 0, window_ = 0;  // window_: steps since the last logging step
+  std::vector<double> losses_;
+  tensor tokens_, targets_;  // (B*T, 1) i32
+  tensor loss_sum_;          // (1, 1) f64: the losses since the last logging step
+
+  void log(double lr) {
+    backend& be = m_->be();
+    dp_.reduce_loss(loss_sum_);
+    const double mean = be.read_scalar(loss_sum_) / static_cast<double>(window_ * dp_.global_micro_batches());
+    be.fill(loss_sum_, 0.0);
+    window_ = 0;
+    losses_.push_back(mean);
+    if (c_.on_progress && c_.progress_every && (step_ % c_.progress_every == 0 || step_ == c_.steps))
+      c_.on_progress({step_, c_.steps, mean, lr, opt_.last_grad_norm(), m_->current_recipe().name.c_str()});
+  }
+};
+
+}  // namespace nn
+MXKIT_END_NAMESPACE

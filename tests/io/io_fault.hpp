@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Fault injection into mxkit's file I/O (the detail::io_ops() seam of io/file_io.hpp): the n-th
+// read, write, fsync or close fails with a chosen errno, as a full disk, a failing device or a
+// network file system would make it fail. The scope counts the calls and restores the real ones.
+// A failing close still releases the descriptor, as close(2) does on Linux.
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+
+#include <mxkit/io/file_io.hpp>
+
+#if MXKIT_POSIX_FILE_IO
+#include <unistd.h>
+
+namespace io_fault {
+
+struct plan {
+  int fail_read_at = 0, fail_write_at = 0, fail_fsync_at = 0, fail_close_at = 0;  // 1-based call; 0: never
+  int error = EIO;
+};
+
+struct counts {
+  int reads = 0, writes = 0, fsyncs = 0, closes = 0;
+  std::uint64_t bytes_read = 0;
+};
+
+struct state {
+  plan p;
+  counts n;
+};
+inline state& current() {
+  static state s;
+  return s;
+}
+
+class scope {
+ public:
+  explicit scope(plan p = {}) : saved_(mxkit::detail::io_ops()) {
+    current() = {p, {}};
+    mxkit::detail::file_ops& ops = mxkit::detail::io_ops();
+    ops.read = [](int fd, void* buf, std::size_t n) -> ::ssize_t {
+      state& s = current();
+      if (++s.n.reads == s.p.fail_read_at) return fail(s.p.error);
+      const ::ssize_t r = ::read(fd, buf, n);
+      if (r > 0) s.n.bytes_read += static_cast<std::uint64_t>(r);
+      return r;
+    };
+    ops.write = [](int fd, const void* buf, std::size_t n) -> ::ssize_t {
+      state& s = current();
+      if (++s.n.writes == s.p.fail_write_at) return fail(s.p.error);
+      return ::write(fd, buf, n);
+    };
+    ops.fsync = [](int fd) -> int {
+      state& s = current();
+      if (++s.n.fsyncs == s.p.fail_fsync_at) return static_cast<int>(fail(s.p.error));
+      return ::fsync(fd);
+    };
+    ops.close = [](int fd) -> int {
+      state& s = current();
+      const int r = ::close(fd);
+      if (++s.n.closes == s.p.fail_close_at) return static_cast<int>(fail(s.p.error));
+      return r;
+    };
+  }
+  ~scope() { mxkit::detail::io_ops() = saved_; }
+  scope(const scope&) = delete;
+  scope& operator=(const scope&) = delete;
+  const counts& calls() const { return current().n; }
+
+ private:
+  static ::ssize_t fail(int error) {
+    errno = error;
+    return -1;
+  }
+  mxkit::detail::file_ops saved_;
+};
+
+}  // namespace io_fault
+#endif

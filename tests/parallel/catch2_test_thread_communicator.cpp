@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: Apache-2.0
+// The host communicator: every collective on 1 to 4 rank threads against a sequential oracle
+// (sums in rank order, bit for bit), in-place forms, and the failure contract: a mismatched call,
+// a rank that throws and a rank that never arrives end every rank with comm_error, in bounded
+// time. Catch's assertions are not thread-safe: the rank threads record, the test thread checks.
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <mxkit/parallel/thread_communicator.hpp>
+
+#include "../catch.hpp"
+
+using namespace mxkit;
+using mxkit::nn::comm_buffer;
+using mxkit::nn::comm_error;
+using mxkit::nn::comm_type;
+using mxkit::nn::reduce_op;
+
+namespace {
+
+// Values whose float sum depends on the order: large and small magnitudes mixed.
+float value(int rank, std::size_t i) {
+  const float big = (i % 3 == 0) ? 1e8f : 1.0f;
+  return (rank % 2 ? -big : big) * (1.0f + 0.125f * static_cast<float>(rank)) + 0.1f * static_cast<float>(i) + 1e-3f * static_cast<float>(rank);
+}
+
+// The comm_errors of the rank threads (recorded there, checked on the test thread).
+struct error_log {
+  std::mutex mu;
+  std::vector<std::string> messages;
+  void add(const comm_error& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    messages.push_back(e.what());
+  }
+  bool all_contain(const std::string& s) const {
+    for (const std::string& m : messages)
+      if (m.find(s) == std::string::npos) return false;
+    return true;
+  }
+};
+
+// One all_reduce that must fail: records the comm_error and rethrows it.
+void sum_expecting_failure(nn::communicator& c, error_log& log) {
+  float v = 1.0f;
+  try {
+    c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
+  } catch (const comm_error& e) {
+    log.add(e);
+    throw;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("thread communicator: all_reduce sums in rank order, max with NaN winning", "[ref][communicator]") {
+  for (int n : {1, 2, 3, 4}) {
+    const std::size_t count = 37;
+    std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
+    ref::run_ranks(n, [&](nn::communicator& c) {
+      std::vector<float> v(count);
+      for (std::size_t i = 0; i < count; ++i) v[i] = value(c.rank(), i);
+      c.all_reduce({v.data(), count, comm_type::f32}, {v.data(), count, comm_type::f32}, reduce_op::sum);
+      got[static_cast<std::size_t>(c.rank())] = v;
+    });
+    for (std::size_t i = 0; i < count; ++i) {
+      float want = value(0, i);
+      for (int r = 1; r < n; ++r) want += value(r, i);
+      for (int r = 0; r < n; ++r) CHECK(got[static_cast<std::size_t>(r)][i] == want);
+    }
+  }
+  // max: f64, NaN on one rank wins; i32 and bf16 too.
+  std::vector<double> maxes(3), nans(3);
+  std::vector<std::int32_t> sums(3);
+  std::vector<float> bf_sums(3);
+  ref::run_ranks(3, [&](nn::communicator& c) {
+    double v[2] = {static_cast<double>(c.rank()) * 2.5, c.rank() == 1 ? std::nan("") : 1.0};
+    c.all_reduce({v, 2, comm_type::f64}, {v, 2, comm_type::f64}, reduce_op::max);
+    maxes[static_cast<std::size_t>(c.rank())] = v[0];
+    nans[static_cast<std::size_t>(c.rank())] = v[1];
+    std::int32_t k = c.rank() + 10, s = 0;
+    c.all_reduce({&k, 1, comm_type::i32}, {&s, 1, comm_type::i32}, reduce_op::sum);
+    sums[static_cast<std::size_t>(c.rank())] = s;
+    bfloat16 b = bfloat16::from_float(1.0f + static_cast<float>(c.rank()), rounding::nearest_even, overflow::propagate);
+    c.all_reduce({&b, 1, comm_type::bf16}, {&b, 1, comm_type::bf16}, reduce_op::sum);
+    bf_sums[static_cast<std::size_t>(c.rank())] = b.to_float();
+  });
+  for (int r = 0; r < 3; ++r) {
+    CHECK(maxes[static_cast<std::size_t>(r)] == 5.0);
+    CHECK(std::isnan(nans[static_cast<std::size_t>(r)]));
+    CHECK(sums[static_cast<std::size_t>(r)] == 33);
+    CHECK(bf_sums[static_cast<std::size_t>(r)] == 6.0f);
+  }
+}
+
+TEST_CASE("thread communicator: reduce_scatter, all_gather (in place too) and broadcast", "[ref][communicator]") {
+  const int n = 3;
+  const std::size_t chunk = 5;
+  struct seen {
+    std::vector<float> scattered, gathered;
+    std::vector<std::uint8_t> bytes;
+    std::vector<double> broadcast;
+  };
+  std::vector<seen> out(n);
+  ref::run_ranks(n, [&](nn::communicator& c) {
+    seen& o = out[static_cast<std::size_t>(c.rank())];
+    std::vector<float> in(chunk * n);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = value(c.rank(), i);
+    o.scattered.resize(chunk);
+    c.reduce_scatter({in.data(), in.size(), comm_type::f32}, {o.scattered.data(), chunk, comm_type::f32}, reduce_op::sum);
+    // all_gather out of place, then in place (the input is the rank's own chunk of the output).
+    std::vector<std::uint8_t> mine(chunk, static_cast<std::uint8_t>(c.rank() + 1));
+    o.bytes.assign(chunk * n, 0);
+    c.all_gather({mine.data(), chunk, comm_type::u8}, {o.bytes.data(), o.bytes.size(), comm_type::u8});
+    o.gathered.assign(chunk * n, -1.0f);
+    for (std::size_t i = 0; i < chunk; ++i)
+      o.gathered[static_cast<std::size_t>(c.rank()) * chunk + i] = static_cast<float>(static_cast<std::size_t>(c.rank()) * 100 + i);
+    c.all_gather({o.gathered.data() + static_cast<std::size_t>(c.rank()) * chunk, chunk, comm_type::f32},
+                 {o.gathered.data(), o.gathered.size(), comm_type::f32});
+    o.broadcast = {static_cast<double>(c.rank()), 0.5 * c.rank(), -1.0 * c.rank()};
+    c.broadcast({o.broadcast.data(), 3, comm_type::f64}, 2);
+  });
+  for (int r = 0; r < n; ++r) {
+    const seen& o = out[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < chunk; ++i) {
+      const std::size_t g = static_cast<std::size_t>(r) * chunk + i;
+      float want = value(0, g);
+      for (int k = 1; k < n; ++k) want += value(k, g);
+      CHECK(o.scattered[i] == want);
+    }
+    for (std::size_t i = 0; i < o.bytes.size(); ++i) CHECK(o.bytes[i] == i / chunk + 1);
+    for (std::size_t i = 0; i < o.gathered.size(); ++i) CHECK(o.gathered[i] == static_cast<float>((i / chunk) * 100 + i % chunk));
+    CHECK(o.broadcast == std::vector<double>{2.0, 1.0, -2.0});
+  }
+}
+
+TEST_CASE("thread communicator: a reduce_scatter in ring order adds rank r's chunk from rank r + 1 on, as NCCL's ring does",
+          "[ref][communicator]") {
+  // 1 + e + e with e = 2^-24: in rank order (1 + e) + e = 1 (each sum a tie, to even); from rank 1
+  // on, (e + e) + 1 = 1 + 2^-23. Every rank sends the same value for each of the 3 chunks.
+  const float e = std::ldexp(1.0f, -24);
+  const float value_of[3] = {1.0f, e, e};
+  for (const ref::sum_order order : {ref::sum_order::by_rank, ref::sum_order::ring}) {
+    std::vector<float> got(3);
+    ref::run_ranks(
+        3,
+        [&](nn::communicator& c) {
+          std::vector<float> in(3, value_of[c.rank()]);
+          c.reduce_scatter({in.data(), 3, comm_type::f32}, {&got[static_cast<std::size_t>(c.rank())], 1, comm_type::f32},
+                           reduce_op::sum);
+        },
+        std::chrono::seconds(60), order);
+    INFO((order == ref::sum_order::ring ? "ring" : "by rank"));
+    // ring: rank 0's chunk from rank 1 ((e + e) + 1), rank 1's from rank 2 ((e + 1) + e), rank 2's from 0.
+    CHECK(got[0] == (order == ref::sum_order::ring ? 1.0f + 2 * e : 1.0f));
+    CHECK(got[1] == 1.0f);
+    CHECK(got[2] == 1.0f);
+  }
+}
+
+TEST_CASE("thread communicator: take_exposed_seconds is the time spent in collectives, waiting included, since the last take",
+          "[ref][communicator]") {
+  // Rank 1 arrives 50 ms late: rank 0's all_reduce holds it at least that long, all of it exposed.
+  // Nothing happens between the second and third takes, so the third reads nothing.
+  constexpr double late = 0.05;
+  double first[2] = {}, second[2] = {}, third[2] = {};
+  bool measured = true;
+  ref::run_ranks(2, [&](nn::communicator& c) {
+    const auto r = static_cast<std::size_t>(c.rank());
+    const std::optional<double> before = c.take_exposed_seconds();  // nothing yet
+    if (r == 1) std::this_thread::sleep_for(std::chrono::duration<double>(late));
+    float v = 1.0f;
+    c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
+    const std::optional<double> a = c.take_exposed_seconds(), b = c.take_exposed_seconds();
+    if (!before || !a || !b) {
+      measured = false;
+      return;
+    }
+    first[r] = *before;
+    second[r] = *a;
+    third[r] = *b;
+  });
+  REQUIRE(measured);
+  CHECK(first[0] == 0.0);
+  CHECK(first[1] == 0.0);
+  CHECK(second[0] >= late);
+  CHECK(second[1] >= 0.0);
+  CHECK(second[1] < second[0]);
+  CHECK(third[0] == 0.0);
+  CHECK(third[1] == 0.0);
+}
+
+TEST_CASE("thread communicator: bad arguments are refused before any rank waits", "[ref][communicator]") {
+  ref::thread_world w(1);
+  ref::thread_communicator c(w, 0);
+  std::uint8_t bytes[4] = {};
+  float f[4] = {};
+  CHECK_THROWS_AS(c.all_reduce({bytes, 4, comm_type::u8}, {bytes, 4, comm_type::u8}, reduce_op::sum), std::invalid_argument);
+  CHECK_THROWS_AS(c.all_reduce({f, 4, comm_type::f32}, {f, 3, comm_type::f32}, reduce_op::sum), std::invalid_argument);
+  CHECK_THROWS_AS(c.broadcast({f, 4, comm_type::f32}, 1), std::invalid_argument);
+  CHECK_THROWS_AS(ref::thread_communicator(w, 1), std::invalid_argument);
+  CHECK_THROWS_AS(ref::thread_world(0), std::invalid_argument);
+}
+
+TEST_CASE("thread communicator: a mismatched call, a throwing rank and a missing rank end every rank with comm_error",
+          "[ref][communicator]") {
+  using clock = std::chrono::steady_clock;
+  const auto timeout = std::chrono::milliseconds(400);
+  SECTION("mismatched count: every rank's error names both calls") {
+    error_log log;
+    CHECK_THROWS_AS(ref::run_ranks(
+                        3,
+                        [&](nn::communicator& c) {
+                          std::vector<float> v(c.rank() == 2 ? 8 : 4);
+                          try {
+                            c.all_reduce({v.data(), v.size(), comm_type::f32}, {v.data(), v.size(), comm_type::f32}, reduce_op::sum);
+                          } catch (const comm_error& e) {
+                            log.add(e);
+                            throw;
+                          }
+                        },
+                        timeout),
+                    comm_error);
+    CHECK(log.messages.size() == 3);
+    CHECK(log.all_contain("mismatched"));
+    CHECK(log.all_contain("of 8 f32"));
+    CHECK(log.all_contain("of 4 f32"));
+  }
+  SECTION("a rank that throws: the others fail at once (well before the timeout); its own error is rethrown") {
+    const auto t0 = clock::now();
+    error_log log;
+    try {
+      ref::run_ranks(
+          4,
+          [&](nn::communicator& c) {
+            if (c.rank() == 1) throw std::runtime_error("rank 1 ran out of data");
+            sum_expecting_failure(c, log);
+          },
+          std::chrono::seconds(20));
+      FAIL("no error");
+    } catch (const comm_error&) {
+      FAIL("the root cause was not rethrown");
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == "rank 1 ran out of data");
+    }
+    CHECK(log.messages.size() == 3);
+    CHECK(log.all_contain("rank 1 ran out of data"));
+    CHECK(clock::now() - t0 < std::chrono::seconds(5));
+  }
+  SECTION("a rank that never arrives: the others time out within the bound, naming it") {
+    const auto t0 = clock::now();
+    error_log log;
+    CHECK_THROWS_AS(ref::run_ranks(
+                        3,
+                        [&](nn::communicator& c) {
+                          if (c.rank() == 2) return;  // skips the collective
+                          sum_expecting_failure(c, log);
+                        },
+                        timeout),
+                    comm_error);
+    CHECK(log.messages.size() == 2);
+    CHECK(log.all_contain("rank(s) 2 never arrived"));
+    const auto took = clock::now() - t0;
+    CHECK(took >= timeout);
+    CHECK(took < timeout * 2 + std::chrono::seconds(2));
+  }
+  SECTION("after an abort every later collective fails at once") {
+    ref::thread_world w(2, timeout);
+    ref::thread_communicator a(w, 0);
+    a.abort("test");
+    float v = 0;
+    CHECK_THROWS_WITH(a.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::max),
+                      Catch::Matchers::Contains("rank 0 aborted: test"));
+  }
+}
