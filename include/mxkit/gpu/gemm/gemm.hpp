@@ -20,133 +20,71 @@
 //               other MX pairs E4M3/E5M2 bytes with per-block scale promotion
 //               per-tensor FP8 and bf16 as they are
 //             The folded and bf16 routes check their exactness conditions on the device and
-//             fall back to per-block promotion where they fail (execute_sm90). Their scratch comes
-//             from mxkit's device pool, which keeps its memory (release_gemm_scratch returns it).
+//             fall back to per-block promotion where they fail (sm90/dispatch.hpp). Their scratch
+//             comes from mxkit's device pool, which keeps its memory (release_gemm_scratch returns it).
 //   gfx950    CDNA4 block-scaled MFMA (gemm/gfx950/kernel.hpp), compiled only: never run here
 // MXINT8 uses the portable kernel.
+// Dispatch is by architecture folder, as CUTLASS arranges its collectives: each folder's
+// `gemm_arch` says which products it takes on this device and build (supports) and runs them
+// (run); the list below holds the folders this build compiles, best first, and ends with the
+// portable kernel, which takes everything. A new architecture (sm100, gfx942) is a folder with
+// its gemm_arch and one entry in the list.
 #include <cstddef>
 #include <cstdint>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gemm/product.hpp>
-#include <mxkit/gpu/gemm/expand.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
+#include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/gemm/portable.hpp>
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 #if MXKIT_GPU_CUDA
-#include <mxkit/gpu/gemm/sm90/launch.hpp>
+#include <mxkit/gpu/gemm/sm90/dispatch.hpp>
 #else
-#include <mxkit/gpu/gemm/gfx950/kernel.hpp>
+#include <mxkit/gpu/gemm/gfx950/dispatch.hpp>
 #endif
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
-
-enum class gemm_path : std::uint8_t { automatic, portable, sm90, gfx950 };
-
-}  // namespace gpu
-template <>
-struct enum_names<gpu::gemm_path> {
-  static constexpr const char* names[] = {"automatic", "portable", "sm90", "gfx950"};
-  static constexpr gpu::gemm_path last = gpu::gemm_path::gfx950;
-};
-namespace gpu {
-
-struct gemm_options {
-  gemm_path path = gemm_path::automatic;
-  // sm90, MXFP4 x MXFP4: true sums each 32-block's products exactly and adds them in fp32 (as
-  // the reference); false lets the tensor cores accumulate four blocks (128 K) before the fp32
-  // add, as DeepGEMM and cuBLASLt's FP8 do: faster, but Hopper keeps only about 14 bits in
-  // that accumulation (DeepSeek-V3 report, section 3.3.2).
-  bool exact_block_sums = true;
-  // sm90, MXFP8 x MXFP8: expand both sides to bf16 with the block scales applied (exact) and
-  // run the bf16 tensor cores, which need no per-block promotion; costs 2 bytes of scratch per
-  // operand element. Blocks with exponents beyond +-48 fall back to the FP8 block-scaled kernel.
-  bool mxfp8_via_bf16 = true;
-  // sm90: two zeroed words of device memory that only this stream's GEMMs use (a GEMM leaves them
-  // zeroed): the persistent kernel then hands out its tiles dynamically, so a GEMM that overlaps
-  // another stream's kernels (a collective's) loses only the SMs they hold, not the tiles queued
-  // behind them (sm90/kernel.hpp). Null: the static order. Results are the same bits either way.
-  std::uint32_t* tile_counter = nullptr;
-};
-
 namespace detail {
 
-// The vendor's tensor-core path of this build: the one place that tells the two apart (the rest
-// of the dispatch reads this table).
-struct native_path_entry {
-  gemm_path path;
-  bool (*supports)(const gemm_operand&, const gemm_operand&);  // operand kinds, alignment, sizes, and the device
+template <class... Arch>
+struct gemm_arch_list {
+  // The path `automatic` takes: the first architecture that supports the operands.
+  static gemm_path automatic(const gemm_operand& a, const gemm_operand& b) {
+    gemm_path p = gemm_path::portable;
+    (void)((Arch::supports(a, b) ? (p = Arch::path, true) : false) || ...);
+    return p;
+  }
+  static bool supports(gemm_path path, const gemm_operand& a, const gemm_operand& b) {
+    return ((Arch::path == path && Arch::supports(a, b)) || ...);
+  }
+  static void run(gemm_path path, const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s,
+                  const gemm_options& o) {
+    (void)((Arch::path == path ? (Arch::run(a, b, out, s, o), true) : false) || ...);
+  }
 };
 #if MXKIT_GPU_CUDA
-inline bool sm90_takes(const gemm_operand& a, const gemm_operand& b) { return a.length > 0 && sm90::wgmma_supports(a, b) && sm90::available(); }
-inline constexpr native_path_entry native_path{gemm_path::sm90, sm90_takes};
+using gemm_archs = gemm_arch_list<sm90::gemm_arch, portable::gemm_arch>;
 #else
-inline bool gfx950_takes(const gemm_operand& a, const gemm_operand& b) { return gfx950::mfma_supports(a, b) && gfx950::available(); }
-inline constexpr native_path_entry native_path{gemm_path::gfx950, gfx950_takes};
+using gemm_archs = gemm_arch_list<gfx950::gemm_arch, portable::gemm_arch>;
 #endif
 
-inline bool path_supports(gemm_path path, const gemm_operand& a, const gemm_operand& b) {
-  if (path == gemm_path::portable) return true;
-  return path == native_path.path && native_path.supports(a, b);
-}
-inline gemm_path automatic_path_of(const gemm_operand& a, const gemm_operand& b) {
-  return native_path.supports(a, b) ? native_path.path : gemm_path::portable;
+inline gemm_path automatic_path_of(const gemm_operand& a, const gemm_operand& b) { return gemm_archs::automatic(a, b); }
+
+// The path a call takes: `automatic`'s choice, or the one forced, which must take the operands.
+inline gemm_path choose_path(const gemm_operand& a, const gemm_operand& b, const gemm_options& o) {
+  const gemm_path p = o.path == gemm_path::automatic ? automatic_path_of(a, b) : o.path;
+  mxkit::detail::require(gemm_archs::supports(p, a, b), "gemm: path ", name_of(p),
+                         " cannot take these operands on this device and build (see gpu/gemm/gemm.hpp)");
+  return p;
 }
 
 template <gemm_output Out>
 gemm_output_desc make_output(matrix_view<Out> d, gemm_epilogue e) {
   return {d.data, d.data, d.stride(), d.stride(), std::is_same_v<Out, bfloat16>, e.alpha, e.beta};
-}
-
-// How the sm90 path runs a product, decided on the host before anything is enqueued.
-enum class sm90_route : std::uint8_t {
-  direct,          // FP8 bytes (MXFP8 with per-block promotion, per-tensor FP8) or bf16 as they are
-  via_bf16,        // MXFP8 x MXFP8 expanded to bf16 with the scales applied; gate: FP8 block-scaled
-  fold,            // MXFP4 x MXFP4 folded to E5M2 with line factors; gate: expanded, block-scaled
-  expand,          // other MX pairs re-encoded as E4M3/E5M2 bytes, block-scaled
-};
-
-// A product's plan: the path, the sm90 route and the scratch it needs (laid out as
-// [a's bytes | b's bytes | line factors of a, of b | the gate flag]).
-struct gemm_plan {
-  gemm_path path = gemm_path::portable;
-  sm90_route route = sm90_route::direct;
-  std::size_t scratch_a = 0, scratch_b = 0;  // bytes of each side's re-encoded copy
-  std::size_t line_factors = 0;              // floats (fold: a.lines + b.lines)
-  bool gate_flag = false;                    // an int the expansions set when the first route is inexact
-  std::size_t scratch_bytes() const noexcept {
-    return scratch_a + scratch_b + line_factors * sizeof(float) + (gate_flag ? sizeof(int) : 0);
-  }
-};
-
-inline gemm_plan plan_gemm(const gemm_operand& a, const gemm_operand& b, const gemm_options& o) {
-  gemm_plan p;
-  p.path = o.path == gemm_path::automatic ? automatic_path_of(a, b) : o.path;
-  mxkit::detail::require(path_supports(p.path, a, b), "gemm: path ", name_of(p.path),
-                         " cannot take these operands on this device and build (see gpu/gemm/gemm.hpp)");
-#if MXKIT_GPU_CUDA
-  if (p.path != gemm_path::sm90) return p;
-  if (o.mxfp8_via_bf16 && expand::to_bf16::applies(a) && expand::to_bf16::applies(b)) {
-    p.route = sm90_route::via_bf16;
-    p.scratch_a = expand::to_bf16::bytes(a);
-    p.scratch_b = expand::to_bf16::bytes(b);
-    p.gate_flag = true;
-    return p;
-  }
-  p.scratch_a = expand::bytes(a);  // lines * K with K % 32 == 0: 16-byte multiples
-  p.scratch_b = expand::bytes(b);
-  if (expand::fold::applies(a) && expand::fold::applies(b)) {
-    p.route = sm90_route::fold;
-    p.line_factors = a.lines + b.lines;
-    p.gate_flag = true;
-  } else if (p.scratch_a || p.scratch_b) {
-    p.route = sm90_route::expand;
-  }
-#endif
-  return p;
 }
 
 // The dispatch and the paths' launches: compiled in the kernel library when one is used
@@ -157,86 +95,12 @@ inline gemm_plan plan_gemm(const gemm_operand& a, const gemm_operand& b, const g
 #else
 #define MXKIT_GPU_GEMM_ENTRY inline
 #endif
-#if MXKIT_GPU_CUDA
-inline sm90::mma_kind mma_kind_of(const gemm_operand& o) {
-  if (o.kind == operand_kind::bf16) return sm90::mma_kind::bf16;
-  if (o.kind == operand_kind::fp8) return o.fp8 == fp8_type::e4m3 ? sm90::mma_kind::e4m3 : sm90::mma_kind::e5m2;
-  return o.type == mx_type::mxfp8_e5m2 ? sm90::mma_kind::e5m2 : sm90::mma_kind::e4m3;  // expanded types are E4M3
-}
-
-// Runs an sm90 plan. The first routes (via_bf16, fold) check their exactness on the device: a
-// line or block they cannot make exact sets the gate flag, which closes their GEMM and opens the
-// fallback's (the FP8 block-scaled kernel on the original or re-encoded bytes). Both are enqueued
-// and the closed kernel returns at once, so the choice needs no host synchronization.
-inline void execute_sm90(const gemm_plan& p, const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s,
-                         const gemm_options& o, std::uint8_t* scratch) {
-  std::uint8_t* copy_a = scratch;
-  std::uint8_t* copy_b = scratch ? scratch + p.scratch_a : nullptr;
-  float* line_a = p.line_factors ? reinterpret_cast<float*>(copy_b + p.scratch_b) : nullptr;
-  float* line_b = line_a ? line_a + a.lines : nullptr;
-  int* unsafe = p.gate_flag ? reinterpret_cast<int*>(scratch + p.scratch_a + p.scratch_b + p.line_factors * sizeof(float)) : nullptr;
-  if (unsafe) MXKIT_GPU_CHECK(memset_async(unsafe, 0, sizeof(int), s));
-  sm90::mma_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
-  launch_gate fallback;
-  switch (p.route) {
-    case sm90_route::via_bf16: {
-      expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(copy_a), unsafe, s);
-      expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(copy_b), unsafe, s);
-      const sm90::mma_operand ba{sm90::mma_kind::bf16, copy_a, 2 * a.length}, bb{sm90::mma_kind::bf16, copy_b, 2 * b.length};
-      sm90::launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false}, true, o.tile_counter);
-      sm90::launch_wgmma(a, b, fa, fb, out, s, launch_gate{unsafe, true}, true, o.tile_counter);
-      return;
-    }
-    case sm90_route::fold: {
-      expand::fold::launch(a, copy_a, line_a, unsafe, s);
-      expand::fold::launch(b, copy_b, line_b, unsafe, s);
-      const sm90::mma_operand la{sm90::mma_kind::e5m2, copy_a, a.length, line_a}, lb{sm90::mma_kind::e5m2, copy_b, b.length, line_b};
-      sm90::launch_wgmma(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums, o.tile_counter);
-      fallback = launch_gate{unsafe, true};
-      break;
-    }
-    case sm90_route::expand:
-    case sm90_route::direct: break;
-  }
-  if (p.scratch_a) {
-    expand::launch(a, copy_a, s, fallback);
-    fa.data = copy_a;
-    fa.line_bytes = a.length;
-  }
-  if (p.scratch_b) {
-    expand::launch(b, copy_b, s, fallback);
-    fb.data = copy_b;
-    fb.line_bytes = b.length;
-  }
-  sm90::launch_wgmma(a, b, fa, fb, out, s, fallback, true, o.tile_counter);
-}
-#endif
-
-// Runs the product on the chosen path; returns the path taken. The sm90 scratch comes from
-// mxkit's device pool (stream-ordered), which keeps its memory between calls.
+// Runs the product on the chosen path; returns the path taken.
 MXKIT_GPU_GEMM_ENTRY gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, gemm_options o) {
-  const gemm_plan p = plan_gemm(a, b, o);
-  if (a.lines == 0 || b.lines == 0) return p.path;
-  switch (p.path) {
-#if MXKIT_GPU_CUDA
-    case gemm_path::sm90: {
-      const std::size_t bytes = p.scratch_bytes();
-      auto* scratch = static_cast<std::uint8_t*>(bytes ? allocate_async(bytes, s) : nullptr);
-      try {
-        execute_sm90(p, a, b, out, s, o, scratch);
-      } catch (...) {
-        deallocate_async(scratch, s);
-        throw;
-      }
-      deallocate_async(scratch, s);
-      break;
-    }
-#else
-    case gemm_path::gfx950: gfx950::launch_mfma(a, b, out, s); break;
-#endif
-    default: portable::launch(a, b, out, s); break;
-  }
-  return p.path;
+  const gemm_path p = choose_path(a, b, o);
+  if (a.lines == 0 || b.lines == 0) return p;
+  gemm_archs::run(p, a, b, out, s, o);
+  return p;
 }
 #else
 gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, gemm_options o);

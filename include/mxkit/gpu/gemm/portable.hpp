@@ -14,6 +14,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gpu/gemm/operand.hpp>
+#include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -126,6 +127,15 @@ inline void launch(const gemm_operand& a, const gemm_operand& b, const gemm_outp
   gemm_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), threads, 0, stream>>>(params{a, b, out});
   MXKIT_GPU_CHECK_LAUNCH();
 }
+
+// The last entry of the GEMM's architecture list (gemm.hpp): every operand kind, every device.
+struct gemm_arch {
+  static constexpr gemm_path path = gemm_path::portable;
+  static bool supports(const gemm_operand&, const gemm_operand&) { return true; }
+  static void run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, const gemm_options&) {
+    launch(a, b, out, s);
+  }
+};
 
 }  // namespace portable
 }  // namespace gpu

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The GEMM's choices, shared by the generic entry points (gemm.hpp) and the architecture folders
+// that run them (sm90/, gfx950/, portable.hpp): which path, and each path's knobs.
+#include <cstdint>
+
+#include <mxkit/config.hpp>
+#include <mxkit/enum_names.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+
+enum class gemm_path : std::uint8_t { automatic, portable, sm90, gfx950 };
+
+}  // namespace gpu
+template <>
+struct enum_names<gpu::gemm_path> {
+  static constexpr const char* names[] = {"automatic", "portable", "sm90", "gfx950"};
+  static constexpr gpu::gemm_path last = gpu::gemm_path::gfx950;
+};
+namespace gpu {
+
+struct gemm_options {
+  gemm_path path = gemm_path::automatic;
+  // sm90, MXFP4 x MXFP4: true sums each 32-block's products exactly and adds them in fp32 (as
+  // the reference); false lets the tensor cores accumulate four blocks (128 K) before the fp32
+  // add, as DeepGEMM and cuBLASLt's FP8 do: faster, but Hopper keeps only about 14 bits in
+  // that accumulation (DeepSeek-V3 report, section 3.3.2).
+  bool exact_block_sums = true;
+  // sm90, MXFP8 x MXFP8: expand both sides to bf16 with the block scales applied (exact) and
+  // run the bf16 tensor cores, which need no per-block promotion; costs 2 bytes of scratch per
+  // operand element. Blocks with exponents beyond +-48 fall back to the FP8 block-scaled kernel.
+  bool mxfp8_via_bf16 = true;
+  // sm90: two zeroed words of device memory that only this stream's GEMMs use (a GEMM leaves them
+  // zeroed): the persistent kernel then hands out its tiles dynamically, so a GEMM that overlaps
+  // another stream's kernels (a collective's) loses only the SMs they hold, not the tiles queued
+  // behind them (sm90/kernel.hpp). Null: the static order. Results are the same bits either way.
+  std::uint32_t* tile_counter = nullptr;
+};
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The Hopper path as an entry of the GEMM's architecture list (gpu/gemm/gemm.hpp walks it): whether
+// it takes a product on this device and build (supports), how it runs it (a plan of routes and
+// scratch made on the host, then the launches), and the run itself. The routes:
+//   MXFP4 x MXFP4  folded into E5M2 with one factor per line (exact block sums)
+//   MXFP8 x MXFP8  (E4M3/E5M2 mixes) expanded to bf16 with the scales applied
+//   other MX pairs E4M3/E5M2 bytes with per-block scale promotion
+//   per-tensor FP8 and bf16 as they are
+#include <cstddef>
+#include <cstdint>
+
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/gemm/sm90/ is NVIDIA Hopper code: include it only in a CUDA build (gpu/gemm/gemm.hpp does where it applies)"
+#endif
+#include <mxkit/gpu/gemm/expand.hpp>
+#include <mxkit/gpu/gemm/operand.hpp>
+#include <mxkit/gpu/gemm/options.hpp>
+#include <mxkit/gpu/gemm/sm90/launch.hpp>
+#include <mxkit/gpu/memory.hpp>
+#include <mxkit/gpu/runtime.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+namespace sm90 {
+
+// How this path runs a product, decided on the host before anything is enqueued.
+enum class route : std::uint8_t {
+  direct,          // FP8 bytes (MXFP8 with per-block promotion, per-tensor FP8) or bf16 as they are
+  via_bf16,        // MXFP8 x MXFP8 expanded to bf16 with the scales applied; gate: FP8 block-scaled
+  fold,            // MXFP4 x MXFP4 folded to E5M2 with line factors; gate: expanded, block-scaled
+  expand,          // other MX pairs re-encoded as E4M3/E5M2 bytes, block-scaled
+};
+
+// A product's plan: the route and the scratch it needs (laid out as
+// [a's bytes | b's bytes | line factors of a, of b | the gate flag]).
+struct plan {
+  sm90::route route = sm90::route::direct;
+  std::size_t scratch_a = 0, scratch_b = 0;  // bytes of each side's re-encoded copy
+  std::size_t line_factors = 0;              // floats (fold: a.lines + b.lines)
+  bool gate_flag = false;                    // an int the expansions set when the first route is inexact
+  std::size_t scratch_bytes() const noexcept {
+    return scratch_a + scratch_b + line_factors * sizeof(float) + (gate_flag ? sizeof(int) : 0);
+  }
+};
+
+inline plan make_plan(const gemm_operand& a, const gemm_operand& b, const gemm_options& o) {
+  plan p;
+  if (o.mxfp8_via_bf16 && expand::to_bf16::applies(a) && expand::to_bf16::applies(b)) {
+    p.route = route::via_bf16;
+    p.scratch_a = expand::to_bf16::bytes(a);
+    p.scratch_b = expand::to_bf16::bytes(b);
+    p.gate_flag = true;
+    return p;
+  }
+  p.scratch_a = expand::bytes(a);  // lines * K with K % 32 == 0: 16-byte multiples
+  p.scratch_b = expand::bytes(b);
+  if (expand::fold::applies(a) && expand::fold::applies(b)) {
+    p.route = route::fold;
+    p.line_factors = a.lines + b.lines;
+    p.gate_flag = true;
+  } else if (p.scratch_a || p.scratch_b) {
+    p.route = route::expand;
+  }
+  return p;
+}
+
+// The launches are compiled where the GEMM's dispatch is (gemm.hpp: the kernel library's one
+// definition, or every including file when no library is used), as launch_wgmma is.
+#if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
+inline mma_kind mma_kind_of(const gemm_operand& o) {
+  if (o.kind == operand_kind::bf16) return mma_kind::bf16;
+  if (o.kind == operand_kind::fp8) return o.fp8 == fp8_type::e4m3 ? mma_kind::e4m3 : mma_kind::e5m2;
+  return o.type == mx_type::mxfp8_e5m2 ? mma_kind::e5m2 : mma_kind::e4m3;  // expanded types are E4M3
+}
+
+// Runs an sm90 plan. The first routes (via_bf16, fold) check their exactness on the device: a
+// line or block they cannot make exact sets the gate flag, which closes their GEMM and opens the
+// fallback's (the FP8 block-scaled kernel on the original or re-encoded bytes). Both are enqueued
+// and the closed kernel returns at once, so the choice needs no host synchronization.
+inline void execute(const plan& p, const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s,
+                         const gemm_options& o, std::uint8_t* scratch) {
+  std::uint8_t* copy_a = scratch;
+  std::uint8_t* copy_b = scratch ? scratch + p.scratch_a : nullptr;
+  float* line_a = p.line_factors ? reinterpret_cast<float*>(copy_b + p.scratch_b) : nullptr;
+  float* line_b = line_a ? line_a + a.lines : nullptr;
+  int* unsafe = p.gate_flag ? reinterpret_cast<int*>(scratch + p.scratch_a + p.scratch_b + p.line_factors * sizeof(float)) : nullptr;
+  if (unsafe) MXKIT_GPU_CHECK(memset_async(unsafe, 0, sizeof(int), s));
+  mma_operand fa{mma_kind_of(a), a.data, a.line_bytes}, fb{mma_kind_of(b), b.data, b.line_bytes};
+  launch_gate fallback;
+  switch (p.route) {
+    case route::via_bf16: {
+      expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(copy_a), unsafe, s);
+      expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(copy_b), unsafe, s);
+      const mma_operand ba{mma_kind::bf16, copy_a, 2 * a.length}, bb{mma_kind::bf16, copy_b, 2 * b.length};
+      launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false}, true, o.tile_counter);
+      launch_wgmma(a, b, fa, fb, out, s, launch_gate{unsafe, true}, true, o.tile_counter);
+      return;
+    }
+    case route::fold: {
+      expand::fold::launch(a, copy_a, line_a, unsafe, s);
+      expand::fold::launch(b, copy_b, line_b, unsafe, s);
+      const mma_operand la{mma_kind::e5m2, copy_a, a.length, line_a}, lb{mma_kind::e5m2, copy_b, b.length, line_b};
+      launch_wgmma(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums, o.tile_counter);
+      fallback = launch_gate{unsafe, true};
+      break;
+    }
+    case route::expand:
+    case route::direct: break;
+  }
+  if (p.scratch_a) {
+    expand::launch(a, copy_a, s, fallback);
+    fa.data = copy_a;
+    fa.line_bytes = a.length;
+  }
+  if (p.scratch_b) {
+    expand::launch(b, copy_b, s, fallback);
+    fb.data = copy_b;
+    fb.line_bytes = b.length;
+  }
+  launch_wgmma(a, b, fa, fb, out, s, fallback, true, o.tile_counter);
+}
+#endif
+
+struct gemm_arch {
+  static constexpr gemm_path path = gemm_path::sm90;
+  static bool supports(const gemm_operand& a, const gemm_operand& b) { return a.length > 0 && wgmma_supports(a, b) && available(); }
+#if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
+  // The scratch comes from mxkit's device pool (stream-ordered), which keeps its memory between
+  // calls (release_gemm_scratch returns it).
+  static void run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, const gemm_options& o) {
+    const plan p = make_plan(a, b, o);
+    const std::size_t bytes = p.scratch_bytes();
+    auto* scratch = static_cast<std::uint8_t*>(bytes ? allocate_async(bytes, s) : nullptr);
+    try {
+      execute(p, a, b, out, s, o, scratch);
+    } catch (...) {
+      deallocate_async(scratch, s);
+      throw;
+    }
+    deallocate_async(scratch, s);
+  }
+#endif
+};
+
+}  // namespace sm90
+}  // namespace gpu
+MXKIT_END_NAMESPACE
