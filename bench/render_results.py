@@ -12,6 +12,8 @@ Markdown.
     python3 bench/render_results.py --check         # validate; fail if a file differs from what it renders (ctest static.results)
     python3 bench/render_results.py add PATH...     # append rows from .jsonl files or folders of them (a GPU run's $OUT), then render
     python3 bench/render_results.py import-markdown FILE...  # append the rows of old-format Markdown tables, then render
+    python3 bench/render_results.py validate [--derived] PATH...  # only check .jsonl files or folders (--derived: recipe
+                                                    # and shape are what the case label derives; ctest static.bench_rows)
 
 A line (keys in this order, every key present; JSON null where a field does not apply):
     date           "YYYY-MM-DD", UTC, when it was measured
@@ -84,24 +86,34 @@ def make_line(row):
 
 def new_row(bench, case, value, unit, peer=None, peer_value=None, recipe=None, shape=None, peer_settings=None, commit=None,
             wip=None, date=None, device="unknown"):
-    """A row as the writers make it: no peer value (None or 0) leaves peer_value and ratio null."""
+    """A row as bench_common.hpp's writer makes it: commit from $MXKIT_COMMIT ("abc1234" or
+    "abc1234+wip"), else git's HEAD here; wip from $MXKIT_WIP, the "+wip" suffix, or (without
+    $MXKIT_COMMIT) uncommitted changes here; no peer value (None or 0) leaves peer_value and ratio
+    null; recipe and shape, where not given, derived from the case label."""
     import datetime
     import subprocess
+    env = os.environ.get("MXKIT_COMMIT", "")
     if commit is None:
-        commit = os.environ.get("MXKIT_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                                                    text=True, cwd=HERE).stdout.strip() or "unknown"
+        commit = env or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                       cwd=HERE).stdout.strip() or "unknown"
     if commit.endswith("+wip"):
         commit, wip = commit[:-4], True
     if wip is None:
-        wip = os.environ.get("MXKIT_WIP", "") not in ("", "0") or subprocess.run(
-            ["git", "diff", "--quiet", "HEAD", "--"], cwd=HERE, capture_output=True).returncode == 1
+        flag = os.environ.get("MXKIT_WIP", "")
+        if flag:
+            wip = flag != "0"
+        elif env:
+            wip = False
+        else:
+            wip = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                                 cwd=HERE).stdout.strip() != ""
     if date is None:
         date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    has_peer = peer_value is not None and peer_value != 0 and math.isfinite(peer_value)
+    has_peer = bool(peer) and peer_value is not None and peer_value != 0 and math.isfinite(peer_value)
     return {"date": date, "commit": commit, "wip": bool(wip), "device": device, "bench": bench, "case": case,
-            "recipe": recipe or None, "shape": shape or None, "value": value, "unit": unit, "peer": peer or None,
-            "peer_settings": peer_settings or None, "peer_value": peer_value if has_peer else None,
-            "ratio": round(100.0 * value / peer_value, 1) if has_peer else None}
+            "recipe": recipe or derive_recipe(bench, case), "shape": shape or derive_shape(case), "value": value, "unit": unit,
+            "peer": peer or None, "peer_settings": (peer_settings or None) if peer else None,
+            "peer_value": peer_value if has_peer else None, "ratio": round(100.0 * value / peer_value, 1) if has_peer else None}
 
 
 def validate(obj, bench=None):
@@ -367,15 +379,30 @@ def render_all(a):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
-    p.add_argument("command", nargs="?", default="render", choices=("render", "add", "import-markdown"))
+    p.add_argument("command", nargs="?", default="render", choices=("render", "add", "import-markdown", "validate"))
     p.add_argument("paths", nargs="*", help="add: .jsonl files or folders; import-markdown: Markdown files")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale or a line is bad")
+    p.add_argument("--derived", action="store_true", help="validate: recipe and shape must be derived from the case label")
     p.add_argument("--results-dir", default=os.path.join(HERE, "results"))
     p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
     p.add_argument("--summary-md", default=os.path.join(HERE, "SUMMARY.md"))
     p.add_argument("--spec", default=os.path.join(HERE, "summary_spec.json"))
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)
     try:
+        if a.command == "validate":
+            if not a.paths:
+                p.error("validate takes one or more .jsonl files or folders")
+            n = 0
+            for path in a.paths:
+                for bench, line in jsonl_inputs([path]):
+                    obj = json.loads(line)
+                    want = (derive_recipe(bench, obj["case"]), derive_shape(obj["case"]))
+                    if a.derived and (obj["recipe"], obj["shape"]) != want:
+                        raise DataError(f"{path}: {obj['case']!r}: recipe, shape {obj['recipe']!r}, {obj['shape']!r}; "
+                                        f"the case label derives {want[0]!r}, {want[1]!r}")
+                    n += 1
+            print(f"{n} rows valid")
+            return 0
         if a.command in ("add", "import-markdown"):
             if a.check or not a.paths:
                 p.error(f"{a.command} takes one or more paths and no --check")
