@@ -36,7 +36,7 @@
 //   --predict: print the predicted bytes and FLOPs and exit (no GPU needed).
 //   --mxkit-limit S: a watchdog ends the process (exit 124) once mxkit's part has run S seconds,
 //     after printing the summary and recording the rows measured so far (a hung or slow part
-//     cannot hold the device the peer needs; scripts/gpu_lora70b_check.sh then runs --peer-only).
+//     cannot hold the device the peer needs; scripts/gpu.sh lora70b then runs --peer-only).
 //   --peer-only: the peer alone (its rows, the prediction rows).
 //   MXKIT_LORA70B_PEER: the peer command (default: torchrun ... bench/lora70b_peer.py); empty: none.
 //   Without a GPU it says so and exits 77.
@@ -560,7 +560,7 @@ int main(int argc, char** argv) {
       std::printf("mxkit part FAILED: %s\n", e.what());
       rep.set_status(std::string("FAILED: ") + e.what());
       // A failed GPU call can leave device memory held by this process: start the peer only if
-      // the device is free again (else scripts/gpu_lora70b_check.sh runs it alone).
+      // the device is free again (else scripts/gpu.sh lora70b runs it alone).
       try {
         gpu::trim_device_memory();
         const gpu::device_memory_info m = gpu::memory_info();

@@ -62,7 +62,7 @@ namespace {
 
 // ---- tracing (MXKIT_PYTHON_TRACE=1) -------------------------------------------------------
 // Every import, export and deleter call on stderr with its pointers, so a crash in a device run
-// can be matched to the capsule whose lifetime went wrong (scripts/gpu_python_check.sh).
+// can be matched to the capsule whose lifetime went wrong (scripts/gpu.sh python).
 bool tracing() noexcept {
   static const bool on = [] {
     const char* v = std::getenv("MXKIT_PYTHON_TRACE");
