@@ -127,7 +127,7 @@ class backend {
   // (a GEMM with beta = 0 or a separate C, attention, a copy: the operations documented
   // "overwritten"). Its contents are unspecified until then; the host backend fills it with
   // 0xFF bytes (NaN in every float type), so a test that reads it before it is written sees NaN.
-  // On the GPU this saves a memset per activation (bench/NOTES_training.md).
+  // On the GPU this saves a memset per activation (docs/perf/training.md).
   tensor alloc_uninitialized(std::size_t rows, std::size_t cols, dtype type, mem_tag tag) { return allocate(rows, cols, type, tag, false); }
   // A (1, 1) device scalar (f64: the loss, norms, clip factors, counters).
   tensor scalar(mem_tag tag = mem_tag::activation) { return alloc(1, 1, dtype::f64, tag); }
