@@ -50,7 +50,7 @@ non-zero if anything failed.
   readme                the README's device code in a kernel (also under memcheck) and the compile
                         time of its nvcc line (replaces gpu_newcomer_check.sh's README part)
   multi [PART...]       several GPUs: PART of build tests memcheck allreduce scaling 8b (default
-                        all; one PART fits a 10-minute call better); rows of the training runs
+                        all, about 20 minutes; name parts to split it); rows of the training runs
                         through bench/multi_gpu_rows.py (replaces gpu_multi_check.sh)
   lora70b [--pair]      Llama 2 70B LoRA, MXFP4 base healed to FP8, at its real size with its
                         PyTorch peer, every part bounded by one deadline (2 H200); --pair also
