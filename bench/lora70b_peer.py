@@ -218,7 +218,7 @@ def main():
         say(rank, f"warm-up step (compilation) {out['warmup_s']:.1f} s")
         dist.barrier()
         times, start = [], time.time()
-        # The calling script's deadline (scripts/gpu_lora70b_check.sh): stop stepping ~20 s before
+        # The calling script's deadline (scripts/gpu.sh lora70b): stop stepping ~20 s before
         # it, so the timed steps are reported instead of killed.
         budget = a.budget
         deadline = float(os.environ.get("MXKIT_DEADLINE_EPOCH", "0"))

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# Turns the logs of scripts/gpu_multi_check.sh's training runs into bench/RESULTS.md rows (its
-# format: | date | commit | device | bench | case | value | unit | peer | peer value | ratio |):
+# Turns the logs of scripts/gpu.sh multi's training runs into rows of bench/results/train_multi.jsonl
+# (bench/render_results.py: the format; it renders bench/RESULTS.md and SUMMARY.md afterwards):
 #   weak scaling   06_train_gpu's default model on N GPUs: tokens/s per GPU against 1 GPU's;
 #   8B             the Llama 3.1 8B shape, fully sharded with recompute, per recipe: tokens/s per
 #                  GPU and MFU against bench/fsdp_peer.py (PyTorch FSDP2 + torch.compile, bf16),
@@ -8,13 +8,16 @@
 #                  (construction of the sharded model) against the peer's, and the exposed
 #                  communication: the time rank 0's compute stream waited at the communicator's
 #                  joins, in percent of the step (issue 27's target: below 5 %; no peer figure).
-#   python3 bench/multi_gpu_rows.py LOG_DIR DEVICE [RESULTS.md]
+#   python3 bench/multi_gpu_rows.py LOG_DIR DEVICE [RESULTS]
+# RESULTS: a folder (default bench/results; rows go to its train_multi.jsonl) or a .jsonl file.
+# Commit: $MXKIT_COMMIT ("abc1234" or "abc1234+wip"), else git's HEAD here (wip: uncommitted changes).
 # A run whose log lacks its summary line gives no row (it failed or timed out: its log says why).
-import datetime
 import os
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import render_results  # noqa: E402  (the rows' format, writer and renderer)
 
 
 def read(path):
@@ -51,30 +54,27 @@ def peer_values(text):
     return v
 
 
-def number(x):
-    return f"{x:.4g}"
-
-
 def main():
     if len(sys.argv) < 3:
-        print("usage: multi_gpu_rows.py LOG_DIR DEVICE [RESULTS.md]", file=sys.stderr)
+        print("usage: multi_gpu_rows.py LOG_DIR DEVICE [RESULTS]", file=sys.stderr)
         return 2
     logs, device = sys.argv[1], sys.argv[2]
-    results = sys.argv[3] if len(sys.argv) > 3 else os.path.join(os.path.dirname(__file__), "RESULTS.md")
-    commit = os.environ.get("MXKIT_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                                                text=True).stdout.strip() or "unknown"
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    default_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    results = sys.argv[3] if len(sys.argv) > 3 else default_dir
     rows = []
+    fsdp_log = read(os.path.join(logs, "fsdp_peer.log"))
+    torch = re.search(r"^# torch (\S+),", fsdp_log, re.M)
+    seq = os.environ.get("MXKIT_8B_SEQ", "8192")
+    fsdp_settings = f"bench/fsdp_peer.py --seq {seq} --batch 1 --vocab 256" + (f", torch {torch.group(1)}" if torch else "")
 
-    def row(case, value, unit, peer="", peer_value=0.0):
-        if not peer_value:  # no peer ran (MXKIT_8B_PEER=0, or the peer failed): the peer columns stay empty
-            rows.append(f"| {date} | {commit} | {device} | train_multi | {case} | {number(value)} | {unit} | | | |")
-            return
-        rows.append(f"| {date} | {commit} | {device} | train_multi | {case} | {number(value)} | {unit} | {peer} | "
-                    f"{number(peer_value)} | {100.0 * value / peer_value:.1f}% |")
+    def row(case, value, unit, peer="", peer_value=0.0, settings=None):
+        # No peer figure (MXKIT_8B_PEER=0, or the peer failed): the peer fields stay null.
+        rows.append(render_results.new_row("train_multi", case, value, unit, peer=peer if peer_value else None,
+                                           peer_value=peer_value or None, peer_settings=settings if peer_value else None,
+                                           device=device))
 
-    # Only the parts this run of gpu_multi_check.sh ran (its MXKIT_PARTS): a log folder used by an
-    # earlier call of the same lease still holds the other parts' logs, whose rows are written.
+    # Only the parts this run of scripts/gpu.sh multi ran (its MXKIT_PARTS): a log folder used by an
+    # earlier run still holds the other parts' logs, whose rows were written then.
     parts = os.environ.get("MXKIT_PARTS", "scaling 8b").split()
     one = summary(read(os.path.join(logs, "scaling1.log")))
     for n in (1, 2, 4, 8) if "scaling" in parts else ():
@@ -88,10 +88,9 @@ def main():
                 row(f"06_train_gpu default model, {n} GPU(s), data parallel: exposed communication (rank 0)", s["exposed_percent"],
                     "% of step")
 
-    peer = peer_values(read(os.path.join(logs, "fsdp_peer.log"))) if "8b" in parts else {}
-    seq = os.environ.get("MXKIT_8B_SEQ", "8192")
+    peer = peer_values(fsdp_log) if "8b" in parts else {}
     names = {"mxfp4": "mxfp4+Hadamard"}
-    flags = os.environ.get("MXKIT_8B_FLAGS", "").strip()  # extra 06_train_gpu flags of the 8B runs (gpu_multi_check.sh)
+    flags = os.environ.get("MXKIT_8B_FLAGS", "").strip()  # extra 06_train_gpu flags of the 8B runs (scripts/gpu.sh multi)
     for recipe in ("bf16", "fp8", "mxfp8", "mxfp4") if "8b" in parts else ():
         s = summary(read(os.path.join(logs, f"8b_{recipe}.log")))
         if not s:
@@ -100,25 +99,34 @@ def main():
         case = f"Llama 3.1 8B shape (vocab 256), FSDP + recompute, T{seq}, {names.get(recipe, recipe)}, {n} GPUs"
         if flags:
             case += f" ({flags})"
-        row(case + ": tokens/s per GPU", s["tokens"] / n, "tokens/s", "torch FSDP2+compile bf16", peer.get("tokens_per_s_per_gpu", 0.0))
-        row(case + ": MFU per GPU", s["mfu"], "%", "torch FSDP2+compile bf16", peer.get("mfu_percent", 0.0))
+        row(case + ": tokens/s per GPU", s["tokens"] / n, "tokens/s", "torch FSDP2+compile bf16", peer.get("tokens_per_s_per_gpu", 0.0),
+            fsdp_settings)
+        row(case + ": MFU per GPU", s["mfu"], "%", "torch FSDP2+compile bf16", peer.get("mfu_percent", 0.0), fsdp_settings)
         if s["peak_mib"]:
             row(case + ": backend peak memory per GPU", s["peak_mib"] / 1024.0, "GiB", "torch max_memory_allocated",
-                peer.get("peak_gib", 0.0))
+                peer.get("peak_gib", 0.0), fsdp_settings)
         if s["exposed_percent"] is not None:
             row(case + ": exposed communication (rank 0)", s["exposed_percent"], "% of step")
             row(case + ": exposed communication (rank 0) per step", s["exposed_ms"], "ms")
         if s["ready_s"] is not None:  # rank 0: run() entered to the sharded model and optimizer built (the peer: from its start)
-            row(case + ": start-up to the first step", s["ready_s"], "s", "torch FSDP2 start-up", peer.get("startup_s", 0.0))
+            row(case + ": start-up to the first step", s["ready_s"], "s", "torch FSDP2 start-up", peer.get("startup_s", 0.0),
+                fsdp_settings)
     if not rows and peer:
         row(f"torch FSDP2+compile bf16 Llama 3.1 8B shape (vocab 256) T{seq}: tokens/s per GPU", peer.get("tokens_per_s_per_gpu", 0.0), "tokens/s")
-    if rows:
-        with open(results, "a") as f:
-            f.write("\n".join(rows) + "\n")
-    print("\n".join(rows))
-    print(f"appended {len(rows)} rows to {results}")
+    if not rows:
+        print("no rows: no run of this call printed its summary line")
+        return 0
+    if results.endswith(".jsonl"):
+        with open(results, "a", encoding="utf-8") as f:
+            f.write("".join(render_results.make_line(r) + "\n" for r in rows))
+        print(f"appended {len(rows)} rows to {results}; add them: python3 bench/render_results.py add {results}")
+        return 0
+    for bench, n in render_results.append_rows(rows, results).items():
+        print(f"appended {n} rows to {os.path.join(results, bench + '.jsonl')}")
+    if os.path.abspath(results) == default_dir:
+        return render_results.main([])  # RESULTS.md and SUMMARY.md from the new rows
+    print(f"add them to bench/results: python3 bench/render_results.py add {results}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

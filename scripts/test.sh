@@ -8,7 +8,7 @@
 #             pybind11, NumPy and pytest are installed, required under CI=true).
 #   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is
 #             checked by a second compiler too) at -O1 with line tables only (-g1: the reports'
-#             file and line, for less compile time than -O2 -g; bench/NOTES_build.md), without
+#             file and line, for less compile time than -O2 -g; docs/perf/build.md), without
 #             the benchmarks and demo programs (no test runs them), with one header check (the
 #             umbrella's: each header alone is the release stage's check);
 #             ctest without the `package` label (the consumer projects are not sanitized

@@ -517,16 +517,22 @@ int main(int argc, char** argv) {
       std::printf("%-34s %8.1f %8.1f %8.1f %8.1f %8.1f %10.1f %8.1f %9.1f %9.1f\n", label, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5],
                   tf[6], tf[7], tf[8]);
       std::fflush(stdout);
+      // The peers' settings, recorded with each row (cublas_peers above).
+      const char* const cublas = "cublasGemmEx, bf16 in and out, CUBLAS_COMPUTE_32F";
+      const char* const cublaslt = "cublasLtMatmul, E4M3 x E4M3 per-tensor scales, bf16 out, default accumulation";
       const char* names[] = {"mxfp4", "mxfp8", "hybrid e5m2 x e4m3", "fp8 per-tensor"};
       for (int f = 0; f < 4; ++f) {
         if (tf[f] == 0) continue;
-        rows.push_back({"gemm", std::string(names[f]) + " " + label, tf[f], "TFLOP/s", "cuBLAS bf16", tf[4]});
-        if (f == 3) rows.push_back({"gemm", std::string(names[f]) + " " + label, tf[f], "TFLOP/s", "cuBLASLt fp8", tf[5]});
+        rows.push_back({"gemm", std::string(names[f]) + " " + label, tf[f], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
+        if (f == 3) rows.push_back({"gemm", std::string(names[f]) + " " + label, tf[f], "TFLOP/s", "cuBLASLt fp8", tf[5], cublaslt});
       }
-      if (tf[6] > 0) rows.push_back({"gemm", std::string("bf16 ") + label, tf[6], "TFLOP/s", "cuBLAS bf16", tf[4]});
-      if (tf[7] > 0) rows.push_back({"gemm", std::string("mxfp4 4-block tensor-core sums ") + label, tf[7], "TFLOP/s", "cuBLAS bf16", tf[4]});
-      if (tf[8] > 0) rows.push_back({"gemm", std::string("mxfp8 fp8 block-scaled kernel ") + label, tf[8], "TFLOP/s", "cuBLAS bf16", tf[4]});
-      if (with_peers) rows.push_back({"gemm", std::string("cuBLASLt fp8 per-tensor ") + label, tf[5], "TFLOP/s", "cuBLAS bf16", tf[4]});
+      if (tf[6] > 0) rows.push_back({"gemm", std::string("bf16 ") + label, tf[6], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
+      if (tf[7] > 0)
+        rows.push_back({"gemm", std::string("mxfp4 4-block tensor-core sums ") + label, tf[7], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
+      if (tf[8] > 0)
+        rows.push_back({"gemm", std::string("mxfp8 fp8 block-scaled kernel ") + label, tf[8], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
+      if (with_peers)
+        rows.push_back({"gemm", std::string("cuBLASLt fp8 per-tensor ") + label, tf[5], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
       if (opt.record) {  // per shape, so a cut-short run keeps what it measured
         mxkit_bench::append_results(opt.results_path, device, std::vector<mxkit_bench::result>(rows.begin() + static_cast<std::ptrdiff_t>(recorded), rows.end()));
         recorded = rows.size();

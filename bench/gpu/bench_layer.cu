@@ -174,7 +174,9 @@ int main(int argc, char** argv) {
 
   const char* env = std::getenv("MXKIT_LAYER_PEER");
   const std::string peer_cmd = env ? env : "python3 bench/layer_peer.py";
-  const std::map<std::string, double> peer = mxkit_bench::run_peer(peer_cmd.empty() ? peer_cmd : peer_cmd + " --seq " + std::to_string(seq));
+  const std::string peer_run = peer_cmd.empty() ? peer_cmd : peer_cmd + " --seq " + std::to_string(seq);
+  std::map<std::string, std::string> peer_text;
+  const std::map<std::string, double> peer = mxkit_bench::run_peer(peer_run, &peer_text);
   const auto get = [&](const char* key) { return mxkit_bench::peer_value(peer, key); };
   const double peer_tok = get("compiled_tokens_per_s"), peer_gib = get("compiled_peak_gib");
   const std::string shape_name = "Llama-3.1-8B layer B1 T" + std::to_string(seq) + " fwd+bwd";
@@ -190,6 +192,8 @@ int main(int argc, char** argv) {
   rows.push_back({"layer", "torch eager bf16 " + shape_name + " tokens/s", get("eager_tokens_per_s"), "tokens/s", "torch.compile bf16", peer_tok});
   rows.push_back({"layer", "torch compiled FP8 (_scaled_mm) " + shape_name + " tokens/s", get("fp8_tokens_per_s"), "tokens/s",
                   "torch.compile bf16", peer_tok});
+  for (mxkit_bench::result& row : rows)
+    if (!row.peer.empty()) row.peer_settings = mxkit_bench::torch_peer_settings(peer_run, peer_text);
   mxkit_bench::finish(opt, props.name, rows);
   return 0;
 }

@@ -24,7 +24,7 @@
 // 4 V C tokens + attention 3.5 * 2 * B * H * T^2 * D per layer (causal forward and backward);
 // the recomputed forward is not model FLOPs.
 // Before it allocates anything it predicts each phase's bytes; a model whose MXFP4 phase cannot
-// fit the device is reported and skipped (--force runs it anyway) — bench/NOTES_lora70b.md.
+// fit the device is reported and skipped (--force runs it anyway) — docs/perf/lora70b.md.
 // Peer in the same call, after mxkit has freed the device: bench/lora70b_peer.py under torchrun
 // on --peer-gpus GPUs (default: every visible GPU): bf16 base, FSDP2, torch.compile, activation
 // checkpointing. The end of the output is a summary table (speed, MFU, memory per phase, the
@@ -36,7 +36,7 @@
 //   --predict: print the predicted bytes and FLOPs and exit (no GPU needed).
 //   --mxkit-limit S: a watchdog ends the process (exit 124) once mxkit's part has run S seconds,
 //     after printing the summary and recording the rows measured so far (a hung or slow part
-//     cannot hold the device the peer needs; scripts/gpu_lora70b_check.sh then runs --peer-only).
+//     cannot hold the device the peer needs; scripts/gpu.sh lora70b then runs --peer-only).
 //   --peer-only: the peer alone (its rows, the prediction rows).
 //   MXKIT_LORA70B_PEER: the peer command (default: torchrun ... bench/lora70b_peer.py); empty: none.
 //   Without a GPU it says so and exits 77.
@@ -216,7 +216,7 @@ std::size_t stash_bytes(const shape& s, const nn::layer_config& c) {
   return s.layers * layer + 4096;
 }
 
-// Predicted device bytes (bench/NOTES_lora70b.md has the arithmetic).
+// Predicted device bytes (docs/perf/lora70b.md has the arithmetic).
 struct prediction {
   double mxfp4_base = 0, fp8_base = 0, frozen_rest = 0, adapters = 0, activations = 0, stash = 0;
   double mxfp4_phase() const { return mxfp4_base + frozen_rest + adapters + activations; }
@@ -397,7 +397,7 @@ int main(int argc, char** argv) {
   if (peer_only) {
     rep.mxkit_status = "skipped (--peer-only)";
   } else if (!fits && !force) {
-    std::printf("does not fit one %s (%.1f GiB): skipped (--force runs it anyway); see bench/NOTES_lora70b.md\n", device.c_str(),
+    std::printf("does not fit one %s (%.1f GiB): skipped (--force runs it anyway); see docs/perf/lora70b.md\n", device.c_str(),
                 gib(double(at_start.total_bytes)));
     row("fits one GPU (0 = no)", 0.0, "");
     rep.mxkit_status = "skipped: does not fit one GPU";
@@ -560,7 +560,7 @@ int main(int argc, char** argv) {
       std::printf("mxkit part FAILED: %s\n", e.what());
       rep.set_status(std::string("FAILED: ") + e.what());
       // A failed GPU call can leave device memory held by this process: start the peer only if
-      // the device is free again (else scripts/gpu_lora70b_check.sh runs it alone).
+      // the device is free again (else scripts/gpu.sh lora70b runs it alone).
       try {
         gpu::trim_device_memory();
         const gpu::device_memory_info m = gpu::memory_info();

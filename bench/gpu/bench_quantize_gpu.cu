@@ -65,6 +65,9 @@ __global__ void fill_input(T* x, std::size_t n, std::size_t cols, std::uint64_t 
   }
 }
 
+// The peer of every case: a device-to-device copy of the input's bytes, timed as the cases are.
+constexpr const char* copy_settings = "memcpy_async device to device of the input, batches of 8 launches, rotating buffers";
+
 struct timing {
   double ms = 0;  // median
   double spread = 0;  // (max - min) / median over the repeats
@@ -219,7 +222,7 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
       const double gbs = bytes / (t.ms * 1e-3) / 1e9;
       std::printf("  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", name.c_str(), t.ms * 1e3, gbs,
                   100.0 * gbs / copy_gbs, t.spread * 100);
-      ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs});
+      ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs, copy_settings});
       if constexpr (Variants) {
         if (!(md.rowwise && md.columnwise)) continue;
         // Kernel variants (not recorded): CTAs per SM the registers are capped for.
@@ -295,7 +298,7 @@ void run_fp8_shape(run_context& ctx, std::size_t M, std::size_t K) {
   const double gbs = (static_cast<double>(in_bytes) + 2.0 * static_cast<double>(n)) / (t.ms * 1e-3) / 1e9;
   std::printf("\n%s: d2d copy %.0f GB/s\n  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", input_name<T>(), copy_gbs,
               name.c_str(), t.ms * 1e3, gbs, 100.0 * gbs / copy_gbs, t.spread * 100);
-  ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs});
+  ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs, copy_settings});
 }
 
 }  // namespace

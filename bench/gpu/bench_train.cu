@@ -146,12 +146,18 @@ int main(int argc, char** argv) {
       for (int p = 0; p < mxkit_bench::step_part_count; ++p)
         rows.push_back({"train", what + " time in " + mxkit_bench::step_part_names[p], split[static_cast<std::size_t>(p)], "ms", "", 0.0});
     }
-    const std::map<std::string, double> peer = mxkit_bench::run_peer(peer_command(m));
+    const std::string peer_run = peer_command(m);
+    std::map<std::string, std::string> peer_text;
+    const std::map<std::string, double> peer = mxkit_bench::run_peer(peer_run, &peer_text);
     const auto get = [&](const char* k) { return mxkit_bench::peer_value(peer, k); };
+    const std::string settings = mxkit_bench::torch_peer_settings(peer_run, peer_text);
     for (mxkit_bench::result& row : rows)
-      if (row.peer_value == 0.0 && row.unit == "tokens/s" && row.case_name.find(m.name) != std::string::npos) row.peer_value = get("compiled_tokens_per_s");
+      if (row.peer_value == 0.0 && row.unit == "tokens/s" && row.case_name.find(m.name) != std::string::npos) {
+        row.peer_value = get("compiled_tokens_per_s");
+        row.peer_settings = settings;
+      }
     rows.push_back({"train", "torch eager bf16 " + m.name + " tokens/s", get("eager_tokens_per_s"), "tokens/s", "torch.compile bf16",
-                    get("compiled_tokens_per_s")});
+                    get("compiled_tokens_per_s"), settings});
   }
   mxkit_bench::finish(opt, props.name, rows);
   return 0;

@@ -64,8 +64,9 @@ inline std::vector<std::string> split_list(const std::string& s) {
 }
 
 // Runs `command` (empty: nothing), echoes its output as "peer: ..." lines and returns every
-// "key number" line as a map (missing keys read as 0 through peer_value).
-inline std::map<std::string, double> run_peer(const std::string& command) {
+// "key number" line as a map (missing keys read as 0 through peer_value); with `text`, every
+// "key rest-of-line" line too, as written (versions: "torch_version 2.11.0+cu128").
+inline std::map<std::string, double> run_peer(const std::string& command, std::map<std::string, std::string>* text = nullptr) {
   std::map<std::string, double> v;
   if (command.empty()) return v;
   FILE* f = popen((command + " 2>&1").c_str(), "r");
@@ -76,9 +77,20 @@ inline std::map<std::string, double> run_peer(const std::string& command) {
     char key[128];
     double value = 0;
     if (std::sscanf(line, "%127s %lf", key, &value) == 2) v[key] = value;
+    int rest = 0;
+    if (text && std::sscanf(line, "%127s %n", key, &rest) == 1 && rest > 0) {
+      std::string s = line + rest;
+      while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+      if (!s.empty()) (*text)[key] = s;
+    }
   }
   pclose(f);
   return v;
+}
+// The peer's settings recorded beside its rows: the command it ran and the torch version it printed.
+inline std::string torch_peer_settings(const std::string& command, const std::map<std::string, std::string>& text) {
+  const auto it = text.find("torch_version");
+  return command + (it == text.end() ? std::string() : ", torch " + it->second);
 }
 inline double peer_value(const std::map<std::string, double>& peer, const std::string& key) {
   const auto it = peer.find(key);

@@ -62,7 +62,7 @@ namespace {
 
 // ---- tracing (MXKIT_PYTHON_TRACE=1) -------------------------------------------------------
 // Every import, export and deleter call on stderr with its pointers, so a crash in a device run
-// can be matched to the capsule whose lifetime went wrong (scripts/gpu_python_check.sh).
+// can be matched to the capsule whose lifetime went wrong (scripts/gpu.sh python).
 bool tracing() noexcept {
   static const bool on = [] {
     const char* v = std::getenv("MXKIT_PYTHON_TRACE");
@@ -323,7 +323,7 @@ py::capsule export_capsule(const tensor_ref& t, py::object stream, py::object ma
   // legacy one, which every consumer reads (the array API lets a producer answer a 1.x consumer
   // with it). On an H200 with PyTorch 2.11, torch.from_dlpack of our versioned capsule of a
   // device result crashed the process at once, where the legacy capsule had worked on an H100
-  // the session before (bench/NOTES_python.md); the cause is not established.
+  // the session before (docs/perf/python.md); the cause is not established.
   const std::uint64_t flags = (out.read_only ? dlpack::flag_read_only : 0) | (make_copy ? dlpack::flag_is_copied : 0);
   if (consumer_reads_versioned && flags != 0) {
     auto* m = make_managed<dlpack::DLManagedTensorVersioned>(out);

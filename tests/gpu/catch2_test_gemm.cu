@@ -194,7 +194,7 @@ bool path_takes(g::gemm_path path, mx_type t) {
 }  // namespace
 
 TEST_CASE("gpu gemm: the expected fast path is available", "[gpu][gemm]") {
-  // MXKIT_EXPECT_GEMM_PATH=sm90 (scripts/gpu_gemm_check.sh on an H100/H200 with an sm_90a build):
+  // MXKIT_EXPECT_GEMM_PATH=sm90 (scripts/gpu.sh test sets it on an H100/H200):
   // the tensor-core path must be the automatic choice, so the tests below do exercise it.
   const char* want = std::getenv("MXKIT_EXPECT_GEMM_PATH");
   const std::vector<g::gemm_path> paths = device_paths();

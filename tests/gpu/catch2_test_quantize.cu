@@ -230,7 +230,7 @@ TEST_CASE("gpu quantize: empty input, bad arguments", "[gpu]") {
 }
 
 // Tagged [api-error]: it makes a runtime call fail on purpose, which compute-sanitizer reports;
-// scripts/gpu_quantize_check.sh leaves it out of the sanitizer run.
+// scripts/gpu.sh memcheck leaves it out of the sanitizer run.
 TEST_CASE("gpu runtime: errors become exceptions naming the call", "[gpu][api-error]") {
   void* p = nullptr;
   try {

@@ -115,7 +115,7 @@ if(MXKIT_GPU STREQUAL "CUDA")
   # PTX only (each architecture as -virtual): the check is the host link of the two units, and
   # the program launches only its two marker kernels, which the driver compiles from the PTX.
   # ptxas on every header-only kernel, twice, was half of these two files' compile time
-  # (bench/NOTES_build.md); the same kernels are assembled by the kernel library and the tests.
+  # (docs/perf/build.md); the same kernels are assembled by the kernel library and the tests.
   set(two_units_archs "")
   foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
     string(REGEX REPLACE "-(real|virtual)$" "" arch "${arch}")

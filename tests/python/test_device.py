@@ -3,7 +3,7 @@
 built with MXKIT_GPU=CUDA): the device quantizer equals the host oracle byte for byte; copies
 written by torch's own casts (with this test's block scaling) and by a Triton kernel written
 here validate as torchao FLOOR copies; work on a non-default stream is ordered without a device
-synchronization; the device GEMM passes validate_gemm. scripts/gpu_python_check.sh runs it."""
+synchronization; the device GEMM passes validate_gemm. scripts/gpu.sh python runs it."""
 import numpy as np
 import pytest
 

@@ -16,7 +16,7 @@
 # STOP_AT (seconds since the epoch): no run starts from then on, so a call with a time limit ends
 # with whole runs; a later call resumes (finished runs are skipped).
 # Cost: 11 recipes x 3 seeds = 33 runs of STEPS x 16 x 1024 tokens on the default 100 M model;
-# at about 400 k tokens/s per H100 (bench/NOTES_training.md), 1 B tokens a run (STEPS 61035) is
+# at about 400 k tokens/s per H100 (docs/perf/training.md), 1 B tokens a run (STEPS 61035) is
 # about 42 minutes: 23 GPU-hours in all (3 hours on 8 GPUs). The default STEPS 2000 (32.8 M
 # tokens, 3.4 epochs of the default corpus) is about 1.4 minutes a run: 45 GPU-minutes, 6 minutes
 # on 8 GPUs. A longer run needs a larger DATA.

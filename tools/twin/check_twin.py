@@ -5,7 +5,7 @@ a tiny model (1 layer, d_model 64, 2 heads, 1 KV head, SwiGLU 128, 2 x 32 tokens
 safetensors weights on the same dumped batches, per recipe. Agreement: over the first STEPS steps
 every per-step training loss of the twin is within TOLERANCE (relative) of mxkit's. Measured on
 the host reference backend: bf16 2.97e-05, mxfp4 (H16) 2.2e-07, mxfp4-no-hadamard 7.6e-04,
-mxfp8 6.8e-05, fp8 2.5e-05 over 20 steps (bench/NOTES_fidelity.md); the tolerance is 2e-3.
+mxfp8 6.8e-05, fp8 2.5e-05 over 20 steps (docs/perf/fidelity.md); the tolerance is 2e-3.
 Exit 77 (ctest's skip) when torch is missing.
 
     check_twin.py TRAIN_PROGRAM [--recipes bf16 mxfp4] [--steps 10] [--d-model 64] [--device cpu]

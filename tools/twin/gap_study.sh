@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The MXFP4 gap measured by mxkit's training program and by the PyTorch twin from the same weights
-# and batches, per seed, on a CPU-sized model (bench/NOTES_fidelity.md). Then the agreement test.
+# and batches, per seed, on a CPU-sized model (docs/perf/fidelity.md). Then the agreement test.
 #   tools/twin/gap_study.sh TRAIN_PROGRAM OUT_DIR [STEPS] [SEEDS...]
 # PYTHON (default python3) must have torch; DATA (default: the repository's corpora) is the corpus.
 set -euo pipefail

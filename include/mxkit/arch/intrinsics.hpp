@@ -97,7 +97,7 @@ MXKIT_HD constexpr float max_nan(float a, float b) noexcept {
 
 // IEEE binary16 code h to float, for a non-NaN h: exact (every half is a float). PTX cvt.f32.f16
 // on every sm, one instruction against the generic decode of minifloat::to_float, which handles
-// NaN payloads (bench/NOTES_quantize.md, v5). HIP passes take the generic decode.
+// NaN payloads (docs/perf/quantize.md, v5). HIP passes take the generic decode.
 inline constexpr bool has_cvt_f32_f16 = MXKIT_CUDA_DEVICE_ARCH > 0;
 MXKIT_HD constexpr float cvt_f32_f16(std::uint16_t h) noexcept {
 #if MXKIT_CUDA_DEVICE_ARCH

@@ -106,7 +106,7 @@ __device__ inline void store4(std::uint8_t* dst, std::uint32_t codes, int n, boo
 // The codes of x[0..n) (n <= 4), packed little-endian, and their amax folded into `amax`. The
 // element type is a template argument and a whole chunk (n == 4) a fixed-count loop, so each
 // element unrolls to straight-line code with no per-element choice of type: the cast is bound by
-// its arithmetic, not by memory (bench/NOTES_training.md).
+// its arithmetic, not by memory (docs/perf/training.md).
 template <fp8_type Type>
 __device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale, overflow o, std::uint32_t& amax) {
   std::uint32_t codes = 0;
@@ -133,7 +133,7 @@ __device__ inline std::uint32_t encode4(const float (&x)[4], int n, float scale,
 // tile before it encodes and stores any of them, so that four are in flight at once.
 // Interior tiles whose every access may be a vector (all but the edges of a matrix) take a path
 // with no bounds or alignment tests: the general path's per-chunk choices cost more issue slots
-// than the conversion itself (ncu and the SASS: bench/NOTES_training.md).
+// than the conversion itself (ncu and the SASS: docs/perf/training.md).
 template <class Source, fp8_type Type>
 MXKIT_GLOBAL void __launch_bounds__(fp8_threads) fp8_cast_kernel(const fp8_params<Source> p) {
   constexpr int quads = fp8_tile / 4, rows_per_pass = fp8_threads / quads, passes = fp8_tile / rows_per_pass;

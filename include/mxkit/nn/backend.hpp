@@ -127,7 +127,7 @@ class backend {
   // (a GEMM with beta = 0 or a separate C, attention, a copy: the operations documented
   // "overwritten"). Its contents are unspecified until then; the host backend fills it with
   // 0xFF bytes (NaN in every float type), so a test that reads it before it is written sees NaN.
-  // On the GPU this saves a memset per activation (bench/NOTES_training.md).
+  // On the GPU this saves a memset per activation (docs/perf/training.md).
   tensor alloc_uninitialized(std::size_t rows, std::size_t cols, dtype type, mem_tag tag) { return allocate(rows, cols, type, tag, false); }
   // A (1, 1) device scalar (f64: the loss, norms, clip factors, counters).
   tensor scalar(mem_tag tag = mem_tag::activation) { return alloc(1, 1, dtype::f64, tag); }
@@ -487,7 +487,7 @@ class backend {
     check_scalar(clip, "global_norm clip factor");
     observed(backend_op::global_norm, [&] { do_global_norm(tensors, max_norm, norm, clip); });
   }
-  // Every slot: g' = g * clip, AdamW with bias correction t = state[0] + 1 (ref/nn/adamw.hpp).
+  // Every slot: g' = g * clip, AdamW with bias correction t = state[0] + 1 (ref/train/adamw.hpp).
   // A non-finite norm skips the whole step on the device: nothing is written but state[1] += 1;
   // otherwise state[0] += 1. state (1, 2) f64: steps applied, steps skipped.
   void adamw_step(std::span<const adamw_slot_ref> slots, const adamw_args& args, const tensor& norm, const tensor& clip,

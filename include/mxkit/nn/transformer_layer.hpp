@@ -128,7 +128,7 @@ class transformer_layer {
   // GEMMs (swiglu::backward_quantized). Backward then never holds a gradient beside the
   // activation it replaces; where the recipe's dY copies are bytes of their own (FP8, MX),
   // gate/up's backward with both copies of its (M, 2F) gradient can still top the end of forward
-  // (bench/NOTES_training.md has the bytes; linear_memory::lean() lowers it).
+  // (docs/perf/training.md has the bytes; linear_memory::lean() lowers it).
   void backward(const tensor& dy, tensor* dx, const batch_shape& b) {
     const std::size_t M = b.tokens(), C = c_.d_model;
     require_shape(dy, M, C, "layer backward dY");

@@ -19,7 +19,7 @@
 // join(mark()) waits for fewer: only the collectives called before the mark, not those called
 // after it. Full sharding needs that: a layer's prefetched weights are gathered before the
 // previous layer's gradients are reduced, and waiting for both at every layer left each layer's
-// reduction exposed (bench/NOTES_multi_gpu.md). A buffer of a collective called after the mark
+// reduction exposed (docs/perf/multi_gpu.md). A buffer of a collective called after the mark
 // must stay alive until a later join covers it. An implementation without marks joins fully.
 //
 // Failure. A rank that throws, a mismatched call (another operation, count or type on another

@@ -131,7 +131,7 @@ struct parallel_config {
   // gather); off gathers them in fp32 at the same shard layout, with the same bits. (On 3 GPUs an
   // FP8 run's weights once differed from the fp32 gather's: that gather used another layout, and
   // NCCL's ring sums a gradient in an order that depends on the rank owning it;
-  // bench/NOTES_multi_gpu.md.)
+  // docs/perf/multi_gpu.md.)
   bool gather_quantized_fp8 = true;
   // The same for bf16 weights (the rowwise copy, its transpose made after the gather); off gathers
   // them in fp32 at the same shard layout, with the same bits: on three or more ranks NCCL's ring
@@ -142,7 +142,7 @@ struct parallel_config {
   // and its backward gathers them again (FSDP2's reshard_after_forward): the copies of one or two
   // groups resident instead of every layer's, for twice the gathered bytes. On by default, as in
   // FSDP2: the 8B shape's peak per GPU falls by a quarter for a few percent of step time
-  // (bench/NOTES_multi_gpu.md).
+  // (docs/perf/multi_gpu.md).
   bool reshard_after_forward = true;
   // Full sharding: a group waits for its own gather only (communicator::join(mark)), and the
   // previous group's gradient reduction runs behind its backward. Off waits for every collective

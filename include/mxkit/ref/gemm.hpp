@@ -23,7 +23,7 @@
 // Hopper kernel therefore starts a fresh tensor-core sum for every 32-block (MX) or every 128
 // elements (per-tensor FP8) and promotes it to an fp32 register sum, so the extra error stays
 // relative to one block's products; tests/gpu/catch2_test_gemm.cu bounds it by 2^-9 S per
-// element (the measured error is in bench/NOTES_gemm.md). MXFP4 x MXFP4
+// element (the measured error is in docs/perf/gemm.md). MXFP4 x MXFP4
 // block sums are small multiples of 1/4 and are exact on every path, as are blocks of small
 // half-integers, which the GPU tests use to hold every path to the fp32 bound above.
 // The training products name their operands so a block axis cannot meet the wrong reduction

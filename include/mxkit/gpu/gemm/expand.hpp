@@ -5,7 +5,7 @@
 // tensor-core path computes MXFP4/MXFP6 products exactly. One pass over the operand
 // ([lines, K] codes in, [lines, K] bytes out, a few microseconds at the benchmark shapes) instead
 // of a conversion inside the GEMM, where it would take issue slots from the scale promotion that
-// bounds the Hopper kernel (gpu/gemm/sm90/; bench/NOTES_gemm.md has the count).
+// bounds the Hopper kernel (gpu/gemm/sm90/; docs/perf/gemm.md has the count).
 #include <cstddef>
 #include <cstdint>
 

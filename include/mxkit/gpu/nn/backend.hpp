@@ -29,7 +29,7 @@
 // Producers: swiglu_quantize writes its FP8 copies straight from gate/up (gpu::swiglu_forward_fp8:
 // the output is never stored); its other copies, rmsnorm_quantize's and
 // swiglu_backward_quantize's are nn::backend's unfused defaults: the kernel, then its output
-// quantized (bench/NOTES_training.md has what fusing them measured). swiglu_backward_quantize's
+// quantized (docs/perf/training.md has what fusing them measured). swiglu_backward_quantize's
 // default releases dout behind the kernel, so its memory serves the copies. The embedding and
 // cross-entropy kernels' range flags are never raised: write_tokens checks every id on the host
 // before the upload.
@@ -54,7 +54,7 @@
 #include <mxkit/format/float16.hpp>
 #include <mxkit/gpu/fp8_cast.hpp>
 #include <mxkit/gpu/memory.hpp>
-#include <mxkit/gpu/nn/adamw.hpp>
+#include <mxkit/gpu/train/adamw.hpp>
 #include <mxkit/gpu/nn/attention.hpp>
 #include <mxkit/gpu/nn/backend_adapters.hpp>
 #include <mxkit/gpu/nn/cross_entropy.hpp>

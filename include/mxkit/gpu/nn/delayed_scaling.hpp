@@ -20,7 +20,7 @@ namespace detail {
 inline constexpr int update_scales_threads = 256;
 
 // A block per table row (a thread walking a whole row's history alone took longer than the casts
-// the table serves: bench/NOTES_training.md). The amax: each thread folds columns tid,
+// the table serves: docs/perf/training.md). The amax: each thread folds columns tid,
 // tid + Threads, ... with nn::record_amax, then a fixed tree over the threads (a max in which
 // NaN wins, so the scale is the host's). The shift: chunks of Threads columns from the end down,
 // each read whole before it is written, so every column moves from its old left neighbour.

@@ -17,7 +17,7 @@
 // their dout rows to a float accumulator that started from dtable's row. The row's sum is then
 // the same every run, and for float it is bit for bit the reference's (the same additions in
 // the same order); bf16 rows round once. (The earlier walk over every token of a tile, with a
-// barrier per 256 ids, was latency-bound: bench/NOTES_training.md.)
+// barrier per 256 ids, was latency-bound: docs/perf/training.md.)
 // Cost: pass 1 reads the n ids; pass 2 reads every count (vocab x 4 bytes), and for each
 // distinct token present scans ids up to its last occurrence: at most distinct * n id reads
 // (from L2; n^2 / 2 when all ids differ: 32M reads for n = 8192), plus n C s of dout and

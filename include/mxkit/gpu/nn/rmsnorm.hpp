@@ -18,7 +18,7 @@
 //   wider rows (groups of rmsnorm_group_rows): each warp reduces the dot products of its rows;
 //     then each thread owns a chunk of columns and walks the group's rows in order, updating
 //     dx and summing dw's terms. (At C = 768 this shape left 160 of 256 threads idle and each
-//     walked its rows one dependent load after another: bench/NOTES_training.md.)
+//     walked its rows one dependent load after another: docs/perf/training.md.)
 // Bytes moved (s = sizeof(T), R rows, C columns, G groups):
 //   forward   2 R C s + 4 R (x is read twice per row, the second time from cache)
 //   backward  4 R C s (dy, x, dr read, dx written; wider rows read dy and x again per group,
@@ -46,7 +46,7 @@ inline constexpr int rmsnorm_threads = 256;
 // fewer blocks and more of dy and x to keep in L2 between the two passes. The block walks its
 // rows one after another, so the bytes in flight come from the number of resident blocks: at
 // 32 rows an 8192-row input gave 256 blocks, two per SM, and the kernel waited on memory
-// (bench/NOTES_training.md).
+// (docs/perf/training.md).
 inline constexpr std::size_t rmsnorm_group_rows = 16;
 
 template <class T, class W>
@@ -100,14 +100,14 @@ struct rmsnorm_backward_params {
 
 // Rows of one group of the row-per-warp backward (8 a warp with 32-lane warps): the warps' sums
 // are added once per group, and the dw kernel reads R / 64 partial rows (with groups of 16 it
-// took a large part of the call at d_model 768: bench/NOTES_training.md). Needs no more
+// took a large part of the call at d_model 768: docs/perf/training.md). Needs no more
 // workspace than rmsnorm_group_rows.
 inline constexpr std::size_t rmsnorm_row_group_rows = 64;
 static_assert(rmsnorm_row_group_rows >= rmsnorm_group_rows, "rmsnorm_backward_workspace is sized for the smaller groups");
 
 // Chunks of a row one lane holds in the row-per-warp backward: rows up to warp_size N
 // rmsnorm_row_chunks elements (768 bf16 or 384 float with 32-lane warps) take it. A fourth
-// chunk's registers would leave one block an SM instead of two (bench/NOTES_training.md).
+// chunk's registers would leave one block an SM instead of two (docs/perf/training.md).
 inline constexpr int rmsnorm_row_chunks = 3;
 
 template <class T, class W, int K>  // K chunks a lane: cols <= warp_size N K

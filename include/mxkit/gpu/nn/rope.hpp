@@ -15,7 +15,7 @@
 // over the rotated heads a few at a time (all loads of a batch before its stores):
 //   from a table   4 pairs a thread, each half's elements one 8-byte (bf16) or 16-byte (float)
 //                  access, 2 heads a batch (the fastest of the shapes timed in
-//                  bench/NOTES_training.md);
+//                  docs/perf/training.md);
 //   on the fly     1 pair a thread, 8 heads a batch (the double math's registers leave no room
 //                  for more).
 // Consecutive threads take consecutive pairs: coalesced within each half.

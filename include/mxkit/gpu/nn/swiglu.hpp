@@ -15,7 +15,7 @@
 // never stored. Bytes: 2 M F s read, up to 2 M F written, where the kernel and then a cast move
 // 4 M F s and 2 M F. (The backward has no such producer: as a cast source its gate and up halves
 // are tiles of their own, each computing the sigmoid and reading dout, g and u, and it was slower
-// than the kernel and a cast: bench/NOTES_training.md.)
+// than the kernel and a cast: docs/perf/training.md.)
 #include <cstddef>
 
 #include <mxkit/gpu/nn/chunk.hpp>  // first: the vendor runtime before any MXKIT_HD code

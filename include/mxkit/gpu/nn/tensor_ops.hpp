@@ -88,7 +88,7 @@ MXKIT_GLOBAL void __launch_bounds__(Threads) float_bits_to_double_kernel(const u
 // by its shared-memory and 2-byte global accesses, far under copy bandwidth. Interior tiles with
 // aligned pairs (all but a matrix's edges) load all of a thread's pairs before the first shared
 // store and test no bounds: a load placed after a shared store waits for it (the compiler cannot
-// tell the two apart), so one pair at a time was in flight per thread (bench/NOTES_training.md).
+// tell the two apart), so one pair at a time was in flight per thread (docs/perf/training.md).
 template <class S, class D>
 MXKIT_GLOBAL void __launch_bounds__(tensor_ops_threads) transpose_kernel(const S* in, std::size_t rows, std::size_t cols, D* out) {
   // Raw bits: a __shared__ array cannot hold a type with a default member initializer (bfloat16).

@@ -347,7 +347,7 @@ class nccl_communicator final : public nn::communicator {
   // (a non-blocking communicator's enqueue runs on NCCL's own thread) is usually done within
   // microseconds, so the first polls only yield; later ones sleep, doubling up to poll_interval,
   // so a long wait costs no CPU. Sleeping a whole poll_interval at once cost every collective
-  // that much, whatever its size (bench/NOTES_multi_gpu.md).
+  // that much, whatever its size (docs/perf/multi_gpu.md).
   class poll_backoff {
    public:
     explicit poll_backoff(std::chrono::milliseconds longest) : longest_(longest) {}

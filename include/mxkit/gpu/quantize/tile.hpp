@@ -28,7 +28,7 @@ namespace detail {
 // whose arithmetic wants more warps per SM; 128 for byte formats without the rotation, which are
 // bound by their stores: their columnwise lines then get 128 contiguous bytes a tile (16 KB
 // tiles, one warp and 32 KB per CTA on NVIDIA). The measurements behind both choices are in
-// bench/NOTES_quantize.md (v6).
+// docs/perf/quantize.md (v6).
 template <class Fmt, bool Rotate>
 inline constexpr int quantize_tile_rows = Fmt::storage_bits == 4 || Rotate ? 64 : 128;
 
@@ -55,7 +55,7 @@ struct quantize_tile {
   static constexpr int threads = team * teams_per_cta;
   // CTAs per SM the NVIDIA build is register-capped for: 6 (12 or 6 warps, 128 registers used),
   // which fill 6 x (32 + 1 reserved) KB of Hopper's 228 KB of shared memory (one-warp CTAs and
-  // other caps were measured slower: bench/NOTES_quantize.md; bench_quantize_gpu times caps of 4
+  // other caps were measured slower: docs/perf/quantize.md; bench_quantize_gpu times caps of 4
   // and 8).
   static constexpr int min_blocks = MXKIT_GPU_CUDA ? 6 : 1;
   static_assert(rows == 64 || rows == 128);

@@ -22,7 +22,7 @@
 //
 // The training itself (run() and what it calls) is train_program.cpp, compiled once by the host
 // compiler into a library both programs link (cmake/MxkitTrainProgram.cmake): the GPU program's
-// own translation unit then compiles its backend and this header only (bench/NOTES_build.md).
+// own translation unit then compiles its backend and this header only (docs/perf/build.md).
 //
 // Several ranks: run() takes the rank's nn::communicator (05_train: --ranks N host threads; a GPU
 // program: its NCCL/RCCL communicator). --batch is then each rank's micro-batch, the global batch

@@ -26,7 +26,7 @@ static_assert(2 * 128 * consumer_regs + 128 * producer_regs <= 65536, "register 
 // per half, keeping RING fragments so that RING-1 wgmmas are in flight while the oldest is
 // promoted (lag RING-1). Registers: (BM/2)*BN/128 accumulators + RING*SN/2 fragments. With two
 // halves, the column scales of a sub-tile are read once and used for both (half the LDS traffic
-// per element, which bounds the 64-row shape: bench/NOTES_gemm.md).
+// per element, which bounds the 64-row shape: docs/perf/gemm.md).
 template <int BM, int BN, int SN, int RING, bool PF>
 struct config {
   static constexpr int bm = BM, bn = BN, sn = SN, ring = RING, lag = RING - 1;

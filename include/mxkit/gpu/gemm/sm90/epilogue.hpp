@@ -24,7 +24,7 @@ __device__ inline float plus_c(const gemm_output_desc& o, float v, std::size_t c
 }
 
 // Writes outputs (row, col) and (row, col + 1) of a fragment. Both values are formed before
-// any test of `pair` (a branch between them left fp32 D about 10 % slower: NOTES_training.md).
+// any test of `pair` (a branch between them left fp32 D about 10 % slower: docs/perf/training.md).
 __device__ inline void store_pair(const params& p, std::uint32_t row, std::uint32_t col, float v0, float v1, float frow,
                                   float fcol0, float fcol1) {
   const gemm_output_desc& o = p.out;

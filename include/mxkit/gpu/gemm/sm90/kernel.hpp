@@ -32,7 +32,7 @@
 //    live across the loop's back edge makes ptxas serialize every wgmma);
 //  - operands arrive by TMA (128-byte swizzle, 4 stages of 128 bytes of K) from one producer
 //    thread, the producer warpgroup keeping 40 registers (setmaxnreg) so consumers get 232.
-// Throughput of each route against cuBLAS: bench/NOTES_gemm.md and bench/RESULTS.md.
+// Throughput of each route against cuBLAS: docs/perf/gemm.md and bench/RESULTS.md.
 // bf16 operands may also be MN-major (major_order::mn_major: wgrad's dY and X as stored), loaded
 // as 64-line panels and read with wgmma's transpose bits, so wgrad needs no transposed copies.
 // Tile 128 x 256 (2 consumer warpgroups x 64 rows), 384 threads, ~216 KB shared memory, one CTA

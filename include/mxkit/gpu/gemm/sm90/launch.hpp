@@ -54,7 +54,7 @@ inline bool wgmma_supports(const gemm_operand& a, const gemm_operand& b) noexcep
 }
 
 // The consumer configurations in use. Others that config<> can express were measured slower
-// (bench/NOTES_gemm.md lists them with their figures).
+// (docs/perf/gemm.md lists them with their figures).
 using config_mx = config<128, 256, 64, 2, false>;
 using config_fp8 = config<128, 256, 64, 2, false>;
 
@@ -76,7 +76,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
                   stream_t stream) {
   // The 16-byte epilogue is a kernel of its own: compiled into every kernel, it made those with
   // fp32 D (wgrad, split-K partials) 8-60 % slower on the H200 though they never took it
-  // (bench/NOTES_training.md). Block scaling never takes it (ptxas spilled 372 bytes).
+  // (docs/perf/training.md). Block scaling never takes it (ptxas spilled 372 bytes).
   constexpr bool can_widen = S != scaling::block;
   auto kernel = gemm_kernel<TA, TB, S, G, Cfg, MnA, MnB, false>;
   auto wide_kernel = gemm_kernel<TA, TB, S, G, Cfg, MnA, MnB, can_widen>;
@@ -135,7 +135,7 @@ void launch_kinds(const gemm_operand& a, const gemm_operand& b, const mma_operan
 
 // Compiled where gemm.hpp's dispatch is (gpu/kernel_library.hpp): a non-template inline function
 // instantiates every kernel it names in each file that includes it, called or not, so the kernel
-// library's users, who see run's declaration only, do not get it (bench/NOTES_build.md).
+// library's users, who see run's declaration only, do not get it (docs/perf/build.md).
 #if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
 // a, b: the original operands (shape, scales); fa, fb: their FP8 bytes. Line factors on both
 // (expand::fold's E5M2 bytes) select scaling::line, whose promotions cover one block

@@ -18,7 +18,7 @@ namespace detail {
 // --- backward ----------------------------------------------------------------------------------
 // Delta = rowsum(dO * O) per (token, head), fp32. A row is D / 8 lanes, each with one 16-byte
 // chunk of 8 bf16 of each input (an element per lane made the loads 2 bytes wide and the kernel
-// far slower than a copy of its inputs: bench/NOTES_training.md); each lane adds its 8 products
+// far slower than a copy of its inputs: docs/perf/training.md); each lane adds its 8 products
 // in order, then the lanes of a row combine by a fixed xor tree: the same bits on every run.
 template <int D>
 MXKIT_GLOBAL void __launch_bounds__(256) attention_delta_kernel(const attention_params p) {

@@ -82,7 +82,7 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dkdv_kernel(const
   // P^T = exp2(S^T scale log2 e - LSE log2 e) (0 where masked), dS^T = P^T (dP^T - Delta).
   // Branch-free: the exponential of every element, then a select where the tile crosses the
   // diagonal or the sequence end (a branch and a reconvergence per element made this loop, not
-  // the tensor cores, set the pace: bench/NOTES_training.md). A masked element's exponential may
+  // the tensor cores, set the pace: docs/perf/training.md). A masked element's exponential may
   // overflow; the select drops it before anything multiplies it.
   auto gradients_of_scores = [&](int step, int s) {
     fence_all(st, dpt);

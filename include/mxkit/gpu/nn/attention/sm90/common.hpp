@@ -203,7 +203,7 @@ __device__ inline void attn_overlapped_steps(attn_ring<Stages>& ring, int steps,
 // (PTX 9.7.9.21 cvt.rn.bf16x2.f32: the first source goes to the upper half). It is the rounding
 // of detail::round_to<bfloat16>, which the mma.sync kernels use; the hardware conversion matters
 // here because the per-element software rounding made these kernels instruction-bound (ncu:
-// bench/NOTES_training.md).
+// docs/perf/training.md).
 __device__ inline std::uint32_t attn_pack_bf16(float a, float b) {
   std::uint32_t d;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
@@ -212,7 +212,7 @@ __device__ inline std::uint32_t attn_pack_bf16(float a, float b) {
 // 2^x by the special-function unit alone (PTX ex2.approx.ftz.f32: the approximation exp2f also
 // uses, with subnormal results flushed to zero and 2^-inf = +0). exp2f's range fix for subnormal
 // results costs a compare and two predicated multiplies per element, and these loops are
-// issue-bound (bench/NOTES_training.md); a probability under 2^-126 adds nothing visible to the
+// issue-bound (docs/perf/training.md); a probability under 2^-126 adds nothing visible to the
 // bf16 products that follow.
 __device__ inline float attn_exp2(float x) {
   float y;
