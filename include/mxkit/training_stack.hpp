@@ -35,7 +35,7 @@
 #include <mxkit/parallel/quantized_gather.hpp>
 #include <mxkit/parallel/rendezvous.hpp>
 #include <mxkit/parallel/thread_communicator.hpp>
-#include <mxkit/ref/train/adamw.hpp>
+#include <mxkit/ref/nn/adamw.hpp>
 #include <mxkit/ref/nn/attention.hpp>
 #include <mxkit/ref/nn/cross_entropy.hpp>
 #include <mxkit/ref/nn/delayed_scaling.hpp>

@@ -13,14 +13,14 @@
 // Integer-exact results (embedding copies, float embedding gradients, skipped AdamW steps) are
 // compared bit for bit. Reductions are also run twice and must give the same bits.
 #include <mxkit/gpu/memory.hpp>
-#include <mxkit/gpu/train/adamw.hpp>
+#include <mxkit/gpu/nn/adamw.hpp>
 #include <mxkit/gpu/nn/cross_entropy.hpp>
 #include <mxkit/gpu/nn/embedding.hpp>
 #include <mxkit/gpu/nn/global_norm.hpp>
 #include <mxkit/gpu/nn/rmsnorm.hpp>
 #include <mxkit/gpu/nn/rope.hpp>
 #include <mxkit/gpu/nn/swiglu.hpp>
-#include <mxkit/ref/train/adamw.hpp>
+#include <mxkit/ref/nn/adamw.hpp>
 #include <mxkit/ref/nn/cross_entropy.hpp>
 #include <mxkit/ref/nn/embedding.hpp>
 #include <mxkit/ref/nn/rmsnorm.hpp>

@@ -14,7 +14,7 @@
 
 #include <mxkit/train/training.hpp>
 #include <mxkit/host/host_backend.hpp>
-#include <mxkit/ref/train/adamw.hpp>
+#include <mxkit/ref/nn/adamw.hpp>
 #include <mxkit/ref/nn/cross_entropy.hpp>
 
 #include "../catch.hpp"

@@ -43,7 +43,7 @@
 #include <mxkit/format/float16.hpp>
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/ref/gemm.hpp>
-#include <mxkit/ref/train/adamw.hpp>
+#include <mxkit/ref/nn/adamw.hpp>
 #include <mxkit/ref/nn/attention.hpp>
 #include <mxkit/ref/nn/cross_entropy.hpp>
 #include <mxkit/ref/nn/delayed_scaling.hpp>

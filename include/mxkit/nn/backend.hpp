@@ -487,7 +487,7 @@ class backend {
     check_scalar(clip, "global_norm clip factor");
     observed(backend_op::global_norm, [&] { do_global_norm(tensors, max_norm, norm, clip); });
   }
-  // Every slot: g' = g * clip, AdamW with bias correction t = state[0] + 1 (ref/train/adamw.hpp).
+  // Every slot: g' = g * clip, AdamW with bias correction t = state[0] + 1 (ref/nn/adamw.hpp).
   // A non-finite norm skips the whole step on the device: nothing is written but state[1] += 1;
   // otherwise state[0] += 1. state (1, 2) f64: steps applied, steps skipped.
   void adamw_step(std::span<const adamw_slot_ref> slots, const adamw_args& args, const tensor& norm, const tensor& clip,

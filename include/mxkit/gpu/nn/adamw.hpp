@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // AdamW (Loshchilov and Hutter 2019, decoupled weight decay) as one multi-tensor update of every
-// fp32 master weight, the kernel of ref/train/adamw.hpp in float:
+// fp32 master weight, the kernel of ref/nn/adamw.hpp in float:
 //   g' = g * clip,  m = b1 m + (1 - b1) g',  v = b2 v + (1 - b2) g'^2
 //   p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p)
 // Everything that changes from step to step is read from device memory, so a training step

@@ -54,7 +54,7 @@
 #include <mxkit/format/float16.hpp>
 #include <mxkit/gpu/fp8_cast.hpp>
 #include <mxkit/gpu/memory.hpp>
-#include <mxkit/gpu/train/adamw.hpp>
+#include <mxkit/gpu/nn/adamw.hpp>
 #include <mxkit/gpu/nn/attention.hpp>
 #include <mxkit/gpu/nn/backend_adapters.hpp>
 #include <mxkit/gpu/nn/cross_entropy.hpp>

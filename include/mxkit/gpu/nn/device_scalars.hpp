@@ -10,7 +10,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/config.hpp>
-#include <mxkit/gpu/train/adamw.hpp>
+#include <mxkit/gpu/nn/adamw.hpp>
 #include <mxkit/gpu/nn/chunk.hpp>
 #include <mxkit/gpu/nn/global_norm.hpp>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The global gradient norm over every trainable tensor as one multi-tensor reduction, and the
-// clipping factor, both left in device memory for gpu/train/adamw.hpp: no host round trip per
+// clipping factor, both left in device memory for gpu/nn/adamw.hpp: no host round trip per
 // step (the host reads the result only when it wants to log it).
 //   norm = sqrt(sum over tensors and elements of g^2)
 //   clip = max_norm / norm when norm > max_norm > 0, else 1   (nn::clip_factor, the host's rule;
