@@ -5,8 +5,8 @@
 // Compiled for gfx950 and its ISA inspected in CI; never run here (no AMD GPU).
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #if !MXKIT_GPU_HIP
-#error "mxkit/gpu/gemm/gfx950/ is AMD CDNA4 code: include it only in a HIP build (gpu/gemm/gemm.hpp does where it applies)"
-#endif
+#error "mxkit/gpu/gemm/gfx950/ is AMD CDNA4 code: include it only in a HIP build (gpu/gemm/gemm.hpp does where it applies)"  // and nothing below compiles
+#else
 #include <mxkit/gpu/gemm/gfx950/kernel.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/gemm/options.hpp>
@@ -28,3 +28,4 @@ struct gemm_arch {
 }  // namespace gfx950
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_HIP

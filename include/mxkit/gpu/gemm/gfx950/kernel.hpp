@@ -16,6 +16,10 @@
 // tests/gpu on an MI350-class device. gfx942 (MI300) has no MX MFMA and uses the portable kernel.
 // The kernel is deliberately simple (operands straight from global memory, one 32x32 tile per
 // wave, 64x64 per workgroup): its purpose is a correct use of the instruction, not speed.
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_HIP
+#error "mxkit/gpu/gemm/gfx950/ is AMD CDNA4 code: include it only in a HIP build"  // and nothing below compiles
+#else
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -180,3 +184,4 @@ inline void launch_mfma(const gemm_operand& a, const gemm_operand& b, const gemm
 }  // namespace gfx950
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_HIP

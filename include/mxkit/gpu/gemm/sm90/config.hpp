@@ -2,6 +2,10 @@
 #pragma once
 // The Hopper GEMM's configuration (tile, stages, warpgroup registers, consumer shapes), its
 // shared-memory layout, the scalings and the kernel parameters (kernel.hpp says what it computes).
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/gemm/sm90/ is NVIDIA Hopper code: include it only in a CUDA build"  // and nothing below compiles
+#else
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -110,3 +114,4 @@ static_assert(column_slots_consistent());
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA

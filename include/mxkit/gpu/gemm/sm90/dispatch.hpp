@@ -12,8 +12,8 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #if !MXKIT_GPU_CUDA
-#error "mxkit/gpu/gemm/sm90/ is NVIDIA Hopper code: include it only in a CUDA build (gpu/gemm/gemm.hpp does where it applies)"
-#endif
+#error "mxkit/gpu/gemm/sm90/ is NVIDIA Hopper code: include it only in a CUDA build (gpu/gemm/gemm.hpp does where it applies)"  // and nothing below compiles
+#else
 #include <mxkit/gpu/gemm/expand.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/gemm/options.hpp>
@@ -147,3 +147,4 @@ struct gemm_arch {
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA

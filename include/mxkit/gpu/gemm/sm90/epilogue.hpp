@@ -3,6 +3,10 @@
 // The Hopper GEMM's epilogues: scaled outputs (line factors or the per-tensor descale, alpha,
 // beta * C) stored as pairs, or for bf16 D with 16-byte aligned rows as whole 16-byte groups
 // after a quad transpose.
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/gemm/sm90/ is NVIDIA Hopper code: include it only in a CUDA build"  // and nothing below compiles
+#else
 #include <cstddef>
 #include <cstdint>
 
@@ -110,3 +114,4 @@ __device__ inline void store_quad_rows(const params& p, std::uint32_t row, std::
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA

@@ -39,6 +39,10 @@
 // per SM, grouped raster order for L2 reuse, tiles handed out in a fixed or (with a counter) a
 // dynamic order. A closed launch_gate makes the kernel return at once (a fast path and its
 // fallback are both enqueued; gemm.hpp).
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/gemm/sm90/ is NVIDIA Hopper code: include it only in a CUDA build"  // and nothing below compiles
+#else
 #include <cstddef>
 #include <cstdint>
 
@@ -392,3 +396,4 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA

@@ -2,6 +2,10 @@
 #pragma once
 // The Hopper GEMM's device adapter: tensor maps, the operands' wgmma kinds after expansion,
 // the configuration and split choice, and the launch (gemm.hpp calls it).
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/gemm/sm90/ is NVIDIA Hopper code: include it only in a CUDA build"  // and nothing below compiles
+#else
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -193,3 +197,4 @@ inline void launch_wgmma(const gemm_operand& a, const gemm_operand& b, const mma
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA

@@ -3,6 +3,10 @@
 // The Hopper GEMM's mainloop pieces: block-scale loads (a stage ahead, converted once to floats in
 // shared memory), the promotion of a fresh wgmma fragment into the accumulators, and the TMA
 // loads of one K stage (K-major boxes or MN-major bf16 panels).
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/gemm/sm90/ is NVIDIA Hopper code: include it only in a CUDA build"  // and nothing below compiles
+#else
 #include <cstddef>
 #include <cstdint>
 
@@ -91,3 +95,4 @@ __device__ inline void tma_load_stage(std::uint8_t* dst, const CUtensorMap* map,
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA

@@ -2,6 +2,10 @@
 #pragma once
 // Split K for the Hopper GEMM: the fixed-order reduction of the fp32 partials and the choice of
 // the split count.
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/gemm/sm90/ is NVIDIA Hopper code: include it only in a CUDA build"  // and nothing below compiles
+#else
 #include <cstddef>
 #include <cstdint>
 
@@ -61,3 +65,4 @@ static_assert(choose_k_splits(18, 128, 132) == 7 && choose_k_splits(384, 6, 132)
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA

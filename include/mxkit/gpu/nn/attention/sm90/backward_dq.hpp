@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Hopper flash attention, backward: the dQ kernel (common.hpp describes the design).
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/nn/attention/sm90/ is NVIDIA Hopper code: include it only in a CUDA build"  // and nothing below compiles
+#else
 #include <mxkit/gpu/nn/attention/sm90/common.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -110,3 +114,4 @@ MXKIT_GLOBAL void __launch_bounds__(attn_threads, 1) attention_dq_kernel(const _
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA

@@ -25,6 +25,10 @@
 // ring and the producer's tile loads into it, shared-memory layouts, descriptor, wgmma and
 // fragment helpers); forward.hpp, backward_dkdv.hpp and backward_dq.hpp hold the kernels,
 // launch.hpp the host side.
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/nn/attention/sm90/ is NVIDIA Hopper code: include it only in a CUDA build"  // and nothing below compiles
+#else
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -263,3 +267,4 @@ __device__ inline void attn_store_rows(std::uint16_t* dst, std::size_t ld, int r
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA

@@ -2,6 +2,10 @@
 #pragma once
 // Hopper flash attention, host side: tensor maps and the launches of the forward and backward
 // kernels (gpu/nn/attention.hpp calls them).
+#include <mxkit/gpu/platform.hpp>
+#if !MXKIT_GPU_CUDA
+#error "mxkit/gpu/nn/attention/sm90/ is NVIDIA Hopper code: include it only in a CUDA build"  // and nothing below compiles
+#else
 #include <cstddef>
 
 #include <mxkit/gpu/arch/cuda/sm90_runtime.hpp>
@@ -70,3 +74,4 @@ void attention_backward(const attention_params& p, stream_t stream) {
 }  // namespace sm90
 }  // namespace gpu
 MXKIT_END_NAMESPACE
+#endif  // MXKIT_GPU_CUDA
