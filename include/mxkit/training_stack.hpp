@@ -8,6 +8,8 @@
 #include <mxkit/host/host_backend.hpp>
 #include <mxkit/io/checkpoint.hpp>
 #include <mxkit/io/file_io.hpp>
+#include <mxkit/io/hf_llama.hpp>
+#include <mxkit/io/json_reader.hpp>
 #include <mxkit/io/safetensors.hpp>
 #include <mxkit/io/sharded_checkpoint.hpp>
 #include <mxkit/nn/attention.hpp>

@@ -29,7 +29,7 @@
 #include <mxkit/io/file_io.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/recipe.hpp>
-#include <mxkit/io/safetensors.hpp>
+#include <mxkit/io/hf_llama.hpp>
 #include <mxkit/io/sharded_checkpoint.hpp>
 #include <mxkit/train/training.hpp>
 

@@ -21,7 +21,7 @@
 
 #include <unistd.h>
 
-#include <mxkit/io/safetensors.hpp>
+#include <mxkit/io/hf_llama.hpp>
 #include <mxkit/host/host_backend.hpp>
 
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <mxkit/io/safetensors.hpp>
+#include <mxkit/io/hf_llama.hpp>
 
 #include "../catch.hpp"
 #include "../nn/nn_test_helpers.hpp"

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// A model's weights in safetensors files (io/safetensors.hpp) under the Hugging Face Llama names.
+// Hugging Face Llama names (transformers' LlamaForCausalLM): mxkit's fused projections are split
+// on export and fused on import; both store linear weights [out, in] (torch.nn.Linear's layout,
+// mxkit's W[N, K]), so rows are copied as they are:
+//   embedding.weight             model.embed_tokens.weight                       [V, C]
+//   layers.i.norm1.weight        model.layers.i.input_layernorm.weight           [C]  (mxkit (1, C))
+//   layers.i.qkv.weight          model.layers.i.self_attn.{q,k,v}_proj.weight    rows [q | k | v]
+//   layers.i.out.weight          model.layers.i.self_attn.o_proj.weight
+//   layers.i.norm2.weight        model.layers.i.post_attention_layernorm.weight  [C]
+//   layers.i.gate_up.weight      model.layers.i.mlp.{gate,up}_proj.weight        rows [gate | up]
+//   layers.i.down.weight         model.layers.i.mlp.down_proj.weight
+//   final_norm.weight            model.norm.weight                               [C]
+//   head.weight                  lm_head.weight                                  [V, C]
+// RoPE: mxkit rotates the halves (v[i], v[i + D/2]) of each head (nn/rope.hpp), which is
+// transformers' rotate_half convention, so q and k rows need no permutation (the permutation in
+// transformers' convert_llama_weights_to_hf.py maps Meta's interleaved pairs to halves).
+// Export writes __metadata__ {"format": "pt"} (what transformers' loader expects) and the model's
+// shape as "mxkit.*" entries; import checks those entries against the model where present.
+#include <cstddef>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <mxkit/config.hpp>
+#include <mxkit/format/float16.hpp>
+#include <mxkit/io/safetensors.hpp>
+#include <mxkit/nn/model.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace nn {
+
+// One Hugging Face tensor: rows [row0, row0 + rows) of an mxkit parameter; `vector`: stored 1-D.
+struct hf_llama_tensor {
+  std::string name;
+  parameter* p;
+  std::size_t row0, rows;
+  bool vector;
+};
+
+inline std::vector<hf_llama_tensor> hf_llama_layout(model& m) {
+  const layer_config& c = m.config().layer;
+  const std::size_t q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim(), F = c.d_ff;
+  std::vector<hf_llama_tensor> out;
+  auto whole = [&](std::string name, parameter& p, bool vector = false) { out.push_back({std::move(name), &p, 0, p.rows(), vector}); };
+  whole("model.embed_tokens.weight", m.token_embedding().table());
+  for (std::size_t i = 0; i < m.layers().size(); ++i) {
+    transformer_layer& l = m.layers()[i];
+    const std::string pre = "model.layers." + std::to_string(i) + ".";
+    whole(pre + "input_layernorm.weight", l.norm1().weight(), true);
+    parameter& qkv = l.qkv().weight();
+    out.push_back({pre + "self_attn.q_proj.weight", &qkv, 0, q, false});
+    out.push_back({pre + "self_attn.k_proj.weight", &qkv, q, kv, false});
+    out.push_back({pre + "self_attn.v_proj.weight", &qkv, q + kv, kv, false});
+    whole(pre + "self_attn.o_proj.weight", l.out().weight());
+    whole(pre + "post_attention_layernorm.weight", l.norm2().weight(), true);
+    parameter& gu = l.gate_up().weight();
+    out.push_back({pre + "mlp.gate_proj.weight", &gu, 0, F, false});
+    out.push_back({pre + "mlp.up_proj.weight", &gu, F, F, false});
+    whole(pre + "mlp.down_proj.weight", l.down().weight());
+  }
+  whole("model.norm.weight", m.final_norm().weight(), true);
+  whole("lm_head.weight", m.head().weight());
+  for (const hf_llama_tensor& t : out)
+    detail::require(t.p->value.defined(), "safetensors: parameter '", t.p->name, "' has no master copy (a quantized-only weight)");
+  return out;
+}
+
+// The model's shape as __metadata__ entries ("mxkit.<field>": decimal text).
+inline std::map<std::string, std::string> hf_llama_metadata(const model& m) {
+  const model_config& c = m.config();
+  auto text = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.17g", x);
+    return std::string(b);
+  };
+  return {{"format", "pt"},
+          {"mxkit.vocab", std::to_string(c.vocab)},
+          {"mxkit.n_layers", std::to_string(c.n_layers)},
+          {"mxkit.d_model", std::to_string(c.layer.d_model)},
+          {"mxkit.n_heads", std::to_string(c.layer.n_heads)},
+          {"mxkit.n_kv_heads", std::to_string(c.layer.n_kv_heads)},
+          {"mxkit.d_ff", std::to_string(c.layer.d_ff)},
+          {"mxkit.rope_theta", text(c.layer.rope_theta)},
+          {"mxkit.norm_eps", text(c.layer.norm_eps)}};
+}
+
+// The model's weights (master copies) under Hugging Face Llama names, F32 (bit-exact) or BF16
+// (rounded to nearest even).
+inline void export_safetensors(const std::filesystem::path& path, model& m, safetensors_dtype dtype = safetensors_dtype::f32) {
+  std::vector<safetensors_tensor> tensors;
+  std::map<parameter*, std::vector<double>> values;
+  for (const hf_llama_tensor& t : hf_llama_layout(m)) {
+    auto it = values.find(t.p);
+    if (it == values.end()) it = values.emplace(t.p, m.be().read(t.p->value)).first;
+    const std::size_t cols = t.p->cols();
+    safetensors_tensor s{t.name, {}, {}};
+    s.shape = t.vector ? std::vector<std::uint64_t>{cols} : std::vector<std::uint64_t>{t.rows, cols};
+    s.values.assign(it->second.begin() + static_cast<std::ptrdiff_t>(t.row0 * cols),
+                    it->second.begin() + static_cast<std::ptrdiff_t>((t.row0 + t.rows) * cols));
+    tensors.push_back(std::move(s));
+  }
+  write_safetensors(path, tensors, dtype, hf_llama_metadata(m));
+}
+
+// Loads the model's weights from a Hugging Face Llama safetensors file (F32 or BF16). Every
+// tensor of the model must be present with its shape and no other tensor may be; "mxkit.*"
+// metadata, where present, must match the model. Nothing is written unless all of it checks.
+// Optimizer state is not part of the file (start a fresh AdamW). Throws safetensors_error.
+inline void import_safetensors(const std::filesystem::path& path, model& m) {
+  const safetensors_file f = read_safetensors(path);
+  const std::string prefix = "safetensors '" + path.string() + "': ";
+  auto bad = [&](const std::string& why) { throw safetensors_error(prefix + why); };
+  for (const auto& [key, value] : hf_llama_metadata(m))
+    if (key.rfind("mxkit.", 0) == 0)
+      if (auto it = f.header.metadata.find(key); it != f.header.metadata.end() && it->second != value)
+        bad("metadata " + key + " is " + it->second + ", the model has " + value);
+  const std::vector<hf_llama_tensor> layout = hf_llama_layout(m);
+  for (const safetensors_entry& e : f.header.tensors)
+    if (std::none_of(layout.begin(), layout.end(), [&](const hf_llama_tensor& t) { return t.name == e.name; }))
+      bad("tensor '" + e.name + "' is not a weight of this model (a Llama of " + std::to_string(m.config().n_layers) + " layers)");
+  std::map<parameter*, std::vector<double>> values;
+  for (const hf_llama_tensor& t : layout) {
+    const safetensors_entry* e = f.header.find(t.name);
+    if (!e) bad("no tensor '" + t.name + "'");
+    const std::size_t cols = t.p->cols();
+    const std::vector<std::uint64_t> want = t.vector ? std::vector<std::uint64_t>{cols} : std::vector<std::uint64_t>{t.rows, cols};
+    if (e->shape != want) {
+      auto text = [](const std::vector<std::uint64_t>& s) {
+        std::string r = "[";
+        for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+        return r + "]";
+      };
+      bad("tensor '" + t.name + "' has shape " + text(e->shape) + ", the model needs " + text(want));
+    }
+    std::vector<double>& v = values[t.p];
+    v.resize(t.p->value.size());
+    const std::vector<float> x = f.values(*e);
+    std::copy(x.begin(), x.end(), v.begin() + static_cast<std::ptrdiff_t>(t.row0 * cols));
+  }
+  for (auto& [p, v] : values) {
+    m.be().write(p->value, v);
+    ++p->version;  // every quantized copy is stale now
+  }
+}
+
+}  // namespace nn
+MXKIT_END_NAMESPACE
