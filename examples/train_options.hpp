@@ -230,9 +230,10 @@ inline std::vector<flag> flags() {
        "    on --resume the file's rows up to the checkpoint's step are kept)",
        path(&options::csv)},
       {"--overwrite", nullptr, "output",
-       "replace an existing --checkpoint or --csv file even when it is not this program's\n"
-       "    (without it such a file is refused before the first step; outputs must be distinct\n"
-       "    files, none of them --data or --resume, and writable, in any case)",
+       "replace an existing --checkpoint, --csv, --export or --dump-batches file even when it is\n"
+       "    not this program's (without it such a file is refused before the first step; outputs\n"
+       "    must be distinct regular files, none of them --data, --resume or --init-from, and\n"
+       "    writable, in any case)",
        [](options& o, std::string_view) { o.overwrite = true; }},
       {"--peak-tflops", "X", "output",
        "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",

@@ -449,6 +449,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   // --resume checkpoint's settings.
   std::vector<flagged_path> inputs = data_files(o);
   if (!o.resume.empty()) inputs.push_back({"--resume", o.resume});
+  if (!o.init_from.empty()) inputs.push_back({"--init-from", o.init_from});
   check_outputs(o, inputs, comm != nullptr);
   const training_data data = load_data(o);
   const nn::checkpoint_settings settings = run_settings(o, data);
