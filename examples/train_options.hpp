@@ -217,9 +217,9 @@ inline std::vector<flag> flags() {
        "    for the first step from there whose loss is read (--log-every), to know it is finite",
        count("--checkpoint-every", &options::checkpoint_every, true)},
       {"--resume", "PATH", "output",
-       "continue from a checkpoint of this program; the settings it records (model, --recipe,\n"
-       "    --activations, --seq, --batch, --steps, --lr, --warmup, --seed and the data) must be\n"
-       "    these flags' (see --resume-any-config)",
+       "continue from a checkpoint of this program, a file or a folder of shards; the settings it\n"
+       "    records (model, --recipe, --activations, --seq, --batch, --steps, --lr, --warmup, --seed\n"
+       "    and the data) must be these flags' (see --resume-any-config)",
        path(&options::resume)},
       {"--resume-any-config", nullptr, "output",
        "with --resume: continue even when the checkpoint's recorded settings differ from these\n"

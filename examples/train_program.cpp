@@ -161,14 +161,17 @@ inline std::string joined(const std::vector<std::string>& parts) {
 }
 
 // --resume: refuses a checkpoint of another model, and of another run unless --resume-any-config;
-// warns where the settings cannot be checked (a version 1 file) or differ and are accepted.
-inline void check_resume(const options& o, const nn::checkpoint_info& saved, const nn::checkpoint_settings& now) {
+// warns (when `warn`: rank 0) where the settings cannot be checked (a version 1 file or manifest)
+// or differ and are accepted. A single file and a folder of shards record the same settings.
+inline void check_resume(const options& o, const nn::checkpoint_info& saved, const nn::checkpoint_settings& now, bool warn) {
   const std::string file = "--resume '" + o.resume.string() + "'";
   if (saved.version < 2) {
-    std::fprintf(stderr,
-                 "warning: %s is a format version %u checkpoint, which records no run settings: they cannot be checked "
-                 "against these flags (it must come from the same model, data, --steps and --seed)\n",
-                 file.c_str(), static_cast<unsigned>(saved.version));
+    if (warn)
+      std::fprintf(stderr,
+                   "warning: %s is a format version %u %s, which records no run settings: they cannot be checked "
+                   "against these flags (it must come from the same model, data, --steps and --seed)\n",
+                   file.c_str(), static_cast<unsigned>(saved.version),
+                   fs::is_directory(o.resume) ? "sharded checkpoint (manifest)" : "checkpoint");
     return;
   }
   const settings_differences d = compare_settings(saved.settings, now);
@@ -178,8 +181,9 @@ inline void check_resume(const options& o, const nn::checkpoint_info& saved, con
   if (!o.resume_any_config)
     throw usage_error(file + " comes from a run with other settings (the checkpoint's vs these flags): " + joined(d.run) +
                       "; give its flags, or --resume-any-config to continue it with these");
-  std::fprintf(stderr, "warning: %s: continuing with settings that differ from the checkpoint's (--resume-any-config): %s\n",
-               file.c_str(), joined(d.run).c_str());
+  if (warn)
+    std::fprintf(stderr, "warning: %s: continuing with settings that differ from the checkpoint's (--resume-any-config): %s\n",
+                 file.c_str(), joined(d.run).c_str());
 }
 
 // ---- the loss CSV --------------------------------------------------------------------------------
@@ -446,15 +450,16 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   using ull = unsigned long long;
 
   // Before anything is loaded or trained: the outputs (train_files.hpp), then the data and the
-  // --resume checkpoint's settings.
+  // --resume checkpoint's settings (a single file's header, or a folder of shards' manifest).
   std::vector<flagged_path> inputs = data_files(o);
   if (!o.resume.empty()) inputs.push_back({"--resume", o.resume});
   if (!o.init_from.empty()) inputs.push_back({"--init-from", o.init_from});
   check_outputs(o, inputs, comm != nullptr);
   const training_data data = load_data(o);
   const nn::checkpoint_settings settings = run_settings(o, data);
-  // (a folder of shards records no settings yet: only a single-rank checkpoint is compared)
-  if (!o.resume.empty() && !fs::is_directory(o.resume)) check_resume(o, nn::read_checkpoint_info(o.resume), settings);
+  if (!o.resume.empty())
+    check_resume(o, fs::is_directory(o.resume) ? nn::read_sharded_checkpoint_info(o.resume) : nn::read_checkpoint_info(o.resume),
+                 settings, lead);
 
   const std::vector<nn::batch> eval_batches = allocating("--eval-batches " + std::to_string(o.eval_batches) + " batches of --batch " +
                                                              std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + " tokens",
@@ -608,7 +613,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
           diverged = "the run diverged at step " + std::to_string(s) + ": the weight " + *bad + " is not finite after it";
           return;
         }
-        if (sharded_files) nn::save_sharded_checkpoint(o.checkpoint, t);
+        if (sharded_files) nn::save_sharded_checkpoint(o.checkpoint, t, settings);
         else nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0, settings});
         saved = s;
         if (o.checkpoint_every > 0) checkpoint_due = (s / o.checkpoint_every + 1) * o.checkpoint_every;
