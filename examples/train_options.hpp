@@ -272,7 +272,9 @@ inline std::vector<flag> flags() {
        "start from the weights of a safetensors file with Hugging Face Llama names (F32 or BF16)\n"
        "    instead of the random initialization (before --resume, which overrides it)",
        path(&options::init_from)},
-      {"--export", "PATH", "interchange", "write the final weights as safetensors with Hugging Face Llama names",
+      {"--export", "PATH", "interchange",
+       "write the final weights as safetensors with Hugging Face Llama names (rank 0; --shard full\n"
+       "    gathers them first). Checked before the first step as --checkpoint is (--overwrite)",
        path(&options::export_path)},
       {"--export-dtype", "f32|bf16", "interchange", "element type of --export (default f32: the masters, bit-exact)",
        [](options& o, std::string_view v) {
@@ -281,8 +283,11 @@ inline std::vector<flag> flags() {
          else throw usage_error("--export-dtype: expected f32 or bf16, got '" + std::string(v) + "'");
        }},
       {"--dump-batches", "PATH", "interchange",
-       "write the training windows of every step, in order: \"MXBATCH1\", u64 steps, batch, seq + 1\n"
-       "    (little-endian), then steps x batch x (seq + 1) token bytes (inputs and the last target)",
+       "before the first step, write the windows every step of --steps trains on, in order:\n"
+       "    \"MXBATCH1\", u64 steps, rows, seq + 1 (little-endian), then steps x rows x (seq + 1) token\n"
+       "    bytes (inputs and the last target). rows = ranks x --micro-batches x --batch: a step's\n"
+       "    micro-batches in order, rank 0's first (rank r's k-th is number r x --micro-batches + k),\n"
+       "    each --batch rows. Checked before the first step as --checkpoint is (--overwrite)",
        path(&options::dump_batches)},
       {"--switch-to", "NAME", "healing", "from --switch-at on, train with this recipe (healing: e.g. fp8 or bf16)",
        [](options& o, std::string_view v) { o.switch_to = std::string(v); }},

@@ -412,21 +412,26 @@ inline std::optional<std::string> non_finite_weight(nn::model& m) {
   return std::nullopt;
 }
 
-// The trainer's windows of steps 0 .. steps - 1 (its loader, data seed seed + 1), as the
-// --dump-batches help describes them.
-inline void dump_batches(const fs::path& path, const training_data& data, const options& o) {
+// The windows every step of --steps trains on, as the --dump-batches help describes them: step s
+// trains the loader's batches s x (ranks x micro-batches) + j, j = r x micro-batches + k for
+// rank r's k-th micro-batch (nn::trainer::step), so the file lists them in that order.
+inline void dump_batches(const fs::path& path, const training_data& data, const options& o, std::size_t ranks) {
   const nn::batch_loader loader(data.split.train, {o.batch, o.seq}, o.seed + 1);
-  std::vector<std::uint8_t> out{'M', 'X', 'B', 'A', 'T', 'C', 'H', '1'};
-  for (std::uint64_t v : {std::uint64_t{o.steps}, std::uint64_t{o.batch}, std::uint64_t{o.seq + 1}})
+  const std::size_t per_step = ranks * o.micro_batches;  // no wrap: check_options bounds steps x this x batch x (seq + 1)
+  std::vector<std::uint8_t> out(batch_dump_magic.begin(), batch_dump_magic.end());
+  for (std::uint64_t v : {std::uint64_t{o.steps}, std::uint64_t{per_step * o.batch}, std::uint64_t{o.seq + 1}})
     for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  out.reserve(out.size() + o.steps * o.batch * (o.seq + 1));
-  for (std::size_t s = 0; s < o.steps; ++s) {
-    const nn::batch b = loader.at(s);
-    for (std::size_t row = 0; row < o.batch; ++row) {
-      for (std::size_t t = 0; t < o.seq; ++t) out.push_back(static_cast<std::uint8_t>(b.inputs[row * o.seq + t]));
-      out.push_back(static_cast<std::uint8_t>(b.targets[row * o.seq + o.seq - 1]));
+  allocating("--dump-batches: " + std::to_string(o.steps) + " steps x " + std::to_string(per_step * o.batch) + " rows x " +
+                 std::to_string(o.seq + 1) + " bytes",
+             [&] { out.reserve(out.size() + o.steps * per_step * o.batch * (o.seq + 1)); });
+  for (std::size_t s = 0; s < o.steps; ++s)
+    for (std::size_t j = 0; j < per_step; ++j) {
+      const nn::batch b = loader.at(std::uint64_t{s} * per_step + j);
+      for (std::size_t row = 0; row < o.batch; ++row) {
+        for (std::size_t t = 0; t < o.seq; ++t) out.push_back(static_cast<std::uint8_t>(b.inputs[row * o.seq + t]));
+        out.push_back(static_cast<std::uint8_t>(b.targets[row * o.seq + o.seq - 1]));
+      }
     }
-  }
   try {
     mxkit::detail::replace_file(path, out.data(), out.size());
   } catch (const std::system_error& e) {
@@ -477,7 +482,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
                                 [&] { return std::make_unique<nn::model>(be, mc, r, o.seed, build); });
   nn::model& m = *model;
   if (!o.init_from.empty()) nn::import_safetensors(o.init_from, m);
-  if (!o.dump_batches.empty()) dump_batches(o.dump_batches, data, o);
+  if (!o.dump_batches.empty() && lead) dump_batches(o.dump_batches, data, o, ranks);
   m.set_recompute(o.recompute);
 
   std::size_t n_params = 0;
@@ -629,7 +634,21 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
                    : "; nothing was saved to --checkpoint '" + o.checkpoint.string() + "'";
     throw std::runtime_error(*diverged + kept + " (a lower --lr, or a longer --warmup, may help)");
   }
-  if (!o.export_path.empty()) nn::export_safetensors(o.export_path, m, o.export_dtype);
+  if (!o.export_path.empty()) {
+    // Rank 0 writes the whole model; under full sharding every rank's shard is gathered first
+    // (a collective: every rank takes part), and released again after.
+    t.parallel().gather_all();
+    std::exception_ptr failed;
+    if (lead) {
+      try {
+        nn::export_safetensors(o.export_path, m, o.export_dtype);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
+    t.parallel().release_all(false);
+    if (failed) std::rethrow_exception(failed);
+  }
   if (!lead) return 0;
 
   const throughput::rate total = speed.summary();

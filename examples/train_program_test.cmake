@@ -5,8 +5,10 @@
 #   cmake -DPROGRAM=<05_train> -DWORK=<empty folder> -DDATA=<a text file> -DCASE=<case> [-DV1_CHECKPOINT=<file>]
 #         [-DMEMORY_LIMIT=ON] -P train_program_test.cmake
 # Cases: aliases (outputs that are inputs or each other), foreign (existing files that are not the
-# program's), unwritable (outputs that cannot be saved), resume_config (another run's checkpoint),
-# diverged (a non-finite loss), messages (sizes too large, read errors).
+# program's, special files), unwritable (outputs that cannot be saved), resume_config (another
+# run's checkpoint, a single file or a folder of shards), diverged (a non-finite loss), messages
+# (sizes too large, numbers past their limits, read errors), interchange (--export and
+# --dump-batches of several ranks and micro-batches).
 cmake_minimum_required(VERSION 3.20)
 foreach(v PROGRAM WORK DATA CASE)
   if(NOT DEFINED ${v})
@@ -295,6 +297,43 @@ elseif(CASE STREQUAL "messages")
     execute_process(COMMAND sh -c "ulimit -v 1048576 && exec \"$0\" \"$@\"" ${PROGRAM} ${tiny} --steps 2 --data /dev/zero
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
     expect("--data /dev/zero" 1 "corpus: '/dev/zero': too large to hold in memory")
+  endif()
+
+elseif(CASE STREQUAL "interchange")
+  # --shard full exports the gathered masters: the same bits as ZeRO-1's export (the same training).
+  train(--steps 3 --data data.txt --ranks 2 --shard full --export full.safetensors)
+  expect("--ranks 2 --shard full --export" 0 "trained steps 1..3 of 3")
+  train(--steps 3 --data data.txt --ranks 2 --shard optimizer --export zero1.safetensors)
+  expect("--ranks 2 --shard optimizer --export" 0)
+  file(SHA256 ${WORK}/full.safetensors full_hash)
+  file(SHA256 ${WORK}/zero1.safetensors zero1_hash)
+  if(NOT full_hash STREQUAL zero1_hash)
+    message(FATAL_ERROR "${CASE}: the --shard full export differs from the --shard optimizer one")
+  endif()
+  train(--steps 2 --data data.txt --init-from full.safetensors)
+  expect("--init-from the --shard full export" 0)
+  # --dump-batches records every micro-batch of every rank, in order: 2 steps of 2 micro-batches
+  # (on one rank, or one on each of 2 ranks) are the loader's batches 0-3, which 4 single steps train.
+  train(--steps 4 --data data.txt --dump-batches single.bin)
+  expect("4 steps" 0)
+  train(--steps 2 --data data.txt --micro-batches 2 --dump-batches micro.bin)
+  expect("2 steps of 2 micro-batches" 0)
+  train(--steps 2 --data data.txt --ranks 2 --dump-batches ranks.bin)
+  expect("2 steps on 2 ranks" 0)
+  read_hex(single single.bin 32)
+  read_hex(micro micro.bin 32)
+  read_hex(ranks ranks.bin 32)
+  string(LENGTH "${single}" single_length)
+  if(NOT single_length EQUAL 1040)  # 4 steps x 2 rows x 65 bytes, two hex digits each
+    message(FATAL_ERROR "${CASE}: single.bin holds ${single_length} hex digits of windows, not 1040")
+  endif()
+  if(NOT micro STREQUAL single OR NOT ranks STREQUAL single)
+    message(FATAL_ERROR "${CASE}: the windows of 2 micro-batches or 2 ranks are not the loader's batches 0-3")
+  endif()
+  file(READ ${WORK}/micro.bin header LIMIT 32 HEX)
+  # "MXBATCH1", 2 steps, 4 rows (2 micro-batches x --batch 2), 65 bytes a row.
+  if(NOT header STREQUAL "4d58424154434831020000000000000004000000000000004100000000000000")
+    message(FATAL_ERROR "${CASE}: micro.bin's header is ${header}")
   endif()
 
 else()
