@@ -454,6 +454,11 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   };
   using ull = unsigned long long;
 
+  // Sharding needs ranks to shard over: said here, naming the flags, rather than by data_parallel.
+  if (!comm && o.shard != nn::sharding::none)
+    throw usage_error(std::string("--shard ") + mxkit::name_of(o.shard) +
+                      " needs several ranks: 05_train --ranks N (N >= 2), or a GPU program started by its launcher on several "
+                      "GPUs; one rank shards nothing (--shard none)");
   // Before anything is loaded or trained: the outputs (train_files.hpp), then the data and the
   // --resume checkpoint's settings (a single file's header, or a folder of shards' manifest).
   std::vector<flagged_path> inputs = data_files(o);
