@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
       return mxkit::train_program::run(be, {"host CPU", 0, {}}, o);
     }
     int code = 0;
-    mxkit::ref::run_ranks(static_cast<int>(o.ranks), [&](mxkit::nn::communicator& comm) {
+    mxkit::ref::run_ranks(o.ranks, [&](mxkit::nn::communicator& comm) {
       mxkit::ref::host_backend be;
       const int c = mxkit::train_program::run(be, {"host CPU, " + std::to_string(o.ranks) + " rank threads", 0, {}}, o, &comm);
       if (comm.rank() == 0) code = c;

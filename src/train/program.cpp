@@ -162,14 +162,17 @@ inline std::string joined(const std::vector<std::string>& parts) {
 }
 
 // --resume: refuses a checkpoint of another model, and of another run unless --resume-any-config;
-// warns where the settings cannot be checked (a version 1 file) or differ and are accepted.
-inline void check_resume(const options& o, const nn::checkpoint_info& saved, const nn::checkpoint_settings& now) {
+// warns (when `warn`: rank 0) where the settings cannot be checked (a version 1 file or manifest)
+// or differ and are accepted. A single file and a folder of shards record the same settings.
+inline void check_resume(const options& o, const nn::checkpoint_info& saved, const nn::checkpoint_settings& now, bool warn) {
   const std::string file = "--resume '" + o.resume.string() + "'";
   if (saved.version < 2) {
-    std::fprintf(stderr,
-                 "warning: %s is a format version %u checkpoint, which records no run settings: they cannot be checked "
-                 "against these flags (it must come from the same model, data, --steps and --seed)\n",
-                 file.c_str(), static_cast<unsigned>(saved.version));
+    if (warn)
+      std::fprintf(stderr,
+                   "warning: %s is a format version %u %s, which records no run settings: they cannot be checked "
+                   "against these flags (it must come from the same model, data, --steps and --seed)\n",
+                   file.c_str(), static_cast<unsigned>(saved.version),
+                   fs::is_directory(o.resume) ? "sharded checkpoint (manifest)" : "checkpoint");
     return;
   }
   const settings_differences d = compare_settings(saved.settings, now);
@@ -179,8 +182,9 @@ inline void check_resume(const options& o, const nn::checkpoint_info& saved, con
   if (!o.resume_any_config)
     throw usage_error(file + " comes from a run with other settings (the checkpoint's vs these flags): " + joined(d.run) +
                       "; give its flags, or --resume-any-config to continue it with these");
-  std::fprintf(stderr, "warning: %s: continuing with settings that differ from the checkpoint's (--resume-any-config): %s\n",
-               file.c_str(), joined(d.run).c_str());
+  if (warn)
+    std::fprintf(stderr, "warning: %s: continuing with settings that differ from the checkpoint's (--resume-any-config): %s\n",
+                 file.c_str(), joined(d.run).c_str());
 }
 
 // ---- the loss CSV --------------------------------------------------------------------------------
@@ -409,21 +413,26 @@ inline std::optional<std::string> non_finite_weight(nn::model& m) {
   return std::nullopt;
 }
 
-// The trainer's windows of steps 0 .. steps - 1 (its loader, data seed seed + 1), as the
-// --dump-batches help describes them.
-inline void dump_batches(const fs::path& path, const training_data& data, const options& o) {
+// The windows every step of --steps trains on, as the --dump-batches help describes them: step s
+// trains the loader's batches s x (ranks x micro-batches) + j, j = r x micro-batches + k for
+// rank r's k-th micro-batch (nn::trainer::step), so the file lists them in that order.
+inline void dump_batches(const fs::path& path, const training_data& data, const options& o, std::size_t ranks) {
   const nn::batch_loader loader(data.split.train, {o.batch, o.seq}, o.seed + 1);
-  std::vector<std::uint8_t> out{'M', 'X', 'B', 'A', 'T', 'C', 'H', '1'};
-  for (std::uint64_t v : {std::uint64_t{o.steps}, std::uint64_t{o.batch}, std::uint64_t{o.seq + 1}})
+  const std::size_t per_step = ranks * o.micro_batches;  // no wrap: check_options bounds steps x this x batch x (seq + 1)
+  std::vector<std::uint8_t> out(batch_dump_magic.begin(), batch_dump_magic.end());
+  for (std::uint64_t v : {std::uint64_t{o.steps}, std::uint64_t{per_step * o.batch}, std::uint64_t{o.seq + 1}})
     for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  out.reserve(out.size() + o.steps * o.batch * (o.seq + 1));
-  for (std::size_t s = 0; s < o.steps; ++s) {
-    const nn::batch b = loader.at(s);
-    for (std::size_t row = 0; row < o.batch; ++row) {
-      for (std::size_t t = 0; t < o.seq; ++t) out.push_back(static_cast<std::uint8_t>(b.inputs[row * o.seq + t]));
-      out.push_back(static_cast<std::uint8_t>(b.targets[row * o.seq + o.seq - 1]));
+  allocating("--dump-batches: " + std::to_string(o.steps) + " steps x " + std::to_string(per_step * o.batch) + " rows x " +
+                 std::to_string(o.seq + 1) + " bytes",
+             [&] { out.reserve(out.size() + o.steps * per_step * o.batch * (o.seq + 1)); });
+  for (std::size_t s = 0; s < o.steps; ++s)
+    for (std::size_t j = 0; j < per_step; ++j) {
+      const nn::batch b = loader.at(std::uint64_t{s} * per_step + j);
+      for (std::size_t row = 0; row < o.batch; ++row) {
+        for (std::size_t t = 0; t < o.seq; ++t) out.push_back(static_cast<std::uint8_t>(b.inputs[row * o.seq + t]));
+        out.push_back(static_cast<std::uint8_t>(b.targets[row * o.seq + o.seq - 1]));
+      }
     }
-  }
   try {
     mxkit::detail::replace_file(path, out.data(), out.size());
   } catch (const std::system_error& e) {
@@ -446,15 +455,22 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   };
   using ull = unsigned long long;
 
+  // Sharding needs ranks to shard over: said here, naming the flags, rather than by data_parallel.
+  if (!comm && o.shard != nn::sharding::none)
+    throw usage_error(std::string("--shard ") + mxkit::name_of(o.shard) +
+                      " needs several ranks: 05_train --ranks N (N >= 2), or a GPU program started by its launcher on several "
+                      "GPUs; one rank shards nothing (--shard none)");
   // Before anything is loaded or trained: the outputs (mxkit/train/program/files.hpp), then the data and the
-  // --resume checkpoint's settings.
+  // --resume checkpoint's settings (a single file's header, or a folder of shards' manifest).
   std::vector<flagged_path> inputs = data_files(o);
   if (!o.resume.empty()) inputs.push_back({"--resume", o.resume});
+  if (!o.init_from.empty()) inputs.push_back({"--init-from", o.init_from});
   check_outputs(o, inputs, comm != nullptr);
   const training_data data = load_data(o);
   const nn::checkpoint_settings settings = run_settings(o, data);
-  // (a folder of shards records no settings yet: only a single-rank checkpoint is compared)
-  if (!o.resume.empty() && !fs::is_directory(o.resume)) check_resume(o, nn::read_checkpoint_info(o.resume), settings);
+  if (!o.resume.empty())
+    check_resume(o, fs::is_directory(o.resume) ? nn::read_sharded_checkpoint_info(o.resume) : nn::read_checkpoint_info(o.resume),
+                 settings, lead);
 
   const std::vector<nn::batch> eval_batches = allocating("--eval-batches " + std::to_string(o.eval_batches) + " batches of --batch " +
                                                              std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + " tokens",
@@ -472,7 +488,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
                                 [&] { return std::make_unique<nn::model>(be, mc, r, o.seed, build); });
   nn::model& m = *model;
   if (!o.init_from.empty()) nn::import_safetensors(o.init_from, m);
-  if (!o.dump_batches.empty()) dump_batches(o.dump_batches, data, o);
+  if (!o.dump_batches.empty() && lead) dump_batches(o.dump_batches, data, o, ranks);
   m.set_recompute(o.recompute);
 
   std::size_t n_params = 0;
@@ -608,7 +624,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
           diverged = "the run diverged at step " + std::to_string(s) + ": the weight " + *bad + " is not finite after it";
           return;
         }
-        if (sharded_files) nn::save_sharded_checkpoint(o.checkpoint, t);
+        if (sharded_files) nn::save_sharded_checkpoint(o.checkpoint, t, settings);
         else nn::save_checkpoint(o.checkpoint, m, &t.optimizer(), {s, 0, settings});
         saved = s;
         if (o.checkpoint_every > 0) checkpoint_due = (s / o.checkpoint_every + 1) * o.checkpoint_every;
@@ -624,7 +640,21 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
                    : "; nothing was saved to --checkpoint '" + o.checkpoint.string() + "'";
     throw std::runtime_error(*diverged + kept + " (a lower --lr, or a longer --warmup, may help)");
   }
-  if (!o.export_path.empty()) nn::export_safetensors(o.export_path, m, o.export_dtype);
+  if (!o.export_path.empty()) {
+    // Rank 0 writes the whole model; under full sharding every rank's shard is gathered first
+    // (a collective: every rank takes part), and released again after.
+    t.parallel().gather_all();
+    std::exception_ptr failed;
+    if (lead) {
+      try {
+        nn::export_safetensors(o.export_path, m, o.export_dtype);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
+    t.parallel().release_all(false);
+    if (failed) std::rethrow_exception(failed);
+  }
   if (!lead) return 0;
 
   const throughput::rate total = speed.summary();

@@ -5,13 +5,18 @@
 // other exception (std::out_of_range, std::length_error, std::bad_alloc...) is a finding, as is
 // any crash or sanitizer report. Options it returns must pass check_options' promises (the model
 // and schedule constraints) and read back unchanged when written out as flags again.
+// Among those promises: --ranks within 1..max_ranks (an int: no value wraps into another count),
+// and the tokens the run reads, --steps x --ranks x --micro-batches x --batch x (--seq + 1), below
+// 2^64 (the loader's batch numbers and --dump-batches' size cannot wrap).
 // Seeds (corpus/fuzz_train_options): the ctest tiny model, a resumed run with switches, "=" forms,
-// --help, and values at and past the limits.
+// --help, values at and past the limits, several ranks, and the interchange outputs (--export,
+// --dump-batches, --init-from) with counts at and past theirs.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,6 +72,7 @@ std::vector<std::string> as_flags(const options& o) {
   out.push_back(std::string("--recompute=") + (o.recompute ? "on" : "off"));
   out.push_back(std::string("--gather=") + (o.gather_quantized ? "copies" : "fp32"));
   out.push_back(std::string("--reshard-after-forward=") + (o.reshard_after_forward ? "on" : "off"));
+  out.push_back(std::string("--overlap-reductions=") + (o.overlap_reductions ? "on" : "off"));
   if (!o.switch_to.empty()) {
     out.push_back("--switch-to=" + o.switch_to);
     out.push_back("--switch-at=" + to_string(o.switch_at));
@@ -84,7 +90,7 @@ bool same(const options& a, const options& b) {
          a.export_path == b.export_path && a.dump_batches == b.dump_batches && a.export_dtype == b.export_dtype &&
          a.switch_to == b.switch_to && a.switch_at == b.switch_at && a.ranks == b.ranks && a.micro_batches == b.micro_batches &&
          a.shard == b.shard && a.recompute == b.recompute && a.gather_quantized == b.gather_quantized &&
-         a.reshard_after_forward == b.reshard_after_forward;
+         a.reshard_after_forward == b.reshard_after_forward && a.overlap_reductions == b.overlap_reductions;
 }
 
 }  // namespace
@@ -115,6 +121,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     finding("accepted a schedule the trainer refuses");
   if (!(o->lr > 0) || !(o->lr < 1e300) || !(mxkit::train_program::approximate_parameters(*o) < 1.9e19))
     finding("accepted an lr or a model size out of range");
+  if (o->ranks < 1 || o->ranks > train_program::max_ranks || o->micro_batches == 0) finding("accepted --ranks or --micro-batches out of range");
+  {
+    std::uint64_t tokens = 1;  // (the fuzzer is built by clang: its overflow builtin is the oracle)
+    bool wraps = o->seq == std::numeric_limits<std::size_t>::max();
+    for (const std::uint64_t f : {std::uint64_t{o->steps}, static_cast<std::uint64_t>(o->ranks), std::uint64_t{o->micro_batches},
+                                  std::uint64_t{o->batch}, std::uint64_t{o->seq} + 1})
+      wraps = wraps || __builtin_mul_overflow(tokens, f, &tokens);
+    if (wraps) finding("accepted --steps x --ranks x --micro-batches x --batch x (--seq + 1) of 2^64 or more");
+  }
   // Written out and parsed again: the same options.
   try {
     const std::optional<options> again = parse(as_flags(*o));

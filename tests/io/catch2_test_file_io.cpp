@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// io/file_io.hpp: replace_file keeps the replaced file's mode and owner, and its temporary fits
-// beside a target whose name is as long as the file system allows. (Failures of each system call
+// io/file_io.hpp: replace_file keeps the replaced file's mode and owner, its temporary fits
+// beside a target whose name is as long as the file system allows, and it never puts a regular
+// file in the place of a pipe (or device, or socket). (Failures of each system call
 // are covered through checkpoints in catch2_test_checkpoint.cpp.)
 #include <cstdint>
 #include <filesystem>
@@ -112,6 +113,21 @@ TEST_CASE("file_io: a target name of 240 or 255 bytes can be replaced", "[nn][fi
   CHECK(tmp.parent_path() == dir.path);
   CHECK(tmp.filename().string().size() <= 32);
   CHECK(tmp != mxkit::detail::temporary_name(long_target));
+}
+
+TEST_CASE("file_io: a pipe is not replaced by a regular file; a symlink is replaced, its target kept", "[nn][file_io]") {
+  const scratch_dir dir("mxkit_file_io_fifo");
+  const fs::path fifo = dir.path / "pipe";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(replace(fifo, "bytes"), mxkit_test::contains("is not a regular file (a device, pipe or socket); not replacing it"));
+  CHECK(fs::is_fifo(fs::symlink_status(fifo)));
+  CHECK(names_in(dir.path) == std::vector<std::string>{"pipe"});  // no temporary left either
+  // A symlink to the pipe: the rename replaces the link, the pipe stays (what it always did).
+  const fs::path link = dir.path / "link";
+  fs::create_symlink(fifo, link);
+  replace(link, "bytes");
+  CHECK(fs::is_regular_file(fs::symlink_status(link)));
+  CHECK(fs::is_fifo(fs::symlink_status(fifo)));
 }
 
 #endif

@@ -2,16 +2,27 @@
 // The host communicator: every collective on 1 to 4 rank threads against a sequential oracle
 // (sums in rank order, bit for bit), in-place forms, and the failure contract: a mismatched call,
 // a rank that throws and a rank that never arrives end every rank with comm_error, in bounded
-// time. Catch's assertions are not thread-safe: the rank threads record, the test thread checks.
+// time; a timeout too large for the clock saturates; a rank thread the system refuses to start
+// (an address-space limit) ends run_ranks with an error after joining the ranks started. Catch's
+// assertions are not thread-safe: the rank threads record, the test thread checks.
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <mutex>
 #include <optional>
+#include <ratio>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
 
 #include <mxkit/parallel/thread_communicator.hpp>
 
@@ -279,3 +290,90 @@ TEST_CASE("thread communicator: a mismatched call, a throwing rank and a missing
                       Catch::Matchers::Contains("rank 0 aborted: test"));
   }
 }
+
+TEST_CASE("thread communicator: a timeout too large for the clock waits as long as it must (the deadline saturates)",
+          "[ref][communicator]") {
+  // milliseconds::max() and 1000 years are more nanoseconds than steady_clock holds: a deadline
+  // that wrapped would be in the past and time the collective out at once, while rank 1 is 300 ms late.
+  using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
+  for (const std::chrono::milliseconds timeout :
+       {std::chrono::milliseconds::max(), std::chrono::duration_cast<std::chrono::milliseconds>(years(1000))}) {
+    INFO("timeout " << timeout.count() << " ms");
+    std::vector<float> got(2, 0.0f);
+    CHECK_NOTHROW(ref::run_ranks(
+        2,
+        [&](nn::communicator& c) {
+          if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          float v = static_cast<float>(c.rank() + 1);
+          c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
+          got[static_cast<std::size_t>(c.rank())] = v;
+        },
+        timeout));
+    CHECK(got == std::vector<float>{3.0f, 3.0f});
+  }
+  using clock = std::chrono::steady_clock;
+  CHECK(ref::thread_world::deadline_after(std::chrono::milliseconds::max()) == clock::time_point::max());
+  const auto soon = ref::thread_world::deadline_after(std::chrono::milliseconds(5));
+  CHECK(soon > clock::now() - std::chrono::seconds(1));
+  CHECK(soon < clock::now() + std::chrono::seconds(1));
+}
+
+// The sanitizers' runtimes reserve terabytes of address space: a limit on it stops them, not the threads.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MXKIT_TEST_ADDRESS_SPACE_LIMIT 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define MXKIT_TEST_ADDRESS_SPACE_LIMIT 0
+#endif
+#endif
+#if !defined(MXKIT_TEST_ADDRESS_SPACE_LIMIT) && defined(__linux__)
+#define MXKIT_TEST_ADDRESS_SPACE_LIMIT 1
+#endif
+
+#if MXKIT_TEST_ADDRESS_SPACE_LIMIT
+TEST_CASE("thread communicator: run_ranks joins the ranks it started and throws when the system refuses a thread",
+          "[ref][communicator]") {
+  // The address space limited to what the process maps now plus 48 MiB: a few rank threads' stacks
+  // (8 MiB each by default) fit, the 64th does not, and std::thread throws std::system_error. The
+  // ranks started wait in a collective for the ranks that never start, with a 60 s timeout.
+  std::size_t pages = 0;
+  {
+    std::ifstream statm("/proc/self/statm");
+    statm >> pages;
+  }
+  REQUIRE(pages > 0);
+  const rlim_t mapped = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE));
+  struct rlimit saved {};
+  REQUIRE(::getrlimit(RLIMIT_AS, &saved) == 0);
+  struct restore {
+    const struct rlimit& limit;
+    ~restore() { ::setrlimit(RLIMIT_AS, &limit); }
+  };
+  std::optional<std::string> what;
+  std::atomic<int> ran{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    struct rlimit small = saved;
+    small.rlim_cur = mapped + (rlim_t{48} << 20);
+    if (saved.rlim_max != RLIM_INFINITY && small.rlim_cur > saved.rlim_max) small.rlim_cur = saved.rlim_max;
+    REQUIRE(::setrlimit(RLIMIT_AS, &small) == 0);
+    const restore undo{saved};
+    try {
+      ref::run_ranks(64, [&](nn::communicator& c) {
+        ++ran;
+        float v = 1.0f;
+        c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
+      });
+    } catch (const std::system_error& e) {
+      what = e.what();
+    }
+  }
+  REQUIRE(what);
+  CHECK(what->find("run_ranks: cannot start the thread of rank ") != std::string::npos);
+  CHECK(what->find(" of 64 (the ") != std::string::npos);
+  CHECK(what->find("started were stopped") != std::string::npos);
+  CHECK(ran.load() < 64);
+  // The started ranks were released by the abort, not by their 60 s timeout.
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+}
+#endif

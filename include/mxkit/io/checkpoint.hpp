@@ -204,18 +204,21 @@ struct header {
   std::vector<std::uint8_t> bytes;  // the file's bytes before the records (40, or 56 + S)
 };
 
-inline checkpoint_settings decode_settings(const source& f, std::string_view text) {
+// The settings block read back; `file` names the file in a checkpoint_error (single files and
+// sharded manifests store the same block).
+inline checkpoint_settings decode_settings(const std::string& file, std::string_view text) {
+  auto error = [&](const std::string& why) { return checkpoint_error("checkpoint '" + file + "': " + why); };
   checkpoint_settings out;
   std::map<std::string, bool> seen;
-  if (!text.empty() && text.back() != '\n') throw f.error("the run settings do not end with a newline: the file is corrupt");
+  if (!text.empty() && text.back() != '\n') throw error("the run settings do not end with a newline: the file is corrupt");
   for (std::size_t pos = 0; pos < text.size();) {
     const std::size_t end = text.find('\n', pos);
     const std::string_view line = text.substr(pos, end - pos);
     const std::size_t eq = line.find('=');
     if (eq == 0 || eq == std::string_view::npos)
-      throw f.error("run setting " + std::to_string(out.size()) + " is not key=value: the file is corrupt");
+      throw error("run setting " + std::to_string(out.size()) + " is not key=value: the file is corrupt");
     std::string key(line.substr(0, eq));
-    if (!seen.emplace(key, true).second) throw f.error("run setting '" + key + "' appears twice: the file is corrupt");
+    if (!seen.emplace(key, true).second) throw error("run setting '" + key + "' appears twice: the file is corrupt");
     out.emplace_back(std::move(key), std::string(line.substr(eq + 1)));
     pos = end + 1;
   }
@@ -262,7 +265,7 @@ inline header read_header(source& f) {
   if (reader(b, settings_end, settings_end + 8, f.name()).get(8) != fnv1a64(b.data(), settings_end))
     throw f.error("header checksum mismatch: the file is corrupt");
   const auto* text = reinterpret_cast<const char*>(b.data() + checkpoint_header_bytes + 8);
-  h.info.settings = decode_settings(f, std::string_view(text, static_cast<std::size_t>(settings_bytes)));
+  h.info.settings = decode_settings(f.name(), std::string_view(text, static_cast<std::size_t>(settings_bytes)));
   return h;
 }
 

@@ -22,6 +22,10 @@
 //                      syncing a file does not sync "the entry in the directory containing the
 //                      file"; that needs "an explicit fsync() on a file descriptor for the
 //                      directory").
+//                  A target that exists and is not a regular file (nor a symlink, which the
+//                  rename replaces, leaving what it points to alone) is refused before step 1:
+//                  renaming over a pipe, device or socket (/dev/null, for a process that may)
+//                  would put a regular file in its place.
 //                  A failure in steps 1-3 removes the temporary and leaves the target untouched;
 //                  a failure in step 4 says that the new file is in place but may not be durable.
 //                  A crash (no exception) can leave a ".mxkit-*" file behind, never a torn
@@ -209,6 +213,9 @@ inline void sync_directory(const std::filesystem::path& dir) {
 // See the top of the file. Throws std::system_error naming the step and the file.
 inline void replace_file(const std::filesystem::path& path, const void* data, std::size_t n) {
   const std::filesystem::path dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  struct stat target {};
+  if (::lstat(path.c_str(), &target) == 0 && !S_ISREG(target.st_mode) && !S_ISLNK(target.st_mode) && !S_ISDIR(target.st_mode))
+    throw_os_error(EEXIST, "'" + path.string() + "' is not a regular file (a device, pipe or socket); not replacing it");
   std::filesystem::path tmp;
   unique_fd fd;
   for (int attempt = 1;; ++attempt) {
@@ -294,6 +301,11 @@ class input_file {
 };
 
 inline void replace_file(const std::filesystem::path& path, const void* data, std::size_t n) {
+  std::error_code status_ec;
+  const std::filesystem::file_status target = std::filesystem::symlink_status(path, status_ec);
+  if (std::filesystem::exists(target) && !std::filesystem::is_regular_file(target) && !std::filesystem::is_symlink(target) &&
+      !std::filesystem::is_directory(target))
+    throw_os_error(EEXIST, "'" + path.string() + "' is not a regular file (a device, pipe or socket); not replacing it");
   std::filesystem::path tmp;
   std::FILE* f = nullptr;
   for (int attempt = 1; !f; ++attempt) {

@@ -23,7 +23,9 @@
 // than the world's timeout aborts it, naming the ranks that never arrived; abort() (a rank's
 // exception handler, run_ranks does it) ends the others' waits at once. After an abort every
 // collective of every rank throws comm_error with the first reason, so no rank hangs and each
-// error names what went wrong first.
+// error names what went wrong first. Any positive timeout is accepted: a wait's deadline saturates
+// at the clock's last time point (milliseconds::max() waits for ever) instead of wrapping into the
+// past, which would time every collective out at once.
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -35,6 +37,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -64,6 +67,25 @@ class thread_world {
 
   int size() const noexcept { return size_; }
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  // Ends every rank's wait with comm_error (the first reason wins): a rank that fails, or
+  // run_ranks when a rank thread cannot be started.
+  void abort(const std::string& reason) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mu_);
+      abort_locked(reason);
+    } catch (...) {  // string allocation: nothing better to do in a noexcept abort
+    }
+  }
+  // now + timeout, or the clock's last time point where that sum would not fit: the deadline is
+  // computed in the clock's own units (nanoseconds), in which a timeout of about 292 years or
+  // more does not fit at all.
+  static std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) noexcept {
+    using clock = std::chrono::steady_clock;
+    const clock::time_point now = clock::now();
+    const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(clock::time_point::max() - now);
+    if (timeout >= room) return clock::time_point::max();
+    return now + timeout;
+  }
   // The first abort's reason ("" while none).
   std::string abort_reason() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -187,7 +209,7 @@ class thread_world {
   // One rank's collective, start to finish.
   void collective(int rank, call c) {
     std::unique_lock<std::mutex> lock(mu_);
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto deadline = deadline_after(timeout_);
     auto failed = [&] { return !reason_.empty(); };
     auto throw_aborted = [&] {
       throw nn::comm_error("thread_communicator rank " + std::to_string(rank) + ": " + c.describe() + " (collective #" +
@@ -260,8 +282,7 @@ class thread_communicator final : public nn::communicator {
   std::optional<double> do_take_exposed_seconds() override { return std::exchange(exposed_seconds_, 0.0); }
   void do_abort(const std::string& reason) noexcept override {
     try {
-      std::lock_guard<std::mutex> lock(world_->mu_);
-      world_->abort_locked("rank " + std::to_string(rank()) + " aborted: " + reason);
+      world_->abort("rank " + std::to_string(rank()) + " aborted: " + reason);
     } catch (...) {  // string allocation: nothing better to do in a noexcept abort
     }
   }
@@ -287,6 +308,10 @@ class thread_communicator final : public nn::communicator {
 // Runs f(communicator&) on `size` threads, one per rank, and waits for all of them. A rank that
 // throws aborts the world (so the others' collectives end with comm_error at once); the first
 // error is rethrown, preferring the one that caused the abort over the comm_errors it caused.
+// When the system refuses a thread part-way (a process or memory limit: std::system_error from
+// std::thread), the ranks already started are aborted the same way and joined (a std::thread
+// destroyed unjoined would call std::terminate), and run_ranks throws std::system_error naming
+// the rank that could not start, with the system's reason.
 template <class F>
 void run_ranks(int size, F&& f, std::chrono::milliseconds timeout = std::chrono::seconds(60), sum_order summation = sum_order::by_rank) {
   thread_world world(size, timeout, summation);
@@ -294,33 +319,53 @@ void run_ranks(int size, F&& f, std::chrono::milliseconds timeout = std::chrono:
   std::vector<std::uint8_t> is_comm(static_cast<std::size_t>(size), 0);  // not vector<bool>: ranks write their own entries at once
   std::mutex order_mu;
   std::vector<int> order;  // ranks in the order they failed
+  auto rank_main = [&](int r) {
+    thread_communicator comm(world, r);
+    try {
+      f(comm);
+    } catch (const nn::comm_error& e) {
+      errors[static_cast<std::size_t>(r)] = std::current_exception();
+      is_comm[static_cast<std::size_t>(r)] = 1;
+      comm.abort(e.what());
+      std::lock_guard<std::mutex> lock(order_mu);
+      order.push_back(r);
+    } catch (const std::exception& e) {
+      errors[static_cast<std::size_t>(r)] = std::current_exception();
+      comm.abort(e.what());
+      std::lock_guard<std::mutex> lock(order_mu);
+      order.push_back(r);
+    } catch (...) {
+      errors[static_cast<std::size_t>(r)] = std::current_exception();
+      comm.abort("an exception of unknown type");
+      std::lock_guard<std::mutex> lock(order_mu);
+      order.push_back(r);
+    }
+  };
   {
     std::vector<std::thread> threads;
     threads.reserve(static_cast<std::size_t>(size));
-    for (int r = 0; r < size; ++r)
-      threads.emplace_back([&, r] {
-        thread_communicator comm(world, r);
-        try {
-          f(comm);
-        } catch (const nn::comm_error& e) {
-          errors[static_cast<std::size_t>(r)] = std::current_exception();
-          is_comm[static_cast<std::size_t>(r)] = 1;
-          comm.abort(e.what());
-          std::lock_guard<std::mutex> lock(order_mu);
-          order.push_back(r);
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(r)] = std::current_exception();
-          comm.abort(e.what());
-          std::lock_guard<std::mutex> lock(order_mu);
-          order.push_back(r);
-        } catch (...) {
-          errors[static_cast<std::size_t>(r)] = std::current_exception();
-          comm.abort("an exception of unknown type");
-          std::lock_guard<std::mutex> lock(order_mu);
-          order.push_back(r);
-        }
-      });
-    for (std::thread& t : threads) t.join();
+    // Every started thread is joined before `threads` is destroyed, on every path out of here.
+    struct joiner {
+      std::vector<std::thread>& threads;
+      ~joiner() {
+        for (std::thread& t : threads)
+          if (t.joinable()) t.join();
+      }
+    } join_all{threads};
+    int started = 0;
+    auto cannot_start = [&] {
+      return "run_ranks: cannot start the thread of rank " + std::to_string(started) + " of " + std::to_string(size) + " (the " +
+             std::to_string(started) + " started were stopped)";
+    };
+    try {
+      for (; started < size; ++started) threads.emplace_back(rank_main, started);
+    } catch (const std::system_error& e) {
+      world.abort(cannot_start() + ": " + e.what());
+      throw std::system_error(e.code(), cannot_start());  // what(): the message, then the system's reason
+    } catch (...) {
+      world.abort(cannot_start());
+      throw;
+    }
   }
   for (int r : order)
     if (!is_comm[static_cast<std::size_t>(r)]) std::rethrow_exception(errors[static_cast<std::size_t>(r)]);

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The training program's output files (--checkpoint, --csv), checked before the first step, so
-// that no input is destroyed and no run is trained only to fail at its first save:
-//   distinct    no output is an input (--data, the repository's corpora, --resume; --checkpoint
-//               may be --resume: that is how a run continues) or another output. Files are
+// The training program's output files (--checkpoint, --csv, --export, --dump-batches), checked
+// before the first step, so that no input is destroyed and no run is trained only to fail at its
+// first save or at its export after the last step:
+//   distinct    no output is an input (--data, the repository's corpora, --resume, --init-from;
+//               --checkpoint may be --resume: that is how a run continues) or another output. Files are
 //               compared by identity, not spelling: device and inode (stat(2)) for an existing
 //               file, so ./x, a/../x, a hard link and a symlink are all x; the canonical path
 //               (symlinked folders, "." and ".." resolved) for a file not there yet.
-//   theirs      an existing output is replaced only when it is empty or this program's own: a
-//               CSV starts with csv_header, a checkpoint with the checkpoint magic. --overwrite
-//               accepts any regular file; a folder, device, pipe or socket is never replaced.
+//   theirs      an existing output is replaced only when it is empty or this program's own
+//               (output_format): a CSV starts with csv_header, a checkpoint with the checkpoint
+//               magic, a batch dump with "MXBATCH1", an export is safetensors (a u64 header
+//               length, then '{'). --overwrite accepts any regular file; a folder, device, pipe
+//               or socket (/dev/null too) is never replaced: the save renames a new regular file
+//               over the path, which would put a file where the special file was.
 //   writable    the folder exists and is a folder, the name fits the file system's NAME_MAX
 //               (pathconf(3)), and the temporary that the save writes first (nn/file_io.hpp's
 //               replace_file) can be created there: it is created and removed once, under the
@@ -44,8 +48,10 @@
 MXKIT_BEGIN_NAMESPACE
 namespace train_program {
 
-// The first line of the loss CSV (loss_csv in train_program.hpp writes it).
+// The first line of the loss CSV (loss_csv in train_program.cpp writes it).
 inline constexpr std::string_view csv_header = "step,loss,eval_loss,tokens_per_s,lr\n";
+// The first bytes of a --dump-batches file (dump_batches in train_program.cpp writes it).
+inline constexpr std::string_view batch_dump_magic = "MXBATCH1";
 
 // A path given on the command line, with the flag that gave it (for messages).
 struct flagged_path {
@@ -101,8 +107,35 @@ inline void check_distinct(const std::vector<flagged_path>& inputs, const std::v
   }
 }
 
+// What an existing output must start with to count as this program's own (see the top of the file).
+struct output_format {
+  std::size_t prefix_bytes;                  // the bytes is_ours reads (a shorter file is not ours)
+  bool (*is_ours)(std::string_view prefix);  // the file's first prefix_bytes bytes
+  const char* what;                          // for the refusal: "... exists and is not <what>"
+};
+
+inline bool starts_with_csv_header(std::string_view p) { return p == csv_header; }
+inline bool starts_with_checkpoint_magic(std::string_view p) {
+  return p == std::string_view(mxkit::nn::checkpoint_magic, sizeof mxkit::nn::checkpoint_magic);
+}
+inline bool starts_with_batch_magic(std::string_view p) { return p == batch_dump_magic; }
+// safetensors: a little-endian u64 header length (not 0), then the JSON header's '{'.
+inline bool starts_like_safetensors(std::string_view p) {
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t{static_cast<unsigned char>(p[static_cast<std::size_t>(i)])} << (8 * i);
+  return n > 0 && p[8] == '{';
+}
+
+inline constexpr output_format csv_format{csv_header.size(), starts_with_csv_header,
+                                          "this program's loss CSV (its first line is not the CSV header)"};
+inline constexpr output_format checkpoint_format{sizeof mxkit::nn::checkpoint_magic, starts_with_checkpoint_magic,
+                                                 "an mxkit checkpoint (no MXKITCKP magic)"};
+inline constexpr output_format export_format{9, starts_like_safetensors, "a safetensors file (no header length and '{')"};
+inline constexpr output_format batches_format{batch_dump_magic.size(), starts_with_batch_magic,
+                                              "this program's batch dump (no MXBATCH1 magic)"};
+
 // An existing output is this program's, empty, or --overwrite says to replace it.
-inline void check_replaceable(const flagged_path& out, std::string_view starts_with, const char* what, bool overwrite) {
+inline void check_replaceable(const flagged_path& out, const output_format& format, bool overwrite) {
   std::error_code ec;
   const fs::file_status st = fs::status(out.path, ec);
   if (!fs::exists(st)) return;  // nothing to replace (or a folder that is not there: check_writable says so)
@@ -111,17 +144,17 @@ inline void check_replaceable(const flagged_path& out, std::string_view starts_w
     throw usage_error(out.quoted() + " is not a regular file (a device, pipe or socket); the run replaces its outputs, so give "
                                      "the path of a regular file");
   if (overwrite || fs::file_size(out.path, ec) == 0) return;
-  std::string start(starts_with.size(), '\0');
+  std::string start(format.prefix_bytes, '\0');
   std::size_t got = 0;
   try {
     mxkit::detail::input_file in(out.path);
     got = in.read(start.data(), start.size());
   } catch (const std::system_error& e) {
-    throw usage_error(out.quoted() + " exists and cannot be read to check that it is " + what + " (" + e.what() +
+    throw usage_error(out.quoted() + " exists and cannot be read to check that it is " + format.what + " (" + e.what() +
                       "); not replacing it (--overwrite replaces it anyway)");
   }
-  if (got < start.size() || start != starts_with)
-    throw usage_error(out.quoted() + " exists and is not " + what + "; not replacing it (--overwrite replaces it anyway)");
+  if (got < start.size() || !format.is_ours(start))
+    throw usage_error(out.quoted() + " exists and is not " + format.what + "; not replacing it (--overwrite replaces it anyway)");
 }
 
 // The output can be saved: its folder exists, its name and its temporary's name fit, and a file
@@ -185,25 +218,25 @@ inline void check_shard_folder(const flagged_path& out, bool overwrite) {
     throw usage_error(out.quoted() + " is a folder without a sharded checkpoint's manifest; not writing into it (--overwrite does)");
 }
 
-// All three checks on the run's outputs; `inputs` are the files the run reads. A sharded run's
-// --checkpoint is a folder (check_shard_folder).
+// All three checks on every output of the run; `inputs` are the files the run reads. A sharded
+// run's --checkpoint is a folder (check_shard_folder).
 inline void check_outputs(const options& o, const std::vector<flagged_path>& inputs, bool sharded_checkpoint = false) {
-  std::vector<flagged_path> outputs;
-  if (!o.checkpoint.empty()) outputs.push_back({"--checkpoint", o.checkpoint});
-  if (!o.csv.empty()) outputs.push_back({"--csv", o.csv});
-  check_distinct(inputs, outputs);
-  const std::string_view magic(mxkit::nn::checkpoint_magic, sizeof mxkit::nn::checkpoint_magic);
-  for (const flagged_path& out : outputs) {
-    const bool csv = std::string_view(out.flag) == "--csv";
-    if (!csv && sharded_checkpoint) {
-      check_shard_folder(out, o.overwrite);
-      check_writable(out);
-      continue;
-    }
-    check_replaceable(out, csv ? csv_header : magic,
-                      csv ? "this program's loss CSV (its first line is not the CSV header)" : "an mxkit checkpoint (no MXKITCKP magic)",
-                      o.overwrite);
-    check_writable(out);
+  struct output {
+    flagged_path path;
+    const output_format* format;  // null: a folder of shards
+  };
+  std::vector<output> outputs;
+  if (!o.checkpoint.empty()) outputs.push_back({{"--checkpoint", o.checkpoint}, sharded_checkpoint ? nullptr : &checkpoint_format});
+  if (!o.csv.empty()) outputs.push_back({{"--csv", o.csv}, &csv_format});
+  if (!o.export_path.empty()) outputs.push_back({{"--export", o.export_path}, &export_format});
+  if (!o.dump_batches.empty()) outputs.push_back({{"--dump-batches", o.dump_batches}, &batches_format});
+  std::vector<flagged_path> paths;
+  for (const output& out : outputs) paths.push_back(out.path);
+  check_distinct(inputs, paths);
+  for (const output& out : outputs) {
+    if (out.format) check_replaceable(out.path, *out.format, o.overwrite);
+    else check_shard_folder(out.path, o.overwrite);
+    check_writable(out.path);
   }
 }
 

@@ -52,7 +52,7 @@ struct options {
   // Interchange (tools/twin): Hugging Face Llama safetensors in and out, the batch order out.
   fs::path init_from, export_path, dump_batches;
   nn::safetensors_dtype export_dtype = nn::safetensors_dtype::f32;
-  std::size_t ranks = 1;               // 05_train: rank threads (a GPU program: one process per GPU)
+  int ranks = 1;                       // 05_train: rank threads (a GPU program: one process per GPU)
   std::size_t micro_batches = 1;       // per rank and step (gradient accumulation)
   nn::sharding shard = nn::sharding::none;
   bool gather_quantized = true;        // full sharding: gather the quantized weight copies
@@ -72,6 +72,10 @@ class usage_error : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
+
+// --ranks: the rank threads of 05_train are an int (ref::run_ranks, communicator::size); far
+// fewer than int's limit are useful on one host, and each holds a backend and a model.
+inline constexpr int max_ranks = 1024;
 
 // ---- recipes -------------------------------------------------------------------------------------
 
@@ -122,6 +126,16 @@ inline std::size_t parse_count(std::string_view flag, std::string_view v, bool z
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   if (ec != std::errc{} || end != v.data() + v.size() || v.empty() || (!zero_ok && n == 0))
     throw usage_error(std::string(flag) + ": expected " + (zero_ok ? "an integer >= 0" : "a positive integer") + ", got '" +
+                      std::string(v) + "'");
+  return n;
+}
+
+// An int in [lo, hi], for flags whose value is used as an int.
+inline int parse_int_in(std::string_view flag, std::string_view v, int lo, int hi) {
+  int n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc{} || end != v.data() + v.size() || v.empty() || n < lo || n > hi)
+    throw usage_error(std::string(flag) + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" +
                       std::string(v) + "'");
   return n;
 }
@@ -219,9 +233,9 @@ inline std::vector<flag> flags() {
        "    for the first step from there whose loss is read (--log-every), to know it is finite",
        count("--checkpoint-every", &options::checkpoint_every, true)},
       {"--resume", "PATH", "output",
-       "continue from a checkpoint of this program; the settings it records (model, --recipe,\n"
-       "    --activations, --seq, --batch, --steps, --lr, --warmup, --seed and the data) must be\n"
-       "    these flags' (see --resume-any-config)",
+       "continue from a checkpoint of this program, a file or a folder of shards; the settings it\n"
+       "    records (model, --recipe, --activations, --seq, --batch, --steps, --lr, --warmup, --seed\n"
+       "    and the data) must be these flags' (see --resume-any-config)",
        path(&options::resume)},
       {"--resume-any-config", nullptr, "output",
        "with --resume: continue even when the checkpoint's recorded settings differ from these\n"
@@ -232,19 +246,24 @@ inline std::vector<flag> flags() {
        "    on --resume the file's rows up to the checkpoint's step are kept)",
        path(&options::csv)},
       {"--overwrite", nullptr, "output",
-       "replace an existing --checkpoint or --csv file even when it is not this program's\n"
-       "    (without it such a file is refused before the first step; outputs must be distinct\n"
-       "    files, none of them --data or --resume, and writable, in any case)",
+       "replace an existing --checkpoint, --csv, --export or --dump-batches file even when it is\n"
+       "    not this program's (without it such a file is refused before the first step; outputs\n"
+       "    must be distinct regular files, none of them --data, --resume or --init-from, and\n"
+       "    writable, in any case)",
        [](options& o, std::string_view) { o.overwrite = true; }},
       {"--peak-tflops", "X", "output",
        "bf16 dense peak of the device for the MFU column; 0: no MFU (default: the device's, where known)",
        [](options& o, std::string_view v) { o.peak_tflops = parse_real("--peak-tflops", v, true); }},
-      {"--ranks", "N", "several ranks", "05_train: N rank threads of this process (default 1); a GPU program takes the\n"
-       "    ranks from its launcher. --batch is each rank's micro-batch", count("--ranks", &options::ranks, false)},
+      {"--ranks", "N", "several ranks",
+       "05_train: N rank threads of this process, 1 to " + to_string(max_ranks) + " (default 1); a GPU program takes the\n"
+       "    ranks from its launcher. --batch is each rank's micro-batch",
+       [](options& o, std::string_view v) { o.ranks = parse_int_in("--ranks", v, 1, max_ranks); }},
       {"--micro-batches", "N", "several ranks", "micro-batches per rank and step, gradients accumulated (default 1);\n"
-       "    global batch = ranks x N x --batch", count("--micro-batches", &options::micro_batches, false)},
+       "    global batch = ranks x N x --batch. --steps x ranks x N x --batch x (--seq + 1), the tokens\n"
+       "    the run reads, must stay below 2^64", count("--micro-batches", &options::micro_batches, false)},
       {"--shard", "none|optimizer|full", "several ranks", "none: every rank holds everything; optimizer: ZeRO-1 (AdamW state and\n"
-       "    the weight update sharded); full: weights too, gathered per layer (default none)",
+       "    the weight update sharded); full: weights too, gathered per layer (default none).\n"
+       "    optimizer and full need several ranks (05_train: --ranks 2 or more)",
        [](options& o, std::string_view v) {
          if (v == "none") o.shard = nn::sharding::none;
          else if (v == "optimizer") o.shard = nn::sharding::optimizer;
@@ -273,7 +292,9 @@ inline std::vector<flag> flags() {
        "start from the weights of a safetensors file with Hugging Face Llama names (F32 or BF16)\n"
        "    instead of the random initialization (before --resume, which overrides it)",
        path(&options::init_from)},
-      {"--export", "PATH", "interchange", "write the final weights as safetensors with Hugging Face Llama names",
+      {"--export", "PATH", "interchange",
+       "write the final weights as safetensors with Hugging Face Llama names (rank 0; --shard full\n"
+       "    gathers them first). Checked before the first step as --checkpoint is (--overwrite)",
        path(&options::export_path)},
       {"--export-dtype", "f32|bf16", "interchange", "element type of --export (default f32: the masters, bit-exact)",
        [](options& o, std::string_view v) {
@@ -282,8 +303,11 @@ inline std::vector<flag> flags() {
          else throw usage_error("--export-dtype: expected f32 or bf16, got '" + std::string(v) + "'");
        }},
       {"--dump-batches", "PATH", "interchange",
-       "write the training windows of every step, in order: \"MXBATCH1\", u64 steps, batch, seq + 1\n"
-       "    (little-endian), then steps x batch x (seq + 1) token bytes (inputs and the last target)",
+       "before the first step, write the windows every step of --steps trains on, in order:\n"
+       "    \"MXBATCH1\", u64 steps, rows, seq + 1 (little-endian), then steps x rows x (seq + 1) token\n"
+       "    bytes (inputs and the last target). rows = ranks x --micro-batches x --batch: a step's\n"
+       "    micro-batches in order, rank 0's first (rank r's k-th is number r x --micro-batches + k),\n"
+       "    each --batch rows. Checked before the first step as --checkpoint is (--overwrite)",
        path(&options::dump_batches)},
       {"--switch-to", "NAME", "healing", "from --switch-at on, train with this recipe (healing: e.g. fp8 or bf16)",
        [](options& o, std::string_view v) { o.switch_to = std::string(v); }},
@@ -328,6 +352,22 @@ inline void check_options(const options& o) {
        "the model is too large: --layers " + to_string(o.layers) + ", --d-model " + to_string(o.d_model) + ", --ffn " +
            to_string(o.ffn) + ", --kv-heads " + to_string(o.kv_heads) + " make " + count +
            " parameters, and their weights, gradients and AdamW moments (16 bytes each) exceed the address space");
+  // The tokens the run reads: step s trains the loader's batches s x (ranks x micro-batches) + j
+  // (j below that product), and --dump-batches writes every one of them. A product that wrapped
+  // would train on other windows (or divide the gradients by 0) instead of being refused.
+  {
+    constexpr std::uint64_t most = std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t tokens = 1;
+    bool wraps = o.seq == most;
+    for (const std::uint64_t f : {std::uint64_t{o.steps}, static_cast<std::uint64_t>(o.ranks), std::uint64_t{o.micro_batches},
+                                  std::uint64_t{o.batch}, std::uint64_t{o.seq} + 1}) {
+      wraps = wraps || f > most / tokens;
+      if (!wraps) tokens *= f;
+    }
+    need(!wraps, "--steps " + to_string(o.steps) + " x --ranks " + to_string(o.ranks) + " x --micro-batches " + to_string(o.micro_batches) +
+                     " x --batch " + to_string(o.batch) + " x (--seq " + to_string(o.seq) +
+                     " + 1) tokens is 2^64 or more: the run's batch numbers would wrap");
+  }
   (void)make_recipe(o);  // the recipe name
   need(o.switch_to.empty() == (o.switch_at == 0) && o.switch_at < o.steps,
        "--switch-to and --switch-at go together, with --switch-at below --steps " + to_string(o.steps));

@@ -7,8 +7,9 @@
 // the GPU runs; the two mains differ only in the backend they construct and what they know about
 // the device (device_info).
 //
-// The command line is train_options.hpp; the checks of the output files before the first step are
-// train_files.hpp. A checkpoint records the run's settings (run_settings, train_program.cpp);
+// The command line is train_options.hpp; the checks of the output files (--checkpoint, --csv,
+// --export, --dump-batches) before the first step are train_files.hpp. A checkpoint, a single
+// file or a sharded manifest, records the run's settings (run_settings, train_program.cpp);
 // --resume compares them with the flags before it loads anything. A run whose loss or gradient
 // norm stops being finite ends with an error before it saves over a checkpoint.
 //
@@ -27,8 +28,9 @@
 // Several ranks: run() takes the rank's nn::communicator (05_train: --ranks N host threads; a GPU
 // program: its NCCL/RCCL communicator). --batch is then each rank's micro-batch, the global batch
 // ranks x --micro-batches x --batch; rank 0 prints (global tokens/s, MFU per rank) and writes the
-// CSV; --checkpoint and --resume name a directory of shards (io/sharded_checkpoint.hpp), which
-// resumes on another number of ranks too.
+// CSV, --export (full sharding: the masters gathered first) and --dump-batches; --checkpoint and
+// --resume name a directory of shards (io/sharded_checkpoint.hpp), which resumes on another
+// number of ranks too.
 #include <cstdio>
 #include <exception>
 #include <functional>
