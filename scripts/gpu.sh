@@ -66,6 +66,11 @@ non-zero if anything failed.
                         GPU machine, where MXKIT_PREBUILT=build-carry runs them without building
                         (replaces gpu_multi_carry.sh)
   all                   test, memcheck, then bench all (replaces gpu_check_all.sh)
+  device-code BASE      whether a change moved the device code: the kernel library
+                        (mxkit_gpu_kernels) built from this tree and from the source tree BASE (an
+                        older checkout, e.g. `git worktree add /tmp/base <commit>`) with the same
+                        settings, each object's cubins extracted (cuobjdump) and compared byte for
+                        byte; needs nvcc only, no GPU
   launch N PROGRAM [ARGS...]
                         PROGRAM on N GPUs, one process per GPU (scripts/launch_gpus.sh, which
                         stays the launcher the training programs name)
@@ -134,9 +139,15 @@ nccl_root() {
   d=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null) || return 1
   [ -f "$d/lib/libnccl.so.2" ] && echo "$d"
 }
+# Whether the Python module can be built: the build's own lookup (cmake/MxkitPython.cmake through
+# cmake/python_probe, as scripts/test.sh decides), not a Python-side `import pybind11`.
 python_module_ok() {
-  python3 -c 'import os, sysconfig, pybind11
-assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' >/dev/null 2>&1
+  local probe rc
+  probe=$(mktemp -d) || return 1
+  cmake -S cmake/python_probe -B "$probe" "-DPython3_EXECUTABLE=$(command -v python3)" >/dev/null 2>&1
+  rc=$?
+  rm -rf "$probe"
+  return $rc
 }
 
 configure() {
@@ -897,6 +908,40 @@ cmd_carry() {
   echo "  MXKIT_PREBUILT=$dest scripts/gpu.sh ${what[0]} ..."
 }
 
+# The kernel library of this tree and of BASE, each object's embedded cubins compared byte for
+# byte: a reorganisation of headers must leave the device code as it was.
+cmd_device_code() {
+  local base=${1:-}
+  [ -n "$base" ] && [ -f "$base/CMakeLists.txt" ] || { echo "device-code: BASE must be a source tree (got '$base')"; return 2; }
+  base=$(realpath "$base")
+  logdir device-code
+  PREBUILT="" build_targets mxkit_gpu_kernels || return
+  local bbuild=$BUILD-base args=(-DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA -DCMAKE_CUDA_ARCHITECTURES=90 -DMXKIT_BUILD_TESTS=ON
+                                 -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_FETCH_CATCH2=OFF)
+  command -v nvcc >/dev/null || [ ! -x /usr/local/cuda/bin/nvcc ] || args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+  [ -d "$PWD/.deps/catch2/usr" ] && args+=("-DCMAKE_PREFIX_PATH=$PWD/.deps/catch2/usr")
+  if root=$(nccl_root); then args+=("-DMXKIT_NCCL_ROOT=$root"); fi
+  if ! { cmake -S "$base" -B "$bbuild" "${args[@]}" && cmake --build "$bbuild" -j "$JOBS" --target mxkit_gpu_kernels; } >"$LOGS/base-build.log" 2>&1; then
+    tail -20 "$LOGS/base-build.log"; failed "base build (log: $LOGS/base-build.log)"; return 1
+  fi
+  local same=0 differ=0 o b name d
+  while IFS= read -r o; do
+    name=${o##*/}
+    b=$(find "$bbuild" -path '*mxkit_gpu_kernels.dir*' -name "$name" | head -1)
+    [ -n "$b" ] || { failed "$name: not in the base build"; differ=$((differ + 1)); continue; }
+    d=$LOGS/${name%.o}
+    rm -rf "$d" && mkdir -p "$d/new" "$d/base"
+    (cd "$d/new" && cuobjdump --extract-elf all "$o" >/dev/null) && (cd "$d/base" && cuobjdump --extract-elf all "$b" >/dev/null)
+    if diff -r "$d/new" "$d/base" >/dev/null && [ -n "$(ls "$d/new")" ]; then
+      echo "same      $name ($(ls "$d/new" | wc -l) cubins)"; same=$((same + 1)); rm -rf "$d"
+    else
+      echo "DIFFERENT $name"; diff -rq "$d/new" "$d/base" | head -5; differ=$((differ + 1))
+    fi
+  done < <(find "$BUILD" -path '*mxkit_gpu_kernels.dir*' -name '*.o' | sort)
+  echo "device code: $same objects the same, $differ different"
+  [ "$differ" -eq 0 ] && [ "$same" -gt 0 ] || failed "device code changed"
+}
+
 cmd_all() {
   cmd_test
   cmd_memcheck
@@ -911,7 +956,8 @@ shift
 case $sub in
   -h | --help | help) usage; exit 0 ;;
   launch) exec bash scripts/launch_gpus.sh "$@" ;;
-  build | test | memcheck | bench | sass | profile | python | train | readme | multi | lora70b | fidelity | carry | all)
+  build | test | memcheck | bench | sass | profile | python | train | readme | multi | lora70b | fidelity | carry | all | device-code)
+    sub=${sub//-/_}
     mkdir -p "$OUTDIR"
     # The subcommand's status: a failed part's (status=1), else its own exit code.
     run_sub() {
