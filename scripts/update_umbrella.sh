@@ -6,7 +6,7 @@
 # gpu/ is in neither: it needs a GPU compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-training='^mxkit/(nn/|ref/nn/|ref/host_backend\.hpp)'
+training='^mxkit/(nn/|train/|ref/nn/|ref/host_backend\.hpp)'
 headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name mxkit.hpp ! -path include/mxkit/training_stack.hpp ! -path include/mxkit/nn.hpp |
           sed 's|^include/||' | LC_ALL=C sort)
 {
