@@ -130,8 +130,12 @@ inline training_data load_data(const options& o, const std::optional<fs::path>& 
   std::int64_t max_token = -1;
   const bool held_out = o.eval_data.empty();
   nn::dataset_location train_at{nn::dataset_kind::text, o.data}, eval_at{};
-  if (!o.data.empty()) train_at = nn::detect_dataset(o.data, "--data");
-  if (!held_out) eval_at = nn::detect_dataset(o.eval_data, "--eval-data");
+  try {  // (a path that names nothing, or a token file's name without its content: usage errors)
+    if (!o.data.empty()) train_at = nn::detect_dataset(o.data, "--data");
+    if (!held_out) eval_at = nn::detect_dataset(o.eval_data, "--eval-data");
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
   const bool text = train_at.kind == nn::dataset_kind::text;
   if (!held_out && text != (eval_at.kind == nn::dataset_kind::text))
     throw usage_error(std::string("--data is ") + nn::dataset_kind_name(train_at.kind) + " but --eval-data '" + o.eval_data.string() + "' is " +
