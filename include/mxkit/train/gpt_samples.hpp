@@ -38,10 +38,12 @@
 // With one epoch (a run shorter than the data) both are Megatron's own orders: the same document
 // index, sample index and shuffle index from the same seed (the split's units, as Megatron's
 // GPTDataset of that split would).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <span>
 #include <utility>
 #include <vector>
@@ -74,8 +76,9 @@ class gpt_samples : public token_samples {
     const std::uint64_t units = data_->first_sequence(last_document) - first_unit_;
     detail::require(units <= 0xFFFFFFFFull, "gpt_samples: ", units, " sequences; the document index holds 32-bit sequence numbers (as Megatron's int32 one)");
     for (std::uint64_t u = 0; u < units; ++u) tokens_per_epoch_ += data_->length(first_unit_ + u);
-    const std::string what = "'" + data_->prefix().string() + "' documents [" + std::to_string(first_document) + ", " +
-                             std::to_string(last_document) + ")";
+    std::string what = "'";  // (appended, not "'" + string: GCC 12 warns falsely on that, -Wstringop-overflow)
+    what.append(data_->prefix().string()).append("' documents [").append(std::to_string(first_document)).append(", ");
+    what.append(std::to_string(last_document)).append(")");
     detail::require(tokens_per_epoch_ > 0, what, " hold no tokens");
     // Epochs: the smallest E with E T >= samples x seq + 1.
     epochs_ = 1;
