@@ -18,6 +18,7 @@
                the same generator. Within an epoch each token is in exactly one sample.
      packed    the held-out tenth of the rows aside, ceil(samples / rows) epochs, each
                RandomState(seed + 1).shuffle of the rows (NeMo's packed samples mapping).
+   A run stopped and resumed from its checkpoint ends with the whole run's losses.
 4. Refusals before the first step (exit 2, the reason named): a damaged index, a .bin without its
    index, a --vocab below the data's largest token, packed rows that do not match --seq.
 Exit 77 (skipped) when numpy or sentencepiece is missing, unless CI=true, where they are required.
@@ -220,6 +221,16 @@ def main():
                 rs.shuffle(x)
             mapping = mapping.reshape(-1)[:samples]
             check(np.array_equal(got, rows[mapping].astype(np.int64)), "the program's packed samples are NeMo's mapping's rows")
+
+        # A run stopped and resumed reads the same samples: the same final loss as one whole run.
+        ckpt = os.path.join(d, "run.ckpt")
+        whole = run([program] + TINY + ["--steps", "20", "--data", prefix])
+        part = run([program] + TINY + ["--steps", "20", "--stop-after", "10", "--data", prefix, "--checkpoint", ckpt])
+        rest = run([program] + TINY + ["--steps", "20", "--data", prefix, "--resume", ckpt, "--checkpoint", ckpt])
+        final = [line for line in whole.stdout.splitlines() if line.startswith("trained steps")]
+        resumed = [line for line in rest.stdout.splitlines() if line.startswith("trained steps")]
+        check(whole.returncode == 0 and part.returncode == 0 and rest.returncode == 0 and final and resumed and
+              final[0].split(": ", 1)[1] == resumed[0].split(": ", 1)[1], "a resumed run ends as the whole run: %s vs %s" % (final, resumed))
 
         # 4. Refusals before the first step.
         def refused(args, pattern, what):
