@@ -17,8 +17,7 @@
 //                    seq + 1 tokens, the last one the first of sample k + 1 (the +1 overlap). There
 //                    are (E T - 1) / seq samples (drop_last_partial_sequence). Stored as
 //                    build_sample_idx stores it, for each sample boundary the position in the
-//                    document index and the offset in that unit (a boundary at a unit's end is
-//                    written here as the next unit's start, where Megatron may keep the end).
+//                    document index and the offset in that unit of the sample's first token.
 //   shuffle index    the order in which the samples are read, seeded.
 // So within an epoch every token is in exactly one sample (a sample's first seq tokens; its extra
 // token is the next sample's first), in the order the seed gives the documents.
