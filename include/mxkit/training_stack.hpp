@@ -47,5 +47,13 @@
 #include <mxkit/ref/nn/swiglu.hpp>
 #include <mxkit/train/adamw.hpp>
 #include <mxkit/train/data.hpp>
+#include <mxkit/train/dataset_format.hpp>
+#include <mxkit/train/gpt_samples.hpp>
+#include <mxkit/train/indexed_dataset.hpp>
+#include <mxkit/train/mapped_file.hpp>
+#include <mxkit/train/npy.hpp>
+#include <mxkit/train/packed_dataset.hpp>
+#include <mxkit/train/sample_batches.hpp>
 #include <mxkit/train/schedule.hpp>
+#include <mxkit/train/seeded_shuffle.hpp>
 #include <mxkit/train/training.hpp>

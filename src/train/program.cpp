@@ -33,6 +33,7 @@
 #include <mxkit/io/sharded_checkpoint.hpp>
 #include <mxkit/train/training.hpp>
 
+#include <mxkit/train/program/data.hpp>
 #include <mxkit/train/program/files.hpp>
 #include <mxkit/train/program/program.hpp>
 #include <mxkit/train/program/repository_data.hpp>
@@ -53,40 +54,22 @@ inline fs::path repository_data() {
                     "mxkit_examples, or pass --data FILE)");
 }
 
-// The files the run reads as data: --data, or the repository's two corpora.
+// The files the run reads as data: --data (every file of a token dataset), or the repository's
+// two corpora, and --eval-data.
 inline std::vector<flagged_path> data_files(const options& o) {
-  if (!o.data.empty()) return {{"--data", o.data}};
-  const fs::path dir = repository_data();
-  return {{"--data (default)", dir / "stories.txt"}, {"--data (default)", dir / "qa.txt"}};
+  std::vector<flagged_path> files;
+  if (!o.data.empty()) files = dataset_files("--data", o.data);
+  else {
+    const fs::path dir = repository_data();
+    files = {{"--data (default)", dir / "stories.txt"}, {"--data (default)", dir / "qa.txt"}};
+  }
+  if (!o.eval_data.empty())
+    for (const flagged_path& f : dataset_files("--eval-data", o.eval_data)) files.push_back(f);
+  return files;
 }
 
-struct training_data {
-  std::string description;
-  nn::corpus_split split;
-  std::uint64_t checksum = 0;  // FNV-1a 64 of the training bytes, then the held-out ones: the data's identity
-};
-
 inline training_data load_data(const options& o) {
-  training_data d;
-  if (!o.data.empty()) {
-    d = {o.data.string(), nn::load_corpus(o.data, 0.1)};
-  } else {
-    // Both corpora, each split apart, so that the held-out tail has text of both.
-    const fs::path dir = repository_data();
-    std::vector<std::uint8_t> train, validation;
-    for (const char* name : {"stories.txt", "qa.txt"}) {
-      const nn::corpus_split s = nn::load_corpus(dir / name, 0.1);
-      train.insert(train.end(), s.train->begin(), s.train->end());
-      validation.insert(validation.end(), s.validation->begin(), s.validation->end());
-    }
-    d = {(dir / "stories.txt").string() + " + qa.txt",
-         {std::make_shared<const std::vector<std::uint8_t>>(std::move(train)),
-          std::make_shared<const std::vector<std::uint8_t>>(std::move(validation))}};
-  }
-  const auto& t = *d.split.train;
-  const auto& v = *d.split.validation;
-  d.checksum = nn::checkpoint_io::fnv1a64(v.data(), v.size(), nn::checkpoint_io::fnv1a64(t.data(), t.size()));
-  return d;
+  return load_data(o, o.data.empty() ? std::optional<fs::path>(repository_data()) : std::nullopt);
 }
 
 // ---- the run's settings in its checkpoints -------------------------------------------------------
@@ -96,7 +79,7 @@ inline training_data load_data(const options& o) {
 // data's bytes). Keys are the flags' names; output flags are left out (a resumed run may log,
 // evaluate and save differently).
 inline bool is_model_setting(std::string_view key) {
-  return key == "layers" || key == "d-model" || key == "heads" || key == "kv-heads" || key == "ffn";
+  return key == "layers" || key == "d-model" || key == "heads" || key == "kv-heads" || key == "ffn" || key == "vocab";
 }
 
 inline std::string exact_text(double x) {  // the shortest text that reads back as x
@@ -114,6 +97,7 @@ inline nn::checkpoint_settings run_settings(const options& o, const training_dat
           {"heads", to_string(o.heads)},
           {"kv-heads", to_string(o.kv_heads)},
           {"ffn", to_string(o.ffn)},
+          {"vocab", to_string(data.vocab)},
           {"recipe", o.recipe},
           {"activations", mxkit::name_of(o.activations)},
           {"seq", to_string(o.seq)},
@@ -123,7 +107,7 @@ inline nn::checkpoint_settings run_settings(const options& o, const training_dat
           {"warmup", to_string(o.warmup_steps())},
           {"seed", to_string(o.seed)},
           {"data", data.description},  // where it was read: shown, not compared (the same bytes may move)
-          {"data-bytes", to_string(data.split.train->size() + data.split.validation->size())},
+          {"data-bytes", to_string(data.bytes)},
           {"data-checksum", checksum}};
 }
 
@@ -135,6 +119,7 @@ struct settings_differences {
 inline std::string setting(const nn::checkpoint_settings& settings, std::string_view key) {
   for (const auto& [k, v] : settings)
     if (k == key) return v;
+  if (key == "vocab") return "256";  // (checkpoints from before --vocab were byte-level)
   return "(not recorded)";
 }
 
@@ -367,26 +352,15 @@ class throughput {
   }
 };
 
-inline nn::model_config model_config_of(const options& o) {
+inline nn::model_config model_config_of(const options& o, std::size_t vocab) {
   nn::model_config mc;
-  mc.vocab = nn::byte_tokenizer::vocab;
+  mc.vocab = vocab;
   mc.n_layers = o.layers;
   mc.layer.d_model = o.d_model;
   mc.layer.n_heads = o.heads;
   mc.layer.n_kv_heads = o.kv_heads;
   mc.layer.d_ff = o.ffn;
   return mc;
-}
-
-// Up to --eval-batches consecutive batches of the held-out tail (none without evaluations).
-inline std::vector<nn::batch> evaluation_batches(const training_data& data, const options& o) {
-  if (o.eval_every == 0) return {};
-  const nn::batch_shape shape{o.batch, o.seq};
-  if (data.split.validation->size() <= shape.tokens())
-    throw usage_error("--data: the held-out tail (" + std::to_string(data.split.validation->size()) +
-                      " bytes) cannot fill one evaluation batch of " + std::to_string(o.batch) + " x " + std::to_string(o.seq) +
-                      " tokens; use a larger file, a smaller --batch or --seq, or --eval-every 0");
-  return nn::sequential_batches(data.split.validation, shape, o.eval_batches);
 }
 
 // make(), with an allocation failure (std::bad_alloc, or std::length_error from a container asked
@@ -414,23 +388,27 @@ inline std::optional<std::string> non_finite_weight(nn::model& m) {
 }
 
 // The windows every step of --steps trains on, as the --dump-batches help describes them: step s
-// trains the loader's batches s x (ranks x micro-batches) + j, j = r x micro-batches + k for
-// rank r's k-th micro-batch (nn::trainer::step), so the file lists them in that order.
-inline void dump_batches(const fs::path& path, const training_data& data, const options& o, std::size_t ranks) {
-  const nn::batch_loader loader(data.split.train, {o.batch, o.seq}, o.seed + 1);
+// trains the batch source's batches s x (ranks x micro-batches) + j, j = r x micro-batches + k
+// for rank r's k-th micro-batch (nn::trainer::step), so the file lists them in that order; one
+// byte a token for text (MXBATCH1, what tools/twin reads), int32 for token datasets (MXBATCH2).
+inline void dump_batches(const fs::path& path, const nn::batch_source& source, const options& o, std::size_t ranks, bool text) {
   const std::size_t per_step = ranks * o.micro_batches;  // no wrap: check_options bounds steps x this x batch x (seq + 1)
+  const int width = text ? 1 : 4;
   std::vector<std::uint8_t> out(batch_dump_magic.begin(), batch_dump_magic.end());
-  for (std::uint64_t v : {std::uint64_t{o.steps}, std::uint64_t{per_step * o.batch}, std::uint64_t{o.seq + 1}})
-    for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  if (!text) out.back() = '2';
+  auto put = [&](std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  for (std::uint64_t v : {std::uint64_t{o.steps}, std::uint64_t{per_step * o.batch}, std::uint64_t{o.seq + 1}}) put(v, 8);
   allocating("--dump-batches: " + std::to_string(o.steps) + " steps x " + std::to_string(per_step * o.batch) + " rows x " +
-                 std::to_string(o.seq + 1) + " bytes",
-             [&] { out.reserve(out.size() + o.steps * per_step * o.batch * (o.seq + 1)); });
+                 std::to_string(o.seq + 1) + " tokens",
+             [&] { out.reserve(out.size() + o.steps * per_step * o.batch * (o.seq + 1) * static_cast<std::size_t>(width)); });
   for (std::size_t s = 0; s < o.steps; ++s)
     for (std::size_t j = 0; j < per_step; ++j) {
-      const nn::batch b = loader.at(std::uint64_t{s} * per_step + j);
+      const nn::batch b = source.at(std::uint64_t{s} * per_step + j);
       for (std::size_t row = 0; row < o.batch; ++row) {
-        for (std::size_t t = 0; t < o.seq; ++t) out.push_back(static_cast<std::uint8_t>(b.inputs[row * o.seq + t]));
-        out.push_back(static_cast<std::uint8_t>(b.targets[row * o.seq + o.seq - 1]));
+        for (std::size_t t = 0; t < o.seq; ++t) put(static_cast<std::uint32_t>(b.inputs[row * o.seq + t]), width);
+        put(static_cast<std::uint32_t>(b.targets[row * o.seq + o.seq - 1]), width);
       }
     }
   try {
@@ -467,6 +445,8 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   if (!o.init_from.empty()) inputs.push_back({"--init-from", o.init_from});
   check_outputs(o, inputs, comm != nullptr);
   const training_data data = load_data(o);
+  options sized = o;  // (the model's size with the data's vocabulary)
+  sized.vocab = data.vocab;
   const nn::checkpoint_settings settings = run_settings(o, data);
   if (!o.resume.empty())
     check_resume(o, fs::is_directory(o.resume) ? nn::read_sharded_checkpoint_info(o.resume) : nn::read_checkpoint_info(o.resume),
@@ -475,10 +455,23 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   const std::vector<nn::batch> eval_batches = allocating("--eval-batches " + std::to_string(o.eval_batches) + " batches of --batch " +
                                                              std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + " tokens",
                                                          [&] { return evaluation_batches(data, o); });
+  // The trainer's batches: a token dataset's samples are built here for the whole run, every
+  // rank's micro-batches of every step (train_data.hpp).
+  const std::uint64_t run_samples = static_cast<std::uint64_t>(o.steps) * ranks * o.micro_batches * o.batch;
+  const std::shared_ptr<const nn::batch_source> train_batches =
+      allocating("the training samples of " + std::to_string(run_samples) + " sequences (--steps x global batch)", [&] {
+        try {
+          return training_batches(data, o, run_samples);
+        } catch (const usage_error&) {
+          throw;
+        } catch (const std::invalid_argument& e) {
+          throw usage_error("--data: " + std::string(e.what()));
+        }
+      });
   const nn::recipe r = make_recipe(o);
-  const nn::model_config mc = model_config_of(o);
+  const nn::model_config mc = model_config_of(o, data.vocab);
   char size[32];
-  std::snprintf(size, sizeof size, "%.3g", approximate_parameters(o));
+  std::snprintf(size, sizeof size, "%.3g", approximate_parameters(sized));
   // Several ranks: the model is built as shapes and initializers, and the trainer's data_parallel
   // allocates and fills what each rank keeps (--shard full: its shard only; nn/model.hpp,
   // defer_memory), so that no rank makes or holds the whole fp32 model; the same values.
@@ -488,7 +481,8 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
                                 [&] { return std::make_unique<nn::model>(be, mc, r, o.seed, build); });
   nn::model& m = *model;
   if (!o.init_from.empty()) nn::import_safetensors(o.init_from, m);
-  if (!o.dump_batches.empty() && lead) dump_batches(o.dump_batches, data, o, ranks);
+  if (!o.dump_batches.empty() && lead)
+    dump_batches(o.dump_batches, *train_batches, o, ranks, data.kind == nn::dataset_kind::text);
   m.set_recompute(o.recompute);
 
   std::size_t n_params = 0;
@@ -508,8 +502,12 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
                 millions(static_cast<double>(n_params)).c_str(), millions(flops.linear_weights).c_str());
     std::printf("recipe: %s, %s activations; batch %zu x %zu = %.0f tokens/step; %.3g TFLOP/step (--help: convention)\n",
                 r.name.c_str(), mxkit::name_of(o.activations), o.batch, o.seq, tokens_per_step, flops.per_step / 1e12);
-    std::printf("data: %s: %zu bytes for training, %zu held out (%zu evaluation batches)\n", data.description.c_str(),
-                data.split.train->size(), data.split.validation->size(), eval_batches.size());
+    const char* unit = data.kind == nn::dataset_kind::text ? "bytes" : "tokens";
+    std::printf("data: %s: %llu %s for training, %llu %s (%zu evaluation batches)\n", data.description.c_str(),
+                static_cast<ull>(data.train.tokens), unit, static_cast<ull>(data.eval.tokens), o.eval_data.empty() ? "held out" : "to evaluate on",
+                eval_batches.size());
+    if (data.mask_ignored)
+      std::printf("warning: the packed data's loss mask is read and checked but not applied: every target counts in the loss\n");
     std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
                 static_cast<ull>(o.seed));
     if (ranks > 1 || o.micro_batches > 1)
@@ -566,7 +564,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
                ": " + joined(what);
   };
   const auto trainer = allocating("the training state (--batch " + std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + ")",
-                                  [&] { return std::make_unique<nn::trainer>(m, data.split.train, tc); });
+                                  [&] { return std::make_unique<nn::trainer>(m, train_batches, tc); });
   nn::trainer& t = *trainer;
   say("training state ready: this rank holds %s of parameters, %s of optimizer state%s%s", mib(be.memory().live(nn::mem_tag::parameter)).c_str(),
       mib(be.memory().live(nn::mem_tag::optimizer)).c_str(), device.memory ? "; device memory: " : "",

@@ -54,12 +54,13 @@ std::vector<std::string> as_flags(const options& o) {
                                "--checkpoint-every=" + to_string(o.checkpoint_every)};
   if (o.warmup) out.push_back("--warmup=" + to_string(*o.warmup));
   if (o.stop_after) out.push_back("--stop-after=" + to_string(*o.stop_after));
+  if (o.vocab) out.push_back("--vocab=" + to_string(*o.vocab));
   if (o.peak_tflops) {
     char b[40];
     std::snprintf(b, sizeof b, "%.17g", *o.peak_tflops);
     out.push_back(std::string("--peak-tflops=") + b);
   }
-  for (const auto& [flag, path] : {std::pair{"--data=", &o.data}, {"--checkpoint=", &o.checkpoint}, {"--resume=", &o.resume},
+  for (const auto& [flag, path] : {std::pair{"--data=", &o.data}, {"--eval-data=", &o.eval_data}, {"--checkpoint=", &o.checkpoint}, {"--resume=", &o.resume},
                                    {"--csv=", &o.csv}, {"--init-from=", &o.init_from}, {"--export=", &o.export_path},
                                    {"--dump-batches=", &o.dump_batches}})
     if (!path->empty()) out.push_back(flag + path->string());
@@ -81,7 +82,7 @@ std::vector<std::string> as_flags(const options& o) {
 }
 
 bool same(const options& a, const options& b) {
-  return a.data == b.data && a.recipe == b.recipe && a.activations == b.activations && a.layers == b.layers && a.d_model == b.d_model &&
+  return a.data == b.data && a.eval_data == b.eval_data && a.vocab == b.vocab && a.recipe == b.recipe && a.activations == b.activations && a.layers == b.layers && a.d_model == b.d_model &&
          a.heads == b.heads && a.kv_heads == b.kv_heads && a.ffn == b.ffn && a.seq == b.seq && a.batch == b.batch &&
          a.steps == b.steps && a.stop_after == b.stop_after && a.warmup == b.warmup && a.lr == b.lr && a.eval_every == b.eval_every &&
          a.eval_batches == b.eval_batches && a.log_every == b.log_every && a.checkpoint == b.checkpoint && a.resume == b.resume &&

@@ -308,3 +308,55 @@ TEST_CASE("training: adamw_hyper is validated before an update", "[nn][training]
   // Step 0: the bias corrections 1 - beta^0 are 0, and the update divides by them.
   CHECK_THROWS_WITH(check_config(hyper([&](adamw_hyper& h) { h.step = 0; })), mxkit_test::contains("step must be >= 1, got 0"));
 }
+
+namespace {
+// Batches of a token stream with a vocabulary of `vocab`: a repeating pattern that uses the top
+// token, so the embedding's and the head's last rows are trained (batch n starts at token 7 n).
+class pattern_batches : public batch_source {
+ public:
+  pattern_batches(std::size_t vocab, batch_shape shape) : vocab_(vocab), shape_(shape) {}
+  batch at(std::uint64_t n) const override {
+    batch b{shape_, std::vector<std::int32_t>(shape_.tokens()), std::vector<std::int32_t>(shape_.tokens())};
+    auto token = [&](std::uint64_t i) { return static_cast<std::int32_t>(i % 11 == 10 ? vocab_ - 1 : (i * 5) % 13); };
+    for (std::size_t i = 0; i < shape_.tokens(); ++i) {
+      b.inputs[i] = token(7 * n + i);
+      b.targets[i] = token(7 * n + i + 1);
+    }
+    return b;
+  }
+  const batch_shape& shape() const noexcept override { return shape_; }
+
+ private:
+  std::size_t vocab_;
+  batch_shape shape_;
+};
+}  // namespace
+
+TEST_CASE("training: any vocabulary size, from a batch source", "[nn][training]") {
+  for (const std::size_t vocab : {std::size_t{19}, std::size_t{300}, std::size_t{1001}}) {
+    for (const recipe& r : {recipes::bf16(), recipes::mxfp4_amd(), recipes::fp8_delayed()}) {
+      INFO("vocab " << vocab << ", " << r.name);
+      host_backend be;
+      model_config c = tiny_model();
+      c.vocab = vocab;
+      model m(be, c, r, 17);
+      train_config tc = training_run(30);
+      tc.shape = {2, 16};
+      trainer t(m, std::make_shared<const pattern_batches>(vocab, tc.shape), tc);
+      t.run();
+      const std::vector<double>& losses = t.losses();
+      CHECK(std::abs(losses.front() - std::log(static_cast<double>(vocab))) < 0.5);  // a random head: about ln V
+      CHECK(mean(losses, 27, 3) < losses.front() - 1.0);
+      // A token at the top of the vocabulary evaluates; one past it is refused, naming it.
+      batch b = pattern_batches(vocab, tc.shape).at(0);
+      CHECK(std::isfinite(evaluate(m, {b})));
+      b.targets[3] = static_cast<std::int32_t>(vocab);
+      CHECK_THROWS_WITH(evaluate(m, {b}), mxkit_test::contains("token 3 is " + std::to_string(vocab) + ", outside the vocabulary [0, " +
+                                                               std::to_string(vocab) + ")"));
+    }
+  }
+  host_backend be;
+  model m(be, tiny_model(), recipes::bf16(), 17);
+  CHECK_THROWS_WITH(trainer(m, std::make_shared<const pattern_batches>(256, batch_shape{2, 8}), training_run(30)),
+                    mxkit_test::contains("the batch source's batches are 2 x 8, the configuration's 2 x 32"));
+}

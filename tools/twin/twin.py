@@ -85,10 +85,10 @@ def save_safetensors(path, tensors, meta):
 def load_batches(path):
     with open(path, "rb") as f:
         raw = f.read()
-    if raw[:8] != b"MXBATCH1":
+    if raw[:8] not in (b"MXBATCH1", b"MXBATCH2"):  # bytes (text), int32 tokens (token datasets)
         raise ValueError("%s: not a --dump-batches file" % path)
     steps, batch, window = struct.unpack("<3Q", raw[8:32])
-    t = torch.frombuffer(bytearray(raw[32:]), dtype=torch.uint8)
+    t = torch.frombuffer(bytearray(raw[32:]), dtype=torch.uint8 if raw[:8] == b"MXBATCH1" else torch.int32)
     if t.numel() != steps * batch * window:
         raise ValueError("%s: %d token bytes, the header promises %d" % (path, t.numel(), steps * batch * window))
     return t.reshape(steps, batch, window).long()

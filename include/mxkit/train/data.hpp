@@ -127,7 +127,17 @@ inline void fill_window(const std::vector<std::uint8_t>& tokens, std::size_t off
   }
 }
 
-class batch_loader {
+// Where a trainer's batches come from: batch n (0-based) of the run, a function of n alone, so
+// that a resumed run and every rank (train_config::parallel) see the same batches. batch_loader
+// below draws windows of a byte corpus; train/sample_batches.hpp serves token datasets' samples.
+class batch_source {
+ public:
+  virtual ~batch_source() = default;
+  virtual batch at(std::uint64_t n) const = 0;
+  virtual const batch_shape& shape() const noexcept = 0;
+};
+
+class batch_loader : public batch_source {
  public:
   batch_loader(token_buffer tokens, const batch_shape& shape, std::uint64_t seed) : tokens_(std::move(tokens)), shape_(shape), seed_(seed) {
     const std::size_t window = detail::checked_batch_window("batch_loader", shape);
@@ -135,7 +145,7 @@ class batch_loader {
                            " tokens cannot fill a window of ", window);
   }
   // Batch number n (0-based).
-  batch at(std::uint64_t n) const {
+  batch at(std::uint64_t n) const override {
     batch out{shape_, std::vector<std::int32_t>(shape_.tokens()), std::vector<std::int32_t>(shape_.tokens())};
     const std::uint64_t range = tokens_->size() - shape_.seq;  // offsets 0 .. size - seq - 1
     for (std::size_t b = 0; b < shape_.batch; ++b) {
@@ -148,7 +158,7 @@ class batch_loader {
   batch next() { return at(position_++); }
   std::uint64_t position() const noexcept { return position_; }
   void seek(std::uint64_t n) noexcept { position_ = n; }
-  const batch_shape& shape() const noexcept { return shape_; }
+  const batch_shape& shape() const noexcept override { return shape_; }
 
  private:
   token_buffer tokens_;

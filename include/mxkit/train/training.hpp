@@ -77,8 +77,13 @@ inline double evaluate(model& m, const std::vector<batch>& batches) {
 
 class trainer {
  public:
+  // Trains on random windows of a byte corpus (batch_loader, seeded by c.data_seed).
   trainer(model& m, token_buffer train_tokens, const train_config& c)
-      : m_(&m), c_(c), loader_(std::move(train_tokens), c.shape, c.data_seed), dp_(m, c.parallel),
+      : trainer(m, std::make_shared<const batch_loader>(std::move(train_tokens), c.shape, c.data_seed), c) {}
+  // Trains on any batch source (a token dataset's samples: train/sample_batches.hpp); its batch
+  // shape must be c.shape.
+  trainer(model& m, std::shared_ptr<const batch_source> batches, const train_config& c)
+      : m_(&m), c_(c), loader_(checked_source(std::move(batches), c.shape)), dp_(m, c.parallel),
         opt_(m.be(), dp_.optimizer_parameters(), c.optimizer) {
     opt_.set_distribution(static_cast<double>(dp_.global_micro_batches()), dp_.sharded() ? dp_.comm() : nullptr);
     detail::require(c.heal_step < c.steps, "trainer: heal_step ", c.heal_step, " must be below steps ", c.steps);
@@ -105,7 +110,7 @@ class trainer {
     m_->zero_grad();
     for (std::size_t k = 0; k < dp_.micro_batches(); ++k) {  // batch step x (N K) + r K + k of the loader
       const std::size_t j = dp_.micro_batch_index(k);
-      const batch b = loader_.at(step_ * dp_.global_micro_batches() + j);
+      const batch b = loader_->at(step_ * dp_.global_micro_batches() + j);
       be.write_tokens(tokens_, b.inputs, m_->config().vocab);
       be.write_tokens(targets_, b.targets, m_->config().vocab);
       m_->set_micro_batch(j);
@@ -141,7 +146,6 @@ class trainer {
     step_ = steps_done;
     window_ = 0;
     m_->be().fill(loss_sum_, 0.0);
-    loader_.seek(steps_done);
     m_->set_step(steps_done);
   }
 
@@ -156,7 +160,7 @@ class trainer {
  private:
   model* m_;
   train_config c_;
-  batch_loader loader_;
+  std::shared_ptr<const batch_source> loader_;  // batch n: at(n), nothing else (a resumed run needs no position)
   data_parallel dp_;  // before opt_: the optimizer's parameters are its
   adamw opt_;
   std::optional<fp8_weight_stash> stash_;
@@ -165,6 +169,13 @@ class trainer {
   std::vector<double> losses_;
   tensor tokens_, targets_;  // (B*T, 1) i32
   tensor loss_sum_;          // (1, 1) f64: the losses since the last logging step
+
+  static std::shared_ptr<const batch_source> checked_source(std::shared_ptr<const batch_source> s, const batch_shape& shape) {
+    detail::require(s != nullptr, "trainer: no batch source");
+    detail::require(s->shape().batch == shape.batch && s->shape().seq == shape.seq, "trainer: the batch source's batches are ", s->shape().batch,
+                    " x ", s->shape().seq, ", the configuration's ", shape.batch, " x ", shape.seq);
+    return s;
+  }
 
   void log(double lr) {
     backend& be = m_->be();

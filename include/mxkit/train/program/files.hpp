@@ -10,7 +10,7 @@
 //               (symlinked folders, "." and ".." resolved) for a file not there yet.
 //   theirs      an existing output is replaced only when it is empty or this program's own
 //               (output_format): a CSV starts with csv_header, a checkpoint with the checkpoint
-//               magic, a batch dump with "MXBATCH1", an export is safetensors (a u64 header
+//               magic, a batch dump with "MXBATCH1" or "MXBATCH2", an export is safetensors (a u64 header
 //               length, then '{'). --overwrite accepts any regular file; a folder, device, pipe
 //               or socket (/dev/null too) is never replaced: the save renames a new regular file
 //               over the path, which would put a file where the special file was.
@@ -118,7 +118,8 @@ inline bool starts_with_csv_header(std::string_view p) { return p == csv_header;
 inline bool starts_with_checkpoint_magic(std::string_view p) {
   return p == std::string_view(mxkit::nn::checkpoint_magic, sizeof mxkit::nn::checkpoint_magic);
 }
-inline bool starts_with_batch_magic(std::string_view p) { return p == batch_dump_magic; }
+// "MXBATCH1" (text) or "MXBATCH2" (token datasets: int32 tokens).
+inline bool starts_with_batch_magic(std::string_view p) { return p == batch_dump_magic || p == "MXBATCH2"; }
 // safetensors: a little-endian u64 header length (not 0), then the JSON header's '{'.
 inline bool starts_like_safetensors(std::string_view p) {
   std::uint64_t n = 0;
@@ -132,7 +133,7 @@ inline constexpr output_format checkpoint_format{sizeof mxkit::nn::checkpoint_ma
                                                  "an mxkit checkpoint (no MXKITCKP magic)"};
 inline constexpr output_format export_format{9, starts_like_safetensors, "a safetensors file (no header length and '{')"};
 inline constexpr output_format batches_format{batch_dump_magic.size(), starts_with_batch_magic,
-                                              "this program's batch dump (no MXBATCH1 magic)"};
+                                              "this program's batch dump (no MXBATCH1 or MXBATCH2 magic)"};
 
 // An existing output is this program's, empty, or --overwrite says to replace it.
 inline void check_replaceable(const flagged_path& out, const output_format& format, bool overwrite) {

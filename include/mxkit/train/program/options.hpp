@@ -33,7 +33,9 @@ namespace fs = std::filesystem;
 namespace nn = ::mxkit::nn;
 
 struct options {
-  fs::path data;  // empty: the repository's corpora (repository_data.hpp)
+  fs::path data;       // empty: the repository's corpora (repository_data.hpp)
+  fs::path eval_data;  // empty: hold out a tenth of --data (train_data.hpp)
+  std::optional<std::size_t> vocab;  // default: the data's largest token + 1 (text: 256)
   std::string recipe = "bf16";
   nn::dtype activations = nn::dtype::bf16;
   std::size_t layers = 16, d_model = 768, heads = 12, kv_heads = 4, ffn = 2048;
@@ -183,9 +185,24 @@ inline std::vector<flag> flags() {
   const char* data = "data and recipe";
   return {
       {"--data", "PATH", data,
-       "any file, read as bytes (vocabulary 256); the last 10% is held out for evaluation\n"
+       "the training data, its format told from its content (not its name):\n"
+       "    - a Megatron-LM/NeMo indexed dataset (.idx + .bin), by its prefix or either file:\n"
+       "      samples of --seq + 1 tokens built by Megatron's GPTDataset rule, seeded by --seed + 1\n"
+       "    - a packed .npy array [rows, --seq + 1] of integer tokens, with an optional loss mask\n"
+       "      NAME.loss_mask.npy beside it (read and checked; the loss does not apply it yet)\n"
+       "    - any other file: text, read as bytes (vocabulary 256)\n"
+       "    tools/make_dataset.py writes the first two from text with a tokenizer. Without\n"
+       "    --eval-data the last 10% (of the bytes, documents or rows) is held out for evaluation\n"
        "    (default: the repository's data/stories.txt and data/qa.txt, each split 90/10)",
        path(&options::data)},
+      {"--eval-data", "PATH", data,
+       "held-out data for evaluation, any format of --data (tokens with tokens, text with text);\n"
+       "    --data is then trained on whole (default: the held-out tenth of --data)",
+       path(&options::eval_data)},
+      {"--vocab", "N", data,
+       "vocabulary size of the model's embedding and head; a token >= N is refused\n"
+       "    (default: the data's largest token + 1; 256 for text)",
+       [](options& o, std::string_view v) { o.vocab = parse_count("--vocab", v, false); }},
       {"--recipe", "NAME", data, "training recipe (default " + d.recipe + "):" + recipes,
        [](options& o, std::string_view v) { o.recipe = std::string(v); }},
       {"--activations", "f32|bf16", data,
@@ -202,7 +219,7 @@ inline std::vector<flag> flags() {
       {"--kv-heads", "N", "model", "key/value heads, grouped-query attention (default " + to_string(d.kv_heads) + ")",
        count("--kv-heads", &options::kv_heads, false)},
       {"--ffn", "N", "model", "SwiGLU hidden width (default " + to_string(d.ffn) + ")", count("--ffn", &options::ffn, false)},
-      {"--seq", "N", "model", "sequence length in bytes (default " + to_string(d.seq) + ")", count("--seq", &options::seq, false)},
+      {"--seq", "N", "model", "sequence length in tokens (default " + to_string(d.seq) + ")", count("--seq", &options::seq, false)},
       {"--batch", "N", "model", "sequences per step (default " + to_string(d.batch) + ")", count("--batch", &options::batch, false)},
       {"--steps", "N", "run", "optimizer steps (default " + to_string(d.steps) + ")", count("--steps", &options::steps, false)},
       {"--stop-after", "N", "run",
@@ -304,10 +321,11 @@ inline std::vector<flag> flags() {
        }},
       {"--dump-batches", "PATH", "interchange",
        "before the first step, write the windows every step of --steps trains on, in order:\n"
-       "    \"MXBATCH1\", u64 steps, rows, seq + 1 (little-endian), then steps x rows x (seq + 1) token\n"
-       "    bytes (inputs and the last target). rows = ranks x --micro-batches x --batch: a step's\n"
-       "    micro-batches in order, rank 0's first (rank r's k-th is number r x --micro-batches + k),\n"
-       "    each --batch rows. Checked before the first step as --checkpoint is (--overwrite)",
+       "    \"MXBATCH1\" (text: one byte a token) or \"MXBATCH2\" (token datasets: int32 tokens), u64\n"
+       "    steps, rows, seq + 1 (little-endian), then steps x rows x (seq + 1) tokens (inputs and the\n"
+       "    last target). rows = ranks x --micro-batches x --batch: a step's micro-batches in order,\n"
+       "    rank 0's first (rank r's k-th is number r x --micro-batches + k), each --batch rows.\n"
+       "    Checked before the first step as --checkpoint is (--overwrite)",
        path(&options::dump_batches)},
       {"--switch-to", "NAME", "healing", "from --switch-at on, train with this recipe (healing: e.g. fp8 or bf16)",
        [](options& o, std::string_view v) { o.switch_to = std::string(v); }},
@@ -323,7 +341,7 @@ inline std::vector<flag> flags() {
 // projections, and the final norm (nn/model.hpp).
 inline double approximate_parameters(const options& o) {
   const double d = static_cast<double>(o.d_model), kv = d / static_cast<double>(o.heads) * static_cast<double>(o.kv_heads);
-  const double f = static_cast<double>(o.ffn), vocab = 256;
+  const double f = static_cast<double>(o.ffn), vocab = static_cast<double>(o.vocab.value_or(256));  // (the data's, when not given: unknown here)
   const double per_layer = 2 * d + d * (d + 2 * kv) + d * d + 3 * d * f;
   return 2 * vocab * d + d + static_cast<double>(o.layers) * per_layer;
 }
@@ -408,7 +426,8 @@ inline std::optional<options> parse_options(int argc, char** argv) {
 inline void print_help(const char* program) {
   std::printf(
       "usage: %s [flags]\n"
-      "Trains a Llama-style byte-level model (vocabulary 256) from random weights with one mxkit recipe.\n",
+      "Trains a Llama-style model from random weights with one mxkit recipe, on text (bytes, vocabulary 256)\n"
+      "or token datasets (Megatron-LM indexed, packed .npy; --vocab).\n",
       program);
   const char* group = "";
   for (const detail::flag& f : detail::flags()) {

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The training program behind examples 05_train (host reference backend) and 06_train_gpu (the
-// GPU backend): a Llama-style byte-level model from random weights, any recipe, any file read as
-// bytes, with progress, evaluation, checkpoints, resumption and a CSV of the losses. Everything
+// GPU backend): a Llama-style model from random weights, any recipe, on any file read as bytes or
+// a token dataset (Megatron-LM indexed, packed .npy: train_data.hpp), with progress, evaluation,
+// checkpoints, resumption and a CSV of the losses. Everything
 // here talks to an nn::backend only, so the host build runs (and ctest checks) exactly the code
 // the GPU runs; the two mains differ only in the backend they construct and what they know about
 // the device (device_info).
 //
 // The command line is train_options.hpp; the checks of the output files (--checkpoint, --csv,
-// --export, --dump-batches) before the first step are train_files.hpp. A checkpoint, a single
+// --export, --dump-batches) before the first step are files.hpp. A checkpoint, a single
 // file or a sharded manifest, records the run's settings (run_settings, train_program.cpp);
 // --resume compares them with the flags before it loads anything. A run whose loss or gradient
 // norm stops being finite ends with an error before it saves over a checkpoint.
