@@ -5,9 +5,9 @@
 // layer kernels (ref/nn/). Includes <mxkit/mxkit.hpp>.
 // Written by scripts/update_umbrella.sh, checked by ctest static.headers.
 #include <mxkit/mxkit.hpp>
+#include <mxkit/file_io.hpp>
 #include <mxkit/host/host_backend.hpp>
 #include <mxkit/io/checkpoint.hpp>
-#include <mxkit/io/file_io.hpp>
 #include <mxkit/io/hf_llama.hpp>
 #include <mxkit/io/json_reader.hpp>
 #include <mxkit/io/safetensors.hpp>

@@ -26,7 +26,7 @@
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/io/checkpoint.hpp>
 #include <mxkit/train/data.hpp>
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/io/hf_llama.hpp>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Fault injection into mxkit's file I/O (the detail::io_ops() seam of io/file_io.hpp): the n-th
+// Fault injection into mxkit's file I/O (the detail::io_ops() seam of file_io.hpp): the n-th
 // read, write, fsync or close fails with a chosen errno, as a full disk, a failing device or a
 // network file system would make it fail. The scope counts the calls and restores the real ones.
 // A failing close still releases the descriptor, as close(2) does on Linux.
@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 
 #if MXKIT_POSIX_FILE_IO
 #include <unistd.h>

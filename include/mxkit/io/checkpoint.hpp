@@ -27,7 +27,7 @@
 // the saver's business (the training program records its configuration there and compares it on
 // --resume); this header only stores them. read_checkpoint_info reads the header and the settings
 // alone, before a model exists to load into.
-// Saving goes through detail::replace_file (io/file_io.hpp): a unique temporary next to <path>,
+// Saving goes through detail::replace_file (file_io.hpp): a unique temporary next to <path>,
 // created exclusively and never through a symlink, written, fsync'ed and closed with every result
 // checked, renamed over <path>, then the directory fsync'ed. A crash leaves the old checkpoint or
 // the new one, never a torn file; concurrent saves of one path each leave a complete checkpoint
@@ -60,7 +60,7 @@
 #include <mxkit/config.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/train/adamw.hpp>
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 #include <mxkit/nn/model.hpp>
 
 MXKIT_BEGIN_NAMESPACE

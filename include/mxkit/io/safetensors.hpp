@@ -38,7 +38,7 @@
 #include <mxkit/error.hpp>
 #include <mxkit/format/bits.hpp>
 #include <mxkit/format/float16.hpp>
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 #include <mxkit/io/json_reader.hpp>
 
 MXKIT_BEGIN_NAMESPACE

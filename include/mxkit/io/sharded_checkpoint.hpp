@@ -2,7 +2,7 @@
 #pragma once
 // Sharded checkpoints of a data-parallel run (data_parallel.hpp): a directory holding one shard
 // file per rank and a manifest that names them. Every file goes through detail::replace_file
-// (io/file_io.hpp: a temporary, fsync, rename, directory fsync), as checkpoint.hpp's single file
+// (file_io.hpp: a temporary, fsync, rename, directory fsync), as checkpoint.hpp's single file
 // does, and uses its little-endian primitives, FNV-1a 64 checksum and run settings.
 //
 //   shard-<r>-of-<N>-g<G>  written by rank r in the save of generation G: its part of every

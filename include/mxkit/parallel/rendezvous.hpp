@@ -50,7 +50,7 @@
 
 #include <mxkit/error.hpp>
 #include <mxkit/parallel/communicator.hpp>
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {

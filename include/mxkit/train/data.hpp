@@ -3,7 +3,7 @@
 // Training data: byte-level tokens (vocabulary 256, no merges: any file is a token stream), a
 // corpus file split into a training part and a held-out validation tail, and a deterministic
 // loader. The file is read in chunks, so any size that fits in memory at one byte per token
-// works; every read is checked (io/file_io.hpp). The repository ships a small generated corpus
+// works; every read is checked (file_io.hpp). The repository ships a small generated corpus
 // in data/ (data/README.md).
 //   train batches       random windows of seq + 1 tokens, offset b of batch n drawn from
 //                       Philox(seed, n, b): reproducible and resumable (seek(n))
@@ -23,7 +23,7 @@
 
 #include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 #include <mxkit/nn/transformer_layer.hpp>
 #include <mxkit/random/philox.hpp>
 

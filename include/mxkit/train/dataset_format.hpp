@@ -20,7 +20,7 @@
 #include <system_error>
 
 #include <mxkit/error.hpp>
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 #include <mxkit/train/indexed_dataset.hpp>
 #include <mxkit/train/npy.hpp>
 

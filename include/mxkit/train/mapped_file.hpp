@@ -22,7 +22,7 @@
 #include <vector>
 
 #include <mxkit/error.hpp>
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 
 #if MXKIT_POSIX_FILE_IO
 #include <sys/mman.h>

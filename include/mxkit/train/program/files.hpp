@@ -32,7 +32,7 @@
 
 #include <mxkit/config.hpp>
 #include <mxkit/io/checkpoint.hpp>
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 #include <mxkit/io/sharded_checkpoint.hpp>
 
 #include <mxkit/train/program/options.hpp>

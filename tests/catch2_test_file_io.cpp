@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// io/file_io.hpp: replace_file keeps the replaced file's mode and owner, its temporary fits
+// file_io.hpp: replace_file keeps the replaced file's mode and owner, its temporary fits
 // beside a target whose name is as long as the file system allows, and it never puts a regular
 // file in the place of a pipe (or device, or socket). (Failures of each system call
 // are covered through checkpoints in catch2_test_checkpoint.cpp.)
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include <mxkit/io/file_io.hpp>
+#include <mxkit/file_io.hpp>
 
-#include "../catch.hpp"
+#include "catch.hpp"
 
 #if MXKIT_POSIX_FILE_IO
 #include <sys/stat.h>
