@@ -70,7 +70,8 @@ non-zero if anything failed.
                         (mxkit_gpu_kernels) built from this tree and from the source tree BASE (an
                         older checkout, e.g. `git worktree add /tmp/base <commit>`) with the same
                         settings, each object's cubins extracted (cuobjdump) and compared byte for
-                        byte; needs nvcc only, no GPU
+                        byte, else function by function (SASS: a header move may only reorder the
+                        functions in the cubin); needs nvcc and cuobjdump, no GPU
   launch N PROGRAM [ARGS...]
                         PROGRAM on N GPUs, one process per GPU (scripts/launch_gpus.sh, which
                         stays the launcher the training programs name)
