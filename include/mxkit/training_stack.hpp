@@ -14,6 +14,7 @@
 #include <mxkit/io/sharded_checkpoint.hpp>
 #include <mxkit/nn/attention.hpp>
 #include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/backend_checks.hpp>
 #include <mxkit/nn/backend_observer.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/delayed_scaling_rule.hpp>
