@@ -34,6 +34,7 @@
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/nn/transformer_layer.hpp>
 #include <mxkit/parallel/communicator.hpp>
+#include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/parallel/data_parallel.hpp>
 #include <mxkit/parallel/quantized_gather.hpp>
 #include <mxkit/parallel/rendezvous.hpp>

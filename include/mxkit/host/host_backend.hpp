@@ -22,7 +22,8 @@
 // store, as a device kernel loads bf16, computes in fp32 and stores bf16. The producers
 // (rmsnorm_quantize, swiglu_quantize, swiglu_backward_quantize) are nn::backend's unfused
 // defaults: the kernel into a temporary, then its output quantized (the same bytes by
-// construction). gemm with a C operand copies C into D first.
+// construction). gemm with a C operand copies C into D first. Beside nn::backend it implements
+// full sharding's copy gather (parallel/copy_gather.hpp): copies packed and assembled as bytes.
 // Not final: tests derive from it to record what the layers ask for.
 #include <array>
 #include <cmath>
@@ -42,6 +43,7 @@
 #include <mxkit/error.hpp>
 #include <mxkit/format/float16.hpp>
 #include <mxkit/nn/backend.hpp>
+#include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/nn/adamw.hpp>
 #include <mxkit/ref/nn/attention.hpp>
@@ -57,7 +59,7 @@
 MXKIT_BEGIN_NAMESPACE
 namespace ref {
 
-class host_backend : public nn::backend {
+class host_backend : public nn::backend, public nn::copy_gather {
  public:
   // Storage of one quantized copy in host memory.
   struct payload final : nn::qpayload {
@@ -80,6 +82,7 @@ class host_backend : public nn::backend {
   std::size_t pooled_bytes() const noexcept { return pool_->free_bytes; }
 
   const char* name() const noexcept override { return "host"; }
+  nn::copy_gather* copy_gatherer() noexcept override { return this; }
 
   // ---- host views of quantized copies (tests and oracles)
   static const payload& get(const nn::qtensor& q) {
@@ -249,7 +252,7 @@ class host_backend : public nn::backend {
     return finish(r, host.rows(), host.cols(), std::move(p));
   }
 
-  // ---- copies gathered from the ranks' slabs (backend.hpp's wire format)
+  // ---- copies gathered from the ranks' slabs (parallel/copy_gather.hpp's wire format)
   static_assert(sizeof(bfloat16) == copy_element_bytes(nn::precision::bf16) && std::is_trivially_copyable_v<bfloat16>,
                 "a bf16 copy's values travel as their bytes");
   bool do_gathers_copies() const noexcept override { return true; }

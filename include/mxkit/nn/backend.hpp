@@ -58,6 +58,9 @@
 //               attention_backward, swiglu_forward / swiglu_quantize / swiglu_backward /
 //               swiglu_backward_quantize, embedding_forward / embedding_backward, cross_entropy
 //   optimizer   global_norm (multi-tensor), adamw_step (multi-tensor)
+// Not here: full sharding's gather of quantized weight copies between ranks, a seam of its own
+// (parallel/copy_gather.hpp) that a backend implements beside this one and hands out through
+// copy_gatherer().
 // Stored copies follow mxkit's convention (tensor/mx_tensor.hpp): a rowwise copy of a [rows,
 // cols] matrix is stored as is, a columnwise copy transposed, so the reduction axis of every
 // GEMM operand is contiguous. This holds for every precision, not only MX.
@@ -88,6 +91,8 @@
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
+
+class copy_gather;  // parallel/copy_gather.hpp: full sharding's seam, implemented beside this one
 
 struct backend_counters {
   std::array<std::uint64_t, operand_use_count> quantized{};  // stored copies produced, by use
@@ -219,67 +224,6 @@ class backend {
     ++counters_.quantized[static_cast<std::size_t>(use)];
     return observed(backend_op::transpose, [&] { return do_transpose(rowwise, use, tag); });
   }
-  // A weight's copies from the ranks' slabs of rows (full sharding, data_parallel.hpp): each rank
-  // quantizes its slab (quantize/quantize_both on its rows), packs the copy into a wire buffer of
-  // bytes the ranks all-gather, and every rank assembles the whole copy from the slabs. The wire
-  // format of a copy of a [rows, cols] slab is backend-neutral: its stored codes (lines x length,
-  // MX packed as mx_layout), then, MX, its E8M0 scales (lines x blocks per line). An FP8 copy sends
-  // its codes only: its scale is the table's, the same on every rank; a bf16 copy its values (2
-  // bytes each, as stored). FP8 and bf16 copies travel rowwise: their columnwise copy is the
-  // rowwise one's transpose (transpose()). Slabs are whole 32-row blocks (but the last), so every
-  // block of either copy is quantized from the values the whole weight's quantizer reads: the
-  // assembled copy is the bytes quantizing the gathered weight gives, for round-to-nearest
-  // (stochastic rounding draws by element index, which a slab's quantizer does not know; bf16's
-  // rounding is elementwise, so any rows would do). A backend that cannot assemble copies says so
-  // (gathers_copies): the ranks then gather the weights.
-  static constexpr bool copy_travels(precision k) noexcept { return k == precision::mx || columnwise_is_transpose(k); }
-  // Bytes of one element of a copy that travels as whole elements (FP8, bf16); 0 for MX.
-  static constexpr std::size_t copy_element_bytes(precision k) noexcept {
-    return k == precision::fp8 ? 1 : k == precision::bf16 ? sizeof(std::uint16_t) : 0;
-  }
-  static std::size_t copy_wire_bytes(const quant_request& r, std::size_t rows, std::size_t cols) {
-    detail::require(copy_travels(r.spec.kind), "copy_wire_bytes: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind),
-                    " copy (native operands are gathered as the weights)");
-    if (r.spec.kind != precision::mx) return rows * cols * copy_element_bytes(r.spec.kind);
-    const mx_layout l{r.spec.mx, r.axis, rows, cols};
-    return l.data_bytes() + l.scale_count();
-  }
-  bool gathers_copies() const noexcept { return do_gathers_copies(); }
-  // q's wire bytes at wire's byte `byte_offset` (wire: any tensor, read as bytes).
-  void pack_copy(const qtensor& q, tensor& wire, std::size_t byte_offset) {
-    detail::require(gathers_copies(), "pack_copy: backend '", name(), "' does not gather quantized copies");
-    detail::require(q.defined(), "pack_copy: the copy is not defined");
-    detail::require(copy_travels(q.kind()), "pack_copy: needs an FP8, bf16 or MX copy, got a ", name_of(q.kind()), " copy");
-    detail::require(!columnwise_is_transpose(q.kind()) || q.axis() == block_axis::rowwise, "pack_copy: ", name_of(q.kind()),
-                    " copies travel rowwise (the columnwise copy is the transpose), got a columnwise one");
-    const std::size_t n = copy_wire_bytes(q.request(), q.rows(), q.cols());
-    detail::require(wire.defined() && byte_offset <= wire.bytes() && n <= wire.bytes() - byte_offset, "pack_copy: ", n, " bytes at ",
-                    byte_offset, " do not fit a wire of ", wire.bytes());
-    do_pack_copy(q, wire, byte_offset);
-  }
-  // The whole [rows, cols] copy `r` asks for, from slabs covering rows 0 .. rows in order, each
-  // packed by pack_copy (slabs of MX columnwise copies hold multiples of 32 rows, but the last).
-  qtensor assemble_copy(const quant_request& r, std::size_t rows, std::size_t cols, const tensor& wire, std::span<const copy_slab> slabs) {
-    detail::require(gathers_copies(), "assemble_copy: backend '", name(), "' does not gather quantized copies");
-    check_request(r, "assemble_copy");
-    detail::require(copy_travels(r.spec.kind), "assemble_copy: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind), " request");
-    detail::require(!columnwise_is_transpose(r.spec.kind) || r.axis == block_axis::rowwise, "assemble_copy: ", name_of(r.spec.kind),
-                    " copies are assembled rowwise (the columnwise copy is the transpose)");
-    std::size_t next = 0;
-    for (const copy_slab& s : slabs) {
-      detail::require(s.first_row == next && s.rows > 0, "assemble_copy: slabs must cover the rows in order, one starts at row ",
-                      s.first_row, " where row ", next, " is next");
-      detail::require(r.spec.kind != precision::mx || r.axis == block_axis::rowwise || s.first_row % mx_block_size == 0,
-                      "assemble_copy: an MX columnwise slab starts at row ", s.first_row, ", not a multiple of 32");
-      const std::size_t n = copy_wire_bytes(r, s.rows, cols);
-      detail::require(wire.defined() && s.byte_offset <= wire.bytes() && n <= wire.bytes() - s.byte_offset, "assemble_copy: ", n,
-                      " bytes at ", s.byte_offset, " do not fit a wire of ", wire.bytes());
-      next += s.rows;
-    }
-    detail::require(next == rows && rows > 0 && cols > 0, "assemble_copy: slabs cover ", next, " of ", rows, " rows");
-    return do_assemble_copy(r, rows, cols, wire, slabs);
-  }
-
   // FP8 copies between backend memory and host memory (the healing stash): quantize_fp8 of `w`
   // with a host scale, returned in the backend's host memory (waits: a host read); and a host
   // FP8 copy uploaded as a rowwise operand.
@@ -517,6 +461,10 @@ class backend {
   // The observer must outlive its installation; set_observer(nullptr) removes it.
   void set_observer(backend_observer* observer) noexcept { observer_ = observer; }
   backend_observer* observer() const noexcept { return observer_; }
+  // Full sharding's gather of quantized weight copies (parallel/copy_gather.hpp), where this
+  // backend implements it beside this interface (data_parallel.hpp gathers through it). Null, the
+  // default: the ranks gather the weights themselves.
+  virtual copy_gather* copy_gatherer() noexcept { return nullptr; }
 
  protected:
   struct allocation {
@@ -537,14 +485,6 @@ class backend {
   virtual qpair do_quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) = 0;
   virtual qtensor do_transpose(const qtensor& rowwise, operand_use use, mem_tag tag) = 0;
   virtual host_fp8 do_export_fp8(const tensor& w, fp8_type type, float scale) = 0;
-  // A backend that gathers copies overrides all three (the public calls check gathers_copies()).
-  virtual bool do_gathers_copies() const noexcept { return false; }
-  virtual void do_pack_copy(const qtensor&, tensor&, std::size_t) {
-    detail::fail("pack_copy: backend '", name(), "' says it gathers copies but has no do_pack_copy");
-  }
-  virtual qtensor do_assemble_copy(const quant_request&, std::size_t, std::size_t, const tensor&, std::span<const copy_slab>) {
-    detail::fail("assemble_copy: backend '", name(), "' says it gathers copies but has no do_assemble_copy");
-  }
   virtual qtensor do_import_fp8(const host_fp8& host, operand_use use, mem_tag tag) = 0;
   virtual std::shared_ptr<std::uint8_t[]> do_alloc_host(std::size_t bytes) { return std::shared_ptr<std::uint8_t[]>(new std::uint8_t[bytes]); }
   virtual void do_update_scales(scaling_table& table) = 0;

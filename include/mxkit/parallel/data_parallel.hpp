@@ -51,9 +51,9 @@
 // Before the group's forward each rank quantizes its slab into both copies (MX: the fprop rowwise
 // copy and the dgrad columnwise copy, whose 32-row blocks the slab keeps whole; FP8: the rowwise
 // copy, with the table's scale, the same on every rank; bf16: the rowwise copy, rounded
-// elementwise), the ranks all-gather the bytes (backend::pack_copy, u8), and every rank assembles
-// the whole copies (backend::assemble_copy; FP8's and bf16's dgrad copy is the rowwise one's
-// transpose, backend::transpose) and installs them as the linear's cached copies: the bytes
+// elementwise), the ranks all-gather the bytes (copy_gather::pack_copy, u8), and every rank
+// assembles the whole copies (copy_gather::assemble_copy, parallel/copy_gather.hpp: the backend's
+// copy_gatherer(); FP8's and bf16's dgrad copy is the rowwise one's transpose, backend::transpose) and installs them as the linear's cached copies: the bytes
 // quantizing the gathered weight gives, so the results are the fp32 gather's bits. FP8's W amax is
 // recorded per slab; the MAX reduction of the scaling table before the update (reduce_amax) makes
 // it the whole weight's, as it does for every amax (bf16 and MX copies have no table). Per element
@@ -79,7 +79,7 @@
 // rank fills only what it keeps from the parameters' counter-based initializers (parameter.hpp),
 // so no rank makes or holds the whole model; the values are the eager construction's bits.
 //
-// Agreement with one rank accumulating N K micro-batches (tests/nn/catch2_test_data_parallel.cpp):
+// Agreement with one rank accumulating N K micro-batches (tests/parallel/catch2_test_data_parallel.cpp):
 // the micro-batches' losses and gradients are the same bits; what differs is the order of the fp32
 // sums. A GEMM-produced weight gradient adds micro-batch products one at a time on one rank
 // (beta = 1) and in rank order on N ranks with K = 1: the same order, the same bits. Gradients
@@ -103,6 +103,7 @@
 #include <mxkit/error.hpp>
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/parallel/communicator.hpp>
+#include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/parameter.hpp>
 
@@ -125,7 +126,7 @@ struct parallel_config {
   std::size_t micro_batches = 1;  // per rank and step (gradient accumulation)
   sharding shard = sharding::none;
   // Full sharding: gather the weights that linears quantize as their quantized copies (exact: the
-  // fp32 gather's bits), where the backend assembles copies (backend::gathers_copies).
+  // fp32 gather's bits), where the backend assembles copies (backend::copy_gatherer, copy_gather.hpp).
   bool gather_quantized = true;
   // The same for FP8 weights (delayed scaling: the rowwise copy, its transpose made after the
   // gather); off gathers them in fp32 at the same shard layout, with the same bits. (On 3 GPUs an
@@ -497,12 +498,20 @@ class data_parallel {
   }
 
   bool gathers_copies(const group& g, std::size_t i) const {
-    if (!c_.gather_quantized || !g.linears[i] || !m_->be().gathers_copies() || !g.linears[i]->weight_copies_gatherable()) return false;
+    const copy_gather* gatherer = m_->be().copy_gatherer();
+    if (!c_.gather_quantized || !g.linears[i] || !gatherer || !gatherer->gathers_copies() || !g.linears[i]->weight_copies_gatherable())
+      return false;
     switch (g.linears[i]->current_recipe().fprop.b.kind) {
       case precision::fp8: return c_.gather_quantized_fp8;
       case precision::bf16: return c_.gather_quantized_bf16;
       default: return true;
     }
+  }
+  // The backend's copy gather: there whenever gathers_copies(g, i) said so for a copied weight.
+  copy_gather& copy_gatherer() {
+    copy_gather* gatherer = m_->be().copy_gatherer();
+    detail::require(gatherer != nullptr, "data_parallel: backend '", m_->be().name(), "' has no copy gather");
+    return *gatherer;
   }
   // Rows [first, first + count) of parameter i in rank k's shard: whole 32-row slabs (laid out so).
   std::pair<std::size_t, std::size_t> slab_of(const group& g, std::size_t i, std::size_t k) const {
@@ -516,8 +525,8 @@ class data_parallel {
   static bool rowwise_travels_alone(const quant_plan& p) { return backend::columnwise_is_transpose(p.rowwise.spec.kind); }
   // Wire bytes of parameter i's copies from `rows` rows: MX both copies, FP8 and bf16 the rowwise one.
   static std::size_t copies_bytes(const quant_plan& p, std::size_t rows, std::size_t cols) {
-    std::size_t n = backend::copy_wire_bytes(p.rowwise, rows, cols);
-    if (!rowwise_travels_alone(p)) n += backend::copy_wire_bytes(p.columnwise, rows, cols);
+    std::size_t n = copy_gather::copy_wire_bytes(p.rowwise, rows, cols);
+    if (!rowwise_travels_alone(p)) n += copy_gather::copy_wire_bytes(p.columnwise, rows, cols);
     return n;
   }
   // This rank's slabs of the weights in `copied`, quantized and packed at its chunk of a new wire,
@@ -528,6 +537,7 @@ class data_parallel {
   // version recorded the same slabs' amaxes.
   void send_copies(group& g, std::vector<std::size_t> copied, bool record_amax) {
     backend& be = m_->be();
+    copy_gather& gatherer = copy_gatherer();
     const std::size_t n = static_cast<std::size_t>(ranks()), r = static_cast<std::size_t>(rank());
     g.copy_plans.clear();
     for (std::size_t i : copied) g.copy_plans.push_back(g.linears[i]->weight_plan(record_amax));
@@ -549,11 +559,11 @@ class data_parallel {
       }
       const tensor slab = view_of(g.shard_values, g.offsets[i] + first * g.cols[i] - r * g.shard, count, g.cols[i]);
       if (rowwise_travels_alone(p)) {
-        be.pack_copy(be.quantize(slab, p.rowwise), g.wire, at);
+        gatherer.pack_copy(be.quantize(slab, p.rowwise), g.wire, at);
       } else {
         const qpair q = be.quantize_both(slab, p.rowwise, p.columnwise);
-        be.pack_copy(q.rowwise, g.wire, at);
-        be.pack_copy(q.columnwise, g.wire, at + backend::copy_wire_bytes(p.rowwise, count, g.cols[i]));
+        gatherer.pack_copy(q.rowwise, g.wire, at);
+        gatherer.pack_copy(q.columnwise, g.wire, at + copy_gather::copy_wire_bytes(p.rowwise, count, g.cols[i]));
       }
       at += copies_bytes(p, count, g.cols[i]);
     }
@@ -565,6 +575,7 @@ class data_parallel {
   void install_copies(group& g) {
     if (g.copied.empty()) return;
     backend& be = m_->be();
+    copy_gather& gatherer = copy_gatherer();
     const std::size_t n = static_cast<std::size_t>(ranks());
     std::vector<std::size_t> at(n);
     for (std::size_t k = 0; k < n; ++k) at[k] = k * g.chunk;
@@ -577,12 +588,12 @@ class data_parallel {
         const auto [first, count] = slab_of(g, i, k);
         if (count == 0) continue;
         row_slabs.push_back({at[k], first, count});
-        if (!alone) col_slabs.push_back({at[k] + backend::copy_wire_bytes(p.rowwise, count, g.cols[i]), first, count});
+        if (!alone) col_slabs.push_back({at[k] + copy_gather::copy_wire_bytes(p.rowwise, count, g.cols[i]), first, count});
         at[k] += copies_bytes(p, count, g.cols[i]);
       }
-      qtensor row = be.assemble_copy(p.rowwise, g.rows[i], g.cols[i], g.wire, row_slabs);
+      qtensor row = gatherer.assemble_copy(p.rowwise, g.rows[i], g.cols[i], g.wire, row_slabs);
       qtensor col = alone ? be.transpose(row, operand_use::dgrad_w, mem_tag::quantized_weight)
-                          : be.assemble_copy(p.columnwise, g.rows[i], g.cols[i], g.wire, col_slabs);
+                          : gatherer.assemble_copy(p.columnwise, g.rows[i], g.cols[i], g.wire, col_slabs);
       g.linears[i]->install_weight_copies(std::move(row), std::move(col));
     }
     g.wire.reset();

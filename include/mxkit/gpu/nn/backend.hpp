@@ -36,6 +36,8 @@
 // The healing stash: export_fp8 casts on the device and copies the codes to the host;
 // import_fp8 uploads on a second stream (the copy engine) ordered after the backend's stream, so
 // the MXFP4 copies freed before it are reused.
+// Beside nn::backend it implements full sharding's copy gather (parallel/copy_gather.hpp): copies
+// packed into and assembled from device wire buffers by stream-ordered copies.
 // Not here: native (unrounded) operands and f64 models (the gradient check): the host backend's.
 // AMD: compiled for gfx942 and gfx950, never run (no AMD GPU was available to this project).
 // Beside this class: gpu/nn/operand_payload.hpp (the copies' device storage and its counting),
@@ -71,13 +73,14 @@
 #include <mxkit/gpu/quantize.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/nn/backend.hpp>
+#include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
 
-class device_backend : public nn::backend {
+class device_backend : public nn::backend, public nn::copy_gather {
  public:
   // Storage of one quantized copy in device memory (gpu/nn/operand_payload.hpp).
   using payload = device_payload;
@@ -88,6 +91,7 @@ class device_backend : public nn::backend {
   ~device_backend() override;
 
   const char* name() const noexcept override { return MXKIT_GPU_HIP ? "hip" : "cuda"; }
+  nn::copy_gather* copy_gatherer() noexcept override { return this; }
   // The stream every operation is enqueued on.
   stream_t stream() const noexcept { return stream_; }
   // Quantized copies of kind p alive right now (anywhere: caches, saved operands, callers).
@@ -114,8 +118,8 @@ class device_backend : public nn::backend {
 
   nn::qtensor do_transpose(const nn::qtensor& q, nn::operand_use use, nn::mem_tag tag) override;
 
-  // A weight's copies gathered from the ranks' slabs (backend.hpp's wire format; stream-ordered
-  // copies, operand_payload.hpp).
+  // A weight's copies gathered from the ranks' slabs (parallel/copy_gather.hpp's wire format;
+  // stream-ordered copies, operand_payload.hpp).
   bool do_gathers_copies() const noexcept override { return true; }
   void do_pack_copy(const nn::qtensor& q, nn::tensor& wire, std::size_t byte_offset) override {
     payloads_.pack(q, static_cast<std::uint8_t*>(wire.data()) + byte_offset);
