@@ -6,6 +6,7 @@
 // Written by scripts/update_umbrella.sh, checked by ctest static.headers.
 #include <mxkit/mxkit.hpp>
 #include <mxkit/host/host_backend.hpp>
+#include <mxkit/host/host_staging.hpp>
 #include <mxkit/io/checkpoint.hpp>
 #include <mxkit/io/file_io.hpp>
 #include <mxkit/io/hf_llama.hpp>
