@@ -37,6 +37,9 @@
 #include <mxkit/parallel/communicator.hpp>
 #include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/parallel/data_parallel.hpp>
+#include <mxkit/parallel/gathered_copies.hpp>
+#include <mxkit/parallel/gradient_group.hpp>
+#include <mxkit/parallel/parallel_config.hpp>
 #include <mxkit/parallel/quantized_gather.hpp>
 #include <mxkit/parallel/rendezvous.hpp>
 #include <mxkit/parallel/thread_communicator.hpp>
