@@ -7,6 +7,7 @@
 #include <mxkit/mxkit.hpp>
 #include <mxkit/file_io.hpp>
 #include <mxkit/host/host_backend.hpp>
+#include <mxkit/host/host_staging.hpp>
 #include <mxkit/io/checkpoint.hpp>
 #include <mxkit/io/hf_llama.hpp>
 #include <mxkit/io/json_reader.hpp>
@@ -14,6 +15,7 @@
 #include <mxkit/io/sharded_checkpoint.hpp>
 #include <mxkit/nn/attention.hpp>
 #include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/backend_checks.hpp>
 #include <mxkit/nn/backend_observer.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/delayed_scaling_rule.hpp>
@@ -33,7 +35,11 @@
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/nn/transformer_layer.hpp>
 #include <mxkit/parallel/communicator.hpp>
+#include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/parallel/data_parallel.hpp>
+#include <mxkit/parallel/gathered_copies.hpp>
+#include <mxkit/parallel/gradient_group.hpp>
+#include <mxkit/parallel/parallel_config.hpp>
 #include <mxkit/parallel/quantized_gather.hpp>
 #include <mxkit/parallel/rendezvous.hpp>
 #include <mxkit/parallel/thread_communicator.hpp>

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Full sharding on the device backend through NCCL (one thread per GPU, the backend's stream the
 // communicator's): gathering the weights as their quantized copies (parallel_config::
-// gather_quantized; backend::pack_copy / assemble_copy, gpu/nn/operand_payload.hpp) gives the
+// gather_quantized; copy_gather::pack_copy / assemble_copy, gpu/nn/operand_payload.hpp) gives the
 // fp32 gather's losses, weights and FP8 scales bit for bit, per recipe (MXFP4 with and without
 // Hadamard, MXFP8, FP8 delayed scaling, bf16, MXFP4 with bf16 first and last layers; FP8 and bf16
 // weights, the bf16 head of every recipe among them, against the fp32 gather at the same shard
-// layout, see below). The host twins: tests/nn/catch2_test_data_parallel.cpp (NCCL's summation
+// layout, see below). The host twins: tests/parallel/catch2_test_data_parallel.cpp (NCCL's summation
 // order too).
 // Skipped without two GPUs or the library.
 #include <chrono>

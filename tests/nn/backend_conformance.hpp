@@ -22,7 +22,8 @@
 //     recording; bf16 rowwise and columnwise) and export_fp8 / import_fp8 (the healing stash),
 //     from f32 and bf16 inputs: byte for byte (codes, scales, the FP8 copy's scale and amax, the
 //     history the casts wrote).
-//   - pack_copy / assemble_copy: a copy assembled from slabs of rows is the oracle's whole copy.
+//   - pack_copy / assemble_copy (the copy gather, parallel/copy_gather.hpp, where the backend has
+//     one): a copy assembled from slabs of rows is the oracle's whole copy.
 //   - gemm, every precision and product (fprop, dgrad, wgrad on the copies the layers use), f32
 //     and bf16 D, alpha/beta with a separate C and with C = D: within the GEMM tests' bound.
 //   - update_scales after casts (max and most_recent, margin 2, a NaN amax, a row never cast):
@@ -64,6 +65,7 @@
 #include <mxkit/train/training.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/host/host_backend.hpp>
+#include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/ref/nn/attention.hpp>
 
 #include "../byte_compare.hpp"
@@ -502,18 +504,20 @@ void quantized_copies() {
   CHECK(d.counters().copies(operand_use::wgrad_x) == h.counters().copies(operand_use::wgrad_x));
 }
 
-// A weight's copies gathered from slabs of rows (full sharding, parallel/data_parallel.hpp): each slab
-// quantized (quantize_both on a view of its rows), packed into one wire buffer (pack_copy), and
-// the whole copy assembled (assemble_copy) equals the oracle's copy of the whole tensor, byte for
-// byte; for FP8 and bf16, which travel rowwise, its transpose equals the oracle's columnwise copy.
-// Slabs of whole 32-row blocks but the last (ragged for the rowwise, FP8 and bf16 copies); bf16
-// slabs from f32 values and from bf16 values (a copy that is its source: may_alias_input).
+// A weight's copies gathered from slabs of rows (full sharding, parallel/data_parallel.hpp, through
+// the backend's copy_gatherer(), parallel/copy_gather.hpp): each slab quantized (quantize_both on a
+// view of its rows), packed into one wire buffer (pack_copy), and the whole copy assembled
+// (assemble_copy) equals the oracle's copy of the whole tensor, byte for byte; for FP8 and bf16,
+// which travel rowwise, its transpose equals the oracle's columnwise copy. Slabs of whole 32-row
+// blocks but the last (ragged for the rowwise, FP8 and bf16 copies); bf16 slabs from f32 values
+// and from bf16 values (a copy that is its source: may_alias_input).
 template <class S>
 void gathered_copies() {
   host_backend h;
   const auto made = S::make();
   auto& d = *made;
-  if (!d.gathers_copies()) return;
+  copy_gather* const g = d.copy_gatherer();  // the seam data_parallel gathers through
+  if (!g || !g->gathers_copies()) return;
   const delayed_scaling_config cfg{4, amax_algorithm::max, 0};
   const std::shared_ptr<scaling_table> th = h.make_scaling_table(cfg, {fp8_type::e4m3});
   const std::shared_ptr<scaling_table> td = d.make_scaling_table(cfg, {fp8_type::e4m3});
@@ -548,10 +552,10 @@ void gathered_copies() {
         const std::size_t n = cuts[k + 1] - cuts[k];
         if (n == 0) continue;
         row_slabs.push_back({bytes, cuts[k], n});
-        bytes += backend::copy_wire_bytes(c.row, n, cols);
+        bytes += copy_gather::copy_wire_bytes(c.row, n, cols);
         if (col) {
           col_slabs.push_back({bytes, cuts[k], n});
-          bytes += backend::copy_wire_bytes(c.col, n, cols);
+          bytes += copy_gather::copy_wire_bytes(c.col, n, cols);
         }
       }
       tensor wire = d.alloc(1, (bytes + 3) / 4, dtype::f32, mem_tag::quantized_weight);
@@ -559,17 +563,17 @@ void gathered_copies() {
         const tensor slab = view_of(x.d, row_slabs[k].first_row * cols, row_slabs[k].rows, cols);
         if (col) {
           const qpair q = d.quantize_both(slab, c.row, c.col);
-          d.pack_copy(q.rowwise, wire, row_slabs[k].byte_offset);
-          d.pack_copy(q.columnwise, wire, col_slabs[k].byte_offset);
+          g->pack_copy(q.rowwise, wire, row_slabs[k].byte_offset);
+          g->pack_copy(q.columnwise, wire, col_slabs[k].byte_offset);
         } else {
-          d.pack_copy(d.quantize(slab, c.row), wire, row_slabs[k].byte_offset);
+          g->pack_copy(d.quantize(slab, c.row), wire, row_slabs[k].byte_offset);
         }
       }
       quant_request want_row = c.row;
       if (c.row.spec.kind == precision::fp8) want_row.fp8.table = th.get();
-      const qtensor row = d.assemble_copy(c.row, c.rows, cols, wire, row_slabs);
+      const qtensor row = g->assemble_copy(c.row, c.rows, cols, wire, row_slabs);
       CHECK(copy_mismatch<S>(d, row, h.quantize(x.h, want_row)) == "");
-      if (col) CHECK(copy_mismatch<S>(d, d.assemble_copy(c.col, c.rows, cols, wire, col_slabs), h.quantize(x.h, c.col)) == "");
+      if (col) CHECK(copy_mismatch<S>(d, g->assemble_copy(c.col, c.rows, cols, wire, col_slabs), h.quantize(x.h, c.col)) == "");
       if (backend::columnwise_is_transpose(c.row.spec.kind)) {
         quant_request want_col = want_row;
         want_col.axis = block_axis::columnwise;
@@ -582,19 +586,19 @@ void gathered_copies() {
     tensor wire = d.alloc(1, 4096, dtype::f32, mem_tag::quantized_weight);
     const quant_request bf16_col = plain_request(recipes::bf16_operand(), block_axis::columnwise);
     const copy_slab all[] = {{0, 0, 64}};
-    CHECK_THROWS_AS(d.pack_copy(d.quantize(x.d, bf16_col), wire, 0), std::invalid_argument);
-    CHECK_THROWS_AS(d.assemble_copy(bf16_col, 64, 64, wire, all), std::invalid_argument);
-    CHECK_THROWS_AS(backend::copy_wire_bytes(plain_request(recipes::native_operand(), block_axis::rowwise), 64, 64), std::invalid_argument);
-    CHECK(backend::copy_wire_bytes(plain_request(recipes::bf16_operand(), block_axis::rowwise), 64, 64) == 2 * 64 * 64);
-    CHECK_THROWS_AS(d.pack_copy(d.quantize(x.d, plain_request(recipes::bf16_operand(), block_axis::rowwise)), wire, 4 * 4096 - 2 * 64 * 64 + 2),
+    CHECK_THROWS_AS(g->pack_copy(d.quantize(x.d, bf16_col), wire, 0), std::invalid_argument);
+    CHECK_THROWS_AS(g->assemble_copy(bf16_col, 64, 64, wire, all), std::invalid_argument);
+    CHECK_THROWS_AS(copy_gather::copy_wire_bytes(plain_request(recipes::native_operand(), block_axis::rowwise), 64, 64), std::invalid_argument);
+    CHECK(copy_gather::copy_wire_bytes(plain_request(recipes::bf16_operand(), block_axis::rowwise), 64, 64) == 2 * 64 * 64);
+    CHECK_THROWS_AS(g->pack_copy(d.quantize(x.d, plain_request(recipes::bf16_operand(), block_axis::rowwise)), wire, 4 * 4096 - 2 * 64 * 64 + 2),
                     std::invalid_argument);
   }
   // Slabs that leave rows out, or an MX columnwise slab off a 32-row boundary, are refused.
   tensor wire = d.alloc(1, 4096, dtype::f32, mem_tag::quantized_weight);
   const quant_request r = mx_request(recipes::mx_operand(mx_type::mxfp4, scale_rule::even), block_axis::columnwise, false, false, 1);
   const copy_slab gap[] = {{0, 0, 32}, {2048, 64, 32}}, off[] = {{0, 0, 16}, {2048, 16, 48}};
-  CHECK_THROWS_AS(d.assemble_copy(r, 96, 64, wire, gap), std::invalid_argument);
-  CHECK_THROWS_AS(d.assemble_copy(r, 64, 64, wire, off), std::invalid_argument);
+  CHECK_THROWS_AS(g->assemble_copy(r, 96, 64, wire, gap), std::invalid_argument);
+  CHECK_THROWS_AS(g->assemble_copy(r, 64, 64, wire, off), std::invalid_argument);
 }
 
 // Every GEMM product within the fp32 accumulation bound.

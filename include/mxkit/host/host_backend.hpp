@@ -22,14 +22,15 @@
 // store, as a device kernel loads bf16, computes in fp32 and stores bf16. The producers
 // (rmsnorm_quantize, swiglu_quantize, swiglu_backward_quantize) are nn::backend's unfused
 // defaults: the kernel into a temporary, then its output quantized (the same bytes by
-// construction). gemm with a C operand copies C into D first.
+// construction). gemm with a C operand copies C into D first. Beside nn::backend it implements
+// full sharding's copy gather (parallel/copy_gather.hpp): copies packed and assembled as bytes.
+// The element-type plumbing between tensors and the kernels is host/host_staging.hpp's.
 // Not final: tests derive from it to record what the layers ask for.
 #include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <span>
@@ -41,7 +42,9 @@
 #include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/format/float16.hpp>
+#include <mxkit/host/host_staging.hpp>
 #include <mxkit/nn/backend.hpp>
+#include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/nn/adamw.hpp>
 #include <mxkit/ref/nn/attention.hpp>
@@ -57,7 +60,7 @@
 MXKIT_BEGIN_NAMESPACE
 namespace ref {
 
-class host_backend : public nn::backend {
+class host_backend : public nn::backend, public nn::copy_gather, private host_staging {
  public:
   // Storage of one quantized copy in host memory.
   struct payload final : nn::qpayload {
@@ -80,6 +83,7 @@ class host_backend : public nn::backend {
   std::size_t pooled_bytes() const noexcept { return pool_->free_bytes; }
 
   const char* name() const noexcept override { return "host"; }
+  nn::copy_gather* copy_gatherer() noexcept override { return this; }
 
   // ---- host views of quantized copies (tests and oracles)
   static const payload& get(const nn::qtensor& q) {
@@ -249,7 +253,7 @@ class host_backend : public nn::backend {
     return finish(r, host.rows(), host.cols(), std::move(p));
   }
 
-  // ---- copies gathered from the ranks' slabs (backend.hpp's wire format)
+  // ---- copies gathered from the ranks' slabs (parallel/copy_gather.hpp's wire format)
   static_assert(sizeof(bfloat16) == copy_element_bytes(nn::precision::bf16) && std::is_trivially_copyable_v<bfloat16>,
                 "a bf16 copy's values travel as their bytes");
   bool do_gathers_copies() const noexcept override { return true; }
@@ -472,87 +476,9 @@ class host_backend : public nn::backend {
     std::size_t free_bytes = 0;
   };
 
-  // Calls f(float{}) for f32/bf16 data, f(double{}) for f64 (the arithmetic type of a kernel).
-  template <class F>
-  static void compute(nn::dtype t, F&& f) {
-    if (t == nn::dtype::f64) f(double{});
-    else f(float{});
-  }
-  // Calls f(typed pointer) for the tensor's element type.
-  template <class Tensor, class F>
-  static void visit(Tensor& t, F&& f) {
-    constexpr bool is_const = std::is_const_v<Tensor>;
-    auto call = [&](auto z) {
-      using T = decltype(z);
-      using P = std::conditional_t<is_const, const T*, T*>;
-      f(static_cast<P>(t.template as<T>()));
-    };
-    nn::visit_dtype(t.type(), call);
-  }
-
-  // Kernel arguments of arithmetic type T: f32/f64 tensors of that type directly, bf16 tensors
-  // widened into buffers; out() buffers are rounded back (RNE) by commit().
-  template <class T>
-  class staging {
-   public:
-    const T* in(const nn::tensor& t) {
-      if (t.type() == nn::dtype_of<T>()) return t.as<T>();
-      return widen(t).data();
-    }
-    T* out(nn::tensor& t, bool load) {
-      if (t.type() == nn::dtype_of<T>()) return t.as<T>();
-      std::vector<T>& b = load ? widen(t) : buffers_.emplace_back(t.size());
-      outs_.emplace_back(&t, &b);
-      return b.data();
-    }
-    void commit() {
-      for (auto& [t, b] : outs_) {
-        bfloat16* d = t->template as<bfloat16>();
-        for (std::size_t i = 0; i < b->size(); ++i) d[i] = bfloat16::from_float(static_cast<float>((*b)[i]), rounding::nearest_even, overflow::propagate);
-      }
-    }
-
-   private:
-    std::vector<T>& widen(const nn::tensor& t) {
-      const bfloat16* s = t.as<bfloat16>();  // f32 <-> f64 never mix (the public checks)
-      std::vector<T>& b = buffers_.emplace_back(t.size());
-      for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<T>(s[i].to_float());
-      return b;
-    }
-    std::deque<std::vector<T>> buffers_;
-    std::vector<std::pair<nn::tensor*, std::vector<T>*>> outs_;
-  };
-
-  // A float copy of any floating tensor (f64 rounds; bf16 widens exactly), or its own f32 data.
-  class floats {
-   public:
-    explicit floats(const nn::tensor& t) {
-      if (t.type() == nn::dtype::f32) {
-        data_ = t.as<float>();
-        return;
-      }
-      copy_.resize(t.size());
-      if (t.type() == nn::dtype::f64)
-        for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] = static_cast<float>(t.as<double>()[i]);
-      else
-        for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] = t.as<bfloat16>()[i].to_float();
-      data_ = copy_.data();
-    }
-    const float* data() const noexcept { return data_; }
-
-   private:
-    const float* data_ = nullptr;
-    std::vector<float> copy_;
-  };
-
   static float scale_of(const nn::fp8_scaling_slot& s) { return s.table->scale().as<float>()[s.row]; }
   static void record(const nn::fp8_scaling_slot& s, float amax) {
     nn::record_amax(s.table->history().as<float>()[s.row * s.table->config().history_length], amax);
-  }
-  static std::vector<float> widen(const std::vector<bfloat16>& v) {
-    std::vector<float> out(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) out[i] = v[i].to_float();
-    return out;
   }
   template <class Out>
   static void product(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, const matrix_view<Out>& D, const gemm_epilogue& e) {
@@ -573,15 +499,6 @@ class host_backend : public nn::backend {
         break;
       }
     }
-  }
-  // The stored [lines, length] copy of a row-major [rows, cols] matrix (transposed when columnwise).
-  template <class U, class T, class F>
-  static std::vector<U> stored_copy(const T* x, std::size_t rows, std::size_t cols, block_axis axis, F&& convert) {
-    std::vector<U> out(rows * cols);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < cols; ++c)
-        out[axis == block_axis::rowwise ? r * cols + c : c * rows + r] = convert(x[r * cols + c]);
-    return out;
   }
   static std::size_t bytes_of(const payload& p) {
     return std::visit(

@@ -58,6 +58,9 @@
 //               attention_backward, swiglu_forward / swiglu_quantize / swiglu_backward /
 //               swiglu_backward_quantize, embedding_forward / embedding_backward, cross_entropy
 //   optimizer   global_norm (multi-tensor), adamw_step (multi-tensor)
+// Not here: full sharding's gather of quantized weight copies between ranks, a seam of its own
+// (parallel/copy_gather.hpp) that a backend implements beside this one and hands out through
+// copy_gatherer().
 // Stored copies follow mxkit's convention (tensor/mx_tensor.hpp): a rowwise copy of a [rows,
 // cols] matrix is stored as is, a columnwise copy transposed, so the reduction axis of every
 // GEMM operand is contiguous. This holds for every precision, not only MX.
@@ -76,6 +79,7 @@
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/nn/backend_checks.hpp>
 #include <mxkit/nn/backend_observer.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/kernel_args.hpp>
@@ -87,6 +91,8 @@
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
+
+class copy_gather;  // parallel/copy_gather.hpp: full sharding's seam, implemented beside this one
 
 struct backend_counters {
   std::array<std::uint64_t, operand_use_count> quantized{};  // stored copies produced, by use
@@ -218,67 +224,6 @@ class backend {
     ++counters_.quantized[static_cast<std::size_t>(use)];
     return observed(backend_op::transpose, [&] { return do_transpose(rowwise, use, tag); });
   }
-  // A weight's copies from the ranks' slabs of rows (full sharding, data_parallel.hpp): each rank
-  // quantizes its slab (quantize/quantize_both on its rows), packs the copy into a wire buffer of
-  // bytes the ranks all-gather, and every rank assembles the whole copy from the slabs. The wire
-  // format of a copy of a [rows, cols] slab is backend-neutral: its stored codes (lines x length,
-  // MX packed as mx_layout), then, MX, its E8M0 scales (lines x blocks per line). An FP8 copy sends
-  // its codes only: its scale is the table's, the same on every rank; a bf16 copy its values (2
-  // bytes each, as stored). FP8 and bf16 copies travel rowwise: their columnwise copy is the
-  // rowwise one's transpose (transpose()). Slabs are whole 32-row blocks (but the last), so every
-  // block of either copy is quantized from the values the whole weight's quantizer reads: the
-  // assembled copy is the bytes quantizing the gathered weight gives, for round-to-nearest
-  // (stochastic rounding draws by element index, which a slab's quantizer does not know; bf16's
-  // rounding is elementwise, so any rows would do). A backend that cannot assemble copies says so
-  // (gathers_copies): the ranks then gather the weights.
-  static constexpr bool copy_travels(precision k) noexcept { return k == precision::mx || columnwise_is_transpose(k); }
-  // Bytes of one element of a copy that travels as whole elements (FP8, bf16); 0 for MX.
-  static constexpr std::size_t copy_element_bytes(precision k) noexcept {
-    return k == precision::fp8 ? 1 : k == precision::bf16 ? sizeof(std::uint16_t) : 0;
-  }
-  static std::size_t copy_wire_bytes(const quant_request& r, std::size_t rows, std::size_t cols) {
-    detail::require(copy_travels(r.spec.kind), "copy_wire_bytes: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind),
-                    " copy (native operands are gathered as the weights)");
-    if (r.spec.kind != precision::mx) return rows * cols * copy_element_bytes(r.spec.kind);
-    const mx_layout l{r.spec.mx, r.axis, rows, cols};
-    return l.data_bytes() + l.scale_count();
-  }
-  bool gathers_copies() const noexcept { return do_gathers_copies(); }
-  // q's wire bytes at wire's byte `byte_offset` (wire: any tensor, read as bytes).
-  void pack_copy(const qtensor& q, tensor& wire, std::size_t byte_offset) {
-    detail::require(gathers_copies(), "pack_copy: backend '", name(), "' does not gather quantized copies");
-    detail::require(q.defined(), "pack_copy: the copy is not defined");
-    detail::require(copy_travels(q.kind()), "pack_copy: needs an FP8, bf16 or MX copy, got a ", name_of(q.kind()), " copy");
-    detail::require(!columnwise_is_transpose(q.kind()) || q.axis() == block_axis::rowwise, "pack_copy: ", name_of(q.kind()),
-                    " copies travel rowwise (the columnwise copy is the transpose), got a columnwise one");
-    const std::size_t n = copy_wire_bytes(q.request(), q.rows(), q.cols());
-    detail::require(wire.defined() && byte_offset <= wire.bytes() && n <= wire.bytes() - byte_offset, "pack_copy: ", n, " bytes at ",
-                    byte_offset, " do not fit a wire of ", wire.bytes());
-    do_pack_copy(q, wire, byte_offset);
-  }
-  // The whole [rows, cols] copy `r` asks for, from slabs covering rows 0 .. rows in order, each
-  // packed by pack_copy (slabs of MX columnwise copies hold multiples of 32 rows, but the last).
-  qtensor assemble_copy(const quant_request& r, std::size_t rows, std::size_t cols, const tensor& wire, std::span<const copy_slab> slabs) {
-    detail::require(gathers_copies(), "assemble_copy: backend '", name(), "' does not gather quantized copies");
-    check_request(r, "assemble_copy");
-    detail::require(copy_travels(r.spec.kind), "assemble_copy: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind), " request");
-    detail::require(!columnwise_is_transpose(r.spec.kind) || r.axis == block_axis::rowwise, "assemble_copy: ", name_of(r.spec.kind),
-                    " copies are assembled rowwise (the columnwise copy is the transpose)");
-    std::size_t next = 0;
-    for (const copy_slab& s : slabs) {
-      detail::require(s.first_row == next && s.rows > 0, "assemble_copy: slabs must cover the rows in order, one starts at row ",
-                      s.first_row, " where row ", next, " is next");
-      detail::require(r.spec.kind != precision::mx || r.axis == block_axis::rowwise || s.first_row % mx_block_size == 0,
-                      "assemble_copy: an MX columnwise slab starts at row ", s.first_row, ", not a multiple of 32");
-      const std::size_t n = copy_wire_bytes(r, s.rows, cols);
-      detail::require(wire.defined() && s.byte_offset <= wire.bytes() && n <= wire.bytes() - s.byte_offset, "assemble_copy: ", n,
-                      " bytes at ", s.byte_offset, " do not fit a wire of ", wire.bytes());
-      next += s.rows;
-    }
-    detail::require(next == rows && rows > 0 && cols > 0, "assemble_copy: slabs cover ", next, " of ", rows, " rows");
-    return do_assemble_copy(r, rows, cols, wire, slabs);
-  }
-
   // FP8 copies between backend memory and host memory (the healing stash): quantize_fp8 of `w`
   // with a host scale, returned in the backend's host memory (waits: a host read); and a host
   // FP8 copy uploaded as a rowwise operand.
@@ -516,6 +461,10 @@ class backend {
   // The observer must outlive its installation; set_observer(nullptr) removes it.
   void set_observer(backend_observer* observer) noexcept { observer_ = observer; }
   backend_observer* observer() const noexcept { return observer_; }
+  // Full sharding's gather of quantized weight copies (parallel/copy_gather.hpp), where this
+  // backend implements it beside this interface (data_parallel.hpp gathers through it). Null, the
+  // default: the ranks gather the weights themselves.
+  virtual copy_gather* copy_gatherer() noexcept { return nullptr; }
 
  protected:
   struct allocation {
@@ -536,14 +485,6 @@ class backend {
   virtual qpair do_quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) = 0;
   virtual qtensor do_transpose(const qtensor& rowwise, operand_use use, mem_tag tag) = 0;
   virtual host_fp8 do_export_fp8(const tensor& w, fp8_type type, float scale) = 0;
-  // A backend that gathers copies overrides all three (the public calls check gathers_copies()).
-  virtual bool do_gathers_copies() const noexcept { return false; }
-  virtual void do_pack_copy(const qtensor&, tensor&, std::size_t) {
-    detail::fail("pack_copy: backend '", name(), "' says it gathers copies but has no do_pack_copy");
-  }
-  virtual qtensor do_assemble_copy(const quant_request&, std::size_t, std::size_t, const tensor&, std::span<const copy_slab>) {
-    detail::fail("assemble_copy: backend '", name(), "' says it gathers copies but has no do_assemble_copy");
-  }
   virtual qtensor do_import_fp8(const host_fp8& host, operand_use use, mem_tag tag) = 0;
   virtual std::shared_ptr<std::uint8_t[]> do_alloc_host(std::size_t bytes) { return std::shared_ptr<std::uint8_t[]>(new std::uint8_t[bytes]); }
   virtual void do_update_scales(scaling_table& table) = 0;
@@ -649,77 +590,6 @@ class backend {
   static void note_plan(const quant_plan& p) {
     note_amax(p.rowwise);
     if (p.columnwise_wanted) note_amax(p.columnwise);
-  }
-  static void check_quant_input(const tensor& x, const char* what) {
-    detail::require(x.defined(), what, ": input tensor is not allocated");
-    detail::require(is_floating(x.type()), what, ": input is an integer tensor");
-  }
-  static void check_request(const quant_request& r, const char* what) {
-    if (r.spec.kind != precision::fp8) return;
-    detail::require(r.fp8.table != nullptr, what, ": an FP8 request needs a scaling table row");
-    detail::require(r.fp8.row < r.fp8.table->rows(), what, ": scaling row ", r.fp8.row, " of a ", r.fp8.table->rows(), "-row table");
-    detail::require(r.fp8.table->type(r.fp8.row) == r.spec.fp8, what, ": scaling row ", r.fp8.row, " holds ",
-                    name_of(r.fp8.table->type(r.fp8.row)), ", the request asks for ", name_of(r.spec.fp8));
-  }
-  static void check_pair(const quant_request& row, const quant_request* col, const char* what) {
-    detail::require(row.axis == block_axis::rowwise && (!col || col->axis == block_axis::columnwise), what,
-                    ": the requests must be one rowwise and one columnwise copy");
-    check_request(row, what);
-    if (col) check_request(*col, what);
-  }
-  static void check_scalar(const tensor& t, const char* what) {
-    require_shape(t, 1, 1, what);
-    require_type(t, dtype::f64, what);
-  }
-  static void check_tokens(const tensor& t, const char* what) {
-    detail::require(t.defined() && t.cols() == 1, what, ": must be a (tokens, 1) tensor");
-    require_type(t, dtype::i32, what);
-  }
-  static void check_param(const tensor& t, const char* what) {
-    detail::require(t.defined(), what, ": tensor is not allocated");
-    detail::require(t.type() == dtype::f32 || t.type() == dtype::f64, what, ": parameters are f32 or f64, got ", name_of(t.type()));
-  }
-  // A layer's weight (RMSNorm gains; the linears' weights are GEMM operands): bf16 too, a layer
-  // held in bf16 for its forward and backward as PyTorch's bf16 modules are. The embedding
-  // table and the optimizer's parameters stay f32 or f64 (master weights).
-  static void check_layer_weight(const tensor& t, const char* what) {
-    detail::require(t.defined(), what, ": tensor is not allocated");
-    detail::require(t.type() == dtype::f32 || t.type() == dtype::bf16 || t.type() == dtype::f64, what,
-                    ": layer weights are f32, bf16 or f64, got ", name_of(t.type()));
-  }
-  // An activation of a model whose parameters are `param`'s type: f64 with f64, f32 or bf16 with
-  // f32 or bf16.
-  static void check_activation_of(const tensor& act, const tensor& param, const char* what) {
-    detail::require(param.type() == dtype::f64 ? act.type() == dtype::f64 : (act.type() == dtype::f32 || act.type() == dtype::bf16),
-                    what, ": ", name_of(act.type()), " activations with ", name_of(param.type()), " parameters");
-  }
-  static void check_activation(const tensor& t, std::size_t rows, std::size_t cols, const char* what) {
-    require_shape(t, rows, cols, what);
-    detail::require(is_floating(t.type()), what, ": activations are floating-point");
-  }
-  static void check_like(const tensor& t, const tensor& like, std::size_t rows, std::size_t cols, const char* what) {
-    require_shape(t, rows, cols, what);
-    require_type(t, like.type(), what);
-  }
-  static void check_stat(const tensor& t, const tensor& act, std::size_t rows, std::size_t cols, const char* what) {
-    require_shape(t, rows, cols, what);
-    require_type(t, stat_type(act.type()), what);
-  }
-  static void check_rmsnorm(const tensor& x, const tensor& w, const tensor& rstd) {
-    detail::require(x.defined() && is_floating(x.type()), "rmsnorm: input must be an allocated floating-point tensor");
-    check_layer_weight(w, "rmsnorm weight");
-    require_shape(w, 1, x.cols(), "rmsnorm weight");
-    check_activation_of(x, w, "rmsnorm input");
-    check_stat(rstd, x, x.rows(), 1, "rmsnorm rstd");
-  }
-  static void check_heads(const head_shape& s) {
-    detail::require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "attention: n_heads ", s.n_heads,
-                    " is not a multiple of n_kv_heads ", s.n_kv_heads);
-    detail::require(s.head_dim > 0 && s.batch > 0 && s.seq > 0, "attention: empty head shape");
-  }
-  static void check_swiglu(const tensor& gu) {
-    detail::require(gu.defined() && is_floating(gu.type()), "swiglu: input must be an allocated floating-point tensor");
-    detail::require(gu.cols() % 2 == 0, "swiglu: gate/up width ", gu.cols(), " is odd");
   }
 };
 

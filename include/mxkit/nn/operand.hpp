@@ -172,12 +172,5 @@ struct qpair {
   qtensor rowwise, columnwise;
 };
 
-// Where one rank's slab of a copy lies in a wire buffer of gathered copies (backend::assemble_copy):
-// rows [first_row, first_row + rows) of the whole copy, at byte_offset.
-struct copy_slab {
-  std::size_t byte_offset = 0;
-  std::size_t first_row = 0, rows = 0;
-};
-
 }  // namespace nn
 MXKIT_END_NAMESPACE

@@ -38,48 +38,31 @@
 // whose cached quantized copies serve its dgrad is not read), broadcast from their owners.
 // The next group's gather is called before this group's work (the prefetch), and a group's work
 // waits for its own gather only (communicator::join(mark)), not for the gradient reduction of the
-// group before it, which is called later and runs behind this group's backward.
-//
-// Gathering the weights as their quantized copies (parallel_config::gather_quantized, full
-// sharding): where a linear's recipe quantizes its weight (MX rounded to nearest, FP8 for both
-// fprop and dgrad, or bf16 for both: the bf16 recipe, the bf16 first/last layers of a recipe, the
-// LM head in bf16 high precision; linear::weight_copies_gatherable), the ranks gather the copies
-// instead of the fp32 weight, and the fp32 weight is not gathered at all (norm gains, the embedding
-// and other weights, native or of mixed kinds, are gathered as before). The group's layout makes
-// that exact: such a weight starts on a multiple of 32 rows (32 x cols elements) and the shard is a
-// multiple of every such 32-row slab, so each rank's piece of the weight is whole 32-row slabs.
-// Before the group's forward each rank quantizes its slab into both copies (MX: the fprop rowwise
-// copy and the dgrad columnwise copy, whose 32-row blocks the slab keeps whole; FP8: the rowwise
-// copy, with the table's scale, the same on every rank; bf16: the rowwise copy, rounded
-// elementwise), the ranks all-gather the bytes (backend::pack_copy, u8), and every rank assembles
-// the whole copies (backend::assemble_copy; FP8's and bf16's dgrad copy is the rowwise one's
-// transpose, backend::transpose) and installs them as the linear's cached copies: the bytes
-// quantizing the gathered weight gives, so the results are the fp32 gather's bits. FP8's W amax is
-// recorded per slab; the MAX reduction of the scaling table before the update (reduce_amax) makes
-// it the whole weight's, as it does for every amax (bf16 and MX copies have no table). Per element
-// gathered: MXFP4 2 x 17/32 bytes (both copies), MXFP8 2 x 33/32, FP8 1, bf16 2 (PyTorch FSDP2's
-// bf16 gather), against 4 for fp32. Copies still current (a second micro-batch of the step) are not
-// gathered again.
+// group before it, which is called later and runs behind this group's backward. Where a linear's
+// recipe quantizes its weight, the ranks gather its quantized copies instead of the fp32 weight
+// (parallel_config::gather_quantized; how, and why it is exact: parallel/gathered_copies.hpp).
+// The flat layout of a group's buffers: parallel/gradient_group.hpp; the settings:
+// parallel/parallel_config.hpp.
 //
 // Resharding after forward (parallel_config::reshard_after_forward, full sharding; FSDP2's
 // reshard_after_forward=True): the copies otherwise stay in every linear's cache from a layer's
 // forward to its backward, so all layers' copies are resident at the start of backward. With it on,
 // a group's linears drop their cached weight copies at after_forward and after_backward (the final
 // norm and head group keeps them after forward: its backward follows at once), and the group's
-// backward gathers them again: the copies' bytes where they are gathered (send_copies, installed
-// at the join as forward does, the prefetch of the next group alike), else the fp32 weight, which
-// the linear quantizes again (linear::backward_reads_master: its cache is gone). The re-gathered
-// copies are the forward's bytes (same weight version and scale); the re-gather records no FP8
-// amax (forward recorded the same slabs'), and the fp32 path's quantization records W's amax of the
-// same version again, a max with itself: the scales do not move. Activation recomputation reads
-// the copies installed for backward; each micro-batch's forward gathers again. The cost: the
+// backward gathers them again: the copies' bytes where they are gathered (send_weight_copies,
+// installed at the join as forward does, the prefetch of the next group alike), else the fp32
+// weight, which the linear quantizes again (linear::backward_reads_master: its cache is gone). The
+// re-gathered copies are the forward's bytes (same weight version and scale); the re-gather records
+// no FP8 amax (forward recorded the same slabs'), and the fp32 path's quantization records W's amax
+// of the same version again, a max with itself: the scales do not move. Activation recomputation
+// reads the copies installed for backward; each micro-batch's forward gathers again. The cost: the
 // copy-gathered bytes twice per micro-batch and step (forward and backward).
 //
 // Construction from a model built with deferred memory (model_build_hooks::defer_memory): each
 // rank fills only what it keeps from the parameters' counter-based initializers (parameter.hpp),
 // so no rank makes or holds the whole model; the values are the eager construction's bits.
 //
-// Agreement with one rank accumulating N K micro-batches (tests/nn/catch2_test_data_parallel.cpp):
+// Agreement with one rank accumulating N K micro-batches (tests/parallel/catch2_test_data_parallel.cpp):
 // the micro-batches' losses and gradients are the same bits; what differs is the order of the fp32
 // sums. A GEMM-produced weight gradient adds micro-batch products one at a time on one rank
 // (beta = 1) and in rank order on N ranks with K = 1: the same order, the same bits. Gradients
@@ -102,57 +85,16 @@
 
 #include <mxkit/error.hpp>
 #include <mxkit/nn/backend.hpp>
-#include <mxkit/parallel/communicator.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/parameter.hpp>
+#include <mxkit/parallel/communicator.hpp>
+#include <mxkit/parallel/copy_gather.hpp>
+#include <mxkit/parallel/gathered_copies.hpp>
+#include <mxkit/parallel/gradient_group.hpp>
+#include <mxkit/parallel/parallel_config.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
-
-// none: every rank holds everything; optimizer: ZeRO-1; full: ZeRO-3 / FSDP.
-enum class sharding : std::uint8_t { none, optimizer, full };
-
-}  // namespace nn
-template <>
-struct enum_names<nn::sharding> {
-  static constexpr const char* names[] = {"none", "optimizer", "full"};
-  static constexpr nn::sharding last = nn::sharding::full;
-};
-namespace nn {
-
-struct parallel_config {
-  communicator* comm = nullptr;   // null: one rank
-  std::size_t micro_batches = 1;  // per rank and step (gradient accumulation)
-  sharding shard = sharding::none;
-  // Full sharding: gather the weights that linears quantize as their quantized copies (exact: the
-  // fp32 gather's bits), where the backend assembles copies (backend::gathers_copies).
-  bool gather_quantized = true;
-  // The same for FP8 weights (delayed scaling: the rowwise copy, its transpose made after the
-  // gather); off gathers them in fp32 at the same shard layout, with the same bits. (On 3 GPUs an
-  // FP8 run's weights once differed from the fp32 gather's: that gather used another layout, and
-  // NCCL's ring sums a gradient in an order that depends on the rank owning it;
-  // docs/perf/multi_gpu.md.)
-  bool gather_quantized_fp8 = true;
-  // The same for bf16 weights (the rowwise copy, its transpose made after the gather); off gathers
-  // them in fp32 at the same shard layout, with the same bits: on three or more ranks NCCL's ring
-  // sums a gradient in an order that depends on the rank owning it, so only runs at one layout
-  // compare bit for bit (tests/gpu/catch2_test_nccl_sharded_training.cu).
-  bool gather_quantized_bf16 = true;
-  // Full sharding: a group's linears drop their weight copies after its forward (and backward),
-  // and its backward gathers them again (FSDP2's reshard_after_forward): the copies of one or two
-  // groups resident instead of every layer's, for twice the gathered bytes. On by default, as in
-  // FSDP2: the 8B shape's peak per GPU falls by a quarter for a few percent of step time
-  // (docs/perf/multi_gpu.md).
-  bool reshard_after_forward = true;
-  // Full sharding: a group waits for its own gather only (communicator::join(mark)), and the
-  // previous group's gradient reduction runs behind its backward. Off waits for every collective
-  // called so far at each group (what it did before: the reductions exposed; for measurements).
-  bool overlap_reductions = true;
-};
-
-inline constexpr std::size_t shard_alignment = 32;  // elements: the MX block
-
-constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
 
 class data_parallel {
  public:
@@ -380,29 +322,7 @@ class data_parallel {
   }
 
  private:
-  struct group {
-    std::vector<parameter*> params;        // trainable, with a master, in gradient_groups() order
-    std::vector<std::size_t> offsets;      // element offset of each in the flat buffers (multiples of 32)
-    std::vector<std::size_t> rows, cols;   // each parameter's shape (full sharding frees the tensors)
-    std::size_t shard = 0;                 // elements per rank (a multiple of 32)
-    tensor grads;                          // (1, ranks x shard): every params[i].grad is a view of it
-    tensor values;                         // sharded: (1, ranks x shard): every params[i].value is a view of it
-                                           // (full sharding: only while the group is gathered)
-    tensor shard_values, shard_grads;      // full sharding: (1, shard) each, this rank's
-    bool gathered = false;                 // full sharding: gather() called since the last release
-    communicator::collective_mark ready;   // full sharding: after gather()'s collectives (join(ready) shows them)
-    std::vector<parameter> pieces;         // sharded: this rank's part of each parameter it overlaps
-    std::vector<std::size_t> piece_of, piece_begin;
-    // Full sharding with copies gathered: the linear of each parameter laid out in whole 32-row
-    // slabs (null: the others); the copies on their way (visible after the next join()): the wire
-    // (ranks x chunk bytes), the parameters whose copies it carries and their requests.
-    std::vector<linear*> linears;
-    std::vector<linear*> weight_of;  // the linear whose weight each parameter is (null: norm gains, the embedding)
-    tensor wire;
-    std::size_t chunk = 0;
-    std::vector<std::size_t> copied;
-    std::vector<quant_plan> copy_plans;
-  };
+  using group = gradient_group;
   enum class gather_for : std::uint8_t { forward, backward, whole };
 
   // Elements [lo, lo + dst.size()) of the group's flat buffer, from its deferred parameters'
@@ -453,7 +373,7 @@ class data_parallel {
   // embedding). The copies forward made are the bytes a fresh quantization of the gathered weight
   // gives (the weight's version has not moved), so the results are the full gather's bits.
   // For forward, a weight whose copies are gathered is not gathered itself: its copies are, unless
-  // the linear's cached ones are current (send_copies). For backward the same: current unless
+  // the linear's cached ones are current (send_weight_copies). For backward the same: current unless
   // resharding after forward dropped them; then the copies are sent again (recording no amax) and
   // installed at the join. A weight without gathered copies whose cache was dropped is read by
   // backward (backward_reads_value) and gathered in fp32.
@@ -471,7 +391,7 @@ class data_parallel {
       }
       all = all && read[i];
     }
-    if (!copied.empty()) send_copies(g, std::move(copied), purpose == gather_for::forward && m_->training_forward());
+    if (!copied.empty()) send_weight_copies(g, std::move(copied), purpose == gather_for::forward && m_->training_forward(), m_->be(), *c_.comm);
     backend& be = m_->be();
     if (all) {
       g.values = be.alloc_uninitialized(1, static_cast<std::size_t>(ranks()) * g.shard, g.shard_values.type(), mem_tag::parameter);
@@ -497,99 +417,15 @@ class data_parallel {
   }
 
   bool gathers_copies(const group& g, std::size_t i) const {
-    if (!c_.gather_quantized || !g.linears[i] || !m_->be().gathers_copies() || !g.linears[i]->weight_copies_gatherable()) return false;
+    const copy_gather* gatherer = m_->be().copy_gatherer();
+    if (!c_.gather_quantized || !g.linears[i] || !gatherer || !gatherer->gathers_copies() || !g.linears[i]->weight_copies_gatherable())
+      return false;
     switch (g.linears[i]->current_recipe().fprop.b.kind) {
       case precision::fp8: return c_.gather_quantized_fp8;
       case precision::bf16: return c_.gather_quantized_bf16;
       default: return true;
     }
   }
-  // Rows [first, first + count) of parameter i in rank k's shard: whole 32-row slabs (laid out so).
-  std::pair<std::size_t, std::size_t> slab_of(const group& g, std::size_t i, std::size_t k) const {
-    const std::size_t begin = g.offsets[i], end = begin + g.rows[i] * g.cols[i];
-    const std::size_t a = std::max(begin, k * g.shard), b = std::min(end, (k + 1) * g.shard);
-    if (a >= b) return {0, 0};
-    return {(a - begin) / g.cols[i], (b - a) / g.cols[i]};
-  }
-  // Whether a weight's copies travel as the rowwise one only (FP8, bf16: the dgrad copy is its
-  // transpose), else both (MX).
-  static bool rowwise_travels_alone(const quant_plan& p) { return backend::columnwise_is_transpose(p.rowwise.spec.kind); }
-  // Wire bytes of parameter i's copies from `rows` rows: MX both copies, FP8 and bf16 the rowwise one.
-  static std::size_t copies_bytes(const quant_plan& p, std::size_t rows, std::size_t cols) {
-    std::size_t n = backend::copy_wire_bytes(p.rowwise, rows, cols);
-    if (!rowwise_travels_alone(p)) n += backend::copy_wire_bytes(p.columnwise, rows, cols);
-    return n;
-  }
-  // This rank's slabs of the weights in `copied`, quantized and packed at its chunk of a new wire,
-  // all-gathered (every rank sends the largest rank's byte count; the rest of a chunk is unread).
-  // record_amax (a training forward): a rank without a slab of an FP8 weight notes W's amax source
-  // as the others do, so every rank's table decides its scale versions alike (its amax comes
-  // through the MAX reduction). A backward's re-gather records nothing: the forward of this weight
-  // version recorded the same slabs' amaxes.
-  void send_copies(group& g, std::vector<std::size_t> copied, bool record_amax) {
-    backend& be = m_->be();
-    const std::size_t n = static_cast<std::size_t>(ranks()), r = static_cast<std::size_t>(rank());
-    g.copy_plans.clear();
-    for (std::size_t i : copied) g.copy_plans.push_back(g.linears[i]->weight_plan(record_amax));
-    g.chunk = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      std::size_t bytes = 0;
-      for (std::size_t j = 0; j < copied.size(); ++j) bytes += copies_bytes(g.copy_plans[j], slab_of(g, copied[j], k).second, g.cols[copied[j]]);
-      g.chunk = std::max(g.chunk, bytes);
-    }
-    g.wire = be.alloc_uninitialized(1, (n * g.chunk + 3) / 4, dtype::f32, mem_tag::quantized_weight);
-    std::size_t at = r * g.chunk;
-    for (std::size_t j = 0; j < copied.size(); ++j) {
-      const std::size_t i = copied[j];
-      const quant_plan& p = g.copy_plans[j];
-      const auto [first, count] = slab_of(g, i, r);
-      if (count == 0) {
-        if (p.rowwise.spec.kind == precision::fp8 && p.rowwise.fp8.record_amax) p.rowwise.fp8.table->note_amax(p.rowwise.fp8.row, p.rowwise.fp8.source);
-        continue;
-      }
-      const tensor slab = view_of(g.shard_values, g.offsets[i] + first * g.cols[i] - r * g.shard, count, g.cols[i]);
-      if (rowwise_travels_alone(p)) {
-        be.pack_copy(be.quantize(slab, p.rowwise), g.wire, at);
-      } else {
-        const qpair q = be.quantize_both(slab, p.rowwise, p.columnwise);
-        be.pack_copy(q.rowwise, g.wire, at);
-        be.pack_copy(q.columnwise, g.wire, at + backend::copy_wire_bytes(p.rowwise, count, g.cols[i]));
-      }
-      at += copies_bytes(p, count, g.cols[i]);
-    }
-    char* wire = static_cast<char*>(g.wire.data());
-    c_.comm->all_gather({wire + r * g.chunk, g.chunk, comm_type::u8}, {wire, n * g.chunk, comm_type::u8});
-    g.copied = std::move(copied);
-  }
-  // After the join: the whole copies assembled from the ranks' slabs, installed in the linears.
-  void install_copies(group& g) {
-    if (g.copied.empty()) return;
-    backend& be = m_->be();
-    const std::size_t n = static_cast<std::size_t>(ranks());
-    std::vector<std::size_t> at(n);
-    for (std::size_t k = 0; k < n; ++k) at[k] = k * g.chunk;
-    for (std::size_t j = 0; j < g.copied.size(); ++j) {
-      const std::size_t i = g.copied[j];
-      const quant_plan& p = g.copy_plans[j];
-      const bool alone = rowwise_travels_alone(p);
-      std::vector<copy_slab> row_slabs, col_slabs;
-      for (std::size_t k = 0; k < n; ++k) {
-        const auto [first, count] = slab_of(g, i, k);
-        if (count == 0) continue;
-        row_slabs.push_back({at[k], first, count});
-        if (!alone) col_slabs.push_back({at[k] + backend::copy_wire_bytes(p.rowwise, count, g.cols[i]), first, count});
-        at[k] += copies_bytes(p, count, g.cols[i]);
-      }
-      qtensor row = be.assemble_copy(p.rowwise, g.rows[i], g.cols[i], g.wire, row_slabs);
-      qtensor col = alone ? be.transpose(row, operand_use::dgrad_w, mem_tag::quantized_weight)
-                          : be.assemble_copy(p.columnwise, g.rows[i], g.cols[i], g.wire, col_slabs);
-      g.linears[i]->install_weight_copies(std::move(row), std::move(col));
-    }
-    g.wire.reset();
-    g.copied.clear();
-    g.copy_plans.clear();
-  }
-
   void on_group(group_event e, std::size_t index) {
     if (index >= groups_.size()) return;
     group& g = groups_[index];
@@ -605,7 +441,7 @@ class data_parallel {
         // called after this group's prefetch, goes on behind this group's backward.
         if (c_.overlap_reductions) c_.comm->join(g.ready);
         else c_.comm->join();
-        install_copies(g);
+        install_gathered_copies(g, m_->be(), *c_.comm);
         if (e == group_event::before_backward) {
           // The reductions the join covered are done for what the backend runs from here on: the
           // whole gradients they read can go before this group's are made, so backward holds at

@@ -15,7 +15,7 @@
 // NCCL's ring reduce-scatter adds rank r's chunk: from rank r + 1 around the ring to r. With three
 // or more ranks a float sum then depends on which rank owns an element, so a change of shard
 // layout changes the last bits, as it does through NCCL; a test that compares two layouts
-// (tests/nn/catch2_test_data_parallel.cpp) sees on the host what NCCL would show on GPUs.
+// (tests/parallel/catch2_test_data_parallel.cpp) sees on the host what NCCL would show on GPUs.
 // all_reduce keeps rank order in both (NCCL's order there depends on its chunk sizes).
 //
 // Failure (communicator.hpp's contract): a mismatched call (another operation, reduce op, type,

@@ -22,6 +22,7 @@
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/nn/operand.hpp>
+#include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -137,12 +138,12 @@ class payload_factory {
     count_live(r, *p);
     return nn::qtensor(r, row.rows(), row.cols(), 0, std::move(p));
   }
-  // backend.hpp's wire format of a copy (its codes, then MX scales [lines, blocks] row-major, as
-  // the payload holds them): q's bytes at `out` (device memory), stream-ordered copies.
+  // parallel/copy_gather.hpp's wire format of a copy (its codes, then MX scales [lines, blocks]
+  // row-major, as the payload holds them): q's bytes at `out` (device memory), stream-ordered copies.
   void pack(const nn::qtensor& q, std::uint8_t* out) const {
     const device_payload& p = payload_of(q);
     if (nn::backend::columnwise_is_transpose(q.kind())) {  // FP8, bf16 (rowwise): the elements as stored
-      const std::size_t n = nn::backend::copy_wire_bytes(q.request(), q.rows(), q.cols());
+      const std::size_t n = nn::copy_gather::copy_wire_bytes(q.request(), q.rows(), q.cols());
       if (n != 0) MXKIT_GPU_CHECK(memcpy_async(out, p.data, n, copy_kind::device_to_device, stream_));
       return;
     }
@@ -157,7 +158,7 @@ class payload_factory {
                         std::span<const nn::copy_slab> slabs) const {
     if (nn::backend::columnwise_is_transpose(r.spec.kind)) {
       const bool is_fp8 = r.spec.kind == nn::precision::fp8;
-      const std::size_t row_bytes = nn::backend::copy_wire_bytes(r, 1, cols);
+      const std::size_t row_bytes = nn::copy_gather::copy_wire_bytes(r, 1, cols);
       auto p = is_fp8 ? fp8(rows, cols) : bytes(rows * row_bytes);
       for (const nn::copy_slab& s : slabs)
         MXKIT_GPU_CHECK(memcpy_async(p->data + s.first_row * row_bytes, wire + s.byte_offset, s.rows * row_bytes, copy_kind::device_to_device,

@@ -17,24 +17,10 @@
 // hand its memory out again before the collective has read or written it. NCCL reads inputs in 16-byte pieces, so a buffer should lie
 // in an allocation of a whole number of 16-byte units (gpu::allocate_async rounds up to that).
 //
-// Failure, never a hang. The communicator is non-blocking (ncclConfig_t::blocking = 0): no NCCL
-// call waits for another rank. A watchdog thread polls, every poll_interval,
-//   - ncclCommGetAsyncError (NCCL's own errors: a remote rank's network failure, a CUDA error),
-//   - the oldest collective not yet complete (an event recorded after it): older than `timeout`
-//     means a rank died, hangs or called another collective (NCCL waits forever on a dead peer's
-//     NVLink buffers; torch's ProcessGroupNCCL watchdog does the same),
-//   - the rendezvous's control channel, where one exists: another rank's abort() or a process
-//     that ended without closing it (parallel/rendezvous.hpp) ends this rank at once.
-// On any of them it calls ncclCommAbort (the running kernels return, the streams drain) and every
-// later call of this communicator throws comm_error naming the first cause. abort(reason) does
-// the same from the rank's own exception handler and tells the other ranks through the channel.
-// Start-up is bounded by the same timeout (a rank that never arrives).
-//
-// A mismatched call (another collective, count or type on another rank) can make NCCL hang (then
-// the timeout ends it) or, for a few shapes, complete with wrong data. nccl_options::verify_calls
-// rules the second out: every collective first all-gathers a 32-byte description of itself and
-// every rank compares the table, so all of them throw the same comm_error naming both calls. It
-// costs a host round trip per collective (tests and debugging, not training).
+// Failure, never a hang: a watchdog thread aborts the communicator on NCCL's asynchronous error, a
+// collective past the timeout or another rank's abort, and every later call throws comm_error
+// (gpu/parallel/nccl_watchdog.hpp). nccl_options::verify_calls compares every collective's
+// description across the ranks first (gpu/parallel/nccl_call_verification.hpp).
 //
 // NVLink multicast (NVLS) stays off: the first communicator (or unique id) of the process sets
 // NCCL_NVLS_ENABLE=0, over any other value (the launch scripts set it too), before NCCL reads it.
@@ -57,6 +43,8 @@
 #include <mxkit/enum_names.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/gpu/parallel/nccl_api.hpp>
+#include <mxkit/gpu/parallel/nccl_call_verification.hpp>
+#include <mxkit/gpu/parallel/nccl_watchdog.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/parallel/communicator.hpp>
 #include <mxkit/parallel/rendezvous.hpp>
@@ -79,7 +67,7 @@ struct nccl_options {
   bool time_joins = true;
 };
 
-class nccl_communicator final : public nn::communicator {
+class nccl_communicator final : public nn::communicator, private nccl_watchdog {
  public:
   // Joins the `size`-rank communicator named by `id` as `rank`, on the current device; `compute`
   // is the backend's stream. `control` (optional) is the rendezvous whose channel carries aborts.
@@ -87,7 +75,10 @@ class nccl_communicator final : public nn::communicator {
   // library cannot be loaded.
   nccl_communicator(const nccl::unique_id& id, int rank, int size, stream_t compute, nccl_options options = {},
                     std::shared_ptr<nn::tcp_rendezvous> control = nullptr)
-      : nn::communicator(rank, size), api_(nccl::library()), compute_(compute), options_(options), control_(std::move(control)) {
+      : nn::communicator(rank, size),
+        nccl_watchdog(nccl::library(), options.timeout, options.poll_interval, std::move(control)),
+        compute_(compute),
+        options_(options) {
     mxkit::detail::require(options.timeout.count() > 0 && options.poll_interval.count() > 0, "nccl_communicator: timeout ",
                            options.timeout.count(), " ms and poll_interval ", options.poll_interval.count(), " ms must be positive");
     keep_multicast_off();
@@ -118,7 +109,7 @@ class nccl_communicator final : public nn::communicator {
       MXKIT_GPU_CHECK(malloc_host_pinned(&p, descriptor_bytes * static_cast<std::size_t>(size)));
       verify_host_ = p;
     }
-    watchdog_ = std::thread([this] { watch(); });
+    start_watchdog();
   }
 
   // From the launch environment (torchrun's variables): rank 0 makes the unique id, the TCP
@@ -149,11 +140,7 @@ class nccl_communicator final : public nn::communicator {
   nccl_communicator(const nccl_communicator&) = delete;
   nccl_communicator& operator=(const nccl_communicator&) = delete;
   ~nccl_communicator() override {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    if (watchdog_.joinable()) watchdog_.join();
+    stop_watchdog();
     // An orderly end: drain what is queued, then ncclCommFinalize (it completes once every rank's
     // operations are done, so no peer still reads this rank's buffers) and ncclCommDestroy. Each
     // wait is bounded by the timeout; on any failure (or after one) ncclCommAbort instead.
@@ -218,7 +205,7 @@ class nccl_communicator final : public nn::communicator {
                            std::to_string(size()) + ") failed: " + failure_);
     }
   }
-  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  using nccl_watchdog::failed;
 
  protected:
   void do_all_reduce(nn::comm_buffer in, nn::comm_buffer out, nn::reduce_op op) override {
@@ -286,35 +273,18 @@ class nccl_communicator final : public nn::communicator {
   }
 
  private:
-  enum class kind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast };
-  static constexpr const char* kind_names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
-  struct call {
-    kind what;
-    nn::comm_type type;
-    std::size_t count;  // per rank: in.count (all_reduce, all_gather, broadcast), out.count (reduce_scatter)
-    int detail;         // reduce_op, or the broadcast's root
-  };
-  static constexpr std::size_t descriptor_bytes = 32;  // sequence, kind|type|detail, count, spare (u64 each)
+  using kind = nccl_collective;
+  using call = nccl_call;
+  static constexpr std::size_t descriptor_bytes = nccl_call_descriptor_bytes;
   struct join_stall {
     event_t before, after;
   };
   // Stalls not yet read stay bounded: joins past this many fold the completed ones into exposed_ms_.
   static constexpr std::size_t stalls_folded_at = 256;
 
-  struct pending {
-    event_t done;
-    std::chrono::steady_clock::time_point since;
-    std::uint64_t sequence;
-    kind what;
-  };
-
-  const nccl::api& api_;
   stream_t compute_;
   stream_t comm_stream_ = nullptr;
   nccl_options options_;
-  std::shared_ptr<nn::tcp_rendezvous> control_;
-  int device_ = 0;
-  nccl::comm_t comm_ = nullptr;  // null once aborted
   event_t ready_ = nullptr, joined_ = nullptr;
   void* verify_buffer_ = nullptr;  // device: size x descriptor_bytes
   void* verify_host_ = nullptr;    // pinned host copy
@@ -335,39 +305,6 @@ class nccl_communicator final : public nn::communicator {
     kind what = kind::all_reduce;
   } launching_;  // the caller's thread only
 
-  mutable std::mutex mutex_;  // comm_ and every NCCL call on it, pending_, free_events_, failure_, stop_
-  std::deque<pending> pending_;
-  std::vector<event_t> free_events_;
-  std::atomic<bool> failed_{false};
-  std::string failure_;
-  bool stop_ = false;
-  std::thread watchdog_;
-
-  // Waiting for NCCL or for an event: an operation that is "in progress" right after the call
-  // (a non-blocking communicator's enqueue runs on NCCL's own thread) is usually done within
-  // microseconds, so the first polls only yield; later ones sleep, doubling up to poll_interval,
-  // so a long wait costs no CPU. Sleeping a whole poll_interval at once cost every collective
-  // that much, whatever its size (docs/perf/multi_gpu.md).
-  class poll_backoff {
-   public:
-    explicit poll_backoff(std::chrono::milliseconds longest) : longest_(longest) {}
-    void wait() {
-      if (yields_ < fast_polls) {
-        ++yields_;
-        std::this_thread::yield();
-        return;
-      }
-      std::this_thread::sleep_for(next_);
-      next_ = std::min<std::chrono::microseconds>(next_ * 2, longest_);
-    }
-
-   private:
-    static constexpr int fast_polls = 256;
-    int yields_ = 0;
-    std::chrono::microseconds next_{8};
-    std::chrono::microseconds longest_;
-  };
-
   static void keep_multicast_off() {
     static std::once_flag once;
     std::call_once(once, [] { ::setenv("NCCL_NVLS_ENABLE", "0", 1); });
@@ -384,13 +321,6 @@ class nccl_communicator final : public nn::communicator {
     mxkit::detail::fail("nccl_communicator: comm_type ", static_cast<int>(t));
   }
   static nccl::red_op_t op_of(nn::reduce_op op) { return op == nn::reduce_op::max ? nccl::max : nccl::sum; }
-
-  static std::string failure_text(const nccl::api& api, const char* call, nccl::result_t r) {
-    const char* s = api.get_error_string ? api.get_error_string(r) : nullptr;
-    return std::string("mxkit: ") + call + " failed: " + nccl::vendor_name + " error " + std::to_string(static_cast<int>(r)) + " (" +
-           (s ? s : "?") + ")";
-  }
-  std::string failure_text(const char* call, nccl::result_t r) const { return failure_text(api_, call, r); }
 
   // An event from `pool`, or a new one (timing: one that records time, for the joins' stalls).
   static event_t take_from(std::vector<event_t>& pool, bool timing) {
@@ -463,22 +393,6 @@ class nccl_communicator final : public nn::communicator {
     }
   }
 
-  // Records the first cause and aborts the NCCL communicator (its kernels return). Never throws.
-  void fail(const std::string& why) noexcept {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    fail_locked(why);
-  }
-  void fail_locked(const std::string& why) noexcept {
-    if (!failed_.load(std::memory_order_relaxed)) {
-      failure_ = why;
-      failed_.store(true, std::memory_order_release);
-    }
-    if (comm_) {
-      (void)api_.comm_abort(comm_);
-      comm_ = nullptr;
-    }
-  }
-
   // Polls the non-blocking communicator until its last operation left ncclInProgress.
   void wait_until_ready(const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
@@ -530,7 +444,7 @@ class nccl_communicator final : public nn::communicator {
       launching_ = {true, seq, c.what};  // settled by the next call (see settle())
       return;
     }
-    if (r != nccl::success) fail(failure_text(kind_names[static_cast<int>(c.what)], r));
+    if (r != nccl::success) fail(failure_text(name_of(c.what), r));
     check();
     record_completion(seq, c.what);
   }
@@ -543,7 +457,7 @@ class nccl_communicator final : public nn::communicator {
   void settle() {
     if (!launching_.active) return;
     launching_.active = false;
-    wait_until_ready(kind_names[static_cast<int>(launching_.what)]);
+    wait_until_ready(name_of(launching_.what));
     record_completion(launching_.sequence, launching_.what);
     for (collective_mark_event& m : marks_)  // marks taken since that call
       if (!m.recorded) record_mark(m);
@@ -561,9 +475,7 @@ class nccl_communicator final : public nn::communicator {
 
   // All ranks all-gather their call's description and compare (verify_calls).
   void verify(const call& c, std::uint64_t seq) {
-    std::uint64_t mine[4] = {seq, static_cast<std::uint64_t>(c.what) | (static_cast<std::uint64_t>(c.type) << 8) |
-                                      (static_cast<std::uint64_t>(static_cast<std::uint32_t>(c.detail)) << 16),
-                             static_cast<std::uint64_t>(c.count), 0};
+    const nccl_call_descriptor mine = describe(c, seq);
     const stream_t s = stream();
     auto* table = static_cast<std::uint8_t*>(verify_buffer_);
     nccl::result_t r = nccl::success;
@@ -572,7 +484,7 @@ class nccl_communicator final : public nn::communicator {
       if (!comm_) fail_locked("aborted");
       else {
         // The description goes up through the table's own slot (pinned memory, stream-ordered).
-        std::memcpy(static_cast<std::uint8_t*>(verify_host_) + descriptor_bytes * static_cast<std::size_t>(rank()), mine, sizeof mine);
+        std::memcpy(static_cast<std::uint8_t*>(verify_host_) + descriptor_bytes * static_cast<std::size_t>(rank()), &mine, sizeof mine);
         MXKIT_GPU_CHECK(memcpy_async(table + descriptor_bytes * static_cast<std::size_t>(rank()),
                                      static_cast<std::uint8_t*>(verify_host_) + descriptor_bytes * static_cast<std::size_t>(rank()),
                                      descriptor_bytes, copy_kind::host_to_device, s));
@@ -591,58 +503,11 @@ class nccl_communicator final : public nn::communicator {
       pending_.push_back({done, std::chrono::steady_clock::now(), seq, c.what});
     }
     synchronize();
-    auto describe = [&](int r_, const std::uint64_t* d) {
-      std::ostringstream o;
-      const auto what = static_cast<int>(d[1] & 0xff), type = static_cast<int>((d[1] >> 8) & 0xff);
-      const auto detail = static_cast<std::int32_t>(static_cast<std::uint32_t>(d[1] >> 16));
-      o << "rank " << r_ << " called #" << d[0] << " " << (what < 4 ? kind_names[what] : "?") << " of " << d[2] << " "
-        << (type <= static_cast<int>(nn::comm_type::u8) ? name_of(static_cast<nn::comm_type>(type)) : "?");
-      if (what == static_cast<int>(kind::broadcast)) o << " from root " << detail;
-      else if (what != static_cast<int>(kind::all_gather)) o << " (" << (detail == 1 ? "max" : "sum") << ")";
-      return o.str();
-    };
     // Every rank holds the same table and compares it with rank 0's entry, so all of them throw
     // the same message.
-    const auto* all = static_cast<const std::uint64_t*>(verify_host_);
-    for (int q = 1; q < size(); ++q) {
-      const std::uint64_t* d = all + 4 * q;
-      if (d[0] != all[0] || d[1] != all[1] || d[2] != all[2]) {
-        fail("mismatched collective: " + describe(0, all) + ", " + describe(q, d));
-        check();
-      }
-    }
-  }
-
-  // The watchdog (see the header comment).
-  void watch() {
-    (void)set_device(device_);
-    for (;;) {
-      std::optional<std::string> peer;
-      if (control_ && !failed()) peer = control_->poll_abort();
-      {
-        const std::lock_guard<std::mutex> lock(mutex_);
-        if (stop_) return;
-        if (peer) fail_locked("another rank ended the run: " + *peer);
-        if (comm_) {
-          nccl::result_t state = nccl::success;
-          const nccl::result_t r = api_.comm_get_async_error(comm_, &state);
-          if (r != nccl::success) state = r;
-          if (state != nccl::success && state != nccl::in_progress) fail_locked(failure_text("asynchronous", state));
-        }
-        while (!pending_.empty()) {
-          const error_t q = event_query(pending_.front().done);
-          if (q == not_ready && !failed()) break;
-          free_events_.push_back(pending_.front().done);
-          pending_.pop_front();
-        }
-        if (!pending_.empty() && std::chrono::steady_clock::now() - pending_.front().since > options_.timeout) {
-          const pending& p = pending_.front();
-          fail_locked("collective #" + std::to_string(p.sequence) + " (" + kind_names[static_cast<int>(p.what)] +
-                      ") did not complete within the timeout of " + std::to_string(options_.timeout.count()) +
-                      " ms (a rank died, hangs, or called another collective)");
-        }
-      }
-      std::this_thread::sleep_for(options_.poll_interval);
+    if (std::optional<std::string> why = nccl_call_mismatch(static_cast<const std::uint64_t*>(verify_host_), size())) {
+      fail(*why);
+      check();
     }
   }
 
