@@ -77,8 +77,8 @@ int main() {
       for (const bool rotate : {false, true}) {
         mxkit::quantize_options options;
         options.hadamard = rotate;
-        const mxkit::mx_tensor q = mxkit::quantize_rowwise(in, type, options);
-        const error_stats s = measure(d.x, mxkit::dequantize(q));
+        const mxkit::mx_tensor q = mxkit::ref::quantize_rowwise(in, type, options);
+        const error_stats s = measure(d.x, mxkit::ref::dequantize(q));
         std::printf("| %-10s | %-9s | %-8s | %8.2f | %13.4g |\n", std::string(mxkit::name_of(type)).c_str(),
                     d.name.c_str(), rotate ? "hadamard" : "none", s.sqnr_db, s.max_abs);
       }
