@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Validating another kernel's output against mxkit's reference (README "Validating another
-// kernel's output"). Three checks of foreign-looking output with planted errors:
+// Validating another kernel's output against mxkit's reference (docs/validation.md). Three checks of foreign-looking output with planted errors:
 //  1. NVIDIA TE-style MXFP8 columnwise copy: data [M, K] not transposed, scales in cuBLAS's
 //     128x4 tiles; one scale byte and one element byte are wrong.
 //  2. ROCm TE-style MXFP4 copy: Hadamard-rotated, AITER-shuffled scales; one nibble is wrong.
@@ -15,9 +14,28 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <string_view>
 #include <vector>
 
-int main() {
+namespace {
+// --help / -h: the usage, exit 0; any other argument: the usage on stderr, exit 2.
+constexpr const char* usage =
+    "usage: 04_validate_foreign [--help]\n"
+    "Validates three foreign-looking outputs with planted errors against mxkit's reference (a TE-style\n"
+    "MXFP8 copy, a ROCm-TE-style rotated MXFP4 copy, a GEMM output) and prints the reports; exits 1\n"
+    "unless each report finds exactly the planted errors.\n";
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "04_validate_foreign: unknown argument '%s'\n%s", argv[i], usage);
+    return 2;
+  }
   using mxkit::block_axis;
   const std::size_t M = 256, K = 512, N = 128;
   std::vector<float> x(M * K), w(N * K);
