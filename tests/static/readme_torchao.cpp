@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// README "Validating a torchao copy", verbatim: torchao's to_mx output, MXFP8 (RCEIL) and MXFP4
-// (FLOOR) with to_blocked scales, checked byte for byte. Exits 1 if anything is off (ctest
-// static.readme_torchao). With torchao, the spans are the host bytes of its tensors:
+// docs/validation.md "Validating a torchao copy", verbatim: torchao's to_mx output, MXFP8 (RCEIL)
+// and MXFP4 (FLOOR) with to_blocked scales, checked byte for byte. Exits 1 if anything is off
+// (ctest static.readme_torchao). With torchao, the spans are the host bytes of its tensors:
 //   scale, data = to_mx(x, torch.float8_e4m3fn, 32, ScaleCalculationMode.RCEIL)  # rowwise copy
 //   data_bytes  = data.view(torch.uint8)          # [M, K]; MXFP4 (torch.float4_e2m1fn_x2): [M, K/2]
 //   scale_bytes = to_blocked(scale.view(M, K // 32)).view(torch.uint8)  # cuBLAS's 128x4 tiles
