@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
     for (const bool rotate : {false, true}) {
       mxkit::quantize_options o;
       o.hadamard = rotate;
-      const mxkit::mx_tensor q = mxkit::quantize_rowwise(in, type, o);
-      const double sqnr = sqnr_db(x, mxkit::dequantize(q));
+      const mxkit::mx_tensor q = mxkit::ref::quantize_rowwise(in, type, o);
+      const double sqnr = sqnr_db(x, mxkit::ref::dequantize(q));
       const std::string name = std::string(mxkit::name_of(type)) + " rowwise " + shape + (rotate ? " hadamard" : "");
       if (!(sqnr >= sqnr_floor(type))) {
         std::fprintf(stderr, "FAILED validation: %s SQNR %.2f dB < %.0f dB\n", name.c_str(), sqnr, sqnr_floor(type));
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
       }
       const double t = mxkit_bench::median_seconds(
           [&] {
-            const mxkit::mx_tensor r = mxkit::quantize_rowwise(in, type, o, 1);  // one thread
+            const mxkit::mx_tensor r = mxkit::ref::quantize_rowwise(in, type, o, 1);  // one thread
             sink = r.data()[r.data().size() / 2];  // keeps the work observable
           },
           opt.repeats);

@@ -80,19 +80,19 @@ int main(int argc, char** argv) {
   // ---- validate(): two peers' copies --------------------------------------------------------------
   struct copy_case {
     std::string name;
-    mxkit::peer_preset preset;
+    mxkit::ref::peer_preset preset;
     mxkit::block_axis axis;
   };
   const copy_case copies[] = {
       {"validate mxfp8_e4m3 columnwise " + shape + " (TE storage, cuBLAS scales)",
-       mxkit::peers::te_mxfp8(mxkit::mx_type::mxfp8_e4m3, mxkit::scale_layout::cublas_128x4), mxkit::block_axis::columnwise},
+       mxkit::ref::peers::te_mxfp8(mxkit::mx_type::mxfp8_e4m3, mxkit::scale_layout::cublas_128x4), mxkit::block_axis::columnwise},
       {"validate mxfp4 rowwise hadamard " + shape + " (ROCm TE storage, AITER scales)",
-       mxkit::peers::rocm_te_mxfp4(mxkit::rocm_fp4_path::hardware, mxkit::scale_layout::aiter_shuffle), mxkit::block_axis::rowwise},
+       mxkit::ref::peers::rocm_te_mxfp4(mxkit::ref::rocm_fp4_path::hardware, mxkit::scale_layout::aiter_shuffle), mxkit::block_axis::rowwise},
   };
   for (const copy_case& c : copies) {
-    const mxkit::mx_foreign_buffers b = mxkit::quantize_like(c.preset, in, c.axis);
-    mxkit::validate_options vo = c.preset.validation();
-    const mxkit::mx_validation_report r = mxkit::validate(in, b.view(), vo);
+    const mxkit::mx_foreign_buffers b = mxkit::ref::quantize_like(c.preset, in, c.axis);
+    mxkit::ref::validate_options vo = c.preset.validation();
+    const mxkit::ref::mx_validation_report r = mxkit::ref::validate(in, b.view(), vo);
     if (!r.ok()) {
       fail(c.name + ": " + r.summary());
       continue;
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", r.summary().c_str());
     const auto time = [&](unsigned threads) {
       vo.threads = threads;
-      return time_call([&] { (void)mxkit::validate(in, b.view(), vo); }, opt.repeats);
+      return time_call([&] { (void)mxkit::ref::validate(in, b.view(), vo); }, opt.repeats);
     };
     const timing t_all = time(0), t_one = time(1);
     add(c.name, t_all, t_one);
@@ -108,10 +108,10 @@ int main(int argc, char** argv) {
 
   // ---- validate_gemm(): 16 sampled rows of an 8192^3 MXFP8 product -----------------------------------
   {
-    const mxkit::mx_tensor a = mxkit::quantize_rowwise(in, mxkit::mx_type::mxfp8_e4m3);
+    const mxkit::mx_tensor a = mxkit::ref::quantize_rowwise(in, mxkit::mx_type::mxfp8_e4m3);
     const std::vector<float> w = random_matrix(2);
-    const mxkit::mx_tensor b = mxkit::quantize_rowwise(mxkit::matrix_view<const float>{w.data(), n, n}, mxkit::mx_type::mxfp8_e4m3);
-    mxkit::gemm_validate_options go;
+    const mxkit::mx_tensor b = mxkit::ref::quantize_rowwise(mxkit::matrix_view<const float>{w.data(), n, n}, mxkit::mx_type::mxfp8_e4m3);
+    mxkit::ref::gemm_validate_options go;
     go.sample_rows = 16;
     const std::vector<std::size_t> rows = mxkit::detail::gemm_rows_to_check(n, go);
     // The "kernel output": the reference on the sampled rows (the rest of D is never read).
@@ -122,10 +122,10 @@ int main(int argc, char** argv) {
       for (std::size_t j = 0; j < n; ++j) d[rows[i] * n + j] = part[i * n + j];
     const mxkit::matrix_view<const float> dv{d.data(), n, n};
     const std::string name = "validate_gemm mxfp8_e4m3 " + shape + "x" + std::to_string(n) + ", 16 sampled rows";
-    const mxkit::gemm_validation_report r = mxkit::validate_gemm(a.view(), b.view(), dv, go);
+    const mxkit::ref::gemm_validation_report r = mxkit::ref::validate_gemm(a.view(), b.view(), dv, go);
     const float kept = d[rows[3] * n + 4321];
     d[rows[3] * n + 4321] += 1000.0f;  // S is about 5000 on these rows: the bound about 10
-    const mxkit::gemm_validation_report planted = mxkit::validate_gemm(a.view(), b.view(), dv, go);
+    const mxkit::ref::gemm_validation_report planted = mxkit::ref::validate_gemm(a.view(), b.view(), dv, go);
     d[rows[3] * n + 4321] = kept;
     if (!r.ok() || planted.over_bound != 1) {
       fail(name + ": " + r.summary() + " / planted: " + planted.summary());
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
       std::printf("%s\n", r.summary().c_str());
       const auto time = [&](unsigned threads) {
         go.threads = threads;
-        return time_call([&] { (void)mxkit::validate_gemm(a.view(), b.view(), dv, go); }, opt.repeats);
+        return time_call([&] { (void)mxkit::ref::validate_gemm(a.view(), b.view(), dv, go); }, opt.repeats);
       };
       const timing t_all = time(0), t_one = time(1);
       add(name, t_all, t_one);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -62,9 +63,24 @@ error_stats measure(const std::vector<float>& x, const std::vector<float>& y) {
   return {noise == 0 ? INFINITY : 10.0 * std::log10(signal / noise), max_abs};
 }
 
+// --help / -h: the usage, exit 0; any other argument: the usage on stderr, exit 2.
+constexpr const char* usage =
+    "usage: 01_quantize_formats [--help]\n"
+    "Quantizes Gaussian, Student-t and LLM-like (outlier channel) tensors to every MX format, with and\n"
+    "without the Hadamard rotation, and prints SQNR and the largest error of each (about a second).\n";
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "01_quantize_formats: unknown argument '%s'\n%s", argv[i], usage);
+    return 2;
+  }
   const auto start = std::chrono::steady_clock::now();
   const std::vector<dataset> data = make_datasets();
   std::printf("mxkit example 01: MX formats on (%zu, %zu) tensors, rowwise blocks of %d, OCP floor scale\n\n", rows,
@@ -77,8 +93,8 @@ int main() {
       for (const bool rotate : {false, true}) {
         mxkit::quantize_options options;
         options.hadamard = rotate;
-        const mxkit::mx_tensor q = mxkit::quantize_rowwise(in, type, options);
-        const error_stats s = measure(d.x, mxkit::dequantize(q));
+        const mxkit::mx_tensor q = mxkit::ref::quantize_rowwise(in, type, options);
+        const error_stats s = measure(d.x, mxkit::ref::dequantize(q));
         std::printf("| %-10s | %-9s | %-8s | %8.2f | %13.4g |\n", std::string(mxkit::name_of(type)).c_str(),
                     d.name.c_str(), rotate ? "hadamard" : "none", s.sqnr_db, s.max_abs);
       }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include <mxkit/block/pack.hpp>
@@ -43,9 +44,25 @@ __global__ void relu2_mxfp4(const float* x, std::uint8_t* packed, std::uint8_t* 
   scales[mxkit::scale_offset(mxkit::scale_layout::cublas_128x4, rows, blocks_per_row, row, blk)] = q.scale.bits();
 }
 
+// --help / -h: the usage, exit 0; any other argument: the usage on stderr, exit 2.
+constexpr const char* usage =
+    "usage: 02_embed_device_quantize [--help]\n"
+    "Runs a user's own kernel (squared ReLU, then MXFP4 with the Hadamard rotation, cuBLAS 128x4 scales)\n"
+    "that calls mxkit's device functions, and checks every byte against the host. Needs a GPU; without\n"
+    "one it says so and exits 0.\n";
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "02_embed_device_quantize: unknown argument '%s'\n%s", argv[i], usage);
+    return 2;
+  }
   namespace gpu = mxkit::gpu;
   if (gpu::device_count() == 0) {
     std::printf("no GPU here: the kernel was compiled; run this on a machine with a GPU\n");

@@ -47,8 +47,9 @@ non-zero if anything failed.
                         (examples/train_program_test.cmake) and its default data found from the
                         build tree and from an install (replaces gpu_train_program_check.sh and
                         gpu_newcomer_check.sh's training-program part)
-  readme                the README's device code in a kernel (also under memcheck) and the compile
-                        time of its nvcc line (replaces gpu_newcomer_check.sh's README part)
+  readme                the documented device code (docs/gpu.md) in a kernel (also under memcheck)
+                        and the compile time of its nvcc line (replaces gpu_newcomer_check.sh's
+                        README part)
   multi [PART...]       several GPUs: PART of build tests memcheck allreduce scaling 8b (default
                         all, about 20 minutes; name parts to split it); rows of the training runs
                         through bench/multi_gpu_rows.py (replaces gpu_multi_check.sh)
@@ -541,7 +542,7 @@ cmd_readme() {
   if command -v compute-sanitizer >/dev/null; then
     run_logged readme_device.memcheck 600 compute-sanitizer --tool memcheck --error-exitcode 99 "$t"
   fi
-  # The README's nvcc line against -arch=sm_90a: one kernel calling gpu::quantize, a compile each.
+  # The nvcc line of docs/gpu.md against -arch=sm_90a: one kernel calling gpu::quantize, a compile each.
   src=$(mktemp -d)/quantize_call.cu
   printf '#include <mxkit/gpu/quantize.hpp>\nmxkit::gpu::device_mx_pair call(mxkit::matrix_view<const float> in) {\n  return mxkit::gpu::quantize_both(in, mxkit::mx_type::mxfp4);\n}\n' >"$src"
   for flags in "-arch=sm_90a" "--generate-code=arch=compute_90a,code=[sm_90a]"; do

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The project's test command (README "Tests"):   bash scripts/test.sh [stage...]
+# The project's test command (README "Quick start"; docs/build.md):   bash scripts/test.sh [stage...]
 # Stages, all by default, each in its own build folder under $MXKIT_BUILD_ROOT (default build/):
 #   release   Release host build (MXKIT_GPU=OFF) with the default compiler; every ctest test
-#             (unit, exhaustive, per-header compile, README, C++17 and SPDX checks, packaging
+#             (unit, exhaustive, per-header compile, documentation, C++17 and SPDX checks, packaging
 #             including the offline lean install; the Python module's pytest where python3-dev,
 #             pybind11, NumPy and pytest are installed, required under CI=true).
 #   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is

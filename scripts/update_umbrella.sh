@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 training='^mxkit/(nn/|train/|parallel/|io/|host/|ref/nn/|file_io\.hpp)'
-headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name mxkit.hpp ! -path include/mxkit/training_stack.hpp ! -path include/mxkit/nn.hpp ! -path 'include/mxkit/train/program/*' |
+headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name mxkit.hpp ! -path include/mxkit/training_stack.hpp ! -path 'include/mxkit/train/program/*' |
           sed 's|^include/||' | LC_ALL=C sort)
 {
   echo '// SPDX-License-Identifier: Apache-2.0'

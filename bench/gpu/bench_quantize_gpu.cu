@@ -193,14 +193,14 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
       s.synchronize();
       std::string bad;
       if (md.rowwise) {
-        const mxkit::mx_tensor want = mxkit::quantize_rowwise(head_view, type, o);
+        const mxkit::mx_tensor want = mxkit::ref::quantize_rowwise(head_view, type, o);
         std::vector<std::uint8_t> got = rd[0].to_host(s), got_s = rs[0].to_host(s);
         got.resize(want.data().size());
         got_s.resize(want.scales().size());
         bad += first_diff(got, want.data()) + first_diff(got_s, want.scales());
       }
       if (md.columnwise) {
-        const mxkit::mx_tensor want = mxkit::quantize_columnwise(head_view, type, o);  // 8 blocks per column
+        const mxkit::mx_tensor want = mxkit::ref::quantize_columnwise(head_view, type, o);  // 8 blocks per column
         const std::vector<std::uint8_t> got = cd[0].to_host(s), got_s = cs[0].to_host(s);
         const std::size_t wl = want.layout().line_bytes(), gl = cl.line_bytes(), wb = want.layout().blocks_per_line();
         std::vector<std::uint8_t> g(want.data().size()), gs(want.scales().size());

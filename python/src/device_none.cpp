@@ -7,7 +7,7 @@
 namespace mxkit_python::device {
 namespace {
 [[noreturn]] void no_gpu() {
-  throw std::runtime_error("mxkit was built without a GPU backend: rebuild the Python module with MXKIT_GPU=CUDA (README, From Python)");
+  throw std::runtime_error("mxkit was built without a GPU backend: rebuild the Python module with MXKIT_GPU=CUDA (docs/python.md)");
 }
 }  // namespace
 

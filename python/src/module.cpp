@@ -453,8 +453,8 @@ struct copy_description {
   mxkit::mx_layout layout;
   mxkit::quantize_options options;
   mxkit::mx_storage storage;
-  mxkit::peer_quirks quirks;
-  std::optional<mxkit::peer_preset> peer;
+  mxkit::ref::peer_quirks quirks;
+  std::optional<mxkit::ref::peer_preset> peer;
 
   // The view of buffers checked to hold data_bytes() and scale_bytes() (check_size).
   mxkit::mx_foreign_view view(const std::uint8_t* data, const std::uint8_t* scales) const {
@@ -490,16 +490,16 @@ struct copy_description {
   }
 };
 
-mxkit::peer_preset make_preset(const std::string& preset, mxkit::mx_type type, mxkit::scale_layout scales) {
-  using mxkit::torchao_scale_mode;
-  if (preset == "torchao_floor") return mxkit::peers::torchao_to_mx(type, torchao_scale_mode::floor, scales);
-  if (preset == "torchao_rceil") return mxkit::peers::torchao_to_mx(type, torchao_scale_mode::rceil, scales);
-  if (preset == "torchao_ceil") return mxkit::peers::torchao_to_mx(type, torchao_scale_mode::ceil, scales);
-  if (preset == "torchao_even") return mxkit::peers::torchao_to_mx(type, torchao_scale_mode::even, scales);
-  if (preset == "te_mxfp8") return mxkit::peers::te_mxfp8(type, scales);
+mxkit::ref::peer_preset make_preset(const std::string& preset, mxkit::mx_type type, mxkit::scale_layout scales) {
+  using mxkit::ref::torchao_scale_mode;
+  if (preset == "torchao_floor") return mxkit::ref::peers::torchao_to_mx(type, torchao_scale_mode::floor, scales);
+  if (preset == "torchao_rceil") return mxkit::ref::peers::torchao_to_mx(type, torchao_scale_mode::rceil, scales);
+  if (preset == "torchao_ceil") return mxkit::ref::peers::torchao_to_mx(type, torchao_scale_mode::ceil, scales);
+  if (preset == "torchao_even") return mxkit::ref::peers::torchao_to_mx(type, torchao_scale_mode::even, scales);
+  if (preset == "te_mxfp8") return mxkit::ref::peers::te_mxfp8(type, scales);
   if (preset == "rocm_te_mxfp4" || preset == "rocm_te_mxfp4_software") {
     if (type != mxkit::mx_type::mxfp4) value_error("preset " + preset + " is MXFP4 only, got " + mxkit::name_of(type));
-    return mxkit::peers::rocm_te_mxfp4(preset == "rocm_te_mxfp4" ? mxkit::rocm_fp4_path::hardware : mxkit::rocm_fp4_path::software, scales);
+    return mxkit::ref::peers::rocm_te_mxfp4(preset == "rocm_te_mxfp4" ? mxkit::ref::rocm_fp4_path::hardware : mxkit::ref::rocm_fp4_path::software, scales);
   }
   value_error("unknown preset '" + preset +
               "'; one of mxkit, torchao_floor, torchao_rceil, torchao_ceil, torchao_even, te_mxfp8, rocm_te_mxfp4, rocm_te_mxfp4_software");
@@ -545,13 +545,13 @@ py::tuple quantize_host(const tensor_ref& x, const copy_description& d, unsigned
     py::gil_scoped_release nogil;
     b = with_host_matrix(m, [&](auto in) {
       if (d.peer) {  // the peer's options and quirks; stored with this description's storage
-        mxkit::peer_preset p = *d.peer;
+        mxkit::ref::peer_preset p = *d.peer;
         p.options = d.options;
-        const mxkit::mx_foreign_buffers like = mxkit::quantize_like(p, in, d.layout.axis, threads);
+        const mxkit::mx_foreign_buffers like = mxkit::ref::quantize_like(p, in, d.layout.axis, threads);
         const mxkit::mx_tensor t = mxkit::to_mx_tensor(like.view());
         return mxkit::store_foreign(t.view(), d.storage);
       }
-      const mxkit::mx_tensor t = mxkit::quantize(in, d.layout.type, d.layout.axis, d.options, threads);
+      const mxkit::mx_tensor t = mxkit::ref::quantize(in, d.layout.type, d.layout.axis, d.options, threads);
       return mxkit::store_foreign(t.view(), d.storage);
     });
   }
@@ -606,7 +606,7 @@ py::object dequantize_host(const tensor_ref& codes, const tensor_ref& scales, co
   {
     py::gil_scoped_release nogil;
     const mxkit::mx_tensor t = mxkit::to_mx_tensor(d.view(c.data, s.data));
-    out = mxkit::dequantize(t);
+    out = mxkit::ref::dequantize(t);
   }
   return numpy_floats(std::move(out), {static_cast<std::int64_t>(d.layout.rows), static_cast<std::int64_t>(d.layout.cols)});
 }
@@ -641,7 +641,7 @@ py::object decode(const tensor_ref& codes, const std::string& format) {
 
 // ---- validation ---------------------------------------------------------------------------
 struct validation_result {
-  mxkit::mx_validation_report report;
+  mxkit::ref::mx_validation_report report;
   std::string text;
   bool diagnosed = false;
   std::string diagnosis;        // explanation, when diagnosed
@@ -657,14 +657,14 @@ float decoded(mxkit::mx_type type, std::uint8_t code, std::uint8_t scale) {
 }
 float scale_value(std::uint8_t s) { return mxkit::e8m0::from_bits(s).to_float(); }
 
-py::dict mismatch_arrays(const mxkit::mx_validation_report& r) {
+py::dict mismatch_arrays(const mxkit::ref::mx_validation_report& r) {
   const std::size_t n = r.mismatches.size();
   std::vector<std::int64_t> row(n), col(n), line(n), block(n), index(n);
   std::vector<std::uint8_t> expected(n), actual(n), scale(n), actual_scale(n);
   std::vector<float> expected_value(n), actual_value(n), input(n), value(n);
   std::vector<std::string> kind(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const mxkit::mx_mismatch& m = r.mismatches[i];
+    const mxkit::ref::mx_mismatch& m = r.mismatches[i];
     kind[i] = mxkit::name_of(m.kind());
     row[i] = static_cast<std::int64_t>(m.row);
     col[i] = static_cast<std::int64_t>(m.col);
@@ -708,7 +708,7 @@ validation_result validate_host(const tensor_ref& x, const tensor_ref& codes, co
   const byte_buffer c = host_bytes(codes, "codes"), s = host_bytes(scales, "scales");
   check_size("validate", "codes", c.size, d.data_bytes(), d.what());
   check_size("validate", "scales", s.size, d.scale_bytes(), d.what());
-  mxkit::validate_options o;
+  mxkit::ref::validate_options o;
   o.max_reported = max_reported;
   o.strict_nan_blocks = strict_nan_blocks;
   o.check_padding = check_padding;
@@ -717,22 +717,22 @@ validation_result validate_host(const tensor_ref& x, const tensor_ref& codes, co
   validation_result v;
   py::gil_scoped_release nogil;
   with_host_matrix(m, [&](auto in) {
-    v.report = mxkit::validate(in, d.view(c.data, s.data), o);
+    v.report = mxkit::ref::validate(in, d.view(c.data, s.data), o);
     if (!v.report.ok() && diagnose) {
-      const mxkit::layout_diagnosis dg = mxkit::ref::diagnose_layout(in, d.view(c.data, s.data), o);
+      const mxkit::ref::layout_diagnosis dg = mxkit::ref::diagnose_layout(in, d.view(c.data, s.data), o);
       v.diagnosed = true;
       v.diagnosis = dg.explanation;
-      if (const mxkit::layout_candidate* p = dg.passing()) v.passing_change = p->change;
-      for (const mxkit::layout_candidate& t : dg.tried) v.tried.emplace_back(t.change, t.mismatches);
+      if (const mxkit::ref::layout_candidate* p = dg.passing()) v.passing_change = p->change;
+      for (const mxkit::ref::layout_candidate& t : dg.tried) v.tried.emplace_back(t.change, t.mismatches);
     }
   });
-  v.text = mxkit::to_string(v.report);
+  v.text = mxkit::ref::to_string(v.report);
   if (v.diagnosed) v.text += "\n  diagnosis: " + v.diagnosis;
   return v;
 }
 
 struct gemm_result {
-  mxkit::gemm_validation_report report;
+  mxkit::ref::gemm_validation_report report;
   std::string text;
 };
 
@@ -748,13 +748,13 @@ gemm_result validate_gemm_host(const tensor_ref& a_codes, const tensor_ref& a_sc
   check_size("validate_gemm", "b_scales", bs.size, b.scale_bytes(), b.what());
   if (!d.on_host() || d.shape.size() != 2) value_error("validate_gemm: d must be a 2-D host array, got " + d.describe());
   const matrix_arg dm = input_matrix(d, "validate_gemm: d");
-  mxkit::gemm_validate_options o;
+  mxkit::ref::gemm_validate_options o;
   o.alpha = alpha;
   o.sample_rows = sample_rows;
   o.rows = std::move(rows);
-  o.accumulation = accumulation == "fp32" ? mxkit::gemm_accumulation::fp32
-                   : accumulation == "tensor_core" ? mxkit::gemm_accumulation::tensor_core
-                                                   : (value_error("accumulation '" + accumulation + "' is not fp32 or tensor_core"), mxkit::gemm_accumulation::fp32);
+  o.accumulation = accumulation == "fp32" ? mxkit::ref::gemm_accumulation::fp32
+                   : accumulation == "tensor_core" ? mxkit::ref::gemm_accumulation::tensor_core
+                                                   : (value_error("accumulation '" + accumulation + "' is not fp32 or tensor_core"), mxkit::ref::gemm_accumulation::fp32);
   o.relative = relative;
   o.absolute = absolute;
   o.max_reported = max_reported;
@@ -762,10 +762,10 @@ gemm_result validate_gemm_host(const tensor_ref& a_codes, const tensor_ref& a_sc
   gemm_result g;
   py::gil_scoped_release nogil;
   const auto av = a.view(ac.data, as.data), bv = b.view(bc.data, bs.data);
-  if (dm.type == device::input_type::f32) g.report = mxkit::validate_gemm(av, bv, mxkit::matrix_view<const float>{static_cast<const float*>(dm.data), dm.rows, dm.cols, dm.ld}, o);
-  else if (dm.type == device::input_type::bf16) g.report = mxkit::validate_gemm(av, bv, mxkit::matrix_view<const mxkit::bfloat16>{static_cast<const mxkit::bfloat16*>(dm.data), dm.rows, dm.cols, dm.ld}, o);
+  if (dm.type == device::input_type::f32) g.report = mxkit::ref::validate_gemm(av, bv, mxkit::matrix_view<const float>{static_cast<const float*>(dm.data), dm.rows, dm.cols, dm.ld}, o);
+  else if (dm.type == device::input_type::bf16) g.report = mxkit::ref::validate_gemm(av, bv, mxkit::matrix_view<const mxkit::bfloat16>{static_cast<const mxkit::bfloat16*>(dm.data), dm.rows, dm.cols, dm.ld}, o);
   else value_error("validate_gemm: d must be float32 or bfloat16, got " + d.describe());
-  g.text = mxkit::to_string(g.report);
+  g.text = mxkit::ref::to_string(g.report);
   return g;
 }
 
@@ -891,7 +891,7 @@ PYBIND11_MODULE(_mxkit, m) {
         py::dict d;
         std::vector<std::int64_t> row, col;
         std::vector<double> got, want, magnitude, bound, ratio;
-        for (const mxkit::gemm_element_check& e : g.report.worst) {
+        for (const mxkit::ref::gemm_element_check& e : g.report.worst) {
           row.push_back(static_cast<std::int64_t>(e.row));
           col.push_back(static_cast<std::int64_t>(e.col));
           got.push_back(e.got);

@@ -238,7 +238,7 @@ TEST_CASE("quantize_element: a NaN scale gives code zero", "[block]") {
   CHECK(mxkit::quantize_element<mxkit::e2m1>(12.0f, mxkit::e8m0::from_exponent(1), rounding::nearest_even).bits() == 7);
 }
 
-// ---- The Hadamard rotation near the float range (README "NaN and Inf") -------------------------
+// ---- The Hadamard rotation near the float range (docs/formats.md "NaN and Inf") ---------------
 
 namespace {
 // Exact unrotation of a dequantized rotated block in long double: w = element x 2^scale, then
@@ -389,7 +389,7 @@ TEST_CASE("dequantize_block: rotated blocks of any codes and scales equal the fl
 }
 
 TEST_CASE("quantize_block: Hadamard groups whose butterfly sums pass the float range are flagged NaN", "[block]") {
-  // The defined bound (README "NaN and Inf"): the quantizer forms each 16-group's butterfly sums
+  // The defined bound (docs/formats.md "NaN and Inf"): the quantizer forms each 16-group's butterfly sums
   // in float before the 1/4 normalization (folded into the scale). With every |x| <= 2^123 no sum
   // can pass FLT_MAX and the block is exact; a single outlier up to FLT_MAX is fine too (its sums
   // never exceed it). A group whose sums do overflow is flagged like an Inf input: NaN scale,

@@ -15,7 +15,7 @@
 //   3. Without rotation and with a deterministic rounding, under the floor rule (OCP MX v1.0
 //      section 6.3), quantizing the dequantized values again reproduces every code and every scale
 //      of a block that does not decode to all zeros (such a block requantizes to the neutral scale
-//      1.0, README "NaN and Inf", whatever its scale was). Why it holds: the block maximum decodes
+//      1.0, docs/formats.md, whatever its scale was). Why it holds: the block maximum decodes
 //      into the same binade [2^emax, 2^(emax+1)) * scale, and decoded elements are exact. A sweep
 //      of every format x rule x rounding on random and adversarial blocks before this check was
 //      written found no exception for floor and many for even, round_up and ceil (a value just

@@ -135,12 +135,12 @@ mx_tensor exact_mx(std::size_t lines, std::size_t k, mx_type t, std::mt19937_64&
 
 mx_tensor realistic_mx(std::size_t lines, std::size_t k, mx_type t, std::uint64_t seed) {
   const std::vector<float> x = gemm_test::random_matrix(lines, k, seed);
-  return quantize(matrix_view<const float>{x.data(), lines, k}, t, block_axis::rowwise);
+  return ref::quantize(matrix_view<const float>{x.data(), lines, k}, t, block_axis::rowwise);
 }
 
 // Runs one MX product on `path` and compares with the reference: |d - ref| <= rel * S + 4u|beta C|.
 template <class Out>
-gemm_validation_report run_mx(const mx_tensor& a, const mx_tensor& b, g::gemm_path path, gemm_epilogue e, double rel,
+ref::gemm_validation_report run_mx(const mx_tensor& a, const mx_tensor& b, g::gemm_path path, gemm_epilogue e, double rel,
                              std::uint64_t seed, std::size_t ld_pad = 0, g::gemm_options opt = {}) {
   const std::size_t p = a.layout().lines(), q = b.layout().lines();
   const device_mx da(a), db(b);
@@ -262,9 +262,9 @@ TEST_CASE("gpu gemm: fprop, dgrad and wgrad take the quantizer's copies", "[gpu]
                            dy = gemm_test::random_matrix(M, N, seed + 2);
   for (const mx_type t : {mx_type::mxfp4, mx_type::mxfp8_e4m3}) {
     const mx_type tg = t == mx_type::mxfp4 ? t : mx_type::mxfp8_e5m2;  // HYBRID: gradients in E5M2
-    const auto X = quantize_both(matrix_view<const float>{x.data(), M, K}, t);
-    const auto W = quantize_both(matrix_view<const float>{w.data(), N, K}, t);
-    const auto DY = quantize_both(matrix_view<const float>{dy.data(), M, N}, tg);
+    const auto X = ref::quantize_both(matrix_view<const float>{x.data(), M, K}, t);
+    const auto W = ref::quantize_both(matrix_view<const float>{w.data(), N, K}, t);
+    const auto DY = ref::quantize_both(matrix_view<const float>{dy.data(), M, N}, tg);
     struct product_case {
       gemm_product p;
       const mx_tensor *a, *b;

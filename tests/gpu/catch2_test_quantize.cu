@@ -73,13 +73,13 @@ std::string run_case(const one_case& k, std::uint64_t seed) {
     return "";
   };
   if (k.rowwise) {
-    const std::string d = compare(mxkit::quantize(host_view, k.type, block_axis::rowwise, k.options), rd, rs, k.row_layout, "rowwise");
+    const std::string d = compare(mxkit::ref::quantize(host_view, k.type, block_axis::rowwise, k.options), rd, rs, k.row_layout, "rowwise");
     if (!d.empty()) return d;
   } else if (rd.to_host() != std::vector<std::uint8_t>(rd.size(), 0xA5)) {
     return what.str() + "rowwise data written although not requested";
   }
   if (k.columnwise) {
-    const std::string d = compare(mxkit::quantize(host_view, k.type, block_axis::columnwise, k.options), cd, cs, k.col_layout, "columnwise");
+    const std::string d = compare(mxkit::ref::quantize(host_view, k.type, block_axis::columnwise, k.options), cd, cs, k.col_layout, "columnwise");
     if (!d.empty()) return d;
   } else if (cd.to_host() != std::vector<std::uint8_t>(cd.size(), 0xA5)) {
     return what.str() + "columnwise data written although not requested";
@@ -153,7 +153,7 @@ TEST_CASE("gpu quantize: many tiles (persistent loop), both copies through quant
   const mxkit::gpu::device_mx_pair q = mxkit::gpu::quantize_both(mxkit::matrix_view<const mxkit::bfloat16>{in.data(), rows, cols, ld},
                                                                   mx_type::mxfp4, o, scale_layout::aiter_shuffle, amax.data());
   const mxkit::matrix_view<const mxkit::bfloat16> hv{host.data(), rows, cols, ld};
-  const mxkit::mx_tensor_pair want = mxkit::quantize_both(hv, mx_type::mxfp4, o);
+  const mxkit::ref::mx_tensor_pair want = mxkit::ref::quantize_both(hv, mx_type::mxfp4, o);
   const mxkit::mx_tensor got_r = q.rowwise.to_host(), got_c = q.columnwise.to_host();
   CHECK(gpu_test::first_difference(got_r.data(), want.rowwise.data()) == "");
   CHECK(gpu_test::first_difference(got_r.scales(), want.rowwise.scales()) == "");

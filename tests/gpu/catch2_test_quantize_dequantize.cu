@@ -38,8 +38,8 @@ void check_round_trip(mxkit::mx_type type, mxkit::block_axis axis, bool rotate, 
   gpu::dequantize(q.view(), mxkit::matrix_view<Out>{out.data(), rows, cols, out_ld});
   const std::vector<Out> got = out.to_host();
 
-  const mxkit::mx_tensor h = mxkit::quantize(mxkit::matrix_view<const float>{x.data(), rows, cols, ld}, type, axis, o);
-  const std::vector<float> want = mxkit::dequantize(h);
+  const mxkit::mx_tensor h = mxkit::ref::quantize(mxkit::matrix_view<const float>{x.data(), rows, cols, ld}, type, axis, o);
+  const std::vector<float> want = mxkit::ref::dequantize(h);
   // Equal bits, except that a NaN matches any NaN: IEEE 754 leaves the payload and sign of a NaN
   // produced by arithmetic to the implementation (x86 and NVIDIA differ), and a NaN block
   // dequantizes through such arithmetic.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The README's device-side code (tests/static/readme_device.hpp, verbatim in README.md) in a
-// kernel: compiled by nvcc (cuda stage) and for gfx942/gfx950 (hip stage), so a README spelling
+// The documented device-side code (tests/static/readme_device.hpp, verbatim in docs/gpu.md) in a
+// kernel: compiled by nvcc (cuda stage) and for gfx942/gfx950 (hip stage), so a documented spelling
 // that does not compile for the device fails the build; on a GPU each block's bytes must equal
 // what the same functions write on the host (static.readme_device checks those against the
 // reference).

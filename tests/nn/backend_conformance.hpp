@@ -691,7 +691,7 @@ void gemm_products() {
             for (std::size_t i = 0; i < s.size(); ++i) s[i] = std::fabs(e.alpha) * s0[i] + (e.c ? std::fabs(e.beta * cstored[i]) : 0.0);
             double rel = r.fprop.a.kind == precision::bf16 ? (2.0 * static_cast<double>(ah.length()) + 8) * u32 : 0x1p-9;
             if (out == dtype::bf16) rel += 0x1p-7;
-            const mxkit::gemm_validation_report rep = gemm_test::compare(d.read(dd.d), h.read(dd.h), s, rel, pc.cols);
+            const mxkit::ref::gemm_validation_report rep = gemm_test::compare(d.read(dd.d), h.read(dd.h), s, rel, pc.cols);
             tl.note(r.name + " " + name_of(pc.p) + " D " + name_of(out), rep.max_ratio);
             INFO(rep);
             CHECK(rep.over_bound == 0);

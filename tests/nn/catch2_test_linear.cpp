@@ -84,16 +84,16 @@ void check_mx_recipe(const recipe& r) {
   check_options(qxw, r, gemm_product::wgrad, true);
 
   // The same products from direct calls (the options carry the Philox stream the layer drew).
-  const mx_tensor w_row = quantize_rowwise(view(p.w, N, K), qw.spec.mx, qw.mx_options());
-  const mx_tensor w_col = quantize_columnwise(view(p.w, N, K), qwd.spec.mx, qwd.mx_options());
+  const mx_tensor w_row = ref::quantize_rowwise(view(p.w, N, K), qw.spec.mx, qw.mx_options());
+  const mx_tensor w_col = ref::quantize_columnwise(view(p.w, N, K), qwd.spec.mx, qwd.mx_options());
   CHECK(std::ranges::equal(w_row.data(), host_backend::mx(l.cached_rowwise()).data()));  // the cached copies, byte for byte
   CHECK(std::ranges::equal(w_row.scales(), host_backend::mx(l.cached_rowwise()).scales()));
   CHECK(std::ranges::equal(w_col.data(), host_backend::mx(l.cached_columnwise()).data()));
-  check_same(p.y, ref::fprop(quantize_rowwise(view(p.x, M, K), qx.spec.mx, qx.mx_options()), w_row), "fprop");
-  check_same(p.dx, ref::dgrad(quantize_rowwise(view(p.dy, M, N), qdy.spec.mx, qdy.mx_options()), w_col), "dgrad");
+  check_same(p.y, ref::fprop(ref::quantize_rowwise(view(p.x, M, K), qx.spec.mx, qx.mx_options()), w_row), "fprop");
+  check_same(p.dx, ref::dgrad(ref::quantize_rowwise(view(p.dy, M, N), qdy.spec.mx, qdy.mx_options()), w_col), "dgrad");
   check_same(p.dw,
-             ref::wgrad(quantize_columnwise(view(p.dy, M, N), qdyw.spec.mx, qdyw.mx_options()),
-                             quantize_columnwise(view(p.x, M, K), qxw.spec.mx, qxw.mx_options())),
+             ref::wgrad(ref::quantize_columnwise(view(p.dy, M, N), qdyw.spec.mx, qdyw.mx_options()),
+                             ref::quantize_columnwise(view(p.x, M, K), qxw.spec.mx, qxw.mx_options())),
              "wgrad");
 }
 

@@ -12,15 +12,15 @@ int main() {
   std::vector<float> x(8 * 64);  // (8, 64) row-major
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
   const mxkit::matrix_view<const float> in{x.data(), 8, 64};
-  const mxkit::mx_tensor q = mxkit::quantize_rowwise(in, mxkit::mx_type::mxfp4);  // 32-blocks along rows
-  const std::vector<float> y = mxkit::dequantize(q);                                 // (8, 64) floats
+  const mxkit::mx_tensor q = mxkit::ref::quantize_rowwise(in, mxkit::mx_type::mxfp4);  // 32-blocks along rows
+  const std::vector<float> y = mxkit::ref::dequantize(q);                                 // (8, 64) floats
 
   // Another kernel's output (here mxkit's own bytes with one bit flipped) checked against the
   // reference: the report names the row, column and block of every differing byte.
   std::vector<std::uint8_t> theirs(q.data().begin(), q.data().end());
   theirs[5] ^= 0x10;  // row 0, element 11 (FP4: element 2i in the low nibble, 2i + 1 in the high)
   const mxkit::mx_const_view foreign{q.layout(), q.options(), theirs.data(), q.scales().data()};
-  const mxkit::mx_validation_report good = mxkit::validate(in, q.view()), bad = mxkit::validate(in, foreign);
+  const mxkit::ref::mx_validation_report good = mxkit::ref::validate(in, q.view()), bad = mxkit::ref::validate(in, foreign);
   std::printf("%s\n%s\n", good.summary().c_str(), bad.summary().c_str());
 
   const mxkit::e2m1 e = mxkit::e2m1::from_float(5.0f);  // tie between 4 and 6: nearest-even gives 4

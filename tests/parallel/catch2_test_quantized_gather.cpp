@@ -48,7 +48,7 @@ TEST_CASE("quantized gather: MX copies gathered from the shards are the bytes of
     for (const auto& [rows, cols] : {std::pair<std::size_t, std::size_t>{96, 64}, {160, 40}}) {
       const std::vector<float> w = weight(rows, cols);
       for (block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
-        const mx_tensor want = quantize(matrix_view<const float>{w.data(), rows, cols}, f.type, axis, f.options, 1);
+        const mx_tensor want = ref::quantize(matrix_view<const float>{w.data(), rows, cols}, f.type, axis, f.options, 1);
         for (int n : {2, 3, 4}) {
           INFO(name_of(f.type) << " " << rows << "x" << cols << " " << name_of(axis) << ", " << n << " ranks, SR "
                                << (f.options.round == rounding::stochastic));

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   const auto layout = parse<mxkit::scale_layout>(argv[7]);
   const mxkit::matrix_view<const float> in{x.data(), rows, cols};
   if (mode == "quantize") {
-    const mxkit::mx_tensor t = mxkit::quantize(in, type, axis);
+    const mxkit::mx_tensor t = mxkit::ref::quantize(in, type, axis);
     const std::vector<std::uint8_t> scales =
         mxkit::to_scale_layout(t.scales().data(), t.layout().lines(), t.layout().blocks_per_line(), layout);
     write_file(argv[8], t.data().data(), t.data().size());
@@ -64,6 +64,6 @@ int main(int argc, char** argv) {
                            {reinterpret_cast<const std::uint8_t*>(scales.data()), scales.size()}};
   v.storage.nibbles = parse<mxkit::nibble_order>(argv[8]);
   if (codes.size() < v.data_span() || scales.size() < v.scale_span()) return 4;
-  std::cout << mxkit::validate(in, v).summary() << "\n";
+  std::cout << mxkit::ref::validate(in, v).summary() << "\n";
   return 0;
 }

@@ -22,7 +22,7 @@ constexpr double u = 0x1p-24;
 
 mx_tensor quantized(std::size_t rows, std::size_t cols, mx_type t, block_axis axis, std::uint64_t seed) {
   const std::vector<float> x = gemm_test::random_matrix(rows, cols, seed);
-  return quantize(matrix_view<const float>{x.data(), rows, cols}, t, axis);
+  return ref::quantize(matrix_view<const float>{x.data(), rows, cols}, t, axis);
 }
 
 // ref vs fp64 oracle on the dequantized copies; bound (nb + 3) u S (see ref/gemm.hpp).
@@ -141,9 +141,9 @@ TEST_CASE("ref::gemm: fprop, dgrad and wgrad take the copies the quantizer write
   const std::size_t M = 64, N = 96, K = 128;
   const std::vector<float> x = gemm_test::random_matrix(M, K, 51), w = gemm_test::random_matrix(N, K, 52),
                            dy = gemm_test::random_matrix(M, N, 53);
-  const auto X = quantize_both(matrix_view<const float>{x.data(), M, K}, mx_type::mxfp8_e4m3);
-  const auto W = quantize_both(matrix_view<const float>{w.data(), N, K}, mx_type::mxfp4);
-  const auto DY = quantize_both(matrix_view<const float>{dy.data(), M, N}, mx_type::mxfp8_e5m2);
+  const auto X = ref::quantize_both(matrix_view<const float>{x.data(), M, K}, mx_type::mxfp8_e4m3);
+  const auto W = ref::quantize_both(matrix_view<const float>{w.data(), N, K}, mx_type::mxfp4);
+  const auto DY = ref::quantize_both(matrix_view<const float>{dy.data(), M, N}, mx_type::mxfp8_e5m2);
 
   // Logical fp64 products of the dequantized copies each product consumes.
   const std::vector<float> xr = dequantize(X.rowwise), xc = dequantize(X.columnwise), wr = dequantize(W.rowwise),
@@ -202,7 +202,7 @@ TEST_CASE("ref::gemm: bad shapes, axes, K % 32 and rotations are clear errors", 
   quantize_options rot;
   rot.hadamard = true;
   const std::vector<float> xx = gemm_test::random_matrix(16, 64, 68);
-  const mx_tensor w_rot = quantize(matrix_view<const float>{xx.data(), 16, 64}, mx_type::mxfp4, block_axis::rowwise, rot);
+  const mx_tensor w_rot = ref::quantize(matrix_view<const float>{xx.data(), 16, 64}, mx_type::mxfp4, block_axis::rowwise, rot);
   REQUIRE_THROWS_WITH(ref::fprop(x_r, w_rot), contains("operands were rotated differently"));
 
   const std::vector<float> f = gemm_test::random_matrix(4, 10, 69);

@@ -85,7 +85,7 @@ TEST_CASE("quantize: every stored block equals the block oracle (addressing, pac
         o.stream = 3;
         INFO(mxkit::name_of(type) << " " << mxkit::name_of(axis) << " " << mxkit::name_of(o.rule) << " " << mxkit::name_of(o.round)
                                   << (o.hadamard ? " hadamard" : ""));
-        const mx_tensor t = mxkit::quantize(in, type, axis, o);
+        const mx_tensor t = mxkit::ref::quantize(in, type, axis, o);
         const mxkit::mx_layout& l = t.layout();
         REQUIRE(l.lines() == (axis == block_axis::rowwise ? rows : cols));
         REQUIRE(l.padded_length() == mxkit::round_up_to_block(axis == block_axis::rowwise ? cols : rows));
@@ -127,21 +127,21 @@ TEST_CASE("quantize: the columnwise copy of X is the rowwise copy of X^T, byte f
     for (const mx_type type : mxkit::all_mx_types)
       for (quantize_options o : option_sets()) {
         INFO(mxkit::name_of(type) << " " << rows << "x" << cols << (o.hadamard ? " hadamard" : ""));
-        const mx_tensor col = mxkit::quantize_columnwise(in, type, o);
-        const mx_tensor row_t = mxkit::quantize_rowwise(in_t, type, o);
+        const mx_tensor col = mxkit::ref::quantize_columnwise(in, type, o);
+        const mx_tensor row_t = mxkit::ref::quantize_rowwise(in_t, type, o);
         CHECK(col.layout().lines() == row_t.layout().lines());
         CHECK(same_bytes(col, row_t));
         // Dequantizing the columnwise copy gives the logical (untransposed) matrix.
-        const std::vector<float> back = mxkit::dequantize(col), back_t = mxkit::dequantize(row_t);
+        const std::vector<float> back = mxkit::ref::dequantize(col), back_t = mxkit::ref::dequantize(row_t);
         CHECK(back == transpose(back_t, cols, rows));
         // Stochastic rounding: the columnwise copy draws from stream ^ 0x80000000.
         o.round = rounding::stochastic;
         o.seed = 9;
         o.stream = 12;
-        const mx_tensor col_s = mxkit::quantize_columnwise(in, type, o);
+        const mx_tensor col_s = mxkit::ref::quantize_columnwise(in, type, o);
         quantize_options ot = o;
         ot.stream = 12u ^ 0x80000000u;
-        CHECK(same_bytes(col_s, mxkit::quantize_rowwise(in_t, type, ot)));
+        CHECK(same_bytes(col_s, mxkit::ref::quantize_rowwise(in_t, type, ot)));
       }
   }
 }
@@ -155,15 +155,15 @@ TEST_CASE("quantize: ragged dimensions are zero-padded along the block axis", "[
   for (const mx_type type : mxkit::all_mx_types)
     for (const quantize_options& o : option_sets()) {
       INFO(mxkit::name_of(type) << (o.hadamard ? " hadamard" : ""));
-      const mx_tensor t = mxkit::quantize_rowwise(matrix_view<const float>{x.data(), rows, cols}, type, o);
-      const mx_tensor tp = mxkit::quantize_rowwise(matrix_view<const float>{xp.data(), rows, padded_cols}, type, o);
+      const mx_tensor t = mxkit::ref::quantize_rowwise(matrix_view<const float>{x.data(), rows, cols}, type, o);
+      const mx_tensor tp = mxkit::ref::quantize_rowwise(matrix_view<const float>{xp.data(), rows, padded_cols}, type, o);
       CHECK(t.layout().padded_length() == padded_cols);
       CHECK(same_bytes(t, tp));  // padding is exactly explicit zeros
       if (!o.hadamard)           // unrotated, the padding quantizes to code 0 (+0)
         for (std::size_t r = 0; r < rows; ++r)
           for (std::size_t c = cols; c < padded_cols; ++c) CHECK(t.view().code(r, c) == 0);
       // dequantize drops the padding.
-      CHECK(mxkit::dequantize(t).size() == rows * cols);
+      CHECK(mxkit::ref::dequantize(t).size() == rows * cols);
     }
 }
 
@@ -172,13 +172,13 @@ TEST_CASE("quantize: empty tensors (0 rows or 0 cols)", "[tensor]") {
     for (const mx_type type : mxkit::all_mx_types)
       for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
         INFO(rows << "x" << cols << " " << mxkit::name_of(type) << " " << mxkit::name_of(axis));
-        const mx_tensor t = mxkit::quantize(matrix_view<const float>{nullptr, rows, cols}, type, axis);  // null is fine: nothing to read
+        const mx_tensor t = mxkit::ref::quantize(matrix_view<const float>{nullptr, rows, cols}, type, axis);  // null is fine: nothing to read
         CHECK(t.empty());
         CHECK(t.rows() == rows);
         CHECK(t.cols() == cols);
         CHECK(t.data().empty());
         CHECK(t.scales().empty());
-        CHECK(mxkit::dequantize(t).empty());
+        CHECK(mxkit::ref::dequantize(t).empty());
       }
 }
 
@@ -198,13 +198,13 @@ TEST_CASE("quantize: float, bfloat16 and float16 inputs of the same values agree
   for (const mx_type type : mxkit::all_mx_types)
     for (const quantize_options& o : option_sets()) {
       INFO(mxkit::name_of(type));
-      CHECK(same_bytes(mxkit::quantize_rowwise(matrix_view<const mxkit::bfloat16>{xb.data(), rows, cols}, type, o),
-                       mxkit::quantize_rowwise(matrix_view<const float>{xbf.data(), rows, cols}, type, o)));
-      CHECK(same_bytes(mxkit::quantize_columnwise(matrix_view<const mxkit::float16>{xh.data(), rows, cols}, type, o),
-                       mxkit::quantize_columnwise(matrix_view<const float>{xhf.data(), rows, cols}, type, o)));
+      CHECK(same_bytes(mxkit::ref::quantize_rowwise(matrix_view<const mxkit::bfloat16>{xb.data(), rows, cols}, type, o),
+                       mxkit::ref::quantize_rowwise(matrix_view<const float>{xbf.data(), rows, cols}, type, o)));
+      CHECK(same_bytes(mxkit::ref::quantize_columnwise(matrix_view<const mxkit::float16>{xh.data(), rows, cols}, type, o),
+                       mxkit::ref::quantize_columnwise(matrix_view<const float>{xhf.data(), rows, cols}, type, o)));
       // Non-const element views are accepted too.
-      CHECK(same_bytes(mxkit::quantize_rowwise(matrix_view<mxkit::bfloat16>{xb.data(), rows, cols}, type, o),
-                       mxkit::quantize_rowwise(matrix_view<const mxkit::bfloat16>{xb.data(), rows, cols}, type, o)));
+      CHECK(same_bytes(mxkit::ref::quantize_rowwise(matrix_view<mxkit::bfloat16>{xb.data(), rows, cols}, type, o),
+                       mxkit::ref::quantize_rowwise(matrix_view<const mxkit::bfloat16>{xb.data(), rows, cols}, type, o)));
     }
 }
 
@@ -217,21 +217,21 @@ TEST_CASE("quantize: a leading dimension larger than cols skips the gap", "[tens
   for (const mx_type type : mxkit::all_mx_types)
     for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
       INFO(mxkit::name_of(type) << " " << mxkit::name_of(axis));
-      CHECK(same_bytes(mxkit::quantize(matrix_view<const float>{wide.data(), rows, cols, ld}, type, axis),
-                       mxkit::quantize(matrix_view<const float>{x.data(), rows, cols}, type, axis)));
-      CHECK(same_bytes(mxkit::quantize(matrix_view<const float>{x.data(), rows, cols, cols}, type, axis),
-                       mxkit::quantize(matrix_view<const float>{x.data(), rows, cols, 0}, type, axis)));
+      CHECK(same_bytes(mxkit::ref::quantize(matrix_view<const float>{wide.data(), rows, cols, ld}, type, axis),
+                       mxkit::ref::quantize(matrix_view<const float>{x.data(), rows, cols}, type, axis)));
+      CHECK(same_bytes(mxkit::ref::quantize(matrix_view<const float>{x.data(), rows, cols, cols}, type, axis),
+                       mxkit::ref::quantize(matrix_view<const float>{x.data(), rows, cols, 0}, type, axis)));
     }
 }
 
 TEST_CASE("quantize: bad arguments raise errors naming the dimension", "[tensor]") {
   const std::vector<float> x(100, 1.0f);
-  REQUIRE_THROWS_AS(mxkit::quantize_rowwise(matrix_view<const float>{x.data(), 4, 5, 3}, mx_type::mxfp4), std::invalid_argument);
-  REQUIRE_THROWS_WITH(mxkit::quantize_rowwise(matrix_view<const float>{x.data(), 4, 5, 3}, mx_type::mxfp4),
+  REQUIRE_THROWS_AS(mxkit::ref::quantize_rowwise(matrix_view<const float>{x.data(), 4, 5, 3}, mx_type::mxfp4), std::invalid_argument);
+  REQUIRE_THROWS_WITH(mxkit::ref::quantize_rowwise(matrix_view<const float>{x.data(), 4, 5, 3}, mx_type::mxfp4),
                       mxkit_test::contains("leading dimension 3") && mxkit_test::contains("cols 5"));
-  REQUIRE_THROWS_WITH(mxkit::quantize_columnwise(matrix_view<const float>{nullptr, 4, 5}, mx_type::mxfp8_e4m3),
+  REQUIRE_THROWS_WITH(mxkit::ref::quantize_columnwise(matrix_view<const float>{nullptr, 4, 5}, mx_type::mxfp8_e4m3),
                       mxkit_test::contains("null data") && mxkit_test::contains("4x5"));
-  REQUIRE_THROWS_AS(mxkit::quantize_both(matrix_view<const float>{nullptr, 1, 1}, mx_type::mxint8), std::invalid_argument);
+  REQUIRE_THROWS_AS(mxkit::ref::quantize_both(matrix_view<const float>{nullptr, 1, 1}, mx_type::mxint8), std::invalid_argument);
 }
 
 TEST_CASE("quantize: dequantize round-trip error is bounded per format", "[tensor]") {
@@ -243,8 +243,8 @@ TEST_CASE("quantize: dequantize round-trip error is bounded per format", "[tenso
     for (const scale_rule rule : oracle::all_scale_rules) {
       quantize_options o;
       o.rule = rule;
-      const mx_tensor t = mxkit::quantize_rowwise(in, type, o);
-      const std::vector<float> back = mxkit::dequantize(t);
+      const mx_tensor t = mxkit::ref::quantize_rowwise(in, type, o);
+      const std::vector<float> back = mxkit::ref::dequantize(t);
       // Per element: nearest rounding is off by at most half the step around x/scale; an element
       // above max (floor and even rules may clip) loses exactly x/scale - max.
       oracle::mismatch_log log;
@@ -290,8 +290,8 @@ TEST_CASE("quantize: rotated round trip error is bounded in L2 per 16-group", "[
     o.hadamard = true;
     o.random_signs = true;
     o.seed = 17;
-    const mx_tensor t = mxkit::quantize_rowwise(matrix_view<const float>{x.data(), rows, cols}, type, o);
-    const std::vector<float> back = mxkit::dequantize(t);
+    const mx_tensor t = mxkit::ref::quantize_rowwise(matrix_view<const float>{x.data(), rows, cols}, type, o);
+    const std::vector<float> back = mxkit::ref::dequantize(t);
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t b = 0; b < cols / 32; ++b) {
         float v[32];
@@ -324,40 +324,40 @@ TEST_CASE("quantize: stochastic rounding is reproducible with a seed and differs
     quantize_options o;
     o.round = rounding::stochastic;
     o.seed = 1234;
-    const mx_tensor a = mxkit::quantize_rowwise(in, type, o), b = mxkit::quantize_rowwise(in, type, o);
+    const mx_tensor a = mxkit::ref::quantize_rowwise(in, type, o), b = mxkit::ref::quantize_rowwise(in, type, o);
     CHECK(same_bytes(a, b));
     quantize_options other_seed = o, other_stream = o;
     other_seed.seed = 1235;
     other_stream.stream = 1;
-    const mx_tensor c = mxkit::quantize_rowwise(in, type, other_seed), d = mxkit::quantize_rowwise(in, type, other_stream);
+    const mx_tensor c = mxkit::ref::quantize_rowwise(in, type, other_seed), d = mxkit::ref::quantize_rowwise(in, type, other_stream);
     CHECK(std::ranges::equal(a.scales(), c.scales()));  // the scale does not depend on the random bits
     CHECK_FALSE(std::ranges::equal(a.data(), c.data()));
     CHECK_FALSE(std::ranges::equal(a.data(), d.data()));
     // quantize_both gives the same two copies as the separate calls.
-    const mxkit::mx_tensor_pair both = mxkit::quantize_both(in, type, o);
+    const mxkit::ref::mx_tensor_pair both = mxkit::ref::quantize_both(in, type, o);
     CHECK(same_bytes(both.rowwise, a));
-    CHECK(same_bytes(both.columnwise, mxkit::quantize_columnwise(in, type, o)));
+    CHECK(same_bytes(both.columnwise, mxkit::ref::quantize_columnwise(in, type, o)));
     CHECK(both.columnwise.axis() == block_axis::columnwise);
   }
 }
 
 TEST_CASE("dequantize: a view with null data or scales is refused", "[tensor]") {
   const std::vector<float> x(4 * 40, 0.5f);
-  const mxkit::mx_tensor t = mxkit::quantize_rowwise(matrix_view<const float>{x.data(), 4, 40}, mxkit::mx_type::mxfp6_e2m3);
+  const mxkit::mx_tensor t = mxkit::ref::quantize_rowwise(matrix_view<const float>{x.data(), 4, 40}, mxkit::mx_type::mxfp6_e2m3);
   mxkit::mx_const_view v = t.view();
   v.data = nullptr;
-  REQUIRE_THROWS_WITH(mxkit::dequantize(v), mxkit_test::contains("dequantize: null data or scales for a 4x40 mxfp6_e2m3 tensor"));
+  REQUIRE_THROWS_WITH(mxkit::ref::dequantize(v), mxkit_test::contains("dequantize: null data or scales for a 4x40 mxfp6_e2m3 tensor"));
   v = t.view();
   v.scales = nullptr;
-  REQUIRE_THROWS_AS(mxkit::dequantize(v), std::invalid_argument);
+  REQUIRE_THROWS_AS(mxkit::ref::dequantize(v), std::invalid_argument);
   v = {{mxkit::mx_type::mxfp4, block_axis::rowwise, 0, 40}, {}, nullptr, nullptr};
-  CHECK(mxkit::dequantize(v).empty());
-  for (float y : mxkit::dequantize(t)) CHECK(y == 0.5f);
+  CHECK(mxkit::ref::dequantize(v).empty());
+  for (float y : mxkit::ref::dequantize(t)) CHECK(y == 0.5f);
 }
 
 TEST_CASE("quantize: an mx_type value outside the enum is refused", "[tensor]") {
   const std::vector<float> x(2 * 32, 1.0f);
   const auto bad = static_cast<mxkit::mx_type>(17);
-  REQUIRE_THROWS_WITH(mxkit::quantize_rowwise(matrix_view<const float>{x.data(), 2, 32}, bad),
+  REQUIRE_THROWS_WITH(mxkit::ref::quantize_rowwise(matrix_view<const float>{x.data(), 2, 32}, bad),
                       mxkit_test::contains("unknown mx_type value 17"));
 }

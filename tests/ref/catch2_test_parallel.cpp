@@ -87,9 +87,9 @@ TEST_CASE("parallel: quantize is byte-identical on any thread count", "[parallel
           o.rule = mxkit::scale_rule::even;
           o.seed = 77;
         }
-        const mxkit::mx_tensor one = mxkit::quantize(in, type, axis, o, 1);
+        const mxkit::mx_tensor one = mxkit::ref::quantize(in, type, axis, o, 1);
         for (const unsigned threads : {2u, 3u, 8u}) {
-          const mxkit::mx_tensor many = mxkit::quantize(in, type, axis, o, threads);
+          const mxkit::mx_tensor many = mxkit::ref::quantize(in, type, axis, o, threads);
           CHECK(std::ranges::equal(many.data(), one.data()));
           CHECK(std::ranges::equal(many.scales(), one.scales()));
         }
@@ -100,7 +100,7 @@ TEST_CASE("parallel: the reference GEMMs are bit-identical on any thread count",
   constexpr std::size_t p = 37, q = 29, r = 96;
   const std::vector<float> a = parallel_matrix(p, r, 2), b = parallel_matrix(q, r, 3), c = parallel_matrix(p, q, 4);
   const matrix_view<const float> av{a.data(), p, r}, bv{b.data(), q, r};
-  const mxkit::mx_tensor qa = mxkit::quantize_rowwise(av, mx_type::mxfp8_e4m3), qb = mxkit::quantize_rowwise(bv, mx_type::mxfp4);
+  const mxkit::mx_tensor qa = mxkit::ref::quantize_rowwise(av, mx_type::mxfp8_e4m3), qb = mxkit::ref::quantize_rowwise(bv, mx_type::mxfp4);
   const mxkit::fp8_tensor fa = mxkit::quantize_fp8(av, mxkit::fp8_type::e4m3, 64.0f), fb = mxkit::quantize_fp8(bv, mxkit::fp8_type::e5m2, 0.5f);
   std::vector<mxkit::bfloat16> ha(a.size());
   for (std::size_t i = 0; i < a.size(); ++i) ha[i] = mxkit::bfloat16::from_float(a[i]);
@@ -128,18 +128,18 @@ TEST_CASE("parallel: validate and validate_gemm report the same on any thread co
   constexpr std::size_t rows = 70, cols = 96;
   const std::vector<float> x = parallel_matrix(rows, cols, 5);
   const matrix_view<const float> in{x.data(), rows, cols};
-  mxkit::mx_tensor t = mxkit::quantize_columnwise(in, mx_type::mxfp4);
+  mxkit::mx_tensor t = mxkit::ref::quantize_columnwise(in, mx_type::mxfp4);
   for (std::size_t i = 0; i < t.data().size(); i += 37) t.data()[i] ^= 0x11;  // mismatches in many lines
   for (std::size_t i = 0; i < t.scales().size(); i += 11) t.scales()[i] ^= 0x01;
-  const auto describe = [](const mxkit::mx_validation_report& r) { return mxkit::to_string(r); };
-  mxkit::validate_options o;
+  const auto describe = [](const mxkit::ref::mx_validation_report& r) { return mxkit::ref::to_string(r); };
+  mxkit::ref::validate_options o;
   o.max_reported = 40;
   o.threads = 1;
-  const mxkit::mx_validation_report one = mxkit::validate(in, t, o);
+  const mxkit::ref::mx_validation_report one = mxkit::ref::validate(in, t, o);
   CHECK(one.mismatch_count() > 100);
   for (const unsigned threads : {2u, 3u, 8u}) {
     o.threads = threads;
-    const mxkit::mx_validation_report many = mxkit::validate(in, t, o);
+    const mxkit::ref::mx_validation_report many = mxkit::ref::validate(in, t, o);
     CHECK(many.scale_mismatches == one.scale_mismatches);
     CHECK(many.element_mismatches == one.element_mismatches);
     CHECK(many.padding_mismatches == one.padding_mismatches);
@@ -149,20 +149,20 @@ TEST_CASE("parallel: validate and validate_gemm report the same on any thread co
   // validate_gemm on a product with planted errors in several column chunks (chunks of 256 lines).
   constexpr std::size_t p = 20, q = 600, r = 64;
   const std::vector<float> a = parallel_matrix(p, r, 6), b = parallel_matrix(q, r, 7);
-  const mxkit::mx_tensor qa = mxkit::quantize_rowwise(matrix_view<const float>{a.data(), p, r}, mx_type::mxfp8_e5m2);
-  const mxkit::mx_tensor qb = mxkit::quantize_rowwise(matrix_view<const float>{b.data(), q, r}, mx_type::mxfp8_e5m2);
+  const mxkit::mx_tensor qa = mxkit::ref::quantize_rowwise(matrix_view<const float>{a.data(), p, r}, mx_type::mxfp8_e5m2);
+  const mxkit::mx_tensor qb = mxkit::ref::quantize_rowwise(matrix_view<const float>{b.data(), q, r}, mx_type::mxfp8_e5m2);
   std::vector<float> d(p * q);
   mxkit::ref::gemm(qa.view(), qb.view(), matrix_view<float>{d.data(), p, q});
   for (const std::size_t j : {3u, 300u, 599u}) d[7 * q + j] *= 1.5f;
   d[19 * q + 450] = NAN;
-  mxkit::gemm_validate_options g;
+  mxkit::ref::gemm_validate_options g;
   g.threads = 1;
   g.max_reported = 10;
-  const mxkit::gemm_validation_report gone = mxkit::validate_gemm(qa.view(), qb.view(), matrix_view<const float>{d.data(), p, q}, g);
+  const mxkit::ref::gemm_validation_report gone = mxkit::ref::validate_gemm(qa.view(), qb.view(), matrix_view<const float>{d.data(), p, q}, g);
   CHECK(gone.over_bound == 4);
   for (const unsigned threads : {2u, 3u, 8u}) {
     g.threads = threads;
-    const mxkit::gemm_validation_report many = mxkit::validate_gemm(qa.view(), qb.view(), matrix_view<const float>{d.data(), p, q}, g);
-    CHECK(mxkit::to_string(many) == mxkit::to_string(gone));
+    const mxkit::ref::gemm_validation_report many = mxkit::ref::validate_gemm(qa.view(), qb.view(), matrix_view<const float>{d.data(), p, q}, g);
+    CHECK(mxkit::ref::to_string(many) == mxkit::ref::to_string(gone));
   }
 }

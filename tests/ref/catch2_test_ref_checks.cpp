@@ -27,7 +27,7 @@ constexpr std::size_t two32 = std::size_t{1} << 32, two40 = std::size_t{1} << 40
 mx_tensor quantized(std::size_t rows, std::size_t cols, mx_type t, block_axis axis, const quantize_options& o = {}) {
   std::vector<float> x(rows * cols);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) - 6.0f;
-  return quantize(matrix_view<const float>{x.data(), rows, cols}, t, axis, o);
+  return ref::quantize(matrix_view<const float>{x.data(), rows, cols}, t, axis, o);
 }
 
 std::string hex4(std::uint32_t v) {
@@ -42,9 +42,9 @@ std::string hex4(std::uint32_t v) {
 TEST_CASE("quantize: an input whose copy size wraps is refused before anything is written", "[ref][sizes]") {
   const std::vector<float> x(64, 1.0f);
   // 2^40 x 2^40: the FP4 copy's 2^79 bytes wrap to 0; the old code wrote into a 0-byte buffer.
-  REQUIRE_THROWS_WITH(quantize_rowwise(matrix_view<const float>{x.data(), two40, two40}, mx_type::mxfp4),
+  REQUIRE_THROWS_WITH(ref::quantize_rowwise(matrix_view<const float>{x.data(), two40, two40}, mx_type::mxfp4),
                       contains("quantize: view: rows 1099511627776 x leading dimension 1099511627776 exceeds the largest std::size_t"));
-  REQUIRE_THROWS_AS(quantize_both(matrix_view<const float>{x.data(), two40, two40}, mx_type::mxfp8_e4m3), std::invalid_argument);
+  REQUIRE_THROWS_AS(ref::quantize_both(matrix_view<const float>{x.data(), two40, two40}, mx_type::mxfp8_e4m3), std::invalid_argument);
 }
 
 TEST_CASE("dequantize: a view whose layout sizes wrap is refused (the null check is not skipped)", "[ref][sizes]") {
@@ -59,7 +59,7 @@ TEST_CASE("validate: a layout whose sizes wrap is refused", "[ref][sizes]") {
   const std::vector<float> x(64, 1.0f);
   const matrix_view<const float> in{x.data(), two32, two32};
   const mx_const_view v{{mx_type::mxfp8_e4m3, block_axis::rowwise, two32, two32}, {}, nullptr, nullptr};
-  REQUIRE_THROWS_WITH(validate(in, v), contains("validate: rows 4294967296 x padded cols 4294967296 exceeds"));
+  REQUIRE_THROWS_WITH(ref::validate(in, v), contains("validate: rows 4294967296 x padded cols 4294967296 exceeds"));
 }
 
 TEST_CASE("ref::gemm: operand and output sizes that wrap are refused", "[ref][sizes]") {
@@ -104,29 +104,29 @@ TEST_CASE("quantize: unknown scale_rule, rounding or block_axis values are refus
   const matrix_view<const float> in{x.data(), 2, 32};
   quantize_options o;
   o.rule = static_cast<scale_rule>(9);
-  REQUIRE_THROWS_WITH(quantize_rowwise(in, mx_type::mxfp4, o), contains("quantize: unknown scale_rule value 9 (valid: 0 to 3"));
+  REQUIRE_THROWS_WITH(ref::quantize_rowwise(in, mx_type::mxfp4, o), contains("quantize: unknown scale_rule value 9 (valid: 0 to 3"));
   o = {};
   o.round = static_cast<rounding>(4);
-  REQUIRE_THROWS_WITH(quantize_columnwise(in, mx_type::mxfp4, o), contains("quantize: unknown rounding value 4"));
-  REQUIRE_THROWS_WITH(quantize(in, mx_type::mxfp4, static_cast<block_axis>(3)), contains("quantize: unknown block_axis value 3"));
-  REQUIRE_THROWS_WITH(quantize_rowwise(in, static_cast<mx_type>(6)), contains("quantize: unknown mx_type value 6 (valid: 0 to 5"));
+  REQUIRE_THROWS_WITH(ref::quantize_columnwise(in, mx_type::mxfp4, o), contains("quantize: unknown rounding value 4"));
+  REQUIRE_THROWS_WITH(ref::quantize(in, mx_type::mxfp4, static_cast<block_axis>(3)), contains("quantize: unknown block_axis value 3"));
+  REQUIRE_THROWS_WITH(ref::quantize_rowwise(in, static_cast<mx_type>(6)), contains("quantize: unknown mx_type value 6 (valid: 0 to 5"));
 }
 
 TEST_CASE("dequantize and validate: a view with an unknown mx_type or block_axis is refused", "[ref][enums]") {
   const std::vector<float> x(2 * 32, 3.0f);
   const matrix_view<const float> in{x.data(), 2, 32};
-  const mx_tensor t = quantize_rowwise(in, mx_type::mxfp8_e4m3);
+  const mx_tensor t = ref::quantize_rowwise(in, mx_type::mxfp8_e4m3);
   // An 8-bit copy with a type value past the enum used to decode as FP4 (half the bytes, garbage).
   mx_const_view v = t.view();
   v.layout.type = static_cast<mx_type>(6);
   REQUIRE_THROWS_WITH(dequantize(v), contains("dequantize: unknown mx_type value 6"));
-  REQUIRE_THROWS_WITH(validate(in, v), contains("validate: unknown mx_type value 6"));
+  REQUIRE_THROWS_WITH(ref::validate(in, v), contains("validate: unknown mx_type value 6"));
   v = t.view();
   v.layout.axis = static_cast<block_axis>(2);
   REQUIRE_THROWS_WITH(dequantize(v), contains("dequantize: unknown block_axis value 2"));
   v = t.view();
   v.options.rule = static_cast<scale_rule>(5);
-  REQUIRE_THROWS_WITH(validate(in, v), contains("validate: unknown scale_rule value 5"));
+  REQUIRE_THROWS_WITH(ref::validate(in, v), contains("validate: unknown scale_rule value 5"));
   for (const float y : dequantize(t)) CHECK(y == 3.0f);
 }
 

@@ -3,7 +3,7 @@
 // Helpers shared by the host GEMM tests and the GPU GEMM tests: random matrices whose blocks span
 // many binades (so block scales differ), an fp64 TN oracle on dequantized inputs with the
 // magnitude sum S = sum_k |a_k b_k| that error bounds scale with, and the element-wise bound
-// check, which is the library's (mxkit::compare_within_bound, what validate_gemm applies).
+// check, which is the library's (mxkit::ref::compare_within_bound, what validate_gemm applies).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -70,16 +70,16 @@ std::vector<T> transposed(const std::vector<T>& x, std::size_t rows, std::size_t
 
 // The stored-copy view of a dequantized MX copy as the TN oracle wants it: [lines, line_length].
 inline std::vector<float> dequantized_lines(const mxkit::mx_tensor& t) {
-  std::vector<float> d = mxkit::dequantize(t);  // logical [rows, cols]
+  std::vector<float> d = mxkit::ref::dequantize(t);  // logical [rows, cols]
   return t.axis() == mxkit::block_axis::rowwise ? d : transposed(d, t.rows(), t.cols());
 }
 
 // Element-wise |got - want| <= rel * s + abs_floor (a NaN must meet a NaN): the library's check
-// (mxkit::compare_within_bound, validation/validate_gemm.hpp) on whole vectors of a [n / cols, cols] result.
+// (mxkit::ref::compare_within_bound, validation/validate_gemm.hpp) on whole vectors of a [n / cols, cols] result.
 template <class GotT, class WantT>
-mxkit::gemm_validation_report compare(const std::vector<GotT>& got, const std::vector<WantT>& want, const std::vector<double>& s,
+mxkit::ref::gemm_validation_report compare(const std::vector<GotT>& got, const std::vector<WantT>& want, const std::vector<double>& s,
                                       double rel, std::size_t cols, double abs_floor = 0) {
-  return mxkit::compare_within_bound(got.data(), want.data(), s.data(), want.size(), cols, rel, abs_floor);
+  return mxkit::ref::compare_within_bound(got.data(), want.data(), s.data(), want.size(), cols, rel, abs_floor);
 }
 
 // A sign-stripped copy of an MX tensor (every code's magnitude, scales kept): the reference GEMM

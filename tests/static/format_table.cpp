@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Prints README's format table from the library's own constants, so the documentation cannot
-// drift from the code: ctest static.readme_formats compares this output with README.md.
+// Prints the format table of docs/formats.md from the library's own constants, so the documentation
+// cannot drift from the code: ctest static.readme compares this output with the table there.
 // Cells are printed straight to stdout (no std::string building: g++ 12 -O3 reports a false
 // -Wrestrict on "literal" + std::string).
 #include <cmath>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// ctest static.readme_device: the README's device-side code (readme_device.hpp, verbatim in
-// README.md) compiles with the plain host compiler and writes what the reference writes:
+// ctest static.readme_device: the documented device-side code (readme_device.hpp, verbatim in
+// docs/gpu.md) compiles with the plain host compiler and writes what the reference writes:
 // quantize_fp4_block = pack_block(quantize_block) with its scale at its cuBLAS 128x4 offset, for
 // every scale rule and rounding, with and without the rotation and its random signs;
 // quantize_fp4_block_by_hand = the same bytes without the rotation under nearest even. Blocks:

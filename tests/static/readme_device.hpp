@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// README "Device functions", verbatim: a kernel's code for one 32-element block held in registers,
-// host and device alike (MXKIT_HD). ctest static.readme_device runs it on the host against the
-// reference; catch2_test_readme_device (cuda stage; hip: device compile) runs it in a kernel.
+// docs/gpu.md "Device functions for your own kernel", verbatim: a kernel's code for one 32-element
+// block held in registers, host and device alike (MXKIT_HD). ctest static.readme_device runs it on
+// the host against the reference; catch2_test_readme_device (cuda stage; hip: device compile) runs
+// it in a kernel.
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_block.hpp>
 #include <mxkit/tensor/scale_layout.hpp>

@@ -121,7 +121,7 @@ TEST_CASE("foreign layout: store_foreign and to_mx_tensor round-trip every stora
   const matrix_view<const float> in{x.data(), rows, cols};
   for (const mx_type type : {mx_type::mxfp4, mx_type::mxfp8_e5m2})
     for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
-      const mxkit::mx_tensor t = mxkit::quantize(in, type, axis);
+      const mxkit::mx_tensor t = mxkit::ref::quantize(in, type, axis);
       for (const mx_storage& s : storages(t.layout())) {
         const mxkit::mx_foreign_buffers b = mxkit::store_foreign(t.view(), s);
         const mxkit::mx_foreign_view v = b.view();
@@ -134,12 +134,12 @@ TEST_CASE("foreign layout: store_foreign and to_mx_tensor round-trip every stora
         if (s.padding_stored) CHECK(std::ranges::equal(back.data(), t.data()));
         // validate reads the same bytes: the copy passes, and one changed byte in the foreign
         // buffer is one mismatch.
-        const mxkit::mx_validation_report r = mxkit::validate(in, v);
+        const mxkit::ref::mx_validation_report r = mxkit::ref::validate(in, v);
         CHECK(r.ok());
         if (s.padding_stored) CHECK(r.padding_checked > 0);
         mxkit::mx_foreign_buffers bad = b;
         bad.scales[v.scale_offset_of(t.layout().lines() - 1, 1)] ^= 0x04;
-        const mxkit::mx_validation_report rb = mxkit::validate(in, bad.view());
+        const mxkit::ref::mx_validation_report rb = mxkit::ref::validate(in, bad.view());
         CHECK(rb.scale_mismatches == 1);
         REQUIRE(rb.mismatches.size() == 1);
         CHECK(rb.mismatches[0].line == t.layout().lines() - 1);
@@ -228,7 +228,7 @@ TEST_CASE("foreign layout: spans that overflow std::size_t are refused before an
   s.data_ld = huge;
   const mxkit::mx_foreign_buffers wrapped{l, {}, s, std::vector<std::uint8_t>(64), std::vector<std::uint8_t>(128)};
   const std::vector<float> x(64 * 64, 1.0f);
-  REQUIRE_THROWS_WITH(mxkit::validate(matrix_view<const float>{x.data(), 64, 64}, wrapped.view()),
+  REQUIRE_THROWS_WITH(mxkit::ref::validate(matrix_view<const float>{x.data(), 64, 64}, wrapped.view()),
                       mxkit_test::contains("data_ld 9223372036854775808"));
 }
 
@@ -236,28 +236,28 @@ TEST_CASE("foreign layout: a buffer shorter than its description is refused, nam
   constexpr std::size_t rows = 4, cols = 64;
   const std::vector<float> x = make_matrix(rows, cols, 33);
   const matrix_view<const float> in{x.data(), rows, cols};
-  const mxkit::mx_tensor t = mxkit::quantize_rowwise(in, mx_type::mxfp8_e4m3);
+  const mxkit::mx_tensor t = mxkit::ref::quantize_rowwise(in, mx_type::mxfp8_e4m3);
   mx_storage s;
   s.data_ld = 80;  // 3 x 80 + 64 = 304 bytes of data; 4 x 2 = 8 scales
   mxkit::mx_foreign_buffers b = mxkit::store_foreign(t.view(), s);
   REQUIRE(b.data.size() == 304);
   REQUIRE(b.scales.size() == 8);
-  REQUIRE(mxkit::validate(in, b.view()).ok());
+  REQUIRE(mxkit::ref::validate(in, b.view()).ok());
   // view() keeps the sizes of the vectors it points into: validate and to_mx_tensor see them.
   mxkit::mx_foreign_buffers short_scales = b;
   short_scales.scales.resize(1);
-  CHECK_THROWS_WITH(mxkit::validate(in, short_scales.view()),
+  CHECK_THROWS_WITH(mxkit::ref::validate(in, short_scales.view()),
                     mxkit_test::contains("validate: ") && mxkit_test::contains("scale buffer of 1 byte") &&
                         mxkit_test::contains("8 bytes"));
   CHECK_THROWS_WITH(mxkit::to_mx_tensor(short_scales.view()), mxkit_test::contains("to_mx_tensor: ") &&
                                                                    mxkit_test::contains("scale buffer of 1 byte"));
   mxkit::mx_foreign_buffers short_data = b;
   short_data.data.resize(303);
-  CHECK_THROWS_WITH(mxkit::validate(in, short_data.view()),
+  CHECK_THROWS_WITH(mxkit::ref::validate(in, short_data.view()),
                     mxkit_test::contains("data buffer of 303 bytes") && mxkit_test::contains("304 bytes"));
   // A longer buffer is fine (a view into a larger allocation).
   mxkit::mx_foreign_buffers longer = b;
   longer.data.resize(400);
   longer.scales.resize(20);
-  CHECK(mxkit::validate(in, longer.view()).ok());
+  CHECK(mxkit::ref::validate(in, longer.view()).ok());
 }

@@ -185,7 +185,7 @@ TEST_CASE("hadamard: rotation raises MXFP4 SQNR on outlier-heavy data", "[transf
       o.hadamard = hadamard;
       o.random_signs = signs;
       o.seed = 11;
-      return sqnr_db(x, mxkit::dequantize(mxkit::quantize_rowwise(in, mxkit::mx_type::mxfp4, o)));
+      return sqnr_db(x, mxkit::ref::dequantize(mxkit::ref::quantize_rowwise(in, mxkit::mx_type::mxfp4, o)));
     };
     const double plain = sqnr(false, false), rotated = sqnr(true, false), rotated_signs = sqnr(true, true);
     std::printf("MXFP4 SQNR, Gaussian + 50x outlier channels, %s scale: %.2f dB plain, %.2f dB rotated, %.2f dB rotated with signs\n",

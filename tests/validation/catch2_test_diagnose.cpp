@@ -32,7 +32,7 @@ struct stored_copy {
 };
 stored_copy write_copy(const std::vector<float>& x, std::size_t rows, std::size_t cols, mx_type type, block_axis axis,
                        const mxkit::quantize_options& o, const mxkit::mx_storage& written, const mxkit::mx_storage& described) {
-  const mxkit::mx_tensor t = mxkit::quantize(matrix_view<const float>{x.data(), rows, cols}, type, axis, o);
+  const mxkit::mx_tensor t = mxkit::ref::quantize(matrix_view<const float>{x.data(), rows, cols}, type, axis, o);
   stored_copy c{mxkit::store_foreign(t.view(), written), {}};
   c.described = c.bytes.view();
   c.described.storage = described;
@@ -47,8 +47,8 @@ TEST_CASE("diagnose_layout names a swapped FP4 nibble order", "[diagnose]") {
   high.nibbles = mxkit::nibble_order::high_first;
   const stored_copy c = write_copy(x, rows, cols, mx_type::mxfp4, block_axis::rowwise, {}, high, mxkit::mx_storage{});
   const matrix_view<const float> in{x.data(), rows, cols};
-  REQUIRE_FALSE(mxkit::validate(in, c.described).ok());
-  const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
+  REQUIRE_FALSE(mxkit::ref::validate(in, c.described).ok());
+  const mxkit::ref::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
   REQUIRE(d.found());
   CHECK(d.original_mismatches > 0);
   CHECK(d.passing()->change == "high_first nibbles");
@@ -63,7 +63,7 @@ TEST_CASE("diagnose_layout names a 128x4 scale layout, a columnwise storage and 
     mxkit::mx_storage tiled;
     tiled.scales = mxkit::scale_layout::cublas_128x4;
     const stored_copy c = write_copy(x, rows, cols, mx_type::mxfp8_e4m3, block_axis::rowwise, {}, tiled, mxkit::mx_storage{});
-    const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
+    const mxkit::ref::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
     REQUIRE(d.found());
     CHECK(d.passing()->change == "cublas_128x4 scales");
   }
@@ -71,7 +71,7 @@ TEST_CASE("diagnose_layout names a 128x4 scale layout, a columnwise storage and 
     mxkit::mx_storage flat;
     flat.columnwise = mxkit::columnwise_storage::not_transposed;
     const stored_copy c = write_copy(x, rows, cols, mx_type::mxfp8_e5m2, block_axis::columnwise, {}, flat, mxkit::mx_storage{});
-    const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
+    const mxkit::ref::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
     REQUIRE(d.found());
     CHECK(d.passing()->change == "columnwise copy stored not_transposed");
   }
@@ -80,7 +80,7 @@ TEST_CASE("diagnose_layout names a 128x4 scale layout, a columnwise storage and 
     rceil.rule = mxkit::scale_rule::round_up;
     stored_copy c = write_copy(x, rows, cols, mx_type::mxfp4, block_axis::rowwise, rceil, {}, {});
     c.described.options.rule = mxkit::scale_rule::floor;
-    const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
+    const mxkit::ref::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
     REQUIRE(d.found());
     CHECK(d.passing()->change == "scale rule round_up");
   }
@@ -89,7 +89,7 @@ TEST_CASE("diagnose_layout names a 128x4 scale layout, a columnwise storage and 
     both.nibbles = mxkit::nibble_order::high_first;
     both.scales = mxkit::scale_layout::cublas_128x4;
     const stored_copy c = write_copy(x, rows, cols, mx_type::mxfp4, block_axis::rowwise, {}, both, mxkit::mx_storage{});
-    const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
+    const mxkit::ref::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
     REQUIRE(d.found());
     CHECK(d.passing()->change == "high_first nibbles and cublas_128x4 scales");
   }
@@ -102,7 +102,7 @@ TEST_CASE("diagnose_layout does not explain away a wrong byte, and checks the bu
   stored_copy c = write_copy(x, rows, cols, mx_type::mxfp8_e4m3, block_axis::rowwise, {}, {}, {});
   c.bytes.data[5] ^= 0x01;  // one planted element error
   c.described = c.bytes.view();
-  const mxkit::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
+  const mxkit::ref::layout_diagnosis d = mxkit::ref::diagnose_layout(in, c.described);
   CHECK_FALSE(d.found());
   CHECK(d.original_mismatches == 1);
   CHECK(!d.tried.empty());

@@ -28,7 +28,7 @@ struct pinned_block {
 
 // Rows of one block each (rowwise copy, 32 columns). Checks that the preset's reference writes
 // exactly these bytes (quantize_like), and that validate accepts them stored the peer's way.
-void check_pinned(const mxkit::peer_preset& p, const std::vector<pinned_block>& blocks, int fill_code = 0) {
+void check_pinned(const mxkit::ref::peer_preset& p, const std::vector<pinned_block>& blocks, int fill_code = 0) {
   const std::size_t rows = blocks.size(), cols = 32;
   std::vector<float> x(rows * cols, 0.0f);
   mxkit::mx_tensor want({p.type, block_axis::rowwise, rows, cols}, p.options);
@@ -43,13 +43,13 @@ void check_pinned(const mxkit::peer_preset& p, const std::vector<pinned_block>& 
   }
   const matrix_view<const float> in{x.data(), rows, cols};
   INFO(p.name);
-  const mxkit::mx_foreign_buffers got = mxkit::quantize_like(p, in, block_axis::rowwise);
+  const mxkit::mx_foreign_buffers got = mxkit::ref::quantize_like(p, in, block_axis::rowwise);
   const mxkit::mx_tensor back = mxkit::to_mx_tensor(got.view());
   CHECK(std::ranges::equal(back.scales(), want.scales()));
   CHECK(std::ranges::equal(back.data(), want.data()));
   const mxkit::mx_foreign_buffers stored = mxkit::store_foreign(std::as_const(want).view(), p.storage(block_axis::rowwise, rows, cols));
-  const mxkit::mx_validation_report r = mxkit::validate(in, stored.view(), p.validation());
-  INFO(mxkit::to_string(r));
+  const mxkit::ref::mx_validation_report r = mxkit::ref::validate(in, stored.view(), p.validation());
+  INFO(mxkit::ref::to_string(r));
   CHECK(r.ok());
 }
 
@@ -73,11 +73,11 @@ TEST_CASE("peer presets: torchao to_mx, four modes, pinned FP4 blocks", "[peers]
   const pinned_block ceil_a{{6.5f, 5.0f, -2.75f, 0.3f}, 0x80, {0x5, 0x4, 0xB, 0x0}};
   const pinned_block ceil_b{{7.0f, -3.5f}, 0x80, {0x6, 0xC}};
   const pinned_block zero{{}, 0x00, {}};
-  using mode = mxkit::torchao_scale_mode;
-  check_pinned(mxkit::peers::torchao_to_mx(mx_type::mxfp4, mode::floor), {floor_a, floor_b, zero});
-  check_pinned(mxkit::peers::torchao_to_mx(mx_type::mxfp4, mode::ceil), {ceil_a, ceil_b, zero});
-  check_pinned(mxkit::peers::torchao_to_mx(mx_type::mxfp4, mode::even), {floor_a, ceil_b, zero});
-  check_pinned(mxkit::peers::torchao_to_mx(mx_type::mxfp4, mode::rceil), {ceil_a, ceil_b, zero});
+  using mode = mxkit::ref::torchao_scale_mode;
+  check_pinned(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp4, mode::floor), {floor_a, floor_b, zero});
+  check_pinned(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp4, mode::ceil), {ceil_a, ceil_b, zero});
+  check_pinned(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp4, mode::even), {floor_a, ceil_b, zero});
+  check_pinned(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp4, mode::rceil), {ceil_a, ceil_b, zero});
 }
 
 TEST_CASE("peer presets: E4M3 RCEIL in torchao and TE, and where their float formula departs", "[peers]") {
@@ -99,22 +99,22 @@ TEST_CASE("peer presets: E4M3 RCEIL in torchao and TE, and where their float for
   const pinned_block d_torchao{{a}, 0x00, {0x7E}};
   const pinned_block d_te{{a}, 0x00, {0x00}};
   const pinned_block zero{{}, 0x00, {}};
-  using mode = mxkit::torchao_scale_mode;
-  using mxkit::peer_formula;
-  check_pinned(mxkit::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mode::rceil), {c_rceil, d_torchao, zero});
-  check_pinned(mxkit::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mode::rceil, mxkit::scale_layout::row_major,
+  using mode = mxkit::ref::torchao_scale_mode;
+  using mxkit::ref::peer_formula;
+  check_pinned(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mode::rceil), {c_rceil, d_torchao, zero});
+  check_pinned(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mode::rceil, mxkit::scale_layout::row_major,
                                            peer_formula::documented_rule),
                {c_rceil, d_rule, zero});
-  check_pinned(mxkit::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mode::floor), {c_floor, {{a}, 0x00, {0x7E}}, zero});
-  check_pinned(mxkit::peers::te_mxfp8(), {c_rceil, d_te, zero});
-  check_pinned(mxkit::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::row_major, peer_formula::documented_rule),
+  check_pinned(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mode::floor), {c_floor, {{a}, 0x00, {0x7E}}, zero});
+  check_pinned(mxkit::ref::peers::te_mxfp8(), {c_rceil, d_te, zero});
+  check_pinned(mxkit::ref::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::row_major, peer_formula::documented_rule),
                {c_rceil, d_rule, zero});
   // E5M2: 60000 / 57344 > 1 -> 0x80; 30000 lies in [16384, 32768) (step 4096): 28672 = 1.75 * 2^14
   // = (29 << 2) | 3 = 0x77.
-  check_pinned(mxkit::peers::te_mxfp8(mx_type::mxfp8_e5m2), {{{60000.0f}, 0x80, {0x77}}, zero});
+  check_pinned(mxkit::ref::peers::te_mxfp8(mx_type::mxfp8_e5m2), {{{60000.0f}, 0x80, {0x77}}, zero});
 
   // The documented rule and the peers' code disagree on block D only.
-  const mxkit::peer_preset te = mxkit::peers::te_mxfp8();
+  const mxkit::ref::peer_preset te = mxkit::ref::peers::te_mxfp8();
   const std::vector<float> x = [&] {
     std::vector<float> v(3 * 32, 0.0f);
     v[0] = 449.0f;
@@ -122,11 +122,11 @@ TEST_CASE("peer presets: E4M3 RCEIL in torchao and TE, and where their float for
     return v;
   }();
   const matrix_view<const float> in{x.data(), 3, 32};
-  const mxkit::mx_foreign_buffers peer_bytes = mxkit::quantize_like(te, in, block_axis::rowwise);
-  const mxkit::peer_preset rule = mxkit::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::row_major,
+  const mxkit::mx_foreign_buffers peer_bytes = mxkit::ref::quantize_like(te, in, block_axis::rowwise);
+  const mxkit::ref::peer_preset rule = mxkit::ref::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::row_major,
                                                          peer_formula::documented_rule);
-  const mxkit::mx_validation_report r = mxkit::validate(in, peer_bytes.view(), rule.validation());
-  INFO(mxkit::to_string(r));
+  const mxkit::ref::mx_validation_report r = mxkit::ref::validate(in, peer_bytes.view(), rule.validation());
+  INFO(mxkit::ref::to_string(r));
   CHECK(r.scale_mismatches == 1);
   CHECK(r.element_mismatches == 1);
   REQUIRE(r.mismatches.size() == 2);
@@ -182,9 +182,9 @@ TEST_CASE("peer presets: ROCm TE MXFP4, Hadamard and EVEN, both element paths", 
     return pinned_block{{10.0f}, 0x7E, std::vector<std::uint8_t>(16, code)};
   };
   const pinned_block zero{{}, 0x7F, {}};
-  check_pinned(mxkit::peers::rocm_te_mxfp4(mxkit::rocm_fp4_path::software), {block_f(0x7), zero});
-  check_pinned(mxkit::peers::rocm_te_mxfp4(mxkit::rocm_fp4_path::hardware), {block_f(0x6), zero});
-  check_pinned(mxkit::peers::rocm_te_mxfp4(mxkit::rocm_fp4_path::hardware, mxkit::scale_layout::aiter_shuffle),
+  check_pinned(mxkit::ref::peers::rocm_te_mxfp4(mxkit::ref::rocm_fp4_path::software), {block_f(0x7), zero});
+  check_pinned(mxkit::ref::peers::rocm_te_mxfp4(mxkit::ref::rocm_fp4_path::hardware), {block_f(0x6), zero});
+  check_pinned(mxkit::ref::peers::rocm_te_mxfp4(mxkit::ref::rocm_fp4_path::hardware, mxkit::scale_layout::aiter_shuffle),
                {block_f(0x6), zero});
 }
 
@@ -192,7 +192,7 @@ TEST_CASE("peer presets: each preset describes its peer's storage", "[peers]") {
   const std::size_t M = 96, K = 160;
   // TE: rowwise scale_inv [roundup(M, 128), roundup(K/32, 4)]; columnwise data [M, K] not
   // transposed, scale_inv [roundup(M/32, 4), roundup(K, 128)] with (column, block) at block * 256 + column.
-  const mxkit::peer_preset te = mxkit::peers::te_mxfp8();
+  const mxkit::ref::peer_preset te = mxkit::ref::peers::te_mxfp8();
   const mxkit::mx_storage row = te.storage(block_axis::rowwise, M, K);
   CHECK(row.scale_padded.lines == 128);
   CHECK(row.scale_padded.blocks == 8);
@@ -203,29 +203,29 @@ TEST_CASE("peer presets: each preset describes its peer's storage", "[peers]") {
   CHECK(col.data_ld() == K);
   CHECK(te.options.rule == mxkit::scale_rule::round_up);
   CHECK(te.quirks.zero_block_scale == 0x00);
-  const mxkit::peer_preset te_cublas = mxkit::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::cublas_128x4);
+  const mxkit::ref::peer_preset te_cublas = mxkit::ref::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::cublas_128x4);
   CHECK(te_cublas.storage(block_axis::columnwise, M, K).scales == mxkit::scale_layout::cublas_128x4);
   // torchao: transposed columnwise copy, low nibble first, to_blocked pads with 0.
-  const mxkit::peer_preset ao = mxkit::peers::torchao_to_mx(mx_type::mxfp4, mxkit::torchao_scale_mode::floor,
+  const mxkit::ref::peer_preset ao = mxkit::ref::peers::torchao_to_mx(mx_type::mxfp4, mxkit::ref::torchao_scale_mode::floor,
                                                             mxkit::scale_layout::cublas_128x4);
   const mxkit::mx_storage ao_col = ao.storage(block_axis::columnwise, M, K);
   CHECK(ao_col.columnwise == mxkit::columnwise_storage::transposed);
   CHECK(ao_col.nibbles == mxkit::nibble_order::low_first);
   CHECK(ao_col.padding_scale == std::uint8_t{0});
   // ROCm TE: Hadamard without random signs, EVEN; shuffled padding holds 127.
-  const mxkit::peer_preset rocm = mxkit::peers::rocm_te_mxfp4(mxkit::rocm_fp4_path::software, mxkit::scale_layout::aiter_shuffle);
+  const mxkit::ref::peer_preset rocm = mxkit::ref::peers::rocm_te_mxfp4(mxkit::ref::rocm_fp4_path::software, mxkit::scale_layout::aiter_shuffle);
   CHECK(rocm.options.hadamard);
   CHECK_FALSE(rocm.options.random_signs);
   CHECK(rocm.options.round == mxkit::rounding::nearest_away);
   CHECK(rocm.storage(block_axis::rowwise, M, K).padding_scale == std::uint8_t{127});
   CHECK(rocm.quirks.zero_block_scale == 0x7F);
   // Combinations a peer does not have are refused with the value.
-  CHECK_THROWS_WITH(mxkit::peers::torchao_to_mx(mx_type::mxint8, mxkit::torchao_scale_mode::floor),
+  CHECK_THROWS_WITH(mxkit::ref::peers::torchao_to_mx(mx_type::mxint8, mxkit::ref::torchao_scale_mode::floor),
                     mxkit_test::contains("element type 5 is not one of torchao's MX float types"));
-  CHECK_THROWS_WITH(mxkit::peers::te_mxfp8(mx_type::mxfp4), mxkit_test::contains("element type 0 is not mxfp8_e4m3 or mxfp8_e5m2"));
-  CHECK_THROWS_WITH(mxkit::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::aiter_shuffle),
+  CHECK_THROWS_WITH(mxkit::ref::peers::te_mxfp8(mx_type::mxfp4), mxkit_test::contains("element type 0 is not mxfp8_e4m3 or mxfp8_e5m2"));
+  CHECK_THROWS_WITH(mxkit::ref::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::aiter_shuffle),
                     mxkit_test::contains("not aiter_shuffle"));
-  CHECK_THROWS_WITH(mxkit::peers::rocm_te_mxfp4(mxkit::rocm_fp4_path::hardware, mxkit::scale_layout::cublas_128x4),
+  CHECK_THROWS_WITH(mxkit::ref::peers::rocm_te_mxfp4(mxkit::ref::rocm_fp4_path::hardware, mxkit::scale_layout::cublas_128x4),
                     mxkit_test::contains("not cublas_128x4"));
 }
 
@@ -236,21 +236,21 @@ TEST_CASE("peer presets: a whole copy in each peer's storage validates, columnwi
   for (std::size_t r = 0; r < 32; ++r)
     for (std::size_t c = 0; c < 32; ++c) x[r * K + c] = 0.0f;  // zero blocks both ways
   const matrix_view<const float> in{x.data(), M, K};
-  const mxkit::peer_preset presets[] = {
-      mxkit::peers::te_mxfp8(),
-      mxkit::peers::te_mxfp8(mx_type::mxfp8_e5m2, mxkit::scale_layout::cublas_128x4),
-      mxkit::peers::torchao_to_mx(mx_type::mxfp6_e2m3, mxkit::torchao_scale_mode::even),
-      mxkit::peers::torchao_to_mx(mx_type::mxfp4, mxkit::torchao_scale_mode::rceil, mxkit::scale_layout::cublas_128x4),
-      mxkit::peers::rocm_te_mxfp4(mxkit::rocm_fp4_path::software, mxkit::scale_layout::aiter_shuffle),
+  const mxkit::ref::peer_preset presets[] = {
+      mxkit::ref::peers::te_mxfp8(),
+      mxkit::ref::peers::te_mxfp8(mx_type::mxfp8_e5m2, mxkit::scale_layout::cublas_128x4),
+      mxkit::ref::peers::torchao_to_mx(mx_type::mxfp6_e2m3, mxkit::ref::torchao_scale_mode::even),
+      mxkit::ref::peers::torchao_to_mx(mx_type::mxfp4, mxkit::ref::torchao_scale_mode::rceil, mxkit::scale_layout::cublas_128x4),
+      mxkit::ref::peers::rocm_te_mxfp4(mxkit::ref::rocm_fp4_path::software, mxkit::scale_layout::aiter_shuffle),
   };
-  for (const mxkit::peer_preset& p : presets)
+  for (const mxkit::ref::peer_preset& p : presets)
     for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
-      const mxkit::mx_foreign_buffers b = mxkit::quantize_like(p, in, axis);
-      const mxkit::mx_validation_report r = mxkit::validate(in, b.view(), p.validation());
-      INFO(p.name << " " << mxkit::name_of(axis) << ": " << mxkit::to_string(r));
+      const mxkit::mx_foreign_buffers b = mxkit::ref::quantize_like(p, in, axis);
+      const mxkit::ref::mx_validation_report r = mxkit::ref::validate(in, b.view(), p.validation());
+      INFO(p.name << " " << mxkit::name_of(axis) << ": " << mxkit::ref::to_string(r));
       CHECK(r.ok());
       // Validated as mxkit's own quantizer would have written it, only the zero blocks differ.
-      const mxkit::mx_validation_report plain = mxkit::validate(in, b.view());
+      const mxkit::ref::mx_validation_report plain = mxkit::ref::validate(in, b.view());
       CHECK(plain.element_mismatches == 0);
       CHECK(plain.scale_mismatches == (p.quirks.zero_block_scale == 0x7F ? 0u : 32u));
     }
@@ -259,18 +259,18 @@ TEST_CASE("peer presets: a whole copy in each peer's storage validates, columnwi
 // ---- Issue #33 item 4: peer enums cast from out-of-range integers (fail on 144c4cb) -------------
 
 TEST_CASE("peer presets: out-of-range peer enums are refused by name", "[peers]") {
-  const auto bad_mode = static_cast<mxkit::torchao_scale_mode>(7);
-  const auto bad_path = static_cast<mxkit::rocm_fp4_path>(7);
-  const auto bad_formula = static_cast<mxkit::peer_formula>(7);
-  CHECK_THROWS_WITH(mxkit::peers::torchao_to_mx(mx_type::mxfp8_e4m3, bad_mode),
+  const auto bad_mode = static_cast<mxkit::ref::torchao_scale_mode>(7);
+  const auto bad_path = static_cast<mxkit::ref::rocm_fp4_path>(7);
+  const auto bad_formula = static_cast<mxkit::ref::peer_formula>(7);
+  CHECK_THROWS_WITH(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp8_e4m3, bad_mode),
                     mxkit_test::contains("peers::torchao_to_mx: unknown torchao_scale_mode value 7"));
-  CHECK_THROWS_WITH(mxkit::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mxkit::torchao_scale_mode::rceil,
+  CHECK_THROWS_WITH(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mxkit::ref::torchao_scale_mode::rceil,
                                                 mxkit::scale_layout::row_major, bad_formula),
                     mxkit_test::contains("peers::torchao_to_mx: unknown peer_formula value 7"));
-  CHECK_THROWS_WITH(mxkit::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::row_major, bad_formula),
+  CHECK_THROWS_WITH(mxkit::ref::peers::te_mxfp8(mx_type::mxfp8_e4m3, mxkit::scale_layout::row_major, bad_formula),
                     mxkit_test::contains("peers::te_mxfp8: unknown peer_formula value 7"));
-  CHECK_THROWS_WITH(mxkit::peers::rocm_te_mxfp4(bad_path), mxkit_test::contains("peers::rocm_te_mxfp4: unknown rocm_fp4_path value 7"));
+  CHECK_THROWS_WITH(mxkit::ref::peers::rocm_te_mxfp4(bad_path), mxkit_test::contains("peers::rocm_te_mxfp4: unknown rocm_fp4_path value 7"));
   // The valid values still build (and name themselves).
-  CHECK_NOTHROW(mxkit::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mxkit::torchao_scale_mode::even));
-  CHECK(mxkit::peers::rocm_te_mxfp4(mxkit::rocm_fp4_path::software).name.find("software") != std::string::npos);
+  CHECK_NOTHROW(mxkit::ref::peers::torchao_to_mx(mx_type::mxfp8_e4m3, mxkit::ref::torchao_scale_mode::even));
+  CHECK(mxkit::ref::peers::rocm_te_mxfp4(mxkit::ref::rocm_fp4_path::software).name.find("software") != std::string::npos);
 }

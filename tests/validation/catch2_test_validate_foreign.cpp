@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// mxkit::validate on output of a foreign kernel (foreign_quantizer.hpp: a plain quantizer written
+// mxkit::ref::validate on output of a foreign kernel (foreign_quantizer.hpp: a plain quantizer written
 // from the peers' published rules, sharing no code with mxkit): correct output passes in every
 // layout the peers write; planted errors are pinpointed by position, kind and bytes; NaN blocks
 // are don't-care unless strict; stochastic rounding validates exactly with the kernel's own bits.
@@ -96,13 +96,13 @@ struct foreign_case {
             out.data,
             out.scales};
   }
-  mxkit::validate_options validation() const {
-    mxkit::validate_options v;
+  mxkit::ref::validate_options validation() const {
+    mxkit::ref::validate_options v;
     v.quirks.zero_block_scale = o.zero_scale;
     return v;
   }
-  mxkit::mx_validation_report validate(mxkit::validate_options v) const {
-    return mxkit::validate(matrix_view<const float>{x.data(), rows, cols}, view(), v);
+  mxkit::ref::mx_validation_report validate(mxkit::ref::validate_options v) const {
+    return mxkit::ref::validate(matrix_view<const float>{x.data(), rows, cols}, view(), v);
   }
 };
 
@@ -159,8 +159,8 @@ TEST_CASE("validate foreign: a correct kernel passes in every layout", "[validat
             if (p == foreign::scale_placement::block_major) l.scale_ld = (axis == 0 ? rows : cols) + 5;
           }
           const foreign_case c = run_foreign(o, l, rows, cols, 100 + static_cast<std::uint64_t>(index));
-          const mxkit::mx_validation_report r = c.validate(c.validation());
-          INFO("case " << index << ": " << mxkit::to_string(r));
+          const mxkit::ref::mx_validation_report r = c.validate(c.validation());
+          INFO("case " << index << ": " << mxkit::ref::to_string(r));
           CHECK(r.ok());
           CHECK(r.elements_checked == rows * cols);
           CHECK(r.scales_checked == rows * cols / 32);
@@ -168,7 +168,7 @@ TEST_CASE("validate foreign: a correct kernel passes in every layout", "[validat
           // The zero block's byte is the kernel's policy: with mxkit's (0x7F) where the kernel
           // writes 0x00, exactly the zero blocks differ (32 lines x 1 block of the zero tile).
           if (cf.zero_scale != 0x7F) {
-            const mxkit::mx_validation_report plain = c.validate({});
+            const mxkit::ref::mx_validation_report plain = c.validate({});
             CHECK(plain.scale_mismatches == 32);
             CHECK(plain.element_mismatches == 0);
           }
@@ -201,16 +201,16 @@ TEST_CASE("validate foreign: planted errors in a TE-style MXFP8 columnwise copy 
   //    128..255) at (200 % 32) * 16 + (200 % 128 / 32) * 4 + 1 = 8 * 16 + 2 * 4 + 1 = 137.
   c.out.scales[512 + 137] = 0x7F;
 
-  const mxkit::mx_validation_report r = c.validate(c.validation());
-  const std::string text = mxkit::to_string(r);
+  const mxkit::ref::mx_validation_report r = c.validate(c.validation());
+  const std::string text = mxkit::ref::to_string(r);
   INFO(text);
   CHECK(r.scale_mismatches == 1);
   CHECK(r.element_mismatches == 1);
   CHECK(r.padding_mismatches == 1);
   REQUIRE(r.mismatches.size() == 3);
   // Line order: column 9's element, column 70's scale, then the padded scale entry.
-  const mxkit::mx_mismatch &e = r.mismatches[0], &s = r.mismatches[1], &p = r.mismatches[2];
-  CHECK(e.kind() == mxkit::mismatch_kind::element);
+  const mxkit::ref::mx_mismatch &e = r.mismatches[0], &s = r.mismatches[1], &p = r.mismatches[2];
+  CHECK(e.kind() == mxkit::ref::mismatch_kind::element);
   CHECK(e.row == 45);
   CHECK(e.col == 9);
   CHECK(e.line == 9);
@@ -219,7 +219,7 @@ TEST_CASE("validate foreign: planted errors in a TE-style MXFP8 columnwise copy 
   CHECK(e.expected == code_before);
   CHECK(e.actual == (code_before ^ 0x01));
   CHECK(e.value == c.x[45 * K + 9]);  // no rotation: the value quantized is the input
-  CHECK(s.kind() == mxkit::mismatch_kind::scale);
+  CHECK(s.kind() == mxkit::ref::mismatch_kind::scale);
   CHECK(s.line == 70);
   CHECK(s.block == 2);
   CHECK(s.row == 64);
@@ -229,7 +229,7 @@ TEST_CASE("validate foreign: planted errors in a TE-style MXFP8 columnwise copy 
   float amax = 0;
   for (std::size_t row = 64; row < 96; ++row) amax = std::max(amax, std::fabs(c.x[row * K + 70]));
   CHECK(s.value == amax);
-  CHECK(p.kind() == mxkit::mismatch_kind::padding);
+  CHECK(p.kind() == mxkit::ref::mismatch_kind::padding);
   CHECK(p.is_scale);
   CHECK(p.line == 200);
   CHECK(p.block == 1);
@@ -261,8 +261,8 @@ TEST_CASE("validate foreign: a wrong nibble is found in either nibble order", "[
     // Row 3, column 37: byte 18 of row 3; odd element: high nibble when low-first, low nibble when high-first.
     std::uint8_t& byte = c.out.data[3 * 64 + 18];
     byte ^= high_first ? 0x02 : 0x20;
-    const mxkit::mx_validation_report r = c.validate(c.validation());
-    INFO(mxkit::to_string(r));
+    const mxkit::ref::mx_validation_report r = c.validate(c.validation());
+    INFO(mxkit::ref::to_string(r));
     REQUIRE(r.element_mismatches == 1);
     REQUIRE(r.mismatches.size() == 1);
     CHECK(r.mismatches[0].row == 3);
@@ -271,7 +271,7 @@ TEST_CASE("validate foreign: a wrong nibble is found in either nibble order", "[
     // Read with the other order, the same bytes are wrong almost everywhere.
     mxkit::mx_foreign_view swapped = c.view();
     swapped.storage.nibbles = high_first ? mxkit::nibble_order::low_first : mxkit::nibble_order::high_first;
-    CHECK(mxkit::validate(matrix_view<const float>{c.x.data(), rows, cols}, swapped, c.validation()).element_mismatches > 1000);
+    CHECK(mxkit::ref::validate(matrix_view<const float>{c.x.data(), rows, cols}, swapped, c.validation()).element_mismatches > 1000);
   }
 }
 
@@ -286,14 +286,14 @@ TEST_CASE("validate foreign: NaN blocks' codes are don't-care unless strict", "[
   c.x[40 * cols + 3] = std::nanf("");        // column 3, block 1
   c.x[10 * cols + 50] = INFINITY;            // column 50, block 0: Inf is flagged the same way
   c.out = foreign::quantize(c.x, rows, cols, o, l);  // writes 0xFF and leaves 0xFF codes in those blocks
-  const mxkit::mx_validation_report r = c.validate(c.validation());
-  INFO(mxkit::to_string(r));
+  const mxkit::ref::mx_validation_report r = c.validate(c.validation());
+  INFO(mxkit::ref::to_string(r));
   CHECK(r.ok());
   CHECK(r.nan_blocks_skipped == 2);
-  CHECK(mxkit::to_string(r).find("of 2 NaN-scale blocks not compared") != std::string::npos);
-  mxkit::validate_options strict = c.validation();
+  CHECK(mxkit::ref::to_string(r).find("of 2 NaN-scale blocks not compared") != std::string::npos);
+  mxkit::ref::validate_options strict = c.validation();
   strict.strict_nan_blocks = true;
-  const mxkit::mx_validation_report rs = c.validate(strict);
+  const mxkit::ref::mx_validation_report rs = c.validate(strict);
   CHECK(rs.scale_mismatches == 0);
   CHECK(rs.element_mismatches == 64);  // mxkit's policy writes zero codes there
   // A wrong scale byte on a NaN block is still a mismatch.
@@ -314,16 +314,16 @@ TEST_CASE("validate foreign: stochastic rounding with the kernel's own random bi
       l.columnwise = columnwise;
       const std::size_t rows = 64, cols = 64;
       const foreign_case c = run_foreign(o, l, rows, cols, 13);
-      mxkit::validate_options v = c.validation();
+      mxkit::ref::validate_options v = c.validation();
       v.random_bits = [](std::size_t row, std::size_t col) { return foreign::random_bits(99, row, col); };
-      v.random_rule = mxkit::random_bits_rule::add_and_carry;
-      const mxkit::mx_validation_report r = c.validate(v);
-      INFO(mxkit::to_string(r));
+      v.random_rule = mxkit::ref::random_bits_rule::add_and_carry;
+      const mxkit::ref::mx_validation_report r = c.validate(v);
+      INFO(mxkit::ref::to_string(r));
       CHECK(r.ok());
       // Without the kernel's bits (mxkit's Philox), or with its bits read by the other rule, the
       // codes that rounded stochastically differ.
       CHECK(c.validate(c.validation()).element_mismatches > 100);
-      v.random_rule = mxkit::random_bits_rule::round_up_below;
+      v.random_rule = mxkit::ref::random_bits_rule::round_up_below;
       CHECK(c.validate(v).element_mismatches > 100);
     }
 }

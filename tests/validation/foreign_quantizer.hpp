@@ -6,7 +6,7 @@
 // double arithmetic, the element by a nearest search over the format's values, and each storage
 // layout from its published description (cuBLAS "1D Block Scaling Factors Layout", AITER's
 // e8m0_shuffle permutation). It is deliberately plain and slow. Whatever it writes must pass
-// mxkit::validate when described by the matching mx_storage; planted errors must be pinpointed.
+// mxkit::ref::validate when described by the matching mx_storage; planted errors must be pinpointed.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

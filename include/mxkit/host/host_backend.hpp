@@ -190,7 +190,7 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
           p->data = r.axis == block_axis::rowwise ? std::move(f) : mxkit::transpose(f);
           break;
         }
-        case nn::precision::mx: p->data = mxkit::quantize(view, r.spec.mx, r.axis, r.mx_options()); break;
+        case nn::precision::mx: p->data = ref::quantize(view, r.spec.mx, r.axis, r.mx_options()); break;
         case nn::precision::native: break;
       }
     }
@@ -202,7 +202,7 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
                          row.mx_options() == col.mx_options();
     if (same_mx) {  // one call of mxkit::quantize_both, as the fused kernel would produce them
       const floats xf(x);
-      mx_tensor_pair both = mxkit::quantize_both(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, row.spec.mx, row.mx_options());
+      mx_tensor_pair both = ref::quantize_both(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, row.spec.mx, row.mx_options());
       auto pr = std::make_shared<payload>(), pc = std::make_shared<payload>();
       pr->data = std::move(both.rowwise);
       pc->data = std::move(both.columnwise);

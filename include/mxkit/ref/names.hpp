@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Names follow folders: everything under ref/ (the host oracle: quantizer, validation, peer
-// presets, reference GEMMs, the host backend) is in namespace mxkit::ref. Until release 0.2 the
-// names that were in mxkit itself before 0.1.x (mxkit::quantize_rowwise, mxkit::validate,
-// mxkit::peers::..., ...) still resolve, through this one using-directive, which every ref/ header
-// includes first (CHANGELOG.md). New code spells mxkit::ref::.
+// presets, reference GEMMs, the host backend) is in namespace mxkit::ref, spelled mxkit::ref::X.
+// The old spellings mxkit::X of these names were removed in 0.2 (CHANGELOG.md). Every ref/ and
+// validation/ header includes this one first: it sets the lookup those headers rely on.
 #include <mxkit/config.hpp>
 #include <mxkit/enum_names.hpp>
 
@@ -14,5 +13,9 @@ namespace ref {
 // caller's unqualified call) must find it here too.
 using mxkit::name_of;
 }  // namespace ref
-using namespace ref;  // compatibility with mxkit::X spellings of ref/ names; removed in 0.2
+namespace detail {
+// The implementation pieces in mxkit::detail that ref/ and validation/ headers define name the
+// ref/ types unqualified. Internal only: mxkit::X does not find ref::X.
+using namespace ref;
+}  // namespace detail
 MXKIT_END_NAMESPACE

@@ -1,0 +1,52 @@
+# SPDX-License-Identifier: Apache-2.0
+# Finds a marked block of the documentation: the text between <!-- <name>:begin --> and
+# <!-- <name>:end --> in README.md or one of the docs/*.md pages, wherever it lives. Each marker
+# must appear in exactly one page, once. Included by check_readme.cmake (ctest static.readme) and
+# readme_device_api.cmake (static.readme_device_api).
+#   mxkit_doc_pages(<out> <README.md> <docs dir>)  README.md and docs/*.md, sorted
+#   mxkit_doc_block(<name> <pages> <out_text> <out_page> <out_error>)
+#     out_text: the page's text from just after the begin marker's line up to the end marker
+#     (empty when not found); out_page: the page; out_error: why not, or empty.
+function(mxkit_doc_pages out readme docs_dir)
+  file(GLOB pages ${docs_dir}/*.md)
+  list(SORT pages)
+  set(${out} ${readme} ${pages} PARENT_SCOPE)
+endfunction()
+
+function(mxkit_doc_block name pages out_text out_page out_error)
+  set(found "")
+  foreach(page IN LISTS pages)
+    file(READ ${page} text)
+    string(FIND "${text}" "<!-- ${name}:begin -->\n" at)
+    if(at EQUAL -1)
+      continue()
+    endif()
+    list(APPEND found ${page})
+    string(LENGTH "<!-- ${name}:begin -->\n" marker)
+    math(EXPR from "${at} + ${marker}")
+    string(SUBSTRING "${text}" ${from} -1 rest)
+    string(FIND "${rest}" "<!-- ${name}:begin -->" again)
+    string(FIND "${rest}" "<!-- ${name}:end -->" end)
+    if(NOT again EQUAL -1 OR end EQUAL -1)
+      set(${out_text} "" PARENT_SCOPE)
+      set(${out_page} ${page} PARENT_SCOPE)
+      set(${out_error} "${page}: <!-- ${name}:begin --> needs exactly one <!-- ${name}:end --> after it, and no second begin" PARENT_SCOPE)
+      return()
+    endif()
+    string(SUBSTRING "${rest}" 0 ${end} block)
+    set(${out_text} "${block}" PARENT_SCOPE)
+    set(${out_page} ${page} PARENT_SCOPE)
+  endforeach()
+  list(LENGTH found count)
+  if(count EQUAL 0)
+    string(REPLACE ";" ", " where "${pages}")
+    set(${out_error} "no page holds <!-- ${name}:begin --> (looked in ${where})" PARENT_SCOPE)
+    set(${out_text} "" PARENT_SCOPE)
+    set(${out_page} "" PARENT_SCOPE)
+  elseif(count GREATER 1)
+    string(REPLACE ";" ", " where "${found}")
+    set(${out_error} "<!-- ${name}:begin --> is in more than one page: ${where}" PARENT_SCOPE)
+  else()
+    set(${out_error} "" PARENT_SCOPE)
+  endif()
+endfunction()
