@@ -116,7 +116,7 @@ namespace rendezvous_detail {
 
 using clock = std::chrono::steady_clock;
 
-using socket_fd = mxkit::detail::unique_fd;  // nn/file_io.hpp
+using socket_fd = mxkit::detail::unique_fd;  // file_io.hpp
 
 inline int ms_left(clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();

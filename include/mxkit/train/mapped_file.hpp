@@ -2,7 +2,7 @@
 #pragma once
 // A whole file, read-only, as bytes: memory-mapped (mmap(2), PROT_READ, MAP_PRIVATE) where POSIX
 // is there, so a token dataset of many gigabytes costs address space and page cache, not heap.
-// Elsewhere the file is read into memory through nn/file_io.hpp's checked reads.
+// Elsewhere the file is read into memory through file_io.hpp's checked reads.
 //
 // The readers of train/ use it for Megatron's .idx/.bin pair (Megatron maps both too:
 // megatron/core/datasets/indexed_dataset.py, _IndexReader and _MMapBinReader, numpy.memmap) and for

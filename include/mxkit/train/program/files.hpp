@@ -15,7 +15,7 @@
 //               or socket (/dev/null too) is never replaced: the save renames a new regular file
 //               over the path, which would put a file where the special file was.
 //   writable    the folder exists and is a folder, the name fits the file system's NAME_MAX
-//               (pathconf(3)), and the temporary that the save writes first (nn/file_io.hpp's
+//               (pathconf(3)), and the temporary that the save writes first (file_io.hpp's
 //               replace_file) can be created there: it is created and removed once, under the
 //               very name replace_file would choose, so a name that fits but whose temporary
 //               does not is found too.
