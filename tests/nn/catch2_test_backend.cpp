@@ -421,9 +421,9 @@ class checking_backend : public host_backend {
     hit(backend_op::rmsnorm_backward, norm_ok(x, w, rstd) && like(dy, x) && like(dr, x) && like(dx, x) && (!dw || like(*dw, w)));
     host_backend::do_rmsnorm_backward(dy, x, w, rstd, dr, dx, dw);
   }
-  void do_rope(tensor& qkv, const head_shape& s, double th, bool inv) override {
-    hit(backend_op::rope, shape(qkv, s.tokens(), s.qkv_dim()) && s.head_dim % 2 == 0);
-    host_backend::do_rope(qkv, s, th, inv);
+  void do_rope(tensor& qkv, const head_shape& s, const rope_frequencies& f, bool inv) override {
+    hit(backend_op::rope, shape(qkv, s.tokens(), s.qkv_dim()) && s.head_dim % 2 == 0 && f.theta > 0.0);
+    host_backend::do_rope(qkv, s, f, inv);
   }
   void do_attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) override {
     hit(backend_op::attention_forward, shape(qkv, s.tokens(), s.qkv_dim()) && shape(out, s.tokens(), s.q_dim()) &&

@@ -368,11 +368,11 @@ class host_backend : public nn::backend {
       st.commit();
     });
   }
-  void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override {
+  void do_rope(nn::tensor& qkv, const nn::head_shape& s, const nn::rope_frequencies& f, bool inverse) override {
     compute(qkv.type(), [&](auto z) {
       using T = decltype(z);
       staging<T> st;
-      ref::rope(st.out(qkv, true), s, theta, inverse);
+      ref::rope(st.out(qkv, true), s, f, inverse);
       st.commit();
     });
   }

@@ -81,6 +81,7 @@
 #include <mxkit/nn/kernel_args.hpp>
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/nn/operand.hpp>
+#include <mxkit/nn/rope_frequencies.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
@@ -385,13 +386,16 @@ class backend {
     }
     observed(backend_op::rmsnorm_backward, [&] { do_rmsnorm_backward(dy, x, w, rstd, dr ? *dr : dx, dx, dw); });
   }
-  // In place on the q and k heads of a qkv tensor; inverse = rotate back (the backward pass).
-  void rope(tensor& qkv, const head_shape& s, double theta, bool inverse) {
+  // In place on the q and k heads of a qkv tensor; inverse = rotate back (the backward pass). The
+  // frequencies: theta, and Llama 3.1's scaling when on (nn/rope_frequencies.hpp).
+  void rope(tensor& qkv, const head_shape& s, const rope_frequencies& f, bool inverse) {
     check_heads(s);
     detail::require(s.head_dim % 2 == 0, "rope: head_dim ", s.head_dim, " must be even");
     check_activation(qkv, s.tokens(), s.qkv_dim(), "rope qkv");
-    observed(backend_op::rope, [&] { do_rope(qkv, s, theta, inverse); });
+    check_config(f);
+    observed(backend_op::rope, [&] { do_rope(qkv, s, f, inverse); });
   }
+  void rope(tensor& qkv, const head_shape& s, double theta, bool inverse) { rope(qkv, s, rope_frequencies{theta, {}}, inverse); }
   // Causal grouped-query attention; lse (batch*n_heads, seq) log-sum-exp saved, in stat_type.
   void attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) {
     check_heads(s);
@@ -561,7 +565,7 @@ class backend {
   // dx = dr + d(loss)/dx; dr may be dx.
   virtual void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, const tensor& dr, tensor& dx,
                                    tensor* dw) = 0;
-  virtual void do_rope(tensor& qkv, const head_shape& s, double theta, bool inverse) = 0;
+  virtual void do_rope(tensor& qkv, const head_shape& s, const rope_frequencies& f, bool inverse) = 0;
   virtual void do_attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) = 0;
   virtual void do_attention_backward(const tensor& dout, const tensor& qkv, const tensor& out, const tensor& lse, tensor& dqkv,
                                      const head_shape& s) = 0;

@@ -140,7 +140,7 @@ class device_backend : public nn::backend {
   void do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) override;
   void do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
                            nn::tensor& dx, nn::tensor* dw) override;
-  void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override;
+  void do_rope(nn::tensor& qkv, const nn::head_shape& s, const nn::rope_frequencies& f, bool inverse) override;
   void do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) override;
   void do_attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& out, const nn::tensor& lse,
                              nn::tensor& dqkv, const nn::head_shape& s) override;
@@ -184,9 +184,9 @@ class device_backend : public nn::backend {
   nn::tensor as_bf16(const nn::tensor& t);
 
   // The RoPE factors of every position up to the longest sequence seen, for one (head_dim,
-  // theta): computed on the stream once (gpu::rope_factors), then read by every layer's RoPE of
-  // every step instead of a double pow and sincos per pair and call.
-  const rope_factor* rope_table(const nn::head_shape& s, double theta);
+  // frequencies): computed on the stream once (gpu::rope_factors), then read by every layer's RoPE
+  // of every step instead of a double pow and sincos per pair and call.
+  const rope_factor* rope_table(const nn::head_shape& s, const nn::rope_frequencies& f);
 
   void run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out);
   void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out);
@@ -221,7 +221,7 @@ class device_backend : public nn::backend {
   nn::tensor flags_, scratch_;
   nn::tensor rope_table_;
   std::size_t rope_head_dim_ = 0;
-  double rope_theta_ = 0.0;
+  nn::rope_frequencies rope_frequencies_{0.0, {}};
   backend_detail::descriptor_list<norm_tensor<float>> norm_list_;
   backend_detail::descriptor_list<adamw_tensor<float>> adamw_list_;
 };
@@ -468,10 +468,10 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_backward(const nn
     });
   });
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) {
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rope(nn::tensor& qkv, const nn::head_shape& s, const nn::rope_frequencies& f, bool inverse) {
   backend_detail::activation_types(qkv.type(), "rope", [&](auto z) {
     using T = decltype(z);
-    gpu::rope(qkv.as<T>(), s, theta, inverse, rope_table(s, theta), stream_);
+    gpu::rope(qkv.as<T>(), s, f, inverse, rope_table(s, f), stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) {
@@ -603,14 +603,14 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::tensor device_backend::as_bf16(const nn::tens
   gpu::convert(t.as<float>(), out.as<bfloat16>(), t.size(), stream_);
   return out;
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY const rope_factor* device_backend::rope_table(const nn::head_shape& s, double theta) {
-  const bool same = rope_table_.defined() && rope_head_dim_ == s.head_dim && rope_theta_ == theta;
+MXKIT_GPU_DEVICE_BACKEND_ENTRY const rope_factor* device_backend::rope_table(const nn::head_shape& s, const nn::rope_frequencies& f) {
+  const bool same = rope_table_.defined() && rope_head_dim_ == s.head_dim && rope_frequencies_ == f;
   if (!same || rope_table_.rows() < s.seq) {
     const std::size_t seq = same ? std::max(s.seq, rope_table_.rows()) : s.seq;
     rope_table_ = scratch(seq, s.head_dim, nn::dtype::f32);  // (seq, head_dim / 2) float pairs
     rope_head_dim_ = s.head_dim;
-    rope_theta_ = theta;
-    gpu::rope_factors(static_cast<rope_factor*>(rope_table_.data()), seq, s.head_dim, theta, stream_);
+    rope_frequencies_ = f;
+    gpu::rope_factors(static_cast<rope_factor*>(rope_table_.data()), seq, s.head_dim, f, stream_);
   }
   return static_cast<const rope_factor*>(rope_table_.data());
 }
