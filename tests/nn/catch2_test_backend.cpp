@@ -460,9 +460,12 @@ class checking_backend : public host_backend {
     hit(backend_op::embedding_backward, tokens.type() == dtype::i32 && shape(dout, tokens.rows(), dtable.cols()));
     host_backend::do_embedding_backward(tokens, dout, dtable);
   }
-  void do_cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool g) override {
-    hit(backend_op::cross_entropy, shape(targets, logits.rows(), 1) && targets.type() == dtype::i32 && scalar64(loss));
-    host_backend::do_cross_entropy(logits, targets, loss, g);
+  void do_cross_entropy(tensor& logits, const tensor& targets, const tensor* mask, std::size_t first, tensor* row_loss, tensor* loss,
+                        bool g) override {
+    hit(backend_op::cross_entropy, first + logits.rows() <= targets.rows() && targets.type() == dtype::i32 && (!loss || scalar64(*loss)) &&
+                                       (!mask || shape(*mask, targets.rows(), 1)) && (!row_loss || shape(*row_loss, targets.rows(), 1)) &&
+                                       (row_loss || !loss));
+    host_backend::do_cross_entropy(logits, targets, mask, first, row_loss, loss, g);
   }
   void do_global_norm(std::span<const tensor* const> ts, double mx, tensor& norm, tensor& clip) override {
     hit(backend_op::global_norm, scalar64(norm) && scalar64(clip));

@@ -471,14 +471,32 @@ class backend {
     check_activation_of(dout, dtable, "embedding backward dout");
     observed(backend_op::embedding_backward, [&] { do_embedding_backward(tokens, dout, dtable); });
   }
-  // loss (1, 1) f64 = mean cross-entropy of softmax(logits) against targets (rows, 1) i32.
-  // gradient: logits is overwritten with d(loss)/d(logits) (in place: no second (M, V) buffer).
-  void cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient) {
-    detail::require(logits.defined() && is_floating(logits.type()), "cross_entropy: logits must be an allocated floating-point tensor");
-    check_tokens(targets, "cross_entropy targets");
-    detail::require(targets.rows() == logits.rows(), "cross_entropy: ", targets.rows(), " targets for ", logits.rows(), " rows");
+  // loss (1, 1) f64 = mean cross-entropy of softmax(logits) against targets (rows, 1) i32, over the
+  // rows the loss mask (rows, 1) i32 of 0/1 counts (null: every row): sum over the counted rows /
+  // max(1, their count) (ref/nn/cross_entropy.hpp). gradient: logits is overwritten with
+  // d(loss)/d(logits) (in place: no second (M, V) buffer), zero in the rows that do not count.
+  void cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient, const tensor* mask = nullptr) {
+    check_cross_entropy(logits, targets, mask, 0);
     check_scalar(loss, "cross_entropy loss");
-    observed(backend_op::cross_entropy, [&] { do_cross_entropy(logits, targets, loss, gradient); });
+    tensor row_loss = alloc_uninitialized(targets.rows(), 1, dtype::f64, mem_tag::activation);  // (each row is written)
+    observed(backend_op::cross_entropy, [&] { do_cross_entropy(logits, targets, mask, 0, &row_loss, &loss, gradient); });
+  }
+  // The same for rows first .. first + logits.rows() - 1 of a batch whose targets and mask are
+  // given whole (the head and its loss a chunk of rows at a time: nn/head_loss.hpp). Each row's
+  // loss goes to row_loss (batch rows, 1) f64 at its batch row (0 where it does not count); with
+  // `loss`, the batch's mean is then formed from all of row_loss (the earlier chunks' rows too), in
+  // row order: chunked or not, the same loss and gradient, bit for bit. row_loss may be null when
+  // loss is (the gradient only).
+  void cross_entropy_rows(tensor& logits, const tensor& targets, const tensor* mask, std::size_t first, tensor* row_loss, tensor* loss,
+                          bool gradient) {
+    check_cross_entropy(logits, targets, mask, first);
+    detail::require(row_loss || !loss, "cross_entropy_rows: the loss is formed from the row losses: give row_loss");
+    if (row_loss) {
+      require_shape(*row_loss, targets.rows(), 1, "cross_entropy row losses");
+      require_type(*row_loss, dtype::f64, "cross_entropy row losses");
+    }
+    if (loss) check_scalar(*loss, "cross_entropy loss");
+    observed(backend_op::cross_entropy, [&] { do_cross_entropy(logits, targets, mask, first, row_loss, loss, gradient); });
   }
 
   // ---- optimizer (multi-tensor) ------------------------------------------------------------------
@@ -585,7 +603,9 @@ class backend {
   }
   virtual void do_embedding_forward(const tensor& tokens, const tensor& table, tensor& out) = 0;
   virtual void do_embedding_backward(const tensor& tokens, const tensor& dout, tensor& dtable) = 0;
-  virtual void do_cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient) = 0;
+  // Rows first .. of the batch (cross_entropy_rows); row_loss null only with loss null.
+  virtual void do_cross_entropy(tensor& logits, const tensor& targets, const tensor* mask, std::size_t first, tensor* row_loss, tensor* loss,
+                                bool gradient) = 0;
   virtual void do_global_norm(std::span<const tensor* const> tensors, double max_norm, tensor& norm, tensor& clip) = 0;
   virtual void do_adamw_step(std::span<const adamw_slot_ref> slots, const adamw_args& args, const tensor& norm, const tensor& clip,
                              tensor& state) = 0;
@@ -720,6 +740,16 @@ class backend {
     detail::require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "attention: n_heads ", s.n_heads,
                     " is not a multiple of n_kv_heads ", s.n_kv_heads);
     detail::require(s.head_dim > 0 && s.batch > 0 && s.seq > 0, "attention: empty head shape");
+  }
+  static void check_cross_entropy(const tensor& logits, const tensor& targets, const tensor* mask, std::size_t first) {
+    detail::require(logits.defined() && is_floating(logits.type()), "cross_entropy: logits must be an allocated floating-point tensor");
+    check_tokens(targets, "cross_entropy targets");
+    detail::require(logits.rows() > 0 && first <= targets.rows() && logits.rows() <= targets.rows() - first, "cross_entropy: rows ", first,
+                    " .. ", first + logits.rows(), " of a batch of ", targets.rows(), " targets");
+    if (mask) {
+      check_tokens(*mask, "cross_entropy loss mask");
+      require_shape(*mask, targets.rows(), 1, "cross_entropy loss mask");
+    }
   }
   static void check_swiglu(const tensor& gu) {
     detail::require(gu.defined() && is_floating(gu.type()), "swiglu: input must be an allocated floating-point tensor");

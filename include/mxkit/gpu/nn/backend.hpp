@@ -151,7 +151,8 @@ class device_backend : public nn::backend {
   void do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) override;
   void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override;
   void do_embedding_backward(const nn::tensor& tokens, const nn::tensor& dout, nn::tensor& dtable) override;
-  void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) override;
+  void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, const nn::tensor* mask, std::size_t first, nn::tensor* row_loss,
+                        nn::tensor* loss, bool gradient) override;
 
   // ---- optimizer
   void do_global_norm(std::span<const nn::tensor* const> tensors, double max_norm, nn::tensor& norm, nn::tensor& clip) override;
@@ -538,17 +539,19 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_embedding_backward(const 
     });
   });
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) {
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, const nn::tensor* mask,
+                                                                     std::size_t first, nn::tensor* row_loss, nn::tensor* loss, bool gradient) {
+  const std::int32_t* m = mask ? mask->as<std::int32_t>() : nullptr;
   backend_detail::activation_types(logits.type(), "cross_entropy", [&](auto z) {
     using T = decltype(z);
-    float* loss32 = reinterpret_cast<float*>(scratch_.as<double>() + loss_slot);
-    with_workspace<float>(cross_entropy_workspace(logits.rows()), [&](std::span<float> ws) {
-      gpu::cross_entropy(logits.as<T>(), targets.as<std::int32_t>(), logits.rows(), logits.cols(), gradient, loss32,
-                         flags_.as<std::int32_t>() + 1, ws, stream_);
-    });
-    detail::float_to_double_kernel<1><<<1, 1, 0, stream_>>>(loss32, loss.as<double>());
-    MXKIT_GPU_CHECK_LAUNCH();
+    gpu::cross_entropy_rows(logits.as<T>(), targets.as<std::int32_t>(), m, first, logits.rows(), targets.rows(), logits.cols(), gradient,
+                            row_loss ? row_loss->as<double>() : nullptr, flags_.as<std::int32_t>() + 1, stream_);
   });
+  if (!loss) return;
+  float* loss32 = reinterpret_cast<float*>(scratch_.as<double>() + loss_slot);
+  gpu::cross_entropy_mean(row_loss->as<double>(), m, targets.rows(), loss32, stream_);
+  detail::float_to_double_kernel<1><<<1, 1, 0, stream_>>>(loss32, loss->as<double>());
+  MXKIT_GPU_CHECK_LAUNCH();
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_global_norm(std::span<const nn::tensor* const> tensors, double max_norm, nn::tensor& norm, nn::tensor& clip) {
   std::vector<norm_tensor<float>> list;
