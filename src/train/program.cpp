@@ -506,8 +506,8 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
     std::printf("data: %s: %llu %s for training, %llu %s (%zu evaluation batches)\n", data.description.c_str(),
                 static_cast<ull>(data.train.tokens), unit, static_cast<ull>(data.eval.tokens), o.eval_data.empty() ? "held out" : "to evaluate on",
                 eval_batches.size());
-    if (data.mask_ignored)
-      std::printf("warning: the packed data's loss mask is read and checked but not applied: every target counts in the loss\n");
+    if (data.loss_mask)
+      std::printf("loss: the packed data's loss mask applies: each batch's mean over the targets it counts\n");
     std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
                 static_cast<ull>(o.seed));
     if (ranks > 1 || o.micro_batches > 1)

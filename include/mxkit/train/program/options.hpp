@@ -189,7 +189,7 @@ inline std::vector<flag> flags() {
        "    - a Megatron-LM/NeMo indexed dataset (.idx + .bin), by its prefix or either file:\n"
        "      samples of --seq + 1 tokens built by Megatron's GPTDataset rule, seeded by --seed + 1\n"
        "    - a packed .npy array [rows, --seq + 1] of integer tokens, with an optional loss mask\n"
-       "      NAME.loss_mask.npy beside it (read and checked; the loss does not apply it yet)\n"
+       "      NAME.loss_mask.npy beside it (0/1 per token: the loss is the mean over the targets it counts)\n"
        "    - any other file: text, read as bytes (vocabulary 256)\n"
        "    tools/make_dataset.py writes the first two from text with a tokenizer. Without\n"
        "    --eval-data the last 10% (of the bytes, documents or rows) is held out for evaluation\n"
