@@ -48,8 +48,6 @@ tensor tokens_tensor(backend& be, const std::vector<std::int32_t>& v, std::size_
   return t;
 }
 
-}  // namespace head_loss_test
-using namespace head_loss_test;
 
 TEST_CASE("cross_entropy_rows: any chunking gives the whole batch's loss and gradient, bit for bit", "[nn][loss]") {
   const std::size_t M = 29, V = 37;  // an odd vocabulary; chunks that do not divide the rows
@@ -163,7 +161,6 @@ TEST_CASE("loss mask: a row that does not count changes nothing; the loss is the
   CHECK_THROWS_WITH(be.write_tokens(mask3, {0, 2, 1}, 2), mxkit_test::contains("token 1 is 2, outside the vocabulary [0, 2)"));  // a mask's upload
 }
 
-namespace head_loss_test {
 
 struct head_run {
   double loss = 0.0, eval_loss = 0.0;
@@ -201,8 +198,6 @@ head_run run_model(const recipe& r, std::size_t chunk, const std::vector<std::in
   return out;
 }
 
-}  // namespace head_loss_test
-using namespace head_loss_test;
 
 TEST_CASE("model: the head and its loss in chunks give the unchunked loss and gradients", "[nn][loss]") {
   const std::size_t M = 26, C = 32, V = 37;
@@ -263,3 +258,5 @@ TEST_CASE("model: the automatic loss chunk keeps chunk x V x 4 bytes within 1 Gi
   CHECK_FALSE(h.chunked(2048));
   CHECK_FALSE(head_loss(0, dtype::bf16).chunked(8192));
 }
+
+}  // namespace head_loss_test

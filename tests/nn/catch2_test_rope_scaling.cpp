@@ -33,8 +33,6 @@ static_assert(llama3_scaled_frequency(0.25, rope_scaling{}) == 0.25);
 static_assert(llama3_scaled_frequency(1.0, llama3_1_rope_scaling) == 1.0);        // wavelength 6.3: high frequency, kept
 static_assert(llama3_scaled_frequency(1e-4, llama3_1_rope_scaling) == 1e-4 / 8);  // wavelength 62832: divided by 8
 
-}  // namespace rope_scaling_test
-using namespace rope_scaling_test;
 
 TEST_CASE("rope scaling: Llama 3.1's rule, pair by pair, as Hugging Face computes it", "[nn][rope]") {
   const std::size_t D = 128;
@@ -110,3 +108,5 @@ TEST_CASE("rope scaling: a model's layers rotate by layer_config's frequencies",
   c.layer.rope_theta = 0.0;
   CHECK_THROWS_WITH(model(be, c, recipes::bf16(), 4), mxkit_test::contains("theta must be finite and > 0"));
 }
+
+}  // namespace rope_scaling_test

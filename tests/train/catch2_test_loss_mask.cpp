@@ -64,8 +64,6 @@ run_result train(std::shared_ptr<const batch_source> source) {
   return r;
 }
 
-}  // namespace loss_mask_test
-using namespace loss_mask_test;
 
 TEST_CASE("loss mask: a packed dataset's batches carry it, aligned with their targets", "[train][loss_mask]") {
   nn_test::temp_dir dir;
@@ -114,3 +112,5 @@ TEST_CASE("loss mask: the trainer and evaluate() apply it", "[train][loss_mask]"
   CHECK(masked.losses[0] != none.losses[0]);
   CHECK(masked.eval != none.eval);
 }
+
+}  // namespace loss_mask_test

@@ -20,8 +20,6 @@ std::optional<options> parse(std::vector<std::string> args) {
   return train_program::parse_options(static_cast<int>(argv.size()), argv.data());
 }
 
-}  // namespace model_presets_test
-using namespace model_presets_test;
 
 TEST_CASE("--model: Llama 3.1 8B and Llama 2 70B by name, the small model by default", "[train][options]") {
   const options d = *parse({});
@@ -90,3 +88,5 @@ TEST_CASE("--model: unknown names and a second --model are refused; --help lists
     if (std::string(f.name) == "--model") help = f.help;
   for (const train_program::model_preset& m : train_program::model_presets) CHECK(help.find(m.name) != std::string::npos);
 }
+
+}  // namespace model_presets_test
