@@ -11,7 +11,7 @@
 //   backward  for each chunk again: logits = y[chunk] . W^T, the loss gradient in place of them,
 //               dW += dlogits^T . y[chunk] (wgrad, accumulated over the chunks),
 //               dy[chunk] = dlogits . W (dgrad, the chunk's rows of dy)
-//             then dx += rmsnorm_backward(dy).
+//             then (the model) dx += rmsnorm_backward(dy), as without chunks.
 // The logits are computed twice in a training step, as Cut Cross-Entropy does (Wijmans et al. 2024,
 // "Cut Your Losses in Large-Vocabulary Language Models": logits formed blockwise on the fly in
 // forward and again in backward): the head's backward then runs inside model::backward, between the
@@ -96,9 +96,9 @@ class head_loss {
     norm.release_saved();
   }
 
-  // dx (M, C) += d(loss)/dx of the last training forward; the head's and the norm's weight
-  // gradients accumulated where they train.
-  void backward(backend& be, rmsnorm& norm, linear& head, tensor& dx) {
+  // The gradient of the last training forward's loss with respect to y, the norm's output (M, C);
+  // the head's weight gradient accumulated where it trains.
+  tensor backward(backend& be, linear& head) {
     detail::require(y_.defined(), "head_loss: backward without a training forward");
     const std::size_t M = y_.rows(), C = y_.cols(), V = head.out_features();
     tensor dy = be.alloc_uninitialized(M, C, type_, mem_tag::activation);
@@ -113,7 +113,7 @@ class head_loss {
     y_.reset();
     targets_.reset();
     mask_.reset();
-    norm.backward(dy, dx);
+    return dy;
   }
 
   // Drops what a training forward kept (a forward that is not followed by backward).

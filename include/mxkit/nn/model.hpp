@@ -186,18 +186,17 @@ class model {
     detail::require(trained_, "model: backward without a training forward");
     trained_ = false;
     const std::size_t M = shape_.tokens(), C = c_.layer.d_model;
-    tensor dx;
+    tensor dn;
     if (chunks_.chunked(M)) {
       notify(group_event::before_backward, layers_.size() + 1);
-      dx = act(M, C);
-      chunks_.backward(*be_, final_norm_, head_, dx);
+      dn = chunks_.backward(*be_, head_);
     } else {
-      tensor dn = output(M, C);
+      dn = output(M, C);
       notify(group_event::before_backward, layers_.size() + 1);
       head_.backward(dlogits_, &dn);
-      dx = act(M, C);
-      final_norm_.backward(dn, dx);
     }
+    tensor dx = act(M, C);
+    final_norm_.backward(dn, dx);
     notify(group_event::after_backward, layers_.size() + 1);
     for (std::size_t i = layers_.size(); i-- > 0;) {
       notify(group_event::before_backward, i + 1);
