@@ -56,7 +56,8 @@
 //   GEMM        gemm: D[P,Q] = alpha * A . B^T + beta * C on stored copies A [P,R], B [Q,R]
 //   layers      rmsnorm_forward / rmsnorm_quantize / rmsnorm_backward, rope, attention_forward /
 //               attention_backward, swiglu_forward / swiglu_quantize / swiglu_backward /
-//               swiglu_backward_quantize, embedding_forward / embedding_backward, cross_entropy
+//               swiglu_backward_quantize, embedding_forward / embedding_backward, cross_entropy /
+//               cross_entropy_rows (a loss mask; a chunk of rows at a time)
 //   optimizer   global_norm (multi-tensor), adamw_step (multi-tensor)
 // Stored copies follow mxkit's convention (tensor/mx_tensor.hpp): a rowwise copy of a [rows,
 // cols] matrix is stored as is, a columnwise copy transposed, so the reduction axis of every
