@@ -20,6 +20,7 @@
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/delayed_scaling_rule.hpp>
 #include <mxkit/nn/embedding.hpp>
+#include <mxkit/nn/head_loss.hpp>
 #include <mxkit/nn/healing.hpp>
 #include <mxkit/nn/kernel_args.hpp>
 #include <mxkit/nn/linear.hpp>
@@ -31,6 +32,7 @@
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/rmsnorm.hpp>
 #include <mxkit/nn/rope.hpp>
+#include <mxkit/nn/rope_frequencies.hpp>
 #include <mxkit/nn/swiglu.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/nn/transformer_layer.hpp>

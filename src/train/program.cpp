@@ -79,13 +79,23 @@ inline training_data load_data(const options& o) {
 // data's bytes). Keys are the flags' names; output flags are left out (a resumed run may log,
 // evaluate and save differently).
 inline bool is_model_setting(std::string_view key) {
-  return key == "layers" || key == "d-model" || key == "heads" || key == "kv-heads" || key == "ffn" || key == "vocab";
+  return key == "layers" || key == "d-model" || key == "heads" || key == "kv-heads" || key == "ffn" || key == "vocab" || key == "rope" ||
+         key == "norm-eps";
 }
 
 inline std::string exact_text(double x) {  // the shortest text that reads back as x
   char b[32];
   const auto r = std::to_chars(b, b + sizeof b, x, std::chars_format::general);
   return std::string(b, r.ptr);
+}
+
+// The model's RoPE as a setting: "theta X", and Llama 3.1's scaling when on (--model).
+inline std::string rope_setting(const options& o) {
+  std::string s = "theta " + exact_text(o.rope_theta);
+  if (o.rope_scale.enabled())
+    s += ", llama3 scaling " + exact_text(o.rope_scale.factor) + " " + exact_text(o.rope_scale.low_freq_factor) + " " +
+         exact_text(o.rope_scale.high_freq_factor) + " " + exact_text(o.rope_scale.original_max_position);
+  return s;
 }
 
 inline nn::checkpoint_settings run_settings(const options& o, const training_data& data) {
@@ -98,6 +108,8 @@ inline nn::checkpoint_settings run_settings(const options& o, const training_dat
           {"kv-heads", to_string(o.kv_heads)},
           {"ffn", to_string(o.ffn)},
           {"vocab", to_string(data.vocab)},
+          {"rope", rope_setting(o)},
+          {"norm-eps", exact_text(o.norm_eps)},
           {"recipe", o.recipe},
           {"activations", mxkit::name_of(o.activations)},
           {"seq", to_string(o.seq)},
@@ -120,6 +132,8 @@ inline std::string setting(const nn::checkpoint_settings& settings, std::string_
   for (const auto& [k, v] : settings)
     if (k == key) return v;
   if (key == "vocab") return "256";  // (checkpoints from before --vocab were byte-level)
+  if (key == "rope") return "theta " + exact_text(10000.0);  // (and from before --model, every model's RoPE and norm)
+  if (key == "norm-eps") return exact_text(1e-5);
   return "(not recorded)";
 }
 
@@ -360,6 +374,9 @@ inline nn::model_config model_config_of(const options& o, std::size_t vocab) {
   mc.layer.n_heads = o.heads;
   mc.layer.n_kv_heads = o.kv_heads;
   mc.layer.d_ff = o.ffn;
+  mc.layer.rope_theta = o.rope_theta;  // --model's (the defaults: today's 10000, 1e-5, no scaling)
+  mc.layer.rope_scale = o.rope_scale;
+  mc.layer.norm_eps = o.norm_eps;
   return mc;
 }
 
@@ -500,14 +517,18 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
                 "(%s in linears)\n",
                 o.layers, o.d_model, o.heads, o.kv_heads, o.d_model / o.heads, o.ffn, mc.vocab,
                 millions(static_cast<double>(n_params)).c_str(), millions(flops.linear_weights).c_str());
+    if (!o.model.empty()) std::printf("--model %s: RoPE %s, norm eps %g\n", o.model.c_str(), rope_setting(o).c_str(), o.norm_eps);
+    if (m.loss_chunks().chunked(o.batch * o.seq))
+      std::printf("head and loss: %zu tokens at a time of a micro-batch's %zu (the logits are never held whole)\n", m.loss_chunks().chunk(),
+                  o.batch * o.seq);
     std::printf("recipe: %s, %s activations; batch %zu x %zu = %.0f tokens/step; %.3g TFLOP/step (--help: convention)\n",
                 r.name.c_str(), mxkit::name_of(o.activations), o.batch, o.seq, tokens_per_step, flops.per_step / 1e12);
     const char* unit = data.kind == nn::dataset_kind::text ? "bytes" : "tokens";
     std::printf("data: %s: %llu %s for training, %llu %s (%zu evaluation batches)\n", data.description.c_str(),
                 static_cast<ull>(data.train.tokens), unit, static_cast<ull>(data.eval.tokens), o.eval_data.empty() ? "held out" : "to evaluate on",
                 eval_batches.size());
-    if (data.mask_ignored)
-      std::printf("warning: the packed data's loss mask is read and checked but not applied: every target counts in the loss\n");
+    if (data.loss_mask)
+      std::printf("loss: the packed data's loss mask applies: each batch's mean over the targets it counts\n");
     std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
                 static_cast<ull>(o.seed));
     if (ranks > 1 || o.micro_batches > 1)

@@ -52,6 +52,7 @@ std::vector<std::string> as_flags(const options& o) {
                                std::string("--lr=") + lr, "--seed=" + to_string(o.seed), "--log-every=" + to_string(o.log_every),
                                "--eval-every=" + to_string(o.eval_every), "--eval-batches=" + to_string(o.eval_batches),
                                "--checkpoint-every=" + to_string(o.checkpoint_every)};
+  if (!o.model.empty()) out.push_back("--model=" + o.model);  // (the shape flags above override it, as they did)
   if (o.warmup) out.push_back("--warmup=" + to_string(*o.warmup));
   if (o.stop_after) out.push_back("--stop-after=" + to_string(*o.stop_after));
   if (o.vocab) out.push_back("--vocab=" + to_string(*o.vocab));
@@ -91,7 +92,8 @@ bool same(const options& a, const options& b) {
          a.export_path == b.export_path && a.dump_batches == b.dump_batches && a.export_dtype == b.export_dtype &&
          a.switch_to == b.switch_to && a.switch_at == b.switch_at && a.ranks == b.ranks && a.micro_batches == b.micro_batches &&
          a.shard == b.shard && a.recompute == b.recompute && a.gather_quantized == b.gather_quantized &&
-         a.reshard_after_forward == b.reshard_after_forward && a.overlap_reductions == b.overlap_reductions;
+         a.reshard_after_forward == b.reshard_after_forward && a.overlap_reductions == b.overlap_reductions && a.model == b.model &&
+         a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps && a.rope_scale == b.rope_scale;
 }
 
 }  // namespace

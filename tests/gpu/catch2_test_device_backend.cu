@@ -4,7 +4,8 @@
 // gpu::device_backend (include/mxkit/gpu/nn/backend.hpp), one operation at a time:
 //  1. The backend conformance suite (tests/nn/backend_conformance.hpp): every operation on the
 //     device and on ref::host_backend, the oracle, from the same values; copies byte for byte,
-//     the rest within the bounds stated there.
+//     the rest within the bounds stated there; and backend_conformance_loss.hpp's cases: the loss
+//     with a loss mask, whole and a chunk of rows at a time, and rope with Llama 3.1's scaling.
 //  2. What is the device's own: native operands and f64 data are refused (std::invalid_argument);
 //     a bf16 copy that may alias its input is its input (no bytes, the same memory), and the
 //     GEMMs that read such copies MN-major give the transposed copies' bits; a bf16 master weight
@@ -26,6 +27,7 @@
 
 #include "../catch.hpp"
 #include "../nn/backend_conformance.hpp"
+#include "../nn/backend_conformance_loss.hpp"
 #include "device_backend_downloads.hpp"
 
 using namespace backend_conformance;  // nn_test: mxkit, mxkit::nn, host_backend
@@ -53,6 +55,7 @@ struct device_subject {
 // ============================================================== 1. conformance with the oracle
 
 MXKIT_BACKEND_CONFORMANCE_TESTS(device_subject, "device backend", "[gpu][nn][backend]")
+MXKIT_BACKEND_LOSS_CONFORMANCE_TESTS(device_subject, "device backend", "[gpu][nn][backend]")
 
 // ============================================================================= 2. the device's own
 

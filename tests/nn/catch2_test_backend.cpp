@@ -421,9 +421,9 @@ class checking_backend : public host_backend {
     hit(backend_op::rmsnorm_backward, norm_ok(x, w, rstd) && like(dy, x) && like(dr, x) && like(dx, x) && (!dw || like(*dw, w)));
     host_backend::do_rmsnorm_backward(dy, x, w, rstd, dr, dx, dw);
   }
-  void do_rope(tensor& qkv, const head_shape& s, double th, bool inv) override {
-    hit(backend_op::rope, shape(qkv, s.tokens(), s.qkv_dim()) && s.head_dim % 2 == 0);
-    host_backend::do_rope(qkv, s, th, inv);
+  void do_rope(tensor& qkv, const head_shape& s, const rope_frequencies& f, bool inv) override {
+    hit(backend_op::rope, shape(qkv, s.tokens(), s.qkv_dim()) && s.head_dim % 2 == 0 && f.theta > 0.0);
+    host_backend::do_rope(qkv, s, f, inv);
   }
   void do_attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) override {
     hit(backend_op::attention_forward, shape(qkv, s.tokens(), s.qkv_dim()) && shape(out, s.tokens(), s.q_dim()) &&
@@ -460,9 +460,12 @@ class checking_backend : public host_backend {
     hit(backend_op::embedding_backward, tokens.type() == dtype::i32 && shape(dout, tokens.rows(), dtable.cols()));
     host_backend::do_embedding_backward(tokens, dout, dtable);
   }
-  void do_cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool g) override {
-    hit(backend_op::cross_entropy, shape(targets, logits.rows(), 1) && targets.type() == dtype::i32 && scalar64(loss));
-    host_backend::do_cross_entropy(logits, targets, loss, g);
+  void do_cross_entropy(tensor& logits, const tensor& targets, const tensor* mask, std::size_t first, tensor* row_loss, tensor* loss,
+                        bool g) override {
+    hit(backend_op::cross_entropy, first + logits.rows() <= targets.rows() && targets.type() == dtype::i32 && (!loss || scalar64(*loss)) &&
+                                       (!mask || shape(*mask, targets.rows(), 1)) && (!row_loss || shape(*row_loss, targets.rows(), 1)) &&
+                                       (row_loss || !loss));
+    host_backend::do_cross_entropy(logits, targets, mask, first, row_loss, loss, g);
   }
   void do_global_norm(std::span<const tensor* const> ts, double mx, tensor& norm, tensor& clip) override {
     hit(backend_op::global_norm, scalar64(norm) && scalar64(clip));

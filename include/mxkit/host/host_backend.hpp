@@ -372,11 +372,11 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
       st.commit();
     });
   }
-  void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override {
+  void do_rope(nn::tensor& qkv, const nn::head_shape& s, const nn::rope_frequencies& f, bool inverse) override {
     compute(qkv.type(), [&](auto z) {
       using T = decltype(z);
       staging<T> st;
-      ref::rope(st.out(qkv, true), s, theta, inverse);
+      ref::rope(st.out(qkv, true), s, f, inverse);
       st.commit();
     });
   }
@@ -429,14 +429,19 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
       st.commit();
     });
   }
-  void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) override {
+  void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, const nn::tensor* mask, std::size_t first, nn::tensor* row_loss,
+                        nn::tensor* loss, bool gradient) override {
+    const std::int32_t* m = mask ? mask->as<std::int32_t>() : nullptr;
+    const double N = ref::cross_entropy_count(m, targets.rows());
     compute(logits.type(), [&](auto z) {
       using T = decltype(z);
       staging<T> st;
       T* l = st.out(logits, true);
-      *loss.as<double>() = ref::cross_entropy(l, targets.as<std::int32_t>(), gradient ? l : nullptr, logits.rows(), logits.cols());
+      ref::cross_entropy_rows(l, targets.as<std::int32_t>(), m, first, logits.rows(), logits.cols(), N, gradient ? l : nullptr,
+                              row_loss ? row_loss->as<double>() : nullptr);
       if (gradient) st.commit();
     });
+    if (loss) *loss->as<double>() = ref::cross_entropy_mean(row_loss->as<double>(), targets.rows(), N);
   }
 
   // ---- optimizer

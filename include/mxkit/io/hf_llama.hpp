@@ -76,15 +76,20 @@ inline std::map<std::string, std::string> hf_llama_metadata(const model& m) {
     std::snprintf(b, sizeof b, "%.17g", x);
     return std::string(b);
   };
-  return {{"format", "pt"},
-          {"mxkit.vocab", std::to_string(c.vocab)},
-          {"mxkit.n_layers", std::to_string(c.n_layers)},
-          {"mxkit.d_model", std::to_string(c.layer.d_model)},
-          {"mxkit.n_heads", std::to_string(c.layer.n_heads)},
-          {"mxkit.n_kv_heads", std::to_string(c.layer.n_kv_heads)},
-          {"mxkit.d_ff", std::to_string(c.layer.d_ff)},
-          {"mxkit.rope_theta", text(c.layer.rope_theta)},
-          {"mxkit.norm_eps", text(c.layer.norm_eps)}};
+  std::map<std::string, std::string> out{{"format", "pt"},
+                                         {"mxkit.vocab", std::to_string(c.vocab)},
+                                         {"mxkit.n_layers", std::to_string(c.n_layers)},
+                                         {"mxkit.d_model", std::to_string(c.layer.d_model)},
+                                         {"mxkit.n_heads", std::to_string(c.layer.n_heads)},
+                                         {"mxkit.n_kv_heads", std::to_string(c.layer.n_kv_heads)},
+                                         {"mxkit.d_ff", std::to_string(c.layer.d_ff)},
+                                         {"mxkit.rope_theta", text(c.layer.rope_theta)},
+                                         {"mxkit.norm_eps", text(c.layer.norm_eps)}};
+  // Only where it is on, so that the files of every model without it stay as they were.
+  if (const rope_scaling& r = c.layer.rope_scale; r.enabled())
+    out["mxkit.rope_scaling"] = "llama3 " + text(r.factor) + " " + text(r.low_freq_factor) + " " + text(r.high_freq_factor) + " " +
+                                text(r.original_max_position);
+  return out;
 }
 
 // The model's weights (master copies) under Hugging Face Llama names, F32 (bit-exact) or BF16

@@ -56,7 +56,8 @@
 //   GEMM        gemm: D[P,Q] = alpha * A . B^T + beta * C on stored copies A [P,R], B [Q,R]
 //   layers      rmsnorm_forward / rmsnorm_quantize / rmsnorm_backward, rope, attention_forward /
 //               attention_backward, swiglu_forward / swiglu_quantize / swiglu_backward /
-//               swiglu_backward_quantize, embedding_forward / embedding_backward, cross_entropy
+//               swiglu_backward_quantize, embedding_forward / embedding_backward, cross_entropy /
+//               cross_entropy_rows (a loss mask; a chunk of rows at a time)
 //   optimizer   global_norm (multi-tensor), adamw_step (multi-tensor)
 // Not here: full sharding's gather of quantized weight copies between ranks, a seam of its own
 // (parallel/copy_gather.hpp) that a backend implements beside this one and hands out through
@@ -85,6 +86,7 @@
 #include <mxkit/nn/kernel_args.hpp>
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/nn/operand.hpp>
+#include <mxkit/nn/rope_frequencies.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
@@ -330,13 +332,16 @@ class backend {
     }
     observed(backend_op::rmsnorm_backward, [&] { do_rmsnorm_backward(dy, x, w, rstd, dr ? *dr : dx, dx, dw); });
   }
-  // In place on the q and k heads of a qkv tensor; inverse = rotate back (the backward pass).
-  void rope(tensor& qkv, const head_shape& s, double theta, bool inverse) {
+  // In place on the q and k heads of a qkv tensor; inverse = rotate back (the backward pass). The
+  // frequencies: theta, and Llama 3.1's scaling when on (nn/rope_frequencies.hpp).
+  void rope(tensor& qkv, const head_shape& s, const rope_frequencies& f, bool inverse) {
     check_heads(s);
     detail::require(s.head_dim % 2 == 0, "rope: head_dim ", s.head_dim, " must be even");
     check_activation(qkv, s.tokens(), s.qkv_dim(), "rope qkv");
-    observed(backend_op::rope, [&] { do_rope(qkv, s, theta, inverse); });
+    check_config(f);
+    observed(backend_op::rope, [&] { do_rope(qkv, s, f, inverse); });
   }
+  void rope(tensor& qkv, const head_shape& s, double theta, bool inverse) { rope(qkv, s, rope_frequencies{theta, {}}, inverse); }
   // Causal grouped-query attention; lse (batch*n_heads, seq) log-sum-exp saved, in stat_type.
   void attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) {
     check_heads(s);
@@ -412,14 +417,32 @@ class backend {
     check_activation_of(dout, dtable, "embedding backward dout");
     observed(backend_op::embedding_backward, [&] { do_embedding_backward(tokens, dout, dtable); });
   }
-  // loss (1, 1) f64 = mean cross-entropy of softmax(logits) against targets (rows, 1) i32.
-  // gradient: logits is overwritten with d(loss)/d(logits) (in place: no second (M, V) buffer).
-  void cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient) {
-    detail::require(logits.defined() && is_floating(logits.type()), "cross_entropy: logits must be an allocated floating-point tensor");
-    check_tokens(targets, "cross_entropy targets");
-    detail::require(targets.rows() == logits.rows(), "cross_entropy: ", targets.rows(), " targets for ", logits.rows(), " rows");
+  // loss (1, 1) f64 = mean cross-entropy of softmax(logits) against targets (rows, 1) i32, over the
+  // rows the loss mask (rows, 1) i32 of 0/1 counts (null: every row): sum over the counted rows /
+  // max(1, their count) (ref/nn/cross_entropy.hpp). gradient: logits is overwritten with
+  // d(loss)/d(logits) (in place: no second (M, V) buffer), zero in the rows that do not count.
+  void cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient, const tensor* mask = nullptr) {
+    check_cross_entropy(logits, targets, mask, 0);
     check_scalar(loss, "cross_entropy loss");
-    observed(backend_op::cross_entropy, [&] { do_cross_entropy(logits, targets, loss, gradient); });
+    tensor row_loss = alloc_uninitialized(targets.rows(), 1, dtype::f64, mem_tag::activation);  // (each row is written)
+    observed(backend_op::cross_entropy, [&] { do_cross_entropy(logits, targets, mask, 0, &row_loss, &loss, gradient); });
+  }
+  // The same for rows first .. first + logits.rows() - 1 of a batch whose targets and mask are
+  // given whole (the head and its loss a chunk of rows at a time: nn/head_loss.hpp). Each row's
+  // loss goes to row_loss (batch rows, 1) f64 at its batch row (0 where it does not count); with
+  // `loss`, the batch's mean is then formed from all of row_loss (the earlier chunks' rows too), in
+  // row order: chunked or not, the same loss and gradient, bit for bit. row_loss may be null when
+  // loss is (the gradient only).
+  void cross_entropy_rows(tensor& logits, const tensor& targets, const tensor* mask, std::size_t first, tensor* row_loss, tensor* loss,
+                          bool gradient) {
+    check_cross_entropy(logits, targets, mask, first);
+    detail::require(row_loss || !loss, "cross_entropy_rows: the loss is formed from the row losses: give row_loss");
+    if (row_loss) {
+      require_shape(*row_loss, targets.rows(), 1, "cross_entropy row losses");
+      require_type(*row_loss, dtype::f64, "cross_entropy row losses");
+    }
+    if (loss) check_scalar(*loss, "cross_entropy loss");
+    observed(backend_op::cross_entropy, [&] { do_cross_entropy(logits, targets, mask, first, row_loss, loss, gradient); });
   }
 
   // ---- optimizer (multi-tensor) ------------------------------------------------------------------
@@ -502,7 +525,7 @@ class backend {
   // dx = dr + d(loss)/dx; dr may be dx.
   virtual void do_rmsnorm_backward(const tensor& dy, const tensor& x, const tensor& w, const tensor& rstd, const tensor& dr, tensor& dx,
                                    tensor* dw) = 0;
-  virtual void do_rope(tensor& qkv, const head_shape& s, double theta, bool inverse) = 0;
+  virtual void do_rope(tensor& qkv, const head_shape& s, const rope_frequencies& f, bool inverse) = 0;
   virtual void do_attention_forward(const tensor& qkv, tensor& out, tensor& lse, const head_shape& s) = 0;
   virtual void do_attention_backward(const tensor& dout, const tensor& qkv, const tensor& out, const tensor& lse, tensor& dqkv,
                                      const head_shape& s) = 0;
@@ -522,7 +545,9 @@ class backend {
   }
   virtual void do_embedding_forward(const tensor& tokens, const tensor& table, tensor& out) = 0;
   virtual void do_embedding_backward(const tensor& tokens, const tensor& dout, tensor& dtable) = 0;
-  virtual void do_cross_entropy(tensor& logits, const tensor& targets, tensor& loss, bool gradient) = 0;
+  // Rows first .. of the batch (cross_entropy_rows); row_loss null only with loss null.
+  virtual void do_cross_entropy(tensor& logits, const tensor& targets, const tensor* mask, std::size_t first, tensor* row_loss, tensor* loss,
+                                bool gradient) = 0;
   virtual void do_global_norm(std::span<const tensor* const> tensors, double max_norm, tensor& norm, tensor& clip) = 0;
   virtual void do_adamw_step(std::span<const adamw_slot_ref> slots, const adamw_args& args, const tensor& norm, const tensor& clip,
                              tensor& state) = 0;

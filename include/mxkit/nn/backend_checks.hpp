@@ -82,6 +82,16 @@ inline void check_heads(const head_shape& s) {
                   " is not a multiple of n_kv_heads ", s.n_kv_heads);
   detail::require(s.head_dim > 0 && s.batch > 0 && s.seq > 0, "attention: empty head shape");
 }
+inline void check_cross_entropy(const tensor& logits, const tensor& targets, const tensor* mask, std::size_t first) {
+  detail::require(logits.defined() && is_floating(logits.type()), "cross_entropy: logits must be an allocated floating-point tensor");
+  check_tokens(targets, "cross_entropy targets");
+  detail::require(logits.rows() > 0 && first <= targets.rows() && logits.rows() <= targets.rows() - first, "cross_entropy: rows ", first,
+                  " .. ", first + logits.rows(), " of a batch of ", targets.rows(), " targets");
+  if (mask) {
+    check_tokens(*mask, "cross_entropy loss mask");
+    require_shape(*mask, targets.rows(), 1, "cross_entropy loss mask");
+  }
+}
 inline void check_swiglu(const tensor& gu) {
   detail::require(gu.defined() && is_floating(gu.type()), "swiglu: input must be an allocated floating-point tensor");
   detail::require(gu.cols() % 2 == 0, "swiglu: gate/up width ", gu.cols(), " is odd");

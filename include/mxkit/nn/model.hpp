@@ -3,6 +3,9 @@
 // A Llama-style decoder: token embedding, N transformer layers, final RMSNorm, LM head,
 // next-token cross-entropy.
 //   tokens (B*T, 1) i32 -> x (B*T, C) -> layers -> rmsnorm -> logits (B*T, V) -> mean cross-entropy
+// The loss is the mean over the targets a loss mask counts (all without one: ref/nn/cross_entropy.hpp).
+// A batch of more rows than model_config::loss_chunk has its head and loss computed a chunk of
+// rows at a time (nn/head_loss.hpp): the logits of the whole batch are never held.
 // The layers' linears train through the model's recipe. The LM head runs in the recipe's high
 // precision (bf16 for every low-precision recipe), as FP8/FP4 training stacks keep the output
 // layer out of the low-precision GEMMs. The loss is a (1, 1) f64 tensor in backend memory
@@ -21,6 +24,7 @@
 #include <mxkit/error.hpp>
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/nn/embedding.hpp>
+#include <mxkit/nn/head_loss.hpp>
 #include <mxkit/nn/linear.hpp>
 #include <mxkit/nn/parameter.hpp>
 #include <mxkit/nn/recipe.hpp>
@@ -40,6 +44,9 @@ struct model_config {
   layer_config layer;
   dtype type = dtype::f32;
   double init_std = 0.02;
+  // Rows of the head and its loss computed at a time (nn/head_loss.hpp): auto_loss_chunk (whole
+  // 128-row tiles with chunk x V x 4 bytes <= 1 GiB), a row count, or 0 (every batch at once).
+  std::size_t loss_chunk = auto_loss_chunk;
 };
 
 // A streamed construction (nn/lora_base.hpp builds a frozen quantized LoRA base with it): `init`
@@ -92,6 +99,7 @@ class model {
     } else {
       head_.init_normal(seed, c.init_std);
     }
+    chunks_ = head_loss(loss_chunk_rows(c.loss_chunk, c.vocab), activation_type());
   }
 
   // Every parameter built with deferred memory gets its whole memory and initial values
@@ -101,12 +109,14 @@ class model {
   }
 
   // Mean next-token loss of one batch into loss(); tokens and targets (B*T, 1) i32 in backend
-  // memory. training: keep what backward() needs (the logits become their gradient). Reads
-  // nothing back.
-  const tensor& forward(const tensor& tokens, const tensor& targets, const batch_shape& b, bool training) {
+  // memory, and the loss mask (B*T, 1) i32 of 0/1 (null: every target counts; the loss is the mean
+  // over the counted ones, max(1, their count)). training: keep what backward() needs (the logits
+  // become their gradient). Reads nothing back.
+  const tensor& forward(const tensor& tokens, const tensor& targets, const batch_shape& b, bool training, const tensor* mask = nullptr) {
     const std::size_t M = b.tokens(), C = c_.layer.d_model;
     detail::require(tokens.rows() == M && targets.rows() == M, "model: ", tokens.rows(), " tokens and ", targets.rows(),
                     " targets for a batch of ", b.batch, "x", b.seq);
+    detail::require(!mask || mask->rows() == M, "model: a loss mask of ", mask ? mask->rows() : 0, " rows for a batch of ", M, " tokens");
     shape_ = b;
     training_forward_ = training;
     xs_.assign(1, output(M, C));  // xs_[i]: input of layer i; xs_[L]: input of the final norm
@@ -125,13 +135,22 @@ class model {
       notify(group_event::after_forward, i + 1);
       if (recompute) layers_[i].drop_saved();  // only the input xs_[i] is kept
     }
-    tensor logits = output(M, c_.vocab);  // (M, V)
-    notify(group_event::before_forward, layers_.size() + 1);
-    head_.forward_quantized(final_norm_.forward_quantized(xs_.back(), head_.input_requests(M, training), nullptr), nullptr, logits,
-                            training);
-    notify(group_event::after_forward, layers_.size() + 1);
-    be_->cross_entropy(logits, targets, loss_, training);
-    dlogits_ = training ? logits : tensor{};  // the gradient, in place
+    trained_ = training;
+    if (chunks_.chunked(M)) {  // nn/head_loss.hpp: the logits a chunk at a time
+      dlogits_.reset();
+      notify(group_event::before_forward, layers_.size() + 1);
+      chunks_.forward(*be_, final_norm_, head_, xs_.back(), targets, mask, loss_, training);
+      notify(group_event::after_forward, layers_.size() + 1);
+    } else {
+      chunks_.release_saved();
+      tensor logits = output(M, c_.vocab);  // (M, V)
+      notify(group_event::before_forward, layers_.size() + 1);
+      head_.forward_quantized(final_norm_.forward_quantized(xs_.back(), head_.input_requests(M, training), nullptr), nullptr, logits,
+                              training);
+      notify(group_event::after_forward, layers_.size() + 1);
+      be_->cross_entropy(logits, targets, loss_, training, mask);
+      dlogits_ = training ? logits : tensor{};  // the gradient, in place
+    }
     if (!training) {
       xs_.clear();
       final_norm_.release_saved();
@@ -141,14 +160,21 @@ class model {
   }
   // The same from host token vectors: uploads them (range-checked) and reads the loss back (a
   // synchronizing convenience for tests and one-off evaluations; the trainer does not use it).
+  // mask: empty (every target counts) or one 0/1 per target.
   double forward(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets, const batch_shape& b,
-                 bool training) {
+                 bool training, const std::vector<std::int32_t>& mask = {}) {
     detail::require(tokens.size() == b.tokens() && targets.size() == b.tokens(), "model: ", tokens.size(), " tokens and ",
                     targets.size(), " targets for a batch of ", b.batch, "x", b.seq);
+    detail::require(mask.empty() || mask.size() == b.tokens(), "model: a loss mask of ", mask.size(), " for ", b.tokens(), " targets");
     tensor t = be_->alloc(b.tokens(), 1, dtype::i32, mem_tag::activation), g = be_->alloc(b.tokens(), 1, dtype::i32, mem_tag::activation);
     be_->write_tokens(t, tokens, c_.vocab);
     be_->write_tokens(g, targets, c_.vocab);
-    return be_->read_scalar(forward(t, g, b, training));
+    tensor m;
+    if (!mask.empty()) {
+      m = be_->alloc(b.tokens(), 1, dtype::i32, mem_tag::activation);
+      be_->write_tokens(m, mask, 2);  // 0 or 1, checked on the host
+    }
+    return be_->read_scalar(forward(t, g, b, training, mask.empty() ? nullptr : &m));
   }
   // The loss of the last forward: (1, 1) f64 in backend memory.
   const tensor& loss() const noexcept { return loss_; }
@@ -157,11 +183,18 @@ class model {
 
   // Gradients of the last training forward, accumulated into every trainable parameter.
   void backward() {
-    detail::require(dlogits_.defined(), "model: backward without a training forward");
+    detail::require(trained_, "model: backward without a training forward");
+    trained_ = false;
     const std::size_t M = shape_.tokens(), C = c_.layer.d_model;
-    tensor dn = output(M, C);
-    notify(group_event::before_backward, layers_.size() + 1);
-    head_.backward(dlogits_, &dn);
+    tensor dn;
+    if (chunks_.chunked(M)) {
+      notify(group_event::before_backward, layers_.size() + 1);
+      dn = chunks_.backward(*be_, head_);
+    } else {
+      dn = output(M, C);
+      notify(group_event::before_backward, layers_.size() + 1);
+      head_.backward(dlogits_, &dn);
+    }
     tensor dx = act(M, C);
     final_norm_.backward(dn, dx);
     notify(group_event::after_backward, layers_.size() + 1);
@@ -261,6 +294,7 @@ class model {
     for (std::size_t i = 0; i < layers_.size(); ++i)
       layers_[i].set_recipe(layer_recipe(r, i, layers_.size()), table_, i * transformer_layer::scaling_rows);
     if (head_changes) head_.set_recipe(head_recipe(r));
+    chunks_ = head_loss(chunks_.chunk(), activation_type());  // (the recipe's activations may have changed)
   }
   // The delayed-scaling state of every FP8 tensor of the layers (null without FP8 operands).
   const std::shared_ptr<scaling_table>& scaling() const noexcept { return table_; }
@@ -299,6 +333,8 @@ class model {
   embedding& token_embedding() noexcept { return embedding_; }
   rmsnorm& final_norm() noexcept { return final_norm_; }
   const model_config& config() const noexcept { return c_; }
+  // The head and its loss by chunks of rows (nn/head_loss.hpp; chunk() 0: every batch whole).
+  const head_loss& loss_chunks() const noexcept { return chunks_; }
   backend& be() noexcept { return *be_; }
 
   static recipe head_recipe(const recipe& r) { return recipes::uniform("head (" + r.name + " high precision)", r.high); }
@@ -339,6 +375,8 @@ class model {
   batch_shape shape_;
   std::vector<tensor> xs_;
   tensor dlogits_;
+  head_loss chunks_;
+  bool trained_ = false;  // the last forward trains: backward() may follow
   bool recompute_ = false;
   std::vector<std::vector<std::uint64_t>> calls_;  // recomputation: each layer's linears' calls before its forward
   std::function<void(group_event, std::size_t)> group_hook_;

@@ -39,6 +39,7 @@ struct layer_config {
   std::size_t n_kv_heads = 2; // Hkv (grouped-query attention)
   std::size_t d_ff = 192;     // F, SwiGLU hidden width
   double rope_theta = 10000.0;
+  rope_scaling rope_scale = {};  // Llama 3.1's frequency scaling; off by default (nn/rope_frequencies.hpp)
   double norm_eps = 1e-5;
 
   std::size_t head_dim() const noexcept { return n_heads ? d_model / n_heads : 0; }
@@ -52,6 +53,7 @@ inline void check_config(const layer_config& c) {
                   " must be a multiple of n_kv_heads ", c.n_kv_heads);
   detail::require(c.head_dim() % 2 == 0, "layer: head_dim ", c.head_dim(), " must be even (RoPE rotates pairs)");
   detail::require(c.d_ff > 0, "layer: d_ff must be positive");
+  check_config(rope_frequencies{c.rope_theta, c.rope_scale});
 }
 
 struct batch_shape {
@@ -71,7 +73,7 @@ class transformer_layer {
   static constexpr std::size_t scaling_rows = 4 * linear::scaling_rows;
   transformer_layer(backend& be, const std::string& prefix, const layer_config& c, std::uint32_t first_id, const recipe& r, dtype type,
                     const std::shared_ptr<scaling_table>& shared = nullptr, std::size_t first_row = 0)
-      : be_(&be), c_((check_config(c), c)), rope_(c.rope_theta) {
+      : be_(&be), c_((check_config(c), c)), rope_(rope_frequencies{c.rope_theta, c.rope_scale}) {
     constexpr std::size_t k = linear::scaling_rows;
     norm1_ = rmsnorm(be, prefix + ".norm1.weight", c.d_model, type, c.norm_eps);
     qkv_ = linear(be, prefix + ".qkv.weight", c.d_model, c.qkv_dim(), first_id, r, type, shared, first_row);

@@ -116,6 +116,9 @@ inline corpus_split load_corpus(const std::filesystem::path& path, double valida
 struct batch {
   batch_shape shape;
   std::vector<std::int32_t> inputs, targets;  // (B*T) each
+  // (B*T) 0 or 1: whether each target counts in the loss (a packed dataset's loss mask: the loss is
+  // the mean over the counted targets, nn/model.hpp); empty: every target counts.
+  std::vector<std::int32_t> loss_mask = {};
 };
 
 // Window [offset, offset + seq] of `tokens` as row b of `out`.

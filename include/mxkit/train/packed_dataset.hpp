@@ -140,7 +140,10 @@ class packed_samples : public token_samples {
   std::uint64_t size() const noexcept override { return order_.size(); }
   std::size_t window() const noexcept override { return data_->row_length(); }
   void fill(std::uint64_t i, std::int32_t* out) const override { data_->read_row(row(i), out); }
-  void fill_mask(std::uint64_t i, std::uint8_t* out) const { data_->read_mask(row(i), out); }
+  // The row's loss mask (all ones without a mask file); a batch of these samples carries it only
+  // where the file has one (has_loss_mask).
+  bool has_loss_mask() const noexcept override { return data_->has_mask(); }
+  void fill_mask(std::uint64_t i, std::uint8_t* out) const override { data_->read_mask(row(i), out); }
   // The row of `data` that sample i reads.
   std::uint64_t row(std::uint64_t i) const {
     detail::require(i < order_.size(), "packed_samples: sample ", i, " of ", order_.size());

@@ -4,7 +4,8 @@
 // (inputs are its first seq tokens, targets its last seq: the next token at every position), as
 // Megatron's GPTDataset hands out sequence_length + 1 tokens (add_extra_token_to_sequence) and a
 // packed fine-tuning row holds its labels shifted by one.
-//   token_samples    the interface: how many samples, their length, sample i's tokens. Its
+//   token_samples    the interface: how many samples, their length, sample i's tokens (and its
+//                    loss mask, where the samples have one: packed_dataset.hpp). Its
 //                    implementations put the samples in the order they are read: gpt_samples.hpp
 //                    (Megatron's sample rule) and packed_dataset.hpp (rows of an .npy array).
 //   sample_batches   nn::batch_source over them: batch n is samples n B .. n B + B - 1, so the
@@ -30,21 +31,37 @@ class token_samples {
   virtual std::size_t window() const noexcept = 0;  // tokens a sample: seq + 1
   // Sample i's window() tokens into out.
   virtual void fill(std::uint64_t i, std::int32_t* out) const = 0;
+  // Whether the samples carry a loss mask, and sample i's: window() entries, 0 or 1, entry t for
+  // token t (whether it counts as a target; entry 0 is never one). Without one, every target counts.
+  virtual bool has_loss_mask() const noexcept { return false; }
+  virtual void fill_mask(std::uint64_t i, std::uint8_t* out) const {
+    (void)i;
+    (void)out;
+    detail::fail("token_samples: these samples have no loss mask");
+  }
 };
 
 namespace samples_detail {
 // Samples first .. first + B - 1 as one batch: row b's inputs are sample first + b's first seq
-// tokens, its targets the last seq.
+// tokens, its targets the last seq, and the loss mask of a target its token's mask entry.
 inline batch batch_of_samples(const token_samples& s, const batch_shape& shape, std::uint64_t first) {
   const std::size_t T = shape.seq;
   batch out{shape, std::vector<std::int32_t>(shape.tokens()), std::vector<std::int32_t>(shape.tokens())};
   std::vector<std::int32_t> row(T + 1);
+  std::vector<std::uint8_t> mask;
+  if (s.has_loss_mask()) {
+    out.loss_mask.resize(shape.tokens());
+    mask.resize(T + 1);
+  }
   for (std::size_t b = 0; b < shape.batch; ++b) {
     s.fill(first + b, row.data());
     for (std::size_t t = 0; t < T; ++t) {
       out.inputs[b * T + t] = row[t];
       out.targets[b * T + t] = row[t + 1];
     }
+    if (mask.empty()) continue;
+    s.fill_mask(first + b, mask.data());
+    for (std::size_t t = 0; t < T; ++t) out.loss_mask[b * T + t] = mask[t + 1];
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The training loop: one optimizer step is
-//   upload tokens and targets (two (B*T, 1) i32 tensors, allocated once) -> zero_grad ->
+//   upload tokens and targets (two (B*T, 1) i32 tensors, allocated once; and the loss mask, a
+//   third, for batches that carry one: nn::batch::loss_mask) -> zero_grad ->
 //   forward (training; loss into backend memory, added to a device-side loss sum) -> backward
 //   -> AdamW step (multi-tensor norm, clipping factor and update; lr from the schedule)
 //   -> end_step (one fused delayed-scaling update)
@@ -57,12 +58,22 @@ struct train_config {
   parallel_config parallel;
 };
 
-// Mean loss over the batches (recipe forward, nothing saved, no amax recorded). The losses are
-// summed in backend memory; one host read at the end.
+// The batch's loss mask uploaded into `mask` (allocated on first use: (B*T, 1) i32), or null for a
+// batch without one (every target counts).
+inline const tensor* upload_loss_mask(backend& be, const batch& b, tensor& mask) {
+  if (b.loss_mask.empty()) return nullptr;
+  if (!mask.defined() || mask.rows() != b.shape.tokens()) mask = be.alloc(b.shape.tokens(), 1, dtype::i32, mem_tag::activation);
+  be.write_tokens(mask, b.loss_mask, 2);  // each 0 or 1, checked on the host
+  return &mask;
+}
+
+// Mean loss over the batches (recipe forward, nothing saved, no amax recorded): each batch's mean
+// over the targets its loss mask counts, averaged over the batches. The losses are summed in
+// backend memory; one host read at the end.
 inline double evaluate(model& m, const std::vector<batch>& batches) {
   if (batches.empty()) return 0.0;
   backend& be = m.be();
-  tensor sum = be.scalar(), tokens, targets;
+  tensor sum = be.scalar(), tokens, targets, mask;
   for (const batch& b : batches) {
     if (!tokens.defined() || tokens.rows() != b.shape.tokens()) {
       tokens = be.alloc(b.shape.tokens(), 1, dtype::i32, mem_tag::activation);
@@ -70,7 +81,7 @@ inline double evaluate(model& m, const std::vector<batch>& batches) {
     }
     be.write_tokens(tokens, b.inputs, m.config().vocab);
     be.write_tokens(targets, b.targets, m.config().vocab);
-    be.axpy(1.0, m.forward(tokens, targets, b.shape, false), sum);
+    be.axpy(1.0, m.forward(tokens, targets, b.shape, false, upload_loss_mask(be, b, mask)), sum);
   }
   return be.read_scalar(sum) / static_cast<double>(batches.size());
 }
@@ -113,8 +124,12 @@ class trainer {
       const batch b = loader_->at(step_ * dp_.global_micro_batches() + j);
       be.write_tokens(tokens_, b.inputs, m_->config().vocab);
       be.write_tokens(targets_, b.targets, m_->config().vocab);
+      const tensor* mask = upload_loss_mask(be, b, mask_);
       m_->set_micro_batch(j);
-      be.axpy(1.0, m_->forward(tokens_, targets_, b.shape, true), loss_sum_);
+      // The micro-batch's mean over its counted targets; the step's loss and gradient are the mean
+      // over its micro-batches (and ranks), each weighing the same, as Megatron-LM's per-micro-batch
+      // loss_func (sum(losses * loss_mask) / loss_mask.sum()) does.
+      be.axpy(1.0, m_->forward(tokens_, targets_, b.shape, true, mask), loss_sum_);
       dp_.set_reducing(k + 1 == dp_.micro_batches());
       m_->backward();
     }
@@ -168,6 +183,7 @@ class trainer {
   std::size_t step_ = 0, window_ = 0;  // window_: steps since the last logging step
   std::vector<double> losses_;
   tensor tokens_, targets_;  // (B*T, 1) i32
+  tensor mask_;              // (B*T, 1) i32: the batches' loss masks (allocated by the first that has one)
   tensor loss_sum_;          // (1, 1) f64: the losses since the last logging step
 
   static std::shared_ptr<const batch_source> checked_source(std::shared_ptr<const batch_source> s, const batch_shape& shape) {

@@ -324,10 +324,10 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_backward(const nn
     });
   });
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) {
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rope(nn::tensor& qkv, const nn::head_shape& s, const nn::rope_frequencies& f, bool inverse) {
   backend_detail::activation_types(qkv.type(), "rope", [&](auto z) {
     using T = decltype(z);
-    gpu::rope(qkv.as<T>(), s, theta, inverse, rope_table(s, theta), stream_);
+    gpu::rope(qkv.as<T>(), s, f, inverse, rope_table(s, f), stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) {
@@ -394,17 +394,19 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_embedding_backward(const 
     });
   });
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) {
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, const nn::tensor* mask,
+                                                                     std::size_t first, nn::tensor* row_loss, nn::tensor* loss, bool gradient) {
+  const std::int32_t* m = mask ? mask->as<std::int32_t>() : nullptr;
   backend_detail::activation_types(logits.type(), "cross_entropy", [&](auto z) {
     using T = decltype(z);
-    float* loss32 = reinterpret_cast<float*>(scratch_.as<double>() + loss_slot);
-    with_workspace<float>(cross_entropy_workspace(logits.rows()), [&](std::span<float> ws) {
-      gpu::cross_entropy(logits.as<T>(), targets.as<std::int32_t>(), logits.rows(), logits.cols(), gradient, loss32,
-                         flags_.as<std::int32_t>() + 1, ws, stream_);
-    });
-    detail::float_to_double_kernel<1><<<1, 1, 0, stream_>>>(loss32, loss.as<double>());
-    MXKIT_GPU_CHECK_LAUNCH();
+    gpu::cross_entropy_rows(logits.as<T>(), targets.as<std::int32_t>(), m, first, logits.rows(), targets.rows(), logits.cols(), gradient,
+                            row_loss ? row_loss->as<double>() : nullptr, flags_.as<std::int32_t>() + 1, stream_);
   });
+  if (!loss) return;
+  float* loss32 = reinterpret_cast<float*>(scratch_.as<double>() + loss_slot);
+  gpu::cross_entropy_mean(row_loss->as<double>(), m, targets.rows(), loss32, stream_);
+  detail::float_to_double_kernel<1><<<1, 1, 0, stream_>>>(loss32, loss->as<double>());
+  MXKIT_GPU_CHECK_LAUNCH();
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_global_norm(std::span<const nn::tensor* const> tensors, double max_norm, nn::tensor& norm, nn::tensor& clip) {
   std::vector<norm_tensor<float>> list;
@@ -459,14 +461,14 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::tensor device_backend::as_bf16(const nn::tens
   gpu::convert(t.as<float>(), out.as<bfloat16>(), t.size(), stream_);
   return out;
 }
-MXKIT_GPU_DEVICE_BACKEND_ENTRY const rope_factor* device_backend::rope_table(const nn::head_shape& s, double theta) {
-  const bool same = rope_table_.defined() && rope_head_dim_ == s.head_dim && rope_theta_ == theta;
+MXKIT_GPU_DEVICE_BACKEND_ENTRY const rope_factor* device_backend::rope_table(const nn::head_shape& s, const nn::rope_frequencies& f) {
+  const bool same = rope_table_.defined() && rope_head_dim_ == s.head_dim && rope_frequencies_ == f;
   if (!same || rope_table_.rows() < s.seq) {
     const std::size_t seq = same ? std::max(s.seq, rope_table_.rows()) : s.seq;
     rope_table_ = scratch(seq, s.head_dim, nn::dtype::f32);  // (seq, head_dim / 2) float pairs
     rope_head_dim_ = s.head_dim;
-    rope_theta_ = theta;
-    gpu::rope_factors(static_cast<rope_factor*>(rope_table_.data()), seq, s.head_dim, theta, stream_);
+    rope_frequencies_ = f;
+    gpu::rope_factors(static_cast<rope_factor*>(rope_table_.data()), seq, s.head_dim, f, stream_);
   }
   return static_cast<const rope_factor*>(rope_table_.data());
 }

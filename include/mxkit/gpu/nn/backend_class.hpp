@@ -93,7 +93,7 @@ class device_backend : public nn::backend, public nn::copy_gather {
   void do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) override;
   void do_rmsnorm_backward(const nn::tensor& dy, const nn::tensor& x, const nn::tensor& w, const nn::tensor& rstd, const nn::tensor& dr,
                            nn::tensor& dx, nn::tensor* dw) override;
-  void do_rope(nn::tensor& qkv, const nn::head_shape& s, double theta, bool inverse) override;
+  void do_rope(nn::tensor& qkv, const nn::head_shape& s, const nn::rope_frequencies& f, bool inverse) override;
   void do_attention_forward(const nn::tensor& qkv, nn::tensor& out, nn::tensor& lse, const nn::head_shape& s) override;
   void do_attention_backward(const nn::tensor& dout, const nn::tensor& qkv, const nn::tensor& out, const nn::tensor& lse,
                              nn::tensor& dqkv, const nn::head_shape& s) override;
@@ -104,7 +104,8 @@ class device_backend : public nn::backend, public nn::copy_gather {
   void do_swiglu_backward(const nn::tensor& dout, const nn::tensor& gu, nn::tensor& dgu) override;
   void do_embedding_forward(const nn::tensor& tokens, const nn::tensor& table, nn::tensor& out) override;
   void do_embedding_backward(const nn::tensor& tokens, const nn::tensor& dout, nn::tensor& dtable) override;
-  void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, nn::tensor& loss, bool gradient) override;
+  void do_cross_entropy(nn::tensor& logits, const nn::tensor& targets, const nn::tensor* mask, std::size_t first, nn::tensor* row_loss,
+                        nn::tensor* loss, bool gradient) override;
 
   // ---- optimizer
   void do_global_norm(std::span<const nn::tensor* const> tensors, double max_norm, nn::tensor& norm, nn::tensor& clip) override;
@@ -137,9 +138,9 @@ class device_backend : public nn::backend, public nn::copy_gather {
   nn::tensor as_bf16(const nn::tensor& t);
 
   // The RoPE factors of every position up to the longest sequence seen, for one (head_dim,
-  // theta): computed on the stream once (gpu::rope_factors), then read by every layer's RoPE of
-  // every step instead of a double pow and sincos per pair and call.
-  const rope_factor* rope_table(const nn::head_shape& s, double theta);
+  // frequencies): computed on the stream once (gpu::rope_factors), then read by every layer's RoPE
+  // of every step instead of a double pow and sincos per pair and call.
+  const rope_factor* rope_table(const nn::head_shape& s, const nn::rope_frequencies& f);
 
   void run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out);
   void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out);
@@ -174,7 +175,7 @@ class device_backend : public nn::backend, public nn::copy_gather {
   nn::tensor flags_, scratch_;
   nn::tensor rope_table_;
   std::size_t rope_head_dim_ = 0;
-  double rope_theta_ = 0.0;
+  nn::rope_frequencies rope_frequencies_{0.0, {}};
   backend_detail::descriptor_list<norm_tensor<float>> norm_list_;
   backend_detail::descriptor_list<adamw_tensor<float>> adamw_list_;
 };

@@ -4,7 +4,8 @@
 // q and k heads of a qkv tensor [tokens, (n_heads + 2 n_kv_heads) head_dim]; the kernel of
 // ref/nn/rope.hpp. Head element pair (i, i + D/2) of token b*seq + t turns by angle
 // t * theta^(-2i/D) (forward) or by minus that (inverse, the backward pass: a rotation's
-// transpose is its inverse); v heads are left alone.
+// transpose is its inverse); v heads are left alone. Llama 3.1's frequency scaling, when on,
+// rescales theta^(-2i/D) by nn::llama3_scaled_frequency, the host's function (nn/rope_frequencies.hpp).
 // The rotation factors cos and sin of each (position t, pair i) are computed in double, as the
 // reference does, and rounded to float, so they equal the host's float factors (up to the double
 // libraries' last bit); an fp32 angle t * inv_freq would be off by up to t * 2^-24 radians (5e-4
@@ -29,6 +30,7 @@
 #include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/nn/kernel_args.hpp>
+#include <mxkit/nn/rope_frequencies.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
@@ -49,10 +51,12 @@ inline constexpr int rope_pairs = Table ? 4 : 1;
 template <bool Table>
 inline constexpr int rope_batch = Table ? 2 : 8;
 
-// cos and sin of t * theta^(-2i/D), in double, rounded to float: the reference's expression, in
-// its order.
-__device__ inline void rotation_factors(std::size_t t, std::size_t i, std::size_t head_dim, double theta, float& c, float& s) noexcept {
-  const double angle = static_cast<double>(t) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+// cos and sin of t * theta^(-2i/D) (scaled), in double, rounded to float: the reference's
+// expression, in its order.
+__device__ inline void rotation_factors(std::size_t t, std::size_t i, std::size_t head_dim, const nn::rope_frequencies& f, float& c,
+                                        float& s) noexcept {
+  const double frequency = pow(f.theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  const double angle = static_cast<double>(t) * nn::llama3_scaled_frequency(frequency, f.scaling);
   double sd, cd;
   sincos(angle, &sd, &cd);
   c = static_cast<float>(cd);
@@ -61,11 +65,11 @@ __device__ inline void rotation_factors(std::size_t t, std::size_t i, std::size_
 
 template <int Threads>  // a template, as every kernel here (an unused plain kernel warns per unit)
 MXKIT_GLOBAL void __launch_bounds__(Threads) rope_factors_kernel(rope_factor* table, std::size_t seq, std::size_t half, std::size_t head_dim,
-                                                                  double theta) {
+                                                                  const nn::rope_frequencies f) {
   for (std::size_t idx = blockIdx.x * static_cast<std::size_t>(Threads) + threadIdx.x; idx < seq * half;
        idx += gridDim.x * static_cast<std::size_t>(Threads)) {
     float c, s;
-    rotation_factors(idx / half, idx % half, head_dim, theta, c, s);
+    rotation_factors(idx / half, idx % half, head_dim, f, c, s);
     table[idx] = {c, s};
   }
 }
@@ -77,7 +81,7 @@ struct rope_params {
   std::size_t tokens, seq;   // tokens = batch * seq; position = token % seq
   std::size_t row, rotated;  // qkv row width; heads rotated (q heads then k heads, contiguous)
   std::size_t head_dim, half, groups;  // groups = ceil(half / V) per token
-  double theta;
+  nn::rope_frequencies frequencies;
   bool inverse;
 };
 
@@ -96,7 +100,7 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
         const rope_factor f = i < p.half ? p.factors[t * p.half + i] : rope_factor{0.0f, 0.0f};
         c[k] = f.cos, s[k] = f.sin;
       } else {
-        rotation_factors(t, i, p.head_dim, p.theta, c[k], s[k]);
+        rotation_factors(t, i, p.head_dim, p.frequencies, c[k], s[k]);
       }
       if (p.inverse) s[k] = -s[k];
     }
@@ -130,31 +134,38 @@ MXKIT_GLOBAL void __launch_bounds__(rope_threads) rope_kernel(const rope_params<
 
 }  // namespace detail
 
-// The rotation factors of positions 0 .. seq - 1 for head_dim and theta: table[t * head_dim / 2
-// + i] = (cos, sin) of t * theta^(-2i/D), float from double (device, seq * head_dim / 2
-// entries). Asynchronous on `stream`.
+// The rotation factors of positions 0 .. seq - 1 for head_dim and the frequencies: table[t *
+// head_dim / 2 + i] = (cos, sin) of t * theta^(-2i/D) (scaled), float from double (device, seq *
+// head_dim / 2 entries). Asynchronous on `stream`.
 inline std::size_t rope_factors_size(std::size_t seq, std::size_t head_dim) noexcept { return seq * (head_dim / 2); }
-inline void rope_factors(rope_factor* table, std::size_t seq, std::size_t head_dim, double theta, stream_t stream = nullptr) {
+inline void rope_factors(rope_factor* table, std::size_t seq, std::size_t head_dim, const nn::rope_frequencies& f, stream_t stream = nullptr) {
   mxkit::detail::require(head_dim > 0 && head_dim % 2 == 0, "gpu::rope_factors: head_dim ", head_dim, " must be even and > 0");
-  mxkit::detail::require(std::isfinite(theta) && theta > 0.0, "gpu::rope_factors: theta must be finite and > 0, got ", theta);
+  mxkit::detail::require(std::isfinite(f.theta) && f.theta > 0.0, "gpu::rope_factors: theta must be finite and > 0, got ", f.theta);
+  nn::check_config(f);
   const std::size_t n = rope_factors_size(seq, head_dim);
   if (n == 0) return;
   mxkit::detail::require(table != nullptr, "gpu::rope_factors: null table for ", n, " entries");
   constexpr int threads = detail::rope_threads;
   const int grid = detail::persistent_grid<detail::rope_factors_kernel<threads>>(threads, (n + threads - 1) / threads);
-  detail::rope_factors_kernel<threads><<<grid, threads, 0, stream>>>(table, seq, head_dim / 2, head_dim, theta);
+  detail::rope_factors_kernel<threads><<<grid, threads, 0, stream>>>(table, seq, head_dim / 2, head_dim, f);
   MXKIT_GPU_CHECK_LAUNCH();
+}
+inline void rope_factors(rope_factor* table, std::size_t seq, std::size_t head_dim, double theta, stream_t stream = nullptr) {
+  rope_factors(table, seq, head_dim, nn::rope_frequencies{theta, {}}, stream);
 }
 
 // Rotates the q and k heads of qkv (device, [s.tokens(), s.qkv_dim()]) in place: by
-// t * theta^(-2i/D) at position t, or back by it when `inverse`. factors: rope_factors(s.seq,
-// s.head_dim, theta)'s table (device), or null to compute them here. Asynchronous on `stream`.
+// t * theta^(-2i/D) (scaled) at position t, or back by it when `inverse`. factors:
+// rope_factors(s.seq, s.head_dim, f)'s table (device), or null to compute them here. Asynchronous
+// on `stream`.
 template <layer_element T>
-void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, const rope_factor* factors, stream_t stream = nullptr) {
+void rope(T* qkv, const nn::head_shape& s, const nn::rope_frequencies& f, bool inverse, const rope_factor* factors, stream_t stream = nullptr) {
+  const double theta = f.theta;
   mxkit::detail::require(s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0, "gpu::rope: n_heads ", s.n_heads,
                          " is not a multiple of n_kv_heads ", s.n_kv_heads);
   mxkit::detail::require(s.head_dim > 0 && s.head_dim % 2 == 0, "gpu::rope: head_dim ", s.head_dim, " must be even and > 0");
   mxkit::detail::require(std::isfinite(theta) && theta > 0.0, "gpu::rope: theta must be finite and > 0, got ", theta);
+  nn::check_config(f);
   if (s.tokens() == 0) return;
   mxkit::detail::require(s.seq > 0, "gpu::rope: seq is 0 for ", s.tokens(), " tokens");
   mxkit::detail::require(qkv != nullptr, "gpu::rope: null qkv for ", s.tokens(), " tokens");
@@ -162,7 +173,7 @@ void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, const rop
     constexpr bool Table = decltype(table)::value;
     constexpr std::size_t V = detail::rope_pairs<Table>;
     const std::size_t half = s.head_dim / 2, groups = (half + V - 1) / V;
-    const detail::rope_params<T> p{factors, qkv, s.tokens(), s.seq, s.qkv_dim(), s.n_heads + s.n_kv_heads, s.head_dim, half, groups, theta,
+    const detail::rope_params<T> p{factors, qkv, s.tokens(), s.seq, s.qkv_dim(), s.n_heads + s.n_kv_heads, s.head_dim, half, groups, f,
                                    inverse};
     const std::size_t blocks = (p.tokens * groups + detail::rope_threads - 1) / detail::rope_threads;
     const int grid = detail::persistent_grid<detail::rope_kernel<T, Table>>(detail::rope_threads, blocks);
@@ -173,8 +184,16 @@ void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, const rop
   else launch(std::false_type{});
 }
 template <layer_element T>
+void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, const rope_factor* factors, stream_t stream = nullptr) {
+  rope(qkv, s, nn::rope_frequencies{theta, {}}, inverse, factors, stream);
+}
+template <layer_element T>
 void rope(T* qkv, const nn::head_shape& s, double theta, bool inverse, stream_t stream = nullptr) {
-  rope(qkv, s, theta, inverse, static_cast<const rope_factor*>(nullptr), stream);
+  rope(qkv, s, nn::rope_frequencies{theta, {}}, inverse, static_cast<const rope_factor*>(nullptr), stream);
+}
+template <layer_element T>
+void rope(T* qkv, const nn::head_shape& s, const nn::rope_frequencies& f, bool inverse, stream_t stream = nullptr) {
+  rope(qkv, s, f, inverse, static_cast<const rope_factor*>(nullptr), stream);
 }
 
 }  // namespace gpu

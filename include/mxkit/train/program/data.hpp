@@ -12,7 +12,8 @@
 //              document ranges too), evaluated in file order
 //   packed     an .npy array [rows, seq + 1] with an optional loss mask beside it
 //              (mxkit/train/packed_dataset.hpp): rows in NeMo's per-epoch seeded order; without
-//              --eval-data the last 10% of the rows are held out
+//              --eval-data the last 10% of the rows are held out. The loss (training and
+//              evaluation) is each batch's mean over the targets the mask counts.
 // The default --vocab is the data's largest token + 1 (the training and the held-out parts), 256
 // for text; a token >= --vocab is refused, naming it. Every refusal of a token file (its reader's
 // message names the file and the field) is a usage error: exit 2 before the first step.
@@ -61,7 +62,7 @@ struct training_data {
   std::size_t vocab = 256;     // --vocab, or the data's largest token + 1
   std::uint64_t bytes = 0;     // of the files read (text: the bytes of both parts)
   std::uint64_t checksum = 0;  // FNV-1a 64 of those bytes: the data's identity
-  bool mask_ignored = false;   // a packed loss mask was read, and the loss does not apply it
+  bool loss_mask = false;      // a packed loss mask was read: the loss counts the targets it marks
 };
 
 // The files a path stands for (for files.hpp's checks: no output may be one of them).
@@ -192,7 +193,7 @@ inline training_data load_data(const options& o, const std::optional<fs::path>& 
     }
     d.description = train_at.path.string() + " (" + nn::dataset_kind_name(train_at.kind) + ")";
     if (!held_out) d.description += ", evaluated on " + eval_at.path.string() + " (" + nn::dataset_kind_name(eval_at.kind) + ")";
-    d.mask_ignored = (d.train.packed && d.train.packed->has_mask()) || (d.eval.packed && d.eval.packed->has_mask());
+    d.loss_mask = (d.train.packed && d.train.packed->has_mask()) || (d.eval.packed && d.eval.packed->has_mask());
     // A packed row is one sample: seq + 1 tokens.
     for (const data_part* p : {&d.train, &d.eval})
       if (p->packed && p->packed->row_length() != o.seq + 1)

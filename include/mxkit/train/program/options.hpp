@@ -24,6 +24,7 @@
 #include <mxkit/config.hpp>
 #include <mxkit/parallel/data_parallel.hpp>
 #include <mxkit/nn/recipe.hpp>
+#include <mxkit/nn/rope_frequencies.hpp>
 #include <mxkit/io/safetensors.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -38,7 +39,12 @@ struct options {
   std::optional<std::size_t> vocab;  // default: the data's largest token + 1 (text: 256)
   std::string recipe = "bf16";
   nn::dtype activations = nn::dtype::bf16;
+  // --model: the preset the model's fields start from (model_presets; empty: "small", these
+  // defaults). Its RoPE and norm fields have no flags: the preset sets them.
+  std::string model;
   std::size_t layers = 16, d_model = 768, heads = 12, kv_heads = 4, ffn = 2048;
+  double rope_theta = 10000.0, norm_eps = 1e-5;
+  nn::rope_scaling rope_scale = {};  // off
   std::size_t seq = 1024, batch = 16;
   std::size_t steps = 4000;
   std::optional<std::size_t> stop_after;  // end the run after this step (the schedule spans `steps`)
@@ -119,6 +125,62 @@ inline nn::recipe make_recipe(const options& o) {
   throw usage_error("--recipe: unknown recipe '" + o.recipe + "' (see --help)");
 }
 
+// ---- models --------------------------------------------------------------------------------------
+
+// A model by name (--model): its shape, vocabulary, RoPE and norm, and the sequence length it was
+// trained at (the --seq default). Values from the Hugging Face config.json of each model:
+//   Llama 3.1 8B   huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json: num_hidden_layers 32,
+//                  hidden_size 4096, num_attention_heads 32, num_key_value_heads 8,
+//                  intermediate_size 14336, vocab_size 128256, rope_theta 500000.0, rms_norm_eps
+//                  1e-05, rope_scaling {rope_type llama3, factor 8.0, low_freq_factor 1.0,
+//                  high_freq_factor 4.0, original_max_position_embeddings 8192}; 8192 is Llama 3's
+//                  pretraining context (max_position_embeddings 131072 is the extended one)
+//   Llama 2 70B    huggingface.co/meta-llama/Llama-2-70b-hf/blob/main/config.json: num_hidden_layers 80,
+//                  hidden_size 8192, num_attention_heads 64, num_key_value_heads 8,
+//                  intermediate_size 28672, vocab_size 32000, max_position_embeddings 4096,
+//                  rms_norm_eps 1e-05, rope_scaling null and no rope_theta (transformers'
+//                  LlamaConfig default: 10000.0, Llama 2's)
+// Both untie the embedding and the head (tie_word_embeddings false), as nn::model does.
+struct model_preset {
+  const char* name;
+  const char* what;
+  std::size_t layers, d_model, heads, kv_heads, ffn;
+  std::size_t vocab;  // 0: the data's (--vocab's default)
+  std::size_t seq;
+  double rope_theta, norm_eps;
+  nn::rope_scaling rope_scale;
+};
+inline constexpr std::array<model_preset, 3> model_presets{{
+    {"small", "the default: 16 layers, d_model 768, 12 heads (4 KV), SwiGLU 2048, --seq 1024, the data's vocabulary", 16, 768, 12, 4,
+     2048, 0, 1024, 10000.0, 1e-5, {}},
+    {"llama3.1-8b", "Llama 3.1 8B: 32 layers, 4096, 32 heads (8 KV), 14336, vocab 128256, RoPE 500000 with Llama 3.1's scaling, --seq 8192",
+     32, 4096, 32, 8, 14336, 128256, 8192, 500000.0, 1e-5, nn::llama3_1_rope_scaling},
+    {"llama2-70b", "Llama 2 70B: 80 layers, 8192, 64 heads (8 KV), 28672, vocab 32000, RoPE 10000, --seq 4096", 80, 8192, 64, 8, 28672,
+     32000, 4096, 10000.0, 1e-5, {}},
+}};
+
+inline const model_preset& find_model(std::string_view name) {
+  for (const model_preset& m : model_presets)
+    if (name == m.name) return m;
+  std::string known;
+  for (const model_preset& m : model_presets) known += std::string(known.empty() ? "" : ", ") + m.name;
+  throw usage_error("--model: unknown model '" + std::string(name) + "' (known: " + known + ")");
+}
+
+// The preset's fields into o (not o.model: --model's own setter records the name).
+inline void apply_model(options& o, const model_preset& m) {
+  o.layers = m.layers;
+  o.d_model = m.d_model;
+  o.heads = m.heads;
+  o.kv_heads = m.kv_heads;
+  o.ffn = m.ffn;
+  o.vocab = m.vocab ? std::optional<std::size_t>(m.vocab) : std::nullopt;
+  o.seq = m.seq;
+  o.rope_theta = m.rope_theta;
+  o.norm_eps = m.norm_eps;
+  o.rope_scale = m.rope_scale;
+}
+
 // ---- command line --------------------------------------------------------------------------------
 
 namespace detail {
@@ -180,8 +242,9 @@ inline std::vector<flag> flags() {
       else throw usage_error(std::string(name) + ": expected on or off, got '" + std::string(v) + "'");
     };
   };
-  std::string recipes;
+  std::string recipes, models;
   for (const recipe_choice& c : recipe_choices) recipes += std::string("\n      ") + c.name + ": " + c.what;
+  for (const model_preset& m : model_presets) models += std::string("\n      ") + m.name + ": " + m.what;
   const char* data = "data and recipe";
   return {
       {"--data", "PATH", data,
@@ -189,7 +252,7 @@ inline std::vector<flag> flags() {
        "    - a Megatron-LM/NeMo indexed dataset (.idx + .bin), by its prefix or either file:\n"
        "      samples of --seq + 1 tokens built by Megatron's GPTDataset rule, seeded by --seed + 1\n"
        "    - a packed .npy array [rows, --seq + 1] of integer tokens, with an optional loss mask\n"
-       "      NAME.loss_mask.npy beside it (read and checked; the loss does not apply it yet)\n"
+       "      NAME.loss_mask.npy beside it (0/1 per token: the loss is the mean over the targets it counts)\n"
        "    - any other file: text, read as bytes (vocabulary 256)\n"
        "    tools/make_dataset.py writes the first two from text with a tokenizer. Without\n"
        "    --eval-data the last 10% (of the bytes, documents or rows) is held out for evaluation\n"
@@ -211,6 +274,14 @@ inline std::vector<flag> flags() {
          if (v == "f32") o.activations = nn::dtype::f32;
          else if (v == "bf16") o.activations = nn::dtype::bf16;
          else throw usage_error("--activations: expected f32 or bf16, got '" + std::string(v) + "'");
+       }},
+      {"--model", "NAME", "model",
+       "the model by name: its shape, vocabulary, RoPE (theta, scaling), norm epsilon and --seq\n"
+       "    default (default small). --layers, --d-model, --heads, --kv-heads, --ffn, --seq and --vocab,\n"
+       "    given too, override the model's, wherever they stand:" + models,
+       [](options& o, std::string_view v) {
+         if (!o.model.empty()) throw usage_error("--model given twice ('" + o.model + "' and '" + std::string(v) + "')");
+         o.model = find_model(v).name;
        }},
       {"--layers", "N", "model", "transformer layers (default " + to_string(d.layers) + ")", count("--layers", &options::layers, false)},
       {"--d-model", "N", "model", "model width (default " + to_string(d.d_model) + ")", count("--d-model", &options::d_model, false)},
@@ -396,13 +467,13 @@ inline void check_options(const options& o) {
   }
 }
 
-// Parses argv[1..]: "--flag value" or "--flag=value". Returns nullopt for --help / -h.
-inline std::optional<options> parse_options(int argc, char** argv) {
-  options o;
+namespace detail {
+// Every flag of argv[1..] into o, in order; false for --help / -h.
+inline bool parse_flags(int argc, char** argv, options& o) {
   const std::vector<detail::flag> flags = detail::flags();
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") return std::nullopt;
+    if (arg == "--help" || arg == "-h") return false;
     std::optional<std::string_view> value;
     if (const std::size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string_view::npos) {
       value = arg.substr(eq + 1);
@@ -419,6 +490,20 @@ inline std::optional<options> parse_options(int argc, char** argv) {
     }
     f->set(o, *value);
   }
+  return true;
+}
+}  // namespace detail
+
+// Parses argv[1..]: "--flag value" or "--flag=value". Returns nullopt for --help / -h. --model's
+// preset is applied first, wherever it stands, and every other flag after it (so an explicit
+// --layers overrides the preset's, before or after --model): the arguments are read twice, the
+// first time for --model alone (the same reading: a value that looks like a flag stays a value).
+inline std::optional<options> parse_options(int argc, char** argv) {
+  options named;
+  if (!detail::parse_flags(argc, argv, named)) return std::nullopt;
+  options o;
+  if (!named.model.empty()) apply_model(o, find_model(named.model));
+  detail::parse_flags(argc, argv, o);
   check_options(o);
   return o;
 }
