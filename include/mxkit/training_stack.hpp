@@ -13,9 +13,11 @@
 #include <mxkit/io/json_reader.hpp>
 #include <mxkit/io/safetensors.hpp>
 #include <mxkit/io/sharded_checkpoint.hpp>
+#include <mxkit/nn/adamw_args.hpp>
 #include <mxkit/nn/attention.hpp>
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/nn/backend_checks.hpp>
+#include <mxkit/nn/backend_counters.hpp>
 #include <mxkit/nn/backend_observer.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/delayed_scaling_rule.hpp>

@@ -80,7 +80,9 @@
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/nn/adamw_args.hpp>
 #include <mxkit/nn/backend_checks.hpp>
+#include <mxkit/nn/backend_counters.hpp>
 #include <mxkit/nn/backend_observer.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/kernel_args.hpp>
@@ -95,33 +97,6 @@ MXKIT_BEGIN_NAMESPACE
 namespace nn {
 
 class copy_gather;  // parallel/copy_gather.hpp: full sharding's seam, implemented beside this one
-
-struct backend_counters {
-  std::array<std::uint64_t, operand_use_count> quantized{};  // stored copies produced, by use
-  std::array<std::uint64_t, 3> gemms{};                       // by gemm_product
-  std::array<std::uint64_t, backend_op_count> calls{};       // public operations that passed their checks
-  std::uint64_t host_reads = 0;          // device -> host transfers the host waited for
-  std::uint64_t uploads = 0;             // host -> device transfers (write, write_tokens, import_fp8)
-  std::uint64_t synchronizations = 0;    // explicit synchronize() calls
-  std::uint64_t driver_allocations = 0;  // allocations the pool could not serve (the backend counts)
-
-  std::uint64_t copies(operand_use u) const noexcept { return quantized[static_cast<std::size_t>(u)]; }
-  std::uint64_t gemm_calls(gemm_product g) const noexcept { return gemms[static_cast<std::size_t>(g)]; }
-  std::uint64_t op_calls(backend_op o) const noexcept { return calls[static_cast<std::size_t>(o)]; }
-};
-
-// One parameter of a multi-tensor AdamW update.
-struct adamw_slot_ref {
-  tensor* param = nullptr;
-  const tensor* grad = nullptr;
-  tensor* m = nullptr;
-  tensor* v = nullptr;
-  double weight_decay = 0.0;
-};
-// The step's host arguments (kernel parameters, no device memory).
-struct adamw_args {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-};
 
 class backend {
  public:
