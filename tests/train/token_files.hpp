@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../nn/temp_files.hpp"
+#include "../io/temp_files.hpp"
 
 namespace train_test {
 
