@@ -32,9 +32,9 @@
 // each tensor, only the elements of its own shard of the parameter (data_parallel::pieces()).
 //
 // Writing (export_hf_sharded): the tensors in the model's order (embedding, layers, final norm,
-// head), cut into shards as huggingface_hub's split_state_dict_into_shards_factory cuts them: a new
-// shard when the next tensor would take the current one past the maximum, a tensor larger than the
-// maximum alone in its shard; the shards named model-0000i-of-0000n.safetensors, the index (keys
+// head), cut into shards as huggingface_hub's split_state_dict_into_shards_factory cuts them: a
+// new shard when the next tensor would take the current one past the maximum, a tensor larger than
+// the maximum alone in a shard of its own (the current one staying open); the shards named model-0000i-of-0000n.safetensors, the index (keys
 // sorted, indent 2, as transformers writes it) always, even for one shard, and last, so that an
 // index never names a shard not yet written. Shards of an earlier export in the folder
 // (model-NNNNN-of-NNNNN.safetensors not among the new ones) are then removed, as transformers'
@@ -464,24 +464,29 @@ inline hf_export_result export_hf_sharded(const std::filesystem::path& folder, m
   const std::string what = "Hugging Face checkpoint '" + folder.string() + "': ";
   const std::vector<hf_llama_tensor> layout = hf_llama_layout(m);
   const std::uint64_t element = safetensors_dtype_size(dtype);
+  // huggingface_hub's rule: a tensor larger than the maximum becomes a shard of its own at once,
+  // while the shard being filled stays open; the one being filled is closed when the next tensor
+  // would take it past the maximum, and at the end.
   std::vector<std::vector<std::size_t>> cut;  // tensors (layout indices) per shard
-  std::uint64_t current = 0;
+  std::vector<std::size_t> open;
+  std::uint64_t open_bytes = 0;
   hf_export_result out;
   for (std::size_t i = 0; i < layout.size(); ++i) {
     const std::uint64_t bytes = std::uint64_t{layout[i].rows} * layout[i].cols * element;
     out.total_size += bytes;
-    if (bytes > max_shard_bytes) {  // alone in its own shard
+    if (bytes > max_shard_bytes) {
       cut.push_back({i});
       continue;
     }
-    if (cut.empty() || current + bytes > max_shard_bytes || (cut.back().size() == 1 &&
-        std::uint64_t{layout[cut.back()[0]].rows} * layout[cut.back()[0]].cols * element > max_shard_bytes)) {
-      cut.emplace_back();
-      current = 0;
+    if (!open.empty() && open_bytes + bytes > max_shard_bytes) {
+      cut.push_back(std::move(open));
+      open.clear();
+      open_bytes = 0;
     }
-    cut.back().push_back(i);
-    current += bytes;
+    open.push_back(i);
+    open_bytes += bytes;
   }
+  if (!open.empty()) cut.push_back(std::move(open));
   std::error_code ec;
   std::filesystem::create_directory(folder, ec);
   if (ec || !std::filesystem::is_directory(folder, ec))
