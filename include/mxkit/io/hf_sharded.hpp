@@ -267,7 +267,8 @@ inline hf_catalog open_hf_checkpoint(const std::filesystem::path& path) {
     for (const safetensors_entry& e : c.headers[i].tensors) {
       const auto [it, fresh] = in_header.emplace(e.name, i);
       if (!fresh)
-        bad("tensor '" + e.name + "' is in two shards, '" + c.shard_names[it->second] + "' and '" + c.shard_names[i] + "'");
+        bad("tensor '" + e.name + "' is in two shards, '" + std::min(c.shard_names[it->second], c.shard_names[i]) + "' and '" +
+            std::max(c.shard_names[it->second], c.shard_names[i]) + "'");
     }
   if (!s.index) {
     for (const safetensors_entry& e : c.headers[0].tensors) c.tensors.emplace(e.name, hf_catalog::place{0, &e});
