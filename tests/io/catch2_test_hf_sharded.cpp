@@ -144,6 +144,28 @@ TEST_CASE("hf sharded: export in shards then import is bit-exact, by the index o
   CHECK(weights_of(be, d) == weights_of(be, a));
 }
 
+TEST_CASE("hf sharded: shards are cut as huggingface_hub cuts them", "[nn][safetensors][hf_sharded]") {
+  // split_state_dict_into_shards_factory: a tensor larger than the maximum becomes a shard of its
+  // own at once while the shard being filled stays open. At 3000 bytes: the embedding (32 kB) is
+  // shard 1; layer 0's input norm (128 B) opens a shard; q_proj (4 kB) is shard 2; k_proj (2 kB)
+  // joins the norm's, which closes as shard 3 when v_proj (2 kB) would pass 3000 bytes.
+  temp_dir dir;
+  host_backend be;
+  model a(be, gqa(), recipes::bf16(), 1);
+  const hf_export_result r = export_hf_sharded(dir.path / "ckpt", a, safetensors_dtype::f32, 3000);
+  std::map<std::string, std::string> shard_of;
+  for (const auto& [t, s] : read_hf_index(dir.path / "ckpt" / hf_index_name).weight_map) shard_of[t] = s;
+  const std::string of = "-of-000" + std::to_string(r.shards.size()) + ".safetensors";
+  REQUIRE(r.shards.size() >= 10);
+  CHECK(shard_of["model.embed_tokens.weight"] == "model-00001" + of);
+  CHECK(shard_of["model.layers.0.self_attn.q_proj.weight"] == "model-00002" + of);
+  CHECK(shard_of["model.layers.0.input_layernorm.weight"] == "model-00003" + of);
+  CHECK(shard_of["model.layers.0.self_attn.k_proj.weight"] == "model-00003" + of);
+  CHECK(shard_of["model.layers.0.self_attn.v_proj.weight"] != "model-00003" + of);
+  CHECK(shard_of["lm_head.weight"] == r.shards[r.shards.size() - 2]);  // (the open shard, the last one, closes after it)
+  CHECK(shard_of["model.norm.weight"] == r.shards.back());
+}
+
 TEST_CASE("hf sharded: BF16 shards import as the single BF16 file does", "[nn][safetensors][hf_sharded]") {
   temp_dir dir;
   host_backend be;
