@@ -619,8 +619,9 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
   // shard of each weight), after the training state has laid the shards out.
   if (!o.init_from.empty()) {
     const nn::hf_import_stats in = nn::import_hf_checkpoint(o.init_from, m, nn::hf_rank_targets(m, t.parallel()));
-    say("weights from '%s': %zu tensors in %zu file%s, %s; this rank read %s", o.init_from.string().c_str(), in.tensors, in.shards,
-        in.shards == 1 ? "" : "s", mib(static_cast<std::size_t>(in.bytes)).c_str(), mib(static_cast<std::size_t>(in.bytes_read)).c_str());
+    say("weights from '%s': %zu tensors in %zu file%s, %s; this rank read %s (%.0f%%)", o.init_from.string().c_str(), in.tensors,
+        in.shards, in.shards == 1 ? "" : "s", mib(static_cast<std::size_t>(in.bytes)).c_str(),
+        mib(static_cast<std::size_t>(in.bytes_read)).c_str(), in.bytes ? 100.0 * static_cast<double>(in.bytes_read) / static_cast<double>(in.bytes) : 0.0);
   }
   say("training state ready: this rank holds %s of parameters, %s of optimizer state%s%s", mib(be.memory().live(nn::mem_tag::parameter)).c_str(),
       mib(be.memory().live(nn::mem_tag::optimizer)).c_str(), device.memory ? "; device memory: " : "",

@@ -242,17 +242,18 @@ struct hf_catalog {
 inline hf_catalog open_hf_checkpoint(const std::filesystem::path& path) {
   const hf_source s = hf_source_of(path);
   hf_catalog c;
+  std::optional<hf_index> x;
   if (!s.index) {
     c.what = "safetensors '" + s.path.string() + "'";
     c.shard_names = {s.path.filename().string()};
     c.shard_paths = {s.path};
     c.headers.push_back(read_safetensors_header(s.path));
   } else {
-    const hf_index x = read_hf_index(s.path);
+    x = read_hf_index(s.path);
     c.what = "Hugging Face index '" + s.path.string() + "'";
-    c.shard_names = x.shards();
+    c.shard_names = x->shards();
     for (const std::string& name : c.shard_names) {
-      c.shard_paths.push_back(x.folder / name);
+      c.shard_paths.push_back(x->folder / name);
       try {
         c.headers.push_back(read_safetensors_header(c.shard_paths.back()));
       } catch (const safetensors_error& e) {
@@ -270,14 +271,13 @@ inline hf_catalog open_hf_checkpoint(const std::filesystem::path& path) {
         bad("tensor '" + e.name + "' is in two shards, '" + std::min(c.shard_names[it->second], c.shard_names[i]) + "' and '" +
             std::max(c.shard_names[it->second], c.shard_names[i]) + "'");
     }
-  if (!s.index) {
+  if (!x) {
     for (const safetensors_entry& e : c.headers[0].tensors) c.tensors.emplace(e.name, hf_catalog::place{0, &e});
   } else {
-    const hf_index x = read_hf_index(s.path);  // (read again: small, and keeps `x` local above)
     std::map<std::string, std::size_t> shard_of;
     for (std::size_t i = 0; i < c.shard_names.size(); ++i) shard_of[c.shard_names[i]] = i;
     std::uint64_t listed = 0;
-    for (const auto& [tensor, shard] : x.weight_map) {
+    for (const auto& [tensor, shard] : x->weight_map) {
       const std::size_t i = shard_of.at(shard);
       const safetensors_entry* e = c.headers[i].find(tensor);
       if (!e) {
@@ -291,8 +291,8 @@ inline hf_catalog open_hf_checkpoint(const std::filesystem::path& path) {
     for (const auto& [tensor, i] : in_header)
       if (!c.tensors.count(tensor))
         bad("shard '" + c.shard_names[i] + "' holds tensor '" + tensor + "', which the index's weight_map does not list");
-    if (x.total_size && *x.total_size != listed)
-      bad("metadata total_size is " + std::to_string(*x.total_size) + ", the tensors the index lists hold " + std::to_string(listed) +
+    if (x->total_size && *x->total_size != listed)
+      bad("metadata total_size is " + std::to_string(*x->total_size) + ", the tensors the index lists hold " + std::to_string(listed) +
           " bytes");
   }
   for (const auto& [name, p] : c.tensors) c.bytes += p.entry->end - p.entry->begin;
@@ -517,11 +517,14 @@ inline hf_export_result export_hf_sharded(const std::filesystem::path& folder, m
   } catch (const std::system_error& e) {
     throw safetensors_error(what + e.what());
   }
+  // (Listed first, removed after: a folder changed while it is read may or may not show the change.)
   const std::set<std::string> fresh(out.shards.begin(), out.shards.end());
+  std::vector<std::filesystem::path> stale;
   for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
-    if (is_hf_shard_name(name) && !fresh.count(name) && entry.is_regular_file(ec)) std::filesystem::remove(entry.path(), ec);
+    if (is_hf_shard_name(name) && !fresh.count(name) && entry.is_regular_file(ec)) stale.push_back(entry.path());
   }
+  for (const std::filesystem::path& p : stale) std::filesystem::remove(p, ec);
   return out;
 }
 
