@@ -352,6 +352,155 @@ elseif(CASE STREQUAL "interchange")
     message(FATAL_ERROR "${CASE}: micro.bin's header is ${header}")
   endif()
 
+elseif(CASE STREQUAL "to_target")
+  # Reached at the first evaluation (step 2 of 10): the run stops there, saves its checkpoint and
+  # reports the time to train; the CSV's rows end at step 2, with tokens and times.
+  train(--steps 10 --eval-every 2 --eval-batches 2 --target-loss 100 --data data.txt --csv reached.csv --checkpoint reached.ckpt)
+  expect("--target-loss 100" 0 "eval +2/10 +loss [0-9.]+ +\\(2 held-out batches\\) +target reached"
+         "checkpoint at step 2: reached.ckpt" "trained steps 1\\.\\.2 of 10"
+         "target reached: held-out loss [0-9.]+ <= --target-loss 100 at step 2, after 256 tokens \\(4 sequences\\) and 1 evaluation\n"
+         "time to train: [0-9.]+ s \\(MLPerf Training's rule: from run start to the end of the evaluation that reached the target"
+         "initialization \\(not timed: model, data, --init-from, --resume\\): [0-9.]+ s")
+  if(out MATCHES "step +3/10")
+    message(FATAL_ERROR "${CASE}: the run went on past the evaluation that reached the target\n${out}")
+  endif()
+  file(READ ${WORK}/reached.csv csv)
+  set(n "[0-9]+\\.[0-9]+")
+  if(NOT csv MATCHES "^step,loss,eval_loss,tokens_per_s,lr,tokens,time_s\n1,${n},,${n},[0-9.e+-]+,128,${n}\n2,${n},${n},${n},[0-9.e+-]+,256,${n}\n$")
+    message(FATAL_ERROR "${CASE}: reached.csv:\n${csv}")
+  endif()
+  # Not reached by the end of --steps: every evaluation a row, the reason said, exit status 3.
+  train(--steps 4 --eval-every 2 --eval-batches 2 --target-loss 0.001 --data data.txt --csv missed.csv)
+  expect("--target-loss 0.001" 3 "target not reached: no evaluation of steps 1\\.\\.4 reached --target-loss 0\\.001 \\(2 evaluations\\)"
+         "exit status 3: the run ended without reaching --target-loss")
+  file(READ ${WORK}/missed.csv csv)
+  if(NOT csv MATCHES "\n2,${n},${n},${n},[0-9.e+-]+,256,${n}\n3,[^\n]+,384,${n}\n4,${n},${n},${n},[0-9.e+-]+,512,${n}\n$")
+    message(FATAL_ERROR "${CASE}: missed.csv:\n${csv}")
+  endif()
+  # The times grow: time_s of step 4 is at least step 2's.
+  string(REGEX MATCH "\n2,[^\n]*,([0-9.]+)\n" row2 "${csv}")
+  set(t2 ${CMAKE_MATCH_1})
+  string(REGEX MATCH "\n4,[^\n]*,([0-9.]+)\n" row4 "${csv}")
+  if(NOT CMAKE_MATCH_1 GREATER_EQUAL t2)
+    message(FATAL_ERROR "${CASE}: time_s of step 4 (${CMAKE_MATCH_1}) is below step 2's (${t2})")
+  endif()
+  # A part of a run (--stop-after) that has not reached it yet is not a failure.
+  train(--steps 4 --stop-after 2 --eval-every 2 --eval-batches 2 --target-loss 0.001 --data data.txt)
+  expect("--stop-after 2 of 4" 0 "--stop-after ended this part of the run before --steps")
+  # Several ranks stop at the same evaluation (the largest of their losses decides).
+  train(--steps 10 --eval-every 2 --eval-batches 2 --target-loss 100 --data data.txt --ranks 2 --shard full)
+  expect("--ranks 2 --shard full --target-loss 100" 0 "target reached: held-out loss [0-9.]+ <= --target-loss 100 at step 2, after 512 tokens \\(8 sequences\\)")
+  train(--steps 4 --eval-every 0 --target-loss 3 --data data.txt)
+  expect("--target-loss without evaluations" 2 "--target-loss needs evaluations: --eval-every N with N > 0")
+
+elseif(CASE STREQUAL "preset")
+  # The preset's values and sources in --help; a run prints them with the values in effect and
+  # the scaling to its ranks (the global batch of 32 kept through micro-batches).
+  execute_process(COMMAND ${PROGRAM} --help RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  expect("--help" 0 "--preset NAME" "mlperf-llama31-8b: MLPerf Training's Llama 3.1 8B pretraining reference"
+         "model +llama3\\.1-8b \\(32 layers, d 4096, 32 heads, 8 KV, ffn 14336, vocab 128256\\)"
+         "--seq +8192 +reference pretrain_llama31\\.py seq_length" "--global-batch +32 +reference config_H200_1x8x1_8b\\.sh GBS"
+         "--batch +2 +reference config_H200_1x8x1_8b\\.sh MBS" "--lr +0\\.0005 +reference config_H200_1x8x1_8b\\.sh MAX_LR"
+         "--warmup +512 +reference config_H200_1x8x1_8b\\.sh WARMUP_STEPS" "--steps +1200000 +reference pretrain_llama31\\.py --max_steps"
+         "--adam-betas +0\\.9,0\\.95 +NeMo recipes/optim/adam\\.py" "--adam-eps +1e-05 +NeMo" "--weight-decay +0\\.1 +NeMo"
+         "--clip-norm +1 +NeMo" "--eval-every +384 +reference EVAL_EVERY 12288 sequences / GBS 32"
+         "--eval-batches +512 +reference --eval_tokens 1024 sequences / MBS 2" "--target-loss +3\\.3 +reference --target_log_ppl")
+  set(small --preset mlperf-llama31-8b --layers 1 --d-model 128 --heads 2 --kv-heads 1 --ffn 256 --vocab 256 --seq 64 --steps 2
+            --warmup 1 --eval-every 2 --eval-batches 1 --recipe bf16 --data data.txt)
+  execute_process(COMMAND ${PROGRAM} ${small} --ranks 2 WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  expect("the preset on 2 ranks" 3 "preset mlperf-llama31-8b \\(mlperf_llama31_8b\\.hpp cites each source\\)"
+         "run: 2 steps, lr 0\\.0005 \\(warmup 1, cosine to 5e-05\\), seed 1234; AdamW betas 0\\.9, 0\\.95, eps 1e-05, weight decay 0\\.1, clip 1\n"
+         "--seq +8192 [^\n]*; now 64 \\(a later flag\\)" "--warmup +512 [^\n]*; now 1 \\(a later flag\\)"
+         "--lr +0\\.0005 +reference config_H200_1x8x1_8b\\.sh MAX_LR [^\n;]*\n"
+         "scaling: global batch 32 sequences = 2 ranks x 8 micro-batches x --batch 2 \\(the reference: 8 GPUs x 2 x 2\\); the reference's global batch is kept"
+         "target: held-out loss <= 3\\.3" "ranks: 2 x 8 micro-batches of 2 x 64")
+  # --micro-batches after the preset replaces its global batch: printed, not rescaled.
+  execute_process(COMMAND ${PROGRAM} ${small} --micro-batches 1 WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  expect("the preset with --micro-batches 1" 3 "--global-batch +32 [^\n]*; now not set \\(--micro-batches\\)"
+         "scaling: global batch 2 sequences = 1 rank x 1 micro-batch x --batch 2 [^\n]*not the reference's 32: --lr, --warmup and --eval-every are kept as given")
+  train(--steps 2 --global-batch 6 --ranks 2 --data data.txt)
+  expect("--global-batch 6 on 2 ranks of --batch 2" 2 "--global-batch 6 is not a multiple of 2 ranks x --batch 2")
+  train(--steps 2 --preset mlperf-llama3-70b --data data.txt)
+  expect("an unknown preset" 2 "--preset: unknown preset 'mlperf-llama3-70b' \\(known: mlperf-llama31-8b\\)")
+  train(--steps 2 --adam-betas 0.9 --data data.txt)
+  expect("--adam-betas without B2" 2 "--adam-betas: expected B1,B2, each in \\[0, 1\\), got '0\\.9'")
+
+elseif(CASE STREQUAL "hf_sharded")
+  # --export-max-shard writes a Hugging Face sharded checkpoint; --init-from reads it back (by its
+  # folder, by its index; on 2 fully sharded ranks each rank its own rows) and, trained one step at
+  # --lr 1e-30 (no weight moves), exports the same bytes. (tests/train/check_hf_sharded.py: shards
+  # written by NumPy.)
+  train(--steps 2 --data data.txt --export ref --export-max-shard 40KB)
+  expect("a sharded export" 0)
+  file(GLOB shards RELATIVE ${WORK}/ref ${WORK}/ref/model-*-of-*.safetensors)
+  list(LENGTH shards count)
+  if(count LESS 4 OR NOT EXISTS ${WORK}/ref/model.safetensors.index.json)
+    message(FATAL_ERROR "${CASE}: ref/ holds ${count} shards: ${shards}")
+  endif()
+  set(still --steps 1 --warmup 0 --lr 1e-30 --data data.txt --export-max-shard 40KB)
+  foreach(args IN ITEMS "--init-from;ref;--export;again" "--init-from;ref/model.safetensors.index.json;--export;again2;--ranks;2;--shard;full")
+    list(GET args 3 again)
+    train(${still} ${args})
+    set(line "weights from 'ref[^']*': 12 tensors in ${count} files, [0-9.]+ MiB; this rank read [0-9.]+ MiB \\(([0-9]+)%\\)")
+    expect("${args}" 0 "${line}")
+    string(REGEX MATCH "${line}" line "${out}")
+    set(percent ${CMAKE_MATCH_1})
+    # One rank reads it all; rank 0 of 2 its own shard of each weight: about half (the tensors that
+    # merely touch its shard, read whole, would be about 70%).
+    if((args MATCHES "--ranks" AND (percent LESS 40 OR percent GREATER 60)) OR (NOT args MATCHES "--ranks" AND NOT percent EQUAL 100))
+      message(FATAL_ERROR "${CASE}: ${args}: rank 0 read ${percent}% of the checkpoint")
+    endif()
+    foreach(f IN LISTS shards ITEMS model.safetensors.index.json)
+      file(SHA256 ${WORK}/ref/${f} want)
+      file(SHA256 ${WORK}/${again}/${f} got)
+      if(NOT want STREQUAL got)
+        message(FATAL_ERROR "${CASE}: ${args}: ${again}/${f} differs from ref/${f}")
+      endif()
+    endforeach()
+  endforeach()
+  # Through a folder of one shard (1GB) and back to 40 kB shards: the same index and shards.
+  train(${still} --init-from ref --export whole --export-max-shard 1GB)
+  expect("one shard" 0)
+  if(NOT EXISTS ${WORK}/whole/model-00001-of-00001.safetensors)
+    message(FATAL_ERROR "${CASE}: --export-max-shard 1GB did not write one shard")
+  endif()
+  train(${still} --init-from whole --export again3)
+  expect("a folder of one shard in, 40 kB shards out" 0)
+  file(SHA256 ${WORK}/again3/model.safetensors.index.json a)
+  file(SHA256 ${WORK}/ref/model.safetensors.index.json b)
+  if(NOT a STREQUAL b)
+    message(FATAL_ERROR "${CASE}: a round trip through one shard changed the index")
+  endif()
+  # Damaged: a shard gone, an entry outside the folder; refused before the first step, naming them.
+  file(COPY ${WORK}/ref/ DESTINATION ${WORK}/gone)
+  list(GET shards 1 second)
+  file(REMOVE ${WORK}/gone/${second})
+  train(--steps 2 --data data.txt --init-from gone)
+  expect("a shard gone" 1 "Hugging Face index 'gone/model\\.safetensors\\.index\\.json': shard '${second}': safetensors '[^']*${second}': cannot open the file")
+  expect_no_step("a shard gone")
+  file(COPY ${WORK}/ref/ DESTINATION ${WORK}/outside)
+  file(READ ${WORK}/outside/model.safetensors.index.json index)
+  string(REPLACE "\"lm_head.weight\": \"" "\"lm_head.weight\": \"../ref/" index "${index}")
+  file(WRITE ${WORK}/outside/model.safetensors.index.json "${index}")
+  train(--steps 2 --data data.txt --init-from outside)
+  expect("an entry outside the folder" 1 "weight_map maps tensor 'lm_head\\.weight' to '\\.\\./ref/model-[0-9]+-of-[0-9]+\\.safetensors', which has a '\\.\\.' part")
+  expect_no_step("an entry outside the folder")
+  # The export's folder: an input is never replaced; a file, or a folder of something else, is not written into.
+  train(--steps 2 --data data.txt --init-from ref --export ref --export-max-shard 40KB)
+  expect("--export naming --init-from's folder" 2 "--export 'ref/model\\.safetensors\\.index\\.json' is the same file as --init-from 'ref/model\\.safetensors\\.index\\.json'")
+  file(WRITE ${WORK}/plain "a file\n")
+  train(--steps 2 --data data.txt --export plain --export-max-shard 40KB)
+  expect("--export-max-shard onto a file" 2 "--export 'plain' is a file; --export-max-shard writes a folder")
+  file(MAKE_DIRECTORY ${WORK}/notes)
+  file(WRITE ${WORK}/notes/todo.txt "mine\n")
+  train(--steps 2 --data data.txt --export notes --export-max-shard 40KB)
+  expect("--export-max-shard into a folder of something else" 2 "--export 'notes' is a folder without a Hugging Face index")
+  expect_no_step("--export-max-shard into a folder of something else")
+  train(--steps 2 --data data.txt --export-max-shard 40KB)
+  expect("--export-max-shard alone" 2 "--export-max-shard needs --export")
+  train(--steps 2 --data data.txt --export x --export-max-shard 40kB)
+  expect("a size in lowercase kB" 2 "--export-max-shard: expected a positive size in bytes, optionally with KB, MB, GB, KiB, MiB or GiB, got '40kB'")
+
 else()
   message(FATAL_ERROR "train_program_test.cmake: unknown CASE '${CASE}'")
 endif()

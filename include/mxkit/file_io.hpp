@@ -5,7 +5,8 @@
 // (the strerror text). Callers put the file's role in front ("checkpoint '<path>': ...").
 //   input_file     a file opened for reading, what fstat(2) says about it (a directory; the size
 //                  of a regular file, none for devices and pipes), and reads that stop early only
-//                  at end of file: a read(2) error throws instead of looking like a short file.
+//                  at end of file: a read(2) error throws instead of looking like a short file;
+//                  seek() for readers of parts of a regular file (a shard's rows of a tensor).
 //   replace_file   writes a whole file atomically and durably, POSIX style:
 //                   1. a fresh temporary ".mxkit-<16 hex digits>" in the target's directory (so
 //                      the rename stays on one file system; a short name, so a target name of
@@ -40,6 +41,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -188,6 +190,16 @@ class input_file {
     offset_ += got;
     return got;
   }
+  // Moves the next read to byte `offset` of a regular file (a sharded checkpoint's reader reads
+  // its rows of each tensor, not the whole file: io/hf_sharded.hpp).
+  void seek(std::uint64_t offset) {
+    if (offset > static_cast<std::uint64_t>(std::numeric_limits<::off_t>::max()) ||
+        ::lseek(fd_.get(), static_cast<::off_t>(offset), SEEK_SET) < 0) {
+      const int err = offset > static_cast<std::uint64_t>(std::numeric_limits<::off_t>::max()) ? EOVERFLOW : errno;
+      throw_os_error(err, "seeking to byte " + std::to_string(offset) + " failed");
+    }
+    offset_ = offset;
+  }
 
  private:
   unique_fd fd_;
@@ -291,6 +303,11 @@ class input_file {
     }
     offset_ += got;
     return got;
+  }
+  void seek(std::uint64_t offset) {
+    if (offset > static_cast<std::uint64_t>(std::numeric_limits<long>::max()) || std::fseek(f_, static_cast<long>(offset), SEEK_SET) != 0)
+      throw_os_error(errno ? errno : EINVAL, "seeking to byte " + std::to_string(offset) + " failed");
+    offset_ = offset;
   }
 
  private:

@@ -30,6 +30,7 @@
 #include <mxkit/nn/model.hpp>
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/io/hf_llama.hpp>
+#include <mxkit/io/hf_sharded.hpp>
 #include <mxkit/io/sharded_checkpoint.hpp>
 #include <mxkit/train/training.hpp>
 
@@ -37,6 +38,7 @@
 #include <mxkit/train/program/files.hpp>
 #include <mxkit/train/program/program.hpp>
 #include <mxkit/train/program/repository_data.hpp>
+#include <mxkit/train/program/time_to_train.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace train_program {
@@ -117,6 +119,10 @@ inline nn::checkpoint_settings run_settings(const options& o, const training_dat
           {"steps", to_string(o.steps)},
           {"lr", exact_text(o.lr)},
           {"warmup", to_string(o.warmup_steps())},
+          {"adam-betas", exact_text(o.adamw.beta1) + "," + exact_text(o.adamw.beta2)},
+          {"adam-eps", exact_text(o.adamw.eps)},
+          {"weight-decay", exact_text(o.adamw.weight_decay)},
+          {"clip-norm", exact_text(o.adamw.clip_norm)},
           {"seed", to_string(o.seed)},
           {"data", data.description},  // where it was read: shown, not compared (the same bytes may move)
           {"data-bytes", to_string(data.bytes)},
@@ -134,6 +140,12 @@ inline std::string setting(const nn::checkpoint_settings& settings, std::string_
   if (key == "vocab") return "256";  // (checkpoints from before --vocab were byte-level)
   if (key == "rope") return "theta " + exact_text(10000.0);  // (and from before --model, every model's RoPE and norm)
   if (key == "norm-eps") return exact_text(1e-5);
+  // Checkpoints from before the AdamW flags trained with nn::adamw_config's defaults.
+  const nn::adamw_config d;
+  if (key == "adam-betas") return exact_text(d.beta1) + "," + exact_text(d.beta2);
+  if (key == "adam-eps") return exact_text(d.eps);
+  if (key == "weight-decay") return exact_text(d.weight_decay);
+  if (key == "clip-norm") return exact_text(d.clip_norm);
   return "(not recorded)";
 }
 
@@ -190,6 +202,8 @@ inline void check_resume(const options& o, const nn::checkpoint_info& saved, con
 
 // One row per logged or evaluated step. Written whole and atomically (file_io.hpp's replace_file)
 // with each checkpoint and at the end, so the file always matches a checkpoint a run can resume.
+// tokens: trained on by the end of the step (every rank's); time_s: the training time from run
+// start (time_to_train.hpp's clock; a resumed run's rows count from its own start).
 class loss_csv {
  public:
   static constexpr std::string_view header = csv_header;
@@ -211,7 +225,9 @@ class loss_csv {
     } catch (const std::system_error& e) {
       throw std::runtime_error("--csv '" + path_.string() + "': " + e.what());
     }
-    if (text.rfind(header, 0) != 0) return;  // empty, or replaced by --overwrite (mxkit/train/program/files.hpp): no rows to keep
+    // Empty, replaced by --overwrite (mxkit/train/program/files.hpp), or of the five columns before
+    // tokens,time_s: no rows to keep.
+    if (text.rfind(header, 0) != 0) return;
     for (std::size_t pos = header.size(); pos < text.size();) {
       const std::size_t end = std::min(text.find('\n', pos), text.size());
       const std::string_view line(text.data() + pos, end - pos);
@@ -221,13 +237,20 @@ class loss_csv {
       pos = end + 1;
     }
   }
-  void train(std::size_t step, double loss, double tokens_per_s, double lr) {
+  void train(std::size_t step, double loss, double tokens_per_s, double lr, double tokens, double seconds) {
     row& r = rows_[step];
     r.loss = loss;
     r.tokens_per_s = tokens_per_s;
     r.lr = lr;
+    r.tokens = tokens;
+    r.seconds = seconds;
   }
-  void eval(std::size_t step, double loss) { rows_[step].eval_loss = loss; }
+  void eval(std::size_t step, double loss, double tokens, double seconds) {
+    row& r = rows_[step];
+    r.eval_loss = loss;
+    r.tokens = tokens;
+    r.seconds = seconds;  // (the end of the evaluation: a step's row that has both shows this)
+  }
   void write() const {
     if (!enabled()) return;
     std::string out(header);
@@ -245,6 +268,8 @@ class loss_csv {
       field(r.eval_loss, "%.6f");
       field(r.tokens_per_s, "%.1f");
       field(r.lr, "%.6e");
+      field(r.tokens, "%.0f");
+      field(r.seconds, "%.3f");
       out += '\n';
     }
     try {
@@ -256,7 +281,7 @@ class loss_csv {
 
  private:
   struct row {
-    std::optional<double> loss, eval_loss, tokens_per_s, lr;
+    std::optional<double> loss, eval_loss, tokens_per_s, lr, tokens, seconds;
   };
   fs::path path_;
   std::string kept_;
@@ -437,10 +462,12 @@ inline void dump_batches(const fs::path& path, const nn::batch_source& source, c
 
 // Trains as `o` says on `be`, as one rank of `comm` when given (every rank calls it; rank 0
 // prints). Returns the process exit code; throws on failures.
-int run(nn::backend& be, const device_info& device, const options& o, nn::communicator* comm) {
+int run(nn::backend& be, const device_info& device, const options& given, nn::communicator* comm) {
   const auto t_start = std::chrono::steady_clock::now();
+  mlperf_clock clock(t_start);  // time_to_train.hpp
   const bool lead = !comm || comm->rank() == 0;
   const std::size_t ranks = comm ? static_cast<std::size_t>(comm->size()) : 1;
+  const options o = resolve_global_batch(given, ranks);  // --global-batch: the micro-batches of these ranks
   auto say = [&](const char* fmt, auto... args) {
     if (!lead) return;
     std::printf("[%7.1fs] ", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
@@ -459,7 +486,8 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   // --resume checkpoint's settings (a single file's header, or a folder of shards' manifest).
   std::vector<flagged_path> inputs = data_files(o);
   if (!o.resume.empty()) inputs.push_back({"--resume", o.resume});
-  if (!o.init_from.empty()) inputs.push_back({"--init-from", o.init_from});
+  if (!o.init_from.empty())  // a sharded checkpoint's index and every shard it names
+    for (const fs::path& f : nn::hf_checkpoint_files(o.init_from)) inputs.push_back({"--init-from", f});
   check_outputs(o, inputs, comm != nullptr);
   const training_data data = load_data(o);
   options sized = o;  // (the model's size with the data's vocabulary)
@@ -492,12 +520,12 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   // Several ranks: the model is built as shapes and initializers, and the trainer's data_parallel
   // allocates and fills what each rank keeps (--shard full: its shard only; nn/model.hpp,
   // defer_memory), so that no rank makes or holds the whole fp32 model; the same values.
+  // --init-from is read after that, into what each rank keeps (io/hf_sharded.hpp).
   nn::model_build_hooks build;
-  build.defer_memory = comm != nullptr && o.init_from.empty();
+  build.defer_memory = comm != nullptr;
   const auto model = allocating(std::string("the model (about ") + size + " parameters: --layers, --d-model, --ffn)",
                                 [&] { return std::make_unique<nn::model>(be, mc, r, o.seed, build); });
   nn::model& m = *model;
-  if (!o.init_from.empty()) nn::import_safetensors(o.init_from, m);
   if (!o.dump_batches.empty() && lead)
     dump_batches(o.dump_batches, *train_batches, o, ranks, data.kind == nn::dataset_kind::text);
   m.set_recompute(o.recompute);
@@ -529,8 +557,28 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
                 eval_batches.size());
     if (data.loss_mask)
       std::printf("loss: the packed data's loss mask applies: each batch's mean over the targets it counts\n");
-    std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu\n", o.steps, o.lr, o.warmup_steps(), o.lr / 10,
-                static_cast<ull>(o.seed));
+    std::printf("run: %zu steps, lr %g (warmup %zu, cosine to %g), seed %llu; AdamW betas %g, %g, eps %g, weight decay %g, "
+                "clip %g\n",
+                o.steps, o.lr, o.warmup_steps(), o.lr / 10, static_cast<ull>(o.seed), o.adamw.beta1, o.adamw.beta2, o.adamw.eps,
+                o.adamw.weight_decay, o.adamw.clip_norm);
+    if (!o.preset.empty()) {  // the preset's values, those in effect, and the scaling to these ranks
+      using preset = mlperf_llama31_8b;
+      std::printf("preset %s (mlperf_llama31_8b.hpp cites each source):\n", o.preset.c_str());
+      for (const std::string& line : preset::table(&o)) std::printf("  %s\n", line.c_str());
+      const std::size_t global = ranks * o.micro_batches * o.batch;
+      std::printf("scaling: global batch %zu sequences = %zu rank%s x %zu micro-batch%s x --batch %zu (the reference: %zu GPUs x %zu x %zu); ",
+                  global, ranks, ranks == 1 ? "" : "s", o.micro_batches, o.micro_batches == 1 ? "" : "es", o.batch, preset::reference_gpus,
+                  preset::global_batch / (preset::reference_gpus * preset::micro_batch), preset::micro_batch);
+      if (global == preset::global_batch)
+        std::printf("the reference's global batch is kept: --lr, --warmup and --eval-every need no rescaling\n");
+      else
+        std::printf("not the reference's %zu: --lr, --warmup and --eval-every are kept as given, not rescaled (the rules set no "
+                    "learning-rate rule for llama31_8b); evaluation every %zu sequences (the reference: %zu)\n",
+                    preset::global_batch, o.eval_every * global, preset::eval_every_sequences);
+    }
+    if (o.target_loss)
+      std::printf("target: held-out loss <= %g, evaluated every %zu steps on %zu batches (%zu sequences)\n", *o.target_loss, o.eval_every,
+                  eval_batches.size(), eval_batches.size() * o.batch);
     if (ranks > 1 || o.micro_batches > 1)
       std::printf("ranks: %zu x %zu micro-batches of %zu x %zu; sharding %s%s%s%s (throughput is global, MFU per rank)\n", ranks,
                   o.micro_batches, o.batch, o.seq, mxkit::name_of(o.shard),
@@ -549,6 +597,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   std::size_t finite_until = 0;
   nn::train_config tc;
   tc.steps = o.steps;
+  tc.optimizer = o.adamw;
   tc.shape = {o.batch, o.seq};
   tc.schedule = {o.lr, o.lr / 10, o.warmup_steps(), o.steps};
   tc.data_seed = o.seed + 1;
@@ -566,7 +615,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
     if (const std::optional<double> f = w.exposed_fraction()) std::snprintf(exposed, sizeof exposed, "  comm exposed %4.1f%%", 100.0 * *f);
     say("step %6zu/%zu  loss %.4f  lr %.2e  gnorm %6.3f  %9.0f tok/s  %7.4g TFLOP/s%s%s", p.step, p.steps, p.loss, p.lr,
         p.grad_norm, tokens_per_s, tflops, mfu, exposed);
-    csv.train(p.step, p.loss, tokens_per_s, p.lr);
+    csv.train(p.step, p.loss, tokens_per_s, p.lr, tokens_per_step * static_cast<double>(p.step), clock.elapsed());
     if (diverged) return;
     if (std::isfinite(p.loss) && std::isfinite(p.grad_norm)) {
       finite_until = p.step;
@@ -587,6 +636,14 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   const auto trainer = allocating("the training state (--batch " + std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + ")",
                                   [&] { return std::make_unique<nn::trainer>(m, train_batches, tc); });
   nn::trainer& t = *trainer;
+  // --init-from: each tensor read from its file into the memory this rank keeps (full sharding: its
+  // shard of each weight), after the training state has laid the shards out.
+  if (!o.init_from.empty()) {
+    const nn::hf_import_stats in = nn::import_hf_checkpoint(o.init_from, m, nn::hf_rank_targets(m, t.parallel()));
+    say("weights from '%s': %zu tensors in %zu file%s, %s; this rank read %s (%.0f%%)", o.init_from.string().c_str(), in.tensors,
+        in.shards, in.shards == 1 ? "" : "s", mib(static_cast<std::size_t>(in.bytes)).c_str(),
+        mib(static_cast<std::size_t>(in.bytes_read)).c_str(), in.bytes ? 100.0 * static_cast<double>(in.bytes_read) / static_cast<double>(in.bytes) : 0.0);
+  }
   say("training state ready: this rank holds %s of parameters, %s of optimizer state%s%s", mib(be.memory().live(nn::mem_tag::parameter)).c_str(),
       mib(be.memory().live(nn::mem_tag::optimizer)).c_str(), device.memory ? "; device memory: " : "",
       device.memory ? device.memory().c_str() : "");
@@ -611,6 +668,10 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   }
   const std::size_t first_step = t.steps_done();
   speed.start(first_step);  // data loading, initialization and resumption are not training time
+  clock.start_run();        // MLPerf's run_start (time_to_train.hpp)
+  target_state target;
+  target.target = o.target_loss;
+  const double sequences_per_step = static_cast<double>(o.batch) * global_micro;
 
   double last_eval = -1;
   // A checkpoint is due every --checkpoint-every steps and saved at the first logged step from
@@ -619,7 +680,7 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   std::size_t checkpoint_due = o.checkpoint_every > 0 ? (first_step / o.checkpoint_every + 1) * o.checkpoint_every : end;
   std::optional<std::size_t> saved;  // the step of this run's last checkpoint
   bool switched = false;  // (a resumed run past --switch-at switches before its first step)
-  while (t.steps_done() < end && !diverged) {
+  while (t.steps_done() < end && !diverged && !target.reached()) {
     if (!switched && !o.switch_to.empty() && t.steps_done() >= o.switch_at) {
       switched = true;
       options sw = o;
@@ -630,13 +691,26 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
     t.step();
     const std::size_t s = t.steps_done();
     if (diverged) break;
-    const bool last = s == end, logged = s % o.log_every == 0 || s == o.steps;
+    bool last = s == end;
+    const bool logged = s % o.log_every == 0 || s == o.steps;
     if (o.eval_every > 0 && (s % o.eval_every == 0 || last))
       speed.pause(be, [&] {
         last_eval = nn::evaluate(m, eval_batches);
-        say("eval %6zu/%zu  loss %.4f  (%zu held-out batches)", s, o.steps, last_eval, eval_batches.size());
-        csv.eval(s, last_eval);
+        // Every rank evaluates the same batches on the same weights; the largest of their losses
+        // is every rank's, so that all stop at one evaluation even if a device's sums differed.
+        if (comm && o.target_loss) {
+          nn::tensor x = be.scalar();
+          be.write(x, std::vector<double>{last_eval});
+          comm->all_reduce(x, nn::reduce_op::max);
+          comm->join();
+          last_eval = be.read_scalar(x);
+        }
+        const double tokens = tokens_per_step * static_cast<double>(s), seconds = clock.elapsed();  // run_stop, when reached
+        say("eval %6zu/%zu  loss %.4f  (%zu held-out batches)%s", s, o.steps, last_eval, eval_batches.size(),
+            target.evaluated(s, last_eval, tokens, sequences_per_step * static_cast<double>(s), seconds) ? "  target reached" : "");
+        csv.eval(s, last_eval, tokens, seconds);
       });
+    last = last || target.reached();  // the run ends here: its checkpoint and export follow
     if (!o.checkpoint.empty() && ((s >= checkpoint_due && logged) || last))
       speed.pause(be, [&] {
         if (const std::optional<std::string> bad = non_finite_weight(m)) {
@@ -666,7 +740,8 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
     std::exception_ptr failed;
     if (lead) {
       try {
-        nn::export_safetensors(o.export_path, m, o.export_dtype);
+        if (o.export_max_shard > 0) nn::export_hf_sharded(o.export_path, m, o.export_dtype, o.export_max_shard);
+        else nn::export_safetensors(o.export_path, m, o.export_dtype);
       } catch (...) {
         failed = std::current_exception();
       }
@@ -674,11 +749,12 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
     t.parallel().release_all(false);
     if (failed) std::rethrow_exception(failed);
   }
-  if (!lead) return 0;
+  const int status = o.target_loss && !target.reached() && t.steps_done() == o.steps ? exit_target_not_reached : 0;
+  if (!lead) return status;
 
   const throughput::rate total = speed.summary();
   const double tflops = total.per_second(flops.per_step) / 1e12;
-  std::printf("\ntrained steps %zu..%zu of %zu: final training loss %.4f", first_step + 1, end, o.steps, t.recent_loss(1));
+  std::printf("\ntrained steps %zu..%zu of %zu: final training loss %.4f", first_step + 1, t.steps_done(), o.steps, t.recent_loss(1));
   if (last_eval >= 0) std::printf(", held-out loss %.4f", last_eval);
   std::printf("\nthroughput%s: %.0f tokens/s, %.4g model TFLOP/s", speed.past_warmup() ? " after the first progress window" : "",
               total.per_second(tokens_per_step), tflops);
@@ -691,7 +767,9 @@ int run(nn::backend& be, const device_info& device, const options& o, nn::commun
   if (device.memory) std::printf("; device memory now: %s", device.memory().c_str());
   if (csv.enabled()) std::printf("\nloss CSV: %s", o.csv.string().c_str());
   std::printf("\n");
-  return 0;
+  print_time_to_train(target, clock, first_step, t.steps_done(), t.steps_done() < o.steps);
+  if (status == exit_target_not_reached) std::printf("exit status %d: the run ended without reaching --target-loss\n", status);
+  return status;
 }
 
 }  // namespace train_program

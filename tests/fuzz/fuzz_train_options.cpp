@@ -124,7 +124,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     finding("accepted a schedule the trainer refuses");
   if (!(o->lr > 0) || !(o->lr < 1e300) || !(mxkit::train_program::approximate_parameters(*o) < 1.9e19))
     finding("accepted an lr or a model size out of range");
-  if (o->ranks < 1 || o->ranks > train_program::max_ranks || o->micro_batches == 0) finding("accepted --ranks or --micro-batches out of range");
+  if (o->ranks < 1 || o->ranks > mxkit::train_program::max_ranks || o->micro_batches == 0)
+    finding("accepted --ranks or --micro-batches out of range");
+  if (o->target_loss && o->eval_every == 0) finding("accepted --target-loss without evaluations");
+  if (o->global_batch && (*o->global_batch == 0 || *o->global_batch % o->batch != 0)) finding("accepted a --global-batch --batch does not divide");
+  if (!(o->adamw.beta1 >= 0 && o->adamw.beta1 < 1 && o->adamw.beta2 >= 0 && o->adamw.beta2 < 1 && o->adamw.eps > 0))
+    finding("accepted AdamW settings the optimizer refuses");
   {
     std::uint64_t tokens = 1;  // (the fuzzer is built by clang: its overflow builtin is the oracle)
     bool wraps = o->seq == std::numeric_limits<std::size_t>::max();

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// A model's weights in safetensors files (io/safetensors.hpp) under the Hugging Face Llama names.
+// A model's weights in safetensors files (io/safetensors.hpp) under the Hugging Face Llama names;
+// a checkpoint of several files with an index (model.safetensors.index.json) is io/hf_sharded.hpp.
 // Hugging Face Llama names (transformers' LlamaForCausalLM): mxkit's fused projections are split
 // on export and fused on import; both store linear weights [out, in] (torch.nn.Linear's layout,
 // mxkit's W[N, K]), so rows are copied as they are:
@@ -32,39 +33,52 @@
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
 
-// One Hugging Face tensor: rows [row0, row0 + rows) of an mxkit parameter; `vector`: stored 1-D.
+// One Hugging Face tensor: rows [row0, row0 + rows) of an mxkit parameter of `cols` columns;
+// `vector`: stored 1-D. The shapes come from the model's configuration, so that the layout is
+// known where a parameter's memory is not (a fully sharded rank: io/hf_sharded.hpp).
 struct hf_llama_tensor {
   std::string name;
   parameter* p;
   std::size_t row0, rows;
   bool vector;
+  std::size_t cols;
 };
 
-inline std::vector<hf_llama_tensor> hf_llama_layout(model& m) {
-  const layer_config& c = m.config().layer;
-  const std::size_t q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim(), F = c.d_ff;
+// The layout by shape only (a parameter may hold no memory here).
+inline std::vector<hf_llama_tensor> hf_llama_layout_shapes(model& m) {
+  const model_config& mc = m.config();
+  const layer_config& c = mc.layer;
+  const std::size_t C = c.d_model, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim(), F = c.d_ff, V = mc.vocab;
   std::vector<hf_llama_tensor> out;
-  auto whole = [&](std::string name, parameter& p, bool vector = false) { out.push_back({std::move(name), &p, 0, p.rows(), vector}); };
-  whole("model.embed_tokens.weight", m.token_embedding().table());
+  out.push_back({"model.embed_tokens.weight", &m.token_embedding().table(), 0, V, false, C});
   for (std::size_t i = 0; i < m.layers().size(); ++i) {
     transformer_layer& l = m.layers()[i];
     const std::string pre = "model.layers." + std::to_string(i) + ".";
-    whole(pre + "input_layernorm.weight", l.norm1().weight(), true);
+    out.push_back({pre + "input_layernorm.weight", &l.norm1().weight(), 0, 1, true, C});
     parameter& qkv = l.qkv().weight();
-    out.push_back({pre + "self_attn.q_proj.weight", &qkv, 0, q, false});
-    out.push_back({pre + "self_attn.k_proj.weight", &qkv, q, kv, false});
-    out.push_back({pre + "self_attn.v_proj.weight", &qkv, q + kv, kv, false});
-    whole(pre + "self_attn.o_proj.weight", l.out().weight());
-    whole(pre + "post_attention_layernorm.weight", l.norm2().weight(), true);
+    out.push_back({pre + "self_attn.q_proj.weight", &qkv, 0, q, false, C});
+    out.push_back({pre + "self_attn.k_proj.weight", &qkv, q, kv, false, C});
+    out.push_back({pre + "self_attn.v_proj.weight", &qkv, q + kv, kv, false, C});
+    out.push_back({pre + "self_attn.o_proj.weight", &l.out().weight(), 0, C, false, q});
+    out.push_back({pre + "post_attention_layernorm.weight", &l.norm2().weight(), 0, 1, true, C});
     parameter& gu = l.gate_up().weight();
-    out.push_back({pre + "mlp.gate_proj.weight", &gu, 0, F, false});
-    out.push_back({pre + "mlp.up_proj.weight", &gu, F, F, false});
-    whole(pre + "mlp.down_proj.weight", l.down().weight());
+    out.push_back({pre + "mlp.gate_proj.weight", &gu, 0, F, false, C});
+    out.push_back({pre + "mlp.up_proj.weight", &gu, F, F, false, C});
+    out.push_back({pre + "mlp.down_proj.weight", &l.down().weight(), 0, C, false, F});
   }
-  whole("model.norm.weight", m.final_norm().weight(), true);
-  whole("lm_head.weight", m.head().weight());
-  for (const hf_llama_tensor& t : out)
+  out.push_back({"model.norm.weight", &m.final_norm().weight(), 0, 1, true, C});
+  out.push_back({"lm_head.weight", &m.head().weight(), 0, V, false, C});
+  return out;
+}
+
+// The layout of a model whose parameters hold their masters (export, the single-file import).
+inline std::vector<hf_llama_tensor> hf_llama_layout(model& m) {
+  std::vector<hf_llama_tensor> out = hf_llama_layout_shapes(m);
+  for (const hf_llama_tensor& t : out) {
     detail::require(t.p->value.defined(), "safetensors: parameter '", t.p->name, "' has no master copy (a quantized-only weight)");
+    detail::require(t.p->value.size() >= (t.row0 + t.rows) * t.cols && t.p->cols() == t.cols, "safetensors: parameter '", t.p->name,
+                    "' is ", t.p->rows(), "x", t.p->cols(), ", not the configuration's shape");
+  }
   return out;
 }
 

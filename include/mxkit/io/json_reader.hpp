@@ -53,7 +53,8 @@ inline bool valid_utf8(std::string_view s) noexcept {
 // objects, arrays of unsigned integers); anything else is a json::error naming the byte offset.
 class reader {
  public:
-  explicit reader(std::string_view s) : s_(s) {}
+  // `what` names the text in errors ("header JSON", "index JSON").
+  explicit reader(std::string_view s, const char* what = "header JSON") : s_(s), what_(what) {}
   void space() {
     while (p_ < s_.size() && (s_[p_] == ' ' || s_[p_] == '\t' || s_[p_] == '\n' || s_[p_] == '\r')) ++p_;
   }
@@ -162,7 +163,7 @@ class reader {
     }
   }
   [[noreturn]] void error(const std::string& what) const {
-    fail("header JSON at byte " + std::to_string(p_) + ": " + what);
+    fail(std::string(what_) + " at byte " + std::to_string(p_) + ": " + what);
   }
 
  private:
@@ -195,6 +196,7 @@ class reader {
     }
   }
   std::string_view s_;
+  const char* what_;
   std::size_t p_ = 0;
 };
 

@@ -262,9 +262,31 @@ inline std::vector<std::uint8_t> encode_safetensors(const std::vector<safetensor
   return out;
 }
 
-// A file as bytes: the 8-byte size and header first, checked before the rest is read, so a
-// foreign, huge or endless file (/dev/zero) costs a header read. Throws safetensors_error naming
-// the file.
+// A file's header, read first on its own (the 8-byte size, then the JSON), so a foreign, huge or
+// endless file (/dev/zero) costs a header read. `in` is at byte 0; it is left at the first byte of
+// the data. A regular file's size is checked against the header (data_bytes: what it holds).
+namespace safetensors_detail {
+inline safetensors_header read_header(detail::input_file& in) {
+  if (in.is_directory()) throw safetensors_error("is a directory");
+  const std::optional<std::uint64_t> size = in.regular_size();
+  std::uint8_t head[8];
+  const std::size_t got = in.read(head, 8);
+  if (got < 8) throw safetensors_error("truncated: " + std::to_string(got) + " bytes, less than the 8-byte header size");
+  const std::uint64_t n = get_u64_le(head);
+  if (n > safetensors_max_header_bytes)
+    throw safetensors_error("header size " + std::to_string(n) + " exceeds the limit of " + std::to_string(safetensors_max_header_bytes) +
+                            " bytes");
+  if (size && n > *size - 8)
+    throw safetensors_error("truncated: the header size is " + std::to_string(n) + " bytes, the file has " + std::to_string(*size - 8) +
+                            " after it");
+  std::string json(static_cast<std::size_t>(n), '\0');
+  if (in.read(json.data(), json.size()) < json.size()) throw safetensors_error("truncated inside the header");
+  return parse_safetensors_header(json, size ? std::optional<std::uint64_t>(*size - 8 - n) : std::nullopt);
+}
+}  // namespace safetensors_detail
+
+// A file as bytes: the header first (above), then the data. Throws safetensors_error naming the
+// file.
 struct safetensors_file {
   safetensors_header header;
   std::vector<std::uint8_t> data;  // the byte buffer
@@ -280,22 +302,8 @@ inline safetensors_file read_safetensors(const std::filesystem::path& path) {
     } catch (const std::system_error& e) {
       throw safetensors_error(e.what());
     }
-    if (in->is_directory()) throw safetensors_error("is a directory");
-    const std::optional<std::uint64_t> size = in->regular_size();
-    std::uint8_t head[8];
-    const std::size_t got = in->read(head, 8);
-    if (got < 8) throw safetensors_error("truncated: " + std::to_string(got) + " bytes, less than the 8-byte header size");
-    const std::uint64_t n = safetensors_detail::get_u64_le(head);
-    if (n > safetensors_max_header_bytes)
-      throw safetensors_error("header size " + std::to_string(n) + " exceeds the limit of " + std::to_string(safetensors_max_header_bytes) +
-                              " bytes");
-    if (size && n > *size - 8)
-      throw safetensors_error("truncated: the header size is " + std::to_string(n) + " bytes, the file has " + std::to_string(*size - 8) +
-                              " after it");
-    std::string json(static_cast<std::size_t>(n), '\0');
-    if (in->read(json.data(), json.size()) < json.size()) throw safetensors_error("truncated inside the header");
     safetensors_file f;
-    f.header = parse_safetensors_header(json, size ? std::optional<std::uint64_t>(*size - 8 - n) : std::nullopt);
+    f.header = safetensors_detail::read_header(*in);
     // In chunks: a pipe's header may promise more than it sends, and memory grows only with the
     // bytes that arrive.
     constexpr std::uint64_t chunk = std::uint64_t{1} << 24;
@@ -312,6 +320,27 @@ inline safetensors_file read_safetensors(const std::filesystem::path& path) {
     throw safetensors_error(prefix + e.what());
   } catch (const std::system_error& e) {
     throw safetensors_error(prefix + e.what());
+  }
+}
+
+// The header of a regular file only, for readers of parts of its data (io/hf_sharded.hpp): the
+// file's size must be the header's 8 + N + data bytes (so every tensor the header lists is there
+// to read). Throws safetensors_error naming the file.
+inline safetensors_header read_safetensors_header(const std::filesystem::path& path) {
+  try {
+    std::optional<detail::input_file> in;
+    try {
+      in.emplace(path);
+    } catch (const std::system_error& e) {
+      throw safetensors_error(e.what());
+    }
+    if (!in->is_directory() && !in->regular_size())
+      throw safetensors_error("is not a regular file (a device or pipe); a shard is read in parts, from its size");
+    return safetensors_detail::read_header(*in);
+  } catch (const safetensors_error& e) {
+    throw safetensors_error("safetensors '" + path.string() + "': " + e.what());
+  } catch (const std::system_error& e) {
+    throw safetensors_error("safetensors '" + path.string() + "': " + e.what());
   }
 }
 

@@ -13,7 +13,8 @@
 //               magic, a batch dump with "MXBATCH1" or "MXBATCH2", an export is safetensors (a u64 header
 //               length, then '{'). --overwrite accepts any regular file; a folder, device, pipe
 //               or socket (/dev/null too) is never replaced: the save renames a new regular file
-//               over the path, which would put a file where the special file was.
+//               over the path, which would put a file where the special file was. A sharded
+//               export (--export-max-shard) is a folder, empty or holding a Hugging Face index.
 //   writable    the folder exists and is a folder, the name fits the file system's NAME_MAX
 //               (pathconf(3)), and the temporary that the save writes first (file_io.hpp's
 //               replace_file) can be created there: it is created and removed once, under the
@@ -33,6 +34,7 @@
 #include <mxkit/config.hpp>
 #include <mxkit/io/checkpoint.hpp>
 #include <mxkit/file_io.hpp>
+#include <mxkit/io/hf_sharded.hpp>
 #include <mxkit/io/sharded_checkpoint.hpp>
 
 #include <mxkit/train/program/options.hpp>
@@ -48,8 +50,10 @@
 MXKIT_BEGIN_NAMESPACE
 namespace train_program {
 
-// The first line of the loss CSV (loss_csv in train_program.cpp writes it).
-inline constexpr std::string_view csv_header = "step,loss,eval_loss,tokens_per_s,lr\n";
+// The first line of the loss CSV (loss_csv in train_program.cpp writes it). Before tokens,time_s
+// it ended at lr: such a file is this program's too (replaced, its rows not kept on --resume).
+inline constexpr std::string_view csv_header = "step,loss,eval_loss,tokens_per_s,lr,tokens,time_s\n";
+inline constexpr std::string_view csv_header_columns_before_tokens = "step,loss,eval_loss,tokens_per_s,lr";
 // The first bytes of a --dump-batches file (dump_batches in train_program.cpp writes it).
 inline constexpr std::string_view batch_dump_magic = "MXBATCH1";
 
@@ -114,7 +118,10 @@ struct output_format {
   const char* what;                          // for the refusal: "... exists and is not <what>"
 };
 
-inline bool starts_with_csv_header(std::string_view p) { return p == csv_header; }
+inline bool starts_with_csv_header(std::string_view p) {
+  const std::size_t n = csv_header_columns_before_tokens.size();
+  return p.size() > n && p.substr(0, n) == csv_header_columns_before_tokens && (p[n] == '\n' || p[n] == ',');
+}
 inline bool starts_with_checkpoint_magic(std::string_view p) {
   return p == std::string_view(mxkit::nn::checkpoint_magic, sizeof mxkit::nn::checkpoint_magic);
 }
@@ -127,7 +134,7 @@ inline bool starts_like_safetensors(std::string_view p) {
   return n > 0 && p[8] == '{';
 }
 
-inline constexpr output_format csv_format{csv_header.size(), starts_with_csv_header,
+inline constexpr output_format csv_format{csv_header_columns_before_tokens.size() + 1, starts_with_csv_header,
                                           "this program's loss CSV (its first line is not the CSV header)"};
 inline constexpr output_format checkpoint_format{sizeof mxkit::nn::checkpoint_magic, starts_with_checkpoint_magic,
                                                  "an mxkit checkpoint (no MXKITCKP magic)"};
@@ -219,6 +226,21 @@ inline void check_shard_folder(const flagged_path& out, bool overwrite) {
     throw usage_error(out.quoted() + " is a folder without a sharded checkpoint's manifest; not writing into it (--overwrite does)");
 }
 
+// --export with --export-max-shard is a folder (io/hf_sharded.hpp): it may exist if it is empty or
+// holds a Hugging Face index (a checkpoint the export replaces), else --overwrite must say so; the
+// index is then written in it, the shards beside it.
+inline void check_export_folder(const flagged_path& out, bool overwrite) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(out.path, ec);
+  if (!fs::exists(st)) return check_writable(out);  // made by the export: its parent must take it
+  if (!fs::is_directory(st))
+    throw usage_error(out.quoted() + " is a file; --export-max-shard writes a folder of shards and an index there");
+  if (!overwrite && !fs::is_empty(out.path, ec) && !fs::is_regular_file(out.path / mxkit::nn::hf_index_name, ec))
+    throw usage_error(out.quoted() + " is a folder without a Hugging Face index (" + mxkit::nn::hf_index_name +
+                      "); not writing shards into it (--overwrite does)");
+  check_writable({out.flag, out.path / mxkit::nn::hf_index_name});
+}
+
 // All three checks on every output of the run; `inputs` are the files the run reads. A sharded
 // run's --checkpoint is a folder (check_shard_folder).
 inline void check_outputs(const options& o, const std::vector<flagged_path>& inputs, bool sharded_checkpoint = false) {
@@ -229,12 +251,19 @@ inline void check_outputs(const options& o, const std::vector<flagged_path>& inp
   std::vector<output> outputs;
   if (!o.checkpoint.empty()) outputs.push_back({{"--checkpoint", o.checkpoint}, sharded_checkpoint ? nullptr : &checkpoint_format});
   if (!o.csv.empty()) outputs.push_back({{"--csv", o.csv}, &csv_format});
-  if (!o.export_path.empty()) outputs.push_back({{"--export", o.export_path}, &export_format});
+  // (A folder of shards: compared with the inputs by its index, the file an earlier export left.)
+  const bool shards = o.export_max_shard > 0;
+  if (!o.export_path.empty())
+    outputs.push_back({{"--export", shards ? o.export_path / mxkit::nn::hf_index_name : o.export_path}, shards ? nullptr : &export_format});
   if (!o.dump_batches.empty()) outputs.push_back({{"--dump-batches", o.dump_batches}, &batches_format});
   std::vector<flagged_path> paths;
   for (const output& out : outputs) paths.push_back(out.path);
   check_distinct(inputs, paths);
   for (const output& out : outputs) {
+    if (std::string_view(out.path.flag) == "--export" && shards) {
+      check_export_folder({"--export", o.export_path}, o.overwrite);
+      continue;
+    }
     if (out.format) check_replaceable(out.path, *out.format, o.overwrite);
     else check_shard_folder(out.path, o.overwrite);
     check_writable(out.path);

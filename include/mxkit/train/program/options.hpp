@@ -26,6 +26,8 @@
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/rope_frequencies.hpp>
 #include <mxkit/io/safetensors.hpp>
+#include <mxkit/train/adamw.hpp>
+#include <mxkit/train/program/mlperf_llama31_8b.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace train_program {
@@ -70,10 +72,24 @@ struct options {
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
   std::size_t switch_at = 0;
+  // Evaluation to a target (time_to_train.hpp): the run ends at the first evaluation whose loss
+  // is at most this, and reports its time to train as MLPerf Training counts it.
+  std::optional<double> target_loss;
+  // Sequences per optimizer step over every rank: each rank's micro-batches are derived from it
+  // and the ranks when the run starts (resolve_global_batch); the later of --global-batch and
+  // --micro-batches decides.
+  std::optional<std::size_t> global_batch;
+  nn::adamw_config adamw;  // --adam-betas, --adam-eps, --weight-decay, --clip-norm
+  std::string preset;      // the last --preset (mlperf_llama31_8b.hpp), for the run's printout
+  std::uint64_t export_max_shard = 0;  // --export-max-shard: 0, one file; else a folder of shards
 
   // 100 steps, or a tenth of a shorter run.
   std::size_t warmup_steps() const noexcept { return warmup ? *warmup : std::min<std::size_t>(100, steps / 10); }
 };
+
+// The exit status of a run that trained every --steps without reaching --target-loss (0: reached,
+// or no target; 1: an error; 2: a usage error).
+inline constexpr int exit_target_not_reached = 3;
 
 // A bad command line: what() names the flag and the value.
 class usage_error : public std::invalid_argument {
@@ -212,6 +228,25 @@ inline double parse_real(std::string_view flag, std::string_view v, bool zero_ok
   return x;
 }
 
+// A byte size: digits, optionally followed by KB, MB, GB (powers of 1000, as huggingface_hub's
+// max_shard_size "5GB" reads) or KiB, MiB, GiB (powers of 1024).
+inline std::uint64_t parse_bytes(std::string_view flag, std::string_view v) {
+  std::size_t digits = 0;
+  while (digits < v.size() && v[digits] >= '0' && v[digits] <= '9') ++digits;
+  const std::string_view unit = v.substr(digits);
+  std::uint64_t scale = 0;
+  for (const auto& [name, factor] : {std::pair<std::string_view, std::uint64_t>{"", 1}, {"KB", 1000}, {"MB", 1000'000},
+                                     {"GB", 1000'000'000}, {"KiB", 1024}, {"MiB", 1024 * 1024}, {"GiB", 1024 * 1024 * 1024}})
+    if (unit == name) scale = factor;
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + digits, n);
+  if (scale == 0 || digits == 0 || ec != std::errc{} || end != v.data() + digits || n == 0 ||
+      n > std::numeric_limits<std::uint64_t>::max() / scale)
+    throw usage_error(std::string(flag) + ": expected a positive size in bytes, optionally with KB, MB, GB, KiB, MiB or GiB, got '" +
+                      std::string(v) + "'");
+  return n * scale;
+}
+
 struct flag {
   const char* name;
   const char* value;  // the value's placeholder in --help; nullptr: a switch, which takes no value
@@ -246,7 +281,13 @@ inline std::vector<flag> flags() {
   for (const recipe_choice& c : recipe_choices) recipes += std::string("\n      ") + c.name + ": " + c.what;
   for (const model_preset& m : model_presets) models += std::string("\n      ") + m.name + ": " + m.what;
   const char* data = "data and recipe";
+  using preset = mlperf_llama31_8b;
   return {
+      {"--preset", "NAME", "preset", preset::help<options>(),
+       [](options& o, std::string_view v) {
+         if (v == preset::name) preset::apply(o);
+         else throw usage_error("--preset: unknown preset '" + std::string(v) + "' (known: " + preset::name + ")");
+       }},
       {"--data", "PATH", data,
        "the training data, its format told from its content (not its name):\n"
        "    - a Megatron-LM/NeMo indexed dataset (.idx + .bin), by its prefix or either file:\n"
@@ -301,6 +342,23 @@ inline std::vector<flag> flags() {
        [](options& o, std::string_view v) { o.lr = parse_real("--lr", v, false); }},
       {"--warmup", "N", "run", "warmup steps (default 100, or steps / 10 when that is fewer)",
        [](options& o, std::string_view v) { o.warmup = parse_count("--warmup", v, true); }},
+      {"--adam-betas", "B1,B2", "run", "AdamW's moment decays, each in [0, 1) (default " + text_of(d.adamw.beta1) + "," +
+                                          text_of(d.adamw.beta2) + ")",
+       [](options& o, std::string_view v) {
+         const std::size_t comma = v.find(',');
+         const double b1 = comma == std::string_view::npos ? -1 : parse_real("--adam-betas", v.substr(0, comma), true);
+         const double b2 = comma == std::string_view::npos ? -1 : parse_real("--adam-betas", v.substr(comma + 1), true);
+         if (!(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1))
+           throw usage_error("--adam-betas: expected B1,B2, each in [0, 1), got '" + std::string(v) + "'");
+         o.adamw.beta1 = b1;
+         o.adamw.beta2 = b2;
+       }},
+      {"--adam-eps", "X", "run", "AdamW's epsilon (default " + text_of(d.adamw.eps) + ")",
+       [](options& o, std::string_view v) { o.adamw.eps = parse_real("--adam-eps", v, false); }},
+      {"--weight-decay", "X", "run", "AdamW's decoupled weight decay, on all but norm gains (default " + text_of(d.adamw.weight_decay) + ")",
+       [](options& o, std::string_view v) { o.adamw.weight_decay = parse_real("--weight-decay", v, true); }},
+      {"--clip-norm", "X", "run", "global gradient-norm clipping; 0: none (default " + text_of(d.adamw.clip_norm) + ")",
+       [](options& o, std::string_view v) { o.adamw.clip_norm = parse_real("--clip-norm", v, true); }},
       {"--seed", "N", "run", "model initialization seed; the data order uses seed + 1 (default " + to_string(d.seed) + ")",
        [](options& o, std::string_view v) { o.seed = parse_count("--seed", v, true); }},
       {"--log-every", "N", "output", "print progress (the host reads the loss) every N steps (default " + to_string(d.log_every) + ")",
@@ -310,6 +368,14 @@ inline std::vector<flag> flags() {
        count("--eval-every", &options::eval_every, true)},
       {"--eval-batches", "N", "output", "at most N batches per evaluation (default " + to_string(d.eval_batches) + ")",
        count("--eval-batches", &options::eval_batches, false)},
+      {"--target-loss", "L", "output",
+       "end the run at the first evaluation whose loss is at most L (MLPerf's quality target; the\n"
+       "    mean cross-entropy in nats is the log perplexity) and report the time to train as MLPerf\n"
+       "    Training counts it: from run start (after initialization: model, data, --init-from,\n"
+       "    --resume, reported apart) to the end of that evaluation, evaluations and checkpoints\n"
+       "    included. A run that ends (--steps) without reaching it says so and exits with status " +
+           to_string(exit_target_not_reached) + ";\n    one stopped earlier by --stop-after exits 0. Needs --eval-every > 0",
+       [](options& o, std::string_view v) { o.target_loss = parse_real("--target-loss", v, true); }},
       {"--checkpoint", "PATH", "output",
        "write a checkpoint (weights, AdamW state and this run's settings, atomically replaced)\n"
        "    every --checkpoint-every steps and at the end, while the loss and gradient norm are\n"
@@ -330,8 +396,10 @@ inline std::vector<flag> flags() {
        "    flags (each difference is printed; the model's shape must still match)",
        [](options& o, std::string_view) { o.resume_any_config = true; }},
       {"--csv", "PATH", "output",
-       "write step,loss,eval_loss,tokens_per_s,lr (atomically, with each checkpoint and at the end;\n"
-       "    on --resume the file's rows up to the checkpoint's step are kept)",
+       "write step,loss,eval_loss,tokens_per_s,lr,tokens,time_s, a row for each logged or evaluated\n"
+       "    step: tokens trained on by its end, and time_s the training time from run start to then\n"
+       "    (the clock of --target-loss). Written atomically, with each checkpoint and at the end; on\n"
+       "    --resume the file's rows up to the checkpoint's step are kept",
        path(&options::csv)},
       {"--overwrite", nullptr, "output",
        "replace an existing --checkpoint, --csv, --export or --dump-batches file even when it is\n"
@@ -348,7 +416,15 @@ inline std::vector<flag> flags() {
        [](options& o, std::string_view v) { o.ranks = parse_int_in("--ranks", v, 1, max_ranks); }},
       {"--micro-batches", "N", "several ranks", "micro-batches per rank and step, gradients accumulated (default 1);\n"
        "    global batch = ranks x N x --batch. --steps x ranks x N x --batch x (--seq + 1), the tokens\n"
-       "    the run reads, must stay below 2^64", count("--micro-batches", &options::micro_batches, false)},
+       "    the run reads, must stay below 2^64. Replaces an earlier --global-batch",
+       [](options& o, std::string_view v) {
+         o.micro_batches = parse_count("--micro-batches", v, false);
+         o.global_batch.reset();
+       }},
+      {"--global-batch", "N", "several ranks",
+       "sequences per optimizer step over every rank: the run takes N / (ranks x --batch)\n"
+       "    micro-batches per rank, which must be a whole number (replaces an earlier --micro-batches)",
+       [](options& o, std::string_view v) { o.global_batch = parse_count("--global-batch", v, false); }},
       {"--shard", "none|optimizer|full", "several ranks", "none: every rank holds everything; optimizer: ZeRO-1 (AdamW state and\n"
        "    the weight update sharded); full: weights too, gathered per layer (default none).\n"
        "    optimizer and full need several ranks (05_train: --ranks 2 or more)",
@@ -377,13 +453,20 @@ inline std::vector<flag> flags() {
        on_off("--recompute", &options::recompute)},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).
       {"--init-from", "PATH", "interchange",
-       "start from the weights of a safetensors file with Hugging Face Llama names (F32 or BF16)\n"
-       "    instead of the random initialization (before --resume, which overrides it)",
+       "start from Hugging Face Llama weights (F32 or BF16) instead of the random initialization\n"
+       "    (before --resume, which overrides it): a safetensors file, or a sharded checkpoint by its\n"
+       "    model.safetensors.index.json or its folder, read a tensor at a time (several ranks: each\n"
+       "    reads its own shard of each weight)",
        path(&options::init_from)},
       {"--export", "PATH", "interchange",
        "write the final weights as safetensors with Hugging Face Llama names (rank 0; --shard full\n"
        "    gathers them first). Checked before the first step as --checkpoint is (--overwrite)",
        path(&options::export_path)},
+      {"--export-max-shard", "SIZE", "interchange",
+       "with --export: write a Hugging Face sharded checkpoint, --export naming its folder (made if\n"
+       "    missing): model-0000i-of-0000n.safetensors of at most SIZE bytes each (a larger tensor alone\n"
+       "    in its shard; 5GB, 500MB, 4GiB or bytes) and model.safetensors.index.json",
+       [](options& o, std::string_view v) { o.export_max_shard = parse_bytes("--export-max-shard", v); }},
       {"--export-dtype", "f32|bf16", "interchange", "element type of --export (default f32: the masters, bit-exact)",
        [](options& o, std::string_view v) {
          if (v == "f32") o.export_dtype = nn::safetensors_dtype::f32;
@@ -431,6 +514,15 @@ inline void check_options(const options& o) {
        "--stop-after " + to_string(o.stop_after.value_or(0)) + " must be at most --steps " + to_string(o.steps) +
            " and a multiple of --log-every " + to_string(o.log_every) + " (the CSV row of the last step needs its loss)");
   need(!o.resume_any_config || !o.resume.empty(), "--resume-any-config needs --resume");
+  need(!o.target_loss || o.eval_every > 0, "--target-loss needs evaluations: --eval-every N with N > 0");
+  need(!o.global_batch || *o.global_batch % o.batch == 0,
+       "--global-batch " + to_string(o.global_batch.value_or(0)) + " is not a multiple of --batch " + to_string(o.batch));
+  need(o.export_max_shard == 0 || !o.export_path.empty(), "--export-max-shard needs --export (the folder to write)");
+  try {
+    nn::check_config(o.adamw);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(std::string("--adam-betas, --adam-eps, --weight-decay, --clip-norm: ") + e.what());
+  }
   // The model's size: vector::reserve or the allocator would otherwise be the first to notice,
   // with a message that names no flag.
   const double parameters = approximate_parameters(o);
@@ -465,6 +557,19 @@ inline void check_options(const options& o) {
     s.recipe = o.switch_to;
     (void)make_recipe(s);
   }
+}
+
+// --global-batch on `ranks` ranks: the micro-batches per rank that make it (mlperf_llama31_8b.hpp's
+// scaling rule), checked again as a whole. Without --global-batch, `o` as it is.
+inline options resolve_global_batch(options o, std::size_t ranks) {
+  if (!o.global_batch) return o;
+  const std::size_t per_micro = ranks * o.batch;
+  if (*o.global_batch % per_micro != 0)
+    throw usage_error("--global-batch " + std::to_string(*o.global_batch) + " is not a multiple of " + std::to_string(ranks) +
+                      " ranks x --batch " + std::to_string(o.batch) + ": give a --batch (or a number of ranks) that divides it");
+  o.micro_batches = *o.global_batch / per_micro;
+  check_options(o);
+  return o;
 }
 
 namespace detail {
