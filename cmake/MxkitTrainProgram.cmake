@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# The training program (include/mxkit/train/program/, its run() in src/train/program.cpp) as a
+# The training program (include/mxkit/train_program/, its run() in src/train/program.cpp) as a
 # compiled library beside the kernel library, mxkit::train_program: the training code compiled
 # once, by the host compiler; 05_train and 06_train_gpu are thin mains that link it (06_train_gpu's
 # own file then compiles its backend and the program's header only). Included by examples/ and

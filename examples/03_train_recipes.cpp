@@ -30,7 +30,7 @@
 #include <mxkit/train/training.hpp>
 
 
-#include <mxkit/train/program/repository_data.hpp>
+#include <mxkit/train_program/repository_data.hpp>
 namespace fs = std::filesystem;
 using namespace mxkit::nn;
 using mxkit::ref::host_backend;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The training program (include/mxkit/train/program/program.hpp, src/train/program.cpp) on the host reference backend: the same
+// The training program (include/mxkit/train_program/program.hpp, src/train/program.cpp) on the host reference backend: the same
 // command line, output, checkpoints and CSV as 06_train_gpu, so the program is run and checked
 // (ctest example.05_train.*) on machines without a GPU. The default model (about 100 M
 // parameters) is sized for a GPU; on the host train a small one, for example
@@ -11,7 +11,7 @@
 #include <mxkit/host/host_backend.hpp>
 #include <mxkit/parallel/thread_communicator.hpp>
 
-#include <mxkit/train/program/program.hpp>
+#include <mxkit/train_program/program.hpp>
 
 int main(int argc, char** argv) {
   return mxkit::train_program::main(argc, argv, "05_train", [](const mxkit::train_program::options& o) {

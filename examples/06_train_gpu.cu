@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The training program (include/mxkit/train/program/program.hpp, src/train/program.cpp) on one GPU through mxkit's device backend
+// The training program (include/mxkit/train_program/program.hpp, src/train/program.cpp) on one GPU through mxkit's device backend
 // (gpu::device_backend: CUDA, or HIP from the same source). With no flags it trains the default
 // model, about 100 M parameters, for about five minutes on an H200:
 //   06_train_gpu                                   # bf16 recipe, the repository's corpora
@@ -29,7 +29,7 @@
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/parallel/rendezvous.hpp>
 
-#include <mxkit/train/program/program.hpp>
+#include <mxkit/train_program/program.hpp>
 
 namespace {
 

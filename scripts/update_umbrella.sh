@@ -3,13 +3,13 @@
 # Rewrites the two umbrella headers from the tree (ctest static.headers fails when one is stale):
 #   include/mxkit/mxkit.hpp  the numerics: every host header but the training stack
 #   include/mxkit/training_stack.hpp  the training stack: nn/, train/, parallel/, io/, host/ and the
-#                                     host layer kernels ref/nn/ (not the training program, train/program/,
+#                                     host layer kernels ref/nn/ (not the training program, train_program/,
 #                                     which is the compiled library mxkit::train_program)
 # gpu/ is in neither: it needs a GPU compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 training='^mxkit/(nn/|train/|parallel/|io/|host/|ref/nn/|file_io\.hpp)'
-headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name mxkit.hpp ! -path include/mxkit/training_stack.hpp ! -path 'include/mxkit/train/program/*' |
+headers=$(find include/mxkit -name '*.hpp' ! -path 'include/mxkit/gpu/*' ! -name mxkit.hpp ! -path include/mxkit/training_stack.hpp ! -path 'include/mxkit/train_program/*' |
           sed 's|^include/||' | LC_ALL=C sort)
 {
   echo '// SPDX-License-Identifier: Apache-2.0'

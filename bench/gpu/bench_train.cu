@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // mxkit:sm90a
 // Training throughput of a byte-level Llama through gpu::device_backend: the GPU training
-// program's default model (mxkit/train/program/program.hpp: 16 layers, d_model 768, 12 heads / 4 KV
+// program's default model (mxkit/train_program/program.hpp: 16 layers, d_model 768, 12 heads / 4 KV
 // heads, SwiGLU 2048, sequence 1024, batch 16) and, for scale, a 76 M-parameter model (the same
 // with 12 layers), for the recipes bf16, FP8 delayed scaling, MXFP8 and MXFP4 with
 // the Hadamard rotation; bf16 activations, fp32 master weights, AdamW, clipping at 1.0.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The training program's run() (mxkit/train/program/program.hpp says what the program does), compiled once for
+// The training program's run() (mxkit/train_program/program.hpp says what the program does), compiled once for
 // 05_train and 06_train_gpu: everything here talks to an nn::backend only.
 #include <algorithm>
 #include <charconv>
@@ -34,11 +34,11 @@
 #include <mxkit/io/sharded_checkpoint.hpp>
 #include <mxkit/train/training.hpp>
 
-#include <mxkit/train/program/data.hpp>
-#include <mxkit/train/program/files.hpp>
-#include <mxkit/train/program/program.hpp>
-#include <mxkit/train/program/repository_data.hpp>
-#include <mxkit/train/program/time_to_train.hpp>
+#include <mxkit/train_program/data.hpp>
+#include <mxkit/train_program/files.hpp>
+#include <mxkit/train_program/program.hpp>
+#include <mxkit/train_program/repository_data.hpp>
+#include <mxkit/train_program/time_to_train.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace train_program {
@@ -225,7 +225,7 @@ class loss_csv {
     } catch (const std::system_error& e) {
       throw std::runtime_error("--csv '" + path_.string() + "': " + e.what());
     }
-    // Empty, replaced by --overwrite (mxkit/train/program/files.hpp), or of the five columns before
+    // Empty, replaced by --overwrite (mxkit/train_program/files.hpp), or of the five columns before
     // tokens,time_s: no rows to keep.
     if (text.rfind(header, 0) != 0) return;
     for (std::size_t pos = header.size(); pos < text.size();) {
@@ -482,7 +482,7 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
     throw usage_error(std::string("--shard ") + mxkit::name_of(o.shard) +
                       " needs several ranks: 05_train --ranks N (N >= 2), or a GPU program started by its launcher on several "
                       "GPUs; one rank shards nothing (--shard none)");
-  // Before anything is loaded or trained: the outputs (mxkit/train/program/files.hpp), then the data and the
+  // Before anything is loaded or trained: the outputs (mxkit/train_program/files.hpp), then the data and the
   // --resume checkpoint's settings (a single file's header, or a folder of shards' manifest).
   std::vector<flagged_path> inputs = data_files(o);
   if (!o.resume.empty()) inputs.push_back({"--resume", o.resume});

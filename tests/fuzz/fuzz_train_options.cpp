@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// libFuzzer target: the training program's command line (mxkit/train/program/options.hpp), parsed
+// libFuzzer target: the training program's command line (mxkit/train_program/options.hpp), parsed
 // without training. The input is the arguments after the program's name, separated by NUL bytes
 // (at most 64). parse_options must return options, nullopt (--help) or throw usage_error; any
 // other exception (std::out_of_range, std::length_error, std::bad_alloc...) is a finding, as is
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include <mxkit/train/program/options.hpp>
+#include <mxkit/train_program/options.hpp>
 
 namespace {
 

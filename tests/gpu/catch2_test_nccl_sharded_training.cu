@@ -83,7 +83,7 @@ std::vector<outcome> train_sharded(int n, const recipe& r, bool gather_quantized
 
 TEST_CASE("full sharding on NCCL: the quantized copies' gather gives the fp32 gather's bits", "[nccl][training]") {
   const int n = nccl_test::ranks < 3 ? nccl_test::ranks : 3;
-  recipe edges = recipes::mxfp4();  // mxkit/train/program/options.hpp's mxfp4-bf16-edges
+  recipe edges = recipes::mxfp4();  // mxkit/train_program/options.hpp's mxfp4-bf16-edges
   edges.name = "mxfp4, bf16 first and last layer";
   edges.bf16_first_layers = edges.bf16_last_layers = 1;
   for (const recipe& r : {recipes::mxfp4(), recipes::mxfp4_no_hadamard(), recipes::mxfp8(), recipes::fp8_delayed(), recipes::bf16(), edges}) {

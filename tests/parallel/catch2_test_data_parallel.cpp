@@ -536,7 +536,7 @@ TEST_CASE("full sharding: backward gathers only the norm gains where forward's w
 // same bits. The bf16 head of every recipe here travels as its bf16 copy too.
 TEST_CASE("full sharding: FP8 and bf16 weights gathered as copies give the fp32 gather's bits at the same layout, in NCCL's ring order",
           "[nn][data_parallel]") {
-  recipe edges = recipes::mxfp4();  // mxkit/train/program/options.hpp's mxfp4-bf16-edges
+  recipe edges = recipes::mxfp4();  // mxkit/train_program/options.hpp's mxfp4-bf16-edges
   edges.name = "mxfp4, bf16 first and last layer";
   edges.bf16_first_layers = edges.bf16_last_layers = 1;
   for (const recipe& r : {recipes::fp8_delayed(), recipes::bf16(), edges}) {

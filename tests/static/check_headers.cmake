@@ -4,7 +4,7 @@
 #    build with any C++20 compiler; STYLE.md).  2. Every host header is in one umbrella:
 #    mxkit/training_stack.hpp the training stack (nn/, train/, parallel/, io/, host/, ref/nn/),
 #    mxkit/mxkit.hpp the rest, and no numerics header includes a training header (the numerics
-#    umbrella stays small). The training program's headers (train/program/) are in neither: they
+#    umbrella stays small). The training program's headers (train_program/) are in neither: they
 #    are the compiled library mxkit::train_program's.
 cmake_minimum_required(VERSION 3.21)
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_ROOT} ${INCLUDE_ROOT}/mxkit/*.hpp)
@@ -21,7 +21,7 @@ set(training_regex "^mxkit/(nn/|train/|parallel/|io/|host/|ref/nn/|file_io[.]hpp
 file(STRINGS ${INCLUDE_ROOT}/mxkit/mxkit.hpp numerics_umbrella REGEX "^#include <mxkit/")
 file(STRINGS ${INCLUDE_ROOT}/mxkit/training_stack.hpp training_umbrella REGEX "^#include <mxkit/")
 foreach(h IN LISTS headers)
-  if(h STREQUAL "mxkit/mxkit.hpp" OR h STREQUAL "mxkit/training_stack.hpp" OR h MATCHES "^mxkit/train/program/")
+  if(h STREQUAL "mxkit/mxkit.hpp" OR h STREQUAL "mxkit/training_stack.hpp" OR h MATCHES "^mxkit/train_program/")
     continue()
   endif()
   if(h MATCHES "${training_regex}")

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// The training program's --model (mxkit/train/program/options.hpp): each preset's fields, explicit
+// The training program's --model (mxkit/train_program/options.hpp): each preset's fields, explicit
 // shape flags overriding the preset wherever they stand, refusals, and --help's list.
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <mxkit/train/program/options.hpp>
+#include <mxkit/train_program/options.hpp>
 
 #include "../catch.hpp"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""PyTorch twin of mxkit's training program (mxkit/train/program/program.hpp).
+"""PyTorch twin of mxkit's training program (mxkit/train_program/program.hpp).
 
 Written from the specifications, not from mxkit's code (no bindings, no shared kernels):
   model      Llama-style decoder: embedding, pre-norm layers (RMSNorm, fused QKV, RoPE on the

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The training program's command line (mxkit/train/program/program.hpp): its options, the one table of
+// The training program's command line (mxkit/train_program/program.hpp): its options, the one table of
 // flags that both the parser and --help read, and the checks that need no file, data or device.
 // Parsing trains nothing and touches no file, so it can be called (and fuzzed:
 // tests/fuzz/fuzz_train_options.cpp) on its own. A new flag is one entry of detail::flags() (and a
@@ -27,9 +27,9 @@
 #include <mxkit/nn/rope_frequencies.hpp>
 #include <mxkit/io/safetensors.hpp>
 #include <mxkit/train/adamw.hpp>
-#include <mxkit/train/program/mlperf_llama31_8b.hpp>
-#include <mxkit/train/program/models.hpp>
-#include <mxkit/train/program/usage_error.hpp>
+#include <mxkit/train_program/mlperf_llama31_8b.hpp>
+#include <mxkit/train_program/models.hpp>
+#include <mxkit/train_program/usage_error.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace train_program {
@@ -137,7 +137,7 @@ inline nn::recipe make_recipe(const options& o) {
   throw usage_error("--recipe: unknown recipe '" + o.recipe + "' (see --help)");
 }
 
-// ---- models (train/program/models.hpp) ------------------------------------------------------
+// ---- models (train_program/models.hpp) ------------------------------------------------------
 
 // The preset's fields into o (not o.model: --model's own setter records the name).
 inline void apply_model(options& o, const model_preset& m) {

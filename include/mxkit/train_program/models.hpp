@@ -10,7 +10,7 @@
 
 #include <mxkit/config.hpp>
 #include <mxkit/nn/rope_frequencies.hpp>
-#include <mxkit/train/program/usage_error.hpp>
+#include <mxkit/train_program/usage_error.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace train_program {

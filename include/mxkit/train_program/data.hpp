@@ -38,8 +38,8 @@
 #include <mxkit/train/packed_dataset.hpp>
 #include <mxkit/train/sample_batches.hpp>
 
-#include <mxkit/train/program/files.hpp>
-#include <mxkit/train/program/options.hpp>
+#include <mxkit/train_program/files.hpp>
+#include <mxkit/train_program/options.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace train_program {

@@ -37,7 +37,7 @@
 #include <mxkit/io/hf_sharded.hpp>
 #include <mxkit/io/sharded_checkpoint.hpp>
 
-#include <mxkit/train/program/options.hpp>
+#include <mxkit/train_program/options.hpp>
 
 #if MXKIT_POSIX_FILE_IO
 #include <fcntl.h>

@@ -42,7 +42,7 @@
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/parallel/communicator.hpp>
 
-#include <mxkit/train/program/options.hpp>
+#include <mxkit/train_program/options.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace train_program {
