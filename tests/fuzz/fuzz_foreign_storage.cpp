@@ -34,6 +34,7 @@
 namespace {
 
 using namespace mxkit;
+using namespace mxkit::ref;  // the host reference: quantize, validate and their reports
 
 // Allocations the target makes itself stay far below libFuzzer's -rss_limit_mb.
 constexpr std::size_t max_buffer_bytes = std::size_t{1} << 22;

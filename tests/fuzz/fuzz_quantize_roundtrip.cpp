@@ -40,6 +40,7 @@
 namespace {
 
 using namespace mxkit;
+using namespace mxkit::ref;  // the host reference: quantize and dequantize
 
 constexpr std::size_t header_bytes = 18;
 
