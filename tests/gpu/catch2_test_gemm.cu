@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include <mxkit/gpu/gemm/expand.hpp>  // the fold and expansion tests call it directly
 #include <mxkit/gpu/gemm/gemm.hpp>
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
