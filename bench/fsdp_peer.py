@@ -3,9 +3,14 @@
 # 4096, 32 heads, 8 KV heads, SwiGLU 14336, vocabulary 128256, RoPE theta 500000) with FSDP2
 # (fully_shard per layer and on the root; fp32 sharded parameters, bf16 compute and gather,
 # fp32 gradient reduction: MixedPrecisionPolicy), torch.compile per layer (torchtitan's
-# placement), activation checkpointing per layer, multi-tensor AdamW, random tokens. One process per GPU:
+# placement), activation checkpointing per layer, as a strong PyTorch user sets it up: one fused QKV
+# and one fused gate/up projection per layer, grouped-query attention inside scaled_dot_product_attention
+# (enable_gqa=True, torch >= 2.5: no copies of K and V), AdamW with fused=True (one kernel for every
+# parameter). Tokens: --data, a Megatron indexed dataset by prefix (the file the training program
+# reads: consecutive windows of seq + 1 tokens from a seeded offset), or random. One process per GPU:
 #   NCCL_NVLS_ENABLE=0 python3 -m torch.distributed.run --standalone --nproc_per_node 4 \
 #       bench/fsdp_peer.py --seq 8192 --batch 1 --steps 3 --warmup 2
+# It prints its settings ("settings ..."), which the rows record beside its figures.
 # Rank 0 prints "key value" lines: tokens_per_s_per_gpu, tflops_per_gpu, mfu_percent (against
 # --peak-tflops, the H100 SXM's 989 bf16 dense), peak_gib (torch.cuda.max_memory_allocated),
 # step_ms, startup_s (process group up, sharded model initialized: before the first step).
@@ -15,17 +20,27 @@
 # --kv-heads 2 --ffn 512 --vocab 1024 --seq 256 --no-compile).
 import argparse
 import os
+import re
+import sys
 import time
+
+import numpy as np
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from make_dataset import read_megatron_tokens  # noqa: E402  (the writer's own reader)
 
 try:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # torch >= 2.6
 except ImportError:  # torch 2.4, 2.5
     from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+
+GQA = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 5)
 
 
 class RMSNorm(torch.nn.Module):
@@ -57,27 +72,27 @@ class Block(torch.nn.Module):
         d, hd = a.d_model, a.d_model // a.heads
         self.heads, self.kv_heads, self.hd = a.heads, a.kv_heads, hd
         self.attn_norm, self.ffn_norm = RMSNorm(d), RMSNorm(d)
-        self.wq = torch.nn.Linear(d, a.heads * hd, bias=False)
-        self.wk = torch.nn.Linear(d, a.kv_heads * hd, bias=False)
-        self.wv = torch.nn.Linear(d, a.kv_heads * hd, bias=False)
+        self.wqkv = torch.nn.Linear(d, (a.heads + 2 * a.kv_heads) * hd, bias=False)  # one GEMM for Q, K and V
         self.wo = torch.nn.Linear(a.heads * hd, d, bias=False)
-        self.w1 = torch.nn.Linear(d, a.ffn, bias=False)
-        self.w3 = torch.nn.Linear(d, a.ffn, bias=False)
+        self.w13 = torch.nn.Linear(d, 2 * a.ffn, bias=False)  # one GEMM for gate and up
         self.w2 = torch.nn.Linear(a.ffn, d, bias=False)
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
         h = self.attn_norm(x)
-        q = self.wq(h).view(B, T, self.heads, self.hd).transpose(1, 2)
-        k = self.wk(h).view(B, T, self.kv_heads, self.hd).transpose(1, 2)
-        v = self.wv(h).view(B, T, self.kv_heads, self.hd).transpose(1, 2)
+        q, k, v = self.wqkv(h).split([self.heads * self.hd, self.kv_heads * self.hd, self.kv_heads * self.hd], dim=-1)
+        q = q.view(B, T, self.heads, self.hd).transpose(1, 2)
+        k = k.view(B, T, self.kv_heads, self.hd).transpose(1, 2)
+        v = v.view(B, T, self.kv_heads, self.hd).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        rep = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if GQA:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:  # torch < 2.5 has no enable_gqa
+            rep = self.heads // self.kv_heads
+            o = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), is_causal=True)
         x = x + self.wo(o.transpose(1, 2).reshape(B, T, -1))
-        h = self.ffn_norm(x)
-        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+        gate, up = self.w13(self.ffn_norm(x)).chunk(2, dim=-1)
+        return x + self.w2(F.silu(gate) * up)
 
 
 class Llama(torch.nn.Module):
@@ -110,7 +125,11 @@ def main():
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--no-recompute", dest="recompute", action="store_false")
+    p.add_argument("--data", help="Megatron indexed dataset prefix (default: random tokens)")
     a = p.parse_args()
+    data = read_megatron_tokens(a.data) if a.data else None
+    if data is not None and data.size < a.seq + 1:
+        raise SystemExit(f"--data {a.data}: {data.size} tokens, fewer than one window of --seq + 1 = {a.seq + 1}")
     t_start = time.perf_counter()
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -143,12 +162,25 @@ def main():
                 prm.normal_(0.0, 0.02)
     torch.cuda.synchronize()
     startup_s = time.perf_counter() - t_start  # process group, sharded model built and initialized
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, foreach=True)  # multi-tensor, as torchtitan
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)  # one kernel for all parameters
     cos, sin = rope_tables(a.seq, a.d_model // a.heads, 500000.0, dev)
     gen = torch.Generator(device=dev).manual_seed(1 + rank)
+    offsets = np.random.RandomState(1 + rank)
+
+    def batch():
+        if data is None:
+            return torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev, generator=gen)
+        rows = []
+        for _ in range(a.batch):
+            o = offsets.randint(0, data.size - a.seq)
+            rows.append(np.asarray(data[o:o + a.seq + 1], dtype=np.int64))
+        host = np.stack(rows)
+        if host.max() >= a.vocab:  # checked on the host: no device synchronization
+            raise SystemExit(f"--data {a.data}: token {host.max()} is outside --vocab {a.vocab}")
+        return torch.from_numpy(host).to(dev)
 
     def step():
-        tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev, generator=gen)
+        tokens = batch()
         logits = model(tokens[:, :-1], cos, sin)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
         loss.backward()
@@ -176,6 +208,9 @@ def main():
     tokens = a.batch * a.seq
     flops = 6.0 * n_linear * tokens + a.layers * 3.5 * 2.0 * a.batch * a.heads * a.seq * a.seq * hd
     if rank == 0:
+        print(f"settings torch {torch.__version__}, FSDP2 on {world} rank(s) (fp32 masters, bf16 compute, fp32 reduce), "
+              f"torch.compile per layer: {not a.no_compile}, recompute: {a.recompute}, fused QKV and gate/up, "
+              f"SDPA enable_gqa: {GQA}, AdamW fused=True, data: {a.data or 'random tokens'}", flush=True)
         print(f"# torch {torch.__version__}, {world} GPUs ({torch.cuda.get_device_name(dev)}), loss {loss.item():.3f}, "
               f"warm-up {warm_s:.1f} s, N_linear {n_linear / 1e9:.2f} G", flush=True)
         print(f"tokens_per_s_per_gpu {tokens / seconds:.1f}", flush=True)

@@ -61,6 +61,13 @@ non-zero if anything failed.
   fidelity              the PyTorch twin against the GPU training program per step
                         (tools/twin/check_twin.py), then the paired MXFP4 gap comparison of
                         tools/twin/issue31_gpu.sh (replaces gpu_fidelity_check.sh)
+  recipes [PART...]     the recipes as measured on one GPU (issue 43), PART of build 8b corpus ttt
+                        (default all): 8b, the real Llama 3.1 8B at MXKIT_8B1_LAYERS (16) of its
+                        layers, vocabulary 128,256, T 8192, each recipe against FSDP2 (1 rank) +
+                        torch.compile (bench/llama8b_one_gpu.py); corpus, the text on the machine
+                        as a token dataset with a tokenizer trained there; ttt, time to a held-out
+                        loss target per recipe and seed against a compiled PyTorch peer
+                        (bench/time_to_target.py)
   carry [WHAT...]       on a machine without a GPU (nvcc only): build the programs of WHAT (a
                         subcommand: multi (default), test, bench, train, readme, lora70b,
                         fidelity; or target names), strip them into build-carry/ to copy to the
@@ -97,6 +104,8 @@ Environment:
          MXKIT_8B_FLAGS, MXKIT_8B_LIMIT, MXKIT_8B_PEER_LIMIT, MXKIT_8B_PEER=0, MXKIT_SCALING_STEPS
   lora70b: MXKIT_DEADLINE_S, MXKIT_PARTS, MXKIT_STEPS, MXKIT_BUDGET, MXKIT_WARM_GIB, MXKIT_PEER_GPUS
   fidelity: SEEDS (default "0"), STEPS (default 1200), TWIN_ARGS
+  recipes: MXKIT_PARTS, MXKIT_8B1_LAYERS, MXKIT_8B1_RECIPES, MXKIT_8B1_STEPS, MXKIT_TTT_DATA (default
+         build/ttt-data), MXKIT_TTT_SEEDS, MXKIT_TTT_RECIPES, MXKIT_TTT_TARGET, MXKIT_TTT_ARGS
   python: MXKIT_PYTHON_GDB=0 (no rerun under a debugger)
 EOF
 }
@@ -877,6 +886,55 @@ cmd_fidelity() {
   pack_logs
 }
 
+cmd_recipes() {
+  logdir recipes
+  local parts=${MXKIT_PARTS:-build 8b corpus ttt} prog="" device
+  has_part() { [[ " $parts " == *" $1 "* ]]; }
+  device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  device_line
+  rows_mark
+  if has_part build || has_part 8b || has_part ttt; then
+    build_targets 06_train_gpu || return
+    prog=$(exe 06_train_gpu)
+    [ -n "$prog" ] || { failed "06_train_gpu: not built"; return; }
+  fi
+  # The corpus (CPU only) is built beside the 8B runs, niced and on half the cores: the GPU runs'
+  # host threads keep theirs.
+  local data=${MXKIT_TTT_DATA:-build/ttt-data} corpus_pid=""
+  if has_part corpus; then
+    if [ -f "$data/corpus.json" ]; then
+      echo "corpus: $data/corpus.json is there (remove it to build it again)"
+    else
+      note "corpus: the text on this machine as a token dataset (log: corpus.log)"
+      RAYON_NUM_THREADS=$(($(nproc) / 2)) RAYON_RS_NUM_CPUS=$(($(nproc) / 2)) nice -n 10 \
+        python3 bench/time_to_target.py corpus --out "$data" >"$LOGS/corpus.log" 2>&1 &
+      corpus_pid=$!
+    fi
+  fi
+  if has_part 8b; then
+    note "Llama 3.1 8B, ${MXKIT_8B1_LAYERS:-16} layers, vocabulary 128256, one GPU"
+    # shellcheck disable=SC2086  # lists, split on purpose
+    python3 bench/llama8b_one_gpu.py --program "$prog" --logs "$LOGS/8b" --layers "${MXKIT_8B1_LAYERS:-16}" \
+      --recipes ${MXKIT_8B1_RECIPES:-bf16 fp8 mxfp4} --steps "${MXKIT_8B1_STEPS:-6}" --device "$device" ||
+      failed "bench/llama8b_one_gpu.py"
+  fi
+  if [ -n "$corpus_pid" ]; then
+    wait "$corpus_pid" || failed "corpus (log: $LOGS/corpus.log)"
+    tail -n 6 "$LOGS/corpus.log"
+  fi
+  [ -f "$data/corpus.json" ] && cp "$data/corpus.json" "$LOGS/"
+  if has_part ttt; then
+    note "time to target: seeds ${MXKIT_TTT_SEEDS:-0}"
+    # shellcheck disable=SC2086
+    python3 bench/time_to_target.py run --program "$prog" --data "$data" --logs "$LOGS/ttt" --device "$device" \
+      --seeds ${MXKIT_TTT_SEEDS:-0} --recipes ${MXKIT_TTT_RECIPES:-bf16 fp8 mxfp8 mxfp4 mxfp4-fp8 peer} \
+      ${MXKIT_TTT_TARGET:+--target "$MXKIT_TTT_TARGET"} ${MXKIT_TTT_ARGS:-}
+    [ $? -le 3 ] || failed "bench/time_to_target.py run"
+  fi
+  rows_collect
+  pack_logs
+}
+
 cmd_carry() {
   local what=("$@") targets="" w
   [ ${#what[@]} -gt 0 ] || what=(multi)
@@ -970,7 +1028,7 @@ shift
 case $sub in
   -h | --help | help) usage; exit 0 ;;
   launch) exec bash scripts/launch_gpus.sh "$@" ;;
-  build | test | memcheck | bench | sass | profile | python | train | readme | multi | lora70b | fidelity | carry | all | device-code)
+  build | test | memcheck | bench | sass | profile | python | train | readme | multi | lora70b | fidelity | recipes | carry | all | device-code)
     sub=${sub//-/_}
     mkdir -p "$OUTDIR"
     # The subcommand's status: a failed part's (status=1), else its own exit code.

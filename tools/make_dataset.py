@@ -93,6 +93,15 @@ class Tokenizer:
             return list(self.sp.EncodeAsIds(text))
         return list(self.hf.encode(text, add_special_tokens=False).ids)
 
+    def encode_many(self, texts):
+        """encode() of each text, the tokenizer's own threads over the list (a large corpus)."""
+        if self.sp is None:
+            return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=False)]
+        try:
+            return self.sp.encode(list(texts), num_threads=os.cpu_count() or 1)
+        except TypeError:  # sentencepiece before 0.1.99: no num_threads
+            return [self.encode(t) for t in texts]
+
     def token_id(self, token):
         if self.sp is not None:
             i = self.sp.PieceToId(token)
@@ -140,6 +149,22 @@ def write_megatron(prefix, docs, vocab_size):
         f.write(pointers.tobytes(order="C"))
         f.write(np.arange(len(docs) + 1, dtype=np.int64).tobytes(order="C"))
     return "%s.idx + %s.bin: %d documents, %d tokens (%s)" % (prefix, prefix, len(docs), sum(lengths), np.dtype(dtype).name)
+
+
+def read_megatron_tokens(prefix):
+    """The tokens of PREFIX.idx + PREFIX.bin, memory-mapped, documents in file order (what the
+    peers in bench/ read): the header as write_megatron writes it, element type from its code."""
+    try:
+        with open(prefix + ".idx", "rb") as f:
+            head = f.read(18)
+    except OSError as e:
+        fail("'%s.idx': %s" % (prefix, e.strerror or e))
+    if head[:9] != b"MMIDIDX\x00\x00" or len(head) < 18 or struct.unpack("<Q", head[9:17])[0] != 1:
+        fail("'%s.idx' is not a Megatron indexed dataset of version 1" % prefix)
+    dtypes = {8: np.uint16, 4: np.int32}
+    if head[17] not in dtypes:
+        fail("'%s.idx': token type code %d, expected 8 (uint16) or 4 (int32)" % (prefix, head[17]))
+    return np.memmap(prefix + ".bin", dtype=dtypes[head[17]], mode="r")
 
 
 def write_packed(prefix, docs, masks, row, pad):
@@ -197,16 +222,21 @@ def main(argv=None):
         fail("--output '%s': the folder '%s' does not exist" % (a.output, out_dir))
 
     docs, masks = [], []
-    for text in documents(a.inputs, a.documents):
-        if a.answer_after and a.answer_after in text:
-            i = text.index(a.answer_after) + len(a.answer_after)
-            prompt, answer = tok.encode(text[:i]), tok.encode(text[i:])
-            ids, mask = prompt + answer + [eod], [0] * len(prompt) + [1] * (len(answer) + 1)
-        else:
-            ids = tok.encode(text) + [eod]
-            mask = [1] * len(ids)
-        docs.append(ids)
-        masks.append(mask)
+    texts = list(documents(a.inputs, a.documents))
+    if a.answer_after:
+        for text in texts:
+            if a.answer_after in text:
+                i = text.index(a.answer_after) + len(a.answer_after)
+                prompt, answer = tok.encode(text[:i]), tok.encode(text[i:])
+                ids, mask = prompt + answer + [eod], [0] * len(prompt) + [1] * (len(answer) + 1)
+            else:
+                ids = tok.encode(text) + [eod]
+                mask = [1] * len(ids)
+            docs.append(ids)
+            masks.append(mask)
+    else:  # the whole list at once: the tokenizer's threads share it
+        docs = [list(ids) + [eod] for ids in tok.encode_many(texts)]
+        masks = [[1] * len(d) for d in docs]
     if not docs:
         fail("no documents in %s (empty files?)" % ", ".join(a.inputs))
     print("tokenizer: %s, vocabulary %d, end of document %d" % (a.tokenizer, tok.vocab_size, eod))
