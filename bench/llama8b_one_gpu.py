@@ -56,6 +56,15 @@ def random_tokens(prefix, tokens, seed=0):
     print(make_dataset.write_megatron(prefix, docs, VOCAB), flush=True)
 
 
+def read_log(cmd, log, limit):
+    """--rows-only: an earlier call's log in place of a run."""
+    try:
+        with open(log, errors="replace") as f:
+            return 0, f.read()
+    except OSError:
+        return 1, ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--program", required=True)
@@ -69,10 +78,14 @@ def main():
     ap.add_argument("--device", default="unknown")
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
     ap.add_argument("--no-peer", dest="peer", action="store_false")
+    ap.add_argument("--rows-only", action="store_true", help="run nothing: the rows from the logs in --logs of an earlier call")
     a = ap.parse_args()
     os.makedirs(a.logs, exist_ok=True)
     data = a.data
-    if not data:
+    run = read_log if a.rows_only else run_logged
+    if a.rows_only:
+        data = data or os.path.join(a.logs, "tokens")
+    elif not data:
         data = os.path.join(a.logs, "tokens")
         random_tokens(data, 64 * (a.seq + 1))
     shape = f"Llama 3.1 8B, {a.layers} of 32 layers, vocab {VOCAB}, T{a.seq}, recompute, token data, 1 GPU"
@@ -81,7 +94,7 @@ def main():
         cmd = [a.program, "--model", "llama3.1-8b", "--layers", str(a.layers), "--seq", str(a.seq), "--batch", "1",
                "--steps", "100", "--stop-after", str(a.steps + 1), "--warmup", "1", "--log-every", "1", "--eval-every", "0",
                "--recompute", "on", "--recipe", recipe, "--data", data, "--vocab", str(VOCAB)]
-        rc, text = run_logged(cmd, os.path.join(a.logs, f"8b_{recipe}.log"), a.limit)
+        rc, text = run(cmd, os.path.join(a.logs, f"8b_{recipe}.log"), a.limit)
         s = summary(text)
         if rc == 0 and s:
             runs[recipe] = s
@@ -90,7 +103,7 @@ def main():
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
                os.path.join(HERE, "fsdp_peer.py"), "--layers", str(a.layers), "--seq", str(a.seq), "--batch", "1",
                "--steps", str(a.steps), "--warmup", "2", "--vocab", str(VOCAB), "--data", data]
-        rc, text = run_logged(cmd, os.path.join(a.logs, "fsdp_peer.log"), a.limit + 120)
+        rc, text = run(cmd, os.path.join(a.logs, "fsdp_peer.log"), a.limit + 120)
         if rc == 0:
             peer = peer_values(text)
             m = re.search(r"^settings (.*)$", text, re.M)

@@ -6,6 +6,7 @@
     time_to_target.py run --program 06_train_gpu --data DIR --logs DIR [--seeds 0 1 2]
                           [--recipes bf16 fp8 mxfp8 mxfp4 mxfp4-fp8 peer] [--target L]
                           [--steps N] [--device NAME] [--results DIR|FILE]
+    time_to_target.py rows --data DIR --logs DIR [the flags of its run]
 
 corpus  The text on this machine, as a token dataset: every UTF-8 file of source code and
         documentation (extensions below) under the roots (default: Python's standard library
@@ -18,8 +19,10 @@ corpus  The text on this machine, as a token dataset: every UTF-8 file of source
 run     The training program on DIR/train with DIR/eval held out, one model (--layers ...; 06_train_gpu's
         flags), --steps steps of --batch x --seq tokens, so that the data is read once (the run
         refuses more steps than the data holds), evaluated every --eval-every steps.
-        - The target: the held-out loss bf16 reaches at 90 % of its steps (its first seed's run,
-          stopped there), unless --target gives it.
+        - The target, per seed: the held-out loss bf16 reaches at 90 % of its steps (its run of
+          that seed, stopped there), unless --target gives one for all. The recipes of a seed
+          share its initial weights and its order of the data, so each is compared with the
+          bf16 run it differs from in numerics only.
         - Each recipe, then, trains to the target (--target-loss): its time to train as MLPerf
           counts it (the program's CSV clock) and the tokens it read; mxfp4-fp8 is MXFP4 with
           the Hadamard switched to FP8 at 80 % of the steps.
@@ -27,7 +30,9 @@ run     The training program on DIR/train with DIR/eval held out, one model (--l
           run's --dump-batches) to the same target.
         Rows: bench/results/time_to_target.jsonl (or --results), one per run: seconds to the
         target against the peer's of the same seed, tokens to the target against bf16's; a run
-        that ends without reaching it gives its last held-out loss instead.
+        that ends without reaching it gives its last held-out loss instead. Then a table: per
+        recipe, the seeds that reached the target, mean and standard deviation of time and tokens.
+rows    The rows and the table again from the CSVs in --logs (a run whose rows were lost).
 """
 import argparse
 import csv
@@ -211,6 +216,85 @@ def run_logged(cmd, log, limit):
     return rc
 
 
+def describe(a, corpus):
+    """The shape label of the rows and the model flags of both programs."""
+    vocab = corpus["vocab"]
+    n_params = a.layers * (a.d_model * (a.heads + 2 * a.kv_heads) * (a.d_model // a.heads) + a.d_model * a.d_model
+                           + 3 * a.d_model * a.ffn + 2 * a.d_model) + a.d_model + 2 * vocab * a.d_model
+    return (f"{a.layers} layers, d_model {a.d_model}, {n_params / 1e6:.0f} M parameters, vocab {vocab}, "
+            f"B{a.batch} T{a.seq}, {a.steps} steps ({a.steps * a.batch * a.seq / 1e6:.1f} M tokens read once)")
+
+
+LABEL = {"mxfp4": "mxfp4+Hadamard", "mxfp4-fp8": "mxfp4+Hadamard -> fp8 at 80 %", "peer": "PyTorch bf16 torch.compile"}
+PEER = "torch.compile bf16 (bench/target_peer.py)"
+
+
+def seed_target(logs, seed, step):
+    """bf16's held-out loss at `step` in its CSV (the seed's target), or None."""
+    at = [r for r in read_csv(os.path.join(logs, f"bf16-seed{seed}.csv")) if r.get("eval_loss") and int(r["step"]) == step]
+    return float(at[0]["eval_loss"]) if at else None
+
+
+def rows_from_logs(a, corpus, targets):
+    """The rows of the runs whose CSVs are in a.logs: per seed, every recipe's time and tokens to
+    the seed's target (the first evaluation at or below it), or its last held-out loss."""
+    shape = describe(a, corpus)
+    peer_settings = f"bench/target_peer.py, same batches (the bf16 run's --dump-batches) and held-out data; {shape}"
+    rows, results = [], {}
+    for seed in a.seeds:
+        if targets.get(seed) is None:
+            print(f"seed {seed}: no target (no bf16 evaluation at 90 % of the steps): no rows", flush=True)
+            continue
+        for recipe in a.recipes:
+            got = read_csv(os.path.join(a.logs, f"{recipe}-seed{seed}.csv"))
+            if not any(r.get("eval_loss") for r in got):
+                print(f"  {recipe}-seed{seed}: no evaluation in its CSV: no row", flush=True)
+                continue
+            hit = first_at_or_below(got, targets[seed])
+            results[(recipe, seed)] = hit if hit else ("missed", last_eval(got))
+    for (recipe, seed), r in results.items():
+        case = f"time to held-out loss {targets[seed]:.4f} (bf16 at 90 %), {LABEL.get(recipe, recipe)}, seed {seed}, {shape}"
+        kind = dict(recipe=recipe.split("-")[0] if recipe != "peer" else "bf16", shape=f"B{a.batch} T{a.seq}", device=a.device)
+        if r[0] == "missed":
+            rows.append(render_results.new_row("time_to_target", case.replace("time to", "not reached:") + ": last held-out loss",
+                                               r[1], "nats", **kind))
+            continue
+        peer = results.get(("peer", seed))
+        peer_time = peer[0] if peer and peer[0] != "missed" and recipe != "peer" else None
+        rows.append(render_results.new_row("time_to_target", case + ": time to train", r[0], "s", peer=PEER if peer_time else None,
+                                           peer_value=peer_time, peer_settings=peer_settings if peer_time else None, **kind))
+        base = results.get(("bf16", seed))
+        base_tokens = base[1] if base and base[0] != "missed" and recipe != "bf16" else None
+        rows.append(render_results.new_row("time_to_target", case + ": tokens to the target", r[1], "tokens",
+                                           peer="mxkit bf16, same seed" if base_tokens else None, peer_value=base_tokens,
+                                           peer_settings="the same program and data, --recipe bf16" if base_tokens else None, **kind))
+    return rows, results
+
+
+def write_rows(rows, results_path):
+    if results_path.endswith(".jsonl"):
+        with open(results_path, "a", encoding="utf-8") as f:
+            f.write("".join(render_results.make_line(r) + "\n" for r in rows))
+    else:
+        render_results.append_rows(rows, results_path)
+    print(f"{len(rows)} rows -> {results_path}", flush=True)
+
+
+def summary_table(a, results, targets):
+    """Mean and spread (sample standard deviation) over the seeds that reached the target."""
+    import statistics
+    print(f"\n{'recipe':<34} {'reached':>8} {'time to train s':>18} {'tokens M':>14}")
+    for recipe in a.recipes:
+        hits = [results[(recipe, s)] for s in a.seeds if (recipe, s) in results and results[(recipe, s)][0] != "missed"]
+        runs = sum(1 for s in a.seeds if (recipe, s) in results)
+
+        def ms(xs):
+            return f"{statistics.mean(xs):.1f} +- {statistics.stdev(xs):.1f}" if len(xs) > 1 else (f"{xs[0]:.1f}" if xs else "-")
+        print(f"{LABEL.get(recipe, recipe):<34} {len(hits):>3} of {runs:<2} {ms([h[0] for h in hits]):>18} "
+              f"{ms([h[1] / 1e6 for h in hits]):>14}")
+    print("targets: " + ", ".join(f"seed {s} {t:.4f}" for s, t in targets.items() if t is not None))
+
+
 def cmd_run(a):
     with open(os.path.join(a.data, "corpus.json")) as f:
         corpus = json.load(f)
@@ -223,110 +307,81 @@ def cmd_run(a):
     at90, at80 = a.steps * 9 // 10, a.steps * 8 // 10
     if at90 % a.eval_every:
         fail(f"--eval-every {a.eval_every} must divide 90 % of --steps ({at90}): the target is the loss evaluated there")
+    if a.target is None and a.recipes[0] != "bf16":
+        fail("bf16 must come first: its held-out loss at 90 % of the steps is each seed's target (or give --target)")
     model = ["--layers", str(a.layers), "--d-model", str(a.d_model), "--heads", str(a.heads), "--kv-heads", str(a.kv_heads),
              "--ffn", str(a.ffn)]
     common = model + ["--seq", str(a.seq), "--batch", str(a.batch), "--vocab", str(vocab), "--steps", str(a.steps),
                       "--lr", str(a.lr), "--warmup", str(a.warmup), "--eval-every", str(a.eval_every),
                       "--eval-batches", str(a.eval_batches), "--log-every", str(a.eval_every),
                       "--data", os.path.join(a.data, "train"), "--eval-data", os.path.join(a.data, "eval")]
-    n_params = a.layers * (a.d_model * (a.heads + 2 * a.kv_heads) * (a.d_model // a.heads) + a.d_model * a.d_model
-                           + 3 * a.d_model * a.ffn + 2 * a.d_model) + a.d_model + 2 * vocab * a.d_model
-    shape = (f"{a.layers} layers, d_model {a.d_model}, {n_params / 1e6:.0f} M parameters, vocab {vocab}, "
-             f"B{a.batch} T{a.seq}, {a.steps} steps ({a.steps * per_step / 1e6:.1f} M tokens read once)")
-    print(f"model: {shape}; data: {corpus['train_tokens'] / 1e6:.1f} M training tokens of {corpus['files']} files "
-          f"({corpus['tokenizer']})", flush=True)
-    device = a.device
-    rows = []
-    peer_name = "torch.compile bf16 (bench/target_peer.py)"
-    target = a.target
-    results = {}  # (recipe, seed) -> (time, tokens, step) or ("missed", last eval)
+    print(f"model: {describe(a, corpus)}; data: {corpus['train_tokens'] / 1e6:.1f} M training tokens of {corpus['files']} "
+          f"files ({corpus['tokenizer']})", flush=True)
+    targets = {}
 
     def program(recipe, seed, extra, name):
         csv_path = os.path.join(a.logs, name + ".csv")
         cmd = [a.program] + common + ["--recipe", recipe, "--seed", str(seed), "--csv", csv_path, "--overwrite"] + extra
-        rc = run_logged(cmd, os.path.join(a.logs, name + ".log"), a.limit)
-        return rc, read_csv(csv_path)
+        return run_logged(cmd, os.path.join(a.logs, name + ".log"), a.limit)
 
     for seed in a.seeds:
         dump = os.path.join(a.logs, f"batches-seed{seed}.bin")
+        targets[seed] = a.target
         for recipe in a.recipes:
             name = f"{recipe}-seed{seed}"
+            target = targets[seed]
+            if recipe == "bf16" and target is None:
+                # The seed's target: bf16's held-out loss at 90 % of its steps; the run stops there.
+                rc = program("bf16", seed, ["--stop-after", str(at90), "--dump-batches", dump], name)
+                targets[seed] = seed_target(a.logs, seed, at90)
+                if rc != 0 or targets[seed] is None:
+                    print(f"  seed {seed}: the bf16 run that sets the target failed (exit {rc}): {a.logs}/{name}.log", flush=True)
+                    break
+                print(f"  seed {seed}: target {targets[seed]:.4f}, bf16's held-out loss at step {at90} of {a.steps}", flush=True)
+                continue
             if recipe == "peer":
                 try:
                     import torch  # noqa: F401
                 except ImportError:
                     print(f"  {name}: skipped, PyTorch is not installed", flush=True)
                     continue
-                if target is None:
-                    fail("the peer needs the target: run bf16 first or give --target")
-                if not os.path.exists(dump):  # the batches of this seed, from a one-step run of the program
+                if not os.path.exists(dump):  # the batches of this seed, from a short run of the program
                     program("bf16", seed, ["--stop-after", str(a.eval_every), "--dump-batches", dump, "--eval-every", "0"],
                             f"dump-seed{seed}")
                 cmd = [sys.executable, os.path.join(HERE, "target_peer.py"), "--batches", dump,
                        "--eval", os.path.join(a.data, "eval"), "--vocab", str(vocab), "--steps", str(a.steps), "--lr", str(a.lr),
                        "--warmup", str(a.warmup), "--eval-every", str(a.eval_every), "--eval-batches", str(a.eval_batches),
-                       "--target-loss", repr(target), "--seed", str(seed), "--csv", os.path.join(a.logs, name + ".csv")] + \
-                    [x for pair in zip(model[::2], model[1::2]) for x in pair]
-                rc = run_logged(cmd, os.path.join(a.logs, name + ".log"), a.limit)
-                got = read_csv(os.path.join(a.logs, name + ".csv"))
-            elif recipe == "bf16" and target is None:
-                rc, got = program("bf16", seed, ["--stop-after", str(at90), "--dump-batches", dump], name)
-                evs = [r for r in got if r.get("eval_loss") and int(r["step"]) == at90]
-                if rc != 0 or not evs:
-                    fail(f"the bf16 run that sets the target failed (exit {rc}): {a.logs}/{name}.log")
-                target = float(evs[0]["eval_loss"])
-                print(f"target: held-out loss {target:.4f}, bf16 seed {seed} at step {at90} of {a.steps}", flush=True)
-            else:
-                extra = ["--target-loss", repr(target)]
-                if recipe == "bf16":
-                    extra += ["--dump-batches", dump]
-                if recipe == "mxfp4-fp8":
-                    extra += ["--switch-to", "fp8", "--switch-at", str(at80)]
-                if target is None:
-                    fail(f"{recipe}: no target yet: put bf16 first or give --target")
-                rc, got = program("mxfp4" if recipe == "mxfp4-fp8" else recipe, seed, extra, name)
-            hit = first_at_or_below(got, target)
-            if not hit and not got:
-                print(f"  {name}: FAILED (exit {rc}), no evaluation: no row (its log says why)", flush=True)
+                       "--target-loss", repr(target), "--seed", str(seed), "--csv", os.path.join(a.logs, name + ".csv")] + model
+                run_logged(cmd, os.path.join(a.logs, name + ".log"), a.limit)
                 continue
-            results[(recipe, seed)] = hit if hit else ("missed", last_eval(got), rc)
-            print(f"  {name}: " + (f"target at step {hit[2]}, {hit[0]:.1f} s, {hit[1] / 1e6:.1f} M tokens" if hit else
-                                   f"target not reached (last held-out loss {last_eval(got):.4f}, exit {rc})"), flush=True)
-
-    label = {"mxfp4": "mxfp4+Hadamard", "mxfp4-fp8": "mxfp4+Hadamard -> fp8 at 80 %", "peer": "PyTorch bf16 torch.compile"}
-    peer_settings = f"bench/target_peer.py, same batches (the bf16 run's --dump-batches) and held-out data; {shape}"
-    for (recipe, seed), r in results.items():
-        case = f"time to held-out loss {target:.4f}, {label.get(recipe, recipe)}, seed {seed}, {shape}"
-        if r[0] == "missed":
-            rows.append(render_results.new_row("time_to_target", case.replace("time to", "not reached:") + ": last held-out loss",
-                                               r[1], "nats", recipe=recipe.split("-")[0] if recipe != "peer" else "bf16",
-                                               shape=f"B{a.batch} T{a.seq}", device=device))
-            continue
-        peer = results.get(("peer", seed))
-        peer_time = peer[0] if peer and peer[0] != "missed" and recipe != "peer" else None
-        rows.append(render_results.new_row("time_to_target", case + ": time to train", r[0], "s",
-                                           peer=peer_name if peer_time else None, peer_value=peer_time,
-                                           peer_settings=peer_settings if peer_time else None,
-                                           recipe=recipe.split("-")[0] if recipe != "peer" else "bf16",
-                                           shape=f"B{a.batch} T{a.seq}", device=device))
-        base = results.get(("bf16", seed))
-        base_tokens = base[1] if base and base[0] != "missed" and recipe != "bf16" else None
-        rows.append(render_results.new_row("time_to_target", case + ": tokens to the target", r[1], "tokens",
-                                           peer="mxkit bf16, same seed" if base_tokens else None, peer_value=base_tokens,
-                                           peer_settings="the same program and data, --recipe bf16" if base_tokens else None,
-                                           recipe=recipe.split("-")[0] if recipe != "peer" else "bf16",
-                                           shape=f"B{a.batch} T{a.seq}", device=device))
+            extra = ["--target-loss", repr(target)]
+            if recipe == "bf16":
+                extra += ["--dump-batches", dump]
+            if recipe == "mxfp4-fp8":
+                extra += ["--switch-to", "fp8", "--switch-at", str(at80)]
+            program("mxfp4" if recipe == "mxfp4-fp8" else recipe, seed, extra, name)
+    rows, results = rows_from_logs(a, corpus, targets)
+    summary_table(a, results, targets)
     if not rows:
         print("no rows")
         return 1
-    if a.results.endswith(".jsonl"):
-        with open(a.results, "a", encoding="utf-8") as f:
-            f.write("".join(render_results.make_line(r) + "\n" for r in rows))
-    else:
-        render_results.append_rows(rows, a.results)
-    print(f"{len(rows)} rows -> {a.results}")
-    missed = [k for k, r in results.items() if r[0] == "missed"]
-    return 3 if missed else 0
+    write_rows(rows, a.results)
+    return 3 if any(r[0] == "missed" for r in results.values()) else 0
+
+
+def cmd_rows(a):
+    """Rows again from the CSVs of earlier runs (a device call whose rows did not come back)."""
+    with open(os.path.join(a.data, "corpus.json")) as f:
+        corpus = json.load(f)
+    at90 = a.steps * 9 // 10
+    targets = {s: (a.target if a.target is not None else seed_target(a.logs, s, at90)) for s in a.seeds}
+    rows, results = rows_from_logs(a, corpus, targets)
+    summary_table(a, results, targets)
+    if not rows:
+        print("no rows")
+        return 1
+    write_rows(rows, a.results)
+    return 0
 
 
 def main(argv=None):
@@ -338,29 +393,31 @@ def main(argv=None):
     c.add_argument("--vocab", type=int, default=16384)
     c.add_argument("--root", action="append", help="a folder of text (repeatable; default: see above)")
     c.add_argument("--train-bytes", type=int, default=96 << 20, help="characters the tokenizer learns from")
-    r = sub.add_parser("run")
-    r.add_argument("--program", required=True)
-    r.add_argument("--data", required=True)
-    r.add_argument("--logs", required=True)
-    r.add_argument("--seeds", type=int, nargs="+", default=[0])
-    r.add_argument("--recipes", nargs="+", default=["bf16", "fp8", "mxfp8", "mxfp4", "mxfp4-fp8", "peer"],
-                   choices=["bf16", "fp8", "mxfp8", "mxfp4", "mxfp4-fp8", "peer"])
-    r.add_argument("--target", type=float, help="the held-out loss (default: bf16's at 90 %% of its steps)")
-    r.add_argument("--layers", type=int, default=6)
-    r.add_argument("--d-model", type=int, default=768)
-    r.add_argument("--heads", type=int, default=12)
-    r.add_argument("--kv-heads", type=int, default=4)
-    r.add_argument("--ffn", type=int, default=2048)
-    r.add_argument("--seq", type=int, default=1024)
-    r.add_argument("--batch", type=int, default=32)
-    r.add_argument("--steps", type=int, default=1600)
-    r.add_argument("--lr", type=float, default=6e-4)
-    r.add_argument("--warmup", type=int, default=100)
-    r.add_argument("--eval-every", type=int, default=40)
-    r.add_argument("--eval-batches", type=int, default=8)
-    r.add_argument("--limit", type=int, default=600, help="seconds a run may take")
-    r.add_argument("--device", default="unknown")
-    r.add_argument("--results", default=os.path.join(HERE, "results"))
+    run_p = sub.add_parser("run")
+    rows_p = sub.add_parser("rows", help="the rows again from a run's CSVs (--logs), with the run's flags")
+    for r in (run_p, rows_p):
+        r.add_argument("--program", required=r is run_p)
+        r.add_argument("--data", required=True)
+        r.add_argument("--logs", required=True)
+        r.add_argument("--seeds", type=int, nargs="+", default=[0])
+        r.add_argument("--recipes", nargs="+", default=["bf16", "fp8", "mxfp8", "mxfp4", "mxfp4-fp8", "peer"],
+                       choices=["bf16", "fp8", "mxfp8", "mxfp4", "mxfp4-fp8", "peer"])
+        r.add_argument("--target", type=float, help="the held-out loss for every seed (default: each seed's bf16 at 90 %% of its steps)")
+        r.add_argument("--layers", type=int, default=6)
+        r.add_argument("--d-model", type=int, default=768)
+        r.add_argument("--heads", type=int, default=12)
+        r.add_argument("--kv-heads", type=int, default=4)
+        r.add_argument("--ffn", type=int, default=2048)
+        r.add_argument("--seq", type=int, default=1024)
+        r.add_argument("--batch", type=int, default=32)
+        r.add_argument("--steps", type=int, default=1600)
+        r.add_argument("--lr", type=float, default=6e-4)
+        r.add_argument("--warmup", type=int, default=100)
+        r.add_argument("--eval-every", type=int, default=40)
+        r.add_argument("--eval-batches", type=int, default=8)
+        r.add_argument("--limit", type=int, default=600, help="seconds a run may take")
+        r.add_argument("--device", default="unknown")
+        r.add_argument("--results", default=os.path.join(HERE, "results"))
     a = ap.parse_args(argv)
     if a.cmd == "corpus":
         if not 256 < a.vocab <= 65500:
@@ -369,7 +426,7 @@ def main(argv=None):
     for k in ("steps", "batch", "seq", "eval_every", "eval_batches", "layers"):
         if getattr(a, k) < 1:
             fail(f"--{k.replace('_', '-')} must be at least 1")
-    return cmd_run(a)
+    return cmd_run(a) if a.cmd == "run" else cmd_rows(a)
 
 
 if __name__ == "__main__":

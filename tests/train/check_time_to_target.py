@@ -7,10 +7,11 @@
 1. `corpus` over two folders of the repository (docs/, include/mxkit/train/): a sentencepiece
    tokenizer trained here, the train and held-out datasets written, corpus.json consistent with
    the files (documents, tokens, and no document in both parts).
-2. `run` with bf16, fp8 and mxfp4-fp8 (the PyTorch peer only where PyTorch is installed):
-   the target is bf16's held-out loss at 90 % of its steps, read back from its CSV here; each
-   recipe's row gives the time_s and tokens of its CSV's first evaluation at or below the target;
-   the rows are valid for bench/render_results.py.
+2. `run` with bf16, fp8 and mxfp4-fp8 (the PyTorch peer only where PyTorch is installed), seeds
+   0 and 1: each seed's target is its bf16 held-out loss at 90 % of the steps, read back from
+   its CSV here; each recipe's row gives the time_s and tokens of its CSV's first evaluation at
+   or below its seed's target; the rows are valid for bench/render_results.py, and `rows` makes
+   the same rows again from the CSVs.
 3. Refusals: more steps than the data holds once (exit 2, naming --steps); an evaluation interval
    that misses 90 % of the steps (exit 2).
 Exit 77 (skipped) when numpy or sentencepiece is missing, unless CI=true, where they are required.
@@ -79,22 +80,30 @@ def main():
 
         tiny = ["--layers", "1", "--d-model", "32", "--heads", "2", "--kv-heads", "1", "--ffn", "64", "--seq", "16",
                 "--batch", "2", "--warmup", "2", "--lr", "3e-3", "--eval-batches", "2", "--device", "host"]
-        rc, text = run(["run", "--program", program, "--data", data, "--logs", logs, "--steps", "20", "--eval-every", "2",
-                        "--recipes", "bf16", "fp8", "mxfp4-fp8", "peer", "--results", rows_file] + tiny)
+        flags = ["--data", data, "--logs", logs, "--steps", "20", "--eval-every", "2", "--seeds", "0", "1",
+                 "--recipes", "bf16", "fp8", "mxfp4-fp8", "peer"] + tiny
+        rc, text = run(["run", "--program", program, "--results", rows_file] + flags)
         check(rc in (0, 3), "run: exit %d\n%s" % (rc, text))
-        with open(os.path.join(logs, "bf16-seed0.csv"), newline="") as f:
-            bf16 = list(csv.DictReader(f))
-        at90 = [r for r in bf16 if r["step"] == "18" and r["eval_loss"]]
-        check(len(at90) == 1, "bf16 evaluated at step 18 (90 %% of 20) and stopped there: %s" % [r["step"] for r in bf16])
-        target = float(at90[0]["eval_loss"]) if at90 else None
         with open(rows_file) as f:
             rows = [render_results.validate(json.loads(line), "time_to_target") for line in f]
-        check(len(rows) >= 3, "rows for the recipes: %d" % len(rows))
-        for recipe, name in (("bf16", "bf16"), ("fp8", "fp8"), ("mxfp4-fp8", "mxfp4+Hadamard -> fp8 at 80 %")):
-            with open(os.path.join(logs, recipe + "-seed0.csv"), newline="") as f:
+        check(len(rows) >= 6, "rows for the recipes and seeds: %d" % len(rows))
+        rc, again = run(["rows", "--results", rows_file.replace("rows.jsonl", "rows_again.jsonl")] + flags)
+        with open(rows_file.replace("rows.jsonl", "rows_again.jsonl")) as f:
+            rows_again = [json.loads(line) for line in f]
+        check(rc == 0 and [(r["case"], r["value"]) for r in rows_again] == [(r["case"], r["value"]) for r in rows],
+              "rows from the CSVs are the run's rows: exit %d\n%s" % (rc, again))
+        for seed, recipe, name in [(s, r, n) for s in (0, 1) for r, n in (("bf16", "bf16"), ("fp8", "fp8"),
+                                                                            ("mxfp4-fp8", "mxfp4+Hadamard -> fp8 at 80 %"))]:
+            with open(os.path.join(logs, "bf16-seed%d.csv" % seed), newline="") as f:
+                bf16 = list(csv.DictReader(f))
+            at90 = [r for r in bf16 if r["step"] == "18" and r["eval_loss"]]
+            check(len(at90) == 1 and bf16[-1]["step"] == "18", "bf16 seed %d evaluated at step 18 (90 %% of 20) and stopped there: %s"
+                  % (seed, [r["step"] for r in bf16]))
+            target = float(at90[0]["eval_loss"]) if at90 else None
+            with open(os.path.join(logs, "%s-seed%d.csv" % (recipe, seed)), newline="") as f:
                 got = list(csv.DictReader(f))
             hit = next((r for r in got if r["eval_loss"] and target is not None and float(r["eval_loss"]) <= target), None)
-            mine = [r for r in rows if (", %s, seed 0," % name) in r["case"]]
+            mine = [r for r in rows if (", %s, seed %d," % (name, seed)) in r["case"]]
             if hit:
                 t = [r for r in mine if r["case"].endswith(": time to train")]
                 n = [r for r in mine if r["case"].endswith(": tokens to the target")]
