@@ -34,7 +34,7 @@ def test_device_quantize_equals_host_oracle(fmt, dtype, layout):
     for dev_copy, host_copy in ((row, hrow), (col, hcol)):
         np.testing.assert_array_equal(host_bytes(dev_copy.codes), host_bytes(host_copy.codes))
         np.testing.assert_array_equal(host_bytes(dev_copy.scales), host_bytes(host_copy.scales))
-    r = mxkit.validate(x, row.codes, row.scales, fmt=fmt, layout=layout, rule="round_up")
+    r = mxkit.validate(x, row.codes, row.scales, fmt=fmt, scale_layout=layout, rule="round_up")
     assert r.ok, str(r)
 
 
@@ -211,7 +211,7 @@ def test_inputs_that_require_grad_and_empty_inputs():
     empty = torch.empty(0, 64, device=DEV)
     row, col = mxkit.quantize(empty, "mxfp8_e5m2", axis="both", scale_layout="cublas_128x4")
     assert row.codes.is_cuda and tuple(row.codes.shape) == (0, 64) and tuple(col.codes.shape) == (64, 0)
-    assert mxkit.validate(empty, row.codes, row.scales, fmt="mxfp8_e5m2", layout="cublas_128x4").elements_checked == 0
+    assert mxkit.validate(empty, row.codes, row.scales, fmt="mxfp8_e5m2", scale_layout="cublas_128x4").elements_checked == 0
 
 
 def test_numpy_and_mxkit_tensors_cross_with_this_numpy():
