@@ -10,13 +10,24 @@ its tensors are passed in.
 
     import mxkit, numpy as np
     x = np.random.randn(128, 256).astype(np.float32)
-    codes, scales = mxkit.quantize(x, "mxfp4", scale_layout="cublas_128x4")
-    r = mxkit.validate(x, codes, scales, fmt="mxfp4", preset="torchao_floor", layout="cublas_128x4")
-    print(r.summary())
+    copy = mxkit.quantize(x, "mxfp4", scale_layout="cublas_128x4")
+    print(mxkit.validate(x, copy).summary())        # the copy carries its description
+    y = mxkit.dequantize(copy)                       # so does dequantize
+    codes, scales = copy                             # a foreign copy: described by keywords
+    r = mxkit.validate(x, codes, scales, fmt="mxfp4", preset="torchao_floor", scale_layout="cublas_128x4")
 
 Names (formats, axes, rules, roundings, scale layouts) are mxkit's own (``mxkit.FORMATS``...);
-formats also take the short names e2m1/fp4, e4m3, e5m2, e2m3, e3m2, int8 and torch dtypes.
+formats also take the short names e2m1/fp4, e4m3, e5m2, e2m3, e3m2, int8 and torch dtypes. One
+keyword per concept in every function (``scale_layout``, ``nibbles``); the 0.2 spellings
+``layout=``, ``a_layout=``, ``b_layout=`` and ``order=`` still work with a DeprecationWarning.
+Every argument is checked before any work: a bad one raises ValueError (a value out of its
+range) or TypeError (a value of the wrong kind) naming it.
 """
+import contextlib
+import functools
+import numbers
+import warnings
+
 from . import _mxkit
 
 __all__ = [
@@ -50,14 +61,82 @@ def has_gpu():
     return bool(_mxkit.gpu)
 
 
-def _format(fmt):
+# ---- argument checks: every public argument is checked here or in _mxkit before any work, so a
+# bad one is a ValueError / TypeError naming it, never pybind11's signature dump or a wrong number.
+_INDEX_MAX = 2 ** 63 - 1
+_MAX_THREADS = 1024  # the host reference starts n threads when asked for n
+
+
+def _integer(func, name, value, lo=0, hi=_INDEX_MAX):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{func}: {name} must be an integer, got {value!r}")
+    value = int(value)
+    if not lo <= value <= hi:
+        raise ValueError(f"{func}: {name}={value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def _flag(func, name, value, optional=False):
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or type(value).__name__ == "bool_":  # NumPy's bool too
+        return bool(value)
+    raise TypeError(f"{func}: {name} must be True or False{' or None' if optional else ''}, got {value!r}")
+
+
+def _name(func, name, value, optional=True):
+    """A keyword that takes one of mxkit's names: its kind here, its value in _mxkit (the names
+    live once, in the C++ enum_names)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{func}: {name} must be a string{' or None' if optional else ''}, got {value!r}")
+    return value
+
+
+def _real(func, name, value, lo=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{func}: {name} must be a real number, got {value!r}")
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")) or (lo is not None and value < lo):
+        raise ValueError(f"{func}: {name}={value!r} is out of range ({'a finite number' if lo is None else f'finite, >= {lo}'})")
+    return value
+
+
+def _stream_arg(func, stream):
+    if stream is None:
+        return None
+    return _integer(func, "stream", stream, 0, 2 ** 64 - 1)
+
+
+def _renamed(**old_to_new):
+    """Keeps a keyword's 0.2 spelling for one release: it warns and means the new one."""
+    def wrap(f):
+        @functools.wraps(f)
+        def call(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{f.__name__}: give {new}= only ({old}= is its deprecated spelling)")
+                    warnings.warn(f"{f.__name__}: {old}= is deprecated; use {new}= (same meaning)", DeprecationWarning,
+                                  stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return f(*args, **kwargs)
+        return call
+    return wrap
+
+
+def _format(fmt, func="mxkit", name="fmt"):
     if fmt is None:
         return None
-    name = str(fmt).rsplit(".", 1)[-1]  # torch.float8_e4m3fn -> float8_e4m3fn
-    name = _ALIASES.get(name, name)
-    if name not in FORMATS:
-        raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMATS)} (or e2m1, e4m3, e5m2, e2m3, e3m2, int8)")
-    return name
+    if not isinstance(fmt, str) and type(fmt).__module__.split(".")[0] != "torch":
+        raise TypeError(f"{func}: {name} must be a format name or a torch dtype, got {fmt!r}")
+    short = str(fmt).rsplit(".", 1)[-1]  # torch.float8_e4m3fn -> float8_e4m3fn
+    short = _ALIASES.get(short, short)
+    if short not in FORMATS:
+        raise ValueError(f"{func}: {name}: format {fmt!r} is not one of {', '.join(FORMATS)} "
+                         "(or e2m1, e4m3, e5m2, e2m3, e3m2, int8)")
+    return short
 
 
 def _framework(x):
@@ -67,7 +146,10 @@ def _framework(x):
 
 def _is_device(x):
     if hasattr(x, "__dlpack_device__") and not isinstance(x, _mxkit.Tensor):
-        return int(x.__dlpack_device__()[0]) not in (1, 3)  # kDLCPU, kDLCUDAHost
+        try:
+            return int(x.__dlpack_device__()[0]) not in (1, 3)  # kDLCPU, kDLCUDAHost
+        except Exception:  # a broken producer: _import names it
+            return False
     return isinstance(x, _mxkit.Tensor) and x.device != "cpu"
 
 
@@ -77,6 +159,14 @@ def _bytes_view(x):
         import torch
         return x.view(torch.uint8)
     return x
+
+
+def _torch_stream(x, stream):
+    """torch's stream object for a DLPack stream integer on x's device."""
+    import torch
+    if stream == 1:
+        return torch.cuda.default_stream(x.device)
+    return torch.cuda.ExternalStream(stream, device=x.device)
 
 
 def _caller_stream(x, stream):
@@ -104,18 +194,48 @@ def _import(x, stream=None):
     return _mxkit.import_tensor(x, stream)
 
 
+def _import_arg(func, name, x, stream=None):
+    """_import with the argument's name in any error (a list, a producer that refuses)."""
+    if isinstance(x, MXCopy):
+        raise TypeError(f"{func}: {name} is an MXCopy; pass its codes or scales, or the copy where the function takes one")
+    try:
+        return _import(x, stream)
+    except (ValueError, BufferError, RuntimeError) as e:
+        raise ValueError(f"{func}: {name}: {e}") from None
+    except (TypeError, AttributeError) as e:
+        raise TypeError(f"{func}: {name} must be an array (NumPy, torch, CuPy or DLPack), got {type(x).__name__}: {e}") from None
+
+
 def _record_stream(x, stream):
-    """Tells torch's caching allocator that device tensor x is read on `stream` (a DLPack
-    integer), when that is not x's current stream: otherwise, once the caller frees x, its memory
-    may be handed to a new tensor while mxkit's kernel still reads it."""
+    """Tells torch's caching allocator that device tensor x is read or written on `stream` (a
+    DLPack integer), when that is not x's current stream: otherwise, once the caller frees x, its
+    memory may be handed to a new tensor while mxkit's kernel still uses it."""
     if _framework(x) != "torch" or not x.is_cuda:
         return
     import torch
     current = torch.cuda.current_stream(x.device)
     if (current.cuda_stream or 1) == stream:
         return
-    s = torch.cuda.default_stream(x.device) if stream == 1 else torch.cuda.ExternalStream(stream, device=x.device)
-    x.record_stream(s)
+    x.record_stream(_torch_stream(x, stream))
+
+
+def _device_empty(x, shapes, dtype, stream):
+    """Empty results from device tensor x's framework (torch's caching allocator, CuPy's pool) on
+    x's device, owned by `stream`; None for other frameworks (mxkit's stream-ordered pool then)."""
+    fw = _framework(x)
+    if fw == "torch":
+        import torch
+        current = torch.cuda.current_stream(x.device)
+        ctx = contextlib.nullcontext() if (current.cuda_stream or 1) == stream else torch.cuda.stream(_torch_stream(x, stream))
+        with ctx:
+            return [torch.empty(shape, dtype=getattr(torch, dtype), device=x.device) for shape in shapes]
+    if fw == "cupy" and dtype != "bfloat16":  # CuPy has no bfloat16
+        import cupy
+        current = cupy.cuda.get_current_stream()
+        ctx = contextlib.nullcontext() if (current.ptr or 1) == stream else cupy.cuda.ExternalStream(stream)
+        with x.device, ctx:
+            return [cupy.empty(shape, dtype=dtype) for shape in shapes]
+    return None
 
 
 def _host(x):
@@ -144,15 +264,27 @@ def _like(x, arr):
     return arr
 
 
-def _shape2(x):
-    shape = tuple(int(s) for s in x.shape)
+def _shape2(t, func, name="x"):
+    shape = tuple(int(s) for s in t.shape)
     if len(shape) != 2:
-        raise ValueError(f"expected a 2-D [rows, cols] tensor, got shape {shape}")
+        raise ValueError(f"{func}: {name} must be 2-D [rows, cols], got shape {shape}")
     return shape
 
 
+def _shape_arg(func, shape):
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise TypeError(f"{func}: shape must be (rows, cols), got {shape!r}") from None
+    if len(dims) != 2:
+        raise ValueError(f"{func}: shape must be (rows, cols), got {shape!r}")
+    return tuple(_integer(func, "shape", d) for d in dims)
+
+
 class MXCopy(tuple):
-    """One quantized copy: ``codes, scales = copy``; ``copy.description`` says its layout.
+    """One quantized copy: ``codes, scales = copy``; ``copy.description`` says how it is stored
+    and was quantized (format, axis, shape, scale layout, rule, rounding, Hadamard...), so
+    ``dequantize(copy)`` and ``validate(x, copy)`` need no argument that could disagree with it.
 
     codes: the element codes (one byte each; MXFP4 two per byte, low nibble first unless the
     description says otherwise), [lines, bytes per line]. scales: the E8M0 bytes, [lines, blocks]
@@ -160,6 +292,9 @@ class MXCopy(tuple):
     """
 
     def __new__(cls, codes, scales, description):
+        if not isinstance(description, _mxkit.CopyDescription):
+            raise TypeError(f"MXCopy: description must be a copy description (an MXCopy's .description), got "
+                            f"{type(description).__name__}")
         self = super().__new__(cls, (codes, scales))
         self.description = description
         return self
@@ -171,20 +306,50 @@ class MXCopy(tuple):
         return f"MXCopy({self.description!r})"
 
 
-def _describe(rows, cols, fmt, axis, preset="mxkit", layout=None, rule=None, rounding=None, hadamard=None,
+def _layout_alias(d):
+    warnings.warn("CopyDescription.layout is deprecated; use .scale_layout (same meaning)", DeprecationWarning,
+                  stacklevel=2)
+    return d.scale_layout
+
+
+_mxkit.CopyDescription.layout = property(_layout_alias)
+
+
+def _describe(func, rows, cols, fmt, axis, preset="mxkit", scale_layout=None, rule=None, rounding=None, hadamard=None,
               random_signs=False, seed=0, nibbles=None, columnwise=None, padding_stored=None):
+    if not isinstance(preset, str):
+        raise TypeError(f"{func}: preset must be a string, got {preset!r}")
     if preset not in PRESETS:
-        raise ValueError(f"preset {preset!r} is not one of {', '.join(PRESETS)}")
-    fmt = _format(fmt) or _PRESET_FORMAT.get(preset)
+        raise ValueError(f"{func}: preset {preset!r} is not one of {', '.join(PRESETS)}")
+    fmt = _format(fmt, func) or _PRESET_FORMAT.get(preset)
     if fmt is None:
-        raise ValueError("give the element format (fmt=...), e.g. 'mxfp4' or 'mxfp8_e4m3'")
-    return _mxkit.describe_copy(rows, cols, fmt, axis, preset=preset, layout=layout, rule=rule, rounding=rounding,
-                                hadamard=hadamard, random_signs=random_signs, seed=seed, nibbles=nibbles,
-                                columnwise=columnwise, padding_stored=padding_stored)
+        raise ValueError(f"{func}: give the element format (fmt=...), e.g. 'mxfp4' or 'mxfp8_e4m3'")
+    return _mxkit.describe_copy(
+        rows, cols, fmt, _name(func, "axis", axis, optional=False), preset=preset,
+        layout=_name(func, "scale_layout", scale_layout), rule=_name(func, "rule", rule),
+        rounding=_name(func, "rounding", rounding), hadamard=_flag(func, "hadamard", hadamard, optional=True),
+        random_signs=_flag(func, "random_signs", random_signs), seed=_integer(func, "seed", seed, 0, 2 ** 64 - 1),
+        nibbles=_name(func, "nibbles", nibbles), columnwise=_name(func, "columnwise", columnwise),
+        padding_stored=_flag(func, "padding_stored", padding_stored, optional=True))
+
+
+def _outputs(func, out, copies):
+    """out= as a flat list [codes, scales, ...]: (codes, scales) for one copy, ((codes, scales),
+    (codes, scales)) for axis="both"."""
+    if out is None:
+        return None
+    try:
+        flat = list(out) if copies == 1 else [a for pair in out for a in pair]
+    except TypeError:
+        flat = None
+    if flat is None or len(flat) != 2 * copies or any(isinstance(a, (tuple, list)) for a in flat):
+        want = "(codes, scales)" if copies == 1 else "((codes, scales), (codes, scales))"
+        raise ValueError(f"{func}: out must be {want} for this axis, got {out!r}"[:400])
+    return flat
 
 
 def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, scale_layout="row_major", *,
-             preset="mxkit", random_signs=False, seed=0, nibbles=None, stream=None, threads=0):
+             preset="mxkit", random_signs=False, seed=0, nibbles=None, stream=None, threads=0, out=None):
     """Quantizes a 2-D float32 / bfloat16 / float16 tensor to MX format `fmt`.
 
     axis: "rowwise" (blocks of 32 along a row), "columnwise" (along a column; stored transposed),
@@ -194,84 +359,49 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     cublas_128x4 (torch._scaled_mm / torchao to_blocked), aiter_shuffle. preset: a peer's
     quantizer reproduced byte for byte (host only), e.g. "torchao_rceil".
 
+    out: arrays to write the copy into, (codes, scales) (for axis="both", one pair per copy):
+    bytes of exactly the shapes quantize returns, contiguous, on x's device; they are returned.
+
     Host input: the host reference. CUDA input: mxkit's device quantizer, on `stream` (a CUDA
-    stream handle; default: the framework's current stream), without a host synchronization.
+    stream handle; default: the framework's current stream), without a host or device
+    synchronization; the results are allocated by x's framework (torch's caching allocator,
+    CuPy's pool) on that stream, or by mxkit's stream-ordered pool for other DLPack producers.
     Returns an MXCopy (codes, scales), or (rowwise, columnwise) for axis="both".
     """
+    f = "quantize"
+    threads = _integer(f, "threads", threads, 0, _MAX_THREADS)
+    stream = _stream_arg(f, stream)
+    if isinstance(axis, str) and axis == "both":
+        axes = ("rowwise", "columnwise")
+    else:
+        axes = (_name(f, "axis", axis, optional=False),)
     device = _is_device(x)
     s = _caller_stream(x, stream) if device else None
-    t = _import(x, s)
+    t = _import_arg(f, "x", x, s)
+    rows, cols = _shape2(t, f)
+    descs = [_describe(f, rows, cols, fmt, a, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles)
+             for a in axes]
+    given = _outputs(f, out, len(descs))
     if device:
         _record_stream(x, s)
-    rows, cols = _shape2(t)
-    both = axis == "both"
-    first_axis = "rowwise" if both else axis
-    desc = _describe(rows, cols, fmt, first_axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed,
-                     nibbles)
-    if device:
-        outs = _mxkit.quantize_device(t, desc, both, s)
-        descs = [desc]
-        if both:
-            descs.append(_describe(rows, cols, fmt, "columnwise", preset, scale_layout, rule, rounding, hadamard,
-                                   random_signs, seed, nibbles))
-        copies = [MXCopy(_like(x, c), _like(x, sc), d) for (c, sc), d in zip(outs, descs)]
-        return tuple(copies) if both else copies[0]
-    copies = []
-    for a in (("rowwise", "columnwise") if both else (axis,)):
-        d = desc if a == first_axis else _describe(rows, cols, fmt, a, preset, scale_layout, rule, rounding, hadamard,
-                                                   random_signs, seed, nibbles)
-        codes, scales = _mxkit.quantize_host(t, d, threads)
-        copies.append(MXCopy(_like(x, codes), _like(x, scales), d))
-    return tuple(copies) if both else copies[0]
-
-
-def dequantize(codes, scales, fmt, shape, axis="rowwise", scale_layout="row_major", *, preset="mxkit",
-               hadamard=None, random_signs=False, seed=0, nibbles=None, columnwise=None, padding_stored=None):
-    """The logical [rows, cols] float32 values of a stored copy (the rotation undone). Host arrays
-    (device ones are copied to the host first). Returns NumPy (or torch for torch input)."""
-    rows, cols = (int(s) for s in shape)
-    desc = _describe(rows, cols, fmt, axis, preset, scale_layout, None, None, hadamard, random_signs, seed, nibbles,
-                     columnwise, padding_stored)
-    out = _mxkit.dequantize_host(_import(_host(codes)), _import(_host(scales)), desc)
-    return _like(codes, out) if not _is_device(codes) else out
-
-
-def encode(x, fmt, rounding="nearest_even", saturate=True):
-    """Element codes of float32 values, one byte each (MXFP4: not packed, see pack_fp4).
-    saturate=False overflows as torch's casts do (E4M3: NaN, E5M2: Inf), so
-    encode(x, "e4m3", saturate=False) equals x.to(torch.float8_e4m3fn).view(torch.uint8)."""
-    import numpy as np
-    arr = np.ascontiguousarray(np.asarray(_host(x), dtype=np.float32))
-    return _mxkit.encode(_import(arr), _format(fmt), rounding, "saturate" if saturate else "propagate")
-
-
-def decode(codes, fmt):
-    """float32 values of element codes (one code per byte; MXFP4 unpacked, see unpack_fp4)."""
-    import numpy as np
-    arr = np.ascontiguousarray(np.asarray(_host(_bytes_view(codes)), dtype=np.uint8))
-    return _mxkit.decode(_import(arr), _format(fmt))
-
-
-def pack_fp4(codes, order="low_first"):
-    """Two FP4 codes per byte along the last axis: element 2i in the low nibble (low_first, as
-    torch.float4_e2m1fn_x2), or in the high nibble (high_first)."""
-    import numpy as np
-    c = np.asarray(codes, dtype=np.uint8) & 0xF
-    if c.shape[-1] % 2:
-        raise ValueError(f"pack_fp4: the last axis has {c.shape[-1]} codes, not an even number")
-    even, odd = c[..., 0::2], c[..., 1::2]
-    return (even | (odd << 4)) if order == "low_first" else (odd | (even << 4))
-
-
-def unpack_fp4(packed, order="low_first"):
-    """The inverse of pack_fp4."""
-    import numpy as np
-    p = np.asarray(_host(_bytes_view(packed)), dtype=np.uint8)
-    lo, hi = p & 0xF, p >> 4
-    first, second = (lo, hi) if order == "low_first" else (hi, lo)
-    out = np.empty(p.shape[:-1] + (2 * p.shape[-1],), dtype=np.uint8)
-    out[..., 0::2], out[..., 1::2] = first, second
-    return out
+        shapes = [shape for d in descs for shape in (d.data_shape, d.scale_shape)]
+        arrays = given if given is not None else _device_empty(x, shapes, "uint8", s)
+        refs = None if arrays is None else [_import_arg(f, "out", a, s) for a in arrays]
+        made = _mxkit.quantize_device(t, descs, s, refs)
+        if given is not None:
+            for a in given:
+                _record_stream(a, s)
+        pairs = [(arrays[i], arrays[i + 1]) for i in range(0, len(arrays), 2)] if arrays is not None else \
+            [(_like(x, c), _like(x, sc)) for c, sc in made]
+    else:
+        pairs = []
+        for i, d in enumerate(descs):
+            pair = None if given is None else given[2 * i:2 * i + 2]
+            refs = None if pair is None else [_import_arg(f, "out", a) for a in pair]
+            codes, scales = _mxkit.quantize_host(t, d, threads, refs)
+            pairs.append(tuple(pair) if pair is not None else (_like(x, codes), _like(x, scales)))
+    copies = [MXCopy(c, sc, d) for (c, sc), d in zip(pairs, descs)]
+    return tuple(copies) if len(copies) == 2 else copies[0]
 
 
 def _format_of_codes(codes):
@@ -280,75 +410,241 @@ def _format_of_codes(codes):
             "torch.float4_e2m1fn_x2": "mxfp4"}.get(name)
 
 
-def validate(x, codes, scales, fmt=None, axis="rowwise", preset="mxkit", layout=None, *, rule=None, rounding=None,
-             hadamard=None, random_signs=False, seed=0, nibbles=None, columnwise=None, padding_stored=None,
-             max_reported=16, diagnose=True, strict_nan_blocks=False, check_padding=True, threads=0):
-    """Checks an MX copy another kernel wrote against mxkit's reference, byte for byte.
+def _copy_form(func, copy, **loose):
+    """The description of an MXCopy given where a loose copy could be: the keywords that describe
+    a copy must then be left out (they could only disagree with the copy's own)."""
+    given = [k for k, v in loose.items() if v is not None]
+    if given:
+        raise TypeError(f"{func}: an MXCopy carries its description; leave out {', '.join(given)} "
+                        "(or pass codes and scales with the keywords that describe them)")
+    return copy.description
 
-    x: the high-precision input [rows, cols]; codes, scales: the copy as stored. preset: how the
-    peer quantizes and stores (mxkit, torchao_floor / _rceil / _ceil / _even, te_mxfp8,
-    rocm_te_mxfp4[_software]); layout: the scale layout (row_major, cublas_128x4, aiter_shuffle);
-    rule, rounding, hadamard, nibbles (low_first, high_first), columnwise (transposed,
-    not_transposed), padding_stored override the preset. fmt may be left out for torch float8 /
-    float4 code tensors and for presets of one format. Device tensors are copied to the host.
+
+def dequantize(codes, scales=None, fmt=None, shape=None, axis=None, scale_layout=None, *, preset=None, hadamard=None,
+               random_signs=None, seed=None, nibbles=None, columnwise=None, padding_stored=None):
+    """The logical [rows, cols] float32 values of a copy (the rotation undone).
+
+    dequantize(copy): an MXCopy from quantize, read as its description says.
+    dequantize(codes, scales, fmt, shape, ...): a foreign copy described by keywords (as in
+    validate); the codes must hold exactly what that description stores.
+
+    Host arrays (device ones are copied to the host first). Returns NumPy (torch for torch
+    host input)."""
+    f = "dequantize"
+    if isinstance(codes, MXCopy):
+        d = _copy_form(f, codes, scales=scales, fmt=fmt, shape=shape, axis=axis, scale_layout=scale_layout,
+                       preset=preset, hadamard=hadamard, random_signs=random_signs, seed=seed, nibbles=nibbles,
+                       columnwise=columnwise, padding_stored=padding_stored)
+        codes, scales = codes
+    else:
+        if scales is None or shape is None:
+            raise TypeError(f"{f}: pass an MXCopy, or codes, scales, fmt and shape=(rows, cols)")
+        rows, cols = _shape_arg(f, shape)
+        d = _describe(f, rows, cols, _format(fmt, f) or _format_of_codes(codes), axis or "rowwise", preset or "mxkit",
+                      scale_layout, None, None, hadamard, bool(random_signs) if random_signs is not None else False,
+                      0 if seed is None else seed, nibbles, columnwise, padding_stored)
+    out = _mxkit.dequantize_host(_import_arg(f, "codes", _host(_bytes_view(codes))),
+                                 _import_arg(f, "scales", _host(_bytes_view(scales))), d)
+    return _like(codes, out) if not _is_device(codes) else out
+
+
+def _float32_values(func, name, x):
+    """x's values as a contiguous float32 NumPy array, refusing any value float32 does not hold
+    exactly: encoding a rounded copy would round twice."""
+    import numpy as np
+    if _framework(x) == "torch":
+        import torch
+        t = x.detach().cpu()
+        x = t.float().numpy() if t.dtype in (torch.float16, torch.bfloat16, torch.float32) else t.numpy()
+    else:
+        x = _host(x)
+    try:
+        arr = np.asarray(x)
+    except Exception as e:
+        raise TypeError(f"{func}: {name} must be an array of real numbers, got {type(x).__name__}: {e}") from None
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{func}: {name} must hold real numbers (float32 preferred), got dtype {arr.dtype}")
+    f32 = np.ascontiguousarray(arr, dtype=np.float32)
+    if arr.dtype != np.float32:
+        with np.errstate(invalid="ignore"):
+            exact = np.array_equal(f32.astype(arr.dtype), arr, equal_nan=arr.dtype.kind == "f")
+        if not exact:
+            raise ValueError(f"{func}: {name} holds {arr.dtype} values that float32 cannot hold exactly; they would be "
+                             f"rounded twice (pass {name}.astype(np.float32) if that is meant)")
+    return f32
+
+
+def _code_bytes(func, name, codes):
+    """Codes as a contiguous host byte array, never cast from another dtype: a float array is not
+    codes. Python lists of integers 0 to 255 are taken."""
+    import numpy as np
+    if isinstance(codes, (list, tuple, int)) and not isinstance(codes, bool):
+        arr = np.asarray(codes)
+        if arr.dtype.kind not in "iu" or (arr.size and (arr.min() < 0 or arr.max() > 255)):
+            raise ValueError(f"{func}: {name} must be integers from 0 to 255, got {codes!r}"[:300])
+        return arr.astype(np.uint8)
+    codes = _host(_bytes_view(codes))
+    if _framework(codes) == "torch":
+        return codes.contiguous()
+    if isinstance(codes, np.ndarray):
+        return np.ascontiguousarray(codes)
+    return codes
+
+
+def encode(x, fmt, rounding="nearest_even", saturate=True):
+    """Element codes of float32 values, one byte each (MXFP4: not packed, see pack_fp4).
+    saturate=False overflows as torch's casts do (E4M3: NaN, E5M2: Inf), so
+    encode(x, "e4m3", saturate=False) equals x.to(torch.float8_e4m3fn).view(torch.uint8).
+    Values of other dtypes are taken where float32 holds them exactly."""
+    f = "encode"
+    fmt = _format(fmt, f)
+    if fmt is None:
+        raise TypeError(f"{f}: fmt is required")
+    rounding = _name(f, "rounding", rounding, optional=False)
+    overflow = "saturate" if _flag(f, "saturate", saturate) else "propagate"
+    return _mxkit.encode(_import_arg(f, "x", _float32_values(f, "x", x)), fmt, rounding, overflow)
+
+
+def decode(codes, fmt):
+    """float32 values of element codes (one code per byte; MXFP4 unpacked, see unpack_fp4). A
+    byte with bits above the format's width is a ValueError."""
+    f = "decode"
+    fmt = _format(fmt, f)
+    if fmt is None:
+        raise TypeError(f"{f}: fmt is required")
+    return _mxkit.decode(_import_arg(f, "codes", _code_bytes(f, "codes", codes)), fmt)
+
+
+@_renamed(order="nibbles")
+def pack_fp4(codes, nibbles="low_first"):
+    """Two FP4 codes (0 to 15) per byte along the last axis: element 2i in the low nibble
+    (low_first, as torch.float4_e2m1fn_x2), or in the high nibble (high_first)."""
+    f = "pack_fp4"
+    nibbles = _name(f, "nibbles", nibbles, optional=False)
+    return _mxkit.pack_fp4(_import_arg(f, "codes", _code_bytes(f, "codes", codes)), nibbles)
+
+
+@_renamed(order="nibbles")
+def unpack_fp4(packed, nibbles="low_first"):
+    """The inverse of pack_fp4."""
+    f = "unpack_fp4"
+    nibbles = _name(f, "nibbles", nibbles, optional=False)
+    return _mxkit.unpack_fp4(_import_arg(f, "packed", _code_bytes(f, "packed", packed)), nibbles)
+
+
+@_renamed(layout="scale_layout")
+def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layout=None, *, rule=None, rounding=None,
+             hadamard=None, random_signs=None, seed=None, nibbles=None, columnwise=None, padding_stored=None,
+             max_reported=16, diagnose=True, strict_nan_blocks=False, check_padding=True, threads=0):
+    """Checks an MX copy against mxkit's reference, byte for byte.
+
+    validate(x, copy): an MXCopy (from quantize, or built by hand), checked as its description
+    says. validate(x, codes, scales, ...): a copy another kernel wrote, described by keywords:
+    preset (how the peer quantizes and stores: mxkit, torchao_floor / _rceil / _ceil / _even,
+    te_mxfp8, rocm_te_mxfp4[_software]); scale_layout (row_major, cublas_128x4, aiter_shuffle);
+    rule, rounding, hadamard, nibbles (low_first, high_first; MXFP4 only), columnwise
+    (transposed, not_transposed), padding_stored override the preset. fmt may be left out for
+    torch float8 / float4 code tensors and for presets of one format. x: the high-precision
+    input [rows, cols]. Device tensors are copied to the host.
 
     Returns a Report: ok, counts, summary(), str() (the full report), mismatches (arrays: kind,
     row, column, line, block, index, expected, actual, expected_value, actual_value, scale, ...)
     and, when it fails and diagnose is on, diagnosis / passing_change: the common mistake
     (nibble order, scale layout, columnwise storage, scale rule) that would make it pass.
     """
-    fmt = _format(fmt) or _format_of_codes(codes)
-    xh = _import(_host(x))
-    rows, cols = _shape2(xh)
-    desc = _describe(rows, cols, fmt, axis, preset, layout, rule, rounding, hadamard, random_signs, seed, nibbles,
-                     columnwise, padding_stored)
-    return _mxkit.validate_host(xh, _import(_host(_bytes_view(codes))), _import(_host(_bytes_view(scales))),
-                                desc, max_reported=max_reported, strict_nan_blocks=strict_nan_blocks,
-                                check_padding=check_padding, diagnose=diagnose, threads=threads)
+    f = "validate"
+    options = dict(max_reported=_integer(f, "max_reported", max_reported),
+                   strict_nan_blocks=_flag(f, "strict_nan_blocks", strict_nan_blocks),
+                   check_padding=_flag(f, "check_padding", check_padding), diagnose=_flag(f, "diagnose", diagnose),
+                   threads=_integer(f, "threads", threads, 0, _MAX_THREADS))
+    xh = _import_arg(f, "x", _host(x))
+    if isinstance(codes, MXCopy):
+        d = _copy_form(f, codes, scales=scales, fmt=fmt, axis=axis, preset=preset, scale_layout=scale_layout, rule=rule,
+                       rounding=rounding, hadamard=hadamard, random_signs=random_signs, seed=seed, nibbles=nibbles,
+                       columnwise=columnwise, padding_stored=padding_stored)
+        codes, scales = codes
+    else:
+        if scales is None:
+            raise TypeError(f"{f}: pass an MXCopy, or codes and scales")
+        rows, cols = _shape2(xh, f)
+        d = _describe(f, rows, cols, _format(fmt, f) or _format_of_codes(codes), axis or "rowwise", preset or "mxkit",
+                      scale_layout, rule, rounding, hadamard, False if random_signs is None else random_signs,
+                      0 if seed is None else seed, nibbles, columnwise, padding_stored)
+    return _mxkit.validate_host(xh, _import_arg(f, "codes", _host(_bytes_view(codes))),
+                                _import_arg(f, "scales", _host(_bytes_view(scales))), d, **options)
 
 
-def _operand(codes, fmt, k, preset, layout, nibbles, rule, rounding, hadamard):
-    fmt = _format(fmt) or _format_of_codes(codes) or _PRESET_FORMAT.get(preset)
+def _operand(func, side, codes, fmt, k, preset, scale_layout, nibbles, rule, rounding, hadamard):
+    """The description of GEMM operand `side` (a or b) from its codes: K given or read from them;
+    a K whose copy would not fill the codes' lines is an error (k=0 read a whole copy as empty)."""
+    fmt = _format(fmt, func, "fmt" if side == "a" else "b_fmt") or _format_of_codes(codes) or _PRESET_FORMAT.get(preset)
     if fmt is None:
-        raise ValueError("give the operand's element format (fmt=...)")
-    lines, line_bytes = _shape2(codes)
-    if k is None:
-        k = line_bytes * (2 if fmt == "mxfp4" else 1)
-    return _describe(lines, int(k), fmt, "rowwise", preset, layout, rule, rounding, hadamard, nibbles=nibbles)
+        raise ValueError(f"{func}: give the operands' element format (fmt=...)")
+    lines, line_bytes = _shape2(codes, func, f"{side}_codes")
+    inferred = line_bytes * (2 if fmt == "mxfp4" else 1)
+    k = inferred if k is None else _integer(func, "k", k)
+    d = _describe(func, lines, k, fmt, "rowwise", preset, scale_layout, rule, rounding, hadamard, nibbles=nibbles)
+    if lines and d.data_shape[1] != line_bytes:
+        raise ValueError(f"{func}: k={k} does not match {side}_codes, whose lines hold {line_bytes} bytes "
+                         f"({fmt}: a copy with k={k} stores {d.data_shape[1]})")
+    return d
 
 
+@_renamed(a_layout="a_scale_layout", b_layout="b_scale_layout")
 def validate_gemm(a_codes, a_scales, b_codes, b_scales, d, fmt=None, b_fmt=None, k=None, *, preset="mxkit",
-                  a_layout=None, b_layout=None, nibbles=None, rule=None, rounding=None, hadamard=None, alpha=1.0,
-                  sample_rows=0, rows=None, accumulation="tensor_core", relative=0.0, absolute=0.0, max_reported=8,
-                  threads=0):
+                  a_scale_layout=None, b_scale_layout=None, nibbles=None, rule=None, rounding=None, hadamard=None,
+                  alpha=1.0, sample_rows=0, rows=None, accumulation="tensor_core", relative=0.0, absolute=0.0,
+                  max_reported=8, threads=0):
     """Checks D[P,Q] = alpha * A[P,K] . B[Q,K]^T from two MX copies (both blocked along K, as a
     TN GEMM reads them) against the host reference within the accumulation bound
     (validation/validate_gemm.hpp). d: float32 or bfloat16 [P, Q]. Returns a GemmReport."""
-    b_fmt = b_fmt or fmt
-    a = _operand(a_codes, fmt, k, preset, a_layout, nibbles, rule, rounding, hadamard)
-    b = _operand(b_codes, b_fmt, k, preset, b_layout, nibbles, rule, rounding, hadamard)
-    h = lambda t: _import(_host(_bytes_view(t)))  # noqa: E731
-    return _mxkit.validate_gemm_host(h(a_codes), h(a_scales), a, h(b_codes), h(b_scales), b, _import(_host(d)),
-                                     alpha=alpha, sample_rows=sample_rows, rows=list(rows or []),
-                                     accumulation=accumulation, relative=relative, absolute=absolute,
-                                     max_reported=max_reported, threads=threads)
+    f = "validate_gemm"
+    h = lambda name, t: _import_arg(f, name, _host(_bytes_view(t)))  # noqa: E731
+    ac, asc, bc, bsc = h("a_codes", a_codes), h("a_scales", a_scales), h("b_codes", b_codes), h("b_scales", b_scales)
+    a = _operand(f, "a", ac, fmt or _format_of_codes(a_codes), k, preset, a_scale_layout, nibbles, rule, rounding,
+                 hadamard)
+    b = _operand(f, "b", bc, b_fmt or fmt or _format_of_codes(b_codes), k, preset, b_scale_layout, nibbles, rule,
+                 rounding, hadamard)
+    if rows is None:
+        rows = []
+    elif isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
+        raise TypeError(f"{f}: rows must be a list of row indices, got {rows!r}")
+    rows = [_integer(f, "rows", r) for r in rows]
+    return _mxkit.validate_gemm_host(ac, asc, a, bc, bsc, b, _import_arg(f, "d", _host(d)),
+                                     alpha=_real(f, "alpha", alpha), sample_rows=_integer(f, "sample_rows", sample_rows),
+                                     rows=rows, accumulation=_name(f, "accumulation", accumulation, optional=False),
+                                     relative=_real(f, "relative", relative, 0.0),
+                                     absolute=_real(f, "absolute", absolute, 0.0),
+                                     max_reported=_integer(f, "max_reported", max_reported),
+                                     threads=_integer(f, "threads", threads, 0, _MAX_THREADS))
 
 
 def gemm(a_codes, a_scales, b_codes, b_scales, fmt, b_fmt=None, k=None, *, out_dtype="float32", alpha=1.0,
-         hadamard=None, stream=None):
+         hadamard=None, stream=None, out=None):
     """D[P,Q] = alpha * A[P,K] . B[Q,K]^T on the GPU from two device MX copies in mxkit's storage
     (quantize(..., scale_layout="row_major") of A and of B, rowwise along K). out_dtype:
-    "float32" or "bfloat16". Runs on `stream` (default: the framework's current stream) and
-    returns the output as the inputs' framework's tensor (DLPack)."""
+    "float32" or "bfloat16". Runs on `stream` (default: the framework's current stream) without a
+    synchronization; D is allocated by the inputs' framework (or mxkit's pool), or written into
+    `out` ([P, Q] of out_dtype on their device), and returned in the inputs' framework."""
+    f = "gemm"
     if not has_gpu():
         raise RuntimeError("mxkit.gemm needs the device half: build the module with MXKIT_GPU=CUDA")
-    a = _operand(a_codes, fmt, k, "mxkit", "row_major", None, None, None, hadamard)
-    b = _operand(b_codes, b_fmt or fmt, k, "mxkit", "row_major", None, None, None, hadamard)
-    if out_dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"out_dtype {out_dtype!r} is not float32 or bfloat16")
-    s = _caller_stream(a_codes, stream)
-    t = [_import(v, s) for v in (a_codes, a_scales, b_codes, b_scales)]
+    if _name(f, "out_dtype", out_dtype, optional=False) not in ("float32", "bfloat16"):
+        raise ValueError(f"{f}: out_dtype {out_dtype!r} is not float32 or bfloat16")
+    alpha = _real(f, "alpha", alpha)
+    s = _caller_stream(a_codes, _stream_arg(f, stream))
+    t = [_import_arg(f, name, v, s) for name, v in
+         (("a_codes", a_codes), ("a_scales", a_scales), ("b_codes", b_codes), ("b_scales", b_scales))]
+    a = _operand(f, "a", t[0], fmt, k, "mxkit", "row_major", None, None, None, hadamard)
+    b = _operand(f, "b", t[2], b_fmt or fmt, k, "mxkit", "row_major", None, None, None, hadamard)
     for v in (a_codes, a_scales, b_codes, b_scales):
         _record_stream(v, s)
-    out = _mxkit.gemm_device(t[0], t[1], a, t[2], t[3], b, out_dtype == "bfloat16", float(alpha), s)
-    return _like(a_codes, out)
+    result = out
+    if result is None and _is_device(a_codes):
+        made = _device_empty(a_codes, [(a.rows, b.rows)], out_dtype, s)
+        result = made[0] if made else None
+    ref = None if result is None else _import_arg(f, "out", result, s)
+    d = _mxkit.gemm_device(t[0], t[1], a, t[2], t[3], b, out_dtype == "bfloat16", alpha, s, ref)
+    if out is not None:
+        _record_stream(out, s)
+    return result if result is not None else _like(a_codes, d)

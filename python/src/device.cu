@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The device half of the Python module under nvcc (MXKIT_GPU=CUDA): mxkit's own launchers on the
-// caller's stream. Results live in cudaMalloc memory that Python owns through DLPack; it is freed
-// with cudaFree, which waits for the device's outstanding work, so a consumer that used the
-// memory on any stream is done with it before it is returned.
+// caller's stream, writing into memory the caller's framework allocated (torch, CuPy) or into
+// blocks of mxkit's stream-ordered pool (pool_block, device.hpp). No call waits for the device.
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gpu/gemm/gemm.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/quantize.hpp>
 
 #include "device.hpp"
@@ -33,20 +33,31 @@ class device_guard {
 
 bool built() noexcept { return true; }
 
-void* allocate(std::size_t bytes, int device_id, std::uintptr_t) {
+pool_block::pool_block(std::size_t bytes, int device_id, std::uintptr_t stream) : device_id_(device_id), stream_(stream) {
   device_guard g(device_id);
   // Never a null pointer, even for an empty result: a DLPack consumer may look the pointer up
   // (torch's from_blob asks the driver which device it is on).
-  void* p = nullptr;
-  MXKIT_GPU_CHECK(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
-  return p;
+  data_ = mxkit::gpu::allocate_async(bytes == 0 ? 1 : bytes, as_stream(stream));
 }
-void release(void* p, int device_id) noexcept {
-  if (!p) return;
+void pool_block::used_on(std::uintptr_t stream) {
+  const std::lock_guard<std::mutex> lock(users_mutex_);
+  for (std::uintptr_t s : users_)
+    if (s == stream) return;
+  users_.push_back(stream);
+}
+pool_block::~pool_block() {
+  // Errors are dropped: this runs from a DLPack deleter (noexcept), possibly at interpreter exit
+  // after the CUDA context is gone; the pool frees everything with the context then.
   int previous = 0;
-  (void)cudaGetDevice(&previous);
-  (void)cudaSetDevice(device_id);
-  (void)cudaFree(p);
+  if (cudaGetDevice(&previous) != cudaSuccess) return;
+  (void)cudaSetDevice(device_id_);
+  for (std::uintptr_t s : users_) {
+    cudaEvent_t e{};
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) continue;
+    if (cudaEventRecord(e, as_stream(s)) == cudaSuccess) (void)cudaStreamWaitEvent(as_stream(stream_), e, 0);
+    (void)cudaEventDestroy(e);
+  }
+  mxkit::gpu::deallocate_async(data_, as_stream(stream_));
   (void)cudaSetDevice(previous);
 }
 

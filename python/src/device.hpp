@@ -7,6 +7,8 @@
 // 1 the legacy default stream, 2 the per-thread default stream, 0 the null stream.
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
@@ -15,8 +17,28 @@ namespace mxkit_python::device {
 
 bool built() noexcept;  // the module has a GPU backend
 
-void* allocate(std::size_t bytes, int device_id, std::uintptr_t stream);  // stream-ordered: ready on `stream`
-void release(void* p, int device_id) noexcept;                             // after all work on the device (synchronous free)
+// Device memory for results whose input came from a framework that does not allocate them for
+// us (torch and CuPy do): a block of mxkit's stream-ordered pool (gpu/memory.hpp), allocated on
+// `stream` and freed there, never with cudaMalloc / cudaFree per call (cudaFree waits for the
+// whole device). A stream it is handed to through DLPack (used_on) has an event recorded when
+// the block is freed, which the free waits for: the consumer's work enqueued so far finishes
+// before the memory is reused, as torch's record_stream arranges for its own blocks.
+class pool_block {
+ public:
+  pool_block(std::size_t bytes, int device_id, std::uintptr_t stream);
+  ~pool_block();
+  pool_block(const pool_block&) = delete;
+  pool_block& operator=(const pool_block&) = delete;
+  void* data() const noexcept { return data_; }
+  void used_on(std::uintptr_t stream);
+
+ private:
+  void* data_ = nullptr;
+  int device_id_ = 0;
+  std::uintptr_t stream_ = 0;
+  std::mutex users_mutex_;  // exports (with the GIL) and the free (from any thread) may meet
+  std::vector<std::uintptr_t> users_;
+};
 
 enum class input_type : std::uint8_t { f32, bf16, f16 };
 

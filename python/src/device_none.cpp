@@ -12,8 +12,9 @@ namespace {
 }  // namespace
 
 bool built() noexcept { return false; }
-void* allocate(std::size_t, int, std::uintptr_t) { no_gpu(); }
-void release(void*, int) noexcept {}
+pool_block::pool_block(std::size_t, int, std::uintptr_t) { no_gpu(); }
+pool_block::~pool_block() = default;
+void pool_block::used_on(std::uintptr_t) { no_gpu(); }
 void quantize(const void*, input_type, std::size_t, std::size_t, std::size_t, mxkit::mx_type, const mxkit::quantize_options&,
               const quantize_targets&, int, std::uintptr_t) {
   no_gpu();

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include <mxkit/block/pack.hpp>
 #include <mxkit/error.hpp>
 #include <mxkit/validation/diagnose.hpp>
 #include <mxkit/validation/peer_presets.hpp>
@@ -314,8 +315,10 @@ py::capsule export_capsule(const tensor_ref& t, py::object stream, py::object ma
     const auto s = stream.is_none() ? std::intptr_t{1} : stream.cast<std::intptr_t>();
     if (s == 0) throw py::value_error("stream 0 is ambiguous on CUDA (DLPack): pass 1 for the legacy default stream or a stream handle");
     // t.stream 0: a tensor mxkit did not write (an import re-exported); its producer ordered it.
-    if (s != -1 && t.stream != 0 && static_cast<std::uintptr_t>(s) != t.stream)
+    if (s != -1 && t.stream != 0 && static_cast<std::uintptr_t>(s) != t.stream) {
       device::stream_wait(static_cast<std::uintptr_t>(s), t.stream, t.device.device_id);
+      if (t.pool) t.pool->used_on(static_cast<std::uintptr_t>(s));  // its free waits for the consumer's work too
+    }
   }
   const tensor_ref out = make_copy ? host_copy(t) : t;
   const bool consumer_reads_versioned = !max_version.is_none() && max_version.cast<py::tuple>()[0].cast<int>() >= 1;
@@ -396,15 +399,23 @@ struct byte_buffer {
   const std::uint8_t* data;
   std::size_t size;
 };
+// Codes are one-byte integers or one-byte float types (their bit patterns); a bool or a wider
+// array is not a byte buffer, and casting it would invent codes.
+bool byte_dtype(const tensor_ref& t) noexcept { return t.dtype.bits == 8 && t.dtype.lanes == 1 && t.dtype.code != dlpack::kDLBool; }
 byte_buffer host_bytes(const tensor_ref& t, const char* what) {
   if (!t.on_host()) value_error(std::string(what) + " is " + t.describe() + "; this entry point reads host memory");
-  if (t.dtype.bits != 8 || t.dtype.lanes != 1) value_error(std::string(what) + " must hold bytes (uint8 or an 8-bit float type), got " + t.describe());
+  if (!byte_dtype(t)) value_error(std::string(what) + " must hold bytes (uint8, int8 or an 8-bit float type), got " + t.describe());
   if (!t.compact()) value_error(std::string(what) + " must be contiguous (row-major), got strides that are not");
   return {static_cast<const std::uint8_t*>(t.data), t.nbytes()};
 }
-void check_size(const char* entry, const char* what, std::size_t have, std::size_t need, const std::string& layout) {
-  if (have < need)
-    value_error(std::string(entry) + ": " + what + " holds " + std::to_string(have) + " bytes, but " + layout + " needs " + std::to_string(need));
+// at_least: a buffer may hold more than the description reads (a padded scale allocation, whose
+// other layouts the diagnosis tries); otherwise its size must match, since a copy read through a
+// description of another shape gives numbers without an error.
+enum class size_rule : bool { exact, at_least };
+void check_size(const char* entry, const char* what, std::size_t have, std::size_t need, const std::string& layout, size_rule rule = size_rule::exact) {
+  if (have < need || (rule == size_rule::exact && have != need))
+    value_error(std::string(entry) + ": " + what + " holds " + std::to_string(have) + " bytes, but " + layout + (have < need ? " needs " : " holds ") +
+                std::to_string(need) + "; check the description (fmt, shape, axis, scale_layout, preset) against " + what);
 }
 
 // The 2-D high-precision input: float32, bfloat16 or float16, unit column stride.
@@ -413,20 +424,20 @@ struct matrix_arg {
   device::input_type type;
   std::size_t rows, cols, ld;
 };
-matrix_arg input_matrix(const tensor_ref& t, const char* entry) {
-  if (t.shape.size() != 2) value_error(std::string(entry) + ": the input must be 2-D [rows, cols], got " + t.describe());
+matrix_arg input_matrix(const tensor_ref& t, const char* entry, const char* name = "x") {
+  if (t.shape.size() != 2) value_error(std::string(entry) + ": " + name + " must be 2-D [rows, cols], got " + t.describe());
   device::input_type type;
   if (t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 32) type = device::input_type::f32;
   else if (t.dtype.code == dlpack::kDLBfloat && t.dtype.bits == 16) type = device::input_type::bf16;
   else if (t.dtype.code == dlpack::kDLFloat && t.dtype.bits == 16) type = device::input_type::f16;
-  else value_error(std::string(entry) + ": the input must be float32, bfloat16 or float16, got " + t.describe());
-  if (t.dtype.lanes != 1) value_error(std::string(entry) + ": vector dtypes are not inputs");
+  else value_error(std::string(entry) + ": " + name + " must be float32, bfloat16 or float16, got " + t.describe());
+  if (t.dtype.lanes != 1) value_error(std::string(entry) + ": " + name + " has a vector dtype");
   const std::size_t rows = static_cast<std::size_t>(t.shape[0]), cols = static_cast<std::size_t>(t.shape[1]);
   std::size_t ld = cols;
   if (!t.strides.empty()) {
-    if (cols > 1 && t.strides[1] != 1) value_error(std::string(entry) + ": the input's columns must be contiguous (stride 1), got stride " + std::to_string(t.strides[1]) + "; pass a contiguous copy");
+    if (cols > 1 && t.strides[1] != 1) value_error(std::string(entry) + ": " + name + "'s columns must be contiguous (stride 1), got stride " + std::to_string(t.strides[1]) + "; pass a contiguous copy");
     if (rows > 1) {
-      if (t.strides[0] < static_cast<std::int64_t>(cols)) value_error(std::string(entry) + ": row stride " + std::to_string(t.strides[0]) + " is smaller than cols " + std::to_string(cols));
+      if (t.strides[0] < static_cast<std::int64_t>(cols)) value_error(std::string(entry) + ": " + name + "'s row stride " + std::to_string(t.strides[0]) + " is smaller than its " + std::to_string(cols) + " columns; pass a contiguous copy");
       ld = static_cast<std::size_t>(t.strides[0]);
     }
   }
@@ -459,6 +470,11 @@ struct copy_description {
   // The view of buffers checked to hold data_bytes() and scale_bytes() (check_size).
   mxkit::mx_foreign_view view(const std::uint8_t* data, const std::uint8_t* scales) const {
     return {layout, options, storage, {data, data ? data_bytes() : 0}, {scales, scales ? scale_bytes() : 0}};
+  }
+  // The same over the whole buffers: the diagnosis tries layouts by what the buffers hold (an
+  // aiter_shuffle buffer is larger than the row_major description it was given with).
+  mxkit::mx_foreign_view view(const byte_buffer& data, const byte_buffer& scales) const {
+    return {layout, options, storage, {data.data, data.size}, {scales.data, scales.size}};
   }
   std::size_t data_bytes() const { return mxkit::mx_foreign_view{layout, options, storage}.data_span(); }
   std::size_t scale_bytes() const { return mxkit::mx_foreign_view{layout, options, storage}.scale_span(); }
@@ -513,11 +529,15 @@ copy_description describe_copy(std::size_t rows, std::size_t cols, const std::st
   d.preset = preset;
   d.layout = {parse_enum<mxkit::mx_type>(format, "format"), parse_enum<mxkit::block_axis>(axis, "axis"), rows, cols};
   mxkit::detail::check_layout(d.layout, "describe_copy");
-  const mxkit::scale_layout scales = layout ? parse_enum<mxkit::scale_layout>(*layout, "layout") : mxkit::scale_layout::row_major;
+  const mxkit::scale_layout scales = layout ? parse_enum<mxkit::scale_layout>(*layout, "scale_layout") : mxkit::scale_layout::row_major;
   if (preset == "mxkit") {
     d.storage = mxkit::own_storage(scales);
   } else {
-    d.peer = make_preset(preset, d.layout.type, scales);
+    try {
+      d.peer = make_preset(preset, d.layout.type, scales);
+    } catch (const std::invalid_argument& e) {  // the peer's own rule, said with the arguments that broke it
+      value_error("preset '" + preset + "' with fmt " + format + " and scale_layout " + mxkit::name_of(scales) + ": " + e.what());
+    }
     d.name = d.peer->name;
     d.options = d.peer->options;
     d.quirks = d.peer->quirks;
@@ -528,7 +548,12 @@ copy_description describe_copy(std::size_t rows, std::size_t cols, const std::st
   if (hadamard) d.options.hadamard = *hadamard;
   d.options.random_signs = random_signs;
   d.options.seed = seed;
-  if (nibbles) d.storage.nibbles = parse_enum<mxkit::nibble_order>(*nibbles, "nibbles");
+  if (nibbles) {
+    // Only FP4 packs two codes in a byte: a nibble order given for another format would be ignored.
+    if (d.layout.type != mxkit::mx_type::mxfp4)
+      value_error("nibbles='" + *nibbles + "' applies to mxfp4 only, not " + mxkit::name_of(d.layout.type) + "; leave it out");
+    d.storage.nibbles = parse_enum<mxkit::nibble_order>(*nibbles, "nibbles");
+  }
   if (columnwise) d.storage.columnwise = parse_enum<mxkit::columnwise_storage>(*columnwise, "columnwise");
   if (padding_stored) d.storage.padding_stored = *padding_stored;
   mxkit::detail::check_options(d.options, "describe_copy");
@@ -537,9 +562,48 @@ copy_description describe_copy(std::size_t rows, std::size_t cols, const std::st
 }
 
 // ---- quantize / dequantize ----------------------------------------------------------------
-py::tuple quantize_host(const tensor_ref& x, const copy_description& d, unsigned threads) {
+bool same_device(const tensor_ref& a, const tensor_ref& b) noexcept {
+  return (a.on_host() && b.on_host()) || (a.device.device_type == b.device.device_type && a.device.device_id == b.device.device_id);
+}
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+// An output the copy is written into (out=, or what the input's framework allocated): checked
+// before anything is written, so a wrong buffer is a ValueError naming it, never a partial write.
+void check_output(const tensor_ref& t, const std::string& what, const std::vector<std::int64_t>& shape, const tensor_ref& x,
+                  dlpack::DLDataType dtype = {dlpack::kDLUInt, 8, 1}) {
+  if (!same_device(t, x)) value_error(what + " is " + t.describe() + ", but x is " + x.describe() + "; pass it on x's device");
+  const bool bytes = dtype.bits == 8;
+  if (bytes ? !byte_dtype(t) : (t.dtype.code != dtype.code || t.dtype.bits != dtype.bits || t.dtype.lanes != 1)) {
+    tensor_ref want;
+    want.dtype = dtype;
+    value_error(what + " must hold " + (bytes ? std::string("bytes (uint8, int8 or an 8-bit float type)") : want.dtype_name()) + ", got " + t.describe());
+  }
+  if (t.shape != shape) value_error(what + " has shape " + shape_text(t.shape) + ", but this result has shape " + shape_text(shape));
+  if (!t.compact()) value_error(what + " must be contiguous (row-major), got strides that are not");
+  if (t.read_only) value_error(what + " is read-only");
+}
+// out= of one copy: [codes, scales], checked against the description.
+std::vector<tensor_ref> copy_outputs(py::object out, std::size_t copies) {
+  std::vector<tensor_ref> refs = out.cast<std::vector<tensor_ref>>();
+  if (refs.size() != 2 * copies) value_error("out holds " + std::to_string(refs.size()) + " arrays; this call writes " + std::to_string(2 * copies));
+  return refs;
+}
+std::string part_name(const copy_description& c, int part, std::size_t copies) {
+  return std::string("out (") + (copies > 1 ? std::string(mxkit::name_of(c.layout.axis)) + " " : "") + (part == 0 ? "codes)" : "scales)");
+}
+
+py::tuple quantize_host(const tensor_ref& x, const copy_description& d, unsigned threads, py::object out) {
   const matrix_arg m = input_matrix(x, "quantize");
-  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("quantize: the description is for " + d.what() + " but the input is " + x.describe());
+  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("quantize: the description is for " + d.what() + " but x is " + x.describe());
+  std::vector<tensor_ref> outs;
+  if (!out.is_none()) {
+    outs = copy_outputs(out, 1);
+    check_output(outs[0], "quantize: " + part_name(d, 0, 1), d.data_shape(), x);
+    check_output(outs[1], "quantize: " + part_name(d, 1, 1), d.scale_shape(), x);
+  }
   mxkit::mx_foreign_buffers b;
   {
     py::gil_scoped_release nogil;
@@ -554,45 +618,60 @@ py::tuple quantize_host(const tensor_ref& x, const copy_description& d, unsigned
       const mxkit::mx_tensor t = mxkit::ref::quantize(in, d.layout.type, d.layout.axis, d.options, threads);
       return mxkit::store_foreign(t.view(), d.storage);
     });
+    if (!outs.empty()) {
+      if (!b.data.empty()) std::memcpy(outs[0].data, b.data.data(), b.data.size());
+      if (!b.scales.empty()) std::memcpy(outs[1].data, b.scales.data(), b.scales.size());
+    }
   }
+  if (!outs.empty()) return py::make_tuple(py::none(), py::none());  // the caller's arrays hold the copy
   return py::make_tuple(numpy_bytes(std::move(b.data), d.data_shape()), numpy_bytes(std::move(b.scales), d.scale_shape()));
 }
 
-// Device quantize: mxkit's storage (any scale layout); `both`: rowwise and columnwise in one launch.
-py::list quantize_device(const tensor_ref& x, const copy_description& d, bool both, std::uintptr_t stream) {
+// A result in mxkit's stream-ordered device pool, for inputs from frameworks that do not allocate
+// for us (torch and CuPy do: python/mxkit/__init__.py passes their tensors as outputs).
+tensor_ref pool_result(std::size_t bytes, std::vector<std::int64_t> shape, dlpack::DLDataType dtype, int dev, std::uintptr_t stream) {
+  tensor_ref t;
+  t.pool = std::make_shared<device::pool_block>(bytes, dev, stream);
+  t.owner = t.pool;
+  t.data = t.pool->data();
+  t.device = {dlpack::kDLCUDA, dev};
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.stream = stream;
+  return t;
+}
+
+// Device quantize into mxkit's storage (any scale layout). copies: one description, or the
+// rowwise and columnwise ones of one format (written in one launch). out: the 2 or 4 arrays to
+// write (codes, scales per copy), or None for pool memory. Nothing here waits for the device.
+py::list quantize_device(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream, py::object out) {
   const matrix_arg m = input_matrix(x, "quantize");
   if (!x.on_cuda()) value_error("quantize: the device quantizer takes a CUDA tensor, got " + x.describe());
-  if (!d.own_storage()) value_error("quantize: the device quantizer writes mxkit's storage (preset='mxkit', any scale layout), not " + d.what());
+  if (copies.empty() || copies.size() > 2 || (copies.size() == 2 && (copies[0].layout.axis != mxkit::block_axis::rowwise ||
+                                                                     copies[1].layout.axis != mxkit::block_axis::columnwise)))
+    value_error("quantize: the device quantizer writes one copy, or the rowwise and the columnwise one");
+  for (const copy_description& c : copies)
+    if (!c.own_storage()) value_error("quantize: the device quantizer writes mxkit's storage (preset='mxkit', any scale layout), not " + c.what());
+  const copy_description& d = copies.front();
+  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("quantize: the description is for " + d.what() + " but x is " + x.describe());
   const int dev = x.device.device_id;
-  std::vector<copy_description> copies;
-  if (both) {
-    copy_description r = d, c = d;
-    r.layout.axis = mxkit::block_axis::rowwise;
-    c.layout.axis = mxkit::block_axis::columnwise;
-    copies = {r, c};
-  } else {
-    copies = {d};
-  }
-  device::quantize_targets out;
-  out.scales = d.storage.scales;
   std::vector<tensor_ref> refs;
-  for (const copy_description& c : copies) {
+  if (!out.is_none()) refs = copy_outputs(out, copies.size());
+  device::quantize_targets targets;
+  targets.scales = d.storage.scales;
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const copy_description& c = copies[i];
     for (int part = 0; part < 2; ++part) {
-      const std::size_t bytes = part == 0 ? c.data_bytes() : c.scale_bytes();
-      void* p = device::allocate(bytes, dev, stream);
-      tensor_ref t;
-      t.data = p;
-      t.owner = std::shared_ptr<void>(p, [dev](void* q) { device::release(q, dev); });
-      t.device = {dlpack::kDLCUDA, dev};
-      t.shape = part == 0 ? c.data_shape() : c.scale_shape();
-      t.stream = stream;
-      refs.push_back(t);
-      auto* u = static_cast<std::uint8_t*>(p);
+      const std::vector<std::int64_t> shape = part == 0 ? c.data_shape() : c.scale_shape();
+      if (out.is_none()) refs.push_back(pool_result(part == 0 ? c.data_bytes() : c.scale_bytes(), shape, {dlpack::kDLUInt, 8, 1}, dev, stream));
+      const tensor_ref& t = refs[2 * i + static_cast<std::size_t>(part)];
+      check_output(t, "quantize: " + part_name(c, part, copies.size()), shape, x);
+      auto* u = static_cast<std::uint8_t*>(t.data);
       const bool row = c.layout.axis == mxkit::block_axis::rowwise;
-      (part == 0 ? (row ? out.rowwise_data : out.columnwise_data) : (row ? out.rowwise_scales : out.columnwise_scales)) = u;
+      (part == 0 ? (row ? targets.rowwise_data : targets.columnwise_data) : (row ? targets.rowwise_scales : targets.columnwise_scales)) = u;
     }
   }
-  device::quantize(m.data, m.type, m.rows, m.cols, m.ld, d.layout.type, d.options, out, dev, stream);
+  device::quantize(m.data, m.type, m.rows, m.cols, m.ld, d.layout.type, d.options, targets, dev, stream);
   py::list result;
   for (std::size_t i = 0; i < refs.size(); i += 2) result.append(py::make_tuple(py::cast(refs[i]), py::cast(refs[i + 1])));
   return result;
@@ -600,8 +679,13 @@ py::list quantize_device(const tensor_ref& x, const copy_description& d, bool bo
 
 py::object dequantize_host(const tensor_ref& codes, const tensor_ref& scales, const copy_description& d) {
   const byte_buffer c = host_bytes(codes, "codes"), s = host_bytes(scales, "scales");
-  check_size("dequantize", "codes", c.size, d.data_bytes(), d.what());
-  check_size("dequantize", "scales", s.size, d.scale_bytes(), d.what());
+  const std::string what = d.what();
+  check_size("dequantize", "codes", c.size, d.data_bytes(), what);
+  check_size("dequantize", "scales", s.size, d.scale_bytes(), what);
+  // Equal sizes can still be another shape's codes (a 64 x 128 copy read as 128 x 64).
+  if (codes.shape.size() == 2 && codes.shape != d.data_shape())
+    value_error("dequantize: codes has shape " + shape_text(codes.shape) + ", but " + what + " stores its codes as " + shape_text(d.data_shape()) +
+                "; check shape and axis");
   std::vector<float> out;
   {
     py::gil_scoped_release nogil;
@@ -614,10 +698,10 @@ py::object dequantize_host(const tensor_ref& codes, const tensor_ref& scales, co
 // ---- element formats ----------------------------------------------------------------------
 py::object encode(const tensor_ref& x, const std::string& format, const std::string& rounding, const std::string& overflow) {
   if (!x.on_host() || x.dtype.code != dlpack::kDLFloat || x.dtype.bits != 32 || !x.compact())
-    value_error("encode: takes a contiguous float32 host array, got " + x.describe());
-  const mxkit::mx_type t = parse_enum<mxkit::mx_type>(format, "format");
+    value_error("encode: x must be a contiguous float32 host array, got " + x.describe());
+  const mxkit::mx_type t = parse_enum<mxkit::mx_type>(format, "fmt");
   const mxkit::rounding r = parse_enum<mxkit::rounding>(rounding, "rounding");
-  if (r == mxkit::rounding::stochastic) value_error("encode: stochastic rounding needs random bits; use quantize with a seed");
+  if (r == mxkit::rounding::stochastic) value_error("encode: rounding='stochastic' needs random bits; use quantize with a seed");
   const mxkit::overflow o = parse_enum<mxkit::overflow>(overflow, "overflow");
   const float* in = static_cast<const float*>(x.data);
   std::vector<std::uint8_t> out(x.elements());
@@ -627,16 +711,61 @@ py::object encode(const tensor_ref& x, const std::string& format, const std::str
   });
   return numpy_bytes(std::move(out), x.shape);
 }
+std::string hex_byte(unsigned b) {
+  constexpr char digits[] = "0123456789abcdef";
+  return std::string("0x") + digits[(b >> 4) & 0xF] + digits[b & 0xF];
+}
+// A code with bits above the format's width is no code of it (FP4 0x1f is not -6): an error, not
+// a mask, since such bytes are usually packed FP4 or the wrong format's codes.
 py::object decode(const tensor_ref& codes, const std::string& format) {
   const byte_buffer c = host_bytes(codes, "codes");
-  const mxkit::mx_type t = parse_enum<mxkit::mx_type>(format, "format");
+  const mxkit::mx_type t = parse_enum<mxkit::mx_type>(format, "fmt");
   std::vector<float> out(c.size);
   mxkit::visit_mx_type(t, [&](auto fmt) {
     using E = typename decltype(fmt)::element_type;
-    const unsigned mask = t == mxkit::mx_type::mxfp4 ? 0xFu : (t == mxkit::mx_type::mxfp6_e2m3 || t == mxkit::mx_type::mxfp6_e3m2) ? 0x3Fu : 0xFFu;
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = E::from_bits(static_cast<typename E::storage_type>(c.data[i] & mask)).to_float();
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if constexpr (E::bits_count < 8) {
+        if (c.data[i] >> E::bits_count)
+          value_error("decode: codes holds " + hex_byte(c.data[i]) + " at flat index " + std::to_string(i) + ", which is not a " + mxkit::name_of(t) +
+                      " code (" + std::to_string(E::bits_count) + " bits: 0x00 to " + hex_byte((1u << E::bits_count) - 1) + ")" +
+                      (t == mxkit::mx_type::mxfp4 ? "; unpack packed FP4 bytes with unpack_fp4 first" : ""));
+      }
+      out[i] = E::from_bits(static_cast<typename E::storage_type>(c.data[i])).to_float();
+    }
   });
   return numpy_floats(std::move(out), codes.shape);
+}
+
+// FP4 packing through the library's own byte rule (block/pack.hpp: element 2i in the low
+// nibble); high_first swaps the two.
+py::object pack_fp4(const tensor_ref& codes, const std::string& nibbles) {
+  const byte_buffer c = host_bytes(codes, "codes");
+  const mxkit::nibble_order order = parse_enum<mxkit::nibble_order>(nibbles, "nibbles");
+  if (codes.shape.empty()) value_error("pack_fp4: codes must have at least one axis, got a scalar");
+  if (codes.shape.back() % 2) value_error("pack_fp4: the last axis of codes has " + std::to_string(codes.shape.back()) + " codes, not an even number");
+  std::vector<std::uint8_t> out(c.size / 2);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    std::uint8_t first = c.data[2 * i], second = c.data[2 * i + 1];
+    for (std::size_t k : {2 * i, 2 * i + 1})
+      if (c.data[k] > 0xF)
+        value_error("pack_fp4: codes holds " + hex_byte(c.data[k]) + " at flat index " + std::to_string(k) + ", which is not an FP4 code (0x00 to 0x0f)");
+    if (order == mxkit::nibble_order::high_first) std::swap(first, second);
+    out[i] = mxkit::pack_fp4x2(first, second);
+  }
+  std::vector<std::int64_t> shape = codes.shape;
+  shape.back() /= 2;
+  return numpy_bytes(std::move(out), std::move(shape));
+}
+py::object unpack_fp4(const tensor_ref& packed, const std::string& nibbles) {
+  const byte_buffer p = host_bytes(packed, "packed");
+  const mxkit::nibble_order order = parse_enum<mxkit::nibble_order>(nibbles, "nibbles");
+  if (packed.shape.empty()) value_error("unpack_fp4: packed must have at least one axis, got a scalar");
+  std::vector<std::uint8_t> out(2 * p.size);
+  const std::size_t swap = order == mxkit::nibble_order::high_first ? 1 : 0;
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = mxkit::load_code(p.data, i ^ swap, 4);
+  std::vector<std::int64_t> shape = packed.shape;
+  shape.back() *= 2;
+  return numpy_bytes(std::move(out), std::move(shape));
 }
 
 // ---- validation ---------------------------------------------------------------------------
@@ -703,11 +832,11 @@ py::dict mismatch_arrays(const mxkit::ref::mx_validation_report& r) {
 validation_result validate_host(const tensor_ref& x, const tensor_ref& codes, const tensor_ref& scales, const copy_description& d,
                                 std::size_t max_reported, bool strict_nan_blocks, bool check_padding, bool diagnose, unsigned threads) {
   const matrix_arg m = input_matrix(x, "validate");
-  if (!x.on_host()) value_error("validate: the input is " + x.describe() + "; validation reads host memory");
-  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("validate: the description is for " + d.what() + " but the input is " + x.describe());
+  if (!x.on_host()) value_error("validate: x is " + x.describe() + "; validation reads host memory");
+  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("validate: the description is for " + d.what() + " but x is " + x.describe());
   const byte_buffer c = host_bytes(codes, "codes"), s = host_bytes(scales, "scales");
   check_size("validate", "codes", c.size, d.data_bytes(), d.what());
-  check_size("validate", "scales", s.size, d.scale_bytes(), d.what());
+  check_size("validate", "scales", s.size, d.scale_bytes(), d.what(), size_rule::at_least);
   mxkit::ref::validate_options o;
   o.max_reported = max_reported;
   o.strict_nan_blocks = strict_nan_blocks;
@@ -717,9 +846,9 @@ validation_result validate_host(const tensor_ref& x, const tensor_ref& codes, co
   validation_result v;
   py::gil_scoped_release nogil;
   with_host_matrix(m, [&](auto in) {
-    v.report = mxkit::ref::validate(in, d.view(c.data, s.data), o);
+    v.report = mxkit::ref::validate(in, d.view(c, s), o);
     if (!v.report.ok() && diagnose) {
-      const mxkit::ref::layout_diagnosis dg = mxkit::ref::diagnose_layout(in, d.view(c.data, s.data), o);
+      const mxkit::ref::layout_diagnosis dg = mxkit::ref::diagnose_layout(in, d.view(c, s), o);
       v.diagnosed = true;
       v.diagnosis = dg.explanation;
       if (const mxkit::ref::layout_candidate* p = dg.passing()) v.passing_change = p->change;
@@ -747,7 +876,10 @@ gemm_result validate_gemm_host(const tensor_ref& a_codes, const tensor_ref& a_sc
   check_size("validate_gemm", "b_codes", bc.size, b.data_bytes(), b.what());
   check_size("validate_gemm", "b_scales", bs.size, b.scale_bytes(), b.what());
   if (!d.on_host() || d.shape.size() != 2) value_error("validate_gemm: d must be a 2-D host array, got " + d.describe());
-  const matrix_arg dm = input_matrix(d, "validate_gemm: d");
+  if (static_cast<std::size_t>(d.shape[0]) != a.layout.rows || static_cast<std::size_t>(d.shape[1]) != b.layout.rows)
+    value_error("validate_gemm: d has shape " + shape_text(d.shape) + ", but A has " + std::to_string(a.layout.rows) + " rows and B " +
+                std::to_string(b.layout.rows));
+  const matrix_arg dm = input_matrix(d, "validate_gemm", "d");
   mxkit::ref::gemm_validate_options o;
   o.alpha = alpha;
   o.sample_rows = sample_rows;
@@ -770,29 +902,29 @@ gemm_result validate_gemm_host(const tensor_ref& a_codes, const tensor_ref& a_sc
 }
 
 tensor_ref gemm_device(const tensor_ref& a_codes, const tensor_ref& a_scales, const copy_description& a, const tensor_ref& b_codes,
-                       const tensor_ref& b_scales, const copy_description& b, bool bf16_output, float alpha, std::uintptr_t stream) {
-  for (const tensor_ref* t : {&a_codes, &a_scales, &b_codes, &b_scales})
-    if (!t->on_cuda() || t->dtype.bits != 8 || !t->compact()) value_error("gemm: the operands must be contiguous byte tensors on a CUDA device, got " + t->describe());
+                       const tensor_ref& b_scales, const copy_description& b, bool bf16_output, float alpha, std::uintptr_t stream,
+                       std::optional<tensor_ref> out) {
+  const std::pair<const tensor_ref*, const char*> operands[] = {{&a_codes, "a_codes"}, {&a_scales, "a_scales"}, {&b_codes, "b_codes"}, {&b_scales, "b_scales"}};
+  for (const auto& [t, name] : operands) {
+    if (!t->on_cuda() || !byte_dtype(*t) || !t->compact())
+      value_error(std::string("gemm: ") + name + " must be a contiguous byte tensor on a CUDA device, got " + t->describe());
+    if (!same_device(*t, a_codes)) value_error(std::string("gemm: ") + name + " is " + t->describe() + ", but a_codes is " + a_codes.describe());
+  }
   if (!a.own_storage() || !b.own_storage() || a.storage.scales != mxkit::scale_layout::row_major || b.storage.scales != mxkit::scale_layout::row_major)
-    value_error("gemm: the device GEMM reads mxkit's storage with row_major scales (quantize(..., layout='row_major'))");
+    value_error("gemm: the device GEMM reads mxkit's storage with row_major scales (quantize(..., scale_layout='row_major'))");
   check_size("gemm", "a_codes", a_codes.nbytes(), a.data_bytes(), a.what());
   check_size("gemm", "a_scales", a_scales.nbytes(), a.scale_bytes(), a.what());
   check_size("gemm", "b_codes", b_codes.nbytes(), b.data_bytes(), b.what());
   check_size("gemm", "b_scales", b_scales.nbytes(), b.scale_bytes(), b.what());
   const int dev = a_codes.device.device_id;
   const std::size_t p = a.layout.rows, q = b.layout.rows;
-  const std::size_t bytes = p * q * (bf16_output ? 2 : 4);
-  void* out = device::allocate(bytes, dev, stream);
-  tensor_ref d;
-  d.data = out;
-  d.owner = std::shared_ptr<void>(out, [dev](void* x) { device::release(x, dev); });
-  d.device = {dlpack::kDLCUDA, dev};
-  d.dtype = bf16_output ? dlpack::DLDataType{dlpack::kDLBfloat, 16, 1} : dlpack::DLDataType{dlpack::kDLFloat, 32, 1};
-  d.shape = {static_cast<std::int64_t>(p), static_cast<std::int64_t>(q)};
-  d.stream = stream;
+  const dlpack::DLDataType dtype = bf16_output ? dlpack::DLDataType{dlpack::kDLBfloat, 16, 1} : dlpack::DLDataType{dlpack::kDLFloat, 32, 1};
+  const std::vector<std::int64_t> shape{static_cast<std::int64_t>(p), static_cast<std::int64_t>(q)};
+  tensor_ref d = out ? *out : pool_result(p * q * (bf16_output ? 2 : 4), shape, dtype, dev, stream);
+  check_output(d, "gemm: out", shape, a_codes, dtype);
   const mxkit::mx_const_view av{a.layout, a.options, static_cast<const std::uint8_t*>(a_codes.data), static_cast<const std::uint8_t*>(a_scales.data)};
   const mxkit::mx_const_view bv{b.layout, b.options, static_cast<const std::uint8_t*>(b_codes.data), static_cast<const std::uint8_t*>(b_scales.data)};
-  device::gemm(av, bv, out, bf16_output, q, alpha, dev, stream);
+  device::gemm(av, bv, d.data, bf16_output, q, alpha, dev, stream);
   return d;
 }
 
@@ -836,7 +968,7 @@ PYBIND11_MODULE(_mxkit, m) {
       .def_property_readonly("axis", [](const copy_description& d) { return std::string(mxkit::name_of(d.layout.axis)); })
       .def_property_readonly("rows", [](const copy_description& d) { return d.layout.rows; })
       .def_property_readonly("cols", [](const copy_description& d) { return d.layout.cols; })
-      .def_property_readonly("layout", [](const copy_description& d) { return std::string(mxkit::name_of(d.storage.scales)); })
+      .def_property_readonly("scale_layout", [](const copy_description& d) { return std::string(mxkit::name_of(d.storage.scales)); })
       .def_property_readonly("nibbles", [](const copy_description& d) { return std::string(mxkit::name_of(d.storage.nibbles)); })
       .def_property_readonly("columnwise", [](const copy_description& d) { return std::string(mxkit::name_of(d.storage.columnwise)); })
       .def_property_readonly("rule", [](const copy_description& d) { return std::string(mxkit::name_of(d.options.rule)); })
@@ -853,11 +985,13 @@ PYBIND11_MODULE(_mxkit, m) {
         py::arg("layout") = py::none(), py::arg("rule") = py::none(), py::arg("rounding") = py::none(), py::arg("hadamard") = py::none(),
         py::arg("random_signs") = false, py::arg("seed") = 0, py::arg("nibbles") = py::none(), py::arg("columnwise") = py::none(),
         py::arg("padding_stored") = py::none());
-  m.def("quantize_host", &quantize_host, py::arg("x"), py::arg("copy"), py::arg("threads") = 0);
-  m.def("quantize_device", &quantize_device, py::arg("x"), py::arg("copy"), py::arg("both"), py::arg("stream"));
+  m.def("quantize_host", &quantize_host, py::arg("x"), py::arg("copy"), py::arg("threads") = 0, py::arg("out") = py::none());
+  m.def("quantize_device", &quantize_device, py::arg("x"), py::arg("copies"), py::arg("stream"), py::arg("out") = py::none());
   m.def("dequantize_host", &dequantize_host, py::arg("codes"), py::arg("scales"), py::arg("copy"));
   m.def("encode", &encode, py::arg("x"), py::arg("format"), py::arg("rounding") = "nearest_even", py::arg("overflow") = "saturate");
   m.def("decode", &decode, py::arg("codes"), py::arg("format"));
+  m.def("pack_fp4", &pack_fp4, py::arg("codes"), py::arg("nibbles"));
+  m.def("unpack_fp4", &unpack_fp4, py::arg("packed"), py::arg("nibbles"));
 
   py::class_<validation_result>(m, "ValidationResult")
       .def_property_readonly("ok", [](const validation_result& v) { return v.report.ok(); })
@@ -916,5 +1050,5 @@ PYBIND11_MODULE(_mxkit, m) {
         py::arg("accumulation") = "tensor_core", py::arg("relative") = 0.0, py::arg("absolute") = 0.0, py::arg("max_reported") = 8,
         py::arg("threads") = 0);
   m.def("gemm_device", &gemm_device, py::arg("a_codes"), py::arg("a_scales"), py::arg("a"), py::arg("b_codes"), py::arg("b_scales"), py::arg("b"),
-        py::arg("bf16_output"), py::arg("alpha"), py::arg("stream"));
+        py::arg("bf16_output"), py::arg("alpha"), py::arg("stream"), py::arg("out") = py::none());
 }

@@ -2,7 +2,7 @@
 #pragma once
 // A tensor the Python module reads or returns, on the host or a GPU, without a copy: the
 // pointer, dtype, shape and strides, and a shared owner that keeps the memory alive (the
-// producer's DLPack deleter, a Python buffer view, or a device allocation of ours). Imported from
+// producer's DLPack deleter, a Python buffer view, or a block of mxkit's device pool). Imported from
 // a DLPack capsule or the buffer protocol, exported as a DLPack capsule (legacy or versioned).
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +13,9 @@
 #include "dlpack.hpp"
 
 namespace mxkit_python {
+namespace device {
+class pool_block;  // device.hpp
+}
 
 struct tensor_ref {
   void* data = nullptr;
@@ -21,6 +24,7 @@ struct tensor_ref {
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> strides;  // elements; empty: compact row-major
   std::shared_ptr<void> owner;
+  std::shared_ptr<device::pool_block> pool;  // results in mxkit's device pool: exports name their consumer streams to it
   std::uintptr_t stream = 0;  // device results: the stream their writes were enqueued on
   bool read_only = false;
 

@@ -3,7 +3,10 @@
 built with MXKIT_GPU=CUDA): the device quantizer equals the host oracle byte for byte; copies
 written by torch's own casts (with this test's block scaling) and by a Triton kernel written
 here validate as torchao FLOOR copies; work on a non-default stream is ordered without a device
-synchronization; the device GEMM passes validate_gemm. scripts/gpu.sh python runs it."""
+synchronization; the device GEMM passes validate_gemm. Issue 45's allocation rules: results
+from torch's caching allocator (mxkit's pool for other producers) with the same bytes, out=
+filled in place, no cudaMalloc / cudaFree / synchronization per call (torch.profiler), and a
+call on a busy side stream returns before the stream is done. scripts/gpu.sh python runs it."""
 import numpy as np
 import pytest
 
@@ -34,7 +37,7 @@ def test_device_quantize_equals_host_oracle(fmt, dtype, layout):
     for dev_copy, host_copy in ((row, hrow), (col, hcol)):
         np.testing.assert_array_equal(host_bytes(dev_copy.codes), host_bytes(host_copy.codes))
         np.testing.assert_array_equal(host_bytes(dev_copy.scales), host_bytes(host_copy.scales))
-    r = mxkit.validate(x, row.codes, row.scales, fmt=fmt, layout=layout, rule="round_up")
+    r = mxkit.validate(x, row.codes, row.scales, fmt=fmt, scale_layout=layout, rule="round_up")
     assert r.ok, str(r)
 
 
@@ -148,17 +151,31 @@ def test_non_default_stream_without_device_synchronize():
     want = mxkit.quantize(xh, "mxfp8_e4m3")
     np.testing.assert_array_equal(got_codes, want.codes.numpy())
     np.testing.assert_array_equal(got_scales, want.scales.numpy())
-    # Enqueued on the producer, handed to a consumer stream through DLPack: the consumer waits
-    # on an event (mxkit.Tensor.__dlpack__(stream=consumer)), not on the device.
+    # stream= another stream than the current one: the torch results are allocated on it and
+    # written there; the consumer orders its reads after it, as after any torch op on a side stream.
     with torch.cuda.stream(producer):
         torch.cuda._sleep(100_000_000)
         y = torch.randn(512, 2048, device=DEV)
     with torch.cuda.stream(consumer):
         d = mxkit.quantize(y, "mxfp4", stream=producer.cuda_stream)
+        consumer.wait_stream(producer)
         got = d.codes.cpu().numpy()  # on the consumer stream
     with torch.cuda.stream(producer):
         yh = y.cpu()
     np.testing.assert_array_equal(got, mxkit.quantize(yh, "mxfp4").codes.numpy())
+    # A result of mxkit's pool (an input from another DLPack producer) handed to a consumer
+    # stream through DLPack: the consumer waits on an event (mxkit.Tensor.__dlpack__(stream=
+    # consumer)), not on the device.
+    with torch.cuda.stream(producer):
+        torch.cuda._sleep(100_000_000)
+        z = torch.randn(512, 2048, device=DEV)
+        pooled = mxkit.quantize(DLPackOnly(z), "mxfp4")
+    assert isinstance(pooled.codes, mxkit.Tensor)
+    with torch.cuda.stream(consumer):
+        got = torch.from_dlpack(pooled.codes).cpu().numpy()
+    with torch.cuda.stream(producer):
+        zh = z.cpu()
+    np.testing.assert_array_equal(got, mxkit.quantize(zh, "mxfp4").codes.numpy())
 
 
 @pytest.mark.parametrize("fa,fb", [("mxfp8_e4m3", "mxfp8_e4m3"), ("mxfp4", "mxfp4"), ("mxfp8_e5m2", "mxfp4")])
@@ -211,7 +228,7 @@ def test_inputs_that_require_grad_and_empty_inputs():
     empty = torch.empty(0, 64, device=DEV)
     row, col = mxkit.quantize(empty, "mxfp8_e5m2", axis="both", scale_layout="cublas_128x4")
     assert row.codes.is_cuda and tuple(row.codes.shape) == (0, 64) and tuple(col.codes.shape) == (64, 0)
-    assert mxkit.validate(empty, row.codes, row.scales, fmt="mxfp8_e5m2", layout="cublas_128x4").elements_checked == 0
+    assert mxkit.validate(empty, row.codes, row.scales, fmt="mxfp8_e5m2", scale_layout="cublas_128x4").elements_checked == 0
 
 
 def test_numpy_and_mxkit_tensors_cross_with_this_numpy():
@@ -227,3 +244,119 @@ def test_numpy_and_mxkit_tensors_cross_with_this_numpy():
     ro = x.copy()
     ro.setflags(write=False)
     assert mxkit.validate(ro, codes, scales, fmt="mxfp4").ok
+
+
+# ---- issue 45, section 1: results allocated by the caller's framework, no synchronization ------
+class DLPackOnly:
+    """A device tensor seen only through DLPack (a producer mxkit cannot allocate for, as JAX):
+    its results come from mxkit's stream-ordered pool."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None, max_version=None):
+        return self.t.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_framework_and_pool_results_equal_the_host_bytes():
+    x = torch.randn(300, 200, device=DEV) * 3
+    for kw in (dict(axis="both", scale_layout="cublas_128x4"), dict(hadamard=True), dict(axis="columnwise", rule="round_up")):
+        torch_copies = mxkit.quantize(x, "mxfp4", **kw)
+        pool_copies = mxkit.quantize(DLPackOnly(x), "mxfp4", **kw)
+        host_copies = mxkit.quantize(x.cpu(), "mxfp4", **kw)
+        if isinstance(torch_copies, mxkit.MXCopy):
+            torch_copies, pool_copies, host_copies = (torch_copies,), (pool_copies,), (host_copies,)
+        for t, p, h in zip(torch_copies, pool_copies, host_copies):
+            assert isinstance(t.codes, torch.Tensor) and t.codes.device == x.device and t.codes.dtype == torch.uint8
+            assert isinstance(p.codes, mxkit.Tensor)
+            for part in (0, 1):
+                np.testing.assert_array_equal(host_bytes(t[part]), host_bytes(h[part]))
+                np.testing.assert_array_equal(torch.from_dlpack(p[part]).cpu().numpy(), host_bytes(h[part]))
+    a, b = mxkit.quantize(torch.randn(128, 256, device=DEV), "mxfp8_e4m3"), mxkit.quantize(torch.randn(64, 256, device=DEV), "mxfp8_e4m3")
+    d = mxkit.gemm(*a, *b, "mxfp8_e4m3")
+    dp = mxkit.gemm(*(DLPackOnly(v) for v in (*a, *b)), "mxfp8_e4m3")
+    assert isinstance(d, torch.Tensor) and isinstance(dp, mxkit.Tensor)
+    np.testing.assert_array_equal(d.cpu().numpy(), torch.from_dlpack(dp).cpu().numpy())
+
+
+def test_out_is_filled_in_place_and_checked():
+    x = torch.randn(256, 128, device=DEV)
+    want = mxkit.quantize(x, "mxfp8_e5m2", scale_layout="cublas_128x4")
+    codes, scales = torch.empty_like(want.codes), torch.empty_like(want.scales)
+    ptrs = codes.data_ptr(), scales.data_ptr()
+    got = mxkit.quantize(x, "mxfp8_e5m2", scale_layout="cublas_128x4", out=(codes, scales))
+    assert got.codes is codes and got.scales is scales and (codes.data_ptr(), scales.data_ptr()) == ptrs
+    assert torch.equal(codes, want.codes) and torch.equal(scales, want.scales)
+    f8 = torch.empty(want.codes.shape, dtype=torch.float8_e5m2, device=DEV)  # a float8 buffer takes the bytes too
+    mxkit.quantize(x, "mxfp8_e5m2", scale_layout="cublas_128x4", out=(f8, scales))
+    assert torch.equal(f8.view(torch.uint8), want.codes)
+    bad = [((codes.cpu(), scales), r"out \(codes\) is uint8 .* on cpu, but x is .* cuda:0"),
+           ((codes.float(), scales), r"out \(codes\) must hold bytes"),
+           ((codes[:-1], scales), r"out \(codes\) has shape \[255, 128\], but this result has shape \[256, 128\]"),
+           ((torch.empty(128, 256, dtype=torch.uint8, device=DEV).t(), scales), r"out \(codes\) must be contiguous")]
+    for out, msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            mxkit.quantize(x, "mxfp8_e5m2", scale_layout="cublas_128x4", out=out)
+    a, b = mxkit.quantize(torch.randn(64, 128, device=DEV), "mxfp4"), mxkit.quantize(torch.randn(32, 128, device=DEV), "mxfp4")
+    d = torch.empty(64, 32, device=DEV)
+    assert mxkit.gemm(*a, *b, "mxfp4", out=d) is d
+    assert torch.equal(d, mxkit.gemm(*a, *b, "mxfp4"))
+    with pytest.raises(ValueError, match=r"gemm: out must hold bfloat16"):
+        mxkit.gemm(*a, *b, "mxfp4", out=d, out_dtype="bfloat16")
+
+
+def test_results_live_in_torchs_caching_allocator():
+    x = torch.randn(1024, 512, device=DEV)
+    mxkit.quantize(x, "mxfp4", axis="both")  # warm: kernels loaded, allocator blocks cached
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    row, col = mxkit.quantize(x, "mxfp4", axis="both", scale_layout="cublas_128x4")
+    sizes = [t.numel() for t in (*row, *col)]
+    grown = torch.cuda.memory_allocated() - before
+    assert sum(sizes) <= grown <= sum(-(-n // 512) * 512 for n in sizes)  # torch rounds blocks to 512 bytes
+    del row, col
+    assert torch.cuda.memory_allocated() == before
+
+
+def cuda_api_calls(fn, calls=10):
+    """Names of the CUDA runtime calls and kernels torch's profiler (CUPTI) sees during calls of fn."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()  # outside the profile: the calls themselves must not synchronize
+    return [e.name for e in prof.events()]
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_no_cuda_malloc_or_free_per_call(pool):
+    x = torch.randn(512, 512, device=DEV)
+    arg = DLPackOnly(x) if pool else x
+    names = cuda_api_calls(lambda: mxkit.quantize(arg, "mxfp8_e4m3", axis="both"))
+    assert names.count("cudaLaunchKernel") >= 10, sorted(set(names))  # the profiler sees mxkit's runtime calls
+    for call in ("cudaMalloc", "cudaFree", "cudaDeviceSynchronize", "cudaStreamSynchronize"):
+        assert call not in names, (call, sorted(set(names)))
+
+
+@pytest.mark.parametrize("path", ["torch", "pool", "out", "gemm"])
+def test_a_call_on_a_busy_side_stream_returns_before_the_stream_is_done(path):
+    x = torch.randn(2048, 1024, device=DEV)
+    a, b = mxkit.quantize(x, "mxfp8_e4m3"), mxkit.quantize(x[:512], "mxfp8_e4m3")
+    out = tuple(torch.empty_like(t) for t in mxkit.quantize(x, "mxfp4"))
+    calls = {"torch": lambda: mxkit.quantize(x, "mxfp4"), "pool": lambda: mxkit.quantize(DLPackOnly(x), "mxfp4"),
+             "out": lambda: mxkit.quantize(x, "mxfp4", out=out), "gemm": lambda: mxkit.gemm(*a, *b, "mxfp8_e4m3")}
+    calls[path]()  # warm: nothing below waits for a first-call setup
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(2_000_000_000)  # about a second of GPU time
+        result = calls[path]()
+        still_busy = not side.query()  # had the call waited for the stream (or the device), it would be idle
+    assert still_busy, f"{path}: the call synchronized the side stream"
+    side.synchronize()
+    assert result is not None

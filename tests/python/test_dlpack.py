@@ -293,7 +293,7 @@ def test_zero_size_and_wrong_dtype_buffers_raise_instead_of_reading():
     empty = np.zeros((0, 64), np.float32)
     row, col = mxkit.quantize(empty, "mxfp4", axis="both", scale_layout="cublas_128x4")
     assert row.codes.shape == (0, 32) and col.codes.shape == (64, 0) and row.scales.size == 0
-    assert mxkit.validate(empty, row.codes, row.scales, fmt="mxfp4", layout="cublas_128x4").elements_checked == 0
+    assert mxkit.validate(empty, row.codes, row.scales, fmt="mxfp4", scale_layout="cublas_128x4").elements_checked == 0
     x = matrix(32, 64)
     c = mxkit.quantize(x, "mxfp4")
     with pytest.raises(ValueError, match="holds 0 bytes"):

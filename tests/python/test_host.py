@@ -79,7 +79,7 @@ def test_torchao_floor_fp4_matches_independent_numpy():
     # The NumPy copy validates as torchao's, in both scale layouts.
     assert mxkit.validate(x, want_codes, want_scales, fmt="mxfp4", preset="torchao_floor").ok
     r = mxkit.validate(x, want_codes, numpy_to_blocked(want_scales), fmt="e2m1", preset="torchao_floor",
-                       layout="cublas_128x4")
+                       scale_layout="cublas_128x4")
     assert r.ok, str(r)
     assert r.elements_checked == 256 * 192 and r.scales_checked == 256 * 6
 
@@ -130,7 +130,7 @@ def test_bindings_equal_cpp(tmp_path, fmt, axis, layout):
     bad.tofile(tmp_path / "bad")
     scales.tofile(tmp_path / "s2")
     want = cpp_reference("validate", src, 96, 80, fmt, axis, layout, "low_first", tmp_path / "bad", tmp_path / "s2").strip()
-    got = mxkit.validate(x, bad, scales, fmt=fmt, axis=axis, layout=layout, diagnose=False)
+    got = mxkit.validate(x, bad, scales, fmt=fmt, axis=axis, scale_layout=layout, diagnose=False)
     assert got.summary() == want
     assert not got.ok
 
@@ -164,15 +164,15 @@ def test_swapped_nibble_fp4_copy_is_diagnosed():
     x = matrix(128, 256)
     codes, scales = mxkit.quantize(x, "mxfp4", preset="torchao_floor", scale_layout="cublas_128x4")
     swapped = ((codes & 0x0F) << 4) | (codes >> 4)
-    r = mxkit.validate(x, swapped, scales, fmt="mxfp4", preset="torchao_floor", layout="cublas_128x4")
+    r = mxkit.validate(x, swapped, scales, fmt="mxfp4", preset="torchao_floor", scale_layout="cublas_128x4")
     assert not r.ok and r.element_mismatches > 1000
     assert r.diagnosed and r.passing_change == "high_first nibbles"
     assert "diagnosis: passes with high_first nibbles" in str(r)
     # Scales given in the 128x4 layout but described as row-major: named too.
-    r2 = mxkit.validate(x, codes, scales, fmt="mxfp4", preset="torchao_floor", layout="row_major")
+    r2 = mxkit.validate(x, codes, scales, fmt="mxfp4", preset="torchao_floor", scale_layout="row_major")
     assert r2.passing_change == "cublas_128x4 scales"
     # And with the right description, it passes.
-    assert mxkit.validate(x, swapped, scales, fmt="mxfp4", preset="torchao_floor", layout="cublas_128x4",
+    assert mxkit.validate(x, swapped, scales, fmt="mxfp4", preset="torchao_floor", scale_layout="cublas_128x4",
                           nibbles="high_first").ok
 
 
@@ -191,17 +191,17 @@ def test_short_buffers_raise_value_error_naming_both_sizes():
     codes, scales = mxkit.quantize(x, "mxfp4", scale_layout="cublas_128x4")
     assert codes.nbytes == 128 * 32 and scales.nbytes == 512
     with pytest.raises(ValueError, match=r"scales holds 511 bytes, but .* needs 512"):
-        mxkit.validate(x, codes, scales[:511], fmt="mxfp4", layout="cublas_128x4")
+        mxkit.validate(x, codes, scales[:511], fmt="mxfp4", scale_layout="cublas_128x4")
     with pytest.raises(ValueError, match=r"codes holds 4095 bytes, but .* needs 4096"):
-        mxkit.validate(x, codes.reshape(-1)[:4095], scales, fmt="mxfp4", layout="cublas_128x4")
+        mxkit.validate(x, codes.reshape(-1)[:4095], scales, fmt="mxfp4", scale_layout="cublas_128x4")
     with pytest.raises(ValueError, match=r"dequantize: scales holds 256 bytes, but .* needs 512"):
         mxkit.dequantize(codes, scales[:256], "mxfp4", x.shape, scale_layout="cublas_128x4")
     b_codes, b_scales = mxkit.quantize(matrix(32, 64), "mxfp4")
     d = np.zeros((128, 32), np.float32)
     with pytest.raises(ValueError, match=r"validate_gemm: b_scales holds 63 bytes, but .* needs 64"):
-        mxkit.validate_gemm(codes, scales, b_codes, b_scales.reshape(-1)[:63], d, fmt="mxfp4", a_layout="cublas_128x4")
+        mxkit.validate_gemm(codes, scales, b_codes, b_scales.reshape(-1)[:63], d, fmt="mxfp4", a_scale_layout="cublas_128x4")
     with pytest.raises(ValueError, match=r"codes holds 4096 bytes, but a rowwise mxfp4 256x64 copy .* needs 8192"):
-        mxkit.validate(matrix(256, 64), codes, scales, fmt="mxfp4", layout="cublas_128x4")
+        mxkit.validate(matrix(256, 64), codes, scales, fmt="mxfp4", scale_layout="cublas_128x4")
 
 
 def test_bad_names_and_inputs_raise_value_error():
@@ -313,11 +313,11 @@ def test_dequantize_inverts_within_the_format():
 def test_presets_round_trip(preset, fmt, axis, layout):
     x = matrix(128, 64, 5.0)
     c = mxkit.quantize(x, fmt or mxkit._PRESET_FORMAT[preset], axis=axis, preset=preset, scale_layout=layout or "row_major")
-    r = mxkit.validate(x, c.codes, c.scales, fmt=fmt, axis=axis, preset=preset, layout=layout)
+    r = mxkit.validate(x, c.codes, c.scales, fmt=fmt, axis=axis, preset=preset, scale_layout=layout)
     assert r.ok, str(r)
     bad = c.codes.copy()
     bad.reshape(-1)[100] ^= 0x04
-    assert mxkit.validate(x, bad, c.scales, fmt=fmt, axis=axis, preset=preset, layout=layout).element_mismatches == 1
+    assert mxkit.validate(x, bad, c.scales, fmt=fmt, axis=axis, preset=preset, scale_layout=layout).element_mismatches == 1
 
 
 def test_validate_gemm_passes_a_true_product_and_catches_an_error():
