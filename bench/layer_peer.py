@@ -120,6 +120,34 @@ class Layer(torch.nn.Module):
         return x + self.linear(F.silu(g) * u, self.w2)  # SwiGLU (Shazeer 2020)
 
 
+class Llama(torch.nn.Module):
+    """Embedding -> Layers -> RMSNorm -> LM head (its own matrix), fp32 weights: the model of the
+    training peers (train_peer.py, target_peer.py). residual_scale: the two projections into the
+    residual stream scaled by 1/sqrt(2 L), as the training program initializes them."""
+
+    def __init__(self, a, vocab, theta, dev, gen, residual_scale=False):
+        super().__init__()
+        C, D = a.d_model, a.d_model // a.heads
+        self.eps = 1e-5
+        self.embed = torch.nn.Parameter(0.02 * torch.randn(vocab, C, generator=gen).to(dev))
+        self.layers = torch.nn.ModuleList(
+            Layer(C, a.heads, a.kv_heads, D, a.ffn, a.seq, theta, self.eps, torch.float32, dev, gen) for _ in range(a.layers))
+        if residual_scale:
+            with torch.no_grad():
+                for layer in self.layers:
+                    layer.wo.mul_((2.0 * a.layers) ** -0.5)
+                    layer.w2.mul_((2.0 * a.layers) ** -0.5)
+        self.norm = torch.nn.Parameter(torch.ones(C, device=dev))
+        self.head = torch.nn.Parameter(0.02 * torch.randn(vocab, C, generator=gen).to(dev))
+
+    def forward(self, tokens):
+        # Under autocast the linears run in bf16 and the residual stream stays fp32 (x + bf16).
+        x = F.embedding(tokens, self.embed)
+        for layer in self.layers:
+            x = layer(x)
+        return F.linear(rms_norm(x, self.norm, self.eps), self.head)
+
+
 # ---- FP8 linear: per-tensor current scaling (the FP8 formats paper, Micikevicius et al. 2022) ----
 E4M3_MAX, E5M2_MAX = 448.0, 57344.0
 

@@ -17,29 +17,21 @@ line leaves the first window out); its backend's peak memory. The peer: two warm
 import argparse
 import os
 import re
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import render_results  # noqa: E402
 from multi_gpu_rows import peer_values, summary  # noqa: E402  (06_train_gpu's summary line, the peer's key-value lines)
+from time_to_target import run_logged  # noqa: E402  (one way to run a program under a time limit)
 
 VOCAB = 128256
 
 
-def run_logged(cmd, log, limit):
-    t0 = time.time()
-    with open(log, "w") as f:
-        f.write("# " + " ".join(cmd) + "\n")
-        f.flush()
-        try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=limit).returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
-    print(f"{os.path.basename(log)}: exit {rc} in {time.time() - t0:.0f} s", flush=True)
+def run_and_read(cmd, log, limit):
+    """time_to_target.py's run_logged, then the log's summary lines printed and its text returned."""
+    rc = run_logged(cmd, log, limit)
     with open(log, errors="replace") as f:
         text = f.read()
     for line in text.splitlines():
@@ -82,7 +74,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.logs, exist_ok=True)
     data = a.data
-    run = read_log if a.rows_only else run_logged
+    run = read_log if a.rows_only else run_and_read
     if a.rows_only:
         data = data or os.path.join(a.logs, "tokens")
     elif not data:

@@ -34,30 +34,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 from make_dataset import read_megatron_tokens  # noqa: E402  (the writer's own reader)
-from layer_peer import Layer, out, rms_norm  # noqa: E402  (the layer every peer uses)
-
-
-class Llama(torch.nn.Module):
-    def __init__(self, a, vocab, dev, gen):
-        super().__init__()
-        C, D = a.d_model, a.d_model // a.heads
-        self.eps = 1e-5
-        self.embed = torch.nn.Parameter(0.02 * torch.randn(vocab, C, generator=gen).to(dev))
-        self.layers = torch.nn.ModuleList(
-            Layer(C, a.heads, a.kv_heads, D, a.ffn, a.seq, a.rope_theta, self.eps, torch.float32, dev, gen)
-            for _ in range(a.layers))
-        with torch.no_grad():  # GPT-2's residual scaling, as the program's transformer_layer::init
-            for layer in self.layers:
-                layer.wo.mul_(1.0 / math.sqrt(2.0 * a.layers))
-                layer.w2.mul_(1.0 / math.sqrt(2.0 * a.layers))
-        self.norm = torch.nn.Parameter(torch.ones(C, device=dev))
-        self.head = torch.nn.Parameter(0.02 * torch.randn(vocab, C, generator=gen).to(dev))
-
-    def forward(self, tokens):
-        x = F.embedding(tokens, self.embed)
-        for layer in self.layers:
-            x = layer(x)
-        return F.linear(rms_norm(x, self.norm, self.eps), self.head)
+from layer_peer import Llama, out  # noqa: E402  (the model every training peer uses)
 
 
 def read_dump(path):
@@ -110,7 +87,7 @@ def main():
     eval_batches = torch.from_numpy(windows).to(dev).view(n_eval, a.batch, a.seq + 1)
 
     gen = torch.Generator().manual_seed(a.seed)
-    model = Llama(a, a.vocab, dev, gen)
+    model = Llama(a, a.vocab, a.rope_theta, dev, gen, residual_scale=True)
     fwd = torch.compile(model) if compile_ok else model
     decay = [q for q in model.parameters() if q.dim() >= 2]
     keep = [q for q in model.parameters() if q.dim() < 2]

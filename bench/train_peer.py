@@ -26,35 +26,15 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from layer_peer import Layer, median_ms, out, rms_norm, setup  # noqa: E402  (one layer for both)
+from layer_peer import Llama, median_ms, out, setup  # noqa: E402  (one model for every peer)
 
 VOCAB = 256
-
-
-class ByteLlama(torch.nn.Module):
-    def __init__(self, a, dev, gen):
-        super().__init__()
-        C, D = a.d_model, a.d_model // a.heads
-        self.eps = 1e-5
-        self.embed = torch.nn.Parameter(0.02 * torch.randn(VOCAB, C, generator=gen).to(dev))
-        self.layers = torch.nn.ModuleList(
-            Layer(C, a.heads, a.kv_heads, D, a.ffn, a.seq, 500000.0, self.eps, torch.float32, dev, gen)
-            for _ in range(a.layers))
-        self.norm = torch.nn.Parameter(torch.ones(C, device=dev))
-        self.head = torch.nn.Parameter(0.02 * torch.randn(VOCAB, C, generator=gen).to(dev))
-
-    def forward(self, tokens):
-        # Under autocast the linears run in bf16 and the residual stream stays fp32 (x + bf16).
-        x = F.embedding(tokens, self.embed)
-        for layer in self.layers:
-            x = layer(x)
-        return F.linear(rms_norm(x, self.norm, self.eps), self.head)
 
 
 def run_mode(mode, a, batches, flops, n_all):
     dev = a.dev
     gen = torch.Generator().manual_seed(1)  # every mode starts from the same weights
-    model = ByteLlama(a, dev, gen)
+    model = Llama(a, VOCAB, 500000.0, dev, gen)
     assert sum(p.numel() for p in model.parameters()) == n_all, "parameter count and FLOP formula disagree"
     fwd = torch.compile(model) if mode == "compiled" and a.compile_ok else model
     # Weight decay on matrices only, not on the RMSNorm gains (the usual Llama-style setting).

@@ -29,31 +29,19 @@ import sys
 import tempfile
 
 
-def skip_or_fail(msg):
-    if os.environ.get("CI") == "true":
-        print("check_hf_sharded: %s; required in CI (.ci/run installs python3-numpy)" % msg)
-        sys.exit(1)
-    print("check_hf_sharded: %s; skipped (Debian: apt-get install python3-numpy)" % msg)
-    sys.exit(77)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_check import check, failures, skip_or_fail  # noqa: E402
 
 try:
     import numpy as np
-except ImportError:
-    skip_or_fail("numpy is not installed")
+except ImportError as e:
+    skip_or_fail("check_hf_sharded", str(e), "python3-numpy")
 
 LAYERS, D, HEADS, KV, FFN, VOCAB = 2, 32, 2, 1, 64, 256
 HEAD_DIM = D // HEADS
 TINY = ["--layers", str(LAYERS), "--d-model", str(D), "--heads", str(HEADS), "--kv-heads", str(KV), "--ffn", str(FFN),
         "--seq", "16", "--batch", "2", "--steps", "1", "--warmup", "0", "--lr", "1e-30", "--log-every", "1", "--eval-every", "0",
         "--recipe", "bf16"]
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAILED: " + what)
 
 
 def shapes():

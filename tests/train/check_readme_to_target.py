@@ -25,19 +25,14 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 TINY = " --layers 1 --d-model 64 --heads 2 --kv-heads 1 --ffn 128 --seq 32 --batch 4 --steps 80 --lr 3e-3"
 
 
-def skip_or_fail(msg):
-    if os.environ.get("CI") == "true":
-        print("check_readme_to_target: %s; required in CI (.ci/run installs python3-numpy python3-sentencepiece)" % msg)
-        sys.exit(1)
-    print("check_readme_to_target: %s; skipped (Debian: apt-get install python3-numpy python3-sentencepiece)" % msg)
-    sys.exit(77)
-
+sys.path.insert(0, HERE)
+from python_check import skip_or_fail  # noqa: E402
 
 try:
     import numpy  # noqa: F401
     import sentencepiece as spm
 except ImportError as e:
-    skip_or_fail(str(e))
+    skip_or_fail("check_readme_to_target", str(e), "python3-numpy python3-sentencepiece")
 
 
 def main():
@@ -83,6 +78,8 @@ def main():
             failures.append("the third command did not print the last evaluation")
     for f in failures:
         print("FAILED: " + f)
+    if not failures:
+        print("check_readme_to_target: the README's three commands ran as written")
     return 1 if failures else 0
 
 

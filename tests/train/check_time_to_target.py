@@ -28,30 +28,17 @@ ROOT = os.path.join(HERE, "..", "..")
 DRIVER = os.path.join(ROOT, "bench", "time_to_target.py")
 
 
-def skip_or_fail(msg):
-    if os.environ.get("CI") == "true":
-        print("check_time_to_target: %s; required in CI (.ci/run installs python3-numpy python3-sentencepiece)" % msg)
-        sys.exit(1)
-    print("check_time_to_target: %s; skipped (Debian: apt-get install python3-numpy python3-sentencepiece)" % msg)
-    sys.exit(77)
-
+sys.path.insert(0, HERE)
+from python_check import check, failures, skip_or_fail  # noqa: E402
 
 try:
     import numpy as np  # noqa: F401
     import sentencepiece  # noqa: F401
 except ImportError as e:
-    skip_or_fail(str(e))
+    skip_or_fail("check_time_to_target", str(e), "python3-numpy python3-sentencepiece")
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import render_results  # noqa: E402
-
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAILED: " + what)
 
 
 def run(args):

@@ -30,33 +30,18 @@ import sys
 import tempfile
 
 
-def skip_or_fail(msg):
-    if os.environ.get("CI") == "true":
-        print("check_token_data: %s; required in CI (.ci/run installs python3-numpy python3-sentencepiece)" % msg)
-        sys.exit(1)
-    print("check_token_data: %s; skipped (Debian: apt-get install python3-numpy python3-sentencepiece)" % msg)
-    sys.exit(77)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_check import check, failures, skip_or_fail  # noqa: E402
 
 try:
     import numpy as np
-except ImportError:
-    skip_or_fail("numpy is not installed")
-try:
     import sentencepiece as spm
-except ImportError:
-    skip_or_fail("sentencepiece is not installed")
+except ImportError as e:
+    skip_or_fail("check_token_data", str(e), "python3-numpy python3-sentencepiece")
 
 SEQ, BATCH, STEPS, SEED = 31, 3, 40, 1234
 TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--kv-heads", "1", "--ffn", "64", "--seq", str(SEQ), "--batch", str(BATCH),
         "--warmup", "1", "--log-every", "10", "--eval-every", "20", "--eval-batches", "2", "--seed", str(SEED)]
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAILED: " + what)
 
 
 def text():
