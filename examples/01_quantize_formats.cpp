@@ -19,6 +19,8 @@
 
 #include <mxkit/mxkit.hpp>
 
+#include "example_arguments.hpp"
+
 namespace {
 
 constexpr std::size_t rows = 512, cols = 2048;  // (tokens, channels)
@@ -63,7 +65,7 @@ error_stats measure(const std::vector<float>& x, const std::vector<float>& y) {
   return {noise == 0 ? INFINITY : 10.0 * std::log10(signal / noise), max_abs};
 }
 
-// --help / -h: the usage, exit 0; any other argument: the usage on stderr, exit 2.
+// The usage (example_arguments.hpp: --help, and any other argument refused).
 constexpr const char* usage =
     "usage: 01_quantize_formats [--help]\n"
     "Quantizes Gaussian, Student-t and LLM-like (outlier channel) tensors to every MX format, with and\n"
@@ -72,15 +74,7 @@ constexpr const char* usage =
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(usage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "01_quantize_formats: unknown argument '%s'\n%s", argv[i], usage);
-    return 2;
-  }
+  if (const int stop = example::no_arguments(argc, argv, "01_quantize_formats", usage); stop >= 0) return stop;
   const auto start = std::chrono::steady_clock::now();
   const std::vector<dataset> data = make_datasets();
   std::printf("mxkit example 01: MX formats on (%zu, %zu) tensors, rowwise blocks of %d, OCP floor scale\n\n", rows,

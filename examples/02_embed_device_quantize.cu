@@ -20,6 +20,8 @@
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
 
+#include "example_arguments.hpp"
+
 namespace {
 
 constexpr int rows = 256, cols = 512;  // (tokens, channels); blocks of 32 along channels
@@ -44,7 +46,7 @@ __global__ void relu2_mxfp4(const float* x, std::uint8_t* packed, std::uint8_t* 
   scales[mxkit::scale_offset(mxkit::scale_layout::cublas_128x4, rows, blocks_per_row, row, blk)] = q.scale.bits();
 }
 
-// --help / -h: the usage, exit 0; any other argument: the usage on stderr, exit 2.
+// The usage (example_arguments.hpp: --help, and any other argument refused).
 constexpr const char* usage =
     "usage: 02_embed_device_quantize [--help]\n"
     "Runs a user's own kernel (squared ReLU, then MXFP4 with the Hadamard rotation, cuBLAS 128x4 scales)\n"
@@ -54,15 +56,7 @@ constexpr const char* usage =
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(usage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "02_embed_device_quantize: unknown argument '%s'\n%s", argv[i], usage);
-    return 2;
-  }
+  if (const int stop = example::no_arguments(argc, argv, "02_embed_device_quantize", usage); stop >= 0) return stop;
   namespace gpu = mxkit::gpu;
   if (gpu::device_count() == 0) {
     std::printf("no GPU here: the kernel was compiled; run this on a machine with a GPU\n");

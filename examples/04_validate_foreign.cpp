@@ -17,8 +17,10 @@
 #include <string_view>
 #include <vector>
 
+#include "example_arguments.hpp"
+
 namespace {
-// --help / -h: the usage, exit 0; any other argument: the usage on stderr, exit 2.
+// The usage (example_arguments.hpp: --help, and any other argument refused).
 constexpr const char* usage =
     "usage: 04_validate_foreign [--help]\n"
     "Validates three foreign-looking outputs with planted errors against mxkit's reference (a TE-style\n"
@@ -27,15 +29,7 @@ constexpr const char* usage =
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(usage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "04_validate_foreign: unknown argument '%s'\n%s", argv[i], usage);
-    return 2;
-  }
+  if (const int stop = example::no_arguments(argc, argv, "04_validate_foreign", usage); stop >= 0) return stop;
   using mxkit::block_axis;
   const std::size_t M = 256, K = 512, N = 128;
   std::vector<float> x(M * K), w(N * K);
