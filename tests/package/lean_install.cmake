@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# ctest package.lean_install (host consumer) and package.gpu_lean_install (CUDA consumer): README's
+# ctest package.lean_install (host consumer; -DCUDA_COMPILER adds the CUDA consumer, run by hand): README's
 # install, exactly as documented, on a fresh copy of the sources and with no network:
 #     cmake -S mxkit -B mxkit-build && cmake --install mxkit-build --prefix <prefix>
 # then tests/package, as a find_package consumer of <prefix>, builds and runs.

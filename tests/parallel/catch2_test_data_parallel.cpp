@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -252,8 +253,12 @@ TEST_CASE("data parallel: the amax MAX reduction gives every rank the global max
   }
 }
 
-TEST_CASE("data parallel: every recipe trains on 2 ranks", "[nn][data_parallel]") {
-  for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed({16, amax_algorithm::max, 0}), recipes::mxfp8(), recipes::mxfp4_amd()}) {
+// Each recipe with each sharding for 24 steps: the loss falls, and both ranks see the same losses.
+// Two test cases, each its own ctest test (the [ctest_*] tags), so the slowest part of this file
+// runs on two cores.
+namespace {
+void check_recipes_train_on_2_ranks(std::initializer_list<recipe> list) {
+  for (const recipe& r : list) {
     for (sharding s : {sharding::none, sharding::optimizer, sharding::full}) {
       INFO(r.name << ", sharding " << name_of(s));
       train_config c = run_config(24);
@@ -267,6 +272,15 @@ TEST_CASE("data parallel: every recipe trains on 2 ranks", "[nn][data_parallel]"
       CHECK(o[1].losses == o[0].losses);
     }
   }
+}
+}  // namespace
+
+TEST_CASE("data parallel: bf16 and FP8 train on 2 ranks", "[nn][data_parallel][ctest_recipes_bf16_fp8]") {
+  check_recipes_train_on_2_ranks({recipes::bf16(), recipes::fp8_delayed({16, amax_algorithm::max, 0})});
+}
+
+TEST_CASE("data parallel: MXFP8 and MXFP4 train on 2 ranks", "[nn][data_parallel][ctest_recipes_mx]") {
+  check_recipes_train_on_2_ranks({recipes::mxfp8(), recipes::mxfp4_amd()});
 }
 
 TEST_CASE("activation recomputation: the same gradients and weights, bit for bit", "[nn][data_parallel]") {
@@ -535,7 +549,7 @@ TEST_CASE("full sharding: backward gathers only the norm gains where forward's w
 // in fp32 at the same layout (gather_quantized_fp8 and gather_quantized_bf16 on and off) gives the
 // same bits. The bf16 head of every recipe here travels as its bf16 copy too.
 TEST_CASE("full sharding: FP8 and bf16 weights gathered as copies give the fp32 gather's bits at the same layout, in NCCL's ring order",
-          "[nn][data_parallel]") {
+          "[nn][data_parallel][ctest_gathered_copies]") {
   recipe edges = recipes::mxfp4();  // mxkit/train_program/options.hpp's mxfp4-bf16-edges
   edges.name = "mxfp4, bf16 first and last layer";
   edges.bf16_first_layers = edges.bf16_last_layers = 1;
@@ -574,7 +588,7 @@ TEST_CASE("full sharding: FP8 and bf16 weights gathered as copies give the fp32 
 }
 
 TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharded data parallelism's bits with fewer bytes",
-          "[nn][data_parallel]") {
+          "[nn][data_parallel][ctest_quantized_gather]") {
   model_config mc = tiny_model();
   mc.n_layers = 2;
   mc.layer = {64, 2, 1, 64};  // wide enough that the 32-row slab layout pads a layer by under a quarter on 2 and 3 ranks
@@ -673,7 +687,7 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
 }
 
 TEST_CASE("full sharding: resharding after forward gives the same bits, gathers the weights again for backward and holds fewer copies",
-          "[nn][data_parallel]") {
+          "[nn][data_parallel][ctest_reshard]") {
   model_config mc = tiny_model();
   mc.n_layers = 4;  // enough layers that every layer's copies at once outweigh two groups' and a wire
   mc.layer = {64, 2, 1, 64};  // the 32-row slab layout, as in the test above
