@@ -18,6 +18,22 @@
 # 6 N_linear tokens + layers 3.5 x 2 B H T^2 D.
 # --layers/--d-model/... shrink the model (a smoke run: --layers 2 --d-model 256 --heads 4
 # --kv-heads 2 --ffn 512 --vocab 1024 --seq 256 --no-compile).
+#
+# --fp8 tensorwise|rowwise: PyTorch's FP8 training path as torchtitan configures it with torchao's
+# Float8Linear (torchao is not on the GPU machines, so Float8Linear is written here over
+# torch._scaled_mm, with torchao's recipes' choices): every Linear of the transformer blocks (not
+# the head) runs its three GEMMs in FP8 with dynamic (current) scaling, each operand scaled by
+# fp8_max / amax of the tensor itself (the amax clamped below at 1e-12), computed when it is cast:
+#   tensorwise  one scale per tensor; input and weight E4M3, grad_output E5M2 (torchao's
+#               Float8LinearConfig defaults); the forward GEMM with fast accumulation, the two
+#               backward GEMMs without (its Float8GemmConfig defaults);
+#   rowwise     one scale per row of each GEMM operand along the GEMM's K (torchao's AXISWISE
+#               granularity), every operand E4M3, grad_output too, scales rounded down to a power
+#               of two (torchao's "rowwise" recipe); each backward GEMM re-scales its operands
+#               along its own K.
+# The weights are gathered by FSDP2 in bf16 (torchao's FP8 all-gather is a tensor subclass of
+# torchao's: not written here) and cast to FP8 after the gather. --check compares one Float8
+# linear's forward and backward with PyTorch's bf16 linear and exits 1 beyond the stated bound.
 import argparse
 import os
 import re
@@ -66,16 +82,117 @@ def apply_rope(x, cos, sin):  # x: (B, H, T, D), pairs (2i, 2i+1)
     return out.type_as(x)
 
 
+# ---- FP8 linears (--fp8) -----------------------------------------------------------------------
+E4M3, E5M2 = getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)
+AMAX_FLOOR = 1e-12  # torchao's EPS: an all-zero tensor gets a finite scale
+
+
+def fp8_cast(x, dtype, dim, power_of_2):
+    """x (2-D) to `dtype` with dynamic scaling: one scale for the tensor (dim None) or one per line
+    along `dim` (the GEMM's K). Returns (codes, inverse scale in fp32, shaped to broadcast)."""
+    xf = x.float()
+    amax = xf.abs().amax() if dim is None else xf.abs().amax(dim=dim, keepdim=True)
+    scale = torch.finfo(dtype).max / amax.clamp(min=AMAX_FLOOR)
+    if power_of_2:  # rowwise: scales a power of two (rounded down: no overflow), as torchao's recipe
+        scale = torch.exp2(torch.floor(torch.log2(scale)))
+    fmax = torch.finfo(dtype).max
+    codes = (xf * scale).clamp(-fmax, fmax).to(dtype).contiguous()  # row-major, as _scaled_mm reads it
+    return codes, scale.reciprocal().contiguous()
+
+
+def fp8_mm(a, b_t, recipe, a_dtype, b_dtype, fast_accum):
+    """a (M, K) @ b_t (N, K)^T in FP8 through torch._scaled_mm, bf16 out. _scaled_mm takes its
+    first operand row-major and its second column-major: b_t.t() of a row-major b_t is that."""
+    rowwise = recipe == "rowwise"
+    qa, sa = fp8_cast(a, a_dtype, -1 if rowwise else None, rowwise)  # (M, K), scales (M, 1)
+    qb, sb = fp8_cast(b_t, b_dtype, -1 if rowwise else None, rowwise)  # (N, K), scales (N, 1)
+    if rowwise:
+        sb = sb.t()  # (1, N)
+    return torch._scaled_mm(qa, qb.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
+
+
+class _Float8MM(torch.autograd.Function):
+    """y = x W^T with the three GEMMs in FP8: forward x (M, K) . W (N, K); grad_input
+    dy (M, N) . W^T, K = N; grad_weight dy^T (N, M) . x^T, K = M. Each casts its operands along its own K."""
+
+    @staticmethod
+    def forward(ctx, x, w, recipe):
+        ctx.save_for_backward(x, w)
+        ctx.recipe = recipe
+        return fp8_mm(x, w, recipe, E4M3, E4M3, fast_accum=True)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        g = E4M3 if ctx.recipe == "rowwise" else E5M2
+        dx = fp8_mm(dy, w.t().contiguous(), ctx.recipe, g, E4M3, fast_accum=False)  # (M, N) . (K, N)^T
+        dw = fp8_mm(dy.t().contiguous(), x.t().contiguous(), ctx.recipe, g, E4M3, fast_accum=False)  # (N, M) . (K, M)^T
+        return dx, dw.to(w.dtype), None
+
+
+class Float8Linear(torch.nn.Linear):
+    """nn.Linear (no bias) whose GEMMs run in FP8 (_Float8MM); the parameter stays as FSDP2 gives it
+    (fp32 shard, bf16 gathered), so swapping it in changes no sharding. Dims: multiples of 16."""
+
+    def __init__(self, d_in, d_out, recipe):
+        super().__init__(d_in, d_out, bias=False)
+        self.recipe = recipe
+
+    def forward(self, x):
+        shape = x.shape
+        y = _Float8MM.apply(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.weight.to(torch.bfloat16), self.recipe)
+        return y.view(*shape[:-1], y.shape[-1])
+
+
+def make_linear(d_in, d_out, fp8):
+    return Float8Linear(d_in, d_out, fp8) if fp8 else torch.nn.Linear(d_in, d_out, bias=False)
+
+
+# Relative error (Frobenius norm) of one Float8 linear against the bf16 linear, per output: the
+# FP8 casts round each operand to 3 (E4M3) or 2 (E5M2) mantissa bits, 2^-4 and 2^-3 relative at
+# most, and averaged over K random products the error of the sum is far below the worst case;
+# 0.1 leaves room for E5M2's gradients while failing a wrong scale (a factor of 2 or more) or a
+# transposed operand (errors of order 1).
+CHECK_BOUND = 0.1
+
+
+def check_float8_linear(recipe, dev, m=512, k=1024, n=768):
+    torch.manual_seed(0)
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(n, k, device=dev) * k ** -0.5).to(torch.bfloat16)
+    dy = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
+    ref = torch.nn.Linear(k, n, bias=False, device=dev, dtype=torch.bfloat16)
+    f8 = Float8Linear(k, n, recipe).to(dev, torch.bfloat16)
+    with torch.no_grad():
+        ref.weight.copy_(w)
+        f8.weight.copy_(w)
+    x_ref = x.detach().clone().requires_grad_(True)
+    y_ref = ref(x_ref)
+    y_ref.backward(dy)
+    y = f8(x)
+    y.backward(dy)
+
+    def rel(a, b):
+        return ((a.float() - b.float()).norm() / b.float().norm().clamp(min=1e-30)).item()
+
+    errors = {"output": rel(y, y_ref), "grad_input": rel(x.grad, x_ref.grad), "grad_weight": rel(f8.weight.grad, ref.weight.grad)}
+    ok = all(e <= CHECK_BOUND for e in errors.values())
+    print(f"check --fp8 {recipe}: Float8Linear ({m}x{k} . {n}x{k}) against the bf16 linear, relative error (Frobenius): "
+          + ", ".join(f"{name} {e:.4f}" for name, e in errors.items())
+          + f"; bound {CHECK_BOUND}: {'PASS' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
 class Block(torch.nn.Module):
     def __init__(self, a):
         super().__init__()
         d, hd = a.d_model, a.d_model // a.heads
         self.heads, self.kv_heads, self.hd = a.heads, a.kv_heads, hd
         self.attn_norm, self.ffn_norm = RMSNorm(d), RMSNorm(d)
-        self.wqkv = torch.nn.Linear(d, (a.heads + 2 * a.kv_heads) * hd, bias=False)  # one GEMM for Q, K and V
-        self.wo = torch.nn.Linear(a.heads * hd, d, bias=False)
-        self.w13 = torch.nn.Linear(d, 2 * a.ffn, bias=False)  # one GEMM for gate and up
-        self.w2 = torch.nn.Linear(a.ffn, d, bias=False)
+        self.wqkv = make_linear(d, (a.heads + 2 * a.kv_heads) * hd, a.fp8)  # one GEMM for Q, K and V
+        self.wo = make_linear(a.heads * hd, d, a.fp8)
+        self.w13 = make_linear(d, 2 * a.ffn, a.fp8)  # one GEMM for gate and up
+        self.w2 = make_linear(a.ffn, d, a.fp8)
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
@@ -126,7 +243,24 @@ def main():
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--no-recompute", dest="recompute", action="store_false")
     p.add_argument("--data", help="Megatron indexed dataset prefix (default: random tokens)")
+    p.add_argument("--fp8", choices=["tensorwise", "rowwise"],
+                   help="the transformer blocks' linears in FP8 with dynamic scaling (torchao's recipe of that name)")
+    p.add_argument("--check", action="store_true",
+                   help="with --fp8: compare one Float8 linear with the bf16 linear on one GPU and exit (1 beyond the bound)")
     a = p.parse_args()
+    if a.fp8 and (E4M3 is None or not hasattr(torch, "_scaled_mm")):
+        raise SystemExit(f"--fp8: torch {torch.__version__} has no float8 dtypes or torch._scaled_mm (torch >= 2.4 needed)")
+    if a.check:
+        if not a.fp8:
+            raise SystemExit("--check needs --fp8 tensorwise or --fp8 rowwise")
+        raise SystemExit(0 if check_float8_linear(a.fp8, torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))) else 1)
+    if a.fp8:
+        hd = a.d_model // a.heads
+        dims = {"--d-model": a.d_model, "--ffn": a.ffn, "(--heads + 2 --kv-heads) x head dim": (a.heads + 2 * a.kv_heads) * hd,
+                "--batch x --seq": a.batch * a.seq}
+        bad = [f"{k} {v}" for k, v in dims.items() if v % 16]
+        if bad:
+            raise SystemExit("--fp8: torch._scaled_mm needs multiples of 16: " + ", ".join(bad))
     data = read_megatron_tokens(a.data) if a.data else None
     if data is not None and data.size < a.seq + 1:
         raise SystemExit(f"--data {a.data}: {data.size} tokens, fewer than one window of --seq + 1 = {a.seq + 1}")
@@ -208,9 +342,16 @@ def main():
     tokens = a.batch * a.seq
     flops = 6.0 * n_linear * tokens + a.layers * 3.5 * 2.0 * a.batch * a.heads * a.seq * a.seq * hd
     if rank == 0:
+        fp8 = "off"
+        if a.fp8 == "tensorwise":
+            fp8 = ("tensorwise (block linears via torch._scaled_mm, dynamic per-tensor scales, E4M3 forward, E5M2 grad_output, "
+                   "fast accumulation in forward only; bf16 all-gather, head bf16)")
+        elif a.fp8 == "rowwise":
+            fp8 = ("rowwise (block linears via torch._scaled_mm, dynamic per-row scales along K rounded to powers of 2, E4M3 "
+                   "everywhere, fast accumulation in forward only; bf16 all-gather, head bf16)")
         print(f"settings torch {torch.__version__}, FSDP2 on {world} rank(s) (fp32 masters, bf16 compute, fp32 reduce), "
               f"torch.compile per layer: {not a.no_compile}, recompute: {a.recompute}, fused QKV and gate/up, "
-              f"SDPA enable_gqa: {GQA}, AdamW fused=True, data: {a.data or 'random tokens'}", flush=True)
+              f"SDPA enable_gqa: {GQA}, AdamW fused=True, fp8: {fp8}, data: {a.data or 'random tokens'}", flush=True)
         print(f"# torch {torch.__version__}, {world} GPUs ({torch.cuda.get_device_name(dev)}), loss {loss.item():.3f}, "
               f"warm-up {warm_s:.1f} s, N_linear {n_linear / 1e9:.2f} G", flush=True)
         print(f"tokens_per_s_per_gpu {tokens / seconds:.1f}", flush=True)

@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 
+#include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/parallel/nccl_communicator.hpp>
 #include <mxkit/gpu/nn/backend.hpp>
@@ -78,6 +79,10 @@ int main(int argc, char** argv) {
       }
     }
     const gpu::device_properties p = gpu::properties();
+    static_assert(mxkit::train_program::max_comm_sms == gpu::nccl_communicator::max_ctas);
+    if (o.comm_sms >= p.multiprocessors)
+      throw mxkit::train_program::usage_error("--comm-sms " + std::to_string(o.comm_sms) + ": this GPU has " +
+                                              std::to_string(p.multiprocessors) + " SMs; leave the GEMMs at least one");
     gpu::device_backend be;
     std::unique_ptr<gpu::nccl_communicator> comm;  // destroyed before the backend whose stream it uses
     if (env.world_size > 1) {
@@ -85,6 +90,15 @@ int main(int argc, char** argv) {
       gpu::nccl_options nccl;
       const char* blocking = std::getenv("MXKIT_NCCL_BLOCKING");
       nccl.blocking = blocking && std::string_view(blocking) == "1";
+      // --comm-sms: NCCL's share of the SMs, and the GEMMs' persistent grids on the rest (a
+      // collective may be in flight beside any GEMM of the step: the prefetched gathers in
+      // forward, the gradient reductions in backward).
+      nccl.ctas = o.comm_sms;
+      be.set_reserved_sms(static_cast<unsigned>(o.comm_sms));
+      if (o.comm_sms > 0)
+        std::printf("--comm-sms %d: %s kernels on %d CTAs (ncclConfig_t minCTAs = maxCTAs), GEMMs' persistent grids on %u of %d SMs\n",
+                    o.comm_sms, gpu::nccl::vendor_name, o.comm_sms,
+                    gpu::persistent_grid_sms(static_cast<unsigned>(p.multiprocessors), static_cast<unsigned>(o.comm_sms)), p.multiprocessors);
       comm = gpu::nccl_communicator::from_environment(env, be.stream(), nccl);
     }
     try {

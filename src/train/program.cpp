@@ -482,6 +482,11 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
     throw usage_error(std::string("--shard ") + mxkit::name_of(o.shard) +
                       " needs several ranks: 05_train --ranks N (N >= 2), or a GPU program started by its launcher on several "
                       "GPUs; one rank shards nothing (--shard none)");
+  if (!comm && o.reduce_dtype != nn::dtype::f32)
+    throw usage_error(std::string("--reduce-dtype ") + mxkit::name_of(o.reduce_dtype) +
+                      " needs several ranks: one rank reduces no gradients (--reduce-dtype f32)");
+  if (!comm && o.comm_sms > 0)
+    throw usage_error("--comm-sms " + std::to_string(o.comm_sms) + " needs several GPUs: one rank runs no collectives");
   // Before anything is loaded or trained: the outputs (mxkit/train_program/files.hpp), then the data and the
   // --resume checkpoint's settings (a single file's header, or a folder of shards' manifest).
   std::vector<flagged_path> inputs = data_files(o);
@@ -580,11 +585,13 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
       std::printf("target: held-out loss <= %g, evaluated every %zu steps on %zu batches (%zu sequences)\n", *o.target_loss, o.eval_every,
                   eval_batches.size(), eval_batches.size() * o.batch);
     if (ranks > 1 || o.micro_batches > 1)
-      std::printf("ranks: %zu x %zu micro-batches of %zu x %zu; sharding %s%s%s%s (throughput is global, MFU per rank)\n", ranks,
-                  o.micro_batches, o.batch, o.seq, mxkit::name_of(o.shard),
+      std::printf("ranks: %zu x %zu micro-batches of %zu x %zu; sharding %s%s%s%s; gradients reduced in %s%s (throughput is global, "
+                  "MFU per rank)\n",
+                  ranks, o.micro_batches, o.batch, o.seq, mxkit::name_of(o.shard),
                   o.shard == nn::sharding::full && o.reshard_after_forward ? ", resharded after forward" : "",
                   o.shard == nn::sharding::full && !o.overlap_reductions ? ", reductions not overlapped" : "",
-                  o.recompute ? ", activation recomputation" : "");
+                  o.recompute ? ", activation recomputation" : "", mxkit::name_of(o.reduce_dtype),
+                  o.comm_sms > 0 ? (", communication on " + std::to_string(o.comm_sms) + " SMs").c_str() : "");
     if (device.memory) std::printf("device memory after initialization: %s\n", device.memory().c_str());
     std::fflush(stdout);
   }
@@ -607,6 +614,7 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
   tc.parallel.gather_quantized = o.gather_quantized;
   tc.parallel.reshard_after_forward = o.reshard_after_forward;
   tc.parallel.overlap_reductions = o.overlap_reductions;
+  tc.parallel.reduce_dtype = o.reduce_dtype;
   tc.on_progress = [&](const nn::train_progress& p) {
     const throughput::rate w = speed.close(p.step);
     const double tokens_per_s = w.per_second(tokens_per_step), tflops = w.per_second(flops.per_step) / 1e12;

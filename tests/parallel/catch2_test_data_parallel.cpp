@@ -65,21 +65,24 @@ outcome collect(backend& be, model& m, trainer& t) {
 }
 
 // One rank's training run; `comm` null for the single-rank run.
-outcome train(const recipe& r, const train_config& base, communicator* comm, std::size_t micro, sharding s, bool recompute = false) {
+outcome train(const recipe& r, const train_config& base, communicator* comm, std::size_t micro, sharding s, bool recompute = false,
+              dtype reduce = dtype::f32) {
   host_backend be;
   model m(be, tiny_model(), r, 17);
   m.set_recompute(recompute);
   train_config c = base;
   c.parallel = {comm, micro, s};
+  c.parallel.reduce_dtype = reduce;
   trainer t(m, text_tokens(), c);
   t.run();
   return collect(be, m, t);
 }
 
 // Every rank's outcome of an N-rank run.
-std::vector<outcome> train_ranks(int n, const recipe& r, const train_config& c, sharding s, std::size_t micro = 1) {
+std::vector<outcome> train_ranks(int n, const recipe& r, const train_config& c, sharding s, std::size_t micro = 1,
+                                 dtype reduce = dtype::f32) {
   std::vector<outcome> out(static_cast<std::size_t>(n));
-  ref::run_ranks(n, [&](communicator& comm) { out[static_cast<std::size_t>(comm.rank())] = train(r, c, &comm, micro, s); });
+  ref::run_ranks(n, [&](communicator& comm) { out[static_cast<std::size_t>(comm.rank())] = train(r, c, &comm, micro, s, false, reduce); });
   return out;
 }
 
@@ -187,6 +190,71 @@ TEST_CASE("data parallel: ZeRO-1 and full sharding give the unsharded weights bi
     for (std::size_t p = 0; p < pc[0].weights.size(); ++p)
       for (std::size_t i = 0; i < pc[0].weights[p].size(); ++i)
         CHECK(std::abs(zc[1].weights[p][i] - pc[0].weights[p][i]) <= 1e-5 * (std::abs(pc[0].weights[p][i]) + 1e-3));
+  }
+}
+
+// reduce_dtype bf16 (FSDP2's reduce_dtype): each rank's gradient rounded to bf16, summed in bf16
+// in rank order (the host communicator's all_reduce), widened into the f32 gradients.
+TEST_CASE("data parallel: a bf16 reduction sums each rank's gradients rounded to bf16, in bf16, in rank order", "[nn][data_parallel]") {
+  const auto bf16 = [](double v) {
+    return static_cast<double>(bfloat16::from_float(static_cast<float>(v), rounding::nearest_even, overflow::propagate).to_float());
+  };
+  const recipe r = recipes::bf16();
+  for (const int n : {2, 4}) {
+    INFO(n << " ranks");
+    const train_config c = run_config(1);
+    const std::vector<outcome> ranks = train_ranks(n, r, c, sharding::none, 1, dtype::bf16);
+    const std::vector<outcome> f32 = train_ranks(n, r, c, sharding::none);
+    std::vector<grads_t> terms;  // rank j's gradients: micro-batch j's (the same bits)
+    for (int j = 0; j < n; ++j) terms.push_back(micro_batch_grads(r, c, static_cast<std::size_t>(j)));
+    std::size_t wrong = 0, elements = 0, differ_f32 = 0, over = 0;
+    for (std::size_t p = 0; p < ranks[0].grads.size(); ++p)
+      for (std::size_t i = 0; i < ranks[0].grads[p].size(); ++i) {
+        double acc = bf16(terms[0][p][i]), sum_abs = std::abs(terms[0][p][i]);
+        for (int j = 1; j < n; ++j) {
+          acc = bf16(acc + bf16(terms[static_cast<std::size_t>(j)][p][i]));
+          sum_abs += std::abs(terms[static_cast<std::size_t>(j)][p][i]);
+        }
+        for (const outcome& o : ranks) wrong += o.grads[p][i] != acc;
+        ++elements;
+        const double got = ranks[0].grads[p][i], exact = f32[0].grads[p][i];
+        differ_f32 += got != exact;
+        // n roundings to bf16 of the terms and n - 1 of the partial sums, each within u = 2^-8 of
+        // its value (to first order), and the f32 sum's own: 2 n u sum|t|.
+        over += std::abs(got - exact) > 2 * n * 0x1p-8 * sum_abs;
+      }
+    CHECK(wrong == 0);
+    CHECK(over == 0);
+    CHECK(differ_f32 > elements / 4);  // (the f32 reduction's gradients: the check above can fail)
+  }
+}
+
+TEST_CASE("data parallel: with a bf16 reduction a run trains, near the f32 run, and ZeRO-1 and full sharding keep its bits",
+          "[nn][data_parallel]") {
+  const recipe r = recipes::bf16();
+  train_config c = run_config(16, 0.0);
+  c.shape = {2, 32};
+  const std::vector<outcome> f32 = train_ranks(2, r, c, sharding::none), bf = train_ranks(2, r, c, sharding::none, 1, dtype::bf16);
+  const std::size_t last = c.steps - 1;
+  INFO("f32: first " << f32[0].losses[0] << ", last " << f32[0].losses[last] << "; bf16: last " << bf[0].losses[last]);
+  CHECK(bf[0].losses[0] == f32[0].losses[0]);  // the first step's loss comes before any reduction
+  CHECK(bf[0].losses[last] < bf[0].losses[0] - 1.0);
+  CHECK(bf[0].losses != f32[0].losses);
+  for (std::size_t i = 0; i < c.steps; ++i) CHECK(std::abs(bf[0].losses[i] - f32[0].losses[i]) <= 0.02 * f32[0].losses[i]);
+  CHECK(bf[1].weights == bf[0].weights);
+  // ZeRO-1 and full sharding reduce-scatter the same bf16 values in the same order (by rank, here;
+  // two ranks: any order), so without clipping their weights are unsharded data parallelism's bits.
+  for (const int n : {2, 4}) {
+    const train_config free = run_config(3, 0.0);
+    const std::vector<outcome> plain = train_ranks(n, r, free, sharding::none, 1, dtype::bf16);
+    for (const sharding s : {sharding::optimizer, sharding::full}) {
+      INFO(n << " ranks, sharding " << name_of(s));
+      const std::vector<outcome> sharded = train_ranks(n, r, free, s, 1, dtype::bf16);
+      for (int k = 0; k < n; ++k) {
+        CHECK(sharded[static_cast<std::size_t>(k)].weights == plain[0].weights);
+        CHECK(sharded[static_cast<std::size_t>(k)].losses == plain[0].losses);
+      }
+    }
   }
 }
 
@@ -367,6 +435,9 @@ TEST_CASE("data parallel: bad configurations are refused", "[nn][data_parallel]"
   model m(be, tiny_model(), recipes::bf16(), 17);
   CHECK_THROWS_AS(data_parallel(m, {nullptr, 0, sharding::none}), std::invalid_argument);
   CHECK_THROWS_AS(data_parallel(m, {nullptr, 1, sharding::optimizer}), std::invalid_argument);
+  parallel_config f64_reduction{nullptr, 1, sharding::none};
+  f64_reduction.reduce_dtype = dtype::f64;  // f32 or bf16 only
+  CHECK_THROWS_AS(data_parallel(m, f64_reduction), std::invalid_argument);
   CHECK_THROWS_AS(view_of(m.head().scaling() ? tensor{} : be.alloc(1, 4, dtype::f32, mem_tag::activation), 2, 1, 3),
                   std::invalid_argument);
 }

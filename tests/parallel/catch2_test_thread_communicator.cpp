@@ -175,6 +175,65 @@ TEST_CASE("thread communicator: a reduce_scatter in ring order adds rank r's chu
   }
 }
 
+// bf16 sums are carried in bf16 (NCCL's ncclBfloat16): each partial sum rounded to nearest even.
+// The oracle: element i of the chunk, the ranks from `start` on around the ring, acc = bf16(acc + v).
+namespace {
+float bf16_carried_sum(const std::vector<std::vector<bfloat16>>& in, std::size_t i, std::size_t start) {
+  const auto round = [](float v) { return bfloat16::from_float(v, rounding::nearest_even, overflow::propagate).to_float(); };
+  const std::size_t n = in.size();
+  float acc = in[start % n][i].to_float();
+  for (std::size_t j = 1; j < n; ++j) acc = round(acc + in[(start + j) % n][i].to_float());
+  return acc;
+}
+}  // namespace
+
+TEST_CASE("thread communicator: bf16 sums are carried in bf16, in rank order (all_reduce) and in the order asked (reduce_scatter)",
+          "[ref][communicator]") {
+  for (const int n : {2, 4}) {
+    for (const ref::sum_order order : {ref::sum_order::by_rank, ref::sum_order::ring}) {
+      INFO(n << " ranks, order " << (order == ref::sum_order::ring ? "ring" : "by rank"));
+      const std::size_t chunk = 257, count = chunk * static_cast<std::size_t>(n);
+      // Magnitudes over 2^-12 .. 2^12: a partial sum's rounding often decides the next one's.
+      std::vector<std::vector<bfloat16>> in(static_cast<std::size_t>(n), std::vector<bfloat16>(count));
+      std::uint32_t state = 12345;
+      for (auto& rank : in)
+        for (bfloat16& v : rank) {
+          state = state * 1664525u + 1013904223u;
+          const float m = std::ldexp(1.0f + static_cast<float>(state >> 9) * 0x1p-23f, static_cast<int>(state % 25) - 12);
+          v = bfloat16::from_float(state & 0x100u ? -m : m, rounding::nearest_even, overflow::propagate);
+        }
+      std::vector<std::vector<bfloat16>> reduced(static_cast<std::size_t>(n), std::vector<bfloat16>(count)),
+          scattered(static_cast<std::size_t>(n), std::vector<bfloat16>(chunk));
+      ref::run_ranks(
+          n,
+          [&](nn::communicator& c) {
+            const std::size_t r = static_cast<std::size_t>(c.rank());
+            c.all_reduce({in[r].data(), count, comm_type::bf16}, {reduced[r].data(), count, comm_type::bf16}, reduce_op::sum);
+            c.reduce_scatter({in[r].data(), count, comm_type::bf16}, {scattered[r].data(), chunk, comm_type::bf16}, reduce_op::sum);
+          },
+          std::chrono::seconds(60), order);
+      std::size_t wrong = 0, once_differs = 0;
+      for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r)
+        for (std::size_t i = 0; i < count; ++i) {
+          wrong += reduced[r][i].to_float() != bf16_carried_sum(in, i, 0);  // all_reduce: rank order in both
+          if (i < chunk) {
+            const std::size_t start = order == ref::sum_order::ring ? (r + 1) % static_cast<std::size_t>(n) : 0;
+            wrong += scattered[r][i].to_float() != bf16_carried_sum(in, r * chunk + i, start);
+          }
+        }
+      CHECK(wrong == 0);
+      // With more than two ranks the oracle is not the float sum rounded once: the test tells the
+      // two apart (two ranks add once: the same bits).
+      for (std::size_t i = 0; n > 2 && i < count; ++i) {
+        float once = 0;
+        for (const auto& rank : in) once += rank[i].to_float();
+        once_differs += bfloat16::from_float(once, rounding::nearest_even, overflow::propagate).to_float() != bf16_carried_sum(in, i, 0);
+      }
+      if (n > 2) CHECK(once_differs > count / 50);
+    }
+  }
+}
+
 TEST_CASE("thread communicator: take_exposed_seconds is the time spent in collectives, waiting included, since the last take",
           "[ref][communicator]") {
   // Rank 1 arrives 50 ms late: rank 0's all_reduce holds it at least that long, all of it exposed.

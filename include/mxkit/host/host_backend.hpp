@@ -142,7 +142,15 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
     });
   }
   void do_copy(const nn::tensor& src, nn::tensor& dst) override {
-    if (src.bytes()) std::memcpy(dst.data(), src.data(), src.bytes());
+    if (src.type() == dst.type()) {
+      if (src.bytes()) std::memcpy(dst.data(), src.data(), src.bytes());
+      return;
+    }
+    visit(src, [&](const auto* s) {  // floating types (backend::copy): through double, exact, then rounded once to dst's type
+      visit(dst, [&](auto* d) {
+        for (std::size_t i = 0; i < src.size(); ++i) d[i] = nn::element_from_double<std::remove_pointer_t<decltype(d)>>(nn::element_to_double(s[i]));
+      });
+    });
   }
   void do_axpy(double alpha, const nn::tensor& x, nn::tensor& y) override {
     compute(x.type(), [&](auto z) {

@@ -50,7 +50,8 @@
 //    writes the logits' gradient in place of the logits.
 //
 // Operations (shapes: M tokens, C width, V vocabulary, B*H attention rows, T sequence)
-//   memory      alloc, alloc_host, write, write_tokens, read, read_scalar, synchronize, fill, copy, axpy, amax
+//   memory      alloc, alloc_host, write, write_tokens, read, read_scalar, synchronize, fill, copy (converting
+//               between floating types), axpy, amax
 //   operands    quantize / quantize_both / transpose (recipe.hpp's operands of the three GEMMs),
 //               export_fp8 / import_fp8 (the healing stash), make_scaling_table, update_scales
 //   GEMM        gemm: D[P,Q] = alpha * A . B^T + beta * C on stored copies A [P,R], B [Q,R]
@@ -151,9 +152,14 @@ class backend {
     detail::require(t.defined(), "fill: tensor is not allocated");
     observed(backend_op::fill, [&] { do_fill(t, value); });
   }
+  // dst = src; between floating types (f32, bf16, f64) converted element by element, as
+  // PyTorch's Tensor.copy_ converts: exact where the destination holds the value, else rounded
+  // to nearest even to bf16 (bfloat16::from_float; f64 through f32, as nn::element_from_double
+  // rounds). The bf16 gradient reduction of data parallelism rounds with it
+  // (parallel_config::reduce_dtype). An i32 tensor copies to i32 only.
   void copy(const tensor& src, tensor& dst) {
     require_shape(dst, src.rows(), src.cols(), "copy destination");
-    require_type(dst, src.type(), "copy destination");
+    if (!is_floating(dst.type()) || !is_floating(src.type())) require_type(dst, src.type(), "copy destination");
     observed(backend_op::copy, [&] { do_copy(src, dst); });
   }
   // y += alpha * x (same shape and type)

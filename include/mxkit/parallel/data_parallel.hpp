@@ -32,6 +32,11 @@
 // one flat weight buffer per group), then the weights are all-gathered in place. The gradient norm
 // combines the ranks' shard norms (an all_gather of N f64 norms, then the norm of those).
 //
+// The gradients' reduction in bf16 (parallel_config::reduce_dtype, FSDP2's reduce_dtype): the
+// group's f32 gradients are rounded into a bf16 buffer the collective reads (and, unsharded or
+// ZeRO-1, writes in place), and the result is widened into the f32 gradients once a join covers
+// it (release_reduced); under full sharding the whole f32 gradients go as soon as they are rounded.
+//
 // Full sharding (ZeRO-3 / FSDP): a rank keeps its shard of each group's fp32 weights and reduced
 // gradients; a group's weights are all-gathered before its forward, and before its backward only
 // the parameters the backward reads (model::backward_reads_value: norm gains; a linear weight
@@ -102,6 +107,8 @@ class data_parallel {
     detail::require(c.micro_batches >= 1, "data_parallel: micro_batches must be at least 1, got ", c.micro_batches);
     detail::check_enum(c.shard, sharding::full, "sharding", "data_parallel");
     detail::require(c.shard == sharding::none || c.comm, "data_parallel: sharding '", name_of(c.shard), "' needs a communicator");
+    detail::require(c.reduce_dtype == dtype::f32 || c.reduce_dtype == dtype::bf16, "data_parallel: reduce_dtype must be f32 or bf16, got ",
+                    name_of(c.reduce_dtype));
     backend& be = m.be();
     // A model built with deferred memory (model_build_hooks::defer_memory): unsharded, or frozen,
     // parameters get their whole memory here; sharded groups get what the rank keeps, below.
@@ -344,12 +351,14 @@ class data_parallel {
     for (parameter* p : g.params) p->grad.reset();
     g.grads.reset();
   }
-  // The whole gradients of the groups whose reductions the join of `joined` covered (all of them
-  // after a full join).
-  void release_reduced(std::optional<communicator::collective_mark> joined = std::nullopt) noexcept {
-    std::erase_if(reduced_, [&](const reduction& r) {
+  // The reductions the join of `joined` covered (all of them after a full join): a narrowed one's
+  // result widened into the gradients the optimizer reads; under full sharding the whole gradients
+  // freed.
+  void release_reduced(std::optional<communicator::collective_mark> joined = std::nullopt) {
+    std::erase_if(reduced_, [&](reduction& r) {
       if (joined && !(r.called <= *joined)) return false;
-      release_grads(groups_[r.group]);
+      if (r.wire.defined()) m_->be().copy(r.result, r.into);  // bf16 to f32: exact
+      if (fully_sharded()) release_grads(groups_[r.group]);
       return true;
     });
   }
@@ -465,22 +474,37 @@ class data_parallel {
         return;
       case group_event::after_backward: break;
     }
+    reduction red{index, {}, {}, {}, {}};
     if (reducing_) {
-      for (parameter* p : g.params) materialize_grad(m_->be(), *p);  // a gradient the backward did not reach: zeros
-      const comm_buffer all = buffer_of(g.grads);
+      backend& be = m_->be();
+      for (parameter* p : g.params) materialize_grad(be, *p);  // a gradient the backward did not reach: zeros
       const std::size_t r = static_cast<std::size_t>(rank());
-      if (full) {
-        c_.comm->reduce_scatter(all, buffer_of(g.shard_grads), reduce_op::sum);
-      } else if (sharded()) {
-        c_.comm->reduce_scatter(all, {static_cast<char*>(all.data) + r * g.shard * size_of(all.type), g.shard, all.type}, reduce_op::sum);
-      } else {
-        c_.comm->all_reduce(all, all, reduce_op::sum);
+      // reduce_dtype narrower than the gradients: the collective reads and writes a rounded copy
+      // (the wire), and its result is widened into `into` once a join covers it (release_reduced).
+      const bool narrowed = c_.reduce_dtype != g.grads.type();
+      tensor into = full ? g.shard_grads : sharded() ? view_of(g.grads, r * g.shard, 1, g.shard) : g.grads;
+      if (narrowed) {
+        red.wire = be.alloc_uninitialized(1, g.grads.size(), c_.reduce_dtype, mem_tag::gradient);
+        be.copy(g.grads, red.wire);  // rounded to nearest even
+        red.result = full ? be.alloc_uninitialized(1, g.shard, c_.reduce_dtype, mem_tag::gradient)
+                          : sharded() ? view_of(red.wire, r * g.shard, 1, g.shard) : red.wire;
+        red.into = into;
+        if (full) release_grads(g);  // the collective reads the wire: the whole f32 gradients can go now
       }
+      const comm_buffer all = buffer_of(narrowed ? red.wire : g.grads);
+      const comm_buffer out = buffer_of(narrowed ? red.result : into);  // in place within `all` unless fully sharded
+      if (sharded()) c_.comm->reduce_scatter(all, out, reduce_op::sum);
+      else c_.comm->all_reduce(all, out, reduce_op::sum);
     }
     if (full) {
       release_copies(g);
       release_weights(g);
-      if (reducing_) reduced_.push_back({index, c_.comm->mark()});  // freed after a join covers the reduction: a device may still read them
+    }
+    // Freed (full sharding) or widened (a narrowed reduction) after a join covers the reduction: a
+    // device may still read them.
+    if (reducing_ && (full || red.wire.defined())) {
+      red.called = c_.comm->mark();
+      reduced_.push_back(std::move(red));
     }
   }
 
@@ -490,9 +514,14 @@ class data_parallel {
   bool reducing_ = false;
   struct reduction {
     std::size_t group;
-    communicator::collective_mark called;  // after its reduce_scatter
+    communicator::collective_mark called;  // after its collective
+    tensor wire;    // reduce_dtype narrower than the gradients: the rounded whole gradients the collective reads
+    tensor result;  // the collective's output (this rank's chunk of the wire, or its own buffer under full sharding)
+    tensor into;    // the f32 gradients the result is widened into
   };
-  std::vector<reduction> reduced_;  // full sharding: groups whose whole gradients go once a join covers their reduction
+  // Reductions waiting for a join: full sharding's (whole gradients freed then), and narrowed
+  // ones (their results widened then).
+  std::vector<reduction> reduced_;
 };
 
 }  // namespace nn

@@ -2,13 +2,14 @@
 #pragma once
 // What data parallelism (parallel/data_parallel.hpp) is asked to do: the communicator, the
 // micro-batches per rank and step, how much is sharded (none, ZeRO-1, full), and full sharding's
-// choices (quantized copies gathered, resharding after forward, overlapped reductions). Apart from
-// data_parallel: the training loop, the training program and the checkpoints name these settings
-// without the machinery.
+// choices (quantized copies gathered, resharding after forward, overlapped reductions), and the
+// element type of the gradient reduction. Apart from data_parallel: the training loop, the
+// training program and the checkpoints name these settings without the machinery.
 #include <cstddef>
 #include <cstdint>
 
 #include <mxkit/enum_names.hpp>
+#include <mxkit/nn/tensor.hpp>
 #include <mxkit/parallel/communicator.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -53,6 +54,14 @@ struct parallel_config {
   // previous group's gradient reduction runs behind its backward. Off waits for every collective
   // called so far at each group (what it did before: the reductions exposed; for measurements).
   bool overlap_reductions = true;
+  // The element type the gradients are reduced in (FSDP2's MixedPrecisionPolicy.reduce_dtype): f32
+  // (the gradients' own type), or bf16, which halves the bytes of every gradient reduction
+  // (reduce-scatter when sharded, all-reduce when not). Each rank's accumulated f32 gradients are
+  // rounded to bf16 (nearest even: backend::copy) before the collective, the collective sums in
+  // bf16 (NCCL's ncclBfloat16: every partial sum rounded to bf16; ref::thread_communicator alike,
+  // in the order it documents), and the reduced bf16 values are widened (exactly) into the f32
+  // gradients the optimizer reads. The numerics: docs/training.md, "Several ranks".
+  dtype reduce_dtype = dtype::f32;
 };
 
 }  // namespace nn

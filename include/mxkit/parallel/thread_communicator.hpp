@@ -7,16 +7,23 @@
 // A collective is a rendezvous. Each rank posts its call (operation, reduce op, element type,
 // count, root, buffers) and waits; the last rank to arrive checks that every call matches and
 // then performs the whole collective on every rank's buffers (they are host memory of one
-// process), so a reduction combines the ranks in a fixed order, in the element type (bf16 sums in
-// float, rounded once at the end): the result is deterministic and identical on every rank. Every
-// rank leaves before the next collective can start.
+// process), so a reduction combines the ranks in a fixed order, in the element type: the result is
+// deterministic and identical on every rank. Every rank leaves before the next collective can start.
+// bf16 sums are carried in bf16 as NCCL carries ncclBfloat16 (each hop of its ring adds the
+// incoming partial sum and the local value and sends the sum rounded to bf16): acc = bf16(acc + v)
+// for each rank after the first, rounded to nearest even (bfloat16::from_float; the float sum of two
+// bf16 values rounded once is the correctly rounded bf16 sum, as CUDA's __hadd for bf16 gives).
+// The result is NCCL's bits exactly where NCCL adds the ranks in the same order (below); with two
+// ranks in any order (one addition commutes).
 //
 // The order (sum_order): by_rank, 0, 1, ..., size-1 for every element, by default; or ring, as
 // NCCL's ring reduce-scatter adds rank r's chunk: from rank r + 1 around the ring to r. With three
 // or more ranks a float sum then depends on which rank owns an element, so a change of shard
 // layout changes the last bits, as it does through NCCL; a test that compares two layouts
 // (tests/parallel/catch2_test_data_parallel.cpp) sees on the host what NCCL would show on GPUs.
-// all_reduce keeps rank order in both (NCCL's order there depends on its chunk sizes).
+// all_reduce keeps rank order in both (NCCL's order there depends on its chunk sizes, and its tree
+// algorithm adds in another order). NCCL documents neither order: "ring" reproduces the ring
+// NCCL builds over ranks 0..N-1 in rank order, which topology detection may permute.
 //
 // Failure (communicator.hpp's contract): a mismatched call (another operation, reduce op, type,
 // count or root on another rank) aborts the world, naming both calls; a rank that waits longer
@@ -167,14 +174,14 @@ class thread_world {
   void reduce(std::size_t first, std::size_t n, std::uint8_t* out, std::size_t start = 0) const {
     const nn::comm_type t = slots_[0].in.type;
     const nn::reduce_op op = slots_[0].op;
-    auto run = [&](auto zero, auto load, auto store) {
+    auto run = [&](auto zero, auto load, auto store, auto carry) {
       for (std::size_t i = 0; i < n; ++i) {
         auto acc = zero;
         for (std::size_t j = 0; j < slots_.size(); ++j) {
           const std::size_t r = (start + j) % slots_.size();
           const auto v = load(slots_[r].in.data, first + i);
           if (j == 0) acc = v;
-          else if (op == nn::reduce_op::sum) acc = acc + v;
+          else if (op == nn::reduce_op::sum) acc = carry(acc + v);
           else acc = (v != v || acc != acc) ? (v != v ? v : acc) : (v > acc ? v : acc);  // max, NaN wins (amax)
         }
         store(out, i, acc);
@@ -183,19 +190,24 @@ class thread_world {
     auto plain = [&](auto zero) {
       using T = decltype(zero);
       run(zero, [](const void* p, std::size_t i) { return static_cast<const T*>(p)[i]; },
-          [](std::uint8_t* o, std::size_t i, T v) { std::memcpy(o + i * sizeof(T), &v, sizeof(T)); });
+          [](std::uint8_t* o, std::size_t i, T v) { std::memcpy(o + i * sizeof(T), &v, sizeof(T)); }, [](T v) { return v; });
     };
     switch (t) {
       case nn::comm_type::f32: plain(0.0f); break;
       case nn::comm_type::f64: plain(0.0); break;
       case nn::comm_type::i32: plain(std::int32_t{0}); break;
-      case nn::comm_type::bf16:
+      case nn::comm_type::bf16: {
+        // Carried in bf16, as NCCL's ncclBfloat16 sum is: every partial sum rounded to nearest even
+        // (the float sum of two bf16 values, rounded once: the correctly rounded bf16 sum).
+        const auto round = [](float v) { return bfloat16::from_float(v, rounding::nearest_even, overflow::propagate).to_float(); };
         run(0.0f, [](const void* p, std::size_t i) { return static_cast<const bfloat16*>(p)[i].to_float(); },
             [](std::uint8_t* o, std::size_t i, float v) {
-              const bfloat16 b = bfloat16::from_float(v, rounding::nearest_even, overflow::propagate);
+              const bfloat16 b = bfloat16::from_float(v, rounding::nearest_even, overflow::propagate);  // exact: v is a bf16 value
               std::memcpy(o + i * sizeof(bfloat16), &b, sizeof(bfloat16));
-            });
+            },
+            round);
         break;
+      }
       case nn::comm_type::u8: break;  // refused by communicator::check_reduction
     }
   }

@@ -70,6 +70,8 @@ struct options {
   bool gather_quantized = true;        // full sharding: gather the quantized weight copies
   bool reshard_after_forward = true;   // full sharding: drop each layer's gathered copies after its forward
   bool overlap_reductions = true;      // full sharding: a layer waits for its own gather only
+  nn::dtype reduce_dtype = nn::dtype::f32;  // the gradient reduction's element type (parallel_config::reduce_dtype)
+  int comm_sms = 0;                    // GPU programs: NCCL's CTAs and the SMs the GEMMs leave it (0: NCCL's choice)
   bool recompute = false;              // activation recomputation per layer
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
@@ -96,6 +98,10 @@ inline constexpr int exit_target_not_reached = 3;
 // --ranks: the rank threads of 05_train are an int (ref::run_ranks, communicator::size); far
 // fewer than int's limit are useful on one host, and each holds a backend and a model.
 inline constexpr int max_ranks = 1024;
+
+// --comm-sms: ncclConfig_t's minCTAs and maxCTAs take 1 to 32 (NCCL 2.17, "API: Types");
+// 06_train_gpu checks that this is gpu::nccl_communicator::max_ctas.
+inline constexpr int max_comm_sms = 32;
 
 // ---- recipes -------------------------------------------------------------------------------------
 
@@ -405,6 +411,20 @@ inline std::vector<flag> flags() {
        "--shard full: each layer waits for its own weights' gather only, and the previous layer's\n"
        "    gradient reduction runs behind its backward; off waits for every collective called (default on)",
        on_off("--overlap-reductions", &options::overlap_reductions)},
+      {"--reduce-dtype", "f32|bf16", "several ranks",
+       "element type of the gradient reduction (reduce-scatter when sharded, all-reduce when not), as\n"
+       "    FSDP2's reduce_dtype: bf16 rounds each rank's gradients to bf16 and sums them in bf16 (half the\n"
+       "    bytes; docs/training.md states the rounding) (default f32)",
+       [](options& o, std::string_view v) {
+         if (v == "f32") o.reduce_dtype = nn::dtype::f32;
+         else if (v == "bf16") o.reduce_dtype = nn::dtype::bf16;
+         else throw usage_error("--reduce-dtype: expected f32 or bf16, got '" + std::string(v) + "'");
+       }},
+      {"--comm-sms", "N", "several ranks",
+       "GPU programs on several GPUs: NCCL's kernels on N CTAs (ncclConfig_t minCTAs = maxCTAs = N),\n"
+       "    1 to " + to_string(max_comm_sms) + ", and every GEMM's persistent grid on the device's SMs less N, so a collective\n"
+       "    beside the GEMMs starts at once (default 0: NCCL's choice, GEMMs on every SM)",
+       [](options& o, std::string_view v) { o.comm_sms = parse_int_in("--comm-sms", v, 1, max_comm_sms); }},
       {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
        on_off("--recompute", &options::recompute)},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).

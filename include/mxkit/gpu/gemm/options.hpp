@@ -36,7 +36,20 @@ struct gemm_options {
   // another stream's kernels (a collective's) loses only the SMs they hold, not the tiles queued
   // behind them (sm90/kernel.hpp). Null: the static order. Results are the same bits either way.
   std::uint32_t* tile_counter = nullptr;
+  // sm90: SMs left to a collective that may run beside this GEMM (NCCL limited to that many CTAs,
+  // ncclConfig_t::maxCTAs: gpu::nccl_options::ctas). The persistent kernel's CTAs never yield
+  // their SM, so a collective launched while they hold every SM waits for tiles to drain; a grid
+  // of persistent_grid_sms() leaves the collective its SMs at once. 0: every SM (the default).
+  // Results are the same bits for any value: a tile's sums do not depend on which CTA takes it,
+  // and the split-K choice stays the whole device's (sm90/launch.hpp).
+  std::uint32_t reserved_sms = 0;
 };
+
+// The persistent grid's width: the device's SMs less those reserved, at least one.
+constexpr std::uint32_t persistent_grid_sms(std::uint32_t device_sms, std::uint32_t reserved_sms) noexcept {
+  return reserved_sms < device_sms ? device_sms - reserved_sms : 1u;
+}
+static_assert(persistent_grid_sms(132, 0) == 132 && persistent_grid_sms(132, 16) == 116 && persistent_grid_sms(8, 8) == 1);
 
 }  // namespace gpu
 MXKIT_END_NAMESPACE

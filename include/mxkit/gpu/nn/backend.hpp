@@ -157,7 +157,16 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_fill(nn::tensor& t, doubl
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_copy(const nn::tensor& src, nn::tensor& dst) {
-  if (src.bytes()) MXKIT_GPU_CHECK(memcpy_async(dst.data(), src.data(), src.bytes(), copy_kind::device_to_device, stream_));
+  if (src.type() == dst.type()) {
+    if (src.bytes()) MXKIT_GPU_CHECK(memcpy_async(dst.data(), src.data(), src.bytes(), copy_kind::device_to_device, stream_));
+    return;
+  }
+  // Floating types (nn::backend::copy): converted as the host converts (convert_element).
+  backend_detail::visit_float(src.type(), "copy", [&](auto s) {
+    backend_detail::visit_float(dst.type(), "copy", [&](auto d) {
+      gpu::convert(src.as<decltype(s)>(), dst.as<decltype(d)>(), src.size(), stream_);
+    });
+  });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_axpy(double alpha, const nn::tensor& x, nn::tensor& y) {
   backend_detail::visit_float(x.type(), "axpy", [&](auto z) {
@@ -299,6 +308,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_gemm(gemm_product kind, c
   // dynamic order keeps the backward's GEMMs whole while a gradient reduction holds SMs.
   gemm_options options;
   options.tile_counter = tile_counter();
+  options.reserved_sms = reserved_sms_;
   backend_detail::run_gemm(kind, a, b, d, alpha, beta, c, stream_, options);
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) {

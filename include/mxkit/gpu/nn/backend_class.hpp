@@ -47,6 +47,11 @@ class device_backend : public nn::backend, public nn::copy_gather {
   std::size_t live_copies(nn::precision p) const noexcept { return live_[static_cast<std::size_t>(p)]; }
   // Where a copy's bytes are (tests read them: tests/gpu/device_backend_downloads.hpp).
   static const payload& get(const nn::qtensor& q) { return payload_of(q); }
+  // SMs every GEMM leaves to collectives that may run beside it (gemm_options::reserved_sms): the
+  // training program sets the communicator's CTA limit (nccl_options::ctas) here on several
+  // ranks, where a gradient reduction or a prefetched gather overlaps the step's GEMMs. 0: none.
+  void set_reserved_sms(std::uint32_t sms) noexcept { reserved_sms_ = sms; }
+  std::uint32_t reserved_sms() const noexcept { return reserved_sms_; }
 
  protected:
   // ---- memory and transfers
@@ -167,6 +172,7 @@ class device_backend : public nn::backend, public nn::copy_gather {
   }
 
   stream_t stream_ = nullptr, copy_stream_ = nullptr;
+  std::uint32_t reserved_sms_ = 0;  // set_reserved_sms
   event_t order_ = nullptr;
   staging_ring staging_;
   uploads_in_flight in_flight_;

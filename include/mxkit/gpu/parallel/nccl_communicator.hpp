@@ -65,10 +65,18 @@ struct nccl_options {
   // Times the backend stream's wait at each join() (take_exposed_seconds): two event records per
   // join, read back when taken.
   bool time_joins = true;
+  // NCCL's share of the SMs: its kernels run on exactly this many CTAs (ncclConfig_t::minCTAs =
+  // maxCTAs = ctas; NCCL 2.17's "API: Types" documents both, positive, up to 32; RCCL has the same
+  // members), one SM each while a GEMM's CTAs fill the rest. The backend's GEMMs then leave that
+  // many SMs (device_backend::set_reserved_sms, gemm_options::reserved_sms), so a collective
+  // launched beside the backward's persistent GEMMs starts at once instead of waiting for an SM.
+  // 0: NCCL's own choice (both unset), the default.
+  int ctas = 0;
 };
 
 class nccl_communicator final : public nn::communicator, private nccl_watchdog {
  public:
+  static constexpr int max_ctas = 32;  // nccl_options::ctas: the bound NCCL 2.17 documents for minCTAs and maxCTAs
   // Joins the `size`-rank communicator named by `id` as `rank`, on the current device; `compute`
   // is the backend's stream. `control` (optional) is the rendezvous whose channel carries aborts.
   // Throws comm_error when start-up fails or passes the timeout, std::runtime_error when the
@@ -81,6 +89,8 @@ class nccl_communicator final : public nn::communicator, private nccl_watchdog {
         options_(options) {
     mxkit::detail::require(options.timeout.count() > 0 && options.poll_interval.count() > 0, "nccl_communicator: timeout ",
                            options.timeout.count(), " ms and poll_interval ", options.poll_interval.count(), " ms must be positive");
+    mxkit::detail::require(options.ctas >= 0 && options.ctas <= max_ctas, "nccl_communicator: ctas ", options.ctas, " is not in [0, ",
+                           max_ctas, "] (0: NCCL's choice)");
     keep_multicast_off();
     MXKIT_GPU_CHECK(get_device(&device_));
     if (options_.own_stream) MXKIT_GPU_CHECK(stream_create(&comm_stream_));
@@ -88,6 +98,7 @@ class nccl_communicator final : public nn::communicator, private nccl_watchdog {
     MXKIT_GPU_CHECK(event_create_timing_off(&joined_));
     nccl::config_t config;
     config.blocking = options_.blocking ? 1 : 0;
+    if (options_.ctas > 0) config.min_ctas = config.max_ctas = options_.ctas;
     nccl::comm_t comm = nullptr;
     const nccl::result_t r = api_.comm_init_rank_config(&comm, size, id, rank, &config);
     comm_ = comm;

@@ -94,15 +94,15 @@ inline void execute(const plan& p, const gemm_operand& a, const gemm_operand& b,
       expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(copy_a), unsafe, s);
       expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(copy_b), unsafe, s);
       const mma_operand ba{mma_kind::bf16, copy_a, 2 * a.length}, bb{mma_kind::bf16, copy_b, 2 * b.length};
-      launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false}, true, o.tile_counter);
-      launch_wgmma(a, b, fa, fb, out, s, launch_gate{unsafe, true}, true, o.tile_counter);
+      launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false}, true, o.tile_counter, o.reserved_sms);
+      launch_wgmma(a, b, fa, fb, out, s, launch_gate{unsafe, true}, true, o.tile_counter, o.reserved_sms);
       return;
     }
     case route::fold: {
       expand::fold::launch(a, copy_a, line_a, unsafe, s);
       expand::fold::launch(b, copy_b, line_b, unsafe, s);
       const mma_operand la{mma_kind::e5m2, copy_a, a.length, line_a}, lb{mma_kind::e5m2, copy_b, b.length, line_b};
-      launch_wgmma(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums, o.tile_counter);
+      launch_wgmma(a, b, la, lb, out, s, launch_gate{unsafe, false}, o.exact_block_sums, o.tile_counter, o.reserved_sms);
       fallback = launch_gate{unsafe, true};
       break;
     }
@@ -119,7 +119,7 @@ inline void execute(const plan& p, const gemm_operand& a, const gemm_operand& b,
     fb.data = copy_b;
     fb.line_bytes = b.length;
   }
-  launch_wgmma(a, b, fa, fb, out, s, fallback, true, o.tile_counter);
+  launch_wgmma(a, b, fa, fb, out, s, fallback, true, o.tile_counter, o.reserved_sms);
 }
 #endif
 

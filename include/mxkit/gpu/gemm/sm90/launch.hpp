@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include <mxkit/gpu/arch/cuda/sm90_runtime.hpp>
+#include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/gemm/sm90/kernel.hpp>
 #include <mxkit/gpu/gemm/sm90/split_k.hpp>
 #include <mxkit/gpu/memory.hpp>
@@ -77,7 +78,7 @@ inline bool wide_output(const gemm_output_desc& o) noexcept {
 
 template <mma_kind TA, mma_kind TB, scaling S, int G, class Cfg, bool MnA = false, bool MnB = false>
 void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb, params prm,
-                  stream_t stream) {
+                  stream_t stream, std::uint32_t reserved_sms) {
   // The 16-byte epilogue is a kernel of its own: compiled into every kernel, it made those with
   // fp32 D (wgrad, split-K partials) 8-60 % slower on the H200 though they never took it
   // (docs/perf/training.md). Block scaling never takes it (ptxas spilled 372 bytes).
@@ -103,8 +104,12 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   const CUtensorMap ma = operand_map<MnA>(a, fa, k_bytes, Cfg::bm), mb = operand_map<MnB>(b, fb, k_bytes, Cfg::bn);
   const std::uint32_t tiles = prm.tiles_p * prm.tiles_q, k_stages = (prm.k_blocks + blocks_per_stage - 1) / blocks_per_stage;
   const std::uint32_t sms = multiprocessors(device), splits = choose_k_splits(tiles, k_stages, sms);
-  if (splits == 1) {  // persistent: one CTA per SM at most, each taking every sms-th tile
-    (can_widen && wide_output(prm.out) ? wide_kernel : kernel)<<<std::min(tiles, sms), threads, smem, stream>>>(ma, mb, prm);
+  if (splits == 1) {  // persistent: one CTA per SM at most, each taking every grid-th tile
+    // Its CTAs hold their SMs to the end: all but those left to a collective beside it
+    // (gemm_options::reserved_sms). The split choice above stays the whole device's (the same
+    // bits); split K's CTAs each end after one tile, so they need no such limit.
+    const std::uint32_t grid = std::min(tiles, persistent_grid_sms(sms, reserved_sms));
+    (can_widen && wide_output(prm.out) ? wide_kernel : kernel)<<<grid, threads, smem, stream>>>(ma, mb, prm);
     MXKIT_GPU_CHECK_LAUNCH();
     return;
   }
@@ -127,13 +132,13 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
 
 template <scaling S, int G, class Cfg>
 void launch_kinds(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb, const params& prm,
-                  stream_t stream) {
+                  stream_t stream, std::uint32_t reserved_sms) {
   constexpr mma_kind E4 = mma_kind::e4m3, E5 = mma_kind::e5m2;
   switch (static_cast<int>(fa.kind) * 2 + static_cast<int>(fb.kind)) {
-    case 0: launch_typed<E4, E4, S, G, Cfg>(a, b, fa, fb, prm, stream); break;
-    case 1: launch_typed<E4, E5, S, G, Cfg>(a, b, fa, fb, prm, stream); break;
-    case 2: launch_typed<E5, E4, S, G, Cfg>(a, b, fa, fb, prm, stream); break;
-    default: launch_typed<E5, E5, S, G, Cfg>(a, b, fa, fb, prm, stream); break;
+    case 0: launch_typed<E4, E4, S, G, Cfg>(a, b, fa, fb, prm, stream, reserved_sms); break;
+    case 1: launch_typed<E4, E5, S, G, Cfg>(a, b, fa, fb, prm, stream, reserved_sms); break;
+    case 2: launch_typed<E5, E4, S, G, Cfg>(a, b, fa, fb, prm, stream, reserved_sms); break;
+    default: launch_typed<E5, E5, S, G, Cfg>(a, b, fa, fb, prm, stream, reserved_sms); break;
   }
 }
 
@@ -144,10 +149,10 @@ void launch_kinds(const gemm_operand& a, const gemm_operand& b, const mma_operan
 // a, b: the original operands (shape, scales); fa, fb: their FP8 bytes. Line factors on both
 // (expand::fold's E5M2 bytes) select scaling::line, whose promotions cover one block
 // (exact_block_sums) or four; the kernel runs only if `gate` is open. tile_counter: the dynamic
-// tile order's counter (params::tile_counter), or null.
+// tile order's counter (params::tile_counter), or null; reserved_sms: gemm_options::reserved_sms.
 inline void launch_wgmma(const gemm_operand& a, const gemm_operand& b, const mma_operand& fa, const mma_operand& fb,
                    const gemm_output_desc& out, stream_t stream, launch_gate gate = {}, bool exact_block_sums = true,
-                   std::uint32_t* tile_counter = nullptr) {
+                   std::uint32_t* tile_counter = nullptr, std::uint32_t reserved_sms = 0) {
   if (a.lines == 0 || b.lines == 0) return;
   params prm;
   prm.p = static_cast<std::uint32_t>(a.lines);
@@ -177,19 +182,19 @@ inline void launch_wgmma(const gemm_operand& a, const gemm_operand& b, const mma
     constexpr mma_kind B16 = mma_kind::bf16;
     constexpr int G = blocks_per_stage;
     switch (static_cast<int>(a.mn_major) * 2 + static_cast<int>(b.mn_major)) {
-      case 0: launch_typed<B16, B16, scaling::tensor, G, config_fp8, false, false>(a, b, fa, fb, prm, stream); break;
-      case 1: launch_typed<B16, B16, scaling::tensor, G, config_fp8, false, true>(a, b, fa, fb, prm, stream); break;
-      case 2: launch_typed<B16, B16, scaling::tensor, G, config_fp8, true, false>(a, b, fa, fb, prm, stream); break;
-      default: launch_typed<B16, B16, scaling::tensor, G, config_fp8, true, true>(a, b, fa, fb, prm, stream); break;
+      case 0: launch_typed<B16, B16, scaling::tensor, G, config_fp8, false, false>(a, b, fa, fb, prm, stream, reserved_sms); break;
+      case 1: launch_typed<B16, B16, scaling::tensor, G, config_fp8, false, true>(a, b, fa, fb, prm, stream, reserved_sms); break;
+      case 2: launch_typed<B16, B16, scaling::tensor, G, config_fp8, true, false>(a, b, fa, fb, prm, stream, reserved_sms); break;
+      default: launch_typed<B16, B16, scaling::tensor, G, config_fp8, true, true>(a, b, fa, fb, prm, stream, reserved_sms); break;
     }
   } else if (!mx) {
-    launch_kinds<scaling::tensor, blocks_per_stage, config_fp8>(a, b, fa, fb, prm, stream);
+    launch_kinds<scaling::tensor, blocks_per_stage, config_fp8>(a, b, fa, fb, prm, stream, reserved_sms);
   } else if (fa.line_scale && fb.line_scale) {
     mxkit::detail::require(fa.kind == mma_kind::e5m2 && fb.kind == mma_kind::e5m2, "gemm (sm90): line-scaled operands are E5M2");
-    if (exact_block_sums) launch_typed<mma_kind::e5m2, mma_kind::e5m2, scaling::line, 1, config_mx>(a, b, fa, fb, prm, stream);
-    else launch_typed<mma_kind::e5m2, mma_kind::e5m2, scaling::line, blocks_per_stage, config_mx>(a, b, fa, fb, prm, stream);
+    if (exact_block_sums) launch_typed<mma_kind::e5m2, mma_kind::e5m2, scaling::line, 1, config_mx>(a, b, fa, fb, prm, stream, reserved_sms);
+    else launch_typed<mma_kind::e5m2, mma_kind::e5m2, scaling::line, blocks_per_stage, config_mx>(a, b, fa, fb, prm, stream, reserved_sms);
   } else {
-    launch_kinds<scaling::block, 1, config_mx>(a, b, fa, fb, prm, stream);
+    launch_kinds<scaling::block, 1, config_mx>(a, b, fa, fb, prm, stream, reserved_sms);
   }
 }
 #endif
