@@ -100,7 +100,8 @@ concept mx_format_descriptor = requires {
 } && (F::storage_bits == 4 || F::storage_bits == 8) && F::block_size == F::format.block_size() && F::format.block.rows == 1 &&
     F::block_size % 16 == 0 && F::format.scale == block_scale_type::e8m0 && !F::format.has_tensor_scale();
 
-// Calls f(mx_format<t>{}) with the descriptor for t; the one switch over formats in the library.
+// Calls f(mx_format<t>{}) with the descriptor for t; with format_of (name to value), the only
+// switches over formats in the library.
 #if defined(__NVCC__)
 #pragma nv_exec_check_disable  // f may be host-only (a kernel launcher): nvcc then checks f's call site
 #endif

@@ -298,7 +298,7 @@ MXKIT_HD constexpr void pack_block(const mx_block<Fmt>& b, std::uint32_t* words)
 namespace detail {
 // The float path's elements straight to storage words: x as block_front holds it, under element
 // scale 2^element_exp (float_path_element_exponent). Each code is packed as it is made, so a
-// kernel never holds the 32 codes as separate bytes.
+// kernel never holds the block's codes as separate bytes.
 template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr void encode_float_path_packed(const float* x, int element_exp, std::uint32_t* words) noexcept {
   using E = typename Fmt::element_type;
