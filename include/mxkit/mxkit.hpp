@@ -4,6 +4,7 @@
 // host reference (quantizer, validate, GEMMs). The training stack is <mxkit/training_stack.hpp>; GPU code is
 // under <mxkit/gpu/...>. Written by scripts/update_umbrella.sh, checked by ctest static.headers.
 #include <mxkit/arch/intrinsics.hpp>
+#include <mxkit/block/block_format.hpp>
 #include <mxkit/block/element_encoder.hpp>
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/pack.hpp>

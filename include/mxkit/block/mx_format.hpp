@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// MX format descriptors (OCP MX v1.0 section 5, Table 1): element type, 32-element blocks, one
-// E8M0 scale per block. Storage: FP4 packs two elements per byte (element 2i in the low nibble);
-// FP6, FP8 and INT8 take one byte per element (FP6 in the low 6 bits; unpacked, for simple
-// addressing). `mx_format<mx_type::...>` describes a format at compile time, `mx_type` names it at
-// run time and `visit_mx_type` dispatches on it.
+// MX format descriptors: the compile-time face of a block_format value (block/block_format.hpp,
+// where the formats are defined as values: OCP MX v1.0 section 5, Table 1). `mx_type` names an MX
+// format at run time, `mx_format<mx_type::...>` is its descriptor (block_format_desc of its
+// value: element type, block size, storage bits) and `visit_mx_type` dispatches on it. Device code
+// reads the descriptors' scalar members, never a block_format object at run time (nvcc allows a
+// constexpr namespace-scope object in device code only through constant expressions).
 #include <concepts>
+#include <numeric>
 
+#include <mxkit/block/block_format.hpp>
 #include <mxkit/enum_names.hpp>
 #include <mxkit/format/e2m1.hpp>
 #include <mxkit/format/e2m3.hpp>
@@ -17,43 +20,88 @@
 
 MXKIT_BEGIN_NAMESPACE
 
-inline constexpr int mx_block_size = 32;
+// The MX block size, k = 32 (OCP MX v1.0 section 5): every MX format's block_size. Code that is
+// generic over formats takes Fmt::block_size or mx_layout::block_size() instead; this constant is
+// for code that genuinely specializes on 32-element blocks (the GPU quantizer's tiles, the GEMMs'
+// K slices), which says so where it uses it.
+inline constexpr int mx_block_size = formats::mx_block.cols;
 
 enum class mx_type : std::uint8_t { mxfp4, mxfp6_e2m3, mxfp6_e3m2, mxfp8_e4m3, mxfp8_e5m2, mxint8 };
 
-template <class Element, mx_type Type, int StorageBits>
-struct mx_format_desc {
-  using element_type = Element;
-  static constexpr mx_type type = Type;
-  static constexpr int block_size = mx_block_size;
-  static constexpr int storage_bits = StorageBits;  // bits one element occupies in memory
-  static constexpr int elements_per_byte = 8 / StorageBits;
+// The format value of each MX type: the one map from the run-time name to the value.
+constexpr block_format format_of(mx_type t) noexcept {
+  switch (t) {
+    case mx_type::mxfp6_e2m3: return formats::mxfp6_e2m3;
+    case mx_type::mxfp6_e3m2: return formats::mxfp6_e3m2;
+    case mx_type::mxfp8_e4m3: return formats::mxfp8_e4m3;
+    case mx_type::mxfp8_e5m2: return formats::mxfp8_e5m2;
+    case mx_type::mxint8: return formats::mxint8;
+    case mx_type::mxfp4: break;
+  }
+  return formats::mxfp4;
+}
+
+namespace detail {
+// The element type of each element_kind.
+template <element_kind K>
+struct element_of;
+template <>
+struct element_of<element_kind::e2m1> {
+  using type = e2m1;
+};
+template <>
+struct element_of<element_kind::e2m3> {
+  using type = e2m3;
+};
+template <>
+struct element_of<element_kind::e3m2> {
+  using type = e3m2;
+};
+template <>
+struct element_of<element_kind::e4m3> {
+  using type = e4m3;
+};
+template <>
+struct element_of<element_kind::e5m2> {
+  using type = e5m2;
+};
+template <>
+struct element_of<element_kind::int8> {
+  using type = int8_fixed;
+};
+}  // namespace detail
+
+// A format value at compile time: what quantize_block and the kernels are templated on.
+template <block_format F>
+struct block_format_desc {
+  static constexpr block_format format = F;
+  using element_type = typename detail::element_of<F.element>::type;
+  static constexpr int block_size = F.block_size();      // elements per scale, along the block axis
+  static constexpr int storage_bits = F.storage_bits();  // bits one element occupies in memory
+  static constexpr int elements_per_byte = 8 / storage_bits;
 };
 
-// The descriptor of each format, named by its mx_type: mx_format<mx_type::mxfp4>, ...
+// The descriptor of each MX format, named by its mx_type: mx_format<mx_type::mxfp4>, ...
 template <mx_type Type>
-struct mx_format;
-template <>
-struct mx_format<mx_type::mxfp4> : mx_format_desc<e2m1, mx_type::mxfp4, 4> {};
-template <>
-struct mx_format<mx_type::mxfp6_e2m3> : mx_format_desc<e2m3, mx_type::mxfp6_e2m3, 8> {};
-template <>
-struct mx_format<mx_type::mxfp6_e3m2> : mx_format_desc<e3m2, mx_type::mxfp6_e3m2, 8> {};
-template <>
-struct mx_format<mx_type::mxfp8_e4m3> : mx_format_desc<e4m3, mx_type::mxfp8_e4m3, 8> {};
-template <>
-struct mx_format<mx_type::mxfp8_e5m2> : mx_format_desc<e5m2, mx_type::mxfp8_e5m2, 8> {};
-template <>
-struct mx_format<mx_type::mxint8> : mx_format_desc<int8_fixed, mx_type::mxint8, 8> {};
+struct mx_format : block_format_desc<format_of(Type)> {
+  static constexpr mx_type type = Type;
+};
 
+// A descriptor the block functions take: a format value whose scale they implement (E8M0, by
+// shared_scale), a storage they pack (4 or 8 bits), and blocks of whole 16-element Hadamard groups
+// along one axis.
 template <class F>
 concept mx_format_descriptor = requires {
   typename F::element_type;
+  { F::format } -> std::convertible_to<block_format>;
   { F::type } -> std::convertible_to<mx_type>;
   { F::storage_bits } -> std::convertible_to<int>;
-} && (F::storage_bits == 4 || F::storage_bits == 8) && F::block_size == mx_block_size;
+  { F::block_size } -> std::convertible_to<int>;
+} && (F::storage_bits == 4 || F::storage_bits == 8) && F::block_size == F::format.block_size() && F::format.block.rows == 1 &&
+    F::block_size % 16 == 0 && F::format.scale == block_scale_type::e8m0 && !F::format.has_tensor_scale();
 
-// Calls f(mx_format<t>{}) with the descriptor for t; the one switch over formats in the library.
+// Calls f(mx_format<t>{}) with the descriptor for t; with format_of (name to value), the only
+// switches over formats in the library.
 #if defined(__NVCC__)
 #pragma nv_exec_check_disable  // f may be host-only (a kernel launcher): nvcc then checks f's call site
 #endif
@@ -77,6 +125,30 @@ struct enum_names<mx_type> {
 };
 inline constexpr mx_type all_mx_types[] = {mx_type::mxfp4,      mx_type::mxfp6_e2m3, mx_type::mxfp6_e3m2,
                                            mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2, mx_type::mxint8};
-MXKIT_HD constexpr int storage_bits_of(mx_type t) noexcept { return t == mx_type::mxfp4 ? 4 : 8; }
+namespace detail {
+struct storage_bits_fn {
+  template <class Fmt>
+  MXKIT_HD constexpr int operator()(Fmt) const noexcept {
+    return Fmt::storage_bits;
+  }
+};
+struct block_size_fn {
+  template <class Fmt>
+  MXKIT_HD constexpr int operator()(Fmt) const noexcept {
+    return Fmt::block_size;
+  }
+};
+}  // namespace detail
+// The format's storage bits and block size by run-time name, on host and device alike.
+MXKIT_HD constexpr int storage_bits_of(mx_type t) noexcept { return visit_mx_type(t, detail::storage_bits_fn{}); }
+MXKIT_HD constexpr int block_size_of(mx_type t) noexcept { return visit_mx_type(t, detail::block_size_fn{}); }
+
+// Elements a flat buffer aligns to so that every format's blocks start on a block boundary: the
+// least common multiple of the formats' block sizes (32 while every format is MX).
+inline constexpr int common_block_size = [] {
+  int l = 1;
+  for (const mx_type t : all_mx_types) l = std::lcm(l, format_of(t).block_size());
+  return l;
+}();
 
 MXKIT_END_NAMESPACE

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Quantize and dequantize one 32-element MX block (OCP MX v1.0 section 6.3): optional Hadamard
-// rotation, amax, shared scale by rule, elements = round(x / scale) saturated. These are the
-// functions the host tensors and the GPU kernels both call; all constexpr.
+// Quantize and dequantize one block of a block-scaled format with E8M0 scales (OCP MX v1.0
+// section 6.3; the MX formats' blocks are 32 elements): optional Hadamard rotation of each
+// 16-element group, amax, shared scale by rule, elements = round(x / scale) saturated. The block
+// size is the format's (Fmt::block_size, a multiple of the 16-point rotation's group). These are
+// the functions the host tensors and the GPU kernels both call; all constexpr.
 #include <array>
 
 #include <mxkit/arch/intrinsics.hpp>
@@ -18,7 +20,7 @@ MXKIT_BEGIN_NAMESPACE
 template <mx_format_descriptor Fmt>
 struct mx_block {
   e8m0 scale;
-  typename Fmt::element_type elements[mx_block_size];  // C array: usable in device code
+  typename Fmt::element_type elements[Fmt::block_size];  // C array: usable in device code
 };
 
 // One element under a block scale. A NaN scale marks a non-finite block: its element codes are
@@ -33,29 +35,33 @@ MXKIT_HD constexpr float dequantize_element_value(float element, e8m0 scale) noe
   return element * scale.to_float();  // exact unless the product is a float subnormal
 }
 
-// Rotates v[0..32) in place as options say (two 16-groups).
+// Rotates v[0..BlockSize) in place, group by 16-group (an MX block: two groups).
+template <int BlockSize = mx_block_size>
 MXKIT_HD constexpr void rotate_block(float* v, std::uint32_t sign_mask) noexcept {
-  for (int g = 0; g < mx_block_size; g += hadamard_group) rotate_group16(v + g, sign_mask);
+  static_assert(BlockSize % hadamard_group == 0, "the rotation works on whole 16-element groups");
+  for (int g = 0; g < BlockSize; g += hadamard_group) rotate_group16(v + g, sign_mask);
 }
 
 namespace detail {
 // Block amax as the float bits of max |v[i]| (see amax_bits); with a NaN among the v[i] the
-// result is some NaN, which is all shared_scale distinguishes. A balanced tree, so the 31 maxima
-// are not one serial chain; one NaN-propagating float max each where that is one instruction
-// (hw::max_nan), else an integer max of the magnitudes' bits.
+// result is some NaN, which is all shared_scale distinguishes. A balanced tree, so the
+// BlockSize - 1 maxima are not one serial chain; one NaN-propagating float max each where that
+// is one instruction (hw::max_nan), else an integer max of the magnitudes' bits.
+template <int BlockSize>
 MXKIT_HD constexpr std::uint32_t block_amax_bits(const float* v) noexcept {
+  static_assert(BlockSize >= 4 && (BlockSize & (BlockSize - 1)) == 0, "the tree halves a power of two");
   if constexpr (hw::has_max_nan) {
     if (!__builtin_is_constant_evaluated()) {
-      float m[mx_block_size / 2];
-      for (int i = 0; i < mx_block_size / 2; ++i) m[i] = hw::max_nan(hw::abs_float(v[2 * i]), hw::abs_float(v[2 * i + 1]));
-      for (int n = mx_block_size / 4; n > 0; n /= 2)
+      float m[BlockSize / 2];
+      for (int i = 0; i < BlockSize / 2; ++i) m[i] = hw::max_nan(hw::abs_float(v[2 * i]), hw::abs_float(v[2 * i + 1]));
+      for (int n = BlockSize / 4; n > 0; n /= 2)
         for (int i = 0; i < n; ++i) m[i] = hw::max_nan(m[i], m[i + n]);
       return bit_cast<std::uint32_t>(m[0]);
     }
   }
-  std::uint32_t m[mx_block_size / 2] = {};
-  for (int i = 0; i < mx_block_size / 2; ++i) m[i] = amax_bits(abs_bits(v[2 * i]), v[2 * i + 1]);
-  for (int n = mx_block_size / 4; n > 0; n /= 2)
+  std::uint32_t m[BlockSize / 2] = {};
+  for (int i = 0; i < BlockSize / 2; ++i) m[i] = amax_bits(abs_bits(v[2 * i]), v[2 * i + 1]);
+  for (int n = BlockSize / 4; n > 0; n /= 2)
     for (int i = 0; i < n; ++i) m[i] = m[i] > m[i + n] ? m[i] : m[i + n];
   return m[0];
 }
@@ -112,24 +118,25 @@ namespace detail {
 // Rounding modes other than nearest-even, and NaN blocks: the element loop with per-element
 // random bits. Out of line in device code, taking the values by value, so that its indexing
 // cannot push the fast path's arrays out of registers.
+template <int BlockSize>
 struct block_values {
-  float v[mx_block_size];
+  float v[BlockSize];
 };
 template <mx_format_descriptor Fmt>
 #if MXKIT_GPU_COMPILER
 __attribute__((noinline))
 #endif
-MXKIT_HD constexpr mx_block<Fmt> quantize_elements_general(block_values in, e8m0 scale, const quantize_options& o,
+MXKIT_HD constexpr mx_block<Fmt> quantize_elements_general(block_values<Fmt::block_size> in, e8m0 scale, const quantize_options& o,
                                                            std::uint64_t first_index) noexcept {
   using E = typename Fmt::element_type;
   mx_block<Fmt> b{scale, {}};
   if (o.round == rounding::stochastic && first_index % 4 == 0) {
-    for (int g = 0; g < mx_block_size; g += 4) {  // one Philox call per four elements
+    for (int g = 0; g < Fmt::block_size; g += 4) {  // one Philox call per four elements
       const philox_block r = random_bits_x4(o.seed, o.stream, (first_index + static_cast<std::uint64_t>(g)) / 4);
       for (int j = 0; j < 4; ++j) b.elements[g + j] = quantize_element<E>(in.v[g + j], scale, o.round, r.v[j]);
     }
   } else {
-    for (int i = 0; i < mx_block_size; ++i) {
+    for (int i = 0; i < Fmt::block_size; ++i) {
       const std::uint32_t rb = o.round == rounding::stochastic ? random_bits(o.seed, o.stream, first_index + i) : 0u;
       b.elements[i] = quantize_element<E>(in.v[i], scale, o.round, rb);
     }
@@ -144,8 +151,9 @@ MXKIT_HD constexpr mx_block<Fmt> quantize_elements_general(block_values in, e8m0
 // scale: every element is the same float (x * 2^-(scale + 2) = v * 2^-scale, both exact, or
 // both below half the least step where v would be a float subnormal, as float_path_min_amax
 // guarantees). Off the float path x is normalized first, as rotate_block does.
+template <int BlockSize>
 struct block_front {
-  block_values x;
+  block_values<BlockSize> x;
   e8m0 scale;
   int value_exp;  // x = v * 2^value_exp
   bool float_path;
@@ -161,13 +169,15 @@ struct block_front {
 // the exponent carried in value_exp would remove it, but either costs every block a multiply per
 // element on the device's hot path and rounds tiny inputs differently (x / 4 is inexact below
 // 2^-124), so ordinary blocks would change bits. The bound is the defined behaviour instead.
+template <int BlockSize>
 MXKIT_HD constexpr std::uint32_t transform_block(float* x, const quantize_options& o, hadamard_signs signs) noexcept {
+  static_assert(BlockSize % hadamard_group == 0, "the rotation works on whole 16-element groups");
   if (o.hadamard)
-    for (int g = 0; g < mx_block_size; g += hadamard_group) {
+    for (int g = 0; g < BlockSize; g += hadamard_group) {
       if (signs.mask) apply_signs16(x + g, signs.mask);
       hadamard_butterflies<hadamard_group>(x + g);
     }
-  return block_amax_bits(x);
+  return block_amax_bits<BlockSize>(x);
 }
 MXKIT_HD constexpr int block_value_exp(const quantize_options& o) noexcept { return o.hadamard ? 2 : 0; }
 
@@ -219,35 +229,37 @@ MXKIT_HD constexpr int float_path_element_exponent(std::uint32_t x_amax, const q
 }
 
 // The front of a block whose values x went through transform_block, which returned x_amax.
-template <class Element>
-MXKIT_HD constexpr block_front make_front(const float* x, std::uint32_t x_amax, const quantize_options& o) noexcept {
-  block_front f{};
-  for (int i = 0; i < mx_block_size; ++i) f.x.v[i] = x[i];
+template <mx_format_descriptor Fmt>
+MXKIT_HD constexpr block_front<Fmt::block_size> make_front(const float* x, std::uint32_t x_amax, const quantize_options& o) noexcept {
+  using Element = typename Fmt::element_type;
+  block_front<Fmt::block_size> f{};
+  for (int i = 0; i < Fmt::block_size; ++i) f.x.v[i] = x[i];
   f.value_exp = block_value_exp(o);
   f.scale = shared_scale<Element>(float_bits{block_amax(x_amax, o)}, o.rule);
   f.float_path = on_float_path(x_amax, float_path_bounds_for<Element>(o));
   return f;
 }
 
-template <class Element>
-MXKIT_HD constexpr block_front prepare_block(const float* in, const quantize_options& o, hadamard_signs signs) noexcept {
-  float x[mx_block_size];
-  for (int i = 0; i < mx_block_size; ++i) x[i] = in[i];
-  const std::uint32_t amax = transform_block(x, o, signs);
-  return make_front<Element>(x, amax, o);
+template <mx_format_descriptor Fmt>
+MXKIT_HD constexpr block_front<Fmt::block_size> prepare_block(const float* in, const quantize_options& o, hadamard_signs signs) noexcept {
+  float x[Fmt::block_size];
+  for (int i = 0; i < Fmt::block_size; ++i) x[i] = in[i];
+  const std::uint32_t amax = transform_block<Fmt::block_size>(x, o, signs);
+  return make_front<Fmt>(x, amax, o);
 }
 
 // Elements of a block off the float path: x normalized first, then the general loop.
 template <mx_format_descriptor Fmt>
-MXKIT_HD constexpr mx_block<Fmt> quantize_elements_off_float_path(block_front f, const quantize_options& o,
+MXKIT_HD constexpr mx_block<Fmt> quantize_elements_off_float_path(block_front<Fmt::block_size> f, const quantize_options& o,
                                                                   std::uint64_t first_index) noexcept {
   if (f.value_exp)
-    for (int i = 0; i < mx_block_size; ++i) f.x.v[i] *= 0.25f;
+    for (int i = 0; i < Fmt::block_size; ++i) f.x.v[i] *= 0.25f;
   return quantize_elements_general<Fmt>(f.x, f.scale, o, first_index);
 }
 
 // The element scale of the float path: the block's, times 2^value_exp.
-MXKIT_HD constexpr e8m0 element_scale(const block_front& f) noexcept {
+template <int BlockSize>
+MXKIT_HD constexpr e8m0 element_scale(const block_front<BlockSize>& f) noexcept {
   return f.value_exp ? e8m0::from_exponent(f.scale.exponent() + f.value_exp) : f.scale;
 }
 }  // namespace detail
@@ -258,20 +270,20 @@ template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr mx_block<Fmt> quantize_block(const float* in, const quantize_options& o, hadamard_signs signs,
                                                 std::uint64_t first_index = 0) noexcept {
   using E = typename Fmt::element_type;
-  const detail::block_front f = detail::prepare_block<E>(in, o, signs);
+  const detail::block_front<Fmt::block_size> f = detail::prepare_block<Fmt>(in, o, signs);
   if (!f.float_path) return detail::quantize_elements_off_float_path<Fmt>(f, o, first_index);
   mx_block<Fmt> b{f.scale, {}};
   const e8m0 es = detail::element_scale(f);
   const float scale_inv = detail::exp2i(-es.exponent());
-  for (int i = 0; i < mx_block_size; ++i) b.elements[i] = detail::quantize_non_nan_element_rne<E>(f.x.v[i], es, scale_inv);
+  for (int i = 0; i < Fmt::block_size; ++i) b.elements[i] = detail::quantize_non_nan_element_rne<E>(f.x.v[i], es, scale_inv);
   return b;
 }
 
-// A block's storage (pack.hpp) as little-endian 32-bit words: 4 words for FP4 (element 8j+i in
-// bits 4i..4i+3 of word j, i.e. element 2k in the low nibble of byte k), 8 words for the
-// byte-per-element formats (element 4j+i in byte i of word j).
+// A block's storage (pack.hpp) as little-endian 32-bit words: for a 32-block, 4 words for FP4
+// (element 8j+i in bits 4i..4i+3 of word j, i.e. element 2k in the low nibble of byte k), 8 words
+// for the byte-per-element formats (element 4j+i in byte i of word j).
 template <mx_format_descriptor Fmt>
-inline constexpr int block_words = mx_block_size * Fmt::storage_bits / 32;
+inline constexpr int block_words = Fmt::block_size * Fmt::storage_bits / 32;
 
 template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr void pack_block(const mx_block<Fmt>& b, std::uint32_t* words) noexcept {
@@ -286,7 +298,7 @@ MXKIT_HD constexpr void pack_block(const mx_block<Fmt>& b, std::uint32_t* words)
 namespace detail {
 // The float path's elements straight to storage words: x as block_front holds it, under element
 // scale 2^element_exp (float_path_element_exponent). Each code is packed as it is made, so a
-// kernel never holds the 32 codes as separate bytes.
+// kernel never holds the block's codes as separate bytes.
 template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr void encode_float_path_packed(const float* x, int element_exp, std::uint32_t* words) noexcept {
   using E = typename Fmt::element_type;
@@ -318,7 +330,7 @@ MXKIT_HD constexpr void encode_float_path_packed(const float* x, int element_exp
 
 // A prepared block to storage words, on or off the float path; returns the scale.
 template <mx_format_descriptor Fmt>
-MXKIT_HD constexpr e8m0 encode_block_packed(const block_front& f, const quantize_options& o, std::uint64_t first_index,
+MXKIT_HD constexpr e8m0 encode_block_packed(const block_front<Fmt::block_size>& f, const quantize_options& o, std::uint64_t first_index,
                                             std::uint32_t* words) noexcept {
   if (f.float_path) encode_float_path_packed<Fmt>(f.x.v, element_scale(f).exponent(), words);
   else pack_block<Fmt>(quantize_elements_off_float_path<Fmt>(f, o, first_index), words);
@@ -331,8 +343,7 @@ MXKIT_HD constexpr e8m0 encode_block_packed(const block_front& f, const quantize
 template <mx_format_descriptor Fmt>
 MXKIT_HD constexpr e8m0 quantize_block_packed(const float* in, const quantize_options& o, hadamard_signs signs,
                                               std::uint64_t first_index, std::uint32_t* words) noexcept {
-  return detail::encode_block_packed<Fmt>(detail::prepare_block<typename Fmt::element_type>(in, o, signs), o, first_index,
-                                          words);
+  return detail::encode_block_packed<Fmt>(detail::prepare_block<Fmt>(in, o, signs), o, first_index, words);
 }
 
 // The same with the signs from o.sign_mask() (computed per call: a kernel quantizing many blocks
@@ -350,7 +361,7 @@ MXKIT_HD constexpr mx_block<Fmt> quantize_block(const float* in, const quantize_
 }
 
 template <mx_format_descriptor Fmt>
-constexpr mx_block<Fmt> quantize_block(const std::array<float, mx_block_size>& in, const quantize_options& o = {},
+constexpr mx_block<Fmt> quantize_block(const std::array<float, Fmt::block_size>& in, const quantize_options& o = {},
                                        std::uint64_t first_index = 0) noexcept {
   return quantize_block<Fmt>(in.data(), o, first_index);
 }
@@ -378,20 +389,20 @@ MXKIT_HD constexpr void dequantize_block(const mx_block<Fmt>& b, float* out, con
   const bool unrotate = o.hadamard && !b.scale.is_nan();
   if (unrotate && b.scale.exponent() > detail::unrotate_shift_above) {
     const float shifted_scale = detail::exp2i(b.scale.exponent() - detail::unrotate_shift);
-    for (int i = 0; i < mx_block_size; ++i) out[i] = b.elements[i].to_float() * shifted_scale;  // exact: see above
-    for (int g = 0; g < mx_block_size; g += hadamard_group) unrotate_group16(out + g, o.sign_mask());
+    for (int i = 0; i < Fmt::block_size; ++i) out[i] = b.elements[i].to_float() * shifted_scale;  // exact: see above
+    for (int g = 0; g < Fmt::block_size; g += hadamard_group) unrotate_group16(out + g, o.sign_mask());
     constexpr float back = detail::exp2i(detail::unrotate_shift);
-    for (int i = 0; i < mx_block_size; ++i) out[i] *= back;
+    for (int i = 0; i < Fmt::block_size; ++i) out[i] *= back;
     return;
   }
-  for (int i = 0; i < mx_block_size; ++i) out[i] = dequantize_element_value(b.elements[i].to_float(), b.scale);
+  for (int i = 0; i < Fmt::block_size; ++i) out[i] = dequantize_element_value(b.elements[i].to_float(), b.scale);
   if (unrotate)
-    for (int g = 0; g < mx_block_size; g += hadamard_group) unrotate_group16(out + g, o.sign_mask());
+    for (int g = 0; g < Fmt::block_size; g += hadamard_group) unrotate_group16(out + g, o.sign_mask());
 }
 
 template <mx_format_descriptor Fmt>
-constexpr std::array<float, mx_block_size> dequantize_block(const mx_block<Fmt>& b, const quantize_options& o = {}) noexcept {
-  std::array<float, mx_block_size> out{};
+constexpr std::array<float, Fmt::block_size> dequantize_block(const mx_block<Fmt>& b, const quantize_options& o = {}) noexcept {
+  std::array<float, Fmt::block_size> out{};
   dequantize_block<Fmt>(b, out.data(), o);
   return out;
 }

@@ -114,15 +114,17 @@ inline mx_tensor gather_lines(mx_const_view v, const std::vector<std::size_t>& l
 namespace detail {
 
 // Both layouts are ones a GEMM can read (known format and axis, sizes that fit: check_layout),
-// reduction lengths agree and are whole MX blocks.
+// reduction lengths agree and are whole blocks of one block size (the formats').
 inline gemm_shape check_mx_gemm(const mx_layout& la, const mx_layout& lb, const char* what) {
   check_layout(la, what, ": A");
   check_layout(lb, what, ": B");
   require(la.line_length() == lb.line_length(), what, ": reduction lengths differ: A has ", la.line_length(), " (",
           name_of(la.axis), " ", la.rows, "x", la.cols, "), B has ", lb.line_length(), " (", name_of(lb.axis), " ", lb.rows,
           "x", lb.cols, ")");
-  require(la.line_length() % mx_block_size == 0, what, ": reduction length K=", la.line_length(),
-          " is not a multiple of the MX block size 32");
+  require(la.block_size() == lb.block_size(), what, ": block sizes differ: A (", name_of(la.type), ") has ", la.block_size(),
+          ", B (", name_of(lb.type), ") has ", lb.block_size());
+  require(la.line_length() % la.block_size() == 0, what, ": reduction length K=", la.line_length(),
+          " is not a multiple of the MX block size ", la.block_size());
   return {la.lines(), lb.lines(), la.line_length()};
 }
 

@@ -37,12 +37,13 @@ MXKIT_GLOBAL void __launch_bounds__(dequantize_threads) dequantize_kernel(const 
     const std::size_t line = i / blocks, blk = i % blocks;
     mx_block<Fmt> b{};
     b.scale = e8m0::from_bits(in.scale(line, blk));
-    for (int k = 0; k < mx_block_size; ++k)
-      b.elements[k] = E::from_bits(load_code(in.data + line * l.line_bytes(), blk * mx_block_size + static_cast<std::size_t>(k), Fmt::storage_bits));
-    float v[mx_block_size];
+    constexpr int n = Fmt::block_size;
+    for (int k = 0; k < n; ++k)
+      b.elements[k] = E::from_bits(load_code(in.data + line * l.line_bytes(), blk * n + static_cast<std::size_t>(k), Fmt::storage_bits));
+    float v[n];
     dequantize_block<Fmt>(b, v, in.options);
-    for (int k = 0; k < mx_block_size; ++k) {
-      const std::size_t p = blk * mx_block_size + static_cast<std::size_t>(k);
+    for (int k = 0; k < n; ++k) {
+      const std::size_t p = blk * n + static_cast<std::size_t>(k);
       if (p >= l.line_length()) break;
       const std::size_t r = l.axis == block_axis::rowwise ? line : p, c = l.axis == block_axis::rowwise ? p : line;
       out[r * ld + c] = store_float<T>(v[k]);

@@ -312,7 +312,7 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
         const std::size_t at = packed_bytes(s.first_row, L.storage_bits());
         for (std::size_t c = 0; c < cols; ++c) {
           std::memcpy(data.data() + c * L.line_bytes() + at, codes + c * P.line_bytes(), P.line_bytes());
-          std::memcpy(scales.data() + c * L.blocks_per_line() + s.first_row / mx_block_size, slab_scales + c * P.blocks_per_line(),
+          std::memcpy(scales.data() + c * L.blocks_per_line() + s.first_row / L.block_size(), slab_scales + c * P.blocks_per_line(),
                       P.blocks_per_line());
         }
       }

@@ -148,8 +148,8 @@ class linear {
   quant_plan input_requests(std::size_t M, bool training) {
     const bool wgrad = training && weight_.trainable;
     if (wgrad && recipe_.wgrad.a.kind == precision::mx)
-      detail::require(M % mx_block_size == 0, "linear '", name(), "': wgrad in mx reduces over the M=", M,
-                      " tokens, which must be a multiple of 32");
+      detail::require(M % static_cast<std::size_t>(block_size_of(recipe_.wgrad.a.mx)) == 0, "linear '", name(),
+                      "': wgrad in mx reduces over the M=", M, " tokens, which must be a multiple of ", block_size_of(recipe_.wgrad.a.mx));
     // Evaluation passes draw from their own stream so that they do not shift training's.
     const std::uint32_t stream = training ? mix_stream(id_, 0, step_ * 4096 + calls_in_step_++) : mix_stream(id_, 3, step_);
     quant_plan p;
@@ -400,8 +400,9 @@ class linear {
   }
 
   void check_dims(const recipe& r, std::size_t n, const char* what, gemm_product g) const {
-    detail::require(r.gemm(g).a.kind != precision::mx || n % mx_block_size == 0, "linear '", name(), "': ", name_of(g),
-                    " in mx reduces over ", what, "=", n, ", which must be a multiple of 32");
+    const operand_spec& a = r.gemm(g).a;
+    detail::require(a.kind != precision::mx || n % static_cast<std::size_t>(block_size_of(a.mx)) == 0, "linear '", name(), "': ",
+                    name_of(g), " in mx reduces over ", what, "=", n, ", which must be a multiple of ", block_size_of(a.mx));
   }
 
   // Row `role` (0 X, 1 W, 2 dY) of the scaling table; training casts record their amax.

@@ -87,8 +87,9 @@ class copy_gather {
     for (const copy_slab& s : slabs) {
       detail::require(s.first_row == next && s.rows > 0, "assemble_copy: slabs must cover the rows in order, one starts at row ",
                       s.first_row, " where row ", next, " is next");
-      detail::require(r.spec.kind != precision::mx || r.axis == block_axis::rowwise || s.first_row % mx_block_size == 0,
-                      "assemble_copy: an MX columnwise slab starts at row ", s.first_row, ", not a multiple of 32");
+      detail::require(r.spec.kind != precision::mx || r.axis == block_axis::rowwise ||
+                          s.first_row % static_cast<std::size_t>(block_size_of(r.spec.mx)) == 0,
+                      "assemble_copy: an MX columnwise slab starts at row ", s.first_row, ", not a multiple of ", block_size_of(r.spec.mx));
       const std::size_t n = copy_wire_bytes(r, s.rows, cols);
       detail::require(wire.defined() && s.byte_offset <= wire.bytes() && n <= wire.bytes() - s.byte_offset, "assemble_copy: ", n,
                       " bytes at ", s.byte_offset, " do not fit a wire of ", wire.bytes());

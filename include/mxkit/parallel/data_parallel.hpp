@@ -149,8 +149,8 @@ class data_parallel {
         for (std::size_t i = 0; i < g.params.size(); ++i) {
           linear* l = slabs ? m.linear_of(*g.params[i]) : nullptr;
           if (l && !l->weight_copies_gatherable()) l = nullptr;  // (the recipe at construction: high-precision weights stay plain)
-          const std::size_t rows_slab = mx_block_size * g.cols[i];
-          if (l && g.rows[i] % mx_block_size == 0 && slab <= (std::size_t{1} << 40) / rows_slab) {
+          const std::size_t rows_slab = shard_alignment * g.cols[i];  // whole columnwise blocks of any format
+          if (l && g.rows[i] % shard_alignment == 0 && slab <= (std::size_t{1} << 40) / rows_slab) {
             total = round_up(total, rows_slab);
             slab = std::lcm(slab, rows_slab);
             g.linears[i] = l;

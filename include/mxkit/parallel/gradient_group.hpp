@@ -21,7 +21,9 @@
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
 
-inline constexpr std::size_t shard_alignment = 32;  // elements: the MX block
+// Elements every parameter's offset and every shard is a multiple of: every format's block size
+// (common_block_size, 32 while the formats are MX), so no block of a flat buffer spans two shards.
+inline constexpr std::size_t shard_alignment = static_cast<std::size_t>(common_block_size);
 
 constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
 

@@ -34,10 +34,11 @@
 MXKIT_BEGIN_NAMESPACE
 namespace ref {
 
-// Rows per shard for `ranks` ranks: ceil(rows / ranks) rounded up to a multiple of 32.
+// Rows per shard for `ranks` ranks: ceil(rows / ranks) rounded up to a multiple of every format's
+// block size (common_block_size: 32), so a columnwise block never spans two shards.
 constexpr std::size_t shard_rows(std::size_t rows, std::size_t ranks) noexcept {
   const std::size_t per = (rows + ranks - 1) / ranks;
-  return (per + mx_block_size - 1) / mx_block_size * mx_block_size;
+  return round_up_to_block(per, common_block_size);
 }
 
 namespace detail_gather {
@@ -57,13 +58,14 @@ inline std::vector<float> shard_of(const std::vector<float>& w, std::size_t rows
 inline mx_tensor gather_quantized_mx(nn::communicator& comm, const std::vector<float>& w, std::size_t rows, std::size_t cols, mx_type type,
                                      block_axis axis, const quantize_options& options) {
   detail::require(w.size() == rows * cols, "gather_quantized_mx: ", w.size(), " values for a ", rows, "x", cols, " weight");
-  detail::require(axis == block_axis::rowwise || rows % mx_block_size == 0, "gather_quantized_mx: a columnwise copy needs rows (",
-                  rows, ") a multiple of 32");
+  const std::size_t block = static_cast<std::size_t>(block_size_of(type));
+  detail::require(axis == block_axis::rowwise || rows % block == 0, "gather_quantized_mx: a columnwise copy needs rows (", rows,
+                  ") a multiple of ", block);
   const std::size_t n = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
   const std::size_t R = shard_rows(rows, n);
   const std::vector<float> mine = detail_gather::shard_of(w, rows, cols, R, r);
   // This shard's copy, each block quantized as the whole tensor's quantizer does it (ref::quantize):
-  // the same 32 values, options and element index (line * padded_length + position, for stochastic
+  // the same block of values, options and element index (line * padded_length + position, for stochastic
   // rounding; round-to-nearest ignores it) at the block's place in the whole tensor.
   mx_tensor part(mx_layout{type, axis, R, cols}, options);
   const mx_layout whole{type, axis, rows, cols};
@@ -73,20 +75,21 @@ inline mx_tensor gather_quantized_mx(nn::communicator& comm, const std::vector<f
     quantize_options q = options;
     q.stream = stochastic_stream(options, axis);
     const bool by_row = axis == block_axis::rowwise;
-    float v[mx_block_size];
+    constexpr int n_block = Fmt::block_size;
+    float v[n_block];
     for (std::size_t line = 0; line < P.lines(); ++line)
       for (std::size_t blk = 0; blk < P.blocks_per_line(); ++blk) {
-        for (int i = 0; i < mx_block_size; ++i) {
-          const std::size_t pos = blk * mx_block_size + static_cast<std::size_t>(i);
+        for (int i = 0; i < n_block; ++i) {
+          const std::size_t pos = blk * n_block + static_cast<std::size_t>(i);
           v[i] = by_row ? (pos < cols ? mine[line * cols + pos] : 0.0f) : mine[pos * cols + line];
         }
-        const std::size_t global = by_row ? (r * R + line) * whole.padded_length() + blk * mx_block_size
-                                          : line * whole.padded_length() + r * R + blk * mx_block_size;
+        const std::size_t global = by_row ? (r * R + line) * whole.padded_length() + blk * n_block
+                                          : line * whole.padded_length() + r * R + blk * n_block;
         const auto b = quantize_block<Fmt>(v, q, global);
         part.scales()[line * P.blocks_per_line() + blk] = b.scale.bits();
         std::uint8_t* out_line = part.data().data() + line * P.line_bytes();
-        for (int i = 0; i < mx_block_size; ++i)
-          store_code(out_line, blk * mx_block_size + static_cast<std::size_t>(i), b.elements[i].bits(), Fmt::storage_bits);
+        for (int i = 0; i < n_block; ++i)
+          store_code(out_line, blk * n_block + static_cast<std::size_t>(i), b.elements[i].bits(), Fmt::storage_bits);
       }
   });
   // Wire format of a shard: element bytes, then scale bytes.
@@ -111,8 +114,7 @@ inline mx_tensor gather_quantized_mx(nn::communicator& comm, const std::vector<f
       const std::size_t bytes = packed_bytes(count, L.storage_bits()), at = packed_bytes(first, L.storage_bits());
       for (std::size_t c = 0; c < cols; ++c) {
         std::memcpy(data.data() + c * L.line_bytes() + at, chunk + c * P.line_bytes(), bytes);
-        std::memcpy(scales.data() + c * L.blocks_per_line() + first / mx_block_size, chunk_scales + c * P.blocks_per_line(),
-                    count / mx_block_size);
+        std::memcpy(scales.data() + c * L.blocks_per_line() + first / block, chunk_scales + c * P.blocks_per_line(), count / block);
       }
     }
   }

@@ -48,13 +48,13 @@ namespace detail {
 // Element values (unscaled) of a stored MX copy as [lines, padded_length] doubles, plus the
 // block scales as doubles (NaN for a NaN scale).
 struct decoded_mx {
-  std::size_t lines = 0, length = 0, blocks = 0;
+  std::size_t lines = 0, length = 0, blocks = 0, block_size = 0;  // block_size: elements per scale
   std::vector<double> values;
   std::vector<double> scales;
 };
 inline decoded_mx decode_mx(mx_const_view t, unsigned threads = 0) {
   const mx_layout& l = t.layout;
-  decoded_mx d{l.lines(), l.padded_length(), l.blocks_per_line(), {}, {}};
+  decoded_mx d{l.lines(), l.padded_length(), l.blocks_per_line(), l.block_size(), {}, {}};
   d.values.resize(d.lines * d.length);
   d.scales.resize(d.lines * d.blocks);
   visit_mx_type(l.type, [&](auto fmt) {
@@ -79,10 +79,10 @@ inline decoded_mx decode_mx(mx_const_view t, unsigned threads = 0) {
 inline float mx_reference_sum(const decoded_mx& a, std::size_t i, const decoded_mx& b, std::size_t j) noexcept {
   float acc = 0.0f;
   for (std::size_t k = 0; k < a.blocks; ++k) {
-    const double* x = &a.values[i * a.length + k * mx_block_size];
-    const double* y = &b.values[j * b.length + k * mx_block_size];
+    const double* x = &a.values[i * a.length + k * a.block_size];
+    const double* y = &b.values[j * b.length + k * a.block_size];
     double dot = 0.0;
-    for (int e = 0; e < mx_block_size; ++e) dot += x[e] * y[e];
+    for (std::size_t e = 0; e < a.block_size; ++e) dot += x[e] * y[e];
     acc += static_cast<float>(dot * a.scales[i * a.blocks + k] * b.scales[j * b.blocks + k]);
   }
   return acc;

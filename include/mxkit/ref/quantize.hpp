@@ -15,12 +15,12 @@
 
 MXKIT_BEGIN_NAMESPACE
 namespace detail {
-// Gathers block `blk` of storage line `line` (zero beyond the logical edge).
-template <class T>
+// Gathers block `blk` (of BlockSize elements) of storage line `line` (zero beyond the logical edge).
+template <int BlockSize, class T>
 void gather_block(const matrix_view<T>& in, block_axis axis, std::size_t line, std::size_t blk, float* v) {
   const std::size_t length = axis == block_axis::rowwise ? in.cols : in.rows;
-  for (int i = 0; i < mx_block_size; ++i) {
-    const std::size_t p = blk * mx_block_size + static_cast<std::size_t>(i);
+  for (int i = 0; i < BlockSize; ++i) {
+    const std::size_t p = blk * BlockSize + static_cast<std::size_t>(i);
     v[i] = p >= length ? 0.0f : load_float(axis == block_axis::rowwise ? in(line, p) : in(p, line));
   }
 }
@@ -45,20 +45,20 @@ mx_tensor quantize(matrix_view<T> in, mx_type type, block_axis axis, const quant
   visit_mx_type(type, [&](auto fmt) {
     using Fmt = decltype(fmt);
     // Columnwise lines go in groups of 16, block by block: a block gathers one value from each
-    // of 32 rows, and the group's neighbouring columns reuse those rows' cache lines. Every block
+    // of its rows (32 for MX), and the group's neighbouring columns reuse those rows' cache lines. Every block
     // is quantized on its own, so the order changes no byte.
     const std::size_t group = axis == block_axis::rowwise ? 1 : 16;
     const auto lines = [&](std::size_t first, std::size_t last, std::size_t) {
-      float v[mx_block_size];
+      constexpr int k = Fmt::block_size;
+      float v[k];
       for (std::size_t g0 = first; g0 < last; g0 += group)
         for (std::size_t blk = 0; blk < l.blocks_per_line(); ++blk)
           for (std::size_t line = g0; line < std::min(g0 + group, last); ++line) {
             std::uint8_t* row = out.data().data() + line * l.line_bytes();
-            detail::gather_block(in, axis, line, blk, v);
-            const auto b = quantize_block<Fmt>(v, o, line * l.padded_length() + blk * mx_block_size);
+            detail::gather_block<k>(in, axis, line, blk, v);
+            const auto b = quantize_block<Fmt>(v, o, line * l.padded_length() + blk * k);
             out.scales()[line * l.blocks_per_line() + blk] = b.scale.bits();
-            for (int i = 0; i < mx_block_size; ++i)
-              store_code(row, blk * mx_block_size + static_cast<std::size_t>(i), b.elements[i].bits(), Fmt::storage_bits);
+            for (int i = 0; i < k; ++i) store_code(row, blk * k + static_cast<std::size_t>(i), b.elements[i].bits(), Fmt::storage_bits);
           }
     };
     const double work = static_cast<double>(l.lines()) * static_cast<double>(l.padded_length());
@@ -95,16 +95,16 @@ inline std::vector<float> dequantize(mx_const_view t) {
   visit_mx_type(l.type, [&](auto fmt) {
     using Fmt = decltype(fmt);
     using E = typename Fmt::element_type;
+    constexpr int k = Fmt::block_size;
     mx_block<Fmt> b{};
-    float v[mx_block_size];
+    float v[k];
     for (std::size_t line = 0; line < l.lines(); ++line)
       for (std::size_t blk = 0; blk < l.blocks_per_line(); ++blk) {
         b.scale = e8m0::from_bits(t.scale(line, blk));
-        for (int i = 0; i < mx_block_size; ++i)
-          b.elements[i] = E::from_bits(t.code(line, blk * mx_block_size + static_cast<std::size_t>(i)));
+        for (int i = 0; i < k; ++i) b.elements[i] = E::from_bits(t.code(line, blk * k + static_cast<std::size_t>(i)));
         dequantize_block<Fmt>(b, v, t.options);
-        for (int i = 0; i < mx_block_size; ++i) {
-          const std::size_t p = blk * mx_block_size + static_cast<std::size_t>(i);
+        for (int i = 0; i < k; ++i) {
+          const std::size_t p = blk * k + static_cast<std::size_t>(i);
           if (p >= l.line_length()) break;
           const std::size_t r = l.axis == block_axis::rowwise ? line : p, c = l.axis == block_axis::rowwise ? p : line;
           out[r * l.cols + c] = v[i];

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Block-scaled matrices. A logical [rows, cols] matrix is quantized in one of two layouts:
-//   rowwise     blocks of 32 along cols; stored [rows, cols_padded]        (X for fprop)
-//   columnwise  blocks of 32 along rows; stored transposed [cols, rows_padded] (X^T for wgrad)
-// so every stored copy is "block axis contiguous": line l, position p. Scales are E8M0 bytes,
-// [lines, padded/32] row-major. The block axis is zero-padded to a multiple of 32 (zeros change
-// no amax, so no scale); padded positions hold the quantized padding and are part of the
-// storage. Elements use Fmt::storage_bits (FP4 packed two per byte, low nibble first).
+// Block-scaled matrices. A logical [rows, cols] matrix is quantized in one of two layouts, with
+// k the format's block size (block_format::block_size(); 32 for every MX format):
+//   rowwise     blocks of k along cols; stored [rows, cols_padded]        (X for fprop)
+//   columnwise  blocks of k along rows; stored transposed [cols, rows_padded] (X^T for wgrad)
+// so every stored copy is "block axis contiguous": line l, position p. Scales are one byte per
+// block (E8M0 for MX), [lines, padded/k] row-major. The block axis is zero-padded to a multiple of
+// k (zeros change no amax, so no scale); padded positions hold the quantized padding and are part
+// of the storage. Elements use the format's storage bits (FP4 packed two per byte, low nibble
+// first). A format with a tensor scale (block_format::tensor_scale) keeps one fp32 value beside
+// the block scales; the MX formats have none, and their views leave its pointer null.
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -31,8 +35,9 @@ struct enum_names<block_axis> {
   static constexpr block_axis last = block_axis::columnwise;
 };
 
-MXKIT_HD constexpr std::size_t round_up_to_block(std::size_t n) noexcept {
-  return (n + mx_block_size - 1) / mx_block_size * mx_block_size;
+// n rounded up to whole blocks of `block` elements (the MX block unless told otherwise).
+MXKIT_HD constexpr std::size_t round_up_to_block(std::size_t n, std::size_t block = mx_block_size) noexcept {
+  return (n + block - 1) / block * block;
 }
 
 // Philox stream for stochastic rounding of one copy: the two copies of a tensor draw apart.
@@ -48,8 +53,10 @@ struct mx_layout {
 
   MXKIT_HD constexpr std::size_t lines() const noexcept { return axis == block_axis::rowwise ? rows : cols; }
   MXKIT_HD constexpr std::size_t line_length() const noexcept { return axis == block_axis::rowwise ? cols : rows; }
-  MXKIT_HD constexpr std::size_t padded_length() const noexcept { return round_up_to_block(line_length()); }
-  MXKIT_HD constexpr std::size_t blocks_per_line() const noexcept { return padded_length() / mx_block_size; }
+  // Elements per block along the block axis: the format's (block_size_of).
+  MXKIT_HD constexpr std::size_t block_size() const noexcept { return static_cast<std::size_t>(block_size_of(type)); }
+  MXKIT_HD constexpr std::size_t padded_length() const noexcept { return round_up_to_block(line_length(), block_size()); }
+  MXKIT_HD constexpr std::size_t blocks_per_line() const noexcept { return padded_length() / block_size(); }
   MXKIT_HD constexpr int storage_bits() const noexcept { return storage_bits_of(type); }
   MXKIT_HD constexpr std::size_t line_bytes() const noexcept { return packed_bytes(padded_length(), storage_bits()); }
   MXKIT_HD constexpr std::size_t data_bytes() const noexcept { return lines() * line_bytes(); }
@@ -78,7 +85,7 @@ void check_layout(const mx_layout& l, const Where&... where) {
   check_enum(l.type, mx_type::mxint8, "mx_type", where...);
   check_enum(l.axis, block_axis::columnwise, "block_axis", where...);
   const bool rowwise = l.axis == block_axis::rowwise;
-  const std::size_t padded = checked_round_up({rowwise ? "cols" : "rows", l.line_length()}, mx_block_size, where...);
+  const std::size_t padded = checked_round_up({rowwise ? "cols" : "rows", l.line_length()}, l.block_size(), where...);
   checked_mul({rowwise ? "rows" : "cols", l.lines()}, {rowwise ? "padded cols" : "padded rows", padded}, where...);
 }
 }  // namespace detail
@@ -90,11 +97,16 @@ void check_layout(const mx_layout& l, const Where&... where) {
 // vendor's tiled order (tensor/scale_layout.hpp), which the GEMMs refuse and dequantize reads.
 template <class Byte>
 struct mx_basic_view {
+  using tensor_scale_pointer = std::conditional_t<std::is_const_v<Byte>, const float*, float*>;
+
   mx_layout layout;
   quantize_options options;  // how it was quantized: dequantize needs the rotation
   Byte* data = nullptr;      // [lines, line_bytes]
   Byte* scales = nullptr;    // scale_storage_size(scales_layout, lines, blocks_per_line) bytes
   scale_layout scales_layout = scale_layout::row_major;
+  // The format's tensor scale (block_format::tensor_scale is fp32): one float in the memory of
+  // data and scales. Null for a format without one (every MX format): nothing reads it then.
+  tensor_scale_pointer tensor_scale = nullptr;
 
   MXKIT_HD constexpr std::uint8_t code(std::size_t line, std::size_t pos) const noexcept {
     return load_code(data + line * layout.line_bytes(), pos, layout.storage_bits());
@@ -119,7 +131,11 @@ class mx_tensor {
   // Refuses an unknown format, axis, scale rule or rounding, and a shape whose sizes wrap
   // (detail::check_layout) before allocating.
   mx_tensor(mx_layout layout, const quantize_options& options)
-      : layout_(checked(layout, options)), options_(options), data_(layout_.data_bytes()), scales_(layout_.scale_count()) {}
+      : layout_(checked(layout, options)),
+        options_(options),
+        data_(layout_.data_bytes()),
+        scales_(layout_.scale_count()),
+        tensor_scale_(format_of(layout_.type).has_tensor_scale() ? 1 : 0, 1.0f) {}
 
   const mx_layout& layout() const noexcept { return layout_; }
   const quantize_options& options() const noexcept { return options_; }
@@ -137,6 +153,9 @@ class mx_tensor {
   const std::span<std::uint8_t> scales() noexcept { return scales_; }
   const std::span<const std::uint8_t> scales() const noexcept { return scales_; }
   std::size_t bytes() const noexcept { return data_.size() + scales_.size(); }
+  // The tensor scale of a format that has one (block_format::has_tensor_scale); empty for MX.
+  const std::span<float> tensor_scale() noexcept { return tensor_scale_; }
+  const std::span<const float> tensor_scale() const noexcept { return tensor_scale_; }
 
   // Replace the element bytes or the scales (a device copy brought back, bytes read from a file)
   // with a buffer of exactly the layout's size.
@@ -151,8 +170,10 @@ class mx_tensor {
     scales_ = std::move(scales);
   }
 
-  mx_view view() noexcept { return {layout_, options_, data_.data(), scales_.data()}; }
-  mx_const_view view() const noexcept { return {layout_, options_, data_.data(), scales_.data()}; }
+  mx_view view() noexcept { return {layout_, options_, data_.data(), scales_.data(), scale_layout::row_major, tensor_scale_pointer()}; }
+  mx_const_view view() const noexcept {
+    return {layout_, options_, data_.data(), scales_.data(), scale_layout::row_major, tensor_scale_pointer()};
+  }
 
  private:
   static const mx_layout& checked(const mx_layout& l, const quantize_options& o) {
@@ -161,10 +182,15 @@ class mx_tensor {
     return l;
   }
 
+  // Null where the format has no tensor scale, so a view says "none" the same way everywhere.
+  float* tensor_scale_pointer() noexcept { return tensor_scale_.empty() ? nullptr : tensor_scale_.data(); }
+  const float* tensor_scale_pointer() const noexcept { return tensor_scale_.empty() ? nullptr : tensor_scale_.data(); }
+
   mx_layout layout_;
   quantize_options options_;
   std::vector<std::uint8_t> data_;
   std::vector<std::uint8_t> scales_;
+  std::vector<float> tensor_scale_;  // 1 value with a tensor scale, none without
 };
 
 MXKIT_END_NAMESPACE

@@ -234,17 +234,18 @@ mx_foreign_buffers quantize_like(const peer_preset& preset, matrix_view<T> input
     const std::size_t group = axis == block_axis::rowwise ? 1 : 16;  // as quantize() groups columns
     detail::parallel_chunks(l.lines(), detail::host_thread_count(threads, l.lines(), work),
                             [&](std::size_t first, std::size_t last, std::size_t) {
-                              float v[mx_block_size];
+                              constexpr int k = Fmt::block_size;
+                              float v[k];
                               for (std::size_t g0 = first; g0 < last; g0 += group)
                                 for (std::size_t blk = 0; blk < l.blocks_per_line(); ++blk)
                                   for (std::size_t line = g0; line < std::min(g0 + group, last); ++line) {
                                     std::uint8_t* row = t.data().data() + line * l.line_bytes();
-                                    detail::gather_block(input, axis, line, blk, v);
-                                    const detail::reference_block_bytes b = detail::reference_block<Fmt>(
-                                        v, o, line * l.padded_length() + blk * mx_block_size, preset.quirks, nullptr);
+                                    detail::gather_block<k>(input, axis, line, blk, v);
+                                    const detail::reference_block_bytes<k> b = detail::reference_block<Fmt>(
+                                        v, o, line * l.padded_length() + blk * k, preset.quirks, nullptr);
                                     t.scales()[line * l.blocks_per_line() + blk] = b.scale;
-                                    for (int i = 0; i < mx_block_size; ++i)
-                                      store_code(row, blk * mx_block_size + static_cast<std::size_t>(i), b.codes[i], Fmt::storage_bits);
+                                    for (int i = 0; i < k; ++i)
+                                      store_code(row, blk * k + static_cast<std::size_t>(i), b.codes[i], Fmt::storage_bits);
                                   }
                             });
   });

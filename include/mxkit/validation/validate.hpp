@@ -77,10 +77,11 @@ struct validate_options {
 
 }  // namespace ref
 namespace detail {
-// The reference bytes of one block.
+// The reference bytes of one block of BlockSize elements.
+template <int BlockSize>
 struct reference_block_bytes {
   std::uint8_t scale = 0;
-  std::uint8_t codes[mx_block_size] = {};
+  std::uint8_t codes[BlockSize] = {};
 };
 
 // The reference for block values `in` (the input, before any rotation), numbered from
@@ -89,25 +90,26 @@ struct reference_block_bytes {
 // peer's scale, then every element through quantize_element (the integer path, which the block
 // tests hold to the float path's codes) with the foreign bits when given.
 template <mx_format_descriptor Fmt>
-reference_block_bytes reference_block(const float* in, const quantize_options& o, std::uint64_t first_index, const peer_quirks& q,
-                                      const std::uint32_t* foreign_bits) {
+reference_block_bytes<Fmt::block_size> reference_block(const float* in, const quantize_options& o, std::uint64_t first_index,
+                                                       const peer_quirks& q, const std::uint32_t* foreign_bits) {
   using E = typename Fmt::element_type;
-  reference_block_bytes r;
+  constexpr int k = Fmt::block_size;
+  reference_block_bytes<k> r;
   if (!q.any() && foreign_bits == nullptr) {
     const mx_block<Fmt> b = quantize_block<Fmt>(in, o, first_index);
     r.scale = b.scale.bits();
-    for (int i = 0; i < mx_block_size; ++i) r.codes[i] = static_cast<std::uint8_t>(b.elements[i].bits());
+    for (int i = 0; i < k; ++i) r.codes[i] = static_cast<std::uint8_t>(b.elements[i].bits());
     return r;
   }
-  float x[mx_block_size];
-  for (int i = 0; i < mx_block_size; ++i) x[i] = in[i];
-  const std::uint32_t amax = block_amax(transform_block(x, o, hadamard_signs{o.sign_mask()}), o);
+  float x[k];
+  for (int i = 0; i < k; ++i) x[i] = in[i];
+  const std::uint32_t amax = block_amax(transform_block<k>(x, o, hadamard_signs{o.sign_mask()}), o);
   if (o.hadamard)
     for (float& v : x) v *= 0.25f;  // rotate_block's normalization, as the reference's integer path applies it
   const e8m0 scale = peer_scale<E>(amax, o.rule, q);
   const e8m0 element_scale = peer_element_scale(scale, q);
   r.scale = scale.bits();
-  for (int i = 0; i < mx_block_size; ++i) {
+  for (int i = 0; i < k; ++i) {
     std::uint32_t bits = 0;
     if (o.round == rounding::stochastic)
       bits = foreign_bits ? foreign_bits[i] : random_bits(o.seed, o.stream, first_index + static_cast<std::uint64_t>(i));
@@ -117,19 +119,21 @@ reference_block_bytes reference_block(const float* in, const quantize_options& o
 }
 
 // What a report says about a block beyond its bytes: inputs, rotated values, both amaxes.
+template <int BlockSize>
 struct block_story {
-  float input[mx_block_size];
-  float value[mx_block_size];
+  float input[BlockSize];
+  float value[BlockSize];
   float input_amax = 0, amax = 0;
 };
-inline block_story tell_block(const float* in, const quantize_options& o) {
-  block_story b;
+template <int BlockSize>
+block_story<BlockSize> tell_block(const float* in, const quantize_options& o) {
+  block_story<BlockSize> b;
   std::uint32_t in_amax = 0;
-  for (int i = 0; i < mx_block_size; ++i) {
+  for (int i = 0; i < BlockSize; ++i) {
     b.input[i] = b.value[i] = in[i];
     in_amax = amax_bits(in_amax, in[i]);
   }
-  const std::uint32_t amax = block_amax(transform_block(b.value, o, hadamard_signs{o.sign_mask()}), o);
+  const std::uint32_t amax = block_amax(transform_block<BlockSize>(b.value, o, hadamard_signs{o.sign_mask()}), o);
   if (o.hadamard)
     for (float& v : b.value) v *= 0.25f;
   b.input_amax = bit_cast<float>(in_amax);
@@ -146,7 +150,7 @@ struct partial_report {
 };
 
 // Lines are visited in groups, block by block within a group: a columnwise block gathers one
-// value from each of 32 input rows, and the neighbouring lines (columns) of the group read the
+// value from each of its input rows (32 for MX), and the neighbouring lines (columns) of the group read the
 // same cache lines of those rows (and of a not-transposed copy). Each line's mismatches are kept
 // apart and appended in line order, so the report is the line-by-line one.
 inline constexpr std::size_t validate_line_group = 16;
@@ -159,8 +163,9 @@ partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view
   const std::size_t stored = actual.stored_length();
   const std::size_t group = rowwise ? 1 : validate_line_group;
   partial_report p;
-  float v[mx_block_size];
-  std::uint32_t bits[mx_block_size];
+  constexpr int k = Fmt::block_size;
+  float v[k];
+  std::uint32_t bits[k];
   const bool foreign_bits = o.round == rounding::stochastic && static_cast<bool>(opt.random_bits);
   std::vector<mx_mismatch> listed[validate_line_group];  // per line of the group
   for (std::size_t g0 = first; g0 < last; g0 += group) {
@@ -168,22 +173,22 @@ partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view
     for (std::size_t blk = 0; blk < l.blocks_per_line(); ++blk)
       for (std::size_t line = g0; line < g1; ++line) {
         std::vector<mx_mismatch>& list = listed[line - g0];
-        const std::size_t first_pos = blk * mx_block_size;
-        gather_block(input, l.axis, line, blk, v);
+        const std::size_t first_pos = blk * k;
+        gather_block<k>(input, l.axis, line, blk, v);
         if (foreign_bits)
-          for (int i = 0; i < mx_block_size; ++i) {
+          for (int i = 0; i < k; ++i) {
             const std::size_t pos = first_pos + static_cast<std::size_t>(i);
             const std::uint32_t r = opt.random_bits(rowwise ? line : pos, rowwise ? pos : line);
             bits[i] = opt.random_rule == random_bits_rule::add_and_carry ? ~r : r;
           }
-        const reference_block_bytes want =
+        const reference_block_bytes<k> want =
             reference_block<Fmt>(v, o, line * l.padded_length() + first_pos, opt.quirks, foreign_bits ? bits : nullptr);
         const std::uint8_t have_scale = actual.scale(line, blk);
         bool told = false;
-        block_story story{};
+        block_story<k> story{};
         const auto record = [&](bool is_scale, bool padding, int i, std::uint8_t expected, std::uint8_t got) {
           if (list.size() >= opt.max_reported) return;
-          if (!told) story = tell_block(v, o);
+          if (!told) story = tell_block<k>(v, o);
           told = true;
           mx_mismatch m;
           m.type = l.type;
@@ -211,10 +216,10 @@ partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view
         }
         if (want.scale == e8m0::nan_bits && !opt.strict_nan_blocks) {
           ++p.nan_blocks_skipped;
-          p.nan_elements_skipped += std::min<std::size_t>(mx_block_size, l.line_length() - first_pos);
+          p.nan_elements_skipped += std::min<std::size_t>(k, l.line_length() - first_pos);
           continue;
         }
-        for (int i = 0; i < mx_block_size; ++i) {
+        for (int i = 0; i < k; ++i) {
           const std::size_t pos = first_pos + static_cast<std::size_t>(i);
           if (pos >= stored) break;
           const bool padding = pos >= l.line_length();
@@ -303,8 +308,8 @@ mx_validation_report validate(matrix_view<T> input, const Copy& copy, const vali
         m.padding = true;
         m.line = line;
         m.block = blk;
-        m.row = l.axis == block_axis::rowwise ? line : blk * mx_block_size;
-        m.col = l.axis == block_axis::rowwise ? blk * mx_block_size : line;
+        m.row = l.axis == block_axis::rowwise ? line : blk * l.block_size();
+        m.col = l.axis == block_axis::rowwise ? blk * l.block_size() : line;
         m.expected = want;
         m.actual = got;
         r.mismatches.push_back(m);

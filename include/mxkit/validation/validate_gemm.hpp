@@ -214,10 +214,13 @@ gemm_validation_report compare_within_bound(const Got* got, const Want* want, co
   return c.finish();
 }
 
-// The relative bound validate_gemm applies (file comment); `mx` says the operands are MX copies.
-inline double gemm_relative_bound(bool mx, std::size_t r, gemm_accumulation a, bool bf16_output, float alpha) noexcept {
+// The relative bound validate_gemm applies (file comment); `mx` says the operands are block-scaled
+// copies with blocks of block_size elements (each block's dot product is exact, r / block_size
+// of them are added).
+inline double gemm_relative_bound(bool mx, std::size_t r, gemm_accumulation a, bool bf16_output, float alpha,
+                                  std::size_t block_size = mx_block_size) noexcept {
   constexpr double u = 0x1p-24;
-  double rel = mx ? (2.0 * static_cast<double>(r / mx_block_size) + 34.0) * u : (2.0 * static_cast<double>(r) + 4.0) * u;
+  double rel = mx ? (2.0 * static_cast<double>(r / block_size) + 34.0) * u : (2.0 * static_cast<double>(r) + 4.0) * u;
   if (a == gemm_accumulation::tensor_core) rel += 0x1p-9;
   if (alpha != 1.0f) rel += u;
   if (bf16_output) rel += 0x1p-7;
@@ -330,7 +333,8 @@ gemm_validation_report validate_gemm(const CopyA& copy_a, const CopyB& copy_b, m
   detail::check_gemm_output(dd, s);
   const std::vector<std::size_t> rows = detail::gemm_rows_to_check(s.p, o);
   const double rel = o.relative > 0 ? o.relative
-                                    : gemm_relative_bound(true, s.r, o.accumulation, std::is_same_v<O, bfloat16>, o.alpha);
+                                    : gemm_relative_bound(true, s.r, o.accumulation, std::is_same_v<O, bfloat16>, o.alpha,
+                                                          a.layout.block_size());
   const mx_tensor ga = to_mx_tensor(a, rows);
   const detail::decoded_mx A = detail::decode_mx(ga.view(), 1);
   const double abs_alpha = std::fabs(static_cast<double>(o.alpha));
@@ -358,10 +362,10 @@ gemm_validation_report validate_gemm(const CopyA& copy_a, const CopyB& copy_b, m
         want[ii * n + jj] = detail::reference_output<O>(detail::mx_reference_sum(A, ii, B, jj), o.alpha);
         double sum = 0;
         for (std::size_t k = 0; k < A.blocks; ++k) {
-          const double* x = &A.values[ii * A.length + k * mx_block_size];
-          const double* y = &B.values[jj * B.length + k * mx_block_size];
+          const double* x = &A.values[ii * A.length + k * A.block_size];
+          const double* y = &B.values[jj * B.length + k * A.block_size];
           double block = 0;
-          for (int e = 0; e < mx_block_size; ++e) block += std::fabs(x[e] * y[e]);
+          for (std::size_t e = 0; e < A.block_size; ++e) block += std::fabs(x[e] * y[e]);
           sum += block * std::fabs(A.scales[ii * A.blocks + k] * B.scales[jj * B.blocks + k]);
         }
         mag[ii * n + jj] = abs_alpha * sum;

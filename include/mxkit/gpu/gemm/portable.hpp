@@ -22,6 +22,8 @@ namespace gpu {
 namespace portable {
 
 inline constexpr int tile_p = 64, tile_q = 64, tile_k = 32, threads = 256, per_thread = 4;
+// The portable kernel specializes on the MX block, k = 32: one K slice is one block and one
+// scale per operand line (a format of another block size needs its own slice).
 static_assert(tile_k == mx_block_size, "one K slice is one MX block");
 static_assert((tile_p / per_thread) * (tile_q / per_thread) == threads);
 

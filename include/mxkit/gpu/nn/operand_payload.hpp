@@ -179,7 +179,7 @@ class payload_factory {
       } else {
         MXKIT_GPU_CHECK(memcpy_2d_async(p->data + packed_bytes(s.first_row, L.storage_bits()), L.line_bytes(), codes, P.line_bytes(),
                                         P.line_bytes(), cols, copy_kind::device_to_device, stream_));
-        MXKIT_GPU_CHECK(memcpy_2d_async(p->scales + s.first_row / mx_block_size, L.blocks_per_line(), scales, P.blocks_per_line(),
+        MXKIT_GPU_CHECK(memcpy_2d_async(p->scales + s.first_row / L.block_size(), L.blocks_per_line(), scales, P.blocks_per_line(),
                                         P.blocks_per_line(), cols, copy_kind::device_to_device, stream_));
       }
     }

@@ -37,8 +37,9 @@ device_mx_tensor gather_quantized_mx(nn::communicator& comm, matrix_view<const T
   mxkit::detail::require(options.round != rounding::stochastic,
                          "gpu::gather_quantized_mx: stochastic rounding needs each element's global index (use the host's "
                          "ref::gather_quantized_mx)");
-  mxkit::detail::require(axis == block_axis::rowwise || rows % mx_block_size == 0, "gpu::gather_quantized_mx: a columnwise copy needs rows (",
-                         rows, ") a multiple of 32");
+  const std::size_t block = static_cast<std::size_t>(block_size_of(type));
+  mxkit::detail::require(axis == block_axis::rowwise || rows % block == 0, "gpu::gather_quantized_mx: a columnwise copy needs rows (", rows,
+                         ") a multiple of ", block);
   mxkit::detail::require(w.data != nullptr || rows * cols == 0, "gpu::gather_quantized_mx: null weight");
   const std::size_t n = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
   const std::size_t R = ref::shard_rows(rows, n);
@@ -81,8 +82,8 @@ device_mx_tensor gather_quantized_mx(nn::communicator& comm, matrix_view<const T
     } else {  // lines are columns: shard k holds positions [at, at + real) of each
       MXKIT_GPU_CHECK(memcpy_2d_async(out.data().data() + packed_bytes(at, L.storage_bits()), L.line_bytes(), codes, P.line_bytes(),
                                       packed_bytes(real, L.storage_bits()), cols, copy_kind::device_to_device, stream));
-      MXKIT_GPU_CHECK(memcpy_2d_async(out.scales().data() + at / mx_block_size, L.blocks_per_line(), scales, P.blocks_per_line(),
-                                      real / mx_block_size, cols, copy_kind::device_to_device, stream));
+      MXKIT_GPU_CHECK(memcpy_2d_async(out.scales().data() + at / block, L.blocks_per_line(), scales, P.blocks_per_line(), real / block, cols,
+                                      copy_kind::device_to_device, stream));
     }
   }
   return out;

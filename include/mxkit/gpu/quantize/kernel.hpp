@@ -50,6 +50,7 @@ struct quantize_params {
 template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks>
 MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rotate>>::threads), MinBlocks)
     quantize_kernel(const quantize_params<T> p) {
+  static_assert(Fmt::block_size == mx_block_size, "the quantizer's tiles specialize on 32-element MX blocks (quantize_tile)");
   constexpr int Rows = quantize_tile_rows<Fmt, Rotate>;
   using tile = quantize_tile<T, Rows>;
   constexpr int tr = tile::rows, tc = tile::cols, epc = tile::elems_per_chunk, cpr = tile::chunks_per_row;
@@ -197,8 +198,8 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
           load_col(n, w);
           if (p.amax)
             for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-          const std::uint32_t row_amax = mxkit::detail::transform_block(v, row_options, signs);
-          const std::uint32_t col_amax = mxkit::detail::transform_block(w, col_options, signs);
+          const std::uint32_t row_amax = mxkit::detail::transform_block<mx_block_size>(v, row_options, signs);
+          const std::uint32_t col_amax = mxkit::detail::transform_block<mx_block_size>(w, col_options, signs);
           e8m0 row_scale, col_scale;
           // Both tests evaluated (no short-circuit branch): one predicate.
           const unsigned fast = static_cast<unsigned>(mxkit::detail::on_float_path(row_amax, p.bounds)) &
@@ -212,7 +213,7 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
             col_scale = e8m0::from_exponent(col_exp - value_exp);
           } else {
             auto general = [&](const float* x, std::uint32_t a, const quantize_options& o, std::uint64_t index, std::uint32_t* out) {
-              mxkit::detail::block_values values;
+              mxkit::detail::block_values<mx_block_size> values;
               for (int i = 0; i < mx_block_size; ++i) values.v[i] = x[i];
               const packed_block<Fmt> b = encode_block_out_of_line<Fmt>(values, a, o, index);
               for (int j = 0; j < block_words<Fmt>; ++j) out[j] = b.words[j];

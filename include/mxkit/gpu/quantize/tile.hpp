@@ -32,6 +32,9 @@ namespace detail {
 template <class Fmt, bool Rotate>
 inline constexpr int quantize_tile_rows = Fmt::storage_bits == 4 || Rotate ? 64 : 128;
 
+// The tile's geometry specializes on the MX block, k = 32 (mx_block_size): two or one rowwise
+// blocks per 128-byte tile row, whole 32-row columnwise blocks per tile. A format of another block
+// size needs its own tile shape (quantize_kernel refuses it at compile time).
 template <class T, int Rows>
 struct quantize_tile {
   static constexpr int team = 32;
@@ -185,10 +188,11 @@ struct packed_block {
   e8m0 scale;
 };
 template <class Fmt>
-__device__ __attribute__((noinline)) packed_block<Fmt> encode_block_out_of_line(mxkit::detail::block_values x, std::uint32_t amax,
+__device__ __attribute__((noinline)) packed_block<Fmt> encode_block_out_of_line(mxkit::detail::block_values<Fmt::block_size> x,
+                                                                                 std::uint32_t amax,
                                                                                  const quantize_options& o, std::uint64_t first_index) {
   packed_block<Fmt> b;
-  b.scale = mxkit::detail::encode_block_packed<Fmt>(mxkit::detail::make_front<typename Fmt::element_type>(x.v, amax, o), o,
+  b.scale = mxkit::detail::encode_block_packed<Fmt>(mxkit::detail::make_front<Fmt>(x.v, amax, o), o,
                                                     first_index, b.words);
   return b;
 }
