@@ -39,7 +39,6 @@ import csv
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -70,8 +69,10 @@ def default_roots():
 
 
 def collect(roots, min_bytes=256, max_bytes=2 << 20):
-    """(path, text) of every distinct UTF-8 file with one of EXTENSIONS under roots, sorted by path."""
-    seen, docs, skipped = set(), [], {"binary": 0, "duplicate": 0, "size": 0}
+    """(path, text, content hash) of every distinct UTF-8 file with one of EXTENSIONS under roots,
+    sorted by path; what was skipped (not UTF-8 or unreadable, a duplicate, a link or a size outside
+    [min_bytes, max_bytes]); the roots walked."""
+    seen, docs, skipped = set(), [], {"binary": 0, "duplicate": 0, "size or link": 0}
     visited = set()
     for root in roots:
         real = os.path.realpath(root)
@@ -86,7 +87,7 @@ def collect(roots, min_bytes=256, max_bytes=2 << 20):
                 path = os.path.join(d, name)
                 try:
                     if os.path.islink(path) or not min_bytes <= os.path.getsize(path) <= max_bytes:
-                        skipped["size"] += 1
+                        skipped["size or link"] += 1
                         continue
                     with open(path, "rb") as f:
                         raw = f.read()
