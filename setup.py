@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Builds the Python package with the project's CMake (python/CMakeLists.txt) and puts the package
-# directory it lays out (<build>/python/mxkit: __init__.py and the _mxkit extension) into the
+# directory it lays out (<build>/python/mxkit: the Python files and the _mxkit extension) into the
 # wheel. pyproject.toml holds the metadata. Environment: MXKIT_GPU (OFF or CUDA, default OFF),
 # CMAKE_CUDA_ARCHITECTURES (default 90), MXKIT_CMAKE_ARGS (more configure arguments),
 # MXKIT_JOBS (build jobs, default 2).

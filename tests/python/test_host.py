@@ -5,6 +5,7 @@ library's own results (cpp_reference, built beside the module); planted errors, 
 diagnosis, buffer size checks, DLPack in and out, element formats."""
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -342,6 +343,14 @@ def test_gemm_without_gpu_says_so():
     c = mxkit.quantize(matrix(32, 32), "mxfp4")
     with pytest.raises(RuntimeError, match="MXKIT_GPU=CUDA"):
         mxkit.gemm(*c, *c, "mxfp4")
+
+
+def test_import_mxkit_imports_no_torch():
+    """torch is imported when its tensors are passed in, and the torch.library ops only by
+    `import mxkit.torch_ops`: `import mxkit` works without torch."""
+    code = "import sys, mxkit; print([m for m in ('torch', 'mxkit.torch_ops') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_torch_cpu_tensors_cross_by_dlpack():
