@@ -116,6 +116,12 @@ def main():
     if not rows:
         print("no rows: no run of this call printed its summary line")
         return 0
+    return write_rows(rows, results, default_dir)
+
+
+def write_rows(rows, results, default_dir):
+    """Appends rows to RESULTS (a .jsonl file, or a folder: RESULTS.md and SUMMARY.md rendered
+    again where it is bench/results). Also bench/lora70b_rows.py's writer."""
     if results.endswith(".jsonl"):
         with open(results, "a", encoding="utf-8") as f:
             f.write("".join(render_results.make_line(r) + "\n" for r in rows))
@@ -127,6 +133,7 @@ def main():
         return render_results.main([])  # RESULTS.md and SUMMARY.md from the new rows
     print(f"add them to bench/results: python3 bench/render_results.py add {results}")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
