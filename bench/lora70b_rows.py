@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import render_results  # noqa: E402  (the rows' format)
-from multi_gpu_rows import peer_values, read, write_rows  # noqa: E402
+from multi_gpu_rows import arguments, peer_values, read, write_rows  # noqa: E402
 
 TARGETS = {"MXFP4": 1.0, "FP8": 1.1}  # tokens/s per GPU against the FP8-base peer (issue 48)
 
@@ -38,12 +38,10 @@ def mxkit_phases(text):
 
 
 def main():
-    if len(sys.argv) < 3:
-        print("usage: lora70b_rows.py LOG_DIR DEVICE [RESULTS]", file=sys.stderr)
+    a = arguments("lora70b_rows.py")
+    if not a:
         return 2
-    logs, device = sys.argv[1], sys.argv[2]
-    default_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    results = sys.argv[3] if len(sys.argv) > 3 else default_dir
+    logs, device, results, default_dir = a
     peer_log = read(os.path.join(logs, "lora70b_peer1.log"))
     mx_log = read(os.path.join(logs, "bench_lora70b_70b.log"))
     check_log = read(os.path.join(logs, "lora70b_peer1_check.log"))

@@ -54,13 +54,20 @@ def peer_values(text):
     return v
 
 
-def main():
+def arguments(program):
+    """LOG_DIR DEVICE [RESULTS] -> (logs, device, results, bench/results), or None (usage said)."""
     if len(sys.argv) < 3:
-        print("usage: multi_gpu_rows.py LOG_DIR DEVICE [RESULTS]", file=sys.stderr)
-        return 2
-    logs, device = sys.argv[1], sys.argv[2]
+        print(f"usage: {program} LOG_DIR DEVICE [RESULTS]", file=sys.stderr)
+        return None
     default_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    results = sys.argv[3] if len(sys.argv) > 3 else default_dir
+    return sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else default_dir, default_dir
+
+
+def main():
+    a = arguments("multi_gpu_rows.py")
+    if not a:
+        return 2
+    logs, device, results, default_dir = a
     rows = []
     fsdp_log = read(os.path.join(logs, "fsdp_peer.log"))
     torch = re.search(r"^# torch (\S+),", fsdp_log, re.M)
