@@ -54,13 +54,20 @@ def peer_values(text):
     return v
 
 
-def main():
+def arguments(program):
+    """LOG_DIR DEVICE [RESULTS] -> (logs, device, results, bench/results), or None (usage said)."""
     if len(sys.argv) < 3:
-        print("usage: multi_gpu_rows.py LOG_DIR DEVICE [RESULTS]", file=sys.stderr)
-        return 2
-    logs, device = sys.argv[1], sys.argv[2]
+        print(f"usage: {program} LOG_DIR DEVICE [RESULTS]", file=sys.stderr)
+        return None
     default_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    results = sys.argv[3] if len(sys.argv) > 3 else default_dir
+    return sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else default_dir, default_dir
+
+
+def main():
+    a = arguments("multi_gpu_rows.py")
+    if not a:
+        return 2
+    logs, device, results, default_dir = a
     rows = []
     fsdp_log = read(os.path.join(logs, "fsdp_peer.log"))
     torch = re.search(r"^# torch (\S+),", fsdp_log, re.M)
@@ -116,6 +123,12 @@ def main():
     if not rows:
         print("no rows: no run of this call printed its summary line")
         return 0
+    return write_rows(rows, results, default_dir)
+
+
+def write_rows(rows, results, default_dir):
+    """Appends rows to RESULTS (a .jsonl file, or a folder: RESULTS.md and SUMMARY.md rendered
+    again where it is bench/results). Also bench/lora70b_rows.py's writer."""
     if results.endswith(".jsonl"):
         with open(results, "a", encoding="utf-8") as f:
             f.write("".join(render_results.make_line(r) + "\n" for r in rows))
@@ -127,6 +140,7 @@ def main():
         return render_results.main([])  # RESULTS.md and SUMMARY.md from the new rows
     print(f"add them to bench/results: python3 bench/render_results.py add {results}")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

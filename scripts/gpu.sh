@@ -54,7 +54,10 @@ non-zero if anything failed.
                         all, about 20 minutes; name parts to split it); rows of the training runs
                         through bench/multi_gpu_rows.py (replaces gpu_multi_check.sh)
   lora70b [--pair]      Llama 2 70B LoRA, MXFP4 base healed to FP8, at its real size with its
-                        PyTorch peer, every part bounded by one deadline (2 H200); --pair also
+                        PyTorch peers, every part bounded by one deadline (2 H200): PART of build
+                        70b peer1 (the FP8-base peer on one GPU, on GPU 1 beside mxkit's run;
+                        rows by bench/lora70b_rows.py) peer (FSDP2 bf16 on every GPU, the second
+                        reference) test small; --pair also
                         builds the device backend's tests and the Python module and runs them on
                         the two GPUs in the time left (replaces gpu_lora70b_check.sh and
                         gpu_h200_pair_check.sh)
@@ -102,7 +105,8 @@ Environment:
   MXKIT_BENCH_TIMEOUT   seconds per benchmark (default 600)
   multi: MXKIT_PARTS, MXKIT_8B_SEQ, MXKIT_8B_STEPS, MXKIT_8B_RECIPES, MXKIT_8B_GATHER,
          MXKIT_8B_FLAGS, MXKIT_8B_LIMIT, MXKIT_8B_PEER_LIMIT, MXKIT_8B_PEER=0, MXKIT_SCALING_STEPS
-  lora70b: MXKIT_DEADLINE_S, MXKIT_PARTS, MXKIT_STEPS, MXKIT_BUDGET, MXKIT_WARM_GIB, MXKIT_PEER_GPUS
+  lora70b: MXKIT_DEADLINE_S, MXKIT_PARTS, MXKIT_STEPS, MXKIT_BUDGET, MXKIT_WARM_GIB, MXKIT_PEER_GPUS,
+         MXKIT_PEER1_BASE (fp8-tensorwise, default, or fp8-rowwise)
   fidelity: SEEDS (default "0"), STEPS (default 1200), TWIN_ARGS
   recipes: MXKIT_PARTS, MXKIT_8B1_LAYERS, MXKIT_8B1_RECIPES, MXKIT_8B1_STEPS, MXKIT_TTT_DATA (default
          build/ttt-data), MXKIT_TTT_SEEDS, MXKIT_TTT_RECIPES, MXKIT_TTT_TARGET, MXKIT_TTT_ARGS
@@ -683,7 +687,8 @@ cmd_lora70b() {
   logdir lora70b
   local pair=0
   [ "${1:-}" = --pair ] && { pair=1; shift; }
-  local parts=${MXKIT_PARTS:-build 70b peer test small}
+  local parts=${MXKIT_PARTS:-build 70b peer1 peer test small}
+  local peer1_base=${MXKIT_PEER1_BASE:-fp8-tensorwise}
   local steps=${MXKIT_STEPS:-5} budget=${MXKIT_BUDGET:-30}
   local gpus peer_gpus
   gpus=$(ngpus)
@@ -752,9 +757,39 @@ cmd_lora70b() {
     rc=$?
     echo "$rc $((SECONDS - t0))" >"$test_rc_file"
   }
-  if has_part test && [ -n "$test_bin" ] && [ "$gpus" -ge 2 ]; then
-    echo "== test on GPU 1, beside the 70B run (limit 60 s)"
-    run_test 1 60 &
+  # The one-GPU FP8-base peer (issue 48; bench/lora70b_peer.py --base fp8-*): its --check, then
+  # its run, each on one GPU; it leaves the FSDP2 peer (after mxkit, inside bench_lora70b) its
+  # 150 s and the tail. Rows: bench/lora70b_rows.py at the end.
+  local peer1_done=$LOGS/.peer1_done tail_s=10
+  [ "$gpus" -ge 2 ] || tail_s=30
+  rm -f "$peer1_done" "$LOGS/.peer1_rc"
+  run_peer1() {  # device
+    local t0=$SECONDS rc limit reserve=0
+    has_part peer && [ "$gpus" -ge 2 ] && reserve=150
+    CUDA_VISIBLE_DEVICES=$1 timeout -k 5 90 python3 bench/lora70b_peer.py --check --base "$peer1_base" \
+      >"$LOGS/lora70b_peer1_check.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then
+      limit=$(($(left) - tail_s - reserve))
+      CUDA_VISIBLE_DEVICES=$1 timeout -k 10 "$limit" python3 bench/lora70b_peer.py --base "$peer1_base" --steps "$steps" \
+        --budget "$budget" >"$LOGS/lora70b_peer1.log" 2>&1
+      rc=$?
+    else
+      echo "# check rc=$rc: the FP8 base linear is off its bound (or the check failed): the peer is not run" >"$LOGS/lora70b_peer1.log"
+    fi
+    echo "$rc $((SECONDS - t0))" >"$LOGS/.peer1_rc"
+    touch "$peer1_done"
+  }
+  # With two GPUs: the test, then the FP8-base peer, on GPU 1 beside mxkit's run on GPU 0 (each
+  # process its own GPU; the host is shared); the FSDP2 peer on both GPUs waits for them.
+  local peer1_beside=0
+  has_part peer1 && [ "$gpus" -ge 2 ] && peer1_beside=1
+  if { has_part test && [ -n "$test_bin" ] || [ $peer1_beside = 1 ]; } && [ "$gpus" -ge 2 ]; then
+    echo "== on GPU 1, beside the 70B run: $(has_part test && [ -n "$test_bin" ] && echo "test (limit 60 s) ")$([ $peer1_beside = 1 ] && echo "FP8-base peer ($peer1_base)")"
+    (
+      has_part test && [ -n "$test_bin" ] && run_test 1 60
+      [ $peer1_beside = 1 ] && run_peer1 1
+    ) &
     test_pid=$!
   fi
   if [ -n "$warm_pid" ]; then  # at most 60 s more for the warm-up, then its processes are ended
@@ -766,10 +801,11 @@ cmd_lora70b() {
     cat "$warm_log"
   fi
 
-  local bench tail_s=10 mxkit_done=0
+  local bench mxkit_done=0
   bench=$(exe bench_lora70b)
-  [ "$gpus" -ge 2 ] || tail_s=30
-  local peer_cmd="timeout -k 10 \$(( MXKIT_DEADLINE_EPOCH - \$(date +%s) - $tail_s )) python3 -m torch.distributed.run --standalone --nproc_per_node $peer_gpus bench/lora70b_peer.py"
+  local peer_wait=""  # the FSDP2 peer starts once GPU 1's FP8-base peer is done (bounded by the deadline)
+  [ $peer1_beside = 1 ] && peer_wait="while [ ! -e '$peer1_done' ] && [ \$(date +%s) -lt \$(( MXKIT_DEADLINE_EPOCH - 60 )) ]; do sleep 1; done; "
+  local peer_cmd="${peer_wait}timeout -k 10 \$(( MXKIT_DEADLINE_EPOCH - \$(date +%s) - $tail_s )) python3 -m torch.distributed.run --standalone --nproc_per_node $peer_gpus bench/lora70b_peer.py"
   if has_part 70b; then
     t0=$SECONDS
     if [ -z "$bench" ]; then
@@ -779,7 +815,7 @@ cmd_lora70b() {
       local mx_limit=$(($(left) - 150 - tail_s))
       [ $mx_limit -gt 300 ] && mx_limit=300
       [ $mx_limit -lt 60 ] && mx_limit=60
-      echo "== 70b: mxkit on GPU 0 (watchdog ${mx_limit} s), then the peer on $peer_gpus GPUs (until the deadline - $tail_s s)"
+      echo "== 70b: mxkit on GPU 0 (watchdog ${mx_limit} s), then the FSDP2 peer (second reference) on $peer_gpus GPUs (until the deadline - $tail_s s)"
       MXKIT_LORA70B_PEER="$peer_cmd" timeout -k 15 $(($(left) - tail_s + 8)) "$bench" --record --warmup 1 --steps "$steps" \
         --budget "$budget" --mxkit-limit "$mx_limit" --peer-gpus "$peer_gpus" >"$LOGS/bench_lora70b_70b.log" 2>&1
       rc=$?
@@ -789,6 +825,16 @@ cmd_lora70b() {
       grep "^peer: #\|^peer: [a-z_]* [0-9.e+-]*$\|^peer: .*Error" "$LOGS/bench_lora70b_70b.log" | tail -20
       grep -q "^mxkit: done" "$LOGS/bench_lora70b_70b.log" && mxkit_done=1
       done_part 70b "rc=$rc, mxkit $([ $mxkit_done = 1 ] && echo 'done' || echo 'NOT done')" $((SECONDS - t0))
+      wait_gpus_free
+    fi
+  fi
+  # One GPU: the FP8-base peer after mxkit's run, on the same GPU.
+  if has_part peer1 && [ $peer1_beside = 0 ]; then
+    if [ "$(left)" -lt 150 ]; then
+      echo "== FP8-base peer: skipped, $(left) s left"; done_part peer1 "skipped: no time" 0
+    else
+      echo "== FP8-base peer ($peer1_base) on GPU 0, after mxkit"
+      run_peer1 0
       wait_gpus_free
     fi
   fi
@@ -856,11 +902,24 @@ cmd_lora70b() {
     grep -B3 -A12 "FAILED" "$LOGS"/catch2_test_device_*.log 2>/dev/null | head -40
     grep -E "FAILED|Fatal|Segmentation|Error" "$LOGS/pytest.log" | head -20
   fi
+  [ -n "$test_pid" ] && wait "$test_pid" 2>/dev/null  # GPU 1's test and FP8-base peer
+  if [ -f "$LOGS/.peer1_rc" ]; then
+    read -r rc t <"$LOGS/.peer1_rc"
+    [ "$rc" -ne 0 ] && status=1
+    grep "^check \|^# check" "$LOGS/lora70b_peer1_check.log" | tail -14
+    grep "^#\|^settings\|^[a-z_]* [0-9.e+-]*$\|Error" "$LOGS/lora70b_peer1.log" | tail -20
+    done_part peer1 "rc=$rc ($peer1_base, 1 GPU$([ $peer1_beside = 1 ] && echo ', GPU 1 beside mxkit'))" "$t"
+  elif [ $peer1_beside = 1 ]; then
+    done_part peer1 "not run" 0
+  fi
   echo
   echo "================ summary ================"
   for log in "$LOGS/bench_lora70b_70b.log" "$LOGS/bench_lora70b_peer.log"; do
     [ -f "$log" ] && sed -n '/^== summary/,$p' "$log"
   done
+  if has_part peer1; then
+    python3 bench/lora70b_rows.py "$LOGS" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" || failed "lora70b_rows.py"
+  fi
   rows_collect
   printf '%s' "$summary"
   echo "total ${SECONDS} s"
