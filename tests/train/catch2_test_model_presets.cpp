@@ -3,22 +3,19 @@
 // shape flags overriding the preset wherever they stand, refusals, and --help's list.
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <mxkit/train_program/options.hpp>
 
 #include "../catch.hpp"
+#include "parse_options.hpp"
 
 namespace model_presets_test {
 using namespace mxkit;
 using train_program::options;
 
-std::optional<options> parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "05_train");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  return train_program::parse_options(static_cast<int>(argv.size()), argv.data());
-}
+std::optional<options> parse(std::vector<std::string> args) { return train_program_test::parse(std::move(args), "05_train"); }
 
 
 TEST_CASE("--model: Llama 3.1 8B and Llama 2 70B by name, the small model by default", "[train][options]") {

@@ -6,23 +6,20 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <mxkit/gpu/gemm/options.hpp>  // (no vendor header: host-safe)
 #include <mxkit/train_program/options.hpp>
 
 #include "../catch.hpp"
+#include "parse_options.hpp"
 
 namespace parallel_options_test {
 using namespace mxkit;
 using train_program::options;
 
-std::optional<options> parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "06_train_gpu");
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  return train_program::parse_options(static_cast<int>(argv.size()), argv.data());
-}
+std::optional<options> parse(std::vector<std::string> args) { return train_program_test::parse(std::move(args), "06_train_gpu"); }
 
 // The usage error's text, or "" when the arguments parse.
 std::string refusal(std::vector<std::string> args) {

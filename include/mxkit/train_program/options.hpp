@@ -190,6 +190,13 @@ inline double parse_real(std::string_view flag, std::string_view v, bool zero_ok
   return x;
 }
 
+// An element type given as f32 or bf16 (--activations, --reduce-dtype).
+inline nn::dtype parse_f32_or_bf16(std::string_view flag, std::string_view v) {
+  if (v == "f32") return nn::dtype::f32;
+  if (v == "bf16") return nn::dtype::bf16;
+  throw usage_error(std::string(flag) + ": expected f32 or bf16, got '" + std::string(v) + "'");
+}
+
 // A byte size: digits, optionally followed by KB, MB, GB (powers of 1000, as huggingface_hub's
 // max_shard_size "5GB" reads) or KiB, MiB, GiB (powers of 1024).
 inline std::uint64_t parse_bytes(std::string_view flag, std::string_view v) {
@@ -273,11 +280,7 @@ inline std::vector<flag> flags() {
        [](options& o, std::string_view v) { o.recipe = std::string(v); }},
       {"--activations", "f32|bf16", data,
        std::string("storage of activations and their gradients (default ") + mxkit::name_of(d.activations) + ")",
-       [](options& o, std::string_view v) {
-         if (v == "f32") o.activations = nn::dtype::f32;
-         else if (v == "bf16") o.activations = nn::dtype::bf16;
-         else throw usage_error("--activations: expected f32 or bf16, got '" + std::string(v) + "'");
-       }},
+       [](options& o, std::string_view v) { o.activations = parse_f32_or_bf16("--activations", v); }},
       {"--model", "NAME", "model",
        "the model by name: its shape, vocabulary, RoPE (theta, scaling), norm epsilon and --seq\n"
        "    default (default small). --layers, --d-model, --heads, --kv-heads, --ffn, --seq and --vocab,\n"
@@ -415,11 +418,7 @@ inline std::vector<flag> flags() {
        "element type of the gradient reduction (reduce-scatter when sharded, all-reduce when not), as\n"
        "    FSDP2's reduce_dtype: bf16 rounds each rank's gradients to bf16 and sums them in bf16 (half the\n"
        "    bytes; docs/training.md states the rounding) (default f32)",
-       [](options& o, std::string_view v) {
-         if (v == "f32") o.reduce_dtype = nn::dtype::f32;
-         else if (v == "bf16") o.reduce_dtype = nn::dtype::bf16;
-         else throw usage_error("--reduce-dtype: expected f32 or bf16, got '" + std::string(v) + "'");
-       }},
+       [](options& o, std::string_view v) { o.reduce_dtype = parse_f32_or_bf16("--reduce-dtype", v); }},
       {"--comm-sms", "N", "several ranks",
        "GPU programs on several GPUs: NCCL's kernels on N CTAs (ncclConfig_t minCTAs = maxCTAs = N),\n"
        "    1 to " + to_string(max_comm_sms) + ", and every GEMM's persistent grid on the device's SMs less N, so a collective\n"
