@@ -858,12 +858,27 @@ void rmsnorm() {
   WARN("rmsnorm, worst error / bound:" << tl.str());
 }
 
+// The bound of a rope output against the host's: each output is x1 c -+ x2 s, the device within
+// 8 u32 (|x1| + |x2|) (catch2_test_nn_kernels.cu), the host (c, s rounded to float from double,
+// two products and a sum in float) within 5 u32: 16 u32 (|x1| + |x2|) (+ 2 u16 of it for bf16),
+// for both elements of a rotated pair. v heads are not touched: bound 0, equal.
+inline std::vector<double> rope_bound(const std::vector<double>& in, const head_shape& s, dtype t) {
+  std::vector<double> bound(in.size(), 0.0);
+  const std::size_t D = s.head_dim, half = D / 2;
+  const double rel = 16 * u32 + (t == dtype::bf16 ? 2 * u16 : 0.0);
+  for (std::size_t tok = 0; tok < s.tokens(); ++tok)
+    for (std::size_t hd = 0; hd < s.n_heads + s.n_kv_heads; ++hd)
+      for (std::size_t i = 0; i < half; ++i) {
+        const std::size_t a = tok * s.qkv_dim() + hd * D + i, b = a + half;
+        bound[a] = bound[b] = rel * (std::fabs(in[a]) + std::fabs(in[b]));
+      }
+  return bound;
+}
+
 // Rope forward and inverse.
 template <class S>
 void rope() {
-  // Each output is x1 c -+ x2 s: the device within 8 u32 (|x1| + |x2|) (catch2_test_nn_kernels.cu),
-  // the host (c, s rounded to float from double, two products and a sum in float) within 5 u32:
-  // 16 u32 (|x1| + |x2|) (+ 2 u16 of it for bf16). v heads are not touched: equal.
+  // Bounds: rope_bound above.
   tally tl;
   const head_shape shapes[] = {{2, 5, 4, 2, 8}, {1, 37, 3, 1, 64}, {3, 17, 2, 2, 6}, {2, 64, 2, 1, 64}};
   std::uint64_t seed = 3000;
@@ -880,15 +895,7 @@ void rope() {
           const std::vector<double> in = h.read(x.h);
           h.rope(x.h, s, theta, inverse);
           d.rope(x.d, s, theta, inverse);
-          std::vector<double> bound(in.size(), 0.0);
-          const std::size_t D = s.head_dim, half = D / 2;
-          const double rel = 16 * u32 + (t == dtype::bf16 ? 2 * u16 : 0.0);
-          for (std::size_t tok = 0; tok < s.tokens(); ++tok)
-            for (std::size_t hd = 0; hd < s.n_heads + s.n_kv_heads; ++hd)
-              for (std::size_t i = 0; i < half; ++i) {
-                const std::size_t a = tok * s.qkv_dim() + hd * D + i, b = a + half;
-                bound[a] = bound[b] = rel * (std::fabs(in[a]) + std::fabs(in[b]));
-              }
+          const std::vector<double> bound = rope_bound(in, s, t);
           CHECK(within(tl, "rope", d.read(x.d), h.read(x.h), bound) == "");
         }
   WARN("rope, worst error / bound:" << tl.str());

@@ -165,15 +165,7 @@ void rope_scaled() {
           const std::vector<double> in = h.read(x.h);
           h.rope(x.h, s, f, inverse);
           d.rope(x.d, s, f, inverse);
-          std::vector<double> bound(in.size(), 0.0);
-          const std::size_t D = s.head_dim, half = D / 2;
-          const double rel = 16 * u32 + (t == dtype::bf16 ? 2 * u16 : 0.0);
-          for (std::size_t tok = 0; tok < s.tokens(); ++tok)
-            for (std::size_t hd = 0; hd < s.n_heads + s.n_kv_heads; ++hd)
-              for (std::size_t i = 0; i < half; ++i) {
-                const std::size_t a = tok * s.qkv_dim() + hd * D + i, b = a + half;
-                bound[a] = bound[b] = rel * (std::fabs(in[a]) + std::fabs(in[b]));
-              }
+          const std::vector<double> bound = rope_bound(in, s, t);
           CHECK(within(tl, "scaled rope", d.read(x.d), h.read(x.h), bound) == "");
         }
   }

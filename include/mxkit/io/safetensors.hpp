@@ -296,25 +296,20 @@ struct safetensors_file {
 inline safetensors_file read_safetensors(const std::filesystem::path& path) {
   const std::string prefix = "safetensors '" + path.string() + "': ";
   try {
-    std::optional<detail::input_file> in;
-    try {
-      in.emplace(path);
-    } catch (const std::system_error& e) {
-      throw safetensors_error(e.what());
-    }
+    detail::input_file in(path);  // its system_error is named below, as any other
     safetensors_file f;
-    f.header = safetensors_detail::read_header(*in);
+    f.header = safetensors_detail::read_header(in);
     // In chunks: a pipe's header may promise more than it sends, and memory grows only with the
     // bytes that arrive.
     constexpr std::uint64_t chunk = std::uint64_t{1} << 24;
     for (std::uint64_t at = 0; at < f.header.data_bytes;) {
       const auto n_chunk = static_cast<std::size_t>(std::min(chunk, f.header.data_bytes - at));
       f.data.resize(static_cast<std::size_t>(at) + n_chunk);
-      if (in->read(f.data.data() + at, n_chunk) < n_chunk) throw safetensors_error("truncated inside the data");
+      if (in.read(f.data.data() + at, n_chunk) < n_chunk) throw safetensors_error("truncated inside the data");
       at += n_chunk;
     }
     std::uint8_t extra = 0;
-    if (in->read(&extra, 1) != 0) throw safetensors_error("unexpected bytes after the last tensor");
+    if (in.read(&extra, 1) != 0) throw safetensors_error("unexpected bytes after the last tensor");
     return f;
   } catch (const safetensors_error& e) {
     throw safetensors_error(prefix + e.what());
@@ -328,15 +323,10 @@ inline safetensors_file read_safetensors(const std::filesystem::path& path) {
 // to read). Throws safetensors_error naming the file.
 inline safetensors_header read_safetensors_header(const std::filesystem::path& path) {
   try {
-    std::optional<detail::input_file> in;
-    try {
-      in.emplace(path);
-    } catch (const std::system_error& e) {
-      throw safetensors_error(e.what());
-    }
-    if (!in->is_directory() && !in->regular_size())
+    detail::input_file in(path);  // its system_error is named below, as any other
+    if (!in.is_directory() && !in.regular_size())
       throw safetensors_error("is not a regular file (a device or pipe); a shard is read in parts, from its size");
-    return safetensors_detail::read_header(*in);
+    return safetensors_detail::read_header(in);
   } catch (const safetensors_error& e) {
     throw safetensors_error("safetensors '" + path.string() + "': " + e.what());
   } catch (const std::system_error& e) {

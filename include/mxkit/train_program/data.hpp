@@ -95,6 +95,16 @@ inline std::uint64_t file_checksum(const fs::path& p, std::uint64_t h, std::uint
 // The last tenth of n units held out, at least one when there are two or more.
 inline std::uint64_t held_out(std::uint64_t n) { return n < 2 ? 0 : std::max<std::uint64_t>(1, n / 10); }
 
+// Units (documents or rows) [0, cut) to `whole`, [cut, n) to `held`: the held-out tenth when
+// split, nothing held out otherwise. Returns cut.
+inline std::uint64_t split_units(std::uint64_t n, bool split, data_part& whole, data_part& held) {
+  const std::uint64_t cut = n - (split ? held_out(n) : 0);
+  whole.first = 0;
+  whole.last = held.first = cut;
+  held.last = n;
+  return cut;
+}
+
 // A token file, opened and split: [0, n - held) for training, the rest held out (split = false:
 // everything in `whole`).
 inline void open_tokens(const char* flag, const nn::dataset_location& where, bool split, data_part& whole, data_part& held,
@@ -102,24 +112,19 @@ inline void open_tokens(const char* flag, const nn::dataset_location& where, boo
   whole.kind = held.kind = where.kind;
   if (where.kind == nn::dataset_kind::megatron) {
     auto d = std::make_shared<const nn::indexed_dataset>(where.path);
-    const std::uint64_t n = d->documents(), cut = n - (split ? held_out(n) : 0);
+    const std::uint64_t cut = split_units(d->documents(), split, whole, held);
     whole.megatron = held.megatron = d;
-    whole.first = 0;
-    whole.last = held.first = cut;
-    held.last = n;
     whole.tokens = held.tokens = 0;
-    for (std::uint64_t s = 0; s < d->sequences(); ++s) (s < d->first_sequence(cut) ? whole.tokens : held.tokens) += d->length(s);
+    const std::uint64_t held_from = d->first_sequence(cut);
+    for (std::uint64_t s = 0; s < d->sequences(); ++s) (s < held_from ? whole.tokens : held.tokens) += d->length(s);
     max_token = std::max(max_token, d->max_token());
     if (whole.tokens == 0) throw usage_error(std::string(flag) + " '" + where.path.string() + "' holds no tokens" + (split ? " outside its held-out tenth" : ""));
   } else {
     auto d = std::make_shared<const nn::packed_dataset>(where.path);
-    const std::uint64_t n = d->rows(), cut = n - (split ? held_out(n) : 0);
+    const std::uint64_t cut = split_units(d->rows(), split, whole, held);
     whole.packed = held.packed = d;
-    whole.first = 0;
-    whole.last = held.first = cut;
-    held.last = n;
     whole.tokens = cut * d->row_length();
-    held.tokens = (n - cut) * d->row_length();
+    held.tokens = (d->rows() - cut) * d->row_length();
     max_token = std::max(max_token, d->max_token());
   }
 }
