@@ -5,6 +5,7 @@ token data, each recipe against PyTorch FSDP2 (one rank) + torch.compile bf16 in
 
     llama8b_one_gpu.py --program 06_train_gpu --logs DIR [--layers 16] [--recipes bf16 fp8 mxfp4]
                        [--steps 6] [--data PREFIX] [--device NAME] [--results DIR|FILE] [--no-peer]
+                       [--weight-copies cached|per-gemm ...]
 
 Data: --data, a Megatron indexed dataset, or (default) LOGS/tokens: random token ids written in
 Megatron's format by tools/make_dataset.py's writer (throughput does not depend on the text). Both
@@ -70,6 +71,8 @@ def main():
     ap.add_argument("--device", default="unknown")
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
     ap.add_argument("--no-peer", dest="peer", action="store_false")
+    ap.add_argument("--weight-copies", nargs="+", choices=["cached", "per-gemm"], default=["cached"],
+                    help="the program's --weight-copies, each recipe run once per value given")
     ap.add_argument("--rows-only", action="store_true", help="run nothing: the rows from the logs in --logs of an earlier call")
     a = ap.parse_args()
     os.makedirs(a.logs, exist_ok=True)
@@ -83,13 +86,15 @@ def main():
     shape = f"Llama 3.1 8B, {a.layers} of 32 layers, vocab {VOCAB}, T{a.seq}, recompute, token data, 1 GPU"
     runs = {}
     for recipe in a.recipes:
-        cmd = [a.program, "--model", "llama3.1-8b", "--layers", str(a.layers), "--seq", str(a.seq), "--batch", "1",
-               "--steps", "100", "--stop-after", str(a.steps + 1), "--warmup", "1", "--log-every", "1", "--eval-every", "0",
-               "--recompute", "on", "--recipe", recipe, "--data", data, "--vocab", str(VOCAB)]
-        rc, text = run(cmd, os.path.join(a.logs, f"8b_{recipe}.log"), a.limit)
-        s = summary(text)
-        if rc == 0 and s:
-            runs[recipe] = s
+        for copies in a.weight_copies:
+            cmd = [a.program, "--model", "llama3.1-8b", "--layers", str(a.layers), "--seq", str(a.seq), "--batch", "1",
+                   "--steps", "100", "--stop-after", str(a.steps + 1), "--warmup", "1", "--log-every", "1", "--eval-every", "0",
+                   "--recompute", "on", "--weight-copies", copies, "--recipe", recipe, "--data", data, "--vocab", str(VOCAB)]
+            name = recipe if copies == "cached" else f"{recipe}/{copies}"
+            rc, text = run(cmd, os.path.join(a.logs, f"8b_{name.replace('/', '_')}.log"), a.limit)
+            s = summary(text)
+            if rc == 0 and s:
+                runs[name] = s
     peer, settings = {}, None
     if a.peer:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
@@ -103,8 +108,9 @@ def main():
     rows = []
     names = {"mxfp4": "mxfp4+Hadamard"}
     peer_name = "torch FSDP2 (1 rank)+compile bf16"
-    for recipe, s in runs.items():
-        case = f"{shape}, {names.get(recipe, recipe)}"
+    for name, s in runs.items():
+        recipe, _, copies = name.partition("/")
+        case = f"{shape}, {names.get(recipe, recipe)}" + (", weight copies per GEMM" if copies == "per-gemm" else "")
         for what, value, unit, pv in (("tokens/s", s["tokens"], "tokens/s", peer.get("tokens_per_s_per_gpu")),
                                       ("MFU", s["mfu"], "%", peer.get("mfu_percent")),
                                       ("peak memory", s["peak_mib"] / 1024.0, "GiB", peer.get("peak_gib"))):
@@ -117,9 +123,10 @@ def main():
         rows.append(render_results.new_row("train", f"{shape}, {peer_name}: tokens/s", peer["tokens_per_s_per_gpu"], "tokens/s",
                                            recipe="bf16", shape=f"B1 T{a.seq}", device=a.device))
     print(f"{'case':<28} {'tokens/s':>10} {'peer':>10} {'ratio':>7} {'GiB':>7} {'peer GiB':>9}")
-    for recipe, s in runs.items():
+    for name, s in runs.items():
         pt, pg = peer.get("tokens_per_s_per_gpu", 0), peer.get("peak_gib", 0)
-        print(f"{names.get(recipe, recipe):<28} {s['tokens']:>10.0f} {pt:>10.0f} {(s['tokens'] / pt if pt else 0):>6.3f}x "
+        recipe, _, copies = name.partition("/")
+        print(f"{names.get(recipe, recipe) + (' per-gemm' if copies else ''):<28} {s['tokens']:>10.0f} {pt:>10.0f} {(s['tokens'] / pt if pt else 0):>6.3f}x "
               f"{s['peak_mib'] / 1024:>7.1f} {pg:>9.1f}")
     if settings:
         print("peer: " + settings)
@@ -132,7 +139,7 @@ def main():
     else:
         render_results.append_rows(rows, a.results)
     print(f"{len(rows)} rows -> {a.results}")
-    return 0 if len(runs) == len(a.recipes) and (peer or not a.peer) else 1
+    return 0 if len(runs) == len(a.recipes) * len(a.weight_copies) and (peer or not a.peer) else 1
 
 
 if __name__ == "__main__":

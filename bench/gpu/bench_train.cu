@@ -14,7 +14,7 @@
 // excluded from N_linear, included here as the LM head GEMM 6 * V * C * tokens).
 // Peer in the same run: bench/train_peer.py (the same model in PyTorch, bf16 autocast, fused
 // AdamW; eager and torch.compile).
-// Usage: bench_train [--record] [--results PATH] [--repeats N] [--recipes a,b] [--models default,76m]
+// Usage: bench_train [--record] [--results PATH] [--repeats N] [--recipes a,b] [--models default,76m,8b16]
 //   MXKIT_TRAIN_PEER: the peer command (default "python3 bench/train_peer.py"); empty: no peer.
 //   Without a GPU it says so and exits 77.
 #include <algorithm>
@@ -46,6 +46,8 @@ namespace nn = mxkit::nn;
 struct model_shape {
   std::string name;
   std::size_t layers, d_model, heads, kv_heads, ffn, seq, batch;
+  std::size_t vocab = 256;
+  bool recompute = false;  // and no peer here: bench/llama8b_one_gpu.py times the 8B's
 };
 
 // The peer command for model m ($MXKIT_TRAIN_PEER or bench/train_peer.py; empty: no peer).
@@ -75,15 +77,17 @@ int main(int argc, char** argv) {
   const std::map<std::string, model_shape> shapes{
       {"default", {"training program default (16L d768)", 16, 768, 12, 4, 2048, 1024, 16}},
       {"76m", {"76M byte Llama (12L d768)", 12, 768, 12, 4, 2048, 1024, 16}},
+      // The real 8B's split (bytes as token ids: the vocabulary sets the head's cost, not the data).
+      {"8b16", {"Llama 3.1 8B, 16 of 32 layers, V128256", 16, 4096, 32, 8, 14336, 8192, 1, 128256, true}},
   };
   const auto bytes = mxkit_bench::random_bytes(std::size_t{1} << 24);
   std::vector<mxkit_bench::result> rows;
   for (const std::string& key : mxkit_bench::split_list(models)) {
     const auto it = shapes.find(key);
-    mxkit::detail::require(it != shapes.end(), "bench_train: unknown model '", key, "' (default, 76m)");
+    mxkit::detail::require(it != shapes.end(), "bench_train: unknown model '", key, "' (default, 76m, 8b16)");
     const model_shape& m = it->second;
     nn::model_config mc;
-    mc.vocab = 256;
+    mc.vocab = m.vocab;
     mc.n_layers = m.layers;
     mc.layer.d_model = m.d_model;
     mc.layer.n_heads = m.heads;
@@ -99,6 +103,7 @@ int main(int argc, char** argv) {
       const nn::recipe r = mxkit_bench::training_recipe(rname);
       mxkit_bench::profiled_backend be;
       nn::model model(be, mc, r, 1);
+      model.set_recompute(m.recompute);
       nn::trainer t(model, bytes, mxkit_bench::timing_config({m.batch, m.seq}, 3e-4, 10));
       for (int i = 0; i < 3; ++i) t.step();
       be.synchronize();
@@ -146,6 +151,7 @@ int main(int argc, char** argv) {
       for (int p = 0; p < mxkit_bench::step_part_count; ++p)
         rows.push_back({"train", what + " time in " + mxkit_bench::step_part_names[p], split[static_cast<std::size_t>(p)], "ms", "", 0.0});
     }
+    if (m.recompute) continue;
     const std::string peer_run = peer_command(m);
     std::map<std::string, std::string> peer_text;
     const std::map<std::string, double> peer = mxkit_bench::run_peer(peer_run, &peer_text);

@@ -534,6 +534,7 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
   if (!o.dump_batches.empty() && lead)
     dump_batches(o.dump_batches, *train_batches, o, ranks, data.kind == nn::dataset_kind::text);
   m.set_recompute(o.recompute);
+  m.set_layer_memory({.weight_copies_per_gemm = o.weight_copies_per_gemm});
 
   std::size_t n_params = 0;
   for (nn::parameter* p : m.parameters()) n_params += p->value.size();
@@ -556,6 +557,7 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
                   o.batch * o.seq);
     std::printf("recipe: %s, %s activations; batch %zu x %zu = %.0f tokens/step; %.3g TFLOP/step (--help: convention)\n",
                 r.name.c_str(), mxkit::name_of(o.activations), o.batch, o.seq, tokens_per_step, flops.per_step / 1e12);
+    if (o.weight_copies_per_gemm) std::printf("weight copies: made per GEMM and freed after it (--weight-copies per-gemm)\n");
     const char* unit = data.kind == nn::dataset_kind::text ? "bytes" : "tokens";
     std::printf("data: %s: %llu %s for training, %llu %s (%zu evaluation batches)\n", data.description.c_str(),
                 static_cast<ull>(data.train.tokens), unit, static_cast<ull>(data.eval.tokens), o.eval_data.empty() ? "held out" : "to evaluate on",

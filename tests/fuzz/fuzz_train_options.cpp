@@ -72,6 +72,7 @@ std::vector<std::string> as_flags(const options& o) {
   out.push_back("--micro-batches=" + to_string(o.micro_batches));
   out.push_back(std::string("--shard=") + mxkit::name_of(o.shard));
   out.push_back(std::string("--recompute=") + (o.recompute ? "on" : "off"));
+  out.push_back(std::string("--weight-copies=") + (o.weight_copies_per_gemm ? "per-gemm" : "cached"));
   out.push_back(std::string("--gather=") + (o.gather_quantized ? "copies" : "fp32"));
   out.push_back(std::string("--reshard-after-forward=") + (o.reshard_after_forward ? "on" : "off"));
   out.push_back(std::string("--overlap-reductions=") + (o.overlap_reductions ? "on" : "off"));
@@ -91,7 +92,7 @@ bool same(const options& a, const options& b) {
          a.overwrite == b.overwrite && a.resume_any_config == b.resume_any_config && a.init_from == b.init_from &&
          a.export_path == b.export_path && a.dump_batches == b.dump_batches && a.export_dtype == b.export_dtype &&
          a.switch_to == b.switch_to && a.switch_at == b.switch_at && a.ranks == b.ranks && a.micro_batches == b.micro_batches &&
-         a.shard == b.shard && a.recompute == b.recompute && a.gather_quantized == b.gather_quantized &&
+         a.shard == b.shard && a.recompute == b.recompute && a.weight_copies_per_gemm == b.weight_copies_per_gemm && a.gather_quantized == b.gather_quantized &&
          a.reshard_after_forward == b.reshard_after_forward && a.overlap_reductions == b.overlap_reductions && a.model == b.model &&
          a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps && a.rope_scale == b.rope_scale;
 }

@@ -245,6 +245,33 @@ TEST_CASE("model: the head and its loss in chunks give the unchunked loss and gr
     }
 }
 
+// nn/head_loss.hpp's contract: in chunks, the head's gradients are made by the training forward
+// (the logits once a step), an evaluation forward makes none, and backward hands over the dy the
+// forward made; a second backward is refused.
+TEST_CASE("model: in chunks, a training forward makes the head's weight gradient and backward only hands over dy", "[nn][loss]") {
+  host_backend be;
+  model_config c = tiny_model();
+  c.vocab = 37;
+  c.n_layers = 1;
+  c.loss_chunk = 5;
+  model m(be, c, recipes::bf16(), 3);
+  const batch_shape b{1, 12};
+  const std::vector<std::int32_t> tokens = random_ids(b.tokens(), c.vocab, 5), targets = random_ids(b.tokens(), c.vocab, 6);
+  REQUIRE(m.loss_chunks().chunked(b.tokens()));
+  parameter& head = m.head().weight();
+  m.zero_grad();
+  m.forward(tokens, targets, b, false);
+  materialize_grad(be, head);
+  for (double g : be.read(head.grad)) REQUIRE(g == 0.0);  // an evaluation makes no gradient
+  m.forward(tokens, targets, b, true);
+  materialize_grad(be, head);
+  const std::vector<double> after_forward = be.read(head.grad);
+  CHECK(std::any_of(after_forward.begin(), after_forward.end(), [](double g) { return g != 0.0; }));
+  m.backward();
+  CHECK(same_bits(be.read(head.grad), after_forward));  // backward did not touch it
+  CHECK_THROWS_WITH(m.backward(), mxkit_test::contains("backward without a training forward"));
+}
+
 TEST_CASE("model: the automatic loss chunk keeps chunk x V x 4 bytes within 1 GiB, in whole 128-row tiles", "[nn][loss]") {
   CHECK(loss_chunk_rows(auto_loss_chunk, 128256) == 2048);  // Llama 3: 2048 x 128256 x 4 = 1,050,673,152 bytes
   CHECK(2048ull * 128256 * 4 <= (1ull << 30));

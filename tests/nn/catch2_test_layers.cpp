@@ -264,3 +264,40 @@ TEST_CASE("layers: host_backend import_fp8 refuses codes that do not fill rows x
   t.data.assign(32, 0x38);
   CHECK(be.import_fp8(t, operand_use::fprop_w, mem_tag::quantized_weight).rows() == 4);
 }
+
+TEST_CASE("model: the layers' weight copies per GEMM train the same bits and hold no layer copy between steps", "[nn][layers]") {
+  // model::set_layer_memory, what the training program's --weight-copies per-gemm sets: the
+  // head keeps its cache (its chunks read its copy twice each), the layers make theirs per GEMM.
+  for (const recipe& r : {recipes::fp8_delayed(), recipes::mxfp4_amd()}) {
+    INFO(r.name);
+    std::vector<std::vector<double>> runs[2];
+    std::size_t copies_after[2] = {0, 0};
+    for (int per_gemm = 0; per_gemm < 2; ++per_gemm) {
+      host_backend be;
+      model_config c = tiny_model();
+      c.n_layers = 2;
+      model m(be, c, r, 4);
+      m.set_recompute(per_gemm == 1);  // recomputed forwards read the weights once more
+      if (per_gemm) m.set_layer_memory({.weight_copies_per_gemm = true});
+      const batch_shape b{1, 32};
+      std::vector<std::int32_t> tokens(b.tokens()), targets(b.tokens());
+      for (std::size_t i = 0; i < b.tokens(); ++i) tokens[i] = static_cast<std::int32_t>(i * 7 % c.vocab), targets[i] = static_cast<std::int32_t>(i * 5 % c.vocab);
+      m.zero_grad();
+      m.forward(tokens, targets, b, true);
+      m.backward();
+      for (parameter* p : m.parameters()) {
+        materialize_grad(be, *p);
+        runs[per_gemm].push_back(be.read(p->grad));
+      }
+      for (transformer_layer& l : m.layers())
+        for (linear* q : l.linears()) copies_after[per_gemm] += q->cached_rowwise().bytes() + q->cached_columnwise().bytes();
+    }
+    REQUIRE(runs[0].size() == runs[1].size());
+    for (std::size_t i = 0; i < runs[0].size(); ++i) {
+      INFO("parameter " << i);
+      CHECK(runs[0][i] == runs[1][i]);
+    }
+    CHECK(copies_after[0] > 0);
+    CHECK(copies_after[1] == 0);
+  }
+}

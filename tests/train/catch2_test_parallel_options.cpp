@@ -2,7 +2,7 @@
 // The training program's communication flags (mxkit/train_program/options.hpp): --reduce-dtype
 // (the gradient reduction's element type, parallel_config::reduce_dtype) and --comm-sms (NCCL's
 // CTAs, and the SMs every GEMM leaves it: gpu::persistent_grid_sms, a plain constexpr function the
-// host compiler checks here; the GPU programs use it).
+// host compiler checks here; the GPU programs use it); and --weight-copies, the layers' memory trade.
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -51,6 +51,16 @@ TEST_CASE("--comm-sms: off by default, 1 to 32 (ncclConfig_t's CTA bounds), anyt
   for (const char* bad : {"0", "33", "-1", "x", "8 "}) {
     INFO(bad);
     CHECK(refusal({"--comm-sms", bad}) == std::string("--comm-sms: expected an integer from 1 to 32, got '") + bad + "'");
+  }
+}
+
+TEST_CASE("--weight-copies: cached by default, per-gemm as asked, anything else refused naming the flag and the value", "[train][options]") {
+  CHECK_FALSE(parse({})->weight_copies_per_gemm);
+  CHECK(parse({"--weight-copies", "per-gemm"})->weight_copies_per_gemm);
+  CHECK_FALSE(parse({"--weight-copies=per-gemm", "--weight-copies", "cached"})->weight_copies_per_gemm);  // the last wins
+  for (const char* bad : {"per_gemm", "lean", "Cached", ""}) {
+    INFO(bad);
+    CHECK(refusal({"--weight-copies", bad}) == std::string("--weight-copies: expected cached or per-gemm, got '") + bad + "'");
   }
 }
 

@@ -5,19 +5,23 @@
 // 8192-token sequence are 8192 x 128256 x 4 = 4,202,692,608 bytes in fp32, more than the layer
 // activations of a small model; a chunk of c rows holds c x V instead (docs/training.md).
 //
-//   forward   y = rmsnorm(x) (M, C) is stored; for each chunk of rows [r0, r0 + c):
-//               logits = y[r0 .. r0 + c) . W^T (c, V), the row losses of the chunk (the loss only)
-//             then loss = the batch's mean, formed from all row losses in row order.
-//   backward  for each chunk again: logits = y[chunk] . W^T, the loss gradient in place of them,
+//   forward   y = rmsnorm(x) (M, C); for each chunk of rows [r0, r0 + c):
+//               logits = y[r0 .. r0 + c) . W^T (c, V), the chunk's row losses, and in training
+//               the loss gradient in place of the logits (the same kernel pass),
 //               dW += dlogits^T . y[chunk] (wgrad, accumulated over the chunks),
 //               dy[chunk] = dlogits . W (dgrad, the chunk's rows of dy)
-//             then (the model) dx += rmsnorm_backward(dy), as without chunks.
-// The logits are computed twice in a training step, as Cut Cross-Entropy does (Wijmans et al. 2024,
-// "Cut Your Losses in Large-Vocabulary Language Models": logits formed blockwise on the fly in
-// forward and again in backward): the head's backward then runs inside model::backward, between the
-// group hooks of the final norm and head (data_parallel.hpp allocates a fully sharded group's
-// gradients there, and reduces them there), and holds nothing from forward but y. The price is one
-// more head GEMM a micro-batch: 2 M C V FLOPs beside the 6 M C V of the head's three GEMMs.
+//             then loss = the batch's mean, formed from all row losses in row order.
+//   backward  returns dy; (the model) dx += rmsnorm_backward(dy), as without chunks.
+// The head's backward runs inside the forward, as Liger Kernel's fused linear cross-entropy does
+// (Hsu et al. 2024, "Liger Kernel: Efficient Triton Kernels for LLM Training"): the loss is the
+// last operation of the step and its gradient with respect to itself is 1, so the logits'
+// gradient is known as soon as the logits are, and a chunk's logits are formed once. Forming them
+// in forward and again in backward (Cut Cross-Entropy's trade, Wijmans et al. 2024) would cost one
+// more head GEMM a micro-batch, 2 M C V FLOPs beside the 6 M C V of the head's three: at the
+// Llama 3 vocabulary the largest GEMM of the step. What a training forward keeps until backward is
+// dy (M, C), no logits. So a training forward adds into the head's weight gradient: a forward
+// that trains is followed by its backward (model.hpp sends the head group's before_backward in
+// forward, so that data parallelism has the group's gradients ready; data_parallel.hpp).
 //
 // What is the same as the unchunked head (model.hpp), and what is not. The head's operands are the
 // recipe's high precision, bf16 or native (nn/recipe.hpp's check_config allows nothing else), whose
@@ -73,60 +77,46 @@ class head_loss {
   bool chunked(std::size_t M) const noexcept { return chunk_ > 0 && chunk_ < M; }
 
   // x (M, C): the last layer's output; targets and mask (M, 1) i32 (mask null: every row counts)
-  // in backend memory, kept until backward. loss (1, 1) f64: the batch's mean. training: keep y.
+  // in backend memory. loss (1, 1) f64: the batch's mean. training: the head's weight gradient is
+  // accumulated here, and dy kept for backward().
   void forward(backend& be, rmsnorm& norm, linear& head, const tensor& x, const tensor& targets, const tensor* mask, tensor& loss,
                bool training) {
     const std::size_t M = x.rows(), C = x.cols(), V = head.out_features();
     detail::require(chunked(M), "head_loss: a batch of ", M, " rows is one chunk of ", chunk_, ": the model computes it whole");
-    y_ = be.alloc_uninitialized(M, C, type_, mem_tag::activation);
-    norm.forward(x, y_);
+    dy_.reset();
+    tensor y = be.alloc_uninitialized(M, C, type_, mem_tag::activation);
+    norm.forward(x, y);
     tensor row_loss = be.alloc_uninitialized(M, 1, dtype::f64, mem_tag::activation);
+    tensor dy = training ? be.alloc_uninitialized(M, C, type_, mem_tag::activation) : tensor{};
     for (std::size_t r0 = 0; r0 < M; r0 += chunk_) {
       const std::size_t rows = r0 + chunk_ < M ? chunk_ : M - r0;
       tensor logits = be.alloc_uninitialized(rows, V, type_, mem_tag::activation);
-      head.forward(view_of(y_, r0 * C, rows, C), logits, false);
-      be.cross_entropy_rows(logits, targets, mask, r0, &row_loss, r0 + rows == M ? &loss : nullptr, false);
-    }
-    targets_ = targets;
-    mask_ = mask ? *mask : tensor{};
-    if (training) return;
-    y_.reset();
-    targets_.reset();
-    mask_.reset();
-    norm.release_saved();
-  }
-
-  // The gradient of the last training forward's loss with respect to y, the norm's output (M, C);
-  // the head's weight gradient accumulated where it trains.
-  tensor backward(backend& be, linear& head) {
-    detail::require(y_.defined(), "head_loss: backward without a training forward");
-    const std::size_t M = y_.rows(), C = y_.cols(), V = head.out_features();
-    tensor dy = be.alloc_uninitialized(M, C, type_, mem_tag::activation);
-    for (std::size_t r0 = 0; r0 < M; r0 += chunk_) {
-      const std::size_t rows = r0 + chunk_ < M ? chunk_ : M - r0;
-      tensor logits = be.alloc_uninitialized(rows, V, type_, mem_tag::activation);
-      head.forward(view_of(y_, r0 * C, rows, C), logits, true);
-      be.cross_entropy_rows(logits, targets_, mask_.defined() ? &mask_ : nullptr, r0, nullptr, nullptr, true);
+      head.forward(view_of(y, r0 * C, rows, C), logits, training);
+      be.cross_entropy_rows(logits, targets, mask, r0, &row_loss, r0 + rows == M ? &loss : nullptr, training);
+      if (!training) continue;
       tensor dy_rows = view_of(dy, r0 * C, rows, C);
       head.backward(logits, &dy_rows);  // wgrad adds into dW (grad_beta: the first chunk overwrites a zeroed gradient)
     }
-    y_.reset();
-    targets_.reset();
-    mask_.reset();
+    if (training) dy_ = dy;
+    else norm.release_saved();
+  }
+
+  // The gradient of the last training forward's loss with respect to y, the norm's output (M, C),
+  // made by that forward (the head's weight gradient too, where it trains).
+  tensor backward() {
+    detail::require(dy_.defined(), "head_loss: backward without a training forward");
+    tensor dy = dy_;
+    dy_.reset();
     return dy;
   }
 
   // Drops what a training forward kept (a forward that is not followed by backward).
-  void release_saved() noexcept {
-    y_.reset();
-    targets_.reset();
-    mask_.reset();
-  }
+  void release_saved() noexcept { dy_.reset(); }
 
  private:
   std::size_t chunk_ = 0;
   dtype type_ = dtype::f32;
-  tensor y_, targets_, mask_;
+  tensor dy_;  // a training forward's gradient with respect to y, until backward
 };
 
 }  // namespace nn

@@ -35,7 +35,9 @@ MXKIT_BEGIN_NAMESPACE
 namespace nn {
 
 // What model::forward and backward tell a group hook (gradient_groups(): 0 the embedding, 1 .. L
-// the layers, L + 1 the final norm and head), in the order they run.
+// the layers, L + 1 the final norm and head), in the order they run. One exception: a training
+// forward whose head and loss go by chunks (nn/head_loss.hpp) makes the head's gradients itself,
+// so group L + 1 gets before_forward, then before_backward, in forward, and no after_forward.
 enum class group_event : std::uint8_t { before_forward, after_forward, before_backward, after_backward };
 
 struct model_config {
@@ -136,11 +138,15 @@ class model {
       if (recompute) layers_[i].drop_saved();  // only the input xs_[i] is kept
     }
     trained_ = training;
-    if (chunks_.chunked(M)) {  // nn/head_loss.hpp: the logits a chunk at a time
+    if (chunks_.chunked(M)) {  // nn/head_loss.hpp: the logits a chunk at a time, the head's backward with them
       dlogits_.reset();
       notify(group_event::before_forward, layers_.size() + 1);
+      // Training: the head's gradients are made in this forward, so the group's before_backward
+      // comes here and its after_forward not at all (its weights stay for the final norm's
+      // backward); backward() sends only its after_backward.
+      if (training) notify(group_event::before_backward, layers_.size() + 1);
       chunks_.forward(*be_, final_norm_, head_, xs_.back(), targets, mask, loss_, training);
-      notify(group_event::after_forward, layers_.size() + 1);
+      if (!training) notify(group_event::after_forward, layers_.size() + 1);
     } else {
       chunks_.release_saved();
       tensor logits = output(M, c_.vocab);  // (M, V)
@@ -188,8 +194,7 @@ class model {
     const std::size_t M = shape_.tokens(), C = c_.layer.d_model;
     tensor dn;
     if (chunks_.chunked(M)) {
-      notify(group_event::before_backward, layers_.size() + 1);
-      dn = chunks_.backward(*be_, head_);
+      dn = chunks_.backward();  // (made by forward, after the group's before_backward)
     } else {
       dn = output(M, C);
       notify(group_event::before_backward, layers_.size() + 1);
@@ -223,6 +228,11 @@ class model {
   // same Philox streams and records the same amaxes (max-combined: no change), so the gradients
   // are the same bits as without; the cost is one more forward of every layer.
   void set_recompute(bool on) noexcept { recompute_ = on; }
+  // Every layer's linears' memory trade (linear.hpp: linear_memory). The head keeps its cache: its
+  // chunks (head_loss.hpp) read its weight copy twice each.
+  void set_layer_memory(const linear_memory& m) {
+    for (transformer_layer& l : layers_) l.set_memory(m);
+  }
   bool recompute() const noexcept { return recompute_; }
 
   // Gradient groups, in the order parameters() lists them: 0 the embedding, 1 .. L the layers,

@@ -74,6 +74,7 @@ struct options {
   nn::dtype reduce_dtype = nn::dtype::f32;  // the gradient reduction's element type (parallel_config::reduce_dtype)
   int comm_sms = 0;                    // GPU programs: NCCL's CTAs and the SMs the GEMMs leave it (0: NCCL's choice)
   bool recompute = false;              // activation recomputation per layer
+  bool weight_copies_per_gemm = false; // --weight-copies per-gemm: nn::linear_memory::weight_copies_per_gemm
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
   std::size_t switch_at = 0;
@@ -374,6 +375,16 @@ inline std::vector<flag> flags() {
        [](options& o, std::string_view v) { o.comm_sms = parse_int_in("--comm-sms", v, 1, max_comm_sms); }},
       {"--recompute", "on|off", "several ranks", "recompute each layer's forward in backward, keeping only its input (default off)",
        on_off("--recompute", &options::recompute)},
+      {"--weight-copies", "cached|per-gemm", "several ranks",
+       "the layers' low-precision (or bf16) weight copies: cached from forward to the optimizer step,\n"
+       "    or made where each GEMM reads them and freed after it (no copy held between the passes: the\n"
+       "    layers' copies leave the peak, for one more read of each weight in backward, two with\n"
+       "    --recompute; the same results, bit for bit) (default cached)",
+       [](options& o, std::string_view v) {
+         if (v == "cached") o.weight_copies_per_gemm = false;
+         else if (v == "per-gemm") o.weight_copies_per_gemm = true;
+         else throw usage_error("--weight-copies: expected cached or per-gemm, got '" + std::string(v) + "'");
+       }},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).
       {"--init-from", "PATH", "interchange",
        "start from Hugging Face Llama weights (F32 or BF16) instead of the random initialization\n"
