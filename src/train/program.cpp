@@ -775,6 +775,10 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
               static_cast<ull>(t.optimizer().skipped_steps()), static_cast<ull>(be.counters().host_reads));
   std::printf("backend memory peak: %s (tracked tensors)", mib(be.memory().peak_total()).c_str());
   if (device.memory) std::printf("; device memory now: %s", device.memory().c_str());
+  std::printf("\nat the peak:");  // what to cut to lower it
+  for (std::size_t i = 0; i < nn::mem_tag_count; ++i)
+    if (const std::size_t b = be.memory().live_at_peak(static_cast<nn::mem_tag>(i)))
+      std::printf(" %s %s", mxkit::name_of(static_cast<nn::mem_tag>(i)), mib(b).c_str());
   if (csv.enabled()) std::printf("\nloss CSV: %s", o.csv.string().c_str());
   std::printf("\n");
   print_time_to_train(target, clock, first_step, t.steps_done(), t.steps_done() < o.steps);

@@ -703,13 +703,16 @@ TEST_CASE("gpu gemm: wgrad-shaped products split K, match the reference and repe
     }
 }
 
-TEST_CASE("gpu gemm: the dynamic tile order gives the static order's bits and leaves its counter zero", "[gpu][gemm]") {
+TEST_CASE("gpu gemm: the dynamic tile order and a grid narrowed for a collective give the static order's bits; the counter stays zero",
+          "[gpu][gemm]") {
   // gemm_options::tile_counter: the persistent sm90 kernel hands its tiles out from a counter
   // instead of CTA x taking x, x + grid, ... Which CTA computes a tile must not change its bits;
   // a tile handed out twice or never shows as a difference (D starts as NaN bytes), a counter
   // left non-zero would hand the next GEMM's tiles out wrongly (so each order runs three times).
   // Shapes with fewer tiles than SMs (each CTA's one fetch is past the end) and more (160 tiles
-  // of 128 x 256 on an H200's 132 SMs: 28 handed out by the counter).
+  // of 128 x 256 on an H200's 132 SMs: 28 handed out by the counter). gemm_options::reserved_sms
+  // (the SMs left to NCCL, --comm-sms) narrows the persistent grid: 16 and all but one SM, in
+  // either order, must give the same bits too (a CTA then takes more tiles in turn).
   const std::uint64_t seed = fresh_seed();
   INFO("seed " << seed);
   g::device_buffer<std::uint32_t> counter(2);
@@ -722,13 +725,23 @@ TEST_CASE("gpu gemm: the dynamic tile order gives the static order's bits and le
       g::gemm_options fixed{path}, dynamic{path};
       dynamic.tile_counter = counter.data();
       const auto want = run(fixed);
+      int device = 0, sms = 0;
+      MXKIT_GPU_CHECK(g::get_device(&device));
+      MXKIT_GPU_CHECK(g::get_multiprocessor_count(&sms, device));
+      const std::uint32_t reserved[] = {0, 16, static_cast<std::uint32_t>(sms - 1)};
       for (int i = 0; i < 3; ++i) {
+        dynamic.reserved_sms = reserved[i];
         const auto got = run(dynamic);
-        INFO(g::name_of(path) << " " << what << ", dynamic run " << i);
+        INFO(g::name_of(path) << " " << what << ", dynamic run " << i << ", " << reserved[i] << " SMs reserved");
         REQUIRE(got.size() == want.size());
         CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(got[0])) == 0);
         CHECK(counter_words() == std::vector<std::uint32_t>{0, 0});
       }
+      g::gemm_options narrow{path};
+      narrow.reserved_sms = 16;
+      const auto got = run(narrow);
+      INFO(g::name_of(path) << " " << what << ", static order, 16 SMs reserved");
+      CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(got[0])) == 0);
     };
     for (const auto& [p, q, k] : {std::array<std::size_t, 3>{200, 300, 512}, std::array<std::size_t, 3>{2048, 2560, 384}}) {
       INFO("P " << p << " Q " << q << " K " << k);
