@@ -153,8 +153,9 @@ def _stream(x):
     return mxkit._caller_stream(x, None) if mxkit._is_device(x) else 1
 
 
-def _arg(x):
-    return mxkit._import(x)
+def _arg(x, stream=None):
+    """x read in place (device tensors: ordered on `stream`, the caller's current one)."""
+    return mxkit._import(x, stream if stream is not None and mxkit._is_device(x) else None)
 
 
 # ---- the quantized copies -----------------------------------------------------------------------
@@ -173,13 +174,13 @@ def _fp8_cast(x, fmt, state, row, rowwise, columnwise, record):
     (transposed codes, their scale); the amax into history[row, 0] when `record`."""
     scale, history = state["scale"], state["amax_history"]
     rows, cols = mxkit._shape2(x, "mxkit.linear")
+    s = _stream(x)
     codes = _empty(x, (rows, cols), "uint8") if rowwise else None
     trans = _empty(x, (cols, rows), "uint8") if columnwise else None
     cs = _empty(x, (1,), "float32") if rowwise else None
     ts = _empty(x, (1,), "float32") if columnwise else None
-    _mxkit.fp8_cast(_arg(x), fmt, _arg(scale[row:row + 1]), _arg(history[row, 0:1]) if record else None,
-                    None if codes is None else _arg(codes), None if trans is None else _arg(trans),
-                    None if cs is None else _arg(cs), None if ts is None else _arg(ts), stream=_stream(x))
+    _mxkit.fp8_cast(_arg(x, s), fmt, _arg(scale[row:row + 1], s), _arg(history[row, 0:1], s) if record else None,
+                    *[None if t is None else _arg(t, s) for t in (codes, trans, cs, ts)], stream=s)
     return (codes, cs), (trans, ts)
 
 
@@ -204,9 +205,10 @@ def _mx_gemm(a, b, out_dtype, like):
 def _fp8_gemm(a, a_fmt, b, b_fmt, out_dtype, like):
     (ac, as_), (bc, bs) = a, b
     host = not mxkit._is_device(ac)
+    s = _stream(ac)
     d = _empty(like, (ac.shape[0], bc.shape[0]), "float32" if host else out_dtype)
-    _mxkit.fp8_gemm(_arg(ac), a_fmt, _arg(as_), _arg(bc), b_fmt, _arg(bs), _arg(d), out_dtype == "bfloat16",
-                    stream=_stream(ac))
+    _mxkit.fp8_gemm(_arg(ac, s), a_fmt, _arg(as_, s), _arg(bc, s), b_fmt, _arg(bs, s), _arg(d, s), out_dtype == "bfloat16",
+                    stream=s)
     return d.to(_torch_of(d).bfloat16) if host and out_dtype == "bfloat16" and _torch_of(d) is not None else d
 
 
@@ -228,8 +230,9 @@ def update_scales(recipe, state):
     """The delayed-scaling update of the table (nn/delayed_scaling_rule.hpp, run by the module:
     ref::update_scales on the host, gpu::update_scales on the device)."""
     h = state["amax_history"]
-    _mxkit.update_scales(_arg(h), _arg(state["scale"]), _arg(state["fp8_max"]), recipe.algorithm, recipe.margin,
-                         stream=_stream(h))
+    s = _stream(h)
+    _mxkit.update_scales(_arg(h, s), _arg(state["scale"], s), _arg(state["fp8_max"], s), recipe.algorithm, recipe.margin,
+                         stream=s)
 
 
 def forward(recipe, x, w, state=None, training=True, wgrad=True, out_dtype=None):
