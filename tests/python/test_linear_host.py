@@ -152,3 +152,12 @@ def test_fp8_cast_records_amax_and_saturates():
         _mxkit.fp8_cast(mxkit._import(x), "e4m3", mxkit._import(np.zeros(1, np.float32)), None, mxkit._import(codes))
     with pytest.raises(ValueError, match=r"fp8_cast: transposed has shape \[2, 4\], but this result has shape \[4, 2\]"):
         _mxkit.fp8_cast(mxkit._import(x), "e4m3", mxkit._import(scale), None, None, mxkit._import(codes))
+
+
+def test_mxkit_linear_imports_no_torch():
+    """mxkit.linear is the torch-free half (attribute access loads it; mxkit.torch is what imports torch)."""
+    import subprocess
+    import sys
+    code = "import sys, mxkit; mxkit.linear.Recipe('mxfp8'); print('torch' in sys.modules, 'mxkit.torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
