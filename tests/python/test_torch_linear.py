@@ -19,6 +19,7 @@ if not all(hasattr(torch.library, name) for name in ("custom_op", "register_fake
                 allow_module_level=True)
 
 import mxkit.torch as mxtorch  # noqa: E402
+from test_linear_host import bf16_values  # noqa: E402  (the same inputs as the host test)
 
 CUDA = torch.cuda.is_available() and mxkit.has_gpu()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device, or mxkit built without MXKIT_GPU=CUDA")
@@ -26,12 +27,6 @@ DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 # Small on the CPU (the host reference is exact and slow); the GPU's GEMM wants 16-byte rows.
 SHAPES = {"cpu": (64, 96, 128), "cuda": (256, 256, 384)}
 STEPS = 3
-
-
-def bf16_values(rng, shape, scale=1.0):
-    """float32 values that bfloat16 holds exactly, over a few binades."""
-    mant = rng.integers(-255, 256, size=shape).astype(np.float32)
-    return (mant * np.float32(scale / 64.0) * np.exp2(rng.integers(-4, 2, size=shape))).astype(np.float32)
 
 
 def inputs(device, seed=0):
