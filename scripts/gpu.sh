@@ -39,10 +39,14 @@ non-zero if anything failed.
                         reasons) or quantize_gpu (default three MXFP4 cases at 16384x8192: issue
                         slots, L2 and DRAM traffic, stalls) (replaces gpu_quantize_profile.sh,
                         gpu_gemm_check.sh profile, gpu_quantize_check.sh's MXKIT_NCU_CASE)
-  python [PYTEST ARGS]  the Python module built for CUDA in the same build folder and every test of
-                        tests/python (device, DLPack, host) under faulthandler; a crash is rerun
-                        under gdb or cuda-gdb with the module's DLPack trace (replaces
-                        gpu_python_check.sh)
+  python [--bench] [PYTEST ARGS]
+                        the Python module built for CUDA in the same build folder and every test of
+                        tests/python (device, DLPack, host, mxkit.torch.Linear against the C++
+                        linear) under faulthandler; a crash is rerun under gdb or cuda-gdb with the
+                        module's DLPack trace (replaces gpu_python_check.sh); --bench then runs
+                        bench/python_speed.py --record (quantize against torch's casts, per-call
+                        overhead, the 8B MLP block against compiled nn.Linear; bench_quantize_gpu
+                        built for its MXFP4 peer), rows into bench/results/python.jsonl
   train                 the training program's checks on the GPU: its refusals
                         (examples/train_program_test.cmake) and its default data found from the
                         build tree and from an install (replaces gpu_train_program_check.sh and
@@ -465,7 +469,8 @@ cmd_profile() {
 
 cmd_python() {
   logdir python
-  local py so rc=0
+  local py so rc=0 bench=0
+  if [ "${1:-}" = --bench ]; then bench=1; shift; fi
   py=$(command -v python3) || { failed "no python3"; return; }
   "$py" -c 'import sys, torch, numpy, pytest, pybind11; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available(), "numpy", numpy.__version__, "pybind11", pybind11.__version__)' ||
     { failed "python3 needs torch, numpy, pytest and pybind11"; return; }
@@ -499,6 +504,18 @@ cmd_python() {
       MXKIT_PYTHON_TRACE=1 "$py" -X faulthandler -m pytest -p no:cacheprovider -v -s -x tests/python "$@" >"$LOGS/trace.log" 2>&1
       tail -80 "$LOGS/trace.log"
     fi
+  fi
+  if [ $bench = 1 ]; then
+    # The C++ quantize benchmark is the MXFP4 case's peer; without it that row has none.
+    local cpp=""
+    if [ -z "$PREBUILT" ] && [ -z "$(exe bench_quantize_gpu)" ]; then build_targets bench_quantize_gpu || true; fi
+    cpp=$(exe bench_quantize_gpu)
+    rows_mark
+    run_logged python_speed "${MXKIT_BENCH_TIMEOUT:-600}" "$py" bench/python_speed.py --record \
+      --device "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" ${cpp:+--cpp-bench "$cpp"}
+    sed -n '/^case /,$p' "$LOGS/python_speed.log"
+    grep -E "^(linear|mxfp4): " "$LOGS/python_speed.log"
+    rows_collect
   fi
   pack_logs
 }

@@ -56,6 +56,15 @@ _ALIASES = {
 _PRESET_FORMAT = {"te_mxfp8": "mxfp8_e4m3", "rocm_te_mxfp4": "mxfp4", "rocm_te_mxfp4_software": "mxfp4"}
 
 
+def __getattr__(name):
+    """mxkit.linear, mxkit.torch and mxkit.torch_ops load on first use: `import mxkit` never
+    imports torch (mxkit.torch and mxkit.torch_ops do)."""
+    if name in ("linear", "torch", "torch_ops"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'mxkit' has no attribute {name!r}")
+
+
 def has_gpu():
     """Whether this build has the device half (built with MXKIT_GPU=CUDA)."""
     return bool(_mxkit.gpu)

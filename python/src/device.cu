@@ -3,9 +3,13 @@
 // caller's stream, writing into memory the caller's framework allocated (torch, CuPy) or into
 // blocks of mxkit's stream-ordered pool (pool_block, device.hpp). No call waits for the device.
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/gpu/fp8_cast.hpp>
 #include <mxkit/gpu/gemm/gemm.hpp>
 #include <mxkit/gpu/memory.hpp>
+#include <mxkit/gpu/nn/delayed_scaling.hpp>
 #include <mxkit/gpu/quantize.hpp>
+
+#include <type_traits>
 
 #include "device.hpp"
 
@@ -89,6 +93,42 @@ void gemm(mxkit::mx_const_view a, mxkit::mx_const_view b, void* d, bool bf16_out
     mxkit::gpu::gemm(a, b, mxkit::matrix_view<mxkit::bfloat16>{static_cast<mxkit::bfloat16*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
   else
     mxkit::gpu::gemm(a, b, mxkit::matrix_view<float>{static_cast<float*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
+}
+
+void fp8_cast(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, mxkit::fp8_type format,
+              const float* scale, float* history, const fp8_cast_targets& out, int device_id, std::uintptr_t stream) {
+  device_guard g(device_id);
+  const mxkit::gpu::fp8_outputs o{out.data, out.transposed, nullptr, out.data_scale, out.transposed_scale};
+  const auto cast = [&](auto* data) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;
+    mxkit::gpu::cast_fp8_delayed(mxkit::matrix_view<const T>{static_cast<const T*>(in), rows, cols, ld}, format, scale, history, o,
+                                 mxkit::overflow::saturate, as_stream(stream));
+  };
+  switch (type) {
+    case input_type::f32: cast(static_cast<const float*>(nullptr)); break;
+    case input_type::bf16: cast(static_cast<const mxkit::bfloat16*>(nullptr)); break;
+    case input_type::f16: cast(static_cast<const mxkit::float16*>(nullptr)); break;
+  }
+}
+
+// The device backend's FP8 GEMM (gpu/nn/backend_adapters.hpp, run_gemm): operands as fp8 views
+// with the descale read from each copy's device scale.
+void fp8_gemm(const std::uint8_t* a, mxkit::fp8_type a_type, const float* a_scale, const std::uint8_t* b, mxkit::fp8_type b_type,
+              const float* b_scale, std::size_t p, std::size_t q, std::size_t r, void* d, bool bf16_output, int device_id,
+              std::uintptr_t stream) {
+  device_guard g(device_id);
+  mxkit::gpu::gemm_operand oa = mxkit::gpu::make_operand(mxkit::fp8_view{a_type, p, r, 1.0f, a});
+  mxkit::gpu::gemm_operand ob = mxkit::gpu::make_operand(mxkit::fp8_view{b_type, q, r, 1.0f, b});
+  oa.scale = a_scale;
+  ob.scale = b_scale;
+  const mxkit::gpu::gemm_output_desc out{d, d, q, q, bf16_output, 1.0f, 0.0f};
+  mxkit::gpu::detail::run(oa, ob, out, as_stream(stream), {});
+}
+
+void update_scales(float* history, float* scale, const float* fp8_max, std::size_t rows, std::size_t history_length,
+                   const mxkit::nn::delayed_scaling_config& config, int device_id, std::uintptr_t stream) {
+  device_guard g(device_id);
+  mxkit::gpu::update_scales(history, scale, fp8_max, rows, history_length, config, as_stream(stream));
 }
 
 void stream_wait(std::uintptr_t consumer, std::uintptr_t producer, int device_id) {

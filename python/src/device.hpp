@@ -11,7 +11,11 @@
 #include <vector>
 
 #include <mxkit/block/quantize_options.hpp>
+#include <mxkit/nn/delayed_scaling.hpp>
+#include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
+
+#include "linear_step.hpp"  // linear_steps: the C++ linear on a device_backend
 
 namespace mxkit_python::device {
 
@@ -56,6 +60,29 @@ void quantize(const void* in, input_type type, std::size_t rows, std::size_t col
 // D[P,Q] = alpha * A[P,R] . B[Q,R]^T on two device copies in mxkit's storage (row-major scales).
 void gemm(mxkit::mx_const_view a, mxkit::mx_const_view b, void* d, bool bf16_output, std::size_t ld, float alpha, int device_id,
           std::uintptr_t stream);
+
+// FP8 delayed scaling (nn/delayed_scaling.hpp), what mxkit.torch.Linear's FP8 recipe runs: the
+// cast of gpu::cast_fp8_delayed (code = cast(x * *scale), saturating; the amax max-combined into
+// *history where given; the scale used written beside each copy), the per-tensor FP8 GEMM with
+// the descales read from device memory (D[P,Q] = A[P,R] . B[Q,R]^T / (*a_scale * *b_scale)), and
+// the fused update of a scaling table (gpu::update_scales). Null outputs are skipped.
+struct fp8_cast_targets {
+  std::uint8_t* data = nullptr;        // [rows, cols]
+  std::uint8_t* transposed = nullptr;  // [cols, rows]
+  float* data_scale = nullptr;
+  float* transposed_scale = nullptr;
+};
+void fp8_cast(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, mxkit::fp8_type format,
+              const float* scale, float* history, const fp8_cast_targets& out, int device_id, std::uintptr_t stream);
+void fp8_gemm(const std::uint8_t* a, mxkit::fp8_type a_type, const float* a_scale, const std::uint8_t* b, mxkit::fp8_type b_type,
+              const float* b_scale, std::size_t p, std::size_t q, std::size_t r, void* d, bool bf16_output, int device_id,
+              std::uintptr_t stream);
+void update_scales(float* history, float* scale, const float* fp8_max, std::size_t rows, std::size_t history_length,
+                   const mxkit::nn::delayed_scaling_config& config, int device_id, std::uintptr_t stream);
+
+// mxkit's C++ linear for a few steps on a gpu::device_backend of its own (linear_step.hpp; the
+// Python tests' oracle of mxkit.torch.Linear on the GPU). Waits for the device (it reads results).
+linear_step_result linear_steps(const linear_step_args& args);
 
 // Makes `consumer` wait for the work enqueued on `producer` so far (an event; no host wait).
 void stream_wait(std::uintptr_t consumer, std::uintptr_t producer, int device_id);

@@ -21,5 +21,17 @@ void quantize(const void*, input_type, std::size_t, std::size_t, std::size_t, mx
 }
 void gemm(mxkit::mx_const_view, mxkit::mx_const_view, void*, bool, std::size_t, float, int, std::uintptr_t) { no_gpu(); }
 void stream_wait(std::uintptr_t, std::uintptr_t, int) { no_gpu(); }
+void fp8_cast(const void*, input_type, std::size_t, std::size_t, std::size_t, mxkit::fp8_type, const float*, float*, const fp8_cast_targets&,
+              int, std::uintptr_t) {
+  no_gpu();
+}
+void fp8_gemm(const std::uint8_t*, mxkit::fp8_type, const float*, const std::uint8_t*, mxkit::fp8_type, const float*, std::size_t,
+              std::size_t, std::size_t, void*, bool, int, std::uintptr_t) {
+  no_gpu();
+}
+void update_scales(float*, float*, const float*, std::size_t, std::size_t, const mxkit::nn::delayed_scaling_config&, int, std::uintptr_t) {
+  no_gpu();
+}
+linear_step_result linear_steps(const linear_step_args&) { no_gpu(); }
 
 }  // namespace mxkit_python::device

@@ -21,6 +21,9 @@
 
 #include <mxkit/block/pack.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/host/host_backend.hpp>
+#include <mxkit/ref/gemm.hpp>
+#include <mxkit/ref/nn/delayed_scaling.hpp>
 #include <mxkit/validation/diagnose.hpp>
 #include <mxkit/validation/peer_presets.hpp>
 #include <mxkit/ref/quantize.hpp>
@@ -30,6 +33,7 @@
 
 #include "device.hpp"
 #include "dlpack.hpp"
+#include "linear_run.hpp"
 #include "tensor_ref.hpp"
 
 namespace py = pybind11;
@@ -928,6 +932,237 @@ tensor_ref gemm_device(const tensor_ref& a_codes, const tensor_ref& a_scales, co
   return d;
 }
 
+// ---- training: what mxkit.torch.Linear runs (python/mxkit/linear.py) -------------------------
+// The recipes by name, each of nn/recipe.hpp's presets as the Python layer reads it: per GEMM
+// (fprop, dgrad, wgrad) the two operands' precision, MX format, scale rule, rounding and FP8
+// type, the Hadamard rotation, random signs and Philox key; the delayed-scaling settings.
+py::dict operand_dict(const mxkit::nn::operand_spec& o) {
+  py::dict d;
+  d["kind"] = std::string(mxkit::name_of(o.kind));
+  d["format"] = std::string(mxkit::name_of(o.mx));
+  d["rule"] = std::string(mxkit::name_of(o.rule));
+  d["rounding"] = std::string(mxkit::name_of(o.round));
+  d["fp8"] = std::string(mxkit::name_of(o.fp8));
+  return d;
+}
+py::dict recipe_spec(const std::string& name) {
+  const mxkit::nn::recipe r = recipe_by_name(name, {});
+  py::dict d;
+  d["name"] = name;
+  d["title"] = r.name;
+  for (mxkit::gemm_product g : {mxkit::gemm_product::fprop, mxkit::gemm_product::dgrad, mxkit::gemm_product::wgrad}) {
+    const mxkit::nn::gemm_spec& s = r.gemm(g);
+    py::dict gd;
+    gd["a"] = operand_dict(s.a);
+    gd["b"] = operand_dict(s.b);
+    gd["hadamard"] = s.hadamard;
+    gd["random_signs"] = s.random_signs;
+    gd["seed"] = s.seed;
+    d[mxkit::name_of(g)] = gd;
+  }
+  py::dict sc;
+  sc["history_length"] = r.scaling.history_length;
+  sc["algorithm"] = std::string(mxkit::name_of(r.scaling.algorithm));
+  sc["margin"] = r.scaling.margin;
+  d["scaling"] = sc;
+  py::dict fmax;  // the delayed-scaling numerator of each FP8 type (tensor/fp8_tensor.hpp)
+  for (mxkit::fp8_type t : {mxkit::fp8_type::e4m3, mxkit::fp8_type::e5m2}) fmax[mxkit::name_of(t)] = mxkit::fp8_max(t);
+  d["fp8_max"] = fmax;
+  return d;
+}
+
+mxkit::nn::delayed_scaling_config scaling_config(std::size_t history_length, const std::string& algorithm, int margin) {
+  mxkit::nn::delayed_scaling_config c;
+  c.history_length = history_length;
+  c.algorithm = parse_enum<mxkit::nn::amax_algorithm>(algorithm, "algorithm");
+  c.margin = margin;
+  mxkit::nn::check_config(c);
+  return c;
+}
+mxkit::nn::dtype storage_dtype(const std::string& name, const char* what) {
+  const mxkit::nn::dtype t = parse_enum<mxkit::nn::dtype>(name, what);
+  if (t != mxkit::nn::dtype::f32 && t != mxkit::nn::dtype::bf16) value_error(std::string("linear_steps: ") + what + " must be f32 or bf16, got " + name);
+  return t;
+}
+// A [steps, rows, cols] float32 host array's values.
+std::vector<float> step_values(const tensor_ref& t, const char* name, std::size_t steps, std::size_t rows, std::size_t cols) {
+  if (!t.on_host() || t.dtype.code != dlpack::kDLFloat || t.dtype.bits != 32 || !t.compact() || t.shape.size() != 3)
+    value_error(std::string("linear_steps: ") + name + " must be a contiguous float32 host array [steps, rows, cols], got " + t.describe());
+  const std::vector<std::int64_t> want{static_cast<std::int64_t>(steps), static_cast<std::int64_t>(rows), static_cast<std::int64_t>(cols)};
+  if (t.shape != want) value_error(std::string("linear_steps: ") + name + " has shape " + shape_text(t.shape) + ", expected " + shape_text(want));
+  const float* p = static_cast<const float*>(t.data);
+  return std::vector<float>(p, p + t.elements());
+}
+// mxkit's C++ linear for x.shape[0] training steps (linear_run.hpp): the Python tests' oracle.
+py::dict linear_steps(const std::string& recipe, const tensor_ref& x, const tensor_ref& w, const tensor_ref& dy, bool on_device,
+                      const std::string& activations, const std::string& weight, std::size_t history_length, const std::string& algorithm,
+                      int margin) {
+  if (x.shape.size() != 3 || w.shape.size() != 3 || dy.shape.size() != 3)
+    value_error("linear_steps: x, w and dy must be [steps, M, K], [steps, N, K] and [steps, M, N]");
+  linear_step_args a;
+  a.recipe = recipe;
+  a.scaling = scaling_config(history_length, algorithm, margin);
+  a.steps = static_cast<std::size_t>(x.shape[0]);
+  a.m = static_cast<std::size_t>(x.shape[1]);
+  a.k = static_cast<std::size_t>(x.shape[2]);
+  a.n = static_cast<std::size_t>(w.shape[1]);
+  a.x = step_values(x, "x", a.steps, a.m, a.k);
+  a.w = step_values(w, "w", a.steps, a.n, a.k);
+  a.dy = step_values(dy, "dy", a.steps, a.m, a.n);
+  a.activations = storage_dtype(activations, "activations");
+  a.weight = storage_dtype(weight, "weight");
+  (void)recipe_by_name(recipe, a.scaling);  // an unknown name: ValueError before any work
+  linear_step_result r;
+  {
+    py::gil_scoped_release nogil;
+    if (on_device) {
+      r = device::linear_steps(a);
+    } else {
+      mxkit::ref::host_backend be;
+      r = run_linear_steps(be, a);
+    }
+  }
+  const auto s = static_cast<std::int64_t>(a.steps), m = static_cast<std::int64_t>(a.m), k = static_cast<std::int64_t>(a.k),
+             n = static_cast<std::int64_t>(a.n);
+  py::dict d;
+  d["y"] = numpy_floats(std::move(r.y), {s, m, n});
+  d["dx"] = numpy_floats(std::move(r.dx), {s, m, k});
+  d["dw"] = numpy_floats(std::move(r.dw), {s, n, k});
+  if (!r.scale.empty()) {
+    const auto rows = static_cast<std::int64_t>(r.scale.size());
+    d["scale"] = numpy_floats(std::move(r.scale), {rows});
+    d["amax_history"] = numpy_floats(std::move(r.history), {rows, static_cast<std::int64_t>(history_length)});
+  }
+  return d;
+}
+
+// One float32 cell (a scale, an amax slot) or a float32 vector of `n` cells, on `like`'s device.
+float* float_cells(const tensor_ref& t, const std::string& what, const tensor_ref& like, std::size_t n = 1) {
+  if (t.dtype.code != dlpack::kDLFloat || t.dtype.bits != 32 || t.dtype.lanes != 1 || t.elements() != n || !t.compact())
+    value_error(what + " must be " + std::to_string(n) + " contiguous float32 value" + (n == 1 ? "" : "s") + ", got " + t.describe());
+  if (!same_device(t, like)) value_error(what + " is " + t.describe() + ", but the operands are " + like.describe());
+  if (t.read_only) value_error(what + " is read-only");
+  return static_cast<float*>(t.data);
+}
+// FP8 codes [rows, cols] on `like`'s device.
+std::uint8_t* fp8_codes(const tensor_ref& t, const std::string& what, const tensor_ref& like, std::size_t rows, std::size_t cols) {
+  check_output(t, what, {static_cast<std::int64_t>(rows), static_cast<std::int64_t>(cols)}, like);
+  return static_cast<std::uint8_t*>(t.data);
+}
+
+// The delayed-scaling FP8 cast of x: code = cast(x * scale), saturating (fp8_encode); the amax
+// max-combined into history (NaN wins: nn::record_amax) when given; codes and/or their transpose;
+// the scale used written to data_scale / transposed_scale. Host: quantize_fp8; CUDA:
+// gpu::cast_fp8_delayed on `stream` (the scale read on the device: nothing waits).
+void fp8_cast(const tensor_ref& x, const std::string& format, const tensor_ref& scale, std::optional<tensor_ref> history,
+              std::optional<tensor_ref> codes, std::optional<tensor_ref> transposed, std::optional<tensor_ref> data_scale,
+              std::optional<tensor_ref> transposed_scale, std::uintptr_t stream) {
+  const matrix_arg m = input_matrix(x, "fp8_cast");
+  const mxkit::fp8_type t = parse_enum<mxkit::fp8_type>(format, "fp8");
+  if (!codes && !transposed) value_error("fp8_cast: give codes, transposed or both");
+  float* s = float_cells(scale, "fp8_cast: scale", x);
+  float* h = history ? float_cells(*history, "fp8_cast: history", x) : nullptr;
+  std::uint8_t* c = codes ? fp8_codes(*codes, "fp8_cast: codes", x, m.rows, m.cols) : nullptr;
+  std::uint8_t* ct = transposed ? fp8_codes(*transposed, "fp8_cast: transposed", x, m.cols, m.rows) : nullptr;
+  float* ds = data_scale ? float_cells(*data_scale, "fp8_cast: data_scale", x) : nullptr;
+  float* ts = transposed_scale ? float_cells(*transposed_scale, "fp8_cast: transposed_scale", x) : nullptr;
+  if (x.on_cuda()) {
+    device::fp8_cast(m.data, m.type, m.rows, m.cols, m.ld, t, s, h, {c, ct, ds, ts}, x.device.device_id, stream);
+    return;
+  }
+  if (!x.on_host()) value_error("fp8_cast: x is " + x.describe() + "; mxkit reads host or CUDA memory");
+  py::gil_scoped_release nogil;
+  const mxkit::fp8_tensor f = with_host_matrix(m, [&](auto in) { return mxkit::quantize_fp8(in, t, *s); });
+  if (h) mxkit::nn::record_amax(*h, f.amax);
+  if (c && !f.data.empty()) std::memcpy(c, f.data.data(), f.data.size());
+  if (ct) {
+    const mxkit::fp8_tensor tr = mxkit::transpose(f);
+    if (!tr.data.empty()) std::memcpy(ct, tr.data.data(), tr.data.size());
+  }
+  if (ds) *ds = f.scale;
+  if (ts) *ts = f.scale;
+}
+
+// D[P,Q] = A[P,R] . B[Q,R]^T / (a_scale * b_scale) on per-tensor FP8 codes. Host: ref::gemm (the
+// reference's order; out float32, rounded to bf16 values when bf16); CUDA: the device backend's
+// FP8 GEMM (out float32 or bfloat16), the descales read on the device.
+void fp8_gemm(const tensor_ref& a, const std::string& a_format, const tensor_ref& a_scale, const tensor_ref& b,
+              const std::string& b_format, const tensor_ref& b_scale, const tensor_ref& out, bool bf16, std::uintptr_t stream) {
+  const mxkit::fp8_type ta = parse_enum<mxkit::fp8_type>(a_format, "a_fp8"), tb = parse_enum<mxkit::fp8_type>(b_format, "b_fp8");
+  if (a.shape.size() != 2 || b.shape.size() != 2 || a.shape[1] != b.shape[1])
+    value_error("fp8_gemm: a and b must be [P, R] and [Q, R] codes, got " + a.describe() + " and " + b.describe());
+  const auto p = static_cast<std::size_t>(a.shape[0]), q = static_cast<std::size_t>(b.shape[0]), r = static_cast<std::size_t>(a.shape[1]);
+  const std::uint8_t* ac = fp8_codes(a, "fp8_gemm: a", a, p, r);
+  const std::uint8_t* bc = fp8_codes(b, "fp8_gemm: b", a, q, r);
+  const float* as = float_cells(a_scale, "fp8_gemm: a_scale", a);
+  const float* bs = float_cells(b_scale, "fp8_gemm: b_scale", a);
+  const std::vector<std::int64_t> shape{static_cast<std::int64_t>(p), static_cast<std::int64_t>(q)};
+  const bool out_bf16 = out.dtype.code == dlpack::kDLBfloat && out.dtype.bits == 16;
+  check_output(out, "fp8_gemm: out", shape, a, out_bf16 ? dlpack::DLDataType{dlpack::kDLBfloat, 16, 1} : dlpack::DLDataType{dlpack::kDLFloat, 32, 1});
+  if (out_bf16 && !bf16) value_error("fp8_gemm: a bfloat16 out needs bf16=True");
+  if (a.on_cuda()) {
+    device::fp8_gemm(ac, ta, as, bc, tb, bs, p, q, r, out.data, bf16, a.device.device_id, stream);
+    return;
+  }
+  if (out_bf16) value_error("fp8_gemm: a host out is float32 (bf16=True rounds its values)");
+  py::gil_scoped_release nogil;
+  const mxkit::fp8_view va{ta, p, r, *as, ac}, vb{tb, q, r, *bs, bc};
+  float* d = static_cast<float*>(out.data);
+  if (!bf16) {
+    mxkit::ref::gemm(va, vb, mxkit::matrix_view<float>{d, p, q});
+    return;
+  }
+  std::vector<mxkit::bfloat16> tmp(p * q);
+  mxkit::ref::gemm(va, vb, mxkit::matrix_view<mxkit::bfloat16>{tmp.data(), p, q});
+  for (std::size_t i = 0; i < tmp.size(); ++i) d[i] = tmp[i].to_float();
+}
+
+// D[P,Q] = A[P,K] . B[Q,K]^T from two host MX copies (ref::gemm: each block's dot product exact,
+// scaled, rounded to float and added in block order), into a float32 out, rounded to bf16
+// values when bf16: the host backend's GEMM, which mxkit.gemm (device only) has no host form of.
+void gemm_host(const tensor_ref& a_codes, const tensor_ref& a_scales, const copy_description& a, const tensor_ref& b_codes,
+               const tensor_ref& b_scales, const copy_description& b, const tensor_ref& out, bool bf16) {
+  const byte_buffer ac = host_bytes(a_codes, "a_codes"), as = host_bytes(a_scales, "a_scales");
+  const byte_buffer bc = host_bytes(b_codes, "b_codes"), bs = host_bytes(b_scales, "b_scales");
+  check_size("gemm_host", "a_codes", ac.size, a.data_bytes(), a.what());
+  check_size("gemm_host", "a_scales", as.size, a.scale_bytes(), a.what());
+  check_size("gemm_host", "b_codes", bc.size, b.data_bytes(), b.what());
+  check_size("gemm_host", "b_scales", bs.size, b.scale_bytes(), b.what());
+  if (!a.own_storage() || !b.own_storage() || a.storage.scales != mxkit::scale_layout::row_major || b.storage.scales != mxkit::scale_layout::row_major)
+    value_error("gemm_host: the operands must be in mxkit's storage with row_major scales");
+  const std::vector<std::int64_t> shape{static_cast<std::int64_t>(a.layout.lines()), static_cast<std::int64_t>(b.layout.lines())};
+  check_output(out, "gemm_host: out", shape, a_codes, {dlpack::kDLFloat, 32, 1});
+  const mxkit::mx_const_view av{a.layout, a.options, ac.data, as.data}, bv{b.layout, b.options, bc.data, bs.data};
+  const auto p = static_cast<std::size_t>(shape[0]), q = static_cast<std::size_t>(shape[1]);
+  float* d = static_cast<float*>(out.data);
+  py::gil_scoped_release nogil;
+  if (!bf16) {
+    mxkit::ref::gemm(av, bv, mxkit::matrix_view<float>{d, p, q});
+    return;
+  }
+  std::vector<mxkit::bfloat16> tmp(p * q);
+  mxkit::ref::gemm(av, bv, mxkit::matrix_view<mxkit::bfloat16>{tmp.data(), p, q});
+  for (std::size_t i = 0; i < tmp.size(); ++i) d[i] = tmp[i].to_float();
+}
+
+// The delayed-scaling update of a scaling table (nn/delayed_scaling_rule.hpp): history [rows, H],
+// scale and fp8_max [rows], float32, all on one device. Host: ref::update_scales; CUDA:
+// gpu::update_scales on `stream`.
+void update_scales(const tensor_ref& history, const tensor_ref& scale, const tensor_ref& fp8_max, const std::string& algorithm, int margin,
+                   std::uintptr_t stream) {
+  if (history.shape.size() != 2) value_error("update_scales: history must be [rows, H], got " + history.describe());
+  const auto rows = static_cast<std::size_t>(history.shape[0]), h = static_cast<std::size_t>(history.shape[1]);
+  const mxkit::nn::delayed_scaling_config c = scaling_config(h, algorithm, margin);
+  float* hp = float_cells(history, "update_scales: history", history, rows * h);
+  float* sp = float_cells(scale, "update_scales: scale", history, rows);
+  const float* mp = float_cells(fp8_max, "update_scales: fp8_max", history, rows);
+  if (history.on_cuda()) {
+    device::update_scales(hp, sp, mp, rows, h, c, history.device.device_id, stream);
+    return;
+  }
+  mxkit::ref::update_scales(hp, sp, mp, rows, h, c);
+}
+
 }  // namespace
 }  // namespace mxkit_python
 
@@ -1051,4 +1286,19 @@ PYBIND11_MODULE(_mxkit, m) {
         py::arg("threads") = 0);
   m.def("gemm_device", &gemm_device, py::arg("a_codes"), py::arg("a_scales"), py::arg("a"), py::arg("b_codes"), py::arg("b_scales"), py::arg("b"),
         py::arg("bf16_output"), py::arg("alpha"), py::arg("stream"), py::arg("out") = py::none());
+
+  // Training (python/mxkit/linear.py, mxkit.torch.Linear; linear_steps is the tests' oracle).
+  m.attr("recipe_names") = py::cast(recipe_names());
+  m.def("recipe_spec", &recipe_spec, py::arg("name"));
+  m.def("linear_steps", &linear_steps, py::arg("recipe"), py::arg("x"), py::arg("w"), py::arg("dy"), py::arg("device") = false,
+        py::arg("activations") = "bf16", py::arg("weight") = "bf16", py::arg("history_length") = 1024, py::arg("algorithm") = "max",
+        py::arg("margin") = 0);
+  m.def("gemm_host", &gemm_host, py::arg("a_codes"), py::arg("a_scales"), py::arg("a"), py::arg("b_codes"), py::arg("b_scales"),
+        py::arg("b"), py::arg("out"), py::arg("bf16"));
+  m.def("fp8_cast", &fp8_cast, py::arg("x"), py::arg("fp8"), py::arg("scale"), py::arg("history") = py::none(), py::arg("codes") = py::none(),
+        py::arg("transposed") = py::none(), py::arg("data_scale") = py::none(), py::arg("transposed_scale") = py::none(), py::arg("stream") = 1);
+  m.def("fp8_gemm", &fp8_gemm, py::arg("a"), py::arg("a_fp8"), py::arg("a_scale"), py::arg("b"), py::arg("b_fp8"), py::arg("b_scale"),
+        py::arg("out"), py::arg("bf16"), py::arg("stream") = 1);
+  m.def("update_scales", &update_scales, py::arg("history"), py::arg("scale"), py::arg("fp8_max"), py::arg("algorithm"), py::arg("margin"),
+        py::arg("stream") = 1);
 }

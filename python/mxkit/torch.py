@@ -1,0 +1,256 @@
+# SPDX-License-Identifier: Apache-2.0
+"""mxkit.torch.Linear: an nn.Linear (without bias by default) whose forward, dgrad and wgrad GEMMs run
+in MXFP8, MXFP4 (+ the 16-point Hadamard rotation) or FP8 delayed scaling through mxkit's
+quantizers and GEMMs, exactly as mxkit's C++ linear layer (nn/linear.hpp) computes them.
+
+    import torch, mxkit.torch
+    model = torch.nn.Sequential(mxkit.torch.Linear(4096, 14336, recipe="mxfp4", device="cuda"),
+                                torch.nn.GELU(),
+                                mxkit.torch.Linear(14336, 4096, recipe="mxfp4", device="cuda"))
+    opt = torch.optim.AdamW(model.parameters())        # any optimizer: the weights are torch's
+    loss = model(x).float().square().mean(); loss.backward(); opt.step()
+    model = torch.compile(model)                       # the steps are torch.library ops
+
+The weight is an ordinary bf16 nn.Parameter (any dtype torch has: bf16 by default, as the master
+weights of bf16 training), so optimizers, FSDP2 (fully_shard), state_dict / checkpoints and
+weight decay treat it as they treat nn.Linear's. The FP8 recipe keeps its delayed-scaling table
+as buffers (fp8_scale [3], fp8_amax_history [3, H], fp8_max [3]: rows X, W, dY), saved with the
+module's state_dict. Its scales move at the start of every training forward (see
+mxkit/linear.py: the same sequence as the C++ layer's update after each step when each step has
+one forward; with gradient accumulation they move once per micro-batch).
+
+Each training step is two custom ops, mxkit::linear_forward and mxkit::linear_backward (and
+mxkit::fp8_update_scales for FP8), with fake implementations, so torch.compile(fullgraph=True)
+traces a model that uses the layer; their bodies are mxkit.linear.forward / backward (the math,
+shared with the host tests, which hold it to the C++ layer without torch).
+
+Inputs: [..., in_features] bf16 or float32, on CUDA (the device quantizers and GEMMs, on the
+current stream, memory from torch's caching allocator) or on the CPU (the host reference: exact,
+slow). The output has the input's dtype; mxkit's GEMMs write float32 or bf16, so float16 inputs are
+refused. MX recipes need in_features, out_features and (training) the number of tokens to be
+multiples of 32. Needs torch >= 2.4 (torch.library.custom_op).
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+import mxkit
+from mxkit import linear as _linear
+
+if not (hasattr(torch, "library") and hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_fake")):
+    raise ImportError(f"mxkit.torch needs torch >= 2.4 (torch.library.custom_op and register_fake); "
+                      f"this is torch {torch.__version__}")
+
+__all__ = ["Linear", "RECIPES"]
+
+RECIPES = _linear.RECIPES
+_EMPTY = (0,)
+
+
+def _recipe(name):
+    return _linear.recipe(name)
+
+
+def _state(scale, amax_history, fp8_max=None):
+    return None if scale is None else {"scale": scale, "amax_history": amax_history, "fp8_max": fp8_max}
+
+
+def _dtype_name(t):
+    return "bfloat16" if t.dtype == torch.bfloat16 else "float32"
+
+
+def _parts(copy, like):
+    """(codes, scales) of a saved copy: an MXCopy's, or FP8's (codes, scale); empty where none."""
+    if copy is None:
+        return like.new_empty(_EMPTY, dtype=torch.uint8), like.new_empty(_EMPTY, dtype=torch.uint8)
+    return copy[0], copy[1]
+
+
+@torch.library.custom_op("mxkit::linear_forward", mutates_args=("amax_history",))
+def linear_forward(x: Tensor, w: Tensor, recipe: str, training: bool, wgrad: bool, scale: Optional[Tensor] = None,
+                   amax_history: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Y = X . W^T under `recipe` (mxkit.linear.forward): (y, X's wgrad copy (codes, scales),
+    W's dgrad copy (codes, scales)); an FP8 copy's scales are the one float32 scale it was made
+    with. x [M, K], w [N, K]; amax_history (FP8, training) gains the amaxes of X and W."""
+    r = _recipe(recipe)
+    y, saved = _linear.forward(r, x, w, _state(scale, amax_history), training=training, wgrad=wgrad)
+    xc, xs = _parts(saved["x"], x)
+    wc, ws = _parts(saved["w"], x)
+    return y, xc, xs, wc, ws
+
+
+def _copy_shapes(r, rows, cols, axis):
+    """The stored shapes of a copy of a [rows, cols] tensor (codes, scales), as quantize makes them."""
+    if r.kind == "fp8":
+        return ((rows, cols) if axis == "rowwise" else (cols, rows)), (1,)
+    op = r.x_copies[1]  # every operand of an MX recipe has the same format
+    d = mxkit._describe("mxkit::linear", rows, cols, op.format, axis)
+    return tuple(d.data_shape), tuple(d.scale_shape)
+
+
+def _scale_dtype(r):
+    return torch.float32 if r.kind == "fp8" else torch.uint8
+
+
+@linear_forward.register_fake
+def _linear_forward_fake(x, w, recipe, training, wgrad, scale=None, amax_history=None):
+    r = _recipe(recipe)
+    m, k = x.shape
+    n = w.shape[0]
+    y = x.new_empty((m, n), dtype=x.dtype)
+    if wgrad:
+        xcs, xss = _copy_shapes(r, m, k, "columnwise")
+    else:
+        xcs, xss = _EMPTY, _EMPTY
+    wcs, wss = _copy_shapes(r, n, k, "columnwise")
+    return (y, x.new_empty(xcs, dtype=torch.uint8), x.new_empty(xss, dtype=_scale_dtype(r) if wgrad else torch.uint8),
+            x.new_empty(wcs, dtype=torch.uint8), x.new_empty(wss, dtype=_scale_dtype(r)))
+
+
+def _saved_copy(r, op, codes, scales, rows, cols):
+    """The copy backward reads, from the op's tensors: the MXCopy that quantize made of the
+    columnwise copy of a [rows, cols] tensor for operand `op`, or FP8's (transposed codes, scale)."""
+    if r.kind == "fp8":
+        return codes, scales
+    q = op.quantize_args
+    d = mxkit._describe("mxkit::linear", rows, cols, q["fmt"], "columnwise", "mxkit", None, q["rule"], q["rounding"],
+                        q["hadamard"], q["random_signs"], q["seed"])
+    return mxkit.MXCopy(codes, scales, d)
+
+
+@torch.library.custom_op("mxkit::linear_backward", mutates_args=("amax_history",))
+def linear_backward(dy: Tensor, x_codes: Tensor, x_scales: Tensor, w_codes: Tensor, w_scales: Tensor, w: Tensor, recipe: str,
+                    m: int, need_dx: bool, need_dw: bool, scale: Optional[Tensor] = None,
+                    amax_history: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """dX and dW (mxkit.linear.backward) from dY [M, N] and forward's saved copies; dX in dY's
+    dtype, dW in w's. A gradient not asked for is an empty tensor. amax_history (FP8) gains dY's
+    amax."""
+    r = _recipe(recipe)
+    n, k = w.shape
+    saved = {"x": _saved_copy(r, r.x_copies[1], x_codes, x_scales, m, k) if need_dw else None,
+             "w": _saved_copy(r, r.w_copies[1], w_codes, w_scales, n, k), "shape": (m, k, n)}
+    dx, dw = _linear.backward(r, dy, saved, _state(scale, amax_history), dx=need_dx, dw=need_dw,
+                              dx_dtype=_dtype_name(dy), dw_dtype=_dtype_name(w))
+    dx = dx.to(dy.dtype) if need_dx else dy.new_empty(_EMPTY)
+    dw = dw.to(w.dtype) if need_dw else w.new_empty(_EMPTY)
+    return dx, dw
+
+
+@linear_backward.register_fake
+def _linear_backward_fake(dy, x_codes, x_scales, w_codes, w_scales, w, recipe, m, need_dx, need_dw, scale=None,
+                          amax_history=None):
+    n, k = w.shape
+    return (dy.new_empty((m, k) if need_dx else _EMPTY), w.new_empty((n, k) if need_dw else _EMPTY))
+
+
+@torch.library.custom_op("mxkit::fp8_update_scales", mutates_args=("amax_history", "scale"))
+def fp8_update_scales(amax_history: Tensor, scale: Tensor, fp8_max: Tensor, recipe: str, history_length: int,
+                      algorithm: str, margin: int) -> None:
+    """The delayed-scaling update of a layer's table (mxkit.linear.update_scales)."""
+    _linear.update_scales(_linear.recipe(recipe, history_length, algorithm, margin),
+                          {"amax_history": amax_history, "scale": scale, "fp8_max": fp8_max})
+
+
+@fp8_update_scales.register_fake
+def _fp8_update_scales_fake(amax_history, scale, fp8_max, recipe, history_length, algorithm, margin):
+    return None
+
+
+class _LinearFunction(torch.autograd.Function):
+    """The autograd of one Linear call: forward and backward are the two ops above. The FP8 table
+    travels on ctx (module buffers that backward updates in place: saving them with
+    save_for_backward would make a second forward's update an error)."""
+
+    @staticmethod
+    def forward(ctx, x, w, recipe, training, scale, amax_history):
+        wgrad = bool(training and ctx.needs_input_grad[1])
+        y, xc, xs, wc, ws = torch.ops.mxkit.linear_forward(x, w, recipe, training, wgrad, scale, amax_history)
+        ctx.save_for_backward(xc, xs, wc, ws, w)
+        ctx.recipe, ctx.m, ctx.scale, ctx.amax_history = recipe, x.shape[0], scale, amax_history
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        xc, xs, wc, ws, w = ctx.saved_tensors
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dx, dw = torch.ops.mxkit.linear_backward(dy.contiguous(), xc, xs, wc, ws, w, ctx.recipe, ctx.m, need_dx, need_dw,
+                                                 ctx.scale, ctx.amax_history)
+        return (dx if need_dx else None), (dw if need_dw else None), None, None, None, None
+
+
+class Linear(nn.Module):
+    """y = x . W^T (+ bias) with the GEMMs of forward and backward quantized as `recipe` says
+    (mxkit.torch.RECIPES: "mxfp8", "mxfp4" (+ the 16-point Hadamard rotation on every GEMM),
+    "mxfp4_wgrad_hadamard", "mxfp4_no_hadamard", "fp8_delayed"). in_features, out_features: as
+    nn.Linear's. bias: a bias added by torch after the GEMM (default False: the C++ layer has none).
+    dtype: the weight's (default bfloat16). history_length, amax_algorithm, margin: FP8 delayed
+    scaling (default 1024, "max", 0)."""
+
+    def __init__(self, in_features, out_features, bias=False, recipe="mxfp8", device=None, dtype=torch.bfloat16,
+                 history_length=None, amax_algorithm=None, margin=None):
+        super().__init__()
+        f = "mxkit.torch.Linear"
+        self.in_features = mxkit._integer(f, "in_features", in_features, 1)
+        self.out_features = mxkit._integer(f, "out_features", out_features, 1)
+        if not isinstance(recipe, str) or recipe not in RECIPES:
+            raise ValueError(f"{f}: recipe {recipe!r} is not one of {', '.join(RECIPES)}")
+        if dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"{f}: dtype must be torch.bfloat16 or torch.float32 (mxkit's GEMMs write those), got {dtype}")
+        r = _linear.recipe(recipe, history_length, amax_algorithm, margin)
+        r.check_shapes(0, self.in_features, self.out_features, False)
+        self.recipe = recipe
+        self._scaling = (r.history_length, r.algorithm, r.margin)
+        self.weight = nn.Parameter(torch.empty((self.out_features, self.in_features), device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(self.out_features, device=device, dtype=dtype)) if bias else None
+        if r.kind == "fp8":
+            s = _linear.new_scaling_state(r)
+            self.register_buffer("fp8_scale", torch.from_numpy(s["scale"]).to(device))
+            self.register_buffer("fp8_amax_history", torch.from_numpy(s["amax_history"]).to(device))
+            self.register_buffer("fp8_max", torch.from_numpy(s["fp8_max"]).to(device))
+        else:
+            self.fp8_scale = self.fp8_amax_history = self.fp8_max = None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # nn.Linear's initialization (kaiming_uniform_ with a = sqrt(5), a uniform bias).
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features)
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, " \
+               f"recipe={self.recipe!r}"
+
+    def update_scales(self):
+        """The FP8 table's delayed-scaling update (run at the start of every training forward)."""
+        if self.fp8_scale is not None:
+            torch.ops.mxkit.fp8_update_scales(self.fp8_amax_history, self.fp8_scale, self.fp8_max, self.recipe,
+                                              *self._scaling)
+
+    def forward(self, x):
+        f = "mxkit.torch.Linear"
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{f}: x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 1 or x.shape[-1] != self.in_features:
+            raise ValueError(f"{f}: x must be [..., {self.in_features}], got {tuple(x.shape)}")
+        if x.dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"{f}: x must be bfloat16 or float32, got {x.dtype}")
+        if x.device != self.weight.device:
+            raise ValueError(f"{f}: x is on {x.device}, the weight on {self.weight.device}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).contiguous()
+        w = self.weight
+        if w.dtype != x.dtype:  # one dtype through the step (the GEMMs read either)
+            w = w.to(x.dtype)
+        training = self.training and torch.is_grad_enabled()
+        if training:
+            _linear.recipe(self.recipe, *self._scaling).check_shapes(x2.shape[0], self.in_features, self.out_features,
+                                                                     w.requires_grad)
+            self.update_scales()
+        y = _LinearFunction.apply(x2, w, self.recipe, training, self.fp8_scale, self.fp8_amax_history)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.reshape(*lead, self.out_features)

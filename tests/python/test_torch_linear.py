@@ -1,0 +1,210 @@
+# SPDX-License-Identifier: Apache-2.0
+"""mxkit.torch.Linear (issue 45, section 4) with torch: for every recipe, a few training steps of
+the layer (torch's autograd, the weight a bf16 nn.Parameter) give Y, dX and dW equal bit for bit
+to mxkit's C++ linear layer on the same inputs: on the CPU (the host reference) against
+ref::host_backend, on CUDA against gpu::device_backend; the FP8 tables end the same. The layer's
+ops pass torch.library.opcheck; torch.compile(fullgraph=True) gives the eager bits; a two-layer
+model trains (its loss falls) with any torch optimizer; its state_dict carries the FP8 table.
+Skipped without torch >= 2.4 (the ops are torch.library.custom_op); the CUDA cases without a GPU
+or a module built with MXKIT_GPU=CUDA. scripts/gpu.sh python runs it on an H200."""
+import numpy as np
+import pytest
+
+import mxkit
+from mxkit import linear
+
+torch = pytest.importorskip("torch", reason="mxkit.torch needs torch (>= 2.4)")
+if not all(hasattr(torch.library, name) for name in ("custom_op", "register_fake", "opcheck")):
+    pytest.skip(f"mxkit.torch needs torch >= 2.4 (torch.library.custom_op), this is {torch.__version__}",
+                allow_module_level=True)
+
+import mxkit.torch as mxtorch  # noqa: E402
+from test_linear_host import bf16_values  # noqa: E402  (the same inputs as the host test)
+
+CUDA = torch.cuda.is_available() and mxkit.has_gpu()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device, or mxkit built without MXKIT_GPU=CUDA")
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+# Small on the CPU (the host reference is exact and slow); the GPU's GEMM wants 16-byte rows.
+SHAPES = {"cpu": (64, 96, 128), "cuda": (256, 256, 384)}
+STEPS = 3
+
+
+def inputs(device, seed=0):
+    m, k, n = SHAPES[device]
+    rng = np.random.default_rng(seed)
+    x = np.stack([bf16_values(rng, (m, k), 2.0 ** s) for s in range(STEPS)])
+    w = np.stack([bf16_values(rng, (n, k), 0.125) for _ in range(STEPS)])
+    dy = np.stack([bf16_values(rng, (m, n), 2.0 ** -s) for s in range(STEPS)])
+    return x, w, dy
+
+
+def same_bits(got, want, what):
+    got = got.detach().float().cpu().numpy()
+    assert got.shape == want.shape, what
+    assert np.isfinite(want).all() and np.count_nonzero(want) > want.size // 2, what  # a real product
+    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert bad.size == 0, f"{what}: {bad.size} of {got.size} differ; first at {bad[0]}: " \
+                          f"{got.reshape(-1)[bad[0]]} vs {want.reshape(-1)[bad[0]]}"
+
+
+def layer_steps(layer, x, w, dy, device):
+    """What a training loop does: the weight set (a new version), zero_grad, forward, backward."""
+    ys, dxs, dws = [], [], []
+    for s in range(x.shape[0]):
+        with torch.no_grad():
+            layer.weight.copy_(torch.from_numpy(w[s]))
+        layer.weight.grad = None
+        xs = torch.from_numpy(x[s]).to(device=device, dtype=torch.bfloat16).requires_grad_()
+        y = layer(xs)
+        y.backward(torch.from_numpy(dy[s]).to(device=device, dtype=torch.bfloat16))
+        ys.append(y)
+        dxs.append(xs.grad)
+        dws.append(layer.weight.grad)
+    return ys, dxs, dws
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", mxtorch.RECIPES)
+def test_layer_equals_the_cpp_linear_bit_for_bit(recipe, device):
+    x, w, dy = inputs(device)
+    layer = mxtorch.Linear(x.shape[2], w.shape[1], recipe=recipe, device=device, history_length=4)
+    assert isinstance(layer.weight, torch.nn.Parameter) and layer.weight.dtype == torch.bfloat16
+    ys, dxs, dws = layer_steps(layer, x, w, dy, device)
+    ref = linear.cpp_steps(recipe, x, w, dy, device=device == "cuda", history_length=4)
+    for s in range(STEPS):
+        assert ys[s].dtype == dxs[s].dtype == dws[s].dtype == torch.bfloat16
+        same_bits(ys[s], ref["y"][s], f"{recipe} step {s} y")
+        same_bits(dxs[s], ref["dx"][s], f"{recipe} step {s} dx")
+        same_bits(dws[s], ref["dw"][s], f"{recipe} step {s} dw")
+    if recipe == "fp8_delayed":
+        layer.update_scales()  # the C++ layer's end_step after the last step
+        np.testing.assert_array_equal(layer.fp8_scale.cpu().numpy(), ref["scale"])
+        np.testing.assert_array_equal(layer.fp8_amax_history.cpu().numpy(), ref["amax_history"])
+        assert (ref["scale"] != 1.0).all()  # the scales moved within the steps compared
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_different_recipe_is_caught(device):
+    """The comparison above can fail: the layer under mxfp4 against the C++ layer without the rotation."""
+    x, w, dy = inputs(device, seed=3)
+    ys, _, _ = layer_steps(mxtorch.Linear(x.shape[2], w.shape[1], recipe="mxfp4", device=device), x[:1], w[:1], dy[:1],
+                           device)
+    ref = linear.cpp_steps("mxfp4_no_hadamard", x[:1], w[:1], dy[:1], device=device == "cuda")
+    with pytest.raises(AssertionError, match="differ"):
+        same_bits(ys[0], ref["y"][0], "y")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", ["mxfp4", "fp8_delayed"])
+def test_ops_pass_opcheck(recipe, device):
+    m, k, n = SHAPES[device]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(m, k, generator=g).to(device=device, dtype=torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) * 0.1).to(device=device, dtype=torch.bfloat16)
+    dy = torch.randn(m, n, generator=g).to(device=device, dtype=torch.bfloat16)
+    r = linear.recipe(recipe)
+    state = linear.new_scaling_state(r, x) if r.kind == "fp8" else {"scale": None, "amax_history": None, "fp8_max": None}
+    fwd = (x, w, recipe, True, True, state["scale"], state["amax_history"])
+    torch.library.opcheck(torch.ops.mxkit.linear_forward.default, fwd)
+    y, xc, xs, wc, ws = torch.ops.mxkit.linear_forward(*fwd)
+    torch.library.opcheck(torch.ops.mxkit.linear_backward.default,
+                          (dy, xc, xs, wc, ws, w, recipe, m, True, True, state["scale"], state["amax_history"]))
+    if r.kind == "fp8":
+        torch.library.opcheck(torch.ops.mxkit.fp8_update_scales.default,
+                              (state["amax_history"], state["scale"], state["fp8_max"], recipe, r.history_length,
+                               r.algorithm, r.margin))
+
+
+@needs_cuda
+@pytest.mark.parametrize("recipe", mxtorch.RECIPES)
+def test_compiled_model_equals_eager(recipe):
+    """torch.compile(fullgraph=True) traces the layers' ops (no graph break) and gives the eager
+    gradients bit for bit. No other op between the layers: what differs would be inductor's."""
+    m, k, n = SHAPES["cuda"]
+
+    def make():
+        torch.manual_seed(1)
+        return torch.nn.Sequential(mxtorch.Linear(k, n, recipe=recipe, device="cuda"),
+                                   mxtorch.Linear(n, k, recipe=recipe, device="cuda"))
+
+    def loss(model, x, t):
+        return (model(x).float() * t).sum()
+    eager, compiled = make(), make()
+    compiled_loss = torch.compile(loss, fullgraph=True)
+    g = torch.Generator(device="cuda").manual_seed(2)
+    for i in range(2):  # FP8: the second step runs on updated scales
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        t = torch.randn(m, k, device="cuda", generator=g)
+        for model, fn in ((eager, loss), (compiled, compiled_loss)):
+            for p in model.parameters():
+                p.grad = None
+            fn(model, x, t).backward()
+        for a, b in zip(eager.parameters(), compiled.parameters()):
+            assert a.grad is not None and torch.equal(a.grad, b.grad), f"{recipe} step {i}"
+    if recipe == "fp8_delayed":
+        assert torch.equal(eager[0].fp8_scale, compiled[0].fp8_scale)
+        assert torch.equal(eager[1].fp8_amax_history, compiled[1].fp8_amax_history)
+
+
+@needs_cuda
+@pytest.mark.parametrize("recipe", mxtorch.RECIPES)
+def test_two_layer_model_trains(recipe):
+    """A student of two mxkit Linear layers learns a fixed random teacher (bf16 nn.Linear layers)
+    with torch's AdamW: the loss of the last steps is well below the first's."""
+    torch.manual_seed(0)
+    d, h, batch = 256, 512, 512
+    teacher = torch.nn.Sequential(torch.nn.Linear(d, h, bias=False), torch.nn.GELU(),
+                                  torch.nn.Linear(h, d, bias=False)).to("cuda", torch.bfloat16)
+    student = torch.nn.Sequential(mxtorch.Linear(d, h, recipe=recipe, device="cuda"), torch.nn.GELU(),
+                                  mxtorch.Linear(h, d, recipe=recipe, device="cuda"))
+    opt = torch.optim.AdamW(student.parameters(), lr=2e-3, weight_decay=0.0)
+    losses = []
+    for _ in range(150):
+        x = torch.randn(batch, d, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            target = teacher(x).float()
+        loss = (student(x).float() - target).square().mean() / target.square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    first, last = np.mean(losses[:5]), np.mean(losses[-10:])
+    assert np.isfinite(losses).all(), losses
+    assert last < 0.5 * first, f"{recipe}: relative loss {first:.4f} -> {last:.4f}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_state_dict_carries_the_fp8_table(device):
+    m, k, n = SHAPES[device]
+    a = mxtorch.Linear(k, n, recipe="fp8_delayed", device=device, history_length=8)
+    x = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a(x).float().sum().backward()
+    a.update_scales()
+    sd = a.state_dict()
+    assert set(sd) == {"weight", "fp8_scale", "fp8_amax_history", "fp8_max"}
+    b = mxtorch.Linear(k, n, recipe="fp8_delayed", device=device, history_length=8)
+    assert not torch.equal(b.fp8_scale, a.fp8_scale)
+    b.load_state_dict(sd)
+    a.eval()
+    b.eval()
+    with torch.no_grad():
+        assert torch.equal(a(x), b(x))
+
+
+def test_refusals_name_the_argument():
+    with pytest.raises(ValueError, match="recipe 'mxfp5' is not one of"):
+        mxtorch.Linear(64, 64, recipe="mxfp5")
+    with pytest.raises(ValueError, match="in_features K=48 must be a multiple of 32"):
+        mxtorch.Linear(48, 64, recipe="mxfp8")
+    with pytest.raises(ValueError, match="dtype must be torch.bfloat16 or torch.float32"):
+        mxtorch.Linear(64, 64, dtype=torch.float16)
+    layer = mxtorch.Linear(64, 64, recipe="mxfp8")
+    with pytest.raises(ValueError, match=r"x must be \[..., 64\], got \(32, 32\)"):
+        layer(torch.zeros(32, 32, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="x must be bfloat16 or float32"):
+        layer(torch.zeros(32, 64, dtype=torch.float16))
+    with pytest.raises(ValueError, match="tokens M=40 must be a multiple of 32"):
+        layer(torch.zeros(40, 64, dtype=torch.bfloat16))
+    with torch.no_grad():  # inference reduces over no tokens
+        assert layer(torch.zeros(40, 64, dtype=torch.bfloat16)).shape == (40, 64)
