@@ -31,7 +31,7 @@ refused. MX recipes need in_features, out_features and (training) the number of 
 multiples of 32. Needs torch >= 2.4 (torch.library.custom_op).
 """
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 from torch import Tensor, nn
@@ -54,7 +54,15 @@ def _recipe(name):
 
 
 def _state(scale, amax_history, fp8_max=None):
-    return None if scale is None else {"scale": scale, "amax_history": amax_history, "fp8_max": fp8_max}
+    """The FP8 table, or None: the ops take an empty tensor where a recipe has none."""
+    return None if scale is None or scale.numel() == 0 else {"scale": scale, "amax_history": amax_history, "fp8_max": fp8_max}
+
+
+def _table_or_empty(t, like):
+    """An FP8 table tensor, or an empty float32 tensor on like's device. The ops' mutable
+    arguments are plain Tensors: an Optional one left at its default None is dropped from the
+    call by the dispatcher, and torch 2.11's in-place bookkeeping then indexes past the arguments."""
+    return t if t is not None else like.new_empty(_EMPTY, dtype=torch.float32)
 
 
 def _dtype_name(t):
@@ -69,11 +77,12 @@ def _parts(copy, like):
 
 
 @torch.library.custom_op("mxkit::linear_forward", mutates_args=("amax_history",))
-def linear_forward(x: Tensor, w: Tensor, recipe: str, training: bool, wgrad: bool, scale: Optional[Tensor] = None,
-                   amax_history: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def linear_forward(x: Tensor, w: Tensor, recipe: str, training: bool, wgrad: bool, scale: Tensor,
+                   amax_history: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Y = X . W^T under `recipe` (mxkit.linear.forward): (y, X's wgrad copy (codes, scales),
     W's dgrad copy (codes, scales)); an FP8 copy's scales are the one float32 scale it was made
-    with. x [M, K], w [N, K]; amax_history (FP8, training) gains the amaxes of X and W."""
+    with. x [M, K], w [N, K]; amax_history (FP8, training) gains the amaxes of X and W; scale and
+    amax_history are empty tensors for an MX recipe."""
     r = _recipe(recipe)
     y, saved = _linear.forward(r, x, w, _state(scale, amax_history), training=training, wgrad=wgrad)
     xc, xs = _parts(saved["x"], x)
@@ -95,7 +104,7 @@ def _scale_dtype(r):
 
 
 @linear_forward.register_fake
-def _linear_forward_fake(x, w, recipe, training, wgrad, scale=None, amax_history=None):
+def _linear_forward_fake(x, w, recipe, training, wgrad, scale, amax_history):
     r = _recipe(recipe)
     m, k = x.shape
     n = w.shape[0]
@@ -122,8 +131,7 @@ def _saved_copy(r, op, codes, scales, rows, cols):
 
 @torch.library.custom_op("mxkit::linear_backward", mutates_args=("amax_history",))
 def linear_backward(dy: Tensor, x_codes: Tensor, x_scales: Tensor, w_codes: Tensor, w_scales: Tensor, w: Tensor, recipe: str,
-                    m: int, need_dx: bool, need_dw: bool, scale: Optional[Tensor] = None,
-                    amax_history: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                    m: int, need_dx: bool, need_dw: bool, scale: Tensor, amax_history: Tensor) -> Tuple[Tensor, Tensor]:
     """dX and dW (mxkit.linear.backward) from dY [M, N] and forward's saved copies; dX in dY's
     dtype, dW in w's. A gradient not asked for is an empty tensor. amax_history (FP8) gains dY's
     amax."""
@@ -139,8 +147,7 @@ def linear_backward(dy: Tensor, x_codes: Tensor, x_scales: Tensor, w_codes: Tens
 
 
 @linear_backward.register_fake
-def _linear_backward_fake(dy, x_codes, x_scales, w_codes, w_scales, w, recipe, m, need_dx, need_dw, scale=None,
-                          amax_history=None):
+def _linear_backward_fake(dy, x_codes, x_scales, w_codes, w_scales, w, recipe, m, need_dx, need_dw, scale, amax_history):
     n, k = w.shape
     return (dy.new_empty((m, k) if need_dx else _EMPTY), w.new_empty((n, k) if need_dw else _EMPTY))
 
@@ -166,6 +173,7 @@ class _LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, recipe, training, scale, amax_history):
         wgrad = bool(training and ctx.needs_input_grad[1])
+        scale, amax_history = _table_or_empty(scale, x), _table_or_empty(amax_history, x)
         y, xc, xs, wc, ws = torch.ops.mxkit.linear_forward(x, w, recipe, training, wgrad, scale, amax_history)
         ctx.save_for_backward(xc, xs, wc, ws, w)
         ctx.recipe, ctx.m, ctx.scale, ctx.amax_history = recipe, x.shape[0], scale, amax_history
@@ -201,6 +209,7 @@ class Linear(nn.Module):
         r = _linear.recipe(recipe, history_length, amax_algorithm, margin)
         r.check_shapes(0, self.in_features, self.out_features, False)
         self.recipe = recipe
+        self._recipe = r  # made here: forward reads it without calling the module (torch.compile traces forward)
         self._scaling = (r.history_length, r.algorithm, r.margin)
         self.weight = nn.Parameter(torch.empty((self.out_features, self.in_features), device=device, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(self.out_features, device=device, dtype=dtype)) if bias else None
@@ -247,8 +256,7 @@ class Linear(nn.Module):
             w = w.to(x.dtype)
         training = self.training and torch.is_grad_enabled()
         if training:
-            _linear.recipe(self.recipe, *self._scaling).check_shapes(x2.shape[0], self.in_features, self.out_features,
-                                                                     w.requires_grad)
+            self._recipe.check_shapes(x2.shape[0], self.in_features, self.out_features, w.requires_grad)
             self.update_scales()
         y = _LinearFunction.apply(x2, w, self.recipe, training, self.fp8_scale, self.fp8_amax_history)
         if self.bias is not None:

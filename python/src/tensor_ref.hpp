@@ -40,6 +40,10 @@ struct tensor_ref {
   // Compact row-major (strides absent or equal to the compact ones; extent-1 axes are free).
   bool compact() const noexcept {
     if (strides.empty()) return true;
+    // No element, no address to get wrong: frameworks give empty tensors strides of their own
+    // (torch: [K, 0] has strides [1, 1]), which the loop below would refuse.
+    for (const std::int64_t n : shape)
+      if (n == 0) return true;
     std::int64_t expect = 1;
     for (std::size_t i = shape.size(); i-- > 0;) {
       if (shape[i] != 1 && strides[i] != expect) return false;

@@ -322,15 +322,24 @@ def test_results_live_in_torchs_caching_allocator():
 
 
 def cuda_api_calls(fn, calls=10):
-    """Names of the CUDA runtime calls and kernels torch's profiler (CUPTI) sees during calls of fn."""
-    from torch.profiler import ProfilerActivity, profile
+    """Names of the CUDA runtime calls and kernels torch's profiler (CUPTI) sees during calls of fn:
+    only those within a call's own time range, each call marked with record_function (the
+    profiler itself synchronizes the device when it stops, outside every call)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            fn()
+            with record_function("mxkit_call"):
+                fn()
     torch.cuda.synchronize()  # outside the profile: the calls themselves must not synchronize
-    return [e.name for e in prof.events()]
+    events = prof.events()
+    cpu = torch.autograd.DeviceType.CPU
+    spans = [(e.time_range.start, e.time_range.end) for e in events if e.name == "mxkit_call" and e.device_type == cpu]
+    assert len(spans) == calls, len(spans)
+    inside = lambda e: any(a <= e.time_range.start and e.time_range.end <= b for a, b in spans)
+    # Kernels run on the device later than their launch: they are counted by name alone.
+    return [e.name for e in events if e.name != "mxkit_call" and (inside(e) or e.device_type != cpu)]
 
 
 @pytest.mark.parametrize("pool", [False, True])

@@ -103,7 +103,8 @@ def test_ops_pass_opcheck(recipe, device):
     w = (torch.randn(n, k, generator=g) * 0.1).to(device=device, dtype=torch.bfloat16)
     dy = torch.randn(m, n, generator=g).to(device=device, dtype=torch.bfloat16)
     r = linear.recipe(recipe)
-    state = linear.new_scaling_state(r, x) if r.kind == "fp8" else {"scale": None, "amax_history": None, "fp8_max": None}
+    none = lambda: x.new_empty((0,), dtype=torch.float32)  # an MX recipe's (empty) FP8 table, a tensor each
+    state = linear.new_scaling_state(r, x) if r.kind == "fp8" else {"scale": none(), "amax_history": none(), "fp8_max": none()}
     fwd = (x, w, recipe, True, True, state["scale"], state["amax_history"])
     torch.library.opcheck(torch.ops.mxkit.linear_forward.default, fwd)
     y, xc, xs, wc, ws = torch.ops.mxkit.linear_forward(*fwd)
