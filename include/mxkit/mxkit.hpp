@@ -7,6 +7,8 @@
 #include <mxkit/block/block_format.hpp>
 #include <mxkit/block/element_encoder.hpp>
 #include <mxkit/block/mx_format.hpp>
+#include <mxkit/block/nvfp4_block.hpp>
+#include <mxkit/block/nvfp4_scale.hpp>
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_block.hpp>
 #include <mxkit/block/quantize_options.hpp>
@@ -23,6 +25,7 @@
 #include <mxkit/format/e5m2.hpp>
 #include <mxkit/format/e8m0.hpp>
 #include <mxkit/format/float16.hpp>
+#include <mxkit/format/float_arithmetic.hpp>
 #include <mxkit/format/int8_fixed.hpp>
 #include <mxkit/format/minifloat.hpp>
 #include <mxkit/format/rounding.hpp>
@@ -30,12 +33,14 @@
 #include <mxkit/random/philox.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/names.hpp>
+#include <mxkit/ref/nvfp4_quantize.hpp>
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/ref/quantize.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
+#include <mxkit/tensor/nvfp4_tensor.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
 #include <mxkit/transform/hadamard.hpp>
 #include <mxkit/validation/diagnose.hpp>
