@@ -40,10 +40,14 @@
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
+#include <mxkit/tensor/nvfp4_foreign_layout.hpp>
 #include <mxkit/tensor/nvfp4_tensor.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
 #include <mxkit/transform/hadamard.hpp>
 #include <mxkit/validation/diagnose.hpp>
+#include <mxkit/validation/nvfp4_presets.hpp>
+#include <mxkit/validation/nvfp4_quirks.hpp>
+#include <mxkit/validation/nvfp4_validate.hpp>
 #include <mxkit/validation/peer_presets.hpp>
 #include <mxkit/validation/peer_quirks.hpp>
 #include <mxkit/validation/validate.hpp>
