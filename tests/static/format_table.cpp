@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Prints the format table of docs/formats.md from the library's own constants, so the documentation
-// cannot drift from the code: ctest static.readme compares this output with the table there.
+// cannot drift from the code: ctest static.readme compares this output with the table there. The
+// MX formats by their mx_type, then NVFP4 by its value.
 // Cells are printed straight to stdout (no std::string building: g++ 12 -O3 reports a false
 // -Wrestrict on "literal" + std::string).
 #include <cmath>
 #include <cstdio>
 
+#include <mxkit/block/block_format.hpp>
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/format/e8m0.hpp>
 
@@ -30,9 +32,9 @@ void code(const char* label, std::uint32_t mag) {
 }
 
 template <class Fmt>
-void row() {
+void row(const char* name) {
   using E = typename Fmt::element_type;
-  std::printf("| %s | ", name_of(Fmt::type));
+  std::printf("| %s | ", name);
   if constexpr (requires { typename E::encoding_type; }) {
     using Enc = typename E::encoding_type;
     std::printf("E%dM%d | %d | %s | ", Enc::exponent_bits, Enc::mantissa_bits, E::bits_count,
@@ -63,9 +65,19 @@ void row() {
 int main() {
   std::printf("| format | element | bits | storage bits | max | min normal | min subnormal | Inf / NaN codes | bits per value with scale |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  for (const mxkit::mx_type t : mxkit::all_mx_types) mxkit::visit_mx_type(t, [](auto fmt) { row<decltype(fmt)>(); });
+  for (const mxkit::mx_type t : mxkit::all_mx_types) mxkit::visit_mx_type(t, [](auto fmt) { row<decltype(fmt)>(name_of(decltype(fmt)::type)); });
   std::printf("| scale | E8M0 | 8 | 8 per %d elements | ", mxkit::mx_block_size);
   number(mxkit::e8m0::from_exponent(mxkit::e8m0::max_exponent).to_float(), " | ");
   number(mxkit::e8m0::from_exponent(mxkit::e8m0::min_exponent).to_float(), " | - | ");
   std::printf("NaN 0x%02X, no Inf, no zero, no sign | - |\n", mxkit::e8m0::nan_bits);
+  // NVFP4 (block/block_format.hpp formats::nvfp4): E2M1 under an E4M3 scale per 16 and an fp32 per tensor.
+  using nvfp4 = mxkit::block_format_desc<mxkit::formats::nvfp4>;
+  row<nvfp4>(mxkit::nvfp4_format_name(mxkit::formats::nvfp4));
+  using e4m3_enc = mxkit::e4m3::encoding_type;
+  std::printf("| scale (nvfp4) | E4M3 | 8 | 8 per %d elements, and an fp32 per tensor | ", nvfp4::block_size);
+  number(mxkit::e4m3::max().to_float(), " | ");
+  number(mxkit::e4m3::min_normal().to_float(), " | ");
+  number(mxkit::e4m3::min_subnormal().to_float(), " | ");
+  code<e4m3_enc>("NaN ", e4m3_enc::nan_code);
+  std::printf(" only, no Inf (zero: the block decodes to 0) | - |\n");
 }

@@ -173,18 +173,23 @@ concept foreign_viewable = requires(const C& c) {
 };
 
 namespace detail {
-// The layout and storage fields of a foreign view (pointers aside); `what` names the caller.
-// Once it passes, data_span(), scale_span() and every offset the accessors compute are exact
-// and no larger than one object (checked_arithmetic.hpp), as check_layout makes mx_layout's.
-inline void check_foreign_storage(const mx_foreign_view& v, const char* what) {
-  const mx_layout& l = v.layout;
+// The format's name in messages: the mx_type's (an NVFP4 layout has its own overload,
+// tensor/nvfp4_foreign_layout.hpp).
+inline const char* copy_format_name(const mx_layout& l) noexcept { return name_of(l.type); }
+
+// The storage fields of a foreign view whose layout has been checked (pointers aside); `what`
+// names the caller. View: mx_foreign_view, or any view with its accessors (an NVFP4 copy's,
+// tensor/nvfp4_foreign_layout.hpp). Once it passes, data_span(), scale_span() and every offset the
+// accessors compute are exact and no larger than one object (checked_arithmetic.hpp).
+template <class View>
+void check_foreign_storage_fields(const View& v, const char* what) {
+  const auto& l = v.layout;
   const mx_storage& s = v.storage;
-  check_layout(l, what);
   check_enum(s.columnwise, columnwise_storage::not_transposed, "columnwise_storage", what);
   check_enum(s.nibbles, nibble_order::high_first, "nibble_order", what);
   check_enum(s.scales, scale_layout::aiter_shuffle, "scale_layout", what);
   require(s.data_ld == 0 || s.data_ld >= v.min_data_ld(), what, ": data_ld ", s.data_ld, " bytes is smaller than a stored row of ",
-          v.min_data_ld(), " bytes (", name_of(l.type), " ", name_of(l.axis), " ", l.rows, "x", l.cols,
+          v.min_data_ld(), " bytes (", copy_format_name(l), " ", name_of(l.axis), " ", l.rows, "x", l.cols,
           v.line_major() ? "" : ", not transposed", ")");
   if (v.stored_rows() > 0 && v.min_data_ld() > 0) {  // data_span(), computed without wrapping
     const std::size_t last_row = checked_mul({"last stored row", v.stored_rows() - 1}, {"data_ld", v.data_ld()}, what);
@@ -225,6 +230,12 @@ inline void check_foreign_storage(const mx_foreign_view& v, const char* what) {
   require(entries <= 1 || lines_outer || blocks_outer, what, ": scale strides (line ", s.scale_line_stride, ", block ",
           s.scale_block_stride, ") make the scales of a ", e.lines, "x", e.blocks, " extent overlap");
 }
+// The layout and storage fields of a foreign view (pointers aside), as check_layout makes
+// mx_layout's sizes exact.
+inline void check_foreign_storage(const mx_foreign_view& v, const char* what) {
+  check_layout(v.layout, what);
+  check_foreign_storage_fields(v, what);
+}
 
 // "1 byte", "304 bytes".
 struct byte_count {
@@ -232,21 +243,27 @@ struct byte_count {
   friend std::ostream& operator<<(std::ostream& s, byte_count b) { return s << b.n << (b.n == 1 ? " byte" : " bytes"); }
 };
 
+// The buffers of a foreign view whose description passed: they exist and hold every byte the
+// description addresses.
+template <class View>
+void check_foreign_buffers(const View& v, const char* what) {
+  const auto& l = v.layout;
+  const std::size_t data_span = v.data_span(), scale_span = v.scale_span();
+  require(data_span == 0 || v.data.data() != nullptr, what, ": null element data for a ", l.rows, "x", l.cols, " ",
+          copy_format_name(l), " copy");
+  require(scale_span == 0 || v.scales.data() != nullptr, what, ": null scales for a ", l.rows, "x", l.cols, " ", copy_format_name(l),
+          " copy");
+  require(v.data.size() >= data_span, what, ": data buffer of ", byte_count{v.data.size()}, " for a ", l.rows, "x", l.cols, " ",
+          copy_format_name(l), " ", name_of(l.axis), " copy whose storage spans ", byte_count{data_span}, " (data_ld ", v.data_ld(), ")");
+  require(v.scales.size() >= scale_span, what, ": scale buffer of ", byte_count{v.scales.size()}, " for a ", l.rows, "x", l.cols,
+          " ", copy_format_name(l), " ", name_of(l.axis), " copy whose ", name_of(v.storage.scales), " scales span ",
+          byte_count{scale_span});
+}
 // The argument check of every entry point that reads a foreign view: the description, then
 // buffers that exist and hold every byte the description addresses.
 inline void check_foreign_view(const mx_foreign_view& v, const char* what) {
   check_foreign_storage(v, what);
-  const mx_layout& l = v.layout;
-  const std::size_t data_span = v.data_span(), scale_span = v.scale_span();
-  require(data_span == 0 || v.data.data() != nullptr, what, ": null element data for a ", l.rows, "x", l.cols, " ",
-          name_of(l.type), " copy");
-  require(scale_span == 0 || v.scales.data() != nullptr, what, ": null scales for a ", l.rows, "x", l.cols, " ", name_of(l.type),
-          " copy");
-  require(v.data.size() >= data_span, what, ": data buffer of ", byte_count{v.data.size()}, " for a ", l.rows, "x", l.cols, " ",
-          name_of(l.type), " ", name_of(l.axis), " copy whose storage spans ", byte_count{data_span}, " (data_ld ", v.data_ld(), ")");
-  require(v.scales.size() >= scale_span, what, ": scale buffer of ", byte_count{v.scales.size()}, " for a ", l.rows, "x", l.cols,
-          " ", name_of(l.type), " ", name_of(l.axis), " copy whose ", name_of(v.storage.scales), " scales span ",
-          byte_count{scale_span});
+  check_foreign_buffers(v, what);
 }
 }  // namespace detail
 

@@ -40,9 +40,13 @@ MXKIT_HD constexpr std::size_t round_up_to_block(std::size_t n, std::size_t bloc
   return (n + block - 1) / block * block;
 }
 
-// Philox stream for stochastic rounding of one copy: the two copies of a tensor draw apart.
+// Philox stream for stochastic rounding of one copy: the two copies of a tensor draw apart (the
+// options' stream with its top bit flipped for the columnwise copy; NVFP4's copies likewise).
+MXKIT_HD constexpr std::uint32_t stochastic_stream(std::uint32_t stream, block_axis a) noexcept {
+  return stream ^ (a == block_axis::columnwise ? 0x80000000u : 0u);
+}
 MXKIT_HD constexpr std::uint32_t stochastic_stream(const quantize_options& o, block_axis a) noexcept {
-  return o.stream ^ (a == block_axis::columnwise ? 0x80000000u : 0u);
+  return stochastic_stream(o.stream, a);
 }
 
 // Shape and addressing shared by owning tensors and views (host or device pointers).

@@ -3,7 +3,8 @@
 // Named configurations that reproduce the peers' MX quantizers byte for byte: the options
 // (scale rule, rounding, rotation), the departures from their own documented rule
 // (validation/peer_quirks.hpp) and how they store each copy (tensor/foreign_layout.hpp). Use them to
-// validate a peer's output, or to produce what the peer would have written:
+// validate a peer's output, or to produce what the peer would have written (their NVFP4
+// quantizers: validation/nvfp4_presets.hpp):
 //
 //   const mxkit::peer_preset te = mxkit::peers::te_mxfp8();
 //   mxkit::validate(x, te.view(block_axis::columnwise, M, K, data, scale_inv), te.validation());

@@ -32,6 +32,7 @@
 #include <mxkit/config.hpp>
 #include <mxkit/format/bits.hpp>
 #include <mxkit/format/e8m0.hpp>
+#include <mxkit/format/float_arithmetic.hpp>
 #include <mxkit/ref/names.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -47,24 +48,6 @@ struct peer_quirks {
 
 }  // namespace ref
 namespace detail {
-// fl(a * b) for finite non-negative floats given as bits, rounded to nearest even with float
-// subnormals kept (integer arithmetic: a flush-to-zero build computes the same bits).
-constexpr std::uint32_t multiply_rne_bits(std::uint32_t a, std::uint32_t b) noexcept {
-  if (a == 0 || b == 0) return 0;
-  const float_parts pa = decompose_abs(a), pb = decompose_abs(b);
-  const std::uint64_t p = std::uint64_t{pa.sig} * pb.sig;  // exact: < 2^48
-  const int lsb = pa.lsb_exp + pb.lsb_exp;                // value = p * 2^lsb
-  const int width = (p >> 32) ? 32 + hw::bit_width(static_cast<std::uint32_t>(p >> 32)) : hw::bit_width(static_cast<std::uint32_t>(p));
-  const int lead = lsb + width - 1;
-  if (lead >= 128) return 0x7F800000u;
-  const int quantum = (lead > -126 ? lead : -126) - 23;  // the float's last bit at this magnitude
-  const std::uint64_t q = round_shifted(p, quantum - lsb, rounding::nearest_even, 0);
-  // q * 2^quantum with q <= 2^24 (2^24: the rounding carried into the next binade): its float
-  // bits are ((quantum + 149) << 23) + q, for subnormals (quantum -149, q < 2^23) too.
-  const std::uint64_t bits = (static_cast<std::uint64_t>(quantum + 149) << 23) + q;
-  return bits >= 0x7F800000u ? 0x7F800000u : static_cast<std::uint32_t>(bits);
-}
-
 // TE's float_to_e8m0 and torchao's _f32_to_e8m0_rceil of a finite non-negative float: its
 // exponent field, plus one when the significand has bits beyond the power of two; a subnormal
 // rounds up to byte 1 only above 2^-127 (byte 0 is 2^-127 itself).
