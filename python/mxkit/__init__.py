@@ -326,6 +326,20 @@ _mxkit.CopyDescription.layout = property(_layout_alias)
 
 def _describe(func, rows, cols, fmt, axis, preset="mxkit", scale_layout=None, rule=None, rounding=None, hadamard=None,
               random_signs=False, seed=0, nibbles=None, columnwise=None, padding_stored=None):
+    """The copy description of these arguments, checked, made once per distinct argument tuple:
+    a description is immutable, and making one costs a call into C++ per call of quantize.
+    typed=True keeps True and 1 apart (the checks accept one, refuse the other); arguments that
+    cannot be hashed are described afresh (their checks then name them)."""
+    args = (func, rows, cols, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles,
+            columnwise, padding_stored)
+    try:
+        return _describe_cached(*args)
+    except TypeError:
+        return _describe_checked(*args)
+
+
+def _describe_checked(func, rows, cols, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed,
+                      nibbles, columnwise, padding_stored):
     if not isinstance(preset, str):
         raise TypeError(f"{func}: preset must be a string, got {preset!r}")
     if preset not in PRESETS:
@@ -340,6 +354,9 @@ def _describe(func, rows, cols, fmt, axis, preset="mxkit", scale_layout=None, ru
         random_signs=_flag(func, "random_signs", random_signs), seed=_integer(func, "seed", seed, 0, 2 ** 64 - 1),
         nibbles=_name(func, "nibbles", nibbles), columnwise=_name(func, "columnwise", columnwise),
         padding_stored=_flag(func, "padding_stored", padding_stored, optional=True))
+
+
+_describe_cached = functools.lru_cache(maxsize=512, typed=True)(_describe_checked)
 
 
 def _outputs(func, out, copies):
