@@ -4,8 +4,12 @@ worked by hand, against an independent NumPy reading of the three formulas (mxki
 torchao's: block/nvfp4_scale.hpp and validation/nvfp4_quirks.hpp, re-derived here from the
 rules, not from the C++), and against the C++ library's own results (cpp_reference); each
 preset accepted on its own quantizer's output and rejected on another's; planted mistakes
-located and diagnosed; round trips; the tensor scale travelling with the copy; bad arguments."""
+located and diagnosed; round trips; the tensor scale travelling with the copy; bad arguments;
+docs/python.md's NVFP4 example, run as written, prints what the page shows."""
+import contextlib
+import io
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -358,3 +362,17 @@ def test_bad_arguments_elsewhere():
         mxkit.validate(x, c.codes, c.scales, fmt="nvfp4")
     with pytest.raises(TypeError, match="NVFP4Copy"):
         mxkit.decode(c, "e2m1")
+
+
+# ---- the documentation's example -----------------------------------------------------------
+def test_docs_example_prints_what_the_page_shows():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "python.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    code = re.search(r"<!-- python_nvfp4:begin -->\n```python\n(.*?)```\n<!-- python_nvfp4:end -->", text, re.S)
+    shown = re.search(r"<!-- python_nvfp4_output:begin -->\n```\n(.*?)```\n<!-- python_nvfp4_output:end -->", text, re.S)
+    assert code and shown, "docs/python.md has no marked NVFP4 example and output"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code.group(1), "docs/python.md (NVFP4)", "exec"), {})
+    assert out.getvalue() == shown.group(1)
