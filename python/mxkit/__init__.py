@@ -16,6 +16,11 @@ its tensors are passed in.
     codes, scales = copy                             # a foreign copy: described by keywords
     r = mxkit.validate(x, codes, scales, fmt="mxfp4", preset="torchao_floor", scale_layout="cublas_128x4")
 
+NVFP4 (E2M1, an E4M3 scale per 16 elements, an fp32 tensor scale) on the host: ``quantize(x,
+"nvfp4", ...)`` returns an NVFP4Copy, ``codes, scales, tensor_scale = copy``, which dequantize and
+validate read as MX copies are read; presets "te_nvfp4" and "torchao_nvfp4" reproduce
+TransformerEngine's and torchao's quantizers byte for byte. Device tensors are refused.
+
 Names (formats, axes, rules, roundings, scale layouts) are mxkit's own (``mxkit.FORMATS``...);
 formats also take the short names e2m1/fp4, e4m3, e5m2, e2m3, e3m2, int8 and torch dtypes. One
 keyword per concept in every function (``scale_layout``, ``nibbles``); the 0.2 spellings
@@ -33,12 +38,14 @@ from . import _mxkit
 __all__ = [
     "quantize", "dequantize", "encode", "decode", "pack_fp4", "unpack_fp4", "validate", "validate_gemm", "gemm",
     "MXCopy", "Tensor", "Report", "GemmReport", "FORMATS", "PRESETS", "SCALE_LAYOUTS", "has_gpu", "__version__",
+    "NVFP4Copy", "NVFP4Report", "NVFP4_PRESETS", "NVFP4_BLOCKS",
 ]
 
 __version__ = _mxkit.version
 Tensor = _mxkit.Tensor
 Report = _mxkit.ValidationResult
 GemmReport = _mxkit.GemmValidationResult
+NVFP4Report = _mxkit.NVFP4ValidationResult
 
 FORMATS = ("mxfp4", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp8_e4m3", "mxfp8_e5m2", "mxint8")
 SCALE_LAYOUTS = ("row_major", "cublas_128x4", "aiter_shuffle")
@@ -53,7 +60,12 @@ _ALIASES = {
     "int8": "mxint8",
 }
 # The element format each peer preset implies when none is given.
-_PRESET_FORMAT = {"te_mxfp8": "mxfp8_e4m3", "rocm_te_mxfp4": "mxfp4", "rocm_te_mxfp4_software": "mxfp4"}
+_PRESET_FORMAT = {"te_mxfp8": "mxfp8_e4m3", "rocm_te_mxfp4": "mxfp4", "rocm_te_mxfp4_software": "mxfp4",
+                  "te_nvfp4": "nvfp4", "torchao_nvfp4": "nvfp4"}
+# NVFP4 (host only): its presets (mxkit's rule, TransformerEngine's and torchao's quantizers) and
+# block shapes (1x16; 16x16 for TE's 2-D weight scaling).
+NVFP4_PRESETS = ("mxkit", "te_nvfp4", "torchao_nvfp4")
+NVFP4_BLOCKS = ("1x16", "16x16")
 
 
 def __getattr__(name):
@@ -205,8 +217,9 @@ def _import(x, stream=None):
 
 def _import_arg(func, name, x, stream=None):
     """_import with the argument's name in any error (a list, a producer that refuses)."""
-    if isinstance(x, MXCopy):
-        raise TypeError(f"{func}: {name} is an MXCopy; pass its codes or scales, or the copy where the function takes one")
+    if isinstance(x, (MXCopy, NVFP4Copy)):
+        raise TypeError(f"{func}: {name} is an {type(x).__name__}; pass its codes or scales, or the copy where the function "
+                        "takes one")
     try:
         return _import(x, stream)
     except (ValueError, BufferError, RuntimeError) as e:
@@ -324,6 +337,104 @@ def _layout_alias(d):
 _mxkit.CopyDescription.layout = property(_layout_alias)
 
 
+# ---- NVFP4 (host only) ---------------------------------------------------------------------
+# The NVFP4 copies of the host reference (include/mxkit/ref/nvfp4_quantize.hpp) and the TE and
+# torchao presets (validation/nvfp4_presets.hpp), behind the same quantize / dequantize / validate.
+# Every rule is the C++ library's; this layer checks the arguments' kinds and routes.
+class NVFP4Copy(tuple):
+    """One NVFP4 copy: ``codes, scales, tensor_scale = copy``; ``copy.description`` says how it is
+    stored and was quantized (block shape, axis, shape, scale layout, preset and its formula,
+    rounding, Hadamard...), so ``dequantize(copy)`` and ``validate(x, copy)`` take nothing that
+    could disagree with it. The tensor scale is part of the copy: its values are code x E4M3
+    scale x the decode scale the tensor scale gives, and without it they are off by that factor.
+
+    codes: E2M1 codes two per byte, element 2i in the low nibble, [lines, bytes per line].
+    scales: the E4M3 bytes, [lines, blocks] row-major (TE: its padded allocation), or the flat
+    buffer of cublas_128x4. tensor_scale: a float, as the preset stores it (mxkit and torchao:
+    the decode scale amax / 2688; TE: the copy's amax).
+    """
+
+    def __new__(cls, codes, scales, tensor_scale, description):
+        if not isinstance(description, _mxkit.NVFP4Description):
+            raise TypeError(f"NVFP4Copy: description must be an NVFP4 copy description (an NVFP4Copy's .description), "
+                            f"got {type(description).__name__}")
+        self = super().__new__(cls, (codes, scales, _real("NVFP4Copy", "tensor_scale", tensor_scale)))
+        self.description = description
+        return self
+
+    codes = property(lambda self: self[0])
+    scales = property(lambda self: self[1])
+    tensor_scale = property(lambda self: self[2])
+
+    def __repr__(self):
+        return f"NVFP4Copy({self.description!r}, tensor_scale={self.tensor_scale!r})"
+
+
+def _is_nvfp4(fmt):
+    return isinstance(fmt, str) and fmt == "nvfp4"
+
+
+def _nvfp4_form(func, codes, fmt, preset):
+    """How dequantize / validate got an NVFP4 copy: "copy" (an NVFP4Copy), "loose" (arrays with
+    fmt="nvfp4" or an NVFP4 preset), or None (MX)."""
+    if isinstance(codes, NVFP4Copy):
+        return "copy"
+    if _is_nvfp4(fmt) or (fmt is None and isinstance(preset, str) and _PRESET_FORMAT.get(preset) == "nvfp4"):
+        return "loose"
+    return None
+
+
+def _refuse_device(func, name, x):
+    if _is_device(x):
+        raise NotImplementedError(f"{func}: {name} is a device tensor, but NVFP4 has only the host reference so far "
+                                  "(no device quantizer); pass a host (CPU) tensor")
+
+
+def _refuse(func, fmt, **given):
+    """Keywords of the other family of formats: an error naming them, never silently ignored."""
+    named = [k for k, v in given.items() if v is not None]
+    if named:
+        what, this = ("MX formats only", "fmt='nvfp4'") if _is_nvfp4(fmt) else ("fmt='nvfp4' only", f"fmt={fmt!r}")
+        raise ValueError(f"{func}: {', '.join(named)} applies to {what}, not {this}; leave it out")
+
+
+def _tensor_scale(func, value):
+    """A given tensor scale as a float (its range is the preset's formula's: the C++ checks it)."""
+    return None if value is None else _real(func, "tensor_scale", value)
+
+
+def _nvfp4_describe(func, rows, cols, axis="rowwise", preset="mxkit", block=None, scale_layout=None, rounding=None,
+                    hadamard=None, random_signs=False, seed=0, tensor_scale_from_amax=True):
+    if not isinstance(preset, str):
+        raise TypeError(f"{func}: preset must be a string, got {preset!r}")
+    if preset not in NVFP4_PRESETS:
+        raise ValueError(f"{func}: preset {preset!r} is not an NVFP4 preset (one of {', '.join(NVFP4_PRESETS)})")
+    block = _name(func, "block", block) or "1x16"
+    if block not in NVFP4_BLOCKS:
+        raise ValueError(f"{func}: block {block!r} is not one of {', '.join(NVFP4_BLOCKS)}")
+    return _mxkit.describe_nvfp4(
+        rows, cols, block, _name(func, "axis", axis, optional=False), preset, layout=_name(func, "scale_layout", scale_layout),
+        rounding=_name(func, "rounding", rounding), hadamard=_flag(func, "hadamard", hadamard, optional=True),
+        random_signs=_flag(func, "random_signs", random_signs), seed=_integer(func, "seed", seed, 0, 2 ** 64 - 1),
+        tensor_scale_from_amax=_flag(func, "tensor_scale_from_amax", tensor_scale_from_amax))
+
+
+def _quantize_nvfp4(x, axis, rounding, hadamard, scale_layout, preset, random_signs, seed, threads, block, tensor_scale):
+    f = "quantize"
+    _refuse_device(f, "x", x)
+    given = _tensor_scale(f, tensor_scale)
+    axes = ("rowwise", "columnwise") if isinstance(axis, str) and axis == "both" else (axis,)
+    t = _import_arg(f, "x", x)
+    rows, cols = _shape2(t, f)
+    copies = []
+    for a in axes:
+        d = _nvfp4_describe(f, rows, cols, a, preset, block, scale_layout, rounding, hadamard, random_signs, seed,
+                            tensor_scale_from_amax=given is None)
+        codes, scales, stored, _ = _mxkit.nvfp4_quantize_host(t, d, given, threads)
+        copies.append(NVFP4Copy(_like(x, codes), _like(x, scales), stored, d))
+    return tuple(copies) if len(copies) == 2 else copies[0]
+
+
 def _describe(func, rows, cols, fmt, axis, preset="mxkit", scale_layout=None, rule=None, rounding=None, hadamard=None,
               random_signs=False, seed=0, nibbles=None, columnwise=None, padding_stored=None):
     """The copy description of these arguments, checked, made once per distinct argument tuple:
@@ -342,6 +453,8 @@ def _describe_checked(func, rows, cols, fmt, axis, preset, scale_layout, rule, r
                       nibbles, columnwise, padding_stored):
     if not isinstance(preset, str):
         raise TypeError(f"{func}: preset must be a string, got {preset!r}")
+    if preset in NVFP4_PRESETS and preset != "mxkit":
+        raise ValueError(f"{func}: preset {preset!r} is an NVFP4 preset; it takes fmt='nvfp4', not {fmt!r}")
     if preset not in PRESETS:
         raise ValueError(f"{func}: preset {preset!r} is not one of {', '.join(PRESETS)}")
     fmt = _format(fmt, func) or _PRESET_FORMAT.get(preset)
@@ -375,8 +488,9 @@ def _outputs(func, out, copies):
 
 
 def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, scale_layout="row_major", *,
-             preset="mxkit", random_signs=False, seed=0, nibbles=None, stream=None, threads=0, out=None):
-    """Quantizes a 2-D float32 / bfloat16 / float16 tensor to MX format `fmt`.
+             preset="mxkit", random_signs=False, seed=0, nibbles=None, stream=None, threads=0, out=None, block=None,
+             tensor_scale=None):
+    """Quantizes a 2-D float32 / bfloat16 / float16 tensor to MX format `fmt`, or to NVFP4.
 
     axis: "rowwise" (blocks of 32 along a row), "columnwise" (along a column; stored transposed),
     or "both" (returns the two copies, one launch on the GPU). rule: floor (OCP, default), even,
@@ -393,10 +507,23 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     synchronization; the results are allocated by x's framework (torch's caching allocator,
     CuPy's pool) on that stream, or by mxkit's stream-ordered pool for other DLPack producers.
     Returns an MXCopy (codes, scales), or (rowwise, columnwise) for axis="both".
+
+    fmt="nvfp4" (host tensors only; a device tensor raises NotImplementedError): block "1x16"
+    (default) or "16x16"; tensor_scale None (computed from the copy's amax) or the value to store
+    (mxkit, torchao: a decode scale; te_nvfp4: an amax); preset "mxkit", "te_nvfp4" (hadamard: the
+    RHT on the columnwise copy) or "torchao_nvfp4"; rounding, hadamard, random_signs, seed,
+    scale_layout (row_major, cublas_128x4) as for MX; rule, nibbles and out do not apply. Returns
+    an NVFP4Copy (codes, scales, tensor_scale), or one per copy for axis="both" (each with the
+    tensor scale of its own amax).
     """
     f = "quantize"
     threads = _integer(f, "threads", threads, 0, _MAX_THREADS)
     stream = _stream_arg(f, stream)
+    if _is_nvfp4(fmt):
+        _refuse(f, fmt, rule=rule, nibbles=nibbles, out=out)
+        return _quantize_nvfp4(x, axis, rounding, hadamard, scale_layout, preset, random_signs, seed, threads, block,
+                               tensor_scale)
+    _refuse(f, fmt, block=block, tensor_scale=tensor_scale)
     if isinstance(axis, str) and axis == "both":
         axes = ("rowwise", "columnwise")
     else:
@@ -447,7 +574,8 @@ def _copy_form(func, copy, **loose):
 
 
 def dequantize(codes, scales=None, fmt=None, shape=None, axis=None, scale_layout=None, *, preset=None, hadamard=None,
-               random_signs=None, seed=None, nibbles=None, columnwise=None, padding_stored=None):
+               random_signs=None, seed=None, nibbles=None, columnwise=None, padding_stored=None, block=None,
+               tensor_scale=None):
     """The logical [rows, cols] float32 values of a copy (the rotation undone).
 
     dequantize(copy): an MXCopy from quantize, read as its description says.
@@ -455,8 +583,32 @@ def dequantize(codes, scales=None, fmt=None, shape=None, axis=None, scale_layout
     validate); the codes must hold exactly what that description stores.
 
     Host arrays (device ones are copied to the host first). Returns NumPy (torch for torch
-    host input)."""
+    host input).
+
+    NVFP4: dequantize(copy) of an NVFP4Copy, or dequantize(codes, scales, "nvfp4", shape,
+    tensor_scale=..., preset=..., block=...): never without the tensor scale, which the values
+    are multiplied by (as its preset's formula decodes it: TE stores the amax)."""
     f = "dequantize"
+    nvfp4 = _nvfp4_form(f, codes, fmt, preset)
+    if nvfp4 == "copy":
+        d = _copy_form(f, codes, scales=scales, fmt=fmt, shape=shape, axis=axis, scale_layout=scale_layout,
+                       preset=preset, hadamard=hadamard, random_signs=random_signs, seed=seed, nibbles=nibbles,
+                       columnwise=columnwise, padding_stored=padding_stored, block=block, tensor_scale=tensor_scale)
+        codes, scales, tensor_scale = codes
+    elif nvfp4 == "loose":
+        if scales is None or shape is None or tensor_scale is None:
+            raise TypeError(f"{f}: pass an NVFP4Copy, or codes, scales, fmt='nvfp4', shape=(rows, cols) and tensor_scale "
+                            "(an NVFP4 copy's values are code x scale x its tensor scale: never dequantized without it)")
+        _refuse(f, "nvfp4", nibbles=nibbles, columnwise=columnwise, padding_stored=padding_stored)
+        rows, cols = _shape_arg(f, shape)
+        d = _nvfp4_describe(f, rows, cols, axis or "rowwise", preset or "mxkit", block, scale_layout, None, hadamard,
+                            False if random_signs is None else random_signs, 0 if seed is None else seed)
+    if nvfp4:
+        out = _mxkit.nvfp4_dequantize_host(_import_arg(f, "codes", _host(_bytes_view(codes))),
+                                           _import_arg(f, "scales", _host(_bytes_view(scales))), d,
+                                           _tensor_scale(f, tensor_scale))
+        return _like(codes, out) if not _is_device(codes) else out
+    _refuse(f, fmt, block=block, tensor_scale=tensor_scale)
     if isinstance(codes, MXCopy):
         d = _copy_form(f, codes, scales=scales, fmt=fmt, shape=shape, axis=axis, scale_layout=scale_layout,
                        preset=preset, hadamard=hadamard, random_signs=random_signs, seed=seed, nibbles=nibbles,
@@ -504,6 +656,8 @@ def _code_bytes(func, name, codes):
     """Codes as a contiguous host byte array, never cast from another dtype: a float array is not
     codes. Python lists of integers 0 to 255 are taken."""
     import numpy as np
+    if isinstance(codes, (MXCopy, NVFP4Copy)):  # tuples, but not of codes
+        return _import_arg(func, name, codes)
     if isinstance(codes, (list, tuple, int)) and not isinstance(codes, bool):
         arr = np.asarray(codes)
         if arr.dtype.kind not in "iu" or (arr.size and (arr.min() < 0 or arr.max() > 255)):
@@ -561,8 +715,9 @@ def unpack_fp4(packed, nibbles="low_first"):
 @_renamed(layout="scale_layout")
 def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layout=None, *, rule=None, rounding=None,
              hadamard=None, random_signs=None, seed=None, nibbles=None, columnwise=None, padding_stored=None,
-             max_reported=16, diagnose=True, strict_nan_blocks=False, check_padding=True, threads=0):
-    """Checks an MX copy against mxkit's reference, byte for byte.
+             max_reported=16, diagnose=True, strict_nan_blocks=False, check_padding=True, threads=0, block=None,
+             tensor_scale=None, tensor_scale_from_amax=None):
+    """Checks an MX or NVFP4 copy against mxkit's reference, byte for byte.
 
     validate(x, copy): an MXCopy (from quantize, or built by hand), checked as its description
     says. validate(x, codes, scales, ...): a copy another kernel wrote, described by keywords:
@@ -577,6 +732,14 @@ def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layo
     row, column, line, block, index, expected, actual, expected_value, actual_value, scale, ...)
     and, when it fails and diagnose is on, diagnosis / passing_change: the common mistake
     (nibble order, scale layout, columnwise storage, scale rule) that would make it pass.
+
+    NVFP4: validate(x, copy) of an NVFP4Copy, or validate(x, codes, scales, fmt="nvfp4",
+    tensor_scale=..., preset="mxkit" | "te_nvfp4" | "torchao_nvfp4", axis, block, scale_layout,
+    hadamard, rounding, seed): tensor_scale as the copy stores it (TE: the amax), checked against
+    the copy's amax unless tensor_scale_from_amax=False (a given, calibrated one). Returns an
+    NVFP4Report: the MX Report's fields plus the tensor scale's (tensor_scale_checked,
+    expected_tensor_scale, actual_tensor_scale, tensor_scale_mismatches); its diagnosis tries
+    NVFP4's mistakes (nibbles, scale layout, block shape, tensor scale, a forgotten rotation).
     """
     f = "validate"
     options = dict(max_reported=_integer(f, "max_reported", max_reported),
@@ -584,6 +747,27 @@ def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layo
                    check_padding=_flag(f, "check_padding", check_padding), diagnose=_flag(f, "diagnose", diagnose),
                    threads=_integer(f, "threads", threads, 0, _MAX_THREADS))
     xh = _import_arg(f, "x", _host(x))
+    nvfp4 = _nvfp4_form(f, codes, fmt, preset)
+    if nvfp4 == "copy":
+        d = _copy_form(f, codes, scales=scales, fmt=fmt, axis=axis, preset=preset, scale_layout=scale_layout, rule=rule,
+                       rounding=rounding, hadamard=hadamard, random_signs=random_signs, seed=seed, nibbles=nibbles,
+                       columnwise=columnwise, padding_stored=padding_stored, block=block, tensor_scale=tensor_scale,
+                       tensor_scale_from_amax=tensor_scale_from_amax)
+        codes, scales, tensor_scale = codes
+    elif nvfp4 == "loose":
+        if scales is None or tensor_scale is None:
+            raise TypeError(f"{f}: pass an NVFP4Copy, or codes, scales and tensor_scale (as the copy stores it: mxkit, "
+                            "torchao the decode scale, TE the amax)")
+        _refuse(f, "nvfp4", rule=rule, nibbles=nibbles, columnwise=columnwise, padding_stored=padding_stored)
+        rows, cols = _shape2(xh, f)
+        d = _nvfp4_describe(f, rows, cols, axis or "rowwise", preset or "mxkit", block, scale_layout, rounding, hadamard,
+                            False if random_signs is None else random_signs, 0 if seed is None else seed,
+                            True if tensor_scale_from_amax is None else tensor_scale_from_amax)
+    if nvfp4:
+        return _mxkit.nvfp4_validate_host(xh, _import_arg(f, "codes", _host(_bytes_view(codes))),
+                                          _import_arg(f, "scales", _host(_bytes_view(scales))), d,
+                                          _tensor_scale(f, tensor_scale), **options)
+    _refuse(f, fmt, block=block, tensor_scale=tensor_scale, tensor_scale_from_amax=tensor_scale_from_amax)
     if isinstance(codes, MXCopy):
         d = _copy_form(f, codes, scales=scales, fmt=fmt, axis=axis, preset=preset, scale_layout=scale_layout, rule=rule,
                        rounding=rounding, hadamard=hadamard, random_signs=random_signs, seed=seed, nibbles=nibbles,

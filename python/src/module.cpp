@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -24,7 +25,9 @@
 #include <mxkit/host/host_backend.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/nn/delayed_scaling.hpp>
+#include <mxkit/ref/nvfp4_quantize.hpp>
 #include <mxkit/validation/diagnose.hpp>
+#include <mxkit/validation/nvfp4_presets.hpp>
 #include <mxkit/validation/peer_presets.hpp>
 #include <mxkit/ref/quantize.hpp>
 #include <mxkit/validation/validate.hpp>
@@ -1163,6 +1166,312 @@ void update_scales(const tensor_ref& history, const tensor_ref& scale, const ten
   mxkit::ref::update_scales(hp, sp, mp, rows, h, c);
 }
 
+// ---- NVFP4 on the host ----------------------------------------------------------------------
+// NVFP4 copies (issue 46, section 2) from Python: the host reference quantizer and dequantizer
+// (ref/nvfp4_quantize.hpp), validation with the TransformerEngine and torchao presets
+// (validation/nvfp4_presets.hpp) and the layout diagnosis. A description of its own, beside the
+// MX one, because an NVFP4 copy has what an MX copy has not: a block shape (1 x 16 or 16 x 16),
+// a formula (whose order of fp32 operations), and a tensor scale whose meaning is the formula's
+// (mxkit and torchao store the decode scale, TransformerEngine the copy's amax). The tensor scale
+// travels beside the codes and scales (python/mxkit/__init__.py, NVFP4Copy), never in the
+// description: one description serves a copy whatever scale it was quantized under. There is no
+// NVFP4 device quantizer yet; the Python layer refuses device tensors before these are called.
+struct nvfp4_description {
+  std::string preset = "mxkit";
+  std::string name = "mxkit";
+  mxkit::nvfp4_layout layout;
+  mxkit::nvfp4_options options;
+  mxkit::mx_storage storage;
+  mxkit::ref::nvfp4_quirks quirks;
+  std::optional<mxkit::ref::nvfp4_preset> peer;
+  bool tensor_scale_from_amax = true;  // false: the tensor scale was given (validate takes it as it is)
+
+  mxkit::nvfp4_foreign_view view(std::span<const std::uint8_t> data = {}, std::span<const std::uint8_t> scales = {}, float tensor_scale = 1.0f) const {
+    return {layout, options, storage, data, scales, tensor_scale, tensor_scale_from_amax};
+  }
+  std::size_t data_bytes() const { return view().data_span(); }
+  std::size_t scale_bytes() const { return view().scale_span(); }
+  std::vector<std::int64_t> data_shape() const {
+    const auto v = view();
+    return {static_cast<std::int64_t>(v.stored_rows()), static_cast<std::int64_t>(v.data_ld())};
+  }
+  std::vector<std::int64_t> scale_shape() const {  // [lines, blocks] (TE: its padded allocation), or a tiled layout's flat buffer
+    const auto v = view();
+    const mxkit::scale_extent e = v.stored_scale_extent();
+    if (storage.scales != mxkit::scale_layout::row_major) return {static_cast<std::int64_t>(e.size())};
+    return {static_cast<std::int64_t>(e.lines), static_cast<std::int64_t>(e.blocks)};
+  }
+  std::string block() const { return layout.tile_lines() == 1 ? "1x16" : "16x16"; }
+  std::string what() const {  // "a rowwise nvfp4 (1x16) 128x64 copy with cublas_128x4 scales (NVIDIA TE NVFP4 (1 x 16 blocks))"
+    std::ostringstream s;
+    s << "a " << mxkit::name_of(layout.axis) << " nvfp4 (" << block() << ") " << layout.rows << "x" << layout.cols << " copy";
+    if (storage.scales != mxkit::scale_layout::row_major) s << " with " << mxkit::name_of(storage.scales) << " scales";
+    s << " (" << name << ")";
+    return s.str();
+  }
+};
+
+nvfp4_description describe_nvfp4(std::size_t rows, std::size_t cols, const std::string& block, const std::string& axis, const std::string& preset,
+                                 std::optional<std::string> layout, std::optional<std::string> rounding, std::optional<bool> hadamard,
+                                 bool random_signs, std::uint64_t seed, bool tensor_scale_from_amax) {
+  if (block != "1x16" && block != "16x16") value_error("block '" + block + "' is not one of 1x16, 16x16");
+  const bool two_d = block == "16x16";
+  const bool rotate = hadamard.value_or(false);
+  nvfp4_description d;
+  d.preset = preset;
+  d.layout = {two_d ? mxkit::formats::nvfp4_2d : mxkit::formats::nvfp4, parse_enum<mxkit::block_axis>(axis, "axis"), rows, cols};
+  mxkit::detail::check_nvfp4_layout(d.layout, "describe_nvfp4");
+  const mxkit::scale_layout scales = layout ? parse_enum<mxkit::scale_layout>(*layout, "scale_layout") : mxkit::scale_layout::row_major;
+  if (preset == "mxkit") {
+    d.storage = mxkit::own_storage(scales);
+    d.options.hadamard = rotate;
+    if (rounding) d.options.round = parse_enum<mxkit::rounding>(*rounding, "rounding");
+  } else if (preset == "te_nvfp4" || preset == "torchao_nvfp4") {
+    // The presets are the peers' quantizers as they are: what they do not model is refused, not
+    // silently dropped (their stochastic rounding draws the peers' own bits; torchao has no RHT
+    // and no 16 x 16 blocks; TE's RHT signs are TE's).
+    if (rounding && *rounding != "nearest_even")
+      value_error("rounding '" + *rounding + "' with preset '" + preset + "': the preset rounds to nearest_even only (the peer's stochastic rounding is not modeled)");
+    if (random_signs) value_error("random_signs with preset '" + preset + "': the preset's rotation signs are the peer's own");
+    if (preset == "torchao_nvfp4" && rotate) value_error("hadamard with preset 'torchao_nvfp4': torchao's NVFP4 quantizer does not rotate");
+    if (preset == "torchao_nvfp4" && two_d) value_error("block '16x16' with preset 'torchao_nvfp4': torchao's NVFP4 quantizer scales 1x16 blocks");
+    try {
+      d.peer = preset == "te_nvfp4" ? mxkit::ref::peers::te_nvfp4(rotate, two_d, scales) : mxkit::ref::peers::torchao_nvfp4(scales, true);
+    } catch (const std::invalid_argument& e) {  // the peer's own rule, with the argument that broke it
+      value_error("scale_layout '" + std::string(mxkit::name_of(scales)) + "' with preset '" + preset + "': " + e.what());
+    }
+    d.name = d.peer->name;
+    d.options = d.peer->options(d.layout.axis);
+    d.quirks = d.peer->quirks;
+    d.storage = d.peer->storage(d.layout.axis, rows, cols);
+  } else {
+    value_error("unknown NVFP4 preset '" + preset + "'; one of mxkit, te_nvfp4, torchao_nvfp4");
+  }
+  if (random_signs && !rotate) value_error("random_signs needs hadamard=True (they are the signs of the rotation)");
+  if (random_signs) d.options.hadamard_signs = mxkit::hadamard_sign_mask(seed);
+  d.options.seed = seed;
+  d.tensor_scale_from_amax = tensor_scale_from_amax;
+  mxkit::detail::check_nvfp4_foreign_storage(d.view(), "describe_nvfp4");
+  return d;
+}
+
+// The stored tensor scale of a copy, as its formula reads it (TE: an amax >= 0; mxkit, torchao: a
+// positive normal float), refused with the argument's name.
+void check_nvfp4_tensor_scale(const nvfp4_description& d, float t, const char* entry) {
+  try {
+    mxkit::detail::check_nvfp4_stored(d.quirks.formula, t, entry);
+  } catch (const std::invalid_argument& e) {
+    value_error(std::string(e.what()) + " (tensor_scale=" + std::to_string(t) + ")");
+  }
+}
+
+// One copy: (codes, scales, stored tensor scale, computed from the amax). The peers' copies come
+// from quantize_like (their formula, stored their way); mxkit's from ref::quantize.
+py::tuple nvfp4_quantize_host(const tensor_ref& x, const nvfp4_description& d, std::optional<float> tensor_scale, unsigned threads) {
+  if (!x.on_host()) value_error("quantize: NVFP4 has only the host reference so far; x is " + x.describe());
+  const matrix_arg m = input_matrix(x, "quantize");
+  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("quantize: the description is for " + d.what() + " but x is " + x.describe());
+  if (tensor_scale) check_nvfp4_tensor_scale(d, *tensor_scale, "quantize");
+  mxkit::nvfp4_foreign_buffers b;
+  {
+    py::gil_scoped_release nogil;
+    b = with_host_matrix(m, [&](auto in) {
+      if (d.peer) {
+        mxkit::ref::nvfp4_preset p = *d.peer;
+        return mxkit::ref::quantize_like(p, in, d.layout.axis, tensor_scale, threads);
+      }
+      const mxkit::nvfp4_tensor t = mxkit::ref::quantize(in, d.layout.format, d.layout.axis, d.options, tensor_scale, threads);
+      return mxkit::store_foreign(t, d.storage);
+    });
+  }
+  const float stored = b.tensor_scale;
+  const bool from_amax = b.tensor_scale_from_amax;
+  return py::make_tuple(numpy_bytes(std::move(b.data), d.data_shape()), numpy_bytes(std::move(b.scales), d.scale_shape()), stored, from_amax);
+}
+
+// Checks the buffers against the description: codes exactly, scales at least (a padded
+// allocation), as the MX entry points do; a 2-D codes array of another shape is refused too.
+mxkit::nvfp4_foreign_view nvfp4_buffers(const tensor_ref& codes, const tensor_ref& scales, const nvfp4_description& d, float tensor_scale,
+                                        const char* entry, size_rule scale_rule) {
+  const byte_buffer c = host_bytes(codes, "codes"), s = host_bytes(scales, "scales");
+  check_size(entry, "codes", c.size, d.data_bytes(), d.what());
+  check_size(entry, "scales", s.size, d.scale_bytes(), d.what(), scale_rule);
+  if (codes.shape.size() == 2 && codes.shape != d.data_shape())
+    value_error(std::string(entry) + ": codes has shape " + shape_text(codes.shape) + ", but " + d.what() + " stores its codes as " +
+                shape_text(d.data_shape()) + "; check shape and axis");
+  check_nvfp4_tensor_scale(d, tensor_scale, entry);
+  return d.view({c.data, c.size}, {s.data, s.size}, tensor_scale);
+}
+
+// Logical [rows, cols] floats. The copy is moved into mxkit's storage (bytes only: codes and
+// scales read through the description's addressing) under the decode scale of its formula (TE
+// stores the amax; it decodes with S_dec), and ref::dequantize does the arithmetic.
+py::object nvfp4_dequantize_host(const tensor_ref& codes, const tensor_ref& scales, const nvfp4_description& d, float tensor_scale) {
+  const mxkit::nvfp4_foreign_view v = nvfp4_buffers(codes, scales, d, tensor_scale, "dequantize", size_rule::exact);
+  std::vector<float> out;
+  {
+    py::gil_scoped_release nogil;
+    const float decode = mxkit::detail::with_nvfp4_scaler(d.quirks.formula, tensor_scale, [](const auto& s) { return s.decode_tensor_scale(); });
+    const mxkit::nvfp4_layout& l = d.layout;
+    mxkit::nvfp4_tensor own(l, d.options, decode, d.tensor_scale_from_amax);
+    const std::size_t stored = v.stored_length();  // positions past it (TE, torchao store whole blocks) stay the zero padding
+    for (std::size_t line = 0; line < l.lines(); ++line) {
+      std::uint8_t* row = own.data().data() + line * l.line_bytes();
+      for (std::size_t p = 0; p < stored; ++p) mxkit::store_code(row, p, v.code(line, p), 4);
+      for (std::size_t b = 0; b < l.blocks_per_line(); ++b) own.scales()[line * l.blocks_per_line() + b] = v.scale(line, b);
+    }
+    out = mxkit::ref::dequantize(own);
+  }
+  return numpy_floats(std::move(out), {static_cast<std::int64_t>(d.layout.rows), static_cast<std::int64_t>(d.layout.cols)});
+}
+
+struct nvfp4_validation_result {
+  mxkit::ref::nvfp4_validation_report report;
+  std::string text;
+  bool diagnosed = false;
+  std::string diagnosis, passing_change;
+  std::vector<std::pair<std::string, std::size_t>> tried;  // (change, mismatches)
+};
+
+py::dict nvfp4_mismatch_arrays(const mxkit::ref::nvfp4_validation_report& r) {
+  using kind_t = mxkit::ref::nvfp4_mismatch_kind;
+  const std::size_t n = r.mismatches.size();
+  std::vector<std::int64_t> row(n), col(n), line(n), block(n), index(n);
+  std::vector<std::uint8_t> expected(n), actual(n), scale(n), actual_scale(n);
+  std::vector<float> expected_value(n), actual_value(n), input(n), value(n);
+  std::vector<std::string> kind(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const mxkit::ref::nvfp4_mismatch& m = r.mismatches[i];
+    kind[i] = mxkit::name_of(m.kind);
+    row[i] = static_cast<std::int64_t>(m.row);
+    col[i] = static_cast<std::int64_t>(m.col);
+    line[i] = static_cast<std::int64_t>(m.line);
+    block[i] = static_cast<std::int64_t>(m.block);
+    index[i] = static_cast<std::int64_t>(m.index);
+    expected[i] = m.expected;
+    actual[i] = m.actual;
+    scale[i] = m.scale;
+    actual_scale[i] = m.actual_scale;
+    input[i] = m.input;
+    value[i] = m.value;
+    // Decoded as a consumer of either copy would: the two tensor scales; the two E4M3 scales; an
+    // element (or padding) code times its block's scale times the formula's decode scale.
+    if (m.kind == kind_t::tensor_scale) {
+      expected_value[i] = m.expected_tensor_scale;
+      actual_value[i] = m.actual_tensor_scale;
+    } else if (m.kind == kind_t::scale || m.scale_entry) {
+      expected_value[i] = mxkit::e4m3::from_bits(m.expected).to_float();
+      actual_value[i] = mxkit::e4m3::from_bits(m.actual).to_float();
+    } else {
+      expected_value[i] = mxkit::nvfp4_decode(mxkit::e2m1::from_bits(m.expected), mxkit::e4m3::from_bits(m.scale), m.decode_scale);
+      actual_value[i] = mxkit::nvfp4_decode(mxkit::e2m1::from_bits(m.actual), mxkit::e4m3::from_bits(m.actual_scale), m.decode_scale);
+    }
+  }
+  py::dict d;
+  d["kind"] = numpy_list(kind, "U12");
+  d["row"] = numpy_list(row, "int64");
+  d["column"] = numpy_list(col, "int64");
+  d["line"] = numpy_list(line, "int64");
+  d["block"] = numpy_list(block, "int64");
+  d["index"] = numpy_list(index, "int64");
+  d["expected"] = numpy_list(expected, "uint8");
+  d["actual"] = numpy_list(actual, "uint8");
+  d["expected_value"] = numpy_list(expected_value, "float32");
+  d["actual_value"] = numpy_list(actual_value, "float32");
+  d["scale"] = numpy_list(scale, "uint8");
+  d["actual_scale"] = numpy_list(actual_scale, "uint8");
+  d["input"] = numpy_list(input, "float32");
+  d["value"] = numpy_list(value, "float32");
+  return d;
+}
+
+nvfp4_validation_result nvfp4_validate_host(const tensor_ref& x, const tensor_ref& codes, const tensor_ref& scales, const nvfp4_description& d,
+                                            float tensor_scale, std::size_t max_reported, bool strict_nan_blocks, bool check_padding, bool diagnose,
+                                            unsigned threads) {
+  if (!x.on_host()) value_error("validate: x is " + x.describe() + "; validation reads host memory");
+  const matrix_arg m = input_matrix(x, "validate");
+  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("validate: the description is for " + d.what() + " but x is " + x.describe());
+  const mxkit::nvfp4_foreign_view v = nvfp4_buffers(codes, scales, d, tensor_scale, "validate", size_rule::at_least);
+  mxkit::ref::nvfp4_validate_options o;
+  o.max_reported = max_reported;
+  o.strict_nan_blocks = strict_nan_blocks;
+  o.check_padding = check_padding;
+  o.quirks = d.quirks;
+  o.threads = threads;
+  nvfp4_validation_result r;
+  py::gil_scoped_release nogil;
+  with_host_matrix(m, [&](auto in) {
+    r.report = mxkit::ref::validate(in, v, o);
+    if (!r.report.ok() && diagnose) {
+      const mxkit::ref::nvfp4_layout_diagnosis dg = mxkit::ref::diagnose_layout(in, v, o);
+      r.diagnosed = true;
+      r.diagnosis = dg.explanation;
+      if (const mxkit::ref::nvfp4_layout_candidate* p = dg.passing()) r.passing_change = p->change;
+      for (const mxkit::ref::nvfp4_layout_candidate& t : dg.tried) r.tried.emplace_back(t.change, t.mismatches);
+    }
+  });
+  r.text = mxkit::ref::to_string(r.report);
+  if (r.diagnosed) r.text += "\n  diagnosis: " + r.diagnosis;
+  return r;
+}
+
+void register_nvfp4(py::module_& m) {
+  py::class_<nvfp4_description>(m, "NVFP4Description", "How one NVFP4 copy is stored and was quantized (its tensor scale travels beside it)")
+      .def_readonly("preset", &nvfp4_description::preset)
+      .def_readonly("name", &nvfp4_description::name)
+      .def_property_readonly("format", [](const nvfp4_description&) { return std::string("nvfp4"); })
+      .def_property_readonly("block", &nvfp4_description::block)
+      .def_property_readonly("axis", [](const nvfp4_description& d) { return std::string(mxkit::name_of(d.layout.axis)); })
+      .def_property_readonly("rows", [](const nvfp4_description& d) { return d.layout.rows; })
+      .def_property_readonly("cols", [](const nvfp4_description& d) { return d.layout.cols; })
+      .def_property_readonly("scale_layout", [](const nvfp4_description& d) { return std::string(mxkit::name_of(d.storage.scales)); })
+      .def_property_readonly("nibbles", [](const nvfp4_description& d) { return std::string(mxkit::name_of(d.storage.nibbles)); })
+      .def_property_readonly("columnwise", [](const nvfp4_description& d) { return std::string(mxkit::name_of(d.storage.columnwise)); })
+      .def_property_readonly("padding_stored", [](const nvfp4_description& d) { return d.storage.padding_stored; })
+      .def_property_readonly("rounding", [](const nvfp4_description& d) { return std::string(mxkit::name_of(d.options.round)); })
+      .def_property_readonly("hadamard", [](const nvfp4_description& d) { return d.options.hadamard; })
+      .def_property_readonly("hadamard_signs", [](const nvfp4_description& d) { return d.options.hadamard_signs; })
+      .def_property_readonly("seed", [](const nvfp4_description& d) { return d.options.seed; })
+      .def_property_readonly("formula", [](const nvfp4_description& d) { return std::string(mxkit::name_of(d.quirks.formula)); })
+      .def_readonly("tensor_scale_from_amax", &nvfp4_description::tensor_scale_from_amax)
+      .def_property_readonly("data_bytes", &nvfp4_description::data_bytes)
+      .def_property_readonly("scale_bytes", &nvfp4_description::scale_bytes)
+      .def_property_readonly("data_shape", &nvfp4_description::data_shape)
+      .def_property_readonly("scale_shape", &nvfp4_description::scale_shape)
+      .def("__repr__", [](const nvfp4_description& d) { return "<mxkit copy: " + d.what() + ">"; });
+  m.def("describe_nvfp4", &describe_nvfp4, py::arg("rows"), py::arg("cols"), py::arg("block"), py::arg("axis"), py::arg("preset"),
+        py::arg("layout") = py::none(), py::arg("rounding") = py::none(), py::arg("hadamard") = py::none(), py::arg("random_signs") = false,
+        py::arg("seed") = 0, py::arg("tensor_scale_from_amax") = true);
+  m.def("nvfp4_quantize_host", &nvfp4_quantize_host, py::arg("x"), py::arg("copy"), py::arg("tensor_scale") = py::none(), py::arg("threads") = 0);
+  m.def("nvfp4_dequantize_host", &nvfp4_dequantize_host, py::arg("codes"), py::arg("scales"), py::arg("copy"), py::arg("tensor_scale"));
+
+  using R = nvfp4_validation_result;
+  py::class_<R>(m, "NVFP4ValidationResult")
+      .def_property_readonly("ok", [](const R& v) { return v.report.ok(); })
+      .def_property_readonly("tensor_scale_checked", [](const R& v) { return v.report.tensor_scale_checked; })
+      .def_property_readonly("expected_tensor_scale", [](const R& v) { return v.report.expected_tensor_scale; })
+      .def_property_readonly("actual_tensor_scale", [](const R& v) { return v.report.actual_tensor_scale; })
+      .def_property_readonly("tensor_scale_mismatches", [](const R& v) { return v.report.tensor_scale_mismatches; })
+      .def_property_readonly("scales_checked", [](const R& v) { return v.report.scales_checked; })
+      .def_property_readonly("elements_checked", [](const R& v) { return v.report.elements_checked; })
+      .def_property_readonly("padding_checked", [](const R& v) { return v.report.padding_checked; })
+      .def_property_readonly("scale_mismatches", [](const R& v) { return v.report.scale_mismatches; })
+      .def_property_readonly("element_mismatches", [](const R& v) { return v.report.element_mismatches; })
+      .def_property_readonly("padding_mismatches", [](const R& v) { return v.report.padding_mismatches; })
+      .def_property_readonly("nan_blocks_skipped", [](const R& v) { return v.report.nan_blocks_skipped; })
+      .def_property_readonly("mismatch_count", [](const R& v) { return v.report.mismatch_count(); })
+      .def_property_readonly("mismatches", [](const R& v) { return nvfp4_mismatch_arrays(v.report); })
+      .def_readonly("diagnosed", &R::diagnosed)
+      .def_readonly("diagnosis", &R::diagnosis)
+      .def_readonly("passing_change", &R::passing_change)
+      .def_readonly("tried", &R::tried)
+      .def("summary", [](const R& v) { return v.report.summary(); })
+      .def("__str__", [](const R& v) { return v.text; });
+  m.def("nvfp4_validate_host", &nvfp4_validate_host, py::arg("x"), py::arg("codes"), py::arg("scales"), py::arg("copy"), py::arg("tensor_scale"),
+        py::arg("max_reported") = 16, py::arg("strict_nan_blocks") = false, py::arg("check_padding") = true, py::arg("diagnose") = true,
+        py::arg("threads") = 0);
+}
+
 }  // namespace
 }  // namespace mxkit_python
 
@@ -1301,4 +1610,6 @@ PYBIND11_MODULE(_mxkit, m) {
         py::arg("out"), py::arg("bf16"), py::arg("stream") = 1);
   m.def("update_scales", &update_scales, py::arg("history"), py::arg("scale"), py::arg("fp8_max"), py::arg("algorithm"), py::arg("margin"),
         py::arg("stream") = 1);
+
+  register_nvfp4(m);  // NVFP4 on the host (the section above)
 }
