@@ -793,15 +793,19 @@ float decoded(mxkit::mx_type type, std::uint8_t code, std::uint8_t scale) {
 }
 float scale_value(std::uint8_t s) { return mxkit::e8m0::from_bits(s).to_float(); }
 
-py::dict mismatch_arrays(const mxkit::ref::mx_validation_report& r) {
-  const std::size_t n = r.mismatches.size();
+// A validation report's mismatches as columns of NumPy arrays, one per field; kind_of(m) names
+// a mismatch's kind and values_of(m) gives its expected and actual decoded values (what a
+// consumer of either copy would compute). MX and NVFP4 reports share every other column.
+template <class Mismatch, class KindOf, class ValuesOf>
+py::dict mismatch_columns(const std::vector<Mismatch>& ms, const char* kind_dtype, KindOf kind_of, ValuesOf values_of) {
+  const std::size_t n = ms.size();
   std::vector<std::int64_t> row(n), col(n), line(n), block(n), index(n);
   std::vector<std::uint8_t> expected(n), actual(n), scale(n), actual_scale(n);
   std::vector<float> expected_value(n), actual_value(n), input(n), value(n);
   std::vector<std::string> kind(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const mxkit::ref::mx_mismatch& m = r.mismatches[i];
-    kind[i] = mxkit::name_of(m.kind());
+    const Mismatch& m = ms[i];
+    kind[i] = kind_of(m);
     row[i] = static_cast<std::int64_t>(m.row);
     col[i] = static_cast<std::int64_t>(m.col);
     line[i] = static_cast<std::int64_t>(m.line);
@@ -813,13 +817,12 @@ py::dict mismatch_arrays(const mxkit::ref::mx_validation_report& r) {
     actual_scale[i] = m.actual_scale;
     input[i] = m.input;
     value[i] = m.value;
-    // Decoded: a scale mismatch gives the two scales' values, an element the two element values
-    // times their blocks' scales (what a consumer of either copy would compute).
-    expected_value[i] = m.is_scale ? scale_value(m.expected) : decoded(m.type, m.expected, m.scale);
-    actual_value[i] = m.is_scale ? scale_value(m.actual) : decoded(m.type, m.actual, m.actual_scale);
+    const std::pair<float, float> v = values_of(m);
+    expected_value[i] = v.first;
+    actual_value[i] = v.second;
   }
   py::dict d;
-  d["kind"] = numpy_list(kind, "U7");
+  d["kind"] = numpy_list(kind, kind_dtype);
   d["row"] = numpy_list(row, "int64");
   d["column"] = numpy_list(col, "int64");
   d["line"] = numpy_list(line, "int64");
@@ -834,6 +837,16 @@ py::dict mismatch_arrays(const mxkit::ref::mx_validation_report& r) {
   d["input"] = numpy_list(input, "float32");
   d["value"] = numpy_list(value, "float32");
   return d;
+}
+
+py::dict mismatch_arrays(const mxkit::ref::mx_validation_report& r) {
+  // A scale mismatch: the two scales' values; an element: the two element values times their
+  // blocks' scales.
+  return mismatch_columns(r.mismatches, "U7", [](const mxkit::ref::mx_mismatch& m) { return std::string(mxkit::name_of(m.kind())); },
+                          [](const mxkit::ref::mx_mismatch& m) {
+                            return m.is_scale ? std::pair(scale_value(m.expected), scale_value(m.actual))
+                                              : std::pair(decoded(m.type, m.expected, m.scale), decoded(m.type, m.actual, m.actual_scale));
+                          });
 }
 
 validation_result validate_host(const tensor_ref& x, const tensor_ref& codes, const tensor_ref& scales, const copy_description& d,
@@ -1335,54 +1348,17 @@ struct nvfp4_validation_result {
 
 py::dict nvfp4_mismatch_arrays(const mxkit::ref::nvfp4_validation_report& r) {
   using kind_t = mxkit::ref::nvfp4_mismatch_kind;
-  const std::size_t n = r.mismatches.size();
-  std::vector<std::int64_t> row(n), col(n), line(n), block(n), index(n);
-  std::vector<std::uint8_t> expected(n), actual(n), scale(n), actual_scale(n);
-  std::vector<float> expected_value(n), actual_value(n), input(n), value(n);
-  std::vector<std::string> kind(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const mxkit::ref::nvfp4_mismatch& m = r.mismatches[i];
-    kind[i] = mxkit::name_of(m.kind);
-    row[i] = static_cast<std::int64_t>(m.row);
-    col[i] = static_cast<std::int64_t>(m.col);
-    line[i] = static_cast<std::int64_t>(m.line);
-    block[i] = static_cast<std::int64_t>(m.block);
-    index[i] = static_cast<std::int64_t>(m.index);
-    expected[i] = m.expected;
-    actual[i] = m.actual;
-    scale[i] = m.scale;
-    actual_scale[i] = m.actual_scale;
-    input[i] = m.input;
-    value[i] = m.value;
-    // Decoded as a consumer of either copy would: the two tensor scales; the two E4M3 scales; an
-    // element (or padding) code times its block's scale times the formula's decode scale.
-    if (m.kind == kind_t::tensor_scale) {
-      expected_value[i] = m.expected_tensor_scale;
-      actual_value[i] = m.actual_tensor_scale;
-    } else if (m.kind == kind_t::scale || m.scale_entry) {
-      expected_value[i] = mxkit::e4m3::from_bits(m.expected).to_float();
-      actual_value[i] = mxkit::e4m3::from_bits(m.actual).to_float();
-    } else {
-      expected_value[i] = mxkit::nvfp4_decode(mxkit::e2m1::from_bits(m.expected), mxkit::e4m3::from_bits(m.scale), m.decode_scale);
-      actual_value[i] = mxkit::nvfp4_decode(mxkit::e2m1::from_bits(m.actual), mxkit::e4m3::from_bits(m.actual_scale), m.decode_scale);
-    }
-  }
-  py::dict d;
-  d["kind"] = numpy_list(kind, "U12");
-  d["row"] = numpy_list(row, "int64");
-  d["column"] = numpy_list(col, "int64");
-  d["line"] = numpy_list(line, "int64");
-  d["block"] = numpy_list(block, "int64");
-  d["index"] = numpy_list(index, "int64");
-  d["expected"] = numpy_list(expected, "uint8");
-  d["actual"] = numpy_list(actual, "uint8");
-  d["expected_value"] = numpy_list(expected_value, "float32");
-  d["actual_value"] = numpy_list(actual_value, "float32");
-  d["scale"] = numpy_list(scale, "uint8");
-  d["actual_scale"] = numpy_list(actual_scale, "uint8");
-  d["input"] = numpy_list(input, "float32");
-  d["value"] = numpy_list(value, "float32");
-  return d;
+  // Decoded as a consumer of either copy would: the two tensor scales; the two E4M3 scales; an
+  // element (or padding) code times its block's scale times the formula's decode scale.
+  return mismatch_columns(r.mismatches, "U12", [](const mxkit::ref::nvfp4_mismatch& m) { return std::string(mxkit::name_of(m.kind)); },
+                          [](const mxkit::ref::nvfp4_mismatch& m) {
+                            if (m.kind == kind_t::tensor_scale) return std::pair(m.expected_tensor_scale, m.actual_tensor_scale);
+                            if (m.kind == kind_t::scale || m.scale_entry)
+                              return std::pair(mxkit::e4m3::from_bits(m.expected).to_float(), mxkit::e4m3::from_bits(m.actual).to_float());
+                            return std::pair(
+                                mxkit::nvfp4_decode(mxkit::e2m1::from_bits(m.expected), mxkit::e4m3::from_bits(m.scale), m.decode_scale),
+                                mxkit::nvfp4_decode(mxkit::e2m1::from_bits(m.actual), mxkit::e4m3::from_bits(m.actual_scale), m.decode_scale));
+                          });
 }
 
 nvfp4_validation_result nvfp4_validate_host(const tensor_ref& x, const tensor_ref& codes, const tensor_ref& scales, const nvfp4_description& d,
