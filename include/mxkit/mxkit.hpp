@@ -48,6 +48,7 @@
 #include <mxkit/validation/nvfp4_presets.hpp>
 #include <mxkit/validation/nvfp4_quirks.hpp>
 #include <mxkit/validation/nvfp4_validate.hpp>
+#include <mxkit/validation/partial_report.hpp>
 #include <mxkit/validation/peer_presets.hpp>
 #include <mxkit/validation/peer_quirks.hpp>
 #include <mxkit/validation/validate.hpp>

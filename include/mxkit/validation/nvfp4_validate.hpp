@@ -34,6 +34,7 @@
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/tensor/nvfp4_foreign_layout.hpp>
 #include <mxkit/validation/nvfp4_quirks.hpp>
+#include <mxkit/validation/partial_report.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace ref {
@@ -226,53 +227,23 @@ nvfp4_validation_report validate(matrix_view<T> input, const Copy& copy, const n
   if (l.blocks_per_line() > 0)
     detail::with_nvfp4_scaler(opt.quirks.formula, r.expected_tensor_scale, [&](const auto& scaler) {
       detail::for_nvfp4_groups(l, threads, [&](std::size_t first, std::size_t count, std::size_t chunk) {
-        detail::nvfp4_partial_report p = detail::validate_nvfp4_groups(input, actual, opt, o, scaler, first, count);
-        detail::nvfp4_partial_report& to = parts[chunk];
-        to.scales_checked += p.scales_checked;
-        to.elements_checked += p.elements_checked;
-        to.padding_checked += p.padding_checked;
-        to.scale_mismatches += p.scale_mismatches;
-        to.element_mismatches += p.element_mismatches;
-        to.padding_mismatches += p.padding_mismatches;
-        to.nan_blocks_skipped += p.nan_blocks_skipped;
-        to.nan_elements_skipped += p.nan_elements_skipped;
-        for (const nvfp4_mismatch& m : p.mismatches)
-          if (to.mismatches.size() < opt.max_reported) to.mismatches.push_back(m);
+        detail::add_partial_report(parts[chunk], detail::validate_nvfp4_groups(input, actual, opt, o, scaler, first, count),
+                                   opt.max_reported);
       });
     });
-  for (const detail::nvfp4_partial_report& p : parts) {  // chunks in line order
-    r.scales_checked += p.scales_checked;
-    r.elements_checked += p.elements_checked;
-    r.padding_checked += p.padding_checked;
-    r.scale_mismatches += p.scale_mismatches;
-    r.element_mismatches += p.element_mismatches;
-    r.padding_mismatches += p.padding_mismatches;
-    r.nan_blocks_skipped += p.nan_blocks_skipped;
-    r.nan_elements_skipped += p.nan_elements_skipped;
-    for (const nvfp4_mismatch& m : p.mismatches)
-      if (r.mismatches.size() < opt.max_reported) r.mismatches.push_back(m);
-  }
-  // Padded entries of the scale layout, after every line.
-  const scale_extent e = actual.stored_scale_extent();
-  if (opt.check_padding && actual.storage.padding_scale && e.size() > 0) {
-    const std::uint8_t want = *actual.storage.padding_scale;
-    for (std::size_t line = 0; line < e.lines; ++line)
-      for (std::size_t blk = line < l.lines() ? l.blocks_per_line() : 0; blk < e.blocks; ++blk) {
-        ++r.padding_checked;
-        const std::uint8_t got = actual.scale(line, blk);
-        if (got == want) continue;
-        ++r.padding_mismatches;
-        if (r.mismatches.size() >= opt.max_reported) continue;
-        nvfp4_mismatch m;
-        m.kind = nvfp4_mismatch_kind::padding;
-        m.scale_entry = true;
-        m.line = line;
-        m.block = blk;
-        m.expected = want;
-        m.actual = got;
-        r.mismatches.push_back(m);
-      }
-  }
+  for (const detail::nvfp4_partial_report& p : parts) detail::add_partial_report(r, p, opt.max_reported);  // chunks in line order
+  if (opt.check_padding)
+    detail::check_scale_padding(r, actual, l.lines(), l.blocks_per_line(), opt.max_reported,
+                                [](std::size_t line, std::size_t blk, std::uint8_t want, std::uint8_t got) {
+                                  nvfp4_mismatch m;
+                                  m.kind = nvfp4_mismatch_kind::padding;
+                                  m.scale_entry = true;
+                                  m.line = line;
+                                  m.block = blk;
+                                  m.expected = want;
+                                  m.actual = got;
+                                  return m;
+                                });
   return r;
 }
 

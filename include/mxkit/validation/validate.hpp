@@ -48,6 +48,7 @@
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/validation/peer_quirks.hpp>
 #include <mxkit/ref/quantize.hpp>
+#include <mxkit/validation/partial_report.hpp>
 #include <mxkit/validation/validation_report.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 
@@ -279,42 +280,22 @@ mx_validation_report validate(matrix_view<T> input, const Copy& copy, const vali
         parts[chunk] = detail::validate_lines<Fmt>(input, actual, opt, o, first, last);
       });
     });
-  for (const detail::partial_report& p : parts) {  // chunks in line order: the single-threaded report
-    r.scales_checked += p.scales_checked;
-    r.elements_checked += p.elements_checked;
-    r.padding_checked += p.padding_checked;
-    r.scale_mismatches += p.scale_mismatches;
-    r.element_mismatches += p.element_mismatches;
-    r.padding_mismatches += p.padding_mismatches;
-    r.nan_blocks_skipped += p.nan_blocks_skipped;
-    r.nan_elements_skipped += p.nan_elements_skipped;
-    for (const mx_mismatch& m : p.mismatches)
-      if (r.mismatches.size() < opt.max_reported) r.mismatches.push_back(m);
-  }
-  // Padded entries of the scale layout, after every line.
-  const scale_extent e = actual.stored_scale_extent();
-  if (opt.check_padding && actual.storage.padding_scale && e.size() > 0) {
-    const std::uint8_t want = *actual.storage.padding_scale;
-    for (std::size_t line = 0; line < e.lines; ++line)
-      for (std::size_t blk = line < l.lines() ? l.blocks_per_line() : 0; blk < e.blocks; ++blk) {
-        ++r.padding_checked;
-        const std::uint8_t got = actual.scale(line, blk);
-        if (got == want) continue;
-        ++r.padding_mismatches;
-        if (r.mismatches.size() >= opt.max_reported) continue;
-        mx_mismatch m;
-        m.type = l.type;
-        m.is_scale = true;
-        m.padding = true;
-        m.line = line;
-        m.block = blk;
-        m.row = l.axis == block_axis::rowwise ? line : blk * l.block_size();
-        m.col = l.axis == block_axis::rowwise ? blk * l.block_size() : line;
-        m.expected = want;
-        m.actual = got;
-        r.mismatches.push_back(m);
-      }
-  }
+  for (const detail::partial_report& p : parts) detail::add_partial_report(r, p, opt.max_reported);  // chunks in line order
+  if (opt.check_padding)
+    detail::check_scale_padding(r, actual, l.lines(), l.blocks_per_line(), opt.max_reported,
+                                [&](std::size_t line, std::size_t blk, std::uint8_t want, std::uint8_t got) {
+                                  mx_mismatch m;
+                                  m.type = l.type;
+                                  m.is_scale = true;
+                                  m.padding = true;
+                                  m.line = line;
+                                  m.block = blk;
+                                  m.row = l.axis == block_axis::rowwise ? line : blk * l.block_size();
+                                  m.col = l.axis == block_axis::rowwise ? blk * l.block_size() : line;
+                                  m.expected = want;
+                                  m.actual = got;
+                                  return m;
+                                });
   return r;
 }
 
