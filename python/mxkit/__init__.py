@@ -166,6 +166,8 @@ def _framework(x):
 
 
 def _is_device(x):
+    if _framework(x) == "torch" and x.is_cuda:  # without torch's __dlpack_device__ (Python code)
+        return True
     if hasattr(x, "__dlpack_device__") and not isinstance(x, _mxkit.Tensor):
         try:
             return int(x.__dlpack_device__()[0]) not in (1, 3)  # kDLCPU, kDLCUDAHost
@@ -196,8 +198,7 @@ def _caller_stream(x, stream):
         return int(stream) or 1
     fw = _framework(x)
     if fw == "torch":
-        import torch
-        ptr = torch.cuda.current_stream(x.device).cuda_stream
+        ptr = _torch_current_stream(x)
     elif fw == "cupy":
         import cupy
         ptr = cupy.cuda.get_current_stream().ptr
@@ -206,9 +207,51 @@ def _caller_stream(x, stream):
     return ptr or 1  # DLPack: 1 is the legacy default stream (0 is not a valid stream argument)
 
 
+@functools.lru_cache(maxsize=None)
+def _torch_helpers():
+    """torch's current raw stream of a device index, and the DLPack (code, bits) of its dtypes
+    that mxkit reads (one-byte float types as bytes, as _bytes_view reads them).
+    torch._C._cuda_getCurrentRawStream is what torch's own generated code calls for the stream
+    handle; where a torch lacks it, the public Stream object gives the same handle, slower."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        def raw(index):
+            return torch.cuda.current_stream(index).cuda_stream
+    codes = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.uint8: (1, 8),
+             torch.int8: (0, 8), torch.int32: (0, 32), torch.int64: (0, 64), torch.bool: (6, 8)}
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float4_e2m1fn_x2"):
+        if hasattr(torch, name):
+            codes[getattr(torch, name)] = (1, 8)
+    return raw, codes
+
+
+def _torch_current_stream(x):
+    """The handle of torch's current stream on CUDA tensor x's device (0: the legacy default)."""
+    return _torch_helpers()[0](x.get_device())
+
+
+def _torch_cuda_ref(x, stream):
+    """A CUDA torch tensor as an mxkit.Tensor from its own attributes, no DLPack export (torch's
+    __dlpack__ is Python code costing tens of microseconds a tensor). Only where mxkit works on x's
+    current stream, which orders x's producer before mxkit's work as __dlpack__(stream) would;
+    None otherwise (the DLPack path then orders them)."""
+    if not x.is_cuda:
+        return None
+    raw, codes = _torch_helpers()
+    code = codes.get(x.dtype)
+    if code is None or stream is None or (raw(x.get_device()) or 1) != stream:
+        return None
+    return _mxkit.cuda_tensor(x.data_ptr(), code[0], code[1], x.shape, x.stride(), x.get_device(), x)
+
+
 def _import(x, stream=None):
-    """An mxkit.Tensor reading x in place. It owns what it reads (the producer's DLPack tensor or
-    a buffer view), so a temporary x may die as soon as this returns."""
+    """An mxkit.Tensor reading x in place. It owns what it reads (the producer's DLPack tensor,
+    a buffer view, or the torch tensor itself), so a temporary x may die as soon as this returns."""
+    if _framework(x) == "torch":
+        t = _torch_cuda_ref(x, stream)
+        if t is not None:
+            return t
     x = _bytes_view(x)
     if _framework(x) == "torch" and x.requires_grad:
         x = x.detach()  # torch refuses to export a tensor that requires grad; mxkit only reads it
@@ -234,9 +277,7 @@ def _record_stream(x, stream):
     memory may be handed to a new tensor while mxkit's kernel still uses it."""
     if _framework(x) != "torch" or not x.is_cuda:
         return
-    import torch
-    current = torch.cuda.current_stream(x.device)
-    if (current.cuda_stream or 1) == stream:
+    if (_torch_current_stream(x) or 1) == stream:
         return
     x.record_stream(_torch_stream(x, stream))
 
@@ -247,9 +288,9 @@ def _device_empty(x, shapes, dtype, stream):
     fw = _framework(x)
     if fw == "torch":
         import torch
-        current = torch.cuda.current_stream(x.device)
-        ctx = contextlib.nullcontext() if (current.cuda_stream or 1) == stream else torch.cuda.stream(_torch_stream(x, stream))
-        with ctx:
+        if (_torch_current_stream(x) or 1) == stream:
+            return [torch.empty(shape, dtype=getattr(torch, dtype), device=x.device) for shape in shapes]
+        with torch.cuda.stream(_torch_stream(x, stream)):
             return [torch.empty(shape, dtype=getattr(torch, dtype), device=x.device) for shape in shapes]
     if fw == "cupy" and dtype != "bfloat16":  # CuPy has no bfloat16
         import cupy

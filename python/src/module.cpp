@@ -236,6 +236,39 @@ tensor_ref import_tensor(py::handle obj, py::object stream) {
   return from_capsule(capsule);
 }
 
+// A CUDA tensor described by its framework's own attributes (mxkit/__init__.py's torch path:
+// data_ptr, dtype, shape, strides, device index), without a DLPack capsule: exporting one costs
+// torch tens of microseconds of Python per tensor, which was most of a small call's time
+// (docs/perf/python.md). The caller has already ordered the tensor's producer before `stream`
+// (it is the tensor's current stream). `owner` is kept alive as long as the tensor_ref is, and
+// released with the GIL, as a Py_buffer is.
+tensor_ref cuda_tensor(std::uintptr_t data, int code, int bits, const std::vector<std::int64_t>& shape,
+                       const std::vector<std::int64_t>& strides, int device_id, py::object owner) {
+  if (code != dlpack::kDLInt && code != dlpack::kDLUInt && code != dlpack::kDLFloat && code != dlpack::kDLBfloat && code != dlpack::kDLBool)
+    value_error("cuda_tensor: dtype code " + std::to_string(code) + " is not one DLPack names for a scalar mxkit reads");
+  if (bits <= 0 || bits > 64 || bits % 8 != 0) value_error("cuda_tensor: " + std::to_string(bits) + "-bit elements; mxkit reads whole bytes");
+  if (shape.size() > static_cast<std::size_t>(max_ndim) || (!strides.empty() && strides.size() != shape.size()))
+    value_error("cuda_tensor: " + std::to_string(shape.size()) + " extents and " + std::to_string(strides.size()) + " strides");
+  if (device_id < 0) value_error("cuda_tensor: device index " + std::to_string(device_id));
+  tensor_ref r;
+  PyObject* o = owner.release().ptr();
+  r.owner = std::shared_ptr<void>(o, [](void* p) {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      Py_DECREF(static_cast<PyObject*>(p));
+    }
+  });
+  r.device = {dlpack::kDLCUDA, device_id};
+  r.dtype = {static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
+  r.shape = shape;
+  for (std::int64_t e : r.shape)
+    if (e < 0) value_error("cuda_tensor: a negative extent " + std::to_string(e));
+  r.strides = strides;
+  r.data = reinterpret_cast<void*>(data);
+  if (r.data == nullptr && r.elements() != 0) value_error("cuda_tensor: a null data pointer and " + std::to_string(r.elements()) + " elements");
+  return r;
+}
+
 // ---- DLPack out ---------------------------------------------------------------------------
 struct export_context {
   std::vector<std::int64_t> shape, strides;
@@ -1480,6 +1513,8 @@ PYBIND11_MODULE(_mxkit, m) {
       .def("__repr__", [](const tensor_ref& t) { return "mxkit.Tensor(" + t.describe() + ")"; });
 
   m.def("import_tensor", &import_tensor, py::arg("x"), py::arg("stream") = py::none(), "Reads any DLPack or buffer-protocol array in place");
+  m.def("cuda_tensor", &cuda_tensor, py::arg("data"), py::arg("code"), py::arg("bits"), py::arg("shape"), py::arg("strides"),
+        py::arg("device"), py::arg("owner"), "A CUDA tensor from its pointer, DLPack dtype, shape, strides and device (no capsule)");
 
   py::class_<copy_description>(m, "CopyDescription", "How one MX copy is stored and was quantized")
       .def_readonly("preset", &copy_description::preset)

@@ -236,16 +236,21 @@ TEST_CASE("thread communicator: bf16 sums are carried in bf16, in rank order (al
 
 TEST_CASE("thread communicator: take_exposed_seconds is the time spent in collectives, waiting included, since the last take",
           "[ref][communicator]") {
-  // Rank 1 arrives 50 ms late: rank 0's all_reduce holds it at least that long, all of it exposed.
-  // Nothing happens between the second and third takes, so the third reads nothing.
+  // After a first all_reduce that lines the ranks up, rank 1 arrives 100 ms late: rank 0's
+  // all_reduce holds it at least 50 ms of that (the rest is room for the ranks leaving the first
+  // one apart on a loaded machine), all of it exposed. Nothing happens between the second and
+  // third takes, so the third reads nothing. (Timed from the threads' start instead, rank 0 could
+  // reach its all_reduce after part of rank 1's wait and read 49.96 ms.)
   constexpr double late = 0.05;
   double first[2] = {}, second[2] = {}, third[2] = {};
   bool measured = true;
   ref::run_ranks(2, [&](nn::communicator& c) {
     const auto r = static_cast<std::size_t>(c.rank());
     const std::optional<double> before = c.take_exposed_seconds();  // nothing yet
-    if (r == 1) std::this_thread::sleep_for(std::chrono::duration<double>(late));
     float v = 1.0f;
+    c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
+    (void)c.take_exposed_seconds();
+    if (r == 1) std::this_thread::sleep_for(std::chrono::duration<double>(2 * late));
     c.all_reduce({&v, 1, comm_type::f32}, {&v, 1, comm_type::f32}, reduce_op::sum);
     const std::optional<double> a = c.take_exposed_seconds(), b = c.take_exposed_seconds();
     if (!before || !a || !b) {

@@ -178,6 +178,44 @@ def test_non_default_stream_without_device_synchronize():
     np.testing.assert_array_equal(got, mxkit.quantize(zh, "mxfp4").codes.numpy())
 
 
+def test_current_stream_calls_read_torch_tensors_without_dlpack(monkeypatch):
+    """On the tensor's current stream, quantize and gemm read torch tensors from their own
+    attributes (mxkit._torch_cuda_ref), not through torch's __dlpack__ (tens of microseconds a
+    tensor): with __dlpack__ made to fail, the calls still give the host oracle's bytes, for
+    a view with a storage offset and row padding (ld > cols) and for float8 bytes."""
+    base = torch.randn(70, 192, device=DEV, dtype=torch.bfloat16)
+    x = base[3:67, :160]  # offset 3 rows, ld 192
+    want = mxkit.quantize(x.cpu(), "mxfp8_e4m3", axis="both")
+    b = torch.randn(96, 160, device=DEV)
+    want_b = mxkit.quantize(b.cpu(), "mxfp8_e4m3")
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("torch's __dlpack__ was called on the current-stream path")
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", refuse)
+    row, col = mxkit.quantize(x, "mxfp8_e4m3", axis="both")
+    for got, ref in ((row, want[0]), (col, want[1])):
+        np.testing.assert_array_equal(host_bytes(got.codes), host_bytes(ref.codes))
+        np.testing.assert_array_equal(host_bytes(got.scales), host_bytes(ref.scales))
+    cb = mxkit.quantize(b, "mxfp8_e4m3")
+    as_f8 = (row.codes.view(torch.float8_e4m3fn), row.scales)  # one-byte float dtypes read as bytes
+    d = mxkit.gemm(*as_f8, *cb, "mxfp8_e4m3")
+    monkeypatch.undo()
+    r = mxkit.validate_gemm(*want[0], *want_b, d, fmt="mxfp8_e4m3")
+    assert r.ok, str(r)
+    # Another stream than the tensor's current one still goes through __dlpack__(stream=...).
+    side = torch.cuda.Stream()
+    calls = []
+    original = torch.Tensor.__dlpack__
+
+    def counted(self, *args, **kwargs):
+        calls.append(kwargs.get("stream"))
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", counted)
+    mxkit.quantize(b, "mxfp8_e4m3", stream=side.cuda_stream)
+    torch.cuda.synchronize()
+    assert side.cuda_stream in calls
+
+
 @pytest.mark.parametrize("fa,fb", [("mxfp8_e4m3", "mxfp8_e4m3"), ("mxfp4", "mxfp4"), ("mxfp8_e5m2", "mxfp4")])
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
 def test_device_gemm_passes_validate_gemm(fa, fb, out_dtype):

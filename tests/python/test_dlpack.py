@@ -328,3 +328,38 @@ def test_torch_tensors_that_require_grad_are_read():
     c = mxkit.quantize(x, "mxfp8_e4m3")
     np.testing.assert_array_equal(c.codes.numpy(), mxkit.quantize(x.detach().numpy(), "mxfp8_e4m3").codes)
     assert mxkit.validate(x, c.codes, c.scales, fmt="e4m3").ok
+
+
+def test_cuda_tensor_descriptions_are_checked_and_own_their_owner():
+    """_mxkit.cuda_tensor (the torch path without a capsule, mxkit._torch_cuda_ref) checks what
+    it is told before anything reads through it, and holds its owner until the last reference."""
+    with pytest.raises(ValueError, match="dtype code 3"):
+        _mx.cuda_tensor(0x1000, 3, 8, [2, 2], [], 0, None)
+    with pytest.raises(ValueError, match="12-bit"):
+        _mx.cuda_tensor(0x1000, 1, 12, [2, 2], [], 0, None)
+    with pytest.raises(ValueError, match="2 extents and 1 strides"):
+        _mx.cuda_tensor(0x1000, 1, 8, [2, 2], [1], 0, None)
+    with pytest.raises(ValueError, match="negative extent -2"):
+        _mx.cuda_tensor(0x1000, 1, 8, [2, -2], [], 0, None)
+    with pytest.raises(ValueError, match="null data pointer"):
+        _mx.cuda_tensor(0, 2, 32, [2, 2], [], 0, None)
+    with pytest.raises(ValueError, match="device index -1"):
+        _mx.cuda_tensor(0x1000, 2, 32, [2, 2], [], -1, None)
+
+    class Owner:
+        pass
+    import weakref
+    owner = Owner()
+    alive = weakref.ref(owner)
+    t = _mx.cuda_tensor(0x1000, 4, 16, [4, 8], [8, 1], 0, owner)
+    assert t.device == "cuda:0" and t.dtype == "bfloat16" and tuple(t.shape) == (4, 8) and t.data_ptr == 0x1000
+    del owner
+    gc.collect()
+    assert alive() is not None  # the tensor holds it
+    del t
+    gc.collect()
+    assert alive() is None
+    # A host function refuses it as it refuses any device tensor, before reading.
+    with pytest.raises(ValueError, match="host"):
+        mxkit.validate(np.zeros((32, 32), np.float32), _mx.cuda_tensor(0x1000, 1, 8, [32, 32], [], 0, None),
+                       np.zeros((32, 1), np.uint8), fmt="mxfp8_e4m3")
