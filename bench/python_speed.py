@@ -14,10 +14,11 @@ Cases (targets from issue 45):
             here in plain torch under torch.compile (target: at or below it): per 32-block amax,
             the E8M0 scale 2^(floor(log2(amax)) - emax) of the OCP MX spec v1.0 (section 6.3;
             emax = 8 for E4M3), the elements divided by it, saturated to +-448 and cast.
-  mxfp4     mxkit.quantize of the same tensor to MXFP4, both copies, with the 16-point Hadamard
-            rotation, in GB/s (bytes read + written), against the C++ benchmark's figure for the
-            same kernel (bench_quantize_gpu, case "mxfp4 rowwise+columnwise hadamard bf16
-            16384x8192", run here when --cpp-bench names it; target: within 10 %).
+  mxfp4     mxkit.quantize of a 16384 x 8192 bf16 tensor to MXFP4, both copies, with the 16-point
+            Hadamard rotation, in GB/s (bytes read + written), against the C++ benchmark's figure
+            for the same kernel and input (bench_quantize_gpu, case "mxfp4 rowwise+columnwise
+            hadamard bf16 16384x8192", run here when --cpp-bench names it; target: within 10 %),
+            timed as that benchmark times it: back-to-back calls over inputs larger than the L2.
   overhead  one call on a 128 x 256 bf16 tensor (mxkit.quantize to MXFP8), timed per call over
             batches of 100 calls (target: <= 20 us), against torch's own cast of it.
   linear    a Llama 3.1 8B MLP block (4096 -> 2 x 14336 (gate and up in one GEMM) -> SwiGLU ->
@@ -193,12 +194,26 @@ def main(argv=None):
             f"{'equal' if agree.ok else 'differ from'} mxkit's floor-rule copy; {timing_text(a)}", "<= 100 %")
 
     if "mxfp4" in a.cases:
-        both = mxkit.quantize(big, "mxfp4", axis="both", hadamard=True)
-        moved = big.numel() * 2 + sum(c.description.data_bytes + c.description.scale_bytes for c in both)
-        ms = time_ms(torch, lambda: mxkit.quantize(big, "mxfp4", axis="both", hadamard=True), a.repeats, a.warmup)
+        # The C++ case's input and method: 16384 x 8192 bf16, back-to-back calls over two inputs
+        # (256 MiB each, five times the L2), so the figure is the kernel's rate with the Python
+        # call in front of every launch, as a training loop sees it (a call's host time shows only
+        # where it exceeds the kernel's).
+        inputs = [torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2)]
+        both = mxkit.quantize(inputs[0], "mxfp4", axis="both", hadamard=True)
+        moved = inputs[0].numel() * 2 + sum(c.description.data_bytes + c.description.scale_bytes for c in both)
+        del both
+        turn = [0]
+
+        def next_call():
+            turn[0] ^= 1
+            mxkit.quantize(inputs[turn[0]], "mxfp4", axis="both", hadamard=True)
+        inner = 10
+        ms = time_ms(torch, next_call, a.repeats, a.warmup, inner=inner)
+        del inputs
         cpp, settings = cpp_mxfp4_figure(a.cpp_bench, a.repeats)
-        row("mxkit.quantize mxfp4 rowwise+columnwise hadamard bf16 8192x8192: GB/s", moved / (ms * 1e-3) / 1e9, "GB/s",
-            "C++ bench_quantize_gpu" if cpp else None, cpp, settings if cpp else None, ">= 90 %")
+        row("mxkit.quantize mxfp4 rowwise+columnwise hadamard bf16 16384x8192, back-to-back calls: GB/s",
+            moved / (ms * 1e-3) / 1e9, "GB/s", "C++ bench_quantize_gpu" if cpp else None, cpp,
+            f"{settings}; mxkit: {timing_text(a, inner)} alternating two inputs" if cpp else None, ">= 90 %")
         if not cpp:
             print(f"mxfp4: no peer figure: {settings}")
 

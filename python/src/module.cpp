@@ -684,7 +684,28 @@ tensor_ref pool_result(std::size_t bytes, std::vector<std::int64_t> shape, dlpac
 // Device quantize into mxkit's storage (any scale layout). copies: one description, or the
 // rowwise and columnwise ones of one format (written in one launch). out: the 2 or 4 arrays to
 // write (codes, scales per copy), or None for pool memory. Nothing here waits for the device.
+py::list quantize_into(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream, std::vector<tensor_ref> refs);
 py::list quantize_device(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream, py::object out) {
+  std::vector<tensor_ref> refs;
+  if (!out.is_none()) refs = copy_outputs(out, copies.size());
+  return quantize_into(x, copies, stream, std::move(refs));
+}
+// The torch path's entry (mxkit/__init__.py, quantize on x's current stream): x and the outputs
+// torch allocated for this call as pointers, no tensor objects made in Python. The outputs are
+// compact bytes of the descriptions' shapes on x's device (the caller made them so); the checks
+// below are quantize_device's all the same.
+void quantize_device_raw(std::uintptr_t x, int code, int bits, std::int64_t rows, std::int64_t cols, std::int64_t ld, int device_id,
+                         const std::vector<copy_description>& copies, std::uintptr_t stream, const std::vector<std::uintptr_t>& out) {
+  const tensor_ref in = cuda_tensor(x, code, bits, {rows, cols}, {ld, 1}, device_id, py::none());
+  if (out.size() != 2 * copies.size()) value_error("quantize: " + std::to_string(out.size()) + " outputs for " + std::to_string(copies.size()) + " copies");
+  std::vector<tensor_ref> refs;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const copy_description& c = copies[i / 2];
+    refs.push_back(cuda_tensor(out[i], dlpack::kDLUInt, 8, i % 2 == 0 ? c.data_shape() : c.scale_shape(), {}, device_id, py::none()));
+  }
+  (void)quantize_into(in, copies, stream, std::move(refs));
+}
+py::list quantize_into(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream, std::vector<tensor_ref> refs) {
   const matrix_arg m = input_matrix(x, "quantize");
   if (!x.on_cuda()) value_error("quantize: the device quantizer takes a CUDA tensor, got " + x.describe());
   if (copies.empty() || copies.size() > 2 || (copies.size() == 2 && (copies[0].layout.axis != mxkit::block_axis::rowwise ||
@@ -695,15 +716,14 @@ py::list quantize_device(const tensor_ref& x, const std::vector<copy_description
   const copy_description& d = copies.front();
   if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("quantize: the description is for " + d.what() + " but x is " + x.describe());
   const int dev = x.device.device_id;
-  std::vector<tensor_ref> refs;
-  if (!out.is_none()) refs = copy_outputs(out, copies.size());
+  const bool pooled = refs.empty();
   device::quantize_targets targets;
   targets.scales = d.storage.scales;
   for (std::size_t i = 0; i < copies.size(); ++i) {
     const copy_description& c = copies[i];
     for (int part = 0; part < 2; ++part) {
       const std::vector<std::int64_t> shape = part == 0 ? c.data_shape() : c.scale_shape();
-      if (out.is_none()) refs.push_back(pool_result(part == 0 ? c.data_bytes() : c.scale_bytes(), shape, {dlpack::kDLUInt, 8, 1}, dev, stream));
+      if (pooled) refs.push_back(pool_result(part == 0 ? c.data_bytes() : c.scale_bytes(), shape, {dlpack::kDLUInt, 8, 1}, dev, stream));
       const tensor_ref& t = refs[2 * i + static_cast<std::size_t>(part)];
       check_output(t, "quantize: " + part_name(c, part, copies.size()), shape, x);
       auto* u = static_cast<std::uint8_t*>(t.data);
@@ -1542,6 +1562,8 @@ PYBIND11_MODULE(_mxkit, m) {
         py::arg("padding_stored") = py::none());
   m.def("quantize_host", &quantize_host, py::arg("x"), py::arg("copy"), py::arg("threads") = 0, py::arg("out") = py::none());
   m.def("quantize_device", &quantize_device, py::arg("x"), py::arg("copies"), py::arg("stream"), py::arg("out") = py::none());
+  m.def("quantize_device_raw", &quantize_device_raw, py::arg("x"), py::arg("code"), py::arg("bits"), py::arg("rows"), py::arg("cols"),
+        py::arg("ld"), py::arg("device"), py::arg("copies"), py::arg("stream"), py::arg("out"));
   m.def("dequantize_host", &dequantize_host, py::arg("codes"), py::arg("scales"), py::arg("copy"));
   m.def("encode", &encode, py::arg("x"), py::arg("format"), py::arg("rounding") = "nearest_even", py::arg("overflow") = "saturate");
   m.def("decode", &decode, py::arg("codes"), py::arg("format"));
