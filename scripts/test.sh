@@ -18,7 +18,7 @@
 #             and the summary names the one used. MXKIT_SANITIZE_SKIP_LABELS=exhaustive also skips
 #             the [exhaustive] test cases there (not needed today: they take seconds).
 #   fuzz      libFuzzer targets (tests/fuzz) built with clang++-22 and -fsanitize=fuzzer,address,
-#             undefined at -O1 -g1; each runs MXKIT_FUZZ_SECONDS (default 45) from its seed
+#             undefined at -O1 -g1; each runs MXKIT_FUZZ_SECONDS (default 30) from its seed
 #             corpus, all at once; any finding fails the stage.
 #   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernels, GPU tests, GPU header checks
 #             and benchmarks compile; the GPU tests run and report themselves skipped where no
@@ -213,7 +213,7 @@ for stage in "${stages[@]}"; do
         ctest_jobs=${#fuzz_targets[@]} build_and_test fuzz "$root/fuzz" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$p" \
           "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
           -DMXKIT_BUILD_FUZZERS=ON -DMXKIT_BUILD_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF -DMXKIT_BUILD_BENCH=OFF \
-          -DMXKIT_INSTALL=OFF "-DMXKIT_FUZZ_SECONDS=${MXKIT_FUZZ_SECONDS:-45}"
+          -DMXKIT_INSTALL=OFF "-DMXKIT_FUZZ_SECONDS=${MXKIT_FUZZ_SECONDS:-30}"
       fi ;;
     cuda)
       nvcc=$(command -v nvcc || true)

@@ -563,9 +563,9 @@ def _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, 
         raise
     device = x.get_device()
     stream = raw(device) or 1
-    arrays = [torch.empty(s, dtype=torch.uint8, device=x.device) for s in shapes]
-    _mxkit.quantize_device_raw(x.data_ptr(), code[0], code[1], rows, cols, x.stride(0) if rows > 1 else cols, device, descs,
-                               stream, [a.data_ptr() for a in arrays])
+    arrays = [x.new_empty(s, dtype=torch.uint8) for s in shapes]  # x's device, its current stream
+    _mxkit.quantize_device_raw(x.data_ptr(), code[0], code[1], rows, cols, x.stride(0) if rows > 1 else cols, device, descs[0],
+                               descs[1] if len(descs) == 2 else None, stream, [a.data_ptr() for a in arrays])
     copies = [MXCopy(arrays[2 * i], arrays[2 * i + 1], d) for i, d in enumerate(descs)]
     return tuple(copies) if len(copies) == 2 else copies[0]
 

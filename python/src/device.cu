@@ -24,14 +24,18 @@ class device_guard {
  public:
   explicit device_guard(int device_id) {
     MXKIT_GPU_CHECK(mxkit::gpu::get_device(&previous_));
-    if (device_id != previous_) MXKIT_GPU_CHECK(mxkit::gpu::set_device(device_id));
+    changed_ = device_id != previous_;
+    if (changed_) MXKIT_GPU_CHECK(mxkit::gpu::set_device(device_id));
   }
-  ~device_guard() { (void)mxkit::gpu::set_device(previous_); }
+  ~device_guard() {
+    if (changed_) (void)mxkit::gpu::set_device(previous_);
+  }
   device_guard(const device_guard&) = delete;
   device_guard& operator=(const device_guard&) = delete;
 
  private:
   int previous_ = 0;
+  bool changed_ = false;
 };
 }  // namespace
 

@@ -251,13 +251,15 @@ tensor_ref cuda_tensor(std::uintptr_t data, int code, int bits, const std::vecto
     value_error("cuda_tensor: " + std::to_string(shape.size()) + " extents and " + std::to_string(strides.size()) + " strides");
   if (device_id < 0) value_error("cuda_tensor: device index " + std::to_string(device_id));
   tensor_ref r;
-  PyObject* o = owner.release().ptr();
-  r.owner = std::shared_ptr<void>(o, [](void* p) {
-    if (Py_IsInitialized()) {
-      py::gil_scoped_acquire gil;
-      Py_DECREF(static_cast<PyObject*>(p));
-    }
-  });
+  if (!owner.is_none()) {  // None: the caller holds the memory for the call (quantize_device_raw)
+    PyObject* o = owner.release().ptr();
+    r.owner = std::shared_ptr<void>(o, [](void* p) {
+      if (Py_IsInitialized()) {
+        py::gil_scoped_acquire gil;
+        Py_DECREF(static_cast<PyObject*>(p));
+      }
+    });
+  }
   r.device = {dlpack::kDLCUDA, device_id};
   r.dtype = {static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
   r.shape = shape;
@@ -694,8 +696,12 @@ py::list quantize_device(const tensor_ref& x, const std::vector<copy_description
 // torch allocated for this call as pointers, no tensor objects made in Python. The outputs are
 // compact bytes of the descriptions' shapes on x's device (the caller made them so); the checks
 // below are quantize_device's all the same.
+// The descriptions come as references to the Python objects (a vector would copy each one).
 void quantize_device_raw(std::uintptr_t x, int code, int bits, std::int64_t rows, std::int64_t cols, std::int64_t ld, int device_id,
-                         const std::vector<copy_description>& copies, std::uintptr_t stream, const std::vector<std::uintptr_t>& out) {
+                         const copy_description& first, const copy_description* second, std::uintptr_t stream,
+                         const std::vector<std::uintptr_t>& out) {
+  std::vector<copy_description> copies{first};
+  if (second) copies.push_back(*second);
   const tensor_ref in = cuda_tensor(x, code, bits, {rows, cols}, {ld, 1}, device_id, py::none());
   if (out.size() != 2 * copies.size()) value_error("quantize: " + std::to_string(out.size()) + " outputs for " + std::to_string(copies.size()) + " copies");
   std::vector<tensor_ref> refs;
@@ -1563,7 +1569,7 @@ PYBIND11_MODULE(_mxkit, m) {
   m.def("quantize_host", &quantize_host, py::arg("x"), py::arg("copy"), py::arg("threads") = 0, py::arg("out") = py::none());
   m.def("quantize_device", &quantize_device, py::arg("x"), py::arg("copies"), py::arg("stream"), py::arg("out") = py::none());
   m.def("quantize_device_raw", &quantize_device_raw, py::arg("x"), py::arg("code"), py::arg("bits"), py::arg("rows"), py::arg("cols"),
-        py::arg("ld"), py::arg("device"), py::arg("copies"), py::arg("stream"), py::arg("out"));
+        py::arg("ld"), py::arg("device"), py::arg("first"), py::arg("second").none(true), py::arg("stream"), py::arg("out"));
   m.def("dequantize_host", &dequantize_host, py::arg("codes"), py::arg("scales"), py::arg("copy"));
   m.def("encode", &encode, py::arg("x"), py::arg("format"), py::arg("rounding") = "nearest_even", py::arg("overflow") = "saturate");
   m.def("decode", &decode, py::arg("codes"), py::arg("format"));

@@ -95,7 +95,7 @@ if(errors)
 endif()
 
 # The consumer, in its own fresh folder.
-set(consumer_options -DCONSUME=find_package -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+set(consumer_options -DCONSUME=find_package -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0)
 if(CUDA_COMPILER)
   string(REPLACE ";" "\\;" archs "${CUDA_ARCHITECTURES}")  # one argument, a list
   list(APPEND consumer_options -DCONSUME_CUDA=ON -DCMAKE_CUDA_COMPILER=${CUDA_COMPILER}
