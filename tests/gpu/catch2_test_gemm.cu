@@ -44,9 +44,10 @@ using namespace mxkit;
 namespace g = mxkit::gpu;
 constexpr double u = 0x1p-24;
 // gemm_path's names, as tests/catch2_test_enum_names.cpp checks the host enums' (device-only header).
-static_assert(enum_count<g::gemm_path> == 4 && std::string_view(g::name_of(g::gemm_path::automatic)) == "automatic" &&
+static_assert(enum_count<g::gemm_path> == 5 && std::string_view(g::name_of(g::gemm_path::automatic)) == "automatic" &&
               std::string_view(g::name_of(g::gemm_path::gfx950)) == "gfx950" &&
-              std::string_view(g::name_of(static_cast<g::gemm_path>(4))) == "unknown");
+              std::string_view(g::name_of(g::gemm_path::vendor)) == "vendor" &&
+              std::string_view(g::name_of(static_cast<g::gemm_path>(5))) == "unknown");
 
 std::uint64_t fresh_seed() {
   static std::random_device rd;
