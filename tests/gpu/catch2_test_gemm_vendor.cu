@@ -251,6 +251,36 @@ TEST_CASE("gpu gemm vendor: forcing sm90 runs mxkit's kernel; both paths agree w
     CHECK(cmp.over_bound == 0);
     results.push_back(got);
   }
+  // gemm_options::vendor = false keeps automatic on mxkit's kernels.
+  {
+    g::gemm_options own;
+    own.vendor = false;
+    device_out<float> d(p, q, q);
+    const g::gemm_path used = g::gemm(va, vb, d.view(), {}, nullptr, own);
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    CHECK(used == (sm90_runs() ? g::gemm_path::sm90 : g::gemm_path::portable));
+  }
+  // C in a buffer of its own with another leading dimension (the device backend's residual
+  // form): cuBLASLt's C layout is ldc, D's ldd.
+  {
+    const std::size_t ldc = q + 5, ldd = q + 2;
+    const std::vector<float> cf = gemm_test::random_matrix(p, q, seed + 3, 1);
+    device_out<float> c(p, q, ldc), d(p, q, ldd);
+    c.set(cf);
+    const g::gemm_output_desc out{d.buf.data(), c.buf.data(), ldd, ldc, false, 0.5f, 1.0f};
+    const g::gemm_path used = g::detail::run(g::make_operand(va), g::make_operand(vb), out, nullptr, {});
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    CHECK(used == g::gemm_path::vendor);
+    std::vector<double> want(p * q), s(p * q);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      want[i] = 0.5 * o.d[i] + cf[i];
+      s[i] = 0.5 * o.s[i] + std::fabs(cf[i]);
+    }
+    const auto cmp = gemm_test::compare(as_double(d.get()), want, s, (2.0 * k + 8) * u, q);
+    INFO("separate C: " << cmp);
+    CHECK(cmp.over_bound == 0);
+    CHECK(same_bits(c.get(), cf));  // C is only read
+  }
   CHECK(same_bits(results[0], results[1]));  // automatic is vendor
   // Every pair of paths within twice the bound of one (the fp32 sums of each).
   const std::vector<double> vendor = as_double(results[1]);
