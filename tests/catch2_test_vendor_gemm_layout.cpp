@@ -13,10 +13,10 @@
 #include "catch.hpp"
 
 namespace {
-namespace v = mxkit::gpu::vendor;
+namespace vl = mxkit::gpu::vendor;
 
 // Element (i, j) of op(X) for a column-major matrix X described by `m` over `data`.
-double op_at(const v::blas_matrix& m, const std::vector<double>& data, std::uint64_t i, std::uint64_t j) {
+double op_at(const vl::blas_matrix& m, const std::vector<double>& data, std::uint64_t i, std::uint64_t j) {
   const std::uint64_t r = m.transpose ? j : i, c = m.transpose ? i : j;
   REQUIRE(r < m.rows);
   REQUIRE(c < m.cols);
@@ -24,7 +24,7 @@ double op_at(const v::blas_matrix& m, const std::vector<double>& data, std::uint
 }
 
 // D = op(A) op(B) + C as a column-major BLAS computes it, written into D's buffer.
-void blas_matmul(const v::blas_problem& p, const std::vector<double>& a, const std::vector<double>& b, const std::vector<double>& c,
+void blas_matmul(const vl::blas_problem& p, const std::vector<double>& a, const std::vector<double>& b, const std::vector<double>& c,
                  std::vector<double>& d) {
   for (std::uint64_t i = 0; i < p.m; ++i)
     for (std::uint64_t j = 0; j < p.n; ++j) {
@@ -60,10 +60,10 @@ TEST_CASE("vendor gemm layout: the column-major problem computes mxkit's row-maj
           for (std::size_t k = 0; k < sh.r; ++k) (mn_b ? b[k * ldb + j] : b[j * ldb + k]) = bv(j, k);
         for (std::size_t i = 0; i < sh.p; ++i)
           for (std::size_t j = 0; j < sh.q; ++j) c[i * ldc + j] = cv(i, j);
-        const v::blas_problem prob = v::to_blas({sh.p, sh.q, sh.r, mn_a, mn_b, static_cast<std::int64_t>(lda), static_cast<std::int64_t>(ldb),
+        const vl::blas_problem prob = vl::to_blas({sh.p, sh.q, sh.r, mn_a, mn_b, static_cast<std::int64_t>(lda), static_cast<std::int64_t>(ldb),
                                                  static_cast<std::int64_t>(ldc), static_cast<std::int64_t>(ldd)});
-        REQUIRE(v::consistent(prob));
-        CHECK(v::is_tn(prob) == (!mn_a && !mn_b));
+        REQUIRE(vl::consistent(prob));
+        CHECK(vl::is_tn(prob) == (!mn_a && !mn_b));
         // cuBLASLt's A is mxkit's B and its B is mxkit's A (layout.hpp, step 2).
         blas_matmul(prob, b, a, c, d);
         for (std::size_t i = 0; i < sh.p; ++i)
@@ -80,14 +80,14 @@ TEST_CASE("vendor gemm layout: the column-major problem computes mxkit's row-maj
 }
 
 TEST_CASE("vendor gemm layout: alignments as cuBLASLt's heuristic is told them", "[gemm][vendor]") {
-  CHECK(v::alignment_of(0) == 16);
-  CHECK(v::alignment_of(2) == 2);
-  CHECK(v::alignment_of(24) == 8);
-  CHECK(v::alignment_of(1u << 20) == 16);
+  CHECK(vl::alignment_of(0) == 16);
+  CHECK(vl::alignment_of(2) == 2);
+  CHECK(vl::alignment_of(24) == 8);
+  CHECK(vl::alignment_of(1u << 20) == 16);
   // bf16 D with an odd leading dimension: 2 bytes whatever the pointer.
-  CHECK(v::matrix_alignment(0x7f0000001000u, 329, 2) == 2);
+  CHECK(vl::matrix_alignment(0x7f0000001000u, 329, 2) == 2);
   // FP8 rows of 272 bytes on a 16-byte boundary: 16.
-  CHECK(v::matrix_alignment(0x7f0000001010u, 272, 1) == 16);
+  CHECK(vl::matrix_alignment(0x7f0000001010u, 272, 1) == 16);
   // A pointer 4 bytes past a boundary limits everything to 4.
-  CHECK(v::matrix_alignment(0x7f0000001004u, 256, 4) == 4);
+  CHECK(vl::matrix_alignment(0x7f0000001004u, 256, 4) == 4);
 }

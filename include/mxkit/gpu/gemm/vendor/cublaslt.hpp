@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 
 #include <mxkit/error.hpp>
@@ -320,10 +321,18 @@ struct gemm_arch {
   }
   // The output too (gemm.hpp asks where an architecture has this): its layout, and whether the
   // heuristic has an algorithm for the whole problem (answered once per problem, then cached).
+  // A library call that fails here (the handle cannot be created: no memory left, a sticky
+  // device error) answers no: `automatic` then takes mxkit's kernels, and a device error shows at
+  // their launch.
   static bool supports_output(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out) {
     const device_info dev = current_device();
     const problem_key k = make_key(a, b, out, dev.device);
-    return output_fits(k, out) && choose_algo(k).found;
+    if (!output_fits(k, out)) return false;
+    try {
+      return choose_algo(k).found;
+    } catch (const std::exception&) {
+      return false;
+    }
   }
 #if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
   static void run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, const gemm_options&) {
