@@ -77,16 +77,11 @@ inline device_info current_device() {
   static std::array<std::once_flag, max_devices> once;
   int dev = 0;
   if (get_device(&dev) != success || dev < 0 || dev >= max_devices) {
-    (void)cudaGetLastError();
+    (void)get_last_error();  // clear the sticky "no device" error
     return {};
   }
   std::call_once(once[static_cast<std::size_t>(dev)], [dev] {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
-      capability[static_cast<std::size_t>(dev)] = major * 10 + minor;
-    else
-      (void)cudaGetLastError();
+    if (get_compute_capability(&capability[static_cast<std::size_t>(dev)], dev) != success) (void)get_last_error();
   });
   return {dev, capability[static_cast<std::size_t>(dev)]};
 }
