@@ -36,7 +36,8 @@
 //     FP8 requirements, which refer to "Tensor Core Usage"): supports() and supports_output()
 //     refuse the rest, which then takes the next path in the list.
 // Not used here: gemm_options::tile_counter and reserved_sms (the persistent sm90 kernel's);
-// cuBLASLt schedules its own grid.
+// cuBLASLt schedules its own grid. gemm_options::path = sm90 or vendor = false keep a call on
+// mxkit's kernels; MXKIT_CUBLASLT_LIBRARY=none keeps a whole process off this path.
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #if !MXKIT_GPU_CUDA
 #error "mxkit/gpu/gemm/vendor/cublaslt*.hpp is NVIDIA's cuBLASLt: include it only in a CUDA build (gpu/gemm/gemm.hpp does where it applies)"  // and nothing below compiles
