@@ -273,7 +273,8 @@ cmd_build() {
 cmd_test() {
   logdir test
   device_line
-  # On an H100 or H200 the GEMM test must take the sm90 path (catch2_test_gemm checks it).
+  # On an H100 or H200 the GEMM test must take the sm90 path (catch2_test_gemm checks it), and
+  # cuBLASLt must load for the vendor path (catch2_test_gemm_vendor checks it).
   nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -q '^9\.0' && export MXKIT_EXPECT_GEMM_PATH=sm90
   if [ -z "$PREBUILT" ]; then
     configure || return

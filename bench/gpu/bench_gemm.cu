@@ -9,7 +9,8 @@
 // HYBRID on bf16 tensor cores (scales applied on expansion). On the fprop shapes two variants
 // are timed as well: MXFP4 with four blocks per tensor-core sum (gemm_options::exact_block_sums
 // = false) and MXFP8 on the FP8 block-scaled kernel (mxfp8_via_bf16 = false). mxkit's bf16 x
-// bf16 is timed beside cuBLAS's. Each case is validated before it is timed: fresh random operands (random element codes over
+// bf16 is timed beside cuBLAS's. The fp8-pt and bf16 columns are mxkit's own kernels
+// (gemm_options::vendor = false): `automatic` would take the vendor path (cuBLASLt itself) there. Each case is validated before it is timed: fresh random operands (random element codes over
 // each format's finite range, random E8M0 scales 2^-4 .. 2^4) are generated on the device, the
 // output is poisoned (NaN bytes), and a sample of output rows (all columns) is compared with the
 // host reference (ref/gemm.hpp) computed on 16 threads; a full host reference of the largest
@@ -471,10 +472,12 @@ int main(int argc, char** argv) {
         fill(a8.data(), a8.size(), ++seed, fill_kind::e4m3);
         fill(b8.data(), b8.size(), ++seed, fill_kind::e4m3);
         const fp8_view va{fp8_type::e4m3, s.p, s.r, 1.0f, a8.data()}, vb{fp8_type::e4m3, s.q, s.r, 1.0f, b8.data()};
+        g::gemm_options own;  // mxkit's kernel, not the vendor path
+        own.vendor = false;
         matrix_view<bfloat16> dv{reinterpret_cast<bfloat16*>(d.data()), s.p, s.q};
         if (check && (only.empty() || only == "fp8")) {
         d.fill_bytes(0xFF);
-        const g::gemm_path path = g::gemm(va, vb, dv);
+        const g::gemm_path path = g::gemm(va, vb, dv, {}, nullptr, own);
         MXKIT_GPU_CHECK(g::device_synchronize());
         const std::vector<std::size_t> sample = sample_rows(s.p, 4, seed);
         const check_result c = check_rows_fp8(a8.to_host(), b8.to_host(), s, sample, device_rows(d, s.q, sample), 0x1p-7);
@@ -482,7 +485,7 @@ int main(int argc, char** argv) {
                     c.bad ? "FAILED: " : "ok", c.worst.c_str());
         all_ok = all_ok && c.bad == 0 && path == g::gemm_path::sm90;
         }
-        if (only.empty() || only == "fp8") tf[3] = flops / (median_ms([&] { g::gemm(va, vb, dv); }, repeats) * 1e-3) / 1e12;
+        if (only.empty() || only == "fp8") tf[3] = flops / (median_ms([&] { g::gemm(va, vb, dv, {}, nullptr, own); }, repeats) * 1e-3) / 1e12;
         if (with_peers) {
           auto plan = peers.plan_fp8(s);
           tf[5] = flops / (median_ms([&] { peers.fp8(plan, a8.data(), b8.data(), d.data()); }, repeats) * 1e-3) / 1e12;
@@ -498,9 +501,11 @@ int main(int argc, char** argv) {
           const matrix_view<const bfloat16> va{reinterpret_cast<const bfloat16*>(a16.data()), s.p, s.r};
           const matrix_view<const bfloat16> vb{reinterpret_cast<const bfloat16*>(b16.data()), s.q, s.r};
           matrix_view<bfloat16> dv{reinterpret_cast<bfloat16*>(d.data()), s.p, s.q};
+          g::gemm_options own;  // mxkit's kernel, not the vendor path
+          own.vendor = false;
           if (check) {
             d.fill_bytes(0xFF);
-            const g::gemm_path path = g::gemm(va, vb, dv);
+            const g::gemm_path path = g::gemm(va, vb, dv, {}, nullptr, own);
             MXKIT_GPU_CHECK(g::device_synchronize());
             const std::vector<std::size_t> sample = sample_rows(s.p, 4, seed);
             std::vector<std::uint16_t> ha(s.p * s.r), hb(s.q * s.r);
@@ -511,7 +516,7 @@ int main(int argc, char** argv) {
                         c.bad ? "FAILED: " : "ok", c.worst.c_str());
             all_ok = all_ok && c.bad == 0 && path == g::gemm_path::sm90;
           }
-          tf[6] = flops / (median_ms([&] { g::gemm(va, vb, dv); }, repeats) * 1e-3) / 1e12;
+          tf[6] = flops / (median_ms([&] { g::gemm(va, vb, dv, {}, nullptr, own); }, repeats) * 1e-3) / 1e12;
         }
       }
       std::printf("%-34s %8.1f %8.1f %8.1f %8.1f %8.1f %10.1f %8.1f %9.1f %9.1f\n", label, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5],

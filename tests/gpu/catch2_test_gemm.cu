@@ -3,7 +3,9 @@
 // (the seed is printed on failure) with poisoned outputs (NaN bytes; every element must be
 // written), for every path this build and device offer: portable always, sm90 on an H100/H200
 // with an sm_90a build. Small and ragged shapes here; the Llama shapes are checked on sampled
-// rows by bench/bench_gemm.cu before it times them.
+// rows by bench/bench_gemm.cu before it times them. Paths are forced here (the MX probe's
+// automatic choice): the vendor path (cuBLASLt), which `automatic` takes for bf16 and FP8
+// operands, has its own file, catch2_test_gemm_vendor.cu.
 //
 // Two kinds of data:
 //  - "exact" data: MX blocks built from codes whose values are small multiples of 1/2, with
@@ -44,9 +46,10 @@ using namespace mxkit;
 namespace g = mxkit::gpu;
 constexpr double u = 0x1p-24;
 // gemm_path's names, as tests/catch2_test_enum_names.cpp checks the host enums' (device-only header).
-static_assert(enum_count<g::gemm_path> == 4 && std::string_view(g::name_of(g::gemm_path::automatic)) == "automatic" &&
+static_assert(enum_count<g::gemm_path> == 5 && std::string_view(g::name_of(g::gemm_path::automatic)) == "automatic" &&
               std::string_view(g::name_of(g::gemm_path::gfx950)) == "gfx950" &&
-              std::string_view(g::name_of(static_cast<g::gemm_path>(4))) == "unknown");
+              std::string_view(g::name_of(g::gemm_path::vendor)) == "vendor" &&
+              std::string_view(g::name_of(static_cast<g::gemm_path>(5))) == "unknown");
 
 std::uint64_t fresh_seed() {
   static std::random_device rd;

@@ -22,13 +22,15 @@
 # A header under an arch/cuda/ or arch/hip/ folder (instruction wrappers), or under a folder named
 # for one architecture (gemm/sm90/, gemm/gfx950/, nn/attention/sm90/: kernels by role), is one
 # vendor's ISA-specific code, included only through a switch header for that vendor
-# (gpu/gemm/gemm.hpp, gpu/nn/attention.hpp), and is compiled for that vendor only.
+# (gpu/gemm/gemm.hpp, gpu/nn/attention.hpp), and is compiled for that vendor only. So are the
+# vendor BLAS headers named for their library (gemm/vendor/cublaslt*.hpp: CUDA only; the folder's
+# layout.hpp is plain C++ and is compiled for both).
 set(include_root ${PROJECT_SOURCE_DIR}/include)
 file(GLOB_RECURSE gpu_headers CONFIGURE_DEPENDS RELATIVE ${include_root} ${include_root}/mxkit/gpu/*.hpp)
 if(MXKIT_GPU STREQUAL "CUDA")
   list(FILTER gpu_headers EXCLUDE REGEX "/(arch/hip|gfx950)/")
 else()
-  list(FILTER gpu_headers EXCLUDE REGEX "/(arch/cuda|sm90)/")
+  list(FILTER gpu_headers EXCLUDE REGEX "/(arch/cuda|sm90)/|/vendor/cublaslt")
 endif()
 list(SORT gpu_headers)
 if(NOT gpu_headers)

@@ -22,6 +22,8 @@
 //   DEVICE_BACKEND  gpu::device_backend's members that launch kernels            gpu/nn/backend.hpp
 //   GEMM            gpu::detail::run, the dispatch to every GEMM path            gpu/gemm/gemm.hpp
 //                   and what it launches: sm90::launch_wgmma, gfx950::launch_mfma  gpu/gemm/{sm90,gfx950}/
+//                   and the vendor path's run (cuBLASLt's matmul call and its       gpu/gemm/vendor/
+//                   dequant-factor kernel; cuBLASLt itself is loaded at run time)
 //   ATTENTION       gpu::detail::attention_forward_impl / attention_backward_impl gpu/nn/attention.hpp
 //   QUANTIZE        gpu::detail::quantize_format<format, float|bfloat16|float16>  gpu/quantize.hpp
 //   FP8_CAST        gpu::detail::launch_fp8_cast of float, bfloat16, float16 matrices  gpu/fp8_cast.hpp

@@ -215,6 +215,18 @@ inline error_t get_device_properties(device_properties* out, int device) noexcep
   return success;
 }
 
+// major * 10 + minor (NVIDIA: 90 on Hopper; AMD reports its gfx major and minor, 9 and 5 on gfx950).
+inline error_t get_compute_capability(int* capability, int device) noexcept {
+  int major = 0, minor = 0;
+  error_t e = MXKIT_GPU_API(cudaDeviceGetAttribute, hipDeviceGetAttribute)(
+      &major, MXKIT_GPU_API(cudaDevAttrComputeCapabilityMajor, hipDeviceAttributeComputeCapabilityMajor), device);
+  if (e == success)
+    e = MXKIT_GPU_API(cudaDeviceGetAttribute, hipDeviceGetAttribute)(
+        &minor, MXKIT_GPU_API(cudaDevAttrComputeCapabilityMinor, hipDeviceAttributeComputeCapabilityMinor), device);
+  *capability = e == success ? major * 10 + minor : 0;
+  return e;
+}
+
 inline error_t get_multiprocessor_count(int* n, int device) noexcept {
   return MXKIT_GPU_API(cudaDeviceGetAttribute, hipDeviceGetAttribute)(
       n, MXKIT_GPU_API(cudaDevAttrMultiProcessorCount, hipDeviceAttributeMultiprocessorCount), device);

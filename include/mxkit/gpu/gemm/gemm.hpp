@@ -23,6 +23,11 @@
 //             fall back to per-block promotion where they fail (sm90/dispatch.hpp). Their scratch
 //             comes from mxkit's device pool, which keeps its memory (release_gemm_scratch returns it).
 //   gfx950    CDNA4 block-scaled MFMA (gemm/gfx950/kernel.hpp), compiled only: never run here
+//   vendor    CUDA: cuBLASLt, loaded at run time (gemm/vendor/), for bf16 x bf16 (either storage
+//             order) and per-tensor FP8 (E4M3 x E4M3 / E5M2 mixes, both K-major). First in the CUDA
+//             list: `automatic` takes it for those operands wherever cuBLASLt loads and has an
+//             algorithm for the output; gemm_options::path = sm90 still forces mxkit's kernel.
+//             MX operands never take it. HIP has none yet (hipBLASLt would be the analogue).
 // MXINT8 uses the portable kernel.
 // Dispatch is by architecture folder, as CUTLASS arranges its collectives: each folder's
 // `gemm_arch` says which products it takes on this device and build (supports) and runs them
@@ -42,6 +47,7 @@
 
 #if MXKIT_GPU_CUDA
 #include <mxkit/gpu/gemm/sm90/dispatch.hpp>
+#include <mxkit/gpu/gemm/vendor/cublaslt.hpp>
 #else
 #include <mxkit/gpu/gemm/gfx950/dispatch.hpp>
 #endif
@@ -50,16 +56,29 @@ MXKIT_BEGIN_NAMESPACE
 namespace gpu {
 namespace detail {
 
+// Whether architecture Arch takes a product: its operands (supports), and, where it has one, its
+// check of the output (supports_output: the vendor path asks its library's heuristic). Null `out`:
+// the operands alone (automatic_path, which knows no output).
+template <class Arch>
+bool arch_takes(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc* out) {
+  if (!Arch::supports(a, b)) return false;
+  if constexpr (requires { Arch::supports_output(a, b, *out); }) {
+    if (out) return Arch::supports_output(a, b, *out);
+  }
+  return true;
+}
+
 template <class... Arch>
 struct gemm_arch_list {
-  // The path `automatic` takes: the first architecture that supports the operands.
-  static gemm_path automatic(const gemm_operand& a, const gemm_operand& b) {
+  // The path `automatic` takes: the first architecture that takes the product (but `skip`).
+  static gemm_path automatic(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc* out = nullptr,
+                             gemm_path skip = gemm_path::automatic) {
     gemm_path p = gemm_path::portable;
-    (void)((Arch::supports(a, b) ? (p = Arch::path, true) : false) || ...);
+    (void)((Arch::path != skip && arch_takes<Arch>(a, b, out) ? (p = Arch::path, true) : false) || ...);
     return p;
   }
-  static bool supports(gemm_path path, const gemm_operand& a, const gemm_operand& b) {
-    return ((Arch::path == path && Arch::supports(a, b)) || ...);
+  static bool supports(gemm_path path, const gemm_operand& a, const gemm_operand& b, const gemm_output_desc* out = nullptr) {
+    return ((Arch::path == path && arch_takes<Arch>(a, b, out)) || ...);
   }
   static void run(gemm_path path, const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s,
                   const gemm_options& o) {
@@ -67,17 +86,19 @@ struct gemm_arch_list {
   }
 };
 #if MXKIT_GPU_CUDA
-using gemm_archs = gemm_arch_list<sm90::gemm_arch, portable::gemm_arch>;
+using gemm_archs = gemm_arch_list<vendor::gemm_arch, sm90::gemm_arch, portable::gemm_arch>;
 #else
 using gemm_archs = gemm_arch_list<gfx950::gemm_arch, portable::gemm_arch>;
 #endif
 
 inline gemm_path automatic_path_of(const gemm_operand& a, const gemm_operand& b) { return gemm_archs::automatic(a, b); }
 
-// The path a call takes: `automatic`'s choice, or the one forced, which must take the operands.
-inline gemm_path choose_path(const gemm_operand& a, const gemm_operand& b, const gemm_options& o) {
-  const gemm_path p = o.path == gemm_path::automatic ? automatic_path_of(a, b) : o.path;
-  mxkit::detail::require(gemm_archs::supports(p, a, b), "gemm: path ", name_of(p),
+// The path a call takes: `automatic`'s choice for these operands and this output, or the one
+// forced, which must take them.
+inline gemm_path choose_path(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, const gemm_options& o) {
+  const gemm_path skip = o.vendor ? gemm_path::automatic : gemm_path::vendor;
+  const gemm_path p = o.path == gemm_path::automatic ? gemm_archs::automatic(a, b, &out, skip) : o.path;
+  mxkit::detail::require(gemm_archs::supports(p, a, b, &out), "gemm: path ", name_of(p),
                          " cannot take these operands on this device and build (see gpu/gemm/gemm.hpp)");
   return p;
 }
@@ -97,8 +118,16 @@ gemm_output_desc make_output(matrix_view<Out> d, gemm_epilogue e) {
 #endif
 // Runs the product on the chosen path; returns the path taken.
 MXKIT_GPU_GEMM_ENTRY gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, gemm_options o) {
-  const gemm_path p = choose_path(a, b, o);
-  if (a.lines == 0 || b.lines == 0) return p;
+  // An empty D needs no path: nothing is launched, nothing is read (the vendor path would ask
+  // its heuristic about a 0 x n problem).
+  if (a.lines == 0 || b.lines == 0) {
+    const gemm_path p = o.path != gemm_path::automatic ? o.path
+                        : gemm_archs::automatic(a, b, nullptr, o.vendor ? gemm_path::automatic : gemm_path::vendor);
+    mxkit::detail::require(gemm_archs::supports(p, a, b), "gemm: path ", name_of(p),
+                           " cannot take these operands on this device and build (see gpu/gemm/gemm.hpp)");
+    return p;
+  }
+  const gemm_path p = choose_path(a, b, out, o);
   gemm_archs::run(p, a, b, out, s, o);
   return p;
 }
@@ -112,7 +141,8 @@ gemm_path run(const gemm_operand& a, const gemm_operand& b, const gemm_output_de
 // the driver, once the work that used it has finished (gpu/memory.hpp: trim_device_memory).
 inline void release_gemm_scratch() { trim_device_memory(0); }
 
-// Which path `automatic` takes for these operands on the current device.
+// Which path `automatic` takes for these operands on the current device (for an output every
+// path can write; the vendor path also needs its library to have an algorithm for the output).
 inline gemm_path automatic_path(mx_const_view a, mx_const_view b) { return detail::automatic_path_of(make_operand(a), make_operand(b)); }
 
 // ---- any TN product ---------------------------------------------------------------------------

@@ -10,18 +10,25 @@
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
 
-enum class gemm_path : std::uint8_t { automatic, portable, sm90, gfx950 };
+// vendor: the platform's own BLAS (cuBLASLt, gemm/vendor/) for bf16 and per-tensor FP8 operands;
+// last in the enum so the earlier values keep their numbers.
+enum class gemm_path : std::uint8_t { automatic, portable, sm90, gfx950, vendor };
 
 }  // namespace gpu
 template <>
 struct enum_names<gpu::gemm_path> {
-  static constexpr const char* names[] = {"automatic", "portable", "sm90", "gfx950"};
-  static constexpr gpu::gemm_path last = gpu::gemm_path::gfx950;
+  static constexpr const char* names[] = {"automatic", "portable", "sm90", "gfx950", "vendor"};
+  static constexpr gpu::gemm_path last = gpu::gemm_path::vendor;
 };
 namespace gpu {
 
 struct gemm_options {
   gemm_path path = gemm_path::automatic;
+  // automatic: may take the vendor path (cuBLASLt; gemm/vendor/). false keeps `automatic` on
+  // mxkit's own kernels, whose bits do not depend on the operands' storage order or the output
+  // type (the same products summed in the same order); cuBLASLt picks an algorithm per problem,
+  // so a transposed copy or a bf16 D may be summed otherwise (same bits run to run, though).
+  bool vendor = true;
   // sm90, MXFP4 x MXFP4: true sums each 32-block's products exactly and adds them in fp32 (as
   // the reference); false lets the tensor cores accumulate four blocks (128 K) before the fp32
   // add, as DeepGEMM and cuBLASLt's FP8 do: faster, but Hopper keeps only about 14 bits in
@@ -35,6 +42,7 @@ struct gemm_options {
   // zeroed): the persistent kernel then hands out its tiles dynamically, so a GEMM that overlaps
   // another stream's kernels (a collective's) loses only the SMs they hold, not the tiles queued
   // behind them (sm90/kernel.hpp). Null: the static order. Results are the same bits either way.
+  // The vendor path (cuBLASLt) schedules its own grid and ignores this and reserved_sms.
   std::uint32_t* tile_counter = nullptr;
   // sm90: SMs left to a collective that may run beside this GEMM (NCCL limited to that many CTAs,
   // ncclConfig_t::maxCTAs: gpu::nccl_options::ctas). The persistent kernel's CTAs never yield

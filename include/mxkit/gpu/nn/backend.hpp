@@ -309,6 +309,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_gemm(gemm_product kind, c
   gemm_options options;
   options.tile_counter = tile_counter();
   options.reserved_sms = reserved_sms_;
+  options.vendor = vendor_gemm_;
   backend_detail::run_gemm(kind, a, b, d, alpha, beta, c, stream_, options);
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) {
