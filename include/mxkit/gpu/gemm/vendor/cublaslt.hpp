@@ -8,8 +8,8 @@
 //                      K-major: its one FP8 layout, "TN"
 // fp32 or bf16 D, alpha and beta with C = D's previous contents (or the caller's C). MX operands
 // never come here: mxkit's own kernels compute their block sums exactly (gemm/sm90/).
-// Why: inside the H200 training step cuBLASLt's bf16 GEMMs ran at 750-790 TFLOP/s where mxkit's
-// sm90 kernel ran at 640-670 (docs/gpu.md).
+// Why: at the Llama shapes, inside the training step as alone, cuBLASLt's tuned bf16 and FP8
+// kernels outran mxkit's sm90 kernel (docs/perf/time_to_target.md has the measurements).
 //
 // Choices, with the cuBLAS documentation section each follows (docs.nvidia.com/cuda/cublas):
 //   - layout: mxkit's row-major D = A . B^T is cuBLASLt's column-major D^T = B . A^T
