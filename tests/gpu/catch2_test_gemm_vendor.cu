@@ -394,7 +394,10 @@ TEST_CASE("gpu gemm vendor: per-tensor FP8 with host and device scales, fp32 and
             if (beta != 0.0f) d.set(c);
             const g::gemm_path used = g::detail::run(oa, ob, g::detail::make_output(d.view(), gemm_epilogue{1.5f, beta}), nullptr, {});
             MXKIT_GPU_CHECK(g::device_synchronize());
-            CHECK(used == g::gemm_path::vendor);
+            // cuBLASLt runs no FP8 product with a device scale and an fp32 D (cublaslt.hpp):
+            // those take mxkit's kernel, with the same values.
+            const bool vendor_runs = std::is_same_v<Out, bfloat16> || where == 0;
+            CHECK((used == g::gemm_path::vendor) == vendor_runs);
             const std::vector<Out> got = d.get();
             if (run == 0) {
               const auto cmp = gemm_test::compare(as_double(got), as_double(want), s, rel, q);

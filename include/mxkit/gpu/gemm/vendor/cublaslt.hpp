@@ -324,6 +324,11 @@ struct gemm_arch {
     const device_info dev = current_device();
     const problem_key k = make_key(a, b, out, dev.device);
     if (!output_fits(k, out)) return false;
+    // FP8 with a device scale (CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER) and an fp32 D: the
+    // heuristic offers an algorithm, but cublasLtMatmul answers CUBLAS_STATUS_NOT_SUPPORTED
+    // (cuBLASLt 13.0 on an H200, tests/gpu/catch2_test_gemm_vendor.cu); host scales with fp32 D
+    // and device scales with bf16 D run. Such a product takes mxkit's kernel.
+    if (!k.bf16_out && (k.scale_a || k.scale_b)) return false;
     try {
       return choose_algo(k).found;
     } catch (const std::exception&) {
