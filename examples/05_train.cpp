@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
     if (o.comm_sms > 0)
       throw mxkit::train_program::usage_error("--comm-sms " + std::to_string(o.comm_sms) +
                                               ": 05_train's rank threads share host memory and run no NCCL (a GPU program's flag)");
+    if (o.vendor_gemm)
+      throw mxkit::train_program::usage_error("--gemm vendor: 05_train runs the host reference's GEMMs (a GPU program's flag)");
     if (o.ranks == 1) {
       mxkit::ref::host_backend be;
       return mxkit::train_program::run(be, {"host CPU", 0, {}}, o);

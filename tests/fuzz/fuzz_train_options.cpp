@@ -73,6 +73,7 @@ std::vector<std::string> as_flags(const options& o) {
   out.push_back(std::string("--shard=") + mxkit::name_of(o.shard));
   out.push_back(std::string("--recompute=") + (o.recompute ? "on" : "off"));
   out.push_back(std::string("--weight-copies=") + (o.weight_copies_per_gemm ? "per-gemm" : "cached"));
+  out.push_back(std::string("--gemm=") + (o.vendor_gemm ? "vendor" : "mxkit"));
   out.push_back(std::string("--gather=") + (o.gather_quantized ? "copies" : "fp32"));
   out.push_back(std::string("--reshard-after-forward=") + (o.reshard_after_forward ? "on" : "off"));
   out.push_back(std::string("--overlap-reductions=") + (o.overlap_reductions ? "on" : "off"));

@@ -64,6 +64,16 @@ TEST_CASE("--weight-copies: cached by default, per-gemm as asked, anything else 
   }
 }
 
+TEST_CASE("--gemm: mxkit's kernels by default, the vendor path as asked, anything else refused naming the flag and the value", "[train][options]") {
+  CHECK_FALSE(parse({})->vendor_gemm);
+  CHECK(parse({"--gemm", "vendor"})->vendor_gemm);
+  CHECK_FALSE(parse({"--gemm=vendor", "--gemm", "mxkit"})->vendor_gemm);  // the last wins
+  for (const char* bad : {"cublas", "Vendor", "auto", ""}) {
+    INFO(bad);
+    CHECK(refusal({"--gemm", bad}) == std::string("--gemm: expected mxkit or vendor, got '") + bad + "'");
+  }
+}
+
 TEST_CASE("persistent GEMM grid: the device's SMs less those left to NCCL, at least one", "[train][options]") {
   static_assert(gpu::persistent_grid_sms(132, 0) == 132);  // (off: every SM, as before; constexpr)
   CHECK(gpu::persistent_grid_sms(132, 0) == 132);

@@ -75,6 +75,7 @@ struct options {
   int comm_sms = 0;                    // GPU programs: NCCL's CTAs and the SMs the GEMMs leave it (0: NCCL's choice)
   bool recompute = false;              // activation recomputation per layer
   bool weight_copies_per_gemm = false; // --weight-copies per-gemm: nn::linear_memory::weight_copies_per_gemm
+  bool vendor_gemm = false;            // --gemm vendor: GPU programs, gpu::device_backend::set_vendor_gemm
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
   std::size_t switch_at = 0;
@@ -384,6 +385,15 @@ inline std::vector<flag> flags() {
          if (v == "cached") o.weight_copies_per_gemm = false;
          else if (v == "per-gemm") o.weight_copies_per_gemm = true;
          else throw usage_error("--weight-copies: expected cached or per-gemm, got '" + std::string(v) + "'");
+       }},
+      {"--gemm", "mxkit|vendor", "run",
+       "GPU programs: the GEMMs of bf16 copies (and of host-scaled FP8 ones) on mxkit's own kernels,\n"
+       "    or on the platform's BLAS where it loads (cuBLASLt: gpu/gemm/vendor/; MX products always stay\n"
+       "    on mxkit's exact kernels) (default mxkit)",
+       [](options& o, std::string_view v) {
+         if (v == "mxkit") o.vendor_gemm = false;
+         else if (v == "vendor") o.vendor_gemm = true;
+         else throw usage_error("--gemm: expected mxkit or vendor, got '" + std::string(v) + "'");
        }},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).
       {"--init-from", "PATH", "interchange",

@@ -52,9 +52,11 @@ class device_backend : public nn::backend, public nn::copy_gather {
   // ranks, where a gradient reduction or a prefetched gather overlaps the step's GEMMs. 0: none.
   void set_reserved_sms(std::uint32_t sms) noexcept { reserved_sms_ = sms; }
   std::uint32_t reserved_sms() const noexcept { return reserved_sms_; }
-  // Whether the GEMMs may take the vendor path (cuBLASLt for bf16 and per-tensor FP8 copies,
-  // gemm_options::vendor; the default). Off: mxkit's own kernels, whose products keep their bits
-  // whatever the copies' storage order or the output type (tests that compare such layouts).
+  // Whether the GEMMs may take the vendor path (cuBLASLt for bf16 and host-scaled per-tensor FP8
+  // copies, gemm_options::vendor); off by default until the training step has been measured and
+  // every GPU suite run with it (the training programs' --gemm vendor turns it on). Off: mxkit's
+  // own kernels, whose products keep their bits whatever the copies' storage order or the
+  // output type (tests that compare such layouts).
   void set_vendor_gemm(bool on) noexcept { vendor_gemm_ = on; }
   bool vendor_gemm() const noexcept { return vendor_gemm_; }
 
@@ -178,7 +180,7 @@ class device_backend : public nn::backend, public nn::copy_gather {
 
   stream_t stream_ = nullptr, copy_stream_ = nullptr;
   std::uint32_t reserved_sms_ = 0;  // set_reserved_sms
-  bool vendor_gemm_ = true;         // set_vendor_gemm
+  bool vendor_gemm_ = false;        // set_vendor_gemm
   event_t order_ = nullptr;
   staging_ring staging_;
   uploads_in_flight in_flight_;

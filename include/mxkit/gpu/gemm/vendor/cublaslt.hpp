@@ -18,10 +18,11 @@
 //     mxkit path ("cublasLtMatmul()", the supported type combinations); FP8 keeps the library's
 //     default of promoting its tensor-core sums to fp32 (CUBLASLT_MATMUL_DESC_FAST_ACCUM unset);
 //   - per-tensor FP8 descale: D = alpha * (1/s_a) (1/s_b) A . B^T. A host scale_inv is folded
-//     into alpha; a device scale (delayed scaling, gemm_operand::scale) becomes its dequant
-//     factor 1/s in scratch, written by a one-thread kernel on the stream, and is handed to
+//     into alpha. A device scale (delayed scaling, gemm_operand::scale) would become its dequant
+//     factor 1/s in scratch, written by a one-thread kernel on the stream, and be handed to
 //     cuBLASLt as CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER ("cublasLtMatmulDescAttributes_t":
 //     device pointers to the factors that convert A's and B's data to the compute type range);
+//     supports_output refuses such products for now (it says why), so they take mxkit's kernel;
 //   - one handle per device, created on first use ("cublasLtCreate()");
 //   - the heuristic's first algorithm (cublasLtMatmulAlgoGetHeuristic, tens of microseconds) is
 //     kept per problem (device, shape, transposes, types, output type, beta != 0, leading
@@ -324,11 +325,12 @@ struct gemm_arch {
     const device_info dev = current_device();
     const problem_key k = make_key(a, b, out, dev.device);
     if (!output_fits(k, out)) return false;
-    // FP8 with a device scale (CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER) and an fp32 D: the
+    // FP8 with a device scale (CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER): with an fp32 D the
     // heuristic offers an algorithm, but cublasLtMatmul answers CUBLAS_STATUS_NOT_SUPPORTED
-    // (cuBLASLt 13.0 on an H200, tests/gpu/catch2_test_gemm_vendor.cu); host scales with fp32 D
-    // and device scales with bf16 D run. Such a product takes mxkit's kernel.
-    if (!k.bf16_out && (k.scale_a || k.scale_b)) return false;
+    // (cuBLASLt 13.0 on an H200, tests/gpu/catch2_test_gemm_vendor.cu), and a bf16 D has not run
+    // there yet. Host scales (folded into alpha) ran with both outputs. A device-scaled product
+    // takes mxkit's kernel until its cases pass on the GPU.
+    if (k.scale_a || k.scale_b) return false;
     try {
       return choose_algo(k).found;
     } catch (const std::exception&) {
