@@ -5,7 +5,7 @@ token data, each recipe against PyTorch FSDP2 (one rank) + torch.compile bf16 in
 
     llama8b_one_gpu.py --program 06_train_gpu --logs DIR [--layers 16] [--recipes bf16 fp8 mxfp4]
                        [--steps 6] [--data PREFIX] [--device NAME] [--results DIR|FILE] [--no-peer]
-                       [--weight-copies cached|per-gemm ...]
+                       [--weight-copies cached|per-gemm ...] [--gemm mxkit|vendor]
 
 Data: --data, a Megatron indexed dataset, or (default) LOGS/tokens: random token ids written in
 Megatron's format by tools/make_dataset.py's writer (throughput does not depend on the text). Both
@@ -73,6 +73,8 @@ def main():
     ap.add_argument("--no-peer", dest="peer", action="store_false")
     ap.add_argument("--weight-copies", nargs="+", choices=["cached", "per-gemm"], default=["cached"],
                     help="the program's --weight-copies, each recipe run once per value given")
+    ap.add_argument("--gemm", choices=["mxkit", "vendor"], default="mxkit",
+                    help="the program's --gemm: bf16 GEMMs on mxkit's kernels or on cuBLASLt (said in each row)")
     ap.add_argument("--rows-only", action="store_true", help="run nothing: the rows from the logs in --logs of an earlier call")
     a = ap.parse_args()
     os.makedirs(a.logs, exist_ok=True)
@@ -89,8 +91,9 @@ def main():
         for copies in a.weight_copies:
             cmd = [a.program, "--model", "llama3.1-8b", "--layers", str(a.layers), "--seq", str(a.seq), "--batch", "1",
                    "--steps", "100", "--stop-after", str(a.steps + 1), "--warmup", "1", "--log-every", "1", "--eval-every", "0",
-                   "--recompute", "on", "--weight-copies", copies, "--recipe", recipe, "--data", data, "--vocab", str(VOCAB)]
-            name = recipe if copies == "cached" else f"{recipe}/{copies}"
+                   "--recompute", "on", "--weight-copies", copies, "--recipe", recipe, "--data", data, "--vocab", str(VOCAB),
+                   "--gemm", a.gemm]
+            name = (recipe if copies == "cached" else f"{recipe}/{copies}") + ("/vendor-gemm" if a.gemm == "vendor" else "")
             rc, text = run(cmd, os.path.join(a.logs, f"8b_{name.replace('/', '_')}.log"), a.limit)
             s = summary(text)
             if rc == 0 and s:
@@ -109,8 +112,9 @@ def main():
     names = {"mxfp4": "mxfp4+Hadamard"}
     peer_name = "torch FSDP2 (1 rank)+compile bf16"
     for name, s in runs.items():
-        recipe, _, copies = name.partition("/")
-        case = f"{shape}, {names.get(recipe, recipe)}" + (", weight copies per GEMM" if copies == "per-gemm" else "")
+        recipe, *tags = name.split("/")
+        case = f"{shape}, {names.get(recipe, recipe)}" + (", weight copies per GEMM" if "per-gemm" in tags else "") + \
+            (", bf16 GEMMs on cuBLASLt (--gemm vendor)" if "vendor-gemm" in tags else "")
         for what, value, unit, pv in (("tokens/s", s["tokens"], "tokens/s", peer.get("tokens_per_s_per_gpu")),
                                       ("MFU", s["mfu"], "%", peer.get("mfu_percent")),
                                       ("peak memory", s["peak_mib"] / 1024.0, "GiB", peer.get("peak_gib"))):

@@ -112,7 +112,7 @@ Environment:
   lora70b: MXKIT_DEADLINE_S, MXKIT_PARTS, MXKIT_STEPS, MXKIT_BUDGET, MXKIT_WARM_GIB, MXKIT_PEER_GPUS,
          MXKIT_PEER1_BASE (fp8-tensorwise, default, or fp8-rowwise)
   fidelity: SEEDS (default "0"), STEPS (default 1200), TWIN_ARGS
-  recipes: MXKIT_PARTS, MXKIT_8B1_LAYERS, MXKIT_8B1_RECIPES, MXKIT_8B1_STEPS, MXKIT_8B1_COPIES,
+  recipes: MXKIT_PARTS, MXKIT_8B1_LAYERS, MXKIT_8B1_RECIPES, MXKIT_8B1_STEPS, MXKIT_8B1_COPIES, MXKIT_8B1_GEMM,
          MXKIT_TTT_DATA (default build/ttt-data), MXKIT_TTT_SEEDS, MXKIT_TTT_RECIPES, MXKIT_TTT_TARGET, MXKIT_TTT_ARGS
   python: MXKIT_PYTHON_GDB=0 (no rerun under a debugger)
 EOF
@@ -993,7 +993,7 @@ cmd_recipes() {
     # shellcheck disable=SC2086  # lists, split on purpose
     python3 bench/llama8b_one_gpu.py --program "$prog" --logs "$LOGS/8b" --layers "${MXKIT_8B1_LAYERS:-16}" \
       --recipes ${MXKIT_8B1_RECIPES:-bf16 fp8 mxfp4} --steps "${MXKIT_8B1_STEPS:-6}" --device "$device" \
-      --weight-copies ${MXKIT_8B1_COPIES:-cached} ||
+      --weight-copies ${MXKIT_8B1_COPIES:-cached} --gemm "${MXKIT_8B1_GEMM:-mxkit}" ||
       failed "bench/llama8b_one_gpu.py"
   fi
   if [ -n "$corpus_pid" ]; then
