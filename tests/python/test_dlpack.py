@@ -363,3 +363,22 @@ def test_cuda_tensor_descriptions_are_checked_and_own_their_owner():
     with pytest.raises(ValueError, match="host"):
         mxkit.validate(np.zeros((32, 32), np.float32), _mx.cuda_tensor(0x1000, 1, 8, [32, 32], [], 0, None),
                        np.zeros((32, 1), np.uint8), fmt="mxfp8_e4m3")
+
+
+def test_quantize_device_raw_checks_before_any_launch():
+    """_mxkit.quantize_device_raw (mxkit.quantize's torch path: pointers only) takes its
+    descriptions as they are and refuses a mismatch before anything is launched; a module built
+    without a GPU backend says so."""
+    d = mxkit._describe("quantize", 64, 128, "mxfp8_e4m3", "rowwise")
+    col = mxkit._describe("quantize", 64, 128, "mxfp8_e4m3", "columnwise")
+    with pytest.raises(ValueError, match="3 outputs for 1 copies"):
+        _mx.quantize_device_raw(0x1000, 2, 32, 64, 128, 128, 0, d, None, 1, [0x2000, 0x3000, 0x4000])
+    with pytest.raises(ValueError, match="2 outputs for 2 copies"):
+        _mx.quantize_device_raw(0x1000, 2, 32, 64, 128, 128, 0, d, col, 1, [0x2000, 0x3000])
+    with pytest.raises(ValueError, match="must be float32, bfloat16 or float16"):
+        _mx.quantize_device_raw(0x1000, 1, 8, 64, 128, 128, 0, d, None, 1, [0x2000, 0x3000])
+    with pytest.raises(ValueError, match="row stride 100 is smaller than its 128 columns"):
+        _mx.quantize_device_raw(0x1000, 2, 32, 64, 128, 100, 0, d, None, 1, [0x2000, 0x3000])
+    if not mxkit.has_gpu():
+        with pytest.raises(RuntimeError, match="without a GPU backend"):
+            _mx.quantize_device_raw(0x1000, 2, 32, 64, 128, 128, 0, d, None, 1, [0x2000, 0x3000])

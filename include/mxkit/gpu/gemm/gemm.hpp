@@ -24,7 +24,7 @@
 //             comes from mxkit's device pool, which keeps its memory (release_gemm_scratch returns it).
 //   gfx950    CDNA4 block-scaled MFMA (gemm/gfx950/kernel.hpp), compiled only: never run here
 //   vendor    CUDA: cuBLASLt, loaded at run time (gemm/vendor/), for bf16 x bf16 (either storage
-//             order) and per-tensor FP8 (E4M3 x E4M3 / E5M2 mixes, both K-major). First in the CUDA
+//             order) and per-tensor FP8 with host scales (E4M3 x E4M3 / E5M2 mixes, both K-major). First in the CUDA
 //             list: `automatic` takes it for those operands wherever cuBLASLt loads and has an
 //             algorithm for the output; gemm_options::path = sm90 still forces mxkit's kernel.
 //             MX operands never take it. HIP has none yet (hipBLASLt would be the analogue).
