@@ -287,9 +287,9 @@ endfunction()
 # The outputs join the target mxkit_hip_compile (part of `all`). INCLUDES: extra include paths.
 # KERNEL_LIBRARY: compiled as a user of the kernel library, where one is built (the kernels it
 # holds are declarations here), or as one of its own sources. LIBRARY_SOURCE: one of its own
-# sources (-O3 also under MXKIT_GPU_PROGRAMS_UNOPTIMIZED).
+# sources (-O3 also under MXKIT_GPU_PROGRAMS_UNOPTIMIZED). DEVICE_ONLY: no host object.
 function(mxkit_hip_device_compile name src)
-  cmake_parse_arguments(arg "KERNEL_LIBRARY;LIBRARY_SOURCE" "" "INCLUDES" ${ARGN})
+  cmake_parse_arguments(arg "KERNEL_LIBRARY;LIBRARY_SOURCE;DEVICE_ONLY" "" "INCLUDES" ${ARGN})
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/hip)
   file(MAKE_DIRECTORY ${dir})
   set(common ${MXKIT_HIP_FLAGS})
@@ -321,13 +321,17 @@ function(mxkit_hip_device_compile name src)
       COMMENT "HIP device compile ${name} for ${arch}")
     list(APPEND outputs ${out})
   endforeach()
-  list(GET CMAKE_HIP_ARCHITECTURES 0 first_arch)
-  set(out ${dir}/${name}.host.o)
-  add_custom_command(OUTPUT ${out}
-    COMMAND ${MXKIT_HIP_COMPILER} ${common} --offload-arch=${first_arch} --cuda-host-only -c ${src} -o ${out} -MD -MF ${out}.d
-    DEPENDS ${src} DEPFILE ${out}.d COMMAND_EXPAND_LISTS
-    COMMENT "HIP host compile ${name}")
-  list(APPEND outputs ${out})
+  # DEVICE_ONLY (the per-header checks): no host object. clang's device pass parses and checks the
+  # whole unit, host code included, so a header that does not compile alone fails there too.
+  if(NOT arg_DEVICE_ONLY)
+    list(GET CMAKE_HIP_ARCHITECTURES 0 first_arch)
+    set(out ${dir}/${name}.host.o)
+    add_custom_command(OUTPUT ${out}
+      COMMAND ${MXKIT_HIP_COMPILER} ${common} --offload-arch=${first_arch} --cuda-host-only -c ${src} -o ${out} -MD -MF ${out}.d
+      DEPENDS ${src} DEPFILE ${out}.d COMMAND_EXPAND_LISTS
+      COMMENT "HIP host compile ${name}")
+    list(APPEND outputs ${out})
+  endif()
   add_custom_target(hip_${name} DEPENDS ${outputs})
   if(NOT TARGET mxkit_hip_compile)
     add_custom_target(mxkit_hip_compile ALL)
