@@ -92,19 +92,9 @@ std::vector<double> as_double(const std::vector<bfloat16>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) d[i] = v[i].to_float();
   return d;
 }
-// A random [rows, cols] matrix (gemm_test::random_matrix) rounded to bf16; bf16 values as floats
-// (transposes: gemm_test::transposed).
-std::vector<bfloat16> random_bf16(std::size_t rows, std::size_t cols, std::uint64_t seed) {
-  const std::vector<float> x = gemm_test::random_matrix(rows, cols, seed, 3);
-  std::vector<bfloat16> h(x.size());
-  for (std::size_t i = 0; i < h.size(); ++i) h[i] = bfloat16::from_float(x[i]);
-  return h;
-}
-std::vector<float> as_float(const std::vector<bfloat16>& v) {
-  std::vector<float> f(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) f[i] = v[i].to_float();
-  return f;
-}
+// bf16 operands and their values (gemm_test::random_bf16, as_float; transposes: gemm_test::transposed).
+using gemm_test::as_float;
+using gemm_test::random_bf16;
 
 std::vector<double> magnitude(const mx_tensor& a, const mx_tensor& b) {
   const mx_tensor aa = gemm_test::abs_copy(a), bb = gemm_test::abs_copy(b);

@@ -44,17 +44,8 @@ std::uint64_t fresh_seed() {
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
 }
 
-std::vector<bfloat16> random_bf16(std::size_t rows, std::size_t cols, std::uint64_t seed) {
-  const std::vector<float> x = gemm_test::random_matrix(rows, cols, seed, 3);
-  std::vector<bfloat16> h(x.size());
-  for (std::size_t i = 0; i < h.size(); ++i) h[i] = bfloat16::from_float(x[i]);
-  return h;
-}
-std::vector<float> as_float(const std::vector<bfloat16>& v) {
-  std::vector<float> f(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) f[i] = v[i].to_float();
-  return f;
-}
+using gemm_test::as_float;
+using gemm_test::random_bf16;
 double to_double(float v) { return v; }
 double to_double(bfloat16 v) { return v.to_float(); }
 template <class T>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <mxkit/block/pack.hpp>
+#include <mxkit/format/float16.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/quantize.hpp>
 #include <mxkit/validation/validate_gemm.hpp>
@@ -57,6 +58,20 @@ inline oracle_result oracle_tn(const std::vector<float>& a, const std::vector<fl
       o.s[i * q + j] = s;
     }
   return o;
+}
+
+// A random [rows, cols] matrix (random_matrix, spread 3) rounded to bf16, and bf16 values as
+// floats: the bf16 GEMM tests' operands (host, sm90 and vendor paths).
+inline std::vector<mxkit::bfloat16> random_bf16(std::size_t rows, std::size_t cols, std::uint64_t seed) {
+  const std::vector<float> x = random_matrix(rows, cols, seed, 3);
+  std::vector<mxkit::bfloat16> h(x.size());
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = mxkit::bfloat16::from_float(x[i]);
+  return h;
+}
+inline std::vector<float> as_float(const std::vector<mxkit::bfloat16>& v) {
+  std::vector<float> f(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) f[i] = v[i].to_float();
+  return f;
 }
 
 // Row-major [rows, cols] -> [cols, rows].
