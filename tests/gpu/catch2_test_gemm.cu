@@ -40,6 +40,7 @@
 
 #include "../catch.hpp"
 #include "../ref/gemm_test_util.hpp"
+#include "gpu_test_util.hpp"
 
 namespace {
 using namespace mxkit;
@@ -69,22 +70,7 @@ struct device_mx {
   mx_const_view view() const { return {layout, options, data.data(), scales.data()}; }
 };
 
-// D as raw bytes on the device, poisoned with 0xFF (a NaN in fp32 and bf16) or holding C.
-template <class Out>
-struct device_out {
-  std::size_t rows, cols, ld;
-  g::device_buffer<Out> buf;
-  device_out(std::size_t r, std::size_t c, std::size_t ld_) : rows(r), cols(c), ld(ld_), buf(r * ld_) { buf.fill_bytes(0xFF); }
-  matrix_view<Out> view() { return {buf.data(), rows, cols, ld}; }
-  void set(const std::vector<Out>& host) { buf.copy_from(std::span<const Out>(host)); }
-  std::vector<Out> get() const {  // the logical [rows, cols] part
-    const std::vector<Out> all = buf.to_host();
-    std::vector<Out> out(rows * cols);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = all[r * ld + c];
-    return out;
-  }
-};
+using gpu_test::device_out;  // D on the device, poisoned or holding C (set_all: the whole [rows, ld] buffer)
 
 std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 std::vector<double> as_double(const std::vector<bfloat16>& v) {
@@ -146,7 +132,7 @@ ref::gemm_validation_report run_mx(const mx_tensor& a, const mx_tensor& b, g::ge
       if constexpr (std::is_same_v<Out, float>) c[i] = cf[i];
       else c[i] = bfloat16::from_float(cf[i]);
     }
-    d.set(c);
+    d.set_all(c);
   }
   const g::gemm_path used = g::gemm(da.view(), db.view(), d.view(), e, nullptr, [&] {
     opt.path = path;
@@ -354,7 +340,7 @@ TEST_CASE("gpu gemm: bf16 output stored 16 bytes a lane has the bits of pair sto
     std::vector<bfloat16> c(p * ld, bfloat16::from_float(0.0f));
     for (std::size_t i = 0; i < p; ++i)
       for (std::size_t j = 0; j < q; ++j) c[i * ld + j] = bfloat16::from_float(cf[i * q + j]);
-    d.set(c);
+    d.set_all(c);
     gemm_into(d.view());
     MXKIT_GPU_CHECK(g::device_synchronize());
     return d.get();
@@ -677,7 +663,7 @@ TEST_CASE("gpu gemm: wgrad-shaped products split K, match the reference and repe
       std::vector<float> first;
       for (int run = 0; run < 2; ++run) {
         device_out<float> d(p, q, q);
-        d.set(c0);
+        d.set_all(c0);
         g::gemm(matrix_view<const bfloat16>{da.data(), p, k}, matrix_view<const bfloat16>{db.data(), q, k}, d.view(), {1.0f, 1.0f},
                 nullptr, g::gemm_options{path});
         MXKIT_GPU_CHECK(g::device_synchronize());

@@ -31,6 +31,7 @@
 
 #include "../catch.hpp"
 #include "../ref/gemm_test_util.hpp"
+#include "gpu_test_util.hpp"
 
 namespace {
 using namespace mxkit;
@@ -64,27 +65,7 @@ bool same_bits(const std::vector<T>& x, const std::vector<T>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
 }
 
-// D [rows, cols] with leading dimension ld on the device: poisoned with 0xFF, or holding C.
-template <class Out>
-struct device_out {
-  std::size_t rows, cols, ld;
-  g::device_buffer<Out> buf;
-  device_out(std::size_t r, std::size_t c, std::size_t ld_) : rows(r), cols(c), ld(ld_), buf(r * ld_) { buf.fill_bytes(0xFF); }
-  matrix_view<Out> view() { return {buf.data(), rows, cols, ld}; }
-  void set(const std::vector<Out>& logical) {  // [rows, cols]
-    std::vector<Out> all(rows * ld, from_float<Out>(0.0f));
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < cols; ++c) all[r * ld + c] = logical[r * cols + c];
-    buf.copy_from(std::span<const Out>(all));
-  }
-  std::vector<Out> get() const {
-    const std::vector<Out> all = buf.to_host();
-    std::vector<Out> out(rows * cols);
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = all[r * ld + c];
-    return out;
-  }
-};
+using gpu_test::device_out;  // D on the device, poisoned or holding C (set: the logical values)
 
 // Whether the vendor path runs here: a 16 x 16 x 16 bf16 product is `automatic`'s vendor choice.
 bool vendor_runs() {

@@ -111,6 +111,31 @@ float host_amax(const std::vector<T>& m, std::size_t rows, std::size_t cols, std
 }
 
 // Equal bits, or both NaN (the payload of a NaN amax is not specified).
+// A GEMM's D [rows, cols] at leading dimension ld on the device, poisoned with 0xFF (a NaN in fp32
+// and bf16) so that an element left unwritten shows, or holding C: set() takes the logical
+// [rows, cols] values (zeros in the padding), set_all() the whole [rows, ld] buffer.
+template <class Out>
+struct device_out {
+  std::size_t rows, cols, ld;
+  mxkit::gpu::device_buffer<Out> buf;
+  device_out(std::size_t r, std::size_t c, std::size_t ld_) : rows(r), cols(c), ld(ld_), buf(r * ld_) { buf.fill_bytes(0xFF); }
+  mxkit::matrix_view<Out> view() { return {buf.data(), rows, cols, ld}; }
+  void set_all(const std::vector<Out>& host) { buf.copy_from(std::span<const Out>(host)); }
+  void set(const std::vector<Out>& logical) {
+    std::vector<Out> all(rows * ld, Out{});
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) all[r * ld + c] = logical[r * cols + c];
+    set_all(all);
+  }
+  std::vector<Out> get() const {  // the logical [rows, cols] part
+    const std::vector<Out> all = buf.to_host();
+    std::vector<Out> out(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = all[r * ld + c];
+    return out;
+  }
+};
+
 inline bool same_amax(float got, float want) {
   return (std::isnan(got) && std::isnan(want)) || mxkit::bit_cast<std::uint32_t>(got) == mxkit::bit_cast<std::uint32_t>(want);
 }
