@@ -190,12 +190,15 @@ inline std::vector<flag> flags() {
   auto path = [](fs::path options::*field) {
     return [field](options& o, std::string_view v) { o.*field = fs::path(std::string(v)); };
   };
-  auto on_off = [](const char* name, bool options::*field) {
-    return [name, field](options& o, std::string_view v) {
-      if (v == "on" || v == "off") o.*field = v == "on";
-      else throw usage_error(std::string(name) + ": expected on or off, got '" + std::string(v) + "'");
+  // A flag of two words, `yes` setting `field` and the other clearing it (on|off,
+  // cached|per-gemm, mxkit|vendor); the message names them in the order given.
+  auto two_words = [](const char* name, const char* first, const char* second, const char* yes, bool options::*field) {
+    return [name, first, second, yes, field](options& o, std::string_view v) {
+      if (v == first || v == second) o.*field = v == yes;
+      else throw usage_error(std::string(name) + ": expected " + first + " or " + second + ", got '" + std::string(v) + "'");
     };
   };
+  auto on_off = [&two_words](const char* name, bool options::*field) { return two_words(name, "on", "off", "on", field); };
   std::string recipes, models;
   for (const recipe_choice& c : recipe_choices) recipes += std::string("\n      ") + c.name + ": " + c.what;
   for (const model_preset& m : model_presets) models += std::string("\n      ") + m.name + ": " + m.what;
@@ -381,20 +384,12 @@ inline std::vector<flag> flags() {
        "    or made where each GEMM reads them and freed after it (no copy held between the passes: the\n"
        "    layers' copies leave the peak, for one more read of each weight in backward, two with\n"
        "    --recompute; the same results, bit for bit) (default cached)",
-       [](options& o, std::string_view v) {
-         if (v == "cached") o.weight_copies_per_gemm = false;
-         else if (v == "per-gemm") o.weight_copies_per_gemm = true;
-         else throw usage_error("--weight-copies: expected cached or per-gemm, got '" + std::string(v) + "'");
-       }},
+       two_words("--weight-copies", "cached", "per-gemm", "per-gemm", &options::weight_copies_per_gemm)},
       {"--gemm", "mxkit|vendor", "run",
        "GPU programs: the GEMMs of bf16 copies (and of host-scaled FP8 ones) on mxkit's own kernels,\n"
        "    or on the platform's BLAS where it loads (cuBLASLt: gpu/gemm/vendor/; MX products always stay\n"
        "    on mxkit's exact kernels) (default mxkit)",
-       [](options& o, std::string_view v) {
-         if (v == "mxkit") o.vendor_gemm = false;
-         else if (v == "vendor") o.vendor_gemm = true;
-         else throw usage_error("--gemm: expected mxkit or vendor, got '" + std::string(v) + "'");
-       }},
+       two_words("--gemm", "mxkit", "vendor", "vendor", &options::vendor_gemm)},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).
       {"--init-from", "PATH", "interchange",
        "start from Hugging Face Llama weights (F32 or BF16) instead of the random initialization\n"
