@@ -551,7 +551,7 @@ def _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, 
     raw, codes = _torch_helpers()
     code = codes.get(x.dtype)
     shape = x.shape
-    if code is None or len(shape) != 2 or (len(shape) == 2 and x.stride(1) != 1 and shape[1] > 1):
+    if code is None or len(shape) != 2 or (x.stride(1) != 1 and shape[1] > 1):
         return None
     rows, cols = shape
     try:
@@ -600,7 +600,7 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     tensor scale of its own amax).
     """
     f = "quantize"
-    if out is None and stream is None and threads == 0 and block is None and tensor_scale is None:
+    if out is None and stream is None and type(threads) is int and threads == 0 and block is None and tensor_scale is None:
         fast = _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed,
                                        nibbles)
         if fast is not None:
