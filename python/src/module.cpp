@@ -693,10 +693,10 @@ py::list quantize_device(const tensor_ref& x, const std::vector<copy_description
   return quantize_into(x, copies, stream, std::move(refs));
 }
 // The torch path's entry (mxkit/__init__.py, quantize on x's current stream): x and the outputs
-// torch allocated for this call as pointers, no tensor objects made in Python. The outputs are
-// compact bytes of the descriptions' shapes on x's device (the caller made them so); the checks
-// below are quantize_device's all the same.
-// The descriptions come as references to the Python objects (a vector would copy each one).
+// torch allocated for this call as pointers, no tensor objects made in Python, and the one or two
+// descriptions as arguments of their own (no list to convert). The outputs are compact bytes of
+// the descriptions' shapes on x's device (the caller made them so); the checks below are
+// quantize_device's all the same.
 void quantize_device_raw(std::uintptr_t x, int code, int bits, std::int64_t rows, std::int64_t cols, std::int64_t ld, int device_id,
                          const copy_description& first, const copy_description* second, std::uintptr_t stream,
                          const std::vector<std::uintptr_t>& out) {
