@@ -72,12 +72,7 @@ struct device_mx {
 
 using gpu_test::device_out;  // D on the device, poisoned or holding C (set_all: the whole [rows, ld] buffer)
 
-std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-std::vector<double> as_double(const std::vector<bfloat16>& v) {
-  std::vector<double> d(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) d[i] = v[i].to_float();
-  return d;
-}
+using gemm_test::as_double;
 // bf16 operands and their values (gemm_test::random_bf16, as_float; transposes: gemm_test::transposed).
 using gemm_test::as_float;
 using gemm_test::random_bf16;

@@ -45,16 +45,11 @@ std::uint64_t fresh_seed() {
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
 }
 
+using gemm_test::as_double;
 using gemm_test::as_float;
 using gemm_test::random_bf16;
 double to_double(float v) { return v; }
 double to_double(bfloat16 v) { return v.to_float(); }
-template <class T>
-std::vector<double> as_double(const std::vector<T>& v) {
-  std::vector<double> d(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) d[i] = to_double(v[i]);
-  return d;
-}
 template <class T>
 T from_float(float v) {
   if constexpr (std::is_same_v<T, float>) return v;

@@ -73,6 +73,13 @@ inline std::vector<float> as_float(const std::vector<mxkit::bfloat16>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) f[i] = v[i].to_float();
   return f;
 }
+// A D of either output type as doubles (compare's inputs).
+inline std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+inline std::vector<double> as_double(const std::vector<mxkit::bfloat16>& v) {
+  std::vector<double> d(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) d[i] = v[i].to_float();
+  return d;
+}
 
 // Row-major [rows, cols] -> [cols, rows].
 template <class T>
