@@ -18,11 +18,13 @@
 //     mxkit path ("cublasLtMatmul()", the supported type combinations); FP8 keeps the library's
 //     default of promoting its tensor-core sums to fp32 (CUBLASLT_MATMUL_DESC_FAST_ACCUM unset);
 //   - per-tensor FP8 descale: D = alpha * (1/s_a) (1/s_b) A . B^T. A host scale_inv is folded
-//     into alpha. A device scale (delayed scaling, gemm_operand::scale) would become its dequant
-//     factor 1/s in scratch, written by a one-thread kernel on the stream, and be handed to
-//     cuBLASLt as CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER ("cublasLtMatmulDescAttributes_t":
-//     device pointers to the factors that convert A's and B's data to the compute type range);
-//     supports_output refuses such products for now (it says why), so they take mxkit's kernel;
+//     into alpha. A device scale (delayed scaling, gemm_operand::scale) is folded into alpha on
+//     the device: a one-thread kernel on the stream writes alpha (1/s_a) (1/s_b) and beta to
+//     scratch, and the call runs in CUBLASLT_POINTER_MODE_DEVICE ("cublasLtPointerMode_t":
+//     alpha and beta are read from device memory). cuBLASLt's own scale pointers
+//     (CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER) are not used: with an fp32 D, cublasLtMatmul
+//     answered CUBLAS_STATUS_NOT_SUPPORTED for an algorithm its heuristic had offered (cuBLASLt
+//     13.0 on an H200, tests/gpu/catch2_test_gemm_vendor.cu);
 //   - one handle per device, created on first use ("cublasLtCreate()");
 //   - the heuristic's first algorithm (cublasLtMatmulAlgoGetHeuristic, tens of microseconds) is
 //     kept per problem (device, shape, transposes, types, output type, beta != 0, leading
@@ -119,7 +121,7 @@ struct problem_key {
   std::int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;   // cuBLASLt's A (mxkit's B), B (mxkit's A), C, D
   int type_a = 0, type_b = 0;                         // cudaDataType
   bool bf16_out = false, beta = false;
-  bool scale_a = false, scale_b = false;              // a device scale pointer is set for A / B
+  bool device_alpha = false;                          // alpha and beta in device memory (an FP8 device scale)
   std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_d = 0;  // bytes, up to 16 (layout.hpp)
   auto operator<=>(const problem_key&) const = default;
 };
@@ -153,8 +155,7 @@ inline problem_key make_key(const gemm_operand& a, const gemm_operand& b, const 
   k.type_b = static_cast<int>(data_type_of(a));
   k.bf16_out = out.bf16;
   k.beta = beta;
-  k.scale_a = b.kind == operand_kind::fp8 && b.scale != nullptr;
-  k.scale_b = a.kind == operand_kind::fp8 && a.scale != nullptr;
+  k.device_alpha = a.kind == operand_kind::fp8 && (a.scale != nullptr || b.scale != nullptr);
   k.align_a = matrix_alignment(reinterpret_cast<std::uintptr_t>(b.data), p.a.ld, eb);
   k.align_b = matrix_alignment(reinterpret_cast<std::uintptr_t>(a.data), p.b.ld, ea);
   k.align_c = matrix_alignment(reinterpret_cast<std::uintptr_t>(beta ? out.c : out.d), p.c.ld, ed);
@@ -174,9 +175,7 @@ inline bool output_fits(const problem_key& k, const gemm_output_desc& out) noexc
 // Descriptors of one call, destroyed with it.
 class descriptors {
  public:
-  // Dequant factor pointers: device pointers, or null where that side has none (host scale_inv,
-  // or bf16). The heuristic is asked with stand-in pointers: it does not read them.
-  descriptors(const problem_key& k, const float* factor_a, const float* factor_b) {
+  explicit descriptors(const problem_key& k) {
     const cublaslt::api& lt = cublaslt::library();
     const cudaDataType out_type = k.bf16_out ? CUDA_R_16BF : CUDA_R_32F;
     try {
@@ -184,12 +183,11 @@ class descriptors {
       const cublasOperation_t ta = k.transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
       cublaslt::check(lt.matmul_desc_set_attribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "cublasLtMatmulDescSetAttribute(TRANSA)");
       cublaslt::check(lt.matmul_desc_set_attribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "cublasLtMatmulDescSetAttribute(TRANSB)");
-      if (k.scale_a)
-        cublaslt::check(lt.matmul_desc_set_attribute(op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &factor_a, sizeof factor_a),
-                        "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
-      if (k.scale_b)
-        cublaslt::check(lt.matmul_desc_set_attribute(op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &factor_b, sizeof factor_b),
-                        "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+      if (k.device_alpha) {
+        const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+        cublaslt::check(lt.matmul_desc_set_attribute(op_, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode),
+                        "cublasLtMatmulDescSetAttribute(POINTER_MODE)");
+      }
       // Column-major [rows, cols] with ld (layout.hpp): A_lt is [k, m] when transposed, else [m, k].
       cublaslt::check(lt.matrix_layout_create(&a_, static_cast<cudaDataType>(k.type_a), k.transa ? k.k : k.m, k.transa ? k.m : k.k, k.lda),
                       "cublasLtMatrixLayoutCreate(A)");
@@ -242,10 +240,7 @@ struct algo_choice {
 // The heuristic's best algorithm for a problem, with this path's preferences.
 inline algo_choice ask_heuristic(const problem_key& k) {
   const cublaslt::api& lt = cublaslt::library();
-  // Stand-in factor pointers, 256-byte aligned as the pool's scratch is (the heuristic reads
-  // pointer values only for their alignment, "cublasLtMatmulDescAttributes_t").
-  const auto* stand_in = reinterpret_cast<const float*>(std::uintptr_t{256});
-  const descriptors desc(k, stand_in, stand_in);
+  const descriptors desc(k);
   cublasLtMatmulPreference_t pref = nullptr;
   cublaslt::check(lt.preference_create(&pref), "cublasLtMatmulPreferenceCreate");
   algo_choice choice;
@@ -298,11 +293,13 @@ inline algo_choice choose_algo(const problem_key& k) {
 }
 
 #if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
-// Per-tensor FP8 with device scales: the dequant factors 1/s that cuBLASLt's scale pointers
-// want, [0] for its A (mxkit's B) and [1] for its B (mxkit's A); 1 where that side has none.
-MXKIT_GLOBAL void dequant_factors_kernel(const float* scale_lt_a, const float* scale_lt_b, float* factors) {
-  factors[0] = scale_lt_a ? 1.0f / *scale_lt_a : 1.0f;
-  factors[1] = scale_lt_b ? 1.0f / *scale_lt_b : 1.0f;
+// Per-tensor FP8 with a device scale on either side: alpha and beta for CUBLASLT_POINTER_MODE_DEVICE,
+// [0] = (1/s_a) (1/s_b) host_alpha (a side without a device scale counts 1 here: its scale_inv
+// is in host_alpha), [1] = beta.
+MXKIT_GLOBAL void device_alpha_beta_kernel(const float* scale_a, const float* scale_b, float host_alpha, float beta, float* alpha_beta) {
+  const float inv_a = scale_a ? 1.0f / *scale_a : 1.0f, inv_b = scale_b ? 1.0f / *scale_b : 1.0f;
+  alpha_beta[0] = (inv_a * inv_b) * host_alpha;
+  alpha_beta[1] = beta;
 }
 #endif
 
@@ -325,12 +322,6 @@ struct gemm_arch {
     const device_info dev = current_device();
     const problem_key k = make_key(a, b, out, dev.device);
     if (!output_fits(k, out)) return false;
-    // FP8 with a device scale (CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER): with an fp32 D the
-    // heuristic offers an algorithm, but cublasLtMatmul answers CUBLAS_STATUS_NOT_SUPPORTED
-    // (cuBLASLt 13.0 on an H200, tests/gpu/catch2_test_gemm_vendor.cu), and a bf16 D has not run
-    // there yet. Host scales (folded into alpha) ran with both outputs. A device-scaled product
-    // takes mxkit's kernel until its cases pass on the GPU.
-    if (k.scale_a || k.scale_b) return false;
     try {
       return choose_algo(k).found;
     } catch (const std::exception&) {
@@ -343,27 +334,28 @@ struct gemm_arch {
     const problem_key k = make_key(a, b, out, dev.device);
     const algo_choice choice = choose_algo(k);
     mxkit::detail::require(output_fits(k, out) && choice.found, "gemm (vendor): cuBLASLt has no algorithm for this product");
-    // Scratch: [workspace | two dequant factors], each part 256-byte aligned.
-    const bool factors = k.scale_a || k.scale_b;
+    // Scratch: [workspace | alpha, beta] (the second part only with device scales), each part
+    // 256-byte aligned.
     const std::size_t workspace = (choice.workspace + 255) / 256 * 256;
-    const std::size_t bytes = workspace + (factors ? 256 : 0);
+    const std::size_t bytes = workspace + (k.device_alpha ? 256 : 0);
     auto* scratch = static_cast<std::uint8_t*>(bytes ? allocate_async(bytes, s) : nullptr);
     try {
-      float* factor = factors ? reinterpret_cast<float*>(scratch + workspace) : nullptr;
-      if (factors) {
-        dequant_factors_kernel<<<1, 1, 0, s>>>(k.scale_a ? b.scale : nullptr, k.scale_b ? a.scale : nullptr, factor);
-        MXKIT_GPU_CHECK_LAUNCH();
-      }
       // Host descales fold into alpha, as the reference forms them (a.scale_inv * b.scale_inv).
       float alpha = out.alpha;
-      if (a.kind == operand_kind::fp8) {
-        const float ia = k.scale_b ? 1.0f : a.scale_inv, ib = k.scale_a ? 1.0f : b.scale_inv;
-        alpha = out.alpha * (ia * ib);
-      }
+      if (a.kind == operand_kind::fp8) alpha = out.alpha * ((a.scale ? 1.0f : a.scale_inv) * (b.scale ? 1.0f : b.scale_inv));
       const float beta = out.beta;
-      const descriptors desc(k, factor, factor ? factor + 1 : nullptr);
+      const void* alpha_arg = &alpha;
+      const void* beta_arg = &beta;
+      if (k.device_alpha) {
+        auto* alpha_beta = reinterpret_cast<float*>(scratch + workspace);
+        device_alpha_beta_kernel<<<1, 1, 0, s>>>(a.scale, b.scale, alpha, beta, alpha_beta);
+        MXKIT_GPU_CHECK_LAUNCH();
+        alpha_arg = alpha_beta;
+        beta_arg = alpha_beta + 1;
+      }
+      const descriptors desc(k);
       const void* c = k.beta ? out.c : out.d;
-      cublaslt::check(cublaslt::library().matmul(handle(k.device), desc.op(), &alpha, b.data, desc.a(), a.data, desc.b(), &beta, c,
+      cublaslt::check(cublaslt::library().matmul(handle(k.device), desc.op(), alpha_arg, b.data, desc.a(), a.data, desc.b(), beta_arg, c,
                                                  desc.c(), out.d, desc.d(), &choice.algo, choice.workspace ? scratch : nullptr,
                                                  choice.workspace, s),
                       "cublasLtMatmul");
