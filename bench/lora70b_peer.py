@@ -75,6 +75,10 @@ def parse():
     p.add_argument("--peak-tflops", type=float, default=989.4)
     p.add_argument("--model-flops", type=float, default=0.0, help="model FLOPs of one step per GPU (bench_lora70b's count; 0: counted here)")
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--compile-order", choices=("checkpoint-first", "compile-first"), default="checkpoint-first",
+                   help="FP8 base: torch.compile over the checkpointed block (torchtitan's order), or checkpointing "
+                   "around the compiled block")
+    p.add_argument("--memory-probe", action="store_true", help="one forward and backward, the peak after each, then exit")
     p.add_argument("--base", choices=BASES, default="bf16", help="the frozen base: bf16 under FSDP2, or FP8 on one GPU")
     p.add_argument("--check", action="store_true", help="the FP8 base linear against the bf16 linear, then exit")
     return p.parse_args()
@@ -204,9 +208,8 @@ class Block(nn.Module):
         q = rope(q.view(B, T, self.h, self.d).transpose(1, 2), cos, sin)
         k = rope(k.view(B, T, self.kv, self.d).transpose(1, 2), cos, sin)
         v = v.view(B, T, self.kv, self.d).transpose(1, 2)
-        rep = self.h // self.kv
-        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, self.h * self.d)
+        # Grouped-query attention without copying K and V per query head (torch >= 2.5).
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2).reshape(B, T, self.h * self.d)
         x = x + self.out(a)
         g, u = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
@@ -340,7 +343,8 @@ def settings_line(a, world):
            f"seq={a.seq}", f"batch={a.batch}", f"lora_rank={a.rank}", f"lora_alpha={a.alpha:g}", "lora_targets=qkv,out",
            "lora_params=fp32", "lora_compute=bf16", "optimizer=AdamW(fp32,lr=1e-4)", "loss=mean_cross_entropy",
            "activations=bf16", "embedding_head_norms=bf16,frozen", "checkpointing=per_layer",
-           f"compile={'off' if a.no_compile else 'per_layer'}", f"torch={torch.__version__}"]
+           f"compile={'off' if a.no_compile else 'per_layer'}", f"compile_order={a.compile_order}",
+           "attention=sdpa,enable_gqa", f"torch={torch.__version__}"]
     return "settings " + " ".join(kv)
 
 
@@ -353,9 +357,14 @@ def build_fp8(a, dev, rank):
         layer.to_empty(device=dev)
         for m in layer.modules():
             init_(m)
-        layer = checkpoint_wrapper(layer)
-        if not a.no_compile:
-            layer = torch.compile(layer)
+        if a.compile_order == "checkpoint-first":
+            layer = checkpoint_wrapper(layer)
+            if not a.no_compile:
+                layer = torch.compile(layer)
+        else:  # compile-first: eager checkpointing around the compiled block
+            if not a.no_compile:
+                layer = torch.compile(layer)
+            layer = checkpoint_wrapper(layer)
         model.layers[i] = layer
         if (i + 1) % 20 == 0 or i + 1 == a.layers:
             say(rank, f"built {i + 1}/{a.layers} layers, {torch.cuda.memory_allocated() / 2**30:.1f} GiB")
@@ -429,6 +438,15 @@ def main():
     g = torch.Generator(device=dev).manual_seed(100 + rank)
     tokens = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device=dev, generator=g)
     flops = a.model_flops if a.model_flops > 0 else model_flops(a)
+
+    if a.memory_probe:
+        loss = model(tokens[:, :-1], tokens[:, 1:], cos, sin)
+        torch.cuda.synchronize()
+        print(f"probe after forward: allocated {torch.cuda.memory_allocated() / 2**30:.2f} GiB, peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB", flush=True)
+        loss.backward()
+        torch.cuda.synchronize()
+        print(f"probe after backward: allocated {torch.cuda.memory_allocated() / 2**30:.2f} GiB, peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB", flush=True)
+        return 0
 
     def step():
         loss = model(tokens[:, :-1], tokens[:, 1:], cos, sin)

@@ -110,7 +110,8 @@ Environment:
   multi: MXKIT_PARTS, MXKIT_8B_SEQ, MXKIT_8B_STEPS, MXKIT_8B_RECIPES, MXKIT_8B_GATHER,
          MXKIT_8B_FLAGS, MXKIT_8B_LIMIT, MXKIT_8B_PEER_LIMIT, MXKIT_8B_PEER=0, MXKIT_SCALING_STEPS
   lora70b: MXKIT_DEADLINE_S, MXKIT_PARTS, MXKIT_STEPS, MXKIT_BUDGET, MXKIT_WARM_GIB, MXKIT_PEER_GPUS,
-         MXKIT_PEER1_BASE (fp8-tensorwise, default, or fp8-rowwise)
+         MXKIT_PEER1_BASE (fp8-tensorwise, default, or fp8-rowwise), MXKIT_PEER1_ARGS (more
+         bench/lora70b_peer.py arguments, e.g. --compile-order compile-first)
   fidelity: SEEDS (default "0"), STEPS (default 1200), TWIN_ARGS
   recipes: MXKIT_PARTS, MXKIT_8B1_LAYERS, MXKIT_8B1_RECIPES, MXKIT_8B1_STEPS, MXKIT_8B1_COPIES, MXKIT_8B1_GEMM,
          MXKIT_TTT_DATA (default build/ttt-data), MXKIT_TTT_SEEDS, MXKIT_TTT_RECIPES, MXKIT_TTT_TARGET, MXKIT_TTT_ARGS
@@ -789,7 +790,8 @@ cmd_lora70b() {
     rc=$?
     if [ $rc -eq 0 ]; then
       limit=$(($(left) - tail_s - reserve))
-      CUDA_VISIBLE_DEVICES=$1 timeout -k 10 "$limit" python3 bench/lora70b_peer.py --base "$peer1_base" --steps "$steps" \
+      # shellcheck disable=SC2086  # MXKIT_PEER1_ARGS: several arguments, split on purpose
+      CUDA_VISIBLE_DEVICES=$1 timeout -k 10 "$limit" python3 bench/lora70b_peer.py --base "$peer1_base" --steps "$steps" ${MXKIT_PEER1_ARGS:-} \
         --budget "$budget" >"$LOGS/lora70b_peer1.log" 2>&1
       rc=$?
     else
