@@ -33,41 +33,54 @@
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
 
-// One Hugging Face tensor: rows [row0, row0 + rows) of an mxkit parameter of `cols` columns;
-// `vector`: stored 1-D. The shapes come from the model's configuration, so that the layout is
-// known where a parameter's memory is not (a fully sharded rank: io/hf_sharded.hpp).
+// One Hugging Face tensor: rows [row0, row0 + rows) of the mxkit parameter named `param` (`p`
+// where a model is at hand) of `cols` columns; `vector`: stored 1-D. The shapes come from the
+// model's configuration, so that the layout is known where a parameter's memory is not (a fully
+// sharded rank: io/hf_sharded.hpp) or where the model is not built yet (a base read layer by
+// layer: io/hf_streamed_import.hpp).
 struct hf_llama_tensor {
   std::string name;
+  std::string param;
   parameter* p;
   std::size_t row0, rows;
   bool vector;
   std::size_t cols;
 };
 
-// The layout by shape only (a parameter may hold no memory here).
-inline std::vector<hf_llama_tensor> hf_llama_layout_shapes(model& m) {
-  const model_config& mc = m.config();
+// The layout of a configuration, every `p` null, in the model's order (embedding, layers, final
+// norm, head).
+inline std::vector<hf_llama_tensor> hf_llama_layout_of(const model_config& mc) {
   const layer_config& c = mc.layer;
   const std::size_t C = c.d_model, q = c.n_heads * c.head_dim(), kv = c.n_kv_heads * c.head_dim(), F = c.d_ff, V = mc.vocab;
   std::vector<hf_llama_tensor> out;
-  out.push_back({"model.embed_tokens.weight", &m.token_embedding().table(), 0, V, false, C});
-  for (std::size_t i = 0; i < m.layers().size(); ++i) {
-    transformer_layer& l = m.layers()[i];
-    const std::string pre = "model.layers." + std::to_string(i) + ".";
-    out.push_back({pre + "input_layernorm.weight", &l.norm1().weight(), 0, 1, true, C});
-    parameter& qkv = l.qkv().weight();
-    out.push_back({pre + "self_attn.q_proj.weight", &qkv, 0, q, false, C});
-    out.push_back({pre + "self_attn.k_proj.weight", &qkv, q, kv, false, C});
-    out.push_back({pre + "self_attn.v_proj.weight", &qkv, q + kv, kv, false, C});
-    out.push_back({pre + "self_attn.o_proj.weight", &l.out().weight(), 0, C, false, q});
-    out.push_back({pre + "post_attention_layernorm.weight", &l.norm2().weight(), 0, 1, true, C});
-    parameter& gu = l.gate_up().weight();
-    out.push_back({pre + "mlp.gate_proj.weight", &gu, 0, F, false, C});
-    out.push_back({pre + "mlp.up_proj.weight", &gu, F, F, false, C});
-    out.push_back({pre + "mlp.down_proj.weight", &l.down().weight(), 0, C, false, F});
+  out.push_back({"model.embed_tokens.weight", "embedding.weight", nullptr, 0, V, false, C});
+  for (std::size_t i = 0; i < mc.n_layers; ++i) {
+    const std::string pre = "model.layers." + std::to_string(i) + ".", own = "layers." + std::to_string(i) + ".";
+    out.push_back({pre + "input_layernorm.weight", own + "norm1.weight", nullptr, 0, 1, true, C});
+    out.push_back({pre + "self_attn.q_proj.weight", own + "qkv.weight", nullptr, 0, q, false, C});
+    out.push_back({pre + "self_attn.k_proj.weight", own + "qkv.weight", nullptr, q, kv, false, C});
+    out.push_back({pre + "self_attn.v_proj.weight", own + "qkv.weight", nullptr, q + kv, kv, false, C});
+    out.push_back({pre + "self_attn.o_proj.weight", own + "out.weight", nullptr, 0, C, false, q});
+    out.push_back({pre + "post_attention_layernorm.weight", own + "norm2.weight", nullptr, 0, 1, true, C});
+    out.push_back({pre + "mlp.gate_proj.weight", own + "gate_up.weight", nullptr, 0, F, false, C});
+    out.push_back({pre + "mlp.up_proj.weight", own + "gate_up.weight", nullptr, F, F, false, C});
+    out.push_back({pre + "mlp.down_proj.weight", own + "down.weight", nullptr, 0, C, false, F});
   }
-  out.push_back({"model.norm.weight", &m.final_norm().weight(), 0, 1, true, C});
-  out.push_back({"lm_head.weight", &m.head().weight(), 0, V, false, C});
+  out.push_back({"model.norm.weight", "final_norm.weight", nullptr, 0, 1, true, C});
+  out.push_back({"lm_head.weight", "head.weight", nullptr, 0, V, false, C});
+  return out;
+}
+
+// The layout by shape only (a parameter may hold no memory here).
+inline std::vector<hf_llama_tensor> hf_llama_layout_shapes(model& m) {
+  std::map<std::string, parameter*> by_name;
+  for (parameter* p : m.parameters()) by_name[p->name] = p;
+  std::vector<hf_llama_tensor> out = hf_llama_layout_of(m.config());
+  for (hf_llama_tensor& t : out) {
+    const auto it = by_name.find(t.param);
+    detail::require(it != by_name.end(), "safetensors: the model has no parameter '", t.param, "'");
+    t.p = it->second;
+  }
   return out;
 }
 
@@ -83,8 +96,7 @@ inline std::vector<hf_llama_tensor> hf_llama_layout(model& m) {
 }
 
 // The model's shape as __metadata__ entries ("mxkit.<field>": decimal text).
-inline std::map<std::string, std::string> hf_llama_metadata(const model& m) {
-  const model_config& c = m.config();
+inline std::map<std::string, std::string> hf_llama_metadata(const model_config& c) {
   auto text = [](double x) {
     char b[32];
     std::snprintf(b, sizeof b, "%.17g", x);
@@ -105,6 +117,8 @@ inline std::map<std::string, std::string> hf_llama_metadata(const model& m) {
                                 text(r.original_max_position);
   return out;
 }
+
+inline std::map<std::string, std::string> hf_llama_metadata(const model& m) { return hf_llama_metadata(m.config()); }
 
 // The model's weights (master copies) under Hugging Face Llama names, F32 (bit-exact) or BF16
 // (rounded to nearest even).

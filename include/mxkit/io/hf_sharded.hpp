@@ -299,6 +299,70 @@ inline hf_catalog open_hf_checkpoint(const std::filesystem::path& path) {
   return c;
 }
 
+// The model's checks of a checkpoint (the single-file import's, io/hf_llama.hpp), from its
+// headers alone: each shard's "mxkit.*" metadata, where present, the configuration's; every
+// tensor of the layout present with its shape; no other tensor. Returns the layout (hf_llama_layout_of).
+// Throws safetensors_error naming the file and the tensor.
+inline std::vector<hf_llama_tensor> check_hf_catalog(const hf_catalog& c, const model_config& mc) {
+  auto bad = [&](const std::string& why) { throw safetensors_error(c.what + ": " + why); };
+  const std::map<std::string, std::string> meta = hf_llama_metadata(mc);
+  for (std::size_t i = 0; i < c.headers.size(); ++i)
+    for (const auto& [key, value] : meta)
+      if (key.rfind("mxkit.", 0) == 0)
+        if (auto it = c.headers[i].metadata.find(key); it != c.headers[i].metadata.end() && it->second != value)
+          bad("shard '" + c.shard_names[i] + "': metadata " + key + " is " + it->second + ", the model has " + value);
+  std::vector<hf_llama_tensor> layout = hf_llama_layout_of(mc);
+  std::set<std::string> names;
+  for (const hf_llama_tensor& t : layout) names.insert(t.name);
+  for (const auto& [name, p] : c.tensors)
+    if (!names.count(name))
+      bad("tensor '" + name + "'" + c.where(name) + " is not a weight of this model (a Llama of " + std::to_string(mc.n_layers) + " layers)");
+  for (const hf_llama_tensor& t : layout) {
+    const auto it = c.tensors.find(t.name);
+    if (it == c.tensors.end()) bad("no tensor '" + t.name + "'");
+    const std::vector<std::uint64_t> want = t.vector ? std::vector<std::uint64_t>{t.cols} : std::vector<std::uint64_t>{t.rows, t.cols};
+    if (it->second.entry->shape != want)
+      bad("tensor '" + t.name + "'" + c.where(t.name) + " has shape " + hf_detail::shape_text(it->second.entry->shape) +
+          ", the model needs " + hf_detail::shape_text(want));
+  }
+  return layout;
+}
+
+// Elements [a, b) (row-major) of tensor `e` of an open shard (`h` its header) into `dest`
+// (b - a elements), read with a seek and at most `chunk_elements` at a time, F32 as it is and BF16
+// widened exactly; `raw` and `values` are the caller's buffers (one chunk each). Returns the bytes
+// read. Throws safetensors_error (the caller names the shard) or std::system_error.
+inline std::uint64_t read_hf_elements(backend& be, detail::input_file& in, const safetensors_header& h, const safetensors_entry& e,
+                                      std::size_t a, std::size_t b, const tensor& dest, std::size_t chunk_elements,
+                                      std::vector<std::uint8_t>& raw, std::vector<double>& values) {
+  detail::require(chunk_elements > 0, "read_hf_elements: chunk_elements must be positive");
+  const std::size_t size = safetensors_dtype_size(e.dtype);
+  std::uint64_t bytes = 0;
+  for (std::size_t at = a; at < b;) {
+    const std::size_t n = std::min(chunk_elements, b - at);
+    in.seek(8 + h.header_bytes + e.begin + at * size);
+    raw.resize(n * size);
+    if (in.read(raw.data(), raw.size()) < raw.size())
+      throw safetensors_error("truncated inside tensor '" + e.name + "' (the file changed since its header was read)");
+    bytes += raw.size();
+    values.resize(n);
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::uint8_t* q = raw.data() + k * size;
+      std::uint32_t bits = 0;
+      if (e.dtype == safetensors_dtype::f32) {
+        for (int j = 0; j < 4; ++j) bits |= std::uint32_t{q[j]} << (8 * j);
+      } else {
+        bits = static_cast<std::uint32_t>(q[0] | (q[1] << 8)) << 16;  // BF16 widened exactly
+      }
+      values[k] = bit_cast<float>(bits);
+    }
+    tensor piece = view_of(dest, at - a, 1, n);
+    be.write(piece, values);
+    at += n;
+  }
+  return bytes;
+}
+
 // Where a tensor's values go: elements [first, first + values.size()) of `whole`'s row-major
 // values, held by `values` (the parameter's own memory, or a rank's shard of it).
 struct hf_import_target {
@@ -342,29 +406,10 @@ struct hf_import_stats {
 inline hf_import_stats import_hf_checkpoint(const std::filesystem::path& path, model& m, const std::vector<hf_import_target>& targets,
                                             std::size_t chunk_elements = std::size_t{1} << 20) {
   const hf_catalog c = open_hf_checkpoint(path);
-  auto bad = [&](const std::string& why) { throw safetensors_error(c.what + ": " + why); };
-  // The single-file import's checks (io/hf_llama.hpp), against every shard.
-  const std::map<std::string, std::string> meta = hf_llama_metadata(m);
-  for (std::size_t i = 0; i < c.headers.size(); ++i)
-    for (const auto& [key, value] : meta)
-      if (key.rfind("mxkit.", 0) == 0)
-        if (auto it = c.headers[i].metadata.find(key); it != c.headers[i].metadata.end() && it->second != value)
-          bad("shard '" + c.shard_names[i] + "': metadata " + key + " is " + it->second + ", the model has " + value);
+  (void)check_hf_catalog(c, m.config());
   const std::vector<hf_llama_tensor> layout = hf_llama_layout_shapes(m);
   std::map<std::string, const hf_llama_tensor*> by_name;
   for (const hf_llama_tensor& t : layout) by_name[t.name] = &t;
-  for (const auto& [name, p] : c.tensors)
-    if (!by_name.count(name))
-      bad("tensor '" + name + "'" + c.where(name) + " is not a weight of this model (a Llama of " + std::to_string(m.config().n_layers) +
-          " layers)");
-  for (const hf_llama_tensor& t : layout) {
-    const auto it = c.tensors.find(t.name);
-    if (it == c.tensors.end()) bad("no tensor '" + t.name + "'");
-    const std::vector<std::uint64_t> want = t.vector ? std::vector<std::uint64_t>{t.cols} : std::vector<std::uint64_t>{t.rows, t.cols};
-    if (it->second.entry->shape != want)
-      bad("tensor '" + t.name + "'" + c.where(t.name) + " has shape " + hf_detail::shape_text(it->second.entry->shape) +
-          ", the model needs " + hf_detail::shape_text(want));
-  }
   std::map<const parameter*, std::vector<const hf_import_target*>> targets_of;
   for (const hf_import_target& t : targets) targets_of[t.whole].push_back(&t);
 
@@ -385,33 +430,12 @@ inline hf_import_stats import_hf_checkpoint(const std::filesystem::path& path, m
       for (const safetensors_entry& e : c.headers[i].tensors) {
         const hf_llama_tensor& t = *by_name.at(e.name);
         const std::size_t lo = t.row0 * t.cols, hi = lo + t.rows * t.cols;  // the tensor's elements of the parameter
-        const std::size_t size = safetensors_dtype_size(e.dtype);
         const auto found = targets_of.find(t.p);
         if (found == targets_of.end()) continue;
         for (const hf_import_target* d : found->second) {
           const std::size_t a = std::max(lo, d->first), b = std::min(hi, d->first + d->values.size());
-          for (std::size_t at = a; at < b;) {
-            const std::size_t n = std::min(chunk_elements, b - at);
-            in->seek(8 + c.headers[i].header_bytes + e.begin + (at - lo) * size);
-            raw.resize(n * size);
-            if (in->read(raw.data(), raw.size()) < raw.size())
-              throw safetensors_error("truncated inside tensor '" + e.name + "' (the file changed since its header was read)");
-            stats.bytes_read += raw.size();
-            values.resize(n);
-            for (std::size_t k = 0; k < n; ++k) {
-              const std::uint8_t* q = raw.data() + k * size;
-              std::uint32_t bits = 0;
-              if (e.dtype == safetensors_dtype::f32) {
-                for (int j = 0; j < 4; ++j) bits |= std::uint32_t{q[j]} << (8 * j);
-              } else {
-                bits = static_cast<std::uint32_t>(q[0] | (q[1] << 8)) << 16;  // BF16 widened exactly
-              }
-              values[k] = bit_cast<float>(bits);
-            }
-            tensor piece = view_of(d->values, at - d->first, 1, n);
-            be.write(piece, values);
-            at += n;
-          }
+          if (a < b) stats.bytes_read += read_hf_elements(be, *in, c.headers[i], e, a - lo, b - lo, view_of(d->values, a - d->first, 1, b - a),
+                                                          chunk_elements, raw, values);
           written.insert(t.p);
         }
       }
