@@ -11,6 +11,7 @@
 #include <mxkit/io/checkpoint.hpp>
 #include <mxkit/io/hf_llama.hpp>
 #include <mxkit/io/hf_sharded.hpp>
+#include <mxkit/io/hf_streamed_import.hpp>
 #include <mxkit/io/json_reader.hpp>
 #include <mxkit/io/safetensors.hpp>
 #include <mxkit/io/sharded_checkpoint.hpp>

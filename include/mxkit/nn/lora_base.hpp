@@ -42,6 +42,12 @@ struct lora_base_config {
   // Replaces the default N(0, std) fill of every weight (model_build_hooks::init): a device-side
   // generator for a benchmark, a checkpoint reader for a real base. Empty: the default fill.
   std::function<void(parameter&, double)> init;
+  // Every base parameter's values from elsewhere, the norm gains included (a checkpoint:
+  // io/hf_streamed_import.hpp), where init sees only the weights with a random fill: called for
+  // each weight as it is created, in place of its fill, and for each layer's norm gains and the
+  // final norm's after their default fill of ones, before anything of theirs is frozen or
+  // quantized. Not with init.
+  std::function<void(parameter&)> load;
   // Runs after each layer is quantized and released (a benchmark reads the device's memory there).
   std::function<void(std::size_t index)> after_layer;
 };
@@ -58,9 +64,15 @@ struct lora_base {
 inline lora_base build_lora_base(backend& be, const model_config& c, const recipe& r, std::uint64_t seed, const lora_base_config& lc = {}) {
   lora_base out;
   be.memory().reset_peak();
+  detail::require(!(lc.init && lc.load), "build_lora_base: init and load both given (load writes every parameter)");
   model_build_hooks hooks;
   hooks.init = lc.init;
+  if (lc.load) hooks.init = [&](parameter& p, double) { lc.load(p); };
   hooks.after_layer = [&](std::size_t i, transformer_layer& layer) {
+    if (lc.load) {
+      lc.load(layer.norm1().weight());
+      lc.load(layer.norm2().weight());
+    }
     std::vector<parameter*> ps;
     layer.collect(ps);
     for (parameter* p : ps) freeze(*p);
@@ -75,6 +87,7 @@ inline lora_base build_lora_base(backend& be, const model_config& c, const recip
     if (lc.after_layer) lc.after_layer(i);
   };
   out.m = std::make_unique<model>(be, c, r, seed, hooks);
+  if (lc.load) lc.load(out.m->final_norm().weight());
   // The embedding, the final norm and the head (freeze_all would freeze the adapters too).
   freeze(out.m->token_embedding().table());
   freeze(out.m->final_norm().weight());
