@@ -9,9 +9,10 @@
 //   stash    the FP8 stash's page-locked host memory taken once (pinned_arena below: faulted in
 //            by every core, then registered in one call), timed;
 //   build    layer by layer (build_lora_base): random N(0, 0.02) masters written on the device by a
-//            kernel here (no host generation, never a whole bf16 or fp32 base on the device), each
-//            layer's FP8 copy stashed in the arena, its MXFP4 copies made, its master freed before
-//            the next layer is allocated;
+//            kernel here (no host generation, never a whole bf16 or fp32 base on the device), or
+//            with --init-from the real weights read from a Hugging Face checkpoint as each
+//            parameter is created (io/hf_streamed_import.hpp); each layer's FP8 copy stashed in
+//            the arena, its MXFP4 copies made, its master freed before the next layer is allocated;
 //   MXFP4    --warmup steps, then up to --steps timed steps (CUDA events), within --budget seconds;
 //   healing  heal(): pass 1 frees every MXFP4 copy, pass 2 uploads the stashed FP8 copies;
 //   FP8      the same steps under FP8 delayed scaling (history 4, most recent).
@@ -34,8 +35,13 @@
 // Usage: bench_lora70b [--layers N] [--seq T] [--batch B] [--d-model C --heads H --kv-heads K
 //                      --ffn F --vocab V] [--warmup N] [--steps N] [--budget S] [--peer-gpus N]
 //                      [--mxkit-limit S] [--peer-only] [--force] [--predict] [--record]
-//                      [--results PATH]
+//                      [--results PATH] [--init-from PATH]
 //   --predict: print the predicted bytes and FLOPs and exit (no GPU needed).
+//   --init-from PATH: the base's weights from a Hugging Face Llama checkpoint (the index
+//     model.safetensors.index.json, its folder, or one safetensors file; F32 or BF16 tensors)
+//     instead of the random fill. The shape options must give the checkpoint's shape (the default
+//     is Llama 2 70B's); the index and every shard's header are read and checked against it
+//     before anything is allocated, and a mismatch is refused naming the file and the tensor.
 //   --mxkit-limit S: a watchdog ends the process (exit 124) once mxkit's part has run S seconds,
 //     after printing the summary and recording the rows measured so far (a hung or slow part
 //     cannot hold the device the peer needs; scripts/gpu.sh lora70b then runs --peer-only).
@@ -56,11 +62,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <mxkit/gpu/nn/backend.hpp>
+#include <mxkit/io/hf_streamed_import.hpp>
 #include <mxkit/nn/healing.hpp>
 #include <mxkit/nn/lora_base.hpp>
 #include <mxkit/train/training.hpp>
@@ -332,6 +340,7 @@ int main(int argc, char** argv) {
   int warmup = 1, steps = 3, peer_gpus = 0;
   double budget = 90.0, mxkit_limit = 0.0;
   bool force = false, predict_only = false, peer_only = false;
+  std::string init_from;
   std::vector<char*> rest{argv[0]};
   const auto size_arg = [&](int& i) { return static_cast<std::size_t>(std::strtoull(argv[++i], nullptr, 10)); };
   for (int i = 1; i < argc; ++i) {
@@ -353,6 +362,7 @@ int main(int argc, char** argv) {
     else if (a == "--peer-only") peer_only = true;
     else if (a == "--force") force = true;
     else if (a == "--predict") predict_only = true;
+    else if (a == "--init-from" && has) init_from = argv[++i];
     else rest.push_back(argv[i]);
   }
   mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
@@ -372,6 +382,21 @@ int main(int argc, char** argv) {
   if (predict_only) {
     print_prediction(pred);
     return 0;
+  }
+  // The checkpoint's index and headers, checked against the shape before any memory is taken.
+  std::optional<nn::hf_streamed_import> reader;
+  if (!init_from.empty() && !peer_only) {
+    try {
+      reader.emplace(init_from, mc);
+    } catch (const nn::safetensors_error& e) {
+      std::fprintf(stderr,
+                   "bench_lora70b: --init-from %s: %s\n  (the model's shape is --layers %zu --d-model %zu --heads %zu --kv-heads %zu "
+                   "--ffn %zu --vocab %zu; it must be the checkpoint's)\n",
+                   init_from.c_str(), e.what(), s.layers, s.d_model, s.heads, s.kv_heads, s.ffn, s.vocab);
+      return 2;
+    }
+    std::printf("base weights: from %s, %zu tensors in %zu files, %.2f GiB\n", reader->catalog().what.c_str(), reader->catalog().tensors.size(),
+                reader->catalog().shard_paths.size(), gib(double(reader->catalog().bytes)));
   }
   gpu::device_properties props;
   if (!mxkit_bench::first_gpu(props)) return 77;
@@ -460,16 +485,20 @@ int main(int argc, char** argv) {
       snapshot("empty");
       be.memory().reset_peak();
 
-      // Build: the device fill, one seed per weight.
+      // Build: the checkpoint's weights, or the device fill, one seed per weight.
       std::uint64_t fills = 0;
-      lc.init = [&](nn::parameter& p, double stddev) {
-        mxkit::detail::require(p.value.type() == nn::dtype::f32, "bench_lora70b: f32 masters expected");
-        const std::size_t n = p.value.size();
-        const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 65535 * 4));
-        fill_normal_kernel<<<blocks, 256, 0, be.stream()>>>(static_cast<float*>(p.value.data()), n, 0x70B00000ull + 7919 * ++fills,
-                                                           static_cast<float>(stddev));
-        MXKIT_GPU_CHECK_LAUNCH();
-      };
+      if (reader) {
+        lc.load = [&](nn::parameter& p) { reader->fill(be, p); };
+      } else {
+        lc.init = [&](nn::parameter& p, double stddev) {
+          mxkit::detail::require(p.value.type() == nn::dtype::f32, "bench_lora70b: f32 masters expected");
+          const std::size_t n = p.value.size();
+          const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 65535 * 4));
+          fill_normal_kernel<<<blocks, 256, 0, be.stream()>>>(static_cast<float*>(p.value.data()), n, 0x70B00000ull + 7919 * ++fills,
+                                                             static_cast<float>(stddev));
+          MXKIT_GPU_CHECK_LAUNCH();
+        };
+      }
       const auto t_build = clock_type::now();
       lc.after_layer = [&](std::size_t i) {
         if ((i + 1) % 10 == 0 || i + 1 == s.layers)
@@ -481,6 +510,13 @@ int main(int argc, char** argv) {
       fp8.activations = nn::dtype::bf16;
       nn::lora_base base = nn::build_lora_base(be, mc, mxfp4, 1, lc);
       rep.build_s = seconds_since(t_build);
+      if (reader) {
+        const nn::hf_import_stats read = reader->finish();  // every tensor of the checkpoint read
+        std::printf("base weights: %zu tensors, %.2f GiB read from %s\n", read.tensors, gib(double(read.bytes_read)),
+                    reader->catalog().what.c_str());
+      } else {
+        std::printf("base weights: random N(0, %g) on the device (no --init-from)\n", mc.init_std);
+      }
       std::printf("build: %.1f s, %zu host copies outside the arena\n", rep.build_s, be.fallbacks);
       row("build (layer by layer)", rep.build_s, "s");
       row("host FP8 stash", gib(double(base.stash.bytes())), "GiB");
