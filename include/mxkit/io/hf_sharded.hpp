@@ -30,6 +30,9 @@
 // of its memory. Host memory is bounded by one chunk (and the headers), never a whole tensor, a
 // whole shard or the model's state dict. Under full sharding (hf_rank_targets) a rank reads, of
 // each tensor, only the elements of its own shard of the parameter (data_parallel::pieces()).
+// A base built layer by layer, never whole, reads the same checkpoint parameter by parameter
+// with the same checks (check_hf_catalog) and the same chunked read (read_hf_elements):
+// io/hf_streamed_import.hpp.
 //
 // Writing (export_hf_sharded): the tensors in the model's order (embedding, layers, final norm,
 // head), cut into shards as huggingface_hub's split_state_dict_into_shards_factory cuts them: a
