@@ -112,7 +112,8 @@ Environment:
   lora70b: MXKIT_DEADLINE_S, MXKIT_PARTS, MXKIT_STEPS, MXKIT_BUDGET, MXKIT_WARM_GIB, MXKIT_PEER_GPUS,
          MXKIT_PEER1_BASE (fp8-tensorwise, default, or fp8-rowwise), MXKIT_PEER1_ARGS (more
          bench/lora70b_peer.py arguments, e.g. --compile-order compile-first), MXKIT_LORA70B_INIT_FROM
-         (a Hugging Face Llama 2 70B checkpoint for the 70b part's base: bench_lora70b --init-from)
+         (a Hugging Face Llama 2 70B checkpoint for the 70b part's base: bench_lora70b --init-from),
+         MXKIT_LORA70B_GEMM (mxkit, default, or vendor: bench_lora70b --gemm)
   fidelity: SEEDS (default "0"), STEPS (default 1200), TWIN_ARGS
   recipes: MXKIT_PARTS, MXKIT_8B1_LAYERS, MXKIT_8B1_RECIPES, MXKIT_8B1_STEPS, MXKIT_8B1_COPIES, MXKIT_8B1_GEMM,
          MXKIT_TTT_DATA (default build/ttt-data), MXKIT_TTT_SEEDS, MXKIT_TTT_RECIPES, MXKIT_TTT_TARGET, MXKIT_TTT_ARGS
@@ -839,7 +840,8 @@ cmd_lora70b() {
       echo "== 70b: mxkit on GPU 0 (watchdog ${mx_limit} s), then the FSDP2 peer (second reference) on $peer_gpus GPUs (until the deadline - $tail_s s)"
       MXKIT_LORA70B_PEER="$peer_cmd" timeout -k 15 $(($(left) - tail_s + 8)) "$bench" --record --warmup 1 --steps "$steps" \
         --budget "$budget" --mxkit-limit "$mx_limit" --peer-gpus "$peer_gpus" \
-        ${MXKIT_LORA70B_INIT_FROM:+--init-from "$MXKIT_LORA70B_INIT_FROM"} >"$LOGS/bench_lora70b_70b.log" 2>&1
+        ${MXKIT_LORA70B_INIT_FROM:+--init-from "$MXKIT_LORA70B_INIT_FROM"} --gemm "${MXKIT_LORA70B_GEMM:-mxkit}" \
+        >"$LOGS/bench_lora70b_70b.log" 2>&1
       rc=$?
       [ $rc -ne 0 ] && status=1
       # mxkit's lines up to its table of rows, then the peer's progress and values (the summary follows at the end).

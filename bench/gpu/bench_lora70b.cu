@@ -35,13 +35,16 @@
 // Usage: bench_lora70b [--layers N] [--seq T] [--batch B] [--d-model C --heads H --kv-heads K
 //                      --ffn F --vocab V] [--warmup N] [--steps N] [--budget S] [--peer-gpus N]
 //                      [--mxkit-limit S] [--peer-only] [--force] [--predict] [--record]
-//                      [--results PATH] [--init-from PATH]
+//                      [--results PATH] [--init-from PATH] [--gemm mxkit|vendor]
 //   --predict: print the predicted bytes and FLOPs and exit (no GPU needed).
 //   --init-from PATH: the base's weights from a Hugging Face Llama checkpoint (the index
 //     model.safetensors.index.json, its folder, or one safetensors file; F32 or BF16 tensors)
 //     instead of the random fill. The shape options must give the checkpoint's shape (the default
 //     is Llama 2 70B's); the index and every shard's header are read and checked against it
 //     before anything is allocated, and a mismatch is refused naming the file and the tensor.
+//   --gemm vendor: the device backend's bf16 and per-tensor FP8 products (the FP8 phase's base
+//     GEMMs, the adapters, the head) on cuBLASLt (gpu/gemm/vendor/); MXFP4 products stay on
+//     mxkit's exact kernels. Default mxkit: every product on mxkit's kernels.
 //   --mxkit-limit S: a watchdog ends the process (exit 124) once mxkit's part has run S seconds,
 //     after printing the summary and recording the rows measured so far (a hung or slow part
 //     cannot hold the device the peer needs; scripts/gpu.sh lora70b then runs --peer-only).
@@ -339,7 +342,7 @@ int main(int argc, char** argv) {
   shape s;
   int warmup = 1, steps = 3, peer_gpus = 0;
   double budget = 90.0, mxkit_limit = 0.0;
-  bool force = false, predict_only = false, peer_only = false;
+  bool force = false, predict_only = false, peer_only = false, vendor_gemm = false;
   std::string init_from;
   std::vector<char*> rest{argv[0]};
   const auto size_arg = [&](int& i) { return static_cast<std::size_t>(std::strtoull(argv[++i], nullptr, 10)); };
@@ -363,6 +366,11 @@ int main(int argc, char** argv) {
     else if (a == "--force") force = true;
     else if (a == "--predict") predict_only = true;
     else if (a == "--init-from" && has) init_from = argv[++i];
+    else if (a == "--gemm" && has) {
+      const std::string g = argv[++i];
+      mxkit::detail::require(g == "mxkit" || g == "vendor", "bench_lora70b: --gemm is mxkit or vendor, not '", g, "'");
+      vendor_gemm = g == "vendor";
+    }
     else rest.push_back(argv[i]);
   }
   mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
@@ -407,7 +415,8 @@ int main(int argc, char** argv) {
   const char* peak_env = std::getenv("MXKIT_PEAK_TFLOPS");
   const double peak_flops = (peak_env ? std::atof(peak_env) : 989.4) * 1e12;
   const std::string model_name = s.layers == 80 && s.d_model == 8192 ? "Llama 2 70B LoRA" : "Llama 2 70B LoRA (" + std::to_string(s.layers) + "L d" + std::to_string(s.d_model) + ")";
-  const std::string tag = model_name + " B" + std::to_string(s.batch) + " T" + std::to_string(s.seq);
+  const std::string tag = model_name + (vendor_gemm ? ", bf16 and FP8 GEMMs on cuBLASLt (--gemm vendor)" : "") + " B" +
+                          std::to_string(s.batch) + " T" + std::to_string(s.seq);
   const gpu::device_memory_info at_start = gpu::memory_info();
   std::printf("%s on %s (%.1f GiB, %.1f GiB free): base %.2f B parameters, adapters %.1f M, %.3g model FLOP per step\n", tag.c_str(),
               device.c_str(), gib(double(at_start.total_bytes)), gib(double(at_start.free_bytes)), mcount.base / 1e9, mcount.adapters / 1e6,
@@ -462,6 +471,7 @@ int main(int argc, char** argv) {
                   arena.registered() ? "" : ": NOT registered, per-weight allocations instead");
       row("host stash page-locking", rep.stash_s, "s");
       stash_backend be(arena);
+      be.set_vendor_gemm(vendor_gemm);  // --gemm vendor: the FP8 phase's products (and bf16 ones) on cuBLASLt
       const auto snapshot = [&](const std::string& what) {
         device_snapshot d;
         be.synchronize();

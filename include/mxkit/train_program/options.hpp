@@ -386,7 +386,7 @@ inline std::vector<flag> flags() {
        "    --recompute; the same results, bit for bit) (default cached)",
        two_words("--weight-copies", "cached", "per-gemm", "per-gemm", &options::weight_copies_per_gemm)},
       {"--gemm", "mxkit|vendor", "run",
-       "GPU programs: the GEMMs of bf16 copies (and of host-scaled FP8 ones) on mxkit's own kernels,\n"
+       "GPU programs: the GEMMs of bf16 and per-tensor FP8 copies on mxkit's own kernels,\n"
        "    or on the platform's BLAS where it loads (cuBLASLt: gpu/gemm/vendor/; MX products always stay\n"
        "    on mxkit's exact kernels) (default mxkit)",
        two_words("--gemm", "mxkit", "vendor", "vendor", &options::vendor_gemm)},
