@@ -114,7 +114,7 @@ def main():
     for name, s in runs.items():
         recipe, *tags = name.split("/")
         case = f"{shape}, {names.get(recipe, recipe)}" + (", weight copies per GEMM" if "per-gemm" in tags else "") + \
-            (", bf16 GEMMs on cuBLASLt (--gemm vendor)" if "vendor-gemm" in tags else "")
+            (", bf16 and FP8 GEMMs on cuBLASLt (--gemm vendor)" if "vendor-gemm" in tags else "")
         for what, value, unit, pv in (("tokens/s", s["tokens"], "tokens/s", peer.get("tokens_per_s_per_gpu")),
                                       ("MFU", s["mfu"], "%", peer.get("mfu_percent")),
                                       ("peak memory", s["peak_mib"] / 1024.0, "GiB", peer.get("peak_gib"))):
