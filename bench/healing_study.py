@@ -25,7 +25,9 @@
      mxfp4-fp8  mxfp4, switched to fp8 at --switch-at (default 60 % of the steps, as the MLPerf
                 recipe switches at 340 of 550 steps)
    The seed fixes the adapters' initialization and the order of the data (the program's --seed:
-   adapters seed + 2, data seed + 1), so the runs of a seed differ in numerics only.
+   adapters seed + 2, data seed + 1), so the runs of a seed differ in numerics only. AdamW at
+   --lr 1e-3 (warmup 50, cosine to lr / 10) with weight decay 1e-4: a rate for adapters over a
+   short run, chosen here, not taken from the MLPerf recipe (which runs at another size).
 4. Results: a table (final held-out loss mean +- sd over the seeds, the gap to bf16 of the same seed,
    mean +- sd, and whether the switch recovers what MXFP4 loses), rows in bench/results/healing.jsonl
    (or --results), the runs' CSVs and logs in DIR/runs, and DIR/healing.svg: the held-out loss against
