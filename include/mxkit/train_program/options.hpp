@@ -467,7 +467,8 @@ inline std::vector<flag> flags() {
        "freeze every parameter of the --init-from base (embedding, norms, head, every linear) and train\n"
        "    LoRA adapters of this rank only (Hu et al. 2021), with AdamW and the schedule of --lr; --switch-to\n"
        "    then heals as it does a pretraining run. Needs --init-from. A run of one rank, without\n"
-       "    --checkpoint, --resume or --export (a checkpoint or a Hugging Face export holds no adapters)\n"
+       "    --checkpoint, --resume or --export (a checkpoint does not record the adapters' settings, and Hugging\n"
+       "    Face Llama weights have no place for them)\n"
        "    (default: off; the Llama 2 70B LoRA recipe: 16)",
        [](options& o, std::string_view v) { o.lora_rank = parse_count("--lora", v, false); }},
       {"--lora-alpha", "A", "LoRA fine-tuning", "with --lora: the adapters' scale is A / RANK (default " + text_of(nn::lora_config{}.alpha) + ")",
