@@ -8,7 +8,7 @@
 # program's, special files), unwritable (outputs that cannot be saved), resume_config (another
 # run's checkpoint, a single file or a folder of shards), diverged (a non-finite loss), messages
 # (sizes too large, numbers past their limits, read errors), interchange (--export and
-# --dump-batches of several ranks and micro-batches).
+# --dump-batches of several ranks and micro-batches), lora (--lora from an exported base, healed).
 cmake_minimum_required(VERSION 3.20)
 foreach(v PROGRAM WORK DATA CASE)
   if(NOT DEFINED ${v})
@@ -500,6 +500,55 @@ elseif(CASE STREQUAL "hf_sharded")
   expect("--export-max-shard alone" 2 "--export-max-shard needs --export")
   train(--steps 2 --data data.txt --export x --export-max-shard 40kB)
   expect("a size in lowercase kB" 2 "--export-max-shard: expected a positive size in bytes, optionally with KB, MB, GB, KiB, MiB or GiB, got '40kB'")
+
+elseif(CASE STREQUAL "lora")
+  # --lora end to end: a base pretrained on the stories (--export), LoRA-fine-tuned on the other
+  # corpus beside them (qa.txt), healed from MXFP4 to FP8 partway: the header says what trains,
+  # the held-out loss falls, the base's file is untouched. (tests/train/catch2_test_lora_program.cpp
+  # checks that the base's weights stay bit for bit and the option checks one by one.)
+  get_filename_component(data_dir ${DATA} DIRECTORY)
+  file(READ ${data_dir}/qa.txt qa LIMIT 20000)
+  file(WRITE ${WORK}/qa.txt "${qa}")
+  train(--steps 40 --lr 3e-3 --data data.txt --export base.safetensors)
+  expect("the base" 0 "trained steps 1\\.\\.40 of 40")
+  file(SHA256 ${WORK}/base.safetensors base_hash)
+  train(--steps 2 --data qa.txt --lora 4)
+  expect("--lora without --init-from" 2 "--lora 4 fine-tunes a base model: give its weights with --init-from PATH")
+  expect_no_step("--lora without --init-from")
+  train(--steps 2 --data qa.txt --lora 4 --init-from base.safetensors --export lora.safetensors)
+  expect("--lora with --export" 2 "--lora 4 does not take --export")
+  get_filename_component(program_name ${PROGRAM} NAME)
+  if(program_name MATCHES "^05_train")  # (a GPU program takes its ranks from its launcher)
+    train(--steps 2 --data qa.txt --lora 4 --init-from base.safetensors --ranks 2)
+    expect("--lora on 2 ranks" 2 "--lora 4 trains on one rank: 2 ranks are not supported with it")
+    expect_no_step("--lora on 2 ranks")
+  endif()
+  train(--steps 2 --data qa.txt --lora-targets qkv,up --lora 4 --init-from base.safetensors)
+  expect("an unknown target" 2 "--lora-targets: unknown target 'up' in 'qkv,up' \\(expected a comma list of qkv, out, gate_up, down\\)")
+  # Rank 16 (the recipe's), so that a GPU program runs the adapters' GEMMs at the K it runs at scale.
+  train(--steps 30 --lr 3e-3 --data qa.txt --lora 16 --init-from base.safetensors --switch-to fp8 --switch-at 18
+        --eval-every 10 --eval-batches 4 --csv lora.csv)
+  # 1 layer, d_model 128: QKV 128 -> 256 and output 128 -> 128, A (16, 128) and B (out, 16) each.
+  expect("the LoRA run" 0 "LoRA: rank 16, alpha 32 \\(scale 2\\), adapters on qkv,out of every layer, seed 1236; trainable 10240 parameters"
+         "weights from 'base\\.safetensors'" "step 18: switched to the recipe" "trained steps 1\\.\\.30 of 30: final training loss [0-9]")
+  expect_unchanged("--init-from of the LoRA run" base.safetensors ${base_hash})
+  # The held-out loss (the same batches each time) falls from the first evaluation to the last.
+  file(STRINGS ${WORK}/lora.csv rows)
+  set(evals "")
+  foreach(row IN LISTS rows)
+    if(row MATCHES "^(10|30),[^,]*,([0-9.]+),")
+      list(APPEND evals ${CMAKE_MATCH_2})
+    endif()
+  endforeach()
+  list(LENGTH evals n)
+  if(NOT n EQUAL 2)
+    message(FATAL_ERROR "${CASE}: lora.csv has no held-out loss at steps 10 and 30:\n${rows}")
+  endif()
+  list(GET evals 0 first)
+  list(GET evals 1 last)
+  if(NOT last LESS first)
+    message(FATAL_ERROR "${CASE}: the held-out loss did not fall: ${first} at step 10, ${last} at step 30")
+  endif()
 
 else()
   message(FATAL_ERROR "train_program_test.cmake: unknown CASE '${CASE}'")

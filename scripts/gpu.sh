@@ -69,12 +69,15 @@ non-zero if anything failed.
                         (tools/twin/check_twin.py), then the paired MXFP4 gap comparison of
                         tools/twin/issue31_gpu.sh (replaces gpu_fidelity_check.sh)
   recipes [PART...]     the recipes as measured on one GPU (issue 43), PART of build 8b corpus ttt
-                        (default all): 8b, the real Llama 3.1 8B at MXKIT_8B1_LAYERS (16) of its
+                        heal (default all): 8b, the real Llama 3.1 8B at MXKIT_8B1_LAYERS (16) of its
                         layers, vocabulary 128,256, T 8192, each recipe against FSDP2 (1 rank) +
                         torch.compile (bench/llama8b_one_gpu.py); corpus, the text on the machine
                         as a token dataset with a tokenizer trained there; ttt, time to a held-out
                         loss target per recipe and seed against a compiled PyTorch peer
-                        (bench/time_to_target.py)
+                        (bench/time_to_target.py); heal, issue 48's healing study on the corpus's
+                        text (bench/healing_study.py): a bf16 base of 63 M parameters, then LoRA
+                        rank 16 in bf16, fp8, mxfp4 and mxfp4 -> fp8 at 60 %, seeds 0 1 2, within
+                        MXKIT_HEAL_BUDGET seconds (default 420, about 7 minutes on an H200)
   carry [WHAT...]       on a machine without a GPU (nvcc only): build the programs of WHAT (a
                         subcommand: multi (default), test, bench, train, readme, lora70b,
                         fidelity; or target names), strip them into build-carry/ to copy to the
@@ -116,7 +119,9 @@ Environment:
          MXKIT_LORA70B_GEMM (mxkit, default, or vendor: bench_lora70b --gemm)
   fidelity: SEEDS (default "0"), STEPS (default 1200), TWIN_ARGS
   recipes: MXKIT_PARTS, MXKIT_8B1_LAYERS, MXKIT_8B1_RECIPES, MXKIT_8B1_STEPS, MXKIT_8B1_COPIES, MXKIT_8B1_GEMM,
-         MXKIT_TTT_DATA (default build/ttt-data), MXKIT_TTT_SEEDS, MXKIT_TTT_RECIPES, MXKIT_TTT_TARGET, MXKIT_TTT_ARGS
+         MXKIT_TTT_DATA (default build/ttt-data), MXKIT_TTT_SEEDS, MXKIT_TTT_RECIPES, MXKIT_TTT_TARGET, MXKIT_TTT_ARGS,
+         MXKIT_HEAL_DIR (default build/heal: data and base, kept between runs), MXKIT_HEAL_SEEDS, MXKIT_HEAL_BUDGET,
+         MXKIT_HEAL_ARGS
   python: MXKIT_PYTHON_GDB=0 (no rerun under a debugger)
 EOF
 }
@@ -533,9 +538,10 @@ cmd_train() {
   [ -n "$program" ] || { failed "06_train_gpu: not built"; return; }
   # Its refusals, as ctest example.05_train.* checks the host program's: outputs that are inputs or
   # each other, files that are not the program's, outputs that cannot be saved, another run's
-  # checkpoint, a diverged run, the messages for sizes too large. (/dev/zero is left out: the GPU
-  # runtime needs more address space than that case's 1 GiB limit.)
-  for case in aliases foreign unwritable resume_config diverged messages; do
+  # checkpoint, a diverged run, the messages for sizes too large; and --lora from an exported base,
+  # healed from MXFP4 to FP8. (/dev/zero is left out: the GPU runtime needs more address space
+  # than that case's 1 GiB limit.)
+  for case in aliases foreign unwritable resume_config diverged messages lora; do
     if MXKIT_DATA_DIR=$PWD/data cmake "-DPROGRAM=$program" "-DWORK=$LOGS/work/$case" "-DCASE=$case" \
          "-DDATA=$PWD/data/stories.txt" -DMEMORY_LIMIT=OFF \
          "-DV1_CHECKPOINT=$PWD/tests/fuzz/corpus/fuzz_checkpoint_load/weights.ckpt" -P examples/train_program_test.cmake \
@@ -971,12 +977,13 @@ cmd_fidelity() {
 
 cmd_recipes() {
   logdir recipes
-  local parts=${MXKIT_PARTS:-build 8b corpus ttt} prog="" device
+  local parts="$*" prog="" device
+  [ -n "$parts" ] || parts=${MXKIT_PARTS:-build 8b corpus ttt heal}
   has_part() { [[ " $parts " == *" $1 "* ]]; }
   device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   device_line
   rows_mark
-  if has_part build || has_part 8b || has_part ttt; then
+  if has_part build || has_part 8b || has_part ttt || has_part heal; then
     build_targets 06_train_gpu || return
     prog=$(exe 06_train_gpu)
     [ -n "$prog" ] || { failed "06_train_gpu: not built"; return; }
@@ -1014,6 +1021,23 @@ cmd_recipes() {
       --seeds ${MXKIT_TTT_SEEDS:-0} --recipes ${MXKIT_TTT_RECIPES:-bf16 fp8 mxfp8 mxfp4 mxfp4-fp8 peer} \
       ${MXKIT_TTT_TARGET:+--target "$MXKIT_TTT_TARGET"} ${MXKIT_TTT_ARGS:-}
     [ $? -le 3 ] || failed "bench/time_to_target.py run"
+  fi
+  if has_part heal; then
+    # The data and the base (a 250 MB export) stay in MXKIT_HEAL_DIR, out of the logs; the
+    # curves, logs, plot and summary are copied to the logs.
+    local heal=${MXKIT_HEAL_DIR:-build/heal}
+    note "healing: LoRA from a bf16 base, bf16 fp8 mxfp4 mxfp4-fp8, seeds ${MXKIT_HEAL_SEEDS:-0 1 2}, budget ${MXKIT_HEAL_BUDGET:-420} s"
+    if [ -f "$data/corpus.json" ]; then
+      # shellcheck disable=SC2086
+      python3 bench/healing_study.py --binary "$prog" --corpus "$data" --out "$heal" --device "$device" \
+        --seeds ${MXKIT_HEAL_SEEDS:-0 1 2} --budget "${MXKIT_HEAL_BUDGET:-420}" ${MXKIT_HEAL_ARGS:-}
+      [ $? -le 3 ] || failed "bench/healing_study.py"
+      mkdir -p "$LOGS/heal"
+      cp -r "$heal/runs" "$LOGS/heal/" 2>/dev/null
+      cp "$heal/healing.svg" "$heal/summary.json" "$heal/data/data.json" "$LOGS/heal/" 2>/dev/null
+    else
+      failed "heal: no corpus at $data (the corpus part makes it)"
+    fi
   fi
   rows_collect
   pack_logs

@@ -36,6 +36,7 @@
 
 #include <mxkit/train_program/data.hpp>
 #include <mxkit/train_program/files.hpp>
+#include <mxkit/train_program/lora.hpp>
 #include <mxkit/train_program/program.hpp>
 #include <mxkit/train_program/repository_data.hpp>
 #include <mxkit/train_program/time_to_train.hpp>
@@ -301,7 +302,10 @@ inline step_flops count_flops(nn::model& m, const options& o) {
   f.linear_weights += static_cast<double>(m.head().in_features() * m.head().out_features());
   const double B = static_cast<double>(o.batch), T = static_cast<double>(o.seq), H = static_cast<double>(o.heads);
   const double D = static_cast<double>(o.d_model / o.heads);
-  f.per_step = 6.0 * f.linear_weights * B * T + static_cast<double>(o.layers) * 3.5 * 2.0 * B * H * T * T * D;
+  // --lora: the frozen weights get no gradient, so each linear runs its forward and its dgrad
+  // only (print_help's convention; the adapters' GEMMs are not counted).
+  const double passes = o.lora_rank > 0 ? 4.0 : 6.0;
+  f.per_step = passes * f.linear_weights * B * T + static_cast<double>(o.layers) * 3.5 * 2.0 * B * H * T * T * D;
   return f;
 }
 
@@ -487,6 +491,9 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
                       " needs several ranks: one rank reduces no gradients (--reduce-dtype f32)");
   if (!comm && o.comm_sms > 0)
     throw usage_error("--comm-sms " + std::to_string(o.comm_sms) + " needs several GPUs: one rank runs no collectives");
+  if (comm && o.lora_rank > 0)
+    throw usage_error("--lora " + std::to_string(o.lora_rank) + " trains on one rank: " + std::to_string(comm->size()) +
+                      " ranks are not supported with it");
   // Before anything is loaded or trained: the outputs (mxkit/train_program/files.hpp), then the data and the
   // --resume checkpoint's settings (a single file's header, or a folder of shards' manifest).
   std::vector<flagged_path> inputs = data_files(o);
@@ -538,6 +545,8 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
 
   std::size_t n_params = 0;
   for (nn::parameter* p : m.parameters()) n_params += p->value.size();
+  // --lora: the base frozen and the adapters added before the trainer holds state for them.
+  const lora_setup lora = o.lora_rank > 0 ? apply_lora(m, o) : lora_setup{};
   // FLOPs and tokens of the global batch; MFU per rank divides by the ranks.
   const double global_micro = static_cast<double>(ranks * o.micro_batches);
   step_flops flops = count_flops(m, o);
@@ -557,6 +566,12 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
                   o.batch * o.seq);
     std::printf("recipe: %s, %s activations; batch %zu x %zu = %.0f tokens/step; %.3g TFLOP/step (--help: convention)\n",
                 r.name.c_str(), mxkit::name_of(o.activations), o.batch, o.seq, tokens_per_step, flops.per_step / 1e12);
+    if (o.lora_rank > 0)
+      std::printf("LoRA: rank %zu, alpha %g (scale %g), adapters on %s of every layer, seed %llu; trainable %zu parameters "
+                  "(the adapters), frozen %zu (the --init-from base)\n",
+                  o.lora_rank, o.lora().alpha, o.lora().alpha / static_cast<double>(o.lora_rank),
+                  lora_targets_text(o.lora_targets.value_or(nn::lora_targets{})).c_str(), static_cast<ull>(lora_seed(o)),
+                  lora.trainable, lora.frozen);
     if (o.weight_copies_per_gemm) std::printf("weight copies: made per GEMM and freed after it (--weight-copies per-gemm)\n");
     const char* unit = data.kind == nn::dataset_kind::text ? "bytes" : "tokens";
     std::printf("data: %s: %llu %s for training, %llu %s (%zu evaluation batches)\n", data.description.c_str(),

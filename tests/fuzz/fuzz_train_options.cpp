@@ -77,6 +77,13 @@ std::vector<std::string> as_flags(const options& o) {
   out.push_back(std::string("--gather=") + (o.gather_quantized ? "copies" : "fp32"));
   out.push_back(std::string("--reshard-after-forward=") + (o.reshard_after_forward ? "on" : "off"));
   out.push_back(std::string("--overlap-reductions=") + (o.overlap_reductions ? "on" : "off"));
+  if (o.lora_rank > 0) out.push_back("--lora=" + to_string(o.lora_rank));
+  if (o.lora_alpha) {
+    char b[40];
+    std::snprintf(b, sizeof b, "%.17g", *o.lora_alpha);
+    out.push_back(std::string("--lora-alpha=") + b);
+  }
+  if (o.lora_targets) out.push_back("--lora-targets=" + mxkit::train_program::lora_targets_text(*o.lora_targets));
   if (!o.switch_to.empty()) {
     out.push_back("--switch-to=" + o.switch_to);
     out.push_back("--switch-at=" + to_string(o.switch_at));
@@ -95,7 +102,9 @@ bool same(const options& a, const options& b) {
          a.switch_to == b.switch_to && a.switch_at == b.switch_at && a.ranks == b.ranks && a.micro_batches == b.micro_batches &&
          a.shard == b.shard && a.recompute == b.recompute && a.weight_copies_per_gemm == b.weight_copies_per_gemm && a.gather_quantized == b.gather_quantized &&
          a.reshard_after_forward == b.reshard_after_forward && a.overlap_reductions == b.overlap_reductions && a.model == b.model &&
-         a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps && a.rope_scale == b.rope_scale;
+         a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps && a.rope_scale == b.rope_scale && a.lora_rank == b.lora_rank &&
+         a.lora_alpha == b.lora_alpha && a.lora_targets.has_value() == b.lora_targets.has_value() &&
+         (!a.lora_targets || mxkit::train_program::lora_targets_text(*a.lora_targets) == mxkit::train_program::lora_targets_text(*b.lora_targets));
 }
 
 }  // namespace
@@ -132,6 +141,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (o->global_batch && (*o->global_batch == 0 || *o->global_batch % o->batch != 0)) finding("accepted a --global-batch --batch does not divide");
   if (!(o->adamw.beta1 >= 0 && o->adamw.beta1 < 1 && o->adamw.beta2 >= 0 && o->adamw.beta2 < 1 && o->adamw.eps > 0))
     finding("accepted AdamW settings the optimizer refuses");
+  if ((o->lora_alpha || o->lora_targets) && o->lora_rank == 0) finding("accepted --lora-alpha or --lora-targets without --lora");
+  if (o->lora_rank > 0 && (o->init_from.empty() || !o->checkpoint.empty() || !o->resume.empty() || !o->export_path.empty() ||
+                           o->shard != mxkit::nn::sharding::none || o->lora_rank > o->d_model ||
+                           (o->lora_targets && o->lora_targets->down && o->lora_rank > o->ffn)))
+    finding("accepted --lora with flags it refuses, or a rank above an adapted linear's side");
   {
     std::uint64_t tokens = 1;  // (the fuzzer is built by clang: its overflow builtin is the oracle)
     bool wraps = o->seq == std::numeric_limits<std::size_t>::max();

@@ -19,12 +19,15 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <mxkit/config.hpp>
 #include <mxkit/parallel/data_parallel.hpp>
+#include <mxkit/nn/lora.hpp>
 #include <mxkit/nn/recipe.hpp>
 #include <mxkit/nn/rope_frequencies.hpp>
+#include <mxkit/nn/transformer_layer.hpp>
 #include <mxkit/io/safetensors.hpp>
 #include <mxkit/train/adamw.hpp>
 #include <mxkit/train_program/mlperf_llama31_8b.hpp>
@@ -89,6 +92,14 @@ struct options {
   nn::adamw_config adamw;  // --adam-betas, --adam-eps, --weight-decay, --clip-norm
   std::string preset;      // the last --preset (mlperf_llama31_8b.hpp), for the run's printout
   std::uint64_t export_max_shard = 0;  // --export-max-shard: 0, one file; else a folder of shards
+  // LoRA fine-tuning of the --init-from base (train_program/lora.hpp): every base parameter
+  // frozen, adapters of rank lora_rank trained; 0: off. Alpha and targets default to
+  // nn::lora_config's and nn::lora_targets' (the Llama 2 70B LoRA recipe: alpha 32, QKV and output).
+  std::size_t lora_rank = 0;
+  std::optional<double> lora_alpha;
+  std::optional<nn::lora_targets> lora_targets;
+
+  nn::lora_config lora() const noexcept { return {lora_rank, lora_alpha.value_or(nn::lora_config{}.alpha)}; }
 
   // 100 steps, or a tenth of a shorter run.
   std::size_t warmup_steps() const noexcept { return warmup ? *warmup : std::min<std::size_t>(100, steps / 10); }
@@ -160,6 +171,38 @@ inline void apply_model(options& o, const model_preset& m) {
   o.rope_theta = m.rope_theta;
   o.norm_eps = m.norm_eps;
   o.rope_scale = m.rope_scale;
+}
+
+// ---- LoRA targets --------------------------------------------------------------------------------
+
+// --lora-targets' words, in the layer's order (nn::transformer_layer): the fused QKV projection,
+// the attention output projection, the fused SwiGLU gate/up projection, the down projection.
+inline constexpr std::array<std::pair<const char*, bool nn::lora_targets::*>, 4> lora_target_words{{
+    {"qkv", &nn::lora_targets::qkv}, {"out", &nn::lora_targets::out}, {"gate_up", &nn::lora_targets::gate_up}, {"down", &nn::lora_targets::down}}};
+
+// "qkv,out": the targets as --lora-targets spells them.
+inline std::string lora_targets_text(const nn::lora_targets& t) {
+  std::string out;
+  for (const auto& [word, field] : lora_target_words)
+    if (t.*field) out += (out.empty() ? "" : ",") + std::string(word);
+  return out;
+}
+
+// A comma list of lora_target_words, each at most once.
+inline nn::lora_targets parse_lora_targets(std::string_view v) {
+  nn::lora_targets t{false, false, false, false};
+  const std::string whole(v);
+  for (std::size_t at = 0;;) {
+    const std::size_t comma = std::min(v.find(',', at), v.size());
+    const std::string_view word = v.substr(at, comma - at);
+    const auto known = std::find_if(lora_target_words.begin(), lora_target_words.end(), [&](const auto& w) { return word == w.first; });
+    if (known == lora_target_words.end())
+      throw usage_error("--lora-targets: unknown target '" + std::string(word) + "' in '" + whole + "' (expected a comma list of qkv, out, gate_up, down)");
+    if (t.*(known->second)) throw usage_error("--lora-targets: '" + std::string(word) + "' given twice in '" + whole + "'");
+    t.*(known->second) = true;
+    if (comma == v.size()) return t;
+    at = comma + 1;
+  }
 }
 
 // ---- command line --------------------------------------------------------------------------------
@@ -420,6 +463,20 @@ inline std::vector<flag> flags() {
        "    rank 0's first (rank r's k-th is number r x --micro-batches + k), each --batch rows.\n"
        "    Checked before the first step as --checkpoint is (--overwrite)",
        path(&options::dump_batches)},
+      {"--lora", "RANK", "LoRA fine-tuning",
+       "freeze every parameter of the --init-from base (embedding, norms, head, every linear) and train\n"
+       "    LoRA adapters of this rank only (Hu et al. 2021), with AdamW and the schedule of --lr; --switch-to\n"
+       "    then heals as it does a pretraining run. Needs --init-from. A run of one rank, without\n"
+       "    --checkpoint, --resume or --export (a checkpoint does not record the adapters' settings, and Hugging\n"
+       "    Face Llama weights have no place for them)\n"
+       "    (default: off; the Llama 2 70B LoRA recipe: 16)",
+       [](options& o, std::string_view v) { o.lora_rank = parse_count("--lora", v, false); }},
+      {"--lora-alpha", "A", "LoRA fine-tuning", "with --lora: the adapters' scale is A / RANK (default " + text_of(nn::lora_config{}.alpha) + ")",
+       [](options& o, std::string_view v) { o.lora_alpha = parse_real("--lora-alpha", v, false); }},
+      {"--lora-targets", "LIST", "LoRA fine-tuning",
+       "with --lora: the linears of every layer that get adapters, a comma list of qkv, out, gate_up,\n"
+       "    down (default " + lora_targets_text(nn::lora_targets{}) + ": the attention projections, as the MLPerf Llama 2 70B LoRA reference)",
+       [](options& o, std::string_view v) { o.lora_targets = parse_lora_targets(v); }},
       {"--switch-to", "NAME", "healing", "from --switch-at on, train with this recipe (healing: e.g. fp8 or bf16)",
        [](options& o, std::string_view v) { o.switch_to = std::string(v); }},
       {"--switch-at", "N", "healing", "the step (0-based) of --switch-to, e.g. 80% of --steps",
@@ -489,6 +546,28 @@ inline void check_options(const options& o) {
                      " + 1) tokens is 2^64 or more: the run's batch numbers would wrap");
   }
   (void)make_recipe(o);  // the recipe name
+  need(o.lora_rank > 0 || !o.lora_alpha, "--lora-alpha " + detail::text_of(o.lora_alpha.value_or(0)) + " needs --lora RANK");
+  need(o.lora_rank > 0 || !o.lora_targets,
+       "--lora-targets " + lora_targets_text(o.lora_targets.value_or(nn::lora_targets{})) + " needs --lora RANK");
+  if (o.lora_rank > 0) {
+    const std::string lora = "--lora " + to_string(o.lora_rank);
+    need(!o.init_from.empty(), lora + " fine-tunes a base model: give its weights with --init-from PATH (adapters on random "
+                                      "weights would fine-tune nothing)");
+    need(o.checkpoint.empty() && o.resume.empty(), lora + " does not take --checkpoint or --resume: a checkpoint of this "
+                                                          "program does not record the adapters' settings (a LoRA run restarts from --init-from)");
+    need(o.export_path.empty(), lora + " does not take --export: Hugging Face Llama weights have no place for the adapters "
+                                       "(and merging them into the base is not done here)");
+    need(o.shard == nn::sharding::none, lora + " trains on one rank: --shard " + std::string(mxkit::name_of(o.shard)) + " is not supported with it");
+    // lora_adapter's bound: the rank is at most the smaller side of each adapted linear (QKV and
+    // output: d_model; gate/up: d_model and 2 ffn; down: ffn and d_model).
+    const nn::lora_targets t = o.lora_targets.value_or(nn::lora_targets{});
+    std::size_t most = std::numeric_limits<std::size_t>::max();
+    if (t.qkv || t.out) most = std::min(most, o.d_model);
+    if (t.gate_up) most = std::min({most, o.d_model, 2 * o.ffn});
+    if (t.down) most = std::min({most, o.d_model, o.ffn});
+    need(o.lora_rank <= most, lora + " is larger than the smaller side (" + to_string(most) + ") of an adapted linear (--lora-targets " +
+                                  lora_targets_text(t) + ", --d-model " + to_string(o.d_model) + ", --ffn " + to_string(o.ffn) + ")");
+  }
   need(o.switch_to.empty() == (o.switch_at == 0) && o.switch_at < o.steps,
        "--switch-to and --switch-at go together, with --switch-at below --steps " + to_string(o.steps));
   if (!o.switch_to.empty()) {
@@ -555,8 +634,8 @@ inline std::optional<options> parse_options(int argc, char** argv) {
 inline void print_help(const char* program) {
   std::printf(
       "usage: %s [flags]\n"
-      "Trains a Llama-style model from random weights with one mxkit recipe, on text (bytes, vocabulary 256)\n"
-      "or token datasets (Megatron-LM indexed, packed .npy; --vocab).\n",
+      "Trains a Llama-style model from random weights (or --init-from; --lora fine-tunes one) with one mxkit\n"
+      "recipe, on text (bytes, vocabulary 256) or token datasets (Megatron-LM indexed, packed .npy; --vocab).\n",
       program);
   const char* group = "";
   for (const detail::flag& f : detail::flags()) {
@@ -571,7 +650,8 @@ inline void print_help(const char* program) {
       "                                        embedding or the norms)\n"
       "+ layers x 3.5 x 2 x B x H x T^2 x D    causal attention: forward 2 B H T^2 D (QK^T and PV, half\n"
       "                                        masked), backward 2.5 times that (scores recomputed)\n"
-      "B batch, H query heads, T sequence, D head dim. Evaluations and checkpoints are not counted.\n");
+      "B batch, H query heads, T sequence, D head dim. Evaluations and checkpoints are not counted. --lora:\n"
+      "4 x N_linear x tokens (the frozen weights get no gradient; the adapters' GEMMs are not counted).\n");
 }
 
 

@@ -26,6 +26,9 @@
 // compiler into a library both programs link (cmake/MxkitTrainProgram.cmake): the GPU program's
 // own translation unit then compiles its backend and this header only (docs/perf/build.md).
 //
+// --lora: a LoRA fine-tune of the --init-from base (train_program/lora.hpp): the base frozen, the
+// adapters trained on one rank; --switch-to heals it as it does a pretraining run.
+//
 // Several ranks: run() takes the rank's nn::communicator (05_train: --ranks N host threads; a GPU
 // program: its NCCL/RCCL communicator). --batch is then each rank's micro-batch, the global batch
 // ranks x --micro-batches x --batch; rank 0 prints (global tokens/s, MFU per rank) and writes the
