@@ -52,11 +52,11 @@ class device_backend : public nn::backend, public nn::copy_gather {
   // ranks, where a gradient reduction or a prefetched gather overlaps the step's GEMMs. 0: none.
   void set_reserved_sms(std::uint32_t sms) noexcept { reserved_sms_ = sms; }
   std::uint32_t reserved_sms() const noexcept { return reserved_sms_; }
-  // Whether the GEMMs may take the vendor path (cuBLASLt for bf16 and host-scaled per-tensor FP8
-  // copies, gemm_options::vendor); off by default until the training step has been measured and
-  // every GPU suite run with it (the training programs' --gemm vendor turns it on). Off: mxkit's
-  // own kernels, whose products keep their bits whatever the copies' storage order or the
-  // output type (tests that compare such layouts).
+  // Whether the GEMMs may take the vendor path (cuBLASLt for bf16 and per-tensor FP8 copies,
+  // gemm_options::vendor; the training programs' --gemm vendor turns it on). Off by default:
+  // mxkit's own kernels keep a product's bits whatever the copies' storage order or the output
+  // type, which the device tests that compare layouts and the host oracle rely on; cuBLASLt picks
+  // its summation order per layout. MX products never take it.
   void set_vendor_gemm(bool on) noexcept { vendor_gemm_ = on; }
   bool vendor_gemm() const noexcept { return vendor_gemm_; }
 
