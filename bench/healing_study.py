@@ -30,8 +30,9 @@
    short run, chosen here, not taken from the MLPerf recipe (which runs at another size).
 4. Results: a table (final held-out loss mean +- sd over the seeds, the gap to bf16 of the same seed,
    mean +- sd, and whether the switch recovers what MXFP4 loses), rows in bench/results/healing.jsonl
-   (or --results), the runs' CSVs and logs in DIR/runs, and DIR/healing.svg: the held-out loss against
-   the step, the mean over the seeds, one line a schedule.
+   (or --results), the runs' CSVs and logs in DIR/runs, DIR/healing.svg: the held-out loss against
+   the step, the mean over the seeds, one line a schedule, and DIR/healing_gap.svg: each schedule's
+   held-out loss minus bf16's of the same seed, the mean over the seeds.
 
 The switch "recovers" when the paired per-seed improvement over mxfp4 (mxfp4's gap minus the
 switched run's) exceeds twice its standard error; MXFP4 "loses" when its gap to bf16 does. --budget
@@ -331,7 +332,20 @@ def mean_curve(curves):
     return [(s, statistics.mean(d[s] for d in by)) for s in sorted(steps)]
 
 
-def svg_plot(curves, title, marks=(), width=720, height=440):
+def gap_curve(runs, bf16_runs):
+    """The mean over seeds of a schedule's held-out loss minus bf16's of the same seed, at the
+    steps both have: runs and bf16_runs map seed -> [(step, loss)]. Paired by seed, since a seed
+    fixes the adapters and the data order, so the gap is the numerics' alone."""
+    gaps = []
+    for seed, c in runs.items():
+        if seed not in bf16_runs:
+            continue
+        ref = dict(bf16_runs[seed])
+        gaps.append([(step, y - ref[step]) for step, y in c if step in ref])
+    return mean_curve(gaps)
+
+
+def svg_plot(curves, title, marks=(), width=720, height=440, ylabel="held-out loss (nats)"):
     """An SVG document (text) of curves {label: ([(x, y)], colour)}: one polyline each, axes with
     ticks, a legend, and a dashed vertical line at each (x, text) of marks. No plotting library:
     the GPU machine may have none."""
@@ -368,7 +382,7 @@ def svg_plot(curves, title, marks=(), width=720, height=440):
         out.append(f'<text x="{left - 8}" y="{Y(y) + 4:.1f}" text-anchor="end">{y:.3f}</text>')
     out.append(f'<text x="{left + pw / 2:.1f}" y="{height - 12}" text-anchor="middle">step</text>')
     out.append(f'<text x="16" y="{top + ph / 2:.1f}" text-anchor="middle" transform="rotate(-90 16 {top + ph / 2:.1f})">'
-               'held-out loss (nats)</text>')
+               f'{escape(ylabel)}</text>')
     for x, text in marks:
         if x0 <= x <= x1:
             out.append(f'<line x1="{X(x):.1f}" y1="{top}" x2="{X(x):.1f}" y2="{top + ph}" stroke="#999" stroke-dasharray="4 3"/>')
@@ -390,7 +404,7 @@ def main(argv=None):
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--binary", required=True, help="the training program: 06_train_gpu (05_train on the host, at a tiny size)")
     ap.add_argument("--corpus", required=True, help="bench/time_to_target.py corpus's folder (corpus.json, its tokenizer)")
-    ap.add_argument("--out", required=True, help="the study's folder: data, base, runs, healing.svg")
+    ap.add_argument("--out", required=True, help="the study's folder: data, base, runs, the plots")
     ap.add_argument("--root", action="append", help="a folder of text to read instead of the corpus's (repeatable)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--schedules", nargs="+", default=list(SCHEDULES), choices=SCHEDULES)
@@ -531,7 +545,21 @@ def main(argv=None):
     with open(svg, "w") as f:
         f.write(svg_plot(curves, f"LoRA fine-tuning held-out loss, mean over seeds ({a.layers} layers, d_model {a.d_model})",
                          marks=[(a.switch_at, "mxfp4 -> fp8")] if "mxfp4-fp8" in a.schedules else []))
-    print(f"plot: {svg}")
+    # The gaps are a few hundredths of a nat on curves that fall by a whole one: their own plot.
+    by_seed = {s: {seed: eval_curve(read_csv(os.path.join(a.out, "runs", f"{s}-seed{seed}.csv")))
+                   for seed in a.seeds if (s, seed) in finals} for s in a.schedules}
+    gaps = {}
+    for s in a.schedules:
+        if s != "bf16" and "bf16" in by_seed:
+            c = gap_curve(by_seed[s], by_seed["bf16"])
+            if c:
+                gaps[LABEL[s]] = (c, COLOR[s])
+    gap_svg = os.path.join(a.out, "healing_gap.svg")
+    with open(gap_svg, "w") as f:
+        f.write(svg_plot(gaps, "held-out loss minus bf16's, same seed, mean over seeds",
+                         marks=[(a.switch_at, "mxfp4 -> fp8")] if "mxfp4-fp8" in a.schedules else [],
+                         ylabel="gap to bf16 (nats)"))
+    print(f"plots: {svg}, {gap_svg}")
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump({"shape": shape, "data": {k: info[k] for k in ("pretrain_body", "finetune_body")}, "base_loss": base_loss,
                    "finals": {f"{s}-seed{seed}": v for (s, seed), v in finals.items()}, "verdict": summary["verdict"],

@@ -1034,7 +1034,7 @@ cmd_recipes() {
       [ $? -le 3 ] || failed "bench/healing_study.py"
       mkdir -p "$LOGS/heal"
       cp -r "$heal/runs" "$LOGS/heal/" 2>/dev/null
-      cp "$heal/healing.svg" "$heal/summary.json" "$heal/data/data.json" "$LOGS/heal/" 2>/dev/null
+      cp "$heal/healing.svg" "$heal/healing_gap.svg" "$heal/summary.json" "$heal/data/data.json" "$LOGS/heal/" 2>/dev/null
     else
       failed "heal: no corpus at $data (the corpus part makes it)"
     fi

@@ -87,6 +87,16 @@ def test_summary():
     assert hs.mean_curve([[(5, 1.0), (10, 2.0)], [(5, 3.0)]]) == [(5, 2.0)]
 
 
+def test_gap_curve():
+    bf16 = {0: [(0, 5.0), (25, 4.0), (50, 3.5)], 1: [(0, 5.0), (25, 4.2), (50, 3.7)]}
+    mx = {0: [(0, 5.0), (25, 4.1), (50, 3.6)], 1: [(0, 5.0), (25, 4.4), (50, 3.8)], 2: [(0, 5.0), (25, 9.0)]}
+    # Paired by seed (seed 2 has no bf16 run: left out), at the steps every pair has.
+    got = hs.gap_curve(mx, bf16)
+    assert [s for s, _ in got] == [0, 25, 50]
+    assert all(abs(g - w) < 1e-12 for (_, g), w in zip(got, [0.0, 0.15, 0.1]))
+    assert hs.gap_curve({}, bf16) == [] and hs.gap_curve(mx, {}) == []
+
+
 def test_svg():
     curves = {"bf16 <3 seeds> & co": ([(0, 3.0), (25, 2.5), (50, 2.2)], "#222222"),
               "mxfp4": ([(0, 3.0), (25, 2.7), (50, 2.4)], "#d62728"),
@@ -155,6 +165,9 @@ def end_to_end(program, check):
         root = ET.parse(os.path.join(out, "healing.svg")).getroot()
         titles = [p.find(SVG + "title").text for p in root.iter(SVG + "polyline")]
         check(len(titles) == 4 and all("(2 seeds)" in t for t in titles), "the plot's four curves: %s" % titles)
+        root = ET.parse(os.path.join(out, "healing_gap.svg")).getroot()
+        titles = [p.find(SVG + "title").text for p in root.iter(SVG + "polyline")]
+        check(len(titles) == 3 and not any("bf16" in t for t in titles), "the gap plot: a curve a schedule but bf16: %s" % titles)
         rc, text = run(tiny + ["--budget", "0", "--results", os.path.join(d, "more.jsonl")])
         check(rc == 3 and text.count("skipped, ") == 8 and "data: " in text and "base: " in text,
               "a budget too small: the data and base kept, every run skipped (exit 3): exit %d\n%s" % (rc, text))
@@ -165,7 +178,7 @@ def end_to_end(program, check):
 def main():
     sys.path.insert(0, HERE)
     from python_check import check, failures, skip_or_fail
-    for t in (test_split_is_deterministic_and_disjoint, test_summary, test_svg):
+    for t in (test_split_is_deterministic_and_disjoint, test_summary, test_gap_curve, test_svg):
         try:
             t()
         except AssertionError as e:
