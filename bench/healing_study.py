@@ -40,12 +40,10 @@ skips the runs that would not finish in the time left (estimated from the runs b
 says which; the exit status is then 3 (0: every run; 1: a failure).
 """
 import argparse
-import csv
 import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -53,6 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import render_results  # noqa: E402  (the rows' format and writer)
+from time_to_target import read_csv, run_logged, write_rows  # noqa: E402  (a run's CSV, a logged run, the rows written)
 
 PYTHON = (".py", ".pyi", ".pyx")
 HELD_OUT_EVERY = 20
@@ -154,14 +153,6 @@ def describe_data(info):
 
 # ---- the runs -----------------------------------------------------------------------------------
 
-def read_csv(path):
-    try:
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
-    except OSError:
-        return []
-
-
 def eval_curve(rows):
     """[(step, held-out loss)] of a run's CSV rows."""
     return [(int(r["step"]), float(r["eval_loss"])) for r in rows if r.get("eval_loss")]
@@ -199,20 +190,6 @@ def lora_command(a, vocab, data, base, schedule, seed):
     if schedule == "mxfp4-fp8":
         cmd += ["--switch-to", "fp8", "--switch-at", str(a.switch_at)]
     return name, cmd
-
-
-def run_logged(cmd, log, limit):
-    t0 = time.time()
-    with open(log, "w") as f:
-        f.write("# " + " ".join(cmd) + "\n")
-        f.flush()
-        try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=max(1, limit) if math.isfinite(limit) else None).returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
-    seconds = time.time() - t0
-    print(f"  {os.path.basename(log)}: exit {rc} in {seconds:.0f} s", flush=True)
-    return rc, seconds
 
 
 # ---- statistics, table and rows ------------------------------------------------------------------
@@ -308,15 +285,6 @@ def rows_of(finals, summary, a, shape, device):
 
 def switch_text(s, a):
     return f" at step {a.switch_at} of {a.steps}" if s == "mxfp4-fp8" else ""
-
-
-def write_rows(rows, results_path):
-    if results_path.endswith(".jsonl"):
-        with open(results_path, "a", encoding="utf-8") as f:
-            f.write("".join(render_results.make_line(r) + "\n" for r in rows))
-    else:
-        render_results.append_rows(rows, results_path)
-    print(f"{len(rows)} rows -> {results_path}", flush=True)
 
 
 # ---- the plot -----------------------------------------------------------------------------------
@@ -499,7 +467,7 @@ def main(argv=None):
         print(f"base: {base} is there, with these settings", flush=True)
     else:
         print(f"base: bf16, {a.pretrain_steps} steps on the pretraining body", flush=True)
-        rc, _ = run_logged(pretrain_command(a, vocab, data, base), os.path.join(a.out, "runs", "base.log"), left())
+        rc = run_logged(pretrain_command(a, vocab, data, base), os.path.join(a.out, "runs", "base.log"), left())
         if rc != 0:
             print(f"the base failed (exit {rc}): {a.out}/runs/base.log", flush=True)
             return 1
@@ -520,8 +488,9 @@ def main(argv=None):
             took_text = f" (a run took up to {estimate:.0f} s)" if took else ""
             print(f"  {name}: skipped, {max(0, left()):.0f} s of --budget left{took_text}", flush=True)
             continue
-        rc, seconds = run_logged(cmd, os.path.join(a.out, "runs", name + ".log"), left())
-        took.append(seconds)
+        t0 = time.time()
+        rc = run_logged(cmd, os.path.join(a.out, "runs", name + ".log"), left())
+        took.append(time.time() - t0)
         curve = eval_curve(read_csv(os.path.join(a.out, "runs", name + ".csv")))
         if rc != 0 or not curve or curve[-1][0] != a.steps:
             failed.append(name)

@@ -210,7 +210,8 @@ def run_logged(cmd, log, limit):
         f.write("# " + " ".join(cmd) + "\n")
         f.flush()
         try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=limit).returncode
+            # An unbounded run (limit inf, healing_study.py without --budget) has no timeout.
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=max(1, limit) if limit != float("inf") else None).returncode
         except subprocess.TimeoutExpired:
             rc = 124
     print(f"  {os.path.basename(log)}: exit {rc} in {time.time() - t0:.0f} s", flush=True)
