@@ -120,7 +120,7 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
     if (blocks) {
       const nvfp4_quantize_params<U> p{in, nvfp4_view{l, o, c.data, c.scales, c.scales_layout}, c.tensor_scale};
       constexpr auto kernel = nvfp4_quantize_kernel<U>;
-      kernel<<<nvfp4_grid<kernel>(blocks), nvfp4_threads, 0, stream>>>(p);
+      kernel<<<nvfp4_grid<kernel>(nvfp4_quantize_items(l)), nvfp4_threads, 0, stream>>>(p);
       MXKIT_GPU_CHECK_LAUNCH();
     }
   }
