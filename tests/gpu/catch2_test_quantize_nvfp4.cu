@@ -192,6 +192,40 @@ TEST_CASE("gpu nvfp4 quantize: many blocks (grid-stride loops)", "[gpu]") {
   CHECK(e.empty());
 }
 
+// The owning device copies (device_nvfp4_tensor) and their host copies, scales converted back to
+// row-major: as ref::quantize_both writes them.
+TEST_CASE("gpu nvfp4 quantize: both copies through quantize_nvfp4_both and to_host", "[gpu]") {
+  namespace gpu = mxkit::gpu;
+  const std::size_t rows = 150, cols = 90, ld = 96;
+  const std::uint64_t seed = base_seed + 500;
+  INFO("input seed " << seed);
+  const std::vector<mxkit::float16> host = gpu_test::convert<mxkit::float16>(gpu_test::adversarial_matrix(rows, cols, ld, seed));
+  gpu::device_buffer<mxkit::float16> in{std::span<const mxkit::float16>(host)};
+  const mxkit::matrix_view<const mxkit::float16> dv{in.data(), rows, cols, ld}, hv{host.data(), rows, cols, ld};
+  nvfp4_options o;
+  o.hadamard = true;
+  o.hadamard_signs = mxkit::hadamard_sign_mask(11);
+  gpu::device_buffer<float> amax(1);
+  for (const std::optional<float> given : {std::optional<float>{}, std::optional<float>{0.25f}}) {
+    const gpu::device_nvfp4_pair q = gpu::quantize_nvfp4_both(dv, mxkit::formats::nvfp4_2d, o, scale_layout::cublas_128x4, given, amax.data());
+    const mxkit::ref::nvfp4_tensor_pair want = mxkit::ref::quantize_both(hv, mxkit::formats::nvfp4_2d, o, given);
+    const mxkit::nvfp4_tensor r = q.rowwise.to_host(), c = q.columnwise.to_host();
+    CHECK(gpu_test::first_difference(r.data(), want.rowwise.data()) == "");
+    CHECK(gpu_test::first_difference(r.scales(), want.rowwise.scales()) == "");
+    CHECK(gpu_test::first_difference(c.data(), want.columnwise.data()) == "");
+    CHECK(gpu_test::first_difference(c.scales(), want.columnwise.scales()) == "");
+    CHECK(r.tensor_scale() == want.rowwise.tensor_scale());
+    CHECK(c.tensor_scale() == want.columnwise.tensor_scale());
+    CHECK(r.tensor_scale_from_amax() == !given);
+    CHECK(gpu_test::same_amax(amax.to_host()[0], gpu_test::host_amax(host, rows, cols, ld)));
+  }
+  // No element: no byte, tensor scale 1.
+  const gpu::device_nvfp4_pair e = gpu::quantize_nvfp4_both(mxkit::matrix_view<const mxkit::float16>{in.data(), 0, 20},
+                                                            mxkit::formats::nvfp4);
+  CHECK(e.rowwise.to_host().tensor_scale() == 1.0f);
+  CHECK(e.columnwise.to_host().tensor_scale() == 1.0f);
+}
+
 TEST_CASE("gpu nvfp4 quantize: empty input, bad arguments", "[gpu]") {
   namespace gpu = mxkit::gpu;
   gpu::device_buffer<float> in(64 * 64), scalars(3);

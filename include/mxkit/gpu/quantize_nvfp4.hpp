@@ -25,6 +25,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/nvfp4_block.hpp>
+#include <mxkit/gpu/device_nvfp4_tensor.hpp>
 #include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/quantize/nvfp4_kernel.hpp>
 #include <mxkit/gpu/runtime.hpp>
@@ -92,15 +93,18 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
   const nvfp4_copy_outputs copies[2] = {
       {block_axis::rowwise, out.rowwise_data, out.rowwise_scales, out.rowwise_scales_layout, out.rowwise_tensor_scale},
       {block_axis::columnwise, out.columnwise_data, out.columnwise_scales, out.columnwise_scales_layout, out.columnwise_tensor_scale}};
-  mxkit::detail::require(out.rowwise_data || out.columnwise_data || out.amax, "gpu::quantize_nvfp4: no output requested");
+  // A copy is asked for by its data pointer; an empty input's copies hold no byte (a buffer of
+  // data_bytes() == 0 may have a null pointer), so there its tensor-scale pointer asks for it.
+  const bool empty = in.rows == 0 || in.cols == 0;  // no block, padding included: only the scalars are written
+  auto wanted = [&](const nvfp4_copy_outputs& c) { return c.data || (empty && c.tensor_scale); };
+  mxkit::detail::require(wanted(copies[0]) || wanted(copies[1]) || out.amax, "gpu::quantize_nvfp4: no output requested");
   for (const nvfp4_copy_outputs& c : copies) check_nvfp4_copy_outputs(c);
 
   if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
-  const bool empty = in.rows == 0 || in.cols == 0;  // no block, padding included: only the scalars are written
   unsigned* input_amax = empty ? nullptr : reinterpret_cast<unsigned*>(out.amax);
   for (int k = 0; k < 2; ++k) {
     const nvfp4_copy_outputs& c = copies[k];
-    if (!c.data) continue;
+    if (!wanted(c)) continue;
     const nvfp4_layout& l = layouts[k];
     nvfp4_options o = options;
     o.stream = stochastic_stream(options.stream, c.axis);
@@ -139,7 +143,7 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
 // `options` say, into the copies named in `out` (device memory). Each copy's tensor scale is
 // computed from its amax, or is `tensor_scale` when given (a positive normal float, for both
 // copies). Asynchronous on `stream`, with no host synchronization. An empty input writes only the
-// tensor scales (1, or the given one) and the amax (0). Throws std::invalid_argument naming the bad
+// tensor scales (1, or the given one; a copy's data pointer may then be null) and the amax (0). Throws std::invalid_argument naming the bad
 // value (format, shape, options, tensor scale, missing or misaligned outputs) and gpu::error on a
 // runtime failure.
 template <class T>
@@ -148,6 +152,23 @@ void quantize_nvfp4(matrix_view<const T> in, const block_format& format, const n
                     std::optional<float> tensor_scale = std::nullopt, stream_t stream = nullptr) {
   using U = std::remove_const_t<T>;
   detail::quantize_nvfp4_impl<U>({in.data, in.rows, in.cols, in.ld}, format, options, out, tensor_scale, stream);
+}
+
+// Both copies of `in`, allocated here and filled by one quantize_nvfp4 call (each copy's tensor
+// scale its own, or `tensor_scale` for both); amax as in nvfp4_outputs.
+template <class T>
+  requires quantizer_input<T>
+device_nvfp4_pair quantize_nvfp4_both(matrix_view<const T> in, const block_format& format, const nvfp4_options& options = {},
+                                      scale_layout scales_layout = scale_layout::row_major, std::optional<float> tensor_scale = std::nullopt,
+                                      float* amax = nullptr, stream_t stream = nullptr) {
+  const bool from_amax = !tensor_scale;
+  device_nvfp4_pair r{device_nvfp4_tensor({format, block_axis::rowwise, in.rows, in.cols}, options, scales_layout, from_amax),
+                      device_nvfp4_tensor({format, block_axis::columnwise, in.rows, in.cols}, options, scales_layout, from_amax)};
+  quantize_nvfp4(in, format, options,
+                 {r.rowwise.data().data(), r.rowwise.scales().data(), scales_layout, r.rowwise.tensor_scale().data(),
+                  r.columnwise.data().data(), r.columnwise.scales().data(), scales_layout, r.columnwise.tensor_scale().data(), amax},
+                 tensor_scale, stream);
+  return r;
 }
 
 }  // namespace gpu
