@@ -22,6 +22,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/quantize_block.hpp>
+#include <mxkit/gpu/quantize/scale_padding.hpp>
 #include <mxkit/gpu/quantize/tile.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
@@ -265,20 +266,8 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
   // Padding entries of padded scale layouts: zero, written once by the grid.
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * tile::threads;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * tile::threads + threadIdx.x;
-  auto zero_padding = [&](std::uint8_t* scales, scale_layout l, std::size_t lines, std::size_t blocks) {
-    if (!scales || l == scale_layout::row_major) return;
-    const scale_extent e = padded_scale_extent(l, lines, blocks);
-    const std::size_t extra = e.blocks - blocks;
-    const std::size_t right = lines * extra;  // lines x [blocks, padded blocks)
-    const std::size_t total = right + (e.lines - lines) * e.blocks;
-    for (std::size_t i = first; i < total; i += stride) {
-      const std::size_t line = i < right ? i / extra : lines + (i - right) / e.blocks;
-      const std::size_t blk = i < right ? blocks + i % extra : (i - right) % e.blocks;
-      scales[scale_offset(l, lines, blocks, line, blk)] = 0;
-    }
-  };
-  zero_padding(p.row_data ? p.row_scales : nullptr, p.row_layout, p.rows, row_blocks);
-  zero_padding(p.col_data ? p.col_scales : nullptr, p.col_layout, p.cols, col_blocks);
+  zero_scale_padding(p.row_data ? p.row_scales : nullptr, p.row_layout, p.rows, row_blocks, first, stride);
+  zero_scale_padding(p.col_data ? p.col_scales : nullptr, p.col_layout, p.cols, col_blocks, first, stride);
 }
 
 }  // namespace detail

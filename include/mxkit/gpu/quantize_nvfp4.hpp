@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// NVFP4 quantization on the GPU (issue #46, section 2): a row-major [rows, cols] float, bfloat16
+// or float16 matrix (with a leading dimension) to the rowwise copy, the columnwise copy (stored
+// transposed), or both, in formats::nvfp4 (1 x 16 blocks) or formats::nvfp4_2d (16 x 16 blocks,
+// for weights), each copy with its E4M3 scales in any scale_layout and its fp32 tensor scale in
+// device memory, plus the input's amax. Each byte, scale and tensor scale equals the host
+// reference's, ref::quantize(in, format, axis, options, tensor_scale), for every option
+// (rounding to nearest or stochastic, the 16-point Hadamard rotation with a sign mask).
+//
+// The tensor scale of a copy is nvfp4_tensor_scale of that copy's amax (its finite values after
+// the rotation: with the rotation the two copies' amaxes differ), computed on the device by a
+// reduction pass before the quantize pass reads it, or the caller's (a calibrated or another
+// copy's scale), written to the same device float. The kernels are header-only templates
+// (gpu/quantize/nvfp4_kernel.hpp: straightforward ones, not yet tuned for bandwidth), not a kernel
+// library family: nothing but the tests calls them yet, and a family's instantiations belong
+// in src/gpu/ once a backend does (gpu/kernel_library.hpp).
+//
+//   mxkit::gpu::quantize_nvfp4(x, mxkit::formats::nvfp4, {}, {.rowwise_data = d, .rowwise_scales = s,
+//                                                             .rowwise_tensor_scale = t});
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+
+#include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/block/nvfp4_block.hpp>
+#include <mxkit/gpu/device_nvfp4_tensor.hpp>
+#include <mxkit/gpu/launch.hpp>
+#include <mxkit/gpu/quantize/nvfp4_kernel.hpp>
+#include <mxkit/gpu/runtime.hpp>
+#include <mxkit/tensor/matrix_view.hpp>
+#include <mxkit/tensor/nvfp4_tensor.hpp>
+#include <mxkit/tensor/scale_layout.hpp>
+
+MXKIT_BEGIN_NAMESPACE
+namespace gpu {
+
+// What one quantize_nvfp4 call writes (device pointers); a null data pointer skips that copy, a
+// null amax skips it. A copy needs its scales (scale_storage_size(layout, lines, blocks_per_line)
+// bytes) and its tensor scale (one float); its data (nvfp4_layout::data_bytes()) 8-byte aligned.
+struct nvfp4_outputs {
+  std::uint8_t* rowwise_data = nullptr;
+  std::uint8_t* rowwise_scales = nullptr;
+  scale_layout rowwise_scales_layout = scale_layout::row_major;
+  float* rowwise_tensor_scale = nullptr;
+  std::uint8_t* columnwise_data = nullptr;
+  std::uint8_t* columnwise_scales = nullptr;
+  scale_layout columnwise_scales_layout = scale_layout::row_major;
+  float* columnwise_tensor_scale = nullptr;
+  float* amax = nullptr;  // max |x| over the input, as gpu::quantize's (amax_bits: NaN above all)
+};
+
+namespace detail {
+
+// One copy's pointers, null data: not requested.
+struct nvfp4_copy_outputs {
+  block_axis axis;
+  std::uint8_t* data;
+  std::uint8_t* scales;
+  scale_layout scales_layout;
+  float* tensor_scale;
+};
+
+inline void check_nvfp4_copy_outputs(const nvfp4_copy_outputs& c) {
+  if (!c.data) return;
+  const char* name = c.axis == block_axis::rowwise ? "rowwise" : "columnwise";
+  mxkit::detail::require(c.scales, "gpu::quantize_nvfp4: ", name, " data without ", name, " scales");
+  mxkit::detail::require(c.tensor_scale, "gpu::quantize_nvfp4: ", name, " data without a ", name, " tensor scale");
+  mxkit::detail::check_enum(c.scales_layout, scale_layout::aiter_shuffle, "scale_layout", "gpu::quantize_nvfp4");
+  mxkit::detail::require(reinterpret_cast<std::uintptr_t>(c.data) % 8 == 0, "gpu::quantize_nvfp4: ", name, " data ",
+                         static_cast<const void*>(c.data), " must be 8-byte aligned (a block's 16 codes are stored 8 bytes at a time)");
+  mxkit::detail::require(reinterpret_cast<std::uintptr_t>(c.tensor_scale) % alignof(float) == 0, "gpu::quantize_nvfp4: ", name,
+                         " tensor scale ", static_cast<const void*>(c.tensor_scale), " is not aligned for a float");
+}
+
+// Threads of a grid-stride kernel over `items` work items: at most as many CTAs as are resident.
+template <auto Kernel>
+int nvfp4_grid(std::size_t items) {
+  return persistent_grid<Kernel>(nvfp4_threads, (items + nvfp4_threads - 1) / nvfp4_threads);
+}
+
+// The checks, then per requested copy: its amax (unless the tensor scale is given), its tensor
+// scale, its blocks. The input's amax comes with the first amax pass (or a pass of its own).
+template <class U>
+void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, const nvfp4_options& options,
+                         const nvfp4_outputs& out, std::optional<float> tensor_scale, stream_t stream) {
+  mxkit::detail::check_matrix(in, "gpu::quantize_nvfp4:");
+  const nvfp4_layout layouts[2] = {{format, block_axis::rowwise, in.rows, in.cols}, {format, block_axis::columnwise, in.rows, in.cols}};
+  for (const nvfp4_layout& l : layouts) mxkit::detail::check_nvfp4_layout(l, "gpu::quantize_nvfp4");  // NVFP4, sizes that fit
+  mxkit::detail::check_nvfp4_options(options, "gpu::quantize_nvfp4");
+  if (tensor_scale) mxkit::detail::check_tensor_scale(*tensor_scale, "gpu::quantize_nvfp4");
+  const nvfp4_copy_outputs copies[2] = {
+      {block_axis::rowwise, out.rowwise_data, out.rowwise_scales, out.rowwise_scales_layout, out.rowwise_tensor_scale},
+      {block_axis::columnwise, out.columnwise_data, out.columnwise_scales, out.columnwise_scales_layout, out.columnwise_tensor_scale}};
+  // A copy is asked for by its data pointer; an empty input's copies hold no byte (a buffer of
+  // data_bytes() == 0 may have a null pointer), so there its tensor-scale pointer asks for it.
+  const bool empty = in.rows == 0 || in.cols == 0;  // no block, padding included: only the scalars are written
+  auto wanted = [&](const nvfp4_copy_outputs& c) { return c.data || (empty && c.tensor_scale); };
+  mxkit::detail::require(wanted(copies[0]) || wanted(copies[1]) || out.amax, "gpu::quantize_nvfp4: no output requested");
+  for (const nvfp4_copy_outputs& c : copies) check_nvfp4_copy_outputs(c);
+
+  if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
+  unsigned* input_amax = empty ? nullptr : reinterpret_cast<unsigned*>(out.amax);
+  for (int k = 0; k < 2; ++k) {
+    const nvfp4_copy_outputs& c = copies[k];
+    if (!wanted(c)) continue;
+    const nvfp4_layout& l = layouts[k];
+    nvfp4_options o = options;
+    o.stream = stochastic_stream(options.stream, c.axis);
+    const std::size_t blocks = l.lines() * l.blocks_per_line();
+    if (!tensor_scale) {
+      MXKIT_GPU_CHECK(memset_async(c.tensor_scale, 0, sizeof(float), stream));
+      if (blocks) {
+        constexpr auto kernel = nvfp4_amax_kernel<U>;
+        kernel<<<nvfp4_grid<kernel>(blocks), nvfp4_threads, 0, stream>>>(in, l, o, reinterpret_cast<unsigned*>(c.tensor_scale),
+                                                                           input_amax);
+        MXKIT_GPU_CHECK_LAUNCH();
+        input_amax = nullptr;
+      }
+    }
+    nvfp4_tensor_scale_kernel<<<1, 1, 0, stream>>>(c.tensor_scale, tensor_scale ? *tensor_scale : 0.0f);
+    MXKIT_GPU_CHECK_LAUNCH();
+    if (blocks) {
+      const nvfp4_quantize_params<U> p{in, nvfp4_view{l, o, c.data, c.scales, c.scales_layout}, c.tensor_scale};
+      constexpr auto kernel = nvfp4_quantize_kernel<U>;
+      kernel<<<nvfp4_grid<kernel>(nvfp4_quantize_items(l)), nvfp4_threads, 0, stream>>>(p);
+      MXKIT_GPU_CHECK_LAUNCH();
+    }
+  }
+  if (input_amax) {  // not taken by an amax pass above: one of its own, over the rowwise blocks
+    const nvfp4_layout& l = layouts[0];
+    constexpr auto kernel = nvfp4_amax_kernel<U>;
+    kernel<<<nvfp4_grid<kernel>(l.lines() * l.blocks_per_line()), nvfp4_threads, 0, stream>>>(in, l, nvfp4_options{}, nullptr,
+                                                                                               input_amax);
+    MXKIT_GPU_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace detail
+
+// Quantizes `in` (device memory) to NVFP4 (`format`: formats::nvfp4 or formats::nvfp4_2d) as
+// `options` say, into the copies named in `out` (device memory). Each copy's tensor scale is
+// computed from its amax, or is `tensor_scale` when given (a positive normal float, for both
+// copies). Asynchronous on `stream`, with no host synchronization. An empty input writes only the
+// tensor scales (1, or the given one; a copy's data pointer may then be null) and the amax (0). Throws std::invalid_argument naming the bad
+// value (format, shape, options, tensor scale, missing or misaligned outputs) and gpu::error on a
+// runtime failure.
+template <class T>
+  requires quantizer_input<T>
+void quantize_nvfp4(matrix_view<const T> in, const block_format& format, const nvfp4_options& options, const nvfp4_outputs& out,
+                    std::optional<float> tensor_scale = std::nullopt, stream_t stream = nullptr) {
+  using U = std::remove_const_t<T>;
+  detail::quantize_nvfp4_impl<U>({in.data, in.rows, in.cols, in.ld}, format, options, out, tensor_scale, stream);
+}
+
+// Both copies of `in`, allocated here and filled by one quantize_nvfp4 call (each copy's tensor
+// scale its own, or `tensor_scale` for both); amax as in nvfp4_outputs.
+template <class T>
+  requires quantizer_input<T>
+device_nvfp4_pair quantize_nvfp4_both(matrix_view<const T> in, const block_format& format, const nvfp4_options& options = {},
+                                      scale_layout scales_layout = scale_layout::row_major, std::optional<float> tensor_scale = std::nullopt,
+                                      float* amax = nullptr, stream_t stream = nullptr) {
+  const bool from_amax = !tensor_scale;
+  device_nvfp4_pair r{device_nvfp4_tensor({format, block_axis::rowwise, in.rows, in.cols}, options, scales_layout, from_amax),
+                      device_nvfp4_tensor({format, block_axis::columnwise, in.rows, in.cols}, options, scales_layout, from_amax)};
+  quantize_nvfp4(in, format, options,
+                 {r.rowwise.data().data(), r.rowwise.scales().data(), scales_layout, r.rowwise.tensor_scale().data(),
+                  r.columnwise.data().data(), r.columnwise.scales().data(), scales_layout, r.columnwise.tensor_scale().data(), amax},
+                 tensor_scale, stream);
+  return r;
+}
+
+}  // namespace gpu
+MXKIT_END_NAMESPACE
