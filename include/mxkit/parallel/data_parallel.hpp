@@ -429,7 +429,7 @@ class data_parallel {
     const copy_gather* gatherer = m_->be().copy_gatherer();
     if (!c_.gather_quantized || !g.linears[i] || !gatherer || !gatherer->gathers_copies() || !g.linears[i]->weight_copies_gatherable())
       return false;
-    switch (g.linears[i]->current_recipe().fprop.b.kind) {
+    switch (g.linears[i]->current_recipe().fprop.b.kind()) {
       case precision::fp8: return c_.gather_quantized_fp8;
       case precision::bf16: return c_.gather_quantized_bf16;
       default: return true;
