@@ -1011,13 +1011,17 @@ tensor_ref gemm_device(const tensor_ref& a_codes, const tensor_ref& a_scales, co
 // The recipes by name, each of nn/recipe.hpp's presets as the Python layer reads it: per GEMM
 // (fprop, dgrad, wgrad) the two operands' precision, MX format, scale rule, rounding and FP8
 // type, the Hadamard rotation, random signs and Philox key; the delayed-scaling settings.
+// Every key for every kind (python/mxkit/linear.py reads them all): the parts another kind has
+// read as that kind's defaults.
 py::dict operand_dict(const mxkit::nn::operand_spec& o) {
+  const mxkit::nn::block_scaled_spec b = o.is<mxkit::nn::block_scaled_spec>() ? o.block_scaled() : mxkit::nn::block_scaled_spec{};
+  const mxkit::nn::fp8_spec f = o.is<mxkit::nn::fp8_spec>() ? o.fp8() : mxkit::nn::fp8_spec{};
   py::dict d;
-  d["kind"] = std::string(mxkit::name_of(o.kind));
-  d["format"] = std::string(mxkit::name_of(o.mx));
-  d["rule"] = std::string(mxkit::name_of(o.rule));
-  d["rounding"] = std::string(mxkit::name_of(o.round));
-  d["fp8"] = std::string(mxkit::name_of(o.fp8));
+  d["kind"] = std::string(mxkit::name_of(o.kind()));
+  d["format"] = std::string(b.format_name());
+  d["rule"] = std::string(mxkit::name_of(b.rule));
+  d["rounding"] = std::string(mxkit::name_of(b.round));
+  d["fp8"] = std::string(mxkit::name_of(f.type));
   return d;
 }
 py::dict recipe_spec(const std::string& name) {

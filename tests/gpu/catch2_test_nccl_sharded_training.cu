@@ -97,7 +97,7 @@ TEST_CASE("full sharding on NCCL: the quantized copies' gather gives the fp32 ga
     }
     // MX weights against the fp32 gather (gather_quantized off) at its own layout: on two GPUs,
     // where a sum of two ranks' terms does not depend on the order.
-    if (r.fprop.b.kind == precision::mx) {
+    if (r.fprop.b.kind() == precision::mx) {
       INFO(r.name << " on 2 GPUs: every weight as copies and in fp32");
       check_same_runs(train_sharded(2, r, true, true, true), train_sharded(2, r, false, false, false));
     }

@@ -30,7 +30,7 @@ inline mxkit::mx_tensor download_mx(const mxkit::gpu::device_backend& be, const 
 inline mxkit::fp8_tensor download_fp8(const mxkit::gpu::device_backend& be, const mxkit::nn::qtensor& q) {
   mxkit::detail::require(q.kind() == mxkit::nn::precision::fp8, "download_fp8: a ", mxkit::name_of(q.kind()), " copy");
   const mxkit::gpu::device_payload& p = mxkit::gpu::payload_of(q);
-  mxkit::fp8_tensor t{q.request().spec.fp8, q.lines(), q.length(), 1.0f, 0.0f,
+  mxkit::fp8_tensor t{q.request().spec.fp8().type, q.lines(), q.length(), 1.0f, 0.0f,
                       mxkit::gpu::download_bytes(p.data, q.rows() * q.cols(), be.stream())};
   const std::vector<std::uint8_t> s = mxkit::gpu::download_bytes(p.fp8_scale, sizeof(float), be.stream());
   std::memcpy(&t.scale, s.data(), sizeof(float));

@@ -276,10 +276,10 @@ inline quant_request mx_request(const operand_spec& spec, block_axis axis, bool 
   quant_request r;
   r.spec = spec;
   r.axis = axis;
-  r.hadamard = hadamard;
-  r.random_signs = random_signs;
-  r.seed = 0x4D58465034ull;
-  r.stream = stream;
+  r.block.hadamard = hadamard;
+  r.block.random_signs = random_signs;
+  r.block.seed = 0x4D58465034ull;
+  r.block.stream = stream;
   r.use = axis == block_axis::rowwise ? operand_use::fprop_x : operand_use::wgrad_x;
   return r;
 }
@@ -543,7 +543,7 @@ void gathered_copies() {
   for (const std::size_t cols : {std::size_t{64}, std::size_t{96}})
     for (const copy_case& c : cases) {
       INFO(c.name << ", " << c.rows << "x" << cols);
-      const bool col = c.col.spec.kind == precision::mx;
+      const bool col = c.col.spec.kind() == precision::mx;
       const twin x = make_twin(h, d, c.rows, cols, c.source, spread_values(c.rows, cols, 300 + cols));
       const std::size_t cuts[] = {0, 32, 96, c.rows};  // slabs of 32, 64 and the rest of the rows
       std::vector<copy_slab> row_slabs, col_slabs;
@@ -570,11 +570,11 @@ void gathered_copies() {
         }
       }
       quant_request want_row = c.row;
-      if (c.row.spec.kind == precision::fp8) want_row.fp8.table = th.get();
+      if (c.row.spec.kind() == precision::fp8) want_row.fp8.table = th.get();
       const qtensor row = g->assemble_copy(c.row, c.rows, cols, wire, row_slabs);
       CHECK(copy_mismatch<S>(d, row, h.quantize(x.h, want_row)) == "");
       if (col) CHECK(copy_mismatch<S>(d, g->assemble_copy(c.col, c.rows, cols, wire, col_slabs), h.quantize(x.h, c.col)) == "");
-      if (backend::columnwise_is_transpose(c.row.spec.kind)) {
+      if (backend::columnwise_is_transpose(c.row.spec.kind())) {
         quant_request want_col = want_row;
         want_col.axis = block_axis::columnwise;
         CHECK(copy_mismatch<S>(d, d.transpose(row, operand_use::dgrad_w, mem_tag::quantized_weight), h.quantize(x.h, want_col)) == "");
@@ -622,7 +622,7 @@ void gemm_products() {
                                         recipes::mxfp4_nvidia_style()};
   std::uint64_t seed = 1000;
   for (const recipe& r : recipes_) {
-    const bool is_mx = r.fprop.a.kind == precision::mx;
+    const bool is_mx = r.fprop.a.kind() == precision::mx;
     for (const shape sh : is_mx ? mx_shapes : other_shapes)
       for (const dtype out : {dtype::f32, dtype::bf16}) {
         INFO(r.name << ": M " << sh.m << ", N " << sh.n << ", K " << sh.k << ", D " << name_of(out));
@@ -644,10 +644,10 @@ void gemm_products() {
           quant_request q;
           q.spec = b ? s.b : s.a;
           q.axis = axis;
-          q.hadamard = s.hadamard;
-          q.random_signs = s.random_signs;
-          q.seed = s.seed;
-          q.stream = stream;
+          q.block.hadamard = s.hadamard;
+          q.block.random_signs = s.random_signs;
+          q.block.seed = s.seed;
+          q.block.stream = stream;
           q.fp8 = {t, row, false};
           return q;
         };
@@ -689,7 +689,7 @@ void gemm_products() {
             d.gemm(pc.p, ad, bd, dd.d, e.alpha, e.beta, e.c == 1 ? &c.d : e.c == 2 ? &dd.d : nullptr);
             std::vector<double> s(s0);
             for (std::size_t i = 0; i < s.size(); ++i) s[i] = std::fabs(e.alpha) * s0[i] + (e.c ? std::fabs(e.beta * cstored[i]) : 0.0);
-            double rel = r.fprop.a.kind == precision::bf16 ? (2.0 * static_cast<double>(ah.length()) + 8) * u32 : 0x1p-9;
+            double rel = r.fprop.a.kind() == precision::bf16 ? (2.0 * static_cast<double>(ah.length()) + 8) * u32 : 0x1p-9;
             if (out == dtype::bf16) rel += 0x1p-7;
             const mxkit::ref::gemm_validation_report rep = gemm_test::compare(d.read(dd.d), h.read(dd.h), s, rel, pc.cols);
             tl.note(r.name + " " + name_of(pc.p) + " D " + name_of(out), rep.max_ratio);

@@ -58,10 +58,10 @@ void check_options(const quant_request& q, const recipe& r, gemm_product g, bool
   const operand_spec& o = operand_b ? s.b : s.a;
   INFO(name_of(q.use));
   CHECK(q.spec == o);
-  if (o.kind == precision::mx) {
+  if (o.kind() == precision::mx) {
     const quantize_options m = q.mx_options();
-    CHECK(m.rule == o.rule);
-    CHECK(m.round == o.round);
+    CHECK(m.rule == o.block_scaled().rule);
+    CHECK(m.round == o.block_scaled().round);
     CHECK(m.hadamard == s.hadamard);
     CHECK(m.random_signs == s.random_signs);
     CHECK(m.seed == s.seed);
@@ -84,16 +84,16 @@ void check_mx_recipe(const recipe& r) {
   check_options(qxw, r, gemm_product::wgrad, true);
 
   // The same products from direct calls (the options carry the Philox stream the layer drew).
-  const mx_tensor w_row = ref::quantize_rowwise(view(p.w, N, K), qw.spec.mx, qw.mx_options());
-  const mx_tensor w_col = ref::quantize_columnwise(view(p.w, N, K), qwd.spec.mx, qwd.mx_options());
+  const mx_tensor w_row = ref::quantize_rowwise(view(p.w, N, K), qw.spec.block_scaled().mx(), qw.mx_options());
+  const mx_tensor w_col = ref::quantize_columnwise(view(p.w, N, K), qwd.spec.block_scaled().mx(), qwd.mx_options());
   CHECK(std::ranges::equal(w_row.data(), host_backend::mx(l.cached_rowwise()).data()));  // the cached copies, byte for byte
   CHECK(std::ranges::equal(w_row.scales(), host_backend::mx(l.cached_rowwise()).scales()));
   CHECK(std::ranges::equal(w_col.data(), host_backend::mx(l.cached_columnwise()).data()));
-  check_same(p.y, ref::fprop(ref::quantize_rowwise(view(p.x, M, K), qx.spec.mx, qx.mx_options()), w_row), "fprop");
-  check_same(p.dx, ref::dgrad(ref::quantize_rowwise(view(p.dy, M, N), qdy.spec.mx, qdy.mx_options()), w_col), "dgrad");
+  check_same(p.y, ref::fprop(ref::quantize_rowwise(view(p.x, M, K), qx.spec.block_scaled().mx(), qx.mx_options()), w_row), "fprop");
+  check_same(p.dx, ref::dgrad(ref::quantize_rowwise(view(p.dy, M, N), qdy.spec.block_scaled().mx(), qdy.mx_options()), w_col), "dgrad");
   check_same(p.dw,
-             ref::wgrad(ref::quantize_columnwise(view(p.dy, M, N), qdyw.spec.mx, qdyw.mx_options()),
-                             ref::quantize_columnwise(view(p.x, M, K), qxw.spec.mx, qxw.mx_options())),
+             ref::wgrad(ref::quantize_columnwise(view(p.dy, M, N), qdyw.spec.block_scaled().mx(), qdyw.mx_options()),
+                             ref::quantize_columnwise(view(p.x, M, K), qxw.spec.block_scaled().mx(), qxw.mx_options())),
              "wgrad");
 }
 
@@ -112,9 +112,9 @@ TEST_CASE("linear: stochastic rounding draws fresh bits every step", "[nn][linea
   linear l(be, "layer", K, N, 5, recipes::mxfp4_nvidia_style(), dtype::f32);
   l.init_normal(3, 0.05);
   run_layer(be, l, 11);
-  const std::uint32_t first = be.last(operand_use::wgrad_dy).stream;
+  const std::uint32_t first = be.last(operand_use::wgrad_dy).block.stream;
   run_layer(be, l, 11);
-  CHECK(be.last(operand_use::wgrad_dy).stream != first);
+  CHECK(be.last(operand_use::wgrad_dy).block.stream != first);
 }
 
 TEST_CASE("linear: bf16 recipe matches ref::gemm on bfloat16 operands", "[nn][linear]") {
@@ -255,7 +255,7 @@ TEST_CASE("linear: bf16 weight copies are gathered as the rowwise copy and its t
   bf16_fprop.fprop_mx = false;  // fprop's W in bf16, dgrad's in MXFP4
   recipe stochastic_w = recipes::mxfp4();
   stochastic_w.name = "mxfp4, dgrad's W rounded stochastically";
-  stochastic_w.dgrad.b.round = rounding::stochastic;
+  stochastic_w.dgrad.b.block_scaled().round = rounding::stochastic;
   for (const auto& [r, gatherable] : {std::pair{recipes::bf16(), true}, std::pair{recipes::mxfp4_amd(), true},
                                       std::pair{recipes::mxfp4_nvidia_style(), true},  // (only dY rounds stochastically)
                                       std::pair{stochastic_w, false}, std::pair{recipes::mxfp4(bf16_fprop, "mxfp4, bf16 fprop"), false}}) {

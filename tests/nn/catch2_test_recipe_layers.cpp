@@ -13,7 +13,7 @@ using namespace nn_test;
 namespace {
 bool all_bf16(const recipe& r) {
   for (const gemm_spec* g : {&r.fprop, &r.dgrad, &r.wgrad})
-    if (g->a.kind != precision::bf16 || g->b.kind != precision::bf16 || g->hadamard) return false;
+    if (g->a.kind() != precision::bf16 || g->b.kind() != precision::bf16 || g->hadamard) return false;
   return true;
 }
 bool same(const recipe& a, const recipe& b) {

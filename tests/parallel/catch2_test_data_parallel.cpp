@@ -727,7 +727,7 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
           CHECK(again.got[0].losses == plain.got[0].losses);
           CHECK(again.got[0].weights == plain.got[0].weights);
         }
-        if (r.fprop.b.kind == precision::fp8 && n == 2 && micro == 1) {  // FP8 weights travel as copies only when asked
+        if (r.fprop.b.kind() == precision::fp8 && n == 2 && micro == 1) {  // FP8 weights travel as copies only when asked
           const run_result by_default = run(sharding::full, true, false, false, false);
           CHECK(by_default.u8_gathered[0] >= 2 * head * base.steps);  // the bf16 head's copies only
           CHECK(by_default.u8_gathered[0] <= 4 * head * base.steps);
@@ -772,7 +772,7 @@ TEST_CASE("full sharding: resharding after forward gives the same bits, gathers 
     // The head native: its fp32 gather is the same in every run (the head group keeps its copies
     // from forward to backward, so its bytes would not double), and u8 counts the layers' copies.
     r.high = recipes::native_operand();
-    const bool copies = r.fprop.b.kind != precision::fp8 || fp8_copies;
+    const bool copies = r.fprop.b.kind() != precision::fp8 || fp8_copies;
     struct shape {
       int n;
       std::size_t micro;

@@ -40,7 +40,6 @@ constexpr block_format format_of(mx_type t) noexcept {
   }
   return formats::mxfp4;
 }
-
 namespace detail {
 // The element type of each element_kind.
 template <element_kind K>
@@ -125,6 +124,16 @@ struct enum_names<mx_type> {
 };
 inline constexpr mx_type all_mx_types[] = {mx_type::mxfp4,      mx_type::mxfp6_e2m3, mx_type::mxfp6_e3m2,
                                            mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2, mx_type::mxint8};
+// The inverse of format_of: whether `f` is an MX format, and which (`*t`). NVFP4 is not: it is named by its
+// value (formats::nvfp4), never by an mx_type (see block/block_format.hpp).
+constexpr bool mx_type_of(const block_format& f, mx_type* t) noexcept {
+  for (const mx_type c : all_mx_types)
+    if (format_of(c) == f) {
+      if (t) *t = c;
+      return true;
+    }
+  return false;
+}
 namespace detail {
 struct storage_bits_fn {
   template <class Fmt>

@@ -178,46 +178,44 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
   // ---- quantized operands
   nn::qtensor do_quantize(const nn::tensor& x, const nn::quant_request& r) override {
     auto p = std::make_shared<payload>();
-    if (r.spec.kind == nn::precision::native) {
-      if (x.type() == nn::dtype::f64) p->data = stored_copy<double>(x.as<double>(), x.rows(), x.cols(), r.axis, [](double v) { return v; });
-      else {
-        const floats xf(x);
-        p->data = stored_copy<float>(xf.data(), x.rows(), x.cols(), r.axis, [](float v) { return v; });
-      }
-    } else {
-      const floats xf(x);
-      const matrix_view<const float> view{xf.data(), x.rows(), x.cols()};
-      switch (r.spec.kind) {
-        case nn::precision::bf16:
+    r.spec.visit(nn::overloaded{
+        [&](nn::native_spec) {
+          if (x.type() == nn::dtype::f64) p->data = stored_copy<double>(x.as<double>(), x.rows(), x.cols(), r.axis, [](double v) { return v; });
+          else {
+            const floats xf(x);
+            p->data = stored_copy<float>(xf.data(), x.rows(), x.cols(), r.axis, [](float v) { return v; });
+          }
+        },
+        [&](nn::bf16_spec) {
+          const floats xf(x);
           p->data = stored_copy<bfloat16>(xf.data(), x.rows(), x.cols(), r.axis,
                                           [](float v) { return bfloat16::from_float(v, rounding::nearest_even, overflow::propagate); });
-          break;
-        case nn::precision::fp8: {
-          fp8_tensor f = quantize_fp8(view, r.spec.fp8, scale_of(r.fp8));
+        },
+        [&](const nn::fp8_spec& s) {
+          const floats xf(x);
+          fp8_tensor f = quantize_fp8(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, s.type, scale_of(r.fp8));
           if (r.fp8.record_amax) record(r.fp8, f.amax);
           p->data = r.axis == block_axis::rowwise ? std::move(f) : mxkit::transpose(f);
-          break;
-        }
-        case nn::precision::mx: p->data = ref::quantize(view, r.spec.mx, r.axis, r.mx_options()); break;
-        case nn::precision::native: break;
-      }
-    }
+        },
+        [&](const nn::block_scaled_spec& s) {
+          const floats xf(x);
+          p->data = ref::quantize(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, s.mx(), r.axis, r.mx_options());
+        },
+    });
     return finish(r, x.rows(), x.cols(), std::move(p));
   }
 
   nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) override {
-    const bool same_mx = row.spec.kind == nn::precision::mx && col.spec.kind == nn::precision::mx && row.spec.mx == col.spec.mx &&
-                         row.mx_options() == col.mx_options();
+    const bool same_mx = row.spec.is<nn::block_scaled_spec>() && row.spec == col.spec && row.block == col.block;
     if (same_mx) {  // one call of mxkit::quantize_both, as the fused kernel would produce them
       const floats xf(x);
-      mx_tensor_pair both = ref::quantize_both(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, row.spec.mx, row.mx_options());
+      mx_tensor_pair both = ref::quantize_both(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, row.spec.block_scaled().mx(), row.mx_options());
       auto pr = std::make_shared<payload>(), pc = std::make_shared<payload>();
       pr->data = std::move(both.rowwise);
       pc->data = std::move(both.columnwise);
       return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
     }
-    const bool same_fp8 = row.spec.kind == nn::precision::fp8 && col.spec.kind == nn::precision::fp8 && row.spec.fp8 == col.spec.fp8 &&
-                          row.fp8.table == col.fp8.table && row.fp8.row == col.fp8.row;
+    const bool same_fp8 = row.spec.is<nn::fp8_spec>() && row.spec == col.spec && row.fp8.table == col.fp8.table && row.fp8.row == col.fp8.row;
     if (same_fp8) {  // one cast, one transpose (per-tensor scale)
       nn::quant_request r = row;
       r.fp8.record_amax = row.fp8.record_amax || col.fp8.record_amax;
@@ -281,28 +279,28 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
                                std::span<const nn::copy_slab> slabs) override {
     const std::uint8_t* in = static_cast<const std::uint8_t*>(wire.data());
     auto p = std::make_shared<payload>();
-    if (columnwise_is_transpose(r.spec.kind)) {  // FP8, bf16 (rowwise): the slabs' elements one after another
+    if (columnwise_is_transpose(r.spec.kind())) {  // FP8, bf16 (rowwise): the slabs' elements one after another
       const std::size_t row_bytes = copy_wire_bytes(r, 1, cols);
       const auto place = [&](void* elements) {
         for (const nn::copy_slab& s : slabs)
           std::memcpy(static_cast<std::uint8_t*>(elements) + s.first_row * row_bytes, in + s.byte_offset, s.rows * row_bytes);
       };
-      if (r.spec.kind == nn::precision::bf16) {
+      if (r.spec.kind() == nn::precision::bf16) {
         std::vector<bfloat16> values(rows * cols);
         place(values.data());
         p->data = std::move(values);
       } else {
         std::vector<std::uint8_t> codes(rows * cols);
         place(codes.data());
-        p->data = fp8_tensor{r.spec.fp8, rows, cols, scale_of(r.fp8), 0.0f, std::move(codes)};  // (the amax is the table's)
+        p->data = fp8_tensor{r.spec.fp8().type, rows, cols, scale_of(r.fp8), 0.0f, std::move(codes)};  // (the amax is the table's)
       }
       return finish(r, rows, cols, std::move(p));
     }
-    mx_tensor out(mx_layout{r.spec.mx, r.axis, rows, cols}, r.mx_options());
+    mx_tensor out(mx_layout{r.spec.block_scaled().mx(), r.axis, rows, cols}, r.mx_options());
     const mx_layout& L = out.layout();
     std::vector<std::uint8_t> data(L.data_bytes()), scales(L.scale_count());
     for (const nn::copy_slab& s : slabs) {
-      const mx_layout P{r.spec.mx, r.axis, s.rows, cols};
+      const mx_layout P{r.spec.block_scaled().mx(), r.axis, s.rows, cols};
       const std::uint8_t* codes = in + s.byte_offset;
       const std::uint8_t* slab_scales = codes + P.data_bytes();
       if (r.axis == block_axis::rowwise) {  // lines are rows: the slab's lines in place
@@ -497,21 +495,19 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
   static void product(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, const matrix_view<Out>& D, const gemm_epilogue& e) {
     const std::size_t P = a.lines(), Q = b.lines(), R = a.length();
     (void)Q;
-    switch (a.kind()) {
-      case nn::precision::mx: ref::product(kind, mx(a).view(), mx(b).view(), D, e); break;
-      case nn::precision::fp8: ref::product(kind, as_view(fp8(a)), as_view(fp8(b)), D, e); break;
-      case nn::precision::bf16: {
-        const std::vector<float> A = widen(bf16(a)), B = widen(bf16(b));
-        ref::product(kind, matrix_view<const float>{A.data(), P, R}, matrix_view<const float>{B.data(), b.lines(), R}, D, e);
-        break;
-      }
-      case nn::precision::native: {
-        const auto& A = std::get<std::vector<float>>(get(a).data);
-        const auto& B = std::get<std::vector<float>>(get(b).data);
-        ref::product(kind, matrix_view<const float>{A.data(), P, R}, matrix_view<const float>{B.data(), b.lines(), R}, D, e);
-        break;
-      }
-    }
+    a.request().spec.visit(nn::overloaded{
+        [&](const nn::block_scaled_spec&) { ref::product(kind, mx(a).view(), mx(b).view(), D, e); },
+        [&](const nn::fp8_spec&) { ref::product(kind, as_view(fp8(a)), as_view(fp8(b)), D, e); },
+        [&](nn::bf16_spec) {
+          const std::vector<float> A = widen(bf16(a)), B = widen(bf16(b));
+          ref::product(kind, matrix_view<const float>{A.data(), P, R}, matrix_view<const float>{B.data(), b.lines(), R}, D, e);
+        },
+        [&](nn::native_spec) {
+          const auto& A = std::get<std::vector<float>>(get(a).data);
+          const auto& B = std::get<std::vector<float>>(get(b).data);
+          ref::product(kind, matrix_view<const float>{A.data(), P, R}, matrix_view<const float>{B.data(), b.lines(), R}, D, e);
+        },
+    });
   }
   static std::size_t bytes_of(const payload& p) {
     return std::visit(
@@ -526,7 +522,7 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
   nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<payload> p) {
     const std::size_t bytes = bytes_of(*p);
     p->tracked = nn::tracked_bytes(&memory_, r.tag, bytes);
-    p->live = &live_[static_cast<std::size_t>(r.spec.kind)];
+    p->live = &live_[static_cast<std::size_t>(r.spec.kind())];
     ++*p->live;
     return nn::qtensor(r, rows, cols, bytes, std::move(p));
   }

@@ -591,7 +591,7 @@ class backend {
     if (p.columnwise_wanted) count_copy(p.columnwise);
   }
   static void note_amax(const quant_request& r) {
-    if (r.spec.kind == precision::fp8 && r.fp8.record_amax) r.fp8.table->note_amax(r.fp8.row, r.fp8.source);
+    if (r.spec.kind() == precision::fp8 && r.fp8.record_amax) r.fp8.table->note_amax(r.fp8.row, r.fp8.source);
   }
   static void note_plan(const quant_plan& p) {
     note_amax(p.rowwise);

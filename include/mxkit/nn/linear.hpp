@@ -147,9 +147,11 @@ class linear {
   // forward, then forward_quantized() with the copies (made by the fused producer of X).
   quant_plan input_requests(std::size_t M, bool training) {
     const bool wgrad = training && weight_.trainable;
-    if (wgrad && recipe_.wgrad.a.kind == precision::mx)
-      detail::require(M % static_cast<std::size_t>(block_size_of(recipe_.wgrad.a.mx)) == 0, "linear '", name(),
-                      "': wgrad in mx reduces over the M=", M, " tokens, which must be a multiple of ", block_size_of(recipe_.wgrad.a.mx));
+    if (wgrad && recipe_.wgrad.a.is<block_scaled_spec>()) {
+      const int k = recipe_.wgrad.a.block_scaled().format.block_size();
+      detail::require(M % static_cast<std::size_t>(k) == 0, "linear '", name(), "': wgrad in mx reduces over the M=", M,
+                      " tokens, which must be a multiple of ", k);
+    }
     // Evaluation passes draw from their own stream so that they do not shift training's.
     const std::uint32_t stream = training ? mix_stream(id_, 0, step_ * 4096 + calls_in_step_++) : mix_stream(id_, 3, step_);
     quant_plan p;
@@ -228,7 +230,7 @@ class linear {
                     lora_ ? "a LoRA adapter (it reads dY in high precision)" : "dY's copies to be made one at a time");
     const quant_plan p = dy_requests();
     const auto check = [&](const qtensor& q, const quant_request& r, const char* what) {
-      detail::require(q.defined() && q.kind() == r.spec.kind && q.axis() == r.axis && q.cols() == out_, "linear '", name(),
+      detail::require(q.defined() && q.kind() == r.spec.kind() && q.axis() == r.axis && q.cols() == out_, "linear '", name(),
                       "': backward_quantized needs dY's ", what, " copy of an (M, ", out_, ") gradient as dy_requests planned it");
     };
     if (dx) check(qdy.rowwise, p.rowwise, "dgrad (rowwise)");
@@ -290,8 +292,8 @@ class linear {
                         rowwise.cols() == in_,
                     "linear '", name(), "': restore_fp8 needs an FP8 rowwise ", out_, "x", in_, " copy");
     for (const operand_spec* o : {&recipe_.fprop.b, &recipe_.dgrad.b})
-      detail::require(o->kind == precision::fp8 && o->fp8 == rowwise.request().spec.fp8, "linear '", name(),
-                      "': the recipe '", recipe_.name, "' does not read W as ", name_of(rowwise.request().spec.fp8));
+      detail::require(*o == rowwise.request().spec, "linear '", name(), "': the recipe '", recipe_.name, "' does not read W as ",
+                      name_of(rowwise.request().spec.fp8().type));
     cache_.rowwise = rowwise;
     cache_.columnwise = memory_.weight_copies_per_gemm ? qtensor{} : be_->transpose(rowwise, operand_use::dgrad_w, mem_tag::quantized_weight);
     cache_.version = weight_.version;
@@ -308,10 +310,11 @@ class linear {
   bool weight_copies_gatherable() const noexcept {
     if (lora_ || memory_.weight_copies_per_gemm) return false;
     const operand_spec &f = recipe_.fprop.b, &d = recipe_.dgrad.b;
-    if (f.kind == precision::mx && d.kind == precision::mx) return f.round != rounding::stochastic && d.round != rounding::stochastic;
-    if (f.kind == precision::bf16 && d.kind == precision::bf16) return true;
+    if (f.is<block_scaled_spec>() && d.is<block_scaled_spec>())
+      return f.block_scaled().round != rounding::stochastic && d.block_scaled().round != rounding::stochastic;
+    if (f.is<bf16_spec>() && d.is<bf16_spec>()) return true;
     // FP8: W's scaling row in the model's shared table, whose amaxes data_parallel max-reduces.
-    return f.kind == precision::fp8 && d.fp8 == f.fp8 && d.kind == precision::fp8 && !owns_table_;
+    return f.is<fp8_spec>() && d == f && !owns_table_;
   }
   // The requests of the cached copies (fprop rowwise, dgrad columnwise) for a forward.
   quant_plan weight_plan(bool training) const {
@@ -328,8 +331,8 @@ class linear {
                     "', whose weight copies are not gathered");
     const quant_plan p = weight_plan(false);
     const auto check = [&](const qtensor& q, const quant_request& r) {
-      detail::require(q.defined() && q.kind() == r.spec.kind && q.axis() == r.axis && q.rows() == out_ && q.cols() == in_, "linear '",
-                      name(), "': install_weight_copies needs the ", name_of(r.axis), " ", name_of(r.spec.kind), " copy of the ", out_, "x",
+      detail::require(q.defined() && q.kind() == r.spec.kind() && q.axis() == r.axis && q.rows() == out_ && q.cols() == in_, "linear '",
+                      name(), "': install_weight_copies needs the ", name_of(r.axis), " ", name_of(r.spec.kind()), " copy of the ", out_, "x",
                       in_, " weight");
     };
     check(rowwise, p.rowwise);
@@ -352,7 +355,7 @@ class linear {
   bool backward_reads_master() const noexcept {
     if (lora_ || memory_.weight_copies_per_gemm || !cache_.rowwise.defined() || !cache_.columnwise.defined()) return true;
     if (cache_.version != weight_.version) return true;
-    return recipe_.fprop.b.kind == precision::fp8 && cache_.scale_version != table_->version(row0_ + 1);
+    return recipe_.fprop.b.is<fp8_spec>() && cache_.scale_version != table_->version(row0_ + 1);
   }
 
   const qtensor& cached_rowwise() const noexcept { return cache_.rowwise; }
@@ -396,13 +399,15 @@ class linear {
   };
 
   static fp8_type fp8_type_of(const operand_spec& a, const operand_spec& b) noexcept {
-    return a.kind == precision::fp8 ? a.fp8 : b.kind == precision::fp8 ? b.fp8 : fp8_type::e4m3;
+    return a.is<fp8_spec>() ? a.fp8().type : b.is<fp8_spec>() ? b.fp8().type : fp8_type::e4m3;
   }
 
   void check_dims(const recipe& r, std::size_t n, const char* what, gemm_product g) const {
     const operand_spec& a = r.gemm(g).a;
-    detail::require(a.kind != precision::mx || n % static_cast<std::size_t>(block_size_of(a.mx)) == 0, "linear '", name(), "': ",
-                    name_of(g), " in mx reduces over ", what, "=", n, ", which must be a multiple of ", block_size_of(a.mx));
+    if (!a.is<block_scaled_spec>()) return;
+    const int k = a.block_scaled().format.block_size();
+    detail::require(n % static_cast<std::size_t>(k) == 0, "linear '", name(), "': ", name_of(g), " in mx reduces over ", what, "=", n,
+                    ", which must be a multiple of ", k);
   }
 
   // Row `role` (0 X, 1 W, 2 dY) of the scaling table; training casts record their amax.
@@ -419,10 +424,7 @@ class linear {
     r.use = use;
     r.tag = use == operand_use::fprop_w || use == operand_use::dgrad_w ? mem_tag::quantized_weight : mem_tag::quantized_activation;
     r.fp8 = fp8;
-    r.hadamard = s.hadamard;
-    r.random_signs = s.random_signs;
-    r.seed = s.seed;
-    r.stream = stream;
+    r.block = {s.hadamard, s.random_signs, s.seed, stream};
     return r;
   }
 
@@ -484,7 +486,7 @@ class linear {
     if (!cache_.rowwise.defined()) return false;
     if (!has_master()) return true;  // quantized primary weights: the only copy there is
     if (cache_.version != weight_.version) return false;
-    return recipe_.fprop.b.kind != precision::fp8 || cache_.scale_version == table_->version(row0_ + 1);
+    return !recipe_.fprop.b.is<fp8_spec>() || cache_.scale_version == table_->version(row0_ + 1);
   }
 
   void ensure_weight_copies(bool training) {

@@ -8,12 +8,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
+#include <mxkit/block/block_format.hpp>
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/block/scale_rule.hpp>
 #include <mxkit/enum_names.hpp>
+#include <mxkit/error.hpp>
 #include <mxkit/format/rounding.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/tensor.hpp>
@@ -23,6 +27,9 @@
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
 
+// The name of an operand's kind, for messages and per-kind counters: the index of its alternative in
+// operand_spec (below), never stored beside it. `mx` names the block-scaled kind (the format says
+// which blocks; today's training paths take the MX formats).
 enum class precision : std::uint8_t { native, bf16, fp8, mx };
 
 }  // namespace nn
@@ -33,31 +40,115 @@ struct enum_names<nn::precision> {
 };
 namespace nn {
 
-struct operand_spec {
-  precision kind = precision::bf16;
-  mx_type mx = mx_type::mxfp4;              // kind mx: element format
-  scale_rule rule = scale_rule::floor;      // kind mx: shared-scale rule
-  rounding round = rounding::nearest_even;  // kind mx: element rounding (stochastic allowed)
-  fp8_type fp8 = fp8_type::e4m3;            // kind fp8: element format (scale from delayed scaling)
+// The kinds of operand, each with what only it has:
+//   native_spec         no rounding (the oracle of the gradient check)
+//   bf16_spec           values rounded to bfloat16 (RNE)
+//   fp8_spec            an OCP FP8 type; its per-tensor scale comes from delayed scaling
+//                       (delayed_scaling.hpp), so the rounding is RNE (saturating cast)
+//   block_scaled_spec   a block-scaled format as its value (block/block_format.hpp: the MX
+//                       formats of OCP MX v1.0 section 5, NVFP4), the rule that picks an E8M0
+//                       block scale (OCP section 5.4.1, block/scale_rule.hpp) and the element
+//                       rounding (stochastic too)
+struct native_spec {
+  friend constexpr bool operator==(const native_spec&, const native_spec&) = default;
+};
+struct bf16_spec {
+  friend constexpr bool operator==(const bf16_spec&, const bf16_spec&) = default;
+};
+struct fp8_spec {
+  fp8_type type = fp8_type::e4m3;
+  friend constexpr bool operator==(const fp8_spec&, const fp8_spec&) = default;
+};
+struct block_scaled_spec {
+  block_format format = formats::mxfp4;
+  scale_rule rule = scale_rule::floor;
+  rounding round = rounding::nearest_even;
 
-  friend bool operator==(const operand_spec&, const operand_spec&) = default;
+  // The format's name in messages: its mx_type's, or NVFP4's.
+  constexpr const char* format_name() const noexcept {
+    mx_type t{};
+    return mx_type_of(format, &t) ? name_of(t) : nvfp4_format_name(format);
+  }
+  // The mx_type the backends' quantizers and GEMMs dispatch on. Only the MX formats train today:
+  // NVFP4 has a host reference (ref/nvfp4_quantize.hpp) but no training path (issue #46 section 2),
+  // so it is refused here, by name, rather than quantized as something else.
+  mx_type mx() const {
+    mx_type t{};
+    detail::require(mx_type_of(format, &t), "block-scaled operand in ", format_name(),
+                    ": no backend trains with this format yet (only the MX formats)");
+    return t;
+  }
+  friend constexpr bool operator==(const block_scaled_spec&, const block_scaled_spec&) = default;
 };
 
-// The four kinds of operand, by name (recipes are written with these).
+// Overloaded call operators, for visit: `spec.visit(overloaded{[](const fp8_spec&) {...}, ...})`.
+template <class... F>
+struct overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+overloaded(F...) -> overloaded<F...>;
+
+// An operand's precision: exactly one of the kinds above. A switch over it is `visit` with one
+// handler per alternative, so an alternative added here fails to compile where it is not handled;
+// the checked accessors (fp8(), block_scaled()) throw for another kind instead of reading a field
+// that means nothing for it. Trivially copyable and comparable, as recipes compare and copy it.
+class operand_spec {
+ public:
+  using alternatives = std::variant<native_spec, bf16_spec, fp8_spec, block_scaled_spec>;
+
+  constexpr operand_spec() noexcept : v_(bf16_spec{}) {}
+  constexpr operand_spec(native_spec s) noexcept : v_(s) {}
+  constexpr operand_spec(bf16_spec s) noexcept : v_(s) {}
+  constexpr operand_spec(fp8_spec s) noexcept : v_(s) {}
+  constexpr operand_spec(block_scaled_spec s) noexcept : v_(s) {}
+
+  constexpr precision kind() const noexcept { return static_cast<precision>(v_.index()); }
+  template <class A>
+  constexpr bool is() const noexcept {
+    return std::holds_alternative<A>(v_);
+  }
+  const fp8_spec& fp8() const { return as<fp8_spec>(); }
+  fp8_spec& fp8() { return as<fp8_spec>(); }
+  const block_scaled_spec& block_scaled() const { return as<block_scaled_spec>(); }
+  block_scaled_spec& block_scaled() { return as<block_scaled_spec>(); }
+  constexpr const alternatives& value() const noexcept { return v_; }
+  template <class F>
+  constexpr decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), v_);
+  }
+
+  friend constexpr bool operator==(const operand_spec&, const operand_spec&) = default;
+
+ private:
+  template <class A>
+  const A& as() const {
+    const A* a = std::get_if<A>(&v_);
+    detail::require(a != nullptr, "operand_spec: a ", name_of(kind()), " operand has no ",
+                    name_of(operand_spec{A{}}.kind()), " part");
+    return *a;
+  }
+  template <class A>
+  A& as() {
+    return const_cast<A&>(std::as_const(*this).as<A>());
+  }
+  alternatives v_;
+};
+static_assert(std::is_trivially_copyable_v<operand_spec>);
+static_assert(operand_spec{native_spec{}}.kind() == precision::native && operand_spec{bf16_spec{}}.kind() == precision::bf16 &&
+                  operand_spec{fp8_spec{}}.kind() == precision::fp8 && operand_spec{block_scaled_spec{}}.kind() == precision::mx,
+              "precision names the alternatives in their order");
+
+// The kinds of operand, by name (recipes are written with these).
 namespace recipes {
-inline operand_spec native_operand() { return {precision::native}; }
-inline operand_spec bf16_operand() { return {precision::bf16}; }
-inline operand_spec mma_operand(fp8_type t) {
-  operand_spec o{precision::fp8};
-  o.fp8 = t;
-  return o;
+inline operand_spec native_operand() { return native_spec{}; }
+inline operand_spec bf16_operand() { return bf16_spec{}; }
+inline operand_spec mma_operand(fp8_type t) { return fp8_spec{t}; }
+inline operand_spec block_scaled_operand(const block_format& f, scale_rule rule, rounding round = rounding::nearest_even) {
+  return block_scaled_spec{f, rule, round};
 }
 inline operand_spec mx_operand(mx_type t, scale_rule rule, rounding round = rounding::nearest_even) {
-  operand_spec o{precision::mx};
-  o.mx = t;
-  o.rule = rule;
-  o.round = round;
-  return o;
+  return block_scaled_operand(format_of(t), rule, round);
 }
 }  // namespace recipes
 
@@ -73,17 +164,25 @@ struct enum_names<nn::operand_use> {
 };
 namespace nn {
 
-// One stored copy to produce from a high-precision tensor.
-// The element format, scale rule and rounding are the operand's (spec); the rotation and the
+// What the quantizer of a block-scaled copy takes beyond the operand's spec: the rotation and the
 // Philox key belong to the GEMM (gemm_spec), the Philox stream to the tensor.
+struct block_scaled_options {
+  bool hadamard = false;      // the GEMM's 16-point rotation
+  bool random_signs = false;  // with hadamard, H.D with D from seed
+  std::uint64_t seed = 0;     // Philox key (random signs, stochastic rounding)
+  std::uint32_t stream = 0;   // Philox stream of this tensor
+  friend constexpr bool operator==(const block_scaled_options&, const block_scaled_options&) = default;
+};
+
+// One stored copy to produce from a high-precision tensor.
+// The element format, scale rule and rounding are the operand's (spec). A block-scaled copy reads
+// `block`, an FP8 copy `fp8` (code = cast(x * scale[row]); amax -> history[row, 0]); each is the
+// part of its kind and is read through a spec of that kind only.
 struct quant_request {
   operand_spec spec;
   block_axis axis = block_axis::rowwise;  // columnwise: stored transposed
-  bool hadamard = false;                  // kind mx: the GEMM's 16-point rotation
-  bool random_signs = false;              // kind mx: with hadamard, H.D with D from seed
-  std::uint64_t seed = 0;                 // kind mx: Philox key (random signs, stochastic rounding)
-  std::uint32_t stream = 0;               // kind mx: Philox stream of this tensor
-  fp8_scaling_slot fp8;                   // kind fp8: code = cast(x * scale[row]); amax -> history[row, 0]
+  block_scaled_options block;             // block-scaled spec: rotation and Philox key and stream
+  fp8_scaling_slot fp8;                   // fp8 spec: the scaling table row
   operand_use use = operand_use::fprop_x;
   mem_tag tag = mem_tag::quantized_activation;
   // The caller leaves x unchanged for as long as it reads the copy (linear.hpp sets it for X, whose
@@ -93,8 +192,11 @@ struct quant_request {
   // copy read MN-major by its GEMM).
   bool may_alias_input = false;
 
-  // The MX quantizer's options for this copy.
-  quantize_options mx_options() const noexcept { return {spec.rule, spec.round, hadamard, random_signs, seed, stream}; }
+  // The block quantizer's options for this copy (a block-scaled spec; throws for another kind).
+  quantize_options mx_options() const {
+    const block_scaled_spec& b = spec.block_scaled();
+    return {b.rule, b.round, block.hadamard, block.random_signs, block.seed, block.stream};
+  }
 };
 
 // The copies a consumer wants of one tensor: always the rowwise one, the columnwise one when
@@ -149,7 +251,7 @@ class qtensor {
       : request_(request), rows_(rows), cols_(cols), bytes_(bytes), payload_(std::move(payload)) {}
 
   const quant_request& request() const noexcept { return request_; }
-  precision kind() const noexcept { return request_.spec.kind; }
+  precision kind() const noexcept { return request_.spec.kind(); }
   block_axis axis() const noexcept { return request_.axis; }
   std::size_t rows() const noexcept { return rows_; }
   std::size_t cols() const noexcept { return cols_; }

@@ -5,9 +5,10 @@
 //   fprop  Y[M,N]  = X[M,K] . W[N,K]^T     operand a = X,  b = W
 //   dgrad  dX[M,K] = dY[M,N] . W[N,K]      operand a = dY, b = W
 //   wgrad  dW[N,K] = dY[M,N]^T . X[M,K]    operand a = dY, b = X
-// Each operand is `native` (no rounding: the oracle used by the gradient check), `bf16` (values
-// rounded to bfloat16, fp32 accumulation), `fp8` (per-tensor scaled, delayed scaling) or `mx`
-// (block-scaled, mxkit's quantizer). The Hadamard rotation and random signs belong to a GEMM,
+// Each operand is one alternative of operand_spec (nn/operand.hpp): `native` (no rounding: the
+// oracle used by the gradient check), `bf16` (values rounded to bfloat16, fp32 accumulation), `fp8`
+// (per-tensor scaled, delayed scaling) or block-scaled with a format F (mxkit's quantizer; the MX
+// formats train, NVFP4 is refused by check_config until it has a training path). The Hadamard rotation and random signs belong to a GEMM,
 // not an operand: the rotation along the reduction axis cancels only when both operands get the
 // same one (H.H = I), and ref/gemm.hpp refuses operands rotated differently.
 //
@@ -36,7 +37,7 @@ namespace nn {
 
 struct gemm_spec {
   operand_spec a, b;          // see the table at the top of this file
-  bool hadamard = false;      // kind mx: 16-point rotation of both operands along the reduction axis
+  bool hadamard = false;      // block-scaled: 16-point rotation of both operands along the reduction axis
   bool random_signs = false;  // with hadamard: H.D, D from `seed` (the same D on both operands)
   std::uint64_t seed = 0;     // Philox key of both operands: random signs and stochastic rounding
 
@@ -60,16 +61,16 @@ struct recipe {
   const gemm_spec& gemm(gemm_product g) const noexcept { return g == gemm_product::fprop ? fprop : g == gemm_product::dgrad ? dgrad : wgrad; }
   gemm_spec& gemm(gemm_product g) noexcept { return g == gemm_product::fprop ? fprop : g == gemm_product::dgrad ? dgrad : wgrad; }
   bool uses(precision p) const noexcept {
-    return fprop.a.kind == p || fprop.b.kind == p || dgrad.a.kind == p || dgrad.b.kind == p || wgrad.a.kind == p ||
-           wgrad.b.kind == p;
+    return fprop.a.kind() == p || fprop.b.kind() == p || dgrad.a.kind() == p || dgrad.b.kind() == p || wgrad.a.kind() == p ||
+           wgrad.b.kind() == p;
   }
 };
 
 namespace internal {
 inline void check_fp8_tensor(const operand_spec& x, const operand_spec& y, const char* tensor_name, const char* recipe_name) {
-  if (x.kind == precision::fp8 && y.kind == precision::fp8)
-    mxkit::detail::require(x.fp8 == y.fp8, "recipe '", recipe_name, "': ", tensor_name, " is FP8 in two GEMMs with different types (",
-                           name_of(x.fp8), ", ", name_of(y.fp8), "); one per-tensor scale needs one type");
+  if (x.is<fp8_spec>() && y.is<fp8_spec>())
+    mxkit::detail::require(x.fp8() == y.fp8(), "recipe '", recipe_name, "': ", tensor_name, " is FP8 in two GEMMs with different types (",
+                           name_of(x.fp8().type), ", ", name_of(y.fp8().type), "); one per-tensor scale needs one type");
 }
 }  // namespace internal
 
@@ -78,20 +79,23 @@ inline void check_config(const recipe& r) {
   using mxkit::detail::require;
   for (gemm_product g : {gemm_product::fprop, gemm_product::dgrad, gemm_product::wgrad}) {
     const gemm_spec& s = r.gemm(g);
-    require(s.a.kind == s.b.kind, "recipe '", r.name, "': ", name_of(g), " mixes ", name_of(s.a.kind), " and ", name_of(s.b.kind),
+    require(s.a.kind() == s.b.kind(), "recipe '", r.name, "': ", name_of(g), " mixes ", name_of(s.a.kind()), " and ", name_of(s.b.kind()),
             " operands; both operands of a GEMM must be in the same family");
-    require(!s.hadamard || s.a.kind == precision::mx, "recipe '", r.name, "': ", name_of(g),
-            " has the Hadamard rotation on ", name_of(s.a.kind), " operands; it is an MX quantizer option");
+    require(!s.hadamard || s.a.is<block_scaled_spec>(), "recipe '", r.name, "': ", name_of(g),
+            " has the Hadamard rotation on ", name_of(s.a.kind()), " operands; it is an MX quantizer option");
     require(!s.random_signs || s.hadamard, "recipe '", r.name, "': ", name_of(g), " has random signs without the Hadamard rotation");
+    // Only block-scaled operands carry a rounding (a non-default one on another kind cannot be
+    // written); of the block-scaled formats, only the MX ones train yet (NVFP4: issue #46 section 2).
     for (const operand_spec* o : {&s.a, &s.b})
-      require(o->kind == precision::mx || o->round == rounding::nearest_even, "recipe '", r.name, "': ", name_of(g),
-              " asks for non-default rounding of a ", name_of(o->kind), " operand; only MX operands support it");
+      if (o->is<block_scaled_spec>())
+        require(mx_type_of(o->block_scaled().format, nullptr), "recipe '", r.name, "': ", name_of(g), " has ",
+                o->block_scaled().format_name(), " operands, which no backend trains with yet (only the MX formats)");
   }
   internal::check_fp8_tensor(r.fprop.a, r.wgrad.b, "X", r.name.c_str());
   internal::check_fp8_tensor(r.fprop.b, r.dgrad.b, "W", r.name.c_str());
   internal::check_fp8_tensor(r.dgrad.a, r.wgrad.a, "dY", r.name.c_str());
-  require(r.high.kind == precision::native || r.high.kind == precision::bf16, "recipe '", r.name,
-          "': the high precision must be native or bf16, got ", name_of(r.high.kind));
+  require(r.high.is<native_spec>() || r.high.is<bf16_spec>(), "recipe '", r.name, "': the high precision must be native or bf16, got ",
+          name_of(r.high.kind()));
   require(r.activations == dtype::f32 || r.activations == dtype::bf16, "recipe '", r.name, "': activations must be f32 or bf16, got ",
           name_of(r.activations));
   check_config(r.scaling);
@@ -104,7 +108,7 @@ inline recipe layer_recipe(const recipe& r, std::size_t layer, std::size_t n_lay
   if (layer >= r.bf16_first_layers && layer + r.bf16_last_layers < n_layers) return r;
   recipe b = r;
   b.name = r.name + " (bf16 layer)";
-  const operand_spec bf{precision::bf16};
+  const operand_spec bf = bf16_spec{};
   b.fprop = b.dgrad = b.wgrad = gemm_spec{bf, bf};
   return b;
 }
@@ -116,7 +120,7 @@ inline recipe uniform(std::string name, const operand_spec& o) {
   recipe r;
   r.name = std::move(name);
   r.fprop = r.dgrad = r.wgrad = gemm_spec{o, o};
-  r.high = o.kind == precision::native ? native_operand() : bf16_operand();
+  r.high = o.is<native_spec>() ? native_operand() : bf16_operand();
   return r;
 }
 

@@ -56,10 +56,10 @@ class copy_gather {
     return k == precision::fp8 ? 1 : k == precision::bf16 ? sizeof(std::uint16_t) : 0;
   }
   static std::size_t copy_wire_bytes(const quant_request& r, std::size_t rows, std::size_t cols) {
-    detail::require(copy_travels(r.spec.kind), "copy_wire_bytes: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind),
+    detail::require(copy_travels(r.spec.kind()), "copy_wire_bytes: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind()),
                     " copy (native operands are gathered as the weights)");
-    if (r.spec.kind != precision::mx) return rows * cols * copy_element_bytes(r.spec.kind);
-    const mx_layout l{r.spec.mx, r.axis, rows, cols};
+    if (r.spec.kind() != precision::mx) return rows * cols * copy_element_bytes(r.spec.kind());
+    const mx_layout l{r.spec.block_scaled().mx(), r.axis, rows, cols};
     return l.data_bytes() + l.scale_count();
   }
   bool gathers_copies() const noexcept { return do_gathers_copies(); }
@@ -80,16 +80,18 @@ class copy_gather {
   qtensor assemble_copy(const quant_request& r, std::size_t rows, std::size_t cols, const tensor& wire, std::span<const copy_slab> slabs) {
     detail::require(gathers_copies(), "assemble_copy: backend '", name(), "' does not gather quantized copies");
     check_request(r, "assemble_copy");
-    detail::require(copy_travels(r.spec.kind), "assemble_copy: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind), " request");
-    detail::require(!backend::columnwise_is_transpose(r.spec.kind) || r.axis == block_axis::rowwise, "assemble_copy: ", name_of(r.spec.kind),
+    detail::require(copy_travels(r.spec.kind()), "assemble_copy: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind()), " request");
+    detail::require(!backend::columnwise_is_transpose(r.spec.kind()) || r.axis == block_axis::rowwise, "assemble_copy: ", name_of(r.spec.kind()),
                     " copies are assembled rowwise (the columnwise copy is the transpose)");
     std::size_t next = 0;
     for (const copy_slab& s : slabs) {
       detail::require(s.first_row == next && s.rows > 0, "assemble_copy: slabs must cover the rows in order, one starts at row ",
                       s.first_row, " where row ", next, " is next");
-      detail::require(r.spec.kind != precision::mx || r.axis == block_axis::rowwise ||
-                          s.first_row % static_cast<std::size_t>(block_size_of(r.spec.mx)) == 0,
-                      "assemble_copy: an MX columnwise slab starts at row ", s.first_row, ", not a multiple of ", block_size_of(r.spec.mx));
+      if (r.spec.is<block_scaled_spec>() && r.axis == block_axis::columnwise) {
+        const int k = r.spec.block_scaled().format.block_size();
+        detail::require(s.first_row % static_cast<std::size_t>(k) == 0, "assemble_copy: an MX columnwise slab starts at row ", s.first_row,
+                        ", not a multiple of ", k);
+      }
       const std::size_t n = copy_wire_bytes(r, s.rows, cols);
       detail::require(wire.defined() && s.byte_offset <= wire.bytes() && n <= wire.bytes() - s.byte_offset, "assemble_copy: ", n,
                       " bytes at ", s.byte_offset, " do not fit a wire of ", wire.bytes());

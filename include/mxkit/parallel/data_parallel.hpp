@@ -429,11 +429,12 @@ class data_parallel {
     const copy_gather* gatherer = m_->be().copy_gatherer();
     if (!c_.gather_quantized || !g.linears[i] || !gatherer || !gatherer->gathers_copies() || !g.linears[i]->weight_copies_gatherable())
       return false;
-    switch (g.linears[i]->current_recipe().fprop.b.kind) {
-      case precision::fp8: return c_.gather_quantized_fp8;
-      case precision::bf16: return c_.gather_quantized_bf16;
-      default: return true;
-    }
+    return g.linears[i]->current_recipe().fprop.b.visit(overloaded{
+        [&](const fp8_spec&) { return c_.gather_quantized_fp8; },
+        [&](bf16_spec) { return c_.gather_quantized_bf16; },
+        [](const block_scaled_spec&) { return true; },
+        [](native_spec) { return true; },  // (weight_copies_gatherable refuses native copies first)
+    });
   }
   void on_group(group_event e, std::size_t index) {
     if (index >= groups_.size()) return;

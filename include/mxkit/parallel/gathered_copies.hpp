@@ -52,7 +52,7 @@ inline copy_gather& copy_gatherer_of(backend& be) {
 
 // Whether a weight's copies travel as the rowwise one only (FP8, bf16: the dgrad copy is its
 // transpose), else both (MX).
-inline bool rowwise_travels_alone(const quant_plan& p) { return backend::columnwise_is_transpose(p.rowwise.spec.kind); }
+inline bool rowwise_travels_alone(const quant_plan& p) { return backend::columnwise_is_transpose(p.rowwise.spec.kind()); }
 // Wire bytes of parameter i's copies from `rows` rows: MX both copies, FP8 and bf16 the rowwise one.
 inline std::size_t weight_copies_bytes(const quant_plan& p, std::size_t rows, std::size_t cols) {
   std::size_t n = copy_gather::copy_wire_bytes(p.rowwise, rows, cols);
@@ -84,7 +84,7 @@ inline void send_weight_copies(gradient_group& g, std::vector<std::size_t> copie
     const quant_plan& p = g.copy_plans[j];
     const auto [first, count] = g.slab_of(i, r);
     if (count == 0) {
-      if (p.rowwise.spec.kind == precision::fp8 && p.rowwise.fp8.record_amax) p.rowwise.fp8.table->note_amax(p.rowwise.fp8.row, p.rowwise.fp8.source);
+      if (p.rowwise.spec.kind() == precision::fp8 && p.rowwise.fp8.record_amax) p.rowwise.fp8.table->note_amax(p.rowwise.fp8.row, p.rowwise.fp8.source);
       continue;
     }
     const tensor slab = view_of(g.shard_values, g.offsets[i] + first * g.cols[i] - r * g.shard, count, g.cols[i]);

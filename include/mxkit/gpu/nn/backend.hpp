@@ -182,42 +182,42 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_amax(const nn::tensor& x,
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_quantize(const nn::tensor& x, const nn::quant_request& r) {
   backend_detail::require_activation(x, "quantize");
-  switch (r.spec.kind) {
-    case nn::precision::mx: {
-      auto p = payloads_.mx(r, x.rows(), x.cols());
-      quantize_outputs out;
-      (r.axis == block_axis::rowwise ? out.rowwise_data : out.columnwise_data) = p->data;
-      (r.axis == block_axis::rowwise ? out.rowwise_scales : out.columnwise_scales) = p->scales;
-      run_mx(x, r, out);
-      return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
-    }
-    case nn::precision::fp8: {
-      auto p = payloads_.fp8(x.rows(), x.cols());
-      fp8_outputs out;
-      (r.axis == block_axis::rowwise ? out.data : out.transposed) = p->data;
-      (r.axis == block_axis::rowwise ? out.data_scale : out.transposed_scale) = p->fp8_scale;
-      run_fp8(x, r, out);
-      return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
-    }
-    case nn::precision::bf16: {
-      if (r.may_alias_input && x.type() == nn::dtype::bf16) return payloads_.view_of(r, x);
-      auto p = payloads_.bytes(x.rows() * x.cols() * sizeof(bfloat16));
-      auto* out = reinterpret_cast<bfloat16*>(p->data);
-      backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
-        using T = decltype(z);
-        if (r.axis == block_axis::rowwise) gpu::convert(x.as<T>(), out, x.size(), stream_);
-        else gpu::transpose(x.as<T>(), x.rows(), x.cols(), out, stream_);
-      });
-      return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
-    }
-    case nn::precision::native: break;
-  }
-  mxkit::detail::fail("device_backend: native (unrounded) operands belong to the host reference (ref::host_backend); "
-                      "device recipes use bf16, fp8 or mx operands");
+  return r.spec.visit(nn::overloaded{
+      [&](const nn::block_scaled_spec&) {
+        auto p = payloads_.mx(r, x.rows(), x.cols());
+        quantize_outputs out;
+        (r.axis == block_axis::rowwise ? out.rowwise_data : out.columnwise_data) = p->data;
+        (r.axis == block_axis::rowwise ? out.rowwise_scales : out.columnwise_scales) = p->scales;
+        run_mx(x, r, out);
+        return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
+      },
+      [&](const nn::fp8_spec&) {
+        auto p = payloads_.fp8(x.rows(), x.cols());
+        fp8_outputs out;
+        (r.axis == block_axis::rowwise ? out.data : out.transposed) = p->data;
+        (r.axis == block_axis::rowwise ? out.data_scale : out.transposed_scale) = p->fp8_scale;
+        run_fp8(x, r, out);
+        return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
+      },
+      [&](nn::bf16_spec) {
+        if (r.may_alias_input && x.type() == nn::dtype::bf16) return payloads_.view_of(r, x);
+        auto p = payloads_.bytes(x.rows() * x.cols() * sizeof(bfloat16));
+        auto* out = reinterpret_cast<bfloat16*>(p->data);
+        backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
+          using T = decltype(z);
+          if (r.axis == block_axis::rowwise) gpu::convert(x.as<T>(), out, x.size(), stream_);
+          else gpu::transpose(x.as<T>(), x.rows(), x.cols(), out, stream_);
+        });
+        return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
+      },
+      [&](nn::native_spec) -> nn::qtensor {
+        mxkit::detail::fail("device_backend: native (unrounded) operands belong to the host reference (ref::host_backend); "
+                            "device recipes use bf16, fp8 or mx operands");
+      },
+  });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) {
-  const bool same_mx = row.spec.kind == nn::precision::mx && col.spec.kind == nn::precision::mx && row.spec == col.spec &&
-                       row.mx_options() == col.mx_options();
+  const bool same_mx = row.spec.is<nn::block_scaled_spec>() && row.spec == col.spec && row.block == col.block;
   if (same_mx) {  // one read, both copies (the fused kernel)
     backend_detail::require_activation(x, "quantize_both");
     auto pr = payloads_.mx(row, x.rows(), x.cols()), pc = payloads_.mx(col, x.rows(), x.cols());
@@ -231,12 +231,12 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_quantize_both(const 
   }
   const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
     using T = decltype(z);
-    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, fp8_scale_of(r), amax_history_of(r), o, overflow::saturate,
+    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8().type, fp8_scale_of(r), amax_history_of(r), o, overflow::saturate,
                      stream_);
   };
   const nn::quant_plan both{row, col, true};
   if (one_fp8_cast(both)) return write_one_fp8_cast(both, x.rows(), x.cols(), x.type(), "quantize_both", cast);  // codes and transpose, one cast
-  if (row.spec.kind == nn::precision::bf16 && col.spec.kind == nn::precision::bf16) {  // the rows, read both ways
+  if (row.spec.is<nn::bf16_spec>() && col.spec.is<nn::bf16_spec>()) {  // the rows, read both ways
     nn::quant_request rr = row;
     rr.may_alias_input = row.may_alias_input && col.may_alias_input;  // the columnwise copy may outlive x's promise
     nn::qtensor r = device_backend::do_quantize(x, rr);
@@ -378,7 +378,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_swiglu_forward(const nn::
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_swiglu_quantize(const nn::tensor& gu, const nn::quant_plan& plan, nn::tensor* out) {
   const auto cast = [&](auto z, const nn::quant_request& r, const fp8_outputs& o) {
     using T = decltype(z);
-    gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8, fp8_scale_of(r), amax_history_of(r), o, stream_);
+    gpu::swiglu_forward_fp8(gu.as<T>(), gu.rows(), gu.cols() / 2, r.spec.fp8().type, fp8_scale_of(r), amax_history_of(r), o, stream_);
   };
   if (!out && one_fp8_cast(plan)) return write_one_fp8_cast(plan, gu.rows(), gu.cols() / 2, gu.type(), "swiglu_quantize", cast);
   return nn::backend::do_swiglu_quantize(gu, plan, out);  // the unfused default
@@ -486,13 +486,13 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY const rope_factor* device_backend::rope_table(con
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out) {
   backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
     using T = decltype(z);
-    gpu::quantize(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.mx, r.mx_options(), out, stream_);
+    gpu::quantize(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.block_scaled().mx(), r.mx_options(), out, stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out) {
   backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
     using T = decltype(z);
-    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8, fp8_scale_of(r), amax_history_of(r), out,
+    cast_fp8_delayed(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.fp8().type, fp8_scale_of(r), amax_history_of(r), out,
                      overflow::saturate, stream_);
   });
 }

@@ -56,36 +56,32 @@ inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor&
                              alpha, beta};
   const device_payload& pa = payload_of(a);
   const device_payload& pb = payload_of(b);
-  switch (a.kind()) {
-    case nn::precision::mx: {
-      const mx_const_view va{pa.layout, pa.options, pa.data, pa.scales, scale_layout::row_major};
-      const mx_const_view vb{pb.layout, pb.options, pb.data, pb.scales, scale_layout::row_major};
-      mxkit::detail::check_mx_product(kind, va.layout, vb.layout);
-      mxkit::detail::check_rotation(va.options, vb.options, name_of(kind));
-      detail::run(make_operand(va), make_operand(vb), out, s, options);
-      return;
-    }
-    case nn::precision::fp8: {
-      auto operand = [](const nn::qtensor& q, const device_payload& p) {
-        gemm_operand o = make_operand(fp8_view{q.request().spec.fp8, q.lines(), q.length(), 1.0f, p.data});
-        o.scale = p.fp8_scale;
-        return o;
-      };
-      detail::run(operand(a, pa), operand(b, pb), out, s, options);
-      return;
-    }
-    case nn::precision::bf16: {
-      auto operand = [](const nn::qtensor& q, const device_payload& p) {
-        const auto* data = reinterpret_cast<const bfloat16*>(p.data);
-        return p.mn_major ? make_operand(matrix_view<const bfloat16>{data, q.length(), q.lines()}, major_order::mn_major)
-                          : make_operand(matrix_view<const bfloat16>{data, q.lines(), q.length()});
-      };
-      detail::run(operand(a, pa), operand(b, pb), out, s, options);
-      return;
-    }
-    case nn::precision::native: break;
-  }
-  mxkit::detail::fail("device_backend: ", name_of(kind), " on native operands (the host reference's)");
+  a.request().spec.visit(nn::overloaded{
+      [&](const nn::block_scaled_spec&) {
+        const mx_const_view va{pa.layout, pa.options, pa.data, pa.scales, scale_layout::row_major};
+        const mx_const_view vb{pb.layout, pb.options, pb.data, pb.scales, scale_layout::row_major};
+        mxkit::detail::check_mx_product(kind, va.layout, vb.layout);
+        mxkit::detail::check_rotation(va.options, vb.options, name_of(kind));
+        detail::run(make_operand(va), make_operand(vb), out, s, options);
+      },
+      [&](const nn::fp8_spec&) {
+        auto operand = [](const nn::qtensor& q, const device_payload& p) {
+          gemm_operand o = make_operand(fp8_view{q.request().spec.fp8().type, q.lines(), q.length(), 1.0f, p.data});
+          o.scale = p.fp8_scale;
+          return o;
+        };
+        detail::run(operand(a, pa), operand(b, pb), out, s, options);
+      },
+      [&](nn::bf16_spec) {
+        auto operand = [](const nn::qtensor& q, const device_payload& p) {
+          const auto* data = reinterpret_cast<const bfloat16*>(p.data);
+          return p.mn_major ? make_operand(matrix_view<const bfloat16>{data, q.length(), q.lines()}, major_order::mn_major)
+                            : make_operand(matrix_view<const bfloat16>{data, q.lines(), q.length()});
+        };
+        detail::run(operand(a, pa), operand(b, pb), out, s, options);
+      },
+      [&](nn::native_spec) { mxkit::detail::fail("device_backend: ", name_of(kind), " on native operands (the host reference's)"); },
+  });
 }
 
 // ---- multi-tensor kernels

@@ -76,9 +76,7 @@ inline float* amax_history_of(const nn::quant_request& r) {
 // transpose, of the same type and scaling row.
 inline bool one_fp8_cast(const nn::quant_plan& p) {
   const nn::quant_request &r = p.rowwise, &c = p.columnwise;
-  return r.spec.kind == nn::precision::fp8 &&
-         (!p.columnwise_wanted || (c.spec.kind == nn::precision::fp8 && c.spec.fp8 == r.spec.fp8 && c.fp8.table == r.fp8.table &&
-                                   c.fp8.row == r.fp8.row));
+  return r.spec.is<nn::fp8_spec>() && (!p.columnwise_wanted || (c.spec == r.spec && c.fp8.table == r.fp8.table && c.fp8.row == r.fp8.row));
 }
 
 // Makes and counts one backend's payloads. Set up once the backend's stream exists; `memory`,
@@ -100,7 +98,7 @@ class payload_factory {
   }
   // MX codes (padded to 256 bytes) then the scales.
   std::shared_ptr<device_payload> mx(const nn::quant_request& r, std::size_t rows, std::size_t cols) const {
-    const mx_layout layout{r.spec.mx, r.axis, rows, cols};
+    const mx_layout layout{r.spec.block_scaled().mx(), r.axis, rows, cols};
     const std::size_t data = (layout.data_bytes() + 255) / 256 * 256, scales = layout.lines() * layout.blocks_per_line();
     auto p = bytes(data + scales);
     p->scales = p->data + data;
@@ -156,8 +154,8 @@ class payload_factory {
   // read; a bf16 copy (rowwise) is its values.
   nn::qtensor assembled(const nn::quant_request& r, std::size_t rows, std::size_t cols, const std::uint8_t* wire,
                         std::span<const nn::copy_slab> slabs) const {
-    if (nn::backend::columnwise_is_transpose(r.spec.kind)) {
-      const bool is_fp8 = r.spec.kind == nn::precision::fp8;
+    if (nn::backend::columnwise_is_transpose(r.spec.kind())) {
+      const bool is_fp8 = r.spec.is<nn::fp8_spec>();
       const std::size_t row_bytes = nn::copy_gather::copy_wire_bytes(r, 1, cols);
       auto p = is_fp8 ? fp8(rows, cols) : bytes(rows * row_bytes);
       for (const nn::copy_slab& s : slabs)
@@ -169,7 +167,7 @@ class payload_factory {
     auto p = mx(r, rows, cols);
     const mx_layout L = p->layout;
     for (const nn::copy_slab& s : slabs) {
-      const mx_layout P{r.spec.mx, r.axis, s.rows, cols};
+      const mx_layout P{r.spec.block_scaled().mx(), r.axis, s.rows, cols};
       const std::uint8_t* codes = wire + s.byte_offset;
       const std::uint8_t* scales = codes + P.data_bytes();
       if (r.axis == block_axis::rowwise) {
@@ -188,10 +186,12 @@ class payload_factory {
 
   // The copy of a filled payload: its bytes counted under the request's tag.
   nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<device_payload> p) const {
-    std::size_t bytes = rows * cols;
-    if (r.spec.kind == nn::precision::mx) bytes = p->layout.data_bytes() + p->layout.lines() * p->layout.blocks_per_line();
-    else if (r.spec.kind == nn::precision::fp8) bytes += sizeof(float);
-    else bytes *= sizeof(bfloat16);
+    const std::size_t bytes = r.spec.visit(nn::overloaded{
+        [&](const nn::block_scaled_spec&) { return p->layout.data_bytes() + p->layout.lines() * p->layout.blocks_per_line(); },
+        [&](const nn::fp8_spec&) { return rows * cols + sizeof(float); },
+        [&](nn::bf16_spec) { return rows * cols * sizeof(bfloat16); },
+        [&](nn::native_spec) { return rows * cols * sizeof(bfloat16); },  // never made: do_quantize refuses native operands
+    });
     p->tracked = nn::tracked_bytes(memory_, r.tag, bytes);
     count_live(r, *p);
     return nn::qtensor(r, rows, cols, bytes, std::move(p));
@@ -199,7 +199,7 @@ class payload_factory {
 
  private:
   void count_live(const nn::quant_request& r, device_payload& p) const {
-    p.live = &(*live_)[static_cast<std::size_t>(r.spec.kind)];
+    p.live = &(*live_)[static_cast<std::size_t>(r.spec.kind())];
     ++*p.live;
   }
   stream_t stream_ = nullptr;
