@@ -119,7 +119,7 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
         input_amax = nullptr;
       }
     }
-    nvfp4_tensor_scale_kernel<<<1, 1, 0, stream>>>(c.tensor_scale, tensor_scale ? *tensor_scale : 0.0f);
+    nvfp4_tensor_scale_kernel<float><<<1, 1, 0, stream>>>(c.tensor_scale, tensor_scale ? *tensor_scale : 0.0f);
     MXKIT_GPU_CHECK_LAUNCH();
     if (blocks) {
       const nvfp4_quantize_params<U> p{in, nvfp4_view{l, o, c.data, c.scales, c.scales_layout}, c.tensor_scale};

@@ -24,6 +24,7 @@
 // kernels are grid-stride loops over them, so a host loop over the same items runs the same code.
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/nvfp4_block.hpp>
@@ -106,8 +107,12 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads)
 }
 
 // *t = given when given (a valid tensor scale, checked on the host), else the tensor scale of the
-// amax whose bits nvfp4_amax_kernel left in *t.
-MXKIT_GLOBAL void nvfp4_tensor_scale_kernel(float* t, float given) {
+// amax whose bits nvfp4_amax_kernel left in *t. A template (F = float), as every kernel in a header
+// not compiled into the kernel library: a translation unit that includes it without launching it
+// then holds no unused internal function (clang's -Wunneeded-internal-declaration).
+template <class F>
+MXKIT_GLOBAL void nvfp4_tensor_scale_kernel(F* t, F given) {
+  static_assert(std::is_same_v<F, float>, "the tensor scale is an fp32 value");
   *t = given > 0.0f ? given : nvfp4_tensor_scale(bit_cast<float>(*reinterpret_cast<const std::uint32_t*>(t)));
 }
 
