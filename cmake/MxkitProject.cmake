@@ -34,3 +34,15 @@ function(mxkit_check_version_header header)
     message(FATAL_ERROR "mxkit: project version ${PROJECT_VERSION} differs from ${header} (${header_version})")
   endif()
 endfunction()
+
+# Programs that a build compiles only to check them, or runs briefly (their --help, a README
+# block): with MXKIT_CHECK_BUILDS_UNOPTIMIZED (scripts/test.sh's release stage) at `level`, for
+# compile time, since nothing times them there. The last -O on the command line wins. The unit
+# tests and the training program, which ctest runs at length, keep their levels.
+option(MXKIT_CHECK_BUILDS_UNOPTIMIZED
+       "Compile the demo examples, host benchmarks, per-header units, README programs (-O0) and the Python module (-O1) for compile time, not speed" OFF)
+function(mxkit_check_build tgt level)
+  if(MXKIT_CHECK_BUILDS_UNOPTIMIZED AND NOT MSVC)
+    target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${level}>)
+  endif()
+endfunction()

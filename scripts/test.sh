@@ -3,9 +3,11 @@
 # The project's test command (README "Quick start"; docs/build.md):   bash scripts/test.sh [stage...]
 # Stages, all by default, each in its own build folder under $MXKIT_BUILD_ROOT (default build/):
 #   release   Release host build (MXKIT_GPU=OFF) with the default compiler; every ctest test
-#             (unit, exhaustive, per-header compile, documentation, C++17 and SPDX checks, packaging
-#             including the offline lean install; the Python module's pytest where python3-dev,
-#             pybind11, NumPy and pytest are installed, required under CI=true).
+#             (per-header compile, documentation, C++17 and SPDX checks, the training program's,
+#             packaging including the offline lean install; the Python module's pytest where
+#             python3-dev, pybind11, NumPy and pytest are installed, required under CI=true). The
+#             unit and exhaustive tests too, unless the sanitize stage runs in the same command
+#             with a working sanitizer compiler: then they are built and run once, there.
 #   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is
 #             checked by a second compiler too) at -O1 with line tables only (-g1: the reports'
 #             file and line, for less compile time than -O2 -g; docs/perf/build.md), without
@@ -160,6 +162,27 @@ python_for_module() {
   return 1
 }
 
+# The sanitize stage's compiler, chosen once before any stage runs: the release stage leaves the
+# unit tests to it when it will run them.
+sanitize_cxx="" sanitize_tried=""
+choose_sanitize_cxx() {
+  local candidates c p
+  if [ -n "${MXKIT_SANITIZE_CXX:-}" ]; then
+    candidates=("$MXKIT_SANITIZE_CXX")
+  elif [ "${CI:-}" = true ]; then
+    candidates=(clang++-22)
+  else
+    candidates=(clang++-22 clang++ g++)
+  fi
+  for c in "${candidates[@]}"; do
+    if ! p=$(command -v "$c"); then sanitize_tried+=" $c: not found;"; continue; fi
+    note "sanitize: probing $p -fsanitize=address,undefined"
+    if sanitizer_probe "$p" -fsanitize=address,undefined; then sanitize_cxx=$p; return; fi
+    sanitize_tried+=" $c: its ASan/UBSan runtime does not link or run;"
+  done
+}
+case " ${stages[*]} " in *" sanitize "*) choose_sanitize_cxx ;; esac
+
 for stage in "${stages[@]}"; do
   case $stage in
     release)
@@ -172,22 +195,18 @@ for stage in "${stages[@]}"; do
       elif [ "${CI:-}" = true ]; then
         record release FAILED 0 "no python3 with python3-dev, pybind11-dev, numpy and pytest (required in CI; see above)"; continue
       fi
-      build_and_test release "$root/release" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=OFF "${py_args[@]}" ;;
+      # The unit tests are built and run once, by the sanitize stage when it runs in the same
+      # command (clang++-22, ASan + UBSan): g++ still compiles every header alone, the training
+      # program, the examples and the Python module here, and runs their checks.
+      unit_args=()
+      if [ -n "$sanitize_cxx" ]; then unit_args=(-DMXKIT_BUILD_UNIT_TESTS=OFF); else unit_args=(-DMXKIT_BUILD_UNIT_TESTS=ON); fi
+      # What is only compiled to be checked (demo examples, host benchmarks, per-header units,
+      # README programs, the Python module) at -O0 or -O1 (MXKIT_CHECK_BUILDS_UNOPTIMIZED).
+      build_and_test release "$root/release" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=OFF "${py_args[@]}" "${unit_args[@]}" \
+        -DMXKIT_CHECK_BUILDS_UNOPTIMIZED=ON
+      [ -n "$sanitize_cxx" ] && summary[-1]+=" (unit tests: the sanitize stage's)" ;;
     sanitize)
-      if [ -n "${MXKIT_SANITIZE_CXX:-}" ]; then
-        candidates=("$MXKIT_SANITIZE_CXX")
-      elif [ "${CI:-}" = true ]; then
-        candidates=(clang++-22)
-      else
-        candidates=(clang++-22 clang++ g++)
-      fi
-      cxx="" tried=""
-      for c in "${candidates[@]}"; do
-        if ! p=$(command -v "$c"); then tried+=" $c: not found;"; continue; fi
-        note "sanitize: probing $p -fsanitize=address,undefined"
-        if sanitizer_probe "$p" -fsanitize=address,undefined; then cxx=$p; break; fi
-        tried+=" $c: its ASan/UBSan runtime does not link or run;"
-      done
+      cxx=$sanitize_cxx tried=$sanitize_tried
       if [ -z "$cxx" ]; then
         missing_tool sanitize "no usable sanitizer compiler:${tried%;}"
       else
