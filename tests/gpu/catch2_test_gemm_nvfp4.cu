@@ -36,6 +36,7 @@
 #include "../catch.hpp"
 #include "../ref/gemm_test_util.hpp"
 #include "../ref/nvfp4_gemm_test_util.hpp"
+#include "gemm_epilogue_run.hpp"
 #include "gpu_test_util.hpp"
 
 namespace {
@@ -95,30 +96,15 @@ template <class Out>
 ref::gemm_validation_report run(const nvfp4_tensor& a, const nvfp4_tensor& b, g::nvfp4_operand da, g::nvfp4_operand db,
                                 g::gemm_path path, gemm_epilogue e, std::uint64_t seed, std::size_t ld_pad = 0) {
   const std::size_t p = a.layout().lines(), q = b.layout().lines();
-  device_out<Out> d(p, q, q + ld_pad);
-  std::vector<Out> c(p * (q + ld_pad));
-  if (e.beta != 0.0f) {
-    const std::vector<float> cf = gemm_test::random_matrix(p, q + ld_pad, seed ^ 0xC, 1);
-    for (std::size_t i = 0; i < c.size(); ++i) {
-      if constexpr (std::is_same_v<Out, float>) c[i] = cf[i];
-      else c[i] = bfloat16::from_float(cf[i]);
-    }
-    d.set_all(c);
-  }
-  const g::gemm_path used = g::gemm(da, db, d.view(), e, nullptr, g::gemm_options{path});
+  gpu_test::epilogue_run<Out> out(p, q, ld_pad, e, seed);
+  const g::gemm_path used = g::gemm(da, db, out.d.view(), e, nullptr, g::gemm_options{path});
   MXKIT_GPU_CHECK(g::device_synchronize());
   CHECK((path == g::gemm_path::automatic || used == path));
-  const std::vector<Out> got = d.get();
-  std::vector<Out> want(p * q);
-  for (std::size_t i = 0; i < p; ++i)
-    for (std::size_t j = 0; j < q; ++j) want[i * q + j] = c[i * (q + ld_pad) + j];
+  const std::vector<Out> got = out.d.get();
+  std::vector<Out> want = out.reference_start();
   ref::gemm(a.view(), b.view(), matrix_view<Out>{want.data(), p, q}, e.alpha, e.beta);
-  std::vector<double> s = nvfp4_gemm_test::magnitude(a, b);
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    s[i] *= std::fabs(e.alpha);
-    if (e.beta != 0.0f) s[i] += std::fabs(e.beta * static_cast<double>(load_float(c[(i / q) * (q + ld_pad) + i % q])));
-  }
-  return gemm_test::compare(gemm_test::as_double(got), gemm_test::as_double(want), s, bound<Out>(a.layout().line_length()), q);
+  return gemm_test::compare(gemm_test::as_double(got), gemm_test::as_double(want), out.magnitude(nvfp4_gemm_test::magnitude(a, b)),
+                            bound<Out>(a.layout().line_length()), q);
 }
 
 nvfp4_tensor quantized(std::size_t lines, std::size_t k, std::uint64_t seed, const block_format& f = formats::nvfp4) {
