@@ -33,7 +33,8 @@
 //    read t_a, t_b from device memory; cuBLASLt takes alpha t_a t_b from device memory,
 //    CUBLASLT_POINTER_MODE_DEVICE, the same bits for alpha = 1).
 // No value can underflow or overflow on the way: products are at least 2^-20 and a sum of R of
-// them stays below 2^23 R.
+// them stays below 2^23 R (the tensor scales' product aside, one fp32 product as in the
+// reference: ref/nvfp4_gemm.hpp says where it leaves fp32's range).
 //
 // Why bf16 and not the FP8 tensor cores the issue suggested: E2M1 x E4M3 has up to 6 significant
 // bits, which no FP8 format holds, so an FP8 route must keep the codes and the scales apart (the
@@ -46,8 +47,7 @@
 // keep about 14 bits (DeepSeek-V3 report, section 3.3.2), so every block would need its own
 // promotion anyway. The bf16 route needs none: the scales ride in the operands, and the GEMM is
 // the plain bf16 one. Its cost over a bf16 GEMM of the same shape is the two expansion passes
-// (read 4.5 bits, write 16 per element; a few percent at large shapes), and 2 bytes of scratch
-// per operand element. Blackwell's block-scaled tensor cores (tcgen05 with NVFP4 scale vectors)
+// (4.5 bits read and 16 written per element) and 2 bytes of scratch per operand element. Blackwell's block-scaled tensor cores (tcgen05 with NVFP4 scale vectors)
 // would take the codes and scales directly; that is a gemm/sm100/ route, not this one.
 //
 // Tensor scales: each operand's in device memory (device_nvfp4_tensor::tensor_scale(), where
