@@ -194,7 +194,7 @@ inline bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c
 inline std::string derive_recipe(const std::string& bench, const std::string& case_name) {
   if (bench == "allreduce" || bench == "layer_kernels") return "";  // bf16 there is the data type
   static const char* const recipes[] = {"bf16", "fp8", "mxfp4", "mxfp8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3",
-                                        "mxfp6_e3m2", "mxint8", "hybrid"};
+                                        "mxfp6_e3m2", "mxint8", "hybrid", "nvfp4"};
   std::string word;
   for (std::size_t i = 0; i <= case_name.size(); ++i) {
     const char c = i < case_name.size() ? case_name[i] : ' ';

@@ -276,7 +276,7 @@ def render_summary(spec, data):
 
 # ---- the old Markdown table ---------------------------------------------------------------------
 
-RECIPES = ("bf16", "fp8", "mxfp4", "mxfp8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxint8", "hybrid")
+RECIPES = ("bf16", "fp8", "mxfp4", "mxfp8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxint8", "hybrid", "nvfp4")
 NO_RECIPE = ("allreduce", "layer_kernels")  # bf16 there is the data type, not a recipe
 
 

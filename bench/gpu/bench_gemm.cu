@@ -18,9 +18,14 @@
 // copies); rel = (2 R/32 + 40) 2^-24 where block sums are exact (MXFP4 x MXFP4), 2^-8 for the FP8
 // tensor-core paths (2^-7 per-tensor: 128-long tensor-core sums), + 2^-7 for the bf16 output
 // (one ulp). The worst |d - ref| / S is printed (the GPU tests measured ~4e-4 on MX data).
+// NVFP4 (gpu/gemm/nvfp4.hpp): random E2M1 codes, random E4M3 block scales 2^-4 .. 2^4 (any
+// mantissa), tensor scales in device memory; timed with its expansion to bf16 (the quantizer
+// excluded), on the default path (`automatic`: cuBLASLt bf16 where it loads) and on mxkit's own
+// bf16 kernel (vendor = false); rel = (2 R + 2 R/16 + 8) 2^-24 (exact products, fp32 sums).
+// The issue's target: NVFP4 >= 0.95x cuBLAS bf16 at 8192^3 (`--quick --format nvfp4`).
 //
 //   bench_gemm [--record | --results FILE] [--repeats N] [--quick] [--format F] [--model M] [--no-check] [--no-peers]
-// --quick: the 8192^3 fprop only (the issue's target shape); --format mxfp4|mxfp8|hybrid|fp8|bf16:
+// --quick: the 8192^3 fprop only (the issue's target shape); --format mxfp4|mxfp8|hybrid|fp8|bf16|nvfp4:
 // that format only; --model 8B|70B|76M: that model's layers only; --no-check / --no-peers: skip
 // validation / the cuBLAS peers (profiling runs).
 // Not a test: nothing here asserts a speed. On HIP builds this file is device-compiled only and
@@ -31,15 +36,18 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <mxkit/gpu/gemm/gemm.hpp>
+#include <mxkit/gpu/gemm/nvfp4.hpp>
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/random/philox.hpp>
 #include <mxkit/ref/gemm.hpp>
+#include <mxkit/ref/nvfp4_gemm.hpp>
 
 #include "bench_common.hpp"
 
@@ -54,7 +62,7 @@ using namespace mxkit;
 namespace g = mxkit::gpu;
 
 // ---- random operands on the device --------------------------------------------------------------
-enum class fill_kind : int { fp4, e4m3, e5m2, fp6, bf16_values, scales };
+enum class fill_kind : int { fp4, e4m3, e5m2, fp6, bf16_values, scales, nvfp4_scales };
 
 __global__ void fill_random(std::uint8_t* p, std::size_t n, std::uint64_t seed, int kind) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -70,6 +78,7 @@ __global__ void fill_random(std::uint8_t* p, std::size_t n, std::uint64_t seed, 
       c = (i & 1) ? static_cast<std::uint8_t>((r >> 8 & 0x80) | (0x3D + (r >> 16) % 4)) : c;
       break;
     case fill_kind::scales: c = static_cast<std::uint8_t>(127 - 4 + (r >> 8) % 9); break;
+    case fill_kind::nvfp4_scales: c = static_cast<std::uint8_t>((7 - 4 + (r >> 8) % 9) << 3 | (r >> 16 & 7)); break;  // E4M3 2^-4 .. 2^4
   }
   p[i] = c;
 }
@@ -134,6 +143,53 @@ struct mx_operand {
   }
   mx_const_view view() const { return {layout, {}, data.data(), scales.data()}; }
 };
+
+// ---- a device NVFP4 copy (random codes and E4M3 scales, a tensor scale in device memory) --------
+struct nvfp4_device_copy {
+  nvfp4_layout layout;
+  float t;
+  g::device_buffer<std::uint8_t> data, scales;
+  g::device_buffer<float> tensor_scale;
+  nvfp4_device_copy(copy_shape s, float t_, std::uint64_t seed)
+      : layout{formats::nvfp4, s.axis, s.rows, s.cols}, t(t_), data(layout.data_bytes()), scales(layout.scale_count()),
+        tensor_scale(std::span<const float>(std::vector<float>{t_})) {
+    fill(data.data(), data.size(), seed, fill_kind::fp4);
+    fill(scales.data(), scales.size(), seed ^ 0x5CA1E, fill_kind::nvfp4_scales);
+  }
+  g::nvfp4_operand operand() const { return {nvfp4_const_view{layout, {}, data.data(), scales.data()}, tensor_scale.data()}; }
+  nvfp4_tensor host() const {
+    nvfp4_tensor h(layout, {}, t, false);
+    const std::vector<std::uint8_t> d = data.to_host(), sc = scales.to_host();
+    std::copy(d.begin(), d.end(), h.data().begin());
+    std::copy(sc.begin(), sc.end(), h.scales().begin());
+    return h;
+  }
+};
+// Lines [first, first + n) of a host NVFP4 copy (row-major scales) as a view, and a sign-stripped copy.
+nvfp4_const_view nvfp4_lines(const nvfp4_tensor& t, std::size_t first, std::size_t n) {
+  nvfp4_const_view v = t.view();
+  (v.layout.axis == block_axis::rowwise ? v.layout.rows : v.layout.cols) = n;
+  v.data += first * t.layout().line_bytes();
+  v.scales += first * t.layout().blocks_per_line();
+  return v;
+}
+nvfp4_tensor nvfp4_abs(nvfp4_const_view v) {
+  nvfp4_tensor a(v.layout, v.options, v.tensor_scale, false);
+  for (std::size_t i = 0; i < a.data().size(); ++i) a.data()[i] = v.data[i] & 0x77;
+  std::memcpy(a.scales().data(), v.scales, a.scales().size());
+  return a;
+}
+nvfp4_tensor nvfp4_gather(const nvfp4_tensor& t, const std::vector<std::size_t>& lines) {
+  nvfp4_layout l = t.layout();
+  (l.axis == block_axis::rowwise ? l.rows : l.cols) = lines.size();
+  nvfp4_tensor g(l, t.options(), t.tensor_scale(), false);
+  const std::size_t lb = l.line_bytes(), nb = l.blocks_per_line();
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::memcpy(g.data().data() + i * lb, t.data().data() + lines[i] * lb, lb);
+    std::memcpy(g.scales().data() + i * nb, t.scales().data() + lines[i] * nb, nb);
+  }
+  return g;
+}
 
 // ---- host reference on sampled rows ---------------------------------------------------------------
 std::uint8_t abs_code(mx_type t, std::uint8_t c) {
@@ -256,6 +312,27 @@ check_result check_rows_bf16(const std::vector<std::uint16_t>& a, const std::vec
         }
         ref[i * q + j] = static_cast<float>(sum);
         mag[i * q + j] = static_cast<float>(abs_sum);
+      }
+  });
+  return compare_rows(rows, q, got, ref, mag, rel);
+}
+
+// NVFP4: the reference (ref/nvfp4_gemm.hpp) on the gathered A rows against B in column chunks.
+check_result check_rows_nvfp4(const nvfp4_tensor& a, const nvfp4_tensor& b, const std::vector<std::size_t>& rows,
+                              const std::vector<std::uint16_t>& got, double rel) {
+  const std::size_t q = b.layout().lines(), m = rows.size();
+  const nvfp4_tensor ga = nvfp4_gather(a, rows), gabs = nvfp4_abs(ga.view());
+  std::vector<float> ref(m * q), mag(m * q);
+  parallel_columns(q, [&](std::size_t j0, std::size_t n) {
+    const nvfp4_const_view bs = nvfp4_lines(b, j0, n);
+    const nvfp4_tensor babs = nvfp4_abs(bs);
+    std::vector<float> r(m * n), s(m * n);
+    ref::gemm(ga.view(), bs, matrix_view<float>{r.data(), m, n}, 1.0f, 0.0f, 1);
+    ref::gemm(gabs.view(), babs.view(), matrix_view<float>{s.data(), m, n}, 1.0f, 0.0f, 1);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        ref[i * q + j0 + j] = r[i * n + j];
+        mag[i * q + j0 + j] = s[i * n + j];
       }
   });
   return compare_rows(rows, q, got, ref, mag, rel);
@@ -418,8 +495,8 @@ int main(int argc, char** argv) {
   std::vector<mxkit_bench::result> rows;
   std::size_t recorded = 0;
   bool all_ok = true;
-  std::printf("%-34s %8s %8s %8s %8s %8s %10s %8s %9s %9s\n", "case (P x Q x R)", "mxfp4", "mxfp8", "hybrid", "fp8-pt", "cuBLAS",
-              "cuBLASLt", "bf16", "mxfp4-4b", "mxfp8-fp8");
+  std::printf("%-34s %8s %8s %8s %8s %8s %10s %8s %9s %9s %8s %9s\n", "case (P x Q x R)", "mxfp4", "mxfp8", "hybrid", "fp8-pt", "cuBLAS",
+              "cuBLASLt", "bf16", "mxfp4-4b", "mxfp8-fp8", "nvfp4", "nvfp4-own");
   for (const layer& l : layers) {
     if (quick && std::string(l.name) != "70B o") continue;
     if (!model.empty() && std::string(l.name).rfind(model, 0) != 0) continue;
@@ -431,7 +508,8 @@ int main(int argc, char** argv) {
       char label[96];
       std::snprintf(label, sizeof label, "%s %s %zux%zux%zu", l.name, name_of(prod), s.p, s.q, s.r);
       g::device_buffer<std::uint16_t> d(s.p * s.q);
-      double tf[9] = {};  // mxfp4 mxfp8 hybrid fp8-pt cuBLAS cuBLASLt bf16 | mxfp4 4-block, mxfp8 fp8 kernel
+      // mxfp4 mxfp8 hybrid fp8-pt cuBLAS cuBLASLt bf16 | mxfp4 4-block, mxfp8 fp8 kernel | nvfp4, nvfp4 on mxkit's bf16 kernel
+      double tf[11] = {};
 
       // -- mxkit MX formats
       for (int f = 0; f < 3; ++f) {
@@ -463,6 +541,29 @@ int main(int argc, char** argv) {
             all_ok = all_ok && c.bad == 0 && path == g::gemm_path::sm90;
           }
           tf[variant == 0 ? f : 7 + f] = flops / (median_ms(run, repeats) * 1e-3) / 1e12;
+        }
+      }
+
+      // -- NVFP4: expanded to bf16 (timed with the GEMM), default path and mxkit's bf16 kernel
+      if (only.empty() || only == "nvfp4") {
+        const nvfp4_device_copy a(sh.a, 0.75f, ++seed), b(sh.b, 3.0f, ++seed);
+        matrix_view<bfloat16> dv{reinterpret_cast<bfloat16*>(d.data()), s.p, s.q};
+        for (int variant = 0; variant < 2; ++variant) {
+          g::gemm_options go;
+          go.vendor = variant == 0;
+          auto run = [&] { return g::product(prod, a.operand(), b.operand(), dv, {}, nullptr, go); };
+          if (check) {
+            d.fill_bytes(0xFF);
+            const g::gemm_path path = run();
+            MXKIT_GPU_CHECK(g::device_synchronize());
+            const std::vector<std::size_t> sample = sample_rows(s.p, 4, seed);
+            const double rel = (2.0 * static_cast<double>(s.r) + 2.0 * static_cast<double>(s.r / 16) + 8) * 0x1p-24;
+            const check_result c = check_rows_nvfp4(a.host(), b.host(), sample, device_rows(d, s.q, sample), rel);
+            std::printf("  check %-9s %-40s path %-8s max |d-ref|/S %.3g %s%s\n", variant == 0 ? "nvfp4" : "nvfp4-own", label,
+                        g::name_of(path), c.max_rel, c.bad ? "FAILED: " : "ok", c.worst.c_str());
+            all_ok = all_ok && c.bad == 0;
+          }
+          tf[9 + variant] = flops / (median_ms(run, repeats) * 1e-3) / 1e12;
         }
       }
 
@@ -519,8 +620,8 @@ int main(int argc, char** argv) {
           tf[6] = flops / (median_ms([&] { g::gemm(va, vb, dv, {}, nullptr, own); }, repeats) * 1e-3) / 1e12;
         }
       }
-      std::printf("%-34s %8.1f %8.1f %8.1f %8.1f %8.1f %10.1f %8.1f %9.1f %9.1f\n", label, tf[0], tf[1], tf[2], tf[3], tf[4], tf[5],
-                  tf[6], tf[7], tf[8]);
+      std::printf("%-34s %8.1f %8.1f %8.1f %8.1f %8.1f %10.1f %8.1f %9.1f %9.1f %8.1f %9.1f\n", label, tf[0], tf[1], tf[2], tf[3], tf[4],
+                  tf[5], tf[6], tf[7], tf[8], tf[9], tf[10]);
       std::fflush(stdout);
       // The peers' settings, recorded with each row (cublas_peers above).
       const char* const cublas = "cublasGemmEx, bf16 in and out, CUBLAS_COMPUTE_32F";
@@ -536,6 +637,10 @@ int main(int argc, char** argv) {
         rows.push_back({"gemm", std::string("mxfp4 4-block tensor-core sums ") + label, tf[7], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
       if (tf[8] > 0)
         rows.push_back({"gemm", std::string("mxfp8 fp8 block-scaled kernel ") + label, tf[8], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
+      if (tf[9] > 0)
+        rows.push_back({"gemm", std::string("nvfp4 (bf16 expansion included) ") + label, tf[9], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
+      if (tf[10] > 0)
+        rows.push_back({"gemm", std::string("nvfp4 on mxkit's bf16 kernel ") + label, tf[10], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
       if (with_peers)
         rows.push_back({"gemm", std::string("cuBLASLt fp8 per-tensor ") + label, tf[5], "TFLOP/s", "cuBLAS bf16", tf[4], cublas});
       if (opt.record) {  // per shape, so a cut-short run keeps what it measured

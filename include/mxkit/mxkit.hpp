@@ -29,10 +29,12 @@
 #include <mxkit/format/int8_fixed.hpp>
 #include <mxkit/format/minifloat.hpp>
 #include <mxkit/format/rounding.hpp>
+#include <mxkit/gemm/nvfp4_product.hpp>
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/random/philox.hpp>
 #include <mxkit/ref/gemm.hpp>
 #include <mxkit/ref/names.hpp>
+#include <mxkit/ref/nvfp4_gemm.hpp>
 #include <mxkit/ref/nvfp4_quantize.hpp>
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/ref/quantize.hpp>

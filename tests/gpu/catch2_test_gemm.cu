@@ -40,6 +40,7 @@
 
 #include "../catch.hpp"
 #include "../ref/gemm_test_util.hpp"
+#include "gemm_epilogue_run.hpp"
 #include "gpu_test_util.hpp"
 
 namespace {
@@ -119,33 +120,18 @@ ref::gemm_validation_report run_mx(const mx_tensor& a, const mx_tensor& b, g::ge
                              std::uint64_t seed, std::size_t ld_pad = 0, g::gemm_options opt = {}) {
   const std::size_t p = a.layout().lines(), q = b.layout().lines();
   const device_mx da(a), db(b);
-  device_out<Out> d(p, q, q + ld_pad);
-  std::vector<Out> c(p * (q + ld_pad));
-  if (e.beta != 0.0f) {
-    const std::vector<float> cf = gemm_test::random_matrix(p, q + ld_pad, seed ^ 0xC, 1);
-    for (std::size_t i = 0; i < c.size(); ++i) {
-      if constexpr (std::is_same_v<Out, float>) c[i] = cf[i];
-      else c[i] = bfloat16::from_float(cf[i]);
-    }
-    d.set_all(c);
-  }
-  const g::gemm_path used = g::gemm(da.view(), db.view(), d.view(), e, nullptr, [&] {
+  gpu_test::epilogue_run<Out> out(p, q, ld_pad, e, seed);
+  const g::gemm_path used = g::gemm(da.view(), db.view(), out.d.view(), e, nullptr, [&] {
     opt.path = path;
     return opt;
   }());
   MXKIT_GPU_CHECK(g::device_synchronize());
   CHECK((path == g::gemm_path::automatic || used == path));
-  const std::vector<Out> got = d.get();
+  const std::vector<Out> got = out.d.get();
 
-  std::vector<Out> want(p * q);
-  for (std::size_t i = 0; i < p; ++i)
-    for (std::size_t j = 0; j < q; ++j) want[i * q + j] = c[i * (q + ld_pad) + j];
+  std::vector<Out> want = out.reference_start();
   ref::gemm(a.view(), b.view(), matrix_view<Out>{want.data(), p, q}, e.alpha, e.beta);
-  std::vector<double> s = magnitude(a, b);
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    s[i] *= std::fabs(e.alpha);
-    if (e.beta != 0.0f) s[i] += std::fabs(e.beta * static_cast<double>(load_float(c[(i / q) * (q + ld_pad) + i % q])));
-  }
+  const std::vector<double> s = out.magnitude(magnitude(a, b));
   // bf16 output: device and reference may round to neighbouring bf16 values, one ulp apart,
   // i.e. up to 2^-7 of |d| <= S.
   if constexpr (std::is_same_v<Out, bfloat16>) rel += 0x1p-7;

@@ -146,37 +146,43 @@ inline void check_rotation(const quantize_options& a, const quantize_options& b,
        "; the rotation cancels only when both sides use the same one");
 }
 
-inline void require_axis(const mx_layout& l, block_axis want, const char* product, const char* operand) {
-  require(l.axis == want, product, ": ", operand, " must be the ", name_of(want), " copy, got the ", name_of(l.axis), " copy");
+inline void require_axis(block_axis axis, block_axis want, const char* product, const char* operand) {
+  require(axis == want, product, ": ", operand, " must be the ", name_of(want), " copy, got the ", name_of(axis), " copy");
 }
 
-// The named training products over MX copies: `a` is X (fprop) or dY, `b` is W or X (see the
-// file comment). Returns the TN shape.
+// The named training products over block-scaled copies (an mx_layout or an nvfp4_layout: both
+// have axis, rows and cols): `a` is X (fprop) or dY, `b` is W or X (see the file comment).
 // A product kind cast from an out-of-range integer would pass no axis check (the switch below
 // has no case for it) and run as a plain GEMM.
 inline void check_product(gemm_product p) { check_enum(p, gemm_product::wgrad, "gemm_product", "product"); }
 
-inline gemm_shape check_mx_product(gemm_product p, const mx_layout& a, const mx_layout& b) {
+template <class Layout>
+void check_product_axes(gemm_product p, const Layout& a, const Layout& b) {
   check_product(p);
   const char* what = name_of(p);
   switch (p) {
     case gemm_product::fprop:
-      require_axis(a, block_axis::rowwise, what, "X");
-      require_axis(b, block_axis::rowwise, what, "W");
+      require_axis(a.axis, block_axis::rowwise, what, "X");
+      require_axis(b.axis, block_axis::rowwise, what, "W");
       require(a.cols == b.cols, what, ": X is ", a.rows, "x", a.cols, " but W is ", b.rows, "x", b.cols, " (K must match)");
       break;
     case gemm_product::dgrad:
-      require_axis(a, block_axis::rowwise, what, "dY");
-      require_axis(b, block_axis::columnwise, what, "W");
+      require_axis(a.axis, block_axis::rowwise, what, "dY");
+      require_axis(b.axis, block_axis::columnwise, what, "W");
       require(a.cols == b.rows, what, ": dY is ", a.rows, "x", a.cols, " but W is ", b.rows, "x", b.cols, " (N must match)");
       break;
     case gemm_product::wgrad:
-      require_axis(a, block_axis::columnwise, what, "dY");
-      require_axis(b, block_axis::columnwise, what, "X");
+      require_axis(a.axis, block_axis::columnwise, what, "dY");
+      require_axis(b.axis, block_axis::columnwise, what, "X");
       require(a.rows == b.rows, what, ": dY is ", a.rows, "x", a.cols, " but X is ", b.rows, "x", b.cols, " (M must match)");
       break;
   }
-  return check_mx_gemm(a, b, what);
+}
+
+// MX copies: the axes and shapes above, then the TN shape (check_mx_gemm).
+inline gemm_shape check_mx_product(gemm_product p, const mx_layout& a, const mx_layout& b) {
+  check_product_axes(p, a, b);
+  return check_mx_gemm(a, b, name_of(p));
 }
 
 // Row-major TN operands (per-tensor FP8, bf16): A [p,r], B [q,r]. The named products take the

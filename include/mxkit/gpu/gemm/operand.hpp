@@ -45,12 +45,17 @@ struct gemm_operand {
   std::size_t length = 0;      // R: the reduction length (a multiple of 32 for MX)
   std::size_t line_bytes = 0;  // bytes between consecutive lines; mn_major: between consecutive reduction rows
   std::size_t blocks = 0;      // kind == mx: scales per line
-  float scale_inv = 1.0f;      // kind == fp8
+  float scale_inv = 1.0f;      // kind == fp8: value = code * scale_inv; kind == bf16: value = stored * scale_inv (1 but where
+                               // a caller scales the operand: gpu/gemm/nvfp4.hpp's NVFP4 tensor scale)
   // kind == fp8 with delayed scaling: the scale in device memory (the kernel uses 1 / *scale in
   // place of scale_inv), so the descale needs no host round trip; null: scale_inv.
   const float* scale = nullptr;
   // kind == bf16 only: element (l, r) at data + r * line_bytes + 2 l (major_order::mn_major).
   bool mn_major = false;
+  // kind == bf16 only: the factor of every value in device memory (used in place of scale_inv),
+  // applied to the sums like the FP8 descale: the NVFP4 tensor scale the device quantizer wrote
+  // (gpu/gemm/nvfp4.hpp), read without a host round trip. Null: scale_inv.
+  const float* decode_scale = nullptr;
 
   MXKIT_HD constexpr int storage_bits() const noexcept { return kind == operand_kind::mx ? storage_bits_of_type(type) : (kind == operand_kind::bf16 ? 16 : 8); }
   MXKIT_HD static constexpr int storage_bits_of_type(mx_type t) noexcept { return storage_bits_of(t); }
@@ -75,6 +80,14 @@ inline gemm_operand make_operand(matrix_view<const bfloat16> stored, major_order
 __device__ inline float fp8_descale(const gemm_operand& a, const gemm_operand& b) noexcept {
   const float ia = a.scale ? 1.0f / *a.scale : a.scale_inv, ib = b.scale ? 1.0f / *b.scale : b.scale_inv;
   return ia * ib;
+}
+
+// The factor the sums of a per-tensor pair are multiplied by: the FP8 descale, or the bf16
+// operands' factors (decode_scale or scale_inv: 1 x 1 for plain bf16), as the reference forms it.
+__device__ inline float tensor_factor(const gemm_operand& a, const gemm_operand& b) noexcept {
+  if (a.kind == operand_kind::fp8) return fp8_descale(a, b);
+  const float fa = a.decode_scale ? *a.decode_scale : a.scale_inv, fb = b.decode_scale ? *b.decode_scale : b.scale_inv;
+  return fa * fb;
 }
 
 // Value of element code `c` (unscaled) for an MX element type; the one decode table every kernel

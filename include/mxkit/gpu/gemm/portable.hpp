@@ -95,7 +95,7 @@ MXKIT_GLOBAL void __launch_bounds__(threads) gemm_kernel(const params p) {
         acc[i][j] = mx ? fmaf(part[i][j] * sm.sb[tx * per_thread + j], sm.sa[ty * per_thread + i], acc[i][j]) : acc[i][j] + part[i][j];
   }
   // Epilogue: alpha * (acc * descale) + beta * C, as the reference orders it.
-  const float descale = p.a.kind == operand_kind::fp8 ? fp8_descale(p.a, p.b) : 1.0f;
+  const float descale = p.a.kind == operand_kind::mx ? 1.0f : tensor_factor(p.a, p.b);
   const gemm_output_desc& o = p.out;
   for (int i = 0; i < per_thread; ++i) {
     const std::size_t row = p0 + static_cast<std::size_t>(ty * per_thread + i);

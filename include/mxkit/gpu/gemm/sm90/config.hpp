@@ -70,9 +70,11 @@ struct params {
   const std::uint8_t* scale_a = nullptr;  // MX: [p, scale_ld_a] E8M0
   const std::uint8_t* scale_b = nullptr;
   std::uint32_t scale_ld_a = 0, scale_ld_b = 0;
-  float post_scale = 1.0f;            // per-tensor FP8: 1 / (scale_a * scale_b)
+  float post_scale = 1.0f;            // per-tensor FP8: 1 / (scale_a * scale_b); bf16: the host factors' product
   const float* tensor_scale_a = nullptr;  // per-tensor FP8, delayed scaling: the scales in device
   const float* tensor_scale_b = nullptr;  // memory, read by the epilogue in place of post_scale
+  const float* decode_scale_a = nullptr;  // bf16 with device factors (gemm_operand::decode_scale):
+  const float* decode_scale_b = nullptr;  // post_scale = *a * *b, read by the epilogue
   const float* line_scale_a = nullptr;  // scaling::line: [p] and [q] factors
   const float* line_scale_b = nullptr;
   launch_gate gate;                   // the kernel returns at once when the gate is closed

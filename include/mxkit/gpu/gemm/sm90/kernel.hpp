@@ -332,7 +332,9 @@ MXKIT_GLOBAL void __launch_bounds__(threads, 1)
       // rows and the 32 columns are all inside D (warp-uniform, as its shuffles need), pairs at
       // the edges; otherwise the pair loop.
       auto line_factor = [](const float* f, std::uint32_t i, std::uint32_t n) { return i < n ? f[i] : 1.0f; };
-      const float post_scale = p.tensor_scale_a ? (1.0f / *p.tensor_scale_a) * (1.0f / *p.tensor_scale_b) : p.post_scale;
+      const float post_scale = p.tensor_scale_a   ? (1.0f / *p.tensor_scale_a) * (1.0f / *p.tensor_scale_b)
+                               : p.decode_scale_a ? *p.decode_scale_a * *p.decode_scale_b
+                                                  : p.post_scale;
 #pragma unroll
       for (int h = 0; h < mh; ++h) {
         const std::uint32_t row = p0 + static_cast<std::uint32_t>(row0 + h * 64);

@@ -163,11 +163,16 @@ inline void launch_wgmma(const gemm_operand& a, const gemm_operand& b, const mma
   prm.scale_b = b.scales;
   prm.scale_ld_a = static_cast<std::uint32_t>(a.blocks);
   prm.scale_ld_b = static_cast<std::uint32_t>(b.blocks);
-  prm.post_scale = a.kind == operand_kind::fp8 ? a.scale_inv * b.scale_inv : 1.0f;
+  prm.post_scale = a.kind == operand_kind::mx ? 1.0f : a.scale_inv * b.scale_inv;
   if (a.kind == operand_kind::fp8 && (a.scale || b.scale)) {
     mxkit::detail::require(a.scale && b.scale, "gemm (sm90): both FP8 scales on the device or neither");
     prm.tensor_scale_a = a.scale;
     prm.tensor_scale_b = b.scale;
+  }
+  if (a.kind == operand_kind::bf16 && (a.decode_scale || b.decode_scale)) {
+    mxkit::detail::require(a.decode_scale && b.decode_scale, "gemm (sm90): both bf16 decode scales on the device or neither");
+    prm.decode_scale_a = a.decode_scale;
+    prm.decode_scale_b = b.decode_scale;
   }
   prm.line_scale_a = fa.line_scale;
   prm.line_scale_b = fb.line_scale;

@@ -25,6 +25,8 @@
 //     (CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER) are not used: with an fp32 D, cublasLtMatmul
 //     answered CUBLAS_STATUS_NOT_SUPPORTED for an algorithm its heuristic had offered (cuBLASLt
 //     13.0 on an H200, tests/gpu/catch2_test_gemm_vendor.cu);
+//   - bf16 operands with device decode factors (gemm_operand::decode_scale: NVFP4's tensor scales,
+//     gpu/gemm/nvfp4.hpp) are folded into alpha the same way: alpha t_a t_b on the device;
 //   - one handle per device, created on first use ("cublasLtCreate()");
 //   - the heuristic's first algorithm (cublasLtMatmulAlgoGetHeuristic, tens of microseconds) is
 //     kept per problem (device, shape, transposes, types, output type, beta != 0, leading
@@ -113,6 +115,12 @@ inline bool operands_fit(const gemm_operand& a, const gemm_operand& b) noexcept 
   return a.kind != operand_kind::fp8 || a.fp8 == fp8_type::e4m3 || b.fp8 == fp8_type::e4m3;
 }
 
+// Whether alpha comes from device memory: an FP8 scale or a bf16 decode factor there.
+inline bool device_factors(const gemm_operand& a, const gemm_operand& b) noexcept {
+  if (a.kind == operand_kind::fp8) return a.scale != nullptr || b.scale != nullptr;
+  return a.kind == operand_kind::bf16 && (a.decode_scale != nullptr || b.decode_scale != nullptr);
+}
+
 // Everything that picks cuBLASLt's algorithm for one call: the cache's key.
 struct problem_key {
   int device = 0;
@@ -121,7 +129,7 @@ struct problem_key {
   std::int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;   // cuBLASLt's A (mxkit's B), B (mxkit's A), C, D
   int type_a = 0, type_b = 0;                         // cudaDataType
   bool bf16_out = false, beta = false;
-  bool device_alpha = false;                          // alpha and beta in device memory (an FP8 device scale)
+  bool device_alpha = false;                          // alpha and beta in device memory (device_factors)
   std::uint32_t align_a = 0, align_b = 0, align_c = 0, align_d = 0;  // bytes, up to 16 (layout.hpp)
   auto operator<=>(const problem_key&) const = default;
 };
@@ -155,7 +163,7 @@ inline problem_key make_key(const gemm_operand& a, const gemm_operand& b, const 
   k.type_b = static_cast<int>(data_type_of(a));
   k.bf16_out = out.bf16;
   k.beta = beta;
-  k.device_alpha = a.kind == operand_kind::fp8 && (a.scale != nullptr || b.scale != nullptr);
+  k.device_alpha = device_factors(a, b);
   k.align_a = matrix_alignment(reinterpret_cast<std::uintptr_t>(b.data), p.a.ld, eb);
   k.align_b = matrix_alignment(reinterpret_cast<std::uintptr_t>(a.data), p.b.ld, ea);
   k.align_c = matrix_alignment(reinterpret_cast<std::uintptr_t>(beta ? out.c : out.d), p.c.ld, ed);
@@ -293,12 +301,14 @@ inline algo_choice choose_algo(const problem_key& k) {
 }
 
 #if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
-// Per-tensor FP8 with a device scale on either side: alpha and beta for CUBLASLT_POINTER_MODE_DEVICE,
-// [0] = (1/s_a) (1/s_b) host_alpha (a side without a device scale counts 1 here: its scale_inv
-// is in host_alpha), [1] = beta.
-MXKIT_GLOBAL void device_alpha_beta_kernel(const float* scale_a, const float* scale_b, float host_alpha, float beta, float* alpha_beta) {
-  const float inv_a = scale_a ? 1.0f / *scale_a : 1.0f, inv_b = scale_b ? 1.0f / *scale_b : 1.0f;
-  alpha_beta[0] = (inv_a * inv_b) * host_alpha;
+// Per-tensor FP8 with a device scale, or bf16 with a device decode factor, on either side: alpha
+// and beta for CUBLASLT_POINTER_MODE_DEVICE, [0] = f_a f_b host_alpha with f = 1/s (FP8 scale)
+// or the decode factor (a side without one counts 1 here: its scale_inv is in host_alpha), [1] = beta.
+MXKIT_GLOBAL void device_alpha_beta_kernel(const float* scale_a, const float* scale_b, const float* decode_a, const float* decode_b,
+                                           float host_alpha, float beta, float* alpha_beta) {
+  const float fa = scale_a ? 1.0f / *scale_a : (decode_a ? *decode_a : 1.0f);
+  const float fb = scale_b ? 1.0f / *scale_b : (decode_b ? *decode_b : 1.0f);
+  alpha_beta[0] = (fa * fb) * host_alpha;
   alpha_beta[1] = beta;
 }
 #endif
@@ -340,15 +350,16 @@ struct gemm_arch {
     const std::size_t bytes = workspace + (k.device_alpha ? 256 : 0);
     auto* scratch = static_cast<std::uint8_t*>(bytes ? allocate_async(bytes, s) : nullptr);
     try {
-      // Host descales fold into alpha, as the reference forms them (a.scale_inv * b.scale_inv).
-      float alpha = out.alpha;
-      if (a.kind == operand_kind::fp8) alpha = out.alpha * ((a.scale ? 1.0f : a.scale_inv) * (b.scale ? 1.0f : b.scale_inv));
+      // Host descales (FP8) and factors (bf16: 1 but for NVFP4's tensor scales) fold into alpha,
+      // as the reference forms them (a.scale_inv * b.scale_inv).
+      auto host_factor = [](const gemm_operand& o) { return o.scale || o.decode_scale ? 1.0f : o.scale_inv; };
+      const float alpha = out.alpha * (host_factor(a) * host_factor(b));
       const float beta = out.beta;
       const void* alpha_arg = &alpha;
       const void* beta_arg = &beta;
       if (k.device_alpha) {
         auto* alpha_beta = reinterpret_cast<float*>(scratch + workspace);
-        device_alpha_beta_kernel<<<1, 1, 0, s>>>(a.scale, b.scale, alpha, beta, alpha_beta);
+        device_alpha_beta_kernel<<<1, 1, 0, s>>>(a.scale, b.scale, a.decode_scale, b.decode_scale, alpha, beta, alpha_beta);
         MXKIT_GPU_CHECK_LAUNCH();
         alpha_arg = alpha_beta;
         beta_arg = alpha_beta + 1;
