@@ -663,7 +663,7 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
                                   [&] { return std::make_unique<nn::trainer>(m, train_batches, tc); });
   nn::trainer& t = *trainer;
   if (t.steps().applies()) say("%s", "step graph: each step recorded once and replayed (--cuda-graph on)");
-  else say("step graph: every step launched operation by operation: %s", t.steps().refusal().c_str());
+  else if (t.steps().backend_records()) say("step graph: every step launched operation by operation: %s", t.steps().refusal().c_str());
   // --init-from: each tensor read from its file into the memory this rank keeps (full sharding: its
   // shard of each weight), after the training state has laid the shards out.
   if (!o.init_from.empty()) {

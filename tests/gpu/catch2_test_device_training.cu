@@ -259,8 +259,10 @@ graphed_run shapes_run(const recipe& r, const std::vector<batch_shape>& shapes, 
       opt.step(step_lr);
       m.end_step();
     });
-    if (be.counters().graph_replays != before) opt.bump_versions();  // the host side of the replayed step
-    m.set_step(i + 1);
+    if (be.counters().graph_replays != before) {  // the host side of the replayed step
+      opt.bump_versions();
+      m.set_step(i + 1);
+    }
     losses.push_back(be.read_scalar(loss));
     be.fill(loss, 0.0);
   }

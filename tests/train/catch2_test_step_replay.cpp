@@ -94,10 +94,12 @@ TEST_CASE("step_replay: a refusal launches every step; the host backend has no g
   for (int i = 0; i < 3; ++i) off.run({2, 64, false}, [&] { ++ran; });
   CHECK((ran == 3 && off.counters().launches == 3 && gb.counters().graph_captures == 0 && !off.applies()));
   CHECK(off.refusal() == "turned off");
+  CHECK(off.backend_records());
   host_backend hb;
   const step_replay none(hb, "");
   CHECK(!none.applies());
   CHECK(none.refusal().find("the host backend records no step graph") != std::string::npos);
+  CHECK(!none.backend_records());
 }
 
 TEST_CASE("step_replay: recipes that draw per step are refused", "[train][graph]") {

@@ -62,8 +62,8 @@ class step_replay {
 
   // `refusal`: why recording does not apply ("" where it may); the backend's own refusal (it has
   // no step graph) is added here.
-  step_replay(backend& be, std::string refusal) : be_(&be), refusal_(std::move(refusal)) {
-    if (refusal_.empty() && !be.make_step_graph())
+  step_replay(backend& be, std::string refusal) : be_(&be), refusal_(std::move(refusal)), records_(be.make_step_graph() != nullptr) {
+    if (refusal_.empty() && !records_)
       refusal_ = std::string("the ") + be.name() + " backend records no step graph here (the host backend runs each operation as "
                  "it is called; a GPU runtime that cannot capture stream-ordered allocations)";
   }
@@ -102,6 +102,8 @@ class step_replay {
   // Whether steps are recorded and replayed; "" or why not.
   bool applies() const noexcept { return refusal_.empty(); }
   const std::string& refusal() const noexcept { return refusal_; }
+  // Whether the backend records step graphs at all (the host backend does not).
+  bool backend_records() const noexcept { return records_; }
   const counts& counters() const noexcept { return counts_; }
   // The last step ran from a recording (captured or replayed).
   bool replaying() const noexcept { return graph_ != nullptr; }
@@ -119,6 +121,7 @@ class step_replay {
 
   backend* be_;
   std::string refusal_;
+  bool records_;
   step_key key_;
   bool warm_ = false;
   std::unique_ptr<step_graph> graph_;

@@ -153,8 +153,10 @@ class trainer {
         micro_batch(b, mask, 0);
         finish_step(lr);
       });
-      if (m_->be().counters().graph_replays != before) opt_.bump_versions();
-      m_->set_step(step_ + 1);
+      if (m_->be().counters().graph_replays != before) {
+        opt_.bump_versions();
+        m_->set_step(step_ + 1);
+      }
     } else {  // refused: launched (and counted) as is, the uploads inside
       replay_->run({}, [&] {
         m_->zero_grad();
