@@ -147,14 +147,14 @@ int main(int argc, char** argv) {
     const double ms = times[times.size() / 2];
     const double peak_gib = static_cast<double>(be.memory().peak_total()) / (1024.0 * 1024.0 * 1024.0);
     // The profiled pass: one step with every operation bracketed.
-    be.profiling = true;
+    be.set_profiling(true);
     gpu::event a, b;
     a.record(be.stream());
     step();
     b.record(be.stream());
     const double profiled_ms = b.elapsed_ms_since(a);
     const mxkit_bench::profiled_backend::profile ops = be.collect();
-    be.profiling = false;
+    be.set_profiling(false);
     const std::array<double, mxkit_bench::step_part_count> split = mxkit_bench::split_by_part(ops, profiled_ms);
     // Tracked bytes are the tensors and copies a step holds (as torch's max_memory_allocated
     // counts tensors); the pool also keeps GEMM scratch and workspaces, shown beside it.

@@ -14,7 +14,11 @@
 // excluded from N_linear, included here as the LM head GEMM 6 * V * C * tokens).
 // Peer in the same run: bench/train_peer.py (the same model in PyTorch, bf16 autocast, fused
 // AdamW; eager and torch.compile).
-// Usage: bench_train [--record] [--results PATH] [--repeats N] [--recipes a,b] [--models default,76m,8b16]
+// The trainer's step graph (train/step_replay.hpp) is on, as in the training program, where it
+// applies (the run's line says whether; MXFP4 with random Hadamard signs is launched); the profiled
+// step is always launched (an observer watches it). --cuda-graph off launches every step: the
+// rows then say "graph off".
+// Usage: bench_train [--record] [--results PATH] [--repeats N] [--recipes a,b] [--models default,76m,8b16] [--cuda-graph on|off]
 //   MXKIT_TRAIN_PEER: the peer command (default "python3 bench/train_peer.py"); empty: no peer.
 //   Without a GPU it says so and exits 77.
 #include <algorithm>
@@ -64,10 +68,16 @@ std::string peer_command(const model_shape& m) {
 
 int main(int argc, char** argv) {
   std::string recipes = "bf16,fp8,mxfp8,mxfp4", models = "default,76m";
+  bool step_graph = true;
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--recipes") && i + 1 < argc) recipes = argv[++i];
     else if (!std::strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
+    else if (!std::strcmp(argv[i], "--cuda-graph") && i + 1 < argc) {
+      const std::string v = argv[++i];
+      mxkit::detail::require(v == "on" || v == "off", "bench_train: --cuda-graph takes on or off, got '", v, "'");
+      step_graph = v == "on";
+    }
     else rest.push_back(argv[i]);
   }
   mxkit_bench::options opt = mxkit_bench::parse_args(static_cast<int>(rest.size()), rest.data());
@@ -104,7 +114,11 @@ int main(int argc, char** argv) {
       mxkit_bench::profiled_backend be;
       nn::model model(be, mc, r, 1);
       model.set_recompute(m.recompute);
-      nn::trainer t(model, bytes, mxkit_bench::timing_config({m.batch, m.seq}, 3e-4, 10));
+      nn::train_config tc = mxkit_bench::timing_config({m.batch, m.seq}, 3e-4, 10);
+      tc.step_graph = step_graph;
+      nn::trainer t(model, bytes, tc);
+      std::printf("%s %s: step graph %s\n", m.name.c_str(), rname.c_str(),
+                  t.steps().applies() ? "on (recorded at the second step, replayed after)" : ("off: " + t.steps().refusal()).c_str());
       for (int i = 0; i < 3; ++i) t.step();
       be.synchronize();
       std::vector<double> times;
@@ -129,14 +143,14 @@ int main(int argc, char** argv) {
       std::sort(host.begin(), host.end());
       const double host_ms = host[host.size() / 2];
       be.synchronize();
-      be.profiling = true;
+      be.set_profiling(true);
       gpu::event pa, pb;
       pa.record(be.stream());
       t.step();
       pb.record(be.stream());
       const double profiled_ms = pb.elapsed_ms_since(pa);
       const mxkit_bench::profiled_backend::profile ops = be.collect();
-      be.profiling = false;
+      be.set_profiling(false);
       const std::array<double, mxkit_bench::step_part_count> split = mxkit_bench::split_by_part(ops, profiled_ms);
       std::printf("%-40s %-6s %8.2f ms/step %10.0f tokens/s %6.1f TFLOP/s  last loss %.3f  peak %.2f GiB\n", m.name.c_str(), rname.c_str(), ms,
                   tokens / ms * 1e3, flops / ms / 1e9, loss, static_cast<double>(be.memory().peak_total()) / (1u << 30));
@@ -145,7 +159,7 @@ int main(int argc, char** argv) {
       std::printf("\n");
       mxkit_bench::print_op_times(ops);
       std::fflush(stdout);
-      const std::string what = rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq);
+      const std::string what = rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq) + (step_graph ? "" : " graph off");
       rows.push_back({"train", what + " tokens/s", tokens / ms * 1e3, "tokens/s", "torch.compile bf16", 0.0});
       rows.push_back({"train", what + " host enqueue per step", host_ms, "ms", "", 0.0});
       for (int p = 0; p < mxkit_bench::step_part_count; ++p)

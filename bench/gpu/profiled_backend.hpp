@@ -110,17 +110,22 @@ class op_timer final : public mxkit::nn::backend_observer {
   std::vector<std::size_t> open_;  // indices of the marks begun and not yet ended
 };
 
-// The device backend with an op_timer installed: `profiling` switches the brackets on.
+// The device backend with an op_timer installed while profiling (set_profiling): the observer
+// is there only then, so the steps between profiled ones may be replayed step graphs
+// (train/step_replay.hpp launches every step an observer watches).
 class profiled_backend final : public mxkit::gpu::device_backend {
  public:
   using op_time = op_timer::op_time;
   using profile = op_timer::profile;
-  profiled_backend() : timer_(stream()) { set_observer(&timer_); }
+  profiled_backend() : timer_(stream()) {}
   ~profiled_backend() override { set_observer(nullptr); }
   profiled_backend(const profiled_backend&) = delete;
   profiled_backend& operator=(const profiled_backend&) = delete;
 
-  bool& profiling = timer_.profiling;
+  void set_profiling(bool on) {
+    timer_.profiling = on;
+    set_observer(on ? &timer_ : nullptr);
+  }
   profile collect() { return timer_.collect(); }
 
  private:

@@ -37,6 +37,7 @@
 #include <mxkit/nn/rmsnorm.hpp>
 #include <mxkit/nn/rope.hpp>
 #include <mxkit/nn/rope_frequencies.hpp>
+#include <mxkit/nn/step_graph.hpp>
 #include <mxkit/nn/swiglu.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/nn/transformer_layer.hpp>
@@ -68,4 +69,5 @@
 #include <mxkit/train/sample_batches.hpp>
 #include <mxkit/train/schedule.hpp>
 #include <mxkit/train/seeded_shuffle.hpp>
+#include <mxkit/train/step_replay.hpp>
 #include <mxkit/train/training.hpp>

@@ -632,6 +632,7 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
   tc.parallel.reshard_after_forward = o.reshard_after_forward;
   tc.parallel.overlap_reductions = o.overlap_reductions;
   tc.parallel.reduce_dtype = o.reduce_dtype;
+  tc.step_graph = o.cuda_graph;
   tc.on_progress = [&](const nn::train_progress& p) {
     const throughput::rate w = speed.close(p.step);
     const double tokens_per_s = w.per_second(tokens_per_step), tflops = w.per_second(flops.per_step) / 1e12;
@@ -661,6 +662,8 @@ int run(nn::backend& be, const device_info& device, const options& given, nn::co
   const auto trainer = allocating("the training state (--batch " + std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) + ")",
                                   [&] { return std::make_unique<nn::trainer>(m, train_batches, tc); });
   nn::trainer& t = *trainer;
+  if (t.steps().applies()) say("%s", "step graph: each step recorded once and replayed (--cuda-graph on)");
+  else if (t.steps().backend_records()) say("step graph: every step launched operation by operation: %s", t.steps().refusal().c_str());
   // --init-from: each tensor read from its file into the memory this rank keeps (full sharding: its
   // shard of each weight), after the training state has laid the shards out.
   if (!o.init_from.empty()) {

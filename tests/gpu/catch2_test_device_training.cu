@@ -8,6 +8,11 @@
 //     ffn 256, bytes, seq 64, batch 2, bf16 activations) for every recipe, and a LoRA fine-tune
 //     that heals from MXFP4 to FP8, on both backends: the losses agree (tolerances below; both
 //     series are printed).
+//  4. Step graphs (train/step_replay.hpp, gpu/nn/device_step_graph.hpp): a run whose steps are
+//     recorded once and replayed gives the launched run's losses, parameters, moments and step
+//     counts byte for byte, and went through the graph (the backend's capture and replay
+//     counters); a step of another batch shape falls back to launching and the shape after it is
+//     recorded again, with the same bits; recipes with per-step random draws are refused.
 //  3. Two identical device runs give the same losses bit for bit; LoRA leaves the frozen base
 //     weights bit-identical; after healing no MXFP4 copy remains and the weight sets were never
 //     co-resident, in the tracker's figures and in the device's own (the pool's in-use bytes,
@@ -16,7 +21,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <iomanip>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -167,6 +174,100 @@ std::pair<std::size_t, bool> compare_frozen(backend& be, const frozen_record& r)
       same = same && be.read(p->value) == v;
     }
   return {n, same};
+}
+// Everything a run leaves on the device that the next step reads, as bytes: every parameter,
+// the optimizer's moments and its step counts (read as doubles, which every f32 and bf16 value is
+// exactly; compared with memcmp, so -0 and 0 or two NaNs differ).
+struct device_state {
+  std::vector<double> losses;
+  std::vector<std::vector<double>> tensors;
+};
+device_state state_of(backend& be, model& m, adamw& opt, std::vector<double> losses) {
+  device_state out{std::move(losses), {}};
+  for (parameter* p : m.parameters()) out.tensors.push_back(be.read(p->value));
+  for (const adamw::slot& s : opt.slots()) {
+    out.tensors.push_back(be.read(s.m));
+    out.tensors.push_back(be.read(s.v));
+  }
+  out.tensors.push_back({static_cast<double>(opt.steps()), static_cast<double>(opt.skipped_steps())});
+  return out;
+}
+bool same_bytes(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+}
+// "" when both states are the same bytes, else what differs first.
+std::string state_difference(const device_state& graphed, const device_state& launched) {
+  if (!same_bytes(graphed.losses, launched.losses)) return "losses: " + same_values("losses", graphed.losses, launched.losses);
+  if (graphed.tensors.size() != launched.tensors.size()) return "tensor counts differ";
+  for (std::size_t i = 0; i < graphed.tensors.size(); ++i)
+    if (!same_bytes(graphed.tensors[i], launched.tensors[i])) return "tensor " + std::to_string(i) + " (parameters, then m and v per slot, then the step counts)";
+  return "";
+}
+
+struct graphed_run {
+  device_state state;
+  std::uint64_t captures = 0, replays = 0;
+  std::size_t launches = 0;
+  std::string refusal;
+};
+// `steps` trainer steps with the step graph on or off.
+graphed_run train_graphed(const recipe& r, std::size_t steps, bool graph) {
+  device_backend be;
+  model m(be, small_model(), r, 17);
+  train_config c = run_config(steps);
+  c.step_graph = graph;
+  trainer t(m, text_tokens(), c);
+  t.run();
+  return {state_of(be, m, t.optimizer(), t.losses()), be.counters().graph_captures, be.counters().graph_replays,
+          t.steps().counters().launches, t.steps().refusal()};
+}
+
+// A loop of its own over a sequence of batch shapes through nn::step_replay (the trainer's
+// batches all have one shape): per shape its own token tensors, uploaded before each step; the
+// learning rate from a device scalar; the loss read after every step.
+graphed_run shapes_run(const recipe& r, const std::vector<batch_shape>& shapes, bool graph) {
+  device_backend be;
+  model m(be, small_model(), r, 17);
+  adamw opt(be, m.parameters(), adamw_config{});
+  tensor lr = be.scalar(mem_tag::optimizer), loss = be.scalar();
+  opt.set_lr_device(&lr);
+  step_replay replay(be, graph ? "" : "off in this run");
+  struct batch_tensors {
+    std::unique_ptr<batch_loader> loader;
+    tensor tokens, targets;
+  };
+  std::map<std::pair<std::size_t, std::size_t>, batch_tensors> by_shape;
+  std::vector<double> losses;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const batch_shape s = shapes[i];
+    batch_tensors& bt = by_shape[{s.batch, s.seq}];
+    if (!bt.loader) {
+      bt.loader = std::make_unique<batch_loader>(text_tokens(), s, 5);
+      bt.tokens = be.alloc(s.tokens(), 1, dtype::i32, mem_tag::activation);
+      bt.targets = be.alloc(s.tokens(), 1, dtype::i32, mem_tag::activation);
+    }
+    const batch b = bt.loader->at(i);
+    be.write_tokens(bt.tokens, b.inputs, 256);
+    be.write_tokens(bt.targets, b.targets, 256);
+    const double step_lr = 2e-3 / static_cast<double>(i + 1);  // changes every step: read from `lr` on the device
+    be.fill(lr, step_lr);
+    const std::uint64_t before = be.counters().graph_replays;
+    replay.run({s.batch, s.seq, false}, [&] {
+      m.zero_grad();
+      be.axpy(1.0, m.forward(bt.tokens, bt.targets, s, true), loss);
+      m.backward();
+      opt.step(step_lr);
+      m.end_step();
+    });
+    if (be.counters().graph_replays != before) {  // the host side of the replayed step
+      opt.bump_versions();
+      m.set_step(i + 1);
+    }
+    losses.push_back(be.read_scalar(loss));
+    be.fill(loss, 0.0);
+  }
+  return {state_of(be, m, opt, losses), be.counters().graph_captures, be.counters().graph_replays, replay.counters().launches,
+          replay.refusal()};
 }
 }  // namespace
 
@@ -448,4 +549,54 @@ TEST_CASE("device backend: healing frees every MXFP4 copy before the FP8 copies 
       CHECK(l->cached_columnwise().kind() == precision::fp8);
     }
   }
+}
+
+// ====================================================================== 4. step graphs
+
+TEST_CASE("device backend: a replayed step graph gives the launched steps' bits", "[gpu][nn][backend][training][graph]") {
+  constexpr std::size_t steps = 8;
+  for (const recipe& r0 : {recipes::bf16(), recipes::fp8_delayed({4, amax_algorithm::max, 0}), recipes::mxfp8(), recipes::mxfp4_amd()}) {
+    const recipe r = with_bf16(r0);
+    INFO(r.name);
+    const graphed_run launched = train_graphed(r, steps, false), graphed = train_graphed(r, steps, true);
+    // The launched run recorded nothing; the graphed one launched the first step, recorded the
+    // second and replayed every step after it.
+    CHECK(launched.captures == 0);
+    CHECK(launched.replays == 0);
+    CHECK(launched.launches == steps);
+    REQUIRE(graphed.refusal == "");
+    CHECK(graphed.captures == 1);
+    CHECK(graphed.replays == steps - 2);
+    CHECK(graphed.launches == 1);
+    REQUIRE(graphed.state.losses.size() == steps);
+    CHECK(state_difference(graphed.state, launched.state) == "");
+  }
+}
+
+TEST_CASE("device backend: a step of another shape falls back to launching, with the same bits", "[gpu][nn][backend][training][graph]") {
+  // Four steps of 2 x 64, a short batch of 1 x 64 (the last short batch of an epoch), three of
+  // 2 x 64 again: launched, recorded, replayed twice; launched (another shape: the recording is
+  // dropped); launched (warm-up of the shape), recorded, replayed.
+  const batch_shape full{2, 64}, short_batch{1, 64};
+  const std::vector<batch_shape> shapes{full, full, full, full, short_batch, full, full, full};
+  for (const recipe& r0 : {recipes::bf16(), recipes::fp8_delayed({4, amax_algorithm::max, 0})}) {
+    const recipe r = with_bf16(r0);
+    INFO(r.name);
+    const graphed_run launched = shapes_run(r, shapes, false), graphed = shapes_run(r, shapes, true);
+    CHECK(launched.captures == 0);
+    CHECK(launched.launches == shapes.size());
+    CHECK(graphed.captures == 2);
+    CHECK(graphed.replays == 3);
+    CHECK(graphed.launches == 3);
+    CHECK(state_difference(graphed.state, launched.state) == "");
+  }
+}
+
+TEST_CASE("device backend: recipes with per-step random draws launch every step", "[gpu][nn][backend][training][graph]") {
+  const recipe r = with_bf16(recipes::mxfp4_nvidia_style());  // stochastic rounding, random Hadamard signs
+  const graphed_run run = train_graphed(r, 4, true);
+  CHECK(run.refusal.find("Philox") != std::string::npos);
+  CHECK(run.captures == 0);
+  CHECK(run.replays == 0);
+  CHECK(run.launches == 4);
 }

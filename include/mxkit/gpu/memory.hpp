@@ -10,6 +10,7 @@
 // ordered on a stream, like kernels: a free waits for the work already enqueued on that stream,
 // never for the whole device. Memory allocated on one stream and used on another must be ordered
 // (an event, or synchronizing the first stream) before that use, and before its free.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +46,36 @@ inline mem_pool_t device_pool() {
 }
 }  // namespace detail
 
+// The memory side of a stream capture (gpu/graph.hpp), installed on the capturing thread while
+// the capture lasts. Allocations on the captured stream become the graph's allocation nodes
+// (cudaMallocFromPoolAsync under capture: "the allocation is owned by the graph instead of the
+// memory pool", at an address fixed across launches; CUDA programming guide, "Graph Memory
+// Nodes"), and their frees within the capture its free nodes. A free of memory allocated before
+// the capture is not recorded (a free node may free only graph allocations) and not done: the
+// captured work may read that memory at every launch, so it is kept until the graph goes.
+class capture_memory {
+ public:
+  explicit capture_memory(stream_t s) : stream_(s), previous_(current()) { current() = this; }
+  capture_memory(const capture_memory&) = delete;
+  capture_memory& operator=(const capture_memory&) = delete;
+  ~capture_memory() { current() = previous_; }
+  // Memory allocated before the capture that the captured work freed: to be freed after the
+  // graph's last launch.
+  std::vector<void*> take_kept() noexcept { return std::exchange(kept_, {}); }
+  static capture_memory*& current() noexcept {
+    static thread_local capture_memory* c = nullptr;
+    return c;
+  }
+
+ private:
+  friend void* allocate_async(std::size_t, stream_t);
+  friend void deallocate_async(void*, stream_t) noexcept;
+  stream_t stream_;
+  capture_memory* previous_;
+  std::vector<void*> allocated_;  // the graph's allocations not yet freed in the capture
+  std::vector<void*> kept_;
+};
+
 // Every allocation is a whole number of 16-byte units: NCCL and RCCL read a collective's input in
 // 16-byte pieces, past the end of a buffer whose size is not a multiple of 16 (NVIDIA/nccl#265);
 // the driver's granularity makes that harmless, but compute-sanitizer reports it as an
@@ -59,11 +90,28 @@ inline void* allocate_async(std::size_t bytes, stream_t s) {
   bytes = (bytes + allocation_unit - 1) / allocation_unit * allocation_unit;
   void* p = nullptr;
   MXKIT_GPU_CHECK(malloc_from_pool_async(&p, bytes, detail::device_pool(), s));
+  if (capture_memory* c = capture_memory::current(); c && c->stream_ == s) c->allocated_.push_back(p);
   return p;
 }
 // Returns memory from allocate_async to the pool once the work enqueued on `s` before it is done.
+// While `s` is captured (capture_memory): memory the capture allocated is freed by the graph (a
+// free node); memory allocated before it is kept (capture_memory::kept), since the graph may read
+// it at every launch.
 inline void deallocate_async(void* p, stream_t s) noexcept {
-  if (p) (void)free_async(p, s);  // never throws: called from destructors
+  if (!p) return;
+  if (capture_memory* c = capture_memory::current(); c && c->stream_ == s) {
+    auto it = std::find(c->allocated_.begin(), c->allocated_.end(), p);
+    if (it == c->allocated_.end()) {
+      try {
+        c->kept_.push_back(p);
+        return;
+      } catch (...) {  // no memory for the list: the memory is not freed (a leak, never a free under a graph)
+        return;
+      }
+    }
+    c->allocated_.erase(it);
+  }
+  (void)free_async(p, s);  // never throws: called from destructors
 }
 // Hands the current device's pooled memory back to the driver, keeping `keep_bytes`, once the
 // work that used it has finished.

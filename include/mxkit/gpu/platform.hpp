@@ -193,6 +193,39 @@ inline error_t event_elapsed_ms(float* ms, event_t start, event_t stop) noexcept
   return MXKIT_GPU_API(cudaEventElapsedTime, hipEventElapsedTime)(ms, start, stop);
 }
 
+// Graphs by stream capture (CUDA programming guide, "CUDA Graphs" and "Creating a Graph Using
+// Stream Capture"; HIP 5.2's hipStreamBeginCapture ... hipGraphLaunch are the same calls): the
+// work enqueued on a stream between begin and end is recorded, not run, and the instantiated graph
+// runs it again at each launch with the same kernel arguments and addresses.
+using graph_t = MXKIT_GPU_API(cudaGraph_t, hipGraph_t);
+using graph_exec_t = MXKIT_GPU_API(cudaGraphExec_t, hipGraphExec_t);
+// Thread-local mode: a call this thread makes that may not be captured (a synchronization, a
+// cudaMalloc, an event query) fails instead of running, so a step that is not capturable reports
+// it; other threads (another rank's) are not affected.
+inline error_t stream_begin_capture(stream_t s) noexcept {
+  return MXKIT_GPU_API(cudaStreamBeginCapture, hipStreamBeginCapture)(
+      s, MXKIT_GPU_API(cudaStreamCaptureModeThreadLocal, hipStreamCaptureModeThreadLocal));
+}
+inline error_t stream_end_capture(stream_t s, graph_t* g) noexcept { return MXKIT_GPU_API(cudaStreamEndCapture, hipStreamEndCapture)(s, g); }
+// Whether work enqueued on `s` now would be recorded into a graph instead of run.
+inline error_t stream_is_capturing(stream_t s, bool* capturing) noexcept {
+  MXKIT_GPU_API(cudaStreamCaptureStatus, hipStreamCaptureStatus) status{};
+  const error_t e = MXKIT_GPU_API(cudaStreamIsCapturing, hipStreamIsCapturing)(s, &status);
+  *capturing = e == success && status != MXKIT_GPU_API(cudaStreamCaptureStatusNone, hipStreamCaptureStatusNone);
+  return e;
+}
+// Auto-free on launch: memory a graph allocated (a captured stream-ordered allocation: an
+// allocation node at a fixed address) and did not free is freed when the graph is launched again,
+// so it may stay allocated between launches, read by work after the launch (programming guide,
+// "Graph Memory Nodes").
+inline error_t graph_instantiate(graph_exec_t* exec, graph_t g) noexcept {
+  return MXKIT_GPU_API(cudaGraphInstantiateWithFlags, hipGraphInstantiateWithFlags)(
+      exec, g, MXKIT_GPU_API(cudaGraphInstantiateFlagAutoFreeOnLaunch, hipGraphInstantiateFlagAutoFreeOnLaunch));
+}
+inline error_t graph_launch(graph_exec_t exec, stream_t s) noexcept { return MXKIT_GPU_API(cudaGraphLaunch, hipGraphLaunch)(exec, s); }
+inline error_t graph_destroy(graph_t g) noexcept { return MXKIT_GPU_API(cudaGraphDestroy, hipGraphDestroy)(g); }
+inline error_t graph_exec_destroy(graph_exec_t exec) noexcept { return MXKIT_GPU_API(cudaGraphExecDestroy, hipGraphExecDestroy)(exec); }
+
 // The few device properties launchers size grids with.
 struct device_properties {
   char name[256] = {};

@@ -471,8 +471,9 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
       return;
     }
     const std::uint64_t step = static_cast<std::uint64_t>(st[0]) + 1;
+    const double lr = args.lr_device ? *args.lr_device->as<double>() : args.lr;
     for (const nn::adamw_slot_ref& s : slots) {
-      const nn::adamw_hyper h{args.lr, args.beta1, args.beta2, args.eps, s.weight_decay, *clip.as<double>(), step};
+      const nn::adamw_hyper h{lr, args.beta1, args.beta2, args.eps, s.weight_decay, *clip.as<double>(), step};
       compute(s.param->type(), [&](auto z) {
         using T = decltype(z);
         ref::adamw_update(s.param->as<T>(), s.grad->as<T>(), s.m->as<T>(), s.v->as<T>(), s.param->size(), h);

@@ -60,6 +60,8 @@
 //               swiglu_backward_quantize, embedding_forward / embedding_backward, cross_entropy /
 //               cross_entropy_rows (a loss mask; a chunk of rows at a time)
 //   optimizer   global_norm (multi-tensor), adamw_step (multi-tensor)
+// A step graph (make_step_graph, nn/step_graph.hpp): a backend with launches to save records a
+// whole training step once and replays it; train/step_replay.hpp says when.
 // Not here: full sharding's gather of quantized weight copies between ranks, a seam of its own
 // (parallel/copy_gather.hpp) that a backend implements beside this one and hands out through
 // copy_gatherer().
@@ -90,6 +92,7 @@
 #include <mxkit/gemm/product.hpp>
 #include <mxkit/nn/operand.hpp>
 #include <mxkit/nn/rope_frequencies.hpp>
+#include <mxkit/nn/step_graph.hpp>
 #include <mxkit/nn/tensor.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
@@ -451,6 +454,7 @@ class backend {
     }
     check_scalar(norm, "adamw_step norm");
     check_scalar(clip, "adamw_step clip factor");
+    if (args.lr_device) check_scalar(*args.lr_device, "adamw_step learning rate");
     require_shape(state, 1, 2, "adamw_step state");
     require_type(state, dtype::f64, "adamw_step state");
     observed(backend_op::adamw_step, [&] { do_adamw_step(slots, args, norm, clip, state); });
@@ -469,6 +473,14 @@ class backend {
   // backend implements it beside this interface (data_parallel.hpp gathers through it). Null, the
   // default: the ranks gather the weights themselves.
   virtual copy_gather* copy_gatherer() noexcept { return nullptr; }
+  // A graph to record one training step into and replay it (nn/step_graph.hpp), counted in
+  // counters().graph_captures / graph_replays; null where this backend has none (the host
+  // backend runs each operation as it is called: there is no launch to save).
+  std::unique_ptr<step_graph> make_step_graph() {
+    std::unique_ptr<step_graph> g = do_make_step_graph();
+    if (g) g->counters_ = &counters_;
+    return g;
+  }
 
  protected:
   struct allocation {
@@ -477,6 +489,7 @@ class backend {
   };
   // Every do_*() is called only with arguments its public function has checked.
   virtual allocation do_alloc(std::size_t bytes, bool zero_fill) = 0;  // 8-byte aligned at least
+  virtual std::unique_ptr<step_graph> do_make_step_graph() { return nullptr; }
   virtual void do_write(tensor& t, const std::vector<double>& values) = 0;
   virtual void do_write_tokens(tensor& t, const std::vector<std::int32_t>& tokens) = 0;
   virtual std::vector<double> do_read(const tensor& t) const = 0;

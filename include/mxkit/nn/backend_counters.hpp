@@ -24,6 +24,9 @@ struct backend_counters {
   std::uint64_t uploads = 0;             // host -> device transfers (write, write_tokens, import_fp8)
   std::uint64_t synchronizations = 0;    // explicit synchronize() calls
   std::uint64_t driver_allocations = 0;  // allocations the pool could not serve (the backend counts)
+  // Training steps recorded into a graph, and replays of recorded steps (nn/step_graph.hpp). A
+  // replayed step runs no host code: the other counters do not move for it.
+  std::uint64_t graph_captures = 0, graph_replays = 0;
 
   std::uint64_t copies(operand_use u) const noexcept { return quantized[static_cast<std::size_t>(u)]; }
   std::uint64_t gemm_calls(gemm_product g) const noexcept { return gemms[static_cast<std::size_t>(g)]; }

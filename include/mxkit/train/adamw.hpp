@@ -95,7 +95,17 @@ class adamw {
       scale(norm_, 1.0 / divisor_);
       scale(clip_, 1.0 / divisor_);
     }
-    be_->adamw_step(refs, {lr, config_.beta1, config_.beta2, config_.eps}, norm_, clip_, state_);
+    be_->adamw_step(refs, {lr, config_.beta1, config_.beta2, config_.eps, lr_device_}, norm_, clip_, state_);
+    bump_versions();
+  }
+  // Every update reads the learning rate from `lr` ((1, 1) f64 backend memory the caller fills
+  // before each step; step()'s lr is then only checked) instead of taking it by value: a recorded
+  // step replays its kernel arguments unchanged (nn/step_graph.hpp). Null: by value again.
+  void set_lr_device(const tensor* lr) noexcept { lr_device_ = lr; }
+  // What step() does on the host besides enqueueing: every parameter's version moves, so copies
+  // cached from the old values are made again. A replayed step (nn/step_graph.hpp) runs no host
+  // code; its caller calls this instead.
+  void bump_versions() noexcept {
     for (slot& s : slots_) ++s.p->version;
   }
 
@@ -146,6 +156,7 @@ class adamw {
   adamw_config config_;
   std::vector<slot> slots_;
   tensor norm_, clip_, state_;  // (1, 1), (1, 1), (1, 2) f64
+  const tensor* lr_device_ = nullptr;  // set_lr_device
   double divisor_ = 1.0;
   communicator* shards_ = nullptr;
   tensor rank_norms_, scratch_;  // (1, ranks), (1, 1) f64

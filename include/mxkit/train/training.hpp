@@ -9,6 +9,14 @@
 // and reads nothing back, except at logging steps (every `log_every` steps and the last one):
 // then the host reads the loss sum (and the gradient norm, for a progress callback) and records
 // the window's mean loss. With log_every = 1 that is every step's loss.
+// Step graphs (step_replay.hpp, nn/step_graph.hpp; on by default: train_config::step_graph): on a
+// backend that records graphs (the device backend: a CUDA or HIP graph), with one rank, one
+// micro-batch, no healing and a recipe without per-step random draws, the second step of a batch
+// shape is recorded and the steps after it replay it: zero_grad, forward, backward and the
+// optimizer step, as one launch. Outside the recording, before it: the batch's upload into the
+// same tokens, targets and mask tensors, and the learning rate into a device scalar (the
+// optimizer reads it there: adamw_args::lr_device); after it: the loss read of a logging step. The
+// same bits as launching each operation (tests/gpu/catch2_test_device_training.cu compares them).
 // An optional healing switch (healing.hpp): the stash is taken when the trainer starts and the
 // switch happens before step `heal_step`. Every run is deterministic in the model seed and the
 // data seed: the same configuration gives the same losses, bit for bit.
@@ -18,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <mxkit/error.hpp>
@@ -27,6 +36,7 @@
 #include <mxkit/nn/healing.hpp>
 #include <mxkit/nn/model.hpp>
 #include <mxkit/train/schedule.hpp>
+#include <mxkit/train/step_replay.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace nn {
@@ -56,6 +66,9 @@ struct train_config {
   // step trains on ranks x micro_batches of them (the global batch). The default: one rank, one
   // micro-batch, the plain step.
   parallel_config parallel;
+  // Record the step once and replay it where it applies (step_replay.hpp; trainer::steps() says
+  // whether it does, and why not). Off: every operation of every step is launched.
+  bool step_graph = true;
 };
 
 // The batch's loss mask uploaded into `mask` (allocated on first use: (B*T, 1) i32), or null for a
@@ -109,7 +122,16 @@ class trainer {
     detail::require(c.heal_step == 0 || !dp_.fully_sharded(), "trainer: healing (heal_step ", c.heal_step,
                     ") needs every weight on every rank; full sharding keeps shards only");
     if (c.heal_step > 0) stash_ = c.heal_stash ? std::move(*c.heal_stash) : prepare_healing(m);
+    replay_ = std::make_unique<step_replay>(be, step_graph_refusal());
+    if (replay_->applies()) {  // the learning rate of every step read from the device (a replay's arguments are fixed)
+      lr_ = be.scalar(mem_tag::optimizer);
+      opt_.set_lr_device(&lr_);
+    }
   }
+
+  // Not copied or moved: the optimizer reads the learning rate through lr_'s address.
+  trainer(const trainer&) = delete;
+  trainer& operator=(const trainer&) = delete;
 
   // One optimizer step. Reads nothing back but at a logging step.
   void step() {
@@ -117,28 +139,34 @@ class trainer {
       healing_ = heal(*m_, *stash_, c_.heal_recipe);
       stash_.reset();  // the host copies are no longer needed
     }
-    backend& be = m_->be();
-    m_->zero_grad();
-    for (std::size_t k = 0; k < dp_.micro_batches(); ++k) {  // batch step x (N K) + r K + k of the loader
-      const std::size_t j = dp_.micro_batch_index(k);
-      const batch b = loader_->at(step_ * dp_.global_micro_batches() + j);
-      be.write_tokens(tokens_, b.inputs, m_->config().vocab);
-      be.write_tokens(targets_, b.targets, m_->config().vocab);
-      const tensor* mask = upload_loss_mask(be, b, mask_);
-      m_->set_micro_batch(j);
-      // The micro-batch's mean over its counted targets; the step's loss and gradient are the mean
-      // over its micro-batches (and ranks), each weighing the same, as Megatron-LM's per-micro-batch
-      // loss_func (sum(losses * loss_mask) / loss_mask.sum()) does.
-      be.axpy(1.0, m_->forward(tokens_, targets_, b.shape, true, mask), loss_sum_);
-      dp_.set_reducing(k + 1 == dp_.micro_batches());
-      m_->backward();
-    }
-    dp_.finish_gradients();
     const double lr = c_.schedule(step_);
-    opt_.step(lr);
-    dp_.finish_update();
-    dp_.reduce_amax();
-    m_->end_step();
+    if (replay_->applies()) {
+      // One rank, one micro-batch: uploads and the learning rate first, then the step's device
+      // work launched, recorded or replayed; a replay runs none of the step's host code, so what
+      // that code leaves for later steps is done here (parameter versions, Philox position).
+      const batch b = loader_->at(step_);
+      const tensor* mask = upload(b);
+      m_->be().fill(lr_, lr);
+      const std::uint64_t before = m_->be().counters().graph_replays;
+      replay_->run({b.shape.batch, b.shape.seq, mask != nullptr}, [&] {
+        m_->zero_grad();
+        micro_batch(b, mask, 0);
+        finish_step(lr);
+      });
+      if (m_->be().counters().graph_replays != before) {
+        opt_.bump_versions();
+        m_->set_step(step_ + 1);
+      }
+    } else {  // refused: launched (and counted) as is, the uploads inside
+      replay_->run({}, [&] {
+        m_->zero_grad();
+        for (std::size_t k = 0; k < dp_.micro_batches(); ++k) {  // batch step x (N K) + r K + k of the loader
+          const batch b = loader_->at(step_ * dp_.global_micro_batches() + dp_.micro_batch_index(k));
+          micro_batch(b, upload(b), k);
+        }
+        finish_step(lr);
+      });
+    }
     ++step_;
     ++window_;
     if (step_ % c_.log_every == 0 || step_ == c_.steps) log(lr);
@@ -158,6 +186,7 @@ class trainer {
   }
   // Resume position (after load_checkpoint): steps done, data and schedule follow.
   void seek(std::size_t steps_done) {
+    replay_->drop();  // a loaded checkpoint may have replaced the tensors a recording reads
     step_ = steps_done;
     window_ = 0;
     m_->be().fill(loss_sum_, 0.0);
@@ -171,6 +200,12 @@ class trainer {
   adamw& optimizer() noexcept { return opt_; }
   data_parallel& parallel() noexcept { return dp_; }
   model& trained_model() noexcept { return *m_; }
+  // Whether the steps are recorded and replayed (steps().applies(), else steps().refusal() says
+  // why), and how many were launched; the backend's counters() count captures and replays.
+  const step_replay& steps() const noexcept { return *replay_; }
+  // Drops the recorded step (after changing the model's tensors between steps other than through
+  // seek(), which drops it itself): the next step launches and the one after records again.
+  void drop_step_graph() noexcept { replay_->drop(); }
 
  private:
   model* m_;
@@ -185,6 +220,42 @@ class trainer {
   tensor tokens_, targets_;  // (B*T, 1) i32
   tensor mask_;              // (B*T, 1) i32: the batches' loss masks (allocated by the first that has one)
   tensor loss_sum_;          // (1, 1) f64: the losses since the last logging step
+  tensor lr_;                // (1, 1) f64: this step's learning rate, where steps are replayed
+  std::unique_ptr<step_replay> replay_;
+
+  // Why steps are not recorded here, or "" (step_replay adds the backend's own reason).
+  std::string step_graph_refusal() const {
+    if (!c_.step_graph) return "turned off (train_config::step_graph, --cuda-graph off)";
+    if (dp_.global_micro_batches() != 1)
+      return "several ranks or micro-batches (each micro-batch uploads its own batch inside the step; the gradient reduction "
+             "runs on the communicator)";
+    if (c_.heal_step > 0) return "healing switches the recipe and restores weights from the host during the run";
+    return per_step_draws(m_->current_recipe());
+  }
+  // The batch's tokens, targets and loss mask into the trainer's tensors; the mask's tensor, or null.
+  const tensor* upload(const batch& b) {
+    backend& be = m_->be();
+    be.write_tokens(tokens_, b.inputs, m_->config().vocab);
+    be.write_tokens(targets_, b.targets, m_->config().vocab);
+    return upload_loss_mask(be, b, mask_);
+  }
+  // Forward and backward of micro-batch k of this rank (uploaded).
+  void micro_batch(const batch& b, const tensor* mask, std::size_t k) {
+    m_->set_micro_batch(dp_.micro_batch_index(k));
+    // The micro-batch's mean over its counted targets; the step's loss and gradient are the mean
+    // over its micro-batches (and ranks), each weighing the same, as Megatron-LM's per-micro-batch
+    // loss_func (sum(losses * loss_mask) / loss_mask.sum()) does.
+    m_->be().axpy(1.0, m_->forward(tokens_, targets_, b.shape, true, mask), loss_sum_);
+    dp_.set_reducing(k + 1 == dp_.micro_batches());
+    m_->backward();
+  }
+  void finish_step(double lr) {
+    dp_.finish_gradients();
+    opt_.step(lr);
+    dp_.finish_update();
+    dp_.reduce_amax();
+    m_->end_step();
+  }
 
   static std::shared_ptr<const batch_source> checked_source(std::shared_ptr<const batch_source> s, const batch_shape& shape) {
     detail::require(s != nullptr, "trainer: no batch source");

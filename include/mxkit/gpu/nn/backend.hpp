@@ -435,7 +435,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_global_norm(std::span<con
     backend_detail::require_param(*t, "global_norm");
     list.push_back({t->as<float>(), t->size()});
   }
-  const norm_tensor<float>* dev = norm_list_.get(list, *this, staging_, stream_);
+  const norm_tensor<float>* dev = norm_list_.get(list, *this, staging_, stream_, kept_buffers_epoch_);
   grad_norm_result* r = norm_result();
   with_workspace<double>(global_norm_workspace, [&](std::span<double> ws) {
     gpu::global_norm(dev, list.size(), static_cast<float>(max_norm), r, ws, stream_);
@@ -452,7 +452,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_adamw_step(std::span<cons
     list.push_back({s.param->as<float>(), s.grad->as<float>(), s.m->as<float>(), s.v->as<float>(), s.param->size(),
                     static_cast<float>(s.weight_decay)});
   }
-  const adamw_tensor<float>* dev = adamw_list_.get(list, *this, staging_, stream_);
+  const adamw_tensor<float>* dev = adamw_list_.get(list, *this, staging_, stream_, kept_buffers_epoch_);
   grad_norm_result* r = norm_result();
   adamw_step_counts* counts = reinterpret_cast<adamw_step_counts*>(scratch_.as<double>() + counts_slot);
   float* lr = reinterpret_cast<float*>(flags_.as<std::int32_t>() + 2);
@@ -460,7 +460,10 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_adamw_step(std::span<cons
   MXKIT_GPU_CHECK_LAUNCH();
   detail::counts_from_state_kernel<1><<<1, 1, 0, stream_>>>(state.as<double>(), counts);
   MXKIT_GPU_CHECK_LAUNCH();
-  detail::set_float_kernel<1><<<1, 1, 0, stream_>>>(lr, static_cast<float>(args.lr));
+  // By value, a kernel argument a recorded step would replay unchanged; from lr_device, what the
+  // caller filled before this step (nn/step_graph.hpp).
+  if (args.lr_device) detail::double_to_float_kernel<1><<<1, 1, 0, stream_>>>(args.lr_device->as<double>(), lr);
+  else detail::set_float_kernel<1><<<1, 1, 0, stream_>>>(lr, static_cast<float>(args.lr));
   MXKIT_GPU_CHECK_LAUNCH();
   const adamw_settings settings{static_cast<float>(args.beta1), static_cast<float>(args.beta2), static_cast<float>(args.eps)};
   gpu::adamw_update(dev, list.size(), lr, r, counts, settings, stream_);
@@ -477,6 +480,7 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY const rope_factor* device_backend::rope_table(con
   if (!same || rope_table_.rows() < s.seq) {
     const std::size_t seq = same ? std::max(s.seq, rope_table_.rows()) : s.seq;
     rope_table_ = scratch(seq, s.head_dim, nn::dtype::f32);  // (seq, head_dim / 2) float pairs
+    ++kept_buffers_epoch_;  // a recorded step read the old table (device_step_graph::do_valid)
     rope_head_dim_ = s.head_dim;
     rope_frequencies_ = f;
     gpu::rope_factors(static_cast<rope_factor*>(rope_table_.data()), seq, s.head_dim, f, stream_);

@@ -5,6 +5,7 @@
 // from the copies' payloads, and the device descriptor arrays of the multi-tensor kernels.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -90,12 +91,15 @@ inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor&
 template <class D>
 class descriptor_list {
  public:
-  const D* get(const std::vector<D>& list, nn::backend& be, staging_ring& staging, stream_t s) {
+  // A new list is uploaded into a new buffer and `epoch` counts up (a recorded step graph read
+  // the old one: gpu/nn/device_step_graph.hpp).
+  const D* get(const std::vector<D>& list, nn::backend& be, staging_ring& staging, stream_t s, std::uint64_t& epoch) {
     const bool same = list.size() == host_.size() && std::equal(list.begin(), list.end(), host_.begin(), [](const D& x, const D& y) {
                         return std::memcmp(&x, &y, sizeof(D)) == 0;
                       });
     if (!same || !device_.defined()) {
       host_ = list;
+      ++epoch;
       device_ = be.alloc(1, list.size() * sizeof(D) / sizeof(double) + 1, nn::dtype::f64, nn::mem_tag::optimizer);
       if (!list.empty()) staging.upload(device_.data(), list.data(), list.size() * sizeof(D), s);
     }

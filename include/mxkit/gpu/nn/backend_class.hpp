@@ -17,6 +17,7 @@
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/nn/adamw.hpp>
 #include <mxkit/gpu/nn/backend_adapters.hpp>
+#include <mxkit/gpu/nn/device_step_graph.hpp>
 #include <mxkit/gpu/nn/global_norm.hpp>
 #include <mxkit/gpu/nn/host_transfers.hpp>
 #include <mxkit/gpu/nn/operand_payload.hpp>
@@ -61,6 +62,13 @@ class device_backend : public nn::backend, public nn::copy_gather {
   bool vendor_gemm() const noexcept { return vendor_gemm_; }
 
  protected:
+  // A CUDA/HIP graph of the step on stream_ (gpu/nn/device_step_graph.hpp), where the runtime
+  // records the step's stream-ordered allocations (gpu::captures_allocations); else none.
+  std::unique_ptr<nn::step_graph> do_make_step_graph() override {
+    if (!captures_allocations()) return nullptr;
+    return std::make_unique<device_step_graph>(stream_, kept_buffers_epoch_);
+  }
+
   // ---- memory and transfers
   allocation do_alloc(std::size_t bytes, bool zero_fill) override;
   void do_write(nn::tensor& t, const std::vector<double>& values) override;
@@ -180,6 +188,9 @@ class device_backend : public nn::backend, public nn::copy_gather {
 
   stream_t stream_ = nullptr, copy_stream_ = nullptr;
   std::uint32_t reserved_sms_ = 0;  // set_reserved_sms
+  // Counts the kept buffers a recorded step reads that were replaced since (rope_table_, the
+  // descriptor arrays): a step graph recorded before is no longer valid (device_step_graph).
+  std::uint64_t kept_buffers_epoch_ = 0;
   bool vendor_gemm_ = false;        // set_vendor_gemm
   event_t order_ = nullptr;
   staging_ring staging_;

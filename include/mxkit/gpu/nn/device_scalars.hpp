@@ -51,6 +51,12 @@ template <int Threads>
 MXKIT_GLOBAL void __launch_bounds__(Threads) set_float_kernel(float* p, float value) {
   *p = value;
 }
+// The learning rate from a device scalar (a replayed step graph's: adamw_args::lr_device), rounded
+// to float as the host rounds static_cast<float>(lr) for set_float_kernel: the same bits.
+template <int Threads>
+MXKIT_GLOBAL void __launch_bounds__(Threads) double_to_float_kernel(const double* in, float* out) {
+  *out = static_cast<float>(*in);
+}
 
 }  // namespace detail
 }  // namespace gpu

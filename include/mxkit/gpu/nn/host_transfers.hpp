@@ -48,6 +48,12 @@ class staging_ring {
 
   void upload(void* dst, const void* src, std::size_t bytes, stream_t s) {
     if (bytes == 0) return;
+    // Under stream capture the copy would be recorded from the slot's address and read again at
+    // every replay, long after the slot was reused (and the wait below may not be captured).
+    bool capturing = false;
+    MXKIT_GPU_CHECK(stream_is_capturing(s, &capturing));
+    mxkit::detail::require(!capturing, "device_backend: an upload of ", bytes,
+                           " bytes from host memory inside a recorded step graph; upload before the step (nn/step_graph.hpp)");
     slot& sl = slots_[next_];
     next_ = (next_ + 1) % slots_.size();
     if (sl.done) MXKIT_GPU_CHECK(event_synchronize(sl.done));

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+// nn::step_replay (train/step_replay.hpp): when a step is launched, recorded or replayed, on a
+// host backend with a counting stand-in for a step graph (the device's is
+// tests/gpu/catch2_test_device_training.cu's, with the bits); which recipes are refused; and the
+// trainer on the host backend, which has no graph, launching every step as before.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mxkit/train/step_replay.hpp>
+#include <mxkit/train/training.hpp>
+
+#include "../catch.hpp"
+#include "../nn/nn_test_helpers.hpp"
+
+using namespace nn_test;
+
+namespace {
+
+// A step graph that records nothing: capture runs the step (as the device's runs the recording
+// once), replay runs nothing; `valid` is the test's to clear.
+class counting_graph final : public step_graph {
+ public:
+  explicit counting_graph(const bool* valid) : valid_(valid) {}
+
+ protected:
+  void do_capture(const std::function<void()>& step) override { step(); }
+  void do_replay() override {}
+  bool do_valid() const noexcept override { return *valid_; }
+
+ private:
+  const bool* valid_;
+};
+
+class graph_backend final : public host_backend {
+ public:
+  bool valid = true;
+
+ protected:
+  std::unique_ptr<step_graph> do_make_step_graph() override { return std::make_unique<counting_graph>(&valid); }
+};
+
+struct null_observer final : backend_observer {
+  void begin(const backend_event&) override {}
+  void end(const backend_event&) override {}
+};
+
+}  // namespace
+
+TEST_CASE("step_replay: launch, record, replay; another key or an invalid graph starts over", "[train][graph]") {
+  graph_backend be;
+  step_replay r(be, "");
+  REQUIRE(r.applies());
+  int ran = 0;  // how often the step's host code ran
+  const auto step = [&] { ++ran; };
+  const step_key a{2, 64, false}, b{1, 64, false}, a_masked{2, 64, true};
+  r.run(a, step);  // warm-up: launched
+  CHECK((ran == 1 && r.counters().launches == 1 && be.counters().graph_captures == 0));
+  r.run(a, step);  // recorded (and run once)
+  CHECK((ran == 2 && be.counters().graph_captures == 1 && r.replaying()));
+  r.run(a, step);  // replayed: no host code
+  r.run(a, step);
+  CHECK((ran == 2 && be.counters().graph_replays == 2));
+  r.run(b, step);  // another shape: launched, the recording dropped
+  CHECK((ran == 3 && r.counters().launches == 2 && !r.replaying()));
+  r.run(a, step);  // back: warm-up again, then recorded
+  r.run(a, step);
+  CHECK((ran == 5 && be.counters().graph_captures == 2));
+  r.run(a_masked, step);  // a loss mask where there was none: another key
+  CHECK((ran == 6 && r.counters().launches == 4));
+  r.run(a_masked, step);
+  r.run(a_masked, step);
+  CHECK((ran == 7 && be.counters().graph_captures == 3 && be.counters().graph_replays == 3));
+  be.valid = false;  // the backend replaced a buffer the recording reads
+  r.run(a_masked, step);
+  CHECK((ran == 8 && r.counters().launches == 5 && !r.replaying()));
+  be.valid = true;
+  r.run(a_masked, step);
+  r.run(a_masked, step);
+  CHECK((ran == 9 && be.counters().graph_captures == 4 && be.counters().graph_replays == 4));
+  null_observer o;  // an observer sees every operation: launched
+  be.set_observer(&o);
+  r.run(a_masked, step);
+  r.run(a_masked, step);
+  CHECK((ran == 11 && r.counters().launches == 7 && be.counters().graph_replays == 4));
+  be.set_observer(nullptr);
+}
+
+TEST_CASE("step_replay: a refusal launches every step; the host backend has no graph", "[train][graph]") {
+  graph_backend gb;
+  step_replay off(gb, "turned off");
+  int ran = 0;
+  for (int i = 0; i < 3; ++i) off.run({2, 64, false}, [&] { ++ran; });
+  CHECK((ran == 3 && off.counters().launches == 3 && gb.counters().graph_captures == 0 && !off.applies()));
+  CHECK(off.refusal() == "turned off");
+  CHECK(off.backend_records());
+  host_backend hb;
+  const step_replay none(hb, "");
+  CHECK(!none.applies());
+  CHECK(none.refusal().find("the host backend records no step graph") != std::string::npos);
+  CHECK(!none.backend_records());
+}
+
+TEST_CASE("step_replay: recipes that draw per step are refused", "[train][graph]") {
+  CHECK(per_step_draws(recipes::bf16()) == "");
+  CHECK(per_step_draws(recipes::fp8_delayed()) == "");
+  CHECK(per_step_draws(recipes::mxfp8()) == "");
+  CHECK(per_step_draws(recipes::mxfp4_amd()) == "");  // the rotation without random signs
+  CHECK(per_step_draws(recipes::mxfp4_nvidia_style()).find("Philox") != std::string::npos);
+  recipes::mxfp4_config sr;
+  sr.hadamard = recipes::hadamard_placement::none;
+  sr.stochastic_gradients = true;
+  CHECK(per_step_draws(recipes::mxfp4(sr)).find("stochastically") != std::string::npos);
+}
+
+TEST_CASE("trainer: on the host backend every step launches, with or without the step graph", "[train][graph]") {
+  std::vector<double> losses[2];
+  for (const bool graph : {false, true}) {
+    host_backend be;
+    model m(be, tiny_model(), recipes::bf16(), 17);
+    train_config c;
+    c.steps = 4;
+    c.shape = {2, 32};
+    c.schedule = {1e-2, 1e-3, 2, 4};
+    c.step_graph = graph;
+    trainer t(m, text_tokens(), c);
+    t.run();
+    CHECK(!t.steps().applies());
+    CHECK(t.steps().refusal().find(graph ? "records no step graph" : "turned off") != std::string::npos);
+    CHECK(t.steps().counters().launches == 4);
+    losses[graph] = t.losses();
+  }
+  CHECK(losses[0] == losses[1]);
+}
+
+TEST_CASE("trainer: the learning rate from a device scalar gives the same steps", "[train][graph]") {
+  // adamw::set_lr_device, what the trainer sets where steps are replayed, on the host backend.
+  std::vector<double> values[2];
+  for (const bool device_lr : {false, true}) {
+    host_backend be;
+    model m(be, tiny_model(), recipes::bf16(), 17);
+    adamw opt(be, m.parameters());
+    tensor lr = be.scalar(mem_tag::optimizer), tokens = be.alloc(64, 1, dtype::i32, mem_tag::activation),
+           targets = be.alloc(64, 1, dtype::i32, mem_tag::activation);
+    if (device_lr) opt.set_lr_device(&lr);
+    const batch_loader loader(text_tokens(), {2, 32}, 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+      const batch b = loader.at(i);
+      be.write_tokens(tokens, b.inputs, 256);
+      be.write_tokens(targets, b.targets, 256);
+      const double step_lr = 1e-2 / static_cast<double>(i + 1);
+      be.fill(lr, device_lr ? step_lr : 0.0);  // by value: the tensor is not read
+      m.zero_grad();
+      m.forward(tokens, targets, b.shape, true);
+      m.backward();
+      opt.step(step_lr);
+      m.end_step();
+    }
+    values[device_lr] = be.read(m.parameters().front()->value);
+  }
+  CHECK(values[0] == values[1]);
+}
