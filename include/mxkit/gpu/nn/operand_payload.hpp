@@ -57,8 +57,11 @@ inline const device_payload& payload_of(const nn::qtensor& q) {
 }
 
 // `bytes` from the stream-ordered pool, counting in `driver_allocations` an allocation that had
-// to grow the pool (its reserved bytes): a steady-state step counts none.
+// to grow the pool (its reserved bytes): a steady-state step counts none. While a step graph is
+// recorded the allocation becomes the graph's own memory node and is not counted: the pool's
+// attributes may not be queried under stream capture (cudaErrorStreamCaptureUnsupported).
 inline void* pool_alloc_counted(std::size_t bytes, stream_t s, std::uint64_t& driver_allocations) {
+  if (capture_memory::current() != nullptr) return allocate_async(bytes, s);
   const std::size_t before = pool_reserved_bytes();
   void* p = allocate_async(bytes, s);
   if (pool_reserved_bytes() != before) ++driver_allocations;
