@@ -14,10 +14,10 @@
 // excluded from N_linear, included here as the LM head GEMM 6 * V * C * tokens).
 // Peer in the same run: bench/train_peer.py (the same model in PyTorch, bf16 autocast, fused
 // AdamW; eager and torch.compile).
-// The trainer's step graph (train/step_replay.hpp) is on, as in the training program, where it
-// applies (the run's line says whether; MXFP4 with random Hadamard signs is launched); the profiled
-// step is always launched (an observer watches it). --cuda-graph off launches every step: the
-// rows then say "graph off".
+// Every step is launched, as in the training program, unless --cuda-graph on records the trainer's
+// step graph (train/step_replay.hpp) where it applies (the run's line says whether; MXFP4 with
+// random Hadamard signs is launched); the rows then say "graph on". The profiled step is always
+// launched (an observer watches it).
 // Usage: bench_train [--record] [--results PATH] [--repeats N] [--recipes a,b] [--models default,76m,8b16] [--cuda-graph on|off]
 //   MXKIT_TRAIN_PEER: the peer command (default "python3 bench/train_peer.py"); empty: no peer.
 //   Without a GPU it says so and exits 77.
@@ -68,7 +68,7 @@ std::string peer_command(const model_shape& m) {
 
 int main(int argc, char** argv) {
   std::string recipes = "bf16,fp8,mxfp8,mxfp4", models = "default,76m";
-  bool step_graph = true;
+  bool step_graph = false;
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--recipes") && i + 1 < argc) recipes = argv[++i];
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
       std::printf("\n");
       mxkit_bench::print_op_times(ops);
       std::fflush(stdout);
-      const std::string what = rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq) + (step_graph ? "" : " graph off");
+      const std::string what = rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq) + (step_graph ? " graph on" : "");
       rows.push_back({"train", what + " tokens/s", tokens / ms * 1e3, "tokens/s", "torch.compile bf16", 0.0});
       rows.push_back({"train", what + " host enqueue per step", host_ms, "ms", "", 0.0});
       for (int p = 0; p < mxkit_bench::step_part_count; ++p)
