@@ -186,6 +186,11 @@ if(PROJECT_IS_TOP_LEVEL AND _mxkit_own_targets AND NOT MXKIT_GPU STREQUAL "OFF")
   set(_mxkit_kernel_library_default ON)
 endif()
 option(MXKIT_BUILD_KERNEL_LIBRARY "Build mxkit::gpu_kernels and link mxkit's own GPU programs to it" ${_mxkit_kernel_library_default})
+# ptxas is about half of the library's compile (src/gpu/gemm.cu: 159 CPU-s to SASS, 77 to PTX on
+# the 2-core build machine, 2026-12-03); a build that only checks that the code compiles can stop
+# at PTX, which the driver would compile at first use (docs/perf/build.md).
+option(MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY
+       "CUDA: compile mxkit::gpu_kernels to PTX only, no SASS (scripts/test.sh's cuda stage, which runs no kernel)" OFF)
 set(MXKIT_KERNEL_FAMILIES "all" CACHE STRING
     "Kernel families compiled into mxkit::gpu_kernels: all, or a list from: ${MXKIT_KERNEL_FAMILIES_ALL}")
 set(MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS "")  # what a user of the library is compiled with
@@ -271,6 +276,11 @@ function(_mxkit_add_kernel_library)
     add_library(mxkit::gpu_kernels ALIAS mxkit_gpu_kernels)
     mxkit_gpu_target(mxkit_gpu_kernels HEADER_ONLY LIBRARY)
     mxkit_cuda_arch_specific(mxkit_gpu_kernels)
+    if(MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY)
+      get_target_property(archs mxkit_gpu_kernels CUDA_ARCHITECTURES)
+      list(TRANSFORM archs REPLACE "-real$" "-virtual")
+      set_target_properties(mxkit_gpu_kernels PROPERTIES CUDA_ARCHITECTURES "${archs}")
+    endif()
     target_compile_definitions(mxkit_gpu_kernels PUBLIC ${MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS})
     target_link_libraries(mxkit_gpu_kernels PUBLIC mxkit::gpu)
   elseif(MXKIT_GPU STREQUAL "HIP")
