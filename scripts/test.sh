@@ -17,20 +17,23 @@
 #             builds), with sanitizer.* proving the build is sanitized.
 #             The compiler must compile, link and run an ASan + UBSan probe first; outside CI a
 #             compiler that cannot (no runtime installed) is passed over for clang++, then g++,
-#             and the summary names the one used. MXKIT_SANITIZE_SKIP_LABELS=exhaustive also skips
-#             the [exhaustive] test cases there (not needed today: they take seconds).
+#             and the summary names the one used. Labels skipped there: MXKIT_SANITIZE_SKIP_LABELS
+#             (default training_run: the tests that train several runs end to end to check a
+#             study's or a command's output, which the release stage runs; empty: none;
+#             exhaustive|training_run also skips the [exhaustive] cases).
 #   fuzz      libFuzzer targets (tests/fuzz) built with clang++-22 and -fsanitize=fuzzer,address,
 #             undefined at -O1 -g1; each runs MXKIT_FUZZ_SECONDS (default 30) from its seed
 #             corpus, all at once; any finding fails the stage.
-#   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernels, GPU tests, GPU header checks
-#             and benchmarks compile; the GPU tests run and report themselves skipped where no
-#             GPU is present; CUDA consumers of the package build and run.
+#   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernel library (to PTX), GPU tests and
+#             GPU header checks compile (not the GPU benchmarks: scripts/gpu.sh builds those); the
+#             GPU tests run and report themselves skipped where no GPU is present; CUDA consumers
+#             of the package build and run.
 #   hip       -DMXKIT_GPU=HIP when clang++-22 is found: device-only compile for AMD GPUs (tests
 #             and every GPU header), host compiles, a host link of two units.
 # A stage whose tool is missing (sanitize, fuzz: a compiler whose sanitizer runtime links; cuda:
 # nvcc; hip: clang++-22) is reported skipped, except under CI=true, where it fails; under CI=true
 # the sanitize stage accepts only clang++-22 (or MXKIT_SANITIZE_CXX), never a fallback.
-# Environment: MXKIT_JOBS (default 2), MXKIT_SANITIZE_CXX, MXKIT_FUZZ_CXX, MXKIT_FUZZ_SECONDS,
+# Environment: MXKIT_JOBS (default 2), MXKIT_SANITIZE_CXX, MXKIT_SANITIZE_SKIP_LABELS, MXKIT_FUZZ_CXX, MXKIT_FUZZ_SECONDS,
 # MXKIT_FETCH_CATCH2 (default ON),
 # MXKIT_CUDA_CMAKE_ARGS, MXKIT_HIP_CMAKE_ARGS (extra configure arguments).
 set -uo pipefail
@@ -38,7 +41,7 @@ cd "$(dirname "$0")/.." || exit 2
 
 root=${MXKIT_BUILD_ROOT:-build}
 jobs=${MXKIT_JOBS:-2}
-skip_labels=${MXKIT_SANITIZE_SKIP_LABELS:-}
+skip_labels=${MXKIT_SANITIZE_SKIP_LABELS-training_run}
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(release sanitize fuzz cuda hip)
 
@@ -244,11 +247,12 @@ for stage in "${stages[@]}"; do
         # With no GPU here the GPU programs are compiled to be checked and run to report
         # themselves skipped: unoptimized (MXKIT_GPU_PROGRAMS_UNOPTIMIZED), the library at -O3
         # to PTX only (MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY: no ptxas; the GPU machine's builds,
-        # scripts/gpu.sh, assemble it for sm_90a before every run).
+        # scripts/gpu.sh, assemble it for sm_90a before every run). No GPU benchmarks: they
+        # time nothing here, and scripts/gpu.sh builds the ones it runs.
         # shellcheck disable=SC2086  # word splitting of the extra arguments is intended
         build_and_test cuda "$root/cuda" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA \
           "-DCMAKE_CUDA_COMPILER=$nvcc" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
-          -DMXKIT_BUILD_HOST_BENCH=OFF -DMXKIT_GPU_PROGRAMS_UNOPTIMIZED=ON -DMXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY=ON \
+          -DMXKIT_BUILD_BENCH=OFF -DMXKIT_GPU_PROGRAMS_UNOPTIMIZED=ON -DMXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY=ON \
           ${MXKIT_CUDA_CMAKE_ARGS:-}
       fi ;;
     hip)
