@@ -14,11 +14,12 @@
 // excluded from N_linear, included here as the LM head GEMM 6 * V * C * tokens).
 // Peer in the same run: bench/train_peer.py (the same model in PyTorch, bf16 autocast, fused
 // AdamW; eager and torch.compile).
-// Every step is launched, as in the training program, unless --cuda-graph on records the trainer's
-// step graph (train/step_replay.hpp) where it applies (the run's line says whether; MXFP4 with
-// random Hadamard signs is launched); the rows then say "graph on". The profiled step is always
-// launched (an observer watches it).
-// Usage: bench_train [--record] [--results PATH] [--repeats N] [--recipes a,b] [--models default,76m,8b16] [--cuda-graph on|off]
+// As in the training program, the trainer records its step graph (train/step_replay.hpp) where it
+// applies (the run's line says whether; MXFP4 with random Hadamard signs is launched);
+// --cuda-graph off launches every step and its rows say "graph off"; --cuda-graph on,off times
+// both, one recipe after the other, against one peer run. The profiled step is always launched
+// (an observer watches it).
+// Usage: bench_train [--record] [--results PATH] [--repeats N] [--recipes a,b] [--models default,76m,8b16] [--cuda-graph on|off|on,off]
 //   MXKIT_TRAIN_PEER: the peer command (default "python3 bench/train_peer.py"); empty: no peer.
 //   Without a GPU it says so and exits 77.
 #include <algorithm>
@@ -68,15 +69,18 @@ std::string peer_command(const model_shape& m) {
 
 int main(int argc, char** argv) {
   std::string recipes = "bf16,fp8,mxfp8,mxfp4", models = "default,76m";
-  bool step_graph = false;
+  std::vector<bool> step_graph_modes{true};  // --cuda-graph on,off times both against one peer run
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--recipes") && i + 1 < argc) recipes = argv[++i];
     else if (!std::strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
     else if (!std::strcmp(argv[i], "--cuda-graph") && i + 1 < argc) {
-      const std::string v = argv[++i];
-      mxkit::detail::require(v == "on" || v == "off", "bench_train: --cuda-graph takes on or off, got '", v, "'");
-      step_graph = v == "on";
+      step_graph_modes.clear();
+      for (const std::string& v : mxkit_bench::split_list(argv[++i])) {
+        mxkit::detail::require(v == "on" || v == "off", "bench_train: --cuda-graph takes on, off or both as on,off; got '", v, "'");
+        step_graph_modes.push_back(v == "on");
+      }
+      mxkit::detail::require(!step_graph_modes.empty(), "bench_train: --cuda-graph takes on, off or on,off");
     }
     else rest.push_back(argv[i]);
   }
@@ -109,7 +113,8 @@ int main(int argc, char** argv) {
                                                  3.0 * double(c.d_model) * double(c.d_ff)) +
                             double(mc.vocab) * double(c.d_model);
     const double flops = 6.0 * n_linear * tokens + double(m.layers) * 3.5 * 2.0 * double(m.batch) * double(c.n_heads) * double(m.seq) * double(m.seq) * D;
-    for (const std::string& rname : mxkit_bench::split_list(recipes)) {
+    for (const std::string& rname : mxkit_bench::split_list(recipes))
+    for (const bool step_graph : step_graph_modes) {
       const nn::recipe r = mxkit_bench::training_recipe(rname);
       mxkit_bench::profiled_backend be;
       nn::model model(be, mc, r, 1);
@@ -159,7 +164,7 @@ int main(int argc, char** argv) {
       std::printf("\n");
       mxkit_bench::print_op_times(ops);
       std::fflush(stdout);
-      const std::string what = rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq) + (step_graph ? " graph on" : "");
+      const std::string what = rname + " " + m.name + " B" + std::to_string(m.batch) + " T" + std::to_string(m.seq) + (step_graph ? "" : " graph off");
       rows.push_back({"train", what + " tokens/s", tokens / ms * 1e3, "tokens/s", "torch.compile bf16", 0.0});
       rows.push_back({"train", what + " host enqueue per step", host_ms, "ms", "", 0.0});
       for (int p = 0; p < mxkit_bench::step_part_count; ++p)

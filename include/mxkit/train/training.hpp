@@ -67,9 +67,8 @@ struct train_config {
   // micro-batch, the plain step.
   parallel_config parallel;
   // Record the step once and replay it where it applies (step_replay.hpp; trainer::steps() says
-  // whether it does, and why not). Off (the default until the recorded step passes memcheck and
-  // records every model's step on a GPU: docs/training.md): every operation is launched.
-  bool step_graph = false;
+  // whether it does, and why not). Off: every operation is launched, every step.
+  bool step_graph = true;
 };
 
 // The batch's loss mask uploaded into `mask` (allocated on first use: (B*T, 1) i32), or null for a

@@ -37,6 +37,9 @@ struct adamw_tensor {
   float* v;            // (count) second moment, updated
   std::size_t count;
   float weight_decay;  // 0 for tensors without decay (norm weights, biases)
+  // Member by member: the 4 bytes of padding after weight_decay are indeterminate, so two equal
+  // lists need not be equal bytes (gpu/nn/backend_adapters.hpp compares a step's list with the last).
+  friend bool operator==(const adamw_tensor&, const adamw_tensor&) = default;
 };
 
 // Step counts in device memory: `taken` updates done (the bias-correction step t of the next is

@@ -3,10 +3,8 @@
 // What the device backend (gpu/nn/backend.hpp) puts between nn::backend's tensors and the
 // kernels' arguments: the element types a kernel is instantiated for, the GEMM's operands read
 // from the copies' payloads, and the device descriptor arrays of the multi-tensor kernels.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
@@ -94,10 +92,9 @@ class descriptor_list {
   // A new list is uploaded into a new buffer and `epoch` counts up (a recorded step graph read
   // the old one: gpu/nn/device_step_graph.hpp).
   const D* get(const std::vector<D>& list, nn::backend& be, staging_ring& staging, stream_t s, std::uint64_t& epoch) {
-    const bool same = list.size() == host_.size() && std::equal(list.begin(), list.end(), host_.begin(), [](const D& x, const D& y) {
-                        return std::memcmp(&x, &y, sizeof(D)) == 0;
-                      });
-    if (!same || !device_.defined()) {
+    // Compared member by member (D's operator==), never as bytes: a descriptor's padding is
+    // indeterminate, and a list read as changed inside a recorded step would be uploaded there.
+    if (list != host_ || !device_.defined()) {
       host_ = list;
       ++epoch;
       device_ = be.alloc(1, list.size() * sizeof(D) / sizeof(double) + 1, nn::dtype::f64, nn::mem_tag::optimizer);

@@ -38,6 +38,7 @@ template <class G>
 struct norm_tensor {
   const G* data;      // device
   std::size_t count;  // elements
+  friend bool operator==(const norm_tensor&, const norm_tensor&) = default;
 };
 
 // What global_norm writes (device memory) and adamw_update reads.
