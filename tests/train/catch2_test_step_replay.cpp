@@ -161,3 +161,36 @@ TEST_CASE("trainer: the learning rate from a device scalar gives the same steps"
   }
   CHECK(values[0] == values[1]);
 }
+
+TEST_CASE("trainer: a change to the model between steps drops the recording and decides again", "[train][graph]") {
+  // A recipe switch between steps (the training program's --switch-to, healing) frees the copies
+  // a recording reads and may bring per-step draws: the next step launches, and records again
+  // only where the new recipe allows.
+  graph_backend be;
+  model m(be, tiny_model(), recipes::bf16(), 17);
+  train_config c;
+  c.steps = 12;
+  c.shape = {2, 32};
+  c.schedule = {1e-2, 1e-3, 2, 12};
+  trainer t(m, text_tokens(), c);
+  for (int i = 0; i < 4; ++i) t.step();  // launched, recorded, replayed twice
+  CHECK((t.steps().applies() && t.steps().counters().launches == 1 && be.counters().graph_captures == 1 &&
+         be.counters().graph_replays == 2));
+  m.set_recipe(recipes::fp8_delayed());
+  t.step();  // launched: the recording was the bf16 step's
+  CHECK((t.steps().applies() && t.steps().counters().launches == 2 && !t.steps().replaying()));
+  t.step();  // recorded again
+  t.step();
+  CHECK((be.counters().graph_captures == 2 && be.counters().graph_replays == 3));
+  m.set_recipe(recipes::mxfp4_nvidia_style());  // random Hadamard signs: per-step Philox draws
+  t.step();
+  t.step();
+  CHECK(!t.steps().applies());
+  CHECK(t.steps().refusal().find("Philox") != std::string::npos);
+  CHECK((t.steps().counters().launches == 4 && be.counters().graph_captures == 2 && be.counters().graph_replays == 3));
+  m.set_recompute(true);  // any change decides again; bf16 records again
+  m.set_recipe(recipes::bf16());
+  t.step();
+  t.step();
+  CHECK((t.steps().applies() && t.steps().counters().launches == 5 && be.counters().graph_captures == 3));
+}

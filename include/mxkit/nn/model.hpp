@@ -227,11 +227,15 @@ class model {
   // backward runs the layer's forward again, then its backward. The recomputed forward draws the
   // same Philox streams and records the same amaxes (max-combined: no change), so the gradients
   // are the same bits as without; the cost is one more forward of every layer.
-  void set_recompute(bool on) noexcept { recompute_ = on; }
+  void set_recompute(bool on) noexcept {
+    recompute_ = on;
+    ++configuration_epoch_;
+  }
   // Every layer's linears' memory trade (linear.hpp: linear_memory). The head keeps its cache: its
   // chunks (head_loss.hpp) read its weight copy twice each.
   void set_layer_memory(const linear_memory& m) {
     for (transformer_layer& l : layers_) l.set_memory(m);
+    ++configuration_epoch_;
   }
   bool recompute() const noexcept { return recompute_; }
 
@@ -248,7 +252,10 @@ class model {
     head_.collect(g.back());
     return g;
   }
-  void set_group_hook(std::function<void(group_event, std::size_t group)> hook) { group_hook_ = std::move(hook); }
+  void set_group_hook(std::function<void(group_event, std::size_t group)> hook) {
+    group_hook_ = std::move(hook);
+    ++configuration_epoch_;
+  }
   // Whether the next backward (with its recomputed forwards) reads p's value: the norm gains yes;
   // the embedding table no (its gradient needs the tokens only); a linear's weight only where its
   // cached quantized copies do not serve (linear::backward_reads_master). Full sharding gathers
@@ -305,17 +312,24 @@ class model {
       layers_[i].set_recipe(layer_recipe(r, i, layers_.size()), table_, i * transformer_layer::scaling_rows);
     if (head_changes) head_.set_recipe(head_recipe(r));
     chunks_ = head_loss(chunks_.chunk(), activation_type());  // (the recipe's activations may have changed)
+    ++configuration_epoch_;
   }
   // The delayed-scaling state of every FP8 tensor of the layers (null without FP8 operands).
   const std::shared_ptr<scaling_table>& scaling() const noexcept { return table_; }
   const recipe& current_recipe() const noexcept { return recipe_; }
+  // Counts the changes to what a training step runs and to the tensors it keeps across steps
+  // (set_recipe, set_recompute, set_layer_memory, set_group_hook, freeze_all, add_lora): a step
+  // recorded before one is not replayed after it (train/training.hpp).
+  std::uint64_t configuration_epoch() const noexcept { return configuration_epoch_; }
 
   // LoRA fine-tuning: everything frozen, adapters added to the targeted linears of every layer.
   void freeze_all() {
     for (parameter* p : parameters()) freeze(*p);
+    ++configuration_epoch_;
   }
   void add_lora(const lora_targets& t, const lora_config& c, std::uint64_t seed) {
     for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].add_lora(t, c, seed + 16 * i);
+    ++configuration_epoch_;
   }
 
   std::vector<parameter*> parameters() {
@@ -388,6 +402,7 @@ class model {
   head_loss chunks_;
   bool trained_ = false;  // the last forward trains: backward() may follow
   bool recompute_ = false;
+  std::uint64_t configuration_epoch_ = 0;
   std::vector<std::vector<std::uint64_t>> calls_;  // recomputation: each layer's linears' calls before its forward
   std::function<void(group_event, std::size_t)> group_hook_;
   bool training_forward_ = false;

@@ -62,11 +62,7 @@ class step_replay {
 
   // `refusal`: why recording does not apply ("" where it may); the backend's own refusal (it has
   // no step graph) is added here.
-  step_replay(backend& be, std::string refusal) : be_(&be), refusal_(std::move(refusal)), records_(be.make_step_graph() != nullptr) {
-    if (refusal_.empty() && !records_)
-      refusal_ = std::string("the ") + be.name() + " backend records no step graph here (the host backend runs each operation as "
-                 "it is called; a GPU runtime that cannot capture stream-ordered allocations)";
-  }
+  step_replay(backend& be, std::string refusal) : be_(&be), records_(be.make_step_graph() != nullptr) { reconsider(std::move(refusal)); }
 
   // Runs one step: launched (`step()` called as is), recorded, or replayed (`step` not called).
   void run(const step_key& key, const std::function<void()>& step) {
@@ -97,6 +93,16 @@ class step_replay {
       return;
     }
     graph_->replay();
+  }
+
+  // Takes a new refusal ("" where recording applies now) after the model changed what a step
+  // runs, and drops the recording.
+  void reconsider(std::string refusal) {
+    drop();
+    refusal_ = std::move(refusal);
+    if (refusal_.empty() && !records_)
+      refusal_ = std::string("the ") + be_->name() + " backend records no step graph here (the host backend runs each operation as "
+                 "it is called; a GPU runtime that cannot capture stream-ordered allocations)";
   }
 
   // Whether steps are recorded and replayed; "" or why not.

@@ -123,10 +123,8 @@ class trainer {
                     ") needs every weight on every rank; full sharding keeps shards only");
     if (c.heal_step > 0) stash_ = c.heal_stash ? std::move(*c.heal_stash) : prepare_healing(m);
     replay_ = std::make_unique<step_replay>(be, step_graph_refusal());
-    if (replay_->applies()) {  // the learning rate of every step read from the device (a replay's arguments are fixed)
-      lr_ = be.scalar(mem_tag::optimizer);
-      opt_.set_lr_device(&lr_);
-    }
+    configuration_ = m.configuration_epoch();
+    read_lr_from_device_where_replayed();
   }
 
   // Not copied or moved: the optimizer reads the learning rate through lr_'s address.
@@ -138,6 +136,11 @@ class trainer {
     if (c_.heal_step > 0 && step_ == c_.heal_step) {
       healing_ = heal(*m_, *stash_, c_.heal_recipe);
       stash_.reset();  // the host copies are no longer needed
+    }
+    if (m_->configuration_epoch() != configuration_) {  // a recipe switch, LoRA adapters added, ... between steps
+      configuration_ = m_->configuration_epoch();
+      replay_->reconsider(step_graph_refusal());
+      read_lr_from_device_where_replayed();
     }
     const double lr = c_.schedule(step_);
     if (replay_->applies()) {
@@ -222,7 +225,14 @@ class trainer {
   tensor loss_sum_;          // (1, 1) f64: the losses since the last logging step
   tensor lr_;                // (1, 1) f64: this step's learning rate, where steps are replayed
   std::unique_ptr<step_replay> replay_;
+  std::uint64_t configuration_ = 0;  // the model's configuration_epoch() the replay decision was made for
 
+  // Where steps are replayed the optimizer reads the learning rate from lr_ (a replay's kernel
+  // arguments are fixed), filled before each step; where they are launched, by value.
+  void read_lr_from_device_where_replayed() {
+    if (replay_->applies() && !lr_.defined()) lr_ = m_->be().scalar(mem_tag::optimizer);
+    opt_.set_lr_device(replay_->applies() ? &lr_ : nullptr);
+  }
   // Why steps are not recorded here, or "" (step_replay adds the backend's own reason).
   std::string step_graph_refusal() const {
     if (!c_.step_graph) return "turned off (train_config::step_graph, --cuda-graph off)";
