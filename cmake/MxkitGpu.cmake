@@ -92,9 +92,10 @@ set(MXKIT_GPU ${_mxkit_gpu})
 # A machine with no GPU (CI's) compiles mxkit's GPU programs only to check them, and runs them
 # only to see them report themselves skipped (CUDA) or not at all (HIP: device code is compiled,
 # nothing is linked): unoptimized, host and device, they compile in half the time or less. The
-# kernel library keeps -O3: its machine code is what ptxas and the AMD back end check.
+# kernel library keeps -O3 (its machine code is what ptxas and the AMD back end check), unless it
+# is compiled to PTX only (MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY).
 option(MXKIT_GPU_PROGRAMS_UNOPTIMIZED
-       "Compile mxkit's own GPU tests, benchmarks, examples and header checks unoptimized (host -O0, NVVM -O1, HIP -O0); the kernel library stays -O3" OFF)
+       "Compile mxkit's own GPU tests, benchmarks, examples and header checks unoptimized (host -O0, NVVM -O1, HIP -O0); the kernel library stays -O3 unless MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY" OFF)
 
 if(MXKIT_GPU STREQUAL "CUDA")
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
@@ -189,8 +190,10 @@ option(MXKIT_BUILD_KERNEL_LIBRARY "Build mxkit::gpu_kernels and link mxkit's own
 # ptxas is about half of the library's compile (src/gpu/gemm.cu: 159 CPU-s to SASS, 77 to PTX on
 # the 2-core build machine, 2026-12-03); a build that only checks that the code compiles can stop
 # at PTX, which the driver would compile at first use (docs/perf/build.md).
+# With MXKIT_GPU_PROGRAMS_UNOPTIMIZED the library is then compiled as the programs are (host -O0,
+# NVVM -O1): NVVM's -O3 is most of the library's compile to PTX (docs/perf/build.md).
 option(MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY
-       "CUDA: compile mxkit::gpu_kernels to PTX only, no SASS (scripts/test.sh's cuda stage, which runs no kernel)" OFF)
+       "CUDA: compile mxkit::gpu_kernels to PTX only, no SASS (scripts/test.sh's cuda stage, which runs no kernel); unoptimized too with MXKIT_GPU_PROGRAMS_UNOPTIMIZED" OFF)
 set(MXKIT_KERNEL_FAMILIES "all" CACHE STRING
     "Kernel families compiled into mxkit::gpu_kernels: all, or a list from: ${MXKIT_KERNEL_FAMILIES_ALL}")
 set(MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS "")  # what a user of the library is compiled with
@@ -224,7 +227,9 @@ function(mxkit_gpu_target tgt)
   target_link_libraries(${tgt} PRIVATE mxkit::gpu)
   target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=all-warnings>)
   if(MXKIT_GPU_PROGRAMS_UNOPTIMIZED AND MXKIT_GPU STREQUAL "CUDA")
-    if(arg_LIBRARY)
+    # The library keeps -O3 unless it is compiled only to be checked as well (to PTX: no SASS is
+    # made, so nothing of its -O3 machine code reaches a check; NVVM -O3 is most of its compile).
+    if(arg_LIBRARY AND NOT MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY)
       target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O3>)
     else()
       # NVVM at -O1, not -O0: ptxas 13.0 crashed on -O0 PTX of the header-only wgmma kernels.

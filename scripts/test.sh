@@ -245,10 +245,10 @@ for stage in "${stages[@]}"; do
       else
         # The host tests, examples and benchmarks are the release stage's (the same g++ build).
         # With no GPU here the GPU programs are compiled to be checked and run to report
-        # themselves skipped: unoptimized (MXKIT_GPU_PROGRAMS_UNOPTIMIZED), the library at -O3
-        # to PTX only (MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY: no ptxas; the GPU machine's builds,
-        # scripts/gpu.sh, assemble it for sm_90a before every run). No GPU benchmarks: they
-        # time nothing here, and scripts/gpu.sh builds the ones it runs.
+        # themselves skipped: unoptimized (MXKIT_GPU_PROGRAMS_UNOPTIMIZED), the library too, to
+        # PTX only (MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY: no ptxas, NVVM -O1; the GPU machine's builds,
+        # scripts/gpu.sh, compile it at -O3 and assemble it for sm_90a before every run). No GPU
+        # benchmarks: they time nothing here, and scripts/gpu.sh builds the ones it runs.
         # shellcheck disable=SC2086  # word splitting of the extra arguments is intended
         build_and_test cuda "$root/cuda" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA \
           "-DCMAKE_CUDA_COMPILER=$nvcc" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
