@@ -12,6 +12,7 @@
 #include <mxkit/error.hpp>
 #include <mxkit/format/float16.hpp>
 #include <mxkit/gpu/gemm/gemm.hpp>
+#include <mxkit/gpu/gemm/nvfp4.hpp>
 #include <mxkit/gpu/nn/host_transfers.hpp>
 #include <mxkit/gpu/nn/operand_payload.hpp>
 #include <mxkit/gpu/runtime.hpp>
@@ -45,7 +46,7 @@ void visit_float(nn::dtype t, const char* what, F&& f) {
 
 // ---- GEMM
 // D = alpha * A . B^T + beta * C on two copies of the same kind, as gpu/gemm's operands: MX
-// codes and row-major scales, FP8 codes with the descale read from the copy's device scale, bf16
+// codes and row-major scales, NVFP4 ones with their device tensor scales (gpu/gemm/nvfp4.hpp), FP8 codes with the descale read from the copy's device scale, bf16
 // rows (MN-major where the copy reads its source in place). C is D where null or beta = 0.
 inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
                      const nn::tensor* c, stream_t s, const gemm_options& options = {}) {
@@ -56,7 +57,15 @@ inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor&
   const device_payload& pa = payload_of(a);
   const device_payload& pb = payload_of(b);
   a.request().spec.visit(nn::overloaded{
-      [&](const nn::block_scaled_spec&) {
+      [&](const nn::block_scaled_spec& spec) {
+        if (spec.is_nvfp4()) {  // the tensor scales read in the epilogue from the copies' device floats
+          const nvfp4_operand na{nvfp4_const_view{pa.nvfp4, pa.nvfp4_opts, pa.data, pa.scales, scale_layout::row_major, 1.0f, true}, pa.tensor_scale};
+          const nvfp4_operand nb{nvfp4_const_view{pb.nvfp4, pb.nvfp4_opts, pb.data, pb.scales, scale_layout::row_major, 1.0f, true}, pb.tensor_scale};
+          mxkit::detail::check_nvfp4_product(kind, na.copy.layout, nb.copy.layout);
+          mxkit::detail::check_nvfp4_rotation(na.copy.options, nb.copy.options, name_of(kind));
+          detail::run_nvfp4(na, nb, a.length(), out, s, options);
+          return;
+        }
         const mx_const_view va{pa.layout, pa.options, pa.data, pa.scales, scale_layout::row_major};
         const mx_const_view vb{pb.layout, pb.options, pb.data, pb.scales, scale_layout::row_major};
         mxkit::detail::check_mx_product(kind, va.layout, vb.layout);
