@@ -46,8 +46,9 @@ void visit_float(nn::dtype t, const char* what, F&& f) {
 
 // ---- GEMM
 // D = alpha * A . B^T + beta * C on two copies of the same kind, as gpu/gemm's operands: MX
-// codes and row-major scales, NVFP4 ones with their device tensor scales (gpu/gemm/nvfp4.hpp), FP8 codes with the descale read from the copy's device scale, bf16
-// rows (MN-major where the copy reads its source in place). C is D where null or beta = 0.
+// codes and row-major scales, NVFP4 ones with their tensor scales read on the device
+// (gpu/gemm/nvfp4.hpp), FP8 codes with the descale read from the copy's device scale, bf16 rows
+// (MN-major where the copy reads its source in place). C is D where null or beta = 0.
 inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
                      const nn::tensor* c, stream_t s, const gemm_options& options = {}) {
   mxkit::detail::require(d.type() == nn::dtype::f32 || d.type() == nn::dtype::bf16, "device_backend: ", name_of(kind), " output is ",
@@ -59,8 +60,10 @@ inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor&
   a.request().spec.visit(nn::overloaded{
       [&](const nn::block_scaled_spec& spec) {
         if (spec.is_nvfp4()) {  // the tensor scales read in the epilogue from the copies' device floats
-          const nvfp4_operand na{nvfp4_const_view{pa.nvfp4, pa.nvfp4_opts, pa.data, pa.scales, scale_layout::row_major, 1.0f, true}, pa.tensor_scale};
-          const nvfp4_operand nb{nvfp4_const_view{pb.nvfp4, pb.nvfp4_opts, pb.data, pb.scales, scale_layout::row_major, 1.0f, true}, pb.tensor_scale};
+          auto operand = [](const device_payload& p) {
+            return nvfp4_operand{nvfp4_const_view{p.nvfp4, p.nvfp4_opts, p.data, p.scales, scale_layout::row_major, 1.0f, true}, p.tensor_scale};
+          };
+          const nvfp4_operand na = operand(pa), nb = operand(pb);
           mxkit::detail::check_nvfp4_product(kind, na.copy.layout, nb.copy.layout);
           mxkit::detail::check_nvfp4_rotation(na.copy.options, nb.copy.options, name_of(kind));
           detail::run_nvfp4(na, nb, a.length(), out, s, options);

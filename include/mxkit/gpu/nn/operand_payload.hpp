@@ -119,10 +119,6 @@ class payload_factory {
     p->is_nvfp4 = true;
     return p;
   }
-  // A block-scaled copy's payload: MX or NVFP4 by the request's format.
-  std::shared_ptr<device_payload> block_scaled(const nn::quant_request& r, std::size_t rows, std::size_t cols) const {
-    return r.spec.block_scaled().is_nvfp4() ? nvfp4(r, rows, cols) : mx(r, rows, cols);
-  }
   // MX codes (padded to 256 bytes) then the scales.
   std::shared_ptr<device_payload> mx(const nn::quant_request& r, std::size_t rows, std::size_t cols) const {
     const mx_layout layout{r.spec.block_scaled().mx(), r.axis, rows, cols};
