@@ -148,6 +148,8 @@ TEST_CASE("linear: the nvfp4 recipe's GEMMs are the paper's NVFP4 rules through 
   const nvfp4_tensor dy_rne = ref::quantize(view(p.dy, M, N), formats::nvfp4, block_axis::rowwise,
                                             nvfp4_rule(rounding::nearest_even, false, sd, qdy.block.stream));
   CHECK_FALSE(std::ranges::equal(dy_rne.data(), dy_row.data()));
+  // Full sharding gathers the weights, not these copies: a slab's tensor scale is its own.
+  CHECK_FALSE(l.weight_copies_gatherable());
 }
 
 TEST_CASE("linear: MX recipes match mxkit's quantizer and reference GEMMs", "[nn][linear]") {
