@@ -147,7 +147,7 @@ inline constexpr std::array<recipe_choice, 10> recipe_choices{{
      },
      "MXFP4 with Hadamard on every GEMM, the first and the last layer in bf16"},
     {"nvfp4", +[](std::size_t n_layers) { return nn::recipes::nvfp4(n_layers); },
-     "NVFP4 (arXiv 2509.25149): 16x16 weight blocks, random Hadamard on wgrad, stochastic rounding of gradients, the last 8/62 of the layers in bf16"},
+     "NVFP4 (arXiv 2509.25149): 2-D weight blocks, random Hadamard on wgrad, SR of gradients, last 8/62 of layers bf16"},
 }};
 
 inline nn::recipe make_recipe(const options& o) {
