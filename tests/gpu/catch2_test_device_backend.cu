@@ -41,7 +41,8 @@ struct device_subject {
   static std::unique_ptr<device_backend> make() { return std::make_unique<device_backend>(); }
   static copy_bytes read_copy(const device_backend& d, const qtensor& q) {
     switch (q.kind()) {
-      case precision::mx: return mx_bytes(gpu_test::download_mx(d, q));
+      case precision::mx:
+        return q.request().spec.block_scaled().is_nvfp4() ? nvfp4_bytes(gpu_test::download_nvfp4(d, q)) : mx_bytes(gpu_test::download_mx(d, q));
       case precision::fp8: return fp8_bytes(gpu_test::download_fp8(d, q));
       case precision::bf16: return bf16_bytes(gpu_test::download_bf16(d, q), q.length());
       case precision::native: break;

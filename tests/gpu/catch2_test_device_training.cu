@@ -5,7 +5,7 @@
 // (catch2_test_device_backend.cu checks the operations one at a time):
 //  1. A warm training step allocates nothing from the driver and never synchronizes.
 //  2. Twenty training steps of a 2-layer model (d_model 128, 2 heads, 1 KV head, head_dim 64,
-//     ffn 256, bytes, seq 64, batch 2, bf16 activations) for every recipe, and a LoRA fine-tune
+//     ffn 256, bytes, seq 64, batch 2, bf16 activations) for every recipe (NVFP4 too), and a LoRA fine-tune
 //     that heals from MXFP4 to FP8, on both backends: the losses agree (tolerances below; both
 //     series are printed).
 //  4. Step graphs (train/step_replay.hpp, gpu/nn/device_step_graph.hpp): a run whose steps are
@@ -278,8 +278,9 @@ TEST_CASE("device backend: a warm training step allocates nothing from the drive
   // optimizer's descriptor arrays, made in the first, beside activations of the same sizes); from
   // the third on a step of the same shapes takes every block from the pool. Reads only at the
   // logging step, no synchronize() at all.
+  // NVFP4: its tensor scales stay in device memory, from the quantizer to the GEMM's epilogue.
   for (const recipe& r : {with_bf16(recipes::fp8_delayed({4, amax_algorithm::max, 0})), with_bf16(recipes::mxfp4_nvidia_style()),
-                          with_bf16(recipes::bf16())}) {
+                          with_bf16(recipes::bf16()), with_bf16(recipes::nvfp4())}) {
     INFO(r.name);
     g::trim_device_memory();  // the pool starts from what is in use: earlier tests' blocks do not hide a growth
     device_backend be;
@@ -330,14 +331,19 @@ TEST_CASE("device backend: twenty training steps of every recipe agree with the 
   recipes::mxfp4_config per_gemm;  // MXFP4 forward and wgrad, dgrad in bf16: the per-GEMM switch
   per_gemm.dgrad_mx = false;
   for (const recipe& r0 : {recipes::bf16(), recipes::fp8_delayed(), recipes::mxfp8(), recipes::mxfp4_amd(), recipes::mxfp4_nvidia_style(),
-                           recipes::mxfp4_primus_turbo(), recipes::mxfp4_no_hadamard(), recipes::mxfp4(per_gemm, "mxfp4 (bf16 dgrad)")}) {
+                           recipes::mxfp4_primus_turbo(), recipes::mxfp4_no_hadamard(), recipes::mxfp4(per_gemm, "mxfp4 (bf16 dgrad)"),
+                           recipes::nvfp4(small_model().n_layers)}) {
     const recipe r = with_bf16(r0);
     INFO(r.name);
     const std::vector<double> lh = train<host_backend>(r, 20), ld = train<device_backend>(r, 20);
     WARN(r.name << ", 20 steps, bf16 activations:" << loss_table(lh, ld));
     REQUIRE(lh.size() == 20);
     REQUIRE(ld.size() == 20);
-    const bool mx = r.uses(precision::mx), fp4 = mx && r.fprop.a.is<block_scaled_spec>() && r.fprop.a.block_scaled().format == formats::mxfp4;
+    // NVFP4 (the paper's recipe: layer 0 in NVFP4, layer 1 in bf16) is held to MXFP4's bounds: an
+    // FP4 element moves by a whole step on a last-bit difference as well.
+    const bool mx = r.uses(precision::mx),
+               fp4 = mx && r.fprop.a.is<block_scaled_spec>() &&
+                     (r.fprop.a.block_scaled().format == formats::mxfp4 || r.fprop.a.block_scaled().is_nvfp4());
     const std::vector<double> h8(lh.begin(), lh.begin() + 8), d8(ld.begin(), ld.begin() + 8);
     CHECK(losses_outside(h8, d8, 5e-3, fp4 ? 4e-2 : 2e-2) == 0);
     CHECK(losses_outside(lh, ld, 5e-3, fp4 ? 0.15 : mx ? 4e-2 : 2e-2) == 0);
@@ -419,7 +425,7 @@ TEST_CASE("device backend: LoRA with MXFP4 -> FP8 healing agrees with the host b
 
 TEST_CASE("device backend: two identical runs give the same losses, bit for bit", "[gpu][nn][backend][training]") {
   for (const recipe& r0 : {recipes::bf16(), recipes::fp8_delayed({4, amax_algorithm::max, 0}), recipes::mxfp8(), recipes::mxfp4_amd(),
-                           recipes::mxfp4_nvidia_style()}) {
+                           recipes::mxfp4_nvidia_style(), recipes::nvfp4(small_model().n_layers)}) {
     const recipe r = with_bf16(r0);
     INFO(r.name);
     const std::vector<double> a = train<device_backend>(r, 8), b = train<device_backend>(r, 8);
@@ -593,10 +599,14 @@ TEST_CASE("device backend: a step of another shape falls back to launching, with
 }
 
 TEST_CASE("device backend: recipes with per-step random draws launch every step", "[gpu][nn][backend][training][graph]") {
-  const recipe r = with_bf16(recipes::mxfp4_nvidia_style());  // stochastic rounding, random Hadamard signs
-  const graphed_run run = train_graphed(r, 4, true);
-  CHECK(run.refusal.find("Philox") != std::string::npos);
-  CHECK(run.captures == 0);
-  CHECK(run.replays == 0);
-  CHECK(run.launches == 4);
+  // mxfp4_nvidia_style and the NVFP4 recipe: stochastic rounding, random Hadamard signs.
+  for (const recipe& r0 : {recipes::mxfp4_nvidia_style(), recipes::nvfp4(small_model().n_layers)}) {
+    const recipe r = with_bf16(r0);
+    INFO(r.name);
+    const graphed_run run = train_graphed(r, 4, true);
+    CHECK(run.refusal.find("Philox") != std::string::npos);
+    CHECK(run.captures == 0);
+    CHECK(run.replays == 0);
+    CHECK(run.launches == 4);
+  }
 }

@@ -18,7 +18,8 @@
 //
 // What is compared, on small and ragged shapes (1x1, 3x37, 67x96, 130x64, ...):
 //   - quantize / quantize_both / transpose (MX with and without the Hadamard rotation, random
-//     signs, stochastic rounding; MXFP8 E4M3 round-up; FP8 through a scaling table with amax
+//     signs, stochastic rounding; MXFP8 E4M3 round-up; NVFP4 1 x 16 (also rotated, random signs,
+//     stochastic) and 16 x 16, with the tensor scale; FP8 through a scaling table with amax
 //     recording; bf16 rowwise and columnwise) and export_fp8 / import_fp8 (the healing stash),
 //     from f32 and bf16 inputs: byte for byte (codes, scales, the FP8 copy's scale and amax, the
 //     history the casts wrote).
@@ -71,6 +72,7 @@
 #include "../byte_compare.hpp"
 #include "../catch.hpp"
 #include "../ref/gemm_test_util.hpp"
+#include "../ref/nvfp4_gemm_test_util.hpp"
 #include "nn_test_helpers.hpp"
 
 namespace backend_conformance {
@@ -206,11 +208,15 @@ inline std::string bytes_mismatch(const char* what, std::span<const std::uint8_t
 struct copy_bytes {
   std::vector<std::uint8_t> codes;   // MX or FP8 codes, or the bf16 bits of the [lines, length] values
   std::vector<std::uint8_t> scales;  // MX scales ([lines, blocks])
-  float fp8_scale = 0.0f;            // FP8: the scale the codes were made with
+  float fp8_scale = 0.0f;            // FP8: the scale the codes were made with; NVFP4: the tensor scale
   std::size_t code_line = 0, scale_line = 0;  // bytes per line (names a difference's line)
 };
 inline copy_bytes mx_bytes(const mx_tensor& t) {
   return {{t.data().begin(), t.data().end()}, {t.scales().begin(), t.scales().end()}, 0.0f, t.layout().line_bytes(),
+          t.layout().blocks_per_line()};
+}
+inline copy_bytes nvfp4_bytes(const nvfp4_tensor& t) {
+  return {{t.data().begin(), t.data().end()}, {t.scales().begin(), t.scales().end()}, t.tensor_scale(), t.layout().line_bytes(),
           t.layout().blocks_per_line()};
 }
 inline copy_bytes fp8_bytes(const fp8_tensor& t) { return {t.data, {}, t.scale, t.cols, 0}; }
@@ -224,7 +230,8 @@ inline copy_bytes bf16_bytes(const std::vector<bfloat16>& v, std::size_t length)
 // The oracle's copy.
 inline copy_bytes oracle_bytes(const qtensor& q) {
   switch (q.kind()) {
-    case precision::mx: return mx_bytes(host_backend::mx(q));
+    case precision::mx:
+      return q.request().spec.block_scaled().is_nvfp4() ? nvfp4_bytes(host_backend::nvfp4(q)) : mx_bytes(host_backend::mx(q));
     case precision::fp8: return fp8_bytes(host_backend::fp8(q));
     case precision::bf16: return bf16_bytes(host_backend::bf16(q), q.length());
     case precision::native: break;
@@ -238,6 +245,12 @@ inline std::string bytes_mismatch(const qtensor& q, const copy_bytes& a, const c
     case precision::mx: {
       std::string m = bytes_mismatch("mx codes", a.codes, b.codes, a.code_line);
       if (m.empty()) m = bytes_mismatch("mx scales", a.scales, b.scales, a.scale_line);
+      if (m.empty() && q.request().spec.block_scaled().is_nvfp4() &&
+          mxkit::bit_cast<std::uint32_t>(a.fp8_scale) != mxkit::bit_cast<std::uint32_t>(b.fp8_scale)) {
+        std::ostringstream s;
+        s << "nvfp4 tensor scale: backend " << a.fp8_scale << ", oracle " << b.fp8_scale;
+        return s.str();
+      }
       return m;
     }
     case precision::fp8: {
@@ -313,6 +326,8 @@ inline std::vector<float> stored_values(const qtensor& q) {
 }
 inline std::vector<double> magnitude(const qtensor& a, const qtensor& b) {
   const std::size_t P = a.lines(), Q = b.lines(), R = a.length();
+  if (a.kind() == precision::mx && a.request().spec.block_scaled().is_nvfp4())
+    return nvfp4_gemm_test::magnitude(host_backend::nvfp4(a), host_backend::nvfp4(b));
   if (a.kind() == precision::mx) {
     const mx_tensor aa = gemm_test::abs_copy(host_backend::mx(a)), bb = gemm_test::abs_copy(host_backend::mx(b));
     std::vector<float> s(P * Q);
@@ -423,7 +438,11 @@ void quantized_copies() {
       {"mxfp4 (even), hadamard", recipes::mx_operand(mx_type::mxfp4, scale_rule::even), true, false},
       {"mxfp4 (even), hadamard, random signs, stochastic rounding",
        recipes::mx_operand(mx_type::mxfp4, scale_rule::even, rounding::stochastic), true, true},
-      {"mxfp8 e4m3 (round up)", recipes::mx_operand(mx_type::mxfp8_e4m3, scale_rule::round_up), false, false}};
+      {"mxfp8 e4m3 (round up)", recipes::mx_operand(mx_type::mxfp8_e4m3, scale_rule::round_up), false, false},
+      {"nvfp4", recipes::block_scaled_operand(formats::nvfp4, scale_rule::floor), false, false},
+      {"nvfp4, hadamard, random signs, stochastic rounding", recipes::block_scaled_operand(formats::nvfp4, scale_rule::floor, rounding::stochastic),
+       true, true},
+      {"nvfp4_2d", recipes::block_scaled_operand(formats::nvfp4_2d, scale_rule::floor), false, false}};
   // FP8: a 2-row table (E4M3, E5M2) on each backend, the same non-unit scales (3.5 saturates the
   // largest E4M3 inputs: the clamp is compared too).
   const delayed_scaling_config cfg{4, amax_algorithm::max, 0};
@@ -589,6 +608,10 @@ void gathered_copies() {
     CHECK_THROWS_AS(g->pack_copy(d.quantize(x.d, bf16_col), wire, 0), std::invalid_argument);
     CHECK_THROWS_AS(g->assemble_copy(bf16_col, 64, 64, wire, all), std::invalid_argument);
     CHECK_THROWS_AS(copy_gather::copy_wire_bytes(plain_request(recipes::native_operand(), block_axis::rowwise), 64, 64), std::invalid_argument);
+    // NVFP4 copies do not travel: a slab's tensor scale is its own, not the whole weight's.
+    const quant_request nv = mx_request(recipes::block_scaled_operand(formats::nvfp4_2d, scale_rule::floor), block_axis::rowwise, false, false, 1);
+    CHECK_THROWS_WITH(copy_gather::copy_wire_bytes(nv, 64, 64), mxkit_test::contains("copy_wire_bytes: nvfp4_2d copies do not travel"));
+    CHECK_THROWS_WITH(g->pack_copy(d.quantize(x.d, nv), wire, 0), mxkit_test::contains("nvfp4_2d copies do not travel"));
     CHECK(copy_gather::copy_wire_bytes(plain_request(recipes::bf16_operand(), block_axis::rowwise), 64, 64) == 2 * 64 * 64);
     CHECK_THROWS_AS(g->pack_copy(d.quantize(x.d, plain_request(recipes::bf16_operand(), block_axis::rowwise)), wire, 4 * 4096 - 2 * 64 * 64 + 2),
                     std::invalid_argument);
@@ -619,7 +642,7 @@ void gemm_products() {
   const std::vector<shape> mx_shapes = {{64, 96, 160}, {32, 32, 32}};
   const std::vector<shape> other_shapes = {{64, 96, 160}, {37, 45, 77}, {1, 3, 5}};
   const std::vector<recipe> recipes_ = {recipes::bf16(), recipes::fp8_delayed(), recipes::mxfp8(), recipes::mxfp4_amd(),
-                                        recipes::mxfp4_nvidia_style()};
+                                        recipes::mxfp4_nvidia_style(), recipes::nvfp4()};
   std::uint64_t seed = 1000;
   for (const recipe& r : recipes_) {
     const bool is_mx = r.fprop.a.kind() == precision::mx;

@@ -34,6 +34,9 @@ bool same_bytes(const qtensor& a, const qtensor& b) {
         using D = std::decay_t<decltype(x)>;
         const D& y = std::get<D>(pb);
         if constexpr (std::is_same_v<D, mx_tensor>) return std::ranges::equal(x.data(), y.data()) && std::ranges::equal(x.scales(), y.scales());
+        else if constexpr (std::is_same_v<D, nvfp4_tensor>)
+          return std::ranges::equal(x.data(), y.data()) && std::ranges::equal(x.scales(), y.scales()) &&
+                 mxkit::bit_cast<std::uint32_t>(x.tensor_scale()) == mxkit::bit_cast<std::uint32_t>(y.tensor_scale());
         else if constexpr (std::is_same_v<D, fp8_tensor>) return x.data == y.data && x.scale == y.scale && x.type == y.type;
         else if constexpr (std::is_same_v<D, std::vector<bfloat16>>) {
           for (std::size_t i = 0; i < x.size(); ++i)
@@ -693,22 +696,50 @@ TEST_CASE("backend: an operation refused by its checks is not observed", "[nn][b
   be.set_observer(nullptr);
 }
 
-TEST_CASE("backend: a block-scaled request in a format with no training path (NVFP4) is refused by name", "[nn][backend]") {
-  // NVFP4 is a block_format like the MX ones (block/block_format.hpp) but no backend trains with
-  // it yet (issue #46 section 2): quantize refuses it before the backend sees it.
+TEST_CASE("backend: a block-scaled request in a format with no training path is refused by name", "[nn][backend]") {
+  // The MX formats and NVFP4 train (block_scaled_spec::check_trainable); any other block_format
+  // value (here E8M0 scales on blocks of 16) is refused by quantize before the backend sees it.
   host_backend be;
   const tensor x = random_tensor(be, 32, 64, 1);
-  for (const block_format& f : {formats::nvfp4, formats::nvfp4_2d}) {
-    quant_request r;
-    r.spec = recipes::block_scaled_operand(f, scale_rule::floor);
-    INFO(nvfp4_format_name(f));
-    CHECK_THROWS_WITH(be.quantize(x, r), mxkit_test::contains(std::string("quantize: a block-scaled copy in ") + nvfp4_format_name(f)));
-    CHECK_THROWS_WITH(be.quantize_both(x, r, [&] {
+  const block_format e8m0_16{element_kind::e2m1, {1, 16}, block_scale_type::e8m0, tensor_scale_type::none};
+  quant_request r;
+  r.spec = recipes::block_scaled_operand(e8m0_16, scale_rule::floor);
+  CHECK_THROWS_WITH(be.quantize(x, r), mxkit_test::contains("quantize: block-scaled operand in not NVFP4, which no backend trains with"));
+  quant_request c = r;
+  c.axis = block_axis::columnwise;
+  CHECK_THROWS_WITH(be.quantize_both(x, r, c), mxkit_test::contains("which no backend trains with (the MX formats and NVFP4 do)"));
+  CHECK(be.counters().copies(operand_use::fprop_x) == 0);
+}
+
+TEST_CASE("backend: NVFP4 requests give ref::quantize's copies, with their tensor scales", "[nn][backend]") {
+  // An NVFP4 copy on the host backend is ref/nvfp4_quantize.hpp's, options from the request
+  // (nvfp4_quantize_options: rounding, rotation and sign mask, Philox key and stream).
+  host_backend be;
+  const tensor x = random_tensor(be, 32, 64, 1);
+  const std::vector<double> xv = be.read(x);
+  const std::vector<float> xf(xv.begin(), xv.end());
+  for (const block_format& f : {formats::nvfp4, formats::nvfp4_2d})
+    for (const bool sr : {false, true}) {
+      INFO(nvfp4_format_name(f) << (sr ? ", stochastic, random-sign hadamard" : ""));
+      quant_request r;
+      r.spec = recipes::block_scaled_operand(f, scale_rule::floor, sr ? rounding::stochastic : rounding::nearest_even);
+      r.block = {sr, sr, 0x1234, 7};
       quant_request c = r;
       c.axis = block_axis::columnwise;
-      return c;
-    }()),
-                      mxkit_test::contains("no backend trains with yet"));
-  }
-  CHECK(be.counters().copies(operand_use::fprop_x) == 0);
+      const nvfp4_options o = r.nvfp4_quantize_options();
+      CHECK(o.round == (sr ? rounding::stochastic : rounding::nearest_even));
+      CHECK(o.hadamard == sr);
+      CHECK(o.hadamard_signs == (sr ? hadamard_sign_mask(0x1234) : 0u));
+      const matrix_view<const float> v{xf.data(), 32, 64};
+      const nvfp4_tensor wr = ref::quantize(v, f, block_axis::rowwise, o), wc = ref::quantize(v, f, block_axis::columnwise, o);
+      const qpair both = be.quantize_both(x, r, c);
+      for (const auto& [q, want] : {std::pair{be.quantize(x, r), &wr}, std::pair{be.quantize(x, c), &wc}, std::pair{both.rowwise, &wr},
+                                    std::pair{both.columnwise, &wc}}) {
+        const nvfp4_tensor& got = host_backend::nvfp4(q);
+        CHECK(std::ranges::equal(got.data(), want->data()));
+        CHECK(std::ranges::equal(got.scales(), want->scales()));
+        CHECK(got.tensor_scale() == want->tensor_scale());
+        CHECK(q.bytes() == want->bytes());
+      }
+    }
 }

@@ -9,6 +9,8 @@
 #include <mxkit/train/adamw.hpp>
 #include <mxkit/nn/linear.hpp>
 #include <mxkit/ref/gemm.hpp>
+#include <mxkit/ref/nvfp4_gemm.hpp>
+#include <mxkit/ref/nvfp4_quantize.hpp>
 #include <mxkit/ref/quantize.hpp>
 
 #include "../catch.hpp"
@@ -97,7 +99,58 @@ void check_mx_recipe(const recipe& r) {
              "wgrad");
 }
 
+// The NVFP4 options of the paper's recipe (arXiv 2509.25149 section 4), written out here rather
+// than read from the recipe: rounding, the random-sign Hadamard (wgrad only), the GEMM's Philox key
+// and the tensor's stream (the one the layer drew, as the recording shows).
+nvfp4_options nvfp4_rule(rounding round, bool hadamard, std::uint64_t seed, std::uint32_t stream) {
+  return {round, hadamard, hadamard ? hadamard_sign_mask(seed) : 0u, seed, stream};
+}
+
 }  // namespace
+
+TEST_CASE("linear: the nvfp4 recipe's GEMMs are the paper's NVFP4 rules through ref's quantizer and GEMM", "[nn][linear][nvfp4]") {
+  const recipe r = recipes::nvfp4();
+  REQUIRE_NOTHROW(check_config(r));
+  recording_backend be;
+  linear l(be, "layer", K, N, 5, r, dtype::f32);
+  l.init_normal(3, 0.05);
+  const pass p = run_layer(be, l, 11);
+  const quant_request &qx = be.last(operand_use::fprop_x), &qw = be.last(operand_use::fprop_w),
+                      &qdy = be.last(operand_use::dgrad_dy), &qwd = be.last(operand_use::dgrad_w),
+                      &qdyw = be.last(operand_use::wgrad_dy), &qxw = be.last(operand_use::wgrad_x);
+  const std::uint64_t sf = r.fprop.seed, sd = r.dgrad.seed, sw = r.wgrad.seed;
+  CHECK(sw != 0);
+  // fprop and dgrad: no rotation; X and W round to nearest, dY stochastically; W in 16 x 16 blocks.
+  const nvfp4_tensor w_row = ref::quantize(view(p.w, N, K), formats::nvfp4_2d, block_axis::rowwise,
+                                           nvfp4_rule(rounding::nearest_even, false, sf, qw.block.stream));
+  const nvfp4_tensor w_col = ref::quantize(view(p.w, N, K), formats::nvfp4_2d, block_axis::columnwise,
+                                           nvfp4_rule(rounding::nearest_even, false, sd, qwd.block.stream));
+  CHECK(std::ranges::equal(w_row.data(), host_backend::nvfp4(l.cached_rowwise()).data()));  // the cached copies, byte for byte
+  CHECK(std::ranges::equal(w_row.scales(), host_backend::nvfp4(l.cached_rowwise()).scales()));
+  CHECK(std::ranges::equal(w_col.data(), host_backend::nvfp4(l.cached_columnwise()).data()));
+  CHECK(std::ranges::equal(w_col.scales(), host_backend::nvfp4(l.cached_columnwise()).scales()));
+  // 2-D scaling: the weight's two copies are the same matrix (section 4.3), one tensor scale.
+  CHECK(ref::dequantize(w_row) == ref::dequantize(w_col));
+  CHECK(w_row.tensor_scale() == w_col.tensor_scale());
+  const nvfp4_tensor x_row = ref::quantize(view(p.x, M, K), formats::nvfp4, block_axis::rowwise,
+                                           nvfp4_rule(rounding::nearest_even, false, sf, qx.block.stream));
+  const nvfp4_tensor dy_row = ref::quantize(view(p.dy, M, N), formats::nvfp4, block_axis::rowwise,
+                                            nvfp4_rule(rounding::stochastic, false, sd, qdy.block.stream));
+  check_same(p.y, ref::product(gemm_product::fprop, x_row, w_row), "fprop");
+  check_same(p.dx, ref::product(gemm_product::dgrad, dy_row, w_col), "dgrad");
+  // wgrad: both operands rotated by H16 . D (one D, from the GEMM's key); dY stochastic, X nearest.
+  const nvfp4_tensor dy_col = ref::quantize(view(p.dy, M, N), formats::nvfp4, block_axis::columnwise,
+                                            nvfp4_rule(rounding::stochastic, true, sw, qdyw.block.stream));
+  const nvfp4_tensor x_col = ref::quantize(view(p.x, M, K), formats::nvfp4, block_axis::columnwise,
+                                           nvfp4_rule(rounding::nearest_even, true, sw, qxw.block.stream));
+  check_same(p.dw, ref::product(gemm_product::wgrad, dy_col, x_col), "wgrad");
+  // The other rules would give other bits: the check above can fail (round to nearest for dY).
+  const nvfp4_tensor dy_rne = ref::quantize(view(p.dy, M, N), formats::nvfp4, block_axis::rowwise,
+                                            nvfp4_rule(rounding::nearest_even, false, sd, qdy.block.stream));
+  CHECK_FALSE(std::ranges::equal(dy_rne.data(), dy_row.data()));
+  // Full sharding gathers the weights, not these copies: a slab's tensor scale is its own.
+  CHECK_FALSE(l.weight_copies_gatherable());
+}
 
 TEST_CASE("linear: MX recipes match mxkit's quantizer and reference GEMMs", "[nn][linear]") {
   SECTION("mxfp4, Hadamard on every operand") { check_mx_recipe(recipes::mxfp4_amd()); }

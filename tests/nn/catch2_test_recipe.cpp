@@ -139,10 +139,58 @@ TEST_CASE("operand_spec: one kind at a time, block-scaled with a format value", 
   CHECK(std::string(name(mx)) == "mxfp8_e4m3");
   CHECK(std::string(name(recipes::mma_operand(fp8_type::e4m3))) == "fp8");
 
-  // NVFP4 is a block-scaled format, but nothing trains with it yet: refused by name.
+  // NVFP4 trains (its own quantizer and GEMM), but is no mx_type: mx() refuses it by name, and
+  // check_config a GEMM that multiplies it by an MX operand.
   const operand_spec nv = recipes::block_scaled_operand(formats::nvfp4, scale_rule::floor);
   CHECK(nv.block_scaled().format_name() == std::string("nvfp4"));
-  CHECK_THROWS_WITH(nv.block_scaled().mx(), mxkit_test::contains("block-scaled operand in nvfp4: no backend trains with this format"));
-  const recipe r = recipes::uniform("nvfp4 everywhere", nv);
-  CHECK_THROWS_WITH(check_config(r), mxkit_test::contains("fprop has nvfp4 operands, which no backend trains with yet"));
+  CHECK(nv.block_scaled().is_nvfp4());
+  CHECK_FALSE(nv.block_scaled().is_mx());
+  CHECK(mx.block_scaled().is_mx());
+  CHECK_FALSE(mx.block_scaled().is_nvfp4());
+  CHECK_THROWS_WITH(nv.block_scaled().mx(), mxkit_test::contains("block-scaled operand in nvfp4: not an MX format"));
+  CHECK_NOTHROW(check_config(recipes::uniform("nvfp4 everywhere", nv)));
+  recipe mixed = recipes::uniform("nvfp4 by mxfp4", nv);
+  mixed.dgrad.b = recipes::mx_operand(mx_type::mxfp4, scale_rule::floor);
+  CHECK_THROWS_WITH(check_config(mixed), mxkit_test::contains("dgrad multiplies nvfp4 by mxfp4; both operands must be MX or both NVFP4"));
+  // A block format that is neither (E8M0 scales on blocks of 16) trains nowhere: refused by name.
+  const block_format e8m0_16{element_kind::e2m1, {1, 16}, block_scale_type::e8m0, tensor_scale_type::none};
+  const operand_spec odd = recipes::block_scaled_operand(e8m0_16, scale_rule::floor);
+  CHECK_THROWS_WITH(check_config(recipes::uniform("odd blocks", odd)),
+                    mxkit_test::contains("fprop has not NVFP4 operands, which no backend trains with (the MX formats and NVFP4 do)"));
+  CHECK_THROWS_WITH(odd.block_scaled().check_trainable("quantize"), mxkit_test::contains("quantize: block-scaled operand in not NVFP4"));
+}
+
+TEST_CASE("recipes::nvfp4: arXiv 2509.25149's rules, GEMM by GEMM", "[nn][recipe][nvfp4]") {
+  const recipe r = recipes::nvfp4();
+  REQUIRE_NOTHROW(check_config(r));
+  const auto spec = [](const operand_spec& o) { return o.block_scaled(); };
+  // Every GEMM's inputs NVFP4: activations and gradients 1 x 16, weights 16 x 16 (section 4.3).
+  CHECK(spec(r.fprop.a).format == formats::nvfp4);
+  CHECK(spec(r.fprop.b).format == formats::nvfp4_2d);
+  CHECK(spec(r.dgrad.a).format == formats::nvfp4);
+  CHECK(spec(r.dgrad.b).format == formats::nvfp4_2d);
+  CHECK(spec(r.wgrad.a).format == formats::nvfp4);
+  CHECK(spec(r.wgrad.b).format == formats::nvfp4);
+  // Stochastic rounding on the gradients only (section 4.4).
+  CHECK(spec(r.fprop.a).round == rounding::nearest_even);
+  CHECK(spec(r.fprop.b).round == rounding::nearest_even);
+  CHECK(spec(r.dgrad.a).round == rounding::stochastic);
+  CHECK(spec(r.dgrad.b).round == rounding::nearest_even);
+  CHECK(spec(r.wgrad.a).round == rounding::stochastic);
+  CHECK(spec(r.wgrad.b).round == rounding::nearest_even);
+  // The random Hadamard transform on wgrad only (section 4.2).
+  CHECK_FALSE(r.fprop.hadamard);
+  CHECK_FALSE(r.dgrad.hadamard);
+  CHECK(r.wgrad.hadamard);
+  CHECK(r.wgrad.random_signs);
+  CHECK(r.high.is<bf16_spec>());
+  // The last layers in bf16, the paper's 8 of 62 (section 4.1), rounded up.
+  CHECK(r.bf16_last_layers == 0);
+  CHECK(recipes::nvfp4_bf16_last_layers(62) == 8);
+  CHECK(recipes::nvfp4_bf16_last_layers(16) == 3);
+  CHECK(recipes::nvfp4_bf16_last_layers(1) == 1);
+  CHECK(recipes::nvfp4(16).bf16_last_layers == 3);
+  CHECK(recipes::nvfp4(16).bf16_first_layers == 0);
+  CHECK(layer_recipe(recipes::nvfp4(16), 12, 16).fprop.a.block_scaled().is_nvfp4());
+  CHECK(layer_recipe(recipes::nvfp4(16), 13, 16).fprop.a.is<bf16_spec>());
 }

@@ -41,7 +41,8 @@ double mean(const std::vector<double>& v, std::size_t from, std::size_t n) {
 
 TEST_CASE("training: the loss goes down for every recipe", "[nn][training]") {
   for (const recipe& r : {recipes::bf16(), recipes::fp8_delayed({16, amax_algorithm::max, 0}), recipes::mxfp8(), recipes::mxfp4_amd(),
-                          recipes::mxfp4_no_hadamard(), recipes::mxfp4_primus_turbo(), recipes::mxfp4_nvidia_style()}) {
+                          recipes::mxfp4_no_hadamard(), recipes::mxfp4_primus_turbo(), recipes::mxfp4_nvidia_style(),
+                          recipes::nvfp4()}) {
     const std::vector<double> losses = run(r, 30);
     const double first = mean(losses, 0, 3), last = mean(losses, 27, 3);
     INFO(r.name << ": first " << first << ", last " << last);
@@ -146,8 +147,29 @@ TEST_CASE("training: bf16 activations train and halve the activation memory", "[
   CHECK_THROWS_WITH(check_config(bad), mxkit_test::contains("activations must be f32 or bf16"));
 }
 
+TEST_CASE("training: the nvfp4 recipe trains a model whose last layer stays bf16", "[nn][training][nvfp4]") {
+  // recipes::nvfp4() above trains every layer in NVFP4; here the paper's share of bf16 last
+  // layers (nvfp4_bf16_last_layers) on a 2-layer model: layer 0 NVFP4, layer 1 bf16.
+  model_config c = tiny_model();
+  c.n_layers = 2;
+  const recipe r = recipes::nvfp4(c.n_layers);
+  REQUIRE(r.bf16_last_layers == 1);
+  REQUIRE(layer_recipe(r, 0, 2).fprop.a.block_scaled().is_nvfp4());
+  REQUIRE(layer_recipe(r, 1, 2).fprop.a.is<bf16_spec>());
+  host_backend be;
+  model m(be, c, r, 17);
+  trainer t(m, text_tokens(), training_run(30));
+  t.run();
+  const std::vector<double>& losses = t.losses();
+  const double first = mean(losses, 0, 3), last = mean(losses, 27, 3);
+  INFO("first " << first << ", last " << last);
+  CHECK(std::isfinite(last));
+  CHECK(last < first - 2.0);
+  CHECK(be.live_copies(precision::mx) > 0);  // layer 0's cached NVFP4 weight copies
+}
+
 TEST_CASE("training: a seeded run gives the same losses twice", "[nn][training]") {
-  for (const recipe& r : {recipes::bf16(), recipes::mxfp4_nvidia_style(), recipes::fp8_delayed()}) {
+  for (const recipe& r : {recipes::bf16(), recipes::mxfp4_nvidia_style(), recipes::fp8_delayed(), recipes::nvfp4()}) {
     INFO(r.name);
     const std::vector<double> a = run(r, 6), b = run(r, 6);
     CHECK(a == b);

@@ -8,7 +8,9 @@
 // Quantization is mxkit's host quantizer (ref/quantize.hpp, fp8_tensor.hpp), GEMMs are the named
 // training products of ref/gemm.hpp (ref::product: fprop, dgrad, wgrad, which check that each MX
 // copy has the right block axis), with alpha/beta:
-//   mx      quantize / quantize_both, ref::product on the MX copies
+//   mx      quantize / quantize_both, ref::product on the MX copies; an NVFP4 operand the same
+//           through ref/nvfp4_quantize.hpp (each copy's tensor scale from its own amax) and
+//           ref/nvfp4_gemm.hpp
 //   fp8     quantize_fp8 with the scale read from the request's scaling-table row (+ transpose
 //           for the columnwise copy), amax max-combined into the row's history column 0;
 //           ref::product on fp8 views
@@ -54,6 +56,8 @@
 #include <mxkit/ref/nn/rmsnorm.hpp>
 #include <mxkit/ref/nn/rope.hpp>
 #include <mxkit/ref/nn/swiglu.hpp>
+#include <mxkit/ref/nvfp4_gemm.hpp>
+#include <mxkit/ref/nvfp4_quantize.hpp>
 #include <mxkit/ref/quantize.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 
@@ -64,7 +68,7 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
  public:
   // Storage of one quantized copy in host memory.
   struct payload final : nn::qpayload {
-    std::variant<mx_tensor, fp8_tensor, std::vector<bfloat16>, std::vector<float>, std::vector<double>> data;
+    std::variant<mx_tensor, nvfp4_tensor, fp8_tensor, std::vector<bfloat16>, std::vector<float>, std::vector<double>> data;
     nn::tracked_bytes tracked;
     std::size_t* live = nullptr;  // the backend's count of live copies of this kind
     payload() = default;
@@ -92,6 +96,7 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
     return *p;
   }
   static const mx_tensor& mx(const nn::qtensor& q) { return std::get<mx_tensor>(get(q).data); }
+  static const nvfp4_tensor& nvfp4(const nn::qtensor& q) { return std::get<nvfp4_tensor>(get(q).data); }
   static const fp8_tensor& fp8(const nn::qtensor& q) { return std::get<fp8_tensor>(get(q).data); }
   static const std::vector<bfloat16>& bf16(const nn::qtensor& q) { return std::get<std::vector<bfloat16>>(get(q).data); }
 
@@ -199,7 +204,9 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
         },
         [&](const nn::block_scaled_spec& s) {
           const floats xf(x);
-          p->data = ref::quantize(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, s.mx(), r.axis, r.mx_options());
+          const matrix_view<const float> v{xf.data(), x.rows(), x.cols()};
+          if (s.is_nvfp4()) p->data = ref::quantize(v, s.format, r.axis, r.nvfp4_quantize_options());  // its tensor scale from its amax
+          else p->data = ref::quantize(v, s.mx(), r.axis, r.mx_options());
         },
     });
     return finish(r, x.rows(), x.cols(), std::move(p));
@@ -209,10 +216,18 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
     const bool same_mx = row.spec.is<nn::block_scaled_spec>() && row.spec == col.spec && row.block == col.block;
     if (same_mx) {  // one call of mxkit::quantize_both, as the fused kernel would produce them
       const floats xf(x);
-      mx_tensor_pair both = ref::quantize_both(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, row.spec.block_scaled().mx(), row.mx_options());
+      const matrix_view<const float> v{xf.data(), x.rows(), x.cols()};
+      const nn::block_scaled_spec& s = row.spec.block_scaled();
       auto pr = std::make_shared<payload>(), pc = std::make_shared<payload>();
-      pr->data = std::move(both.rowwise);
-      pc->data = std::move(both.columnwise);
+      if (s.is_nvfp4()) {  // each copy with the tensor scale of its own amax, as gpu::quantize_nvfp4_both
+        ref::nvfp4_tensor_pair both = ref::quantize_both(v, s.format, row.nvfp4_quantize_options());
+        pr->data = std::move(both.rowwise);
+        pc->data = std::move(both.columnwise);
+      } else {
+        mx_tensor_pair both = ref::quantize_both(v, s.mx(), row.mx_options());
+        pr->data = std::move(both.rowwise);
+        pc->data = std::move(both.columnwise);
+      }
       return {finish(row, x.rows(), x.cols(), std::move(pr)), finish(col, x.rows(), x.cols(), std::move(pc))};
     }
     const bool same_fp8 = row.spec.is<nn::fp8_spec>() && row.spec == col.spec && row.fp8.table == col.fp8.table && row.fp8.row == col.fp8.row;
@@ -497,7 +512,10 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
     const std::size_t P = a.lines(), Q = b.lines(), R = a.length();
     (void)Q;
     a.request().spec.visit(nn::overloaded{
-        [&](const nn::block_scaled_spec&) { ref::product(kind, mx(a).view(), mx(b).view(), D, e); },
+        [&](const nn::block_scaled_spec& s) {
+          if (s.is_nvfp4()) ref::product(kind, nvfp4(a).view(), nvfp4(b).view(), D, e);  // ref/nvfp4_gemm.hpp
+          else ref::product(kind, mx(a).view(), mx(b).view(), D, e);
+        },
         [&](const nn::fp8_spec&) { ref::product(kind, as_view(fp8(a)), as_view(fp8(b)), D, e); },
         [&](nn::bf16_spec) {
           const std::vector<float> A = widen(bf16(a)), B = widen(bf16(b));
@@ -514,7 +532,7 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
     return std::visit(
         [](const auto& d) -> std::size_t {
           using D = std::decay_t<decltype(d)>;
-          if constexpr (std::is_same_v<D, mx_tensor>) return d.bytes();
+          if constexpr (std::is_same_v<D, mx_tensor> || std::is_same_v<D, nvfp4_tensor>) return d.bytes();  // nvfp4: + the tensor scale
           else if constexpr (std::is_same_v<D, fp8_tensor>) return d.data.size() + sizeof(float);  // codes + scale
           else return d.size() * sizeof(typename D::value_type);
         },

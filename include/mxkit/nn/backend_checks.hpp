@@ -29,11 +29,8 @@ inline void check_request(const quant_request& r, const char* what) {
         detail::require(r.fp8.table->type(r.fp8.row) == f.type, what, ": scaling row ", r.fp8.row, " holds ",
                         name_of(r.fp8.table->type(r.fp8.row)), ", the request asks for ", name_of(f.type));
       },
-      // Only the MX formats have a training path; another format (NVFP4) is refused by name.
-      [&](const block_scaled_spec& b) {
-        detail::require(mx_type_of(b.format, nullptr), what, ": a block-scaled copy in ", b.format_name(),
-                        ", which no backend trains with yet (only the MX formats)");
-      },
+      // The MX formats and NVFP4 have a training path; another format is refused by name.
+      [&](const block_scaled_spec& b) { b.check_trainable(what); },
   });
 }
 inline void check_pair(const quant_request& row, const quant_request* col, const char* what) {

@@ -310,8 +310,9 @@ class linear {
   bool weight_copies_gatherable() const noexcept {
     if (lora_ || memory_.weight_copies_per_gemm) return false;
     const operand_spec &f = recipe_.fprop.b, &d = recipe_.dgrad.b;
-    if (f.is<block_scaled_spec>() && d.is<block_scaled_spec>())
-      return f.block_scaled().round != rounding::stochastic && d.block_scaled().round != rounding::stochastic;
+    if (f.is<block_scaled_spec>() && d.is<block_scaled_spec>())  // NVFP4: a slab's tensor scale is not the weight's (copy_gather.hpp)
+      return f.block_scaled().is_mx() && d.block_scaled().is_mx() && f.block_scaled().round != rounding::stochastic &&
+             d.block_scaled().round != rounding::stochastic;
     if (f.is<bf16_spec>() && d.is<bf16_spec>()) return true;
     // FP8: W's scaling row in the model's shared table, whose amaxes data_parallel max-reduces.
     return f.is<fp8_spec>() && d == f && !owns_table_;

@@ -14,6 +14,7 @@
 
 #include <mxkit/block/block_format.hpp>
 #include <mxkit/block/mx_format.hpp>
+#include <mxkit/block/nvfp4_block.hpp>
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/block/scale_rule.hpp>
 #include <mxkit/enum_names.hpp>
@@ -29,7 +30,7 @@ namespace nn {
 
 // The name of an operand's kind, for messages and per-kind counters: the index of its alternative in
 // operand_spec (below), never stored beside it. `mx` names the block-scaled kind (the format says
-// which blocks; today's training paths take the MX formats).
+// which blocks: an MX format or NVFP4).
 enum class precision : std::uint8_t { native, bf16, fp8, mx };
 
 }  // namespace nn
@@ -46,9 +47,9 @@ namespace nn {
 //   fp8_spec            an OCP FP8 type; its per-tensor scale comes from delayed scaling
 //                       (delayed_scaling.hpp), so the rounding is RNE (saturating cast)
 //   block_scaled_spec   a block-scaled format as its value (block/block_format.hpp: the MX
-//                       formats of OCP MX v1.0 section 5, NVFP4), the rule that picks an E8M0
-//                       block scale (OCP section 5.4.1, block/scale_rule.hpp) and the element
-//                       rounding (stochastic too)
+//                       formats of OCP MX v1.0 section 5, NVFP4 of arXiv 2509.25149), the rule
+//                       that picks an E8M0 block scale (OCP section 5.4.1, block/scale_rule.hpp;
+//                       MX only) and the element rounding (stochastic too)
 struct native_spec {
   friend constexpr bool operator==(const native_spec&, const native_spec&) = default;
 };
@@ -69,13 +70,22 @@ struct block_scaled_spec {
     mx_type t{};
     return mx_type_of(format, &t) ? name_of(t) : nvfp4_format_name(format);
   }
-  // The mx_type the backends' quantizers and GEMMs dispatch on. Only the MX formats train today:
-  // NVFP4 has a host reference (ref/nvfp4_quantize.hpp) but no training path (issue #46 section 2),
-  // so it is refused here, by name, rather than quantized as something else.
+  // The two families a backend trains with, told apart by the format's value: an MX format (an
+  // mx_type: the backends' MX quantizers and GEMMs, which read `rule`) or NVFP4 (formats::nvfp4,
+  // formats::nvfp4_2d: the NVFP4 quantizers and GEMMs; its E4M3 block scales have their own rule,
+  // block/nvfp4_scale.hpp, so `rule` is not read). Another format value trains nowhere:
+  // check_trainable() refuses it by name.
+  constexpr bool is_mx() const noexcept { return mx_type_of(format, nullptr); }
+  constexpr bool is_nvfp4() const noexcept { return mxkit::is_nvfp4(format); }
+  void check_trainable(const char* what) const {
+    detail::require(is_mx() || is_nvfp4(), what, ": block-scaled operand in ", format_name(),
+                    ", which no backend trains with (the MX formats and NVFP4 do)");
+  }
+  // The mx_type an MX operand's quantizer and GEMM dispatch on; an NVFP4 or other format is
+  // refused by name rather than quantized as something else.
   mx_type mx() const {
     mx_type t{};
-    detail::require(mx_type_of(format, &t), "block-scaled operand in ", format_name(),
-                    ": no backend trains with this format yet (only the MX formats)");
+    detail::require(mx_type_of(format, &t), "block-scaled operand in ", format_name(), ": not an MX format (no mx_type)");
     return t;
   }
   friend constexpr bool operator==(const block_scaled_spec&, const block_scaled_spec&) = default;
@@ -196,6 +206,12 @@ struct quant_request {
   quantize_options mx_options() const {
     const block_scaled_spec& b = spec.block_scaled();
     return {b.rule, b.round, block.hadamard, block.random_signs, block.seed, block.stream};
+  }
+  // The NVFP4 quantizer's options for this copy (block/nvfp4_block.hpp): the same rounding,
+  // rotation, random signs (the MX quantizer's sign mask of `seed`) and Philox key and stream.
+  nvfp4_options nvfp4_quantize_options() const {
+    const quantize_options o = mx_options();
+    return {o.round, o.hadamard, o.sign_mask(), o.seed, o.stream};
   }
 };
 

@@ -7,8 +7,8 @@
 //   wgrad  dW[N,K] = dY[M,N]^T . X[M,K]    operand a = dY, b = X
 // Each operand is one alternative of operand_spec (nn/operand.hpp): `native` (no rounding: the
 // oracle used by the gradient check), `bf16` (values rounded to bfloat16, fp32 accumulation), `fp8`
-// (per-tensor scaled, delayed scaling) or block-scaled with a format F (mxkit's quantizer; the MX
-// formats train, NVFP4 is refused by check_config until it has a training path). The Hadamard rotation and random signs belong to a GEMM,
+// (per-tensor scaled, delayed scaling) or block-scaled with a format F (mxkit's quantizers: an MX
+// format or NVFP4; check_config refuses any other). The Hadamard rotation and random signs belong to a GEMM,
 // not an operand: the rotation along the reduction axis cancels only when both operands get the
 // same one (H.H = I), and ref/gemm.hpp refuses operands rotated differently.
 //
@@ -16,12 +16,15 @@
 // mxfp8 (E4M3, round-up scale rule), mxfp4 with per-GEMM switches and the known placements of the
 // rotation: every operand (AMD's MLPerf recipe, shared/reference), only the wgrad operands
 // (Primus-Turbo), only the wgrad operands with random signs and stochastic rounding of the
-// gradients (the placement of NVIDIA's NVFP4 pretraining recipe, here with MX blocks).
+// gradients (the placement of NVIDIA's NVFP4 pretraining recipe, here with MX blocks); nvfp4,
+// that recipe itself (NVFP4 operands, 2-D weight blocks, bf16 last layers).
 // Every preset stores activations in f32; set `activations = dtype::bf16` for bf16 activations
 // and activation gradients (the storage of TransformerEngine/Megatron bf16 training).
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include <mxkit/block/block_format.hpp>
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/scale_rule.hpp>
 #include <mxkit/error.hpp>
@@ -85,11 +88,17 @@ inline void check_config(const recipe& r) {
             " has the Hadamard rotation on ", name_of(s.a.kind()), " operands; it is an MX quantizer option");
     require(!s.random_signs || s.hadamard, "recipe '", r.name, "': ", name_of(g), " has random signs without the Hadamard rotation");
     // Only block-scaled operands carry a rounding (a non-default one on another kind cannot be
-    // written); of the block-scaled formats, only the MX ones train yet (NVFP4: issue #46 section 2).
+    // written). Of the block-scaled formats, the MX ones and NVFP4 train; both operands of a GEMM
+    // are of one family, as the GEMMs take (an MX x NVFP4 product has no kernel or oracle).
     for (const operand_spec* o : {&s.a, &s.b})
-      if (o->is<block_scaled_spec>())
-        require(mx_type_of(o->block_scaled().format, nullptr), "recipe '", r.name, "': ", name_of(g), " has ",
-                o->block_scaled().format_name(), " operands, which no backend trains with yet (only the MX formats)");
+      if (o->is<block_scaled_spec>()) {
+        const block_scaled_spec& b = o->block_scaled();
+        require(b.is_mx() || b.is_nvfp4(), "recipe '", r.name, "': ", name_of(g), " has ", b.format_name(),
+                " operands, which no backend trains with (the MX formats and NVFP4 do)");
+      }
+    if (s.a.is<block_scaled_spec>() && s.b.is<block_scaled_spec>())
+      require(s.a.block_scaled().is_nvfp4() == s.b.block_scaled().is_nvfp4(), "recipe '", r.name, "': ", name_of(g), " multiplies ",
+              s.a.block_scaled().format_name(), " by ", s.b.block_scaled().format_name(), "; both operands must be MX or both NVFP4");
   }
   internal::check_fp8_tensor(r.fprop.a, r.wgrad.b, "X", r.name.c_str());
   internal::check_fp8_tensor(r.fprop.b, r.dgrad.b, "W", r.name.c_str());
@@ -201,6 +210,48 @@ inline recipe mxfp4_nvidia_style() {
   c.random_signs = true;
   c.stochastic_gradients = true;
   return mxfp4(c, "mxfp4 (random hadamard wgrad, SR)");
+}
+
+// NVIDIA's NVFP4 pretraining recipe (arXiv 2509.25149, "Pretraining Large Language Models with
+// NVFP4", section 4 "Training Methodology"), on this stack's linear layers:
+//  - every linear layer's three GEMMs (fprop, dgrad, wgrad) take NVFP4 inputs: E2M1 elements, an
+//    E4M3 scale per 16 elements, an fp32 tensor scale (section 2, the NVFP4 format);
+//  - weights in 16 x 16 blocks (formats::nvfp4_2d; section 4.3, "2D scaling"), so that the
+//    weight's rowwise (fprop) and columnwise (dgrad) copies hold the same values, as the chain
+//    rule wants of the W in both products; activations and gradients in 1 x 16 blocks;
+//  - a random Hadamard transform of size 16 (H16 . D, one sign vector D for every layer: the
+//    `seed` of the GEMM) on both inputs of the wgrad GEMM only, never fprop or dgrad
+//    (section 4.2, "Random Hadamard transforms");
+//  - stochastic rounding of the gradients, the dY operands of dgrad and wgrad; weights and
+//    activations round to nearest even (section 4.4, "Stochastic rounding");
+//  - the final layers in bf16 (section 4.1, "Mixed precision": the paper keeps a small fraction
+//    of the linear layers, the last blocks', in BF16): nvfp4_bf16_last_layers.
+// Embeddings, the LM head (`high`), attention and the norms stay as in every recipe here.
+// The stochastic rounding draws per step (Philox streams), so the step graph of the device
+// backend is refused for it as for every stochastic recipe (train/step_replay.hpp).
+inline constexpr std::uint64_t nvfp4_seed = 0x4E56465034ull;  // Philox key ("NVFP4")
+
+// The paper's 12B model keeps its last 8 of 62 blocks' linear layers in BF16 (section 4.1): the
+// same share of `n_layers`, rounded up (a model with layers keeps at least its last one).
+constexpr std::size_t nvfp4_bf16_last_layers(std::size_t n_layers) noexcept { return (n_layers * 8 + 61) / 62; }
+
+// n_layers: the model's transformer layers (0: none in bf16, the recipe of a lone linear layer).
+inline recipe nvfp4(std::size_t n_layers = 0) {
+  recipe r;
+  r.name = "nvfp4";
+  r.high = bf16_operand();
+  const operand_spec act = block_scaled_operand(formats::nvfp4, scale_rule::floor);
+  const operand_spec weight = block_scaled_operand(formats::nvfp4_2d, scale_rule::floor);
+  const operand_spec grad = block_scaled_operand(formats::nvfp4, scale_rule::floor, rounding::stochastic);
+  r.fprop = {act, weight};
+  r.dgrad = {grad, weight};
+  r.wgrad = {grad, act};
+  r.wgrad.hadamard = r.wgrad.random_signs = true;
+  r.fprop.seed = nvfp4_seed;
+  r.dgrad.seed = nvfp4_seed + 1;
+  r.wgrad.seed = nvfp4_seed + 2;
+  r.bf16_last_layers = nvfp4_bf16_last_layers(n_layers);
+  return r;
 }
 
 // The healing target of the Llama 2 70B LoRA recipe: FP8 delayed scaling, HYBRID, amax history

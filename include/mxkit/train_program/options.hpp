@@ -122,36 +122,38 @@ inline constexpr int max_comm_sms = 32;
 
 struct recipe_choice {
   const char* name;
-  nn::recipe (*make)();
+  nn::recipe (*make)(std::size_t n_layers);  // n_layers: the model's (a recipe with bf16 layers by share)
   const char* what;
 };
-inline constexpr std::array<recipe_choice, 9> recipe_choices{{
-    {"bf16", +[] { return nn::recipes::bf16(); }, "bf16 operands, fp32 accumulation (the baseline)"},
-    {"fp8", +[] { return nn::recipes::fp8_delayed(); }, "FP8 delayed scaling, HYBRID (E4M3 forward, E5M2 gradients)"},
-    {"mxfp8", +[] { return nn::recipes::mxfp8(); }, "MXFP8 E4M3, round-up scale rule"},
-    {"mxfp4", +[] { return nn::recipes::mxfp4_amd(); }, "MXFP4, Hadamard on every GEMM (AMD's MLPerf recipe)"},
-    {"mxfp4-no-hadamard", +[] { return nn::recipes::mxfp4_no_hadamard(); }, "MXFP4 without the rotation"},
-    {"mxfp4-wgrad", +[] { return nn::recipes::mxfp4_primus_turbo(); }, "MXFP4, Hadamard on the wgrad GEMM only (Primus-Turbo)"},
-    {"mxfp4-nvidia", +[] { return nn::recipes::mxfp4_nvidia_style(); },
+inline constexpr std::array<recipe_choice, 10> recipe_choices{{
+    {"bf16", +[](std::size_t) { return nn::recipes::bf16(); }, "bf16 operands, fp32 accumulation (the baseline)"},
+    {"fp8", +[](std::size_t) { return nn::recipes::fp8_delayed(); }, "FP8 delayed scaling, HYBRID (E4M3 forward, E5M2 gradients)"},
+    {"mxfp8", +[](std::size_t) { return nn::recipes::mxfp8(); }, "MXFP8 E4M3, round-up scale rule"},
+    {"mxfp4", +[](std::size_t) { return nn::recipes::mxfp4_amd(); }, "MXFP4, Hadamard on every GEMM (AMD's MLPerf recipe)"},
+    {"mxfp4-no-hadamard", +[](std::size_t) { return nn::recipes::mxfp4_no_hadamard(); }, "MXFP4 without the rotation"},
+    {"mxfp4-wgrad", +[](std::size_t) { return nn::recipes::mxfp4_primus_turbo(); }, "MXFP4, Hadamard on the wgrad GEMM only (Primus-Turbo)"},
+    {"mxfp4-nvidia", +[](std::size_t) { return nn::recipes::mxfp4_nvidia_style(); },
      "MXFP4, random-sign Hadamard on wgrad, stochastic rounding of gradients (NVFP4 placement)"},
-    {"mxfp4-wgrad-bf16", +[] {
+    {"mxfp4-wgrad-bf16", +[](std::size_t) {
        nn::recipes::mxfp4_config c;
        c.wgrad_mx = false;
        return nn::recipes::mxfp4(c, "mxfp4 (hadamard fprop/dgrad, wgrad bf16)");
      },
      "MXFP4 fprop and dgrad with Hadamard, the wgrad GEMM in bf16"},
-    {"mxfp4-bf16-edges", +[] {
+    {"mxfp4-bf16-edges", +[](std::size_t) {
        nn::recipe r = nn::recipes::mxfp4(nn::recipes::mxfp4_config{}, "mxfp4 (hadamard all, first/last layer bf16)");
        r.bf16_first_layers = r.bf16_last_layers = 1;
        return r;
      },
      "MXFP4 with Hadamard on every GEMM, the first and the last layer in bf16"},
+    {"nvfp4", +[](std::size_t n_layers) { return nn::recipes::nvfp4(n_layers); },
+     "NVFP4 (arXiv 2509.25149): 2-D weight blocks, random Hadamard on wgrad, SR of gradients, last 8/62 of layers bf16"},
 }};
 
 inline nn::recipe make_recipe(const options& o) {
   for (const recipe_choice& c : recipe_choices)
     if (o.recipe == c.name) {
-      nn::recipe r = c.make();
+      nn::recipe r = c.make(o.layers);
       r.activations = o.activations;
       return r;
     }

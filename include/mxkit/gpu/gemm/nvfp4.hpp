@@ -124,13 +124,11 @@ inline gemm_operand nvfp4_bf16_operand(const nvfp4_operand& o, const std::uint16
 
 }  // namespace detail
 
-// ---- any TN product ---------------------------------------------------------------------------
-// Returns the path the bf16 GEMM took. Throws std::invalid_argument naming the bad value (shapes,
-// K not a multiple of 16, rotations, null or misaligned pointers, a bad host tensor scale) and
-// gpu::error on a runtime failure.
-template <gemm_output Out>
-gemm_path gemm(nvfp4_operand a, nvfp4_operand b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr, gemm_options o = {}) {
-  const gemm_shape sh = detail::check_nvfp4_device_gemm(a, b, d, "gemm");
+namespace detail {
+// The expansion and the bf16 GEMM of a checked product (R: the reduction length) into `out` (C
+// read where out says: the training backend's separate C), on stream s; scratch from the pool.
+inline gemm_path run_nvfp4(const nvfp4_operand& a, const nvfp4_operand& b, std::size_t r, const gemm_output_desc& out, stream_t s,
+                           gemm_options o) {
   // Scratch: [A as bf16 | B as bf16], B's part 256-byte aligned (as the pool's blocks are).
   const std::size_t bytes_a = (nvfp4_expand::bytes(a.copy) + 255) / 256 * 256, bytes_b = nvfp4_expand::bytes(b.copy);
   auto* scratch = static_cast<std::uint8_t*>(bytes_a + bytes_b ? allocate_async(bytes_a + bytes_b, s) : nullptr);
@@ -140,13 +138,24 @@ gemm_path gemm(nvfp4_operand a, nvfp4_operand b, matrix_view<Out> d, gemm_epilog
     auto* xb = reinterpret_cast<std::uint16_t*>(scratch ? scratch + bytes_a : nullptr);
     nvfp4_expand::launch(a.copy, xa, s);
     nvfp4_expand::launch(b.copy, xb, s);
-    path = detail::run(detail::nvfp4_bf16_operand(a, xa, sh.r), detail::nvfp4_bf16_operand(b, xb, sh.r), detail::make_output(d, e), s, o);
+    path = run(nvfp4_bf16_operand(a, xa, r), nvfp4_bf16_operand(b, xb, r), out, s, o);
   } catch (...) {
     deallocate_async(scratch, s);
     throw;
   }
   deallocate_async(scratch, s);
   return path;
+}
+}  // namespace detail
+
+// ---- any TN product ---------------------------------------------------------------------------
+// Returns the path the bf16 GEMM took. Throws std::invalid_argument naming the bad value (shapes,
+// K not a multiple of 16, rotations, null or misaligned pointers, a bad host tensor scale) and
+// gpu::error on a runtime failure.
+template <gemm_output Out>
+gemm_path gemm(nvfp4_operand a, nvfp4_operand b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr, gemm_options o = {}) {
+  const gemm_shape sh = detail::check_nvfp4_device_gemm(a, b, d, "gemm");
+  return detail::run_nvfp4(a, b, sh.r, detail::make_output(d, e), s, o);
 }
 
 // ---- the training products (operand roles: gemm/product.hpp) -------------------------------------

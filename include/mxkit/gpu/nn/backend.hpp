@@ -9,7 +9,9 @@
 //              a dropped tensor returns its memory in stream order; counters().driver_allocations
 //              counts the allocations that grew the pool (its reserved bytes), so a steady-state
 //              step shows 0. Uploads go through page-locked staging memory; reads wait.
-//   operands   MX: gpu::quantize (both copies from one read when both are asked for); FP8:
+//   operands   MX: gpu::quantize (both copies from one read when both are asked for); NVFP4:
+//              gpu::quantize_nvfp4 (each copy's tensor scale from its amax, left in device
+//              memory for the GEMM's epilogue); FP8:
 //              gpu::cast_fp8_delayed, reading the scaling table's scale on the device and
 //              max-combining the amax into the table's history, the scale it used kept with the
 //              copy; bf16: a conversion (rowwise) or a converting transpose (columnwise). A bf16
@@ -18,7 +20,8 @@
 //              weight's copy assembled by full sharding), or x itself when the request allows
 //              (may_alias_input: wgrad's X and dY, and a bf16 master weight, which is then its
 //              own fprop and dgrad copy).
-//   GEMM       gpu/gemm (the sm90 path on Hopper, gfx950's MX path on CDNA4, else portable),
+//   GEMM       gpu/gemm (the sm90 path on Hopper, gfx950's MX path on CDNA4, else portable;
+//              NVFP4 through gpu/gemm/nvfp4.hpp's exact bf16 expansion),
 //              the FP8 descale read from the copies' device scales; C in the epilogue.
 //   layers     gpu/nn/ kernels: rmsnorm, rope (from a factor table kept across calls), flash
 //              attention (bf16 tensor cores: f32 activations are rounded to bf16 for attention,
@@ -183,7 +186,16 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_amax(const nn::tensor& x,
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_quantize(const nn::tensor& x, const nn::quant_request& r) {
   backend_detail::require_activation(x, "quantize");
   return r.spec.visit(nn::overloaded{
-      [&](const nn::block_scaled_spec&) {
+      [&](const nn::block_scaled_spec& b) {
+        if (b.is_nvfp4()) {
+          auto p = payloads_.nvfp4(r, x.rows(), x.cols());
+          nvfp4_outputs out;
+          (r.axis == block_axis::rowwise ? out.rowwise_data : out.columnwise_data) = p->data;
+          (r.axis == block_axis::rowwise ? out.rowwise_scales : out.columnwise_scales) = p->scales;
+          (r.axis == block_axis::rowwise ? out.rowwise_tensor_scale : out.columnwise_tensor_scale) = p->tensor_scale;
+          run_nvfp4(x, r, out);
+          return payloads_.finish(r, x.rows(), x.cols(), std::move(p));
+        }
         auto p = payloads_.mx(r, x.rows(), x.cols());
         quantize_outputs out;
         (r.axis == block_axis::rowwise ? out.rowwise_data : out.columnwise_data) = p->data;
@@ -218,6 +230,19 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_quantize(const nn:
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) {
   const bool same_mx = row.spec.is<nn::block_scaled_spec>() && row.spec == col.spec && row.block == col.block;
+  if (same_mx && row.spec.block_scaled().is_nvfp4()) {  // one call, both copies, each with its own tensor scale
+    backend_detail::require_activation(x, "quantize_both");
+    auto pr = payloads_.nvfp4(row, x.rows(), x.cols()), pc = payloads_.nvfp4(col, x.rows(), x.cols());
+    nvfp4_outputs out;
+    out.rowwise_data = pr->data;
+    out.rowwise_scales = pr->scales;
+    out.rowwise_tensor_scale = pr->tensor_scale;
+    out.columnwise_data = pc->data;
+    out.columnwise_scales = pc->scales;
+    out.columnwise_tensor_scale = pc->tensor_scale;
+    run_nvfp4(x, row, out);
+    return {payloads_.finish(row, x.rows(), x.cols(), std::move(pr)), payloads_.finish(col, x.rows(), x.cols(), std::move(pc))};
+  }
   if (same_mx) {  // one read, both copies (the fused kernel)
     backend_detail::require_activation(x, "quantize_both");
     auto pr = payloads_.mx(row, x.rows(), x.cols()), pc = payloads_.mx(col, x.rows(), x.cols());
@@ -491,6 +516,13 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_mx(const nn::tensor& x, 
   backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
     using T = decltype(z);
     gpu::quantize(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.block_scaled().mx(), r.mx_options(), out, stream_);
+  });
+}
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_nvfp4(const nn::tensor& x, const nn::quant_request& r, const nvfp4_outputs& out) {
+  backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
+    using T = decltype(z);
+    gpu::quantize_nvfp4(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.block_scaled().format, r.nvfp4_quantize_options(), out,
+                        std::nullopt, stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out) {

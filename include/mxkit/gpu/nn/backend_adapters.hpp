@@ -12,6 +12,7 @@
 #include <mxkit/error.hpp>
 #include <mxkit/format/float16.hpp>
 #include <mxkit/gpu/gemm/gemm.hpp>
+#include <mxkit/gpu/gemm/nvfp4.hpp>
 #include <mxkit/gpu/nn/host_transfers.hpp>
 #include <mxkit/gpu/nn/operand_payload.hpp>
 #include <mxkit/gpu/runtime.hpp>
@@ -45,8 +46,9 @@ void visit_float(nn::dtype t, const char* what, F&& f) {
 
 // ---- GEMM
 // D = alpha * A . B^T + beta * C on two copies of the same kind, as gpu/gemm's operands: MX
-// codes and row-major scales, FP8 codes with the descale read from the copy's device scale, bf16
-// rows (MN-major where the copy reads its source in place). C is D where null or beta = 0.
+// codes and row-major scales, NVFP4 ones with their tensor scales read on the device
+// (gpu/gemm/nvfp4.hpp), FP8 codes with the descale read from the copy's device scale, bf16 rows
+// (MN-major where the copy reads its source in place). C is D where null or beta = 0.
 inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor& b, nn::tensor& d, float alpha, float beta,
                      const nn::tensor* c, stream_t s, const gemm_options& options = {}) {
   mxkit::detail::require(d.type() == nn::dtype::f32 || d.type() == nn::dtype::bf16, "device_backend: ", name_of(kind), " output is ",
@@ -56,7 +58,17 @@ inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor&
   const device_payload& pa = payload_of(a);
   const device_payload& pb = payload_of(b);
   a.request().spec.visit(nn::overloaded{
-      [&](const nn::block_scaled_spec&) {
+      [&](const nn::block_scaled_spec& spec) {
+        if (spec.is_nvfp4()) {  // the tensor scales read in the epilogue from the copies' device floats
+          auto operand = [](const device_payload& p) {
+            return nvfp4_operand{nvfp4_const_view{p.nvfp4, p.nvfp4_opts, p.data, p.scales, scale_layout::row_major, 1.0f, true}, p.tensor_scale};
+          };
+          const nvfp4_operand na = operand(pa), nb = operand(pb);
+          mxkit::detail::check_nvfp4_product(kind, na.copy.layout, nb.copy.layout);
+          mxkit::detail::check_nvfp4_rotation(na.copy.options, nb.copy.options, name_of(kind));
+          detail::run_nvfp4(na, nb, a.length(), out, s, options);
+          return;
+        }
         const mx_const_view va{pa.layout, pa.options, pa.data, pa.scales, scale_layout::row_major};
         const mx_const_view vb{pb.layout, pb.options, pb.data, pb.scales, scale_layout::row_major};
         mxkit::detail::check_mx_product(kind, va.layout, vb.layout);

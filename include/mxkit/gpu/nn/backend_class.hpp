@@ -23,6 +23,7 @@
 #include <mxkit/gpu/nn/operand_payload.hpp>
 #include <mxkit/gpu/nn/rope.hpp>
 #include <mxkit/gpu/quantize.hpp>
+#include <mxkit/gpu/quantize_nvfp4.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/parallel/copy_gather.hpp>
@@ -163,6 +164,7 @@ class device_backend : public nn::backend, public nn::copy_gather {
   const rope_factor* rope_table(const nn::head_shape& s, const nn::rope_frequencies& f);
 
   void run_mx(const nn::tensor& x, const nn::quant_request& r, const quantize_outputs& out);
+  void run_nvfp4(const nn::tensor& x, const nn::quant_request& r, const nvfp4_outputs& out);
   void run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out);
   // The plan's FP8 copies of a (rows, cols) result of activation type `type`, written by
   // cast(T{}, request, outputs) (the request records the amax if either copy's does): a cast of

@@ -4,7 +4,8 @@
 // (device_payload) and how they are laid out, made in the backend's stream-ordered pool by a
 // payload_factory that counts them (bytes by tag in the backend's memory_tracker, live copies
 // by precision). The kernels that fill them are the backend's; this header holds no kernel.
-// Layouts: MX codes then scales ([lines, blocks] row-major, scale_layout::row_major), FP8 codes
+// Layouts: MX codes then scales ([lines, blocks] row-major, scale_layout::row_major), NVFP4 codes
+// then E4M3 scales (the same) then the fp32 tensor scale, FP8 codes
 // then the one float scale the codes were made with (the GEMM's descale, read on the device),
 // bf16 values, or no bytes of its own where a bf16 copy reads its source in place (MN-major).
 #include <array>
@@ -24,6 +25,7 @@
 #include <mxkit/nn/operand.hpp>
 #include <mxkit/parallel/copy_gather.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
+#include <mxkit/tensor/nvfp4_tensor.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
@@ -36,8 +38,12 @@ struct device_payload final : nn::qpayload {
   std::uint8_t* data = nullptr;
   std::uint8_t* scales = nullptr;  // mx
   float* fp8_scale = nullptr;      // fp8: the scale the codes were made with
-  mx_layout layout{};              // mx
-  quantize_options options{};      // mx
+  mx_layout layout{};              // mx (an MX format)
+  quantize_options options{};      // mx (an MX format)
+  nvfp4_layout nvfp4{};            // mx (NVFP4)
+  nvfp4_options nvfp4_opts{};      // mx (NVFP4)
+  float* tensor_scale = nullptr;   // mx (NVFP4): the copy's fp32 tensor scale, where its quantizer wrote it
+  bool is_nvfp4 = false;
   bool mn_major = false;           // bf16 columnwise: `data` holds the [length, lines] rows of its source
   nn::tracked_bytes tracked;
   std::size_t* live = nullptr;     // the backend's count of live copies of this kind
@@ -99,6 +105,20 @@ class payload_factory {
     p->data = static_cast<std::uint8_t*>(m);
     return p;
   }
+  // NVFP4 codes (padded to 256 bytes), the E4M3 scales ([lines, blocks] row-major), then the fp32
+  // tensor scale (4-byte aligned): gpu::quantize_nvfp4 writes it and the GEMM's epilogue reads
+  // it, both on the stream, so no host ever waits for it.
+  std::shared_ptr<device_payload> nvfp4(const nn::quant_request& r, std::size_t rows, std::size_t cols) const {
+    const nvfp4_layout layout{r.spec.block_scaled().format, r.axis, rows, cols};
+    const std::size_t data = (layout.data_bytes() + 255) / 256 * 256, scales = (layout.scale_count() + 3) / 4 * 4;
+    auto p = bytes(data + scales + sizeof(float));
+    p->scales = p->data + data;
+    p->tensor_scale = reinterpret_cast<float*>(p->data + data + scales);
+    p->nvfp4 = layout;
+    p->nvfp4_opts = r.nvfp4_quantize_options();
+    p->is_nvfp4 = true;
+    return p;
+  }
   // MX codes (padded to 256 bytes) then the scales.
   std::shared_ptr<device_payload> mx(const nn::quant_request& r, std::size_t rows, std::size_t cols) const {
     const mx_layout layout{r.spec.block_scaled().mx(), r.axis, rows, cols};
@@ -148,6 +168,7 @@ class payload_factory {
       if (n != 0) MXKIT_GPU_CHECK(memcpy_async(out, p.data, n, copy_kind::device_to_device, stream_));
       return;
     }
+    mxkit::detail::require(!p.is_nvfp4, "device_backend: an NVFP4 copy does not travel (parallel/copy_gather.hpp)");
     MXKIT_GPU_CHECK(memcpy_async(out, p.data, p.layout.data_bytes(), copy_kind::device_to_device, stream_));
     MXKIT_GPU_CHECK(memcpy_async(out + p.layout.data_bytes(), p.scales, p.layout.scale_count(), copy_kind::device_to_device, stream_));
   }
@@ -190,7 +211,10 @@ class payload_factory {
   // The copy of a filled payload: its bytes counted under the request's tag.
   nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<device_payload> p) const {
     const std::size_t bytes = r.spec.visit(nn::overloaded{
-        [&](const nn::block_scaled_spec&) { return p->layout.data_bytes() + p->layout.lines() * p->layout.blocks_per_line(); },
+        [&](const nn::block_scaled_spec&) {
+          return p->is_nvfp4 ? p->nvfp4.data_bytes() + p->nvfp4.scale_count() + sizeof(float)
+                             : p->layout.data_bytes() + p->layout.lines() * p->layout.blocks_per_line();
+        },
         [&](const nn::fp8_spec&) { return rows * cols + sizeof(float); },
         [&](nn::bf16_spec) { return rows * cols * sizeof(bfloat16); },
         [&](nn::native_spec) { return rows * cols * sizeof(bfloat16); },  // never made: do_quantize refuses native operands
