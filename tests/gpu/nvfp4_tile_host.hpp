@@ -61,10 +61,10 @@ result run(mxkit::matrix_view<const T> in, const mxkit::block_format& format, co
   for (std::size_t t = 0; t < tiles.tiles; ++t) {
     for (int i = 0; i < threads; ++i) d::nvfp4_load_tile(tiles, t, i, &chunks[static_cast<std::size_t>(i) * L::count]);
     if (rotate) {
-      for (int i = 0; i < threads; ++i) d::nvfp4_stage_tile<T>(&chunks[static_cast<std::size_t>(i) * L::count], i, smem, &all);
+      for (int i = 0; i < threads; ++i) d::nvfp4_stage_tile<T>(&chunks[static_cast<std::size_t>(i) * L::count], i, smem, true, all);
       for (int i = 0; i < threads; ++i) d::nvfp4_amax_rotated(smem, i, ao, rowwise, columnwise, row_finite, col_finite);
     } else {
-      for (int i = 0; i < threads; ++i) d::nvfp4_fold_chunks<T>(&chunks[static_cast<std::size_t>(i) * L::count], row_finite, &all);
+      for (int i = 0; i < threads; ++i) d::nvfp4_fold_chunks<T>(&chunks[static_cast<std::size_t>(i) * L::count], row_finite, true, all);
     }
   }
   if (!rotate) col_finite = row_finite;
@@ -86,15 +86,14 @@ result run(mxkit::matrix_view<const T> in, const mxkit::block_format& format, co
                                 nullptr};
   const mxkit::nvfp4_scaler rs{r.row.tensor_scale}, cs{r.col.tensor_scale};
   const bool two_d = rl.tile_lines() > 1;
-  std::vector<d::nvfp4_tile_lane> lanes(threads);
   std::uint32_t tile_amax[2 * threads];
   std::uint32_t unused = 0;
   for (std::size_t t = 0; t < tiles.tiles; ++t) {
     for (int i = 0; i < threads; ++i) d::nvfp4_load_tile(tiles, t, i, &chunks[static_cast<std::size_t>(i) * L::count]);
-    for (int i = 0; i < threads; ++i) d::nvfp4_stage_tile<T>(&chunks[static_cast<std::size_t>(i) * L::count], i, smem, &unused);
-    for (int i = 0; i < threads; ++i)
-      d::nvfp4_tile_begin(smem, i, p.row.options, rowwise, columnwise, lanes[static_cast<std::size_t>(i)], two_d ? tile_amax : nullptr);
-    for (int i = 0; i < threads; ++i) d::nvfp4_tile_finish(p, rs, cs, t, i, lanes[static_cast<std::size_t>(i)], two_d ? tile_amax : nullptr);
+    for (int i = 0; i < threads; ++i) d::nvfp4_stage_tile<T>(&chunks[static_cast<std::size_t>(i) * L::count], i, smem, false, unused);
+    if (two_d)
+      for (int i = 0; i < threads; ++i) d::nvfp4_tile_block_amax(smem, i, p.row.options, rowwise, columnwise, tile_amax);
+    for (int i = 0; i < threads; ++i) d::nvfp4_tile_finish(p, rs, cs, t, i, smem, two_d ? tile_amax : nullptr);
   }
   if (rowwise) d::zero_scale_padding(r.row.scales.data(), row_layout, rl.lines(), rl.blocks_per_line(), 0, 1);
   if (columnwise) d::zero_scale_padding(r.col.scales.data(), col_layout, cl.lines(), cl.blocks_per_line(), 0, 1);

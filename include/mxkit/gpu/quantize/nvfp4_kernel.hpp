@@ -27,9 +27,13 @@
 // Thread i then owns rowwise block (tile row i / 4, block i % 4) and columnwise block (tile column
 // i / 4, block i % 4): the four blocks of a line in the tile go to adjacent threads, so each copy's
 // codes leave as 32 contiguous bytes per line (8 a thread) and its scales as 4 contiguous ones in
-// the row-major layout. Rotation (H16 . D) runs in registers on the thread's blocks. For 16 x 16
-// blocks each thread's block amax goes through shared memory to the 16 threads of its tile
-// (tiles are 16-aligned inside the 64 x 64 one). The amax pass is the same tile walk: without the
+// the row-major layout. A thread reads, rotates (H16 . D, in registers), quantizes and stores its
+// rowwise block, then its columnwise block: one block's values live at a time, which keeps the
+// registers down to a few CTAs per SM. For 16 x 16 blocks each thread's block amaxes go through
+// shared memory to the 16 threads of their 16 x 16 tile (16-aligned inside the 64 x 64 one), and
+// after that barrier the blocks are read and rotated again from the staged tile. Rounding to
+// nearest even, the common case, is quantize_nvfp4_block inlined with the rounding a constant;
+// the other roundings (stochastic: Philox bits per element) call it out of line. The amax pass is the same tile walk: without the
 // rotation it only folds the loaded values; with it it stages the tile and rotates each block as
 // the quantize pass does. Options that change the code path (rotation, 16 x 16 blocks) are
 // template arguments, so the common kernels carry no dead branch.
@@ -144,38 +148,37 @@ MXKIT_HD void nvfp4_unpack_chunk(const uint4& c, float* v) noexcept {
 }
 
 // Stores this thread's loaded chunks into the staged tile (floats, nvfp4_smem_chunk's places);
-// folds their amax_bits into *all (null: not wanted).
+// folds their amax_bits into `all` when `fold`.
 template <class T>
-MXKIT_HD void nvfp4_stage_tile(const uint4* chunks, int thread, float4* smem, std::uint32_t* all) noexcept {
+MXKIT_HD void nvfp4_stage_tile(const uint4* chunks, int thread, float4* smem, bool fold, std::uint32_t& all) noexcept {
   using L = nvfp4_tile_loads<T>;
   for (int k = 0; k < L::count; ++k) {
     const int q = thread + nvfp4_threads * k, row = q / L::per_row, s = q % L::per_row;
     float v[L::elems];
     nvfp4_unpack_chunk<T>(chunks[k], v);
-    if (all)
-      for (int e = 0; e < L::elems; ++e) *all = amax_bits(*all, v[e]);
+    if (fold)
+      for (int e = 0; e < L::elems; ++e) all = amax_bits(all, v[e]);
     if constexpr (L::elems == 4) {
       smem[nvfp4_smem_chunk(row, s)] = make_float4(v[0], v[1], v[2], v[3]);
     } else {  // float chunks 2s and 2s + 1, the odd one first for odd s (conflict-free: nvfp4_smem_chunk)
-      const int first = s & 1;
-      smem[nvfp4_smem_chunk(row, 2 * s + first)] = make_float4(v[4 * first], v[4 * first + 1], v[4 * first + 2], v[4 * first + 3]);
-      const int second = 1 - first;
-      smem[nvfp4_smem_chunk(row, 2 * s + second)] =
-          make_float4(v[4 * second], v[4 * second + 1], v[4 * second + 2], v[4 * second + 3]);
+      const float4 lo = make_float4(v[0], v[1], v[2], v[3]), hi = make_float4(v[4], v[5], v[6], v[7]);
+      const bool odd = (s & 1) != 0;
+      smem[nvfp4_smem_chunk(row, 2 * s + (odd ? 1 : 0))] = odd ? hi : lo;
+      smem[nvfp4_smem_chunk(row, 2 * s + (odd ? 0 : 1))] = odd ? lo : hi;
     }
   }
 }
 
-// Folds the amax of loaded chunks without staging them: all (amax_bits, null: not wanted) and the
-// largest finite |x| (the tensor scale's amax without the rotation).
+// Folds the amax of loaded chunks without staging them: their amax_bits into `all` when `fold`,
+// and the largest finite |x| (the tensor scale's amax without the rotation).
 template <class T>
-MXKIT_HD void nvfp4_fold_chunks(const uint4* chunks, std::uint32_t& finite, std::uint32_t* all) noexcept {
+MXKIT_HD void nvfp4_fold_chunks(const uint4* chunks, std::uint32_t& finite, bool fold, std::uint32_t& all) noexcept {
   using L = nvfp4_tile_loads<T>;
   for (int k = 0; k < L::count; ++k) {
     float v[L::elems];
     nvfp4_unpack_chunk<T>(chunks[k], v);
     for (int e = 0; e < L::elems; ++e) {
-      if (all) *all = amax_bits(*all, v[e]);
+      if (fold) all = amax_bits(all, v[e]);
       const std::uint32_t b = abs_bits(v[e]);
       if (b < 0x7F800000u && b > finite) finite = b;
     }
@@ -189,41 +192,39 @@ MXKIT_HD constexpr void nvfp4_fold_finite(const float* v, std::uint32_t& finite)
   }
 }
 
-// One thread's blocks of a staged tile: rowwise block (tile row line, columns 16 part ...) in v,
-// columnwise block (tile column line, rows 16 part ...) in w, rotated when the options rotate,
-// and their amax_bits.
-struct nvfp4_tile_lane {
-  float v[nvfp4_block_size], w[nvfp4_block_size];
-  std::uint32_t row_amax, col_amax;
-};
-
-// Step one: reads and rotates the thread's blocks (those of the copies wanted). tile_amax (16 x 16
-// blocks; null otherwise): [2][256] block amaxes in shared memory, this thread's written at
-// [0][thread] and [1][thread] for nvfp4_tile_finish after a barrier.
-MXKIT_HD inline void nvfp4_tile_begin(const float4* smem, int thread, const nvfp4_options& o, bool rowwise, bool columnwise,
-                                      nvfp4_tile_lane& lane, std::uint32_t* tile_amax) noexcept {
+// This thread's block of a staged tile, rotated when the options rotate: rowwise, block `part` of
+// tile row `line` (four 16-byte reads); columnwise, block `part` of tile column `line` (a float a
+// row), with line = thread / 4 and part = thread % 4.
+MXKIT_HD inline void nvfp4_read_block(const float4* smem, int thread, bool rowwise, const nvfp4_options& o, float* v) noexcept {
   const int line = thread / nvfp4_tile_blocks, part = thread % nvfp4_tile_blocks;
-  lane.row_amax = lane.col_amax = 0;
   if (rowwise) {
     for (int j = 0; j < 4; ++j) {
       const float4 f = smem[nvfp4_smem_chunk(line, 4 * part + j)];
-      lane.v[4 * j] = f.x;
-      lane.v[4 * j + 1] = f.y;
-      lane.v[4 * j + 2] = f.z;
-      lane.v[4 * j + 3] = f.w;
+      v[4 * j] = f.x;
+      v[4 * j + 1] = f.y;
+      v[4 * j + 2] = f.z;
+      v[4 * j + 3] = f.w;
     }
-    nvfp4_rotate_block(lane.v, o);
-    lane.row_amax = nvfp4_block_amax_bits(lane.v);
+  } else {
+    const float* s = reinterpret_cast<const float*>(smem);
+    for (int i = 0; i < nvfp4_block_size; ++i) v[i] = s[4 * nvfp4_smem_chunk(nvfp4_block_size * part + i, line / 4) + line % 4];
+  }
+  nvfp4_rotate_block(v, o);
+}
+
+// 16 x 16 blocks, step one: the amax_bits of this thread's blocks (those of the copies wanted)
+// into tile_amax ([2][256] in shared memory: [0][thread] rowwise, [1][thread] columnwise), for
+// nvfp4_tile_finish after a barrier.
+MXKIT_HD inline void nvfp4_tile_block_amax(const float4* smem, int thread, const nvfp4_options& o, bool rowwise, bool columnwise,
+                                           std::uint32_t* tile_amax) noexcept {
+  float v[nvfp4_block_size];
+  if (rowwise) {
+    nvfp4_read_block(smem, thread, true, o, v);
+    tile_amax[thread] = nvfp4_block_amax_bits(v);
   }
   if (columnwise) {
-    const float* s = reinterpret_cast<const float*>(smem);
-    for (int i = 0; i < nvfp4_block_size; ++i) lane.w[i] = s[4 * nvfp4_smem_chunk(nvfp4_block_size * part + i, line / 4) + line % 4];
-    nvfp4_rotate_block(lane.w, o);
-    lane.col_amax = nvfp4_block_amax_bits(lane.w);
-  }
-  if (tile_amax) {
-    tile_amax[thread] = lane.row_amax;
-    tile_amax[nvfp4_threads + thread] = lane.col_amax;
+    nvfp4_read_block(smem, thread, false, o, v);
+    tile_amax[nvfp4_threads + thread] = nvfp4_block_amax_bits(v);
   }
 }
 
@@ -241,13 +242,39 @@ MXKIT_HD inline std::uint32_t nvfp4_tile_amax(const std::uint32_t* amax, int thr
   return a;
 }
 
+// quantize_nvfp4_block off the common path (a rounding other than to nearest even): out of line,
+// values in by value, so that its loop (stochastic rounding's bits per element) does not move the
+// caller's arrays to local memory.
+struct nvfp4_block_values {
+  float v[nvfp4_block_size];
+};
+MXKIT_HD inline __attribute__((noinline)) nvfp4_block nvfp4_quantize_out_of_line(nvfp4_block_values x, std::uint32_t amax,
+                                                                                 nvfp4_scaler scaler, nvfp4_options o,
+                                                                                 std::uint64_t first_index) noexcept {
+  return quantize_nvfp4_block(x.v, amax, scaler, o, first_index);
+}
+
+// quantize_nvfp4_block, with the rounding a constant on the common path (round to nearest even:
+// the loop unrolls into registers).
+MXKIT_HD inline nvfp4_block nvfp4_quantize(const float* v, std::uint32_t amax, const nvfp4_scaler& scaler, const nvfp4_options& o,
+                                           std::uint64_t first_index) noexcept {
+  if (o.round == rounding::nearest_even) {
+    nvfp4_options ne = o;
+    ne.round = rounding::nearest_even;
+    return quantize_nvfp4_block(v, amax, scaler, ne, first_index);
+  }
+  nvfp4_block_values x;
+  for (int i = 0; i < nvfp4_block_size; ++i) x.v[i] = v[i];
+  return nvfp4_quantize_out_of_line(x, amax, scaler, o, first_index);
+}
+
 // Quantizes values v (rotated) of block blk of `line` of copy c under `scaler`, amax as
 // quantize_nvfp4_block takes it, and stores its 8 code bytes and its scale.
 MXKIT_HD inline void nvfp4_store_block(const nvfp4_view& c, const nvfp4_scaler& scaler, std::size_t line, std::size_t blk, const float* v,
                                        std::uint32_t amax) noexcept {
   const nvfp4_layout& l = c.layout;
   // Stochastic rounding numbers element (line, pos) line * padded_length + pos, as the host.
-  const nvfp4_block b = quantize_nvfp4_block(v, amax, scaler, c.options, line * l.padded_length() + blk * nvfp4_block_size);
+  const nvfp4_block b = nvfp4_quantize(v, amax, scaler, c.options, line * l.padded_length() + blk * nvfp4_block_size);
   c.scales[c.scale_index(line, blk)] = b.scale.bits();
   // The block's 16 codes are 8 whole bytes of its line (block/pack.hpp's nibble order), stored
   // at once: line_bytes is a multiple of 8 and the launcher checks the data's alignment.
@@ -271,24 +298,31 @@ struct nvfp4_quantize_params {
   unsigned* amax;              // the input's amax_bits (null: not wanted), zeroed by the launcher
 };
 
-// Step two: quantizes and stores the thread's blocks of tile t that lie in the matrix (a line
-// past the matrix, or a block past the padded line, is not stored). tile_amax as
-// nvfp4_tile_begin's (read after the barrier), null for 1 x 16 blocks.
+// Quantizes and stores this thread's blocks of staged tile t that lie in the matrix (a line past
+// the matrix, or a block past the padded line, is not stored), one copy after the other, each
+// block read and rotated again from the tile. tile_amax: nvfp4_tile_block_amax's, read after the
+// barrier (16 x 16 blocks), or null (1 x 16 blocks: each block's own amax).
 template <class T>
 MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_scaler& row_scaler, const nvfp4_scaler& col_scaler,
-                                std::size_t t, int thread, const nvfp4_tile_lane& lane, const std::uint32_t* tile_amax) noexcept {
+                                std::size_t t, int thread, const float4* smem, const std::uint32_t* tile_amax) noexcept {
   std::size_t r0 = 0, c0 = 0;
   p.in.origin(t, r0, c0);
   const std::size_t line = static_cast<std::size_t>(thread / nvfp4_tile_blocks), part = static_cast<std::size_t>(thread % nvfp4_tile_blocks);
+  float v[nvfp4_block_size];
   if (p.row.data) {
     const std::size_t r = r0 + line, blk = c0 / nvfp4_block_size + part;
-    if (r < p.in.rows && blk < p.row.layout.blocks_per_line())
-      nvfp4_store_block(p.row, row_scaler, r, blk, lane.v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : lane.row_amax);
+    if (r < p.in.rows && blk < p.row.layout.blocks_per_line()) {
+      nvfp4_read_block(smem, thread, true, p.row.options, v);
+      nvfp4_store_block(p.row, row_scaler, r, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : nvfp4_block_amax_bits(v));
+    }
   }
   if (p.col.data) {
     const std::size_t c = c0 + line, blk = r0 / nvfp4_block_size + part;
-    if (c < p.in.cols && blk < p.col.layout.blocks_per_line())
-      nvfp4_store_block(p.col, col_scaler, c, blk, lane.w, tile_amax ? nvfp4_tile_amax(tile_amax + nvfp4_threads, thread) : lane.col_amax);
+    if (c < p.in.cols && blk < p.col.layout.blocks_per_line()) {
+      nvfp4_read_block(smem, thread, false, p.col.options, v);
+      nvfp4_store_block(p.col, col_scaler, c, blk, v,
+                        tile_amax ? nvfp4_tile_amax(tile_amax + nvfp4_threads, thread) : nvfp4_block_amax_bits(v));
+    }
   }
 }
 
@@ -316,14 +350,15 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
   std::size_t t = blockIdx.x;
   if (t < p.in.tiles) nvfp4_load_tile(p.in, t, thread, cur);
   for (; t < p.in.tiles; t += gridDim.x) {
-    nvfp4_stage_tile<T>(cur, thread, smem, p.amax ? &all : nullptr);
+    nvfp4_stage_tile<T>(cur, thread, smem, p.amax != nullptr, all);
     sync_threads();
     const std::size_t n = t + gridDim.x;
     if (n < p.in.tiles) nvfp4_load_tile(p.in, n, thread, next);  // in flight while this tile is quantized
-    nvfp4_tile_lane lane;
-    nvfp4_tile_begin(smem, thread, q.row.options, p.row.data != nullptr, p.col.data != nullptr, lane, TwoD ? tile_amax : nullptr);
-    if constexpr (TwoD) sync_threads();
-    nvfp4_tile_finish(q, row_scaler, col_scaler, t, thread, lane, TwoD ? tile_amax : nullptr);
+    if constexpr (TwoD) {
+      nvfp4_tile_block_amax(smem, thread, q.row.options, p.row.data != nullptr, p.col.data != nullptr, tile_amax);
+      sync_threads();
+    }
+    nvfp4_tile_finish(q, row_scaler, col_scaler, t, thread, smem, TwoD ? tile_amax : nullptr);
     sync_threads();  // everyone is done with this tile before the next is staged
     for (int k = 0; k < L::count; ++k) cur[k] = next[k];
   }
@@ -350,14 +385,19 @@ struct nvfp4_amax_params {
   unsigned *row_amax, *col_amax, *input_amax;
 };
 
-// One thread's part of tile t of the amax pass with the rotation (nvfp4_tile_begin on the staged
-// tile, then each wanted block's finite values folded).
+// One thread's part of staged tile t of the amax pass with the rotation: its wanted blocks read
+// and rotated as the quantize pass does, their finite values folded.
 MXKIT_HD inline void nvfp4_amax_rotated(const float4* smem, int thread, const nvfp4_options& o, bool rowwise, bool columnwise,
                                         std::uint32_t& row_finite, std::uint32_t& col_finite) noexcept {
-  nvfp4_tile_lane lane;
-  nvfp4_tile_begin(smem, thread, o, rowwise, columnwise, lane, nullptr);
-  if (rowwise) nvfp4_fold_finite(lane.v, row_finite);
-  if (columnwise) nvfp4_fold_finite(lane.w, col_finite);
+  float v[nvfp4_block_size];
+  if (rowwise) {
+    nvfp4_read_block(smem, thread, true, o, v);
+    nvfp4_fold_finite(v, row_finite);
+  }
+  if (columnwise) {
+    nvfp4_read_block(smem, thread, false, o, v);
+    nvfp4_fold_finite(v, col_finite);
+  }
 }
 
 template <class T, bool Rotate>
@@ -373,14 +413,14 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_amax_kernel(const nvfp4
   for (; t < p.in.tiles; t += gridDim.x) {
     const std::size_t n = t + gridDim.x;
     if constexpr (Rotate) {
-      nvfp4_stage_tile<T>(cur, thread, smem, p.input_amax ? &all : nullptr);
+      nvfp4_stage_tile<T>(cur, thread, smem, p.input_amax != nullptr, all);
       sync_threads();
       if (n < p.in.tiles) nvfp4_load_tile(p.in, n, thread, next);
       nvfp4_amax_rotated(smem, thread, o, p.row_amax != nullptr, p.col_amax != nullptr, row_finite, col_finite);
       sync_threads();
     } else {
       if (n < p.in.tiles) nvfp4_load_tile(p.in, n, thread, next);
-      nvfp4_fold_chunks<T>(cur, row_finite, p.input_amax ? &all : nullptr);
+      nvfp4_fold_chunks<T>(cur, row_finite, p.input_amax != nullptr, all);
     }
     for (int k = 0; k < L::count; ++k) cur[k] = next[k];
   }
