@@ -33,15 +33,17 @@
 // shared memory to the 16 threads of their 16 x 16 tile (16-aligned inside the 64 x 64 one), and
 // after that barrier the blocks are read and rotated again from the staged tile. Rounding to
 // nearest even, the common case, is quantize_nvfp4_block inlined with the rounding a constant;
-// the other roundings (stochastic: Philox bits per element) call it out of line. The amax pass is the same tile walk: without the
-// rotation it only folds the loaded values; with it it stages the tile and rotates each block as
-// the quantize pass does. Options that change the code path (rotation, 16 x 16 blocks) are
-// template arguments, so the common kernels carry no dead branch.
+// the other roundings (stochastic: Philox bits per element) call it out of line.
+// The amax pass is the same tile walk: without the rotation it only folds the loaded values; with
+// it it stages the tile and rotates each block as the quantize pass does. Options that change the
+// code path (rotation, 16 x 16 blocks) are template arguments, so the common kernels carry no dead
+// branch.
 //
 // The steps of one thread on one tile are MXKIT_HD functions (nvfp4_load_tile, nvfp4_stage_tile,
-// nvfp4_tile_begin, nvfp4_tile_finish) over an explicit shared-memory array, and the kernels only
-// sequence them between barriers: a host loop over the 256 thread numbers of each tile, one step
-// at a time, runs the kernels' code (tests/gpu/nvfp4_tile_host_check.cu does, against ref::quantize).
+// nvfp4_tile_block_amax, nvfp4_tile_finish, nvfp4_amax_rotated, nvfp4_fold_chunks) over an explicit
+// shared-memory array, and the kernels only sequence them between barriers: a host loop over the
+// 256 thread numbers of each tile, one step at a time, runs the kernels' code
+// (tests/gpu/nvfp4_tile_host.hpp does, against ref::quantize).
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
