@@ -18,7 +18,9 @@
 // So each byte is the host reference's (ref/nvfp4_quantize.hpp): the rounding rules live in
 // block/nvfp4_block.hpp and block/nvfp4_scale.hpp only; this file moves values.
 //
-// Shape: CTAs of 256 threads loop over 64 x 64-element tiles of the input (persistent grid). A
+// Shape: CTAs of 256 threads loop over 64 x 64-element tiles of the input (persistent grid; the
+// quantize pass in the reverse order of the amax pass, so that it starts with the tiles that pass
+// read last, which a large L2 may still hold: the second read then costs less than a whole one). A
 // tile is read with 16-byte vector loads (rows aligned: whole tiles; elsewhere element by
 // element, zero past the matrix: the block padding), the next tile's loads issued before this one
 // is quantized (a register double buffer), and staged as floats in shared memory, whose 16-byte
@@ -117,11 +119,11 @@ MXKIT_HD void nvfp4_load_tile(const nvfp4_tile_input<T>& p, std::size_t t, int t
   for (int k = 0; k < L::count; ++k) {
     const int q = thread + nvfp4_threads * k, row = q / L::per_row, col = q % L::per_row * L::elems;
     const std::size_t r = r0 + static_cast<std::size_t>(row), c = c0 + static_cast<std::size_t>(col);
-    const T* src = p.in + r * p.ld + c;
     if (whole) {
-      chunks[k] = *reinterpret_cast<const uint4*>(src);
+      chunks[k] = *reinterpret_cast<const uint4*>(p.in + r * p.ld + c);
     } else {
       std::uint32_t w[4] = {0, 0, 0, 0};
+      const T* src = r < p.rows ? p.in + r * p.ld + c : p.in;  // not read past the rows
       for (int e = 0; e < L::elems; ++e)
         if (r < p.rows && c + static_cast<std::size_t>(e) < p.cols) {
           if constexpr (sizeof(T) == 4) {
@@ -335,8 +337,10 @@ MXKIT_HD constexpr nvfp4_options nvfp4_kernel_options(nvfp4_options o) noexcept 
   return o;
 }
 
-// Rotate = the options rotate, TwoD = 16 x 16 blocks. Tiles t = blockIdx.x, + gridDim.x, ...: the
-// same number for every thread of a CTA, so the barriers are uniform.
+// Rotate = the options rotate, TwoD = 16 x 16 blocks. Steps k = blockIdx.x, + gridDim.x, ...: the
+// same number for every thread of a CTA, so the barriers are uniform. Step k quantizes tile
+// tiles - 1 - k: the reverse of the amax pass's order, so the tiles that pass read last, which a
+// large L2 may still hold, are read first.
 template <class T, bool Rotate, bool TwoD>
 MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const nvfp4_quantize_params<T> p) {
   using L = nvfp4_tile_loads<T>;
@@ -347,22 +351,23 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
   nvfp4_quantize_params<T> q = p;
   q.row.options = nvfp4_kernel_options<Rotate>(p.row.options);
   q.col.options = nvfp4_kernel_options<Rotate>(p.col.options);
+  const std::size_t last = p.in.tiles - 1;
   std::uint32_t all = 0;
   uint4 cur[L::count], next[L::count];
-  std::size_t t = blockIdx.x;
-  if (t < p.in.tiles) nvfp4_load_tile(p.in, t, thread, cur);
-  for (; t < p.in.tiles; t += gridDim.x) {
+  std::size_t k = blockIdx.x;
+  if (k < p.in.tiles) nvfp4_load_tile(p.in, last - k, thread, cur);
+  for (; k < p.in.tiles; k += gridDim.x) {
     nvfp4_stage_tile<T>(cur, thread, smem, p.amax != nullptr, all);
     sync_threads();
-    const std::size_t n = t + gridDim.x;
-    if (n < p.in.tiles) nvfp4_load_tile(p.in, n, thread, next);  // in flight while this tile is quantized
+    const std::size_t n = k + gridDim.x;
+    if (n < p.in.tiles) nvfp4_load_tile(p.in, last - n, thread, next);  // in flight while this tile is quantized
     if constexpr (TwoD) {
       nvfp4_tile_block_amax(smem, thread, q.row.options, p.row.data != nullptr, p.col.data != nullptr, tile_amax);
       sync_threads();
     }
-    nvfp4_tile_finish(q, row_scaler, col_scaler, t, thread, smem, TwoD ? tile_amax : nullptr);
+    nvfp4_tile_finish(q, row_scaler, col_scaler, last - k, thread, smem, TwoD ? tile_amax : nullptr);
     sync_threads();  // everyone is done with this tile before the next is staged
-    for (int k = 0; k < L::count; ++k) cur[k] = next[k];
+    for (int j = 0; j < L::count; ++j) cur[j] = next[j];
   }
   if (p.amax) {
     all = warp_max(all);
