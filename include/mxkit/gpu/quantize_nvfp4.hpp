@@ -101,9 +101,9 @@ void launch_nvfp4_quantize(const nvfp4_quantize_params<U>& p, stream_t stream) {
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
-// The checks, then: the amax pass over both requested copies at once (unless the tensor scale is
-// given), one kernel for both tensor scales, and the quantize pass writing both copies from one
-// read of the input. The input's amax comes with the amax pass, or with the quantize pass when
+// The checks, then: one kernel zeroing the accumulators, the amax pass over both requested copies
+// at once (unless the tensor scale is given), one kernel for both tensor scales, and the quantize
+// pass writing both copies from one read of the input. The input's amax comes with the amax pass, or with the quantize pass when
 // there is none (or a pass of its own when no copy is written).
 template <class U>
 void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, const nvfp4_options& options,
@@ -126,19 +126,18 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
   float* ts[2] = {nullptr, nullptr};  // the wanted copies' tensor scales
   for (int k = 0; k < 2; ++k)
     if (wanted(copies[k])) ts[k] = copies[k].tensor_scale;
-  if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
+  if (out.amax || (!tensor_scale && (ts[0] || ts[1]))) {  // the accumulators start at 0
+    nvfp4_zero_kernel<float><<<1, 1, 0, stream>>>(out.amax, tensor_scale ? nullptr : ts[0], tensor_scale ? nullptr : ts[1]);
+    MXKIT_GPU_CHECK_LAUNCH();
+  }
   unsigned* input_amax = empty ? nullptr : reinterpret_cast<unsigned*>(out.amax);
   const nvfp4_tile_input<U> tiles = make_nvfp4_tile_input(in);
   const bool any_copy = ts[0] || ts[1];
   if (any_copy) {
-    if (!tensor_scale) {
-      for (float* t : ts)
-        if (t) MXKIT_GPU_CHECK(memset_async(t, 0, sizeof(float), stream));
-      if (!empty) {
-        launch_nvfp4_amax<U>({tiles, options, reinterpret_cast<unsigned*>(ts[0]), reinterpret_cast<unsigned*>(ts[1]), input_amax},
-                             options.hadamard, stream);
-        input_amax = nullptr;
-      }
+    if (!tensor_scale && !empty) {
+      launch_nvfp4_amax<U>({tiles, options, reinterpret_cast<unsigned*>(ts[0]), reinterpret_cast<unsigned*>(ts[1]), input_amax},
+                           options.hadamard, stream);
+      input_amax = nullptr;
     }
     nvfp4_tensor_scale_kernel<float><<<1, 1, 0, stream>>>(ts[0], ts[1], tensor_scale ? *tensor_scale : 0.0f);
     MXKIT_GPU_CHECK_LAUNCH();

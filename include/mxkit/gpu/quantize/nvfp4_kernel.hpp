@@ -10,6 +10,8 @@
 //                              input's) and optionally the input's amax as gpu::quantize writes it
 //                              (amax_bits: NaN above Inf above every finite value); float bits,
 //                              warp maximum then one atomicMax per warp and value;
+//   nvfp4_zero_kernel          one thread: zeroes the accumulators below (the tensor-scale floats
+//                              and the amax), one launch rather than a memset each;
 //   nvfp4_tensor_scale_kernel  one thread: those bits to each copy's tensor scale
 //                              (nvfp4_tensor_scale), or the caller's given one, in the same float;
 //   nvfp4_quantize_kernel      both copies' blocks through quantize_nvfp4_block with
@@ -441,6 +443,15 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_amax_kernel(const nvfp4
     if (p.col_amax) atomic_max(p.col_amax, col_finite);
     if (p.input_amax) atomic_max(p.input_amax, all);
   }
+}
+
+// Zeroes each non-null float (the amax accumulators of the passes), one launch for all three.
+template <class F>
+MXKIT_GLOBAL void nvfp4_zero_kernel(F* a, F* b, F* c) {
+  static_assert(std::is_same_v<F, float>, "the accumulators are fp32 values");
+  F* const ps[3] = {a, b, c};
+  for (F* x : ps)
+    if (x) *x = 0.0f;
 }
 
 // Each non-null *t = given when given (a valid tensor scale, checked on the host), else the tensor
