@@ -274,13 +274,14 @@ MXKIT_HD inline nvfp4_block nvfp4_quantize(const float* v, std::uint32_t amax, c
   return nvfp4_quantize_out_of_line(x, amax, scaler, o, first_index);
 }
 
-// Quantizes values v (rotated) of block blk of `line` of copy c under `scaler`, amax as
-// quantize_nvfp4_block takes it, and stores its 8 code bytes and its scale.
-MXKIT_HD inline void nvfp4_store_block(const nvfp4_view& c, const nvfp4_scaler& scaler, std::size_t line, std::size_t blk, const float* v,
-                                       std::uint32_t amax) noexcept {
+// Quantizes values v (rotated) of block blk of `line` of copy c under `scaler` and options o (c's,
+// the rotation a constant), amax as quantize_nvfp4_block takes it, and stores its 8 code bytes and
+// its scale.
+MXKIT_HD inline void nvfp4_store_block(const nvfp4_view& c, const nvfp4_options& o, const nvfp4_scaler& scaler, std::size_t line,
+                                       std::size_t blk, const float* v, std::uint32_t amax) noexcept {
   const nvfp4_layout& l = c.layout;
   // Stochastic rounding numbers element (line, pos) line * padded_length + pos, as the host.
-  const nvfp4_block b = nvfp4_quantize(v, amax, scaler, c.options, line * l.padded_length() + blk * nvfp4_block_size);
+  const nvfp4_block b = nvfp4_quantize(v, amax, scaler, o, line * l.padded_length() + blk * nvfp4_block_size);
   c.scales[c.scale_index(line, blk)] = b.scale.bits();
   // The block's 16 codes are 8 whole bytes of its line (block/pack.hpp's nibble order), stored
   // at once: line_bytes is a multiple of 8 and the launcher checks the data's alignment.
@@ -306,11 +307,13 @@ struct nvfp4_quantize_params {
 
 // Quantizes and stores this thread's blocks of staged tile t that lie in the matrix (a line past
 // the matrix, or a block past the padded line, is not stored), one copy after the other, each
-// block read and rotated again from the tile. tile_amax: nvfp4_tile_block_amax's, read after the
-// barrier (16 x 16 blocks), or null (1 x 16 blocks: each block's own amax).
+// block read and rotated again from the tile. ro, co: the copies' options (the streams theirs, the
+// rotation nvfp4_kernel_options'). tile_amax: nvfp4_tile_block_amax's, read after the barrier
+// (16 x 16 blocks), or null (1 x 16 blocks: each block's own amax).
 template <class T>
-MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_scaler& row_scaler, const nvfp4_scaler& col_scaler,
-                                std::size_t t, int thread, const float4* smem, const std::uint32_t* tile_amax) noexcept {
+MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_options& ro, const nvfp4_options& co,
+                                const nvfp4_scaler& row_scaler, const nvfp4_scaler& col_scaler, std::size_t t, int thread,
+                                const float4* smem, const std::uint32_t* tile_amax) noexcept {
   std::size_t r0 = 0, c0 = 0;
   p.in.origin(t, r0, c0);
   const std::size_t line = static_cast<std::size_t>(thread / nvfp4_tile_blocks), part = static_cast<std::size_t>(thread % nvfp4_tile_blocks);
@@ -318,15 +321,15 @@ MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_s
   if (p.row.data) {
     const std::size_t r = r0 + line, blk = c0 / nvfp4_block_size + part;
     if (r < p.in.rows && blk < p.row.layout.blocks_per_line()) {
-      nvfp4_read_block(smem, thread, true, p.row.options, v);
-      nvfp4_store_block(p.row, row_scaler, r, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : nvfp4_block_amax_bits(v));
+      nvfp4_read_block(smem, thread, true, ro, v);
+      nvfp4_store_block(p.row, ro, row_scaler, r, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : nvfp4_block_amax_bits(v));
     }
   }
   if (p.col.data) {
     const std::size_t c = c0 + line, blk = r0 / nvfp4_block_size + part;
     if (c < p.in.cols && blk < p.col.layout.blocks_per_line()) {
-      nvfp4_read_block(smem, thread, false, p.col.options, v);
-      nvfp4_store_block(p.col, col_scaler, c, blk, v,
+      nvfp4_read_block(smem, thread, false, co, v);
+      nvfp4_store_block(p.col, co, col_scaler, c, blk, v,
                         tile_amax ? nvfp4_tile_amax(tile_amax + nvfp4_threads, thread) : nvfp4_block_amax_bits(v));
     }
   }
@@ -350,9 +353,7 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
   __shared__ std::uint32_t tile_amax[TwoD ? 2 * nvfp4_threads : 1];
   const int thread = static_cast<int>(threadIdx.x);
   const nvfp4_scaler row_scaler{p.row.data ? *p.row_t : 1.0f}, col_scaler{p.col.data ? *p.col_t : 1.0f};
-  nvfp4_quantize_params<T> q = p;
-  q.row.options = nvfp4_kernel_options<Rotate>(p.row.options);
-  q.col.options = nvfp4_kernel_options<Rotate>(p.col.options);
+  const nvfp4_options ro = nvfp4_kernel_options<Rotate>(p.row.options), co = nvfp4_kernel_options<Rotate>(p.col.options);
   const std::size_t last = p.in.tiles - 1;
   std::uint32_t all = 0;
   uint4 cur[L::count], next[L::count];
@@ -364,10 +365,10 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
     const std::size_t n = k + gridDim.x;
     if (n < p.in.tiles) nvfp4_load_tile(p.in, last - n, thread, next);  // in flight while this tile is quantized
     if constexpr (TwoD) {
-      nvfp4_tile_block_amax(smem, thread, q.row.options, p.row.data != nullptr, p.col.data != nullptr, tile_amax);
+      nvfp4_tile_block_amax(smem, thread, ro, p.row.data != nullptr, p.col.data != nullptr, tile_amax);
       sync_threads();
     }
-    nvfp4_tile_finish(q, row_scaler, col_scaler, last - k, thread, smem, TwoD ? tile_amax : nullptr);
+    nvfp4_tile_finish(p, ro, co, row_scaler, col_scaler, last - k, thread, smem, TwoD ? tile_amax : nullptr);
     sync_threads();  // everyone is done with this tile before the next is staged
     for (int j = 0; j < L::count; ++j) cur[j] = next[j];
   }
