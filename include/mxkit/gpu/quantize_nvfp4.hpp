@@ -103,8 +103,9 @@ void launch_nvfp4_quantize(const nvfp4_quantize_params<U>& p, stream_t stream) {
 
 // The checks, then: one kernel zeroing the accumulators, the amax pass over both requested copies
 // at once (unless the tensor scale is given), one kernel for both tensor scales, and the quantize
-// pass writing both copies from one read of the input. The input's amax comes with the amax pass, or with the quantize pass when
-// there is none (or a pass of its own when no copy is written).
+// pass writing both copies from one read of the input. The input's amax comes with the amax
+// pass, or with the quantize pass when there is none (or a pass of its own when no copy is
+// written).
 template <class U>
 void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, const nvfp4_options& options,
                          const nvfp4_outputs& out, std::optional<float> tensor_scale, stream_t stream) {
