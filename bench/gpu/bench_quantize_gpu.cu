@@ -10,13 +10,23 @@
 //   "... fp16 ..." / "... fp32 ..."); bytes read = rows * cols * sizeof(input).
 //   The per-tensor FP8 cast (gpu::cast_fp8) of bf16 and fp32 input: E4M3 codes, their transpose
 //   and the amax (case "fp8 e4m3 rowwise+transposed+amax bf16 8192x4096").
+//   NVFP4 (gpu::quantize_nvfp4, issue #46 section 3) of bf16 8192x4096, both copies, row-major
+//   E4M3 scales, each copy's tensor scale from its amax (the whole call: amax pass, tensor
+//   scales, quantize pass): 1 x 16 blocks with the 16-point Hadamard rotation and a sign mask
+//   ("nvfp4 rowwise+columnwise hadamard bf16 8192x4096"), without it ("nvfp4 rowwise+columnwise
+//   bf16 8192x4096"), and 16 x 16 blocks for weights ("nvfp4_2d rowwise+columnwise bf16
+//   8192x4096"). Bytes: the input once + both copies' codes and scales (the amax pass's second
+//   read of the input, the tensor scales and the amax are not counted), as the row's
+//   peer_settings say. Validated in full first (every code, scale and tensor scale of both
+//   copies equal ref::quantize's). MXKIT_BENCH_ONLY=nvfp4 runs only these.
 // Each case is validated first: the first 256 rows' rowwise lines and every column's first
 // eight columnwise blocks equal the host reference byte for byte.
 // Inputs rotate among enough buffers that the set is at least 4x the L2, so repeated runs read
 // memory, not cache. Each figure is the median over `--repeats` (at least 20) batches of 8
 // back-to-back launches timed with events, per launch.
 // Usage: bench_quantize_gpu [--record] [--results PATH] [--repeats N]
-//   MXKIT_BENCH_ONLY=<text>: run only the cases whose name contains <text> (for a profiler run).
+//   MXKIT_BENCH_ONLY=<text>: run only the cases whose name contains <text> (for a profiler run;
+//   MXKIT_BENCH_ONLY=nvfp4: the NVFP4 cases only).
 // Without a GPU it says so and exits 77 (the GPU programs' "skipped"; MXKIT_SKIP_EXIT_CODE
 // overrides it).
 #include <algorithm>
@@ -31,6 +41,8 @@
 
 #include <mxkit/gpu/fp8_cast.hpp>
 #include <mxkit/gpu/quantize.hpp>
+#include <mxkit/gpu/quantize_nvfp4.hpp>
+#include <mxkit/ref/nvfp4_quantize.hpp>
 #include <mxkit/ref/quantize.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 
@@ -301,6 +313,87 @@ void run_fp8_shape(run_context& ctx, std::size_t M, std::size_t K) {
   ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs, copy_settings});
 }
 
+// NVFP4 (gpu::quantize_nvfp4) of T [M, K]: both copies, tensor scales from their amaxes,
+// row-major scales, each variant validated in full against ref::quantize before it is timed.
+template <class T>
+void run_nvfp4_shape(run_context& ctx, std::size_t M, std::size_t K) {
+  struct variant {
+    const char* name;
+    mxkit::block_format format;
+    bool hadamard;
+  };
+  const variant variants[] = {{"nvfp4 rowwise+columnwise hadamard", mxkit::formats::nvfp4, true},
+                              {"nvfp4 rowwise+columnwise", mxkit::formats::nvfp4, false},
+                              {"nvfp4_2d rowwise+columnwise", mxkit::formats::nvfp4_2d, false}};
+  const std::string suffix = std::string(" ") + input_name<T>() + " " + std::to_string(M) + "x" + std::to_string(K);
+  auto wanted = [&](const variant& v) { return !ctx.only || (v.name + suffix).find(ctx.only) != std::string::npos; };
+  if (std::none_of(std::begin(variants), std::end(variants), wanted)) return;
+  gpu::stream& s = ctx.s;
+  const std::size_t n = M * K, in_bytes = n * sizeof(T);
+  const std::size_t nbuf = std::max<std::size_t>(2, (4 * ctx.prop.l2_cache_bytes + in_bytes - 1) / in_bytes);
+  std::vector<gpu::device_buffer<T>> in;
+  for (std::size_t b = 0; b < nbuf; ++b) {
+    in.emplace_back(n);
+    fill_input<T><<<4 * ctx.prop.multiprocessors, 256, 0, s>>>(in.back().data(), n, K, 41 + b);
+    MXKIT_GPU_CHECK_LAUNCH();
+  }
+  const timing copy = copy_time(ctx, in);
+  const double copy_gbs = 2.0 * static_cast<double>(in_bytes) / (copy.ms * 1e-3) / 1e9;
+  std::printf("\nnvfp4 %s %zux%zu: d2d copy %.1f us = %.0f GB/s (spread %.0f%%), %zu input buffers\n", input_name<T>(), M, K,
+              copy.ms * 1e3, copy_gbs, copy.spread * 100, nbuf);
+  const std::vector<T> host = in[0].to_host(s);
+  const mxkit::matrix_view<const T> host_view{host.data(), M, K};
+  const std::string settings = std::string(copy_settings) +
+                               "; case bytes = input read once + both copies' FP4 codes and E4M3 scales written (the amax pass's "
+                               "second read, the tensor scales and the amax not counted); the whole gpu::quantize_nvfp4 call timed";
+  for (const variant& v : variants) {
+    if (!wanted(v)) continue;
+    const std::string name = v.name + suffix;
+    mxkit::nvfp4_options o;
+    o.hadamard = v.hadamard;
+    o.hadamard_signs = v.hadamard ? mxkit::hadamard_sign_mask(5) : 0u;
+    const mxkit::nvfp4_layout rl{v.format, mxkit::block_axis::rowwise, M, K}, cl{v.format, mxkit::block_axis::columnwise, M, K};
+    std::vector<gpu::device_buffer<std::uint8_t>> rd, rs, cd, cs;
+    std::vector<gpu::device_buffer<float>> scalars;  // rowwise t, columnwise t
+    for (std::size_t b = 0; b < nbuf; ++b) {
+      rd.emplace_back(rl.data_bytes());
+      rs.emplace_back(rl.scale_count());
+      cd.emplace_back(cl.data_bytes());
+      cs.emplace_back(cl.scale_count());
+      scalars.emplace_back(2);
+    }
+    auto launch = [&](int i) {
+      const std::size_t b = static_cast<std::size_t>(i) % nbuf;
+      gpu::quantize_nvfp4(mxkit::matrix_view<const T>{in[b].data(), M, K}, v.format, o,
+                          {rd[b].data(), rs[b].data(), mxkit::scale_layout::row_major, scalars[b].data(), cd[b].data(), cs[b].data(),
+                           mxkit::scale_layout::row_major, scalars[b].data() + 1, nullptr},
+                          std::nullopt, s);
+    };
+    launch(0);
+    s.synchronize();
+    std::string bad;
+    const std::vector<float> t = scalars[0].to_host(s);
+    for (const mxkit::block_axis axis : {mxkit::block_axis::rowwise, mxkit::block_axis::columnwise}) {
+      const bool row = axis == mxkit::block_axis::rowwise;
+      const mxkit::nvfp4_tensor want = mxkit::ref::quantize(host_view, v.format, axis, o);
+      bad += first_diff((row ? rd : cd)[0].to_host(s), want.data()) + first_diff((row ? rs : cs)[0].to_host(s), want.scales());
+      if (mxkit::bit_cast<std::uint32_t>(t[row ? 0 : 1]) != mxkit::bit_cast<std::uint32_t>(want.tensor_scale()))
+        bad += std::string(" ") + (row ? "rowwise" : "columnwise") + " tensor scale differs";
+    }
+    if (!bad.empty()) {
+      std::fprintf(stderr, "FAILED validation: %s: %s\n", name.c_str(), bad.c_str());
+      ++ctx.failures;
+      continue;
+    }
+    const timing tm = time_ms(launch, ctx.repeats, s);
+    const double bytes = static_cast<double>(in_bytes + rl.data_bytes() + rl.scale_count() + cl.data_bytes() + cl.scale_count());
+    const double gbs = bytes / (tm.ms * 1e-3) / 1e9;
+    std::printf("  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", name.c_str(), tm.ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
+                tm.spread * 100);
+    ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs, settings, "nvfp4"});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -333,6 +426,7 @@ int main(int argc, char** argv) {
     run_fp8_shape<bf16>(ctx, M, K);
     run_fp8_shape<float>(ctx, M, K);
   }
+  run_nvfp4_shape<bf16>(ctx, 8192, 4096);
   std::printf("\n");
   mxkit_bench::finish(opt, device, rows_out);
   return ctx.failures ? 1 : 0;

@@ -5,7 +5,9 @@
 // a computed and a given tensor scale, the row-major and the padded scale layouts, adversarial
 // inputs (NaN, Inf, zero, subnormal and huge blocks) on ragged shapes with leading dimensions.
 // Outputs are poisoned before each call, so an unwritten byte fails too. Inputs come from seeds
-// printed with every failure.
+// printed with every failure. The kernels' 64 x 64 tiles meet their edges (partial tiles, rows
+// that take 16-byte loads or not, several tiles per CTA), and their per-thread steps also run on
+// the host (nvfp4_tile_host.hpp) against the reference, without a device.
 #include <mxkit/gpu/quantize_nvfp4.hpp>
 #include <mxkit/ref/nvfp4_quantize.hpp>
 
@@ -15,10 +17,12 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../catch.hpp"
 #include "gpu_test_util.hpp"
+#include "nvfp4_tile_host.hpp"
 
 namespace {
 
@@ -190,6 +194,71 @@ TEST_CASE("gpu nvfp4 quantize: many blocks (grid-stride loops)", "[gpu]") {
   const std::string e = run_case<mxkit::bfloat16>(k, base_seed + 401);
   INFO(e);
   CHECK(e.empty());
+}
+
+// The fused kernels' tiles (64 x 64, gpu/quantize/nvfp4_kernel.hpp): whole and partial tiles,
+// rows aligned for 16-byte loads (ld > cols included) and not, both copies with and without the
+// rotation, both block shapes, several tiles per CTA.
+TEST_CASE("gpu nvfp4 quantize: tile edges of the fused kernels", "[gpu]") {
+  constexpr shape tile_shapes[] = {{128, 192, 200}, {192, 128, 128}, {65, 129, 136}, {64, 64, 72}, {130, 70, 72}, {63, 200, 201}};
+  int n = 600;
+  for (const shape& s : tile_shapes)
+    for (const mxkit::block_format& format : {mxkit::formats::nvfp4, mxkit::formats::nvfp4_2d})
+      for (int rot = 0; rot < 3; ++rot) {
+        one_case k{format, {}, s, mxkit::all_scale_layouts[n % 3], mxkit::all_scale_layouts[(n + 2) % 3]};
+        k.options.hadamard = rot > 0;
+        k.options.hadamard_signs = rot == 2 ? mxkit::hadamard_sign_mask(0x77u + static_cast<unsigned>(n)) : 0u;
+        if (n % 4 == 3) k.options.round = mxkit::rounding::stochastic;
+        const std::uint64_t seed = base_seed + static_cast<unsigned>(n);
+        for (const std::string& d : {run_case<mxkit::bfloat16>(k, seed), run_case<float>(k, seed), run_case<mxkit::float16>(k, seed)}) {
+          INFO(d);
+          CHECK(d.empty());
+        }
+        ++n;
+      }
+  // More tiles than resident CTAs (each CTA loops, loading its next tile while quantizing one).
+  for (const mxkit::block_format& format : {mxkit::formats::nvfp4, mxkit::formats::nvfp4_2d}) {
+    one_case k{format, {}, {2048, 1024, 1032}, scale_layout::row_major, scale_layout::cublas_128x4};
+    k.options.hadamard = true;
+    k.options.hadamard_signs = mxkit::hadamard_sign_mask(3);
+    const std::string d = run_case<mxkit::bfloat16>(k, base_seed + static_cast<unsigned>(n++));
+    INFO(d);
+    CHECK(d.empty());
+  }
+}
+
+// The kernels' per-thread steps run on the host, tile by tile (nvfp4_tile_host.hpp): the same
+// bytes as ref::quantize, without a device (a difference here is in the tile code itself).
+TEST_CASE("gpu nvfp4 quantize: the kernels' steps on the host equal the host reference", "[gpu]") {
+  constexpr shape host_shapes[] = {{97, 161, 170}, {64, 128, 128}, {1, 1, 1}, {130, 300, 304}, {17, 31, 33}, {192, 136, 144}};
+  int n = 700;
+  auto one = [&](const auto* type, const shape& s, const mxkit::block_format& f, int rot, mxkit::rounding r, int copies, bool given) {
+    using T = std::remove_cvref_t<decltype(*type)>;
+    const std::vector<T> x = gpu_test::convert<T>(gpu_test::adversarial_matrix(s.rows, s.cols, s.ld, base_seed + static_cast<unsigned>(n)));
+    nvfp4_options o;
+    o.round = r;
+    o.hadamard = rot > 0;
+    o.hadamard_signs = rot == 2 ? mxkit::hadamard_sign_mask(0x51u + static_cast<unsigned>(n)) : 0u;
+    o.seed = 0x1234u + static_cast<unsigned>(n);
+    o.stream = static_cast<std::uint32_t>(n % 3);
+    const std::optional<float> t = given ? std::optional<float>{n % 2 ? 0.0078125f : 3.5e-3f} : std::nullopt;
+    const std::string d = nvfp4_tile_host::compare(mxkit::matrix_view<const T>{x.data(), s.rows, s.cols, s.ld}, f, o, copies != 2,
+                                                   copies != 1, mxkit::all_scale_layouts[n % 3], mxkit::all_scale_layouts[(n + 1) % 3], t);
+    INFO(gpu_test::type_name<T>() << " " << s.rows << "x" << s.cols << " ld " << s.ld << " " << mxkit::nvfp4_format_name(f) << " rot "
+                                  << rot << " round " << static_cast<int>(r) << " copies " << copies << " given " << given << ": " << d);
+    CHECK(d.empty());
+    ++n;
+  };
+  const mxkit::rounding rounds[] = {mxkit::rounding::nearest_even, mxkit::rounding::stochastic, mxkit::rounding::nearest_away,
+                                    mxkit::rounding::toward_zero};
+  for (const shape& s : host_shapes)
+    for (const mxkit::block_format& f : {mxkit::formats::nvfp4, mxkit::formats::nvfp4_2d})
+      for (int rot = 0; rot < 3; ++rot) {
+        const mxkit::rounding r = rounds[static_cast<std::size_t>(n) % 4];
+        one(static_cast<const mxkit::bfloat16*>(nullptr), s, f, rot, r, n % 3, n % 5 == 0);
+        one(static_cast<const float*>(nullptr), s, f, rot, r, 0, false);
+        one(static_cast<const mxkit::float16*>(nullptr), s, f, rot, rounds[static_cast<std::size_t>(n + 1) % 4], 0, true);
+      }
 }
 
 // The owning device copies (device_nvfp4_tensor) and their host copies, scales converted back to

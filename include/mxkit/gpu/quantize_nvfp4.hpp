@@ -12,9 +12,10 @@
 // the rotation: with the rotation the two copies' amaxes differ), computed on the device by a
 // reduction pass before the quantize pass reads it, or the caller's (a calibrated or another
 // copy's scale), written to the same device float. The kernels are header-only templates
-// (gpu/quantize/nvfp4_kernel.hpp: straightforward ones, not yet tuned for bandwidth), not a kernel
-// library family: nothing but the tests calls them yet, and a family's instantiations belong
-// in src/gpu/ once a backend does (gpu/kernel_library.hpp).
+// (gpu/quantize/nvfp4_kernel.hpp: a tiled amax pass and a fused quantize pass, each reading the
+// input once for both copies), not a kernel library family: nothing but the tests calls them
+// yet, and a family's instantiations belong in src/gpu/ once a backend does
+// (gpu/kernel_library.hpp).
 //
 //   mxkit::gpu::quantize_nvfp4(x, mxkit::formats::nvfp4, {}, {.rowwise_data = d, .rowwise_scales = s,
 //                                                             .rowwise_tensor_scale = t});
@@ -74,14 +75,37 @@ inline void check_nvfp4_copy_outputs(const nvfp4_copy_outputs& c) {
                          " tensor scale ", static_cast<const void*>(c.tensor_scale), " is not aligned for a float");
 }
 
-// Threads of a grid-stride kernel over `items` work items: at most as many CTAs as are resident.
+// CTAs of a tile kernel over `tiles` tiles: at most as many as are resident.
 template <auto Kernel>
-int nvfp4_grid(std::size_t items) {
-  return persistent_grid<Kernel>(nvfp4_threads, (items + nvfp4_threads - 1) / nvfp4_threads);
+int nvfp4_grid(std::size_t tiles) {
+  return persistent_grid<Kernel>(nvfp4_threads, tiles);
 }
 
-// The checks, then per requested copy: its amax (unless the tensor scale is given), its tensor
-// scale, its blocks. The input's amax comes with the first amax pass (or a pass of its own).
+// The amax pass (nvfp4_amax_kernel), the rotated variant when `rotate`.
+template <class U>
+void launch_nvfp4_amax(const nvfp4_amax_params<U>& p, bool rotate, stream_t stream) {
+  if (rotate) {
+    constexpr auto kernel = nvfp4_amax_kernel<U, true>;
+    kernel<<<nvfp4_grid<kernel>(p.in.tiles), nvfp4_threads, 0, stream>>>(p);
+  } else {
+    constexpr auto kernel = nvfp4_amax_kernel<U, false>;
+    kernel<<<nvfp4_grid<kernel>(p.in.tiles), nvfp4_threads, 0, stream>>>(p);
+  }
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+template <class U, bool Rotate, bool TwoD>
+void launch_nvfp4_quantize(const nvfp4_quantize_params<U>& p, stream_t stream) {
+  constexpr auto kernel = nvfp4_quantize_kernel<U, Rotate, TwoD>;
+  kernel<<<nvfp4_grid<kernel>(p.in.tiles), nvfp4_threads, 0, stream>>>(p);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+// The checks, then: one kernel zeroing the accumulators, the amax pass over both requested copies
+// at once (unless the tensor scale is given), one kernel for both tensor scales, and the quantize
+// pass writing both copies from one read of the input. The input's amax comes with the amax
+// pass, or with the quantize pass when there is none (or a pass of its own when no copy is
+// written).
 template <class U>
 void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, const nvfp4_options& options,
                          const nvfp4_outputs& out, std::optional<float> tensor_scale, stream_t stream) {
@@ -100,41 +124,47 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
   mxkit::detail::require(wanted(copies[0]) || wanted(copies[1]) || out.amax, "gpu::quantize_nvfp4: no output requested");
   for (const nvfp4_copy_outputs& c : copies) check_nvfp4_copy_outputs(c);
 
-  if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
+  float* ts[2] = {nullptr, nullptr};  // the wanted copies' tensor scales
+  for (int k = 0; k < 2; ++k)
+    if (wanted(copies[k])) ts[k] = copies[k].tensor_scale;
+  if (out.amax || (!tensor_scale && (ts[0] || ts[1]))) {  // the accumulators start at 0
+    nvfp4_zero_kernel<float><<<1, 1, 0, stream>>>(out.amax, tensor_scale ? nullptr : ts[0], tensor_scale ? nullptr : ts[1]);
+    MXKIT_GPU_CHECK_LAUNCH();
+  }
   unsigned* input_amax = empty ? nullptr : reinterpret_cast<unsigned*>(out.amax);
-  for (int k = 0; k < 2; ++k) {
-    const nvfp4_copy_outputs& c = copies[k];
-    if (!wanted(c)) continue;
-    const nvfp4_layout& l = layouts[k];
-    nvfp4_options o = options;
-    o.stream = stochastic_stream(options.stream, c.axis);
-    const std::size_t blocks = l.lines() * l.blocks_per_line();
-    if (!tensor_scale) {
-      MXKIT_GPU_CHECK(memset_async(c.tensor_scale, 0, sizeof(float), stream));
-      if (blocks) {
-        constexpr auto kernel = nvfp4_amax_kernel<U>;
-        kernel<<<nvfp4_grid<kernel>(blocks), nvfp4_threads, 0, stream>>>(in, l, o, reinterpret_cast<unsigned*>(c.tensor_scale),
-                                                                           input_amax);
-        MXKIT_GPU_CHECK_LAUNCH();
-        input_amax = nullptr;
-      }
+  const nvfp4_tile_input<U> tiles = make_nvfp4_tile_input(in);
+  const bool any_copy = ts[0] || ts[1];
+  if (any_copy) {
+    if (!tensor_scale && !empty) {
+      launch_nvfp4_amax<U>({tiles, options, reinterpret_cast<unsigned*>(ts[0]), reinterpret_cast<unsigned*>(ts[1]), input_amax},
+                           options.hadamard, stream);
+      input_amax = nullptr;
     }
-    nvfp4_tensor_scale_kernel<float><<<1, 1, 0, stream>>>(c.tensor_scale, tensor_scale ? *tensor_scale : 0.0f);
-    MXKIT_GPU_CHECK_LAUNCH();
-    if (blocks) {
-      const nvfp4_quantize_params<U> p{in, nvfp4_view{l, o, c.data, c.scales, c.scales_layout}, c.tensor_scale};
-      constexpr auto kernel = nvfp4_quantize_kernel<U>;
-      kernel<<<nvfp4_grid<kernel>(nvfp4_quantize_items(l)), nvfp4_threads, 0, stream>>>(p);
-      MXKIT_GPU_CHECK_LAUNCH();
-    }
-  }
-  if (input_amax) {  // not taken by an amax pass above: one of its own, over the rowwise blocks
-    const nvfp4_layout& l = layouts[0];
-    constexpr auto kernel = nvfp4_amax_kernel<U>;
-    kernel<<<nvfp4_grid<kernel>(l.lines() * l.blocks_per_line()), nvfp4_threads, 0, stream>>>(in, l, nvfp4_options{}, nullptr,
-                                                                                               input_amax);
+    nvfp4_tensor_scale_kernel<float><<<1, 1, 0, stream>>>(ts[0], ts[1], tensor_scale ? *tensor_scale : 0.0f);
     MXKIT_GPU_CHECK_LAUNCH();
   }
+  if (!empty && any_copy) {
+    nvfp4_options ro = options, co = options;
+    ro.stream = stochastic_stream(options.stream, block_axis::rowwise);
+    co.stream = stochastic_stream(options.stream, block_axis::columnwise);
+    const nvfp4_copy_outputs &r = copies[0], &c = copies[1];
+    const nvfp4_quantize_params<U> p{tiles,
+                                     nvfp4_view{layouts[0], ro, r.data, r.scales, r.scales_layout},
+                                     nvfp4_view{layouts[1], co, c.data, c.scales, c.scales_layout},
+                                     r.data ? r.tensor_scale : nullptr,
+                                     c.data ? c.tensor_scale : nullptr,
+                                     input_amax};
+    input_amax = nullptr;
+    const bool two_d = layouts[0].tile_lines() > 1;
+    if (options.hadamard) {
+      if (two_d) launch_nvfp4_quantize<U, true, true>(p, stream);
+      else launch_nvfp4_quantize<U, true, false>(p, stream);
+    } else {
+      if (two_d) launch_nvfp4_quantize<U, false, true>(p, stream);
+      else launch_nvfp4_quantize<U, false, false>(p, stream);
+    }
+  }
+  if (input_amax) launch_nvfp4_amax<U>({tiles, options, nullptr, nullptr, input_amax}, false, stream);  // only the amax asked for
 }
 
 }  // namespace detail

@@ -14,9 +14,10 @@ namespace gpu {
 namespace detail {
 
 // Zeroes the entries of `scales` (layout l of a [lines, blocks] scale grid, null: none) outside the
-// grid; this thread takes entries first, first + stride, ...
-__device__ inline void zero_scale_padding(std::uint8_t* scales, scale_layout l, std::size_t lines, std::size_t blocks,
-                                          std::size_t first, std::size_t stride) noexcept {
+// grid; this thread takes entries first, first + stride, ... (host and device: the tests run the
+// kernels' steps on the host, tests/gpu/nvfp4_tile_host.hpp)
+MXKIT_HD inline void zero_scale_padding(std::uint8_t* scales, scale_layout l, std::size_t lines, std::size_t blocks, std::size_t first,
+                                        std::size_t stride) noexcept {
   if (!scales || l == scale_layout::row_major) return;
   const scale_extent e = padded_scale_extent(l, lines, blocks);
   const std::size_t extra = e.blocks - blocks;
