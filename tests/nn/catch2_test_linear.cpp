@@ -99,7 +99,7 @@ void check_mx_recipe(const recipe& r) {
              "wgrad");
 }
 
-// The NVFP4 options of the paper's recipe (arXiv 2509.25149 section 4), written out here rather
+// The NVFP4 options of the paper's recipe (arXiv 2509.25149), written out here rather
 // than read from the recipe: rounding, the random-sign Hadamard (wgrad only), the GEMM's Philox key
 // and the tensor's stream (the one the layer drew, as the recording shows).
 nvfp4_options nvfp4_rule(rounding round, bool hadamard, std::uint64_t seed, std::uint32_t stream) {
@@ -129,7 +129,7 @@ TEST_CASE("linear: the nvfp4 recipe's GEMMs are the paper's NVFP4 rules through 
   CHECK(std::ranges::equal(w_row.scales(), host_backend::nvfp4(l.cached_rowwise()).scales()));
   CHECK(std::ranges::equal(w_col.data(), host_backend::nvfp4(l.cached_columnwise()).data()));
   CHECK(std::ranges::equal(w_col.scales(), host_backend::nvfp4(l.cached_columnwise()).scales()));
-  // 2-D scaling: the weight's two copies are the same matrix (section 4.3), one tensor scale.
+  // 2-D scaling: the weight's two copies are the same matrix, one tensor scale.
   CHECK(ref::dequantize(w_row) == ref::dequantize(w_col));
   CHECK(w_row.tensor_scale() == w_col.tensor_scale());
   const nvfp4_tensor x_row = ref::quantize(view(p.x, M, K), formats::nvfp4, block_axis::rowwise,

@@ -164,33 +164,41 @@ TEST_CASE("recipes::nvfp4: arXiv 2509.25149's rules, GEMM by GEMM", "[nn][recipe
   const recipe r = recipes::nvfp4();
   REQUIRE_NOTHROW(check_config(r));
   const auto spec = [](const operand_spec& o) { return o.block_scaled(); };
-  // Every GEMM's inputs NVFP4: activations and gradients 1 x 16, weights 16 x 16 (section 4.3).
+  // Every GEMM's inputs NVFP4: activations and gradients 1 x 16, weights 16 x 16.
   CHECK(spec(r.fprop.a).format == formats::nvfp4);
   CHECK(spec(r.fprop.b).format == formats::nvfp4_2d);
   CHECK(spec(r.dgrad.a).format == formats::nvfp4);
   CHECK(spec(r.dgrad.b).format == formats::nvfp4_2d);
   CHECK(spec(r.wgrad.a).format == formats::nvfp4);
   CHECK(spec(r.wgrad.b).format == formats::nvfp4);
-  // Stochastic rounding on the gradients only (section 4.4).
+  // Stochastic rounding on the gradients only.
   CHECK(spec(r.fprop.a).round == rounding::nearest_even);
   CHECK(spec(r.fprop.b).round == rounding::nearest_even);
   CHECK(spec(r.dgrad.a).round == rounding::stochastic);
   CHECK(spec(r.dgrad.b).round == rounding::nearest_even);
   CHECK(spec(r.wgrad.a).round == rounding::stochastic);
   CHECK(spec(r.wgrad.b).round == rounding::nearest_even);
-  // The random Hadamard transform on wgrad only (section 4.2).
+  // The random Hadamard transform on wgrad only.
   CHECK_FALSE(r.fprop.hadamard);
   CHECK_FALSE(r.dgrad.hadamard);
   CHECK(r.wgrad.hadamard);
   CHECK(r.wgrad.random_signs);
   CHECK(r.high.is<bf16_spec>());
-  // The last layers in bf16, the paper's 8 of 62 (section 4.1), rounded up.
+  // Layers at both ends in bf16, the paper's first 2 and last 8 of 62, rounded to nearest; a
+  // model of 2 or more layers keeps at least its last one in bf16.
+  CHECK(r.bf16_first_layers == 0);
   CHECK(r.bf16_last_layers == 0);
+  CHECK(recipes::nvfp4_bf16_first_layers(62) == 2);
   CHECK(recipes::nvfp4_bf16_last_layers(62) == 8);
-  CHECK(recipes::nvfp4_bf16_last_layers(16) == 3);
-  CHECK(recipes::nvfp4_bf16_last_layers(1) == 1);
-  CHECK(recipes::nvfp4(16).bf16_last_layers == 3);
-  CHECK(recipes::nvfp4(16).bf16_first_layers == 0);
-  CHECK(layer_recipe(recipes::nvfp4(16), 12, 16).fprop.a.block_scaled().is_nvfp4());
-  CHECK(layer_recipe(recipes::nvfp4(16), 13, 16).fprop.a.is<bf16_spec>());
+  CHECK(recipes::nvfp4_bf16_first_layers(32) == 1);
+  CHECK(recipes::nvfp4_bf16_last_layers(32) == 4);
+  CHECK(recipes::nvfp4_bf16_first_layers(1) == 0);
+  CHECK(recipes::nvfp4_bf16_last_layers(1) == 0);
+  CHECK(recipes::nvfp4_bf16_last_layers(2) == 1);
+  CHECK(recipes::nvfp4(16).bf16_first_layers == 1);
+  CHECK(recipes::nvfp4(16).bf16_last_layers == 2);
+  CHECK(layer_recipe(recipes::nvfp4(16), 0, 16).fprop.a.is<bf16_spec>());
+  CHECK(layer_recipe(recipes::nvfp4(16), 1, 16).fprop.a.block_scaled().is_nvfp4());
+  CHECK(layer_recipe(recipes::nvfp4(16), 13, 16).fprop.a.block_scaled().is_nvfp4());
+  CHECK(layer_recipe(recipes::nvfp4(16), 14, 16).fprop.a.is<bf16_spec>());
 }

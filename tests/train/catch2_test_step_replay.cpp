@@ -172,6 +172,7 @@ TEST_CASE("trainer: a change to the model between steps drops the recording and 
   c.steps = 12;
   c.shape = {2, 32};
   c.schedule = {1e-2, 1e-3, 2, 12};
+  c.step_graph = true;
   trainer t(m, text_tokens(), c);
   for (int i = 0; i < 4; ++i) t.step();  // launched, recorded, replayed twice
   CHECK((t.steps().applies() && t.steps().counters().launches == 1 && be.counters().graph_captures == 1 &&

@@ -213,27 +213,31 @@ inline recipe mxfp4_nvidia_style() {
 }
 
 // NVIDIA's NVFP4 pretraining recipe (arXiv 2509.25149, "Pretraining Large Language Models with
-// NVFP4", section 4 "Training Methodology"), on this stack's linear layers:
+// NVFP4": the four techniques its abstract names), on this stack's linear layers:
 //  - every linear layer's three GEMMs (fprop, dgrad, wgrad) take NVFP4 inputs: E2M1 elements, an
-//    E4M3 scale per 16 elements, an fp32 tensor scale (section 2, the NVFP4 format);
-//  - weights in 16 x 16 blocks (formats::nvfp4_2d; section 4.3, "2D scaling"), so that the
+//    E4M3 scale per 16 elements, an fp32 tensor scale;
+//  - weights in 16 x 16 blocks (formats::nvfp4_2d: "two-dimensional" scaling), so that the
 //    weight's rowwise (fprop) and columnwise (dgrad) copies hold the same values, as the chain
 //    rule wants of the W in both products; activations and gradients in 1 x 16 blocks;
 //  - a random Hadamard transform of size 16 (H16 . D, one sign vector D for every layer: the
-//    `seed` of the GEMM) on both inputs of the wgrad GEMM only, never fprop or dgrad
-//    (section 4.2, "Random Hadamard transforms");
+//    `seed` of the GEMM) on both inputs of the wgrad GEMM only, never fprop or dgrad;
 //  - stochastic rounding of the gradients, the dY operands of dgrad and wgrad; weights and
-//    activations round to nearest even (section 4.4, "Stochastic rounding");
-//  - the final layers in bf16 (section 4.1, "Mixed precision": the paper keeps a small fraction
-//    of the linear layers, the last blocks', in BF16): nvfp4_bf16_last_layers.
+//    activations round to nearest even;
+//  - some layers in bf16 ("selective high-precision layers"): about 16 % of the linear layers,
+//    at the two ends of the 12B model, the first 2 and the last 8 of its 62 blocks:
+//    nvfp4_bf16_first_layers, nvfp4_bf16_last_layers.
 // Embeddings, the LM head (`high`), attention and the norms stay as in every recipe here.
 // The stochastic rounding draws per step (Philox streams), so the step graph of the device
 // backend is refused for it as for every stochastic recipe (train/step_replay.hpp).
 inline constexpr std::uint64_t nvfp4_seed = 0x4E56465034ull;  // Philox key ("NVFP4")
 
-// The paper's 12B model keeps its last 8 of 62 blocks' linear layers in BF16 (section 4.1): the
-// same share of `n_layers`, rounded up (a model with layers keeps at least its last one).
-constexpr std::size_t nvfp4_bf16_last_layers(std::size_t n_layers) noexcept { return (n_layers * 8 + 61) / 62; }
+// The 12B model's bf16 share of `n_layers` at each end, rounded to nearest; a model of 2 or more
+// layers keeps at least its last one in bf16 (the ones next to the head).
+constexpr std::size_t nvfp4_bf16_first_layers(std::size_t n_layers) noexcept { return (n_layers * 2 + 31) / 62; }
+constexpr std::size_t nvfp4_bf16_last_layers(std::size_t n_layers) noexcept {
+  const std::size_t share = (n_layers * 8 + 31) / 62;
+  return n_layers >= 2 && share == 0 ? 1 : share;
+}
 
 // n_layers: the model's transformer layers (0: none in bf16, the recipe of a lone linear layer).
 inline recipe nvfp4(std::size_t n_layers = 0) {
@@ -250,6 +254,7 @@ inline recipe nvfp4(std::size_t n_layers = 0) {
   r.fprop.seed = nvfp4_seed;
   r.dgrad.seed = nvfp4_seed + 1;
   r.wgrad.seed = nvfp4_seed + 2;
+  r.bf16_first_layers = nvfp4_bf16_first_layers(n_layers);
   r.bf16_last_layers = nvfp4_bf16_last_layers(n_layers);
   return r;
 }

@@ -60,7 +60,7 @@ class copy_gather {
                     " copy (native operands are gathered as the weights)");
     if (r.spec.kind() != precision::mx) return rows * cols * copy_element_bytes(r.spec.kind());
     // An NVFP4 copy's values carry its fp32 tensor scale, from the amax of the whole copy (arXiv
-    // 2509.25149, section 2): a rank's slab has its own, so slabs make no whole copy
+    // 2509.25149): a rank's slab has its own, so slabs make no whole copy
     // (nn::linear::weight_copies_gatherable says no; the ranks gather the weights).
     detail::require(!r.spec.block_scaled().is_nvfp4(), "copy_wire_bytes: ", r.spec.block_scaled().format_name(),
                     " copies do not travel (each slab would have its own tensor scale); gather the weights");

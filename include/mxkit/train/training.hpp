@@ -9,7 +9,7 @@
 // and reads nothing back, except at logging steps (every `log_every` steps and the last one):
 // then the host reads the loss sum (and the gradient norm, for a progress callback) and records
 // the window's mean loss. With log_every = 1 that is every step's loss.
-// Step graphs (step_replay.hpp, nn/step_graph.hpp; on by default: train_config::step_graph): on a
+// Step graphs (step_replay.hpp, nn/step_graph.hpp; train_config::step_graph, off by default): on a
 // backend that records graphs (the device backend: a CUDA or HIP graph), with one rank, one
 // micro-batch, no healing and a recipe without per-step random draws, the second step of a batch
 // shape is recorded and the steps after it replay it: zero_grad, forward, backward and the
@@ -67,8 +67,9 @@ struct train_config {
   // micro-batch, the plain step.
   parallel_config parallel;
   // Record the step once and replay it where it applies (step_replay.hpp; trainer::steps() says
-  // whether it does, and why not). Off: every operation is launched, every step.
-  bool step_graph = true;
+  // whether it does, and why not). Off (the default until a recorded step passes memcheck and the
+  // 8B step is measured with it: docs/perf/training.md): every operation is launched.
+  bool step_graph = false;
 };
 
 // The batch's loss mask uploaded into `mask` (allocated on first use: (B*T, 1) i32), or null for a

@@ -79,7 +79,7 @@ struct options {
   bool recompute = false;              // activation recomputation per layer
   bool weight_copies_per_gemm = false; // --weight-copies per-gemm: nn::linear_memory::weight_copies_per_gemm
   bool vendor_gemm = false;            // --gemm vendor: GPU programs, gpu::device_backend::set_vendor_gemm
-  bool cuda_graph = true;              // --cuda-graph on|off: nn::train_config::step_graph
+  bool cuda_graph = false;             // --cuda-graph on|off: nn::train_config::step_graph
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
   std::size_t switch_at = 0;
@@ -147,7 +147,7 @@ inline constexpr std::array<recipe_choice, 10> recipe_choices{{
      },
      "MXFP4 with Hadamard on every GEMM, the first and the last layer in bf16"},
     {"nvfp4", +[](std::size_t n_layers) { return nn::recipes::nvfp4(n_layers); },
-     "NVFP4 (arXiv 2509.25149): 2-D weight blocks, random Hadamard on wgrad, SR of gradients, last 8/62 of layers bf16"},
+     "NVFP4 (arXiv 2509.25149): 2-D weight blocks, random Hadamard on wgrad, SR of gradients, 2/62 + 8/62 of layers bf16"},
 }};
 
 inline nn::recipe make_recipe(const options& o) {
@@ -440,7 +440,7 @@ inline std::vector<flag> flags() {
        "GPU programs: record the training step once as a CUDA graph (HIP graph on AMD) and replay it,\n"
        "    one launch a step instead of one per operation, the same results bit for bit; it applies with\n"
        "    one rank, one micro-batch, no --switch-to and a recipe without per-step random draws, and the\n"
-       "    program says why where it does not (train/step_replay.hpp) (default on)",
+       "    program says why where it does not (train/step_replay.hpp) (default off)",
        on_off("--cuda-graph", &options::cuda_graph)},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).
       {"--init-from", "PATH", "interchange",
