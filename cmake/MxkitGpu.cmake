@@ -338,6 +338,13 @@ function(mxkit_hip_device_compile name src)
   endforeach()
   # DEVICE_ONLY (the per-header checks): no host object. clang's device pass parses and checks the
   # whole unit, host code included, so a header that does not compile alone fails there too.
+  # Programs compiled only to be checked (MXKIT_GPU_PROGRAMS_UNOPTIMIZED: tests, examples,
+  # benchmarks) skip their host object the same way: nothing links it, and the host compile took
+  # as long as the device one; the kernel library's sources and gpu.two_units (mxkit_hip_host_link)
+  # keep theirs.
+  if(MXKIT_GPU_PROGRAMS_UNOPTIMIZED AND NOT arg_LIBRARY_SOURCE)
+    set(arg_DEVICE_ONLY TRUE)
+  endif()
   if(NOT arg_DEVICE_ONLY)
     list(GET CMAKE_HIP_ARCHITECTURES 0 first_arch)
     set(out ${dir}/${name}.host.o)

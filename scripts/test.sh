@@ -29,7 +29,7 @@
 #             GPU tests run and report themselves skipped where no GPU is present; CUDA consumers
 #             of the package build and run.
 #   hip       -DMXKIT_GPU=HIP when clang++-22 is found: device-only compile for AMD GPUs (tests
-#             and every GPU header), host compiles, a host link of two units.
+#             and every GPU header), the kernel library's host compiles, a host link of two units.
 # A stage whose tool is missing (sanitize, fuzz: a compiler whose sanitizer runtime links; cuda:
 # nvcc; hip: clang++-22) is reported skipped, except under CI=true, where it fails; under CI=true
 # the sanitize stage accepts only clang++-22 (or MXKIT_SANITIZE_CXX), never a fallback.
@@ -262,7 +262,8 @@ for stage in "${stages[@]}"; do
       else
         # No benchmarks: they time NVIDIA runs against NVIDIA peers, and the kernels they call are
         # compiled for AMD through the tests and the per-header checks (keeps CI under 45 min).
-        # Tests and header checks unoptimized as in the cuda stage; the library's sources at -O3.
+        # Tests and header checks unoptimized as in the cuda stage, device passes only (clang's
+        # device pass checks their host code too); the library's sources at -O3, host and device.
         # shellcheck disable=SC2086
         build_and_test hip "$root/hip" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=HIP \
           "-DCMAKE_HIP_COMPILER=$hipcxx" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
