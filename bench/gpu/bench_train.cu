@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     const double flops = 6.0 * n_linear * tokens + double(m.layers) * 3.5 * 2.0 * double(m.batch) * double(c.n_heads) * double(m.seq) * double(m.seq) * D;
     for (const std::string& rname : mxkit_bench::split_list(recipes))
     for (const bool step_graph : step_graph_modes) {
-      const nn::recipe r = mxkit_bench::training_recipe(rname);
+      const nn::recipe r = mxkit_bench::training_recipe(rname, mc.n_layers);
       mxkit_bench::profiled_backend be;
       nn::model model(be, mc, r, 1);
       model.set_recompute(m.recompute);

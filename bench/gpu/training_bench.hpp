@@ -38,15 +38,17 @@ inline mxkit::nn::train_config timing_config(mxkit::nn::batch_shape shape, doubl
   return tc;
 }
 
-// bf16, fp8 (delayed scaling, HYBRID), mxfp8, mxfp4 (AMD's recipe: Hadamard on every GEMM), each
-// with bf16 activations.
-inline mxkit::nn::recipe training_recipe(const std::string& name) {
+// bf16, fp8 (delayed scaling, HYBRID), mxfp8, mxfp4 (AMD's recipe: Hadamard on every GEMM),
+// nvfp4 (arXiv 2509.25149's recipe, whose bf16 layers depend on the model's `n_layers`), each with
+// bf16 activations.
+inline mxkit::nn::recipe training_recipe(const std::string& name, std::size_t n_layers = 1) {
   namespace rc = mxkit::nn::recipes;
   mxkit::nn::recipe r = name == "bf16"    ? rc::bf16()
                         : name == "fp8"   ? rc::fp8_delayed()
                         : name == "mxfp8" ? rc::mxfp8()
                         : name == "mxfp4" ? rc::mxfp4_amd()
-                                          : (mxkit::detail::fail("unknown recipe '", name, "' (bf16, fp8, mxfp8, mxfp4)"), mxkit::nn::recipe{});
+                        : name == "nvfp4" ? rc::nvfp4(n_layers)
+                                          : (mxkit::detail::fail("unknown recipe '", name, "' (bf16, fp8, mxfp8, mxfp4, nvfp4)"), mxkit::nn::recipe{});
   r.activations = mxkit::nn::dtype::bf16;
   return r;
 }
