@@ -4,7 +4,8 @@
 
     time_to_target.py corpus --out DIR [--vocab 16384] [--root PATH ...] [--train-bytes N]
     time_to_target.py run --program 06_train_gpu --data DIR --logs DIR [--seeds 0 1 2]
-                          [--recipes bf16 fp8 mxfp8 mxfp4 mxfp4-fp8 peer] [--target L]
+                          [--recipes bf16 fp8 mxfp8 mxfp4 mxfp4-fp8 nvfp4 peer] [--target L]
+                          [--targets-from DIR (an earlier run's CSVs, checked by a short bf16 run)]
                           [--steps N] [--device NAME] [--results DIR|FILE]
     time_to_target.py rows --data DIR --logs DIR [the flags of its run]
 
@@ -227,7 +228,8 @@ def describe(a, corpus):
             f"B{a.batch} T{a.seq}, {a.steps} steps ({a.steps * a.batch * a.seq / 1e6:.1f} M tokens read once)")
 
 
-LABEL = {"mxfp4": "mxfp4+Hadamard", "mxfp4-fp8": "mxfp4+Hadamard -> fp8 at 80 %", "peer": "PyTorch bf16 torch.compile"}
+LABEL = {"mxfp4": "mxfp4+Hadamard", "mxfp4-fp8": "mxfp4+Hadamard -> fp8 at 80 %", "nvfp4": "nvfp4 (arXiv 2509.25149's recipe)",
+         "peer": "PyTorch bf16 torch.compile"}
 PEER = "torch.compile bf16 (bench/target_peer.py)"
 
 
@@ -309,8 +311,8 @@ def cmd_run(a):
     at90, at80 = a.steps * 9 // 10, a.steps * 8 // 10
     if at90 % a.eval_every:
         fail(f"--eval-every {a.eval_every} must divide 90 % of --steps ({at90}): the target is the loss evaluated there")
-    if a.target is None and a.recipes[0] != "bf16":
-        fail("bf16 must come first: its held-out loss at 90 % of the steps is each seed's target (or give --target)")
+    if a.target is None and a.targets_from is None and a.recipes[0] != "bf16":
+        fail("bf16 must come first: its held-out loss at 90 % of the steps is each seed's target (or give --target or --targets-from)")
     model = ["--layers", str(a.layers), "--d-model", str(a.d_model), "--heads", str(a.heads), "--kv-heads", str(a.kv_heads),
              "--ffn", str(a.ffn)]
     common = model + ["--seq", str(a.seq), "--batch", str(a.batch), "--vocab", str(vocab), "--steps", str(a.steps),
@@ -326,13 +328,31 @@ def cmd_run(a):
         cmd = [a.program] + common + ["--recipe", recipe, "--seed", str(seed), "--csv", csv_path, "--overwrite"] + extra
         return run_logged(cmd, os.path.join(a.logs, name + ".log"), a.limit)
 
+    if a.targets_from is not None:
+        # Targets from an earlier run's bf16 CSVs hold only for the same tokens, initial weights
+        # and numerics: a short bf16 run of each seed must log, step for step, what that run logged.
+        check = 2 * a.eval_every
+        for seed in a.seeds:
+            old = read_csv(os.path.join(a.targets_from, f"bf16-seed{seed}.csv"))
+            targets[seed] = seed_target(a.targets_from, seed, at90)
+            if targets[seed] is None:
+                fail(f"--targets-from {a.targets_from}: no bf16-seed{seed}.csv with a held-out loss at step {at90}")
+            name = f"bf16-check-seed{seed}"
+            program("bf16", seed, ["--stop-after", str(check)], name)
+            new = read_csv(os.path.join(a.logs, name + ".csv"))
+            key = lambda rows: [(r["step"], r["loss"], r.get("eval_loss", "")) for r in rows if int(r["step"]) <= check]
+            if not key(new) or key(new) != key(old):
+                fail(f"--targets-from {a.targets_from}: seed {seed}'s first {check} bf16 steps differ from that run's "
+                     f"({key(new)[:2]} against {key(old)[:2]}): other data or numerics, so its targets do not apply")
+            print(f"  seed {seed}: target {targets[seed]:.4f} from {a.targets_from} (its first {check} bf16 steps repeat here)",
+                  flush=True)
     for seed in a.seeds:
         dump = os.path.join(a.logs, f"batches-seed{seed}.bin")
-        targets[seed] = a.target
+        targets.setdefault(seed, a.target)
         for recipe in a.recipes:
             name = f"{recipe}-seed{seed}"
             target = targets[seed]
-            if recipe == "bf16" and target is None:
+            if recipe == "bf16" and target is None:  # (never with --targets-from)
                 # The seed's target: bf16's held-out loss at 90 % of its steps; the run stops there.
                 rc = program("bf16", seed, ["--stop-after", str(at90), "--dump-batches", dump], name)
                 targets[seed] = seed_target(a.logs, seed, at90)
@@ -381,7 +401,7 @@ def cmd_rows(a):
     with open(os.path.join(a.data, "corpus.json")) as f:
         corpus = json.load(f)
     at90 = a.steps * 9 // 10
-    targets = {s: (a.target if a.target is not None else seed_target(a.logs, s, at90)) for s in a.seeds}
+    targets = {s: (a.target if a.target is not None else seed_target(a.targets_from or a.logs, s, at90)) for s in a.seeds}
     return 1 if record(a, corpus, targets) == 1 else 0
 
 
@@ -402,8 +422,10 @@ def main(argv=None):
         r.add_argument("--logs", required=True)
         r.add_argument("--seeds", type=int, nargs="+", default=[0])
         r.add_argument("--recipes", nargs="+", default=["bf16", "fp8", "mxfp8", "mxfp4", "mxfp4-fp8", "peer"],
-                       choices=["bf16", "fp8", "mxfp8", "mxfp4", "mxfp4-fp8", "peer"])
+                       choices=["bf16", "fp8", "mxfp8", "mxfp4", "mxfp4-fp8", "nvfp4", "peer"])
         r.add_argument("--target", type=float, help="the held-out loss for every seed (default: each seed's bf16 at 90 %% of its steps)")
+        r.add_argument("--targets-from", help="a folder of an earlier run's CSVs: each seed's target from its bf16 CSV there, "
+                       "once a short bf16 run here has logged the same losses (the same data and numerics)")
         r.add_argument("--layers", type=int, default=6)
         r.add_argument("--d-model", type=int, default=768)
         r.add_argument("--heads", type=int, default=12)

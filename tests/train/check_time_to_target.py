@@ -12,7 +12,11 @@
    its CSV here; each recipe's row gives the time_s and tokens of its CSV's first evaluation at
    or below its seed's target; the rows are valid for bench/render_results.py, and `rows` makes
    the same rows again from the CSVs.
-3. Refusals: more steps than the data holds once (exit 2, naming --steps); an evaluation interval
+3. `run --targets-from` the first run's logs, with nvfp4 only: each seed's target is read from
+   the bf16 CSV there, after a short bf16 run here logs the same first steps; its rows carry
+   those targets. With another learning rate the short run differs, and the run is refused
+   (exit 2) before any nvfp4 run.
+4. Refusals: more steps than the data holds once (exit 2, naming --steps); an evaluation interval
    that misses 90 % of the steps (exit 2).
 Exit 77 (skipped) when numpy or sentencepiece is missing, unless CI=true, where they are required.
 """
@@ -101,6 +105,30 @@ def main():
             else:
                 check(len(mine) == 1 and "not reached" in mine[0]["case"], "%s: a 'not reached' row: %s" % (recipe, mine))
         check(sizes["train"] > 20 * 2 * 16, "the tiny run read the data once")
+
+        logs2, rows2 = os.path.join(d, "logs2"), os.path.join(d, "rows2.jsonl")
+        flags2 = ["--data", data, "--logs", logs2, "--steps", "20", "--eval-every", "2", "--seeds", "0", "1",
+                  "--recipes", "nvfp4", "--targets-from", logs] + tiny
+        rc, text = run(["run", "--program", program, "--results", rows2] + flags2)
+        check(rc in (0, 3), "run --targets-from: exit %d\n%s" % (rc, text))
+        targets = {}
+        for seed in (0, 1):
+            with open(os.path.join(logs, "bf16-seed%d.csv" % seed), newline="") as f:
+                targets[seed] = next(float(r["eval_loss"]) for r in csv.DictReader(f) if r["step"] == "18")
+            check(("seed %d: target %.4f from %s" % (seed, targets[seed], logs)) in text, "seed %d's target from the first run" % seed)
+            check(os.path.exists(os.path.join(logs2, "nvfp4-seed%d.csv" % seed)), "nvfp4 seed %d ran" % seed)
+            check(not os.path.exists(os.path.join(logs2, "bf16-seed%d.csv" % seed)), "no full bf16 run with --targets-from")
+        with open(rows2) as f:
+            rows_nv = [render_results.validate(json.loads(line), "time_to_target") for line in f]
+        check(len(rows_nv) >= 2 and all(", nvfp4 (arXiv 2509.25149's recipe), seed " in r["case"] for r in rows_nv),
+              "nvfp4 rows: %s" % [r["case"] for r in rows_nv])
+        for seed in (0, 1):
+            check(any(("%.4f" % targets[seed]) in r["case"] and (", seed %d," % seed) in r["case"] for r in rows_nv),
+                  "seed %d's nvfp4 row names the target %.4f" % (seed, targets[seed]))
+        other = [{"3e-3": "2e-3", logs2: os.path.join(d, "logs3")}.get(x, x) for x in flags2]
+        rc, text = run(["run", "--program", program, "--results", rows2] + other)
+        check(rc == 2 and "do not apply" in text and not os.path.exists(os.path.join(d, "logs3", "nvfp4-seed0.csv")),
+              "--targets-from with other numerics is refused: exit %d\n%s" % (rc, text))
 
         too_many = str(sizes["train"] // (2 * 16) + 1)
         rc, text = run(["run", "--program", program, "--data", data, "--logs", logs, "--steps", too_many, "--eval-every", "1",
