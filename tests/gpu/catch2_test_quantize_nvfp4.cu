@@ -60,7 +60,8 @@ std::string run_on(const one_case& k, const std::vector<T>& host, const std::str
   namespace gpu = mxkit::gpu;
   const shape s = k.s;
   gpu::device_buffer<T> in{std::span<const T>(host)};
-  const mxkit::matrix_view<const T> dev_view{in.data(), s.rows, s.cols, s.ld};
+  // A contiguous matrix is passed as a view without ld (0 means cols), as callers write it.
+  const mxkit::matrix_view<const T> dev_view{in.data(), s.rows, s.cols, s.ld == s.cols ? 0 : s.ld};
   const mxkit::matrix_view<const T> host_view{host.data(), s.rows, s.cols, s.ld};
 
   const mxkit::nvfp4_layout rl{k.format, block_axis::rowwise, s.rows, s.cols}, cl{k.format, block_axis::columnwise, s.rows, s.cols};
@@ -242,7 +243,7 @@ TEST_CASE("gpu nvfp4 quantize: the kernels' steps on the host equal the host ref
     o.seed = 0x1234u + static_cast<unsigned>(n);
     o.stream = static_cast<std::uint32_t>(n % 3);
     const std::optional<float> t = given ? std::optional<float>{n % 2 ? 0.0078125f : 3.5e-3f} : std::nullopt;
-    const std::string d = nvfp4_tile_host::compare(mxkit::matrix_view<const T>{x.data(), s.rows, s.cols, s.ld}, f, o, copies != 2,
+    const std::string d = nvfp4_tile_host::compare(mxkit::matrix_view<const T>{x.data(), s.rows, s.cols, s.ld == s.cols ? 0 : s.ld}, f, o, copies != 2,
                                                    copies != 1, mxkit::all_scale_layouts[n % 3], mxkit::all_scale_layouts[(n + 1) % 3], t);
     INFO(gpu_test::type_name<T>() << " " << s.rows << "x" << s.cols << " ld " << s.ld << " " << mxkit::nvfp4_format_name(f) << " rot "
                                   << rot << " round " << static_cast<int>(r) << " copies " << copies << " given " << given << ": " << d);

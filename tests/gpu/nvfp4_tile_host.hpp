@@ -127,7 +127,7 @@ std::string compare(mxkit::matrix_view<const T> in, const mxkit::block_format& f
   }
   std::uint32_t a = 0;
   for (std::size_t i = 0; i < in.rows; ++i)
-    for (std::size_t j = 0; j < in.cols; ++j) a = mxkit::amax_bits(a, mxkit::load_float(in.data[i * in.ld + j]));
+    for (std::size_t j = 0; j < in.cols; ++j) a = mxkit::amax_bits(a, mxkit::load_float(in.data[i * in.stride() + j]));
   if (a != r.amax) return "amax bits " + std::to_string(r.amax) + " vs " + std::to_string(a);
   return "";
 }

@@ -96,8 +96,9 @@ struct nvfp4_tile_input {
 template <class T>
 nvfp4_tile_input<T> make_nvfp4_tile_input(matrix_view<const T> in) noexcept {
   const std::size_t tiles_m = (in.rows + nvfp4_tile - 1) / nvfp4_tile, tiles_k = (in.cols + nvfp4_tile - 1) / nvfp4_tile;
-  const bool aligned = reinterpret_cast<std::uintptr_t>(in.data) % 16 == 0 && in.ld * sizeof(T) % 16 == 0;
-  return {in.data, in.rows, in.cols, in.ld, aligned, tiles_k, tiles_m * tiles_k};
+  const std::size_t ld = in.stride();  // a view's ld 0 means cols
+  const bool aligned = reinterpret_cast<std::uintptr_t>(in.data) % 16 == 0 && ld * sizeof(T) % 16 == 0;
+  return {in.data, in.rows, in.cols, ld, aligned, tiles_k, tiles_m * tiles_k};
 }
 
 // Where float chunk c4 (columns 4 c4 ... 4 c4 + 3) of staged tile row `row` lies, in chunks. Row
