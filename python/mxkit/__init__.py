@@ -16,10 +16,13 @@ its tensors are passed in.
     codes, scales = copy                             # a foreign copy: described by keywords
     r = mxkit.validate(x, codes, scales, fmt="mxfp4", preset="torchao_floor", scale_layout="cublas_128x4")
 
-NVFP4 (E2M1, an E4M3 scale per 16 elements, an fp32 tensor scale) on the host: ``quantize(x,
-"nvfp4", ...)`` returns an NVFP4Copy, ``codes, scales, tensor_scale = copy``, which dequantize and
-validate read as MX copies are read; presets "te_nvfp4" and "torchao_nvfp4" reproduce
-TransformerEngine's and torchao's quantizers byte for byte. Device tensors are refused.
+NVFP4 (E2M1, an E4M3 scale per 16 elements, an fp32 tensor scale): ``quantize(x, "nvfp4", ...)``
+returns an NVFP4Copy, ``codes, scales, tensor_scale = copy``, which dequantize and validate read
+as MX copies are read; presets "te_nvfp4" and "torchao_nvfp4" reproduce TransformerEngine's and
+torchao's quantizers byte for byte (host tensors). CUDA tensors go to mxkit's device NVFP4
+quantizer (preset "mxkit": the host reference's bytes), whose copies keep the tensor scale on the
+device as a 1-element float32 tensor (reading it as a Python float would wait for the device);
+``gemm(a, b)`` multiplies two device NVFP4 copies on the GPU.
 
 Names (formats, axes, rules, roundings, scale layouts) are mxkit's own (``mxkit.FORMATS``...);
 formats also take the short names e2m1/fp4, e4m3, e5m2, e2m3, e3m2, int8 and torch dtypes. One
@@ -63,8 +66,8 @@ _ALIASES = {
 # The element format each peer preset implies when none is given.
 _PRESET_FORMAT = {"te_mxfp8": "mxfp8_e4m3", "rocm_te_mxfp4": "mxfp4", "rocm_te_mxfp4_software": "mxfp4",
                   "te_nvfp4": "nvfp4", "torchao_nvfp4": "nvfp4"}
-# NVFP4 (host only): its presets (mxkit's rule, TransformerEngine's and torchao's quantizers) and
-# block shapes (1x16; 16x16 for TE's 2-D weight scaling).
+# NVFP4: its presets (mxkit's rule, TransformerEngine's and torchao's quantizers; the device
+# quantizer writes mxkit's) and block shapes (1x16; 16x16 for TE's 2-D weight scaling).
 NVFP4_PRESETS = ("mxkit", "te_nvfp4", "torchao_nvfp4")
 NVFP4_BLOCKS = ("1x16", "16x16")
 
@@ -379,9 +382,10 @@ def _layout_alias(d):
 _mxkit.CopyDescription.layout = property(_layout_alias)
 
 
-# ---- NVFP4 (host only) ---------------------------------------------------------------------
+# ---- NVFP4 ---------------------------------------------------------------------------------
 # The NVFP4 copies of the host reference (include/mxkit/ref/nvfp4_quantize.hpp) and the TE and
-# torchao presets (validation/nvfp4_presets.hpp), behind the same quantize / dequantize / validate.
+# torchao presets (validation/nvfp4_presets.hpp), behind the same quantize / dequantize / validate;
+# on CUDA tensors the device quantizer (gpu/quantize_nvfp4.hpp) and GEMM (gpu/gemm/nvfp4.hpp).
 # Every rule is the C++ library's; this layer checks the arguments' kinds and routes.
 class NVFP4Copy(tuple):
     """One NVFP4 copy: ``codes, scales, tensor_scale = copy``; ``copy.description`` says how it is
@@ -393,14 +397,18 @@ class NVFP4Copy(tuple):
     codes: E2M1 codes two per byte, element 2i in the low nibble, [lines, bytes per line].
     scales: the E4M3 bytes, [lines, blocks] row-major (TE: its padded allocation), or the flat
     buffer of cublas_128x4. tensor_scale: a float, as the preset stores it (mxkit and torchao:
-    the decode scale amax / 2688; TE: the copy's amax).
+    the decode scale amax / 2688; TE: the copy's amax). A device copy (quantize of a CUDA tensor)
+    keeps it where the device quantizer wrote it: a 1-element float32 tensor of the codes'
+    framework on their device (``float(copy.tensor_scale)`` reads it, waiting for the device).
     """
 
     def __new__(cls, codes, scales, tensor_scale, description):
         if not isinstance(description, _mxkit.NVFP4Description):
             raise TypeError(f"NVFP4Copy: description must be an NVFP4 copy description (an NVFP4Copy's .description), "
                             f"got {type(description).__name__}")
-        self = super().__new__(cls, (codes, scales, _real("NVFP4Copy", "tensor_scale", tensor_scale)))
+        if not _is_device(tensor_scale):  # a device tensor scale is left unread (reading it waits for the device)
+            tensor_scale = _real("NVFP4Copy", "tensor_scale", tensor_scale)
+        self = super().__new__(cls, (codes, scales, tensor_scale))
         self.description = description
         return self
 
@@ -409,7 +417,9 @@ class NVFP4Copy(tuple):
     tensor_scale = property(lambda self: self[2])
 
     def __repr__(self):
-        return f"NVFP4Copy({self.description!r}, tensor_scale={self.tensor_scale!r})"
+        t = self.tensor_scale
+        shown = repr(t) if isinstance(t, float) else f"<on {getattr(t, 'device', 'the device')}>"  # not read: no wait
+        return f"NVFP4Copy({self.description!r}, tensor_scale={shown})"
 
 
 def _is_nvfp4(fmt):
@@ -426,12 +436,6 @@ def _nvfp4_form(func, codes, fmt, preset):
     return None
 
 
-def _refuse_device(func, name, x):
-    if _is_device(x):
-        raise NotImplementedError(f"{func}: {name} is a device tensor, but NVFP4 has only the host reference so far "
-                                  "(no device quantizer); pass a host (CPU) tensor")
-
-
 def _refuse(func, fmt, **given):
     """Keywords of the other family of formats: an error naming them, never silently ignored."""
     named = [k for k, v in given.items() if v is not None]
@@ -441,8 +445,19 @@ def _refuse(func, fmt, **given):
 
 
 def _tensor_scale(func, value):
-    """A given tensor scale as a float (its range is the preset's formula's: the C++ checks it)."""
-    return None if value is None else _real(func, "tensor_scale", value)
+    """A given tensor scale as a float (its range is the preset's formula's: the C++ checks it).
+    A device copy's (a 1-element float32 tensor on the GPU) is copied to the host: the host
+    reference reads it there, as it reads the copy's codes (this waits for the device)."""
+    if value is None:
+        return None
+    if _is_device(value) or (not isinstance(value, numbers.Real) and hasattr(value, "shape")):
+        import numpy as np
+        arr = np.asarray(_host(value))
+        if arr.size != 1 or arr.dtype != np.float32:
+            raise ValueError(f"{func}: tensor_scale must be one float32 value (as a device copy holds it), got "
+                             f"{arr.dtype} of shape {arr.shape}")
+        value = float(arr.reshape(()))
+    return _real(func, "tensor_scale", value)
 
 
 def _nvfp4_describe(func, rows, cols, axis="rowwise", preset="mxkit", block=None, scale_layout=None, rounding=None,
@@ -461,11 +476,14 @@ def _nvfp4_describe(func, rows, cols, axis="rowwise", preset="mxkit", block=None
         tensor_scale_from_amax=_flag(func, "tensor_scale_from_amax", tensor_scale_from_amax))
 
 
-def _quantize_nvfp4(x, axis, rounding, hadamard, scale_layout, preset, random_signs, seed, threads, block, tensor_scale):
+def _quantize_nvfp4(x, axis, rounding, hadamard, scale_layout, preset, random_signs, seed, threads, block, tensor_scale,
+                    stream=None):
     f = "quantize"
-    _refuse_device(f, "x", x)
     given = _tensor_scale(f, tensor_scale)
     axes = ("rowwise", "columnwise") if isinstance(axis, str) and axis == "both" else (axis,)
+    if _is_device(x):
+        return _quantize_nvfp4_device(x, axes, rounding, hadamard, scale_layout, preset, random_signs, seed, block, given,
+                                      stream)
     t = _import_arg(f, "x", x)
     rows, cols = _shape2(t, f)
     copies = []
@@ -474,6 +492,39 @@ def _quantize_nvfp4(x, axis, rounding, hadamard, scale_layout, preset, random_si
                             tensor_scale_from_amax=given is None)
         codes, scales, stored, _ = _mxkit.nvfp4_quantize_host(t, d, given, threads)
         copies.append(NVFP4Copy(_like(x, codes), _like(x, scales), stored, d))
+    return tuple(copies) if len(copies) == 2 else copies[0]
+
+
+def _quantize_nvfp4_device(x, axes, rounding, hadamard, scale_layout, preset, random_signs, seed, block, given, stream):
+    """The device NVFP4 quantizer (gpu::quantize_nvfp4, both copies from one pass) on the
+    caller's stream: codes, scales and each copy's tensor scale (one float32) allocated by x's
+    framework (mxkit's pool for other DLPack producers), nothing read back. It writes mxkit's
+    copies; the peers' presets are the host reference's, refused here before x is read."""
+    f = "quantize"
+    if isinstance(preset, str) and preset != "mxkit" and preset in NVFP4_PRESETS:
+        raise ValueError(f"{f}: preset {preset!r} with a device tensor: the device NVFP4 quantizer writes mxkit's copies "
+                         "only (preset='mxkit'); quantize a host copy of x for the peer's preset")
+    if not has_gpu():
+        raise RuntimeError(f"{f}: x is a device tensor, but mxkit was built without a GPU backend: rebuild the "
+                           "module with MXKIT_GPU=CUDA (docs/python.md)")
+    s = _caller_stream(x, stream)
+    t = _import_arg(f, "x", x, s)
+    rows, cols = _shape2(t, f)
+    descs = [_nvfp4_describe(f, rows, cols, a, preset, block, scale_layout, rounding, hadamard, random_signs, seed,
+                             tensor_scale_from_amax=given is None) for a in axes]
+    _record_stream(x, s)
+    made = _device_empty(x, [shape for d in descs for shape in (tuple(d.data_shape), tuple(d.scale_shape))], "uint8", s)
+    scalars = _device_empty(x, [(1,)] * len(descs), "float32", s) if made is not None else None
+    arrays = None
+    if made is not None and scalars is not None:
+        arrays = [a for i in range(len(descs)) for a in (made[2 * i], made[2 * i + 1], scalars[i])]
+    refs = None if arrays is None else [_import_arg(f, "out", a, s) for a in arrays]
+    written = _mxkit.nvfp4_quantize_device(t, descs, given, s, refs)
+    if arrays is not None:
+        triples = [tuple(arrays[3 * i:3 * i + 3]) for i in range(len(descs))]
+    else:
+        triples = [tuple(_like(x, part) for part in triple) for triple in written]
+    copies = [NVFP4Copy(*triple, d) for triple, d in zip(triples, descs)]
     return tuple(copies) if len(copies) == 2 else copies[0]
 
 
@@ -591,13 +642,20 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     CuPy's pool) on that stream, or by mxkit's stream-ordered pool for other DLPack producers.
     Returns an MXCopy (codes, scales), or (rowwise, columnwise) for axis="both".
 
-    fmt="nvfp4" (host tensors only; a device tensor raises NotImplementedError): block "1x16"
-    (default) or "16x16"; tensor_scale None (computed from the copy's amax) or the value to store
-    (mxkit, torchao: a decode scale; te_nvfp4: an amax); preset "mxkit", "te_nvfp4" (hadamard: the
-    RHT on the columnwise copy) or "torchao_nvfp4"; rounding, hadamard, random_signs, seed,
-    scale_layout (row_major, cublas_128x4) as for MX; rule, nibbles and out do not apply. Returns
-    an NVFP4Copy (codes, scales, tensor_scale), or one per copy for axis="both" (each with the
-    tensor scale of its own amax).
+    fmt="nvfp4": block "1x16" (default) or "16x16"; tensor_scale None (computed from the copy's
+    amax) or the value to store (mxkit, torchao: a decode scale; te_nvfp4: an amax); preset
+    "mxkit", "te_nvfp4" (hadamard: the RHT on the columnwise copy) or "torchao_nvfp4"; rounding,
+    hadamard, random_signs, seed, scale_layout (row_major, cublas_128x4, aiter_shuffle for mxkit)
+    as for MX; rule, nibbles and out do not apply. Returns an NVFP4Copy (codes, scales,
+    tensor_scale), or one per copy for axis="both" (each with the tensor scale of its own amax).
+    CUDA input: mxkit's device NVFP4 quantizer, with the host reference's bytes (codes, scales,
+    tensor scale) for every option of preset "mxkit" (both block shapes and axes, every rounding,
+    stochastic with the host's draws for the same seed, the rotation and its random signs, a
+    given tensor scale); the peers' presets raise ValueError (host tensors only). On `stream`,
+    without a synchronization, as for MX; the copy's codes, scales and tensor scale are tensors of
+    x's framework on x's device, the tensor scale a 1-element float32 tensor: it is computed on the
+    device from the amax, and returning a Python float would wait for the device
+    (``float(copy.tensor_scale)`` reads it when wanted).
     """
     f = "quantize"
     if out is None and stream is None and type(threads) is int and threads == 0 and block is None and tensor_scale is None:
@@ -610,7 +668,7 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     if _is_nvfp4(fmt):
         _refuse(f, fmt, rule=rule, nibbles=nibbles, out=out)
         return _quantize_nvfp4(x, axis, rounding, hadamard, scale_layout, preset, random_signs, seed, threads, block,
-                               tensor_scale)
+                               tensor_scale, stream)
     _refuse(f, fmt, block=block, tensor_scale=tensor_scale)
     if isinstance(axis, str) and axis == "both":
         axes = ("rowwise", "columnwise")
@@ -917,14 +975,28 @@ def validate_gemm(a_codes, a_scales, b_codes, b_scales, d, fmt=None, b_fmt=None,
                                      threads=_integer(f, "threads", threads, 0, _MAX_THREADS))
 
 
-def gemm(a_codes, a_scales, b_codes, b_scales, fmt, b_fmt=None, k=None, *, out_dtype="float32", alpha=1.0,
-         hadamard=None, stream=None, out=None):
+def gemm(a_codes, a_scales=None, b_codes=None, b_scales=None, fmt=None, b_fmt=None, k=None, *, out_dtype="float32",
+         alpha=1.0, hadamard=None, stream=None, out=None):
     """D[P,Q] = alpha * A[P,K] . B[Q,K]^T on the GPU from two device MX copies in mxkit's storage
     (quantize(..., scale_layout="row_major") of A and of B, rowwise along K). out_dtype:
     "float32" or "bfloat16". Runs on `stream` (default: the framework's current stream) without a
     synchronization; D is allocated by the inputs' framework (or mxkit's pool), or written into
-    `out` ([P, Q] of out_dtype on their device), and returned in the inputs' framework."""
+    `out` ([P, Q] of out_dtype on their device), and returned in the inputs' framework.
+
+    gemm(a, b, out_dtype=..., alpha=..., stream=..., out=...): two device NVFP4Copy objects
+    (quantize of CUDA tensors, preset "mxkit"; any block shape and scale layout, the same
+    rotation), multiplied by the device NVFP4 GEMM (gpu/gemm/nvfp4.hpp) with each copy's tensor
+    scale read on the device: D[P,Q] = alpha * A . B^T, P and Q the copies' lines, both blocked
+    along K (a rowwise copy of X[P,K]; a columnwise copy of Y[K,P]). The copies carry their
+    description: fmt, k and hadamard are left out. Its results differ from the host oracle only
+    in the order of the fp32 additions (every product is exact)."""
     f = "gemm"
+    if isinstance(a_codes, NVFP4Copy) or isinstance(a_scales, NVFP4Copy):
+        return _gemm_nvfp4(a_codes, a_scales, out_dtype, alpha, stream, out,
+                           dict(b_codes=b_codes, b_scales=b_scales, fmt=fmt, b_fmt=b_fmt, k=k, hadamard=hadamard))
+    if a_scales is None or b_codes is None or b_scales is None or fmt is None:
+        raise TypeError(f"{f}: pass a_codes, a_scales, b_codes, b_scales and fmt (two MX copies), or two NVFP4 copies "
+                        "gemm(a, b)")
     if not has_gpu():
         raise RuntimeError("mxkit.gemm needs the device half: build the module with MXKIT_GPU=CUDA")
     if _name(f, "out_dtype", out_dtype, optional=False) not in ("float32", "bfloat16"):
@@ -946,3 +1018,51 @@ def gemm(a_codes, a_scales, b_codes, b_scales, fmt, b_fmt=None, k=None, *, out_d
     if out is not None:
         _record_stream(out, s)
     return result if result is not None else _like(a_codes, d)
+
+
+def _gemm_nvfp4(a, b, out_dtype, alpha, stream, out, loose):
+    """gemm(a, b) of two device NVFP4 copies: checked here (kinds, devices) and in C++ (storage,
+    shapes, rotation, tensor scales) before the device GEMM runs on the caller's stream."""
+    f = "gemm"
+    for name, c in (("a", a), ("b", b)):
+        if not isinstance(c, NVFP4Copy):
+            raise TypeError(f"{f}: {name} must be an NVFP4Copy (quantize(x, 'nvfp4') of a CUDA tensor), got "
+                            f"{type(c).__name__}; MX copies go as gemm(a_codes, a_scales, b_codes, b_scales, fmt)")
+    given = [name for name, v in loose.items() if v is not None]
+    if given:
+        raise TypeError(f"{f}: NVFP4 copies carry their description; leave out {', '.join(given)}")
+    on_device = {name: _is_device(c.codes) for name, c in (("a", a), ("b", b))}
+    if not all(on_device.values()):
+        where = lambda name: "a device" if on_device[name] else "a host"  # noqa: E731
+        raise ValueError(f"{f}: a is {where('a')} NVFP4 copy and b is {where('b')} one; the NVFP4 GEMM runs on the GPU "
+                         "and takes two device copies (quantize CUDA tensors)")
+    for name, c in (("a", a), ("b", b)):
+        if not _is_device(c.tensor_scale):
+            raise ValueError(f"{f}: {name}.tensor_scale is {c.tensor_scale!r}, a host value; a device NVFP4 copy keeps "
+                             "its tensor scale on the device (a 1-element float32 tensor, as quantize returns it)")
+        if c.description.preset != "mxkit":
+            raise ValueError(f"{f}: {name} is a preset {c.description.preset!r} copy; the device NVFP4 GEMM takes mxkit's "
+                             "copies (preset='mxkit')")
+    if _name(f, "out_dtype", out_dtype, optional=False) not in ("float32", "bfloat16"):
+        raise ValueError(f"{f}: out_dtype {out_dtype!r} is not float32 or bfloat16")
+    alpha = _real(f, "alpha", alpha)
+    if not has_gpu():
+        raise RuntimeError("mxkit.gemm needs the device half: build the module with MXKIT_GPU=CUDA")
+    s = _caller_stream(a.codes, _stream_arg(f, stream))
+    parts = [(f"{name}.{part}", getattr(c, part)) for name, c in (("a", a), ("b", b))
+             for part in ("codes", "scales", "tensor_scale")]
+    t = [_import_arg(f, name, v, s) for name, v in parts]
+    for _, v in parts:
+        _record_stream(v, s)
+    result = out
+    if result is None:
+        made = _device_empty(a.codes, [(a.description.rows if a.description.axis == "rowwise" else a.description.cols,
+                                        b.description.rows if b.description.axis == "rowwise" else b.description.cols)],
+                             out_dtype, s)
+        result = made[0] if made else None
+    ref = None if result is None else _import_arg(f, "out", result, s)
+    d = _mxkit.nvfp4_gemm_device(t[0], t[1], t[2], a.description, t[3], t[4], t[5], b.description,
+                                 out_dtype == "bfloat16", alpha, s, ref)
+    if out is not None:
+        _record_stream(out, s)
+    return result if result is not None else _like(a.codes, d)

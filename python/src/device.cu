@@ -12,32 +12,9 @@
 #include <type_traits>
 
 #include "device.hpp"
+#include "device_guard.hpp"
 
 namespace mxkit_python::device {
-namespace {
-using mxkit::gpu::stream_t;
-
-stream_t as_stream(std::uintptr_t s) noexcept { return reinterpret_cast<stream_t>(s); }  // 1, 2: the legacy and per-thread defaults
-
-// Makes `device_id` current for one call, as torch's device guard does.
-class device_guard {
- public:
-  explicit device_guard(int device_id) {
-    MXKIT_GPU_CHECK(mxkit::gpu::get_device(&previous_));
-    changed_ = device_id != previous_;
-    if (changed_) MXKIT_GPU_CHECK(mxkit::gpu::set_device(device_id));
-  }
-  ~device_guard() {
-    if (changed_) (void)mxkit::gpu::set_device(previous_);
-  }
-  device_guard(const device_guard&) = delete;
-  device_guard& operator=(const device_guard&) = delete;
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
-}  // namespace
 
 bool built() noexcept { return true; }
 

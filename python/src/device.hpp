@@ -2,18 +2,21 @@
 #pragma once
 // The device half of the Python module, as plain C++ (no CUDA type crosses this line): the
 // binding (module.cpp, a host compiler) calls these; device.cu (nvcc, MXKIT_GPU=CUDA) defines
-// them over mxkit's GPU launchers (gpu/quantize.hpp, gpu/gemm/gemm.hpp); device_none.cpp, in a
-// host-only build, throws from each. Streams are the DLPack integers: a cudaStream_t's value,
+// them over mxkit's GPU launchers (gpu/quantize.hpp, gpu/gemm/gemm.hpp), device_nvfp4.cu over the
+// NVFP4 ones (gpu/quantize_nvfp4.hpp, gpu/gemm/nvfp4.hpp); device_none.cpp, in a host-only build,
+// throws from each. Streams are the DLPack integers: a cudaStream_t's value,
 // 1 the legacy default stream, 2 the per-thread default stream, 0 the null stream.
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <mxkit/block/quantize_options.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
+#include <mxkit/tensor/nvfp4_tensor.hpp>
 
 #include "linear_step.hpp"  // linear_steps: the C++ linear on a device_backend
 
@@ -60,6 +63,29 @@ void quantize(const void* in, input_type type, std::size_t rows, std::size_t col
 // D[P,Q] = alpha * A[P,R] . B[Q,R]^T on two device copies in mxkit's storage (row-major scales).
 void gemm(mxkit::mx_const_view a, mxkit::mx_const_view b, void* d, bool bf16_output, std::size_t ld, float alpha, int device_id,
           std::uintptr_t stream);
+
+// NVFP4 (gpu/quantize_nvfp4.hpp): the copies one quantize_nvfp4 call writes, each with its
+// tensor scale as one device float (written there, never read back: no call waits for the
+// device). A null data pointer skips that copy; an empty input's copies hold no byte, so there
+// the tensor-scale pointer alone asks for the copy (gpu::quantize_nvfp4's rule).
+struct nvfp4_targets {
+  std::uint8_t* rowwise_data = nullptr;
+  std::uint8_t* rowwise_scales = nullptr;
+  float* rowwise_tensor_scale = nullptr;
+  std::uint8_t* columnwise_data = nullptr;
+  std::uint8_t* columnwise_scales = nullptr;
+  float* columnwise_tensor_scale = nullptr;
+  mxkit::scale_layout scales = mxkit::scale_layout::row_major;
+};
+// tensor_scale: the value to store for both copies, or none (each copy's from its amax).
+void quantize_nvfp4(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, const mxkit::block_format& format,
+                    const mxkit::nvfp4_options& options, std::optional<float> tensor_scale, const nvfp4_targets& out, int device_id,
+                    std::uintptr_t stream);
+
+// D[P,Q] = alpha * A[P,R] . B[Q,R]^T on two device NVFP4 copies in mxkit's storage (any block
+// shape and scale layout), each tensor scale read from its device float.
+void nvfp4_gemm(const mxkit::nvfp4_const_view& a, const float* a_tensor_scale, const mxkit::nvfp4_const_view& b, const float* b_tensor_scale,
+                void* d, bool bf16_output, std::size_t ld, float alpha, int device_id, std::uintptr_t stream);
 
 // FP8 delayed scaling (nn/delayed_scaling.hpp), what mxkit.torch.Linear's FP8 recipe runs: the
 // cast of gpu::cast_fp8_delayed (code = cast(x * *scale), saturating; the amax max-combined into

@@ -20,6 +20,14 @@ void quantize(const void*, input_type, std::size_t, std::size_t, std::size_t, mx
   no_gpu();
 }
 void gemm(mxkit::mx_const_view, mxkit::mx_const_view, void*, bool, std::size_t, float, int, std::uintptr_t) { no_gpu(); }
+void quantize_nvfp4(const void*, input_type, std::size_t, std::size_t, std::size_t, const mxkit::block_format&, const mxkit::nvfp4_options&,
+                    std::optional<float>, const nvfp4_targets&, int, std::uintptr_t) {
+  no_gpu();
+}
+void nvfp4_gemm(const mxkit::nvfp4_const_view&, const float*, const mxkit::nvfp4_const_view&, const float*, void*, bool, std::size_t, float, int,
+                std::uintptr_t) {
+  no_gpu();
+}
 void stream_wait(std::uintptr_t, std::uintptr_t, int) { no_gpu(); }
 void fp8_cast(const void*, input_type, std::size_t, std::size_t, std::size_t, mxkit::fp8_type, const float*, float*, const fp8_cast_targets&,
               int, std::uintptr_t) {

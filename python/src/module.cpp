@@ -1250,8 +1250,8 @@ void update_scales(const tensor_ref& history, const tensor_ref& scale, const ten
 // a formula (whose order of fp32 operations), and a tensor scale whose meaning is the formula's
 // (mxkit and torchao store the decode scale, TransformerEngine the copy's amax). The tensor scale
 // travels beside the codes and scales (python/mxkit/__init__.py, NVFP4Copy), never in the
-// description: one description serves a copy whatever scale it was quantized under. There is no
-// NVFP4 device quantizer yet; the Python layer refuses device tensors before these are called.
+// description: one description serves a copy whatever scale it was quantized under. The device
+// quantizer and GEMM take mxkit's copies: the next section.
 struct nvfp4_description {
   std::string preset = "mxkit";
   std::string name = "mxkit";
@@ -1344,7 +1344,7 @@ void check_nvfp4_tensor_scale(const nvfp4_description& d, float t, const char* e
 // One copy: (codes, scales, stored tensor scale, computed from the amax). The peers' copies come
 // from quantize_like (their formula, stored their way); mxkit's from ref::quantize.
 py::tuple nvfp4_quantize_host(const tensor_ref& x, const nvfp4_description& d, std::optional<float> tensor_scale, unsigned threads) {
-  if (!x.on_host()) value_error("quantize: NVFP4 has only the host reference so far; x is " + x.describe());
+  if (!x.on_host()) value_error("quantize: nvfp4_quantize_host reads host memory; x is " + x.describe() + " (nvfp4_quantize_device takes CUDA tensors)");
   const matrix_arg m = input_matrix(x, "quantize");
   if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("quantize: the description is for " + d.what() + " but x is " + x.describe());
   if (tensor_scale) check_nvfp4_tensor_scale(d, *tensor_scale, "quantize");
@@ -1454,6 +1454,162 @@ nvfp4_validation_result nvfp4_validate_host(const tensor_ref& x, const tensor_re
   return r;
 }
 
+// ---- NVFP4 on the device --------------------------------------------------------------------
+// gpu::quantize_nvfp4 and the NVFP4 GEMM (gpu/gemm/nvfp4.hpp, through device.hpp) from Python,
+// as quantize_device and gemm_device do for MX: the caller's stream, memory from the caller's
+// framework (or mxkit's pool), no synchronization. The device quantizer writes mxkit's copies
+// (preset mxkit: any block shape, axis, scale layout, rounding and rotation) with the host
+// reference's bytes; it has no peer's formula or storage, so the presets are refused by name.
+// Each copy's tensor scale is a 1-element float32 tensor on the device, where the quantizer
+// computes it from the amax and the GEMM reads it: a Python float would wait for the device.
+
+// A description the device reads and writes: mxkit's storage, which is the device copy's
+// (device_nvfp4_tensor: data_bytes() codes, scale_storage_size() scales).
+void check_device_nvfp4(const nvfp4_description& d, const std::string& entry, const std::string& name) {
+  if (d.peer)
+    value_error(entry + ": " + name + " is " + d.what() + ", but the device NVFP4 " + (entry == "gemm" ? "GEMM" : "quantizer") +
+                " takes mxkit's copies only (preset='mxkit'); preset '" + d.preset + "' is the host reference's");
+  const mxkit::nvfp4_layout& l = d.layout;
+  if (d.data_bytes() != l.data_bytes() || d.scale_bytes() != mxkit::scale_storage_size(d.storage.scales, l.lines(), l.blocks_per_line()))
+    value_error(entry + ": " + name + " is " + d.what() + ", which is not stored as the device stores its copies");
+}
+
+// One copy's part on the device: codes, scales (bytes) or the tensor scale (one float32).
+std::vector<std::int64_t> nvfp4_part_shape(const nvfp4_description& d, int part) {
+  return part == 0 ? d.data_shape() : part == 1 ? d.scale_shape() : std::vector<std::int64_t>{1};
+}
+std::size_t nvfp4_part_bytes(const nvfp4_description& d, int part) { return part == 0 ? d.data_bytes() : part == 1 ? d.scale_bytes() : sizeof(float); }
+constexpr dlpack::DLDataType float32_type{dlpack::kDLFloat, 32, 1};
+
+// copies: one description, or the rowwise and columnwise ones of one call (one quantize pass
+// writes both). out: the 3 or 6 arrays to write (codes, scales, tensor scale per copy), or None
+// for pool memory. Returns a (codes, scales, tensor_scale) tuple per copy.
+py::list nvfp4_quantize_device(const tensor_ref& x, const std::vector<nvfp4_description>& copies, std::optional<float> tensor_scale,
+                               std::uintptr_t stream, py::object out) {
+  const matrix_arg m = input_matrix(x, "quantize");
+  if (!x.on_cuda()) value_error("quantize: the device NVFP4 quantizer takes a CUDA tensor, got " + x.describe());
+  if (copies.empty() || copies.size() > 2 ||
+      (copies.size() == 2 && (copies[0].layout.axis != mxkit::block_axis::rowwise || copies[1].layout.axis != mxkit::block_axis::columnwise)))
+    value_error("quantize: the device NVFP4 quantizer writes one copy, or the rowwise and the columnwise one");
+  const nvfp4_description& d = copies.front();
+  for (const nvfp4_description& c : copies) {
+    check_device_nvfp4(c, "quantize", "the copy");
+    if (m.rows != c.layout.rows || m.cols != c.layout.cols) value_error("quantize: the description is for " + c.what() + " but x is " + x.describe());
+    // One call quantizes both copies with one format, one set of options and one scale layout.
+    if (c.layout.tile_lines() != d.layout.tile_lines() || !(c.options == d.options) || c.storage.scales != d.storage.scales ||
+        c.tensor_scale_from_amax != d.tensor_scale_from_amax)
+      value_error("quantize: the two copies' descriptions differ in more than their axis (" + d.what() + ", " + c.what() + ")");
+  }
+  if (tensor_scale) check_nvfp4_tensor_scale(d, *tensor_scale, "quantize");
+  std::vector<tensor_ref> refs;
+  if (!out.is_none()) {
+    refs = out.cast<std::vector<tensor_ref>>();
+    if (refs.size() != 3 * copies.size())
+      value_error("quantize: " + std::to_string(refs.size()) + " outputs for " + std::to_string(copies.size()) + " NVFP4 copies (3 each)");
+  }
+  const bool pooled = refs.empty();
+  const int dev = x.device.device_id;
+  device::nvfp4_targets targets;
+  targets.scales = d.storage.scales;
+  static const char* const parts[] = {"codes", "scales", "tensor scale"};
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const nvfp4_description& c = copies[i];
+    void* ptr[3];
+    for (int part = 0; part < 3; ++part) {
+      const std::vector<std::int64_t> shape = nvfp4_part_shape(c, part);
+      const dlpack::DLDataType dtype = part == 2 ? float32_type : dlpack::DLDataType{dlpack::kDLUInt, 8, 1};
+      if (pooled) refs.push_back(pool_result(nvfp4_part_bytes(c, part), shape, dtype, dev, stream));
+      const tensor_ref& t = refs[3 * i + static_cast<std::size_t>(part)];
+      check_output(t, std::string("quantize: out (") + (copies.size() > 1 ? std::string(mxkit::name_of(c.layout.axis)) + " " : "") + parts[part] + ")",
+                   shape, x, dtype);
+      ptr[part] = t.data;
+    }
+    // A copy of no byte (an empty input) is asked for by its tensor scale alone: a framework's
+    // empty tensor may have any pointer, which the quantizer would check for alignment.
+    auto* data = c.data_bytes() ? static_cast<std::uint8_t*>(ptr[0]) : nullptr;
+    auto* scales = c.data_bytes() ? static_cast<std::uint8_t*>(ptr[1]) : nullptr;
+    auto* ts = static_cast<float*>(ptr[2]);
+    if (c.layout.axis == mxkit::block_axis::rowwise) {
+      targets.rowwise_data = data;
+      targets.rowwise_scales = scales;
+      targets.rowwise_tensor_scale = ts;
+    } else {
+      targets.columnwise_data = data;
+      targets.columnwise_scales = scales;
+      targets.columnwise_tensor_scale = ts;
+    }
+  }
+  device::quantize_nvfp4(m.data, m.type, m.rows, m.cols, m.ld, d.layout.format, d.options, tensor_scale, targets, dev, stream);
+  py::list result;
+  for (std::size_t i = 0; i < refs.size(); i += 3) result.append(py::make_tuple(py::cast(refs[i]), py::cast(refs[i + 1]), py::cast(refs[i + 2])));
+  return result;
+}
+
+// D[P,Q] = alpha * A . B^T, P and Q the two copies' lines, both blocked along the same R (the
+// operand roles of gpu/gemm/nvfp4.hpp): two device copies with their device tensor scales.
+// The shape, rotation and block checks are the C++ GEMM's own (a ValueError naming the value).
+tensor_ref nvfp4_gemm_device(const tensor_ref& a_codes, const tensor_ref& a_scales, const tensor_ref& a_tensor_scale, const nvfp4_description& a,
+                             const tensor_ref& b_codes, const tensor_ref& b_scales, const tensor_ref& b_tensor_scale, const nvfp4_description& b,
+                             bool bf16_output, float alpha, std::uintptr_t stream, std::optional<tensor_ref> out) {
+  const std::pair<const tensor_ref*, const char*> operands[] = {{&a_codes, "a.codes"}, {&a_scales, "a.scales"}, {&b_codes, "b.codes"},
+                                                                {&b_scales, "b.scales"}};
+  for (const auto& [t, name] : operands) {
+    if (!t->on_cuda() || !byte_dtype(*t) || !t->compact())
+      value_error(std::string("gemm: ") + name + " must be a contiguous byte tensor on a CUDA device, got " + t->describe());
+    if (!same_device(*t, a_codes)) value_error(std::string("gemm: ") + name + " is " + t->describe() + ", but a.codes is " + a_codes.describe());
+  }
+  for (const auto& [t, name] : {std::pair{&a_tensor_scale, "a.tensor_scale"}, std::pair{&b_tensor_scale, "b.tensor_scale"}}) {
+    if (!t->on_cuda() || t->dtype.code != dlpack::kDLFloat || t->dtype.bits != 32 || t->dtype.lanes != 1 || t->elements() != 1)
+      value_error(std::string("gemm: ") + name + " must be one float32 on a CUDA device (as quantize returns it), got " + t->describe());
+    if (!same_device(*t, a_codes)) value_error(std::string("gemm: ") + name + " is " + t->describe() + ", but a.codes is " + a_codes.describe());
+  }
+  check_device_nvfp4(a, "gemm", "a");
+  check_device_nvfp4(b, "gemm", "b");
+  check_size("gemm", "a.codes", a_codes.nbytes(), a.data_bytes(), a.what());
+  check_size("gemm", "a.scales", a_scales.nbytes(), a.scale_bytes(), a.what());
+  check_size("gemm", "b.codes", b_codes.nbytes(), b.data_bytes(), b.what());
+  check_size("gemm", "b.scales", b_scales.nbytes(), b.scale_bytes(), b.what());
+  const int dev = a_codes.device.device_id;
+  const std::size_t p = a.layout.lines(), q = b.layout.lines();
+  const dlpack::DLDataType dtype = bf16_output ? dlpack::DLDataType{dlpack::kDLBfloat, 16, 1} : float32_type;
+  const std::vector<std::int64_t> shape{static_cast<std::int64_t>(p), static_cast<std::int64_t>(q)};
+  tensor_ref d = out ? *out : pool_result(p * q * (bf16_output ? 2 : 4), shape, dtype, dev, stream);
+  check_output(d, "gemm: out", shape, a_codes, dtype);
+  const auto view = [](const nvfp4_description& c, const tensor_ref& codes, const tensor_ref& scales) {
+    return mxkit::nvfp4_const_view{c.layout, c.options, static_cast<const std::uint8_t*>(codes.data), static_cast<const std::uint8_t*>(scales.data),
+                                   c.storage.scales, 1.0f, c.tensor_scale_from_amax};
+  };
+  device::nvfp4_gemm(view(a, a_codes, a_scales), static_cast<const float*>(a_tensor_scale.data), view(b, b_codes, b_scales),
+                     static_cast<const float*>(b_tensor_scale.data), d.data, bf16_output, q, alpha, dev, stream);
+  return d;
+}
+
+// The device GEMM's oracle on two host copies of mxkit's storage (ref/nvfp4_gemm.hpp: each block
+// pair's sum exact, rounded once, added in block order; times fl(t_a t_b)), into a float32 out,
+// rounded to bf16 values when bf16, as gemm_host does for MX.
+void nvfp4_gemm_host(const tensor_ref& a_codes, const tensor_ref& a_scales, const nvfp4_description& a, float a_tensor_scale,
+                     const tensor_ref& b_codes, const tensor_ref& b_scales, const nvfp4_description& b, float b_tensor_scale, const tensor_ref& out,
+                     bool bf16) {
+  check_device_nvfp4(a, "gemm_host", "a");
+  check_device_nvfp4(b, "gemm_host", "b");
+  const mxkit::nvfp4_foreign_view av = nvfp4_buffers(a_codes, a_scales, a, a_tensor_scale, "gemm_host", size_rule::exact);
+  const mxkit::nvfp4_foreign_view bv = nvfp4_buffers(b_codes, b_scales, b, b_tensor_scale, "gemm_host", size_rule::exact);
+  const auto p = a.layout.lines(), q = b.layout.lines();
+  check_output(out, "gemm_host: out", {static_cast<std::int64_t>(p), static_cast<std::int64_t>(q)}, a_codes, float32_type);
+  const auto view = [](const nvfp4_description& c, const mxkit::nvfp4_foreign_view& v, float t) {
+    return mxkit::nvfp4_const_view{c.layout, c.options, v.data.data(), v.scales.data(), c.storage.scales, t, c.tensor_scale_from_amax};
+  };
+  float* d = static_cast<float*>(out.data);
+  py::gil_scoped_release nogil;
+  if (!bf16) {
+    mxkit::ref::gemm(view(a, av, a_tensor_scale), view(b, bv, b_tensor_scale), mxkit::matrix_view<float>{d, p, q});
+    return;
+  }
+  std::vector<mxkit::bfloat16> tmp(p * q);
+  mxkit::ref::gemm(view(a, av, a_tensor_scale), view(b, bv, b_tensor_scale), mxkit::matrix_view<mxkit::bfloat16>{tmp.data(), p, q});
+  for (std::size_t i = 0; i < tmp.size(); ++i) d[i] = tmp[i].to_float();
+}
+
 void register_nvfp4(py::module_& m) {
   py::class_<nvfp4_description>(m, "NVFP4Description", "How one NVFP4 copy is stored and was quantized (its tensor scale travels beside it)")
       .def_readonly("preset", &nvfp4_description::preset)
@@ -1509,6 +1665,13 @@ void register_nvfp4(py::module_& m) {
   m.def("nvfp4_validate_host", &nvfp4_validate_host, py::arg("x"), py::arg("codes"), py::arg("scales"), py::arg("copy"), py::arg("tensor_scale"),
         py::arg("max_reported") = 16, py::arg("strict_nan_blocks") = false, py::arg("check_padding") = true, py::arg("diagnose") = true,
         py::arg("threads") = 0);
+  m.def("nvfp4_quantize_device", &nvfp4_quantize_device, py::arg("x"), py::arg("copies"), py::arg("tensor_scale"), py::arg("stream"),
+        py::arg("out") = py::none());
+  m.def("nvfp4_gemm_device", &nvfp4_gemm_device, py::arg("a_codes"), py::arg("a_scales"), py::arg("a_tensor_scale"), py::arg("a"), py::arg("b_codes"),
+        py::arg("b_scales"), py::arg("b_tensor_scale"), py::arg("b"), py::arg("bf16_output"), py::arg("alpha"), py::arg("stream"),
+        py::arg("out") = py::none());
+  m.def("nvfp4_gemm_host", &nvfp4_gemm_host, py::arg("a_codes"), py::arg("a_scales"), py::arg("a"), py::arg("a_tensor_scale"), py::arg("b_codes"),
+        py::arg("b_scales"), py::arg("b"), py::arg("b_tensor_scale"), py::arg("out"), py::arg("bf16") = false);
 }
 
 }  // namespace
@@ -1654,5 +1817,5 @@ PYBIND11_MODULE(_mxkit, m) {
   m.def("update_scales", &update_scales, py::arg("history"), py::arg("scale"), py::arg("fp8_max"), py::arg("algorithm"), py::arg("margin"),
         py::arg("stream") = 1);
 
-  register_nvfp4(m);  // NVFP4 on the host (the section above)
+  register_nvfp4(m);  // NVFP4 on the host and the device (the sections above)
 }

@@ -5,7 +5,9 @@ torchao's: block/nvfp4_scale.hpp and validation/nvfp4_quirks.hpp, re-derived her
 rules, not from the C++), and against the C++ library's own results (cpp_reference); each
 preset accepted on its own quantizer's output and rejected on another's; planted mistakes
 located and diagnosed; round trips; the tensor scale travelling with the copy; bad arguments;
-docs/python.md's NVFP4 example, run as written, prints what the page shows."""
+docs/python.md's NVFP4 example, run as written, prints what the page shows. Device copies:
+the arguments refused before a device tensor is read, and the device GEMM's host oracle
+(tests/python/test_device_nvfp4.py runs the device itself)."""
 import contextlib
 import io
 import os
@@ -304,7 +306,8 @@ def test_torch_cpu_input():
 
 
 class FakeCudaTensor:
-    """A DLPack producer on a CUDA device (there is no GPU here): it must be refused before it is read."""
+    """A DLPack producer on a CUDA device (there is no GPU here): what is refused must be refused
+    before it is read."""
     shape = (16, 16)
 
     def __dlpack_device__(self):
@@ -314,9 +317,112 @@ class FakeCudaTensor:
         raise AssertionError("mxkit read a device tensor it should have refused")
 
 
-def test_device_tensor_is_refused():
-    with pytest.raises(NotImplementedError, match="only the host reference"):
-        mxkit.quantize(FakeCudaTensor(), "nvfp4")
+def test_device_tensor_checks_before_reading():
+    # The device quantizer writes mxkit's copies: the peers' presets are refused by name.
+    for preset in ("te_nvfp4", "torchao_nvfp4"):
+        with pytest.raises(ValueError, match=f"preset '{preset}'.*device"):
+            mxkit.quantize(FakeCudaTensor(), "nvfp4", preset=preset)
+    with pytest.raises(ValueError, match="out"):
+        mxkit.quantize(FakeCudaTensor(), "nvfp4", out=(np.zeros(1), np.zeros(1)))
+    if not mxkit.has_gpu():  # a host-only module says so before it reads x
+        with pytest.raises(RuntimeError, match="without a GPU backend"):
+            mxkit.quantize(FakeCudaTensor(), "nvfp4")
+
+
+def fake_device_copy(rows=16, cols=16):
+    return mxkit.NVFP4Copy(FakeCudaTensor(), FakeCudaTensor(), FakeCudaTensor(), mxkit.quantize(matrix(rows, cols), "nvfp4").description)
+
+
+def test_gemm_arguments_are_checked_before_reading():
+    host = mxkit.quantize(matrix(16, 16), "nvfp4")
+    dev = fake_device_copy()
+    assert "on " in repr(dev)  # its device tensor scale is not read to be shown
+    with pytest.raises(ValueError, match="a is a host NVFP4 copy and b is a device one"):
+        mxkit.gemm(host, dev)
+    with pytest.raises(ValueError, match="a is a device NVFP4 copy and b is a host one"):
+        mxkit.gemm(dev, host)
+    with pytest.raises(ValueError, match="a is a host NVFP4 copy and b is a host one"):
+        mxkit.gemm(host, host)
+    with pytest.raises(TypeError, match="b must be an NVFP4Copy"):
+        mxkit.gemm(dev, (dev.codes, dev.scales))
+    with pytest.raises(TypeError, match="fmt"):
+        mxkit.gemm(dev, dev, fmt="nvfp4")
+    with pytest.raises(TypeError, match="hadamard"):
+        mxkit.gemm(dev, dev, hadamard=True)
+    with pytest.raises(ValueError, match="b.tensor_scale"):  # a device copy's tensor scale lives on the device
+        mxkit.gemm(dev, mxkit.NVFP4Copy(dev.codes, dev.scales, 1.0, dev.description))
+    te = mxkit.NVFP4Copy(FakeCudaTensor(), FakeCudaTensor(), FakeCudaTensor(),
+                         mxkit.quantize(matrix(16, 16), "nvfp4", preset="te_nvfp4").description)
+    with pytest.raises(ValueError, match="preset 'te_nvfp4'"):
+        mxkit.gemm(dev, te)
+    with pytest.raises(ValueError, match="out_dtype"):
+        mxkit.gemm(dev, dev, out_dtype="float16")
+    with pytest.raises(TypeError, match="a_scales, b_codes, b_scales and fmt"):
+        mxkit.gemm(host.codes, host.scales)  # MX keeps its loose form, all of it
+
+
+def test_a_tensor_scale_given_as_one_float32_value():
+    """A device copy's tensor scale (one float32 in a tensor) is read as a float by dequantize and
+    validate; the host path is the same code: a 1-element float32 array."""
+    x = matrix(32, 48)
+    c = mxkit.quantize(x, "nvfp4")
+    one = np.array([c.tensor_scale], dtype=F32)
+    np.testing.assert_array_equal(mxkit.dequantize(c.codes, c.scales, "nvfp4", shape=(32, 48), tensor_scale=one),
+                                  mxkit.dequantize(c))
+    assert mxkit.validate(x, c.codes, c.scales, fmt="nvfp4", tensor_scale=one).ok
+    for bad in (np.array([1.0, 2.0], dtype=F32), np.array([c.tensor_scale], dtype=np.float64)):
+        with pytest.raises(ValueError, match="tensor_scale must be one float32"):
+            mxkit.dequantize(c.codes, c.scales, "nvfp4", shape=(32, 48), tensor_scale=bad)
+
+
+# ---- the device GEMM's oracle --------------------------------------------------------------
+def grid_matrix(rows, cols, rng):
+    """Values whose NVFP4 copy is exact and whose GEMM sums are exact in fp32: E2M1 values with a
+    6 in every 1 x 16 block and 16 x 16 tile; times a power of two c given as the tensor scale,
+    every block scale is 1 and every code the value itself."""
+    x = rng.choice(np.concatenate([E2M1, -E2M1]), size=(rows, cols)).astype(F32)
+    x[:, ::16] = 6.0
+    return x
+
+
+def gemm_host(a, b, bf16=False):
+    out = np.empty((a.codes.shape[0], b.codes.shape[0]), dtype=F32)
+    t = mxkit._mxkit.import_tensor
+    mxkit._mxkit.nvfp4_gemm_host(t(a.codes), t(a.scales), a.description, a.tensor_scale, t(b.codes), t(b.scales),
+                                 b.description, b.tensor_scale, t(out), bf16)
+    return out
+
+
+@pytest.mark.parametrize("a_kw,b_kw", [({}, {}), (dict(block="16x16"), dict(scale_layout="cublas_128x4")),
+                                       (dict(axis="columnwise"), dict(axis="columnwise", block="16x16"))])
+def test_gemm_oracle_on_exact_copies(a_kw, b_kw):
+    rng = np.random.default_rng(46)
+    x, w = grid_matrix(48, 64, rng) * F32(0.25), grid_matrix(40, 64, rng) * F32(8)
+    if a_kw.get("axis") == "columnwise":
+        x, w = np.ascontiguousarray(x.T), np.ascontiguousarray(w.T)  # columnwise copies of [K, P] and [K, Q]
+    a, b = mxkit.quantize(x, "nvfp4", tensor_scale=0.25, **a_kw), mxkit.quantize(w, "nvfp4", tensor_scale=8.0, **b_kw)
+    np.testing.assert_array_equal(mxkit.dequantize(a), x)  # the copies are exact
+    xa = x if a_kw.get("axis") != "columnwise" else x.T
+    wb = w if b_kw.get("axis") != "columnwise" else w.T
+    want = (xa.astype(np.float64) @ wb.astype(np.float64).T).astype(F32)  # exact sums
+    np.testing.assert_array_equal(gemm_host(a, b), want)
+    np.testing.assert_array_equal(gemm_host(a, b, bf16=True), bf16_values(want))
+
+
+def bf16_values(x):
+    """float32 values rounded to bfloat16 (nearest, ties to even), as float32."""
+    bits = x.astype(F32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(F32)
+
+
+def test_gemm_oracle_refuses_a_peers_copy_and_a_ragged_k():
+    x = matrix(32, 48)
+    te = mxkit.quantize(x, "nvfp4", preset="te_nvfp4")
+    with pytest.raises(ValueError, match="preset 'te_nvfp4'"):
+        gemm_host(te, te)
+    ragged = mxkit.quantize(matrix(32, 40), "nvfp4")
+    with pytest.raises(ValueError, match="K=40"):
+        gemm_host(ragged, ragged)
 
 
 # ---- bad arguments -------------------------------------------------------------------------
