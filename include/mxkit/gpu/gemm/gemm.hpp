@@ -43,7 +43,6 @@
 #include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/gemm/portable.hpp>
 #include <mxkit/gpu/memory.hpp>
-#include <mxkit/gpu/scratch_arena.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 #if MXKIT_GPU_CUDA
@@ -129,7 +128,6 @@ MXKIT_GPU_GEMM_ENTRY gemm_path run(const gemm_operand& a, const gemm_operand& b,
     return p;
   }
   const gemm_path p = choose_path(a, b, out, o);
-  const scratch_arena::scope scratch(o.scratch);  // allocate_scratch's source inside the paths
   gemm_archs::run(p, a, b, out, s, o);
   return p;
 }

@@ -64,7 +64,6 @@
 #include <mxkit/gpu/gemm/gemm.hpp>
 #include <mxkit/gpu/gemm/nvfp4_expand.hpp>
 #include <mxkit/gpu/memory.hpp>
-#include <mxkit/gpu/scratch_arena.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/nvfp4_tensor.hpp>
@@ -127,14 +126,12 @@ inline gemm_operand nvfp4_bf16_operand(const nvfp4_operand& o, const std::uint16
 
 namespace detail {
 // The expansion and the bf16 GEMM of a checked product (R: the reduction length) into `out` (C
-// read where out says: the training backend's separate C), on stream s; scratch from o.scratch's
-// arena or the pool (gpu/scratch_arena.hpp).
+// read where out says: the training backend's separate C), on stream s; scratch from the pool.
 inline gemm_path run_nvfp4(const nvfp4_operand& a, const nvfp4_operand& b, std::size_t r, const gemm_output_desc& out, stream_t s,
                            gemm_options o) {
   // Scratch: [A as bf16 | B as bf16], B's part 256-byte aligned (as the pool's blocks are).
   const std::size_t bytes_a = (nvfp4_expand::bytes(a.copy) + 255) / 256 * 256, bytes_b = nvfp4_expand::bytes(b.copy);
-  const scratch_arena::scope arena(o.scratch);
-  auto* scratch = static_cast<std::uint8_t*>(allocate_scratch(bytes_a + bytes_b, s));
+  auto* scratch = static_cast<std::uint8_t*>(bytes_a + bytes_b ? allocate_async(bytes_a + bytes_b, s) : nullptr);
   gemm_path path = gemm_path::automatic;
   try {
     auto* xa = reinterpret_cast<std::uint16_t*>(scratch);
@@ -143,10 +140,10 @@ inline gemm_path run_nvfp4(const nvfp4_operand& a, const nvfp4_operand& b, std::
     nvfp4_expand::launch(b.copy, xb, s);
     path = run(nvfp4_bf16_operand(a, xa, r), nvfp4_bf16_operand(b, xb, r), out, s, o);
   } catch (...) {
-    deallocate_scratch(scratch, s);
+    deallocate_async(scratch, s);
     throw;
   }
-  deallocate_scratch(scratch, s);
+  deallocate_async(scratch, s);
   return path;
 }
 }  // namespace detail

@@ -14,8 +14,6 @@ namespace gpu {
 // last in the enum so the earlier values keep their numbers.
 enum class gemm_path : std::uint8_t { automatic, portable, sm90, gfx950, vendor };
 
-class scratch_arena;  // gpu/scratch_arena.hpp
-
 }  // namespace gpu
 template <>
 struct enum_names<gpu::gemm_path> {
@@ -53,10 +51,6 @@ struct gemm_options {
   // Results are the same bits for any value: a tile's sums do not depend on which CTA takes it,
   // and the split-K choice stays the whole device's (sm90/launch.hpp).
   std::uint32_t reserved_sms = 0;
-  // Where a call's scratch comes from (expanded operands, split-K partials, the NVFP4 expansion,
-  // cuBLASLt's workspace): this stream's arena (gpu/scratch_arena.hpp), kept by its owner between
-  // calls, or, null, mxkit's device pool per call. The same bits either way.
-  scratch_arena* scratch = nullptr;
 };
 
 // The persistent grid's width: the device's SMs less those reserved, at least one.

@@ -98,7 +98,6 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY device_backend::device_backend() {
   MXKIT_GPU_CHECK(stream_create(&stream_));
   MXKIT_GPU_CHECK(stream_create(&copy_stream_));
   MXKIT_GPU_CHECK(event_create_timing_off(&order_));
-  gemm_scratch_.emplace(stream_, &kept_buffers_epoch_);
   payloads_ = payload_factory(stream_, memory_, counters_.driver_allocations, live_);
   flags_ = alloc(1, 4, nn::dtype::i32, nn::mem_tag::activation);  // [embedding error, cross-entropy error, lr bits, spare]
   scratch_ = alloc(1, 8, nn::dtype::f64, nn::mem_tag::optimizer);  // zeros: the slots above
@@ -110,7 +109,6 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY device_backend::~device_backend() {
   flags_.reset();
   scratch_.reset();
   rope_table_.reset();  // freed on stream_, which goes below
-  gemm_scratch_.reset();
   norm_list_ = {};
   adamw_list_ = {};
   (void)stream_synchronize(stream_);
@@ -337,7 +335,6 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_gemm(gemm_product kind, c
   options.tile_counter = tile_counter();
   options.reserved_sms = reserved_sms_;
   options.vendor = vendor_gemm_;
-  options.scratch = &*gemm_scratch_;
   backend_detail::run_gemm(kind, a, b, d, alpha, beta, c, stream_, options);
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_rmsnorm_forward(const nn::tensor& x, const nn::tensor& w, nn::tensor& y, nn::tensor& rstd, double eps) {

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -26,7 +25,6 @@
 #include <mxkit/gpu/quantize.hpp>
 #include <mxkit/gpu/quantize_nvfp4.hpp>
 #include <mxkit/gpu/runtime.hpp>
-#include <mxkit/gpu/scratch_arena.hpp>
 #include <mxkit/nn/backend.hpp>
 #include <mxkit/parallel/copy_gather.hpp>
 
@@ -69,7 +67,7 @@ class device_backend : public nn::backend, public nn::copy_gather {
   // records the step's stream-ordered allocations (gpu::captures_allocations); else none.
   std::unique_ptr<nn::step_graph> do_make_step_graph() override {
     if (!captures_allocations()) return nullptr;
-    return std::make_unique<device_step_graph>(stream_, kept_buffers_epoch_, &*gemm_scratch_);
+    return std::make_unique<device_step_graph>(stream_, kept_buffers_epoch_);
   }
 
   // ---- memory and transfers
@@ -195,10 +193,6 @@ class device_backend : public nn::backend, public nn::copy_gather {
   // Counts the kept buffers a recorded step reads that were replaced since (rope_table_, the
   // descriptor arrays): a step graph recorded before is no longer valid (device_step_graph).
   std::uint64_t kept_buffers_epoch_ = 0;
-  // Every GEMM's scratch (gemm_options::scratch), kept between GEMMs: a recorded step's GEMMs
-  // then use memory allocated before the recording, and a launched step takes none from the pool.
-  // It grows to the largest GEMM's demand, counting up kept_buffers_epoch_ when it moves.
-  std::optional<scratch_arena> gemm_scratch_;
   bool vendor_gemm_ = false;        // set_vendor_gemm
   event_t order_ = nullptr;
   staging_ring staging_;

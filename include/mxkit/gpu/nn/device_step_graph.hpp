@@ -6,10 +6,9 @@
 //   - addresses: the step's own tensors are the graph's allocations, at the addresses they had
 //     when recorded (gpu/memory.hpp, capture_memory); the tensors kept across steps (parameters,
 //     gradients, moments, scaling tables, the batch's tensors, the descriptor arrays of the
-//     multi-tensor kernels, the RoPE table, the GEMMs' scratch arena) are allocated before the
-//     capture and stay where they are. A kept buffer the backend replaces (a RoPE table grown for
-//     a longer sequence, a new descriptor array, a grown arena) counts up the backend's epoch, and
-//     the graph is then no longer valid.
+//     multi-tensor kernels, the RoPE table) are allocated before the capture and stay where they
+//     are. A kept buffer the backend replaces (a RoPE table grown for a longer sequence, a new
+//     descriptor array) counts up the backend's epoch, and the graph is then no longer valid.
 //   - values: everything that changes per step is in device memory when the graph runs (the
 //     learning rate: adamw_args::lr_device; the step counts, the norm and clip factor, the
 //     delayed-scaling tables already were), never a kernel argument by value. Per-step Philox
@@ -23,7 +22,6 @@
 
 #include <mxkit/gpu/platform.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gpu/graph.hpp>
-#include <mxkit/gpu/scratch_arena.hpp>
 #include <mxkit/nn/step_graph.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -31,16 +29,11 @@ namespace gpu {
 
 class device_step_graph final : public nn::step_graph {
  public:
-  // `epoch`: the backend's count of replaced kept buffers, which outlives this graph; `scratch`
-  // (may be null): the arena the backend's GEMMs take their scratch from, which outlives it too.
-  device_step_graph(stream_t s, const std::uint64_t& epoch, scratch_arena* scratch = nullptr)
-      : stream_(s), epoch_(&epoch), scratch_(scratch) {}
+  // `epoch`: the backend's count of replaced kept buffers, which outlives this graph.
+  device_step_graph(stream_t s, const std::uint64_t& epoch) : stream_(s), epoch_(&epoch) {}
 
  protected:
   void do_capture(const std::function<void()>& step) override {
-    // The GEMMs' scratch as large as the launched steps before needed, so that none of it becomes
-    // an allocation of the recording (gpu/scratch_arena.hpp says why).
-    if (scratch_) scratch_->reserve_seen();
     graph_ = graph::capture(stream_, step);
     recorded_epoch_ = *epoch_;  // a buffer replaced inside the step is the graph's own
     // The step's own memory is now the graph's (its allocation nodes reserve their own physical
@@ -56,7 +49,6 @@ class device_step_graph final : public nn::step_graph {
  private:
   stream_t stream_;
   const std::uint64_t* epoch_;
-  scratch_arena* scratch_;
   std::uint64_t recorded_epoch_ = 0;
   graph graph_;
 };

@@ -18,7 +18,7 @@
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/gemm/sm90/launch.hpp>
-#include <mxkit/gpu/scratch_arena.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -127,19 +127,19 @@ struct gemm_arch {
   static constexpr gemm_path path = gemm_path::sm90;
   static bool supports(const gemm_operand& a, const gemm_operand& b) { return a.length > 0 && wgmma_supports(a, b) && available(); }
 #if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
-  // The scratch comes from the caller's arena (gemm_options::scratch) or mxkit's device pool
-  // (stream-ordered), which keeps its memory between calls (release_gemm_scratch returns it).
+  // The scratch comes from mxkit's device pool (stream-ordered), which keeps its memory between
+  // calls (release_gemm_scratch returns it).
   static void run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, const gemm_options& o) {
     const plan p = make_plan(a, b, o);
     const std::size_t bytes = p.scratch_bytes();
-    auto* scratch = static_cast<std::uint8_t*>(allocate_scratch(bytes, s));
+    auto* scratch = static_cast<std::uint8_t*>(bytes ? allocate_async(bytes, s) : nullptr);
     try {
       execute(p, a, b, out, s, o, scratch);
     } catch (...) {
-      deallocate_scratch(scratch, s);
+      deallocate_async(scratch, s);
       throw;
     }
-    deallocate_scratch(scratch, s);
+    deallocate_async(scratch, s);
   }
 #endif
 };

@@ -14,7 +14,7 @@
 #include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/gemm/sm90/kernel.hpp>
 #include <mxkit/gpu/gemm/sm90/split_k.hpp>
-#include <mxkit/gpu/scratch_arena.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -118,7 +118,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   const std::uint32_t used = (k_stages + prm.stages_per_split - 1) / prm.stages_per_split;  // every split has work
   const gemm_output_desc out = prm.out;
   prm.split_stride = static_cast<std::size_t>(prm.p) * prm.q;
-  float* partials = static_cast<float*>(allocate_scratch(used * prm.split_stride * sizeof(float), stream));
+  float* partials = static_cast<float*>(allocate_async(used * prm.split_stride * sizeof(float), stream));
   prm.out = {partials, nullptr, prm.q, prm.q, false, out.alpha, 0.0f};
   prm.vector_store = prm.q % 2 == 0;
   kernel<<<dim3(tiles, used), threads, smem, stream>>>(ma, mb, prm);
@@ -127,7 +127,7 @@ void launch_typed(const gemm_operand& a, const gemm_operand& b, const mma_operan
   if (out.bf16) split_reduce_kernel<true><<<blocks, 256, 0, stream>>>(partials, used, prm.split_stride, prm.p, prm.q, out, prm.gate);
   else split_reduce_kernel<false><<<blocks, 256, 0, stream>>>(partials, used, prm.split_stride, prm.p, prm.q, out, prm.gate);
   MXKIT_GPU_CHECK_LAUNCH();
-  deallocate_scratch(partials, stream);
+  deallocate_async(partials, stream);
 }
 
 template <scaling S, int G, class Cfg>

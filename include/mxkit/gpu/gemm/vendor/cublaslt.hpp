@@ -61,7 +61,7 @@
 #include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/gemm/vendor/cublaslt_api.hpp>
 #include <mxkit/gpu/gemm/vendor/layout.hpp>
-#include <mxkit/gpu/scratch_arena.hpp>
+#include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -348,7 +348,7 @@ struct gemm_arch {
     // 256-byte aligned.
     const std::size_t workspace = (choice.workspace + 255) / 256 * 256;
     const std::size_t bytes = workspace + (k.device_alpha ? 256 : 0);
-    auto* scratch = static_cast<std::uint8_t*>(allocate_scratch(bytes, s));
+    auto* scratch = static_cast<std::uint8_t*>(bytes ? allocate_async(bytes, s) : nullptr);
     try {
       // Host descales (FP8) and factors (bf16: 1 but for NVFP4's tensor scales) fold into alpha,
       // as the reference forms them (a.scale_inv * b.scale_inv).
@@ -371,10 +371,10 @@ struct gemm_arch {
                                                  choice.workspace, s),
                       "cublasLtMatmul");
     } catch (...) {
-      deallocate_scratch(scratch, s);
+      deallocate_async(scratch, s);
       throw;
     }
-    deallocate_scratch(scratch, s);
+    deallocate_async(scratch, s);
   }
 #endif
 };
