@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
       tc.step_graph = step_graph;
       nn::trainer t(model, bytes, tc);
       std::printf("%s %s: step graph %s\n", m.name.c_str(), rname.c_str(),
-                  t.steps().applies() ? "on (recorded at the second step, replayed after)" : ("off: " + t.steps().refusal()).c_str());
+                  t.steps().applies() ? "on (recorded at the third step, replayed after)" : ("off: " + t.steps().refusal()).c_str());
       for (int i = 0; i < 3; ++i) t.step();
       be.synchronize();
       std::vector<double> times;

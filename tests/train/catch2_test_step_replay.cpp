@@ -18,27 +18,39 @@ using namespace nn_test;
 
 namespace {
 
-// A step graph that records nothing: capture runs the step (as the device's runs the recording
-// once), replay runs nothing; `valid` is the test's to clear.
+// A step graph that records nothing: warm_up and capture run the step (as the device's runs the
+// recording once), replay runs nothing; `valid` is the test's to clear. `warmed` counts the
+// graphs that were warmed up, `captured_unwarmed` those captured without their own warm-up.
 class counting_graph final : public step_graph {
  public:
-  explicit counting_graph(const bool* valid) : valid_(valid) {}
+  counting_graph(const bool* valid, int* warmed, int* captured_unwarmed) : valid_(valid), warmed_(warmed), captured_unwarmed_(captured_unwarmed) {}
 
  protected:
-  void do_capture(const std::function<void()>& step) override { step(); }
+  void do_warm_up(const std::function<void()>& step) override {
+    step();
+    warm_ = true;
+    ++*warmed_;
+  }
+  void do_capture(const std::function<void()>& step) override {
+    if (!warm_) ++*captured_unwarmed_;
+    step();
+  }
   void do_replay() override {}
   bool do_valid() const noexcept override { return *valid_; }
 
  private:
   const bool* valid_;
+  int *warmed_, *captured_unwarmed_;
+  bool warm_ = false;
 };
 
 class graph_backend final : public host_backend {
  public:
   bool valid = true;
+  int warmed = 0, captured_unwarmed = 0;
 
  protected:
-  std::unique_ptr<step_graph> do_make_step_graph() override { return std::make_unique<counting_graph>(&valid); }
+  std::unique_ptr<step_graph> do_make_step_graph() override { return std::make_unique<counting_graph>(&valid, &warmed, &captured_unwarmed); }
 };
 
 struct null_observer final : backend_observer {
@@ -55,35 +67,47 @@ TEST_CASE("step_replay: launch, record, replay; another key or an invalid graph 
   int ran = 0;  // how often the step's host code ran
   const auto step = [&] { ++ran; };
   const step_key a{2, 64, false}, b{1, 64, false}, a_masked{2, 64, true};
-  r.run(a, step);  // warm-up: launched
-  CHECK((ran == 1 && r.counters().launches == 1 && be.counters().graph_captures == 0));
-  r.run(a, step);  // recorded (and run once)
-  CHECK((ran == 2 && be.counters().graph_captures == 1 && r.replaying()));
+  r.run(a, step);  // first warm-up: launched
+  CHECK((ran == 1 && r.counters().launches == 1 && be.counters().graph_captures == 0 && be.warmed == 0));
+  r.run(a, step);  // second warm-up: launched through the graph to be recorded
+  CHECK((ran == 2 && r.counters().launches == 2 && be.counters().graph_captures == 0 && be.warmed == 1));
+  r.run(a, step);  // recorded (and run once), by the graph that was warmed up
+  CHECK((ran == 3 && be.counters().graph_captures == 1 && r.replaying()));
   r.run(a, step);  // replayed: no host code
   r.run(a, step);
-  CHECK((ran == 2 && be.counters().graph_replays == 2));
+  CHECK((ran == 3 && be.counters().graph_replays == 2));
   r.run(b, step);  // another shape: launched, the recording dropped
-  CHECK((ran == 3 && r.counters().launches == 2 && !r.replaying()));
-  r.run(a, step);  // back: warm-up again, then recorded
+  CHECK((ran == 4 && r.counters().launches == 3 && !r.replaying()));
+  r.run(a, step);  // back: two warm-ups again, then recorded
   r.run(a, step);
-  CHECK((ran == 5 && be.counters().graph_captures == 2));
+  r.run(a, step);
+  CHECK((ran == 7 && be.counters().graph_captures == 2 && be.warmed == 2));
   r.run(a_masked, step);  // a loss mask where there was none: another key
-  CHECK((ran == 6 && r.counters().launches == 4));
+  CHECK((ran == 8 && r.counters().launches == 6));
   r.run(a_masked, step);
   r.run(a_masked, step);
-  CHECK((ran == 7 && be.counters().graph_captures == 3 && be.counters().graph_replays == 3));
+  r.run(a_masked, step);
+  CHECK((ran == 10 && be.counters().graph_captures == 3 && be.counters().graph_replays == 3));
   be.valid = false;  // the backend replaced a buffer the recording reads
   r.run(a_masked, step);
-  CHECK((ran == 8 && r.counters().launches == 5 && !r.replaying()));
+  CHECK((ran == 11 && r.counters().launches == 8 && !r.replaying()));
   be.valid = true;
   r.run(a_masked, step);
   r.run(a_masked, step);
-  CHECK((ran == 9 && be.counters().graph_captures == 4 && be.counters().graph_replays == 4));
+  r.run(a_masked, step);
+  CHECK((ran == 13 && be.counters().graph_captures == 4 && be.counters().graph_replays == 4));
+  r.run(b, step);  // warmed up once, then another key: the warmed graph is dropped unrecorded
+  r.run(b, step);
+  r.run(a, step);
+  r.run(a, step);
+  r.run(a, step);
+  CHECK((ran == 18 && be.counters().graph_captures == 5 && be.warmed == 6));
+  CHECK(be.captured_unwarmed == 0);  // every recording is of a graph warmed up the step before
   null_observer o;  // an observer sees every operation: launched
   be.set_observer(&o);
-  r.run(a_masked, step);
-  r.run(a_masked, step);
-  CHECK((ran == 11 && r.counters().launches == 7 && be.counters().graph_replays == 4));
+  r.run(a, step);
+  r.run(a, step);
+  CHECK((ran == 20 && r.counters().launches == 15 && be.counters().graph_replays == 4));
   be.set_observer(nullptr);
 }
 
@@ -169,18 +193,19 @@ TEST_CASE("trainer: a change to the model between steps drops the recording and 
   graph_backend be;
   model m(be, tiny_model(), recipes::bf16(), 17);
   train_config c;
-  c.steps = 12;
+  c.steps = 16;
   c.shape = {2, 32};
-  c.schedule = {1e-2, 1e-3, 2, 12};
+  c.schedule = {1e-2, 1e-3, 2, 16};
   c.step_graph = true;
   trainer t(m, text_tokens(), c);
-  for (int i = 0; i < 4; ++i) t.step();  // launched, recorded, replayed twice
-  CHECK((t.steps().applies() && t.steps().counters().launches == 1 && be.counters().graph_captures == 1 &&
+  for (int i = 0; i < 5; ++i) t.step();  // launched twice, recorded, replayed twice
+  CHECK((t.steps().applies() && t.steps().counters().launches == 2 && be.counters().graph_captures == 1 &&
          be.counters().graph_replays == 2));
   m.set_recipe(recipes::fp8_delayed());
   t.step();  // launched: the recording was the bf16 step's
-  CHECK((t.steps().applies() && t.steps().counters().launches == 2 && !t.steps().replaying()));
-  t.step();  // recorded again
+  CHECK((t.steps().applies() && t.steps().counters().launches == 3 && !t.steps().replaying()));
+  t.step();  // launched (the second warm-up), then recorded again
+  t.step();
   t.step();
   CHECK((be.counters().graph_captures == 2 && be.counters().graph_replays == 3));
   m.set_recipe(recipes::mxfp4_nvidia_style());  // random Hadamard signs: per-step Philox draws
@@ -188,10 +213,11 @@ TEST_CASE("trainer: a change to the model between steps drops the recording and 
   t.step();
   CHECK(!t.steps().applies());
   CHECK(t.steps().refusal().find("Philox") != std::string::npos);
-  CHECK((t.steps().counters().launches == 4 && be.counters().graph_captures == 2 && be.counters().graph_replays == 3));
+  CHECK((t.steps().counters().launches == 6 && be.counters().graph_captures == 2 && be.counters().graph_replays == 3));
   m.set_recompute(true);  // any change decides again; bf16 records again
   m.set_recipe(recipes::bf16());
   t.step();
   t.step();
-  CHECK((t.steps().applies() && t.steps().counters().launches == 5 && be.counters().graph_captures == 3));
+  t.step();
+  CHECK((t.steps().applies() && t.steps().counters().launches == 8 && be.counters().graph_captures == 3));
 }

@@ -12,15 +12,18 @@
 // (an event, or synchronizing the first stream) before that use, and before its free.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <mxkit/error.hpp>
+#include <mxkit/gpu/offset_allocator.hpp>
 #include <mxkit/gpu/platform.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
@@ -44,24 +47,63 @@ inline mem_pool_t device_pool() {
   });
   return pools[static_cast<std::size_t>(dev)];
 }
+
+// What a recording (gpu/graph.hpp) took from its block (capture_memory) and had not freed by its
+// end: tensors a recorded step hands to the steps after it, which the host frees later, outside
+// any capture. Such a free is not the pool's (the memory is the block's); the block, once its
+// graph is gone, goes back to the pool with the last of them.
+struct recorded_block {
+  std::uint8_t* base = nullptr;
+  stream_t stream = nullptr;
+  std::vector<void*> outstanding;  // taken in the recording, not freed in it
+  bool graph_alive = true;
+};
+inline std::mutex& recorded_blocks_mutex() {
+  static std::mutex m;
+  return m;
+}
+inline std::vector<recorded_block>& recorded_blocks() {
+  static std::vector<recorded_block> b;
+  return b;
+}
+inline std::atomic<std::size_t>& recorded_block_count() noexcept {
+  static std::atomic<std::size_t> n{0};
+  return n;
+}
 }  // namespace detail
 
 // The memory side of a stream capture (gpu/graph.hpp), installed on the capturing thread while
-// the capture lasts. Allocations on the captured stream become the graph's allocation nodes
-// (cudaMallocFromPoolAsync under capture: "the allocation is owned by the graph instead of the
-// memory pool", at an address fixed across launches; CUDA programming guide, "Graph Memory
-// Nodes"), and their frees within the capture its free nodes. A free of memory allocated before
-// the capture is not recorded (a free node may free only graph allocations) and not done: the
-// captured work may read that memory at every launch, so it is kept until the graph goes.
+// the capture lasts. With a block (allocated before the capture, owned by the graph), every
+// allocation on the captured stream is placed in it (offset_allocator: first fit, freed places
+// reused), so the recording has no allocation nodes: on one stream the graph's work runs in the
+// order it was enqueued, as launched work does, so a place freed in the recording may be taken
+// again later in it. An allocation the block cannot hold, or any without a block, becomes one of
+// the graph's allocation nodes (cudaMallocFromPoolAsync under capture: "the allocation is owned
+// by the graph instead of the memory pool", at an address fixed across launches; CUDA
+// programming guide, "Graph Memory Nodes") and its free within the capture a free node. A free of
+// memory allocated before the capture is not recorded (a free node may free only graph
+// allocations) and not done: the captured work may read that memory at every launch, so it is
+// kept until the graph goes.
+//
+// Why a block: compute-sanitizer's memcheck misreads allocation nodes whose addresses the graph
+// reuses (on the H200, in-bounds writes reported "out of bounds ... inside the nearest
+// allocation" in a recording's first launch only), and one block keeps the graph's memory to
+// the step's own high-water mark.
 class capture_memory {
  public:
-  explicit capture_memory(stream_t s) : stream_(s), previous_(current()) { current() = this; }
+  explicit capture_memory(stream_t s, std::uint8_t* block = nullptr, std::size_t block_bytes = 0)
+      : stream_(s), previous_(current()), block_(block), block_bytes_(block ? block_bytes : 0), layout_(block_bytes_) {
+    current() = this;
+  }
   capture_memory(const capture_memory&) = delete;
   capture_memory& operator=(const capture_memory&) = delete;
   ~capture_memory() { current() = previous_; }
   // Memory allocated before the capture that the captured work freed: to be freed after the
   // graph's last launch.
   std::vector<void*> take_kept() noexcept { return std::exchange(kept_, {}); }
+  // What the capture placed in the block and did not free (outside any capture, a free of one of
+  // these returns it to the block's record; detail::recorded_block).
+  const std::vector<void*>& block_outstanding() const noexcept { return in_block_; }
   static capture_memory*& current() noexcept {
     static thread_local capture_memory* c = nullptr;
     return c;
@@ -72,8 +114,47 @@ class capture_memory {
   friend void deallocate_async(void*, stream_t) noexcept;
   stream_t stream_;
   capture_memory* previous_;
-  std::vector<void*> allocated_;  // the graph's allocations not yet freed in the capture
+  std::uint8_t* block_;
+  std::size_t block_bytes_;
+  offset_allocator layout_;
+  std::vector<void*> allocated_;  // the graph's allocations (nodes) not yet freed in the capture
+  std::vector<void*> in_block_;   // places in the block not yet freed in the capture
   std::vector<void*> kept_;
+};
+
+// Lays the allocations and frees on stream `s` of this thread out as a recording with a block
+// would (offset_allocator), while it lives: block_bytes() is then the block a recording of the
+// same sequence needs. A free of memory allocated before it is not the sequence's (ignored).
+class allocation_meter {
+ public:
+  explicit allocation_meter(stream_t s) : stream_(s), previous_(current()) { current() = this; }
+  allocation_meter(const allocation_meter&) = delete;
+  allocation_meter& operator=(const allocation_meter&) = delete;
+  ~allocation_meter() { current() = previous_; }
+  std::size_t block_bytes() const noexcept { return layout_.high_water(); }
+  static allocation_meter*& current() noexcept {
+    static thread_local allocation_meter* m = nullptr;
+    return m;
+  }
+
+ private:
+  friend void* allocate_async(std::size_t, stream_t);
+  friend void deallocate_async(void*, stream_t) noexcept;
+  void note_allocation(void* p, std::size_t bytes) {
+    if (const std::optional<std::size_t> at = layout_.take(bytes)) offsets_.emplace_back(p, *at);
+  }
+  void note_free(void* p) noexcept {
+    for (auto it = offsets_.begin(); it != offsets_.end(); ++it)
+      if (it->first == p) {
+        (void)layout_.give_back(it->second);
+        offsets_.erase(it);
+        return;
+      }
+  }
+  stream_t stream_;
+  allocation_meter* previous_;
+  offset_allocator layout_;
+  std::vector<std::pair<void*, std::size_t>> offsets_;  // live allocations of the sequence
 };
 
 // Every allocation is a whole number of 16-byte units: NCCL and RCCL read a collective's input in
@@ -88,18 +169,38 @@ inline void* allocate_async(std::size_t bytes, stream_t s) {
   if (bytes == 0) return nullptr;
   mxkit::detail::require(bytes <= ~std::size_t{0} - allocation_unit, "gpu::allocate_async: ", bytes, " bytes");
   bytes = (bytes + allocation_unit - 1) / allocation_unit * allocation_unit;
+  capture_memory* c = capture_memory::current();
+  if (c && c->stream_ != s) c = nullptr;
+  if (c && c->block_) {
+    if (const std::optional<std::size_t> at = c->layout_.take(bytes)) {
+      void* p = c->block_ + *at;
+      c->in_block_.push_back(p);
+      return p;
+    }
+  }
   void* p = nullptr;
   MXKIT_GPU_CHECK(malloc_from_pool_async(&p, bytes, detail::device_pool(), s));
-  if (capture_memory* c = capture_memory::current(); c && c->stream_ == s) c->allocated_.push_back(p);
+  if (c) c->allocated_.push_back(p);
+  else if (allocation_meter* m = allocation_meter::current(); m && m->stream_ == s) m->note_allocation(p, bytes);
   return p;
 }
 // Returns memory from allocate_async to the pool once the work enqueued on `s` before it is done.
-// While `s` is captured (capture_memory): memory the capture allocated is freed by the graph (a
-// free node); memory allocated before it is kept (capture_memory::kept), since the graph may read
-// it at every launch.
+// While `s` is captured (capture_memory): a place in the recording's block is freed for the
+// recording's later allocations; memory the capture allocated is freed by the graph (a free
+// node); memory allocated before it is kept (capture_memory::kept), since the graph may read it
+// at every launch. Outside a capture, memory a recording placed in its block and did not free is
+// given back to that block's record (detail::recorded_block), never to the pool.
 inline void deallocate_async(void* p, stream_t s) noexcept {
   if (!p) return;
   if (capture_memory* c = capture_memory::current(); c && c->stream_ == s) {
+    if (c->block_) {
+      auto it = std::find(c->in_block_.begin(), c->in_block_.end(), p);
+      if (it != c->in_block_.end()) {
+        (void)c->layout_.give_back(static_cast<std::size_t>(static_cast<std::uint8_t*>(p) - c->block_));
+        c->in_block_.erase(it);
+        return;
+      }
+    }
     auto it = std::find(c->allocated_.begin(), c->allocated_.end(), p);
     if (it == c->allocated_.end()) {
       try {
@@ -110,7 +211,22 @@ inline void deallocate_async(void* p, stream_t s) noexcept {
       }
     }
     c->allocated_.erase(it);
+  } else if (detail::recorded_block_count().load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(detail::recorded_blocks_mutex());
+    std::vector<detail::recorded_block>& blocks = detail::recorded_blocks();
+    for (auto b = blocks.begin(); b != blocks.end(); ++b) {
+      auto it = std::find(b->outstanding.begin(), b->outstanding.end(), p);
+      if (it == b->outstanding.end()) continue;
+      b->outstanding.erase(it);
+      if (b->outstanding.empty() && !b->graph_alive) {  // the graph went first: the block goes with its last tenant
+        (void)free_async(b->base, s);
+        blocks.erase(b);
+        detail::recorded_block_count().fetch_sub(1, std::memory_order_acq_rel);
+      }
+      return;
+    }
   }
+  if (allocation_meter* m = allocation_meter::current(); m && m->stream_ == s) m->note_free(p);
   (void)free_async(p, s);  // never throws: called from destructors
 }
 // Hands the current device's pooled memory back to the driver, keeping `keep_bytes`, once the

@@ -21,6 +21,13 @@ class step_graph {
  public:
   virtual ~step_graph() = default;
 
+  // Launches `step` as the last step launched before the recording, the same step the recording
+  // will hold; a backend may measure it there (the device backend: the memory the recording
+  // needs, gpu/nn/device_step_graph.hpp).
+  void warm_up(const std::function<void()>& step) {
+    detail::require(!captured_, "step_graph: warm_up after the step was captured");
+    do_warm_up(step);
+  }
   // Records the device work `step` enqueues (it does not run then), and runs it once: when
   // capture() returns the step is enqueued, as a launched step would be. Once per graph.
   void capture(const std::function<void()>& step) {
@@ -42,6 +49,7 @@ class step_graph {
   bool valid() const noexcept { return do_valid(); }
 
  protected:
+  virtual void do_warm_up(const std::function<void()>& step) { step(); }
   virtual void do_capture(const std::function<void()>& step) = 0;
   virtual void do_replay() = 0;
   virtual bool do_valid() const noexcept = 0;

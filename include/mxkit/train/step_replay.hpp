@@ -4,10 +4,13 @@
 // it is launched operation by operation as before. The trainer (training.hpp) runs every step
 // through step_replay::run with the step's key; a caller with its own loop can too.
 //   - A new key (the first step, a batch of another shape, a loss mask where there was none) is
-//     launched: the warm-up that does the one-time work a recording may not contain (allocations
+//     launched twice. The first does the one-time work a recording may not contain (allocations
 //     that grow the pool, the RoPE table, the optimizer's descriptor arrays, cuBLASLt's handle and
-//     the kernels' attributes) and any change of the kept buffers. Any graph of the previous key
-//     is dropped, so a step that changed the backend's kept memory is never replayed over it.
+//     the kernels' attributes) and any change of the kept buffers. The second is the step the
+//     recording will hold, launched through step_graph::warm_up, where the backend measures it
+//     (the device backend: the memory block of the recording, gpu/memory.hpp's
+//     allocation_meter). Any graph of the previous key is dropped, so a step that changed the
+//     backend's kept memory is never replayed over it.
 //   - The next step of the same key is recorded and run; those after it replay the recording.
 //   - A graph the backend invalidated (a kept buffer replaced, e.g. by an evaluation of a longer
 //     sequence) is dropped and the key starts over.
@@ -75,13 +78,18 @@ class step_replay {
       drop();
       key_ = key;
     }
-    if (!warm_) {
-      launch(step);
-      warm_ = true;
+    if (warm_ < warm_up_steps) {
+      if (++warm_ == warm_up_steps) {
+        pending_ = be_->make_step_graph();
+        pending_->warm_up(step);
+        ++counts_.launches;
+      } else {
+        launch(step);
+      }
       return;
     }
     if (!graph_) {
-      std::unique_ptr<step_graph> g = be_->make_step_graph();
+      std::unique_ptr<step_graph> g = std::move(pending_);
       try {
         g->capture(step);
       } catch (const std::exception& e) {
@@ -116,8 +124,11 @@ class step_replay {
   // Drops the recording (the next step of any key warms up again).
   void drop() noexcept {
     graph_.reset();
-    warm_ = false;
+    pending_.reset();
+    warm_ = 0;
   }
+  // Launched steps of a key before its recording (see the file comment).
+  static constexpr int warm_up_steps = 2;
 
  private:
   void launch(const std::function<void()>& step) {
@@ -129,7 +140,8 @@ class step_replay {
   std::string refusal_;
   bool records_;
   step_key key_;
-  bool warm_ = false;
+  int warm_ = 0;                          // launched steps of this key so far (up to warm_up_steps)
+  std::unique_ptr<step_graph> pending_;   // warmed up, to record the next step
   std::unique_ptr<step_graph> graph_;
   counts counts_;
 };
