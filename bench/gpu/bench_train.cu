@@ -14,8 +14,8 @@
 // excluded from N_linear, included here as the LM head GEMM 6 * V * C * tokens).
 // Peer in the same run: bench/train_peer.py (the same model in PyTorch, bf16 autocast, fused
 // AdamW; eager and torch.compile).
-// As in the training program, every step is launched unless --cuda-graph on records the trainer's
-// step graph (train/step_replay.hpp) where it applies (the run's line says whether; MXFP4 with
+// As in the training program, the trainer's step graph (train/step_replay.hpp) is recorded where it
+// applies unless --cuda-graph off launches every step (the run's line says whether; MXFP4 with
 // random Hadamard signs is launched); --cuda-graph on,off times both, one recipe after the other,
 // against one peer run. Rows of launched steps say "graph off" (since 8bd9fa4; every row before
 // it was launched, without the words); the profiled step is always launched (an observer watches).
@@ -69,7 +69,7 @@ std::string peer_command(const model_shape& m) {
 
 int main(int argc, char** argv) {
   std::string recipes = "bf16,fp8,mxfp8,mxfp4", models = "default,76m";
-  std::vector<bool> step_graph_modes{false};  // --cuda-graph on,off times both against one peer run
+  std::vector<bool> step_graph_modes{true};  // --cuda-graph on,off times both against one peer run
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--recipes") && i + 1 < argc) recipes = argv[++i];

@@ -9,10 +9,11 @@
 // and reads nothing back, except at logging steps (every `log_every` steps and the last one):
 // then the host reads the loss sum (and the gradient norm, for a progress callback) and records
 // the window's mean loss. With log_every = 1 that is every step's loss.
-// Step graphs (step_replay.hpp, nn/step_graph.hpp; train_config::step_graph, off by default): on a
+// Step graphs (step_replay.hpp, nn/step_graph.hpp; train_config::step_graph, on by default): on a
 // backend that records graphs (the device backend: a CUDA or HIP graph), with one rank, one
-// micro-batch, no healing and a recipe without per-step random draws, the second step of a batch
-// shape is recorded and the steps after it replay it: zero_grad, forward, backward and the
+// micro-batch, no healing and a recipe without per-step random draws, the third step of a batch
+// shape is recorded (the second, launched, is measured for its memory) and the steps after it
+// replay it: zero_grad, forward, backward and the
 // optimizer step, as one launch. Outside the recording, before it: the batch's upload into the
 // same tokens, targets and mask tensors, and the learning rate into a device scalar (the
 // optimizer reads it there: adamw_args::lr_device); after it: the loss read of a logging step. The
@@ -67,9 +68,8 @@ struct train_config {
   // micro-batch, the plain step.
   parallel_config parallel;
   // Record the step once and replay it where it applies (step_replay.hpp; trainer::steps() says
-  // whether it does, and why not). Off (the default until a recorded step passes memcheck and the
-  // 8B step is measured with it: docs/perf/training.md): every operation is launched.
-  bool step_graph = false;
+  // whether it does, and why not). Off: every operation is launched.
+  bool step_graph = true;
 };
 
 // The batch's loss mask uploaded into `mask` (allocated on first use: (B*T, 1) i32), or null for a

@@ -79,7 +79,7 @@ struct options {
   bool recompute = false;              // activation recomputation per layer
   bool weight_copies_per_gemm = false; // --weight-copies per-gemm: nn::linear_memory::weight_copies_per_gemm
   bool vendor_gemm = false;            // --gemm vendor: GPU programs, gpu::device_backend::set_vendor_gemm
-  bool cuda_graph = false;             // --cuda-graph on|off: nn::train_config::step_graph
+  bool cuda_graph = true;              // --cuda-graph on|off: nn::train_config::step_graph
   // Healing a pretraining run: from step switch_at (0-based) on, the recipe switch_to.
   std::string switch_to;
   std::size_t switch_at = 0;
@@ -440,7 +440,7 @@ inline std::vector<flag> flags() {
        "GPU programs: record the training step once as a CUDA graph (HIP graph on AMD) and replay it,\n"
        "    one launch a step instead of one per operation, the same results bit for bit; it applies with\n"
        "    one rank, one micro-batch, no --switch-to and a recipe without per-step random draws, and the\n"
-       "    program says why where it does not (train/step_replay.hpp) (default off)",
+       "    program says why where it does not (train/step_replay.hpp) (default on)",
        on_off("--cuda-graph", &options::cuda_graph)},
       // Interchange with other tools (tools/twin/twin.py replays a run from these files).
       {"--init-from", "PATH", "interchange",
