@@ -146,7 +146,10 @@ class allocation_meter {
   void note_free(void* p) noexcept {
     for (auto it = offsets_.begin(); it != offsets_.end(); ++it)
       if (it->first == p) {
-        (void)layout_.give_back(it->second);
+        try {
+          (void)layout_.give_back(it->second);
+        } catch (...) {  // no memory to note it: the measure errs large, never small
+        }
         offsets_.erase(it);
         return;
       }
@@ -196,7 +199,10 @@ inline void deallocate_async(void* p, stream_t s) noexcept {
     if (c->block_) {
       auto it = std::find(c->in_block_.begin(), c->in_block_.end(), p);
       if (it != c->in_block_.end()) {
-        (void)c->layout_.give_back(static_cast<std::size_t>(static_cast<std::uint8_t*>(p) - c->block_));
+        try {
+          (void)c->layout_.give_back(static_cast<std::size_t>(static_cast<std::uint8_t*>(p) - c->block_));
+        } catch (...) {  // no memory to note the free place: it is not reused in this recording
+        }
         c->in_block_.erase(it);
         return;
       }
