@@ -93,6 +93,32 @@ MXKIT_HD constexpr float max_nan(float a, float b) noexcept {
   return a > b ? a : b;
 }
 
+// a * b and a / b rounded to nearest even, IEEE 754, subnormals kept: PTX mul.rn.f32 and
+// div.rn.f32 (every sm; without .ftz they keep subnormal operands and results, whatever the
+// compile flags). Callers pass finite operands and, to div_rn, a non-zero divisor: there the
+// integer arithmetic of format/float_arithmetic.hpp computes the same bits (tests/format holds it
+// to the host's IEEE * and /), where its 64-bit integer division is a long emulated routine on a
+// GPU. HIP passes and the host keep the integer path.
+inline constexpr bool has_rn_mul_div = MXKIT_CUDA_DEVICE_ARCH > 0;
+MXKIT_HD inline float mul_rn(float a, float b) noexcept {
+#if MXKIT_CUDA_DEVICE_ARCH
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a * b;  // not reached: callers test has_rn_mul_div
+#endif
+}
+MXKIT_HD inline float div_rn(float a, float b) noexcept {
+#if MXKIT_CUDA_DEVICE_ARCH
+  float r;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return a / b;  // not reached: callers test has_rn_mul_div
+#endif
+}
+
 // ---- Conversions ------------------------------------------------------------------------------
 
 // IEEE binary16 code h to float, for a non-NaN h: exact (every half is a float). PTX cvt.f32.f16

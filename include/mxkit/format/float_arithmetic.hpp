@@ -53,17 +53,28 @@ MXKIT_HD constexpr std::uint32_t divide_rne_bits(std::uint32_t a, std::uint32_t 
   return round_to_float_bits(q, pa.lsb_exp - pb.lsb_exp - 40);
 }
 
+MXKIT_HD constexpr bool finite_bits(std::uint32_t b) noexcept { return (b & 0x7F800000u) != 0x7F800000u; }
+
 }  // namespace detail
 
 // a * b and a / b as IEEE binary32 computes them (nearest even, subnormals kept), for finite a
 // and b (b non-zero for the division). Signs follow IEEE: the result's sign is the XOR of the
-// operands'; a zero result keeps it. A result past FLT_MAX is +-Inf.
+// operands'; a zero result keeps it. A result past FLT_MAX is +-Inf. A CUDA device pass issues
+// the IEEE instruction for such operands (arch/intrinsics.hpp, mul_rn and div_rn): the same
+// bits in one instruction, where the integer division is a long emulated routine.
 MXKIT_HD constexpr float fp32_mul(float a, float b) noexcept {
   const std::uint32_t ab = bit_cast<std::uint32_t>(a), bb = bit_cast<std::uint32_t>(b);
+  if constexpr (hw::has_rn_mul_div) {
+    if (!__builtin_is_constant_evaluated() && detail::finite_bits(ab) && detail::finite_bits(bb)) return hw::mul_rn(a, b);
+  }
   return bit_cast<float>(((ab ^ bb) & 0x80000000u) | detail::multiply_rne_bits(ab & 0x7FFFFFFFu, bb & 0x7FFFFFFFu));
 }
 MXKIT_HD constexpr float fp32_div(float a, float b) noexcept {
   const std::uint32_t ab = bit_cast<std::uint32_t>(a), bb = bit_cast<std::uint32_t>(b);
+  if constexpr (hw::has_rn_mul_div) {
+    if (!__builtin_is_constant_evaluated() && detail::finite_bits(ab) && detail::finite_bits(bb) && (bb & 0x7FFFFFFFu) != 0)
+      return hw::div_rn(a, b);
+  }
   return bit_cast<float>(((ab ^ bb) & 0x80000000u) | detail::divide_rne_bits(ab & 0x7FFFFFFFu, bb & 0x7FFFFFFFu));
 }
 
