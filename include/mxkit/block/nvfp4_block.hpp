@@ -56,6 +56,18 @@ MXKIT_HD constexpr std::uint32_t nvfp4_block_amax_bits(const float* v) noexcept 
   return a;
 }
 
+namespace detail {
+// The elements of block b from values v, each scaled by `scaled` and rounded under o.
+template <class Scaled>
+MXKIT_HD constexpr void round_nvfp4_elements(nvfp4_block& b, const float* v, const nvfp4_options& o, std::uint64_t first_index,
+                                             const Scaled& scaled) noexcept {
+  for (int i = 0; i < nvfp4_block_size; ++i) {
+    const std::uint32_t bits = o.round == rounding::stochastic ? random_bits(o.seed, o.stream, first_index + static_cast<std::uint64_t>(i)) : 0u;
+    b.elements[i] = e2m1::from_float(scaled(v[i]), o.round, overflow::saturate, bits);
+  }
+}
+}  // namespace detail
+
 // Values v (rotated already, when the options rotate) to a block, scaled from `amax` (float bits:
 // the block's own, or its 16 x 16 tile's) by `scaler` (nvfp4_scaler: mxkit's rule; the peers'
 // scalers in validation/nvfp4_quirks.hpp). first_index numbers v[0] in its copy for stochastic
@@ -69,9 +81,12 @@ MXKIT_HD constexpr nvfp4_block quantize_nvfp4_block(const float* v, std::uint32_
     return b;
   }
   b.scale = scaler.block_scale(bit_cast<float>(amax));
-  for (int i = 0; i < nvfp4_block_size; ++i) {
-    const std::uint32_t bits = o.round == rounding::stochastic ? random_bits(o.seed, o.stream, first_index + static_cast<std::uint64_t>(i)) : 0u;
-    b.elements[i] = e2m1::from_float(scaler.scaled(v[i], b.scale), o.round, overflow::saturate, bits);
+  // A scaler that splits its scaling per block (nvfp4_scaler::for_block) does the block's part
+  // once; the peers' scalers (validation/nvfp4_quirks.hpp) scale each element whole.
+  if constexpr (requires { scaler.for_block(b.scale); }) {
+    detail::round_nvfp4_elements(b, v, o, first_index, scaler.for_block(b.scale));
+  } else {
+    detail::round_nvfp4_elements(b, v, o, first_index, [&](float x) { return scaler.scaled(x, b.scale); });
   }
   return b;
 }

@@ -70,10 +70,22 @@ MXKIT_HD constexpr e4m3 nvfp4_block_scale(float block_amax, float t) noexcept {
 // Whether an E4M3 scale is zero (+0 or -0: a block scale is never negative, a foreign one may be).
 MXKIT_HD constexpr bool nvfp4_zero_scale(e4m3 s) noexcept { return (s.bits() & 0x7Fu) == 0; }
 
+// What the elements of a block of scale s (finite, non-zero) under tensor scale t are divided by.
+MXKIT_HD constexpr float nvfp4_element_divisor(e4m3 s, float t) noexcept { return fp32_mul(s.to_float(), t); }
+
 // The value element x is rounded from, in a block of scale s (finite, non-zero) under tensor scale t.
-MXKIT_HD constexpr float nvfp4_scaled_element(float x, e4m3 s, float t) noexcept {
-  return fp32_div(x, fp32_mul(s.to_float(), t));
-}
+MXKIT_HD constexpr float nvfp4_scaled_element(float x, e4m3 s, float t) noexcept { return fp32_div(x, nvfp4_element_divisor(s, t)); }
+
+// scaled() of one block's elements, with what depends on the block alone computed once
+// (nvfp4_scaler::for_block): a block quantizer's loop then divides and rounds, nothing more.
+struct nvfp4_block_scaling {
+  float divisor = 1.0f;  // nvfp4_element_divisor; unused for a zero scale
+  bool zero = false;     // nvfp4_zero_scale: every element is its signed zero
+
+  MXKIT_HD constexpr float operator()(float x) const noexcept {
+    return zero ? bit_cast<float>(bit_cast<std::uint32_t>(x) & 0x80000000u) : fp32_div(x, divisor);
+  }
+};
 
 // mxkit's rule for one copy, as the block functions take it (block/nvfp4_block.hpp): the block's
 // scale from its amax, the value each element is rounded from, and the decoded value of a code.
@@ -82,10 +94,12 @@ struct nvfp4_scaler {
   float tensor_scale = 1.0f;  // t, nvfp4_valid_tensor_scale
 
   MXKIT_HD constexpr e4m3 block_scale(float block_amax) const noexcept { return nvfp4_block_scale(block_amax, tensor_scale); }
-  MXKIT_HD constexpr float scaled(float x, e4m3 s) const noexcept {
-    if (nvfp4_zero_scale(s)) return bit_cast<float>(bit_cast<std::uint32_t>(x) & 0x80000000u);  // the signed zero
-    return nvfp4_scaled_element(x, s, tensor_scale);
+  // A zero scale gives each element its signed zero; any other divides by fl(s x t).
+  MXKIT_HD constexpr nvfp4_block_scaling for_block(e4m3 s) const noexcept {
+    if (nvfp4_zero_scale(s)) return {1.0f, true};
+    return {nvfp4_element_divisor(s, tensor_scale), false};
   }
+  MXKIT_HD constexpr float scaled(float x, e4m3 s) const noexcept { return for_block(s)(x); }
 };
 
 // The value of element code q (E2M1) under block scale s and tensor scale t: NaN for a NaN scale.

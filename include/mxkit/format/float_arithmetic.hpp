@@ -55,6 +55,23 @@ MXKIT_HD constexpr std::uint32_t divide_rne_bits(std::uint32_t a, std::uint32_t 
 
 MXKIT_HD constexpr bool finite_bits(std::uint32_t b) noexcept { return (b & 0x7F800000u) != 0x7F800000u; }
 
+// fp32_mul and fp32_div in integers, operands as bits. Where a device pass issues the IEEE
+// instruction for the contract's operands (below), these serve only the others and stay out of
+// line: inlined, their 64-bit arithmetic made a caller's loop (an NVFP4 block's 16 elements) too
+// large to unroll, and its arrays went to local memory.
+#if MXKIT_CUDA_DEVICE_ARCH
+#define MXKIT_DETAIL_FP32_INTEGER_PATH __attribute__((noinline))
+#else
+#define MXKIT_DETAIL_FP32_INTEGER_PATH
+#endif
+MXKIT_HD MXKIT_DETAIL_FP32_INTEGER_PATH constexpr float fp32_mul_integer(std::uint32_t ab, std::uint32_t bb) noexcept {
+  return bit_cast<float>(((ab ^ bb) & 0x80000000u) | multiply_rne_bits(ab & 0x7FFFFFFFu, bb & 0x7FFFFFFFu));
+}
+MXKIT_HD MXKIT_DETAIL_FP32_INTEGER_PATH constexpr float fp32_div_integer(std::uint32_t ab, std::uint32_t bb) noexcept {
+  return bit_cast<float>(((ab ^ bb) & 0x80000000u) | divide_rne_bits(ab & 0x7FFFFFFFu, bb & 0x7FFFFFFFu));
+}
+#undef MXKIT_DETAIL_FP32_INTEGER_PATH
+
 }  // namespace detail
 
 // a * b and a / b as IEEE binary32 computes them (nearest even, subnormals kept), for finite a
@@ -67,7 +84,7 @@ MXKIT_HD constexpr float fp32_mul(float a, float b) noexcept {
   if constexpr (hw::has_rn_mul_div) {
     if (!__builtin_is_constant_evaluated() && detail::finite_bits(ab) && detail::finite_bits(bb)) return hw::mul_rn(a, b);
   }
-  return bit_cast<float>(((ab ^ bb) & 0x80000000u) | detail::multiply_rne_bits(ab & 0x7FFFFFFFu, bb & 0x7FFFFFFFu));
+  return detail::fp32_mul_integer(ab, bb);
 }
 MXKIT_HD constexpr float fp32_div(float a, float b) noexcept {
   const std::uint32_t ab = bit_cast<std::uint32_t>(a), bb = bit_cast<std::uint32_t>(b);
@@ -75,7 +92,7 @@ MXKIT_HD constexpr float fp32_div(float a, float b) noexcept {
     if (!__builtin_is_constant_evaluated() && detail::finite_bits(ab) && detail::finite_bits(bb) && (bb & 0x7FFFFFFFu) != 0)
       return hw::div_rn(a, b);
   }
-  return bit_cast<float>(((ab ^ bb) & 0x80000000u) | detail::divide_rne_bits(ab & 0x7FFFFFFFu, bb & 0x7FFFFFFFu));
+  return detail::fp32_div_integer(ab, bb);
 }
 
 MXKIT_END_NAMESPACE
