@@ -54,6 +54,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/nvfp4_block.hpp>
+#include <mxkit/block/nvfp4_thresholds.hpp>
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/scale_rule.hpp>
 #include <mxkit/gpu/quantize/scale_padding.hpp>
@@ -261,11 +262,31 @@ MXKIT_HD inline __attribute__((noinline)) nvfp4_block nvfp4_quantize_out_of_line
   return quantize_nvfp4_block(x.v, amax, scaler, o, first_index);
 }
 
+// Code thresholds of one copy in shared memory (block/nvfp4_thresholds.hpp): T_1 .. T_7 of scale
+// code c at c x nvfp4_threshold_stride (8 words: a scale's set is one 32-byte row).
+inline constexpr int nvfp4_threshold_stride = 8;
+inline constexpr int nvfp4_threshold_words = nvfp4_threshold_scale_codes * nvfp4_threshold_stride;
+
+// This thread's share (entries thread, thread + threads, ...) of the code thresholds of the copies
+// that round to nearest even, under their scalers: table[0 .. words) the rowwise copy's, table[words
+// .. 2 words) the columnwise copy's. A barrier must follow before any thread reads them.
+MXKIT_HD inline void nvfp4_fill_thresholds(std::uint32_t* table, int thread, int threads, bool rowwise, bool columnwise,
+                                           const nvfp4_scaler& row_scaler, const nvfp4_scaler& col_scaler) noexcept {
+  constexpr int per_copy = nvfp4_threshold_scale_codes * nvfp4_code_thresholds;
+  for (int e = thread; e < 2 * per_copy; e += threads) {
+    const int copy = e / per_copy, code = e % per_copy / nvfp4_code_thresholds, k = e % nvfp4_code_thresholds;
+    if (!(copy == 0 ? rowwise : columnwise)) continue;
+    const nvfp4_block_scaling b = (copy == 0 ? row_scaler : col_scaler).for_block(e4m3::from_bits(static_cast<std::uint8_t>(code)));
+    table[copy * nvfp4_threshold_words + code * nvfp4_threshold_stride + k] = nvfp4_code_threshold(b, static_cast<std::uint32_t>(k + 1));
+  }
+}
+
 // quantize_nvfp4_block, with the rounding a constant on the common path (round to nearest even:
-// the loop unrolls into registers).
+// the loop unrolls into registers), there from the copy's code thresholds where given.
 MXKIT_HD inline nvfp4_block nvfp4_quantize(const float* v, std::uint32_t amax, const nvfp4_scaler& scaler, const nvfp4_options& o,
-                                           std::uint64_t first_index) noexcept {
+                                           std::uint64_t first_index, const std::uint32_t* thresholds) noexcept {
   if (o.round == rounding::nearest_even) {
+    if (thresholds) return quantize_nvfp4_block_by_thresholds(v, amax, scaler, thresholds, nvfp4_threshold_stride);
     nvfp4_options ne = o;
     ne.round = rounding::nearest_even;
     return quantize_nvfp4_block(v, amax, scaler, ne, first_index);
@@ -277,12 +298,12 @@ MXKIT_HD inline nvfp4_block nvfp4_quantize(const float* v, std::uint32_t amax, c
 
 // Quantizes values v (rotated) of block blk of `line` of copy c under `scaler` and options o (c's,
 // the rotation a constant), amax as quantize_nvfp4_block takes it, and stores its 8 code bytes and
-// its scale.
+// its scale. thresholds: the copy's code thresholds (nvfp4_fill_thresholds), or null.
 MXKIT_HD inline void nvfp4_store_block(const nvfp4_view& c, const nvfp4_options& o, const nvfp4_scaler& scaler, std::size_t line,
-                                       std::size_t blk, const float* v, std::uint32_t amax) noexcept {
+                                       std::size_t blk, const float* v, std::uint32_t amax, const std::uint32_t* thresholds) noexcept {
   const nvfp4_layout& l = c.layout;
   // Stochastic rounding numbers element (line, pos) line * padded_length + pos, as the host.
-  const nvfp4_block b = nvfp4_quantize(v, amax, scaler, o, line * l.padded_length() + blk * nvfp4_block_size);
+  const nvfp4_block b = nvfp4_quantize(v, amax, scaler, o, line * l.padded_length() + blk * nvfp4_block_size, thresholds);
   c.scales[c.scale_index(line, blk)] = b.scale.bits();
   // The block's 16 codes are 8 whole bytes of its line (block/pack.hpp's nibble order), stored
   // at once: line_bytes is a multiple of 8 and the launcher checks the data's alignment.
@@ -310,11 +331,12 @@ struct nvfp4_quantize_params {
 // the matrix, or a block past the padded line, is not stored), one copy after the other, each
 // block read and rotated again from the tile. ro, co: the copies' options (the streams theirs, the
 // rotation nvfp4_kernel_options'). tile_amax: nvfp4_tile_block_amax's, read after the barrier
-// (16 x 16 blocks), or null (1 x 16 blocks: each block's own amax).
+// (16 x 16 blocks), or null (1 x 16 blocks: each block's own amax). thresholds: both copies' code
+// thresholds (nvfp4_fill_thresholds), or null.
 template <class T>
 MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_options& ro, const nvfp4_options& co,
                                 const nvfp4_scaler& row_scaler, const nvfp4_scaler& col_scaler, std::size_t t, int thread,
-                                const float4* smem, const std::uint32_t* tile_amax) noexcept {
+                                const float4* smem, const std::uint32_t* tile_amax, const std::uint32_t* thresholds) noexcept {
   std::size_t r0 = 0, c0 = 0;
   p.in.origin(t, r0, c0);
   const std::size_t line = static_cast<std::size_t>(thread / nvfp4_tile_blocks), part = static_cast<std::size_t>(thread % nvfp4_tile_blocks);
@@ -323,15 +345,16 @@ MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_o
     const std::size_t r = r0 + line, blk = c0 / nvfp4_block_size + part;
     if (r < p.in.rows && blk < p.row.layout.blocks_per_line()) {
       nvfp4_read_block(smem, thread, true, ro, v);
-      nvfp4_store_block(p.row, ro, row_scaler, r, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : nvfp4_block_amax_bits(v));
+      nvfp4_store_block(p.row, ro, row_scaler, r, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : nvfp4_block_amax_bits(v),
+                        thresholds);
     }
   }
   if (p.col.data) {
     const std::size_t c = c0 + line, blk = r0 / nvfp4_block_size + part;
     if (c < p.in.cols && blk < p.col.layout.blocks_per_line()) {
       nvfp4_read_block(smem, thread, false, co, v);
-      nvfp4_store_block(p.col, co, col_scaler, c, blk, v,
-                        tile_amax ? nvfp4_tile_amax(tile_amax + nvfp4_threads, thread) : nvfp4_block_amax_bits(v));
+      nvfp4_store_block(p.col, co, col_scaler, c, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax + nvfp4_threads, thread) : nvfp4_block_amax_bits(v),
+                        thresholds ? thresholds + nvfp4_threshold_words : nullptr);
     }
   }
 }
@@ -352,9 +375,14 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
   using L = nvfp4_tile_loads<T>;
   __shared__ float4 smem[nvfp4_tile_chunks];
   __shared__ std::uint32_t tile_amax[TwoD ? 2 * nvfp4_threads : 1];
+  __shared__ std::uint32_t thresholds[2 * nvfp4_threshold_words];
   const int thread = static_cast<int>(threadIdx.x);
   const nvfp4_scaler row_scaler{p.row.data ? *p.row_t : 1.0f}, col_scaler{p.col.data ? *p.col_t : 1.0f};
   const nvfp4_options ro = nvfp4_kernel_options<Rotate>(p.row.options), co = nvfp4_kernel_options<Rotate>(p.col.options);
+  // Each copy that rounds to nearest even codes its elements by comparison (a division an element
+  // otherwise); the barrier before the first tile's quantization orders the fill before the reads.
+  nvfp4_fill_thresholds(thresholds, thread, nvfp4_threads, p.row.data && ro.round == rounding::nearest_even,
+                        p.col.data && co.round == rounding::nearest_even, row_scaler, col_scaler);
   const std::size_t last = p.in.tiles - 1;
   std::uint32_t all = 0;
   uint4 cur[L::count], next[L::count];
@@ -369,7 +397,7 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
       nvfp4_tile_block_amax(smem, thread, ro, p.row.data != nullptr, p.col.data != nullptr, tile_amax);
       sync_threads();
     }
-    nvfp4_tile_finish(p, ro, co, row_scaler, col_scaler, last - k, thread, smem, TwoD ? tile_amax : nullptr);
+    nvfp4_tile_finish(p, ro, co, row_scaler, col_scaler, last - k, thread, smem, TwoD ? tile_amax : nullptr, thresholds);
     sync_threads();  // everyone is done with this tile before the next is staged
     for (int j = 0; j < L::count; ++j) cur[j] = next[j];
   }
