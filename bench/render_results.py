@@ -226,16 +226,20 @@ def render_table(table, data, where):
     match = table.get("match", {})
     if match.get("bench") not in data:
         raise DataError(f"{where}: no results of benchmark {match.get('bench')!r}")
-    pool = [r for r in data[match["bench"]] if all(r.get(k) == v for k, v in match.items())]
-    if not pool:
-        raise DataError(f"{where}: no row matches {match}")
     cols = table["columns"]
+    # A column may narrow or change the table's match (its own "match": another commit, say).
+    pools = []
+    for c in cols:
+        m = dict(match, **c.get("match", {}))
+        pools.append((m, [r for r in data[match["bench"]] if all(r.get(k) == v for k, v in m.items())]))
+        if not pools[-1][1]:
+            raise DataError(f"{where}: no row matches {m}")
     head = [table.get("corner", "")] + [c["label"] for c in cols]
     align = ["---"] + [c.get("align", "---:") for c in cols]
     out = ["| " + " | ".join(head) + " |\n", "| " + " | ".join(align) + " |\n"]
     for r in table["rows"]:
         cells = [r["label"]]
-        for c in cols:
+        for c, (m, pool) in zip(cols, pools):
             case = c.get("case", "{row}").format(row=r.get("row", r["label"]), **r.get("vars", {}))
             peer = c.get("peer")
             found = [x for x in pool if x["case"] == case and (peer is None or x["peer"] == peer)]
@@ -244,7 +248,7 @@ def render_table(table, data, where):
                     cells.append(c.get("missing", r.get("missing")))
                     continue
                 raise DataError(f"{where}: no row for case {case!r}" + (f" and peer {peer!r}" if peer else "") +
-                                f" among those matching {match} (a column or row may say \"missing\": \"-\")")
+                                f" among those matching {m} (a column or row may say \"missing\": \"-\")")
             x = found[-1]  # the last recorded, where a run was repeated
             scale = c.get("scale", 1.0)
             fields = dict(x, value=x["value"] * scale, peer_value=None if x["peer_value"] is None else x["peer_value"] * scale,

@@ -36,8 +36,11 @@
 // registers down to a few CTAs per SM. For 16 x 16 blocks each thread's block amaxes go through
 // shared memory to the 16 threads of their 16 x 16 tile (16-aligned inside the 64 x 64 one), and
 // after that barrier the blocks are read and rotated again from the staged tile. Rounding to
-// nearest even, the common case, is quantize_nvfp4_block inlined with the rounding a constant;
-// the other roundings (stochastic: Philox bits per element) call it out of line.
+// nearest even, the common case, codes each element by comparing it with its block's code
+// thresholds (block/nvfp4_thresholds.hpp: the same bytes as quantize_nvfp4_block, without a
+// division an element), which each CTA computes once for both copies into shared memory (127
+// scale codes x 7); the other roundings (stochastic: Philox bits per four elements) call
+// quantize_nvfp4_block out of line.
 // The amax pass is the same tile walk: without the rotation it only folds the loaded values; with
 // it it stages the tile and rotates each block as the quantize pass does. Options that change the
 // code path (rotation, 16 x 16 blocks) are template arguments, so the common kernels carry no dead
@@ -379,15 +382,16 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
   const int thread = static_cast<int>(threadIdx.x);
   const nvfp4_scaler row_scaler{p.row.data ? *p.row_t : 1.0f}, col_scaler{p.col.data ? *p.col_t : 1.0f};
   const nvfp4_options ro = nvfp4_kernel_options<Rotate>(p.row.options), co = nvfp4_kernel_options<Rotate>(p.col.options);
-  // Each copy that rounds to nearest even codes its elements by comparison (a division an element
-  // otherwise); the barrier before the first tile's quantization orders the fill before the reads.
-  nvfp4_fill_thresholds(thresholds, thread, nvfp4_threads, p.row.data && ro.round == rounding::nearest_even,
-                        p.col.data && co.round == rounding::nearest_even, row_scaler, col_scaler);
   const std::size_t last = p.in.tiles - 1;
   std::uint32_t all = 0;
   uint4 cur[L::count], next[L::count];
   std::size_t k = blockIdx.x;
   if (k < p.in.tiles) nvfp4_load_tile(p.in, last - k, thread, cur);
+  // Each copy that rounds to nearest even codes its elements by comparison (a division an element
+  // otherwise), while the first tile's loads are in flight; the barrier after the first staging
+  // orders the fill before any read.
+  nvfp4_fill_thresholds(thresholds, thread, nvfp4_threads, p.row.data && ro.round == rounding::nearest_even,
+                        p.col.data && co.round == rounding::nearest_even, row_scaler, col_scaler);
   for (; k < p.in.tiles; k += gridDim.x) {
     nvfp4_stage_tile<T>(cur, thread, smem, p.amax != nullptr, all);
     sync_threads();
