@@ -9,8 +9,10 @@
 #             unit and exhaustive tests too, unless the sanitize stage runs in the same command
 #             with a working sanitizer compiler: then they are built and run once, there.
 #   sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build with clang++-22 (so host code is
-#             checked by a second compiler too) at -O1 with line tables only (-g1: the reports'
-#             file and line, for less compile time than -O2 -g; docs/perf/build.md), without
+#             checked by a second compiler too) at -O1 without debug information (UBSan's reports
+#             carry their file and line in the checks themselves, ASan's stacks name the
+#             functions; line tables cost a third more compile time, -O0 ten times the test
+#             time: docs/perf/build.md), without
 #             the benchmarks and demo programs (no test runs them), with one header check (the
 #             umbrella's: each header alone is the release stage's check);
 #             ctest without the `package` label (the consumer projects are not sanitized
@@ -25,7 +27,8 @@
 #             undefined at -O1 -g1; each runs MXKIT_FUZZ_SECONDS (default 30) from its seed
 #             corpus, all at once; any finding fails the stage.
 #   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernel library (to PTX), GPU tests and
-#             GPU header checks compile (not the GPU benchmarks: scripts/gpu.sh builds those); the
+#             GPU header checks (only the CUDA-specific headers alone when the hip stage runs too)
+#             compile (not the GPU benchmarks: scripts/gpu.sh builds those); the
 #             GPU tests run and report themselves skipped where no GPU is present; CUDA consumers
 #             of the package build and run.
 #   hip       -DMXKIT_GPU=HIP when clang++-22 is found: device-only compile for AMD GPUs (tests
@@ -216,7 +219,7 @@ for stage in "${stages[@]}"; do
         # No benchmarks or demo programs: no test runs them, and the release stage compiles them.
         build_and_test sanitize "$root/sanitize" "package${skip_labels:+|$skip_labels}" \
           -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXKIT_GPU=OFF "-DCMAKE_CXX_COMPILER=$cxx" "-DMXKIT_SANITIZE=address;undefined" \
-          "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DMXKIT_HEADER_UNITS=OFF -DMXKIT_BUILD_BENCH=OFF \
+          "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g0 -DNDEBUG" -DMXKIT_HEADER_UNITS=OFF -DMXKIT_BUILD_BENCH=OFF \
           -DMXKIT_DEMO_EXAMPLES=OFF
         summary[-1]+=" ($(basename "$cxx")${tried:+; passed over:${tried%;}})"
       fi ;;
@@ -249,11 +252,15 @@ for stage in "${stages[@]}"; do
         # PTX only (MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY: no ptxas, NVVM -O1; the GPU machine's builds,
         # scripts/gpu.sh, compile it at -O3 and assemble it for sm_90a before every run). No GPU
         # benchmarks: they time nothing here, and scripts/gpu.sh builds the ones it runs.
+        # When the hip stage runs in the same command, each shared GPU header's compile alone is
+        # its check, and nvcc compiles alone only the CUDA-specific ones (MXKIT_GPU_HEADER_UNITS).
+        header_units=ALL
+        case " ${stages[*]} " in *" hip "*) command -v clang++-22 > /dev/null && header_units=VENDOR ;; esac
         # shellcheck disable=SC2086  # word splitting of the extra arguments is intended
         build_and_test cuda "$root/cuda" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA \
           "-DCMAKE_CUDA_COMPILER=$nvcc" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
           -DMXKIT_BUILD_BENCH=OFF -DMXKIT_GPU_PROGRAMS_UNOPTIMIZED=ON -DMXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY=ON \
-          ${MXKIT_CUDA_CMAKE_ARGS:-}
+          "-DMXKIT_GPU_HEADER_UNITS=$header_units" ${MXKIT_CUDA_CMAKE_ARGS:-}
       fi ;;
     hip)
       hipcxx=$(command -v clang++-22 || true)

@@ -52,6 +52,16 @@ std::vector<float> stochastic_inputs(const oracle::table& t, int scale_exp, std:
       xs.push_back(-f);
     }
   }
+  // Far below the least step: the discarded fraction is the whole value, below 2^-9 of the step
+  // from k = 10 on, where a 32-bit significand is shifted by 32 or more (format/bits.hpp).
+  for (int k = 1; k <= 40; ++k)
+    for (const long double m : {1.0L, 1.3125L, 1.9375L}) {
+      const float f = static_cast<float>(std::ldexp(t.min_positive() * m, scale_exp - k));
+      if (f != 0.0f) {
+        xs.push_back(f);
+        xs.push_back(-f);
+      }
+    }
   return xs;
 }
 

@@ -37,11 +37,32 @@ if(NOT gpu_headers)
   message(FATAL_ERROR "mxkit: no public GPU header found under ${include_root}/mxkit/gpu")
 endif()
 
+# MXKIT_GPU_HEADER_UNITS=VENDOR: per-header units only for the headers this vendor alone compiles
+# (the ISA-specific ones above), where another build in the same run compiles the shared headers
+# alone (scripts/test.sh: the cuda stage when the hip stage runs; a header's standing alone does
+# not depend on the compiler that checks it, and nvcc still compiles every header through the two
+# units, the library and the tests). The two units always include every header.
+set(MXKIT_GPU_HEADER_UNITS ALL CACHE STRING "GPU headers compiled alone: ALL, or VENDOR (only this vendor's ISA-specific ones)")
+set_property(CACHE MXKIT_GPU_HEADER_UNITS PROPERTY STRINGS ALL VENDOR)
+if(NOT MXKIT_GPU_HEADER_UNITS MATCHES "^(ALL|VENDOR)$")
+  message(FATAL_ERROR "mxkit: MXKIT_GPU_HEADER_UNITS is '${MXKIT_GPU_HEADER_UNITS}'; it takes ALL or VENDOR")
+endif()
+set(unit_headers ${gpu_headers})
+if(MXKIT_GPU_HEADER_UNITS STREQUAL "VENDOR")
+  if(MXKIT_GPU STREQUAL "CUDA")
+    list(FILTER unit_headers INCLUDE REGEX "/(arch/cuda|sm90)/|/vendor/cublaslt")
+  else()
+    list(FILTER unit_headers INCLUDE REGEX "/(arch/hip|gfx950)/")
+  endif()
+endif()
+
 set(gen ${CMAKE_CURRENT_BINARY_DIR}/headers)
 set(all_includes "")
-set(header_units "")
 foreach(header IN LISTS gpu_headers)
   string(APPEND all_includes "#include <${header}>\n")
+endforeach()
+set(header_units "")
+foreach(header IN LISTS unit_headers)
   string(MAKE_C_IDENTIFIER ${header} id)
   # file(CONFIGURE) rewrites a file only when its text changes: no rebuild on every configure.
   file(CONFIGURE OUTPUT ${gen}/${id}.cu @ONLY CONTENT

@@ -60,14 +60,15 @@ namespace detail {
 // The elements of block b from values v, each scaled by `scaled` and rounded under o. Stochastic
 // rounding draws random_bits(seed, stream, first_index + i): one Philox call serves four
 // consecutive indices (random_bits_x4), so a block that starts at a multiple of 4 (every block of
-// a copy: lines are padded to whole blocks) makes four calls, not sixteen.
+// a copy: lines are padded to whole blocks) makes four calls, not sixteen. The rounding is spelled
+// out there, so that a caller's run-time mode does not keep the other modes' code in the loop.
 template <class Scaled>
 MXKIT_HD constexpr void round_nvfp4_elements(nvfp4_block& b, const float* v, const nvfp4_options& o, std::uint64_t first_index,
                                              const Scaled& scaled) noexcept {
   if (o.round == rounding::stochastic && first_index % 4 == 0) {
     for (int g = 0; g < nvfp4_block_size; g += 4) {
       const philox_block r = random_bits_x4(o.seed, o.stream, (first_index + static_cast<std::uint64_t>(g)) / 4);
-      for (int j = 0; j < 4; ++j) b.elements[g + j] = e2m1::from_float(scaled(v[g + j]), o.round, overflow::saturate, r.v[j]);
+      for (int j = 0; j < 4; ++j) b.elements[g + j] = e2m1::from_float(scaled(v[g + j]), rounding::stochastic, overflow::saturate, r.v[j]);
     }
     return;
   }

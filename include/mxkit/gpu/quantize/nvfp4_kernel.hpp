@@ -294,6 +294,11 @@ MXKIT_HD inline nvfp4_block nvfp4_quantize(const float* v, std::uint32_t amax, c
     ne.round = rounding::nearest_even;
     return quantize_nvfp4_block(v, amax, scaler, ne, first_index);
   }
+  if (o.round == rounding::stochastic) {
+    nvfp4_options sr = o;
+    sr.round = rounding::stochastic;
+    return quantize_nvfp4_block(v, amax, scaler, sr, first_index / 4 * 4);
+  }
   nvfp4_block_values x;
   for (int i = 0; i < nvfp4_block_size; ++i) x.v[i] = v[i];
   return nvfp4_quantize_out_of_line(x, amax, scaler, o, first_index);
