@@ -39,8 +39,8 @@
 // nearest even, the common case, codes each element by comparing it with its block's code
 // thresholds (block/nvfp4_thresholds.hpp: the same bytes as quantize_nvfp4_block, without a
 // division an element), which each CTA computes once for both copies into shared memory (127
-// scale codes x 7); the other roundings (stochastic: Philox bits per four elements) call
-// quantize_nvfp4_block out of line.
+// scale codes x 7); stochastic rounding (Philox bits per four elements) is quantize_nvfp4_block
+// inlined with its mode a constant, and the other roundings call it out of line.
 // The amax pass is the same tile walk: without the rotation it only folds the loaded values; with
 // it it stages the tile and rotates each block as the quantize pass does. Options that change the
 // code path (rotation, 16 x 16 blocks) are template arguments, so the common kernels carry no dead
@@ -253,9 +253,9 @@ MXKIT_HD inline std::uint32_t nvfp4_tile_amax(const std::uint32_t* amax, int thr
   return a;
 }
 
-// quantize_nvfp4_block off the common path (a rounding other than to nearest even): out of line,
-// values in by value, so that its loop (stochastic rounding's bits per element) does not move the
-// caller's arrays to local memory.
+// quantize_nvfp4_block off the common paths (toward zero, nearest away): out of line, values in
+// by value, so that its loop over the run-time modes does not move the caller's arrays to local
+// memory.
 struct nvfp4_block_values {
   float v[nvfp4_block_size];
 };
@@ -284,8 +284,9 @@ MXKIT_HD inline void nvfp4_fill_thresholds(std::uint32_t* table, int thread, int
   }
 }
 
-// quantize_nvfp4_block, with the rounding a constant on the common path (round to nearest even:
-// the loop unrolls into registers), there from the copy's code thresholds where given.
+// quantize_nvfp4_block, with the rounding a constant on the common paths (round to nearest even:
+// the loop unrolls into registers, from the copy's code thresholds where given; stochastic), the
+// other roundings out of line.
 MXKIT_HD inline nvfp4_block nvfp4_quantize(const float* v, std::uint32_t amax, const nvfp4_scaler& scaler, const nvfp4_options& o,
                                            std::uint64_t first_index, const std::uint32_t* thresholds) noexcept {
   if (o.round == rounding::nearest_even) {
@@ -294,6 +295,9 @@ MXKIT_HD inline nvfp4_block nvfp4_quantize(const float* v, std::uint32_t amax, c
     ne.round = rounding::nearest_even;
     return quantize_nvfp4_block(v, amax, scaler, ne, first_index);
   }
+  // Stochastic rounding inline, its mode a constant: no call and no other mode's code. A block's
+  // first index is a multiple of 16 (lines padded to whole blocks); written as a multiple of 4, the
+  // compiler sees it and keeps only the one-Philox-call-per-four-elements path.
   if (o.round == rounding::stochastic) {
     nvfp4_options sr = o;
     sr.round = rounding::stochastic;
