@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -614,18 +615,25 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 }
 // An output the copy is written into (out=, or what the input's framework allocated): checked
 // before anything is written, so a wrong buffer is a ValueError naming it, never a partial write.
-void check_output(const tensor_ref& t, const std::string& what, const std::vector<std::int64_t>& shape, const tensor_ref& x,
+// what_of: the output's name, a string or a callable that makes it (built only for an error: the
+// device quantizer's small calls check four outputs each, issue 45's per-call overhead).
+template <class What>
+void check_output(const tensor_ref& t, const What& what_of, const std::vector<std::int64_t>& shape, const tensor_ref& x,
                   dlpack::DLDataType dtype = {dlpack::kDLUInt, 8, 1}) {
-  if (!same_device(t, x)) value_error(what + " is " + t.describe() + ", but x is " + x.describe() + "; pass it on x's device");
+  const auto name = [&]() -> std::string {
+    if constexpr (std::is_invocable_v<const What&>) return what_of();
+    else return what_of;
+  };
+  if (!same_device(t, x)) value_error(name() + " is " + t.describe() + ", but x is " + x.describe() + "; pass it on x's device");
   const bool bytes = dtype.bits == 8;
   if (bytes ? !byte_dtype(t) : (t.dtype.code != dtype.code || t.dtype.bits != dtype.bits || t.dtype.lanes != 1)) {
     tensor_ref want;
     want.dtype = dtype;
-    value_error(what + " must hold " + (bytes ? std::string("bytes (uint8, int8 or an 8-bit float type)") : want.dtype_name()) + ", got " + t.describe());
+    value_error(name() + " must hold " + (bytes ? std::string("bytes (uint8, int8 or an 8-bit float type)") : want.dtype_name()) + ", got " + t.describe());
   }
-  if (t.shape != shape) value_error(what + " has shape " + shape_text(t.shape) + ", but this result has shape " + shape_text(shape));
-  if (!t.compact()) value_error(what + " must be contiguous (row-major), got strides that are not");
-  if (t.read_only) value_error(what + " is read-only");
+  if (t.shape != shape) value_error(name() + " has shape " + shape_text(t.shape) + ", but this result has shape " + shape_text(shape));
+  if (!t.compact()) value_error(name() + " must be contiguous (row-major), got strides that are not");
+  if (t.read_only) value_error(name() + " is read-only");
 }
 // out= of one copy: [codes, scales], checked against the description.
 std::vector<tensor_ref> copy_outputs(py::object out, std::size_t copies) {
@@ -686,7 +694,10 @@ tensor_ref pool_result(std::size_t bytes, std::vector<std::int64_t> shape, dlpac
 // Device quantize into mxkit's storage (any scale layout). copies: one description, or the
 // rowwise and columnwise ones of one format (written in one launch). out: the 2 or 4 arrays to
 // write (codes, scales per copy), or None for pool memory. Nothing here waits for the device.
-py::list quantize_into(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream, std::vector<tensor_ref> refs);
+// want_result false: the caller holds the outputs (quantize_device_raw), and no Python objects are
+// made for them.
+py::list quantize_into(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream, std::vector<tensor_ref> refs,
+                       bool want_result = true);
 py::list quantize_device(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream, py::object out) {
   std::vector<tensor_ref> refs;
   if (!out.is_none()) refs = copy_outputs(out, copies.size());
@@ -709,9 +720,10 @@ void quantize_device_raw(std::uintptr_t x, int code, int bits, std::int64_t rows
     const copy_description& c = copies[i / 2];
     refs.push_back(cuda_tensor(out[i], dlpack::kDLUInt, 8, i % 2 == 0 ? c.data_shape() : c.scale_shape(), {}, device_id, py::none()));
   }
-  (void)quantize_into(in, copies, stream, std::move(refs));
+  (void)quantize_into(in, copies, stream, std::move(refs), false);
 }
-py::list quantize_into(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream, std::vector<tensor_ref> refs) {
+py::list quantize_into(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream, std::vector<tensor_ref> refs,
+                       bool want_result) {
   const matrix_arg m = input_matrix(x, "quantize");
   if (!x.on_cuda()) value_error("quantize: the device quantizer takes a CUDA tensor, got " + x.describe());
   if (copies.empty() || copies.size() > 2 || (copies.size() == 2 && (copies[0].layout.axis != mxkit::block_axis::rowwise ||
@@ -731,7 +743,7 @@ py::list quantize_into(const tensor_ref& x, const std::vector<copy_description>&
       const std::vector<std::int64_t> shape = part == 0 ? c.data_shape() : c.scale_shape();
       if (pooled) refs.push_back(pool_result(part == 0 ? c.data_bytes() : c.scale_bytes(), shape, {dlpack::kDLUInt, 8, 1}, dev, stream));
       const tensor_ref& t = refs[2 * i + static_cast<std::size_t>(part)];
-      check_output(t, "quantize: " + part_name(c, part, copies.size()), shape, x);
+      check_output(t, [&] { return "quantize: " + part_name(c, part, copies.size()); }, shape, x);
       auto* u = static_cast<std::uint8_t*>(t.data);
       const bool row = c.layout.axis == mxkit::block_axis::rowwise;
       (part == 0 ? (row ? targets.rowwise_data : targets.columnwise_data) : (row ? targets.rowwise_scales : targets.columnwise_scales)) = u;
@@ -739,7 +751,8 @@ py::list quantize_into(const tensor_ref& x, const std::vector<copy_description>&
   }
   device::quantize(m.data, m.type, m.rows, m.cols, m.ld, d.layout.type, d.options, targets, dev, stream);
   py::list result;
-  for (std::size_t i = 0; i < refs.size(); i += 2) result.append(py::make_tuple(py::cast(refs[i]), py::cast(refs[i + 1])));
+  if (want_result)
+    for (std::size_t i = 0; i < refs.size(); i += 2) result.append(py::make_tuple(py::cast(refs[i]), py::cast(refs[i + 1])));
   return result;
 }
 
