@@ -588,16 +588,7 @@ def _quantize_plan(rows, cols, fmt, axis, preset, scale_layout, rule, rounding, 
     axes = ("rowwise", "columnwise") if isinstance(axis, str) and axis == "both" else (_name(f, "axis", axis, optional=False),)
     descs = tuple(_describe(f, rows, cols, fmt, a, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles)
                   for a in axes)
-    shapes = tuple(shape for d in descs for shape in (tuple(d.data_shape), tuple(d.scale_shape)))
-    # One allocation for all the outputs (the caching allocator's call costs about as much as the
-    # launch: issue 45's small call): each array's byte offset in it, 16-byte aligned (the device
-    # quantizer stores codes 16 bytes at a time), its row-major strides, and the total.
-    parts, total = [], 0
-    for shape in shapes:
-        strides = tuple(functools.reduce(lambda a, b: a * b, shape[i + 1:], 1) for i in range(len(shape)))
-        parts.append((shape, strides, total))
-        total += -(-functools.reduce(lambda a, b: a * b, shape, 1) // 16) * 16
-    return descs, shapes, tuple(parts), total
+    return descs, tuple(shape for d in descs for shape in (tuple(d.data_shape), tuple(d.scale_shape)))
 
 
 def _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles):
@@ -615,19 +606,17 @@ def _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, 
         return None
     rows, cols = shape
     try:
-        descs, _, parts, total = _quantize_plan(rows, cols, fmt, axis, preset, scale_layout, rule, rounding, hadamard,
-                                                random_signs, seed, nibbles)
+        descs, shapes = _quantize_plan(rows, cols, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs,
+                                       seed, nibbles)
     except TypeError as e:  # an argument that cannot be hashed: the general path names it
         if "unhashable" in str(e):
             return None
         raise
     device = x.get_device()
     stream = raw(device) or 1
-    buf = x.new_empty((total,), dtype=torch.uint8)  # x's device, its current stream
-    arrays = [buf.as_strided(shape, strides, offset) for shape, strides, offset in parts]
-    base = buf.data_ptr()
+    arrays = [x.new_empty(s, dtype=torch.uint8) for s in shapes]  # x's device, its current stream
     _mxkit.quantize_device_raw(x.data_ptr(), code[0], code[1], rows, cols, x.stride(0) if rows > 1 else cols, device, descs[0],
-                               descs[1] if len(descs) == 2 else None, stream, [base + offset for _, _, offset in parts])
+                               descs[1] if len(descs) == 2 else None, stream, [a.data_ptr() for a in arrays])
     copies = [MXCopy(arrays[2 * i], arrays[2 * i + 1], d) for i, d in enumerate(descs)]
     return tuple(copies) if len(copies) == 2 else copies[0]
 
