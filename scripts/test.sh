@@ -26,9 +26,9 @@
 #   fuzz      libFuzzer targets (tests/fuzz) built with clang++-22 and -fsanitize=fuzzer,address,
 #             undefined at -O1 -g1; each runs MXKIT_FUZZ_SECONDS (default 30) from its seed
 #             corpus, all at once; any finding fails the stage.
-#   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernel library (to PTX), GPU tests and
-#             GPU header checks (only the CUDA-specific headers alone when the hip stage runs too)
-#             compile (not the GPU benchmarks: scripts/gpu.sh builds those); the
+#   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernel library (to PTX), GPU tests (in
+#             unity batches, one executable: MXKIT_UNITY_GPU_TESTS) and GPU header checks (only
+#             the CUDA-specific headers alone when the hip stage runs too) compile (not the GPU benchmarks: scripts/gpu.sh builds those); the
 #             GPU tests run and report themselves skipped where no GPU is present; CUDA consumers
 #             of the package build and run.
 #   hip       -DMXKIT_GPU=HIP when clang++-22 is found: device-only compile for AMD GPUs (tests
@@ -260,13 +260,16 @@ for stage in "${stages[@]}"; do
         build_and_test cuda "$root/cuda" "" -DCMAKE_BUILD_TYPE=Release -DMXKIT_GPU=CUDA \
           "-DCMAKE_CUDA_COMPILER=$nvcc" -DMXKIT_BUILD_HOST_TESTS=OFF -DMXKIT_BUILD_EXAMPLES=OFF \
           -DMXKIT_BUILD_BENCH=OFF -DMXKIT_GPU_PROGRAMS_UNOPTIMIZED=ON -DMXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY=ON \
-          "-DMXKIT_GPU_HEADER_UNITS=$header_units" ${MXKIT_CUDA_CMAKE_ARGS:-}
+          -DMXKIT_UNITY_GPU_TESTS=ON "-DMXKIT_GPU_HEADER_UNITS=$header_units" ${MXKIT_CUDA_CMAKE_ARGS:-}
       fi ;;
     hip)
       hipcxx=$(command -v clang++-22 || true)
       if [ -z "$hipcxx" ]; then
         missing_tool hip "no clang++-22"
       else
+        # Each GPU test file compiled alone: in unity batches (MXKIT_UNITY_GPU_TESTS, as the cuda
+        # stage) the stage took longer here (387 s against 355-362), a batch's device pass being
+        # one long serial compile at its end.
         # No benchmarks: they time NVIDIA runs against NVIDIA peers, and the kernels they call are
         # compiled for AMD through the tests and the per-header checks (keeps CI under 45 min).
         # Tests and header checks unoptimized as in the cuda stage, device passes only (clang's
