@@ -268,8 +268,8 @@ for stage in "${stages[@]}"; do
         missing_tool hip "no clang++-22"
       else
         # Each GPU test file compiled alone: in unity batches (MXKIT_UNITY_GPU_TESTS, as the cuda
-        # stage) the stage took longer here (387 s against 355-362), a batch's device pass being
-        # one long serial compile at its end.
+        # stage) this stage took longer, a batch's device pass being one long serial compile at
+        # its end (docs/perf/build.md).
         # No benchmarks: they time NVIDIA runs against NVIDIA peers, and the kernels they call are
         # compiled for AMD through the tests and the per-header checks (keeps CI under 45 min).
         # Tests and header checks unoptimized as in the cuda stage, device passes only (clang's
