@@ -28,9 +28,9 @@
 #             corpus, all at once; any finding fails the stage.
 #   cuda      -DMXKIT_GPU=CUDA when nvcc is found: the CUDA kernel library (to PTX), GPU tests (in
 #             unity batches, one executable: MXKIT_UNITY_GPU_TESTS) and GPU header checks (only
-#             the CUDA-specific headers alone when the hip stage runs too) compile (not the GPU benchmarks: scripts/gpu.sh builds those); the
-#             GPU tests run and report themselves skipped where no GPU is present; CUDA consumers
-#             of the package build and run.
+#             the CUDA-specific headers alone when the hip stage runs too) compile (not the GPU
+#             benchmarks: scripts/gpu.sh builds those); the GPU tests run and report themselves
+#             skipped where no GPU is present; CUDA consumers of the package build and run.
 #   hip       -DMXKIT_GPU=HIP when clang++-22 is found: device-only compile for AMD GPUs (tests
 #             and every GPU header), the kernel library's host compiles, a host link of two units.
 # A stage whose tool is missing (sanitize, fuzz: a compiler whose sanitizer runtime links; cuda:
