@@ -12,6 +12,10 @@ namespace mxkit_python::device {
 
 linear_step_result linear_steps(const linear_step_args& args) {
   mxkit::gpu::device_backend be;
+  // The module's GEMMs (device.cu) run with gpu::gemm's default options, which let `automatic`
+  // take the vendor path (cuBLASLt: per-tensor FP8, and MXFP8's expanded bf16 copies); the oracle
+  // makes the same choice, or the two would sum the same products in different orders.
+  be.set_vendor_gemm(true);
   return run_linear_steps(be, args);  // its reads wait for the device
 }
 

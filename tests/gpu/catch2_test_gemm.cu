@@ -553,6 +553,72 @@ TEST_CASE("gpu gemm: MXFP8 on bf16 tensor cores and its block-scaled FP8 fallbac
     }
 }
 
+#if MXKIT_GPU_CUDA
+// gemm_options::vendor under `automatic`: MXFP8's expanded bf16 copies are multiplied by cuBLASLt
+// (sm90/dispatch.hpp, vendor_takes_expanded). The plan says where, and the results still meet the
+// reference's bound, the gate's fallback included: a block with exponent 60 makes the expansion
+// inexact, and the FP8 block-scaled kernel that runs after cuBLASLt overwrites its D, reading C
+// from a buffer of its own.
+TEST_CASE("gpu gemm: MXFP8's bf16 product on cuBLASLt where the call allows the vendor path, its fallback after it", "[gpu][gemm]") {
+  const std::uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  INFO("seed " << seed);
+  const std::size_t p = 136, q = 264, k = 320;
+  const double rel = (2.0 * static_cast<double>(k / 32) + 8) * u;
+  const mx_tensor a = exact_mx(p, k, mx_type::mxfp8_e4m3, rng), b = exact_mx(q, k, mx_type::mxfp8_e5m2, rng);
+  const device_mx da(a), db(b);
+  if (g::automatic_path(da.view(), db.view()) != g::gemm_path::sm90) {
+    WARN("not an sm90 device: nothing to check");
+    return;
+  }
+  const bool vendor = g::cublaslt::available();
+  if (!vendor) WARN("cuBLASLt cannot be loaded here: every plan stays on mxkit's kernel");
+  const g::gemm_operand oa = g::make_operand(da.view()), ob = g::make_operand(db.view());
+  device_out<float> d(p, q, q), c(p, q, q);
+  const g::gemm_output_desc plain{d.buf.data(), d.buf.data(), q, q, false, 1.0f, 0.0f},
+      aliased{d.buf.data(), d.buf.data(), q, q, false, 1.0f, 1.0f}, separate{d.buf.data(), c.buf.data(), q, q, false, 1.0f, 1.0f};
+  g::gemm_options automatic, forced, no_vendor;
+  forced.path = g::gemm_path::sm90;
+  no_vendor.vendor = false;
+  CHECK(g::sm90::make_plan(oa, ob, plain, automatic).route == g::sm90::route::via_bf16);
+  CHECK(g::sm90::make_plan(oa, ob, plain, automatic).vendor_product == vendor);
+  CHECK(g::sm90::make_plan(oa, ob, separate, automatic).vendor_product == vendor);
+  CHECK_FALSE(g::sm90::make_plan(oa, ob, aliased, automatic).vendor_product);
+  CHECK_FALSE(g::sm90::make_plan(oa, ob, plain, forced).vendor_product);
+  CHECK_FALSE(g::sm90::make_plan(oa, ob, plain, no_vendor).vendor_product);
+
+  mx_tensor far = a;  // block 1 of line 9 with exponent 60: the gate closes the bf16 product
+  far.data()[9 * far.layout().line_bytes() + 40] = 0x38;
+  far.scales()[9 * (k / 32) + 1] = 127 + 60;
+  for (const mx_tensor* ta : {&a, static_cast<const mx_tensor*>(&far)}) {
+    INFO((ta == &a ? "in range" : "exponent 60"));
+    const auto c1 = run_mx<float>(*ta, b, g::gemm_path::automatic, {1.5f, 0.0f}, rel, seed);
+    const auto c2 = run_mx<bfloat16>(*ta, b, g::gemm_path::automatic, {1.0f, 0.0f}, rel, seed, 8);
+    const auto c3 = run_mx<float>(*ta, b, g::gemm_path::automatic, {1.0f, -0.5f}, rel, seed, 2);  // C aliases D: mxkit's kernel
+    INFO(c1 << " | " << c2 << " | " << c3);
+    CHECK(c1.over_bound == 0);
+    CHECK(c2.over_bound == 0);
+    CHECK(c3.over_bound == 0);
+    // beta with C apart from D, through the dispatch's own entry (the training backend's form).
+    const device_mx dt(*ta);
+    const std::vector<float> c0 = gemm_test::random_matrix(p, q, seed ^ 0xC, 1);
+    c.set_all(c0);
+    d.buf.fill_bytes(0xFF);
+    const g::gemm_output_desc out{d.buf.data(), c.buf.data(), q, q, false, 2.0f, 1.0f};
+    (void)g::detail::run(g::make_operand(dt.view()), ob, out, nullptr, automatic);
+    MXKIT_GPU_CHECK(g::device_synchronize());
+    std::vector<float> want = c0;
+    ref::gemm(ta->view(), b.view(), matrix_view<float>{want.data(), p, q}, 2.0f, 1.0f);
+    std::vector<double> mag = magnitude(*ta, b);
+    for (std::size_t i = 0; i < mag.size(); ++i) mag[i] = 2.0 * mag[i] + std::fabs(static_cast<double>(c0[i]));
+    const auto c4 = gemm_test::compare(as_double(d.get()), as_double(want), mag, rel, q);
+    INFO("separate C: " << c4);
+    CHECK(c4.over_bound == 0);
+    CHECK(c.get() == c0);  // C is read, never written
+  }
+}
+#endif
+
 TEST_CASE("gpu gemm: MXFP4 x MXFP4, line-scaled path and its block-scaled fallback, with beta", "[gpu][gemm]") {
   const std::uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);

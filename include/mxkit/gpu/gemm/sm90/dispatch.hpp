@@ -4,7 +4,8 @@
 // it takes a product on this device and build (supports), how it runs it (a plan of routes and
 // scratch made on the host, then the launches), and the run itself. The routes:
 //   MXFP4 x MXFP4  folded into E5M2 with one factor per line (exact block sums)
-//   MXFP8 x MXFP8  (E4M3/E5M2 mixes) expanded to bf16 with the scales applied
+//   MXFP8 x MXFP8  (E4M3/E5M2 mixes) expanded to bf16 with the scales applied, the bf16 product
+//                  on mxkit's kernel or, where the call may take the vendor path, cuBLASLt's
 //   other MX pairs E4M3/E5M2 bytes with per-block scale promotion
 //   per-tensor FP8 and bf16 as they are
 #include <cstddef>
@@ -18,6 +19,7 @@
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/gemm/sm90/launch.hpp>
+#include <mxkit/gpu/gemm/vendor/cublaslt.hpp>
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
@@ -40,18 +42,45 @@ struct plan {
   std::size_t scratch_a = 0, scratch_b = 0;  // bytes of each side's re-encoded copy
   std::size_t line_factors = 0;              // floats (fold: a.lines + b.lines)
   bool gate_flag = false;                    // an int the expansions set when the first route is inexact
+  bool vendor_product = false;               // via_bf16: the expanded copies' product through cuBLASLt
   std::size_t scratch_bytes() const noexcept {
     return scratch_a + scratch_b + line_factors * sizeof(float) + (gate_flag ? sizeof(int) : 0);
   }
 };
 
-inline plan make_plan(const gemm_operand& a, const gemm_operand& b, const gemm_options& o) {
+// The bf16 operand of an expanded MXFP8 copy at `data` ([lines, length], K-major).
+inline gemm_operand expanded_bf16_operand(const gemm_operand& o, const std::uint8_t* data) noexcept {
+  return make_operand(matrix_view<const bfloat16>{reinterpret_cast<const bfloat16*>(data), o.lines, o.length});
+}
+
+// Where the expanded copies' bf16 product goes to cuBLASLt: a call that may take the vendor path
+// (`automatic` with gemm_options::vendor; a forced sm90 stays on mxkit's kernel), an output that
+// cuBLASLt takes, and no C aliasing D under beta != 0. The last because the gate's fallback runs
+// after the product and reads C: behind mxkit's bf16 kernel, which returns at once when the gate
+// is set, C is still the caller's; behind cuBLASLt, which cannot read a device gate and always
+// runs, an aliased C would already hold cuBLASLt's D. Both routes multiply the same exact bf16
+// values in fp32 and differ only in the order of the fp32 additions (as the NVFP4 product does,
+// gemm/nvfp4.hpp). `copies`: where the scratch will put the two copies, or a 256-byte aligned
+// stand-in when it is not allocated yet (the pool's blocks are, and B's copy starts on a
+// 256-byte boundary: make_plan), so the alignment cuBLASLt's heuristic is asked about is the one
+// the call will have.
+inline bool vendor_takes_expanded(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, const gemm_options& o,
+                                  const std::uint8_t* copy_a, const std::uint8_t* copy_b) {
+  if (o.path != gemm_path::automatic || !o.vendor) return false;
+  if (out.beta != 0.0f && out.c == out.d) return false;
+  const gemm_operand ea = expanded_bf16_operand(a, copy_a), eb = expanded_bf16_operand(b, copy_b);
+  return vendor::gemm_arch::supports(ea, eb) && vendor::gemm_arch::supports_output(ea, eb, out);
+}
+
+inline plan make_plan(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, const gemm_options& o) {
   plan p;
   if (o.mxfp8_via_bf16 && expand::to_bf16::applies(a) && expand::to_bf16::applies(b)) {
     p.route = route::via_bf16;
-    p.scratch_a = expand::to_bf16::bytes(a);
+    p.scratch_a = (expand::to_bf16::bytes(a) + 255) / 256 * 256;  // B's copy on a 256-byte boundary
     p.scratch_b = expand::to_bf16::bytes(b);
     p.gate_flag = true;
+    const auto* stand_in = reinterpret_cast<const std::uint8_t*>(std::uintptr_t{256});
+    p.vendor_product = vendor_takes_expanded(a, b, out, o, stand_in, stand_in);
     return p;
   }
   p.scratch_a = expand::bytes(a);  // lines * K with K % 32 == 0: 16-byte multiples
@@ -93,8 +122,12 @@ inline void execute(const plan& p, const gemm_operand& a, const gemm_operand& b,
     case route::via_bf16: {
       expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(copy_a), unsafe, s);
       expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(copy_b), unsafe, s);
-      const mma_operand ba{mma_kind::bf16, copy_a, 2 * a.length}, bb{mma_kind::bf16, copy_b, 2 * b.length};
-      launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false}, true, o.tile_counter, o.reserved_sms);
+      if (p.vendor_product) {
+        vendor::gemm_arch::run(expanded_bf16_operand(a, copy_a), expanded_bf16_operand(b, copy_b), out, s, o);
+      } else {
+        const mma_operand ba{mma_kind::bf16, copy_a, 2 * a.length}, bb{mma_kind::bf16, copy_b, 2 * b.length};
+        launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false}, true, o.tile_counter, o.reserved_sms);
+      }
       launch_wgmma(a, b, fa, fb, out, s, launch_gate{unsafe, true}, true, o.tile_counter, o.reserved_sms);
       return;
     }
@@ -130,7 +163,7 @@ struct gemm_arch {
   // The scratch comes from mxkit's device pool (stream-ordered), which keeps its memory between
   // calls (release_gemm_scratch returns it).
   static void run(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s, const gemm_options& o) {
-    const plan p = make_plan(a, b, o);
+    const plan p = make_plan(a, b, out, o);
     const std::size_t bytes = p.scratch_bytes();
     auto* scratch = static_cast<std::uint8_t*>(bytes ? allocate_async(bytes, s) : nullptr);
     try {
