@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
                                               std::to_string(p.multiprocessors) + " SMs; leave the GEMMs at least one");
     gpu::device_backend be;
     be.set_vendor_gemm(o.vendor_gemm);
-    if (o.vendor_gemm) std::printf("GEMMs of bf16 and per-tensor FP8 copies: the vendor path where it loads (--gemm vendor)\n");
+    if (o.vendor_gemm) std::printf("GEMMs of bf16, per-tensor FP8 and expanded MXFP8 copies: the vendor path where it loads (--gemm vendor)\n");
     std::unique_ptr<gpu::nccl_communicator> comm;  // destroyed before the backend whose stream it uses
     if (env.world_size > 1) {
       // (gpu::nccl_options::blocking says what the blocking mode gives up.)

@@ -58,7 +58,8 @@ class device_backend : public nn::backend, public nn::copy_gather {
   // gemm_options::vendor; the training programs' --gemm vendor turns it on). Off by default:
   // mxkit's own kernels keep a product's bits whatever the copies' storage order or the output
   // type, which the device tests that compare layouts and the host oracle rely on; cuBLASLt picks
-  // its summation order per layout. MX products never take it.
+  // its summation order per layout. Of the MX products only MXFP8's takes it: the bf16 product of
+  // its expanded copies (gemm/sm90/dispatch.hpp).
   void set_vendor_gemm(bool on) noexcept { vendor_gemm_ = on; }
   bool vendor_gemm() const noexcept { return vendor_gemm_; }
 

@@ -60,10 +60,10 @@ inline gemm_operand expanded_bf16_operand(const gemm_operand& o, const std::uint
 // is set, C is still the caller's; behind cuBLASLt, which cannot read a device gate and always
 // runs, an aliased C would already hold cuBLASLt's D. Both routes multiply the same exact bf16
 // values in fp32 and differ only in the order of the fp32 additions (as the NVFP4 product does,
-// gemm/nvfp4.hpp). `copies`: where the scratch will put the two copies, or a 256-byte aligned
-// stand-in when it is not allocated yet (the pool's blocks are, and B's copy starts on a
-// 256-byte boundary: make_plan), so the alignment cuBLASLt's heuristic is asked about is the one
-// the call will have.
+// gemm/nvfp4.hpp). copy_a, copy_b: where the scratch puts the two copies, or a 256-byte aligned
+// stand-in before it is allocated (the pool's blocks are 256-byte aligned, and make_plan starts
+// B's copy on a 256-byte boundary), so cuBLASLt's heuristic is asked about the alignment the call
+// will have.
 inline bool vendor_takes_expanded(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, const gemm_options& o,
                                   const std::uint8_t* copy_a, const std::uint8_t* copy_b) {
   if (o.path != gemm_path::automatic || !o.vendor) return false;
