@@ -523,6 +523,17 @@ TEST_CASE("gpu gemm: MXFP4 folds exactly into E5M2 line-scaled bytes, and lines 
   }
 }
 
+namespace {
+// An MXFP8 copy of `a` with one non-zero block (block 1 of line 9: 1.0) at exponent 60, beyond
+// the bf16 expansion's +-48: the expansion sets the gate and the FP8 block-scaled kernel runs.
+mx_tensor with_far_block(const mx_tensor& a) {
+  mx_tensor far = a;
+  far.data()[9 * far.layout().line_bytes() + 40] = 0x38;
+  far.scales()[9 * far.layout().blocks_per_line() + 1] = 127 + 60;
+  return far;
+}
+}  // namespace
+
 TEST_CASE("gpu gemm: MXFP8 on bf16 tensor cores and its block-scaled FP8 fallback, with beta", "[gpu][gemm]") {
   const std::uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
@@ -534,9 +545,7 @@ TEST_CASE("gpu gemm: MXFP8 on bf16 tensor cores and its block-scaled FP8 fallbac
   for (const g::gemm_path path : device_paths())
     for (const mx_type tb : {mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2}) {
       const mx_tensor a = exact_mx(p, k, mx_type::mxfp8_e4m3, rng), b = exact_mx(q, k, tb, rng);
-      mx_tensor far = a;  // a non-zero block with exponent 60: the FP8 fallback runs instead
-      far.data()[9 * far.layout().line_bytes() + 40] = 0x38;  // 1.0 in block 1 of line 9
-      far.scales()[9 * (k / 32) + 1] = 127 + 60;
+      const mx_tensor far = with_far_block(a);  // the FP8 fallback runs instead
       mx_tensor far_zero = a;  // the same exponent on an all-zero block changes nothing
       std::memset(far_zero.data().data() + 9 * far_zero.layout().line_bytes() + 32, 0, 32);
       far_zero.scales()[9 * (k / 32) + 1] = 127 + 60;
@@ -587,9 +596,7 @@ TEST_CASE("gpu gemm: MXFP8's bf16 product on cuBLASLt where the call allows the 
   CHECK_FALSE(g::sm90::make_plan(oa, ob, plain, forced).vendor_product);
   CHECK_FALSE(g::sm90::make_plan(oa, ob, plain, no_vendor).vendor_product);
 
-  mx_tensor far = a;  // block 1 of line 9 with exponent 60: the gate closes the bf16 product
-  far.data()[9 * far.layout().line_bytes() + 40] = 0x38;
-  far.scales()[9 * (k / 32) + 1] = 127 + 60;
+  const mx_tensor far = with_far_block(a);  // the gate closes the bf16 product
   for (const mx_tensor* ta : {&a, static_cast<const mx_tensor*>(&far)}) {
     INFO((ta == &a ? "in range" : "exponent 60"));
     const auto c1 = run_mx<float>(*ta, b, g::gemm_path::automatic, {1.5f, 0.0f}, rel, seed);
