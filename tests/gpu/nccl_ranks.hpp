@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The multi-GPU tests' ranks: one thread per GPU of this machine (2 to 8), each with its own
-// stream (the "backend's") and gpu::nccl_communicator. Including this header makes the test
-// program exit 77 (skipped) without two GPUs or without the NCCL/RCCL library.
+// stream (the "backend's") and gpu::nccl_communicator. The first use of `ranks` (in a test
+// case) makes the test program exit 77 (skipped) without two GPUs or without the NCCL/RCCL
+// library.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -23,22 +24,35 @@ namespace nccl_test {
 namespace gpu = mxkit::gpu;
 namespace nn = mxkit::nn;
 
-inline const int ranks = [] {
-  const int n = gpu::device_count();
-  if (n < 2) {
-    std::printf("SKIPPED: %d GPU(s); the NCCL communicator tests need 2\n", n);
-    std::exit(77);
+// The number of ranks, an int wherever it is used, found at its first use rather than when the
+// program starts: the unity executable of the GPU tests (MXKIT_UNITY_GPU_TESTS) holds every GPU
+// test file, and a start-up check would skip all of them on a one-GPU machine. ctest runs that
+// executable once per file (Catch's filename tags), so the exit skips only this file's tests.
+struct rank_count {
+  static int value() {
+    static const int n = [] {
+      const int gpus = gpu::device_count();
+      if (gpus < 2) {
+        std::printf("SKIPPED: %d GPU(s); the NCCL communicator tests need 2\n", gpus);
+        std::fflush(stdout);
+        std::exit(77);
+      }
+      try {
+        (void)gpu::nccl::library();
+      } catch (const std::exception& e) {
+        std::printf("SKIPPED: %s\n", e.what());
+        std::fflush(stdout);
+        std::exit(77);
+      }
+      std::printf("%s %d at %s; %d ranks (one per GPU, threads)\n", gpu::nccl::vendor_name, gpu::nccl::library().version,
+                  gpu::nccl::library().library.c_str(), gpus < 8 ? gpus : 8);
+      return gpus < 8 ? gpus : 8;
+    }();
+    return n;
   }
-  try {
-    (void)gpu::nccl::library();
-  } catch (const std::exception& e) {
-    std::printf("SKIPPED: %s\n", e.what());
-    std::exit(77);
-  }
-  std::printf("%s %d at %s; %d ranks (one per GPU, threads)\n", gpu::nccl::vendor_name, gpu::nccl::library().version,
-              gpu::nccl::library().library.c_str(), n < 8 ? n : 8);
-  return n < 8 ? n : 8;
-}();
+  operator int() const { return value(); }  // NOLINT(google-explicit-constructor): used as the int it stands for
+};
+inline constexpr rank_count ranks{};
 
 struct rank_context {
   int rank;
