@@ -195,7 +195,7 @@ option(MXKIT_BUILD_KERNEL_LIBRARY "Build mxkit::gpu_kernels and link mxkit's own
 option(MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY
        "CUDA: compile mxkit::gpu_kernels to PTX only, no SASS (scripts/test.sh's cuda stage, which runs no kernel); unoptimized too with MXKIT_GPU_PROGRAMS_UNOPTIMIZED" OFF)
 # HIP: the AMD back end at -O3 is most of the kernel library's compile (src/gpu/quantize_mxint8.cu
-# for gfx942: 43 s at -O3, 10 at -O1 on the 2-core build machine, 2026-12-03). A build that only
+# for gfx942: 35 CPU-s at -O3, 11 at -O1 on the 2-core build machine, 2026-12-03). A build that only
 # checks the code (no AMD GPU runs it) may compile the library at -O3 for some architectures and
 # at -O1 for the rest: the back end still selects, allocates and emits every kernel for each.
 set(MXKIT_HIP_LIBRARY_OPTIMIZED_ARCHS "" CACHE STRING
