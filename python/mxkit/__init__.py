@@ -981,7 +981,9 @@ def gemm(a_codes, a_scales=None, b_codes=None, b_scales=None, fmt=None, b_fmt=No
     (quantize(..., scale_layout="row_major") of A and of B, rowwise along K). out_dtype:
     "float32" or "bfloat16". Runs on `stream` (default: the framework's current stream) without a
     synchronization; D is allocated by the inputs' framework (or mxkit's pool), or written into
-    `out` ([P, Q] of out_dtype on their device), and returned in the inputs' framework.
+    `out` ([P, Q] of out_dtype on their device), and returned in the inputs' framework. On
+    Hopper an MXFP8 pair is expanded to its exact bf16 values and multiplied by cuBLASLt where
+    it loads (gpu/gemm/sm90/dispatch.hpp): the same products, summed in cuBLASLt's order.
 
     gemm(a, b, out_dtype=..., alpha=..., stream=..., out=...): two device NVFP4Copy objects
     (quantize of CUDA tensors, preset "mxkit"; any block shape and scale layout, the same

@@ -286,7 +286,8 @@ def cpp_steps(name, x, w, dy, device=False, activations="bf16", weight="bf16", h
     w[s] as the weight (a new version, as after an optimizer step), runs forward on x[s] and
     backward with dy[s], then end_step (the FP8 table's update). x [S, M, K], w [S, N, K],
     dy [S, M, N]: float32 NumPy arrays (values the activations' and weight's dtype hold exactly).
-    device: on a gpu::device_backend (a CUDA build), else ref::host_backend. Returns NumPy
+    device: on a gpu::device_backend (a CUDA build) with its vendor GEMMs on, the choice the
+    module's own GEMM calls make, else ref::host_backend. Returns NumPy
     arrays: y [S, M, N], dx [S, M, K], dw [S, N, K] and, for FP8, the table's scale [3] and
     amax_history [3, H] after the last step. The tests' oracle of the Python layer."""
     import numpy as np
