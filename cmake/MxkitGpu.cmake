@@ -121,6 +121,13 @@ elseif(MXKIT_GPU STREQUAL "HIP")
   if(NOT CMAKE_HIP_ARCHITECTURES)
     set(CMAKE_HIP_ARCHITECTURES gfx942 gfx950)
   endif()
+  # The AMD back end at -O3 is most of the kernel library's compile (src/gpu/quantize_mxint8.cu
+  # for gfx942: 35 CPU-s at -O3, 11 at -O1 on the 2-core build machine, 2026-12-03). A build that
+  # only checks the code (no AMD GPU runs it) may compile the library at -O3 for some
+  # architectures and at -O1 for the rest: the back end still selects, allocates and emits every
+  # kernel for each. A HIP build's entry only: a build without a GPU language makes none.
+  set(MXKIT_HIP_LIBRARY_OPTIMIZED_ARCHS "" CACHE STRING
+      "Architectures whose kernel library device code compiles at -O3 (empty: every CMAKE_HIP_ARCHITECTURES entry); the others at -O1 (scripts/test.sh's hip stage: gfx950)")
   # -nogpulib: no ROCm device libraries needed. __AMDGCN_WAVEFRONT_SIZE: HIP 5.2's headers read
   # it, and clang 22 no longer defines it.
   set(MXKIT_HIP_FLAGS -x hip -std=c++20 -O3 --rocm-path=${MXKIT_ROCM_PATH} -nogpulib -D__AMDGCN_WAVEFRONT_SIZE=64
@@ -194,12 +201,6 @@ option(MXKIT_BUILD_KERNEL_LIBRARY "Build mxkit::gpu_kernels and link mxkit's own
 # NVVM -O1): NVVM's -O3 is most of the library's compile to PTX (docs/perf/build.md).
 option(MXKIT_GPU_KERNEL_LIBRARY_PTX_ONLY
        "CUDA: compile mxkit::gpu_kernels to PTX only, no SASS (scripts/test.sh's cuda stage, which runs no kernel); unoptimized too with MXKIT_GPU_PROGRAMS_UNOPTIMIZED" OFF)
-# HIP: the AMD back end at -O3 is most of the kernel library's compile (src/gpu/quantize_mxint8.cu
-# for gfx942: 35 CPU-s at -O3, 11 at -O1 on the 2-core build machine, 2026-12-03). A build that only
-# checks the code (no AMD GPU runs it) may compile the library at -O3 for some architectures and
-# at -O1 for the rest: the back end still selects, allocates and emits every kernel for each.
-set(MXKIT_HIP_LIBRARY_OPTIMIZED_ARCHS "" CACHE STRING
-    "HIP: architectures whose kernel library device code compiles at -O3 (empty: every CMAKE_HIP_ARCHITECTURES entry); the others at -O1 (scripts/test.sh's hip stage: gfx950)")
 set(MXKIT_KERNEL_FAMILIES "all" CACHE STRING
     "Kernel families compiled into mxkit::gpu_kernels: all, or a list from: ${MXKIT_KERNEL_FAMILIES_ALL}")
 set(MXKIT_GPU_KERNEL_LIBRARY_DEFINITIONS "")  # what a user of the library is compiled with
