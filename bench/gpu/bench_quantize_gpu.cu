@@ -235,6 +235,34 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
       std::printf("  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", name.c_str(), t.ms * 1e3, gbs,
                   100.0 * gbs / copy_gbs, t.spread * 100);
       ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs, copy_settings});
+      if constexpr (std::is_same_v<T, bf16>) {
+        if (md.rowwise && !md.columnwise) {
+          // The rowwise copy alone runs the row-streaming kernel; printed beside it (not
+          // recorded): the tiled kernel on the same call, and the row-streaming kernel with one
+          // segment in flight a thread instead of two.
+          auto compare = [&](auto fmt) {  // the two formats this bench runs, only their kernels compiled
+            using Fmt = decltype(fmt);
+            auto other = [&](const char* what, auto launch_other) {
+              const timing tv = time_ms(
+                  [&](int i) {
+                    const std::size_t b = static_cast<std::size_t>(i) % nbuf;
+                    gpu::detail::quantize_params<T> p;
+                    gpu::detail::make_quantize_params<T>({in[b].data(), M, K}, o,
+                                                         {rd[b].data(), rs[b].data(), mxkit::scale_layout::row_major},
+                                                         s, p);
+                    launch_other(p);
+                  },
+                  repeats, s);
+              std::printf("    %-48s %8.1f us %5.1f%% of copy\n", what, tv.ms * 1e3, 100.0 * bytes / (tv.ms * 1e-3) / 1e9 / copy_gbs);
+            };
+            other("tiled kernel", [&](const gpu::detail::quantize_params<T>& p) { gpu::detail::launch_quantize_tiled<Fmt, T>(p, s); });
+            other("row-streaming kernel, 1 segment in flight",
+                  [&](const gpu::detail::quantize_params<T>& p) { gpu::detail::launch_quantize_rowwise<Fmt, T, 1>(p, s); });
+          };
+          if (type == mxkit::mx_type::mxfp4) compare(mxkit::mx_format<mxkit::mx_type::mxfp4>{});
+          else compare(mxkit::mx_format<mxkit::mx_type::mxfp8_e4m3>{});
+        }
+      }
       if constexpr (Variants) {
         if (!(md.rowwise && md.columnwise)) continue;
         // Kernel variants (not recorded): CTAs per SM the registers are capped for.
@@ -250,7 +278,7 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
                                                        {rd[b].data(), rs[b].data(), mxkit::scale_layout::row_major,
                                                         cd[b].data(), cs[b].data(), mxkit::scale_layout::row_major},
                                                        s, p);
-                  gpu::detail::launch_quantize<Fmt, T, mb>(p, s);
+                  gpu::detail::launch_quantize_tiled<Fmt, T, mb>(p, s);
                 },
                 repeats, s);
             std::printf("    variant: register cap for %d CTAs/SM %8.1f us %5.1f%% of copy\n", mb, tv.ms * 1e3,

@@ -213,6 +213,42 @@ TEST_CASE("gpu quantize: one copy at a time", "[gpu]") {
   CHECK(d.empty());
 }
 
+// The rowwise copy alone takes the row-streaming kernel (gpu/quantize/rowwise_kernel.hpp): rows
+// of one segment (32 blocks), of several with a partial last segment and a partial last block,
+// of fewer blocks than a segment's threads, and more segments than the grid takes in one round
+// (its stride loop); aligned rows (16-byte loads) and not (element loads).
+TEST_CASE("gpu quantize: the rowwise copy alone, every format, rotation, rounding and scale layout", "[gpu]") {
+  constexpr shape row_shapes[] = {{37, 2100, 2112}, {300, 1024, 1024}, {5, 4128, 4136}, {2, 33, 40}, {9, 1, 1}};
+  int n = 0;
+  for (const mx_type type : mxkit::all_mx_types)
+    for (int rot = 0; rot < 3; ++rot)
+      for (const mxkit::rounding r : {mxkit::rounding::nearest_even, mxkit::rounding::stochastic}) {
+        one_case k{type, {}, row_shapes[n % 5], mxkit::all_scale_layouts[n % 3], scale_layout::row_major};
+        k.columnwise = false;
+        k.options.rule = rules[n % 4];
+        k.options.hadamard = rot > 0;
+        k.options.random_signs = rot == 2;
+        k.options.round = r;
+        k.options.seed = 0x77u + static_cast<unsigned>(n);
+        k.offset = n % 4 == 3 ? 1 : 0;  // not 16-byte aligned: element loads
+        const std::string d = n % 3 == 0   ? run_case<float>(k, 3000u + static_cast<unsigned>(n))
+                              : n % 3 == 1 ? run_case<mxkit::bfloat16>(k, 3000u + static_cast<unsigned>(n))
+                                           : run_case<mxkit::float16>(k, 3000u + static_cast<unsigned>(n));
+        INFO(d);
+        CHECK(d.empty());
+        ++n;
+      }
+  // More segments than one round of the grid takes (several hundred thousand threads at most).
+  for (const mx_type type : {mx_type::mxfp4, mx_type::mxfp8_e4m3}) {
+    one_case k{type, {}, {40000, 96, 96}, scale_layout::cublas_128x4, scale_layout::row_major};
+    k.columnwise = false;
+    k.options.hadamard = type == mx_type::mxfp4;
+    const std::string d = run_case<mxkit::bfloat16>(k, 4000u);
+    INFO(d);
+    CHECK(d.empty());
+  }
+}
+
 TEST_CASE("gpu quantize: empty input, bad arguments", "[gpu]") {
   namespace gpu = mxkit::gpu;
   gpu::device_buffer<float> in(64 * 64), amax(1);

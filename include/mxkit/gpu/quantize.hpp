@@ -14,6 +14,7 @@
 #include <mxkit/gpu/device_mx_tensor.hpp>
 #include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/quantize/kernel.hpp>
+#include <mxkit/gpu/quantize/rowwise_kernel.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
@@ -85,11 +86,35 @@ void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
   kernel<<<grid, tile::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
+// The rowwise copy alone: the row-streaming kernel (gpu/quantize/rowwise_kernel.hpp).
+template <class Fmt, class U, bool Rotate, bool RandomSigns, int InFlight = rowwise_shape::in_flight>
+void launch_quantize_rowwise_kernel(const quantize_params<U>& p, stream_t stream) {
+  constexpr auto kernel = quantize_rowwise_kernel<Fmt, U, Rotate, RandomSigns, InFlight>;
+  constexpr int per_cta = rowwise_shape::threads / rowwise_shape::segment_blocks;  // segments a CTA takes at once
+  const std::size_t segments = p.rows * ((p.cols + mx_block_size * rowwise_shape::segment_blocks - 1) /
+                                         (mx_block_size * rowwise_shape::segment_blocks));
+  const int grid = persistent_grid<kernel>(rowwise_shape::threads, (segments + per_cta - 1) / per_cta);
+  kernel<<<grid, rowwise_shape::threads, 0, stream>>>(p);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+template <class Fmt, class U, int InFlight = rowwise_shape::in_flight>
+void launch_quantize_rowwise(const quantize_params<U>& p, stream_t stream) {
+  if (!p.row_options.hadamard) launch_quantize_rowwise_kernel<Fmt, U, false, false, InFlight>(p, stream);
+  else if (p.sign_mask) launch_quantize_rowwise_kernel<Fmt, U, true, true, InFlight>(p, stream);
+  else launch_quantize_rowwise_kernel<Fmt, U, true, false, InFlight>(p, stream);
+}
+
+// The tiled kernel (any copies; the columnwise copy and both always take it).
 template <class Fmt, class U, int MinBlocks = quantize_tile<U, 64>::min_blocks>
-void launch_quantize(const quantize_params<U>& p, stream_t stream) {
+void launch_quantize_tiled(const quantize_params<U>& p, stream_t stream) {
   if (!p.row_options.hadamard) launch_quantize_kernel<Fmt, U, false, false, MinBlocks>(p, stream);
   else if (p.sign_mask) launch_quantize_kernel<Fmt, U, true, true, MinBlocks>(p, stream);
   else launch_quantize_kernel<Fmt, U, true, false, MinBlocks>(p, stream);
+}
+template <class Fmt, class U>
+void launch_quantize(const quantize_params<U>& p, stream_t stream) {
+  if (!p.col_data) launch_quantize_rowwise<Fmt, U>(p, stream);
+  else launch_quantize_tiled<Fmt, U>(p, stream);
 }
 
 // One format's quantize: the checks, then that format's kernels (three variants: plain, rotated,
