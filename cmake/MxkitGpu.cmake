@@ -188,7 +188,7 @@ endif()
 # Each family is src/gpu/<family>.cu or src/gpu/<family>_*.cu (one small file per instantiation
 # group, so they build in parallel), each defining MXKIT_GPU_LIBRARY_DEFINES_<FAMILY>; the
 # library gives every user MXKIT_GPU_KERNEL_LIBRARY and MXKIT_GPU_LIBRARY_HAS_<FAMILY>.
-set(MXKIT_KERNEL_FAMILIES_ALL device_backend gemm attention quantize fp8_cast)
+set(MXKIT_KERNEL_FAMILIES_ALL device_backend gemm attention quantize nvfp4_quantize fp8_cast)
 set(_mxkit_kernel_library_default OFF)
 if(PROJECT_IS_TOP_LEVEL AND _mxkit_own_targets AND NOT MXKIT_GPU STREQUAL "OFF")
   set(_mxkit_kernel_library_default ON)

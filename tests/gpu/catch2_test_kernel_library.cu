@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The kernel library (gpu/kernel_library.hpp) and the header-only path give the same bits: this
-// file calls gpu::quantize, gpu::cast_fp8 and gpu::gemm through the library (where the build
+// file calls gpu::quantize, gpu::quantize_nvfp4, gpu::cast_fp8 and gpu::gemm through the library (where the build
 // links one), kernel_library_header_only.cu the same calls compiled from the headers alone; every
 // output byte must agree. mxkit:sm90a (both halves take the same GEMM path).
 #include <mxkit/gpu/fp8_cast.hpp>
 #include <mxkit/gpu/gemm/gemm.hpp>
 #include <mxkit/gpu/memory.hpp>
 #include <mxkit/gpu/quantize.hpp>
+#include <mxkit/gpu/quantize_nvfp4.hpp>
 
 #include <cmath>
 #include <cstddef>
@@ -60,6 +61,36 @@ TEST_CASE("kernel library: quantize gives the header-only bytes, every format, p
         CHECK(first_difference(one_rd.to_host(), hdr_rd.to_host()) == -1);
         CHECK(first_difference(one_rs.to_host(), hdr_rs.to_host()) == -1);
       }
+    }
+}
+
+TEST_CASE("kernel library: NVFP4 quantize gives the header-only bytes, 1 x 16 and 16 x 16 blocks, plain and rotated", "[gpu]") {
+  const std::size_t rows = 96, cols = 160;
+  const std::vector<float> x = gpu_test::adversarial_matrix(rows, cols, cols, 31);
+  const gpu::device_buffer<float> in{std::span<const float>(x)};
+  for (const bool two_d : {false, true})
+    for (const bool rotate : {false, true}) {
+      const mxkit::block_format f = two_d ? mxkit::formats::nvfp4_2d : mxkit::formats::nvfp4;
+      const mxkit::nvfp4_layout lr{f, mxkit::block_axis::rowwise, rows, cols}, lc{f, mxkit::block_axis::columnwise, rows, cols};
+      gpu::device_buffer<std::uint8_t> lib_rd(lr.data_bytes()), lib_rs(lr.scale_count()), lib_cd(lc.data_bytes()), lib_cs(lc.scale_count());
+      gpu::device_buffer<std::uint8_t> hdr_rd(lr.data_bytes()), hdr_rs(lr.scale_count()), hdr_cd(lc.data_bytes()), hdr_cs(lc.scale_count());
+      gpu::device_buffer<float> lib_t(2), hdr_t(2);
+      mxkit::nvfp4_options o;
+      o.hadamard = rotate;
+      o.hadamard_signs = rotate ? 0x5A3Cu : 0u;
+      gpu::quantize_nvfp4(mxkit::matrix_view<const float>{in.data(), rows, cols}, f, o,
+                          {lib_rd.data(), lib_rs.data(), mxkit::scale_layout::row_major, lib_t.data(), lib_cd.data(), lib_cs.data(),
+                           mxkit::scale_layout::row_major, lib_t.data() + 1});
+      header_only::quantize_nvfp4(in.data(), rows, cols, two_d, rotate, hdr_rd.data(), hdr_rs.data(), hdr_t.data(), hdr_cd.data(),
+                                  hdr_cs.data(), hdr_t.data() + 1);
+      INFO((two_d ? "16 x 16" : "1 x 16") << (rotate ? " rotated" : ""));
+      CHECK(first_difference(lib_rd.to_host(), hdr_rd.to_host()) == -1);
+      CHECK(first_difference(lib_rs.to_host(), hdr_rs.to_host()) == -1);
+      CHECK(first_difference(lib_cd.to_host(), hdr_cd.to_host()) == -1);
+      CHECK(first_difference(lib_cs.to_host(), hdr_cs.to_host()) == -1);
+      const std::vector<float> lt = lib_t.to_host(), ht = hdr_t.to_host();
+      CHECK(first_difference(lt, ht) == -1);
+      CHECK(lt[0] > 0.0f);  // a tensor scale was written
     }
 }
 

@@ -10,10 +10,12 @@
 #undef MXKIT_GPU_LIBRARY_HAS_ATTENTION
 #undef MXKIT_GPU_LIBRARY_HAS_QUANTIZE
 #undef MXKIT_GPU_LIBRARY_HAS_FP8_CAST
+#undef MXKIT_GPU_LIBRARY_HAS_NVFP4_QUANTIZE
 #define MXKIT_ABI_NAMESPACE v0_header_only
 #include <mxkit/gpu/fp8_cast.hpp>
 #include <mxkit/gpu/gemm/gemm.hpp>
 #include <mxkit/gpu/quantize.hpp>
+#include <mxkit/gpu/quantize_nvfp4.hpp>
 
 #include "kernel_library_header_only.hpp"
 
@@ -26,6 +28,18 @@ void quantize(const float* in, std::size_t rows, std::size_t cols, int type_inde
   o.hadamard = rotate;
   gpu::quantize(mxkit::matrix_view<const float>{in, rows, cols}, mxkit::all_mx_types[type_index], o,
                 {row_data, row_scales, mxkit::scale_layout::row_major, col_data, col_scales, mxkit::scale_layout::row_major});
+  MXKIT_GPU_CHECK(gpu::device_synchronize());
+}
+
+void quantize_nvfp4(const float* in, std::size_t rows, std::size_t cols, bool two_d, bool rotate, std::uint8_t* row_data,
+                    std::uint8_t* row_scales, float* row_tensor_scale, std::uint8_t* col_data, std::uint8_t* col_scales,
+                    float* col_tensor_scale) {
+  mxkit::nvfp4_options o;
+  o.hadamard = rotate;
+  o.hadamard_signs = rotate ? 0x5A3Cu : 0u;
+  gpu::quantize_nvfp4(mxkit::matrix_view<const float>{in, rows, cols}, two_d ? mxkit::formats::nvfp4_2d : mxkit::formats::nvfp4, o,
+                      {row_data, row_scales, mxkit::scale_layout::row_major, row_tensor_scale, col_data, col_scales,
+                       mxkit::scale_layout::row_major, col_tensor_scale});
   MXKIT_GPU_CHECK(gpu::device_synchronize());
 }
 

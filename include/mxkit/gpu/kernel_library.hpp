@@ -26,6 +26,7 @@
 //                   dequant-factor kernel; cuBLASLt itself is loaded at run time)
 //   ATTENTION       gpu::detail::attention_forward_impl / attention_backward_impl gpu/nn/attention.hpp
 //   QUANTIZE        gpu::detail::quantize_format<format, float|bfloat16|float16>  gpu/quantize.hpp
+//   NVFP4_QUANTIZE  gpu::detail::quantize_nvfp4_impl<float|bfloat16|float16>      gpu/quantize_nvfp4.hpp
 //   FP8_CAST        gpu::detail::launch_fp8_cast of float, bfloat16, float16 matrices  gpu/fp8_cast.hpp
 // Both ways compile the same source, so they write the same bits (tests/gpu/
 // catch2_test_kernel_library.cu links both and compares). Nothing here is needed to use the

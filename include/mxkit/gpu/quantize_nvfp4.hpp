@@ -11,11 +11,11 @@
 // The tensor scale of a copy is nvfp4_tensor_scale of that copy's amax (its finite values after
 // the rotation: with the rotation the two copies' amaxes differ), computed on the device by a
 // reduction pass before the quantize pass reads it, or the caller's (a calibrated or another
-// copy's scale), written to the same device float. The kernels are header-only templates
-// (gpu/quantize/nvfp4_kernel.hpp: a tiled amax pass and a fused quantize pass, each reading the
-// input once for both copies), not a kernel library family: nothing but the tests calls them
-// yet, and a family's instantiations belong in src/gpu/ once a backend does
-// (gpu/kernel_library.hpp).
+// copy's scale), written to the same device float. The kernels: gpu/quantize/nvfp4_kernel.hpp (a
+// tiled amax pass and a fused quantize pass, each reading the input once for both copies); the
+// kernel library's family NVFP4_QUANTIZE compiles them once for float, bfloat16 and float16
+// inputs (src/gpu/nvfp4_quantize.cu; gpu/kernel_library.hpp), for the device backend's NVFP4
+// recipe, the Python module and any program that links the library.
 //
 //   mxkit::gpu::quantize_nvfp4(x, mxkit::formats::nvfp4, {}, {.rowwise_data = d, .rowwise_scales = s,
 //                                                             .rowwise_tensor_scale = t});
@@ -166,6 +166,19 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
   }
   if (input_amax) launch_nvfp4_amax<U>({tiles, options, nullptr, nullptr, input_amax}, false, stream);  // only the amax asked for
 }
+
+// The kernel library's instantiations (gpu/kernel_library.hpp): float, bfloat16 and float16
+// inputs, every format, option and output (src/gpu/nvfp4_quantize.cu).
+#define MXKIT_GPU_NVFP4_QUANTIZE_INSTANCES(prefix)                                                                         \
+  prefix template void quantize_nvfp4_impl<float>(matrix_view<const float>, const block_format&, const nvfp4_options&,       \
+                                                  const nvfp4_outputs&, std::optional<float>, stream_t);                    \
+  prefix template void quantize_nvfp4_impl<bfloat16>(matrix_view<const bfloat16>, const block_format&, const nvfp4_options&, \
+                                                     const nvfp4_outputs&, std::optional<float>, stream_t);                 \
+  prefix template void quantize_nvfp4_impl<float16>(matrix_view<const float16>, const block_format&, const nvfp4_options&,   \
+                                                    const nvfp4_outputs&, std::optional<float>, stream_t);
+#if defined(MXKIT_GPU_LIBRARY_HAS_NVFP4_QUANTIZE) && !defined(MXKIT_GPU_LIBRARY_DEFINES_NVFP4_QUANTIZE)
+MXKIT_GPU_NVFP4_QUANTIZE_INSTANCES(extern)
+#endif
 
 }  // namespace detail
 
