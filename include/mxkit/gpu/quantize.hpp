@@ -87,21 +87,21 @@ void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
   MXKIT_GPU_CHECK_LAUNCH();
 }
 // The rowwise copy alone: the row-streaming kernel (gpu/quantize/rowwise_kernel.hpp).
-template <class Fmt, class U, bool Rotate, bool RandomSigns>
+template <class Fmt, class U, bool Rotate, bool RandomSigns, int InFlight = rowwise_shape::in_flight>
 void launch_quantize_rowwise_kernel(const quantize_params<U>& p, stream_t stream) {
-  constexpr auto kernel = quantize_rowwise_kernel<Fmt, U, Rotate, RandomSigns>;
-  constexpr std::size_t segment = mx_block_size * rowwise_shape::segment_blocks;  // elements of a row a segment covers
-  constexpr std::size_t per_cta = rowwise_shape::threads / rowwise_shape::segment_blocks;  // segments a CTA takes at once
-  const std::size_t segments = p.rows * ((p.cols + segment - 1) / segment);
+  constexpr auto kernel = quantize_rowwise_kernel<Fmt, U, Rotate, RandomSigns, InFlight>;
+  constexpr int per_cta = rowwise_shape::threads / rowwise_shape::segment_blocks;  // segments a CTA takes at once
+  const std::size_t segments = p.rows * ((p.cols + mx_block_size * rowwise_shape::segment_blocks - 1) /
+                                         (mx_block_size * rowwise_shape::segment_blocks));
   const int grid = persistent_grid<kernel>(rowwise_shape::threads, (segments + per_cta - 1) / per_cta);
   kernel<<<grid, rowwise_shape::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
-template <class Fmt, class U>
+template <class Fmt, class U, int InFlight = rowwise_shape::in_flight>
 void launch_quantize_rowwise(const quantize_params<U>& p, stream_t stream) {
-  if (!p.row_options.hadamard) launch_quantize_rowwise_kernel<Fmt, U, false, false>(p, stream);
-  else if (p.sign_mask) launch_quantize_rowwise_kernel<Fmt, U, true, true>(p, stream);
-  else launch_quantize_rowwise_kernel<Fmt, U, true, false>(p, stream);
+  if (!p.row_options.hadamard) launch_quantize_rowwise_kernel<Fmt, U, false, false, InFlight>(p, stream);
+  else if (p.sign_mask) launch_quantize_rowwise_kernel<Fmt, U, true, true, InFlight>(p, stream);
+  else launch_quantize_rowwise_kernel<Fmt, U, true, false, InFlight>(p, stream);
 }
 
 // The tiled kernel (any copies; the columnwise copy and both always take it).

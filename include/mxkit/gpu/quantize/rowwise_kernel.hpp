@@ -11,8 +11,10 @@
 // the tiled kernel's rowwise stores come from 16 rows a warp, each row's two scale bytes a
 // sector write of its own (docs/perf/quantize.md, v9).
 //
-// Grid-stride over segments; the threads of a segment past its row's last block idle. One block
-// a thread at a time: loading a second before quantizing the first measured no faster (v9).
+// Each thread loads the raw bytes of InFlight segments' blocks before it quantizes any of them:
+// the registers allow few warps an SM, so a thread's own loads must cover the memory latency,
+// and one block a thread at a time measured slower (docs/perf/quantize.md, v9). Grid-stride
+// over segments; the threads of a segment past its row's last block idle.
 #include <cstddef>
 #include <cstdint>
 
@@ -28,8 +30,9 @@ namespace gpu {
 namespace detail {
 
 struct rowwise_shape {
-  static constexpr int threads = 256;        // per CTA
+  static constexpr int threads = 256;      // per CTA
   static constexpr int segment_blocks = 32;  // blocks of a row per segment: one per thread of a group of 32
+  static constexpr int in_flight = 2;      // segments a thread loads before quantizing (InFlight's default)
 };
 
 // The raw 16-byte chunks of one block: 32 elements of T.
@@ -63,7 +66,7 @@ __device__ inline raw_block<T> load_raw_block(const quantize_params<T>& p, std::
   return r;
 }
 
-template <class Fmt, class T, bool Rotate, bool RandomSigns>
+template <class Fmt, class T, bool Rotate, bool RandomSigns, int InFlight>
 MXKIT_GLOBAL void __launch_bounds__(rowwise_shape::threads) quantize_rowwise_kernel(const quantize_params<T> p) {
   static_assert(Fmt::block_size == mx_block_size, "a segment's threads each take one 32-element MX block");
   constexpr int seg = rowwise_shape::segment_blocks;
@@ -75,25 +78,37 @@ MXKIT_GLOBAL void __launch_bounds__(rowwise_shape::threads) quantize_rowwise_ker
   const std::size_t line_bytes = packed_bytes(row_blocks * mx_block_size, Fmt::storage_bits);
   const std::size_t thread = static_cast<std::size_t>(blockIdx.x) * rowwise_shape::threads + threadIdx.x;
   const std::size_t groups = static_cast<std::size_t>(gridDim.x) * (rowwise_shape::threads / seg);
-  const std::size_t slot = threadIdx.x % seg;
+  const int slot = static_cast<int>(threadIdx.x) % seg;
   quantize_options o = p.row_options;
   o.hadamard = Rotate;
   const hadamard_signs signs{RandomSigns ? p.sign_mask : 0u};
   std::uint32_t amax = 0;
 
-  for (std::size_t s = thread / seg; s < segments; s += groups) {
-    const std::size_t row = s / segments_per_row;
-    const std::size_t blk = (s - row * segments_per_row) * seg + slot;
-    if (blk >= row_blocks) continue;
-    const raw_block<T> raw = load_raw_block(p, row, blk);
-    float v[mx_block_size];
-    for (int j = 0; j < raw_block<T>::chunks; ++j) unpack_chunk<T>(raw.c[j], v + j * epc);
-    if (p.amax)
-      for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
-    block_cursor c{p.row_data + row * line_bytes + blk * block_bytes, 0, row, 0, blk};
-    std::uint32_t words[block_words<Fmt>];
-    const e8m0 scale = quantize_block_packed<Fmt>(v, o, signs, c.first_index(row_blocks), words);
-    store_block<Fmt>(c, words, scale, p.row_scales, p.row_layout, p.rows, row_blocks);
+  for (std::size_t first = thread / seg; first < segments; first += groups * InFlight) {
+    // Loads of all InFlight segments first, then their blocks one by one.
+    raw_block<T> raw[InFlight];
+    std::size_t row[InFlight], blk[InFlight];
+    bool live[InFlight];
+#pragma unroll
+    for (int u = 0; u < InFlight; ++u) {
+      const std::size_t s = first + static_cast<std::size_t>(u) * groups;
+      row[u] = s / segments_per_row;
+      blk[u] = (s - row[u] * segments_per_row) * seg + static_cast<std::size_t>(slot);
+      live[u] = s < segments && blk[u] < row_blocks;
+      if (live[u]) raw[u] = load_raw_block(p, row[u], blk[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < InFlight; ++u) {
+      if (!live[u]) continue;
+      float v[mx_block_size];
+      for (int j = 0; j < raw_block<T>::chunks; ++j) unpack_chunk<T>(raw[u].c[j], v + j * epc);
+      if (p.amax)
+        for (int i = 0; i < mx_block_size; ++i) amax = amax_bits(amax, v[i]);
+      block_cursor c{p.row_data + row[u] * line_bytes + blk[u] * block_bytes, 0, row[u], 0, blk[u]};
+      std::uint32_t words[block_words<Fmt>];
+      const e8m0 scale = quantize_block_packed<Fmt>(v, o, signs, c.first_index(row_blocks), words);
+      store_block<Fmt>(c, words, scale, p.row_scales, p.row_layout, p.rows, row_blocks);
+    }
   }
 
   if (p.amax) {
