@@ -11,10 +11,10 @@
 // the tiled kernel's rowwise stores come from 16 rows a warp, each row's two scale bytes a
 // sector write of its own (docs/perf/quantize.md, v9).
 //
-// Each thread loads the raw bytes of InFlight segments' blocks before it quantizes any of them:
-// the registers allow few warps an SM, so a thread's own loads must cover the memory latency,
-// and one block a thread at a time measured slower (docs/perf/quantize.md, v9). Grid-stride
-// over segments; the threads of a segment past its row's last block idle.
+// InFlight: the segments whose blocks a thread loads before it quantizes any of them. One, the
+// default, measured as fast as two or faster in every rowwise case of bench_quantize_gpu, which
+// prints both (docs/perf/quantize.md, v9). Grid-stride over segments; the threads of a segment
+// past its row's last block idle.
 #include <cstddef>
 #include <cstdint>
 
@@ -32,7 +32,7 @@ namespace detail {
 struct rowwise_shape {
   static constexpr int threads = 256;      // per CTA
   static constexpr int segment_blocks = 32;  // blocks of a row per segment: one per thread of a group of 32
-  static constexpr int in_flight = 2;      // segments a thread loads before quantizing (InFlight's default)
+  static constexpr int in_flight = 1;      // segments a thread loads before quantizing (InFlight's default)
 };
 
 // The raw 16-byte chunks of one block: 32 elements of T.
