@@ -4,7 +4,8 @@
 // float16 matrix (with a leading dimension) is read once and written as the rowwise copy, the
 // columnwise copy (stored transposed), or both, each with its scales in any scale_layout, plus
 // the per-tensor amax. Every block goes through the host's quantize_block, so each byte equals
-// the host reference (ref/quantize.hpp). The kernel: gpu/quantize/kernel.hpp.
+// the host reference (ref/quantize.hpp). The kernels: gpu/quantize/kernel.hpp (tiled: the
+// columnwise copy, or both) and gpu/quantize/rowwise_kernel.hpp (the rowwise copy alone).
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The fused MX quantization kernel (launched by gpu/quantize.hpp), one launch: a row-major [rows, cols] float, bfloat16 or
-// float16 matrix (with a leading dimension) is read once and written as the rowwise copy (blocks
-// along cols), the columnwise copy (blocks along rows, stored transposed), or both, each with its
+// The fused MX quantization kernel (launched by gpu/quantize.hpp; a call for the rowwise copy alone
+// takes gpu/quantize/rowwise_kernel.hpp instead), one launch: a row-major [rows, cols] float,
+// bfloat16 or float16 matrix (with a leading dimension) is read once and written as the rowwise
+// copy (blocks along cols), the columnwise copy (blocks along rows, stored transposed), or both, each with its
 // scales in any scale_layout, plus the per-tensor amax. Every block goes through the host's
 // quantize_block (optional 16-point Hadamard, amax, scale rule, RNE or stochastic rounding), so
 // each byte equals the host reference (ref/quantize.hpp); this file only moves data.

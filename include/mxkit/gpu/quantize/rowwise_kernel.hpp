@@ -30,9 +30,9 @@ namespace gpu {
 namespace detail {
 
 struct rowwise_shape {
-  static constexpr int threads = 256;      // per CTA
+  static constexpr int threads = 256;        // per CTA
   static constexpr int segment_blocks = 32;  // blocks of a row per segment: one per thread of a group of 32
-  static constexpr int in_flight = 1;      // segments a thread loads before quantizing (InFlight's default)
+  static constexpr int in_flight = 1;        // segments a thread loads before quantizing (InFlight's default)
 };
 
 // The raw 16-byte chunks of one block: 32 elements of T.
