@@ -23,6 +23,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/quantize_block.hpp>
+#include <mxkit/gpu/quantize/params.hpp>
 #include <mxkit/gpu/quantize/scale_padding.hpp>
 #include <mxkit/gpu/quantize/tile.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
@@ -31,21 +32,6 @@
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
 namespace detail {
-
-template <class T>
-struct quantize_params {
-  const T* in;  // [rows, ld]
-  std::size_t rows, cols, ld;
-  bool vector_loads;  // in and every row start are 16-byte aligned
-  quantize_options row_options, col_options;  // stream already set per copy (stochastic_stream)
-  std::uint32_t sign_mask;
-  std::uint8_t *row_data, *row_scales, *col_data, *col_scales;
-  scale_layout row_layout, col_layout;
-  unsigned* amax;  // float bits, atomicMax
-  // Set by launch_quantize_kernel: the format picks the tile height and the float-path bounds.
-  std::size_t tiles_m, tiles_k;
-  mxkit::detail::float_path_bounds bounds;  // of row_options (the copies differ only in their stochastic stream)
-};
 
 // Rotate = p's options' hadamard and RandomSigns = a nonzero sign mask, as template arguments:
 // each variant's block path is straight code, without another variant's values to merge.

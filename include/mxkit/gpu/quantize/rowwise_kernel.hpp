@@ -20,6 +20,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/quantize_block.hpp>
+#include <mxkit/gpu/quantize/params.hpp>
 #include <mxkit/gpu/quantize/scale_padding.hpp>
 #include <mxkit/gpu/quantize/tile.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
