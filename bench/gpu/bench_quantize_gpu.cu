@@ -15,9 +15,10 @@
 //   scales, quantize pass): 1 x 16 blocks with the 16-point Hadamard rotation and a sign mask
 //   ("nvfp4 rowwise+columnwise hadamard bf16 8192x4096"), without it ("nvfp4 rowwise+columnwise
 //   bf16 8192x4096"), and 16 x 16 blocks for weights ("nvfp4_2d rowwise+columnwise bf16
-//   8192x4096"). Bytes: the input once + both copies' codes and scales (the amax pass's second
-//   read of the input, the tensor scales and the amax are not counted), as the row's
-//   peer_settings say. Validated in full first (every code, scale and tensor scale of both
+//   8192x4096"); and the first two with the tensor scale given ("... given-scale ..."), the
+//   quantize pass alone, as a caller whose producer supplies the amax runs it. Bytes: the input
+//   once + both copies' codes and scales (the amax pass's second read of the input, the tensor
+//   scales and the amax are not counted), as the row's peer_settings say. Validated in full first (every code, scale and tensor scale of both
 //   copies equal ref::quantize's). MXKIT_BENCH_ONLY=nvfp4 runs only these.
 // Each case is validated first: the first 256 rows' rowwise lines and every column's first
 // eight columnwise blocks equal the host reference byte for byte.
@@ -30,6 +31,7 @@
 // Without a GPU it says so and exits 77 (the GPU programs' "skipped"; MXKIT_SKIP_EXIT_CODE
 // overrides it).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -349,10 +351,13 @@ void run_nvfp4_shape(run_context& ctx, std::size_t M, std::size_t K) {
     const char* name;
     mxkit::block_format format;
     bool hadamard;
+    bool given;  // the tensor scale passed in (one pass over the input), not found from the amax
   };
-  const variant variants[] = {{"nvfp4 rowwise+columnwise hadamard", mxkit::formats::nvfp4, true},
-                              {"nvfp4 rowwise+columnwise", mxkit::formats::nvfp4, false},
-                              {"nvfp4_2d rowwise+columnwise", mxkit::formats::nvfp4_2d, false}};
+  const variant variants[] = {{"nvfp4 rowwise+columnwise hadamard", mxkit::formats::nvfp4, true, false},
+                              {"nvfp4 rowwise+columnwise", mxkit::formats::nvfp4, false, false},
+                              {"nvfp4_2d rowwise+columnwise", mxkit::formats::nvfp4_2d, false, false},
+                              {"nvfp4 rowwise+columnwise hadamard given-scale", mxkit::formats::nvfp4, true, true},
+                              {"nvfp4 rowwise+columnwise given-scale", mxkit::formats::nvfp4, false, true}};
   const std::string suffix = std::string(" ") + input_name<T>() + " " + std::to_string(M) + "x" + std::to_string(K);
   auto wanted = [&](const variant& v) { return !ctx.only || (v.name + suffix).find(ctx.only) != std::string::npos; };
   if (std::none_of(std::begin(variants), std::end(variants), wanted)) return;
@@ -371,9 +376,15 @@ void run_nvfp4_shape(run_context& ctx, std::size_t M, std::size_t K) {
               copy.ms * 1e3, copy_gbs, copy.spread * 100, nbuf);
   const std::vector<T> host = in[0].to_host(s);
   const mxkit::matrix_view<const T> host_view{host.data(), M, K};
+  // The given tensor scale: the input's own (the rotated copies' amax may differ; any valid scale
+  // defines the bytes, and the validation passes the same one to ref::quantize).
+  float input_amax = 0.0f;
+  for (const T& x : host) input_amax = std::max(input_amax, std::fabs(mxkit::load_float(x)));
+  const float given_scale = mxkit::nvfp4_tensor_scale(input_amax);
   const std::string settings = std::string(copy_settings) +
                                "; case bytes = input read once + both copies' FP4 codes and E4M3 scales written (the amax pass's "
-                               "second read, the tensor scales and the amax not counted); the whole gpu::quantize_nvfp4 call timed";
+                               "second read, the tensor scales and the amax not counted); the whole gpu::quantize_nvfp4 call timed; "
+                               "given-scale: the input's tensor scale passed in, so no amax pass";
   for (const variant& v : variants) {
     if (!wanted(v)) continue;
     const std::string name = v.name + suffix;
@@ -395,7 +406,7 @@ void run_nvfp4_shape(run_context& ctx, std::size_t M, std::size_t K) {
       gpu::quantize_nvfp4(mxkit::matrix_view<const T>{in[b].data(), M, K}, v.format, o,
                           {rd[b].data(), rs[b].data(), mxkit::scale_layout::row_major, scalars[b].data(), cd[b].data(), cs[b].data(),
                            mxkit::scale_layout::row_major, scalars[b].data() + 1, nullptr},
-                          std::nullopt, s);
+                          v.given ? std::optional<float>(given_scale) : std::nullopt, s);
     };
     launch(0);
     s.synchronize();
@@ -403,7 +414,8 @@ void run_nvfp4_shape(run_context& ctx, std::size_t M, std::size_t K) {
     const std::vector<float> t = scalars[0].to_host(s);
     for (const mxkit::block_axis axis : {mxkit::block_axis::rowwise, mxkit::block_axis::columnwise}) {
       const bool row = axis == mxkit::block_axis::rowwise;
-      const mxkit::nvfp4_tensor want = mxkit::ref::quantize(host_view, v.format, axis, o);
+      const mxkit::nvfp4_tensor want = v.given ? mxkit::ref::quantize(host_view, v.format, axis, o, given_scale)
+                                               : mxkit::ref::quantize(host_view, v.format, axis, o);
       bad += first_diff((row ? rd : cd)[0].to_host(s), want.data()) + first_diff((row ? rs : cs)[0].to_host(s), want.scales());
       if (mxkit::bit_cast<std::uint32_t>(t[row ? 0 : 1]) != mxkit::bit_cast<std::uint32_t>(want.tensor_scale()))
         bad += std::string(" ") + (row ? "rowwise" : "columnwise") + " tensor scale differs";

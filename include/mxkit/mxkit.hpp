@@ -9,7 +9,7 @@
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/nvfp4_block.hpp>
 #include <mxkit/block/nvfp4_scale.hpp>
-#include <mxkit/block/nvfp4_thresholds.hpp>
+#include <mxkit/block/nvfp4_nearest_even.hpp>
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_block.hpp>
 #include <mxkit/block/quantize_options.hpp>

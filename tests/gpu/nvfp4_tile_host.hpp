@@ -85,10 +85,6 @@ result run(mxkit::matrix_view<const T> in, const mxkit::block_format& format, co
                                 &r.col.tensor_scale,
                                 nullptr};
   const mxkit::nvfp4_scaler rs{r.row.tensor_scale}, cs{r.col.tensor_scale};
-  std::vector<std::uint32_t> thresholds(2 * d::nvfp4_threshold_words, 0xA5A5A5A5u);
-  for (int i = 0; i < threads; ++i)
-    d::nvfp4_fill_thresholds(thresholds.data(), i, threads, rowwise && ro.round == mxkit::rounding::nearest_even,
-                             columnwise && co.round == mxkit::rounding::nearest_even, rs, cs);
   const bool two_d = rl.tile_lines() > 1;
   std::uint32_t tile_amax[2 * threads];
   std::uint32_t unused = 0;
@@ -97,7 +93,7 @@ result run(mxkit::matrix_view<const T> in, const mxkit::block_format& format, co
     for (int i = 0; i < threads; ++i) d::nvfp4_stage_tile<T>(&chunks[static_cast<std::size_t>(i) * L::count], i, smem, false, unused);
     if (two_d)
       for (int i = 0; i < threads; ++i) d::nvfp4_tile_block_amax(smem, i, p.row.options, rowwise, columnwise, tile_amax);
-    for (int i = 0; i < threads; ++i) d::nvfp4_tile_finish(p, p.row.options, p.col.options, rs, cs, t, i, smem, two_d ? tile_amax : nullptr, thresholds.data());
+    for (int i = 0; i < threads; ++i) d::nvfp4_tile_finish(p, p.row.options, p.col.options, rs, cs, t, i, smem, two_d ? tile_amax : nullptr);
   }
   if (rowwise) d::zero_scale_padding(r.row.scales.data(), row_layout, rl.lines(), rl.blocks_per_line(), 0, 1);
   if (columnwise) d::zero_scale_padding(r.col.scales.data(), col_layout, cl.lines(), cl.blocks_per_line(), 0, 1);

@@ -119,6 +119,21 @@ MXKIT_HD inline float div_rn(float a, float b) noexcept {
 #endif
 }
 
+// a * b + c with one rounding to nearest even (IEEE 754 fusedMultiplyAdd), subnormals kept: PTX
+// fma.rn.f32 (no .ftz, whatever the compile flags), AMD v_fma_f32, the host's fmaf (an FMA
+// instruction, or libm's correctly rounded emulation without one). The one function here with no
+// plain expression behind it (a * b + c rounds twice): its callers take another path during
+// constant evaluation (block/nvfp4_nearest_even.hpp).
+MXKIT_HD inline float fma_rn(float a, float b, float c) noexcept {
+#if MXKIT_CUDA_DEVICE_ARCH
+  float r;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+  return r;
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+
 // ---- Conversions ------------------------------------------------------------------------------
 
 // IEEE binary16 code h to float, for a non-NaN h: exact (every half is a float). PTX cvt.f32.f16

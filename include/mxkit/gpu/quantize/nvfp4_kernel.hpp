@@ -36,10 +36,9 @@
 // registers down to a few CTAs per SM. For 16 x 16 blocks each thread's block amaxes go through
 // shared memory to the 16 threads of their 16 x 16 tile (16-aligned inside the 64 x 64 one), and
 // after that barrier the blocks are read and rotated again from the staged tile. Rounding to
-// nearest even, the common case, codes each element by comparing it with its block's code
-// thresholds (block/nvfp4_thresholds.hpp: the same bytes as quantize_nvfp4_block, without a
-// division an element), which each CTA computes once for both copies into shared memory (127
-// scale codes x 7); stochastic rounding (Philox bits per four elements) is quantize_nvfp4_block
+// nearest even, the common case, divides each element through its block's reciprocal in five
+// FMAs and codes it with the MX blocks' E2M1 encoder (block/nvfp4_nearest_even.hpp: the same
+// bytes as quantize_nvfp4_block); stochastic rounding (Philox bits per four elements) is quantize_nvfp4_block
 // inlined with its mode a constant, and the other roundings call it out of line.
 // The amax pass is the same tile walk: without the rotation it only folds the loaded values; with
 // it it stages the tile and rotates each block as the quantize pass does. Options that change the
@@ -57,8 +56,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/nvfp4_block.hpp>
-#include <mxkit/block/nvfp4_thresholds.hpp>
-#include <mxkit/block/pack.hpp>
+#include <mxkit/block/nvfp4_nearest_even.hpp>
 #include <mxkit/block/scale_rule.hpp>
 #include <mxkit/gpu/quantize/scale_padding.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
@@ -253,55 +251,37 @@ MXKIT_HD inline std::uint32_t nvfp4_tile_amax(const std::uint32_t* amax, int thr
   return a;
 }
 
-// quantize_nvfp4_block off the common paths (toward zero, nearest away): out of line, values in
-// by value, so that its loop over the run-time modes does not move the caller's arrays to local
-// memory.
+// quantize_nvfp4_block off the common paths (toward zero, nearest away; nearest-even blocks off
+// the reciprocal path: NaN, Inf, extreme scales), packed: out of line, values in by value, so that
+// its loop over the run-time modes does not move the caller's arrays to local memory.
 struct nvfp4_block_values {
   float v[nvfp4_block_size];
 };
-MXKIT_HD inline __attribute__((noinline)) nvfp4_block nvfp4_quantize_out_of_line(nvfp4_block_values x, std::uint32_t amax,
-                                                                                 nvfp4_scaler scaler, nvfp4_options o,
-                                                                                 std::uint64_t first_index) noexcept {
-  return quantize_nvfp4_block(x.v, amax, scaler, o, first_index);
+MXKIT_HD inline __attribute__((noinline)) nvfp4_packed_block nvfp4_quantize_out_of_line(nvfp4_block_values x, std::uint32_t amax,
+                                                                                        nvfp4_scaler scaler, nvfp4_options o,
+                                                                                        std::uint64_t first_index) noexcept {
+  return pack_nvfp4_block(quantize_nvfp4_block(x.v, amax, scaler, o, first_index));
 }
 
-// Code thresholds of one copy in shared memory (block/nvfp4_thresholds.hpp): T_1 .. T_7 of scale
-// code c at c x nvfp4_threshold_stride (8 words: a scale's set is one 32-byte row).
-inline constexpr int nvfp4_threshold_stride = 8;
-inline constexpr int nvfp4_threshold_words = nvfp4_threshold_scale_codes * nvfp4_threshold_stride;
-
-// This thread's share (entries thread, thread + threads, ...) of the code thresholds of the copies
-// that round to nearest even, under their scalers: table[0 .. words) the rowwise copy's, table[words
-// .. 2 words) the columnwise copy's. A barrier must follow before any thread reads them.
-MXKIT_HD inline void nvfp4_fill_thresholds(std::uint32_t* table, int thread, int threads, bool rowwise, bool columnwise,
-                                           const nvfp4_scaler& row_scaler, const nvfp4_scaler& col_scaler) noexcept {
-  constexpr int per_copy = nvfp4_threshold_scale_codes * nvfp4_code_thresholds;
-  for (int e = thread; e < 2 * per_copy; e += threads) {
-    const int copy = e / per_copy, code = e % per_copy / nvfp4_code_thresholds, k = e % nvfp4_code_thresholds;
-    if (!(copy == 0 ? rowwise : columnwise)) continue;
-    const nvfp4_block_scaling b = (copy == 0 ? row_scaler : col_scaler).for_block(e4m3::from_bits(static_cast<std::uint8_t>(code)));
-    table[copy * nvfp4_threshold_words + code * nvfp4_threshold_stride + k] = nvfp4_code_threshold(b, static_cast<std::uint32_t>(k + 1));
-  }
-}
-
-// quantize_nvfp4_block, with the rounding a constant on the common paths (round to nearest even:
-// the loop unrolls into registers, from the copy's code thresholds where given; stochastic), the
-// other roundings out of line.
-MXKIT_HD inline nvfp4_block nvfp4_quantize(const float* v, std::uint32_t amax, const nvfp4_scaler& scaler, const nvfp4_options& o,
-                                           std::uint64_t first_index, const std::uint32_t* thresholds) noexcept {
+// quantize_nvfp4_block, packed, with the rounding a constant on the common paths: nearest even
+// through the reciprocal (block/nvfp4_nearest_even.hpp: no division an element), stochastic
+// inline; the rest out of line.
+MXKIT_HD inline nvfp4_packed_block nvfp4_quantize(const float* v, std::uint32_t amax, const nvfp4_scaler& scaler, const nvfp4_options& o,
+                                                  std::uint64_t first_index) noexcept {
   if (o.round == rounding::nearest_even) {
-    if (thresholds) return quantize_nvfp4_block_by_thresholds(v, amax, scaler, thresholds, nvfp4_threshold_stride);
-    nvfp4_options ne = o;
-    ne.round = rounding::nearest_even;
-    return quantize_nvfp4_block(v, amax, scaler, ne, first_index);
-  }
-  // Stochastic rounding inline, its mode a constant: no call and no other mode's code. A block's
-  // first index is a multiple of 16 (lines padded to whole blocks); written as a multiple of 4, the
-  // compiler sees it and keeps only the one-Philox-call-per-four-elements path.
-  if (o.round == rounding::stochastic) {
+    const nvfp4_nearest_even_block b = nvfp4_nearest_even_block::make(amax, scaler);
+    if (b.path) {
+      nvfp4_packed_block p{b.scale, {}};
+      b.encode(v, p.words);
+      return p;
+    }
+  } else if (o.round == rounding::stochastic) {
+    // Stochastic rounding inline, its mode a constant: no call and no other mode's code. A block's
+    // first index is a multiple of 16 (lines padded to whole blocks); written as a multiple of 4,
+    // the compiler sees it and keeps only the one-Philox-call-per-four-elements path.
     nvfp4_options sr = o;
     sr.round = rounding::stochastic;
-    return quantize_nvfp4_block(v, amax, scaler, sr, first_index / 4 * 4);
+    return pack_nvfp4_block(quantize_nvfp4_block(v, amax, scaler, sr, first_index / 4 * 4));
   }
   nvfp4_block_values x;
   for (int i = 0; i < nvfp4_block_size; ++i) x.v[i] = v[i];
@@ -310,23 +290,16 @@ MXKIT_HD inline nvfp4_block nvfp4_quantize(const float* v, std::uint32_t amax, c
 
 // Quantizes values v (rotated) of block blk of `line` of copy c under `scaler` and options o (c's,
 // the rotation a constant), amax as quantize_nvfp4_block takes it, and stores its 8 code bytes and
-// its scale. thresholds: the copy's code thresholds (nvfp4_fill_thresholds), or null.
+// its scale.
 MXKIT_HD inline void nvfp4_store_block(const nvfp4_view& c, const nvfp4_options& o, const nvfp4_scaler& scaler, std::size_t line,
-                                       std::size_t blk, const float* v, std::uint32_t amax, const std::uint32_t* thresholds) noexcept {
+                                       std::size_t blk, const float* v, std::uint32_t amax) noexcept {
   const nvfp4_layout& l = c.layout;
   // Stochastic rounding numbers element (line, pos) line * padded_length + pos, as the host.
-  const nvfp4_block b = nvfp4_quantize(v, amax, scaler, o, line * l.padded_length() + blk * nvfp4_block_size, thresholds);
+  const nvfp4_packed_block b = nvfp4_quantize(v, amax, scaler, o, line * l.padded_length() + blk * nvfp4_block_size);
   c.scales[c.scale_index(line, blk)] = b.scale.bits();
-  // The block's 16 codes are 8 whole bytes of its line (block/pack.hpp's nibble order), stored
-  // at once: line_bytes is a multiple of 8 and the launcher checks the data's alignment.
-  std::uint8_t bytes[nvfp4_block_size / 2] = {};
-  for (int j = 0; j < nvfp4_block_size; ++j) store_code(bytes, static_cast<std::size_t>(j), b.elements[j].bits(), 4);
-  uint2 word;
-  word.x = static_cast<unsigned>(bytes[0]) | static_cast<unsigned>(bytes[1]) << 8 | static_cast<unsigned>(bytes[2]) << 16 |
-           static_cast<unsigned>(bytes[3]) << 24;
-  word.y = static_cast<unsigned>(bytes[4]) | static_cast<unsigned>(bytes[5]) << 8 | static_cast<unsigned>(bytes[6]) << 16 |
-           static_cast<unsigned>(bytes[7]) << 24;
-  *reinterpret_cast<uint2*>(c.data + line * l.line_bytes() + blk * (nvfp4_block_size / 2)) = word;
+  // The block's 16 codes are 8 whole bytes of its line, stored at once: line_bytes is a multiple
+  // of 8 and the launcher checks the data's alignment.
+  *reinterpret_cast<uint2*>(c.data + line * l.line_bytes() + blk * (nvfp4_block_size / 2)) = make_uint2(b.words[0], b.words[1]);
 }
 
 // What the quantize kernel writes: each copy (data null: not written; options with the copy's
@@ -343,12 +316,11 @@ struct nvfp4_quantize_params {
 // the matrix, or a block past the padded line, is not stored), one copy after the other, each
 // block read and rotated again from the tile. ro, co: the copies' options (the streams theirs, the
 // rotation nvfp4_kernel_options'). tile_amax: nvfp4_tile_block_amax's, read after the barrier
-// (16 x 16 blocks), or null (1 x 16 blocks: each block's own amax). thresholds: both copies' code
-// thresholds (nvfp4_fill_thresholds), or null.
+// (16 x 16 blocks), or null (1 x 16 blocks: each block's own amax).
 template <class T>
 MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_options& ro, const nvfp4_options& co,
                                 const nvfp4_scaler& row_scaler, const nvfp4_scaler& col_scaler, std::size_t t, int thread,
-                                const float4* smem, const std::uint32_t* tile_amax, const std::uint32_t* thresholds) noexcept {
+                                const float4* smem, const std::uint32_t* tile_amax) noexcept {
   std::size_t r0 = 0, c0 = 0;
   p.in.origin(t, r0, c0);
   const std::size_t line = static_cast<std::size_t>(thread / nvfp4_tile_blocks), part = static_cast<std::size_t>(thread % nvfp4_tile_blocks);
@@ -357,16 +329,15 @@ MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_o
     const std::size_t r = r0 + line, blk = c0 / nvfp4_block_size + part;
     if (r < p.in.rows && blk < p.row.layout.blocks_per_line()) {
       nvfp4_read_block(smem, thread, true, ro, v);
-      nvfp4_store_block(p.row, ro, row_scaler, r, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : nvfp4_block_amax_bits(v),
-                        thresholds);
+      nvfp4_store_block(p.row, ro, row_scaler, r, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : nvfp4_block_amax_bits(v));
     }
   }
   if (p.col.data) {
     const std::size_t c = c0 + line, blk = r0 / nvfp4_block_size + part;
     if (c < p.in.cols && blk < p.col.layout.blocks_per_line()) {
       nvfp4_read_block(smem, thread, false, co, v);
-      nvfp4_store_block(p.col, co, col_scaler, c, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax + nvfp4_threads, thread) : nvfp4_block_amax_bits(v),
-                        thresholds ? thresholds + nvfp4_threshold_words : nullptr);
+      nvfp4_store_block(p.col, co, col_scaler, c, blk, v,
+                        tile_amax ? nvfp4_tile_amax(tile_amax + nvfp4_threads, thread) : nvfp4_block_amax_bits(v));
     }
   }
 }
@@ -387,7 +358,6 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
   using L = nvfp4_tile_loads<T>;
   __shared__ float4 smem[nvfp4_tile_chunks];
   __shared__ std::uint32_t tile_amax[TwoD ? 2 * nvfp4_threads : 1];
-  __shared__ std::uint32_t thresholds[2 * nvfp4_threshold_words];
   const int thread = static_cast<int>(threadIdx.x);
   const nvfp4_scaler row_scaler{p.row.data ? *p.row_t : 1.0f}, col_scaler{p.col.data ? *p.col_t : 1.0f};
   const nvfp4_options ro = nvfp4_kernel_options<Rotate>(p.row.options), co = nvfp4_kernel_options<Rotate>(p.col.options);
@@ -396,11 +366,6 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
   uint4 cur[L::count], next[L::count];
   std::size_t k = blockIdx.x;
   if (k < p.in.tiles) nvfp4_load_tile(p.in, last - k, thread, cur);
-  // Each copy that rounds to nearest even codes its elements by comparison (a division an element
-  // otherwise), while the first tile's loads are in flight; the barrier after the first staging
-  // orders the fill before any read.
-  nvfp4_fill_thresholds(thresholds, thread, nvfp4_threads, p.row.data && ro.round == rounding::nearest_even,
-                        p.col.data && co.round == rounding::nearest_even, row_scaler, col_scaler);
   for (; k < p.in.tiles; k += gridDim.x) {
     nvfp4_stage_tile<T>(cur, thread, smem, p.amax != nullptr, all);
     sync_threads();
@@ -410,7 +375,7 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
       nvfp4_tile_block_amax(smem, thread, ro, p.row.data != nullptr, p.col.data != nullptr, tile_amax);
       sync_threads();
     }
-    nvfp4_tile_finish(p, ro, co, row_scaler, col_scaler, last - k, thread, smem, TwoD ? tile_amax : nullptr, thresholds);
+    nvfp4_tile_finish(p, ro, co, row_scaler, col_scaler, last - k, thread, smem, TwoD ? tile_amax : nullptr);
     sync_threads();  // everyone is done with this tile before the next is staged
     for (int j = 0; j < L::count; ++j) cur[j] = next[j];
   }
