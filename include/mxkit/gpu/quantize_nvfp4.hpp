@@ -133,6 +133,8 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
   }
   unsigned* input_amax = empty ? nullptr : reinterpret_cast<unsigned*>(out.amax);
   const nvfp4_tile_input<U> tiles = make_nvfp4_tile_input(in);
+  mxkit::detail::require(tiles.tiles < (std::size_t{1} << 32), "gpu::quantize_nvfp4: a ", in.rows, " x ", in.cols,
+                         " matrix is 2^32 tiles of 64 x 64 or more (the kernels number tiles in 32 bits)");
   const bool any_copy = ts[0] || ts[1];
   if (any_copy) {
     if (!tensor_scale && !empty) {

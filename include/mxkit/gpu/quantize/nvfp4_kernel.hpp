@@ -89,9 +89,12 @@ struct nvfp4_tile_input {
   bool vector_loads;  // in and every row start are 16-byte aligned
   std::size_t tiles_k, tiles;  // tiles along cols, tiles in all (row-major order)
 
+  // In 32-bit arithmetic (a 64-bit division is a long routine on a GPU): a matrix of 2^32 tiles
+  // would hold 2^44 elements.
   MXKIT_HD constexpr void origin(std::size_t t, std::size_t& r0, std::size_t& c0) const noexcept {
-    r0 = t / tiles_k * nvfp4_tile;
-    c0 = t % tiles_k * nvfp4_tile;
+    const std::uint32_t m = static_cast<std::uint32_t>(t) / static_cast<std::uint32_t>(tiles_k);
+    r0 = static_cast<std::size_t>(m) * nvfp4_tile;
+    c0 = static_cast<std::size_t>(static_cast<std::uint32_t>(t) - m * static_cast<std::uint32_t>(tiles_k)) * nvfp4_tile;
   }
 };
 
@@ -288,18 +291,34 @@ MXKIT_HD inline nvfp4_packed_block nvfp4_quantize(const float* v, std::uint32_t 
   return nvfp4_quantize_out_of_line(x, amax, scaler, o, first_index);
 }
 
-// Quantizes values v (rotated) of block blk of `line` of copy c under `scaler` and options o (c's,
-// the rotation a constant), amax as quantize_nvfp4_block takes it, and stores its 8 code bytes and
-// its scale.
-MXKIT_HD inline void nvfp4_store_block(const nvfp4_view& c, const nvfp4_options& o, const nvfp4_scaler& scaler, std::size_t line,
-                                       std::size_t blk, const float* v, std::uint32_t amax) noexcept {
-  const nvfp4_layout& l = c.layout;
+// One copy's addressing as the quantize kernel uses it, found on the host when the kernel's
+// parameters are made: a layout's accessors divide by the format's block size, a run-time value,
+// and a 64-bit division is a long routine on a GPU, which a kernel asking them for each block ran
+// several times a block (docs/perf/quantize.md).
+struct nvfp4_copy_geometry {
+  std::size_t lines = 0, blocks_per_line = 0, padded_length = 0, line_bytes = 0;
+
+  MXKIT_HD static constexpr nvfp4_copy_geometry of(const nvfp4_layout& l) noexcept {
+    return {l.lines(), l.blocks_per_line(), l.padded_length(), l.line_bytes()};
+  }
+  // nvfp4_view::scale_index with these numbers.
+  MXKIT_HD constexpr std::size_t scale_index(scale_layout sl, std::size_t line, std::size_t blk) const noexcept {
+    return sl == scale_layout::row_major ? line * blocks_per_line + blk : scale_offset(sl, lines, blocks_per_line, line, blk);
+  }
+};
+
+// Quantizes values v (rotated) of block blk of `line` of copy c (addressed by g) under `scaler`
+// and options o (c's, the rotation a constant), amax as quantize_nvfp4_block takes it, and stores
+// its 8 code bytes and its scale.
+MXKIT_HD inline void nvfp4_store_block(const nvfp4_view& c, const nvfp4_copy_geometry& g, const nvfp4_options& o,
+                                       const nvfp4_scaler& scaler, std::size_t line, std::size_t blk, const float* v,
+                                       std::uint32_t amax) noexcept {
   // Stochastic rounding numbers element (line, pos) line * padded_length + pos, as the host.
-  const nvfp4_packed_block b = nvfp4_quantize(v, amax, scaler, o, line * l.padded_length() + blk * nvfp4_block_size);
-  c.scales[c.scale_index(line, blk)] = b.scale.bits();
+  const nvfp4_packed_block b = nvfp4_quantize(v, amax, scaler, o, line * g.padded_length + blk * nvfp4_block_size);
+  c.scales[g.scale_index(c.scales_layout, line, blk)] = b.scale.bits();
   // The block's 16 codes are 8 whole bytes of its line, stored at once: line_bytes is a multiple
   // of 8 and the launcher checks the data's alignment.
-  *reinterpret_cast<uint2*>(c.data + line * l.line_bytes() + blk * (nvfp4_block_size / 2)) = make_uint2(b.words[0], b.words[1]);
+  *reinterpret_cast<uint2*>(c.data + line * g.line_bytes + blk * (nvfp4_block_size / 2)) = make_uint2(b.words[0], b.words[1]);
 }
 
 // What the quantize kernel writes: each copy (data null: not written; options with the copy's
@@ -310,6 +329,7 @@ struct nvfp4_quantize_params {
   nvfp4_view row, col;
   const float *row_t, *col_t;  // device: each copy's t (nvfp4_tensor_scale_kernel's); null with its copy
   unsigned* amax;              // the input's amax_bits (null: not wanted), zeroed by the launcher
+  nvfp4_copy_geometry row_geometry = nvfp4_copy_geometry::of(row.layout), col_geometry = nvfp4_copy_geometry::of(col.layout);
 };
 
 // Quantizes and stores this thread's blocks of staged tile t that lie in the matrix (a line past
@@ -327,16 +347,16 @@ MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_o
   float v[nvfp4_block_size];
   if (p.row.data) {
     const std::size_t r = r0 + line, blk = c0 / nvfp4_block_size + part;
-    if (r < p.in.rows && blk < p.row.layout.blocks_per_line()) {
+    if (r < p.in.rows && blk < p.row_geometry.blocks_per_line) {
       nvfp4_read_block(smem, thread, true, ro, v);
-      nvfp4_store_block(p.row, ro, row_scaler, r, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : nvfp4_block_amax_bits(v));
+      nvfp4_store_block(p.row, p.row_geometry, ro, row_scaler, r, blk, v, tile_amax ? nvfp4_tile_amax(tile_amax, thread) : nvfp4_block_amax_bits(v));
     }
   }
   if (p.col.data) {
     const std::size_t c = c0 + line, blk = r0 / nvfp4_block_size + part;
-    if (c < p.in.cols && blk < p.col.layout.blocks_per_line()) {
+    if (c < p.in.cols && blk < p.col_geometry.blocks_per_line) {
       nvfp4_read_block(smem, thread, false, co, v);
-      nvfp4_store_block(p.col, co, col_scaler, c, blk, v,
+      nvfp4_store_block(p.col, p.col_geometry, co, col_scaler, c, blk, v,
                         tile_amax ? nvfp4_tile_amax(tile_amax + nvfp4_threads, thread) : nvfp4_block_amax_bits(v));
     }
   }
@@ -386,9 +406,9 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
   // Padding entries of padded scale layouts: zero, written once by the grid.
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * nvfp4_threads;
   const std::size_t first = static_cast<std::size_t>(blockIdx.x) * nvfp4_threads + threadIdx.x;
-  zero_scale_padding(p.row.data ? p.row.scales : nullptr, p.row.scales_layout, p.row.layout.lines(), p.row.layout.blocks_per_line(), first,
+  zero_scale_padding(p.row.data ? p.row.scales : nullptr, p.row.scales_layout, p.row_geometry.lines, p.row_geometry.blocks_per_line, first,
                      stride);
-  zero_scale_padding(p.col.data ? p.col.scales : nullptr, p.col.scales_layout, p.col.layout.lines(), p.col.layout.blocks_per_line(), first,
+  zero_scale_padding(p.col.data ? p.col.scales : nullptr, p.col.scales_layout, p.col_geometry.lines, p.col_geometry.blocks_per_line, first,
                      stride);
 }
 
