@@ -8,8 +8,8 @@
 #include <mxkit/block/element_encoder.hpp>
 #include <mxkit/block/mx_format.hpp>
 #include <mxkit/block/nvfp4_block.hpp>
+#include <mxkit/block/nvfp4_reciprocal.hpp>
 #include <mxkit/block/nvfp4_scale.hpp>
-#include <mxkit/block/nvfp4_nearest_even.hpp>
 #include <mxkit/block/pack.hpp>
 #include <mxkit/block/quantize_block.hpp>
 #include <mxkit/block/quantize_options.hpp>

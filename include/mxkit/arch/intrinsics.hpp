@@ -123,7 +123,7 @@ MXKIT_HD inline float div_rn(float a, float b) noexcept {
 // fma.rn.f32 (no .ftz, whatever the compile flags), AMD v_fma_f32, the host's fmaf (an FMA
 // instruction, or libm's correctly rounded emulation without one). The one function here with no
 // plain expression behind it (a * b + c rounds twice): its callers take another path during
-// constant evaluation (block/nvfp4_nearest_even.hpp).
+// constant evaluation (block/nvfp4_reciprocal.hpp).
 MXKIT_HD inline float fma_rn(float a, float b, float c) noexcept {
 #if MXKIT_CUDA_DEVICE_ARCH
   float r;

@@ -37,9 +37,10 @@
 // shared memory to the 16 threads of their 16 x 16 tile (16-aligned inside the 64 x 64 one), and
 // after that barrier the blocks are read and rotated again from the staged tile. Rounding to
 // nearest even, the common case, divides each element through its block's reciprocal in five
-// FMAs and codes it with the MX blocks' E2M1 encoder (block/nvfp4_nearest_even.hpp: the same
-// bytes as quantize_nvfp4_block); stochastic rounding (Philox bits per four elements) is quantize_nvfp4_block
-// inlined with its mode a constant, and the other roundings call it out of line.
+// FMAs and codes it with the MX blocks' E2M1 encoder; stochastic rounding (Philox bits per four
+// elements) rounds the same quotients in the block quantizer's loop, inlined with its mode a
+// constant (block/nvfp4_reciprocal.hpp: both the same bytes as quantize_nvfp4_block); the other
+// roundings call quantize_nvfp4_block out of line.
 // The amax pass is the same tile walk: without the rotation it only folds the loaded values; with
 // it it stages the tile and rotates each block as the quantize pass does. Options that change the
 // code path (rotation, 16 x 16 blocks) are template arguments, so the common kernels carry no dead
@@ -56,7 +57,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/nvfp4_block.hpp>
-#include <mxkit/block/nvfp4_nearest_even.hpp>
+#include <mxkit/block/nvfp4_reciprocal.hpp>
 #include <mxkit/block/scale_rule.hpp>
 #include <mxkit/gpu/quantize/scale_padding.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
@@ -266,16 +267,16 @@ MXKIT_HD inline __attribute__((noinline)) nvfp4_packed_block nvfp4_quantize_out_
   return pack_nvfp4_block(quantize_nvfp4_block(x.v, amax, scaler, o, first_index));
 }
 
-// quantize_nvfp4_block, packed, with the rounding a constant on the common paths: nearest even
-// through the reciprocal (block/nvfp4_nearest_even.hpp: no division an element), stochastic
-// inline; the rest out of line.
+// quantize_nvfp4_block, packed, with the rounding a constant on the common paths, nearest even
+// and stochastic, both through the block's reciprocal (block/nvfp4_reciprocal.hpp: no division an
+// element); the rest out of line.
 MXKIT_HD inline nvfp4_packed_block nvfp4_quantize(const float* v, std::uint32_t amax, const nvfp4_scaler& scaler, const nvfp4_options& o,
                                                   std::uint64_t first_index) noexcept {
   if (o.round == rounding::nearest_even) {
-    const nvfp4_nearest_even_block b = nvfp4_nearest_even_block::make(amax, scaler);
+    const nvfp4_reciprocal_block b = nvfp4_reciprocal_block::make(amax, scaler);
     if (b.path) {
       nvfp4_packed_block p{b.scale, {}};
-      b.encode(v, p.words);
+      b.encode_nearest_even(v, p.words);
       return p;
     }
   } else if (o.round == rounding::stochastic) {
@@ -284,7 +285,7 @@ MXKIT_HD inline nvfp4_packed_block nvfp4_quantize(const float* v, std::uint32_t 
     // the compiler sees it and keeps only the one-Philox-call-per-four-elements path.
     nvfp4_options sr = o;
     sr.round = rounding::stochastic;
-    return pack_nvfp4_block(quantize_nvfp4_block(v, amax, scaler, sr, first_index / 4 * 4));
+    return pack_nvfp4_block(quantize_nvfp4_block_by_reciprocal(v, amax, scaler, sr, first_index / 4 * 4));
   }
   nvfp4_block_values x;
   for (int i = 0; i < nvfp4_block_size; ++i) x.v[i] = v[i];

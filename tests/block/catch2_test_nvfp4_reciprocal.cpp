@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// NVFP4's nearest-even blocks through the reciprocal (block/nvfp4_nearest_even.hpp) against the
-// rule (nvfp4_scaler, e2m1::from_float: tests/block/catch2_test_nvfp4_scale.cpp holds those to an
+// NVFP4's blocks through the reciprocal (block/nvfp4_reciprocal.hpp) against the rule
+// (nvfp4_scaler, e2m1::from_float: tests/block/catch2_test_nvfp4_scale.cpp holds those to an
 // independent reading of the rule):
-//  - the quotient equals fp32_div bit for bit wherever it can reach a code above 0, for divisors
-//    across the path's bounds (all-ones and power-of-two significands included);
+//  - the quotient equals fp32_div bit for bit from 2^-39 up (below, both stay under 2^-33), for
+//    divisors across the path's bounds (all-ones and power-of-two significands included);
 //  - for every E4M3 scale code a finite block can have, under tensor scales from the least normal
 //    float to the largest, the codes equal the rule's on the floats around each code threshold
 //    (where a quotient one ulp off would change the code) and on random floats;
-//  - whole blocks equal quantize_nvfp4_block, packed, NaN, Inf, zero, subnormal and saturated
-//    ones included (those off the path too), and at compile time.
+//  - whole blocks equal quantize_nvfp4_block, nearest even packed and every other rounding, NaN,
+//    Inf, zero, subnormal and saturated ones included (those off the path too), and at compile time.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,11 +17,11 @@
 #include <vector>
 
 #include <mxkit/block/nvfp4_block.hpp>
-#include <mxkit/block/nvfp4_nearest_even.hpp>
+#include <mxkit/block/nvfp4_reciprocal.hpp>
 
 #include "../catch.hpp"
 
-namespace nvfp4_nearest_even_test {
+namespace nvfp4_reciprocal_test {
 using mxkit::e2m1;
 using mxkit::e4m3;
 
@@ -62,14 +62,14 @@ std::uint32_t code_threshold(const mxkit::nvfp4_block_scaling& s, std::uint32_t 
   return hi;
 }
 
-// The encoder of scale `scale` under s, as nvfp4_nearest_even_block::make builds it for a block of
+// The encoder of scale `scale` under s, as nvfp4_reciprocal_block::make builds it for a block of
 // that scale (make itself is checked by the whole-block case below).
-mxkit::nvfp4_nearest_even_block encoder_for(const mxkit::nvfp4_scaler& s, e4m3 scale) {
-  mxkit::nvfp4_nearest_even_block b{};
+mxkit::nvfp4_reciprocal_block encoder_for(const mxkit::nvfp4_scaler& s, e4m3 scale) {
+  mxkit::nvfp4_reciprocal_block b{};
   b.scale = scale;
   const mxkit::nvfp4_block_scaling bs = s.for_block(scale);
   b.divider = bs.zero ? mxkit::nvfp4_reciprocal_divider{1.0f, 0.0f} : mxkit::nvfp4_reciprocal_divider{bs.divisor, mxkit::fp32_div(1.0f, bs.divisor)};
-  b.path = bs.zero || (bs.divisor >= 0x1p-96f && bs.divisor <= 0x1p96f);
+  b.path = bs.zero || (bs.divisor >= 0x1p-64f && bs.divisor <= 0x1p64f);
   return b;
 }
 
@@ -77,46 +77,55 @@ std::uint8_t rule_code(const mxkit::nvfp4_scaler& s, e4m3 scale, float x) {
   return e2m1::from_float(s.scaled(x, scale), mxkit::rounding::nearest_even, mxkit::overflow::saturate).bits();
 }
 
-TEST_CASE("the reciprocal quotient is the correctly rounded one", "[nvfp4][nearest_even]") {
+TEST_CASE("the reciprocal quotient is the correctly rounded one", "[nvfp4][reciprocal]") {
   std::mt19937_64 g(11);
-  std::vector<float> divisors = {0x1p-96f, 0x1p96f, 1.0f, 0x1.fffffep0f, 0x1.fffffep-96f, 0x1.fffffep95f, 3.0f, 0x1.000002p0f};
+  std::vector<float> divisors = {0x1p-64f, 0x1p64f, 1.0f, 0x1.fffffep0f, 0x1.fffffep-64f, 0x1.fffffep63f, 3.0f, 0x1.000002p0f};
   for (int i = 0; i < 2000; ++i) {
-    const std::uint32_t e = static_cast<std::uint32_t>(127 - 96 + static_cast<int>(g() % 193)) << 23;  // exponents -96 .. 96
+    const std::uint32_t e = static_cast<std::uint32_t>(127 - 64 + static_cast<int>(g() % 129)) << 23;  // exponents -64 .. 64
     std::uint32_t m = static_cast<std::uint32_t>(g()) & 0x7FFFFFu;
     if (i % 10 == 0) m = 0x7FFFFFu;  // all-ones significands
     if (i % 10 == 1) m = 0u;         // powers of two
     if (i % 10 == 2) m = 0x7FFFFFu ^ (1u << (g() % 23));
     const float d = from_bits(e | m);
-    if (d >= 0x1p-96f && d <= 0x1p96f) divisors.push_back(d);
+    if (d >= 0x1p-64f && d <= 0x1p64f) divisors.push_back(d);
   }
   long checked = 0;
   for (const float d : divisors) {
     const mxkit::nvfp4_reciprocal_divider div{d, mxkit::fp32_div(1.0f, d)};
     for (int i = 0; i < 1500; ++i) {
-      // Quotients of every magnitude up to the path's 2^32, most of them where the codes change (1/8 .. 8).
-      const float target = i % 3 == 0 ? std::ldexp(1.0f + static_cast<float>(g() % 4096) / 4096.0f, static_cast<int>(g() % 40) - 8)
+      // Quotients of every magnitude up to the path's 2^32, most of them where nearest even's codes
+      // change (1/8 .. 8), a third down to 2^-44 (stochastic rounding reads their low bits).
+      const float target = i % 3 == 0 ? std::ldexp(1.0f + static_cast<float>(g() % 4096) / 4096.0f, static_cast<int>(g() % 76) - 44)
                                       : std::ldexp(1.0f + static_cast<float>(g() % 1048576) / 1048576.0f, static_cast<int>(g() % 7) - 3);
       float a = mxkit::fp32_mul(target, d);
       a = from_bits(bits(a) + static_cast<std::uint32_t>(g() % 9) - 4u);  // a few ulps either side
       if (!(a >= 0.0f) || !std::isfinite(a) || mxkit::fp32_mul(a, div.reciprocal) > 0x1p32f) continue;
       const float want = mxkit::fp32_div(a, d), got = div.quotient(a);
       INFO("d bits " << bits(d) << ", a bits " << bits(a));
-      if (want >= 0.125f) REQUIRE(bits(got) == bits(want));
-      else REQUIRE(got < 0.25f);
+      if (want >= 0x1p-39f) {
+        REQUIRE(bits(got) == bits(want));
+        REQUIRE(bits(div(-a)) == bits(mxkit::fp32_div(-a, d)));  // the signed form: x's sign
+      } else {
+        REQUIRE(got < 0x1p-33f);
+      }
       ++checked;
     }
   }
   CHECK(checked > 2000000);
+  const mxkit::nvfp4_reciprocal_divider one{3.0f, mxkit::fp32_div(1.0f, 3.0f)}, zero_scale{1.0f, 0.0f};
+  CHECK(bits(one(-0.0f)) == 0x80000000u);
+  CHECK(bits(zero_scale(-5.0f)) == 0x80000000u);  // a zero scale: the element's signed zero
+  CHECK(bits(zero_scale(5.0f)) == 0u);
 }
 
-TEST_CASE("the codes through the reciprocal are the rule's around every code threshold", "[nvfp4][nearest_even]") {
+TEST_CASE("the codes through the reciprocal are the rule's around every code threshold", "[nvfp4][reciprocal]") {
   std::mt19937_64 g(17);
   long probed = 0;
   for (const float t : tensor_scales()) {
     const mxkit::nvfp4_scaler s{t};
     for (int code = 0; code <= 126; ++code) {
       const e4m3 scale = e4m3::from_bits(static_cast<std::uint8_t>(code));
-      const mxkit::nvfp4_nearest_even_block enc = encoder_for(s, scale);
+      const mxkit::nvfp4_reciprocal_block enc = encoder_for(s, scale);
       if (!enc.path) continue;  // such blocks are quantize_nvfp4_block's (the whole-block case)
       const mxkit::nvfp4_block_scaling bs = s.for_block(scale);
       // The largest |x| a block of this scale on the path can hold: quotients up to 2^32.
@@ -139,7 +148,7 @@ TEST_CASE("the codes through the reciprocal are the rule's around every code thr
       while (xs.size() % mxkit::nvfp4_block_size) xs.push_back(-0.0f);
       for (std::size_t b = 0; b < xs.size(); b += mxkit::nvfp4_block_size) {
         std::uint32_t words[mxkit::nvfp4_block_words];
-        enc.encode(xs.data() + b, words);
+        enc.encode_nearest_even(xs.data() + b, words);
         for (int i = 0; i < mxkit::nvfp4_block_size; ++i) {
           const float x = xs[b + static_cast<std::size_t>(i)];
           INFO("tensor scale " << t << ", scale code " << code << ", x bits " << bits(x));
@@ -156,7 +165,7 @@ mxkit::nvfp4_packed_block rule_block(const float* v, std::uint32_t amax, const m
   return mxkit::pack_nvfp4_block(mxkit::quantize_nvfp4_block(v, amax, s, mxkit::nvfp4_options{}));
 }
 
-TEST_CASE("blocks through the reciprocal equal quantize_nvfp4_block", "[nvfp4][nearest_even]") {
+TEST_CASE("blocks through the reciprocal equal quantize_nvfp4_block", "[nvfp4][reciprocal]") {
   std::mt19937_64 g(23);
   std::normal_distribution<float> n(0.0f, 1.0f);
   int on_path = 0, off_path = 0;
@@ -174,6 +183,9 @@ TEST_CASE("blocks through the reciprocal equal quantize_nvfp4_block", "[nvfp4][n
         case 2: v[g() % 16] = -std::numeric_limits<float>::infinity(); break;
         case 3: for (float& x : v) x = 0.0f; v[3] = -0.0f; break;
         case 4: for (float& x : v) x = from_bits(static_cast<std::uint32_t>(g() % 0x00800000u) | (g() % 2 ? 0x80000000u : 0u)); break;
+        case 6:  // a wide range within the block: quotients from 6 down to about 2^-38
+          for (float& x : v) x = std::ldexp(n(g) > 0.0f ? magnitude : -magnitude, -static_cast<int>(g() % 40));
+          break;
         default: break;
       }
       std::uint32_t amax = mxkit::nvfp4_block_amax_bits(v);
@@ -181,11 +193,23 @@ TEST_CASE("blocks through the reciprocal equal quantize_nvfp4_block", "[nvfp4][n
       if (trial % 8 == 5 && amax < 0x7F000000u) amax += static_cast<std::uint32_t>(g() % (1u << 24));
       const mxkit::nvfp4_packed_block want = rule_block(v, amax, s);
       const mxkit::nvfp4_packed_block got = mxkit::quantize_nvfp4_block_nearest_even(v, amax, s);
-      (mxkit::nvfp4_nearest_even_block::make(amax, s).path ? on_path : off_path) += 1;
+      (mxkit::nvfp4_reciprocal_block::make(amax, s).path ? on_path : off_path) += 1;
       INFO("tensor scale " << t << ", trial " << trial);
       REQUIRE(got.scale.bits() == want.scale.bits());
       REQUIRE(got.words[0] == want.words[0]);
       REQUIRE(got.words[1] == want.words[1]);
+      for (const mxkit::rounding r : {mxkit::rounding::stochastic, mxkit::rounding::toward_zero, mxkit::rounding::nearest_away}) {
+        mxkit::nvfp4_options o;
+        o.round = r;
+        o.seed = g();
+        o.stream = static_cast<std::uint32_t>(g() % 4);
+        const std::uint64_t first = 16 * (g() % 100000);
+        const mxkit::nvfp4_block w = mxkit::quantize_nvfp4_block(v, amax, s, o, first);
+        const mxkit::nvfp4_block b = mxkit::quantize_nvfp4_block_by_reciprocal(v, amax, s, o, first);
+        INFO("rounding " << static_cast<int>(r));
+        REQUIRE(b.scale.bits() == w.scale.bits());
+        for (int i = 0; i < mxkit::nvfp4_block_size; ++i) REQUIRE(b.elements[i].bits() == w.elements[i].bits());
+      }
     }
   }
   CHECK(on_path > 20000);
@@ -203,7 +227,7 @@ constexpr bool compile_time_block_matches() {
 }
 static_assert(compile_time_block_matches());
 
-TEST_CASE("a packed block holds element 8j + i in bits 4i of word j", "[nvfp4][nearest_even]") {
+TEST_CASE("a packed block holds element 8j + i in bits 4i of word j", "[nvfp4][reciprocal]") {
   mxkit::nvfp4_block b{};
   for (int i = 0; i < mxkit::nvfp4_block_size; ++i) b.elements[i] = e2m1::from_bits(static_cast<std::uint8_t>(i));
   const mxkit::nvfp4_packed_block p = mxkit::pack_nvfp4_block(b);
@@ -211,4 +235,4 @@ TEST_CASE("a packed block holds element 8j + i in bits 4i of word j", "[nvfp4][n
   CHECK(p.words[1] == 0xFEDCBA98u);
 }
 
-}  // namespace nvfp4_nearest_even_test
+}  // namespace nvfp4_reciprocal_test
