@@ -332,4 +332,7 @@ TEST_CASE("gpu nvfp4 quantize: empty input, bad arguments", "[gpu]") {
   CHECK_THROWS_WITH(gpu::quantize_nvfp4(mxkit::matrix_view<const float>{in.data(), 64, 64, 32}, f, {}, row),
                     mxkit_test::contains("leading dimension 32"));
   CHECK_THROWS_AS(gpu::quantize_nvfp4(v, f, {}, row, std::optional<float>{std::numeric_limits<float>::infinity()}), std::invalid_argument);
+  // 2^34 tiles of 64 x 64 (a view's sizes, not its memory: refused before any launch).
+  CHECK_THROWS_WITH(gpu::quantize_nvfp4(mxkit::matrix_view<const float>{in.data(), std::size_t{1} << 33, std::size_t{1} << 13}, f, {}, row),
+                    mxkit_test::contains("2^32 tiles"));
 }

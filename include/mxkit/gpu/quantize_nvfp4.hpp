@@ -114,6 +114,9 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
   for (const nvfp4_layout& l : layouts) mxkit::detail::check_nvfp4_layout(l, "gpu::quantize_nvfp4");  // NVFP4, sizes that fit
   mxkit::detail::check_nvfp4_options(options, "gpu::quantize_nvfp4");
   if (tensor_scale) mxkit::detail::check_tensor_scale(*tensor_scale, "gpu::quantize_nvfp4");
+  const nvfp4_tile_input<U> tiles = make_nvfp4_tile_input(in);
+  mxkit::detail::require(tiles.tiles < (std::size_t{1} << 32), "gpu::quantize_nvfp4: a ", in.rows, " x ", in.cols,
+                         " matrix is 2^32 tiles of 64 x 64 or more (the kernels number tiles in 32 bits)");
   const nvfp4_copy_outputs copies[2] = {
       {block_axis::rowwise, out.rowwise_data, out.rowwise_scales, out.rowwise_scales_layout, out.rowwise_tensor_scale},
       {block_axis::columnwise, out.columnwise_data, out.columnwise_scales, out.columnwise_scales_layout, out.columnwise_tensor_scale}};
@@ -132,9 +135,6 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
     MXKIT_GPU_CHECK_LAUNCH();
   }
   unsigned* input_amax = empty ? nullptr : reinterpret_cast<unsigned*>(out.amax);
-  const nvfp4_tile_input<U> tiles = make_nvfp4_tile_input(in);
-  mxkit::detail::require(tiles.tiles < (std::size_t{1} << 32), "gpu::quantize_nvfp4: a ", in.rows, " x ", in.cols,
-                         " matrix is 2^32 tiles of 64 x 64 or more (the kernels number tiles in 32 bits)");
   const bool any_copy = ts[0] || ts[1];
   if (any_copy) {
     if (!tensor_scale && !empty) {
