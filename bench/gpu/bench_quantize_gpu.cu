@@ -18,8 +18,9 @@
 //   8192x4096"); and the first two with the tensor scale given ("... given-scale ..."), the
 //   quantize pass alone, as a caller whose producer supplies the amax runs it. Bytes: the input
 //   once + both copies' codes and scales (the amax pass's second read of the input, the tensor
-//   scales and the amax are not counted), as the row's peer_settings say. Validated in full first (every code, scale and tensor scale of both
-//   copies equal ref::quantize's). MXKIT_BENCH_ONLY=nvfp4 runs only these.
+//   scales and the amax are not counted), as the row's peer_settings say. Validated in full
+//   first (every code, scale and tensor scale of both copies equal ref::quantize's).
+//   MXKIT_BENCH_ONLY=nvfp4 runs only these.
 // Each case is validated first: the first 256 rows' rowwise lines and every column's first
 // eight columnwise blocks equal the host reference byte for byte.
 // Inputs rotate among enough buffers that the set is at least 4x the L2, so repeated runs read
