@@ -137,10 +137,10 @@ product_shapes shapes_of(gemm_product p, const layer& l) {
 
 // ---- a device MX copy and its host mirror -----------------------------------------------------
 struct mx_operand {
-  mx_layout layout;
+  block_layout layout;
   g::device_buffer<std::uint8_t> data, scales;
   mx_operand(mx_type t, copy_shape s, std::uint64_t seed)
-      : layout{t, s.axis, s.rows, s.cols}, data(layout.data_bytes()), scales(layout.scale_count()) {
+      : layout{format_of(t), s.axis, s.rows, s.cols}, data(layout.data_bytes()), scales(layout.scale_count()) {
     fill(data.data(), data.size(), seed, element_fill(t));
     fill(scales.data(), scales.size(), seed ^ 0x5CA1E, fill_kind::scales);
   }
@@ -149,7 +149,7 @@ struct mx_operand {
 
 // ---- a device NVFP4 copy (random codes and E4M3 scales, a tensor scale in device memory) --------
 struct nvfp4_device_copy {
-  nvfp4_layout layout;
+  block_layout layout;
   float t;
   g::device_buffer<std::uint8_t> data, scales;
   g::device_buffer<float> tensor_scale;
@@ -183,7 +183,7 @@ nvfp4_tensor nvfp4_abs(nvfp4_const_view v) {
   return a;
 }
 nvfp4_tensor nvfp4_gather(const nvfp4_tensor& t, const std::vector<std::size_t>& lines) {
-  nvfp4_layout l = t.layout();
+  block_layout l = t.layout();
   (l.axis == block_axis::rowwise ? l.rows : l.cols) = lines.size();
   nvfp4_tensor g(l, t.options(), t.tensor_scale(), false);
   const std::size_t lb = l.line_bytes(), nb = l.blocks_per_line();
@@ -202,7 +202,7 @@ std::uint8_t abs_code(mx_type t, std::uint8_t c) {
 }
 mx_tensor abs_copy(mx_const_view v) {
   mx_tensor t(v.layout, v.options);
-  for (std::size_t i = 0; i < t.data().size(); ++i) t.data()[i] = abs_code(v.layout.type, v.data[i]);
+  for (std::size_t i = 0; i < t.data().size(); ++i) t.data()[i] = abs_code(v.layout.mx(), v.data[i]);
   std::memcpy(t.scales().data(), v.scales, t.scales().size());
   return t;
 }

@@ -188,7 +188,7 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
       if (ctx.only && name.find(ctx.only) == std::string::npos) continue;
       mxkit::quantize_options o;
       o.hadamard = md.hadamard;
-      const mxkit::mx_layout rl{type, mxkit::block_axis::rowwise, M, K}, cl{type, mxkit::block_axis::columnwise, M, K};
+      const mxkit::block_layout rl{mxkit::format_of(type), mxkit::block_axis::rowwise, M, K}, cl{mxkit::format_of(type), mxkit::block_axis::columnwise, M, K};
       std::vector<gpu::device_buffer<std::uint8_t>> rd, rs, cd, cs;
       for (std::size_t b = 0; b < nbuf; ++b) {
         rd.emplace_back(md.rowwise ? rl.data_bytes() : 0);
@@ -392,7 +392,7 @@ void run_nvfp4_shape(run_context& ctx, std::size_t M, std::size_t K) {
     mxkit::nvfp4_options o;
     o.hadamard = v.hadamard;
     o.hadamard_signs = v.hadamard ? mxkit::hadamard_sign_mask(5) : 0u;
-    const mxkit::nvfp4_layout rl{v.format, mxkit::block_axis::rowwise, M, K}, cl{v.format, mxkit::block_axis::columnwise, M, K};
+    const mxkit::block_layout rl{v.format, mxkit::block_axis::rowwise, M, K}, cl{v.format, mxkit::block_axis::columnwise, M, K};
     std::vector<gpu::device_buffer<std::uint8_t>> rd, rs, cd, cs;
     std::vector<gpu::device_buffer<float>> scalars;  // rowwise t, columnwise t
     for (std::size_t b = 0; b < nbuf; ++b) {

@@ -9,7 +9,7 @@
 //   "mxkit: quantize: rows 1099511627776 x padded cols 1099511627776 exceeds the largest
 //    std::size_t 18446744073709551615".
 // `where...` is the message prefix, in parts like every check of error.hpp ("gemm", ": A").
-// The MXKIT_HD accessors (mx_layout::data_bytes, scale_storage_size, ...) stay unchecked and
+// The MXKIT_HD accessors (block_layout::data_bytes, scale_storage_size, ...) stay unchecked and
 // noexcept for device code; host entry points check the shape once with these, and from then on
 // every accessor's arithmetic is known not to wrap.
 #include <cstddef>

@@ -39,6 +39,7 @@
 #include <mxkit/ref/nvfp4_quantize.hpp>
 #include <mxkit/ref/parallel.hpp>
 #include <mxkit/ref/quantize.hpp>
+#include <mxkit/tensor/block_layout.hpp>
 #include <mxkit/tensor/foreign_layout.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>

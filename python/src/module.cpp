@@ -504,7 +504,7 @@ decltype(auto) with_host_matrix(const matrix_arg& m, F&& f) {
 struct copy_description {
   std::string preset = "mxkit";
   std::string name = "mxkit";
-  mxkit::mx_layout layout;
+  mxkit::block_layout layout;
   mxkit::quantize_options options;
   mxkit::mx_storage storage;
   mxkit::ref::peer_quirks quirks;
@@ -542,7 +542,7 @@ struct copy_description {
   }
   std::string what() const {  // "a rowwise mxfp4 128x64 copy (torchao to_mx FLOOR (mxfp4))"
     std::ostringstream s;
-    s << "a " << mxkit::name_of(layout.axis) << " " << mxkit::name_of(layout.type) << " " << layout.rows << "x" << layout.cols << " copy";
+    s << "a " << mxkit::name_of(layout.axis) << " " << mxkit::format_name(layout.format) << " " << layout.rows << "x" << layout.cols << " copy";
     if (storage.scales != mxkit::scale_layout::row_major) s << " with " << mxkit::name_of(storage.scales) << " scales";
     s << " (" << name << ")";
     return s.str();
@@ -570,14 +570,14 @@ copy_description describe_copy(std::size_t rows, std::size_t cols, const std::st
                                std::optional<std::string> columnwise, std::optional<bool> padding_stored) {
   copy_description d;
   d.preset = preset;
-  d.layout = {parse_enum<mxkit::mx_type>(format, "format"), parse_enum<mxkit::block_axis>(axis, "axis"), rows, cols};
-  mxkit::detail::check_layout(d.layout, "describe_copy");
+  d.layout = {mxkit::format_of(parse_enum<mxkit::mx_type>(format, "format")), parse_enum<mxkit::block_axis>(axis, "axis"), rows, cols};
+  mxkit::detail::check_mx_layout(d.layout, "describe_copy");
   const mxkit::scale_layout scales = layout ? parse_enum<mxkit::scale_layout>(*layout, "scale_layout") : mxkit::scale_layout::row_major;
   if (preset == "mxkit") {
     d.storage = mxkit::own_storage(scales);
   } else {
     try {
-      d.peer = make_preset(preset, d.layout.type, scales);
+      d.peer = make_preset(preset, d.layout.mx(), scales);
     } catch (const std::invalid_argument& e) {  // the peer's own rule, said with the arguments that broke it
       value_error("preset '" + preset + "' with fmt " + format + " and scale_layout " + mxkit::name_of(scales) + ": " + e.what());
     }
@@ -593,8 +593,8 @@ copy_description describe_copy(std::size_t rows, std::size_t cols, const std::st
   d.options.seed = seed;
   if (nibbles) {
     // Only FP4 packs two codes in a byte: a nibble order given for another format would be ignored.
-    if (d.layout.type != mxkit::mx_type::mxfp4)
-      value_error("nibbles='" + *nibbles + "' applies to mxfp4 only, not " + mxkit::name_of(d.layout.type) + "; leave it out");
+    if (d.layout.format != mxkit::formats::mxfp4)
+      value_error("nibbles='" + *nibbles + "' applies to mxfp4 only, not " + mxkit::format_name(d.layout.format) + "; leave it out");
     d.storage.nibbles = parse_enum<mxkit::nibble_order>(*nibbles, "nibbles");
   }
   if (columnwise) d.storage.columnwise = parse_enum<mxkit::columnwise_storage>(*columnwise, "columnwise");
@@ -665,7 +665,7 @@ py::tuple quantize_host(const tensor_ref& x, const copy_description& d, unsigned
         const mxkit::mx_tensor t = mxkit::to_mx_tensor(like.view());
         return mxkit::store_foreign(t.view(), d.storage);
       }
-      const mxkit::mx_tensor t = mxkit::ref::quantize(in, d.layout.type, d.layout.axis, d.options, threads);
+      const mxkit::mx_tensor t = mxkit::ref::quantize(in, d.layout.mx(), d.layout.axis, d.options, threads);
       return mxkit::store_foreign(t.view(), d.storage);
     });
     if (!outs.empty()) {
@@ -749,7 +749,7 @@ py::list quantize_into(const tensor_ref& x, const std::vector<copy_description>&
       (part == 0 ? (row ? targets.rowwise_data : targets.columnwise_data) : (row ? targets.rowwise_scales : targets.columnwise_scales)) = u;
     }
   }
-  device::quantize(m.data, m.type, m.rows, m.cols, m.ld, d.layout.type, d.options, targets, dev, stream);
+  device::quantize(m.data, m.type, m.rows, m.cols, m.ld, d.layout.mx(), d.options, targets, dev, stream);
   py::list result;
   if (want_result)
     for (std::size_t i = 0; i < refs.size(); i += 2) result.append(py::make_tuple(py::cast(refs[i]), py::cast(refs[i + 1])));
@@ -1268,7 +1268,7 @@ void update_scales(const tensor_ref& history, const tensor_ref& scale, const ten
 struct nvfp4_description {
   std::string preset = "mxkit";
   std::string name = "mxkit";
-  mxkit::nvfp4_layout layout;
+  mxkit::block_layout layout;
   mxkit::nvfp4_options options;
   mxkit::mx_storage storage;
   mxkit::ref::nvfp4_quirks quirks;
@@ -1401,7 +1401,7 @@ py::object nvfp4_dequantize_host(const tensor_ref& codes, const tensor_ref& scal
   {
     py::gil_scoped_release nogil;
     const float decode = mxkit::detail::with_nvfp4_scaler(d.quirks.formula, tensor_scale, [](const auto& s) { return s.decode_tensor_scale(); });
-    const mxkit::nvfp4_layout& l = d.layout;
+    const mxkit::block_layout& l = d.layout;
     mxkit::nvfp4_tensor own(l, d.options, decode, d.tensor_scale_from_amax);
     const std::size_t stored = v.stored_length();  // positions past it (TE, torchao store whole blocks) stay the zero padding
     for (std::size_t line = 0; line < l.lines(); ++line) {
@@ -1482,7 +1482,7 @@ void check_device_nvfp4(const nvfp4_description& d, const std::string& entry, co
   if (d.peer)
     value_error(entry + ": " + name + " is " + d.what() + ", but the device NVFP4 " + (entry == "gemm" ? "GEMM" : "quantizer") +
                 " takes mxkit's copies only (preset='mxkit'); preset '" + d.preset + "' is the host reference's");
-  const mxkit::nvfp4_layout& l = d.layout;
+  const mxkit::block_layout& l = d.layout;
   if (d.data_bytes() != l.data_bytes() || d.scale_bytes() != mxkit::scale_storage_size(d.storage.scales, l.lines(), l.blocks_per_line()))
     value_error(entry + ": " + name + " is " + d.what() + ", which is not stored as the device stores its copies");
 }
@@ -1725,7 +1725,7 @@ PYBIND11_MODULE(_mxkit, m) {
   py::class_<copy_description>(m, "CopyDescription", "How one MX copy is stored and was quantized")
       .def_readonly("preset", &copy_description::preset)
       .def_readonly("name", &copy_description::name)
-      .def_property_readonly("format", [](const copy_description& d) { return std::string(mxkit::name_of(d.layout.type)); })
+      .def_property_readonly("format", [](const copy_description& d) { return std::string(mxkit::format_name(d.layout.format)); })
       .def_property_readonly("axis", [](const copy_description& d) { return std::string(mxkit::name_of(d.layout.axis)); })
       .def_property_readonly("rows", [](const copy_description& d) { return d.layout.rows; })
       .def_property_readonly("cols", [](const copy_description& d) { return d.layout.cols; })

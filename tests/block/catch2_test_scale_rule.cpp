@@ -184,7 +184,7 @@ TEST_CASE("mx formats: descriptors, names and the run-time dispatch", "[block]")
     CHECK(back == t);
     const int bits = mxkit::visit_mx_type(t, [](auto fmt) { return decltype(fmt)::storage_bits; });
     CHECK(bits == mxkit::storage_bits_of(t));
-    CHECK(bits == mxkit::mx_layout{t, mxkit::block_axis::rowwise, 1, 1}.storage_bits());
+    CHECK(bits == mxkit::block_layout{mxkit::format_of(t), mxkit::block_axis::rowwise, 1, 1}.storage_bits());
     CHECK(bits == (t == mxkit::mx_type::mxfp4 ? 4 : 8));
     CHECK(mxkit::visit_mx_type(t, [](auto fmt) { return decltype(fmt)::block_size; }) == 32);
   }

@@ -41,12 +41,12 @@ constexpr std::size_t max_buffer_bytes = std::size_t{1} << 22;
 constexpr std::size_t max_small_dim = 80;
 
 [[noreturn]] void finding(const char* what, const mx_foreign_view& v) {
-  const mx_layout& l = v.layout;
+  const block_layout& l = v.layout;
   const mx_storage& s = v.storage;
   std::fprintf(stderr,
                "fuzz_foreign_storage: %s\n  %s %s %zux%zu; data_ld %zu, scale strides %zu/%zu, scale_padded %zux%zu, scales %u, "
                "buffers %zu/%zu bytes\n",
-               what, name_of(l.type), name_of(l.axis), l.rows, l.cols, s.data_ld, s.scale_line_stride, s.scale_block_stride,
+               what, format_name(l.format), name_of(l.axis), l.rows, l.cols, s.data_ld, s.scale_line_stride, s.scale_block_stride,
                s.scale_padded.lines, s.scale_padded.blocks, static_cast<unsigned>(s.scales), v.data.size(), v.scales.size());
   std::abort();
 }
@@ -101,7 +101,7 @@ void run(const std::uint8_t* data, std::size_t size) {
   reader r{data, size};
   const std::uint8_t type_byte = r.byte(), flags = r.byte(), raw = r.byte(), opts = r.byte();
   mx_foreign_view v;
-  v.layout.type = pick<mx_type>(type_byte, 6);
+  v.layout.format = format_of(pick<mx_type>(type_byte, 6));
   v.layout.axis = flags & 1 ? block_axis::columnwise : block_axis::rowwise;
   v.layout.rows = r.dim();
   v.layout.cols = r.dim();
@@ -123,7 +123,11 @@ void run(const std::uint8_t* data, std::size_t size) {
   s.scale_padded.blocks = r.size();
   // Now and then one enum far out of range (a corrupt description or a bad cast).
   switch (raw % 16) {
-    case 1: v.layout.type = static_cast<mx_type>(raw); break;
+    case 1:  // a format value that is not MX: an unknown element, another block, or NVFP4
+      if (raw % 3 == 0) v.layout.format.element = static_cast<element_kind>(raw);
+      else if (raw % 3 == 1) v.layout.format.block.cols = raw;
+      else v.layout.format = formats::nvfp4;
+      break;
     case 2: v.layout.axis = static_cast<block_axis>(raw); break;
     case 3: s.columnwise = static_cast<columnwise_storage>(raw); break;
     case 4: s.nibbles = static_cast<nibble_order>(raw); break;
@@ -145,7 +149,7 @@ void run(const std::uint8_t* data, std::size_t size) {
   std::vector<std::uint8_t> data_buffer(buffer_size(r, data_span, valid)), scale_buffer(buffer_size(r, scale_span, valid));
 
   // Input values (small extents only: a huge one is never read) and buffer bytes from the rest.
-  const mx_layout& l = v.layout;
+  const block_layout& l = v.layout;
   const bool small = l.rows <= max_small_dim && l.cols <= max_small_dim;
   std::vector<float> x(small ? l.rows * l.cols : 1);
   const std::uint8_t* rest = data + std::min(r.at, size);
@@ -194,8 +198,8 @@ void run(const std::uint8_t* data, std::size_t size) {
   // 3. The reference copy stored this way validates clean and reads back.
   if (!valid || !(small || empty) || data_span > max_buffer_bytes || scale_span > max_buffer_bytes) return;
   const mx_tensor t = empty ? mx_tensor(l, v.options)
-                      : l.axis == block_axis::rowwise ? quantize_rowwise(in, l.type, v.options)
-                                                      : quantize_columnwise(in, l.type, v.options);
+                      : l.axis == block_axis::rowwise ? quantize_rowwise(in, l.mx(), v.options)
+                                                      : quantize_columnwise(in, l.mx(), v.options);
   const mx_foreign_buffers stored = store_foreign(t.view(), s);
   if (stored.data.size() != data_span || stored.scales.size() != scale_span) finding("store_foreign allocated other sizes than the spans", v);
   validate_options plain;

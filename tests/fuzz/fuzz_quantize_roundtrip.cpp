@@ -84,7 +84,7 @@ void check(const std::uint8_t* data, std::size_t size) {
   const std::vector<float> y = dequantize(q);
   if (y.size() != rows * cols) finding("dequantize returned the wrong number of values", 0, 0);
 
-  const mx_layout& l = q.layout();
+  const block_layout& l = q.layout();
   auto at = [&](std::size_t line, std::size_t p) { return axis == block_axis::rowwise ? line * cols + p : p * cols + line; };
   auto input = [&](std::size_t line, std::size_t p) {
     return load_float(axis == block_axis::rowwise ? in(line, p) : in(p, line));

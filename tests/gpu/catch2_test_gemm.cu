@@ -61,7 +61,7 @@ std::uint64_t fresh_seed() {
 // ---- device copies --------------------------------------------------------------------------------
 struct device_mx {
   g::device_buffer<std::uint8_t> data, scales;
-  mx_layout layout;
+  block_layout layout;
   quantize_options options;
   explicit device_mx(const mx_tensor& t)
       : data(std::span<const std::uint8_t>(t.data())), scales(std::span<const std::uint8_t>(t.scales())), layout(t.layout()),
@@ -88,7 +88,7 @@ std::vector<double> magnitude(const mx_tensor& a, const mx_tensor& b) {
 // MX copy [lines, k] (rowwise layout) of "exact" data: codes with small half-integer values,
 // scales 2^-8 .. 2^7.
 mx_tensor exact_mx(std::size_t lines, std::size_t k, mx_type t, std::mt19937_64& rng) {
-  mx_tensor m({t, block_axis::rowwise, lines, k}, {});
+  mx_tensor m({mxkit::format_of(t), block_axis::rowwise, lines, k}, {});
   std::vector<std::uint8_t> codes;  // codes whose value v has 2v an integer in [-8, 8] (all codes for FP4)
   const int ncodes = t == mx_type::mxfp4 ? 16 : (t == mx_type::mxfp6_e2m3 || t == mx_type::mxfp6_e3m2) ? 64 : 256;
   for (int c = 0; c < ncodes; ++c) {
@@ -140,7 +140,7 @@ ref::gemm_validation_report run_mx(const mx_tensor& a, const mx_tensor& b, g::ge
 
 std::vector<g::gemm_path> device_paths() {
   std::vector<g::gemm_path> paths{g::gemm_path::portable};
-  const mx_tensor probe({mx_type::mxfp8_e4m3, block_axis::rowwise, 1, 32}, {});
+  const mx_tensor probe({formats::mxfp8_e4m3, block_axis::rowwise, 1, 32}, {});
   const device_mx dp(probe);
   const g::gemm_path a = g::automatic_path(dp.view(), dp.view());
   if (a != g::gemm_path::portable) paths.push_back(a);
@@ -440,7 +440,7 @@ TEST_CASE("gpu gemm: NaN scales propagate, empty shapes write nothing", "[gpu][g
     }
   }
   // P = 0: nothing launched, nothing read.
-  const mx_tensor a0({mx_type::mxfp4, block_axis::rowwise, 0, 64}, {}), b({mx_type::mxfp4, block_axis::rowwise, 3, 64}, {});
+  const mx_tensor a0({formats::mxfp4, block_axis::rowwise, 0, 64}, {}), b({formats::mxfp4, block_axis::rowwise, 3, 64}, {});
   const device_mx d0(a0), db(b);
   g::device_buffer<float> none(1);
   CHECK_NOTHROW(g::gemm(d0.view(), db.view(), matrix_view<float>{none.data(), 0, 3}));

@@ -124,7 +124,7 @@ TEST_CASE("gpu gemm vendor: the library and what automatic takes", "[gpu][gemm][
   CHECK(!vendor_runs());  // HIP has no vendor path (hipBLASLt would be it)
 #endif
   // MX operands never take the vendor path, on any device.
-  const mx_tensor probe({mx_type::mxfp8_e4m3, block_axis::rowwise, 16, 64}, {});
+  const mx_tensor probe({formats::mxfp8_e4m3, block_axis::rowwise, 16, 64}, {});
   g::device_buffer<std::uint8_t> data{std::span<const std::uint8_t>(probe.data())}, scales{std::span<const std::uint8_t>(probe.scales())};
   const mx_const_view mv{probe.layout(), probe.options(), data.data(), scales.data()};
   CHECK(g::automatic_path(mv, mv) != g::gemm_path::vendor);

@@ -39,7 +39,7 @@ TEST_CASE("kernel library: quantize gives the header-only bytes, every format, p
   for (int t = 0; t < 6; ++t)
     for (const bool rotate : {false, true}) {
       const mxkit::mx_type type = mxkit::all_mx_types[t];
-      const mxkit::mx_layout lr{type, mxkit::block_axis::rowwise, rows, cols}, lc{type, mxkit::block_axis::columnwise, rows, cols};
+      const mxkit::block_layout lr{mxkit::format_of(type), mxkit::block_axis::rowwise, rows, cols}, lc{mxkit::format_of(type), mxkit::block_axis::columnwise, rows, cols};
       const std::size_t sr = lr.lines() * lr.blocks_per_line(), sc = lc.lines() * lc.blocks_per_line();
       gpu::device_buffer<std::uint8_t> lib_rd(lr.data_bytes()), lib_rs(sr), lib_cd(lc.data_bytes()), lib_cs(sc);
       gpu::device_buffer<std::uint8_t> hdr_rd(lr.data_bytes()), hdr_rs(sr), hdr_cd(lc.data_bytes()), hdr_cs(sc);
@@ -71,7 +71,7 @@ TEST_CASE("kernel library: NVFP4 quantize gives the header-only bytes, 1 x 16 an
   for (const bool two_d : {false, true})
     for (const bool rotate : {false, true}) {
       const mxkit::block_format f = two_d ? mxkit::formats::nvfp4_2d : mxkit::formats::nvfp4;
-      const mxkit::nvfp4_layout lr{f, mxkit::block_axis::rowwise, rows, cols}, lc{f, mxkit::block_axis::columnwise, rows, cols};
+      const mxkit::block_layout lr{f, mxkit::block_axis::rowwise, rows, cols}, lc{f, mxkit::block_axis::columnwise, rows, cols};
       gpu::device_buffer<std::uint8_t> lib_rd(lr.data_bytes()), lib_rs(lr.scale_count()), lib_cd(lc.data_bytes()), lib_cs(lc.scale_count());
       gpu::device_buffer<std::uint8_t> hdr_rd(lr.data_bytes()), hdr_rs(lr.scale_count()), hdr_cd(lc.data_bytes()), hdr_cs(lc.scale_count());
       gpu::device_buffer<float> lib_t(2), hdr_t(2);
@@ -111,7 +111,7 @@ TEST_CASE("kernel library: FP8 cast and MX GEMM give the header-only bits", "[gp
   // equal to the library's above), through each build's GEMM.
   const int e4m3 = 3;
   REQUIRE(mxkit::all_mx_types[e4m3] == mxkit::mx_type::mxfp8_e4m3);
-  const mxkit::mx_layout l{mxkit::mx_type::mxfp8_e4m3, mxkit::block_axis::rowwise, rows, cols};
+  const mxkit::block_layout l{mxkit::formats::mxfp8_e4m3, mxkit::block_axis::rowwise, rows, cols};
   gpu::device_buffer<std::uint8_t> data(l.data_bytes()), scales(l.lines() * l.blocks_per_line());
   header_only::quantize(in.data(), rows, cols, e4m3, false, data.data(), scales.data(), nullptr, nullptr);
   gpu::device_buffer<float> lib_out(rows * rows), hdr_out(rows * rows);

@@ -59,7 +59,7 @@ TEST_CASE("gather_quantized_mx through NCCL equals quantizing the whole weight, 
       dw.copy_from(w, ctx.stream);
       const mxkit::matrix_view<const float> view{dw.data(), c.rows, c.cols};
       const gpu::device_mx_tensor got = gpu::gather_quantized_mx(ctx.comm, view, c.type, c.axis, c.options, ctx.stream);
-      gpu::device_mx_tensor want({c.type, c.axis, c.rows, c.cols}, c.options);
+      gpu::device_mx_tensor want({mxkit::format_of(c.type), c.axis, c.rows, c.cols}, c.options);
       gpu::quantize_outputs q;
       if (c.axis == block_axis::rowwise) {
         q.rowwise_data = want.data().data();

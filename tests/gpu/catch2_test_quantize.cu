@@ -49,7 +49,7 @@ std::string run_case(const one_case& k, std::uint64_t seed) {
   const mxkit::matrix_view<const T> dev_view{in.data() + k.offset, s.rows, s.cols, s.ld};
   const mxkit::matrix_view<const T> host_view{host.data(), s.rows, s.cols, s.ld};
 
-  const mxkit::mx_layout rl{k.type, block_axis::rowwise, s.rows, s.cols}, cl{k.type, block_axis::columnwise, s.rows, s.cols};
+  const mxkit::block_layout rl{mxkit::format_of(k.type), block_axis::rowwise, s.rows, s.cols}, cl{mxkit::format_of(k.type), block_axis::columnwise, s.rows, s.cols};
   auto rd = gpu_test::poisoned(rl.data_bytes()), rs = gpu_test::poisoned(mxkit::scale_storage_size(k.row_layout, rl.lines(), rl.blocks_per_line()));
   auto cd = gpu_test::poisoned(cl.data_bytes()), cs = gpu_test::poisoned(mxkit::scale_storage_size(k.col_layout, cl.lines(), cl.blocks_per_line()));
   gpu::device_buffer<float> amax(1);
@@ -65,7 +65,7 @@ std::string run_case(const one_case& k, std::uint64_t seed) {
        << k.options.hadamard << " signs " << k.options.random_signs << ": ";
   auto compare = [&](const mxkit::mx_tensor& want, gpu::device_buffer<std::uint8_t>& data, gpu::device_buffer<std::uint8_t>& scales,
                      scale_layout l, const char* name) -> std::string {
-    const mxkit::mx_layout& ml = want.layout();
+    const mxkit::block_layout& ml = want.layout();
     std::string d = gpu_test::first_difference(data.to_host(), want.data(), ml.line_bytes());
     if (!d.empty()) return what.str() + name + " data: " + d;
     d = gpu_test::first_difference(scales.to_host(), mxkit::to_scale_layout(want.scales().data(), ml.lines(), ml.blocks_per_line(), l));

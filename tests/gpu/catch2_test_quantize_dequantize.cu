@@ -24,7 +24,7 @@ void check_round_trip(mxkit::mx_type type, mxkit::block_axis axis, bool rotate, 
   gpu::device_buffer<float> in{std::span<const float>(x)};
   mxkit::quantize_options o;
   o.hadamard = rotate;
-  const mxkit::mx_layout l{type, axis, rows, cols};
+  const mxkit::block_layout l{format_of(type), axis, rows, cols};
   gpu::device_mx_tensor q(l, o, sl);
   const mxkit::matrix_view<const float> dv{in.data(), rows, cols, ld};
   gpu::quantize(dv, type, o,
@@ -76,7 +76,7 @@ TEST_CASE("gpu dequantize: equals the host for every format, axis, rotation and 
 
 TEST_CASE("gpu dequantize: shape mismatch is rejected", "[gpu]") {
   namespace gpu = mxkit::gpu;
-  const gpu::device_mx_tensor q({mxkit::mx_type::mxfp4, mxkit::block_axis::rowwise, 4, 64}, {});
+  const gpu::device_mx_tensor q({mxkit::formats::mxfp4, mxkit::block_axis::rowwise, 4, 64}, {});
   gpu::device_buffer<float> out(4 * 64);
   CHECK_THROWS_WITH(gpu::dequantize(q.view(), mxkit::matrix_view<float>{out.data(), 4, 32}), mxkit_test::contains("output is 4x32"));
 }

@@ -64,7 +64,7 @@ std::string run_on(const one_case& k, const std::vector<T>& host, const std::str
   const mxkit::matrix_view<const T> dev_view{in.data(), s.rows, s.cols, s.ld == s.cols ? 0 : s.ld};
   const mxkit::matrix_view<const T> host_view{host.data(), s.rows, s.cols, s.ld};
 
-  const mxkit::nvfp4_layout rl{k.format, block_axis::rowwise, s.rows, s.cols}, cl{k.format, block_axis::columnwise, s.rows, s.cols};
+  const mxkit::block_layout rl{k.format, block_axis::rowwise, s.rows, s.cols}, cl{k.format, block_axis::columnwise, s.rows, s.cols};
   auto rd = gpu_test::poisoned(rl.data_bytes()), rs = gpu_test::poisoned(mxkit::scale_storage_size(k.row_layout, rl.lines(), rl.blocks_per_line()));
   auto cd = gpu_test::poisoned(cl.data_bytes()), cs = gpu_test::poisoned(mxkit::scale_storage_size(k.col_layout, cl.lines(), cl.blocks_per_line()));
   auto scalars = gpu_test::poisoned<float>(3);  // rowwise t, columnwise t, amax
@@ -78,7 +78,7 @@ std::string run_on(const one_case& k, const std::vector<T>& host, const std::str
   auto compare = [&](block_axis axis, gpu::device_buffer<std::uint8_t>& data, gpu::device_buffer<std::uint8_t>& scales, scale_layout l,
                      float t, const char* name) -> std::string {
     const mxkit::nvfp4_tensor want = mxkit::ref::quantize(host_view, k.format, axis, k.options, k.tensor_scale);
-    const mxkit::nvfp4_layout& ml = want.layout();
+    const mxkit::block_layout& ml = want.layout();
     std::string d = gpu_test::first_difference(data.to_host(), want.data(), ml.line_bytes());
     if (!d.empty()) return what + name + " data: " + d;
     d = gpu_test::first_difference(scales.to_host(), mxkit::to_scale_layout(want.scales().data(), ml.lines(), ml.blocks_per_line(), l));

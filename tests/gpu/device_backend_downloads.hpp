@@ -31,14 +31,14 @@ inline mxkit::mx_tensor download_mx(const mxkit::gpu::device_backend& be, const 
 // An NVFP4 copy's codes, E4M3 scales and the tensor scale its quantizer wrote.
 inline mxkit::nvfp4_tensor download_nvfp4(const mxkit::gpu::device_backend& be, const mxkit::nn::qtensor& q) {
   const mxkit::gpu::device_payload& p = mxkit::gpu::payload_of(q);
-  mxkit::detail::require(q.kind() == mxkit::nn::precision::mx && p.is_nvfp4, "download_nvfp4: a ", mxkit::name_of(q.kind()),
+  mxkit::detail::require(q.kind() == mxkit::nn::precision::mx && p.holds_nvfp4(), "download_nvfp4: a ", mxkit::name_of(q.kind()),
                          " copy that is not NVFP4");
   const std::vector<std::uint8_t> t = mxkit::gpu::download_bytes(p.tensor_scale, sizeof(float), be.stream());
   float scale = 0.0f;
   std::memcpy(&scale, t.data(), sizeof(float));
-  mxkit::nvfp4_tensor h(p.nvfp4, p.nvfp4_opts, scale);
-  const std::vector<std::uint8_t> data = mxkit::gpu::download_bytes(p.data, p.nvfp4.data_bytes(), be.stream());
-  const std::vector<std::uint8_t> scales = mxkit::gpu::download_bytes(p.scales, p.nvfp4.scale_count(), be.stream());
+  mxkit::nvfp4_tensor h(p.layout, p.nvfp4_opts, scale);
+  const std::vector<std::uint8_t> data = mxkit::gpu::download_bytes(p.data, p.layout.data_bytes(), be.stream());
+  const std::vector<std::uint8_t> scales = mxkit::gpu::download_bytes(p.scales, p.layout.scale_count(), be.stream());
   std::copy(data.begin(), data.end(), h.data().begin());
   std::copy(scales.begin(), scales.end(), h.scales().begin());
   return h;

@@ -50,7 +50,7 @@ void cast_fp8(const float* in, std::size_t rows, std::size_t cols, float scale, 
 
 void gemm_mxfp8(const std::uint8_t* a_data, const std::uint8_t* a_scales, const std::uint8_t* b_data, const std::uint8_t* b_scales,
                 std::size_t p, std::size_t q, std::size_t r, float* d) {
-  const mxkit::mx_layout la{mxkit::mx_type::mxfp8_e4m3, mxkit::block_axis::rowwise, p, r}, lb{mxkit::mx_type::mxfp8_e4m3,
+  const mxkit::block_layout la{mxkit::formats::mxfp8_e4m3, mxkit::block_axis::rowwise, p, r}, lb{mxkit::formats::mxfp8_e4m3,
                                                                                              mxkit::block_axis::rowwise, q, r};
   gpu::gemm(mxkit::mx_const_view{la, {}, a_data, a_scales, mxkit::scale_layout::row_major},
             mxkit::mx_const_view{lb, {}, b_data, b_scales, mxkit::scale_layout::row_major}, mxkit::matrix_view<float>{d, p, q});

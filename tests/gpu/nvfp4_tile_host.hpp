@@ -41,7 +41,7 @@ result run(mxkit::matrix_view<const T> in, const mxkit::block_format& format, co
   using L = d::nvfp4_tile_loads<T>;
   constexpr int threads = d::nvfp4_threads;
   const d::nvfp4_tile_input<T> tiles = d::make_nvfp4_tile_input(in);
-  const mxkit::nvfp4_layout rl{format, mxkit::block_axis::rowwise, in.rows, in.cols}, cl{format, mxkit::block_axis::columnwise, in.rows, in.cols};
+  const mxkit::block_layout rl{format, mxkit::block_axis::rowwise, in.rows, in.cols}, cl{format, mxkit::block_axis::columnwise, in.rows, in.cols};
   result r;
   if (rowwise) {
     r.row.data.assign(rl.data_bytes(), 0xA5);
@@ -108,7 +108,7 @@ std::string compare(mxkit::matrix_view<const T> in, const mxkit::block_format& f
   const result r = run(in, format, options, rowwise, columnwise, row_layout, col_layout, given);
   auto one = [&](mxkit::block_axis axis, const copy_out& c, mxkit::scale_layout l, const char* name) -> std::string {
     const mxkit::nvfp4_tensor want = mxkit::ref::quantize(in, format, axis, options, given);
-    const mxkit::nvfp4_layout& ml = want.layout();
+    const mxkit::block_layout& ml = want.layout();
     std::string e = mxkit_test::first_difference(c.data, want.data(), ml.line_bytes());
     if (!e.empty()) return std::string(name) + " data: " + e;
     e = mxkit_test::first_difference(c.scales, mxkit::to_scale_layout(want.scales().data(), ml.lines(), ml.blocks_per_line(), l));

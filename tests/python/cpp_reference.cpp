@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   }
   if (argc < 11) return 2;
   const std::vector<char> codes = read_file(argv[9]), scales = read_file(argv[10]);
-  mxkit::mx_foreign_view v{{type, axis, rows, cols}, {}, mxkit::own_storage(layout),
+  mxkit::mx_foreign_view v{{mxkit::format_of(type), axis, rows, cols}, {}, mxkit::own_storage(layout),
                            {reinterpret_cast<const std::uint8_t*>(codes.data()), codes.size()},
                            {reinterpret_cast<const std::uint8_t*>(scales.data()), scales.size()}};
   v.storage.nibbles = parse<mxkit::nibble_order>(argv[8]);

@@ -53,8 +53,8 @@ TEST_CASE("ref::gemm: every MX element-type pair matches fp64 on the dequantized
 TEST_CASE("ref::gemm: one block is exact; blocks add in fp32 in order", "[gemm]") {
   // Two 1x96 MXFP8 rows built by hand: block sums 2^24, 1 and 1. Added in fp32 in block order
   // each 1 is lost (2^24 + 1 ties to even), so the result is 2^24, not the exact 2^24 + 2.
-  mx_tensor a({mx_type::mxfp8_e4m3, block_axis::rowwise, 1, 96}, {});
-  mx_tensor b({mx_type::mxfp8_e4m3, block_axis::rowwise, 1, 96}, {});
+  mx_tensor a({formats::mxfp8_e4m3, block_axis::rowwise, 1, 96}, {});
+  mx_tensor b({formats::mxfp8_e4m3, block_axis::rowwise, 1, 96}, {});
   const std::uint8_t c1 = e4m3::from_float(1.0f).bits();
   for (std::size_t i = 0; i < 96; ++i) a.data()[i] = b.data()[i] = (i < 32 || i == 32 || i == 64) ? c1 : 0;
   a.set_scales({127 + 12, 127, 127});  // block 0: 32 * 2^12 * 2^7 = 2^24

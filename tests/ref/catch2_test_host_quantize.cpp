@@ -86,7 +86,7 @@ TEST_CASE("quantize: every stored block equals the block oracle (addressing, pac
         INFO(mxkit::name_of(type) << " " << mxkit::name_of(axis) << " " << mxkit::name_of(o.rule) << " " << mxkit::name_of(o.round)
                                   << (o.hadamard ? " hadamard" : ""));
         const mx_tensor t = mxkit::ref::quantize(in, type, axis, o);
-        const mxkit::mx_layout& l = t.layout();
+        const mxkit::block_layout& l = t.layout();
         REQUIRE(l.lines() == (axis == block_axis::rowwise ? rows : cols));
         REQUIRE(l.padded_length() == mxkit::round_up_to_block(axis == block_axis::rowwise ? cols : rows));
         REQUIRE(t.data().size() == l.lines() * (type == mx_type::mxfp4 ? l.padded_length() / 2 : l.padded_length()));
@@ -350,7 +350,7 @@ TEST_CASE("dequantize: a view with null data or scales is refused", "[tensor]") 
   v = t.view();
   v.scales = nullptr;
   REQUIRE_THROWS_AS(mxkit::ref::dequantize(v), std::invalid_argument);
-  v = {{mxkit::mx_type::mxfp4, block_axis::rowwise, 0, 40}, {}, nullptr, nullptr};
+  v = {{mxkit::formats::mxfp4, block_axis::rowwise, 0, 40}, {}, nullptr, nullptr};
   CHECK(mxkit::ref::dequantize(v).empty());
   for (float y : mxkit::ref::dequantize(t)) CHECK(y == 0.5f);
 }

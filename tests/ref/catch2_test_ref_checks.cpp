@@ -49,16 +49,16 @@ TEST_CASE("quantize: an input whose copy size wraps is refused before anything i
 
 TEST_CASE("dequantize: a view whose layout sizes wrap is refused (the null check is not skipped)", "[ref][sizes]") {
   // 2^32 x 2^32 bytes wrap to 0, which used to skip the null-pointer check and read from null.
-  mx_const_view v{{mx_type::mxfp8_e4m3, block_axis::rowwise, two32, two32}, {}, nullptr, nullptr};
+  mx_const_view v{{formats::mxfp8_e4m3, block_axis::rowwise, two32, two32}, {}, nullptr, nullptr};
   REQUIRE_THROWS_WITH(dequantize(v), contains("dequantize: rows 4294967296 x padded cols 4294967296 exceeds the largest std::size_t"));
-  v.layout = {mx_type::mxfp4, block_axis::columnwise, max - 5, 1};
+  v.layout = {formats::mxfp4, block_axis::columnwise, max - 5, 1};
   REQUIRE_THROWS_WITH(dequantize(v), contains("dequantize: rows 18446744073709551610 rounded up to a multiple of 32 exceeds"));
 }
 
 TEST_CASE("validate: a layout whose sizes wrap is refused", "[ref][sizes]") {
   const std::vector<float> x(64, 1.0f);
   const matrix_view<const float> in{x.data(), two32, two32};
-  const mx_const_view v{{mx_type::mxfp8_e4m3, block_axis::rowwise, two32, two32}, {}, nullptr, nullptr};
+  const mx_const_view v{{formats::mxfp8_e4m3, block_axis::rowwise, two32, two32}, {}, nullptr, nullptr};
   REQUIRE_THROWS_WITH(ref::validate(in, v), contains("validate: rows 4294967296 x padded cols 4294967296 exceeds"));
 }
 
@@ -66,12 +66,12 @@ TEST_CASE("ref::gemm: operand and output sizes that wrap are refused", "[ref][si
   const std::uint8_t byte = 0x38;
   float out = 0.0f;
   // A: 2^58 FP8 lines of 64 bytes = 2^64 bytes, 0 after wrapping: the decoded copy had 0 entries.
-  const mx_const_view a{{mx_type::mxfp8_e4m3, block_axis::rowwise, std::size_t{1} << 58, 64}, {}, &byte, &byte};
-  const mx_const_view b{{mx_type::mxfp8_e4m3, block_axis::rowwise, 1, 64}, {}, &byte, &byte};
+  const mx_const_view a{{formats::mxfp8_e4m3, block_axis::rowwise, std::size_t{1} << 58, 64}, {}, &byte, &byte};
+  const mx_const_view b{{formats::mxfp8_e4m3, block_axis::rowwise, 1, 64}, {}, &byte, &byte};
   REQUIRE_THROWS_WITH(ref::gemm(a, b, matrix_view<float>{&out, std::size_t{1} << 58, 1}),
                       contains("gemm: A: rows 288230376151711744 x padded cols 64 exceeds the largest std::size_t"));
   // The output view: 2^33 x 2^33 floats.
-  const mx_const_view big{{mx_type::mxfp8_e4m3, block_axis::rowwise, std::size_t{1} << 33, 64}, {}, &byte, &byte};
+  const mx_const_view big{{formats::mxfp8_e4m3, block_axis::rowwise, std::size_t{1} << 33, 64}, {}, &byte, &byte};
   REQUIRE_THROWS_WITH(ref::gemm(big, big, matrix_view<float>{&out, std::size_t{1} << 33, std::size_t{1} << 33}),
                       contains("gemm: output view: rows 8589934592 x leading dimension 8589934592 exceeds"));
   // Per-tensor FP8 views: rows x cols codes.
@@ -112,15 +112,23 @@ TEST_CASE("quantize: unknown scale_rule, rounding or block_axis values are refus
   REQUIRE_THROWS_WITH(ref::quantize_rowwise(in, static_cast<mx_type>(6)), contains("quantize: unknown mx_type value 6 (valid: 0 to 5"));
 }
 
-TEST_CASE("dequantize and validate: a view with an unknown mx_type or block_axis is refused", "[ref][enums]") {
+TEST_CASE("dequantize and validate: a view whose format is not MX, or with an unknown block_axis, is refused", "[ref][enums]") {
   const std::vector<float> x(2 * 32, 3.0f);
   const matrix_view<const float> in{x.data(), 2, 32};
   const mx_tensor t = ref::quantize_rowwise(in, mx_type::mxfp8_e4m3);
   // An 8-bit copy with a type value past the enum used to decode as FP4 (half the bytes, garbage).
   mx_const_view v = t.view();
-  v.layout.type = static_cast<mx_type>(6);
-  REQUIRE_THROWS_WITH(dequantize(v), contains("dequantize: unknown mx_type value 6"));
-  REQUIRE_THROWS_WITH(ref::validate(in, v), contains("validate: unknown mx_type value 6"));
+  v.layout.format.element = static_cast<element_kind>(6);
+  REQUIRE_THROWS_WITH(dequantize(v), contains("dequantize: unknown block format (unknown elements, 1 x 32 blocks, e8m0 scales, tensor "
+                                              "scale none) is not an MX format"));
+  REQUIRE_THROWS_WITH(ref::validate(in, v), contains("validate: unknown block format (unknown elements"));
+  // NVFP4's value in an MX view: 16-element blocks read with E8M0 scales would be garbage.
+  v = t.view();
+  v.layout.format = formats::nvfp4;
+  REQUIRE_THROWS_WITH(dequantize(v), contains("dequantize: nvfp4 (e2m1 elements, 1 x 16 blocks, e4m3 scales, tensor scale fp32) is not an MX format"));
+  v = t.view();
+  v.layout.format.block.cols = 64;
+  REQUIRE_THROWS_WITH(ref::validate(in, v), contains("validate: unknown block format (e4m3 elements, 1 x 64 blocks"));
   v = t.view();
   v.layout.axis = static_cast<block_axis>(2);
   REQUIRE_THROWS_WITH(dequantize(v), contains("dequantize: unknown block_axis value 2"));
@@ -130,16 +138,16 @@ TEST_CASE("dequantize and validate: a view with an unknown mx_type or block_axis
   for (const float y : dequantize(t)) CHECK(y == 3.0f);
 }
 
-TEST_CASE("ref GEMMs: unknown mx_type, fp8_type or gemm_product values are refused", "[ref][enums]") {
+TEST_CASE("ref GEMMs: a format that is not MX, unknown fp8_type or gemm_product values are refused", "[ref][enums]") {
   const mx_tensor x = quantized(4, 64, mx_type::mxfp8_e4m3, block_axis::rowwise);
   const mx_tensor w = quantized(3, 64, mx_type::mxfp8_e4m3, block_axis::rowwise);
   std::vector<float> d(4 * 3);
   const matrix_view<float> dv{d.data(), 4, 3};
   mx_const_view bad = x.view();
-  bad.layout.type = static_cast<mx_type>(11);
-  REQUIRE_THROWS_WITH(ref::gemm(bad, w.view(), dv), contains("gemm: A: unknown mx_type value 11"));
-  REQUIRE_THROWS_WITH(ref::gemm(x.view(), bad, matrix_view<float>{d.data(), 4, 4}), contains("gemm: B: unknown mx_type value 11"));
-  REQUIRE_THROWS_WITH(ref::fprop(bad, w.view(), dv), contains("unknown mx_type value 11"));
+  bad.layout.format.scale = static_cast<block_scale_type>(11);
+  REQUIRE_THROWS_WITH(ref::gemm(bad, w.view(), dv), contains("gemm: A: unknown block format (e4m3 elements, 1 x 32 blocks, unknown scales"));
+  REQUIRE_THROWS_WITH(ref::gemm(x.view(), bad, matrix_view<float>{d.data(), 4, 4}), contains("gemm: B: unknown block format"));
+  REQUIRE_THROWS_WITH(ref::fprop(bad, w.view(), dv), contains("is not an MX format"));
   REQUIRE_THROWS_WITH(ref::product(static_cast<gemm_product>(3), x.view(), w.view(), dv),
                       contains("unknown gemm_product value 3 (valid: 0 to 2, fprop to wgrad)"));
   const std::vector<float> f(4 * 32, 1.0f);

@@ -27,7 +27,7 @@ inline mxkit::nvfp4_tensor exact_nvfp4(std::size_t lines, std::size_t k, float t
   const bool rowwise = axis == mxkit::block_axis::rowwise;
   mxkit::nvfp4_tensor m({format, axis, rowwise ? lines : k, rowwise ? k : lines}, {}, t, false);
   std::uniform_int_distribution<int> code(0, 15), exponent(7 - spread, 7 + spread), mantissa(0, 7);
-  const mxkit::nvfp4_layout& l = m.layout();
+  const mxkit::block_layout& l = m.layout();
   for (std::size_t line = 0; line < l.lines(); ++line)
     for (std::size_t p = 0; p < l.padded_length(); ++p)
       mxkit::store_code(m.data().data() + line * l.line_bytes(), p, static_cast<std::uint8_t>(code(rng)), 4);

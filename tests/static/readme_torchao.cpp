@@ -40,7 +40,7 @@ int main() {
   mx::quantize_options q;                         // scale_rule::floor, nearest even: mxkit's defaults
   mx::ref::validate_options v;
   v.quirks.zero_block_scale = 0x00;               // torchao writes scale 0x00 for an all-zero block (mxkit: 0x7F)
-  const mx::mx_foreign_view view{{mx::mx_type::mxfp4, mx::block_axis::columnwise, M, K}, q, s, theirs.data, theirs.scales};
+  const mx::mx_foreign_view view{{mx::formats::mxfp4, mx::block_axis::columnwise, M, K}, q, s, theirs.data, theirs.scales};
   const mx::ref::mx_validation_report spelled = mx::ref::validate(in, view, v);
 
   // Without the quirk, torchao's rowwise zero blocks are reported as scale mismatches (3 here).

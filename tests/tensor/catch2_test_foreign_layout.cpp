@@ -30,7 +30,7 @@ std::vector<float> make_matrix(std::size_t rows, std::size_t cols, std::uint64_t
 }
 
 // Storage variants: (columnwise storage, nibbles, data_ld extra, scale layout, strides/padding).
-std::vector<mx_storage> storages(const mxkit::mx_layout& l) {
+std::vector<mx_storage> storages(const mxkit::block_layout& l) {
   std::vector<mx_storage> out;
   for (const auto cw : {mxkit::columnwise_storage::transposed, mxkit::columnwise_storage::not_transposed})
     for (const auto nib : {mxkit::nibble_order::low_first, mxkit::nibble_order::high_first})
@@ -73,7 +73,7 @@ TEST_CASE("foreign layout: addressing matches each peer's description", "[tensor
   te.scale_line_stride = 1;
   te.scale_block_stride = 128;
   te.scale_padded = {128, 4};
-  const mxkit::mx_foreign_view v{{mx_type::mxfp8_e4m3, block_axis::columnwise, 64, 96}, {}, te};
+  const mxkit::mx_foreign_view v{{mxkit::formats::mxfp8_e4m3, block_axis::columnwise, 64, 96}, {}, te};
   CHECK_FALSE(v.line_major());
   CHECK(v.min_data_ld() == 96);
   CHECK(v.data_span() == 64 * 96);
@@ -93,7 +93,7 @@ TEST_CASE("foreign layout: addressing matches each peer's description", "[tensor
   fp4.data_ld = 40;
   std::vector<std::uint8_t> d4(3 * 40);
   d4[2 * 40 + 3] = 0x9C;
-  const mxkit::mx_foreign_view f{{mx_type::mxfp4, block_axis::rowwise, 3, 64}, {}, fp4, d4, scales};
+  const mxkit::mx_foreign_view f{{mxkit::formats::mxfp4, block_axis::rowwise, 3, 64}, {}, fp4, d4, scales};
   CHECK(f.code(2, 7) == 0xC);
   CHECK(f.code(2, 6) == 0x9);
   // A not-transposed FP4 columnwise copy packs neighbouring columns: (row 5, col 3) is the high
@@ -102,11 +102,11 @@ TEST_CASE("foreign layout: addressing matches each peer's description", "[tensor
   nt.columnwise = mxkit::columnwise_storage::not_transposed;
   std::vector<std::uint8_t> dn(32 * 4);
   dn[5 * 4 + 1] = 0x70;
-  const mxkit::mx_foreign_view n{{mx_type::mxfp4, block_axis::columnwise, 32, 8}, {}, nt, dn, scales};
+  const mxkit::mx_foreign_view n{{mxkit::formats::mxfp4, block_axis::columnwise, 32, 8}, {}, nt, dn, scales};
   CHECK(n.min_data_ld() == 4);
   CHECK(n.code(3, 5) == 0x7);
   // mxkit's own storage is the default of every field.
-  const mxkit::mx_layout own{mx_type::mxfp4, block_axis::columnwise, 45, 70};
+  const mxkit::block_layout own{mxkit::formats::mxfp4, block_axis::columnwise, 45, 70};
   const mxkit::mx_foreign_view o{own, {}, {}};
   CHECK(o.line_major());
   CHECK(o.data_ld() == own.line_bytes());
@@ -155,7 +155,7 @@ TEST_CASE("foreign layout: store_foreign and to_mx_tensor round-trip every stora
 }
 
 TEST_CASE("foreign layout: bad descriptions raise errors naming the value and the limit", "[tensor][foreign]") {
-  const mxkit::mx_layout l{mx_type::mxfp8_e4m3, block_axis::rowwise, 64, 96};
+  const mxkit::block_layout l{mxkit::formats::mxfp8_e4m3, block_axis::rowwise, 64, 96};
   std::vector<std::uint8_t> buf(1 << 16);
   const auto view = [&](const mx_storage& s) { return mxkit::mx_foreign_view{l, {}, s, buf, buf}; };
   const auto check = [&](const mx_storage& s) { mxkit::detail::check_foreign_view(view(s), "validate"); };
@@ -189,9 +189,21 @@ TEST_CASE("foreign layout: bad descriptions raise errors naming the value and th
   v = view({});
   v.scales = {};
   CHECK_THROWS_WITH(mxkit::detail::check_foreign_view(v, "validate"), mxkit_test::contains("null scales"));
+  // The view is every block-scaled format's, with a tensor-scale slot: an MX copy has no tensor
+  // scale, and one set there is refused rather than ignored.
+  v = view({});
+  v.tensor_scale = 2.0f;
+  CHECK_THROWS_WITH(mxkit::detail::check_foreign_view(v, "validate"), mxkit_test::contains("validate: an MX copy has no tensor scale, got 2"));
+  v = view({});
+  v.tensor_scale_from_amax = false;
+  CHECK_THROWS_WITH(mxkit::detail::check_foreign_view(v, "validate"), mxkit_test::contains("no tensor scale, got 1 (given)"));
+  // NVFP4's format in an MX view is refused by name, before its 16-element blocks are read with E8M0 scales.
+  v = view({});
+  v.layout.format = mxkit::formats::nvfp4;
+  CHECK_THROWS_WITH(mxkit::detail::check_foreign_view(v, "validate"), mxkit_test::contains("validate: nvfp4 (e2m1 elements, 1 x 16 blocks"));
   CHECK_NOTHROW(check({}));
   // store_foreign checks the description, not pointers.
-  const mxkit::mx_tensor t({mx_type::mxfp4, block_axis::rowwise, 4, 64}, {});
+  const mxkit::mx_tensor t({mxkit::formats::mxfp4, block_axis::rowwise, 4, 64}, {});
   s = {};
   s.data_ld = 1;
   CHECK_THROWS_WITH(mxkit::store_foreign(std::as_const(t).view(), s), mxkit_test::contains("store_foreign: data_ld 1 bytes"));
@@ -202,7 +214,7 @@ TEST_CASE("foreign layout: bad descriptions raise errors naming the value and th
 TEST_CASE("foreign layout: spans that overflow std::size_t are refused before anything is allocated", "[tensor][foreign]") {
   // 64x64 MXFP8 rowwise: 64 lines of 64 bytes, 2 blocks per line. Each description below makes
   // data_span() or scale_span() wrap around 2^64 to a small number.
-  const mxkit::mx_layout l{mx_type::mxfp8_e4m3, block_axis::rowwise, 64, 64};
+  const mxkit::block_layout l{mxkit::formats::mxfp8_e4m3, block_axis::rowwise, 64, 64};
   const mxkit::mx_tensor t(l, {});
   constexpr std::size_t huge = std::size_t{1} << 63;
   const auto check = [&](const mx_storage& s) { mxkit::detail::check_foreign_storage({l, {}, s}, "validate"); };

@@ -19,7 +19,7 @@ using mxkit::block_axis;
 // A copy with distinct codes and scales everywhere (what they mean does not matter here).
 mxkit::nvfp4_tensor patterned(block_axis axis, std::size_t rows, std::size_t cols) {
   mxkit::nvfp4_tensor t({mxkit::formats::nvfp4, axis, rows, cols}, {}, 0.25f);
-  const mxkit::nvfp4_layout& l = t.layout();
+  const mxkit::block_layout& l = t.layout();
   for (std::size_t line = 0; line < l.lines(); ++line) {
     for (std::size_t p = 0; p < l.padded_length(); ++p)
       mxkit::store_code(t.data().data() + line * l.line_bytes(), p, static_cast<std::uint8_t>((line * 7 + p * 3) & 0xF), 4);
@@ -31,7 +31,7 @@ mxkit::nvfp4_tensor patterned(block_axis axis, std::size_t rows, std::size_t col
 }  // namespace nvfp4_foreign_test
 
 TEST_CASE("nvfp4 layout: sizes follow the 16-element block", "[nvfp4_foreign]") {
-  const mxkit::nvfp4_layout l{mxkit::formats::nvfp4_2d, mxkit::block_axis::columnwise, 37, 5};
+  const mxkit::block_layout l{mxkit::formats::nvfp4_2d, mxkit::block_axis::columnwise, 37, 5};
   CHECK(l.lines() == 5);
   CHECK(l.block_size() == 16);
   CHECK(l.tile_lines() == 16);
@@ -53,7 +53,7 @@ TEST_CASE("nvfp4 foreign storage: every description reads back what it was writt
   for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
     const std::size_t rows = 35, cols = 40;
     const mxkit::nvfp4_tensor own = patterned(axis, rows, cols);
-    const mxkit::nvfp4_layout& l = own.layout();
+    const mxkit::block_layout& l = own.layout();
     std::vector<mxkit::mx_storage> storages;
     for (const mxkit::nibble_order n : {mxkit::nibble_order::low_first, mxkit::nibble_order::high_first})
       for (const mxkit::scale_layout s : mxkit::all_scale_layouts)

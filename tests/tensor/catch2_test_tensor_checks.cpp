@@ -41,20 +41,20 @@ constexpr bool data_writable = requires(T& t) { t.data()[0] = std::uint8_t{1}; }
 
 TEST_CASE("mx_tensor: a layout whose byte or scale count wraps is refused before allocating", "[tensor][sizes]") {
   // 2^40 x 2^40 FP4 elements: 2^79 bytes wrap to 0, and a 0-byte buffer would be written.
-  REQUIRE_THROWS_WITH(mx_tensor({mx_type::mxfp4, block_axis::rowwise, two40, two40}, {}),
+  REQUIRE_THROWS_WITH(mx_tensor({formats::mxfp4, block_axis::rowwise, two40, two40}, {}),
                       contains("mx_tensor: rows 1099511627776 x padded cols 1099511627776 exceeds the largest std::size_t "
                                "18446744073709551615"));
   // Columnwise: the lines are the columns and the block axis runs along the rows.
-  REQUIRE_THROWS_WITH(mx_tensor({mx_type::mxfp8_e4m3, block_axis::columnwise, two40, two40}, {}),
+  REQUIRE_THROWS_WITH(mx_tensor({formats::mxfp8_e4m3, block_axis::columnwise, two40, two40}, {}),
                       contains("cols 1099511627776 x padded rows 1099511627776 exceeds"));
   // The block axis rounded up to 32 wraps to 0 first.
-  REQUIRE_THROWS_WITH(mx_tensor({mx_type::mxfp8_e4m3, block_axis::columnwise, max - 2, 4}, {}),
+  REQUIRE_THROWS_WITH(mx_tensor({formats::mxfp8_e4m3, block_axis::columnwise, max - 2, 4}, {}),
                       contains("rows 18446744073709551613 rounded up to a multiple of 32 exceeds the largest std::size_t"));
-  REQUIRE_THROWS_WITH(mx_tensor({mx_type::mxint8, block_axis::rowwise, 1, max - 30}, {}),
+  REQUIRE_THROWS_WITH(mx_tensor({formats::mxint8, block_axis::rowwise, 1, max - 30}, {}),
                       contains("cols 18446744073709551585 rounded up to a multiple of 32"));
   // Large but representable shapes with a zero dimension are fine (nothing to allocate).
-  CHECK(mx_tensor({mx_type::mxfp4, block_axis::rowwise, 0, max - 31}, {}).bytes() == 0);
-  CHECK(mx_tensor({mx_type::mxfp4, block_axis::columnwise, max - 31, 0}, {}).bytes() == 0);
+  CHECK(mx_tensor({formats::mxfp4, block_axis::rowwise, 0, max - 31}, {}).bytes() == 0);
+  CHECK(mx_tensor({formats::mxfp4, block_axis::columnwise, max - 31, 0}, {}).bytes() == 0);
 }
 
 TEST_CASE("matrix_view: rows x leading dimension must fit, or row 1 is read before the buffer", "[tensor][sizes]") {
@@ -115,7 +115,7 @@ TEST_CASE("mx_tensor: the buffers keep the layout's sizes (no resize, no reassig
   CHECK_FALSE(data_reassignable<const mx_tensor>);
   CHECK(data_writable<mx_tensor>);  // the elements stay writable (tests build tensors by hand)
   CHECK_FALSE(data_writable<const mx_tensor>);
-  mx_tensor t({mx_type::mxfp4, block_axis::rowwise, 3, 40}, {});
+  mx_tensor t({formats::mxfp4, block_axis::rowwise, 3, 40}, {});
   CHECK(t.data().size() == 3 * 32);  // 64 padded FP4 elements per line, two per byte
   CHECK(t.scales().size() == 3 * 2);
   t.data()[5] = 0x21;
@@ -124,7 +124,7 @@ TEST_CASE("mx_tensor: the buffers keep the layout's sizes (no resize, no reassig
 }
 
 TEST_CASE("mx_tensor: set_data and set_scales take only buffers of the layout's size", "[tensor][buffers]") {
-  mx_tensor t({mx_type::mxfp8_e4m3, block_axis::rowwise, 2, 40}, {});  // 2 lines of 64 bytes, 2 scales each
+  mx_tensor t({formats::mxfp8_e4m3, block_axis::rowwise, 2, 40}, {});  // 2 lines of 64 bytes, 2 scales each
   REQUIRE_THROWS_WITH(t.set_data(std::vector<std::uint8_t>(100)),
                       contains("mx_tensor::set_data: 100 bytes for a rowwise 2x40 mxfp8_e4m3 tensor, expected 128"));
   REQUIRE_THROWS_WITH(t.set_scales(std::vector<std::uint8_t>(5)),
@@ -149,18 +149,29 @@ TEST_CASE("fp8_tensor: every consumer checks the codes against rows x cols", "[t
 
 // ---- item 4: enum values outside the enum -------------------------------------------------------
 
-TEST_CASE("mx_tensor: unknown mx_type, block_axis, scale_rule or rounding values are refused", "[tensor][enums]") {
-  REQUIRE_THROWS_WITH(mx_tensor({static_cast<mx_type>(9), block_axis::rowwise, 2, 32}, {}),
-                      contains("mx_tensor: unknown mx_type value 9 (valid: 0 to 5, mxfp4 to mxint8)"));
-  REQUIRE_THROWS_WITH(mx_tensor({mx_type::mxfp4, static_cast<block_axis>(2), 2, 32}, {}),
+TEST_CASE("mx_tensor: a format that is not MX, unknown block_axis, scale_rule or rounding values are refused", "[tensor][enums]") {
+  // The format is a value: an unknown element kind, another block or scale, or NVFP4's are no MX format.
+  mxkit::block_format bad = mxkit::formats::mxfp8_e4m3;
+  bad.element = static_cast<mxkit::element_kind>(9);
+  REQUIRE_THROWS_WITH(mx_tensor({bad, block_axis::rowwise, 2, 32}, {}),
+                      contains("mx_tensor: unknown block format (unknown elements, 1 x 32 blocks, e8m0 scales, tensor scale none) is not an MX format"));
+  bad = mxkit::formats::mxfp4;
+  bad.block.cols = 16;
+  REQUIRE_THROWS_WITH(mx_tensor({bad, block_axis::rowwise, 2, 32}, {}), contains("mx_tensor: unknown block format (e2m1 elements, 1 x 16 blocks"));
+  bad = mxkit::formats::mxfp4;
+  bad.scale = mxkit::block_scale_type::e4m3;
+  REQUIRE_THROWS_WITH(mx_tensor({bad, block_axis::rowwise, 2, 32}, {}), contains("e4m3 scales, tensor scale none) is not an MX format"));
+  REQUIRE_THROWS_WITH(mx_tensor({mxkit::formats::nvfp4_2d, block_axis::rowwise, 2, 32}, {}),
+                      contains("mx_tensor: nvfp4_2d (e2m1 elements, 16 x 16 blocks, e4m3 scales, tensor scale fp32) is not an MX format"));
+  REQUIRE_THROWS_WITH(mx_tensor({mxkit::formats::mxfp4, static_cast<block_axis>(2), 2, 32}, {}),
                       contains("mx_tensor: unknown block_axis value 2 (valid: 0 to 1, rowwise to columnwise)"));
   quantize_options o;
   o.rule = static_cast<scale_rule>(4);
-  REQUIRE_THROWS_WITH(mx_tensor({mx_type::mxfp4, block_axis::rowwise, 2, 32}, o),
+  REQUIRE_THROWS_WITH(mx_tensor({formats::mxfp4, block_axis::rowwise, 2, 32}, o),
                       contains("mx_tensor: unknown scale_rule value 4 (valid: 0 to 3, floor to ceil)"));
   o = {};
   o.round = static_cast<rounding>(200);
-  REQUIRE_THROWS_WITH(mx_tensor({mx_type::mxfp4, block_axis::rowwise, 2, 32}, o),
+  REQUIRE_THROWS_WITH(mx_tensor({formats::mxfp4, block_axis::rowwise, 2, 32}, o),
                       contains("unknown rounding value 200 (valid: 0 to 3, nearest_even to stochastic)"));
   // name_of says so too, instead of naming a neighbour.
   CHECK(std::string(name_of(static_cast<block_axis>(2))) == "unknown");

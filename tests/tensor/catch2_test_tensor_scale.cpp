@@ -8,16 +8,16 @@
 
 #include "../catch.hpp"
 
-TEST_CASE("mx_layout: the block size, padding and block count come from the format", "[tensor_scale]") {
+TEST_CASE("block_layout: the block size, padding and block count come from the format", "[tensor_scale]") {
   for (const mxkit::mx_type t : mxkit::all_mx_types) {
     INFO(mxkit::name_of(t));
     const std::size_t k = static_cast<std::size_t>(mxkit::format_of(t).block_size());
-    const mxkit::mx_layout l{t, mxkit::block_axis::rowwise, 3, 70};
+    const mxkit::block_layout l{mxkit::format_of(t), mxkit::block_axis::rowwise, 3, 70};
     CHECK(l.block_size() == k);
     CHECK(l.padded_length() == (70 + k - 1) / k * k);
     CHECK(l.blocks_per_line() == l.padded_length() / k);
     CHECK(l.scale_count() == 3 * l.blocks_per_line());
-    const mxkit::mx_layout c{t, mxkit::block_axis::columnwise, 70, 3};
+    const mxkit::block_layout c{mxkit::format_of(t), mxkit::block_axis::columnwise, 70, 3};
     CHECK(c.padded_length() == l.padded_length());
   }
   CHECK(mxkit::round_up_to_block(17, 16) == 32);
@@ -27,7 +27,7 @@ TEST_CASE("mx_layout: the block size, padding and block count come from the form
 TEST_CASE("mx_tensor: no MX format has a tensor scale, and the views say so with a null pointer", "[tensor_scale]") {
   for (const mxkit::mx_type t : mxkit::all_mx_types) {
     INFO(mxkit::name_of(t));
-    mxkit::mx_tensor q({t, mxkit::block_axis::rowwise, 4, 64}, {});
+    mxkit::mx_tensor q({mxkit::format_of(t), mxkit::block_axis::rowwise, 4, 64}, {});
     CHECK(q.tensor_scale().empty());
     CHECK(q.view().tensor_scale == nullptr);
     CHECK(std::as_const(q).view().tensor_scale == nullptr);

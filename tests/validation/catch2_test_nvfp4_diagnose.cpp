@@ -101,7 +101,7 @@ TEST_CASE("nvfp4 diagnose: each typical mistake is named", "[nvfp4_diagnose]") {
   {
     mxkit::nvfp4_foreign_buffers good = ref::quantize_like(te, in, block_axis::rowwise);
     mxkit::nvfp4_foreign_view v = good.view();
-    mxkit::nvfp4_layout l = v.layout;
+    mxkit::block_layout l = v.layout;
     mxkit::nvfp4_tensor own(l, v.options);  // mxkit's storage of the same codes, re-stored high nibble first
     for (std::size_t i = 0; i < good.data.size(); ++i) own.data()[i] = good.data[i];
     for (std::size_t line = 0; line < l.lines(); ++line)

@@ -31,7 +31,7 @@ struct pinned_block {
 void check_pinned(const mxkit::ref::peer_preset& p, const std::vector<pinned_block>& blocks, int fill_code = 0) {
   const std::size_t rows = blocks.size(), cols = 32;
   std::vector<float> x(rows * cols, 0.0f);
-  mxkit::mx_tensor want({p.type, block_axis::rowwise, rows, cols}, p.options);
+  mxkit::mx_tensor want({mxkit::format_of(p.type), block_axis::rowwise, rows, cols}, p.options);
   const int bits = want.layout().storage_bits();
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t i = 0; i < blocks[r].values.size(); ++i) x[r * cols + i] = blocks[r].values[i];

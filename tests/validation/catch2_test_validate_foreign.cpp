@@ -90,7 +90,7 @@ struct foreign_case {
               : o.round == foreign::rounding::nearest_even ? mxkit::rounding::nearest_even
                                                            : mxkit::rounding::stochastic;
     q.hadamard = o.hadamard;
-    return {{mx_type_of(o.type), l.columnwise ? block_axis::columnwise : block_axis::rowwise, rows, cols},
+    return {{mxkit::format_of(mx_type_of(o.type)), l.columnwise ? block_axis::columnwise : block_axis::rowwise, rows, cols},
             q,
             storage_of(l),
             out.data,

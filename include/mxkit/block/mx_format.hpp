@@ -21,7 +21,7 @@
 MXKIT_BEGIN_NAMESPACE
 
 // The MX block size, k = 32 (OCP MX v1.0 section 5): every MX format's block_size. Code that is
-// generic over formats takes Fmt::block_size or mx_layout::block_size() instead; this constant is
+// generic over formats takes Fmt::block_size or block_layout::block_size() instead; this constant is
 // for code that genuinely specializes on 32-element blocks (the GPU quantizer's tiles, the GEMMs'
 // K slices), which says so where it uses it.
 inline constexpr int mx_block_size = formats::mx_block.cols;
@@ -133,6 +133,12 @@ constexpr bool mx_type_of(const block_format& f, mx_type* t) noexcept {
       return true;
     }
   return false;
+}
+// A format value's name in messages: its mx_type's ("mxfp4", ...), NVFP4's ("nvfp4", "nvfp4_2d"),
+// or "unknown block format" for a value that is neither.
+constexpr const char* format_name(const block_format& f) noexcept {
+  mx_type t{};
+  return mx_type_of(f, &t) ? name_of(t) : is_nvfp4(f) ? nvfp4_format_name(f) : "unknown block format";
 }
 namespace detail {
 struct storage_bits_fn {

@@ -26,7 +26,7 @@ namespace detail {
 // agree and are whole 16-element blocks: the padding of a ragged K would be read as the zeros
 // the quantizer stores there, but a copy made elsewhere need not hold zeros, so a ragged K is
 // refused as the MX GEMMs refuse one (check_mx_gemm).
-inline gemm_shape check_nvfp4_gemm(const nvfp4_layout& la, const nvfp4_layout& lb, const char* what) {
+inline gemm_shape check_nvfp4_gemm(const block_layout& la, const block_layout& lb, const char* what) {
   check_nvfp4_layout(la, what, ": A");
   check_nvfp4_layout(lb, what, ": B");
   require(la.line_length() == lb.line_length(), what, ": reduction lengths differ: A has ", la.line_length(), " (", name_of(la.axis),
@@ -47,7 +47,7 @@ inline void check_nvfp4_rotation(const nvfp4_options& a, const nvfp4_options& b,
 }
 
 // The named training products over NVFP4 copies (check_product_axes), then the TN shape.
-inline gemm_shape check_nvfp4_product(gemm_product p, const nvfp4_layout& a, const nvfp4_layout& b) {
+inline gemm_shape check_nvfp4_product(gemm_product p, const block_layout& a, const block_layout& b) {
   check_product_axes(p, a, b);
   return check_nvfp4_gemm(a, b, name_of(p));
 }

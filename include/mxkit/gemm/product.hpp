@@ -94,8 +94,8 @@ inline mx_const_view slice_lines(mx_const_view v, std::size_t begin, std::size_t
 // A host copy holding the chosen lines of a host MX copy, in that order (used to check a few
 // rows of a large product against the reference).
 inline mx_tensor gather_lines(mx_const_view v, const std::vector<std::size_t>& lines) {
-  detail::check_layout(v.layout, "gather_lines");
-  mx_layout l = v.layout;
+  detail::check_mx_layout(v.layout, "gather_lines");
+  block_layout l = v.layout;
   (l.axis == block_axis::rowwise ? l.rows : l.cols) = lines.size();
   mx_tensor out(l, v.options);
   const std::size_t lb = l.line_bytes(), nb = l.blocks_per_line();
@@ -113,16 +113,16 @@ inline mx_tensor gather_lines(mx_const_view v, const std::vector<std::size_t>& l
 
 namespace detail {
 
-// Both layouts are ones a GEMM can read (known format and axis, sizes that fit: check_layout),
+// Both layouts are ones a GEMM can read (known format and axis, sizes that fit: check_mx_layout),
 // reduction lengths agree and are whole blocks of one block size (the formats').
-inline gemm_shape check_mx_gemm(const mx_layout& la, const mx_layout& lb, const char* what) {
-  check_layout(la, what, ": A");
-  check_layout(lb, what, ": B");
+inline gemm_shape check_mx_gemm(const block_layout& la, const block_layout& lb, const char* what) {
+  check_mx_layout(la, what, ": A");
+  check_mx_layout(lb, what, ": B");
   require(la.line_length() == lb.line_length(), what, ": reduction lengths differ: A has ", la.line_length(), " (",
           name_of(la.axis), " ", la.rows, "x", la.cols, "), B has ", lb.line_length(), " (", name_of(lb.axis), " ", lb.rows,
           "x", lb.cols, ")");
-  require(la.block_size() == lb.block_size(), what, ": block sizes differ: A (", name_of(la.type), ") has ", la.block_size(),
-          ", B (", name_of(lb.type), ") has ", lb.block_size());
+  require(la.block_size() == lb.block_size(), what, ": block sizes differ: A (", format_name(la.format), ") has ", la.block_size(),
+          ", B (", format_name(lb.format), ") has ", lb.block_size());
   require(la.line_length() % la.block_size() == 0, what, ": reduction length K=", la.line_length(),
           " is not a multiple of the MX block size ", la.block_size());
   return {la.lines(), lb.lines(), la.line_length()};
@@ -150,14 +150,13 @@ inline void require_axis(block_axis axis, block_axis want, const char* product, 
   require(axis == want, product, ": ", operand, " must be the ", name_of(want), " copy, got the ", name_of(axis), " copy");
 }
 
-// The named training products over block-scaled copies (an mx_layout or an nvfp4_layout: both
-// have axis, rows and cols): `a` is X (fprop) or dY, `b` is W or X (see the file comment).
+// The named training products over block-scaled copies (the layout of an MX copy or an NVFP4 one):
+// `a` is X (fprop) or dY, `b` is W or X (see the file comment).
 // A product kind cast from an out-of-range integer would pass no axis check (the switch below
 // has no case for it) and run as a plain GEMM.
 inline void check_product(gemm_product p) { check_enum(p, gemm_product::wgrad, "gemm_product", "product"); }
 
-template <class Layout>
-void check_product_axes(gemm_product p, const Layout& a, const Layout& b) {
+inline void check_product_axes(gemm_product p, const block_layout& a, const block_layout& b) {
   check_product(p);
   const char* what = name_of(p);
   switch (p) {
@@ -180,7 +179,7 @@ void check_product_axes(gemm_product p, const Layout& a, const Layout& b) {
 }
 
 // MX copies: the axes and shapes above, then the TN shape (check_mx_gemm).
-inline gemm_shape check_mx_product(gemm_product p, const mx_layout& a, const mx_layout& b) {
+inline gemm_shape check_mx_product(gemm_product p, const block_layout& a, const block_layout& b) {
   check_product_axes(p, a, b);
   return check_mx_gemm(a, b, name_of(p));
 }

@@ -30,7 +30,7 @@ MXKIT_HD constexpr T store_float(float v) noexcept {
 template <class Fmt, class T>
 MXKIT_GLOBAL void __launch_bounds__(dequantize_threads) dequantize_kernel(const mx_const_view in, T* out, std::size_t ld) {
   using E = typename Fmt::element_type;
-  const mx_layout& l = in.layout;
+  const block_layout& l = in.layout;
   const std::size_t blocks = l.blocks_per_line(), total = l.lines() * blocks;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * dequantize_threads;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * dequantize_threads + threadIdx.x; i < total; i += stride) {
@@ -58,14 +58,14 @@ MXKIT_GLOBAL void __launch_bounds__(dequantize_threads) dequantize_kernel(const 
 template <class T>
   requires quantizer_input<T> && (!std::is_const_v<T>)
 void dequantize(const mx_const_view& in, matrix_view<T> out, stream_t stream = nullptr) {
-  mxkit::detail::check_layout(in.layout, "gpu::dequantize");  // known type and axis, sizes that fit
+  mxkit::detail::check_mx_layout(in.layout, "gpu::dequantize");  // known type and axis, sizes that fit
   mxkit::detail::require(out.rows == in.layout.rows && out.cols == in.layout.cols, "gpu::dequantize: output is ", out.rows, "x",
                          out.cols, ", the copy is ", in.layout.rows, "x", in.layout.cols);
   mxkit::detail::check_matrix(out, "gpu::dequantize: output");
   const std::size_t total = in.layout.lines() * in.layout.blocks_per_line();
   if (total == 0) return;
   mxkit::detail::require(in.data && in.scales && out.data, "gpu::dequantize: null pointer");
-  visit_mx_type(in.layout.type, [&](auto fmt) {
+  visit_mx_type(in.layout.mx(), [&](auto fmt) {
     using Fmt = decltype(fmt);
     const std::size_t tiles = (total + detail::dequantize_threads - 1) / detail::dequantize_threads;
     const int grid = detail::persistent_grid<detail::dequantize_kernel<Fmt, T>>(detail::dequantize_threads, tiles);

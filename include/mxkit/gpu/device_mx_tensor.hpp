@@ -18,14 +18,14 @@ namespace gpu {
 class device_mx_tensor {
  public:
   device_mx_tensor() = default;
-  device_mx_tensor(mx_layout layout, const quantize_options& options, scale_layout scales_layout = scale_layout::row_major)
+  device_mx_tensor(block_layout layout, const quantize_options& options, scale_layout scales_layout = scale_layout::row_major)
       : layout_(layout),
         options_(options),
         scales_layout_(scales_layout),
         data_(layout.data_bytes()),
         scales_(scale_storage_size(scales_layout, layout.lines(), layout.blocks_per_line())) {}
 
-  const mx_layout& layout() const noexcept { return layout_; }
+  const block_layout& layout() const noexcept { return layout_; }
   const quantize_options& options() const noexcept { return options_; }
   scale_layout scales_layout() const noexcept { return scales_layout_; }
   device_buffer<std::uint8_t>& data() noexcept { return data_; }
@@ -45,7 +45,7 @@ class device_mx_tensor {
   }
 
  private:
-  mx_layout layout_;
+  block_layout layout_;
   quantize_options options_;
   scale_layout scales_layout_ = scale_layout::row_major;
   device_buffer<std::uint8_t> data_;

@@ -21,7 +21,7 @@ class device_nvfp4_tensor {
  public:
   device_nvfp4_tensor() = default;
   // Refuses a format that is not NVFP4, an unknown axis or rounding, and sizes that wrap.
-  device_nvfp4_tensor(nvfp4_layout layout, const nvfp4_options& options, scale_layout scales_layout = scale_layout::row_major,
+  device_nvfp4_tensor(block_layout layout, const nvfp4_options& options, scale_layout scales_layout = scale_layout::row_major,
                       bool tensor_scale_from_amax = true)
       : layout_(checked(layout, options)),
         options_(options),
@@ -31,7 +31,7 @@ class device_nvfp4_tensor {
         scales_(scale_storage_size(scales_layout, layout.lines(), layout.blocks_per_line())),
         tensor_scale_(1) {}
 
-  const nvfp4_layout& layout() const noexcept { return layout_; }
+  const block_layout& layout() const noexcept { return layout_; }
   const nvfp4_options& options() const noexcept { return options_; }
   scale_layout scales_layout() const noexcept { return scales_layout_; }
   bool tensor_scale_from_amax() const noexcept { return from_amax_; }
@@ -53,13 +53,13 @@ class device_nvfp4_tensor {
   }
 
  private:
-  static const nvfp4_layout& checked(const nvfp4_layout& l, const nvfp4_options& o) {
+  static const block_layout& checked(const block_layout& l, const nvfp4_options& o) {
     mxkit::detail::check_nvfp4_layout(l, "device_nvfp4_tensor");
     mxkit::detail::check_nvfp4_options(o, "device_nvfp4_tensor");
     return l;
   }
 
-  nvfp4_layout layout_;
+  block_layout layout_;
   nvfp4_options options_;
   scale_layout scales_layout_ = scale_layout::row_major;
   bool from_amax_ = true;

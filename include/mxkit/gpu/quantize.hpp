@@ -122,8 +122,8 @@ void launch_quantize(const quantize_params<U>& p, stream_t stream) {
 // rotated with random signs). The unit the kernel library instantiates (below).
 template <class Fmt, class U>
 void quantize_format(matrix_view<const U> in, const quantize_options& options, const quantize_outputs& out, stream_t stream) {
-  mxkit::detail::check_layout({Fmt::type, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // sizes that fit
-  mxkit::detail::check_layout({Fmt::type, block_axis::columnwise, in.rows, in.cols}, "gpu::quantize");
+  mxkit::detail::check_mx_layout({Fmt::format, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // sizes that fit
+  mxkit::detail::check_mx_layout({Fmt::format, block_axis::columnwise, in.rows, in.cols}, "gpu::quantize");
   mxkit::detail::check_options(options, "gpu::quantize");
   quantize_params<U> p;
   if (!make_quantize_params<U>(in, options, out, stream, p)) return;
@@ -150,7 +150,7 @@ MXKIT_GPU_QUANTIZE_INSTANCES(extern, mxint8)
 }  // namespace detail
 
 // Quantizes `in` (device memory) to MX format `type` as `options` say, into the copies named in
-// `out` (device memory, sizes as mx_layout and scale_storage_size give). Asynchronous on `stream`;
+// `out` (device memory, sizes as block_layout and scale_storage_size give). Asynchronous on `stream`;
 // out.amax, when given, is zeroed on the stream first. Throws std::invalid_argument on bad
 // arguments and gpu::error on a runtime failure. The format is a run-time value, so a call
 // compiles all six formats' kernels (header-only); gpu::quantize<Type> below compiles one.
@@ -159,7 +159,7 @@ template <class T>
 void quantize(matrix_view<const T> in, mx_type type, const quantize_options& options, const quantize_outputs& out,
               stream_t stream = nullptr) {
   using U = std::remove_const_t<T>;
-  mxkit::detail::check_layout({type, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // known type first
+  mxkit::detail::check_mx_layout({checked_format_of(type, "gpu::quantize"), block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // known type first
   visit_mx_type(type, [&](auto fmt) {
     detail::quantize_format<decltype(fmt), U>({in.data, in.rows, in.cols, in.ld}, options, out, stream);
   });
@@ -179,8 +179,8 @@ template <class T>
 device_mx_pair quantize_both(matrix_view<const T> in, mx_type type, const quantize_options& options = {},
                              scale_layout scales_layout = scale_layout::row_major, float* amax = nullptr,
                              stream_t stream = nullptr) {
-  device_mx_pair r{device_mx_tensor({type, block_axis::rowwise, in.rows, in.cols}, options, scales_layout),
-                   device_mx_tensor({type, block_axis::columnwise, in.rows, in.cols}, options, scales_layout)};
+  device_mx_pair r{device_mx_tensor({format_of(type), block_axis::rowwise, in.rows, in.cols}, options, scales_layout),
+                   device_mx_tensor({format_of(type), block_axis::columnwise, in.rows, in.cols}, options, scales_layout)};
   quantize(in, type, options,
            {r.rowwise.data().data(), r.rowwise.scales().data(), scales_layout, r.columnwise.data().data(),
             r.columnwise.scales().data(), scales_layout, amax},

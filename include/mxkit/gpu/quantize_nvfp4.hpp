@@ -39,7 +39,7 @@ namespace gpu {
 
 // What one quantize_nvfp4 call writes (device pointers); a null data pointer skips that copy, a
 // null amax skips it. A copy needs its scales (scale_storage_size(layout, lines, blocks_per_line)
-// bytes) and its tensor scale (one float); its data (nvfp4_layout::data_bytes()) 8-byte aligned.
+// bytes) and its tensor scale (one float); its data (block_layout::data_bytes()) 8-byte aligned.
 struct nvfp4_outputs {
   std::uint8_t* rowwise_data = nullptr;
   std::uint8_t* rowwise_scales = nullptr;
@@ -110,8 +110,8 @@ template <class U>
 void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, const nvfp4_options& options,
                          const nvfp4_outputs& out, std::optional<float> tensor_scale, stream_t stream) {
   mxkit::detail::check_matrix(in, "gpu::quantize_nvfp4:");
-  const nvfp4_layout layouts[2] = {{format, block_axis::rowwise, in.rows, in.cols}, {format, block_axis::columnwise, in.rows, in.cols}};
-  for (const nvfp4_layout& l : layouts) mxkit::detail::check_nvfp4_layout(l, "gpu::quantize_nvfp4");  // NVFP4, sizes that fit
+  const block_layout layouts[2] = {{format, block_axis::rowwise, in.rows, in.cols}, {format, block_axis::columnwise, in.rows, in.cols}};
+  for (const block_layout& l : layouts) mxkit::detail::check_nvfp4_layout(l, "gpu::quantize_nvfp4");  // NVFP4, sizes that fit
   mxkit::detail::check_nvfp4_options(options, "gpu::quantize_nvfp4");
   if (tensor_scale) mxkit::detail::check_tensor_scale(*tensor_scale, "gpu::quantize_nvfp4");
   const nvfp4_tile_input<U> tiles = make_nvfp4_tile_input(in);

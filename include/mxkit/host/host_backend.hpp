@@ -311,11 +311,11 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
       }
       return finish(r, rows, cols, std::move(p));
     }
-    mx_tensor out(mx_layout{r.spec.block_scaled().mx(), r.axis, rows, cols}, r.mx_options());
-    const mx_layout& L = out.layout();
+    mx_tensor out(block_layout{r.spec.block_scaled().format, r.axis, rows, cols}, r.mx_options());
+    const block_layout& L = out.layout();
     std::vector<std::uint8_t> data(L.data_bytes()), scales(L.scale_count());
     for (const nn::copy_slab& s : slabs) {
-      const mx_layout P{r.spec.block_scaled().mx(), r.axis, s.rows, cols};
+      const block_layout P{r.spec.block_scaled().format, r.axis, s.rows, cols};
       const std::uint8_t* codes = in + s.byte_offset;
       const std::uint8_t* slab_scales = codes + P.data_bytes();
       if (r.axis == block_axis::rowwise) {  // lines are rows: the slab's lines in place

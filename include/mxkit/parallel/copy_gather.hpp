@@ -13,7 +13,7 @@
 // (backend::quantize/quantize_both on its rows), packs the copy into a wire buffer of bytes the
 // ranks all-gather, and every rank assembles the whole copy from the slabs. The wire format of a
 // copy of a [rows, cols] slab is backend-neutral: its stored codes (lines x length, MX packed as
-// mx_layout), then, MX, its E8M0 scales (lines x blocks per line). An FP8 copy sends its codes
+// block_layout), then, MX, its E8M0 scales (lines x blocks per line). An FP8 copy sends its codes
 // only: its scale is the table's, the same on every rank; a bf16 copy its values (2 bytes each, as
 // stored). FP8 and bf16 copies travel rowwise: their columnwise copy is the rowwise one's
 // transpose (backend::transpose). Slabs are whole 32-row blocks (but the last), so every block of
@@ -64,7 +64,7 @@ class copy_gather {
     // (nn::linear::weight_copies_gatherable says no; the ranks gather the weights).
     detail::require(!r.spec.block_scaled().is_nvfp4(), "copy_wire_bytes: ", r.spec.block_scaled().format_name(),
                     " copies do not travel (each slab would have its own tensor scale); gather the weights");
-    const mx_layout l{r.spec.block_scaled().mx(), r.axis, rows, cols};
+    const block_layout l{r.spec.block_scaled().format, r.axis, rows, cols};
     return l.data_bytes() + l.scale_count();
   }
   bool gathers_copies() const noexcept { return do_gathers_copies(); }

@@ -67,9 +67,9 @@ inline mx_tensor gather_quantized_mx(nn::communicator& comm, const std::vector<f
   // This shard's copy, each block quantized as the whole tensor's quantizer does it (ref::quantize):
   // the same block of values, options and element index (line * padded_length + position, for stochastic
   // rounding; round-to-nearest ignores it) at the block's place in the whole tensor.
-  mx_tensor part(mx_layout{type, axis, R, cols}, options);
-  const mx_layout whole{type, axis, rows, cols};
-  const mx_layout& P = part.layout();
+  mx_tensor part(block_layout{checked_format_of(type, "gather_quantized_mx"), axis, R, cols}, options);
+  const block_layout whole{format_of(type), axis, rows, cols};
+  const block_layout& P = part.layout();
   visit_mx_type(type, [&](auto fmt) {
     using Fmt = decltype(fmt);
     quantize_options q = options;
@@ -99,8 +99,8 @@ inline mx_tensor gather_quantized_mx(nn::communicator& comm, const std::vector<f
   comm.all_gather({send.data(), send.size(), nn::comm_type::u8}, {all.data(), all.size(), nn::comm_type::u8});
   comm.join();
 
-  mx_tensor out(mx_layout{type, axis, rows, cols}, options);
-  const mx_layout& L = out.layout();
+  mx_tensor out(block_layout{format_of(type), axis, rows, cols}, options);
+  const block_layout& L = out.layout();
   std::vector<std::uint8_t> data(L.data_bytes()), scales(L.scale_count());
   for (std::size_t k = 0; k < n; ++k) {
     const std::uint8_t* chunk = all.data() + k * send.size();

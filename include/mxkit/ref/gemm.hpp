@@ -53,11 +53,11 @@ struct decoded_mx {
   std::vector<double> scales;
 };
 inline decoded_mx decode_mx(mx_const_view t, unsigned threads = 0) {
-  const mx_layout& l = t.layout;
+  const block_layout& l = t.layout;
   decoded_mx d{l.lines(), l.padded_length(), l.blocks_per_line(), l.block_size(), {}, {}};
   d.values.resize(d.lines * d.length);
   d.scales.resize(d.lines * d.blocks);
-  visit_mx_type(l.type, [&](auto fmt) {
+  visit_mx_type(l.mx(), [&](auto fmt) {
     using E = typename decltype(fmt)::element_type;
     double value[256];  // every code's element value (a table: the same values, fewer operations)
     for (int c = 0; c < 256; ++c) value[c] = E::from_bits(static_cast<std::uint8_t>(c)).to_float();
@@ -124,9 +124,9 @@ void gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, float alpha = 1.
   detail::check_rotation(a.options, b.options, "gemm");
   detail::check_output(d, s, "gemm");
   detail::require(s.p == 0 || s.r == 0 || (a.data && a.scales), "gemm: A has null data or scales (data ", a.data ? "set" : "null",
-                  ", scales ", a.scales ? "set" : "null", ") for a ", a.layout.lines(), "x", s.r, " ", name_of(a.layout.type), " copy");
+                  ", scales ", a.scales ? "set" : "null", ") for a ", a.layout.lines(), "x", s.r, " ", format_name(a.layout.format), " copy");
   detail::require(s.q == 0 || s.r == 0 || (b.data && b.scales), "gemm: B has null data or scales (data ", b.data ? "set" : "null",
-                  ", scales ", b.scales ? "set" : "null", ") for a ", b.layout.lines(), "x", s.r, " ", name_of(b.layout.type), " copy");
+                  ", scales ", b.scales ? "set" : "null", ") for a ", b.layout.lines(), "x", s.r, " ", format_name(b.layout.format), " copy");
   const detail::decoded_mx A = detail::decode_mx(a, threads), B = detail::decode_mx(b, threads);
   detail::parallel_chunks(A.lines, detail::host_thread_count(threads, A.lines, s.flops() / 2),
                           [&](std::size_t first, std::size_t last, std::size_t) {

@@ -45,7 +45,7 @@ static_assert(!(e4m3::quiet_nan().to_float() == e4m3::quiet_nan().to_float()), "
 // and E4M3 scale values [lines, blocks] (any stored scale layout), blocks of 16.
 template <class Byte>
 decoded_mx decode_nvfp4(const nvfp4_basic_view<Byte>& t, unsigned threads = 0) {
-  const nvfp4_layout& l = t.layout;
+  const block_layout& l = t.layout;
   decoded_mx d{l.lines(), l.padded_length(), l.blocks_per_line(), l.block_size(), {}, {}};
   d.values.resize(d.lines * d.length);
   d.scales.resize(d.lines * d.blocks);

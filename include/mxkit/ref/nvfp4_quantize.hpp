@@ -39,7 +39,7 @@ struct nvfp4_group {
   std::uint32_t amax[16] = {};
 };
 template <class T>
-void gather_nvfp4_group(const matrix_view<T>& in, const nvfp4_layout& l, const nvfp4_options& o, bool rotated_bf16, std::size_t first,
+void gather_nvfp4_group(const matrix_view<T>& in, const block_layout& l, const nvfp4_options& o, bool rotated_bf16, std::size_t first,
                         std::size_t count, std::size_t blk, nvfp4_group& g) {
   g.count = count;
   std::uint32_t tile = 0;
@@ -59,13 +59,13 @@ void gather_nvfp4_group(const matrix_view<T>& in, const nvfp4_layout& l, const n
 // Lines go in groups of 16: a 16 x 16 copy's tiles, and, for 1 x 16 blocks, 16 neighbouring lines
 // whose columnwise blocks read the same input rows. Every block is computed on its own, so the
 // bytes do not depend on the threads (ref/parallel.hpp).
-inline std::size_t nvfp4_group_count(const nvfp4_layout& l) noexcept { return (l.lines() + 15) / 16; }
-inline unsigned nvfp4_threads(const nvfp4_layout& l, unsigned requested) noexcept {
+inline std::size_t nvfp4_group_count(const block_layout& l) noexcept { return (l.lines() + 15) / 16; }
+inline unsigned nvfp4_threads(const block_layout& l, unsigned requested) noexcept {
   return host_thread_count(requested, nvfp4_group_count(l), 16.0 * static_cast<double>(l.lines()) * static_cast<double>(l.padded_length()));
 }
 // Calls f(first line, line count, chunk) per group on `threads` threads (nvfp4_threads).
 template <class F>
-void for_nvfp4_groups(const nvfp4_layout& l, unsigned threads, F&& f) {
+void for_nvfp4_groups(const block_layout& l, unsigned threads, F&& f) {
   parallel_chunks(nvfp4_group_count(l), threads, [&](std::size_t first, std::size_t last, std::size_t chunk) {
     for (std::size_t g = first; g < last; ++g) f(g * 16, std::min<std::size_t>(16, l.lines() - g * 16), chunk);
   });
@@ -74,7 +74,7 @@ void for_nvfp4_groups(const nvfp4_layout& l, unsigned threads, F&& f) {
 // The largest finite magnitude among the values a copy quantizes (rotated ones when the options
 // rotate): what the tensor scale is computed from (block/nvfp4_scale.hpp).
 template <class T>
-float nvfp4_copy_amax(const matrix_view<T>& in, const nvfp4_layout& l, const nvfp4_options& o, bool rotated_bf16, unsigned threads) {
+float nvfp4_copy_amax(const matrix_view<T>& in, const block_layout& l, const nvfp4_options& o, bool rotated_bf16, unsigned threads) {
   if (l.blocks_per_line() == 0) return 0.0f;
   const unsigned n = nvfp4_threads(l, threads);
   std::vector<std::uint32_t> part(parallel_chunk_count(nvfp4_group_count(l), n), 0u);
@@ -99,7 +99,7 @@ float nvfp4_copy_amax(const matrix_view<T>& in, const nvfp4_layout& l, const nvf
 template <class T, class Scaler>
 void quantize_nvfp4_copy(const matrix_view<T>& in, const nvfp4_options& o, bool rotated_bf16, const Scaler& scaler, unsigned threads,
                          nvfp4_tensor& out) {
-  const nvfp4_layout& l = out.layout();
+  const block_layout& l = out.layout();
   if (l.blocks_per_line() == 0) return;
   for_nvfp4_groups(l, nvfp4_threads(l, threads), [&](std::size_t first, std::size_t count, std::size_t) {
     nvfp4_group g;
@@ -126,7 +126,7 @@ template <class T>
   requires quantizer_input<T>
 float nvfp4_amax(matrix_view<T> in, block_axis axis, const nvfp4_options& o = {}, unsigned threads = 0) {
   detail::check_matrix(in, "nvfp4_amax:");
-  const nvfp4_layout l{formats::nvfp4, axis, in.rows, in.cols};
+  const block_layout l{formats::nvfp4, axis, in.rows, in.cols};
   detail::check_nvfp4_layout(l, "nvfp4_amax");
   detail::check_nvfp4_options(o, "nvfp4_amax");
   return detail::nvfp4_copy_amax(in, l, o, false, threads);
@@ -141,7 +141,7 @@ template <class T>
 nvfp4_tensor quantize(matrix_view<T> in, const block_format& format, block_axis axis, const nvfp4_options& options = {},
                       std::optional<float> tensor_scale = std::nullopt, unsigned threads = 0) {
   detail::check_matrix(in, "quantize:");
-  const nvfp4_layout layout{format, axis, in.rows, in.cols};
+  const block_layout layout{format, axis, in.rows, in.cols};
   detail::check_nvfp4_layout(layout, "quantize");
   detail::check_nvfp4_options(options, "quantize");
   if (tensor_scale) detail::check_tensor_scale(*tensor_scale, "quantize");
@@ -171,7 +171,7 @@ nvfp4_tensor_pair quantize_both(matrix_view<T> in, const block_format& format, c
 // undone; a NaN-scale block decodes to NaN. Storage padding is dropped.
 template <class Byte>
 std::vector<float> dequantize(const nvfp4_basic_view<Byte>& t) {
-  const nvfp4_layout& l = t.layout;
+  const block_layout& l = t.layout;
   detail::check_nvfp4_layout(l, "dequantize");
   detail::check_nvfp4_options(t.options, "dequantize");
   detail::check_tensor_scale(t.tensor_scale, "dequantize");

@@ -35,11 +35,11 @@ template <class T>
 mx_tensor quantize(matrix_view<T> in, mx_type type, block_axis axis, const quantize_options& options = {},
                    unsigned threads = 0) {
   detail::check_matrix(in, "quantize:");
-  const mx_layout layout{type, axis, in.rows, in.cols};
-  detail::check_layout(layout, "quantize");
+  const block_layout layout{checked_format_of(type, "quantize"), axis, in.rows, in.cols};
+  detail::check_mx_layout(layout, "quantize");
   detail::check_options(options, "quantize");
   mx_tensor out(layout, options);
-  const mx_layout& l = out.layout();
+  const block_layout& l = out.layout();
   quantize_options o = options;
   o.stream = stochastic_stream(options, axis);
   visit_mx_type(type, [&](auto fmt) {
@@ -87,12 +87,12 @@ mx_tensor_pair quantize_both(matrix_view<T> in, mx_type type, const quantize_opt
 
 // Logical [rows, cols] floats, rotation undone. Storage padding is dropped.
 inline std::vector<float> dequantize(mx_const_view t) {
-  const mx_layout& l = t.layout;
-  detail::check_layout(l, "dequantize");  // first: a wrapped data_bytes() of 0 would skip the null check
+  const block_layout& l = t.layout;
+  detail::check_mx_layout(l, "dequantize");  // first: a wrapped data_bytes() of 0 would skip the null check
   detail::require(l.data_bytes() == 0 || (t.data && t.scales), "dequantize: null data or scales for a ", l.rows, "x", l.cols, " ",
-                  name_of(l.type), " tensor");
+                  format_name(l.format), " tensor");
   std::vector<float> out(l.rows * l.cols);
-  visit_mx_type(l.type, [&](auto fmt) {
+  visit_mx_type(l.mx(), [&](auto fmt) {
     using Fmt = decltype(fmt);
     using E = typename Fmt::element_type;
     constexpr int k = Fmt::block_size;

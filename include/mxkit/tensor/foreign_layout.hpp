@@ -79,16 +79,26 @@ struct mx_storage {
   std::optional<std::uint8_t> padding_scale = std::uint8_t{0};  // what padded scale entries hold; nullopt: unchecked
 };
 
-// A stored MX copy in any of the layouts above: logical [rows, cols], its axis and format
-// (layout), how it was quantized (options), where its bytes are (storage), and the caller's host
-// buffers with their sizes: the entry points that read a view refuse one shorter than
-// data_span() or scale_span() (detail::check_foreign_view), naming both sizes.
-struct mx_foreign_view {
-  mx_layout layout;
-  quantize_options options;
+// A stored block-scaled copy in any of the layouts above: logical [rows, cols], its axis and
+// format (layout), how it was quantized (options: quantize_options for MX, nvfp4_options for
+// NVFP4), where its bytes are (storage), the caller's host buffers with their sizes, and the
+// tensor scale of a format that has one (block_format::tensor_scale), as the copy stores it. The
+// entry points that read a view refuse one whose buffers are shorter than data_span() or
+// scale_span() (detail::check_foreign_view), naming both sizes. The accessors are the storage's
+// arithmetic for every format: the layout gives the block size and the element bits.
+template <class Options>
+struct foreign_copy_view {
+  block_layout layout;
+  Options options;
   mx_storage storage;
   std::span<const std::uint8_t> data{};
   std::span<const std::uint8_t> scales{};
+  // NVFP4's fp32 tensor scale as the library stores it (mxkit's and torchao's decode scale, TE's
+  // amax: the validation's formula reads it, validation/nvfp4_quirks.hpp), and whether it came
+  // from the copy's amax or was given. The MX formats have none: the MX checks refuse any value
+  // but these defaults rather than ignore it.
+  float tensor_scale = 1.0f;
+  bool tensor_scale_from_amax = true;
 
   // Stored rows run along the block axis (rowwise copies and transposed columnwise ones).
   constexpr bool line_major() const noexcept {
@@ -143,6 +153,7 @@ struct mx_foreign_view {
     return scale_offset_of(e.lines - 1, e.blocks - 1) + 1;
   }
 };
+using mx_foreign_view = foreign_copy_view<quantize_options>;
 
 // mxkit's own storage, with the view's scale layout (row-major, or a tiled vendor layout).
 inline mx_storage own_storage(scale_layout scales) noexcept {
@@ -155,7 +166,7 @@ inline mx_storage own_storage(scale_layout scales) noexcept {
 // Unchecked (noexcept): a layout whose sizes wrap is refused by check_foreign_view.
 template <class Byte>
 mx_foreign_view foreign_view(mx_basic_view<Byte> v) noexcept {
-  const mx_layout& l = v.layout;
+  const block_layout& l = v.layout;
   const std::size_t data_bytes = v.data ? l.data_bytes() : 0;
   const std::size_t scale_bytes = v.scales ? scale_storage_size(v.scales_layout, l.lines(), l.blocks_per_line()) : 0;
   return {l, v.options, own_storage(v.scales_layout), {v.data, data_bytes}, {v.scales, scale_bytes}};
@@ -173,10 +184,6 @@ concept foreign_viewable = requires(const C& c) {
 };
 
 namespace detail {
-// The format's name in messages: the mx_type's (an NVFP4 layout has its own overload,
-// tensor/nvfp4_foreign_layout.hpp).
-inline const char* copy_format_name(const mx_layout& l) noexcept { return name_of(l.type); }
-
 // The storage fields of a foreign view whose layout has been checked (pointers aside); `what`
 // names the caller. View: mx_foreign_view, or any view with its accessors (an NVFP4 copy's,
 // tensor/nvfp4_foreign_layout.hpp). Once it passes, data_span(), scale_span() and every offset the
@@ -189,7 +196,7 @@ void check_foreign_storage_fields(const View& v, const char* what) {
   check_enum(s.nibbles, nibble_order::high_first, "nibble_order", what);
   check_enum(s.scales, scale_layout::aiter_shuffle, "scale_layout", what);
   require(s.data_ld == 0 || s.data_ld >= v.min_data_ld(), what, ": data_ld ", s.data_ld, " bytes is smaller than a stored row of ",
-          v.min_data_ld(), " bytes (", copy_format_name(l), " ", name_of(l.axis), " ", l.rows, "x", l.cols,
+          v.min_data_ld(), " bytes (", format_name(l.format), " ", name_of(l.axis), " ", l.rows, "x", l.cols,
           v.line_major() ? "" : ", not transposed", ")");
   if (v.stored_rows() > 0 && v.min_data_ld() > 0) {  // data_span(), computed without wrapping
     const std::size_t last_row = checked_mul({"last stored row", v.stored_rows() - 1}, {"data_ld", v.data_ld()}, what);
@@ -230,10 +237,12 @@ void check_foreign_storage_fields(const View& v, const char* what) {
   require(entries <= 1 || lines_outer || blocks_outer, what, ": scale strides (line ", s.scale_line_stride, ", block ",
           s.scale_block_stride, ") make the scales of a ", e.lines, "x", e.blocks, " extent overlap");
 }
-// The layout and storage fields of a foreign view (pointers aside), as check_layout makes
-// mx_layout's sizes exact.
+// The layout and storage fields of a foreign view (pointers aside), as check_mx_layout makes
+// block_layout's sizes exact.
 inline void check_foreign_storage(const mx_foreign_view& v, const char* what) {
-  check_layout(v.layout, what);
+  check_mx_layout(v.layout, what);
+  require(v.tensor_scale == 1.0f && v.tensor_scale_from_amax, what, ": an MX copy has no tensor scale, got ", v.tensor_scale,
+          v.tensor_scale_from_amax ? "" : " (given)", "; leave tensor_scale at 1 and tensor_scale_from_amax true");
   check_foreign_storage_fields(v, what);
 }
 
@@ -250,13 +259,13 @@ void check_foreign_buffers(const View& v, const char* what) {
   const auto& l = v.layout;
   const std::size_t data_span = v.data_span(), scale_span = v.scale_span();
   require(data_span == 0 || v.data.data() != nullptr, what, ": null element data for a ", l.rows, "x", l.cols, " ",
-          copy_format_name(l), " copy");
-  require(scale_span == 0 || v.scales.data() != nullptr, what, ": null scales for a ", l.rows, "x", l.cols, " ", copy_format_name(l),
+          format_name(l.format), " copy");
+  require(scale_span == 0 || v.scales.data() != nullptr, what, ": null scales for a ", l.rows, "x", l.cols, " ", format_name(l.format),
           " copy");
   require(v.data.size() >= data_span, what, ": data buffer of ", byte_count{v.data.size()}, " for a ", l.rows, "x", l.cols, " ",
-          copy_format_name(l), " ", name_of(l.axis), " copy whose storage spans ", byte_count{data_span}, " (data_ld ", v.data_ld(), ")");
+          format_name(l.format), " ", name_of(l.axis), " copy whose storage spans ", byte_count{data_span}, " (data_ld ", v.data_ld(), ")");
   require(v.scales.size() >= scale_span, what, ": scale buffer of ", byte_count{v.scales.size()}, " for a ", l.rows, "x", l.cols,
-          " ", copy_format_name(l), " ", name_of(l.axis), " copy whose ", name_of(v.storage.scales), " scales span ",
+          " ", format_name(l.format), " ", name_of(l.axis), " copy whose ", name_of(v.storage.scales), " scales span ",
           byte_count{scale_span});
 }
 // The argument check of every entry point that reads a foreign view: the description, then
@@ -271,7 +280,7 @@ inline void check_foreign_view(const mx_foreign_view& v, const char* what) {
 // (positions that are not stored read as code 0). `lines` empty: every line.
 inline mx_tensor to_mx_tensor(const mx_foreign_view& v, const std::vector<std::size_t>& lines = {}) {
   detail::check_foreign_view(v, "to_mx_tensor");
-  mx_layout l = v.layout;
+  block_layout l = v.layout;
   const std::size_t n = lines.empty() ? l.lines() : lines.size();
   (l.axis == block_axis::rowwise ? l.rows : l.cols) = n;
   mx_tensor out(l, v.options);
@@ -291,24 +300,35 @@ inline mx_tensor to_mx_tensor(const mx_foreign_view& v, const std::vector<std::s
 // A copy's bytes in a foreign layout: what a peer's kernel would have written (tests, examples,
 // and converting mxkit's output for a peer's GEMM). Padded scale entries hold
 // storage.padding_scale (0 when unchecked); bytes between rows of a larger data_ld hold 0.
-struct mx_foreign_buffers {
-  mx_layout layout;
-  quantize_options options;
+template <class Options>
+struct foreign_copy_buffers {
+  block_layout layout;
+  Options options;
   mx_storage storage;
   std::vector<std::uint8_t> data, scales;
+  float tensor_scale = 1.0f;  // as foreign_copy_view's
+  bool tensor_scale_from_amax = true;
 
   // The buffers with their sizes.
-  mx_foreign_view view() const noexcept { return {layout, options, storage, data, scales}; }
+  foreign_copy_view<Options> view() const noexcept { return {layout, options, storage, data, scales, tensor_scale, tensor_scale_from_amax}; }
 };
+using mx_foreign_buffers = foreign_copy_buffers<quantize_options>;
 inline mx_foreign_view foreign_view(const mx_foreign_buffers& b) noexcept { return b.view(); }
 
-inline mx_foreign_buffers store_foreign(mx_const_view copy, const mx_storage& storage) {
-  mx_foreign_buffers out{copy.layout, copy.options, storage, {}, {}};
-  const mx_foreign_view shape = out.view();  // addressing only, before the buffers exist
-  detail::check_foreign_storage(shape, "store_foreign");
-  const mx_layout& l = copy.layout;
-  detail::require(l.data_bytes() == 0 || (copy.data && copy.scales), "store_foreign: null data or scales for a ", l.rows, "x",
-                  l.cols, " ", name_of(l.type), " copy");
+namespace detail {
+// `copy` (mxkit's storage, any format: MX's views and NVFP4's) rewritten as `storage` describes;
+// the tensor scale, where the format has one, is copied as it is. `check` is the family's check of
+// a foreign description (check_foreign_storage, check_nvfp4_foreign_storage).
+template <class Options, class Copy, class Check>
+foreign_copy_buffers<Options> store_foreign_copy(const Copy& copy, const mx_storage& storage, float tensor_scale, bool from_amax,
+                                                 Check check) {
+  foreign_copy_buffers<Options> out{copy.layout, copy.options, storage, {}, {}, tensor_scale, from_amax};
+  const foreign_copy_view<Options> shape = out.view();  // addressing only, before the buffers exist
+  check(shape, "store_foreign");
+  const block_layout& l = copy.layout;
+  check_enum(copy.scales_layout, scale_layout::aiter_shuffle, "scale_layout", "store_foreign");
+  require(l.data_bytes() == 0 || (copy.data && copy.scales), "store_foreign: null data or scales for a ", l.rows, "x", l.cols, " ",
+          format_name(l.format), " copy");
   out.data.assign(shape.data_span(), 0);
   out.scales.assign(shape.scale_span(), storage.padding_scale.value_or(0));
   if (l.blocks_per_line() == 0) return out;  // no element and no logical scale
@@ -318,7 +338,7 @@ inline mx_foreign_buffers store_foreign(mx_const_view copy, const mx_storage& st
   for (std::size_t line = 0; line < l.lines(); ++line) {
     for (std::size_t p = 0; p < stored; ++p) {
       const std::size_t row = line_major ? line : p, index = line_major ? p : line;
-      std::uint8_t c = copy.code(line, p);
+      const std::uint8_t c = copy.code(line, p);
       if (bits == 4) {
         std::uint8_t& byte = out.data[row * ld + index / 2];
         const bool high = (index & 1) != (storage.nibbles == nibble_order::high_first);
@@ -331,5 +351,10 @@ inline mx_foreign_buffers store_foreign(mx_const_view copy, const mx_storage& st
   }
   return out;
 }
+}  // namespace detail
 
+inline mx_foreign_buffers store_foreign(mx_const_view copy, const mx_storage& storage) {
+  return detail::store_foreign_copy<quantize_options>(copy, storage, 1.0f, true,
+                                                      [](const mx_foreign_view& v, const char* what) { detail::check_foreign_storage(v, what); });
+}
 MXKIT_END_NAMESPACE

@@ -1,18 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// NVFP4 copies (formats::nvfp4, formats::nvfp4_2d: block/block_format.hpp): their layout, the
-// owning host tensor and its views. Stored as mxkit stores an MX copy (tensor/mx_tensor.hpp),
-// with 16-element blocks: a logical [rows, cols] matrix is kept rowwise ([rows, cols padded to a
-// multiple of 16], blocks along cols) or columnwise (transposed: [cols, rows padded], blocks along
-// rows), padding quantized as zeros; E2M1 codes two per byte, element 2i in the low nibble
+// NVFP4 copies (formats::nvfp4, formats::nvfp4_2d: block/block_format.hpp): the owning host
+// tensor and its views. Their layout is every block-scaled copy's (tensor/block_layout.hpp) with
+// the format's 16-element blocks; E2M1 codes two per byte, element 2i in the low nibble
 // (block/pack.hpp); one E4M3 scale byte per (line, block), [lines, blocks] row-major; and the fp32
 // tensor scale t (block/nvfp4_scale.hpp), with whether it was computed from the copy's amax or
 // given. A 16 x 16 copy stores the same way: the 16 lines of a tile each hold the tile's scale
 // (the last tile of a copy whose lines are no multiple of 16 spans the lines there are).
-//
-// Why a layout apart from mx_layout: mx_layout is keyed by mx_type, the names the GPU kernels and
-// the Python module dispatch on, and NVFP4 has neither a kernel nor a Python name yet; this one is
-// keyed by the format value, as issue #46 (section 1) wants every layout to become.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -25,44 +19,22 @@
 #include <mxkit/checked_arithmetic.hpp>
 #include <mxkit/config.hpp>
 #include <mxkit/error.hpp>
+#include <mxkit/tensor/block_layout.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
 #include <mxkit/tensor/scale_layout.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 
-// Shape and addressing of an NVFP4 copy (the accessors of mx_layout, with the format's block).
-struct nvfp4_layout {
-  block_format format = formats::nvfp4;  // formats::nvfp4 (1 x 16 blocks) or formats::nvfp4_2d (16 x 16)
-  block_axis axis = block_axis::rowwise;
-  std::size_t rows = 0, cols = 0;  // logical matrix
-
-  MXKIT_HD constexpr std::size_t lines() const noexcept { return axis == block_axis::rowwise ? rows : cols; }
-  MXKIT_HD constexpr std::size_t line_length() const noexcept { return axis == block_axis::rowwise ? cols : rows; }
-  MXKIT_HD constexpr std::size_t block_size() const noexcept { return static_cast<std::size_t>(format.block_size()); }
-  // Lines that share a scale: 1, or 16 for 16 x 16 blocks.
-  MXKIT_HD constexpr std::size_t tile_lines() const noexcept { return static_cast<std::size_t>(format.block.rows); }
-  MXKIT_HD constexpr std::size_t padded_length() const noexcept { return round_up_to_block(line_length(), block_size()); }
-  MXKIT_HD constexpr std::size_t blocks_per_line() const noexcept { return padded_length() / block_size(); }
-  MXKIT_HD constexpr int storage_bits() const noexcept { return format.storage_bits(); }
-  MXKIT_HD constexpr std::size_t line_bytes() const noexcept { return packed_bytes(padded_length(), storage_bits()); }
-  MXKIT_HD constexpr std::size_t data_bytes() const noexcept { return lines() * line_bytes(); }
-  MXKIT_HD constexpr std::size_t scale_count() const noexcept { return lines() * blocks_per_line(); }
-};
-
 namespace detail {
-// The host checks of an NVFP4 layout, options and tensor scale from a caller (as check_layout and
-// check_options for MX): an NVFP4 format, a known axis, sizes that do not wrap (lines x
-// padded_length() bounds every size and stochastic index the accessors compute); a known
-// rounding and a 16-bit sign mask; a tensor scale that is a positive normal float.
+// The host checks of an NVFP4 copy's layout, options and tensor scale from a caller (as
+// check_mx_layout and check_options for MX): an NVFP4 format, then the axis and the sizes
+// (check_layout_extents); a known rounding and a 16-bit sign mask; a tensor scale that is a
+// positive normal float.
 template <class... Where>
-void check_nvfp4_layout(const nvfp4_layout& l, const Where&... where) {
-  require(is_nvfp4(l.format), where..., ": the format (", name_of(l.format.element), " elements, ", l.format.block.rows, " x ",
-          l.format.block.cols, " blocks, ", name_of(l.format.scale), " scales, tensor scale ", name_of(l.format.tensor_scale),
-          ") is not NVFP4 (formats::nvfp4 or formats::nvfp4_2d); MX formats are named by mx_type");
-  check_enum(l.axis, block_axis::columnwise, "block_axis", where...);
-  const bool rowwise = l.axis == block_axis::rowwise;
-  const std::size_t padded = checked_round_up({rowwise ? "cols" : "rows", l.line_length()}, l.block_size(), where...);
-  checked_mul({rowwise ? "rows" : "cols", l.lines()}, {rowwise ? "padded cols" : "padded rows", padded}, where...);
+void check_nvfp4_layout(const block_layout& l, const Where&... where) {
+  require(is_nvfp4(l.format), where..., ": the format, ", format_fields{l.format},
+          ", is not NVFP4 (formats::nvfp4 or formats::nvfp4_2d); MX copies are mx_tensor's");
+  check_layout_extents(l, where...);
 }
 template <class... Where>
 void check_nvfp4_options(const nvfp4_options& o, const Where&... where) {
@@ -81,7 +53,7 @@ void check_tensor_scale(float t, const Where&... where) {
 // scales' placement and the tensor scale.
 template <class Byte>
 struct nvfp4_basic_view {
-  nvfp4_layout layout;
+  block_layout layout;
   nvfp4_options options;
   Byte* data = nullptr;    // [lines, line_bytes]
   Byte* scales = nullptr;  // scale_storage_size(scales_layout, lines, blocks_per_line) E4M3 bytes
@@ -107,7 +79,7 @@ class nvfp4_tensor {
  public:
   nvfp4_tensor() = default;
   // Refuses a format that is not NVFP4, an unknown axis or rounding, and sizes that wrap.
-  nvfp4_tensor(nvfp4_layout layout, const nvfp4_options& options, float tensor_scale = 1.0f, bool tensor_scale_from_amax = true)
+  nvfp4_tensor(block_layout layout, const nvfp4_options& options, float tensor_scale = 1.0f, bool tensor_scale_from_amax = true)
       : layout_(checked(layout, options, tensor_scale)),
         options_(options),
         data_(layout_.data_bytes()),
@@ -115,7 +87,7 @@ class nvfp4_tensor {
         tensor_scale_(tensor_scale),
         from_amax_(tensor_scale_from_amax) {}
 
-  const nvfp4_layout& layout() const noexcept { return layout_; }
+  const block_layout& layout() const noexcept { return layout_; }
   const nvfp4_options& options() const noexcept { return options_; }
   block_axis axis() const noexcept { return layout_.axis; }
   std::size_t rows() const noexcept { return layout_.rows; }
@@ -136,14 +108,14 @@ class nvfp4_tensor {
   }
 
  private:
-  static const nvfp4_layout& checked(const nvfp4_layout& l, const nvfp4_options& o, float t) {
+  static const block_layout& checked(const block_layout& l, const nvfp4_options& o, float t) {
     detail::check_nvfp4_layout(l, "nvfp4_tensor");
     detail::check_nvfp4_options(o, "nvfp4_tensor");
     detail::check_tensor_scale(t, "nvfp4_tensor");
     return l;
   }
 
-  nvfp4_layout layout_;
+  block_layout layout_;
   nvfp4_options options_;
   std::vector<std::uint8_t> data_;
   std::vector<std::uint8_t> scales_;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Where the E8M0 scale of block (line, block) of a stored MX copy lives in memory. A copy has
-// `lines` lines of `blocks` 32-element blocks (mx_layout::lines() x mx_layout::blocks_per_line());
+// `lines` lines of `blocks` 32-element blocks (block_layout::lines() x block_layout::blocks_per_line());
 // the logical scale matrix is [lines, blocks], and each layout below stores it differently:
 //
 //   row_major     [lines, blocks], no padding: mx_tensor's own layout, and the one mxkit's GEMM

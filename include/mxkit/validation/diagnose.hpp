@@ -80,7 +80,7 @@ inline std::vector<layout_candidate> single_layout_changes(const mx_foreign_view
   const auto add = [&](std::string change, const mx_storage& s, const quantize_options& o) {
     out.push_back({std::move(change), s, o, 0});
   };
-  if (v.layout.type == mx_type::mxfp4) {
+  if (v.layout.format == formats::mxfp4) {
     mx_storage s = v.storage;
     s.nibbles = s.nibbles == nibble_order::low_first ? nibble_order::high_first : nibble_order::low_first;
     add(std::string(name_of(s.nibbles)) + " nibbles", s, v.options);

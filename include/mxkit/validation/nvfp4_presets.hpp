@@ -63,7 +63,7 @@ struct nvfp4_preset {
     if (who == peer::nvidia_te) {
       s.padding_scale = std::nullopt;
       if (scales == scale_layout::row_major) {
-        const nvfp4_layout l{format, axis, rows, cols};
+        const block_layout l{format, axis, rows, cols};
         s.scale_padded = {detail::round_up_to(l.lines(), 128), detail::round_up_to(l.blocks_per_line(), 4)};
       }
     }

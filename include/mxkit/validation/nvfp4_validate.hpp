@@ -73,7 +73,7 @@ struct nvfp4_mismatch {
 };
 
 struct nvfp4_validation_report {
-  nvfp4_layout layout;
+  block_layout layout;
   nvfp4_options options;
   mx_storage storage;
   nvfp4_quirks quirks;
@@ -109,7 +109,7 @@ template <class T, class Scaler>
 nvfp4_partial_report validate_nvfp4_groups(const matrix_view<T>& input, const nvfp4_foreign_view& actual,
                                            const ref::nvfp4_validate_options& opt, const nvfp4_options& o, const Scaler& scaler,
                                            std::size_t first, std::size_t count) {
-  const nvfp4_layout& l = actual.layout;
+  const block_layout& l = actual.layout;
   const bool rowwise = l.axis == block_axis::rowwise;
   const std::size_t stored = actual.stored_length();
   nvfp4_partial_report p;
@@ -189,7 +189,7 @@ template <class T, nvfp4_viewable Copy>
   requires quantizer_input<T>
 nvfp4_validation_report validate(matrix_view<T> input, const Copy& copy, const nvfp4_validate_options& opt = {}) {
   const nvfp4_foreign_view& actual = foreign_view(copy);
-  const nvfp4_layout& l = actual.layout;
+  const block_layout& l = actual.layout;
   detail::check_nvfp4_foreign_view(actual, "validate");
   detail::require(l.rows == input.rows && l.cols == input.cols, "validate: the ", name_of(l.axis), " layout is ", l.rows, "x", l.cols,
                   " but the input is ", input.rows, "x", input.cols);
@@ -262,7 +262,7 @@ inline void print_e2m1(std::ostream& s, std::uint8_t code, std::uint8_t scale, f
 }
 // "nvfp4 rowwise 64x64 (nearest_even, hadamard signs 0xd7e8; te formula; not transposed, cublas_128x4 scales)"
 inline void print_nvfp4_copy(std::ostream& s, const ref::nvfp4_validation_report& r) {
-  const nvfp4_layout& l = r.layout;
+  const block_layout& l = r.layout;
   s << nvfp4_format_name(l.format) << ' ' << name_of(l.axis) << ' ' << l.rows << 'x' << l.cols << " (" << name_of(r.options.round);
   if (r.options.hadamard) s << ", hadamard" << (r.options.hadamard_signs ? " with signs" : "");
   s << "; " << name_of(r.quirks.formula) << " formula" << (r.quirks.rotated_bf16 && r.options.hadamard ? ", bf16 rotation" : "");

@@ -117,7 +117,7 @@ struct peer_preset {
     mx_storage s;
     s.scales = scales;
     s.padding_stored = false;  // every peer here quantizes whole blocks only
-    const mx_layout l{type, axis, rows, cols};
+    const block_layout l{checked_format_of(type, "peer_preset::storage"), axis, rows, cols};
     switch (who) {
       case peer::torchao: break;  // row-major data and scales, transposed columnwise copy, to_blocked pads with 0
       case peer::nvidia_te:
@@ -140,7 +140,7 @@ struct peer_preset {
   // The peer's copy in the caller's buffers, with their sizes (validate refuses a short one).
   mx_foreign_view view(block_axis axis, std::size_t rows, std::size_t cols, std::span<const std::uint8_t> data,
                        std::span<const std::uint8_t> scale_bytes) const {
-    return {{type, axis, rows, cols}, options, storage(axis, rows, cols), data, scale_bytes};
+    return {{format_of(type), axis, rows, cols}, options, storage(axis, rows, cols), data, scale_bytes};
   }
   // `base` with this peer's quirks.
   validate_options validation(validate_options base = {}) const {
@@ -225,8 +225,8 @@ template <class T>
   requires quantizer_input<T>
 mx_foreign_buffers quantize_like(const peer_preset& preset, matrix_view<T> input, block_axis axis, unsigned threads = 0) {
   detail::check_matrix(input, "quantize_like:");
-  mx_tensor t({preset.type, axis, input.rows, input.cols}, preset.options);
-  const mx_layout& l = t.layout();
+  mx_tensor t({checked_format_of(preset.type, "quantize_like"), axis, input.rows, input.cols}, preset.options);
+  const block_layout& l = t.layout();
   quantize_options o = preset.options;
   o.stream = stochastic_stream(preset.options, axis);
   visit_mx_type(preset.type, [&](auto fmt) {

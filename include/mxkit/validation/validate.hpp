@@ -159,7 +159,7 @@ inline constexpr std::size_t validate_line_group = 16;
 template <mx_format_descriptor Fmt, class T>
 partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view& actual, const validate_options& opt,
                               const quantize_options& o, std::size_t first, std::size_t last) {
-  const mx_layout& l = actual.layout;
+  const block_layout& l = actual.layout;
   const bool rowwise = l.axis == block_axis::rowwise;
   const std::size_t stored = actual.stored_length();
   const std::size_t group = rowwise ? 1 : validate_line_group;
@@ -192,7 +192,7 @@ partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view
           if (!told) story = tell_block<k>(v, o);
           told = true;
           mx_mismatch m;
-          m.type = l.type;
+          m.type = l.mx();
           m.is_scale = is_scale;
           m.padding = padding;
           m.line = line;
@@ -254,9 +254,9 @@ template <class T, foreign_viewable Copy>
   requires quantizer_input<T>
 mx_validation_report validate(matrix_view<T> input, const Copy& copy, const validate_options& opt = {}) {
   const mx_foreign_view& actual = foreign_view(copy);
-  const mx_layout& l = actual.layout;
+  const block_layout& l = actual.layout;
   // Known enums and sizes that fit first: a wrapped size would skip the null and size checks.
-  detail::check_layout(l, "validate");
+  detail::check_mx_layout(l, "validate");
   detail::check_options(actual.options, "validate");
   detail::check_foreign_view(actual, "validate");
   detail::require(l.rows == input.rows && l.cols == input.cols, "validate: the ", name_of(l.axis), " layout is ", l.rows, "x",
@@ -274,7 +274,7 @@ mx_validation_report validate(matrix_view<T> input, const Copy& copy, const vali
   const unsigned threads = detail::host_thread_count(opt.threads, l.lines(), work);
   std::vector<detail::partial_report> parts(detail::parallel_chunk_count(l.lines(), threads));
   if (l.blocks_per_line() > 0)  // else nothing to compare: do not visit 2^63 empty lines of a 0 x 2^63 copy
-    visit_mx_type(l.type, [&](auto fmt) {
+    visit_mx_type(l.mx(), [&](auto fmt) {
       using Fmt = decltype(fmt);
       detail::parallel_chunks(l.lines(), threads, [&](std::size_t first, std::size_t last, std::size_t chunk) {
         parts[chunk] = detail::validate_lines<Fmt>(input, actual, opt, o, first, last);
@@ -285,7 +285,7 @@ mx_validation_report validate(matrix_view<T> input, const Copy& copy, const vali
     detail::check_scale_padding(r, actual, l.lines(), l.blocks_per_line(), opt.max_reported,
                                 [&](std::size_t line, std::size_t blk, std::uint8_t want, std::uint8_t got) {
                                   mx_mismatch m;
-                                  m.type = l.type;
+                                  m.type = l.mx();
                                   m.is_scale = true;
                                   m.padding = true;
                                   m.line = line;

@@ -338,11 +338,11 @@ gemm_validation_report validate_gemm(const CopyA& copy_a, const CopyB& copy_b, m
   const mx_tensor ga = to_mx_tensor(a, rows);
   const detail::decoded_mx A = detail::decode_mx(ga.view(), 1);
   const double abs_alpha = std::fabs(static_cast<double>(o.alpha));
-  std::string names = std::string(name_of(a.layout.type)) + " x " + std::string(name_of(b.layout.type)) + " -> " +
+  std::string names = std::string(format_name(a.layout.format)) + " x " + std::string(format_name(b.layout.format)) + " -> " +
                       detail::output_name<O>();
   // mxkit's own storage is read in place; any other is copied into it, a chunk at a time.
   const bool own_storage = b.line_major() && b.storage.data_ld == 0 && b.storage.padding_stored &&
-                           (b.layout.type != mx_type::mxfp4 || b.storage.nibbles == nibble_order::low_first) &&
+                           (b.layout.format != formats::mxfp4 || b.storage.nibbles == nibble_order::low_first) &&
                            b.storage.scales == scale_layout::row_major && b.storage.scale_line_stride == 0 &&
                            b.storage.scale_padded.lines == 0 && b.storage.scale_padded.blocks == 0;
   return detail::check_gemm_rows(dd, s, rows, rel, o, std::move(names), [&](std::size_t j0, std::size_t n, O* want, double* mag) {

@@ -56,7 +56,7 @@ struct mx_mismatch {
 };
 
 struct mx_validation_report {
-  mx_layout layout;
+  block_layout layout;
   quantize_options options;
   mx_storage storage;
   peer_quirks quirks;
@@ -131,16 +131,16 @@ inline std::ostream& operator<<(std::ostream& s, const mx_mismatch& m) {
 namespace detail {
 // "mxfp8_e4m3 columnwise 256x512 (round_up, nearest_even; not transposed, cublas_128x4 scales)"
 inline void print_copy(std::ostream& s, const mx_validation_report& r) {
-  const mx_layout& l = r.layout;
+  const block_layout& l = r.layout;
   const quantize_options& o = r.options;
-  s << name_of(l.type) << ' ' << name_of(l.axis) << ' ' << l.rows << 'x' << l.cols << " (" << name_of(o.rule) << ", "
+  s << format_name(l.format) << ' ' << name_of(l.axis) << ' ' << l.rows << 'x' << l.cols << " (" << name_of(o.rule) << ", "
     << name_of(o.round) << (o.hadamard ? (o.random_signs ? ", hadamard with signs" : ", hadamard") : "");
   const mx_storage& st = r.storage;
   const mx_storage plain{};
   if (r.quirks.any()) s << ", peer quirks";
   if (l.axis == block_axis::columnwise && st.columnwise == columnwise_storage::not_transposed) s << "; not transposed";
   if (st.scales != scale_layout::row_major) s << "; " << name_of(st.scales) << " scales";
-  if (l.type == mx_type::mxfp4 && st.nibbles != plain.nibbles) s << "; " << name_of(st.nibbles) << " nibbles";
+  if (l.format == formats::mxfp4 && st.nibbles != plain.nibbles) s << "; " << name_of(st.nibbles) << " nibbles";
   s << ")";
 }
 

@@ -62,8 +62,8 @@ struct gemm_operand {
 };
 
 inline gemm_operand make_operand(mx_const_view v) noexcept {
-  const mx_layout& l = v.layout;
-  return {operand_kind::mx, l.type, fp8_type::e4m3, v.data, v.scales, l.lines(), l.line_length(), l.line_bytes(), l.blocks_per_line(), 1.0f, nullptr};
+  const block_layout& l = v.layout;
+  return {operand_kind::mx, l.mx(), fp8_type::e4m3, v.data, v.scales, l.lines(), l.line_length(), l.line_bytes(), l.blocks_per_line(), 1.0f, nullptr};
 }
 inline gemm_operand make_operand(fp8_view v) noexcept {
   return {operand_kind::fp8, mx_type::mxfp8_e4m3, v.type, v.data, nullptr, v.rows, v.cols, v.cols, 0, v.scale_inv(), nullptr};

@@ -61,7 +61,7 @@ inline void run_gemm(gemm_product kind, const nn::qtensor& a, const nn::qtensor&
       [&](const nn::block_scaled_spec& spec) {
         if (spec.is_nvfp4()) {  // the tensor scales read in the epilogue from the copies' device floats
           auto operand = [](const device_payload& p) {
-            return nvfp4_operand{nvfp4_const_view{p.nvfp4, p.nvfp4_opts, p.data, p.scales, scale_layout::row_major, 1.0f, true}, p.tensor_scale};
+            return nvfp4_operand{nvfp4_const_view{p.layout, p.nvfp4_opts, p.data, p.scales, scale_layout::row_major, 1.0f, true}, p.tensor_scale};
           };
           const nvfp4_operand na = operand(pa), nb = operand(pb);
           mxkit::detail::check_nvfp4_product(kind, na.copy.layout, nb.copy.layout);

@@ -38,16 +38,16 @@ struct device_payload final : nn::qpayload {
   std::uint8_t* data = nullptr;
   std::uint8_t* scales = nullptr;  // mx
   float* fp8_scale = nullptr;      // fp8: the scale the codes were made with
-  mx_layout layout{};              // mx (an MX format)
+  block_layout layout{};           // mx: an MX format or NVFP4, the format says which (holds_nvfp4)
   quantize_options options{};      // mx (an MX format)
-  nvfp4_layout nvfp4{};            // mx (NVFP4)
   nvfp4_options nvfp4_opts{};      // mx (NVFP4)
   float* tensor_scale = nullptr;   // mx (NVFP4): the copy's fp32 tensor scale, where its quantizer wrote it
-  bool is_nvfp4 = false;
   bool mn_major = false;           // bf16 columnwise: `data` holds the [length, lines] rows of its source
   nn::tracked_bytes tracked;
   std::size_t* live = nullptr;     // the backend's count of live copies of this kind
   device_payload() = default;
+  // A block-scaled copy of NVFP4 (its tensor scale follows the scales); false for an MX one.
+  bool holds_nvfp4() const noexcept { return mxkit::is_nvfp4(layout.format); }
   device_payload(const device_payload&) = delete;
   device_payload& operator=(const device_payload&) = delete;
   ~device_payload() override {
@@ -109,19 +109,18 @@ class payload_factory {
   // tensor scale (4-byte aligned): gpu::quantize_nvfp4 writes it and the GEMM's epilogue reads
   // it, both on the stream, so no host ever waits for it.
   std::shared_ptr<device_payload> nvfp4(const nn::quant_request& r, std::size_t rows, std::size_t cols) const {
-    const nvfp4_layout layout{r.spec.block_scaled().format, r.axis, rows, cols};
+    const block_layout layout{r.spec.block_scaled().format, r.axis, rows, cols};
     const std::size_t data = (layout.data_bytes() + 255) / 256 * 256, scales = (layout.scale_count() + 3) / 4 * 4;
     auto p = bytes(data + scales + sizeof(float));
     p->scales = p->data + data;
     p->tensor_scale = reinterpret_cast<float*>(p->data + data + scales);
-    p->nvfp4 = layout;
+    p->layout = layout;
     p->nvfp4_opts = r.nvfp4_quantize_options();
-    p->is_nvfp4 = true;
     return p;
   }
   // MX codes (padded to 256 bytes) then the scales.
   std::shared_ptr<device_payload> mx(const nn::quant_request& r, std::size_t rows, std::size_t cols) const {
-    const mx_layout layout{r.spec.block_scaled().mx(), r.axis, rows, cols};
+    const block_layout layout{r.spec.block_scaled().format, r.axis, rows, cols};
     const std::size_t data = (layout.data_bytes() + 255) / 256 * 256, scales = layout.lines() * layout.blocks_per_line();
     auto p = bytes(data + scales);
     p->scales = p->data + data;
@@ -168,7 +167,7 @@ class payload_factory {
       if (n != 0) MXKIT_GPU_CHECK(memcpy_async(out, p.data, n, copy_kind::device_to_device, stream_));
       return;
     }
-    mxkit::detail::require(!p.is_nvfp4, "device_backend: an NVFP4 copy does not travel (parallel/copy_gather.hpp)");
+    mxkit::detail::require(!p.holds_nvfp4(), "device_backend: an NVFP4 copy does not travel (parallel/copy_gather.hpp)");
     MXKIT_GPU_CHECK(memcpy_async(out, p.data, p.layout.data_bytes(), copy_kind::device_to_device, stream_));
     MXKIT_GPU_CHECK(memcpy_async(out + p.layout.data_bytes(), p.scales, p.layout.scale_count(), copy_kind::device_to_device, stream_));
   }
@@ -189,9 +188,9 @@ class payload_factory {
       return finish(r, rows, cols, std::move(p));
     }
     auto p = mx(r, rows, cols);
-    const mx_layout L = p->layout;
+    const block_layout L = p->layout;
     for (const nn::copy_slab& s : slabs) {
-      const mx_layout P{r.spec.block_scaled().mx(), r.axis, s.rows, cols};
+      const block_layout P{r.spec.block_scaled().format, r.axis, s.rows, cols};
       const std::uint8_t* codes = wire + s.byte_offset;
       const std::uint8_t* scales = codes + P.data_bytes();
       if (r.axis == block_axis::rowwise) {
@@ -212,8 +211,7 @@ class payload_factory {
   nn::qtensor finish(const nn::quant_request& r, std::size_t rows, std::size_t cols, std::shared_ptr<device_payload> p) const {
     const std::size_t bytes = r.spec.visit(nn::overloaded{
         [&](const nn::block_scaled_spec&) {
-          return p->is_nvfp4 ? p->nvfp4.data_bytes() + p->nvfp4.scale_count() + sizeof(float)
-                             : p->layout.data_bytes() + p->layout.lines() * p->layout.blocks_per_line();
+          return p->layout.data_bytes() + p->layout.scale_count() + (p->holds_nvfp4() ? sizeof(float) : 0);
         },
         [&](const nn::fp8_spec&) { return rows * cols + sizeof(float); },
         [&](nn::bf16_spec) { return rows * cols * sizeof(bfloat16); },

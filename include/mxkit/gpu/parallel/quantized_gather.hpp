@@ -43,7 +43,8 @@ device_mx_tensor gather_quantized_mx(nn::communicator& comm, matrix_view<const T
   mxkit::detail::require(w.data != nullptr || rows * cols == 0, "gpu::gather_quantized_mx: null weight");
   const std::size_t n = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
   const std::size_t R = ref::shard_rows(rows, n);
-  const mx_layout P{type, axis, R, cols}, L{type, axis, rows, cols};
+  const block_format format = checked_format_of(type, "gpu::gather_quantized_mx");
+  const block_layout P{format, axis, R, cols}, L{format, axis, rows, cols};
   device_mx_tensor out(L, options);
   if (rows == 0 || cols == 0) return out;
 

@@ -293,13 +293,15 @@ MXKIT_HD inline nvfp4_packed_block nvfp4_quantize(const float* v, std::uint32_t 
 }
 
 // One copy's addressing as the quantize kernel uses it, found on the host when the kernel's
-// parameters are made: a layout's accessors divide by the format's block size, a run-time value,
-// and a 64-bit division is a long routine on a GPU, which a kernel asking them for each block ran
-// several times a block (docs/perf/quantize.md).
+// parameters are made, so that a block reads four numbers instead of deriving them. It was made
+// when the layout's accessors divided by the format's run-time block size, a long 64-bit routine
+// on a GPU, several times a block (docs/perf/quantize.md); they shift since block_layout
+// (tensor/block_layout.hpp), and whether the kernel could read the layout directly as fast has not
+// been measured.
 struct nvfp4_copy_geometry {
   std::size_t lines = 0, blocks_per_line = 0, padded_length = 0, line_bytes = 0;
 
-  MXKIT_HD static constexpr nvfp4_copy_geometry of(const nvfp4_layout& l) noexcept {
+  MXKIT_HD static constexpr nvfp4_copy_geometry of(const block_layout& l) noexcept {
     return {l.lines(), l.blocks_per_line(), l.padded_length(), l.line_bytes()};
   }
   // nvfp4_view::scale_index with these numbers.
