@@ -147,7 +147,8 @@ TEST_CASE("operand_spec: one kind at a time, block-scaled with a format value", 
   CHECK_FALSE(nv.block_scaled().is_mx());
   CHECK(mx.block_scaled().is_mx());
   CHECK_FALSE(mx.block_scaled().is_nvfp4());
-  CHECK_THROWS_WITH(nv.block_scaled().mx(), mxkit_test::contains("block-scaled operand in nvfp4: not an MX format"));
+  CHECK_THROWS_WITH(nv.block_scaled().mx(), mxkit_test::contains("block-scaled operand: nvfp4 (e2m1 elements, 1 x 16 blocks, e4m3 scales, "
+                                                                 "tensor scale fp32) is not an MX format"));
   CHECK_NOTHROW(check_config(recipes::uniform("nvfp4 everywhere", nv)));
   recipe mixed = recipes::uniform("nvfp4 by mxfp4", nv);
   mixed.dgrad.b = recipes::mx_operand(mx_type::mxfp4, scale_rule::floor);
@@ -156,8 +157,11 @@ TEST_CASE("operand_spec: one kind at a time, block-scaled with a format value", 
   const block_format e8m0_16{element_kind::e2m1, {1, 16}, block_scale_type::e8m0, tensor_scale_type::none};
   const operand_spec odd = recipes::block_scaled_operand(e8m0_16, scale_rule::floor);
   CHECK_THROWS_WITH(check_config(recipes::uniform("odd blocks", odd)),
-                    mxkit_test::contains("fprop has not NVFP4 operands, which no backend trains with (the MX formats and NVFP4 do)"));
-  CHECK_THROWS_WITH(odd.block_scaled().check_trainable("quantize"), mxkit_test::contains("quantize: block-scaled operand in not NVFP4"));
+                    mxkit_test::contains("fprop has unknown block format operands, which no backend trains with (the MX formats and NVFP4 do)"));
+  CHECK_THROWS_WITH(odd.block_scaled().check_trainable("quantize"), mxkit_test::contains("quantize: block-scaled operand in unknown block format"));
+  // An mx_type past the enum names no format: refused, never taken for MXFP4.
+  CHECK_THROWS_WITH(recipes::mx_operand(static_cast<mx_type>(6), scale_rule::floor),
+                    mxkit_test::contains("mx_operand: unknown mx_type value 6 (valid: 0 to 5, mxfp4 to mxint8)"));
 }
 
 TEST_CASE("recipes::nvfp4: arXiv 2509.25149's rules, GEMM by GEMM", "[nn][recipe][nvfp4]") {

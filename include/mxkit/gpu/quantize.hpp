@@ -179,8 +179,9 @@ template <class T>
 device_mx_pair quantize_both(matrix_view<const T> in, mx_type type, const quantize_options& options = {},
                              scale_layout scales_layout = scale_layout::row_major, float* amax = nullptr,
                              stream_t stream = nullptr) {
-  device_mx_pair r{device_mx_tensor({format_of(type), block_axis::rowwise, in.rows, in.cols}, options, scales_layout),
-                   device_mx_tensor({format_of(type), block_axis::columnwise, in.rows, in.cols}, options, scales_layout)};
+  const block_format format = checked_format_of(type, "gpu::quantize_both");  // before anything is allocated
+  device_mx_pair r{device_mx_tensor({format, block_axis::rowwise, in.rows, in.cols}, options, scales_layout),
+                   device_mx_tensor({format, block_axis::columnwise, in.rows, in.cols}, options, scales_layout)};
   quantize(in, type, options,
            {r.rowwise.data().data(), r.rowwise.scales().data(), scales_layout, r.columnwise.data().data(),
             r.columnwise.scales().data(), scales_layout, amax},

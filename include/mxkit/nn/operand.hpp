@@ -22,6 +22,7 @@
 #include <mxkit/format/rounding.hpp>
 #include <mxkit/nn/delayed_scaling.hpp>
 #include <mxkit/nn/tensor.hpp>
+#include <mxkit/tensor/block_layout.hpp>
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
 
@@ -65,11 +66,8 @@ struct block_scaled_spec {
   scale_rule rule = scale_rule::floor;
   rounding round = rounding::nearest_even;
 
-  // The format's name in messages: its mx_type's, or NVFP4's.
-  constexpr const char* format_name() const noexcept {
-    mx_type t{};
-    return mx_type_of(format, &t) ? name_of(t) : nvfp4_format_name(format);
-  }
+  // The format's name in messages: its mx_type's, NVFP4's, or "unknown block format" (mxkit::format_name).
+  constexpr const char* format_name() const noexcept { return mxkit::format_name(format); }
   // The two families a backend trains with, told apart by the format's value: an MX format (an
   // mx_type: the backends' MX quantizers and GEMMs, which read `rule`) or NVFP4 (formats::nvfp4,
   // formats::nvfp4_2d: the NVFP4 quantizers and GEMMs; its E4M3 block scales have their own rule,
@@ -83,11 +81,7 @@ struct block_scaled_spec {
   }
   // The mx_type an MX operand's quantizer and GEMM dispatch on; an NVFP4 or other format is
   // refused by name rather than quantized as something else.
-  mx_type mx() const {
-    mx_type t{};
-    detail::require(mx_type_of(format, &t), "block-scaled operand in ", format_name(), ": not an MX format (no mx_type)");
-    return t;
-  }
+  mx_type mx() const { return to_mx_type(format, "block-scaled operand"); }
   friend constexpr bool operator==(const block_scaled_spec&, const block_scaled_spec&) = default;
 };
 
@@ -157,8 +151,9 @@ inline operand_spec mma_operand(fp8_type t) { return fp8_spec{t}; }
 inline operand_spec block_scaled_operand(const block_format& f, scale_rule rule, rounding round = rounding::nearest_even) {
   return block_scaled_spec{f, rule, round};
 }
+// t past the enum is refused (checked_format_of), never taken for MXFP4.
 inline operand_spec mx_operand(mx_type t, scale_rule rule, rounding round = rounding::nearest_even) {
-  return block_scaled_operand(format_of(t), rule, round);
+  return block_scaled_operand(checked_format_of(t, "mx_operand"), rule, round);
 }
 }  // namespace recipes
 
