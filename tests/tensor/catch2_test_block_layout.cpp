@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include <mxkit/tensor/foreign_layout.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
+#include <mxkit/tensor/nvfp4_foreign_layout.hpp>
 #include <mxkit/tensor/nvfp4_tensor.hpp>
 
 #include "../catch.hpp"
@@ -109,4 +111,18 @@ TEST_CASE("checked_format_of: an mx_type past the enum is refused, never taken f
   const auto bad = static_cast<mxkit::mx_type>(6);
   CHECK(mxkit::format_of(bad) == mxkit::formats::mxfp4);  // why the check exists: the noexcept map falls back
   CHECK_THROWS_WITH(mxkit::checked_format_of(bad, "test"), contains("test: unknown mx_type value 6 (valid: 0 to 5, mxfp4 to mxint8)"));
+}
+
+TEST_CASE("block_layout: each family's default-constructed copies hold its own format", "[tensor][block_layout]") {
+  CHECK(mxkit::mx_tensor{}.layout().format == mxkit::formats::mxfp4);
+  CHECK(mxkit::mx_const_view{}.layout.format == mxkit::formats::mxfp4);
+  CHECK(mxkit::mx_foreign_view{}.layout.format == mxkit::formats::mxfp4);
+  CHECK(mxkit::mx_foreign_buffers{}.layout.format == mxkit::formats::mxfp4);
+  CHECK(mxkit::nvfp4_tensor{}.layout().format == mxkit::formats::nvfp4);
+  CHECK(mxkit::nvfp4_const_view{}.layout.format == mxkit::formats::nvfp4);
+  CHECK(mxkit::nvfp4_foreign_view{}.layout.format == mxkit::formats::nvfp4);
+  CHECK(mxkit::nvfp4_foreign_buffers{}.layout.format == mxkit::formats::nvfp4);
+  // So an empty copy of either family passes its own family's checks, as before the merge.
+  CHECK_NOTHROW(mxkit::detail::check_nvfp4_foreign_view(mxkit::nvfp4_foreign_view{}, "test"));
+  CHECK_NOTHROW(mxkit::detail::check_foreign_view(mxkit::mx_foreign_view{}, "test"));
 }

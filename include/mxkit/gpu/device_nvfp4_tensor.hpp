@@ -59,7 +59,7 @@ class device_nvfp4_tensor {
     return l;
   }
 
-  block_layout layout_;
+  block_layout layout_{formats::nvfp4};
   nvfp4_options options_;
   scale_layout scales_layout_ = scale_layout::row_major;
   bool from_amax_ = true;

@@ -86,9 +86,14 @@ struct mx_storage {
 // entry points that read a view refuse one whose buffers are shorter than data_span() or
 // scale_span() (detail::check_foreign_view), naming both sizes. The accessors are the storage's
 // arithmetic for every format: the layout gives the block size and the element bits.
+// The format a default-constructed view or buffer of each family holds: MX's first (the options of
+// every MX format are quantize_options); nvfp4_foreign_layout.hpp gives NVFP4's options theirs.
+template <class Options>
+inline constexpr block_format foreign_copy_default_format = formats::mxfp4;
+
 template <class Options>
 struct foreign_copy_view {
-  block_layout layout;
+  block_layout layout{foreign_copy_default_format<Options>};
   Options options;
   mx_storage storage;
   std::span<const std::uint8_t> data{};
@@ -302,7 +307,7 @@ inline mx_tensor to_mx_tensor(const mx_foreign_view& v, const std::vector<std::s
 // storage.padding_scale (0 when unchecked); bytes between rows of a larger data_ld hold 0.
 template <class Options>
 struct foreign_copy_buffers {
-  block_layout layout;
+  block_layout layout{foreign_copy_default_format<Options>};
   Options options;
   mx_storage storage;
   std::vector<std::uint8_t> data, scales;

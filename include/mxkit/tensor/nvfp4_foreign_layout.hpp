@@ -26,6 +26,8 @@ MXKIT_BEGIN_NAMESPACE
 // A stored NVFP4 copy in any of the layouts mx_storage describes, with the caller's buffers and
 // their sizes (validate refuses buffers shorter than data_span() or scale_span()) and its tensor
 // scale: the view every block-scaled copy has (foreign_copy_view), with NVFP4's options.
+template <>
+inline constexpr block_format foreign_copy_default_format<nvfp4_options> = formats::nvfp4;
 using nvfp4_foreign_view = foreign_copy_view<nvfp4_options>;
 
 // mxkit's own copies as foreign views (every mx_storage field at its default but the scale layout).

@@ -53,7 +53,7 @@ void check_tensor_scale(float t, const Where&... where) {
 // scales' placement and the tensor scale.
 template <class Byte>
 struct nvfp4_basic_view {
-  block_layout layout;
+  block_layout layout{formats::nvfp4};  // formats::nvfp4 (1 x 16 blocks) or formats::nvfp4_2d (16 x 16)
   nvfp4_options options;
   Byte* data = nullptr;    // [lines, line_bytes]
   Byte* scales = nullptr;  // scale_storage_size(scales_layout, lines, blocks_per_line) E4M3 bytes
@@ -115,7 +115,7 @@ class nvfp4_tensor {
     return l;
   }
 
-  block_layout layout_;
+  block_layout layout_{formats::nvfp4};
   nvfp4_options options_;
   std::vector<std::uint8_t> data_;
   std::vector<std::uint8_t> scales_;

@@ -73,7 +73,7 @@ struct nvfp4_mismatch {
 };
 
 struct nvfp4_validation_report {
-  block_layout layout;
+  block_layout layout{formats::nvfp4};
   nvfp4_options options;
   mx_storage storage;
   nvfp4_quirks quirks;
