@@ -107,7 +107,7 @@ E pick(std::uint8_t value, unsigned count) {
 // is the options, the check of the description, and the reference quantizer and validate.
 struct mx_family {
   using options = quantize_options;
-  using report = mx_validation_report;
+  using validation = validate_options;
   static void fill(foreign_copy_view<options>& v, std::uint8_t opts, std::uint8_t) {
     v.options.rule = pick<scale_rule>(opts, 4);
     v.options.round = pick<rounding>(opts >> 2, 3);
@@ -122,13 +122,6 @@ struct mx_family {
   static void check(const foreign_copy_view<options>& v) {
     detail::check_foreign_storage(v, "fuzz");
     detail::check_options(v.options, "fuzz");
-  }
-  static report validate_copy(const matrix_view<const float>& in, const foreign_copy_view<options>& v, std::size_t max_reported, bool strict) {
-    validate_options o;
-    o.max_reported = max_reported;
-    o.strict_nan_blocks = strict;
-    o.threads = 1;
-    return validate(in, v, o);
   }
   static foreign_copy_buffers<options> reference(const matrix_view<const float>& in, const foreign_copy_view<options>& v, const mx_storage& s,
                                                  bool empty) {
@@ -153,7 +146,7 @@ struct mx_family {
 
 struct nvfp4_family {
   using options = nvfp4_options;
-  using report = nvfp4_validation_report;
+  using validation = nvfp4_validate_options;
   // NVFP4's options, and its tensor scale as stored: from the amax (validate computes it) or given
   // (then it must be a positive normal float: zero, subnormal, Inf and NaN come up too).
   static void fill(foreign_copy_view<options>& v, std::uint8_t opts, std::uint8_t scale_byte) {
@@ -178,13 +171,6 @@ struct nvfp4_family {
     detail::check_nvfp4_foreign_storage(v, "fuzz");
     if (!v.tensor_scale_from_amax) detail::check_tensor_scale(v.tensor_scale, "fuzz");
   }
-  static report validate_copy(const matrix_view<const float>& in, const foreign_copy_view<options>& v, std::size_t max_reported, bool strict) {
-    nvfp4_validate_options o;
-    o.max_reported = max_reported;
-    o.strict_nan_blocks = strict;
-    o.threads = 1;
-    return validate(in, v, o);
-  }
   static foreign_copy_buffers<options> reference(const matrix_view<const float>& in, const foreign_copy_view<options>& v, const mx_storage& s,
                                                  bool empty) {
     const block_layout& l = v.layout;
@@ -194,6 +180,17 @@ struct nvfp4_family {
   }
   static void read_back(const foreign_copy_view<options>&, bool) {}  // no to_mx_tensor for NVFP4
 };
+
+// validate with the family's options: at most max_reported mismatches listed, one host thread.
+template <class Family>
+auto validate_copy(const matrix_view<const float>& in, const foreign_copy_view<typename Family::options>& v, std::size_t max_reported,
+                   bool strict) {
+  typename Family::validation o;
+  o.max_reported = max_reported;
+  o.strict_nan_blocks = strict;
+  o.threads = 1;
+  return validate(in, v, o);
+}
 
 template <class Family>
 void run_family(reader& r, const std::uint8_t* data, std::size_t size, block_format format, std::uint8_t flags, std::uint8_t raw,
@@ -269,7 +266,7 @@ void run_family(reader& r, const std::uint8_t* data, std::size_t size, block_for
   const bool buffers_hold = data_buffer.size() >= data_span && scale_buffer.size() >= scale_span;
   bool returned = false;
   try {
-    const typename Family::report rep = Family::validate_copy(in, v, max_reported, flags & 128);
+    const auto rep = validate_copy<Family>(in, v, max_reported, flags & 128);
     returned = true;
     if (!valid || !buffers_hold) finding("validate accepted a description or buffer it should refuse", v);
     if (rep.scales_checked != l.lines() * l.blocks_per_line()) finding("validate checked the wrong number of scales", v);
@@ -286,7 +283,7 @@ void run_family(reader& r, const std::uint8_t* data, std::size_t size, block_for
   if (!valid || !(small || empty) || data_span > max_buffer_bytes || scale_span > max_buffer_bytes) return;
   const foreign_copy_buffers<typename Family::options> stored = Family::reference(in, v, s, empty);
   if (stored.data.size() != data_span || stored.scales.size() != scale_span) finding("store_foreign allocated other sizes than the spans", v);
-  const typename Family::report back = Family::validate_copy(in, stored.view(), 16, false);
+  const auto back = validate_copy<Family>(in, stored.view(), 16, false);
   if (!back.ok()) {
     std::fprintf(stderr, "%s\n", to_string(back).c_str());
     finding("the reference copy stored this way does not validate", v);
