@@ -192,7 +192,7 @@ partial_report validate_lines(const matrix_view<T>& input, const mx_foreign_view
           if (!told) story = tell_block<k>(v, o);
           told = true;
           mx_mismatch m;
-          m.type = l.mx();
+          m.type = Fmt::type;
           m.is_scale = is_scale;
           m.padding = padding;
           m.line = line;
