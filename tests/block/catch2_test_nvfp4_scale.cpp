@@ -95,6 +95,10 @@ TEST_CASE("nvfp4 tensor scale: amax / (448 x 6) in fp32, 1 for a zero amax, at l
   CHECK(mxkit::nvfp4_tensor_scale(0.0f) == 1.0f);
   CHECK(mxkit::nvfp4_tensor_scale(2688.0f) == 1.0f);
   CHECK(mxkit::nvfp4_tensor_scale(1e-37f) == 0x1p-126f);
+  // An amax outside the contract (a caller's given one) still gives a valid scale: 1.
+  for (const float outside : {-1.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), std::nanf("")})
+    CHECK(bits(mxkit::nvfp4_tensor_scale(outside)) == bits(1.0f));
+  static_assert(mxkit::nvfp4_tensor_scale(std::numeric_limits<float>::infinity()) == 1.0f);
   for (const float bad : {0.0f, -1.0f, 0x1p-127f, std::numeric_limits<float>::infinity(), std::nanf("")})
     CHECK_FALSE(mxkit::nvfp4_valid_tensor_scale(bad));
 }

@@ -3,7 +3,8 @@
 // communicator's): gathering the weights as their quantized copies (parallel_config::
 // gather_quantized; copy_gather::pack_copy / assemble_copy, gpu/nn/operand_payload.hpp) gives the
 // fp32 gather's losses, weights and FP8 scales bit for bit, per recipe (MXFP4 with and without
-// Hadamard, MXFP8, FP8 delayed scaling, bf16, MXFP4 with bf16 first and last layers; FP8 and bf16
+// Hadamard, NVFP4 (each slab with the weight's amax, reduced over the ranks), MXFP8, FP8 delayed
+// scaling, bf16, MXFP4 with bf16 first and last layers; FP8 and bf16
 // weights, the bf16 head of every recipe among them, against the fp32 gather at the same shard
 // layout, see below). The host twins: tests/parallel/catch2_test_data_parallel.cpp (NCCL's summation
 // order too).
@@ -86,7 +87,8 @@ TEST_CASE("full sharding on NCCL: the quantized copies' gather gives the fp32 ga
   recipe edges = recipes::mxfp4();  // mxkit/train_program/options.hpp's mxfp4-bf16-edges
   edges.name = "mxfp4, bf16 first and last layer";
   edges.bf16_first_layers = edges.bf16_last_layers = 1;
-  for (const recipe& r : {recipes::mxfp4(), recipes::mxfp4_no_hadamard(), recipes::mxfp8(), recipes::fp8_delayed(), recipes::bf16(), edges}) {
+  for (const recipe& r : {recipes::mxfp4(), recipes::mxfp4_no_hadamard(), recipes::nvfp4(), recipes::mxfp8(), recipes::fp8_delayed(), recipes::bf16(),
+                          edges}) {
     // The fp32 gather at the copies' shard layout: NCCL's ring sums a gradient in an order that
     // depends on the rank owning it, so another layout moves the last bits of sums that round
     // (FP8's and bf16's; MX gradients add exactly). gather_quantized_fp8 and _bf16 off keep the

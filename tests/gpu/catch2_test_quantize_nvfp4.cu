@@ -296,6 +296,76 @@ TEST_CASE("gpu nvfp4 quantize: both copies through quantize_nvfp4_both and to_ho
   CHECK(e.columnwise.to_host().tensor_scale() == 1.0f);
 }
 
+// A part of a tensor (rows [first, first + n)) quantized with the whole tensor's amax (nvfp4_amax
+// of each part, their maximum, nvfp4_tensor_scale_source::from_amax: full sharding's slabs) is the
+// host's copy of that part under the whole tensor's tensor scale; the parts' amaxes reach the
+// whole's (both copies', which differ when rotated). tests/host's backend conformance checks on
+// the host that such parts assemble into the whole copy.
+TEST_CASE("gpu nvfp4 quantize: parts of a tensor with the whole tensor's amax", "[gpu]") {
+  namespace gpu = mxkit::gpu;
+  using bf16 = mxkit::bfloat16;
+  const std::size_t rows = 112, cols = 72, ld = 80;
+  const std::size_t cuts[] = {0, 32, 80, 112};  // parts of 32, 48 and 32 rows: whole 16 x 16 tiles
+  std::uint64_t seed = base_seed + 600;
+  for (const mxkit::block_format& f : {mxkit::formats::nvfp4, mxkit::formats::nvfp4_2d})
+    for (const bool rotate : {false, true}) {
+      INFO(mxkit::nvfp4_format_name(f) << (rotate ? ", rotated" : "") << ", input seed " << seed);
+      const std::vector<bf16> host = gpu_test::convert<bf16>(gpu_test::adversarial_matrix(rows, cols, ld, seed++));
+      gpu::device_buffer<bf16> in{std::span<const bf16>(host)};
+      nvfp4_options o;
+      o.hadamard = rotate;
+      o.hadamard_signs = rotate ? mxkit::hadamard_sign_mask(5) : 0u;
+      auto amaxes = gpu_test::poisoned<float>(2 * 3);  // each part's rowwise and columnwise amax
+      for (std::size_t k = 0; k < 3; ++k)
+        gpu::nvfp4_amax(mxkit::matrix_view<const bf16>{in.data() + cuts[k] * ld, cuts[k + 1] - cuts[k], cols, ld}, f, o, amaxes.data() + 2 * k,
+                        amaxes.data() + 2 * k + 1);
+      const std::vector<float> a = amaxes.to_host();
+      float most[2] = {0.0f, 0.0f};
+      for (std::size_t k = 0; k < 3; ++k)
+        for (std::size_t c = 0; c < 2; ++c) most[c] = a[2 * k + c] > most[c] ? a[2 * k + c] : most[c];
+      const block_axis axes[2] = {block_axis::rowwise, block_axis::columnwise};
+      for (std::size_t c = 0; c < 2; ++c)
+        CHECK(most[c] == mxkit::detail::nvfp4_copy_amax(mxkit::matrix_view<const bf16>{host.data(), rows, cols, ld},
+                                                         mxkit::block_layout{f, axes[c], rows, cols}, o, false, 0));
+      if (!rotate) CHECK(most[0] == most[1]);
+      gpu::device_buffer<float> whole{std::span<const float>(most, 2)};
+      for (std::size_t k = 0; k < 3; ++k)
+        for (std::size_t c = 0; c < 2; ++c) {
+          INFO("part " << k << ", " << mxkit::name_of(axes[c]));
+          const std::size_t n = cuts[k + 1] - cuts[k];
+          const mxkit::block_layout l{f, axes[c], n, cols};
+          auto data = gpu_test::poisoned(l.data_bytes()), scales = gpu_test::poisoned(l.scale_count());
+          auto t = gpu_test::poisoned<float>(1);
+          gpu::nvfp4_outputs out;
+          (c == 0 ? out.rowwise_data : out.columnwise_data) = data.data();
+          (c == 0 ? out.rowwise_scales : out.columnwise_scales) = scales.data();
+          (c == 0 ? out.rowwise_tensor_scale : out.columnwise_tensor_scale) = t.data();
+          gpu::quantize_nvfp4(mxkit::matrix_view<const bf16>{in.data() + cuts[k] * ld, n, cols, ld}, f, o, out,
+                              gpu::nvfp4_tensor_scale_source::from_amax(whole.data() + c));
+          const mxkit::nvfp4_tensor want = mxkit::ref::quantize(mxkit::matrix_view<const bf16>{host.data() + cuts[k] * ld, n, cols, ld}, f,
+                                                                axes[c], o, mxkit::nvfp4_tensor_scale(most[c]));
+          CHECK(gpu_test::first_difference(data.to_host(), want.data(), l.line_bytes()) == "");
+          CHECK(gpu_test::first_difference(scales.to_host(), want.scales()) == "");
+          CHECK(mxkit::bit_cast<std::uint32_t>(t.to_host()[0]) == mxkit::bit_cast<std::uint32_t>(want.tensor_scale()));
+        }
+    }
+  // An empty part: amax 0; no output, or a scale and an amax both given, are refused.
+  auto a = gpu_test::poisoned<float>(2);
+  gpu::device_buffer<bf16> in(64 * 64);
+  gpu::nvfp4_amax(mxkit::matrix_view<const bf16>{in.data(), 0, 64}, mxkit::formats::nvfp4, {}, a.data(), a.data() + 1);
+  CHECK(a.to_host() == std::vector<float>{0.0f, 0.0f});
+  const mxkit::matrix_view<const bf16> v{in.data(), 64, 64};
+  CHECK_THROWS_WITH(gpu::nvfp4_amax(v, mxkit::formats::nvfp4, {}, nullptr, nullptr), mxkit_test::contains("gpu::nvfp4_amax: no output requested"));
+  CHECK_THROWS_WITH(gpu::nvfp4_amax(v, mxkit::formats::mxfp4, {}, a.data(), nullptr), mxkit_test::contains("is not NVFP4"));
+  gpu::device_buffer<std::uint8_t> data(64 * 64), scales(256);
+  gpu::nvfp4_tensor_scale_source both = gpu::nvfp4_tensor_scale_source::from_amax(a.data());
+  both.given = 0.5f;
+  CHECK_THROWS_WITH(gpu::quantize_nvfp4(v, mxkit::formats::nvfp4, {},
+                                        {.rowwise_data = data.data(), .rowwise_scales = scales.data(), .rowwise_tensor_scale = a.data() + 1},
+                                        both),
+                    mxkit_test::contains("both a tensor scale and an amax"));
+}
+
 TEST_CASE("gpu nvfp4 quantize: empty input, bad arguments", "[gpu]") {
   namespace gpu = mxkit::gpu;
   gpu::device_buffer<float> in(64 * 64), scalars(3);

@@ -551,7 +551,16 @@ void gathered_copies() {
   quant_request bf16_aliasing = plain_request(recipes::bf16_operand(), block_axis::rowwise);
   bf16_aliasing.may_alias_input = true;  // (a bf16 master weight is its own bf16 copy)
   const operand_spec fp4 = recipes::mx_operand(mx_type::mxfp4, scale_rule::even), fp8e = recipes::mx_operand(mx_type::mxfp8_e4m3, scale_rule::round_up);
+  const operand_spec nv = recipes::block_scaled_operand(formats::nvfp4, scale_rule::floor),
+                     nv2 = recipes::block_scaled_operand(formats::nvfp4_2d, scale_rule::floor);
   const copy_case cases[] = {
+      {"nvfp4", mx_request(nv, block_axis::rowwise, false, false, 11), mx_request(nv, block_axis::columnwise, false, false, 11), 160},
+      {"nvfp4 16 x 16", mx_request(nv2, block_axis::rowwise, false, false, 12), mx_request(nv2, block_axis::columnwise, false, false, 12), 96},
+      {"nvfp4, hadamard, random signs (each copy its own amax)", mx_request(nv, block_axis::rowwise, true, true, 13),
+       mx_request(nv, block_axis::columnwise, true, true, 13), 224},
+      {"nvfp4 16 x 16 from bf16 values", mx_request(nv2, block_axis::rowwise, false, false, 14), mx_request(nv2, block_axis::columnwise, false, false, 14),
+       128, dtype::bf16},
+      {"nvfp4 rowwise, ragged last slab", mx_request(nv, block_axis::rowwise, false, false, 15), {}, 200},
       {"mxfp4, hadamard, random signs", mx_request(fp4, block_axis::rowwise, true, true, 7), mx_request(fp4, block_axis::columnwise, true, true, 7), 224},
       {"mxfp4", mx_request(fp4, block_axis::rowwise, false, false, 8), mx_request(fp4, block_axis::columnwise, false, false, 8), 160},
       {"mxfp8 e4m3", mx_request(fp8e, block_axis::rowwise, false, false, 9), mx_request(fp8e, block_axis::columnwise, false, false, 9), 96},
@@ -577,22 +586,43 @@ void gathered_copies() {
           bytes += copy_gather::copy_wire_bytes(c.col, n, cols);
         }
       }
+      // NVFP4: each slab quantized with the whole tensor's amax, the maximum of the slabs' amaxes
+      // (as data_parallel's ranks reduce them), which is the whole tensor's copy_amax and the host's.
+      quant_request slab_row = c.row, slab_col = c.col;
+      for (quant_request* q : {&slab_row, &slab_col}) {
+        if (!has_tensor_scale(*q)) continue;
+        INFO(name_of(q->axis) << " amax");
+        tensor part = d.alloc(1, 1, dtype::f32, mem_tag::quantized_weight), whole = d.alloc(1, 1, dtype::f32, mem_tag::quantized_weight);
+        tensor host_whole = h.alloc(1, 1, dtype::f32, mem_tag::quantized_weight);
+        double most = 0.0;
+        for (const copy_slab& s : row_slabs) {
+          d.copy_amax(view_of(x.d, s.first_row * cols, s.rows, cols), *q, part);
+          most = std::max(most, d.read(part)[0]);
+        }
+        d.copy_amax(x.d, *q, whole);
+        h.copy_amax(x.h, *q, host_whole);
+        CHECK(most > 0.0);
+        CHECK(d.read(whole)[0] == most);
+        CHECK(h.read(host_whole)[0] == most);
+        d.write(part, {most});
+        q->tensor_amax = part;
+      }
       tensor wire = d.alloc(1, (bytes + 3) / 4, dtype::f32, mem_tag::quantized_weight);
       for (std::size_t k = 0; k < row_slabs.size(); ++k) {
         const tensor slab = view_of(x.d, row_slabs[k].first_row * cols, row_slabs[k].rows, cols);
         if (col) {
-          const qpair q = d.quantize_both(slab, c.row, c.col);
+          const qpair q = d.quantize_both(slab, slab_row, slab_col);
           g->pack_copy(q.rowwise, wire, row_slabs[k].byte_offset);
           g->pack_copy(q.columnwise, wire, col_slabs[k].byte_offset);
         } else {
-          g->pack_copy(d.quantize(slab, c.row), wire, row_slabs[k].byte_offset);
+          g->pack_copy(d.quantize(slab, slab_row), wire, row_slabs[k].byte_offset);
         }
       }
       quant_request want_row = c.row;
       if (c.row.spec.kind() == precision::fp8) want_row.fp8.table = th.get();
-      const qtensor row = g->assemble_copy(c.row, c.rows, cols, wire, row_slabs);
+      const qtensor row = g->assemble_copy(slab_row, c.rows, cols, wire, row_slabs);
       CHECK(copy_mismatch<S>(d, row, h.quantize(x.h, want_row)) == "");
-      if (col) CHECK(copy_mismatch<S>(d, g->assemble_copy(c.col, c.rows, cols, wire, col_slabs), h.quantize(x.h, c.col)) == "");
+      if (col) CHECK(copy_mismatch<S>(d, g->assemble_copy(slab_col, c.rows, cols, wire, col_slabs), h.quantize(x.h, c.col)) == "");
       if (backend::columnwise_is_transpose(c.row.spec.kind())) {
         quant_request want_col = want_row;
         want_col.axis = block_axis::columnwise;
@@ -608,10 +638,25 @@ void gathered_copies() {
     CHECK_THROWS_AS(g->pack_copy(d.quantize(x.d, bf16_col), wire, 0), std::invalid_argument);
     CHECK_THROWS_AS(g->assemble_copy(bf16_col, 64, 64, wire, all), std::invalid_argument);
     CHECK_THROWS_AS(copy_gather::copy_wire_bytes(plain_request(recipes::native_operand(), block_axis::rowwise), 64, 64), std::invalid_argument);
-    // NVFP4 copies do not travel: a slab's tensor scale is its own, not the whole weight's.
-    const quant_request nv = mx_request(recipes::block_scaled_operand(formats::nvfp4_2d, scale_rule::floor), block_axis::rowwise, false, false, 1);
-    CHECK_THROWS_WITH(copy_gather::copy_wire_bytes(nv, 64, 64), mxkit_test::contains("copy_wire_bytes: nvfp4_2d copies do not travel"));
-    CHECK_THROWS_WITH(g->pack_copy(d.quantize(x.d, nv), wire, 0), mxkit_test::contains("nvfp4_2d copies do not travel"));
+    // An NVFP4 slab travels with the whole tensor's amax only: with its own, the slabs' tensor
+    // scales would differ. Its wire bytes: codes, E4M3 scales, the fp32 tensor scale.
+    quant_request nv = mx_request(recipes::block_scaled_operand(formats::nvfp4_2d, scale_rule::floor), block_axis::rowwise, false, false, 1);
+    CHECK(copy_gather::copy_wire_bytes(nv, 64, 64) == 64 * 64 / 2 + 64 * 4 + 4);
+    CHECK_THROWS_WITH(g->pack_copy(d.quantize(x.d, nv), wire, 0),
+                      mxkit_test::contains("pack_copy: an nvfp4_2d slab quantized with its own tensor scale"));
+    // A given amax belongs to NVFP4 requests, as a (1, 1) f32 tensor; copy_amax to NVFP4 copies.
+    tensor amax = d.alloc(1, 1, dtype::f32, mem_tag::quantized_weight), amax64 = d.alloc(1, 1, dtype::f64, mem_tag::quantized_weight);
+    quant_request mx_with_amax = mx_request(recipes::mx_operand(mx_type::mxfp4, scale_rule::even), block_axis::rowwise, false, false, 1);
+    mx_with_amax.tensor_amax = amax;
+    CHECK_THROWS_WITH(d.quantize(x.d, mx_with_amax), mxkit_test::contains("quantize: a given tensor amax is for NVFP4 requests") &&
+                                                         mxkit_test::contains("not mxfp4"));
+    CHECK_THROWS_WITH(d.copy_amax(x.d, plain_request(recipes::bf16_operand(), block_axis::rowwise), amax),
+                      mxkit_test::contains("copy_amax: bf16 copies have no tensor scale"));
+    CHECK_THROWS_AS(d.copy_amax(x.d, nv, amax64), std::invalid_argument);
+    nv.tensor_amax = amax64;
+    CHECK_THROWS_AS(d.quantize(x.d, nv), std::invalid_argument);
+    nv.tensor_amax = d.alloc(1, 2, dtype::f32, mem_tag::quantized_weight);
+    CHECK_THROWS_AS(d.quantize(x.d, nv), std::invalid_argument);
     CHECK(copy_gather::copy_wire_bytes(plain_request(recipes::bf16_operand(), block_axis::rowwise), 64, 64) == 2 * 64 * 64);
     CHECK_THROWS_AS(g->pack_copy(d.quantize(x.d, plain_request(recipes::bf16_operand(), block_axis::rowwise)), wire, 4 * 4096 - 2 * 64 * 64 + 2),
                     std::invalid_argument);
@@ -622,6 +667,11 @@ void gathered_copies() {
   const copy_slab gap[] = {{0, 0, 32}, {2048, 64, 32}}, off[] = {{0, 0, 16}, {2048, 16, 48}};
   CHECK_THROWS_AS(g->assemble_copy(r, 96, 64, wire, gap), std::invalid_argument);
   CHECK_THROWS_AS(g->assemble_copy(r, 64, 64, wire, off), std::invalid_argument);
+  // A 16 x 16 tile's rows lie in one slab, rowwise copies too.
+  const copy_slab half_tile[] = {{0, 0, 8}, {1024, 8, 56}};
+  const quant_request tiles = mx_request(recipes::block_scaled_operand(formats::nvfp4_2d, scale_rule::floor), block_axis::rowwise, false, false, 1);
+  CHECK_THROWS_WITH(g->assemble_copy(tiles, 64, 64, wire, half_tile),
+                    mxkit_test::contains("assemble_copy: a rowwise nvfp4_2d slab starts at row 8, not a multiple of 16"));
 }
 
 // Every GEMM product within the fp32 accumulation bound.

@@ -379,6 +379,10 @@ class checking_backend : public host_backend {
     hit(backend_op::amax, scalar64(out));
     host_backend::do_amax(x, out);
   }
+  void do_copy_amax(const tensor& x, const quant_request& r, tensor& out) override {
+    hit(backend_op::copy_amax, shape(out, 1, 1) && out.type() == dtype::f32 && has_tensor_scale(r));
+    host_backend::do_copy_amax(x, r, out);
+  }
   qtensor do_quantize(const tensor& x, const quant_request& r) override {
     hit(backend_op::quantize, r.spec.kind() != precision::fp8 || (r.fp8.table && r.fp8.row < r.fp8.table->rows()));
     return host_backend::do_quantize(x, r);
@@ -742,4 +746,53 @@ TEST_CASE("backend: NVFP4 requests give ref::quantize's copies, with their tenso
         CHECK(q.bytes() == want->bytes());
       }
     }
+}
+
+TEST_CASE("backend: an NVFP4 request with a given tensor amax takes that amax's tensor scale; slabs that disagree are refused",
+          "[nn][backend]") {
+  // copy_amax is ref's amax of the copy (its finite values, rotated when the request rotates); a
+  // request's tensor_amax gives ref::quantize the tensor scale of that amax. The copy gather's
+  // assembly refuses slabs whose tensor scales differ (each quantized with its own amax would).
+  host_backend be;
+  tensor x = random_tensor(be, 64, 64, 3);
+  const std::vector<double> xv = be.read(x);
+  std::vector<float> xf(xv.begin(), xv.end());
+  xf[5] = std::numeric_limits<float>::infinity();  // not finite: no part of the amax
+  xf[70] = std::nanf("");
+  be.write(x, std::vector<double>(xf.begin(), xf.end()));
+  const matrix_view<const float> v{xf.data(), 64, 64};
+  for (const bool rotate : {false, true}) {
+    INFO((rotate ? "rotated" : "not rotated"));
+    quant_request r;
+    r.spec = recipes::block_scaled_operand(formats::nvfp4, scale_rule::floor);
+    r.block = {rotate, rotate, 0x77, 3};
+    const nvfp4_options o = r.nvfp4_quantize_options();
+    tensor a = be.alloc(1, 1, dtype::f32, mem_tag::quantized_weight);
+    be.copy_amax(x, r, a);
+    const float want_amax = detail::nvfp4_copy_amax(v, block_layout{formats::nvfp4, block_axis::rowwise, 64, 64}, o, false, 0);
+    CHECK(std::isfinite(want_amax));
+    CHECK(static_cast<float>(be.read(a)[0]) == want_amax);
+    CHECK(be.counters().op_calls(backend_op::copy_amax) == (rotate ? 2u : 1u));
+    be.write(a, {1000.0});
+    r.tensor_amax = a;
+    const nvfp4_tensor& got = host_backend::nvfp4(be.quantize(x, r));
+    const nvfp4_tensor want = ref::quantize(v, formats::nvfp4, block_axis::rowwise, o, nvfp4_tensor_scale(1000.0f));
+    CHECK(got.tensor_scale() == nvfp4_tensor_scale(1000.0f));
+    CHECK(std::ranges::equal(got.data(), want.data()));
+    CHECK(std::ranges::equal(got.scales(), want.scales()));
+  }
+  // Two slabs, each with its own amax: the assembly refuses them by the rows and scales.
+  quant_request r;
+  r.spec = recipes::block_scaled_operand(formats::nvfp4, scale_rule::floor);
+  const std::size_t slab_bytes = copy_gather::copy_wire_bytes(r, 32, 64);
+  tensor wire = be.alloc(1, (2 * slab_bytes + 3) / 4, dtype::f32, mem_tag::quantized_weight);
+  const copy_slab slabs[] = {{0, 0, 32}, {slab_bytes, 32, 32}};
+  for (const copy_slab& s : slabs) {
+    quant_request own = r;
+    own.tensor_amax = be.alloc(1, 1, dtype::f32, mem_tag::quantized_weight);
+    const tensor slab = view_of(x, s.first_row * 64, 32, 64);
+    be.copy_amax(slab, own, own.tensor_amax);
+    be.pack_copy(be.quantize(slab, own), wire, s.byte_offset);
+  }
+  CHECK_THROWS_WITH(be.assemble_copy(r, 64, 64, wire, slabs), mxkit_test::contains("assemble_copy: the slab at row 32 has tensor scale"));
 }

@@ -148,8 +148,9 @@ TEST_CASE("linear: the nvfp4 recipe's GEMMs are the paper's NVFP4 rules through 
   const nvfp4_tensor dy_rne = ref::quantize(view(p.dy, M, N), formats::nvfp4, block_axis::rowwise,
                                             nvfp4_rule(rounding::nearest_even, false, sd, qdy.block.stream));
   CHECK_FALSE(std::ranges::equal(dy_rne.data(), dy_row.data()));
-  // Full sharding gathers the weights, not these copies: a slab's tensor scale is its own.
-  CHECK_FALSE(l.weight_copies_gatherable());
+  // Full sharding gathers these copies (rounded to nearest; each slab with the weight's amax,
+  // parallel/gathered_copies.hpp), not the weights.
+  CHECK(l.weight_copies_gatherable());
 }
 
 TEST_CASE("linear: MX recipes match mxkit's quantizer and reference GEMMs", "[nn][linear]") {
@@ -311,6 +312,7 @@ TEST_CASE("linear: bf16 weight copies are gathered as the rowwise copy and its t
   stochastic_w.dgrad.b.block_scaled().round = rounding::stochastic;
   for (const auto& [r, gatherable] : {std::pair{recipes::bf16(), true}, std::pair{recipes::mxfp4_amd(), true},
                                       std::pair{recipes::mxfp4_nvidia_style(), true},  // (only dY rounds stochastically)
+                                      std::pair{recipes::nvfp4(), true},               // (each slab with the weight's amax)
                                       std::pair{stochastic_w, false}, std::pair{recipes::mxfp4(bf16_fprop, "mxfp4, bf16 fprop"), false}}) {
     host_backend be;
     INFO(r.name);

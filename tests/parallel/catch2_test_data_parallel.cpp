@@ -676,6 +676,7 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
   };
   for (const auto& [r, per_element] : {bytes_per_element{recipes::mxfp4(), 34.0 / 32}, bytes_per_element{recipes::mxfp4_no_hadamard(), 34.0 / 32},
                                        bytes_per_element{recipes::mxfp4(signs, "mxfp4 (random signs)"), 34.0 / 32},
+                                       bytes_per_element{recipes::nvfp4(), 18.0 / 16},  // both copies, each slab with the weight's amax
                                        bytes_per_element{recipes::mxfp8(), 66.0 / 32}, bytes_per_element{recipes::fp8_delayed(), 1.0},
                                        bytes_per_element{recipes::bf16(), 2.0},
                                        bytes_per_element{first_bf16, (2.0 + 34.0 / 32) / 2}}) {  // (two layers of one size)

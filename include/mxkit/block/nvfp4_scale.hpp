@@ -54,8 +54,10 @@ MXKIT_HD constexpr bool nvfp4_valid_tensor_scale(float t) noexcept {
 }
 
 // The tensor scale of a copy whose finite values have the largest magnitude amax (>= 0, finite).
+// Any other amax (NaN, negative or infinite: a caller's, gpu::nvfp4_tensor_scale_source) gives 1,
+// the scale of a copy without a finite non-zero value, so the result is always a valid scale.
 MXKIT_HD constexpr float nvfp4_tensor_scale(float amax) noexcept {
-  if (!(amax > 0.0f)) return 1.0f;
+  if (!(amax > 0.0f) || bit_cast<std::uint32_t>(amax) >= 0x7F800000u) return 1.0f;
   const float t = fp32_div(amax, nvfp4_range);
   return t < nvfp4_min_tensor_scale ? nvfp4_min_tensor_scale : t;
 }

@@ -52,6 +52,30 @@ struct nvfp4_outputs {
   float* amax = nullptr;  // max |x| over the input, as gpu::quantize's (amax_bits: NaN above all)
 };
 
+// Where quantize_nvfp4 takes the copies' tensor scale from. By default each copy's own amax (an
+// amax pass over the input before the quantize pass). `given`: the scale itself, for both copies
+// (a calibrated or another copy's scale: a positive normal float). `amax`: nvfp4_tensor_scale of
+// the float at that device address, for both copies: the amax of a whole tensor of which the input
+// is a part (found by nvfp4_amax over each part, then their maximum), so that the part's codes
+// and scales are the whole tensor's. Full sharding quantizes a rank's rows of a weight so
+// (parallel/gathered_copies.hpp); the float is read on the stream, no host waits for it.
+struct nvfp4_tensor_scale_source {
+  std::optional<float> given;
+  const float* amax = nullptr;
+
+  constexpr nvfp4_tensor_scale_source() = default;
+  constexpr nvfp4_tensor_scale_source(std::nullopt_t) noexcept {}
+  constexpr nvfp4_tensor_scale_source(std::optional<float> t) noexcept : given(t) {}
+  constexpr nvfp4_tensor_scale_source(float t) noexcept : given(t) {}
+  static constexpr nvfp4_tensor_scale_source from_amax(const float* device_amax) noexcept {
+    nvfp4_tensor_scale_source s;
+    s.amax = device_amax;
+    return s;
+  }
+  // Each copy's from its own amax: the amax pass runs.
+  constexpr bool from_own_amax() const noexcept { return !given && !amax; }
+};
+
 namespace detail {
 
 // One copy's pointers, null data: not requested.
@@ -62,6 +86,13 @@ struct nvfp4_copy_outputs {
   scale_layout scales_layout;
   float* tensor_scale;
 };
+
+inline void check_tensor_scale_source(const nvfp4_tensor_scale_source& s, const char* where) {
+  mxkit::detail::require(!(s.given && s.amax), where, ": both a tensor scale and an amax to compute it from were given");
+  if (s.given) mxkit::detail::check_tensor_scale(*s.given, where);
+  mxkit::detail::require(reinterpret_cast<std::uintptr_t>(s.amax) % alignof(float) == 0, where, ": amax ", static_cast<const void*>(s.amax),
+                         " is not aligned for a float");
+}
 
 inline void check_nvfp4_copy_outputs(const nvfp4_copy_outputs& c) {
   if (!c.data) return;
@@ -108,12 +139,12 @@ void launch_nvfp4_quantize(const nvfp4_quantize_params<U>& p, stream_t stream) {
 // written).
 template <class U>
 void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, const nvfp4_options& options,
-                         const nvfp4_outputs& out, std::optional<float> tensor_scale, stream_t stream) {
+                         const nvfp4_outputs& out, const nvfp4_tensor_scale_source& source, stream_t stream) {
   mxkit::detail::check_matrix(in, "gpu::quantize_nvfp4:");
   const block_layout layouts[2] = {{format, block_axis::rowwise, in.rows, in.cols}, {format, block_axis::columnwise, in.rows, in.cols}};
   for (const block_layout& l : layouts) mxkit::detail::check_nvfp4_layout(l, "gpu::quantize_nvfp4");  // NVFP4, sizes that fit
   mxkit::detail::check_nvfp4_options(options, "gpu::quantize_nvfp4");
-  if (tensor_scale) mxkit::detail::check_tensor_scale(*tensor_scale, "gpu::quantize_nvfp4");
+  check_tensor_scale_source(source, "gpu::quantize_nvfp4");
   const nvfp4_tile_input<U> tiles = make_nvfp4_tile_input(in);
   mxkit::detail::require(tiles.tiles < (std::size_t{1} << 32), "gpu::quantize_nvfp4: a ", in.rows, " x ", in.cols,
                          " matrix is 2^32 tiles of 64 x 64 or more (the kernels number tiles in 32 bits)");
@@ -130,19 +161,20 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
   float* ts[2] = {nullptr, nullptr};  // the wanted copies' tensor scales
   for (int k = 0; k < 2; ++k)
     if (wanted(copies[k])) ts[k] = copies[k].tensor_scale;
-  if (out.amax || (!tensor_scale && (ts[0] || ts[1]))) {  // the accumulators start at 0
-    nvfp4_zero_kernel<float><<<1, 1, 0, stream>>>(out.amax, tensor_scale ? nullptr : ts[0], tensor_scale ? nullptr : ts[1]);
+  const bool own = source.from_own_amax();
+  if (out.amax || (own && (ts[0] || ts[1]))) {  // the accumulators start at 0
+    nvfp4_zero_kernel<float><<<1, 1, 0, stream>>>(out.amax, own ? ts[0] : nullptr, own ? ts[1] : nullptr);
     MXKIT_GPU_CHECK_LAUNCH();
   }
   unsigned* input_amax = empty ? nullptr : reinterpret_cast<unsigned*>(out.amax);
   const bool any_copy = ts[0] || ts[1];
   if (any_copy) {
-    if (!tensor_scale && !empty) {
+    if (own && !empty) {
       launch_nvfp4_amax<U>({tiles, options, reinterpret_cast<unsigned*>(ts[0]), reinterpret_cast<unsigned*>(ts[1]), input_amax},
                            options.hadamard, stream);
       input_amax = nullptr;
     }
-    nvfp4_tensor_scale_kernel<float><<<1, 1, 0, stream>>>(ts[0], ts[1], tensor_scale ? *tensor_scale : 0.0f);
+    nvfp4_tensor_scale_kernel<float><<<1, 1, 0, stream>>>(ts[0], ts[1], source.given ? *source.given : 0.0f, source.amax);
     MXKIT_GPU_CHECK_LAUNCH();
   }
   if (!empty && any_copy) {
@@ -169,15 +201,43 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
   if (input_amax) launch_nvfp4_amax<U>({tiles, options, nullptr, nullptr, input_amax}, false, stream);  // only the amax asked for
 }
 
+// The amax pass alone (nvfp4_amax): zeroed accumulators, then the pass over the wanted copies.
+template <class U>
+void nvfp4_amax_impl(matrix_view<const U> in, const block_format& format, const nvfp4_options& options, float* rowwise_amax,
+                     float* columnwise_amax, stream_t stream) {
+  mxkit::detail::check_matrix(in, "gpu::nvfp4_amax:");
+  for (const block_axis axis : {block_axis::rowwise, block_axis::columnwise})
+    mxkit::detail::check_nvfp4_layout(block_layout{format, axis, in.rows, in.cols}, "gpu::nvfp4_amax");
+  mxkit::detail::check_nvfp4_options(options, "gpu::nvfp4_amax");
+  mxkit::detail::require(rowwise_amax || columnwise_amax, "gpu::nvfp4_amax: no output requested");
+  for (const float* a : {rowwise_amax, columnwise_amax})
+    mxkit::detail::require(reinterpret_cast<std::uintptr_t>(a) % alignof(float) == 0, "gpu::nvfp4_amax: amax ", static_cast<const void*>(a),
+                           " is not aligned for a float");
+  const nvfp4_tile_input<U> tiles = make_nvfp4_tile_input(in);
+  mxkit::detail::require(tiles.tiles < (std::size_t{1} << 32), "gpu::nvfp4_amax: a ", in.rows, " x ", in.cols,
+                         " matrix is 2^32 tiles of 64 x 64 or more (the kernels number tiles in 32 bits)");
+  nvfp4_zero_kernel<float><<<1, 1, 0, stream>>>(rowwise_amax, columnwise_amax, nullptr);
+  MXKIT_GPU_CHECK_LAUNCH();
+  if (in.rows == 0 || in.cols == 0) return;
+  launch_nvfp4_amax<U>({tiles, options, reinterpret_cast<unsigned*>(rowwise_amax), reinterpret_cast<unsigned*>(columnwise_amax), nullptr},
+                       options.hadamard, stream);
+}
+
 // The kernel library's instantiations (gpu/kernel_library.hpp): float, bfloat16 and float16
 // inputs, every format, option and output (src/gpu/nvfp4_quantize.cu).
 #define MXKIT_GPU_NVFP4_QUANTIZE_INSTANCES(prefix)                                                                         \
-  prefix template void quantize_nvfp4_impl<float>(matrix_view<const float>, const block_format&, const nvfp4_options&,       \
-                                                  const nvfp4_outputs&, std::optional<float>, stream_t);                    \
-  prefix template void quantize_nvfp4_impl<bfloat16>(matrix_view<const bfloat16>, const block_format&, const nvfp4_options&, \
-                                                     const nvfp4_outputs&, std::optional<float>, stream_t);                 \
-  prefix template void quantize_nvfp4_impl<float16>(matrix_view<const float16>, const block_format&, const nvfp4_options&,   \
-                                                    const nvfp4_outputs&, std::optional<float>, stream_t);
+  prefix template void quantize_nvfp4_impl<float>(matrix_view<const float>, const block_format&, const nvfp4_options&,        \
+                                                  const nvfp4_outputs&, const nvfp4_tensor_scale_source&, stream_t);         \
+  prefix template void quantize_nvfp4_impl<bfloat16>(matrix_view<const bfloat16>, const block_format&, const nvfp4_options&,  \
+                                                     const nvfp4_outputs&, const nvfp4_tensor_scale_source&, stream_t);      \
+  prefix template void quantize_nvfp4_impl<float16>(matrix_view<const float16>, const block_format&, const nvfp4_options&,    \
+                                                    const nvfp4_outputs&, const nvfp4_tensor_scale_source&, stream_t);       \
+  prefix template void nvfp4_amax_impl<float>(matrix_view<const float>, const block_format&, const nvfp4_options&, float*,    \
+                                              float*, stream_t);                                                             \
+  prefix template void nvfp4_amax_impl<bfloat16>(matrix_view<const bfloat16>, const block_format&, const nvfp4_options&,      \
+                                                 float*, float*, stream_t);                                                  \
+  prefix template void nvfp4_amax_impl<float16>(matrix_view<const float16>, const block_format&, const nvfp4_options&, float*, \
+                                                float*, stream_t);
 #if defined(MXKIT_GPU_LIBRARY_HAS_NVFP4_QUANTIZE) && !defined(MXKIT_GPU_LIBRARY_DEFINES_NVFP4_QUANTIZE)
 MXKIT_GPU_NVFP4_QUANTIZE_INSTANCES(extern)
 #endif
@@ -186,17 +246,32 @@ MXKIT_GPU_NVFP4_QUANTIZE_INSTANCES(extern)
 
 // Quantizes `in` (device memory) to NVFP4 (`format`: formats::nvfp4 or formats::nvfp4_2d) as
 // `options` say, into the copies named in `out` (device memory). Each copy's tensor scale is
-// computed from its amax, or is `tensor_scale` when given (a positive normal float, for both
-// copies). Asynchronous on `stream`, with no host synchronization. An empty input writes only the
-// tensor scales (1, or the given one; a copy's data pointer may then be null) and the amax (0). Throws std::invalid_argument naming the bad
-// value (format, shape, options, tensor scale, missing or misaligned outputs) and gpu::error on a
-// runtime failure.
+// computed from its amax, or as `tensor_scale` says (a given scale for both copies, or the amax of
+// a whole tensor of which `in` is a part: nvfp4_tensor_scale_source). Asynchronous on `stream`,
+// with no host synchronization. An empty input writes only the tensor scales (1, the given one or
+// the given amax's; a copy's data pointer may then be null) and the amax (0). Throws
+// std::invalid_argument naming the bad value (format, shape, options, tensor scale, missing or
+// misaligned outputs) and gpu::error on a runtime failure.
 template <class T>
   requires quantizer_input<T>
 void quantize_nvfp4(matrix_view<const T> in, const block_format& format, const nvfp4_options& options, const nvfp4_outputs& out,
-                    std::optional<float> tensor_scale = std::nullopt, stream_t stream = nullptr) {
+                    const nvfp4_tensor_scale_source& tensor_scale = {}, stream_t stream = nullptr) {
   using U = std::remove_const_t<T>;
   detail::quantize_nvfp4_impl<U>({in.data, in.rows, in.cols, in.ld}, format, options, out, tensor_scale, stream);
+}
+
+// The amax each wanted copy's tensor scale would be computed from (a null pointer: not wanted):
+// the largest finite magnitude among the values the copy quantizes, rotated when `options` rotate
+// (block/nvfp4_scale.hpp), as quantize_nvfp4's amax pass finds it; 0 for an empty input. The
+// maximum of these over the parts of a tensor is the whole tensor's, for
+// nvfp4_tensor_scale_source::from_amax. Asynchronous on `stream`; throws std::invalid_argument as
+// quantize_nvfp4 does.
+template <class T>
+  requires quantizer_input<T>
+void nvfp4_amax(matrix_view<const T> in, const block_format& format, const nvfp4_options& options, float* rowwise_amax,
+                float* columnwise_amax, stream_t stream = nullptr) {
+  using U = std::remove_const_t<T>;
+  detail::nvfp4_amax_impl<U>({in.data, in.rows, in.cols, in.ld}, format, options, rowwise_amax, columnwise_amax, stream);
 }
 
 // Both copies of `in`, allocated here and filled by one quantize_nvfp4 call (each copy's tensor

@@ -28,6 +28,7 @@
 // full sharding's copy gather (parallel/copy_gather.hpp): copies packed and assembled as bytes.
 // The element-type plumbing between tensors and the kernels is host/host_staging.hpp's.
 // Not final: tests derive from it to record what the layers ask for.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -35,6 +36,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -168,6 +170,11 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
       st.commit();
     });
   }
+  void do_copy_amax(const nn::tensor& x, const nn::quant_request& r, nn::tensor& out) override {
+    const floats xf(x);
+    const block_layout l{r.spec.block_scaled().format, r.axis, x.rows(), x.cols()};
+    *out.as<float>() = detail::nvfp4_copy_amax(matrix_view<const float>{xf.data(), x.rows(), x.cols()}, l, r.nvfp4_quantize_options(), false, 0);
+  }
   void do_amax(const nn::tensor& x, nn::tensor& out) override {
     double m = 0.0;
     visit(x, [&](const auto* p) {
@@ -205,7 +212,7 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
         [&](const nn::block_scaled_spec& s) {
           const floats xf(x);
           const matrix_view<const float> v{xf.data(), x.rows(), x.cols()};
-          if (s.is_nvfp4()) p->data = ref::quantize(v, s.format, r.axis, r.nvfp4_quantize_options());  // its tensor scale from its amax
+          if (s.is_nvfp4()) p->data = ref::quantize(v, s.format, r.axis, r.nvfp4_quantize_options(), given_tensor_scale(r));
           else p->data = ref::quantize(v, s.mx(), r.axis, r.mx_options());
         },
     });
@@ -213,14 +220,15 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
   }
 
   nn::qpair do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) override {
-    const bool same_mx = row.spec.is<nn::block_scaled_spec>() && row.spec == col.spec && row.block == col.block;
+    const bool same_mx = row.spec.is<nn::block_scaled_spec>() && row.spec == col.spec && row.block == col.block &&
+                         row.tensor_amax.same_as(col.tensor_amax);
     if (same_mx) {  // one call of mxkit::quantize_both, as the fused kernel would produce them
       const floats xf(x);
       const matrix_view<const float> v{xf.data(), x.rows(), x.cols()};
       const nn::block_scaled_spec& s = row.spec.block_scaled();
       auto pr = std::make_shared<payload>(), pc = std::make_shared<payload>();
       if (s.is_nvfp4()) {  // each copy with the tensor scale of its own amax, as gpu::quantize_nvfp4_both
-        ref::nvfp4_tensor_pair both = ref::quantize_both(v, s.format, row.nvfp4_quantize_options());
+        ref::nvfp4_tensor_pair both = ref::quantize_both(v, s.format, row.nvfp4_quantize_options(), given_tensor_scale(row));
         pr->data = std::move(both.rowwise);
         pc->data = std::move(both.columnwise);
       } else {
@@ -286,6 +294,14 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
       if (n) std::memcpy(out, elements, n);
       return;
     }
+    if (q.request().spec.block_scaled().is_nvfp4()) {  // codes, E4M3 scales, the tensor scale
+      const nvfp4_tensor& t = nvfp4(q);
+      const float scale = t.tensor_scale();
+      std::memcpy(out, t.data().data(), t.data().size());
+      std::memcpy(out + t.data().size(), t.scales().data(), t.scales().size());
+      std::memcpy(out + t.data().size() + t.scales().size(), &scale, sizeof scale);
+      return;
+    }
     const mx_tensor& m = mx(q);
     std::memcpy(out, m.data().data(), m.data().size());
     std::memcpy(out + m.data().size(), m.scales().data(), m.scales().size());
@@ -311,11 +327,20 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
       }
       return finish(r, rows, cols, std::move(p));
     }
-    mx_tensor out(block_layout{r.spec.block_scaled().format, r.axis, rows, cols}, r.mx_options());
-    const block_layout& L = out.layout();
+    const nn::block_scaled_spec& spec = r.spec.block_scaled();
+    const block_layout L{spec.format, r.axis, rows, cols};
     std::vector<std::uint8_t> data(L.data_bytes()), scales(L.scale_count());
+    float tensor_scale = 0.0f;  // NVFP4: the slabs' one tensor scale, the whole tensor's
     for (const nn::copy_slab& s : slabs) {
-      const block_layout P{r.spec.block_scaled().format, r.axis, s.rows, cols};
+      const block_layout P{spec.format, r.axis, s.rows, cols};
+      if (spec.is_nvfp4()) {
+        float t;
+        std::memcpy(&t, in + s.byte_offset + P.data_bytes() + P.scale_count(), sizeof t);
+        detail::require(&s == slabs.data() || bit_cast<std::uint32_t>(t) == bit_cast<std::uint32_t>(tensor_scale),
+                        "assemble_copy: the slab at row ", s.first_row, " has tensor scale ", t, " where the first has ", tensor_scale,
+                        " (every slab is quantized with the whole tensor's amax, quant_request::tensor_amax)");
+        tensor_scale = t;
+      }
       const std::uint8_t* codes = in + s.byte_offset;
       const std::uint8_t* slab_scales = codes + P.data_bytes();
       if (r.axis == block_axis::rowwise) {  // lines are rows: the slab's lines in place
@@ -330,9 +355,17 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
         }
       }
     }
-    out.set_data(std::move(data));
-    out.set_scales(std::move(scales));
-    p->data = std::move(out);
+    if (spec.is_nvfp4()) {  // (the constructor refuses a tensor scale that is not a valid one)
+      nvfp4_tensor out(L, r.nvfp4_quantize_options(), tensor_scale, true);
+      std::copy(data.begin(), data.end(), out.data().begin());
+      std::copy(scales.begin(), scales.end(), out.scales().begin());
+      p->data = std::move(out);
+    } else {
+      mx_tensor out(L, r.mx_options());
+      out.set_data(std::move(data));
+      out.set_scales(std::move(scales));
+      p->data = std::move(out);
+    }
     return finish(r, rows, cols, std::move(p));
   }
 
@@ -504,6 +537,11 @@ class host_backend : public nn::backend, public nn::copy_gather, private host_st
   };
 
   static float scale_of(const nn::fp8_scaling_slot& s) { return s.table->scale().as<float>()[s.row]; }
+  // An NVFP4 request's tensor scale when it gives the amax to compute it from (a whole tensor's).
+  static std::optional<float> given_tensor_scale(const nn::quant_request& r) {
+    if (!r.tensor_amax.defined()) return std::nullopt;
+    return nvfp4_tensor_scale(*r.tensor_amax.as<float>());
+  }
   static void record(const nn::fp8_scaling_slot& s, float amax) {
     nn::record_amax(s.table->history().as<float>()[s.row * s.table->config().history_length], amax);
   }

@@ -53,6 +53,7 @@
 //   memory      alloc, alloc_host, write, write_tokens, read, read_scalar, synchronize, fill, copy (converting
 //               between floating types), axpy, amax
 //   operands    quantize / quantize_both / transpose (recipe.hpp's operands of the three GEMMs),
+//               copy_amax (the amax an NVFP4 copy's tensor scale comes from),
 //               export_fp8 / import_fp8 (the healing stash), make_scaling_table, update_scales
 //   GEMM        gemm: D[P,Q] = alpha * A . B^T + beta * C on stored copies A [P,R], B [Q,R]
 //   layers      rmsnorm_forward / rmsnorm_quantize / rmsnorm_backward, rope, attention_forward /
@@ -180,6 +181,18 @@ class backend {
   }
 
   // ---- quantized operands, delayed scaling, GEMM ----------------------------------------------
+  // out (1, 1) f32 = the amax the copy `r` asks for of x takes its tensor scale from: for NVFP4
+  // (the one format with a tensor scale) the largest finite magnitude among the values the copy
+  // quantizes, rotated when r rotates (block/nvfp4_scale.hpp); 0 for an empty x. The maximum over
+  // the parts of a tensor is the whole tensor's, for quant_request::tensor_amax.
+  void copy_amax(const tensor& x, const quant_request& r, tensor& out) {
+    check_quant_input(x, "copy_amax");
+    check_request(r, "copy_amax");
+    detail::require(has_tensor_scale(r), "copy_amax: ", copy_name(r), " copies have no tensor scale (NVFP4 copies have)");
+    require_shape(out, 1, 1, "copy_amax output");
+    require_type(out, dtype::f32, "copy_amax output");
+    observed(backend_op::copy_amax, [&] { do_copy_amax(x, r, out); });
+  }
   qtensor quantize(const tensor& x, const quant_request& r) {
     check_quant_input(x, "quantize");
     check_request(r, "quantize");
@@ -498,6 +511,7 @@ class backend {
   virtual void do_copy(const tensor& src, tensor& dst) = 0;
   virtual void do_axpy(double alpha, const tensor& x, tensor& y) = 0;
   virtual void do_amax(const tensor& x, tensor& out) = 0;
+  virtual void do_copy_amax(const tensor& x, const quant_request& r, tensor& out) = 0;
   virtual qtensor do_quantize(const tensor& x, const quant_request& r) = 0;
   virtual qpair do_quantize_both(const tensor& x, const quant_request& rowwise, const quant_request& columnwise) = 0;
   virtual qtensor do_transpose(const qtensor& rowwise, operand_use use, mem_tag tag) = 0;

@@ -19,6 +19,12 @@ inline void check_quant_input(const tensor& x, const char* what) {
   detail::require(x.defined(), what, ": input tensor is not allocated");
   detail::require(is_floating(x.type()), what, ": input is an integer tensor");
 }
+// Whether r's copy has a tensor scale (NVFP4), and the name of its format or kind in messages.
+inline bool has_tensor_scale(const quant_request& r) noexcept { return r.spec.is<block_scaled_spec>() && r.spec.block_scaled().is_nvfp4(); }
+inline const char* copy_name(const quant_request& r) noexcept {
+  return r.spec.is<block_scaled_spec>() ? r.spec.block_scaled().format_name() : name_of(r.spec.kind());
+}
+
 inline void check_request(const quant_request& r, const char* what) {
   r.spec.visit(overloaded{
       [](native_spec) {},
@@ -32,6 +38,11 @@ inline void check_request(const quant_request& r, const char* what) {
       // The MX formats and NVFP4 have a training path; another format is refused by name.
       [&](const block_scaled_spec& b) { b.check_trainable(what); },
   });
+  if (r.tensor_amax.defined()) {
+    detail::require(has_tensor_scale(r), what, ": a given tensor amax is for NVFP4 requests (the format with a tensor scale), not ", copy_name(r));
+    require_shape(r.tensor_amax, 1, 1, what);
+    require_type(r.tensor_amax, dtype::f32, what);
+  }
 }
 inline void check_pair(const quant_request& row, const quant_request* col, const char* what) {
   detail::require(row.axis == block_axis::rowwise && (!col || col->axis == block_axis::columnwise), what,

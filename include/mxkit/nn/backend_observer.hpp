@@ -18,20 +18,20 @@ namespace nn {
 // The public operations, for the per-operation call counters and the observer.
 enum class backend_op : std::uint8_t {
   alloc, write, write_tokens, read, fill, copy, axpy, amax,
-  quantize, quantize_both, transpose, export_fp8, import_fp8, update_scales, gemm,
+  copy_amax, quantize, quantize_both, transpose, export_fp8, import_fp8, update_scales, gemm,
   rmsnorm_forward, rmsnorm_quantize, rmsnorm_backward, rope, attention_forward, attention_backward,
   swiglu_forward, swiglu_quantize, swiglu_backward, swiglu_backward_quantize, embedding_forward, embedding_backward, cross_entropy,
   global_norm, adamw_step,
 };
 inline constexpr std::size_t backend_op_count = static_cast<std::size_t>(backend_op::adamw_step) + 1;
-static_assert(backend_op_count == 30);
+static_assert(backend_op_count == 31);
 
 }  // namespace nn
 template <>
 struct enum_names<nn::backend_op> {
   static constexpr const char* names[] = {
       "alloc", "write", "write_tokens", "read", "fill", "copy", "axpy", "amax",
-      "quantize", "quantize_both", "transpose", "export_fp8", "import_fp8", "update_scales", "gemm",
+      "copy_amax", "quantize", "quantize_both", "transpose", "export_fp8", "import_fp8", "update_scales", "gemm",
       "rmsnorm_forward", "rmsnorm_quantize", "rmsnorm_backward", "rope", "attention_forward", "attention_backward",
       "swiglu_forward", "swiglu_quantize", "swiglu_backward", "swiglu_backward_quantize", "embedding_forward",
       "embedding_backward", "cross_entropy", "global_norm", "adamw_step"};

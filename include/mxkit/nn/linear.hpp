@@ -302,17 +302,17 @@ class linear {
 
   // Full sharding's gather of the weight as its copies (data_parallel.hpp): whether the cached
   // copies can be assembled from the ranks' slabs of rows, byte for byte what quantizing the
-  // gathered weight gives: both copies MX rounded to nearest (stochastic rounding draws by
-  // element index, which a slab's quantizer does not know), both FP8 of one type (the dgrad
+  // gathered weight gives: both copies MX or NVFP4 rounded to nearest (stochastic rounding draws
+  // by element index, which a slab's quantizer does not know; NVFP4's slabs take the whole
+  // weight's amax, parallel/gathered_copies.hpp), both FP8 of one type (the dgrad
   // copy the rowwise one's transpose, the table the model's), or both bf16 (rounding to nearest
   // even, elementwise; the dgrad copy the rowwise one's transpose); the cache in use (no copies
   // per GEMM) and no adapter.
   bool weight_copies_gatherable() const noexcept {
     if (lora_ || memory_.weight_copies_per_gemm) return false;
     const operand_spec &f = recipe_.fprop.b, &d = recipe_.dgrad.b;
-    if (f.is<block_scaled_spec>() && d.is<block_scaled_spec>())  // NVFP4: a slab's tensor scale is not the weight's (copy_gather.hpp)
-      return f.block_scaled().is_mx() && d.block_scaled().is_mx() && f.block_scaled().round != rounding::stochastic &&
-             d.block_scaled().round != rounding::stochastic;
+    if (f.is<block_scaled_spec>() && d.is<block_scaled_spec>())
+      return f.block_scaled().round != rounding::stochastic && d.block_scaled().round != rounding::stochastic;
     if (f.is<bf16_spec>() && d.is<bf16_spec>()) return true;
     // FP8: W's scaling row in the model's shared table, whose amaxes data_parallel max-reduces.
     return f.is<fp8_spec>() && d == f && !owns_table_;

@@ -196,6 +196,11 @@ struct quant_request {
   // backend may hand back x itself instead of copying it (the device backend does, the columnwise
   // copy read MN-major by its GEMM).
   bool may_alias_input = false;
+  // NVFP4: the copy's tensor scale from this amax, a (1, 1) f32 tensor of the backend, instead of
+  // the copy's own: the amax of a whole tensor of which x is a part (backend::copy_amax of each
+  // part, then their maximum), so the part's codes and scales are the whole tensor's. Full
+  // sharding quantizes a rank's rows of a weight so (parallel/gathered_copies.hpp).
+  tensor tensor_amax;
 
   // The block quantizer's options for this copy (a block-scaled spec; throws for another kind).
   quantize_options mx_options() const {

@@ -12,8 +12,12 @@
 // A weight's copies from the ranks' slabs of rows: each rank quantizes its slab
 // (backend::quantize/quantize_both on its rows), packs the copy into a wire buffer of bytes the
 // ranks all-gather, and every rank assembles the whole copy from the slabs. The wire format of a
-// copy of a [rows, cols] slab is backend-neutral: its stored codes (lines x length, MX packed as
-// block_layout), then, MX, its E8M0 scales (lines x blocks per line). An FP8 copy sends its codes
+// copy of a [rows, cols] slab is backend-neutral: its stored codes (lines x length, packed as
+// block_layout), then its E8M0 or E4M3 scales (lines x blocks per line), then NVFP4's fp32 tensor
+// scale (4 bytes, as the host stores a float). An NVFP4 tensor scale comes from the amax of the
+// whole copy (arXiv 2509.25149), so each rank quantizes its slab with the whole weight's amax
+// (quant_request::tensor_amax, the MAX over the ranks of backend::copy_amax): every slab then
+// carries the same tensor scale and the whole copy's scales and codes. An FP8 copy sends its codes
 // only: its scale is the table's, the same on every rank; a bf16 copy its values (2 bytes each, as
 // stored). FP8 and bf16 copies travel rowwise: their columnwise copy is the rowwise one's
 // transpose (backend::transpose). Slabs are whole 32-row blocks (but the last), so every block of
@@ -59,13 +63,8 @@ class copy_gather {
     detail::require(copy_travels(r.spec.kind()), "copy_wire_bytes: only FP8, bf16 and MX copies travel, got a ", name_of(r.spec.kind()),
                     " copy (native operands are gathered as the weights)");
     if (r.spec.kind() != precision::mx) return rows * cols * copy_element_bytes(r.spec.kind());
-    // An NVFP4 copy's values carry its fp32 tensor scale, from the amax of the whole copy (arXiv
-    // 2509.25149): a rank's slab has its own, so slabs make no whole copy
-    // (nn::linear::weight_copies_gatherable says no; the ranks gather the weights).
-    detail::require(!r.spec.block_scaled().is_nvfp4(), "copy_wire_bytes: ", r.spec.block_scaled().format_name(),
-                    " copies do not travel (each slab would have its own tensor scale); gather the weights");
     const block_layout l{r.spec.block_scaled().format, r.axis, rows, cols};
-    return l.data_bytes() + l.scale_count();
+    return l.data_bytes() + l.scale_count() + (r.spec.block_scaled().is_nvfp4() ? sizeof(float) : 0);
   }
   bool gathers_copies() const noexcept { return do_gathers_copies(); }
   // q's wire bytes at wire's byte `byte_offset` (wire: any tensor, read as bytes).
@@ -75,6 +74,8 @@ class copy_gather {
     detail::require(copy_travels(q.kind()), "pack_copy: needs an FP8, bf16 or MX copy, got a ", name_of(q.kind()), " copy");
     detail::require(!backend::columnwise_is_transpose(q.kind()) || q.axis() == block_axis::rowwise, "pack_copy: ", name_of(q.kind()),
                     " copies travel rowwise (the columnwise copy is the transpose), got a columnwise one");
+    detail::require(!has_tensor_scale(q.request()) || q.request().tensor_amax.defined(), "pack_copy: an ", copy_name(q.request()),
+                    " slab quantized with its own tensor scale; slabs of a whole copy take the whole tensor's amax (quant_request::tensor_amax)");
     const std::size_t n = copy_wire_bytes(q.request(), q.rows(), q.cols());
     detail::require(wire.defined() && byte_offset <= wire.bytes() && n <= wire.bytes() - byte_offset, "pack_copy: ", n, " bytes at ",
                     byte_offset, " do not fit a wire of ", wire.bytes());
@@ -92,10 +93,11 @@ class copy_gather {
     for (const copy_slab& s : slabs) {
       detail::require(s.first_row == next && s.rows > 0, "assemble_copy: slabs must cover the rows in order, one starts at row ",
                       s.first_row, " where row ", next, " is next");
-      if (r.spec.is<block_scaled_spec>() && r.axis == block_axis::columnwise) {
-        const int k = r.spec.block_scaled().format.block_size();
-        detail::require(s.first_row % static_cast<std::size_t>(k) == 0, "assemble_copy: an MX columnwise slab starts at row ", s.first_row,
-                        ", not a multiple of ", k);
+      if (r.spec.is<block_scaled_spec>()) {  // a block's rows lie in one slab: a columnwise block's, a 2-D tile's
+        const block_format& f = r.spec.block_scaled().format;
+        const int k = r.axis == block_axis::columnwise ? f.block_size() : f.block.rows;
+        detail::require(s.first_row % static_cast<std::size_t>(k) == 0, "assemble_copy: a ", name_of(r.axis), " ", format_name(f), " slab starts at row ",
+                        s.first_row, ", not a multiple of ", k);
       }
       const std::size_t n = copy_wire_bytes(r, s.rows, cols);
       detail::require(wire.defined() && s.byte_offset <= wire.bytes() && n <= wire.bytes() - s.byte_offset, "assemble_copy: ", n,

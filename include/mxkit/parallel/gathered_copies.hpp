@@ -7,15 +7,16 @@
 // Apart from data_parallel, which decides when a group's weights move, and whether as copies.
 //
 // Gathering the weights as their quantized copies (parallel_config::gather_quantized, full
-// sharding): where a linear's recipe quantizes its weight (MX rounded to nearest, FP8 for both
-// fprop and dgrad, or bf16 for both: the bf16 recipe, the bf16 first/last layers of a recipe, the
-// LM head in bf16 high precision; linear::weight_copies_gatherable), the ranks gather the copies
+// sharding): where a linear's recipe quantizes its weight (MX or NVFP4 rounded to nearest, FP8 for
+// both fprop and dgrad, or bf16 for both: the bf16 recipe, the bf16 first/last layers of a recipe,
+// the LM head in bf16 high precision; linear::weight_copies_gatherable), the ranks gather the copies
 // instead of the fp32 weight, and the fp32 weight is not gathered at all (norm gains, the embedding
 // and other weights, native or of mixed kinds, are gathered as before). The group's layout makes
 // that exact: such a weight starts on a multiple of 32 rows (32 x cols elements) and the shard is a
 // multiple of every such 32-row slab, so each rank's piece of the weight is whole 32-row slabs.
-// Before the group's forward each rank quantizes its slab into both copies (MX: the fprop rowwise
-// copy and the dgrad columnwise copy, whose 32-row blocks the slab keeps whole; FP8: the rowwise
+// Before the group's forward each rank quantizes its slab into both copies (MX and NVFP4: the
+// fprop rowwise copy and the dgrad columnwise copy, whose 32-row blocks and 16 x 16 tiles the slab
+// keeps whole, NVFP4's with the whole weight's amax, reduce_whole_amaxes; FP8: the rowwise
 // copy, with the table's scale, the same on every rank; bf16: the rowwise copy, rounded
 // elementwise), the ranks all-gather the bytes (copy_gather::pack_copy, u8), and every rank
 // assembles the whole copies (copy_gather::assemble_copy, parallel/copy_gather.hpp, the backend's
@@ -24,7 +25,8 @@
 // so the results are the fp32 gather's bits. FP8's W amax is recorded per slab; the MAX reduction
 // of the scaling table before the update (reduce_amax) makes it the whole weight's, as it does for
 // every amax (bf16 and MX copies have no table). Per element gathered: MXFP4 2 x 17/32 bytes (both
-// copies), MXFP8 2 x 33/32, FP8 1, bf16 2 (PyTorch FSDP2's bf16 gather), against 4 for fp32.
+// copies), NVFP4 2 x 9/16 (and 4 bytes a slab), MXFP8 2 x 33/32, FP8 1, bf16 2 (PyTorch FSDP2's
+// bf16 gather), against 4 for fp32.
 // Copies still current (a second micro-batch of the step) are not gathered again.
 #include <algorithm>
 #include <cstddef>
@@ -33,6 +35,7 @@
 
 #include <mxkit/error.hpp>
 #include <mxkit/nn/backend.hpp>
+#include <mxkit/nn/backend_checks.hpp>
 #include <mxkit/nn/linear.hpp>
 #include <mxkit/nn/operand.hpp>
 #include <mxkit/nn/tensor.hpp>
@@ -60,6 +63,45 @@ inline std::size_t weight_copies_bytes(const quant_plan& p, std::size_t rows, st
   return n;
 }
 
+// Rank r's rows of parameter i (a view of its shard; undefined where it holds none).
+inline tensor slab_values(const gradient_group& g, std::size_t i, std::size_t r) {
+  const auto [first, count] = g.slab_of(i, r);
+  return count ? view_of(g.shard_values, g.offsets[i] + first * g.cols[i] - r * g.shard, count, g.cols[i]) : tensor{};
+}
+
+// The whole weights' amaxes for their NVFP4 copies (copy_gather.hpp): each rank's slab amax
+// (backend::copy_amax; 0 without a slab), one MAX all_reduce over the ranks for the group, set as
+// the requests' tensor_amax. A copy that does not rotate quantizes the weight's own values, so
+// both unrotated copies share one amax. The slabs are quantized after it, so the backend's stream
+// waits for this reduction and, on a device, for the collectives called before it (join(mark)).
+inline void reduce_whole_amaxes(gradient_group& g, const std::vector<std::size_t>& copied, backend& be, communicator& comm) {
+  std::size_t slots = 0;
+  const auto shares_rowwise_amax = [](const quant_plan& p) { return !p.rowwise.block.hadamard && !p.columnwise.block.hadamard; };
+  for (const quant_plan& p : g.copy_plans)
+    if (has_tensor_scale(p.rowwise) || has_tensor_scale(p.columnwise))
+      slots += has_tensor_scale(p.rowwise) && has_tensor_scale(p.columnwise) && !shares_rowwise_amax(p) ? 2 : 1;
+  if (slots == 0) return;
+  tensor amaxes = be.alloc(1, slots, dtype::f32, mem_tag::quantized_weight);  // zeros: a rank without a slab adds nothing
+  const std::size_t r = static_cast<std::size_t>(comm.rank());
+  std::size_t k = 0;
+  for (std::size_t j = 0; j < copied.size(); ++j) {
+    quant_plan& p = g.copy_plans[j];
+    const tensor slab = slab_values(g, copied[j], r);
+    tensor shared;
+    for (quant_request* q : {&p.rowwise, &p.columnwise}) {
+      if (!has_tensor_scale(*q)) continue;
+      if (shared.defined() && shares_rowwise_amax(p)) {
+        q->tensor_amax = shared;
+        continue;
+      }
+      q->tensor_amax = shared = view_of(amaxes, k++, 1, 1);
+      if (slab.defined()) be.copy_amax(slab, *q, q->tensor_amax);
+    }
+  }
+  comm.all_reduce(amaxes, reduce_op::max);
+  comm.join(comm.mark());
+}
+
 // This rank's slabs of the weights in `copied`, quantized and packed at its chunk of a new wire,
 // all-gathered (every rank sends the largest rank's byte count; the rest of a chunk is unread).
 // record_amax (a training forward): a rank without a slab of an FP8 weight notes W's amax source
@@ -71,6 +113,7 @@ inline void send_weight_copies(gradient_group& g, std::vector<std::size_t> copie
   const std::size_t n = static_cast<std::size_t>(comm.size()), r = static_cast<std::size_t>(comm.rank());
   g.copy_plans.clear();
   for (std::size_t i : copied) g.copy_plans.push_back(g.linears[i]->weight_plan(record_amax));
+  reduce_whole_amaxes(g, copied, be, comm);
   g.chunk = 0;
   for (std::size_t k = 0; k < n; ++k) {
     std::size_t bytes = 0;
@@ -82,12 +125,12 @@ inline void send_weight_copies(gradient_group& g, std::vector<std::size_t> copie
   for (std::size_t j = 0; j < copied.size(); ++j) {
     const std::size_t i = copied[j];
     const quant_plan& p = g.copy_plans[j];
-    const auto [first, count] = g.slab_of(i, r);
+    const std::size_t count = g.slab_of(i, r).second;
     if (count == 0) {
       if (p.rowwise.spec.kind() == precision::fp8 && p.rowwise.fp8.record_amax) p.rowwise.fp8.table->note_amax(p.rowwise.fp8.row, p.rowwise.fp8.source);
       continue;
     }
-    const tensor slab = view_of(g.shard_values, g.offsets[i] + first * g.cols[i] - r * g.shard, count, g.cols[i]);
+    const tensor slab = slab_values(g, i, r);
     if (rowwise_travels_alone(p)) {
       gatherer.pack_copy(be.quantize(slab, p.rowwise), g.wire, at);
     } else {

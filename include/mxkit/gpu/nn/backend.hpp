@@ -183,6 +183,16 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_amax(const nn::tensor& x,
     gpu::amax(x.as<T>(), x.size(), out.as<double>(), amax_bits(), stream_);
   });
 }
+MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::do_copy_amax(const nn::tensor& x, const nn::quant_request& r, nn::tensor& out) {
+  backend_detail::require_activation(x, "copy_amax");
+  backend_detail::activation_types(x.type(), "copy_amax", [&](auto z) {
+    using T = decltype(z);
+    const matrix_view<const T> v{x.as<T>(), x.rows(), x.cols()};
+    float* a = out.as<float>();
+    gpu::nvfp4_amax(v, r.spec.block_scaled().format, r.nvfp4_quantize_options(), r.axis == block_axis::rowwise ? a : nullptr,
+                    r.axis == block_axis::columnwise ? a : nullptr, stream_);
+  });
+}
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_quantize(const nn::tensor& x, const nn::quant_request& r) {
   backend_detail::require_activation(x, "quantize");
   return r.spec.visit(nn::overloaded{
@@ -229,8 +239,9 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qtensor device_backend::do_quantize(const nn:
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY nn::qpair device_backend::do_quantize_both(const nn::tensor& x, const nn::quant_request& row, const nn::quant_request& col) {
-  const bool same_mx = row.spec.is<nn::block_scaled_spec>() && row.spec == col.spec && row.block == col.block;
-  if (same_mx && row.spec.block_scaled().is_nvfp4()) {  // one call, both copies, each with its own tensor scale
+  const bool same_mx = row.spec.is<nn::block_scaled_spec>() && row.spec == col.spec && row.block == col.block &&
+                       row.tensor_amax.same_as(col.tensor_amax);
+  if (same_mx && row.spec.block_scaled().is_nvfp4()) {  // one call, both copies, each with its own tensor scale (or the given amax's)
     backend_detail::require_activation(x, "quantize_both");
     auto pr = payloads_.nvfp4(row, x.rows(), x.cols()), pc = payloads_.nvfp4(col, x.rows(), x.cols());
     nvfp4_outputs out;
@@ -521,8 +532,10 @@ MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_mx(const nn::tensor& x, 
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_nvfp4(const nn::tensor& x, const nn::quant_request& r, const nvfp4_outputs& out) {
   backend_detail::activation_types(x.type(), "quantize", [&](auto z) {
     using T = decltype(z);
+    const nvfp4_tensor_scale_source source =
+        r.tensor_amax.defined() ? nvfp4_tensor_scale_source::from_amax(r.tensor_amax.as<float>()) : nvfp4_tensor_scale_source{};
     gpu::quantize_nvfp4(matrix_view<const T>{x.as<T>(), x.rows(), x.cols()}, r.spec.block_scaled().format, r.nvfp4_quantize_options(), out,
-                        std::nullopt, stream_);
+                        source, stream_);
   });
 }
 MXKIT_GPU_DEVICE_BACKEND_ENTRY void device_backend::run_fp8(const nn::tensor& x, const nn::quant_request& r, const fp8_outputs& out) {

@@ -81,6 +81,7 @@ class device_backend : public nn::backend, public nn::copy_gather {
   void do_copy(const nn::tensor& src, nn::tensor& dst) override;
   void do_axpy(double alpha, const nn::tensor& x, nn::tensor& y) override;
   void do_amax(const nn::tensor& x, nn::tensor& out) override;
+  void do_copy_amax(const nn::tensor& x, const nn::quant_request& r, nn::tensor& out) override;
 
   // ---- quantized operands
   nn::qtensor do_quantize(const nn::tensor& x, const nn::quant_request& r) override;

@@ -158,8 +158,9 @@ class payload_factory {
     count_live(r, *p);
     return nn::qtensor(r, row.rows(), row.cols(), 0, std::move(p));
   }
-  // parallel/copy_gather.hpp's wire format of a copy (its codes, then MX scales [lines, blocks]
-  // row-major, as the payload holds them): q's bytes at `out` (device memory), stream-ordered copies.
+  // parallel/copy_gather.hpp's wire format of a copy (its codes, then its scales [lines, blocks]
+  // row-major, as the payload holds them, then NVFP4's tensor scale): q's bytes at `out` (device
+  // memory), stream-ordered copies.
   void pack(const nn::qtensor& q, std::uint8_t* out) const {
     const device_payload& p = payload_of(q);
     if (nn::backend::columnwise_is_transpose(q.kind())) {  // FP8, bf16 (rowwise): the elements as stored
@@ -167,14 +168,17 @@ class payload_factory {
       if (n != 0) MXKIT_GPU_CHECK(memcpy_async(out, p.data, n, copy_kind::device_to_device, stream_));
       return;
     }
-    mxkit::detail::require(!p.holds_nvfp4(), "device_backend: an NVFP4 copy does not travel (parallel/copy_gather.hpp)");
     MXKIT_GPU_CHECK(memcpy_async(out, p.data, p.layout.data_bytes(), copy_kind::device_to_device, stream_));
     MXKIT_GPU_CHECK(memcpy_async(out + p.layout.data_bytes(), p.scales, p.layout.scale_count(), copy_kind::device_to_device, stream_));
+    if (p.holds_nvfp4())  // then the tensor scale, the whole tensor's (copy_gather::pack_copy checked that it was given)
+      MXKIT_GPU_CHECK(memcpy_async(out + p.layout.data_bytes() + p.layout.scale_count(), p.tensor_scale, sizeof(float),
+                                   copy_kind::device_to_device, stream_));
   }
   // The whole [rows, cols] copy `r` from the ranks' slabs in `wire` (device memory): rowwise slabs
   // are whole lines, columnwise slabs positions [first_row, first_row + rows) of every line (a 2D
-  // copy each); an FP8 copy (rowwise) takes the scale of its scaling row, the one its slabs' casts
-  // read; a bf16 copy (rowwise) is its values.
+  // copy each); an NVFP4 copy takes the tensor scale its slabs carry (all the same: the host
+  // reference checks that, here it would cost a host synchronization); an FP8 copy (rowwise) takes
+  // the scale of its scaling row, the one its slabs' casts read; a bf16 copy (rowwise) is its values.
   nn::qtensor assembled(const nn::quant_request& r, std::size_t rows, std::size_t cols, const std::uint8_t* wire,
                         std::span<const nn::copy_slab> slabs) const {
     if (nn::backend::columnwise_is_transpose(r.spec.kind())) {
@@ -187,8 +191,14 @@ class payload_factory {
       if (is_fp8) MXKIT_GPU_CHECK(memcpy_async(p->fp8_scale, fp8_scale_of(r), sizeof(float), copy_kind::device_to_device, stream_));
       return finish(r, rows, cols, std::move(p));
     }
-    auto p = mx(r, rows, cols);
+    const bool is_nvfp4 = r.spec.block_scaled().is_nvfp4();
+    auto p = is_nvfp4 ? nvfp4(r, rows, cols) : mx(r, rows, cols);
     const block_layout L = p->layout;
+    if (is_nvfp4) {  // every slab carries the whole tensor's tensor scale: the first one's
+      const block_layout P{r.spec.block_scaled().format, r.axis, slabs.front().rows, cols};
+      MXKIT_GPU_CHECK(memcpy_async(p->tensor_scale, wire + slabs.front().byte_offset + P.data_bytes() + P.scale_count(), sizeof(float),
+                                   copy_kind::device_to_device, stream_));
+    }
     for (const nn::copy_slab& s : slabs) {
       const block_layout P{r.spec.block_scaled().format, r.axis, s.rows, cols};
       const std::uint8_t* codes = wire + s.byte_offset;

@@ -13,7 +13,8 @@
 //   nvfp4_zero_kernel          one thread: zeroes the accumulators below (the tensor-scale floats
 //                              and the amax), one launch rather than a memset each;
 //   nvfp4_tensor_scale_kernel  one thread: those bits to each copy's tensor scale
-//                              (nvfp4_tensor_scale), or the caller's given one, in the same float;
+//                              (nvfp4_tensor_scale), or the caller's given one or given amax's,
+//                              in the same float;
 //   nvfp4_quantize_kernel      both copies' blocks through quantize_nvfp4_block with
 //                              nvfp4_scaler{t}, t read from device memory (no host
 //                              synchronization between the passes).
@@ -486,16 +487,17 @@ MXKIT_GLOBAL void nvfp4_zero_kernel(F* a, F* b, F* c) {
 }
 
 // Each non-null *t = given when given (a valid tensor scale, checked on the host), else the tensor
-// scale of the amax whose bits nvfp4_amax_kernel left in *t. A template (F = float), as every
-// kernel in a header not compiled into the kernel library: a translation unit that includes it
-// without launching it then holds no unused internal function (clang's
-// -Wunneeded-internal-declaration).
+// scale of *amax when there is one (a whole tensor's, gpu::nvfp4_tensor_scale_source), else of the
+// amax whose bits nvfp4_amax_kernel left in *t. A template (F = float), as every kernel in a
+// header not compiled into the kernel library: a translation unit that includes it without
+// launching it then holds no unused internal function (clang's -Wunneeded-internal-declaration).
 template <class F>
-MXKIT_GLOBAL void nvfp4_tensor_scale_kernel(F* row_t, F* col_t, F given) {
+MXKIT_GLOBAL void nvfp4_tensor_scale_kernel(F* row_t, F* col_t, F given, const F* amax) {
   static_assert(std::is_same_v<F, float>, "the tensor scale is an fp32 value");
+  const F from_amax = amax ? nvfp4_tensor_scale(*amax) : 0.0f;  // read before any write: amax may be one of the outputs
   F* const ts[2] = {row_t, col_t};
   for (F* t : ts)
-    if (t) *t = given > 0.0f ? given : nvfp4_tensor_scale(bit_cast<float>(*reinterpret_cast<const std::uint32_t*>(t)));
+    if (t) *t = given > 0.0f ? given : amax ? from_amax : nvfp4_tensor_scale(bit_cast<float>(*reinterpret_cast<const std::uint32_t*>(t)));
 }
 
 }  // namespace detail
