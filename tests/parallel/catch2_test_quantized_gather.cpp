@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Sharded weights gathered as their quantized bytes (parallel/quantized_gather.hpp) against
 // quantizing the gathered weight: byte for byte, for MXFP4 (Hadamard with random signs, and
-// stochastic rounding), MXFP8 and FP8 (E4M3, E5M2), rowwise and columnwise copies, on 2 to 4 rank
-// threads, with an uneven last shard and an empty one.
+// stochastic rounding), MXFP8, NVFP4 (1 x 16 and 16 x 16 blocks, rotated or not) and FP8 (E4M3,
+// E5M2), rowwise and columnwise copies, on 2 to 4 rank threads, with an uneven last shard and an
+// empty one.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include <mxkit/random/philox.hpp>
@@ -66,6 +70,51 @@ TEST_CASE("quantized gather: MX copies gathered from the shards are the bytes of
       }
     }
   }
+}
+
+TEST_CASE("quantized gather: NVFP4 copies gathered from the shards, each with the whole weight's amax, are the whole weight's bytes",
+          "[ref][communicator]") {
+  nvfp4_options rotated;  // the paper's random Hadamard transform (here on any copy)
+  rotated.hadamard = true;
+  rotated.hadamard_signs = hadamard_sign_mask(0x4E56);
+  for (const block_format& f : {formats::nvfp4, formats::nvfp4_2d})
+    for (const nvfp4_options& o : {nvfp4_options{}, rotated})
+      for (const auto& [rows, cols] : {std::pair<std::size_t, std::size_t>{96, 64}, {160, 40}, {200, 48}}) {
+        std::vector<float> w = weight(rows, cols);
+        w[7 * cols + 3] = std::numeric_limits<float>::infinity();  // non-finite values are no part of the amax
+        w[cols + 1] = std::nanf("");
+        for (block_axis axis : {block_axis::rowwise, block_axis::columnwise}) {
+          if (axis == block_axis::columnwise && rows % 16 != 0) continue;
+          const nvfp4_tensor want = ref::quantize(matrix_view<const float>{w.data(), rows, cols}, f, axis, o);
+          for (int n : {2, 3, 4}) {
+            INFO(nvfp4_format_name(f) << (o.hadamard ? " rotated " : " ") << rows << "x" << cols << " " << name_of(axis) << ", " << n << " ranks");
+            std::vector<nvfp4_tensor> got(static_cast<std::size_t>(n));
+            ref::run_ranks(n, [&](nn::communicator& c) {
+              got[static_cast<std::size_t>(c.rank())] = ref::gather_quantized_nvfp4(c, w, rows, cols, f, axis, o);
+            });
+            for (const nvfp4_tensor& g : got) {
+              CHECK(std::ranges::equal(g.data(), want.data()));
+              CHECK(std::ranges::equal(g.scales(), want.scales()));
+              CHECK(g.tensor_scale() == want.tensor_scale());
+              CHECK(g.tensor_scale_from_amax());
+            }
+          }
+        }
+      }
+  // One rank is the whole quantizer; refusals: stochastic rounding, a ragged columnwise height, MX.
+  ref::thread_world world(1);
+  ref::thread_communicator c(world, 0);
+  const std::vector<float> v(40 * 32, 1.0f);
+  nvfp4_options sr;
+  sr.round = rounding::stochastic;
+  CHECK_THROWS_WITH(ref::gather_quantized_nvfp4(c, v, 40, 32, formats::nvfp4, block_axis::rowwise, sr),
+                    mxkit_test::contains("gather_quantized_nvfp4: stochastic rounding draws by the element's index"));
+  CHECK_THROWS_WITH(ref::gather_quantized_nvfp4(c, v, 40, 32, formats::nvfp4, block_axis::columnwise, {}),
+                    mxkit_test::contains("a columnwise copy needs rows (40) a multiple of 16"));
+  CHECK_THROWS_AS(ref::gather_quantized_nvfp4(c, v, 40, 32, formats::mxfp4, block_axis::rowwise, {}), std::invalid_argument);
+  CHECK_THROWS_AS(ref::gather_quantized_nvfp4(c, v, 40, 31, formats::nvfp4, block_axis::rowwise, {}), std::invalid_argument);
+  const nvfp4_tensor one = ref::gather_quantized_nvfp4(c, v, 40, 32, formats::nvfp4_2d, block_axis::rowwise, {});
+  CHECK(std::ranges::equal(one.data(), ref::quantize(matrix_view<const float>{v.data(), 40, 32}, formats::nvfp4_2d, block_axis::rowwise).data()));
 }
 
 TEST_CASE("quantized gather: FP8 codes with the global scale, and the amax, match the whole weight's", "[ref][communicator]") {
