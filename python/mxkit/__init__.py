@@ -42,7 +42,7 @@ from . import _mxkit
 __all__ = [
     "quantize", "dequantize", "encode", "decode", "pack_fp4", "unpack_fp4", "validate", "validate_gemm", "gemm",
     "MXCopy", "Tensor", "Report", "GemmReport", "FORMATS", "PRESETS", "SCALE_LAYOUTS", "has_gpu", "__version__",
-    "NVFP4Copy", "NVFP4Report", "NVFP4_PRESETS", "NVFP4_BLOCKS",
+    "NVFP4Copy", "NVFP4Report", "NVFP4_PRESETS", "NVFP4_BLOCKS", "nvfp4_amax", "nvfp4_tensor_scale",
 ]
 
 __version__ = _mxkit.version
@@ -495,6 +495,18 @@ def _quantize_nvfp4(x, axis, rounding, hadamard, scale_layout, preset, random_si
     return tuple(copies) if len(copies) == 2 else copies[0]
 
 
+def _device_matrix(func, x, stream):
+    """A device matrix x read in place on the caller's stream: (stream, x, rows, cols); a
+    RuntimeError where the module has no GPU backend."""
+    if not has_gpu():
+        raise RuntimeError(f"{func}: x is a device tensor, but mxkit was built without a GPU backend: rebuild the "
+                           "module with MXKIT_GPU=CUDA (docs/python.md)")
+    s = _caller_stream(x, stream)
+    t = _import_arg(func, "x", x, s)
+    rows, cols = _shape2(t, func)
+    return s, t, rows, cols
+
+
 def _quantize_nvfp4_device(x, axes, rounding, hadamard, scale_layout, preset, random_signs, seed, block, given, stream):
     """The device NVFP4 quantizer (gpu::quantize_nvfp4, both copies from one pass) on the
     caller's stream: codes, scales and each copy's tensor scale (one float32) allocated by x's
@@ -504,12 +516,7 @@ def _quantize_nvfp4_device(x, axes, rounding, hadamard, scale_layout, preset, ra
     if isinstance(preset, str) and preset != "mxkit" and preset in NVFP4_PRESETS:
         raise ValueError(f"{f}: preset {preset!r} with a device tensor: the device NVFP4 quantizer writes mxkit's copies "
                          "only (preset='mxkit'); quantize a host copy of x for the peer's preset")
-    if not has_gpu():
-        raise RuntimeError(f"{f}: x is a device tensor, but mxkit was built without a GPU backend: rebuild the "
-                           "module with MXKIT_GPU=CUDA (docs/python.md)")
-    s = _caller_stream(x, stream)
-    t = _import_arg(f, "x", x, s)
-    rows, cols = _shape2(t, f)
+    s, t, rows, cols = _device_matrix(f, x, stream)
     descs = [_nvfp4_describe(f, rows, cols, a, preset, block, scale_layout, rounding, hadamard, random_signs, seed,
                              tensor_scale_from_amax=given is None) for a in axes]
     _record_stream(x, s)
@@ -717,6 +724,42 @@ def _copy_form(func, copy, **loose):
         raise TypeError(f"{func}: an MXCopy carries its description; leave out {', '.join(given)} "
                         "(or pass codes and scales with the keywords that describe them)")
     return copy.description
+
+
+def nvfp4_amax(x, axis="rowwise", block="1x16", hadamard=False, random_signs=False, seed=0, *, stream=None):
+    """The amax an NVFP4 copy of x (quantize(x, "nvfp4", axis=..., block=..., hadamard=...,
+    random_signs=..., seed=...)) takes its tensor scale from: mxkit's rule, the largest finite
+    magnitude among the values the copy quantizes (after the rotation when hadamard; NaN and Inf
+    are left out; 0 for no element).
+
+    For the parts of a tensor that live apart (a rank's rows of a sharded weight, whole 16-row
+    blocks each): the maximum of the parts' amaxes is the whole tensor's, and
+    quantize(part, "nvfp4", ..., tensor_scale=nvfp4_tensor_scale(maximum)) gives the part's rows
+    of the whole tensor's copy, byte for byte (mxkit's full sharding gathers NVFP4 weights so).
+
+    A float for a host x; for a device x, a 1-element float32 tensor on its device from x's
+    framework, written on `stream` (default: the framework's current one) without a
+    synchronization."""
+    f = "nvfp4_amax"
+    if not isinstance(axis, str) or axis not in ("rowwise", "columnwise"):
+        raise ValueError(f"{f}: axis {axis!r} is not 'rowwise' or 'columnwise' (the amax of one copy; a rotated copy's "
+                         "depends on its axis)")
+    if _is_device(x):
+        s, t, rows, cols = _device_matrix(f, x, stream)
+        d = _nvfp4_describe(f, rows, cols, axis, "mxkit", block, None, None, hadamard, random_signs, seed)
+        _record_stream(x, s)
+        made = _device_empty(x, [(1,)], "float32", s)
+        written = _mxkit.nvfp4_amax_device(t, d, s, None if made is None else _import_arg(f, "out", made[0], s))
+        return made[0] if made is not None else _like(x, written)
+    t = _import_arg(f, "x", x)
+    rows, cols = _shape2(t, f)
+    return _mxkit.nvfp4_amax_host(t, _nvfp4_describe(f, rows, cols, axis, "mxkit", block, None, None, hadamard, random_signs, seed))
+
+
+def nvfp4_tensor_scale(amax):
+    """mxkit's NVFP4 tensor scale of an amax (block/nvfp4_scale.hpp): amax / (448 x 6) in fp32,
+    at least 2^-126, and 1 for an amax of 0. A float; amax a finite number >= 0."""
+    return _mxkit.nvfp4_tensor_scale(_real("nvfp4_tensor_scale", "amax", amax, 0.0))
 
 
 def dequantize(codes, scales=None, fmt=None, shape=None, axis=None, scale_layout=None, *, preset=None, hadamard=None,

@@ -82,6 +82,10 @@ void quantize_nvfp4(const void* in, input_type type, std::size_t rows, std::size
                     const mxkit::nvfp4_options& options, std::optional<float> tensor_scale, const nvfp4_targets& out, int device_id,
                     std::uintptr_t stream);
 
+// The amax the `axis` copy's tensor scale comes from (gpu::nvfp4_amax) into one device float.
+void nvfp4_amax(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, const mxkit::block_format& format,
+                const mxkit::nvfp4_options& options, mxkit::block_axis axis, float* amax, int device_id, std::uintptr_t stream);
+
 // D[P,Q] = alpha * A[P,R] . B[Q,R]^T on two device NVFP4 copies in mxkit's storage (any block
 // shape and scale layout), each tensor scale read from its device float.
 void nvfp4_gemm(const mxkit::nvfp4_const_view& a, const float* a_tensor_scale, const mxkit::nvfp4_const_view& b, const float* b_tensor_scale,

@@ -24,6 +24,10 @@ void quantize_nvfp4(const void*, input_type, std::size_t, std::size_t, std::size
                     std::optional<float>, const nvfp4_targets&, int, std::uintptr_t) {
   no_gpu();
 }
+void nvfp4_amax(const void*, input_type, std::size_t, std::size_t, std::size_t, const mxkit::block_format&, const mxkit::nvfp4_options&,
+                mxkit::block_axis, float*, int, std::uintptr_t) {
+  no_gpu();
+}
 void nvfp4_gemm(const mxkit::nvfp4_const_view&, const float*, const mxkit::nvfp4_const_view&, const float*, void*, bool, std::size_t, float, int,
                 std::uintptr_t) {
   no_gpu();

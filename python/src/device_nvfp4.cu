@@ -15,6 +15,22 @@
 
 namespace mxkit_python::device {
 
+void nvfp4_amax(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, const mxkit::block_format& format,
+                const mxkit::nvfp4_options& options, mxkit::block_axis axis, float* amax, int device_id, std::uintptr_t stream) {
+  device_guard g(device_id);
+  const auto run = [&](auto* data) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;
+    mxkit::gpu::nvfp4_amax(mxkit::matrix_view<const T>{static_cast<const T*>(in), rows, cols, ld}, format, options,
+                           axis == mxkit::block_axis::rowwise ? amax : nullptr, axis == mxkit::block_axis::columnwise ? amax : nullptr,
+                           as_stream(stream));
+  };
+  switch (type) {
+    case input_type::f32: run(static_cast<const float*>(nullptr)); break;
+    case input_type::bf16: run(static_cast<const mxkit::bfloat16*>(nullptr)); break;
+    case input_type::f16: run(static_cast<const mxkit::float16*>(nullptr)); break;
+  }
+}
+
 void quantize_nvfp4(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, const mxkit::block_format& format,
                     const mxkit::nvfp4_options& options, std::optional<float> tensor_scale, const nvfp4_targets& out, int device_id,
                     std::uintptr_t stream) {

@@ -1558,6 +1558,31 @@ py::list nvfp4_quantize_device(const tensor_ref& x, const std::vector<nvfp4_desc
   return result;
 }
 
+// The amax an NVFP4 copy of x takes its tensor scale from (mxkit.nvfp4_amax; mxkit's rule,
+// block/nvfp4_scale.hpp: the largest finite magnitude among the values the copy quantizes, rotated
+// when it rotates), for the parts of a sharded tensor: their maximum is the whole tensor's.
+float nvfp4_amax_host(const tensor_ref& x, const nvfp4_description& d) {
+  if (!x.on_host()) value_error("nvfp4_amax: nvfp4_amax_host reads host memory; x is " + x.describe());
+  const matrix_arg m = input_matrix(x, "nvfp4_amax");
+  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("nvfp4_amax: the description is for " + d.what() + " but x is " + x.describe());
+  if (d.peer) value_error("nvfp4_amax: " + d.what() + " is a peer's copy; the amax is mxkit's rule (preset='mxkit')");
+  py::gil_scoped_release nogil;
+  return with_host_matrix(m, [&](auto in) { return mxkit::detail::nvfp4_copy_amax(in, d.layout, d.options, false, 0); });
+}
+// The same for a CUDA x (gpu::nvfp4_amax): one float32 on x's device, in `out` or mxkit's pool,
+// written on `stream` without a synchronization.
+tensor_ref nvfp4_amax_device(const tensor_ref& x, const nvfp4_description& d, std::uintptr_t stream, std::optional<tensor_ref> out) {
+  const matrix_arg m = input_matrix(x, "nvfp4_amax");
+  if (!x.on_cuda()) value_error("nvfp4_amax: nvfp4_amax_device takes a CUDA tensor, got " + x.describe());
+  if (m.rows != d.layout.rows || m.cols != d.layout.cols) value_error("nvfp4_amax: the description is for " + d.what() + " but x is " + x.describe());
+  check_device_nvfp4(d, "nvfp4_amax", "the copy");
+  const int dev = x.device.device_id;
+  tensor_ref t = out ? *out : pool_result(sizeof(float), {1}, float32_type, dev, stream);
+  check_output(t, "nvfp4_amax: out", {1}, x, float32_type);
+  device::nvfp4_amax(m.data, m.type, m.rows, m.cols, m.ld, d.layout.format, d.options, d.layout.axis, static_cast<float*>(t.data), dev, stream);
+  return t;
+}
+
 // D[P,Q] = alpha * A . B^T, P and Q the two copies' lines, both blocked along the same R (the
 // operand roles of gpu/gemm/nvfp4.hpp): two device copies with their device tensor scales.
 // The shape, rotation and block checks are the C++ GEMM's own (a ValueError naming the value).
@@ -1678,6 +1703,9 @@ void register_nvfp4(py::module_& m) {
   m.def("nvfp4_validate_host", &nvfp4_validate_host, py::arg("x"), py::arg("codes"), py::arg("scales"), py::arg("copy"), py::arg("tensor_scale"),
         py::arg("max_reported") = 16, py::arg("strict_nan_blocks") = false, py::arg("check_padding") = true, py::arg("diagnose") = true,
         py::arg("threads") = 0);
+  m.def("nvfp4_amax_host", &nvfp4_amax_host, py::arg("x"), py::arg("copy"));
+  m.def("nvfp4_amax_device", &nvfp4_amax_device, py::arg("x"), py::arg("copy"), py::arg("stream"), py::arg("out") = py::none());
+  m.def("nvfp4_tensor_scale", [](float amax) { return mxkit::nvfp4_tensor_scale(amax); }, py::arg("amax"));
   m.def("nvfp4_quantize_device", &nvfp4_quantize_device, py::arg("x"), py::arg("copies"), py::arg("tensor_scale"), py::arg("stream"),
         py::arg("out") = py::none());
   m.def("nvfp4_gemm_device", &nvfp4_gemm_device, py::arg("a_codes"), py::arg("a_scales"), py::arg("a_tensor_scale"), py::arg("a"), py::arg("b_codes"),

@@ -6,7 +6,8 @@ or raise ValueError / TypeError whose message names the changed argument, never 
 exception, a crash or pybind11's signature dump. Correct: quantize's bytes equal those of the
 same values as a contiguous float32 array and validate as its copy; dequantize(copy) equals the
 loose form read with the copy's own description; decode inverts encode; unpack_fp4 inverts
-pack_fp4; validate_gemm passes the product of the dequantized operands."""
+pack_fp4; validate_gemm passes the product of the dequantized operands; nvfp4_amax of strided or
+float16 values is that of the same values as a contiguous float32 array."""
 import warnings
 
 import numpy as np
@@ -45,6 +46,7 @@ BAD = {
     "accumulation": ["tensor_core", "fp32", "exact", None],
     "relative": [0.0, 1e-3, -1.0, float("nan"), "0"],
     "out": [None, "bad", (1, 2), ()],
+    "block": ["1x16", "16x16", "32x32", None, 16, ("1x16",)],
 }
 SIGNATURE_DUMP = ("incompatible function arguments", "Invoked with")
 ANY = "any argument"  # two arguments changed: the error may name either
@@ -279,9 +281,32 @@ def fuzz_gemm(rng):
                lambda: mxkit.validate_gemm(*a, *b, d, fmt=fa, b_fmt=fb, **kw), verify)
 
 
+def fuzz_nvfp4_amax(rng):
+    """nvfp4_amax: a finite float >= 0, the same for the values as a contiguous float32 array."""
+    shape = SHAPES[rng.integers(len(SHAPES))]
+    dtype = DTYPES[rng.integers(len(DTYPES))]
+    stride = STRIDES[rng.integers(len(STRIDES))]
+    x = array(rng, shape, dtype, stride)
+    kw = dict(axis=["rowwise", "columnwise"][rng.integers(2)], block=["1x16", "16x16"][rng.integers(2)], hadamard=False,
+              random_signs=False, seed=0)
+    name = ["axis", "block", "hadamard", "random_signs", "seed"][rng.integers(5)]
+    value, changed = choose(rng, name, kw[name])
+    kw[name] = value
+    x_ok = dtype in (np.float32, np.float16) and (x.shape[1] <= 1 or x.strides[1] == x.itemsize) and \
+        (x.shape[0] <= 1 or x.strides[0] >= x.shape[1] * x.itemsize)
+    if not x_ok:
+        changed = "x" if changed is None else ANY
+
+    def verify(a):
+        assert isinstance(a, float) and np.isfinite(a) and a >= 0.0, f"nvfp4_amax({shape}, {kw}) = {a!r}"
+        assert a == mxkit.nvfp4_amax(np.ascontiguousarray(x, dtype=np.float32), **kw), f"nvfp4_amax({shape}, {stride}, {kw})"
+
+    return run(f"nvfp4_amax({shape}, {dtype.__name__}, {stride}, {kw})", changed, lambda: mxkit.nvfp4_amax(x, **kw), verify)
+
+
 def test_fuzz_the_python_api():
     rng = np.random.default_rng(SEED)
-    fuzzers = [fuzz_quantize, fuzz_quantize, fuzz_dequantize, fuzz_validate, fuzz_codes, fuzz_gemm]
+    fuzzers = [fuzz_quantize, fuzz_quantize, fuzz_dequantize, fuzz_validate, fuzz_codes, fuzz_gemm, fuzz_nvfp4_amax]
     outcomes = {}
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's casts of NaN / Inf in the generated inputs

@@ -368,3 +368,23 @@ def test_bad_input_names_the_argument():
         mxkit.gemm(mxkit.NVFP4Copy(a.codes, a.scales, a.tensor_scale.double(), a.description), a)
     with pytest.raises(ValueError, match="a.codes holds"):
         mxkit.gemm(mxkit.NVFP4Copy(a.codes[:16], a.scales, a.tensor_scale, a.description), a)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(axis="columnwise", block="16x16"), dict(hadamard=True, random_signs=True, seed=5)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_device_amax_equals_host_and_parts_make_the_whole_copy(kw, dtype):
+    """nvfp4_amax of a CUDA tensor (gpu::nvfp4_amax) is the host's bit for bit, a float32 tensor on
+    the device; parts quantized on the device with the whole amax's tensor scale are the whole
+    copy's rows."""
+    x = adversarial(96, 64, 46, dtype)
+    a = mxkit.nvfp4_amax(x, **kw)
+    assert isinstance(a, torch.Tensor) and a.is_cuda and a.dtype == torch.float32 and a.shape == (1,)
+    assert float_bits(a.item()) == float_bits(mxkit.nvfp4_amax(x.cpu(), **kw))
+    parts = [x[0:32], x[32:48], x[48:96]]
+    most = max(mxkit.nvfp4_amax(p, **kw).item() for p in parts)
+    assert most == a.item()
+    whole = mxkit.quantize(x, "nvfp4", **kw)
+    copies = [mxkit.quantize(p, "nvfp4", tensor_scale=mxkit.nvfp4_tensor_scale(most), **kw) for p in parts]
+    axis = 0 if kw.get("axis", "rowwise") == "rowwise" else 1
+    np.testing.assert_array_equal(np.concatenate([host_bytes(c.codes) for c in copies], axis=axis), host_bytes(whole.codes))
+    np.testing.assert_array_equal(np.concatenate([host_bytes(c.scales) for c in copies], axis=axis), host_bytes(whole.scales))

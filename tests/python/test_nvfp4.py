@@ -482,3 +482,50 @@ def test_docs_example_prints_what_the_page_shows():
     with contextlib.redirect_stdout(out):
         exec(compile(code.group(1), "docs/python.md (NVFP4)", "exec"), {})
     assert out.getvalue() == shown.group(1)
+
+
+# ---- parts of a tensor with the whole tensor's amax (a sharded weight) -----------------------
+@pytest.mark.parametrize("kw", [dict(), dict(block="16x16"), dict(hadamard=True, random_signs=True, seed=7),
+                                dict(axis="columnwise"), dict(axis="columnwise", block="16x16", hadamard=True)])
+def test_parts_quantized_with_the_whole_amax_are_the_whole_copy(kw):
+    """The parts' amaxes (nvfp4_amax: finite values only, rotated with the copy) reach the whole
+    tensor's, its tensor scale is nvfp4_tensor_scale of it, and the parts quantized with that scale
+    are the whole copy's rows, byte for byte (parts of whole 16-row blocks)."""
+    x = matrix(96, 64, scale=3.0)
+    x[5, 7], x[40, 2] = np.inf, np.nan
+    whole = mxkit.quantize(x, "nvfp4", **kw)
+    parts = [np.ascontiguousarray(x[a:b]) for a, b in ((0, 32), (32, 48), (48, 96))]
+    amaxes = [mxkit.nvfp4_amax(p, **kw) for p in parts]
+    assert all(isinstance(a, float) and np.isfinite(a) for a in amaxes)
+    assert max(amaxes) == mxkit.nvfp4_amax(x, **kw)
+    t = mxkit.nvfp4_tensor_scale(max(amaxes))
+    assert t == whole.tensor_scale
+    copies = [mxkit.quantize(p, "nvfp4", tensor_scale=t, **kw) for p in parts]
+    axis = 0 if kw.get("axis", "rowwise") == "rowwise" else 1
+    np.testing.assert_array_equal(np.concatenate([c.codes for c in copies], axis=axis), whole.codes)
+    np.testing.assert_array_equal(np.concatenate([c.scales for c in copies], axis=axis), whole.scales)
+    # Each part with its own amax instead: another copy (the test can fail).
+    own = [mxkit.quantize(p, "nvfp4", **kw) for p in parts]
+    assert not np.array_equal(np.concatenate([c.scales for c in own], axis=axis), whole.scales)
+
+
+def test_nvfp4_amax_and_tensor_scale_edges_and_bad_arguments():
+    assert mxkit.nvfp4_amax(np.zeros((0, 16), F32)) == 0.0
+    assert mxkit.nvfp4_amax(np.full((2, 16), np.nan, F32)) == 0.0  # no finite value
+    assert mxkit.nvfp4_amax(np.array([[-3.5] + [0.0] * 15], F32)) == 3.5
+    assert mxkit.nvfp4_tensor_scale(0.0) == 1.0
+    assert mxkit.nvfp4_tensor_scale(2688.0) == 1.0
+    assert mxkit.nvfp4_tensor_scale(1e-37) == 2.0 ** -126
+    assert mxkit.nvfp4_tensor_scale(6.0) == float(F32(6.0) / F32(2688.0))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="nvfp4_tensor_scale: amax"):
+            mxkit.nvfp4_tensor_scale(bad)
+    with pytest.raises(TypeError, match="nvfp4_tensor_scale: amax must be a real number"):
+        mxkit.nvfp4_tensor_scale("1")
+    x = matrix(16, 32)
+    with pytest.raises(ValueError, match="nvfp4_amax: block"):
+        mxkit.nvfp4_amax(x, block="32x32")
+    with pytest.raises(ValueError, match="nvfp4_amax: axis 'both' is not 'rowwise' or 'columnwise'"):
+        mxkit.nvfp4_amax(x, axis="both")
+    with pytest.raises(ValueError, match="nvfp4_amax: x must be 2-D"):
+        mxkit.nvfp4_amax(np.zeros(16, F32))
