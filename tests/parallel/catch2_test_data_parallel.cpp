@@ -670,6 +670,10 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
   recipe first_bf16 = recipes::mxfp4();
   first_bf16.name = "mxfp4, first layer bf16";
   first_bf16.bf16_first_layers = 1;
+  recipe nvfp4_rotated = recipes::nvfp4();  // W's two copies rotated along different axes: an amax each
+  nvfp4_rotated.name = "nvfp4, random-sign Hadamard on fprop and dgrad";
+  nvfp4_rotated.fprop.hadamard = nvfp4_rotated.fprop.random_signs = true;
+  nvfp4_rotated.dgrad.hadamard = nvfp4_rotated.dgrad.random_signs = true;
   struct bytes_per_element {
     recipe r;
     double copies;  // wire bytes per layer weight element: both MX copies, or FP8's or bf16's rowwise one
@@ -677,6 +681,7 @@ TEST_CASE("full sharding: gathering the weights' quantized copies gives unsharde
   for (const auto& [r, per_element] : {bytes_per_element{recipes::mxfp4(), 34.0 / 32}, bytes_per_element{recipes::mxfp4_no_hadamard(), 34.0 / 32},
                                        bytes_per_element{recipes::mxfp4(signs, "mxfp4 (random signs)"), 34.0 / 32},
                                        bytes_per_element{recipes::nvfp4(), 18.0 / 16},  // both copies, each slab with the weight's amax
+                                       bytes_per_element{nvfp4_rotated, 18.0 / 16},
                                        bytes_per_element{recipes::mxfp8(), 66.0 / 32}, bytes_per_element{recipes::fp8_delayed(), 1.0},
                                        bytes_per_element{recipes::bf16(), 2.0},
                                        bytes_per_element{first_bf16, (2.0 + 34.0 / 32) / 2}}) {  // (two layers of one size)
