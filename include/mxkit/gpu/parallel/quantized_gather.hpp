@@ -133,12 +133,16 @@ device_nvfp4_tensor gather_quantized_nvfp4(nn::communicator& comm, matrix_view<c
   const std::size_t R = ref::shard_rows(rows, n);
   const block_layout P{format, axis, R, cols};
   device_nvfp4_tensor out(L, options, scale_layout::row_major, true);
+  // The `axis` copy's outputs (row-major scales); the tensor scale goes straight into the result.
+  const auto outputs = [&](std::uint8_t* data, std::uint8_t* scales) {
+    nvfp4_outputs q;
+    (axis == block_axis::rowwise ? q.rowwise_data : q.columnwise_data) = data;
+    (axis == block_axis::rowwise ? q.rowwise_scales : q.columnwise_scales) = scales;
+    (axis == block_axis::rowwise ? q.rowwise_tensor_scale : q.columnwise_tensor_scale) = out.tensor_scale().data();
+    return q;
+  };
   if (rows == 0 || cols == 0) {  // no amax to reduce: the tensor scale of none, 1
-    quantize_nvfp4(matrix_view<const U>{w.data, rows, cols, w.ld}, format, options,
-                   {axis == block_axis::rowwise ? out.data().data() : nullptr, out.scales().data(), scale_layout::row_major,
-                    axis == block_axis::rowwise ? out.tensor_scale().data() : nullptr, axis == block_axis::columnwise ? out.data().data() : nullptr,
-                    out.scales().data(), scale_layout::row_major, axis == block_axis::columnwise ? out.tensor_scale().data() : nullptr, nullptr},
-                   {}, stream);
+    quantize_nvfp4(matrix_view<const U>{w.data, rows, cols, w.ld}, format, options, outputs(nullptr, nullptr), {}, stream);
     return out;
   }
   device_buffer<U> shard = detail::padded_shard(w, R, r, stream);
@@ -149,14 +153,11 @@ device_nvfp4_tensor gather_quantized_nvfp4(nn::communicator& comm, matrix_view<c
              stream);
   comm.all_reduce({amax.data(), 1, nn::comm_type::f32}, {amax.data(), 1, nn::comm_type::f32}, nn::reduce_op::max);
   comm.join();
-  // This shard's copy with that tensor scale (every rank's: it goes straight into the result).
+  // This shard's copy with that tensor scale (every rank's).
   const std::size_t chunk = P.data_bytes() + P.scale_count();
   device_buffer<std::uint8_t> send(chunk, stream), all(chunk * n, stream);
-  nvfp4_outputs q;
-  (axis == block_axis::rowwise ? q.rowwise_data : q.columnwise_data) = send.data();
-  (axis == block_axis::rowwise ? q.rowwise_scales : q.columnwise_scales) = send.data() + P.data_bytes();
-  (axis == block_axis::rowwise ? q.rowwise_tensor_scale : q.columnwise_tensor_scale) = out.tensor_scale().data();
-  quantize_nvfp4(mine, format, options, q, nvfp4_tensor_scale_source::from_amax(amax.data()), stream);
+  quantize_nvfp4(mine, format, options, outputs(send.data(), send.data() + P.data_bytes()), nvfp4_tensor_scale_source::from_amax(amax.data()),
+                 stream);
   comm.all_gather({send.data(), chunk, nn::comm_type::u8}, {all.data(), all.size(), nn::comm_type::u8});
   comm.join();
   detail::assemble_shards_async(L, P, R, all.data(), chunk, n, out.data().data(), out.scales().data(), stream);
