@@ -461,7 +461,7 @@ def _tensor_scale(func, value):
 
 
 def _nvfp4_describe(func, rows, cols, axis="rowwise", preset="mxkit", block=None, scale_layout=None, rounding=None,
-                    hadamard=None, random_signs=False, seed=0, tensor_scale_from_amax=True):
+                    hadamard=None, random_signs=False, seed=0, tensor_scale_from_amax=True, philox_stream=0):
     if not isinstance(preset, str):
         raise TypeError(f"{func}: preset must be a string, got {preset!r}")
     if preset not in NVFP4_PRESETS:
@@ -473,23 +473,24 @@ def _nvfp4_describe(func, rows, cols, axis="rowwise", preset="mxkit", block=None
         rows, cols, block, _name(func, "axis", axis, optional=False), preset, layout=_name(func, "scale_layout", scale_layout),
         rounding=_name(func, "rounding", rounding), hadamard=_flag(func, "hadamard", hadamard, optional=True),
         random_signs=_flag(func, "random_signs", random_signs), seed=_integer(func, "seed", seed, 0, 2 ** 64 - 1),
+        philox_stream=_integer(func, "philox_stream", philox_stream, 0, 2 ** 32 - 1),
         tensor_scale_from_amax=_flag(func, "tensor_scale_from_amax", tensor_scale_from_amax))
 
 
 def _quantize_nvfp4(x, axis, rounding, hadamard, scale_layout, preset, random_signs, seed, threads, block, tensor_scale,
-                    stream=None):
+                    stream=None, philox_stream=0):
     f = "quantize"
     given = _tensor_scale(f, tensor_scale)
     axes = ("rowwise", "columnwise") if isinstance(axis, str) and axis == "both" else (axis,)
     if _is_device(x):
         return _quantize_nvfp4_device(x, axes, rounding, hadamard, scale_layout, preset, random_signs, seed, block, given,
-                                      stream)
+                                      stream, philox_stream)
     t = _import_arg(f, "x", x)
     rows, cols = _shape2(t, f)
     copies = []
     for a in axes:
         d = _nvfp4_describe(f, rows, cols, a, preset, block, scale_layout, rounding, hadamard, random_signs, seed,
-                            tensor_scale_from_amax=given is None)
+                            tensor_scale_from_amax=given is None, philox_stream=philox_stream)
         codes, scales, stored, _ = _mxkit.nvfp4_quantize_host(t, d, given, threads)
         copies.append(NVFP4Copy(_like(x, codes), _like(x, scales), stored, d))
     return tuple(copies) if len(copies) == 2 else copies[0]
@@ -507,7 +508,8 @@ def _device_matrix(func, x, stream):
     return s, t, rows, cols
 
 
-def _quantize_nvfp4_device(x, axes, rounding, hadamard, scale_layout, preset, random_signs, seed, block, given, stream):
+def _quantize_nvfp4_device(x, axes, rounding, hadamard, scale_layout, preset, random_signs, seed, block, given, stream,
+                           philox_stream=0):
     """The device NVFP4 quantizer (gpu::quantize_nvfp4, both copies from one pass) on the
     caller's stream: codes, scales and each copy's tensor scale (one float32) allocated by x's
     framework (mxkit's pool for other DLPack producers), nothing read back. It writes mxkit's
@@ -518,7 +520,7 @@ def _quantize_nvfp4_device(x, axes, rounding, hadamard, scale_layout, preset, ra
                          "only (preset='mxkit'); quantize a host copy of x for the peer's preset")
     s, t, rows, cols = _device_matrix(f, x, stream)
     descs = [_nvfp4_describe(f, rows, cols, a, preset, block, scale_layout, rounding, hadamard, random_signs, seed,
-                             tensor_scale_from_amax=given is None) for a in axes]
+                             tensor_scale_from_amax=given is None, philox_stream=philox_stream) for a in axes]
     _record_stream(x, s)
     made = _device_empty(x, [shape for d in descs for shape in (tuple(d.data_shape), tuple(d.scale_shape))], "uint8", s)
     scalars = _device_empty(x, [(1,)] * len(descs), "float32", s) if made is not None else None
@@ -536,13 +538,13 @@ def _quantize_nvfp4_device(x, axes, rounding, hadamard, scale_layout, preset, ra
 
 
 def _describe(func, rows, cols, fmt, axis, preset="mxkit", scale_layout=None, rule=None, rounding=None, hadamard=None,
-              random_signs=False, seed=0, nibbles=None, columnwise=None, padding_stored=None):
+              random_signs=False, seed=0, nibbles=None, columnwise=None, padding_stored=None, philox_stream=0):
     """The copy description of these arguments, checked, made once per distinct argument tuple:
     a description is immutable, and making one costs a call into C++ per call of quantize.
     typed=True keeps True and 1 apart (the checks accept one, refuse the other); arguments that
     cannot be hashed are described afresh (their checks then name them)."""
     args = (func, rows, cols, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles,
-            columnwise, padding_stored)
+            columnwise, padding_stored, philox_stream)
     try:
         return _describe_cached(*args)
     except TypeError:
@@ -550,7 +552,7 @@ def _describe(func, rows, cols, fmt, axis, preset="mxkit", scale_layout=None, ru
 
 
 def _describe_checked(func, rows, cols, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed,
-                      nibbles, columnwise, padding_stored):
+                      nibbles, columnwise, padding_stored, philox_stream=0):
     if not isinstance(preset, str):
         raise TypeError(f"{func}: preset must be a string, got {preset!r}")
     if preset in NVFP4_PRESETS and preset != "mxkit":
@@ -565,7 +567,7 @@ def _describe_checked(func, rows, cols, fmt, axis, preset, scale_layout, rule, r
         layout=_name(func, "scale_layout", scale_layout), rule=_name(func, "rule", rule),
         rounding=_name(func, "rounding", rounding), hadamard=_flag(func, "hadamard", hadamard, optional=True),
         random_signs=_flag(func, "random_signs", random_signs), seed=_integer(func, "seed", seed, 0, 2 ** 64 - 1),
-        nibbles=_name(func, "nibbles", nibbles), columnwise=_name(func, "columnwise", columnwise),
+        philox_stream=_integer(func, "philox_stream", philox_stream, 0, 2 ** 32 - 1), nibbles=_name(func, "nibbles", nibbles), columnwise=_name(func, "columnwise", columnwise),
         padding_stored=_flag(func, "padding_stored", padding_stored, optional=True))
 
 
@@ -588,17 +590,19 @@ def _outputs(func, out, copies):
 
 
 @functools.lru_cache(maxsize=512, typed=True)
-def _quantize_plan(rows, cols, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles):
+def _quantize_plan(rows, cols, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles,
+                   philox_stream):
     """The copy descriptions of a quantize call and their stored shapes, checked, made once per
     distinct argument tuple (as _describe's); raises as quantize does for a bad argument."""
     f = "quantize"
     axes = ("rowwise", "columnwise") if isinstance(axis, str) and axis == "both" else (_name(f, "axis", axis, optional=False),)
-    descs = tuple(_describe(f, rows, cols, fmt, a, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles)
-                  for a in axes)
+    descs = tuple(_describe(f, rows, cols, fmt, a, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles,
+                            philox_stream=philox_stream) for a in axes)
     return descs, tuple(shape for d in descs for shape in (tuple(d.data_shape), tuple(d.scale_shape)))
 
 
-def _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles):
+def _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles,
+                            philox_stream):
     """quantize of a 2-D CUDA torch tensor (torch.Tensor or nn.Parameter, not a subclass that
     reinterprets data_ptr) on its current stream, results from torch's caching allocator: the
     common call with nothing but pointers crossing into C++ (issue 45: <= 20 us a call). None
@@ -614,7 +618,7 @@ def _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, 
     rows, cols = shape
     try:
         descs, shapes = _quantize_plan(rows, cols, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs,
-                                       seed, nibbles)
+                                       seed, nibbles, philox_stream)
     except TypeError as e:  # an argument that cannot be hashed: the general path names it
         if "unhashable" in str(e):
             return None
@@ -630,13 +634,16 @@ def _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, 
 
 def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, scale_layout="row_major", *,
              preset="mxkit", random_signs=False, seed=0, nibbles=None, stream=None, threads=0, out=None, block=None,
-             tensor_scale=None):
+             tensor_scale=None, philox_stream=0):
     """Quantizes a 2-D float32 / bfloat16 / float16 tensor to MX format `fmt`, or to NVFP4.
 
     axis: "rowwise" (blocks of 32 along a row), "columnwise" (along a column; stored transposed),
     or "both" (returns the two copies, one launch on the GPU). rule: floor (OCP, default), even,
     round_up (RCEIL), ceil. rounding: nearest_even (default), nearest_away, toward_zero,
-    stochastic (with seed). hadamard: the 16-point rotation. scale_layout: row_major,
+    stochastic: Philox bits of key `seed` and stream `philox_stream` (a 32-bit integer: tensors
+    rounded with one seed draw apart by stream; a columnwise copy flips its top bit, so the two
+    copies of one call draw apart too; mxkit.linear takes the C++ layer's streams). hadamard: the
+    16-point rotation. scale_layout: row_major,
     cublas_128x4 (torch._scaled_mm / torchao to_blocked), aiter_shuffle. preset: a peer's
     quantizer reproduced byte for byte (host only), e.g. "torchao_rceil".
 
@@ -667,7 +674,7 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     f = "quantize"
     if out is None and stream is None and type(threads) is int and threads == 0 and block is None and tensor_scale is None:
         fast = _quantize_torch_current(x, fmt, axis, preset, scale_layout, rule, rounding, hadamard, random_signs, seed,
-                                       nibbles)
+                                       nibbles, philox_stream)
         if fast is not None:
             return fast
     threads = _integer(f, "threads", threads, 0, _MAX_THREADS)
@@ -675,7 +682,7 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     if _is_nvfp4(fmt):
         _refuse(f, fmt, rule=rule, nibbles=nibbles, out=out)
         return _quantize_nvfp4(x, axis, rounding, hadamard, scale_layout, preset, random_signs, seed, threads, block,
-                               tensor_scale, stream)
+                               tensor_scale, stream, philox_stream)
     _refuse(f, fmt, block=block, tensor_scale=tensor_scale)
     if isinstance(axis, str) and axis == "both":
         axes = ("rowwise", "columnwise")
@@ -685,8 +692,8 @@ def quantize(x, fmt, axis="rowwise", rule=None, rounding=None, hadamard=None, sc
     s = _caller_stream(x, stream) if device else None
     t = _import_arg(f, "x", x, s)
     rows, cols = _shape2(t, f)
-    descs = [_describe(f, rows, cols, fmt, a, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles)
-             for a in axes]
+    descs = [_describe(f, rows, cols, fmt, a, preset, scale_layout, rule, rounding, hadamard, random_signs, seed, nibbles,
+                       philox_stream=philox_stream) for a in axes]
     given = _outputs(f, out, len(descs))
     if device:
         _record_stream(x, s)
@@ -905,17 +912,17 @@ def unpack_fp4(packed, nibbles="low_first"):
 def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layout=None, *, rule=None, rounding=None,
              hadamard=None, random_signs=None, seed=None, nibbles=None, columnwise=None, padding_stored=None,
              max_reported=16, diagnose=True, strict_nan_blocks=False, check_padding=True, threads=0, block=None,
-             tensor_scale=None, tensor_scale_from_amax=None):
+             tensor_scale=None, tensor_scale_from_amax=None, philox_stream=None):
     """Checks an MX or NVFP4 copy against mxkit's reference, byte for byte.
 
     validate(x, copy): an MXCopy (from quantize, or built by hand), checked as its description
     says. validate(x, codes, scales, ...): a copy another kernel wrote, described by keywords:
     preset (how the peer quantizes and stores: mxkit, torchao_floor / _rceil / _ceil / _even,
     te_mxfp8, rocm_te_mxfp4[_software]); scale_layout (row_major, cublas_128x4, aiter_shuffle);
-    rule, rounding, hadamard, nibbles (low_first, high_first; MXFP4 only), columnwise
-    (transposed, not_transposed), padding_stored override the preset. fmt may be left out for
-    torch float8 / float4 code tensors and for presets of one format. x: the high-precision
-    input [rows, cols]. Device tensors are copied to the host.
+    rule, rounding (stochastic: with seed and philox_stream), hadamard, nibbles (low_first,
+    high_first; MXFP4 only), columnwise (transposed, not_transposed), padding_stored override the
+    preset. fmt may be left out for torch float8 / float4 code tensors and for presets of one
+    format. x: the high-precision input [rows, cols]. Device tensors are copied to the host.
 
     Returns a Report: ok, counts, summary(), str() (the full report), mismatches (arrays: kind,
     row, column, line, block, index, expected, actual, expected_value, actual_value, scale, ...)
@@ -924,7 +931,7 @@ def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layo
 
     NVFP4: validate(x, copy) of an NVFP4Copy, or validate(x, codes, scales, fmt="nvfp4",
     tensor_scale=..., preset="mxkit" | "te_nvfp4" | "torchao_nvfp4", axis, block, scale_layout,
-    hadamard, rounding, seed): tensor_scale as the copy stores it (TE: the amax), checked against
+    hadamard, rounding, seed, philox_stream): tensor_scale as the copy stores it (TE: the amax), checked against
     the copy's amax unless tensor_scale_from_amax=False (a given, calibrated one). Returns an
     NVFP4Report: the MX Report's fields plus the tensor scale's (tensor_scale_checked,
     expected_tensor_scale, actual_tensor_scale, tensor_scale_mismatches); its diagnosis tries
@@ -941,7 +948,7 @@ def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layo
         d = _copy_form(f, codes, scales=scales, fmt=fmt, axis=axis, preset=preset, scale_layout=scale_layout, rule=rule,
                        rounding=rounding, hadamard=hadamard, random_signs=random_signs, seed=seed, nibbles=nibbles,
                        columnwise=columnwise, padding_stored=padding_stored, block=block, tensor_scale=tensor_scale,
-                       tensor_scale_from_amax=tensor_scale_from_amax)
+                       tensor_scale_from_amax=tensor_scale_from_amax, philox_stream=philox_stream)
         codes, scales, tensor_scale = codes
     elif nvfp4 == "loose":
         if scales is None or tensor_scale is None:
@@ -951,7 +958,8 @@ def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layo
         rows, cols = _shape2(xh, f)
         d = _nvfp4_describe(f, rows, cols, axis or "rowwise", preset or "mxkit", block, scale_layout, rounding, hadamard,
                             False if random_signs is None else random_signs, 0 if seed is None else seed,
-                            True if tensor_scale_from_amax is None else tensor_scale_from_amax)
+                            True if tensor_scale_from_amax is None else tensor_scale_from_amax,
+                            0 if philox_stream is None else philox_stream)
     if nvfp4:
         return _mxkit.nvfp4_validate_host(xh, _import_arg(f, "codes", _host(_bytes_view(codes))),
                                           _import_arg(f, "scales", _host(_bytes_view(scales))), d,
@@ -960,7 +968,7 @@ def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layo
     if isinstance(codes, MXCopy):
         d = _copy_form(f, codes, scales=scales, fmt=fmt, axis=axis, preset=preset, scale_layout=scale_layout, rule=rule,
                        rounding=rounding, hadamard=hadamard, random_signs=random_signs, seed=seed, nibbles=nibbles,
-                       columnwise=columnwise, padding_stored=padding_stored)
+                       columnwise=columnwise, padding_stored=padding_stored, philox_stream=philox_stream)
         codes, scales = codes
     else:
         if scales is None:
@@ -968,7 +976,8 @@ def validate(x, codes, scales=None, fmt=None, axis=None, preset=None, scale_layo
         rows, cols = _shape2(xh, f)
         d = _describe(f, rows, cols, _format(fmt, f) or _format_of_codes(codes), axis or "rowwise", preset or "mxkit",
                       scale_layout, rule, rounding, hadamard, False if random_signs is None else random_signs,
-                      0 if seed is None else seed, nibbles, columnwise, padding_stored)
+                      0 if seed is None else seed, nibbles, columnwise, padding_stored,
+                      0 if philox_stream is None else philox_stream)
     return _mxkit.validate_host(xh, _import_arg(f, "codes", _host(_bytes_view(codes))),
                                 _import_arg(f, "scales", _host(_bytes_view(scales))), d, **options)
 

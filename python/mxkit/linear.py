@@ -5,7 +5,8 @@ reference: the quantizer, ref::gemm) or on torch tensors (CUDA: mxkit's device q
 GEMMs on the current stream; CPU: the host reference).
 
     recipe = mxkit.linear.Recipe("mxfp4")           # nn/recipe.hpp's preset, read from the module
-    y, saved = mxkit.linear.forward(recipe, x, w)    # saved: what backward reads
+    streams = mxkit.linear.philox_streams(layer_id=0, step=0)   # what stochastic rounding draws
+    y, saved = mxkit.linear.forward(recipe, x, w, streams=streams)   # saved: what backward reads
     dx, dw = mxkit.linear.backward(recipe, dy, saved)
 
 The recipes are the C++ presets themselves (_mxkit.recipe_spec reads nn/recipe.hpp), and every
@@ -28,21 +29,31 @@ update_scales is the table's delayed-scaling update (amax over the window, scale
 mxkit.torch.Linear runs it at the start of each training forward, the same sequence of scales
 when each step has one forward (an update of an all-zero history changes nothing).
 
-What the Python layer does not do: stochastic rounding (the C++ layer draws a Philox stream per
-tensor per step; the Python quantizer takes no stream), bf16 GEMMs inside a recipe, LoRA
-adapters, and the C++ layer's cache of weight copies across steps (the weight is quantized at
-every forward, as TransformerEngine casts it outside gradient accumulation; the FP8 weight amax
-is then recorded at every training forward, where the C++ layer records it only when the weight
-changed: the two agree whenever the weight changes every step).
+NVFP4 (recipe "nvfp4") runs the same three GEMMs on NVFP4 copies (E2M1, an E4M3 scale per 16
+elements, the fp32 tensor scale of each copy's amax; the weight in 16 x 16 blocks), multiplied
+by mxkit.gemm on the device and by the host oracle on the host. Stochastic rounding (the
+gradients of "nvfp4" and "mxfp4_rht_sr") draws the C++ layer's Philox streams
+(philox_streams: per layer id, tensor, step and forward call), so the Python layer's bytes are
+the C++ layer's for the same layer id and step.
+
+What the Python layer does not do: bf16 GEMMs inside a recipe (the NVFP4 recipe's selective bf16
+layers are whole layers: a model keeps those in torch.nn.Linear), LoRA adapters, and the C++
+layer's cache of weight copies across steps (the weight is quantized at every forward, as
+TransformerEngine casts it outside gradient accumulation; the FP8 weight amax is then recorded
+at every training forward, where the C++ layer records it only when the weight changed: the two
+agree whenever the weight changes every step).
 """
 import functools
 
 import mxkit
 from . import _mxkit
 
-__all__ = ["RECIPES", "Recipe", "forward", "backward", "update_scales", "new_scaling_state", "cpp_steps"]
+__all__ = ["RECIPES", "Recipe", "forward", "backward", "philox_streams", "update_scales", "new_scaling_state", "cpp_steps"]
 
 RECIPES = tuple(_mxkit.recipe_names)
+
+
+_NVFP4_BLOCKS = {"nvfp4": "1x16", "nvfp4_2d": "16x16"}  # recipe.hpp's NVFP4 formats: quantize's block shapes
 
 
 class _Operand:
@@ -52,15 +63,22 @@ class _Operand:
         self.kind = spec["kind"]
         self.fp8 = spec["fp8"]
         self.format = spec["format"]
-        # The keywords of mxkit.quantize for this copy: the operand's element format, scale rule
-        # and rounding; the GEMM's rotation and Philox key.
-        self.quantize_args = dict(fmt=spec["format"], rule=spec["rule"], rounding=spec["rounding"],
-                                  hadamard=gemm["hadamard"], random_signs=gemm["random_signs"], seed=gemm["seed"])
+        self.nvfp4 = spec["format"] in _NVFP4_BLOCKS
         self.rounding = spec["rounding"]
-        # What decides the copy's bytes: the seed only through random signs (stochastic rounding
-        # is refused by Recipe).
+        # The keywords of mxkit.quantize for this copy: the operand's element format, scale rule
+        # (MX; NVFP4's scales have their own rule) and rounding; the GEMM's rotation and Philox
+        # key. The Philox stream is the tensor's in its step (forward's streams).
+        if self.nvfp4:
+            self.quantize_args = dict(fmt="nvfp4", block=_NVFP4_BLOCKS[spec["format"]], rounding=spec["rounding"],
+                                      hadamard=gemm["hadamard"], random_signs=gemm["random_signs"], seed=gemm["seed"])
+        else:
+            self.quantize_args = dict(fmt=spec["format"], rule=spec["rule"], rounding=spec["rounding"],
+                                      hadamard=gemm["hadamard"], random_signs=gemm["random_signs"], seed=gemm["seed"])
+        # What decides the copy's bytes, beyond the tensor and its stream: the seed through random
+        # signs and stochastic rounding.
+        keyed = gemm["random_signs"] or spec["rounding"] == "stochastic"
         self.key = (spec["format"], spec["rule"], spec["rounding"], gemm["hadamard"], gemm["random_signs"],
-                    gemm["seed"] if gemm["random_signs"] else None)
+                    gemm["seed"] if keyed else None)
 
 
 class _Gemm:
@@ -72,8 +90,12 @@ class _Gemm:
 class Recipe:
     """A training recipe of mxkit's C++ layer by name (mxkit.linear.RECIPES: mxfp8, mxfp4 (the 16-point
     Hadamard rotation on every GEMM), mxfp4_wgrad_hadamard (on the wgrad GEMM only),
-    mxfp4_no_hadamard, fp8_delayed). history_length, algorithm ("max" or "most_recent") and margin
-    set FP8 delayed scaling (default: the C++ defaults, 1024, max, 0)."""
+    mxfp4_no_hadamard, mxfp4_rht_sr (NVIDIA's placement on MX blocks: the random-sign rotation on
+    the wgrad GEMM, stochastic rounding of the gradients), fp8_delayed, nvfp4 (NVIDIA's NVFP4
+    recipe, arXiv 2509.25149, on one layer: NVFP4 operands, 16 x 16 weight blocks, the random
+    Hadamard rotation on wgrad's inputs, stochastic rounding of dY; nn/recipe.hpp)).
+    history_length, algorithm ("max" or "most_recent") and margin set FP8 delayed scaling
+    (default: the C++ defaults, 1024, max, 0)."""
 
     def __init__(self, name, history_length=None, algorithm=None, margin=None):
         if not isinstance(name, str):
@@ -87,8 +109,13 @@ class Recipe:
         if len(kinds) != 1 or kinds.pop() not in ("mx", "fp8"):  # recipe.hpp allows bf16 GEMMs in a recipe
             raise ValueError(f"Recipe: {name!r} mixes operand kinds; the Python layer runs all-MX or all-FP8 recipes")
         self.kind = self.fprop.a.kind
-        if any(o.rounding == "stochastic" for g in (self.fprop, self.dgrad, self.wgrad) for o in (g.a, g.b)):
-            raise ValueError(f"Recipe: {name!r} rounds stochastically, which the Python layer does not reproduce")
+        # NVFP4 or MX: recipe.hpp refuses a recipe that mixes them in one GEMM, and the Python layer
+        # runs one family throughout.
+        families = {o.nvfp4 for g in (self.fprop, self.dgrad, self.wgrad) for o in (g.a, g.b)}
+        if len(families) != 1:
+            raise ValueError(f"Recipe: {name!r} mixes NVFP4 and MX GEMMs; the Python layer runs one family")
+        self.nvfp4 = families.pop()
+        self.block = 16 if self.nvfp4 else 32
         s = spec["scaling"]
         self.history_length = mxkit._integer("Recipe", "history_length",
                                              s["history_length"] if history_length is None else history_length, 1, 1 << 20)
@@ -109,14 +136,15 @@ class Recipe:
         return f"mxkit.linear.Recipe({self.name!r}: {self.title})"
 
     def check_shapes(self, m, k, n, wgrad):
-        """The C++ layer's refusals (nn::linear::check_dims, input_requests): an MX GEMM reduces
-        over whole 32-blocks."""
+        """The C++ layer's refusals (nn::linear::check_dims, input_requests): a block-scaled GEMM
+        reduces over whole blocks (MX: 32; NVFP4: 16)."""
         if self.kind != "mx":
             return
+        family = "an NVFP4" if self.nvfp4 else "an MX"
         for what, size, need in (("in_features K", k, True), ("out_features N", n, True), ("tokens M", m, wgrad)):
-            if need and size % 32:
-                raise ValueError(f"mxkit.linear ({self.name}): {what}={size} must be a multiple of 32 "
-                                 "(an MX GEMM reduces over it in 32-blocks)")
+            if need and size % self.block:
+                raise ValueError(f"mxkit.linear ({self.name}): {what}={size} must be a multiple of {self.block} "
+                                 f"({family} GEMM reduces over it in {self.block}-blocks)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -158,15 +186,42 @@ def _arg(x, stream=None):
     return mxkit._import(x, stream if stream is not None and mxkit._is_device(x) else None)
 
 
+# ---- the Philox streams ------------------------------------------------------------------------
+
+_U64 = 2 ** 64 - 1
+
+
+def philox_streams(layer_id=0, step=0, call=0, training=True):
+    """The Philox streams of one forward of mxkit's C++ linear (nn/linear.hpp) with id `layer_id`:
+    {"x": X's, "w": W's, "dy": dY's in the backward of this forward}. X draws per training forward
+    (call `call` of step `step`: mix_stream(id, 0, step * 4096 + call)), or from an evaluation
+    pass's own stream (mix_stream(id, 3, step)) so that evaluation shifts no training draw; W
+    once per step (mix_stream(id, 1, step)); dY from X's (mix_stream(x, 2)), so that a
+    recomputed forward's backward draws what the first one would have. Stochastic rounding thus
+    draws fresh bits every step, and the two copies of a tensor draw apart (the quantizer flips
+    the columnwise copy's top stream bit)."""
+    f = "mxkit.linear.philox_streams"
+    layer_id = mxkit._integer(f, "layer_id", layer_id, 0, 2 ** 32 - 1)
+    step = mxkit._integer(f, "step", step, 0, _U64)
+    call = mxkit._integer(f, "call", call, 0, _U64)
+    x = _mxkit.mix_stream(layer_id, 0, (step * 4096 + call) & _U64) if training else _mxkit.mix_stream(layer_id, 3, step)
+    return {"x": x, "w": _mxkit.mix_stream(layer_id, 1, step), "dy": _mxkit.mix_stream(x, 2)}
+
+
 # ---- the quantized copies -----------------------------------------------------------------------
 
-def _mx_copies(x, row, col):
-    """The rowwise copy for operand `row` and the columnwise one for `col` (None: not wanted), one
-    quantizer call when both specs agree."""
+def _block_copies(x, row, col, stream):
+    """The rowwise copy for operand `row` and the columnwise one for `col` (None: not wanted), MX
+    or NVFP4, a stochastically rounded one drawing from Philox stream `stream`; one quantizer call
+    when both specs agree. A copy rounded to nearest reads no stream: it is described with stream
+    0, so that its description is made once (mxkit.quantize caches them) rather than every step."""
+    def drawn(op):
+        return stream if op.rounding == "stochastic" else 0
+
     if row is not None and col is not None and row.key == col.key:
-        return mxkit.quantize(x, axis="both", **row.quantize_args)
-    return (None if row is None else mxkit.quantize(x, axis="rowwise", **row.quantize_args),
-            None if col is None else mxkit.quantize(x, axis="columnwise", **col.quantize_args))
+        return mxkit.quantize(x, axis="both", philox_stream=drawn(row), **row.quantize_args)
+    return (None if row is None else mxkit.quantize(x, axis="rowwise", philox_stream=drawn(row), **row.quantize_args),
+            None if col is None else mxkit.quantize(x, axis="columnwise", philox_stream=drawn(col), **col.quantize_args))
 
 
 def _fp8_cast(x, fmt, state, row, rowwise, columnwise, record):
@@ -186,9 +241,27 @@ def _fp8_cast(x, fmt, state, row, rowwise, columnwise, record):
 
 # ---- the GEMMs -------------------------------------------------------------------------------------
 
+def _lines(d):
+    """A copy's stored lines: a rowwise copy's rows, a columnwise copy's columns."""
+    return d.rows if d.axis == "rowwise" else d.cols
+
+
+def _nvfp4_gemm(a, b, out_dtype, like):
+    """D[P,Q] = A . B^T from two NVFP4 copies, each with its tensor scale: mxkit.gemm on the
+    device, the host oracle (ref::gemm, as the C++ host backend runs it) on the host."""
+    if mxkit._is_device(a.codes):
+        return mxkit.gemm(a, b, out_dtype=out_dtype)
+    d = _empty(like, (_lines(a.description), _lines(b.description)), "float32")
+    _mxkit.nvfp4_gemm_host(_arg(a.codes), _arg(a.scales), a.description, float(a.tensor_scale), _arg(b.codes),
+                           _arg(b.scales), b.description, float(b.tensor_scale), _arg(d), out_dtype == "bfloat16")
+    return d.to(_torch_of(d).bfloat16) if out_dtype == "bfloat16" and _torch_of(d) is not None else d
+
+
 def _mx_gemm(a, b, out_dtype, like):
-    """D[P,Q] = A . B^T from two MX copies whose stored lines run along the reduction axis (any
-    copy in mxkit's storage: a columnwise copy's lines are its columns)."""
+    """D[P,Q] = A . B^T from two MX (or NVFP4) copies whose stored lines run along the reduction
+    axis (any copy in mxkit's storage: a columnwise copy's lines are its columns)."""
+    if isinstance(a, mxkit.NVFP4Copy):
+        return _nvfp4_gemm(a, b, out_dtype, like)
     hadamard = a.description.hadamard
     if mxkit._is_device(a.codes):
         return mxkit.gemm(a.codes, a.scales, b.codes, b.scales, a.description.format, b.description.format,
@@ -235,27 +308,30 @@ def update_scales(recipe, state):
                          stream=s)
 
 
-def forward(recipe, x, w, state=None, training=True, wgrad=True, out_dtype=None):
+def forward(recipe, x, w, state=None, training=True, wgrad=True, out_dtype=None, streams=None):
     """Y = X . W^T under `recipe`; x [M, K], w [N, K], 2-D and contiguous. state: the FP8
     scaling table (new_scaling_state; FP8 recipes only). training: record the FP8 amaxes.
     wgrad: keep X's wgrad copy for backward. out_dtype: "float32" or "bfloat16" (default:
-    x's). Returns y and `saved`, what backward reads: X's wgrad copy and W's dgrad copy."""
+    x's). streams: the Philox streams of this forward (philox_streams(layer_id, step, call,
+    training); default: those of layer 0's first training step), read by stochastic rounding.
+    Returns y and `saved`, what backward reads: X's wgrad copy, W's dgrad copy and dY's stream."""
     m, k = mxkit._shape2(x, "mxkit.linear.forward")
     n, kw = mxkit._shape2(w, "mxkit.linear.forward", "w")
     if kw != k:
         raise ValueError(f"mxkit.linear.forward: x is [{m}, {k}] but w is [{n}, {kw}]; their last axes must match")
     recipe.check_shapes(m, k, n, wgrad)
     out_dtype = out_dtype or _dtype_name(x)
+    streams = philox_streams() if streams is None else streams
     if recipe.kind == "mx":
-        x_row, x_col = _mx_copies(x, recipe.x_copies[0], recipe.x_copies[1] if wgrad else None)
-        w_row, w_col = _mx_copies(w, *recipe.w_copies)
-        return _mx_gemm(x_row, w_row, out_dtype, x), {"x": x_col, "w": w_col, "shape": (m, k, n)}
+        x_row, x_col = _block_copies(x, recipe.x_copies[0], recipe.x_copies[1] if wgrad else None, streams["x"])
+        w_row, w_col = _block_copies(w, *recipe.w_copies, streams["w"])
+        return _mx_gemm(x_row, w_row, out_dtype, x), {"x": x_col, "w": w_col, "shape": (m, k, n), "dy_stream": streams["dy"]}
     if state is None:
         raise ValueError(f"mxkit.linear.forward: recipe {recipe.name!r} needs its FP8 scaling state (new_scaling_state)")
     x_row, x_col = _fp8_cast(x, recipe.x_copies[0].fp8, state, 0, True, wgrad, training)
     w_row, w_col = _fp8_cast(w, recipe.w_copies[0].fp8, state, 1, True, True, training)
     y = _fp8_gemm(x_row, recipe.fprop.a.fp8, w_row, recipe.fprop.b.fp8, out_dtype, x)
-    return y, {"x": x_col if wgrad else None, "w": w_col, "shape": (m, k, n)}
+    return y, {"x": x_col if wgrad else None, "w": w_col, "shape": (m, k, n), "dy_stream": streams["dy"]}
 
 
 def backward(recipe, dy, saved, state=None, dx=True, dw=True, dx_dtype=None, dw_dtype="float32"):
@@ -268,7 +344,8 @@ def backward(recipe, dy, saved, state=None, dx=True, dw=True, dx_dtype=None, dw_
         raise ValueError("mxkit.linear.backward: dw needs X's wgrad copy; forward ran with wgrad=False")
     dx_dtype = dx_dtype or _dtype_name(dy)
     if recipe.kind == "mx":
-        dy_row, dy_col = _mx_copies(dy, recipe.dy_copies[0] if dx else None, recipe.dy_copies[1] if dw else None)
+        dy_row, dy_col = _block_copies(dy, recipe.dy_copies[0] if dx else None, recipe.dy_copies[1] if dw else None,
+                                       saved.get("dy_stream", philox_streams()["dy"]))
         gw = _mx_gemm(dy_col, saved["x"], dw_dtype, dy) if dw else None
         gx = _mx_gemm(dy_row, saved["w"], dx_dtype, dy) if dx else None
         return gx, gw
@@ -281,11 +358,13 @@ def backward(recipe, dy, saved, state=None, dx=True, dw=True, dx_dtype=None, dw_
 
 
 def cpp_steps(name, x, w, dy, device=False, activations="bf16", weight="bf16", history_length=1024, algorithm="max",
-              margin=0):
+              margin=0, layer_id=0):
     """mxkit's C++ linear layer (nn/linear.hpp) for x.shape[0] training steps: each step writes
     w[s] as the weight (a new version, as after an optimizer step), runs forward on x[s] and
     backward with dy[s], then end_step (the FP8 table's update). x [S, M, K], w [S, N, K],
     dy [S, M, N]: float32 NumPy arrays (values the activations' and weight's dtype hold exactly).
+    layer_id: the layer's id, the first key of its Philox streams (philox_streams(layer_id, s)
+    are step s's).
     device: on a gpu::device_backend (a CUDA build) with its vendor GEMMs on, the choice the
     module's own GEMM calls make, else ref::host_backend. Returns NumPy
     arrays: y [S, M, N], dx [S, M, K], dw [S, N, K] and, for FP8, the table's scale [3] and
@@ -293,4 +372,5 @@ def cpp_steps(name, x, w, dy, device=False, activations="bf16", weight="bf16", h
     import numpy as np
     arrays = [np.ascontiguousarray(a, dtype=np.float32) for a in (x, w, dy)]
     return _mxkit.linear_steps(name, *[_arg(a) for a in arrays], device=bool(device), activations=activations,
-                               weight=weight, history_length=history_length, algorithm=algorithm, margin=margin)
+                               weight=weight, history_length=history_length, algorithm=algorithm, margin=margin,
+                               layer_id=layer_id)

@@ -52,22 +52,25 @@ def _out_dtype(func, out_dtype):
 
 @torch.library.custom_op("mxkit::quantize", mutates_args=())
 def quantize(x: Tensor, fmt: str, axis: str = "rowwise", scale_layout: str = "row_major", hadamard: bool = False,
-             rule: Optional[str] = None, rounding: Optional[str] = None, seed: int = 0) -> Tuple[Tensor, Tensor]:
-    """mxkit.quantize(x, fmt, axis, rule, rounding, hadamard, scale_layout, seed=seed) as an op:
+             rule: Optional[str] = None, rounding: Optional[str] = None, seed: int = 0,
+             philox_stream: int = 0) -> Tuple[Tensor, Tensor]:
+    """mxkit.quantize(x, fmt, axis, rule, rounding, hadamard, scale_layout, seed=seed,
+    philox_stream=philox_stream) as an op:
     (codes, scales) as uint8 tensors on x's device (CPU: the host reference; CUDA: the device
     quantizer on the current stream). One axis per call; preset, out= and stream= are the
     function's only."""
     _one_axis("quantize", axis)
-    codes, scales = mxkit.quantize(x, fmt, axis, rule, rounding, hadamard, scale_layout, seed=seed)
+    codes, scales = mxkit.quantize(x, fmt, axis, rule, rounding, hadamard, scale_layout, seed=seed, philox_stream=philox_stream)
     return codes, scales
 
 
 @quantize.register_fake
-def _quantize_fake(x, fmt, axis="rowwise", scale_layout="row_major", hadamard=False, rule=None, rounding=None, seed=0):
+def _quantize_fake(x, fmt, axis="rowwise", scale_layout="row_major", hadamard=False, rule=None, rounding=None, seed=0,
+                   philox_stream=0):
     _one_axis("quantize", axis)
     rows, cols = mxkit._shape2(x, "mxkit::quantize")  # a symbolic size is specialized here (int())
     d = mxkit._describe("mxkit::quantize", rows, cols, fmt, axis, "mxkit", scale_layout, rule, rounding, hadamard,
-                        False, seed)
+                        False, seed, philox_stream=philox_stream)
     return x.new_empty(d.data_shape, dtype=torch.uint8), x.new_empty(d.scale_shape, dtype=torch.uint8)
 
 

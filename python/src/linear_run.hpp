@@ -28,7 +28,8 @@ namespace mxkit_python {
 // The recipes the Python package names, each one of recipe.hpp's presets (the Python Linear reads
 // their GEMM specs from recipe_by_name through the module: one definition of every recipe).
 inline const std::vector<std::string>& recipe_names() {
-  static const std::vector<std::string> names{"mxfp8", "mxfp4", "mxfp4_wgrad_hadamard", "mxfp4_no_hadamard", "fp8_delayed"};
+  static const std::vector<std::string> names{"mxfp8",       "mxfp4",       "mxfp4_wgrad_hadamard", "mxfp4_no_hadamard",
+                                              "mxfp4_rht_sr", "fp8_delayed", "nvfp4"};
   return names;
 }
 inline mxkit::nn::recipe recipe_by_name(const std::string& name, const mxkit::nn::delayed_scaling_config& scaling) {
@@ -37,6 +38,8 @@ inline mxkit::nn::recipe recipe_by_name(const std::string& name, const mxkit::nn
   if (name == "mxfp4") return r::mxfp4_amd();
   if (name == "mxfp4_wgrad_hadamard") return r::mxfp4_primus_turbo();
   if (name == "mxfp4_no_hadamard") return r::mxfp4_no_hadamard();
+  if (name == "mxfp4_rht_sr") return r::mxfp4_nvidia_style();
+  if (name == "nvfp4") return r::nvfp4();  // a lone layer: no selective bf16 layers
   if (name == "fp8_delayed") return r::fp8_delayed(scaling);
   std::string all;
   for (const std::string& n : recipe_names()) all += (all.empty() ? "" : ", ") + n;
@@ -51,7 +54,7 @@ inline linear_step_result run_linear_steps(mxkit::nn::backend& be, const linear_
   namespace nn = mxkit::nn;
   mxkit::detail::require(a.steps > 0 && a.m > 0 && a.k > 0 && a.n > 0, "linear_steps: empty shapes");
   const nn::recipe r = recipe_by_name(a.recipe, a.scaling);
-  nn::linear layer(be, "linear", a.k, a.n, 0, r, a.weight);
+  nn::linear layer(be, "linear", a.k, a.n, a.layer_id, r, a.weight);
   linear_step_result out;
   const std::size_t xk = a.m * a.k, wk = a.n * a.k, yk = a.m * a.n;
   for (std::size_t s = 0; s < a.steps; ++s) {

@@ -566,8 +566,8 @@ mxkit::ref::peer_preset make_preset(const std::string& preset, mxkit::mx_type ty
 
 copy_description describe_copy(std::size_t rows, std::size_t cols, const std::string& format, const std::string& axis, const std::string& preset,
                                std::optional<std::string> layout, std::optional<std::string> rule, std::optional<std::string> rounding,
-                               std::optional<bool> hadamard, bool random_signs, std::uint64_t seed, std::optional<std::string> nibbles,
-                               std::optional<std::string> columnwise, std::optional<bool> padding_stored) {
+                               std::optional<bool> hadamard, bool random_signs, std::uint64_t seed, std::uint32_t philox_stream,
+                               std::optional<std::string> nibbles, std::optional<std::string> columnwise, std::optional<bool> padding_stored) {
   copy_description d;
   d.preset = preset;
   d.layout = {mxkit::format_of(parse_enum<mxkit::mx_type>(format, "format")), parse_enum<mxkit::block_axis>(axis, "axis"), rows, cols};
@@ -591,6 +591,7 @@ copy_description describe_copy(std::size_t rows, std::size_t cols, const std::st
   if (hadamard) d.options.hadamard = *hadamard;
   d.options.random_signs = random_signs;
   d.options.seed = seed;
+  d.options.stream = philox_stream;
   if (nibbles) {
     // Only FP4 packs two codes in a byte: a nibble order given for another format would be ignored.
     if (d.layout.format != mxkit::formats::mxfp4)
@@ -764,7 +765,7 @@ py::object dequantize_host(const tensor_ref& codes, const tensor_ref& scales, co
   // Equal sizes can still be another shape's codes (a 64 x 128 copy read as 128 x 64).
   if (codes.shape.size() == 2 && codes.shape != d.data_shape())
     value_error("dequantize: codes has shape " + shape_text(codes.shape) + ", but " + what + " stores its codes as " + shape_text(d.data_shape()) +
-                "; check shape and axis");
+                "; check shape, axis and fmt (an FP4 format packs two codes a byte)");
   std::vector<float> out;
   {
     py::gil_scoped_release nogil;
@@ -1088,11 +1089,12 @@ std::vector<float> step_values(const tensor_ref& t, const char* name, std::size_
 // mxkit's C++ linear for x.shape[0] training steps (linear_run.hpp): the Python tests' oracle.
 py::dict linear_steps(const std::string& recipe, const tensor_ref& x, const tensor_ref& w, const tensor_ref& dy, bool on_device,
                       const std::string& activations, const std::string& weight, std::size_t history_length, const std::string& algorithm,
-                      int margin) {
+                      int margin, std::uint32_t layer_id) {
   if (x.shape.size() != 3 || w.shape.size() != 3 || dy.shape.size() != 3)
     value_error("linear_steps: x, w and dy must be [steps, M, K], [steps, N, K] and [steps, M, N]");
   linear_step_args a;
   a.recipe = recipe;
+  a.layer_id = layer_id;
   a.scaling = scaling_config(history_length, algorithm, margin);
   a.steps = static_cast<std::size_t>(x.shape[0]);
   a.m = static_cast<std::size_t>(x.shape[1]);
@@ -1302,7 +1304,7 @@ struct nvfp4_description {
 
 nvfp4_description describe_nvfp4(std::size_t rows, std::size_t cols, const std::string& block, const std::string& axis, const std::string& preset,
                                  std::optional<std::string> layout, std::optional<std::string> rounding, std::optional<bool> hadamard,
-                                 bool random_signs, std::uint64_t seed, bool tensor_scale_from_amax) {
+                                 bool random_signs, std::uint64_t seed, std::uint32_t philox_stream, bool tensor_scale_from_amax) {
   if (block != "1x16" && block != "16x16") value_error("block '" + block + "' is not one of 1x16, 16x16");
   const bool two_d = block == "16x16";
   const bool rotate = hadamard.value_or(false);
@@ -1339,6 +1341,7 @@ nvfp4_description describe_nvfp4(std::size_t rows, std::size_t cols, const std::
   if (random_signs && !rotate) value_error("random_signs needs hadamard=True (they are the signs of the rotation)");
   if (random_signs) d.options.hadamard_signs = mxkit::hadamard_sign_mask(seed);
   d.options.seed = seed;
+  d.options.stream = philox_stream;
   d.tensor_scale_from_amax = tensor_scale_from_amax;
   mxkit::detail::check_nvfp4_foreign_storage(d.view(), "describe_nvfp4");
   return d;
@@ -1665,6 +1668,7 @@ void register_nvfp4(py::module_& m) {
       .def_property_readonly("hadamard", [](const nvfp4_description& d) { return d.options.hadamard; })
       .def_property_readonly("hadamard_signs", [](const nvfp4_description& d) { return d.options.hadamard_signs; })
       .def_property_readonly("seed", [](const nvfp4_description& d) { return d.options.seed; })
+      .def_property_readonly("philox_stream", [](const nvfp4_description& d) { return d.options.stream; })
       .def_property_readonly("formula", [](const nvfp4_description& d) { return std::string(mxkit::name_of(d.quirks.formula)); })
       .def_readonly("tensor_scale_from_amax", &nvfp4_description::tensor_scale_from_amax)
       .def_property_readonly("data_bytes", &nvfp4_description::data_bytes)
@@ -1674,7 +1678,7 @@ void register_nvfp4(py::module_& m) {
       .def("__repr__", [](const nvfp4_description& d) { return "<mxkit copy: " + d.what() + ">"; });
   m.def("describe_nvfp4", &describe_nvfp4, py::arg("rows"), py::arg("cols"), py::arg("block"), py::arg("axis"), py::arg("preset"),
         py::arg("layout") = py::none(), py::arg("rounding") = py::none(), py::arg("hadamard") = py::none(), py::arg("random_signs") = false,
-        py::arg("seed") = 0, py::arg("tensor_scale_from_amax") = true);
+        py::arg("seed") = 0, py::arg("philox_stream") = 0, py::arg("tensor_scale_from_amax") = true);
   m.def("nvfp4_quantize_host", &nvfp4_quantize_host, py::arg("x"), py::arg("copy"), py::arg("tensor_scale") = py::none(), py::arg("threads") = 0);
   m.def("nvfp4_dequantize_host", &nvfp4_dequantize_host, py::arg("codes"), py::arg("scales"), py::arg("copy"), py::arg("tensor_scale"));
 
@@ -1763,6 +1767,8 @@ PYBIND11_MODULE(_mxkit, m) {
       .def_property_readonly("rule", [](const copy_description& d) { return std::string(mxkit::name_of(d.options.rule)); })
       .def_property_readonly("rounding", [](const copy_description& d) { return std::string(mxkit::name_of(d.options.round)); })
       .def_property_readonly("hadamard", [](const copy_description& d) { return d.options.hadamard; })
+      .def_property_readonly("seed", [](const copy_description& d) { return d.options.seed; })
+      .def_property_readonly("philox_stream", [](const copy_description& d) { return d.options.stream; })
       .def_property_readonly("data_bytes", &copy_description::data_bytes)
       .def_property_readonly("scale_bytes", &copy_description::scale_bytes)
       .def_property_readonly("data_shape", &copy_description::data_shape)
@@ -1772,7 +1778,8 @@ PYBIND11_MODULE(_mxkit, m) {
 
   m.def("describe_copy", &describe_copy, py::arg("rows"), py::arg("cols"), py::arg("format"), py::arg("axis"), py::arg("preset") = "mxkit",
         py::arg("layout") = py::none(), py::arg("rule") = py::none(), py::arg("rounding") = py::none(), py::arg("hadamard") = py::none(),
-        py::arg("random_signs") = false, py::arg("seed") = 0, py::arg("nibbles") = py::none(), py::arg("columnwise") = py::none(),
+        py::arg("random_signs") = false, py::arg("seed") = 0, py::arg("philox_stream") = 0, py::arg("nibbles") = py::none(),
+        py::arg("columnwise") = py::none(),
         py::arg("padding_stored") = py::none());
   m.def("quantize_host", &quantize_host, py::arg("x"), py::arg("copy"), py::arg("threads") = 0, py::arg("out") = py::none());
   m.def("quantize_device", &quantize_device, py::arg("x"), py::arg("copies"), py::arg("stream"), py::arg("out") = py::none());
@@ -1848,7 +1855,11 @@ PYBIND11_MODULE(_mxkit, m) {
   m.def("recipe_spec", &recipe_spec, py::arg("name"));
   m.def("linear_steps", &linear_steps, py::arg("recipe"), py::arg("x"), py::arg("w"), py::arg("dy"), py::arg("device") = false,
         py::arg("activations") = "bf16", py::arg("weight") = "bf16", py::arg("history_length") = 1024, py::arg("algorithm") = "max",
-        py::arg("margin") = 0);
+        py::arg("margin") = 0, py::arg("layer_id") = 0);
+  // The C++ layer's Philox stream of (layer id, purpose, counter) (nn/parameter.hpp): the Python
+  // linear draws the streams the C++ linear draws.
+  m.def("mix_stream", [](std::uint64_t a, std::uint64_t b, std::uint64_t c) { return mxkit::nn::mix_stream(a, b, c); }, py::arg("a"),
+        py::arg("b") = 0, py::arg("c") = 0);
   m.def("gemm_host", &gemm_host, py::arg("a_codes"), py::arg("a_scales"), py::arg("a"), py::arg("b_codes"), py::arg("b_scales"),
         py::arg("b"), py::arg("out"), py::arg("bf16"));
   m.def("fp8_cast", &fp8_cast, py::arg("x"), py::arg("fp8"), py::arg("scale"), py::arg("history") = py::none(), py::arg("codes") = py::none(),

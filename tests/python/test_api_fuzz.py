@@ -47,6 +47,7 @@ BAD = {
     "relative": [0.0, 1e-3, -1.0, float("nan"), "0"],
     "out": [None, "bad", (1, 2), ()],
     "block": ["1x16", "16x16", "32x32", None, 16, ("1x16",)],
+    "philox_stream": [0, 7, 2 ** 32 - 1, 2 ** 32, -1, 1.5, "3", None, np.uint32(5)],
 }
 SIGNATURE_DUMP = ("incompatible function arguments", "Invoked with")
 ANY = "any argument"  # two arguments changed: the error may name either
@@ -119,7 +120,7 @@ def fuzz_quantize(rng):
     kw = dict(fmt=FORMATS[rng.integers(len(FORMATS))], axis=["rowwise", "columnwise", "both"][rng.integers(3)],
               scale_layout=LAYOUTS[rng.integers(3)])
     names = ["fmt", "axis", "rule", "rounding", "hadamard", "scale_layout", "seed", "nibbles", "threads", "preset",
-             "random_signs", "out"]
+             "random_signs", "out", "philox_stream"]
     name = names[rng.integers(len(names))]
     value, changed = choose(rng, name, kw.get(name))
     if changed is not None or name in kw:

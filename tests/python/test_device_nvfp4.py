@@ -98,6 +98,8 @@ def test_device_quantize_equals_host_byte_for_byte(shape, axis, block):
     dict(scale_layout="cublas_128x4"),
     dict(scale_layout="aiter_shuffle", block="16x16"),
     dict(scale_layout="cublas_128x4", hadamard=True, rounding="stochastic", seed=7),
+    dict(rounding="stochastic", seed=7, philox_stream=0xDEADBEEF),
+    dict(rounding="stochastic", seed=5, hadamard=True, random_signs=True, philox_stream=3),
 ])
 def test_device_quantize_options_equal_host(dtype, kw):
     x = adversarial(200, 176, seed=17, dtype=dtype)

@@ -31,16 +31,18 @@ def inputs(seed=0, steps=STEPS, m=M, k=K, n=N):
     return x, w, dy
 
 
-def plan_steps(recipe, x, w, dy):
+def plan_steps(recipe, x, w, dy, layer_id=0):
     """The Python layer's steps as mxkit.torch.Linear runs them: the FP8 update at the start of
-    each training forward, then forward and backward; bf16 outputs (float32 arrays of bf16
-    values), as the C++ layer's bf16 activations and weight give."""
+    each training forward, then forward and backward in the Philox streams of the layer's step s;
+    bf16 outputs (float32 arrays of bf16 values), as the C++ layer's bf16 activations and weight
+    give."""
     state = linear.new_scaling_state(recipe) if recipe.kind == "fp8" else None
     ys, dxs, dws = [], [], []
     for s in range(x.shape[0]):
         if state is not None:
             linear.update_scales(recipe, state)
-        y, saved = linear.forward(recipe, x[s], w[s], state, out_dtype="bfloat16")
+        y, saved = linear.forward(recipe, x[s], w[s], state, out_dtype="bfloat16",
+                                  streams=linear.philox_streams(layer_id, s))
         dx, dw = linear.backward(recipe, dy[s], saved, state, dx_dtype="bfloat16", dw_dtype="bfloat16")
         ys.append(y)
         dxs.append(dx)
@@ -94,6 +96,40 @@ def test_the_check_tells_recipes_apart():
     assert np.array_equal(ys[0], ref["y"][0]) and not np.array_equal(np.stack(ys), ref["y"])
 
 
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4_rht_sr"])
+def test_stochastic_recipes_draw_the_layers_streams(name):
+    """The gradients' stochastic rounding draws the C++ layer's Philox streams: the steps of
+    layer 3 equal the C++ layer 3's and differ from layer 0's in dX and dW (Y, rounded to
+    nearest, is the same); the streams of one step are not those of the next."""
+    x, w, dy = inputs(seed=2)
+    recipe = linear.Recipe(name)
+    y, dx, dw, _ = plan_steps(recipe, x, w, dy, layer_id=3)
+    mine, other = linear.cpp_steps(name, x, w, dy, layer_id=3), linear.cpp_steps(name, x, w, dy, layer_id=0)
+    for what, got in (("y", y), ("dx", dx), ("dw", dw)):
+        np.testing.assert_array_equal(got, mine[what], err_msg=f"{name} {what}")
+    np.testing.assert_array_equal(y, other["y"])
+    assert not np.array_equal(dx, other["dx"]) and not np.array_equal(dw, other["dw"])
+    # Every step drawn in step 0's streams: the first step agrees, the later ones do not.
+    ys, dxs = [], []
+    for s in range(STEPS):
+        _, saved = linear.forward(recipe, x[s], w[s], out_dtype="bfloat16", streams=linear.philox_streams(3, 0))
+        dxs.append(linear.backward(recipe, dy[s], saved, dx_dtype="bfloat16", dw=False)[0])
+    np.testing.assert_array_equal(dxs[0], mine["dx"][0])
+    assert not np.array_equal(dxs[1], mine["dx"][1])
+
+
+def test_philox_streams_are_the_cpp_layers():
+    s = linear.philox_streams(7, 5, 2)
+    assert s["x"] == _mxkit.mix_stream(7, 0, 5 * 4096 + 2) and s["w"] == _mxkit.mix_stream(7, 1, 5)
+    assert s["dy"] == _mxkit.mix_stream(s["x"], 2)
+    assert linear.philox_streams(7, 5, training=False)["x"] == _mxkit.mix_stream(7, 3, 5)
+    assert len({linear.philox_streams(i, j)["x"] for i in range(8) for j in range(8)}) == 64
+    assert linear.philox_streams(0, 2 ** 64 - 1, 4095)["x"] == _mxkit.mix_stream(0, 0, 2 ** 64 - 1)  # wraps as uint64
+    for bad in (dict(layer_id=-1), dict(layer_id=2 ** 32), dict(step=-1), dict(call=1.5)):
+        with pytest.raises((ValueError, TypeError), match=next(iter(bad))):
+            linear.philox_streams(**bad)
+
+
 def test_recipes_are_the_cpp_presets():
     """The Python layer reads the presets from the module (nn/recipe.hpp), one definition."""
     spec = _mxkit.recipe_spec("mxfp4")
@@ -105,6 +141,11 @@ def test_recipes_are_the_cpp_presets():
     assert fp8.fp8_rows == ("e4m3", "e4m3", "e5m2") and fp8.fp8_max == (448.0, 448.0, 57344.0)
     assert fp8.history_length == 1024 and fp8.algorithm == "max" and fp8.margin == 0
     assert linear.Recipe("mxfp8").fprop.a.quantize_args["rule"] == "round_up"
+    nv = linear.Recipe("nvfp4")
+    assert nv.nvfp4 and nv.block == 16
+    assert nv.w_copies[0].quantize_args["block"] == nv.w_copies[1].quantize_args["block"] == "16x16"
+    assert nv.x_copies[0].quantize_args["block"] == "1x16" and not nv.fprop.hadamard and nv.wgrad.hadamard
+    assert {o.rounding for o in nv.dy_copies} == {"stochastic"} and nv.x_copies[0].rounding == "nearest_even"
 
 
 def test_refusals_name_the_argument():
@@ -118,6 +159,8 @@ def test_refusals_name_the_argument():
     x, w, _ = inputs(steps=1, m=40)
     with pytest.raises(ValueError, match="tokens M=40 must be a multiple of 32"):
         linear.forward(r, x[0], w[0])
+    with pytest.raises(ValueError, match="tokens M=40 must be a multiple of 16"):
+        linear.forward(linear.Recipe("nvfp4"), x[0], w[0])
     linear.forward(r, x[0], w[0], wgrad=False)  # inference: no reduction over the tokens
     with pytest.raises(ValueError, match=r"x is \[64, 96\] but w is \[128, 64\]"):
         linear.forward(r, inputs(steps=1)[0][0], np.zeros((128, 64), np.float32))

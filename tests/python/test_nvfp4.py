@@ -273,6 +273,37 @@ def test_round_trip(kw):
         assert not np.array_equal(other.codes, c.codes)
 
 
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "mxfp8_e5m2"])
+def test_stochastic_rounding_draws_from_its_philox_stream(fmt):
+    """philox_stream picks the Philox stream of stochastic rounding: another stream draws other
+    bits, stream 0 is the default, the columnwise copy of one call draws apart from the rowwise
+    one, a copy rounded to nearest reads no stream, and validate reproduces a copy only from its
+    own stream."""
+    x = matrix(64, 96)
+    kw = dict(rounding="stochastic", seed=11)
+    a = mxkit.quantize(x, fmt, philox_stream=5, **kw)
+    assert a.description.philox_stream == 5
+    assert not np.array_equal(a.codes, mxkit.quantize(x, fmt, philox_stream=6, **kw).codes)
+    np.testing.assert_array_equal(a.codes, mxkit.quantize(x, fmt, philox_stream=5, **kw).codes)
+    np.testing.assert_array_equal(mxkit.quantize(x, fmt, **kw).codes, mxkit.quantize(x, fmt, philox_stream=0, **kw).codes)
+    np.testing.assert_array_equal(mxkit.quantize(x, fmt, philox_stream=9).codes, mxkit.quantize(x, fmt).codes)
+    # The two copies of one tensor: the columnwise copy of x draws differently from the rowwise
+    # copy of x^T (the same blocks), the stream's top bit flipped.
+    col = mxkit.quantize(x, fmt, axis="columnwise", philox_stream=5, **kw)
+    row_t = mxkit.quantize(np.ascontiguousarray(x.T), fmt, philox_stream=5, **kw)
+    assert not np.array_equal(col.codes, row_t.codes)
+    np.testing.assert_array_equal(col.codes, mxkit.quantize(np.ascontiguousarray(x.T), fmt, philox_stream=5 ^ 0x80000000,
+                                                            **kw).codes)
+    assert mxkit.validate(x, a).ok
+    extra = {"tensor_scale": a.tensor_scale} if fmt == "nvfp4" else {}
+    assert mxkit.validate(x, a.codes, a.scales, fmt=fmt, philox_stream=5, **kw, **extra).ok
+    assert not mxkit.validate(x, a.codes, a.scales, fmt=fmt, philox_stream=6, diagnose=False, **kw, **extra).ok
+    with pytest.raises(ValueError, match="philox_stream"):
+        mxkit.quantize(x, fmt, philox_stream=2 ** 32, **kw)
+    with pytest.raises(TypeError, match="leave out philox_stream"):
+        mxkit.validate(x, a, philox_stream=5)
+
+
 def test_dequantize_needs_the_tensor_scale():
     x = matrix(16, 32, 100.0)
     c = mxkit.quantize(x, "nvfp4")

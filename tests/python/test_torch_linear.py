@@ -95,7 +95,7 @@ def test_a_different_recipe_is_caught(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("recipe", ["mxfp4", "fp8_delayed"])
+@pytest.mark.parametrize("recipe", ["mxfp4", "fp8_delayed", "nvfp4"])
 def test_ops_pass_opcheck(recipe, device):
     m, k, n = SHAPES[device]
     g = torch.Generator().manual_seed(0)
@@ -105,11 +105,14 @@ def test_ops_pass_opcheck(recipe, device):
     r = linear.recipe(recipe)
     none = lambda: x.new_empty((0,), dtype=torch.float32)  # an MX recipe's (empty) FP8 table, a tensor each
     state = linear.new_scaling_state(r, x) if r.kind == "fp8" else {"scale": none(), "amax_history": none(), "fp8_max": none()}
-    fwd = (x, w, recipe, True, True, state["scale"], state["amax_history"])
+    step = torch.tensor(2, dtype=torch.int64)  # the layer's Philox step: a CPU tensor on either device
+    fwd = (x, w, recipe, True, True, state["scale"], state["amax_history"], 7, step)
     torch.library.opcheck(torch.ops.mxkit.linear_forward.default, fwd)
-    y, xc, xs, wc, ws = torch.ops.mxkit.linear_forward(*fwd)
+    y, xc, xs, xt, wc, ws, wt = torch.ops.mxkit.linear_forward(*fwd)
+    assert xt.shape == wt.shape == ((1,) if recipe == "nvfp4" else (0,))
     torch.library.opcheck(torch.ops.mxkit.linear_backward.default,
-                          (dy, xc, xs, wc, ws, w, recipe, m, True, True, state["scale"], state["amax_history"]))
+                          (dy, xc, xs, xt, wc, ws, wt, w, recipe, m, True, True, state["scale"], state["amax_history"], 7,
+                           step))
     if r.kind == "fp8":
         torch.library.opcheck(torch.ops.mxkit.fp8_update_scales.default,
                               (state["amax_history"], state["scale"], state["fp8_max"], recipe, r.history_length,
@@ -183,7 +186,8 @@ def test_state_dict_carries_the_fp8_table(device):
         a(x).float().sum().backward()
     a.update_scales()
     sd = a.state_dict()
-    assert set(sd) == {"weight", "fp8_scale", "fp8_amax_history", "fp8_max"}
+    assert set(sd) == {"weight", "fp8_scale", "fp8_amax_history", "fp8_max", "_extra_state"}
+    assert sd["_extra_state"] == {"philox_step": 3}  # three training forwards
     b = mxtorch.Linear(k, n, recipe="fp8_delayed", device=device, history_length=8)
     assert not torch.equal(b.fp8_scale, a.fp8_scale)
     b.load_state_dict(sd)
@@ -193,11 +197,45 @@ def test_state_dict_carries_the_fp8_table(device):
         assert torch.equal(a(x), b(x))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", ["nvfp4", "mxfp4_rht_sr"])
+def test_stochastic_rounding_draws_the_layers_streams(recipe, device):
+    """The gradients' stochastic rounding draws the C++ layer's Philox streams: a layer with id 5
+    equals the C++ layer with id 5 bit for bit, and not the C++ layer with id 0 (dX and dW move,
+    Y, rounded to nearest, does not); a layer resumed at step 2 (its state_dict) draws step 2's."""
+    x, w, dy = inputs(device, seed=4)
+    layer = mxtorch.Linear(x.shape[2], w.shape[1], recipe=recipe, device=device, layer_id=5)
+    ys, dxs, dws = layer_steps(layer, x, w, dy, device)
+    assert layer.philox_step == STEPS
+    mine = linear.cpp_steps(recipe, x, w, dy, device=device == "cuda", layer_id=5)
+    other = linear.cpp_steps(recipe, x, w, dy, device=device == "cuda", layer_id=0)
+    for s in range(STEPS):
+        same_bits(ys[s], mine["y"][s], f"{recipe} step {s} y")
+        same_bits(dxs[s], mine["dx"][s], f"{recipe} step {s} dx")
+        same_bits(dws[s], mine["dw"][s], f"{recipe} step {s} dw")
+        same_bits(ys[s], other["y"][s], f"{recipe} step {s} y (layer 0)")
+        with pytest.raises(AssertionError, match="differ"):
+            same_bits(dxs[s], other["dx"][s], "dx of layer 0")
+    resumed = mxtorch.Linear(x.shape[2], w.shape[1], recipe=recipe, device=device, layer_id=5)
+    sd = layer.state_dict()
+    sd["_extra_state"] = {"philox_step": 2}
+    resumed.load_state_dict(sd)
+    _, dxs2, dws2 = layer_steps(resumed, x[2:], w[2:], dy[2:], device)
+    same_bits(dxs2[0], mine["dx"][2], f"{recipe} resumed at step 2 dx")
+    same_bits(dws2[0], mine["dw"][2], f"{recipe} resumed at step 2 dw")
+
+
 def test_refusals_name_the_argument():
     with pytest.raises(ValueError, match="recipe 'mxfp5' is not one of"):
         mxtorch.Linear(64, 64, recipe="mxfp5")
     with pytest.raises(ValueError, match="in_features K=48 must be a multiple of 32"):
         mxtorch.Linear(48, 64, recipe="mxfp8")
+    with pytest.raises(ValueError, match="in_features K=40 must be a multiple of 16"):
+        mxtorch.Linear(40, 64, recipe="nvfp4")
+    with pytest.raises(ValueError, match="layer_id"):
+        mxtorch.Linear(64, 64, recipe="nvfp4", layer_id=-1)
+    with pytest.raises(ValueError, match="extra state"):
+        mxtorch.Linear(64, 64, recipe="nvfp4").set_extra_state(3)
     with pytest.raises(ValueError, match="dtype must be torch.bfloat16 or torch.float32"):
         mxtorch.Linear(64, 64, dtype=torch.float16)
     layer = mxtorch.Linear(64, 64, recipe="mxfp8")

@@ -65,7 +65,8 @@ def test_fake_shapes_equal_real(device, fmt, axis, layout):
 def test_ops_are_the_package_functions(device):
     """The ops return what mxkit.quantize / dequantize return, byte for byte and value for value."""
     x = matrix(96, 128, device, dtype=torch.bfloat16)
-    kw = dict(axis="columnwise", scale_layout="cublas_128x4", hadamard=True, rounding="stochastic", seed=9)
+    kw = dict(axis="columnwise", scale_layout="cublas_128x4", hadamard=True, rounding="stochastic", seed=9,
+              philox_stream=12345)
     codes, scales = ops.quantize(x, "mxfp4", **kw)
     copy = mxkit.quantize(x, "mxfp4", **kw)
     assert torch.equal(codes, copy.codes) and torch.equal(scales, copy.scales)
@@ -84,6 +85,7 @@ def test_ops_are_the_package_functions(device):
     ("mxfp8_e4m3", "columnwise", "cublas_128x4", {"rule": "round_up"}),
     ("mxfp6_e3m2", "rowwise", "aiter_shuffle", {"hadamard": True}),
     ("mxint8", "columnwise", "row_major", {"rounding": "stochastic", "seed": 5}),
+    ("mxfp4", "columnwise", "row_major", {"rounding": "stochastic", "seed": 5, "philox_stream": 77}),
 ])
 def test_opcheck_quantize_and_dequantize(device, fmt, axis, layout, extra):
     x = matrix(96, 64, device)
