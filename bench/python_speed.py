@@ -23,9 +23,10 @@ Cases (targets from issue 45):
             batches of 100 calls (target: <= 20 us), against torch's own cast of it.
   linear    a Llama 3.1 8B MLP block (4096 -> 2 x 14336 (gate and up in one GEMM) -> SwiGLU ->
             4096) on --tokens tokens, forward + backward, its two linears mxkit.torch.Linear in
-            MXFP4 (+ the rotation), MXFP8 and FP8 delayed scaling, the block under torch.compile,
-            against the same block of bf16 nn.Linear under torch.compile (targets: MXFP4 and
-            MXFP8 >= 0.95x, FP8 >= 1.3x), in tokens/s.
+            MXFP4 (+ the rotation), MXFP8, FP8 delayed scaling and NVFP4 (NVIDIA's recipe), the
+            block under torch.compile, against the same block of bf16 nn.Linear under
+            torch.compile (targets: MXFP4 and MXFP8 >= 0.95x, FP8 >= 1.3x, NVFP4 >= 1.0x), in
+            tokens/s.
 Rows (--record): bench/results/python.jsonl through bench/render_results.py's new_row, each
 peer's settings in its row; scripts/gpu.sh python --bench runs the tests and this in one call.
 """
@@ -40,7 +41,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 BENCH = "python"
 CASES = ("quantize", "mxfp4", "overhead", "linear")
-LINEAR_RECIPES = (("mxfp4", "mxfp4+Hadamard", 95.0), ("mxfp8", "mxfp8", 95.0), ("fp8_delayed", "fp8 delayed", 130.0))
+# (recipe, label, target % of the peer): issue 45's for the first three; issue 46's 1.0x for NVFP4.
+LINEAR_RECIPES = (("mxfp4", "mxfp4+Hadamard", 95.0), ("mxfp8", "mxfp8", 95.0), ("fp8_delayed", "fp8 delayed", 130.0),
+                  ("nvfp4", "nvfp4 (16x16 W, RHT on wgrad, SR dY)", 100.0))
 
 
 def parse_args(argv=None):
