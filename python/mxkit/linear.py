@@ -48,7 +48,8 @@ import functools
 import mxkit
 from . import _mxkit
 
-__all__ = ["RECIPES", "Recipe", "forward", "backward", "philox_streams", "update_scales", "new_scaling_state", "cpp_steps"]
+__all__ = ["RECIPES", "Recipe", "forward", "backward", "philox_streams", "nvfp4_bf16_layers", "update_scales",
+           "new_scaling_state", "cpp_steps"]
 
 RECIPES = tuple(_mxkit.recipe_names)
 
@@ -206,6 +207,14 @@ def philox_streams(layer_id=0, step=0, call=0, training=True):
     call = mxkit._integer(f, "call", call, 0, _U64)
     x = _mxkit.mix_stream(layer_id, 0, (step * 4096 + call) & _U64) if training else _mxkit.mix_stream(layer_id, 3, step)
     return {"x": x, "w": _mxkit.mix_stream(layer_id, 1, step), "dy": _mxkit.mix_stream(x, 2)}
+
+
+def nvfp4_bf16_layers(n_layers):
+    """(first, last): how many of a model's first and last transformer layers keep their linears
+    in bf16 under the NVFP4 recipe (NVIDIA's selective high-precision layers: the first 2 and last
+    8 of the 12B model's 62 blocks, scaled to n_layers; nn/recipe.hpp's nvfp4_bf16_first_layers
+    and nvfp4_bf16_last_layers). A PyTorch model keeps those as torch.nn.Linear."""
+    return tuple(_mxkit.nvfp4_bf16_layers(mxkit._integer("mxkit.linear.nvfp4_bf16_layers", "n_layers", n_layers, 0)))
 
 
 # ---- the quantized copies -----------------------------------------------------------------------

@@ -1856,6 +1856,11 @@ PYBIND11_MODULE(_mxkit, m) {
   m.def("linear_steps", &linear_steps, py::arg("recipe"), py::arg("x"), py::arg("w"), py::arg("dy"), py::arg("device") = false,
         py::arg("activations") = "bf16", py::arg("weight") = "bf16", py::arg("history_length") = 1024, py::arg("algorithm") = "max",
         py::arg("margin") = 0, py::arg("layer_id") = 0);
+  // NVIDIA's selective high-precision layers (nn/recipe.hpp): how many of a model's first and last
+  // transformer layers keep bf16 linears under the NVFP4 recipe.
+  m.def("nvfp4_bf16_layers", [](std::size_t n_layers) {
+    return py::make_tuple(mxkit::nn::recipes::nvfp4_bf16_first_layers(n_layers), mxkit::nn::recipes::nvfp4_bf16_last_layers(n_layers));
+  }, py::arg("n_layers"));
   // The C++ layer's Philox stream of (layer id, purpose, counter) (nn/parameter.hpp): the Python
   // linear draws the streams the C++ linear draws.
   m.def("mix_stream", [](std::uint64_t a, std::uint64_t b, std::uint64_t c) { return mxkit::nn::mix_stream(a, b, c); }, py::arg("a"),

@@ -130,6 +130,19 @@ def test_philox_streams_are_the_cpp_layers():
             linear.philox_streams(**bad)
 
 
+def test_nvfp4_bf16_layers_scale_the_papers_share():
+    """The paper's 12B model: 62 blocks, the first 2 and the last 8 in bf16; a lone layer none; a
+    model of two or more layers keeps at least its last one."""
+    assert linear.nvfp4_bf16_layers(62) == (2, 8)
+    assert linear.nvfp4_bf16_layers(0) == (0, 0) and linear.nvfp4_bf16_layers(1) == (0, 0)
+    assert linear.nvfp4_bf16_layers(2) == (0, 1) and linear.nvfp4_bf16_layers(32) == (1, 4)
+    for n in range(2, 200):
+        first, last = linear.nvfp4_bf16_layers(n)
+        assert last >= 1 and abs(first - 2 * n / 62) <= 0.5 and (last == 1 or abs(last - 8 * n / 62) <= 0.5)
+    with pytest.raises(ValueError, match="n_layers"):
+        linear.nvfp4_bf16_layers(-1)
+
+
 def test_recipes_are_the_cpp_presets():
     """The Python layer reads the presets from the module (nn/recipe.hpp), one definition."""
     spec = _mxkit.recipe_spec("mxfp4")
