@@ -88,24 +88,22 @@ def _parts(copy, like):
     return copy[0], copy[1], empty(torch.float32)
 
 
-def _streams(layer_id, philox_step, training):
-    """The layer's Philox streams in the step that philox_step (a CPU int64 tensor) holds."""
-    return _linear.philox_streams(layer_id, int(philox_step), 0, training)
-
-
 @torch.library.custom_op("mxkit::linear_forward", mutates_args=("amax_history",))
 def linear_forward(x: Tensor, w: Tensor, recipe: str, training: bool, wgrad: bool, scale: Tensor, amax_history: Tensor,
-                   layer_id: int, philox_step: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                   layer_id: int, philox_step: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Y = X . W^T under `recipe` (mxkit.linear.forward): (y, X's wgrad copy (codes, scales,
-    tensor scale), W's dgrad copy (codes, scales, tensor scale)); an FP8 copy's scales are the one
-    float32 scale it was made with, and only NVFP4 copies have a tensor scale (else empty). x
-    [M, K], w [N, K]; amax_history (FP8, training) gains the amaxes of X and W; scale and
-    amax_history are empty tensors for a block-scaled recipe. layer_id and philox_step (a CPU
-    int64 tensor: the step) give the Philox streams of stochastic rounding (philox_streams)."""
+    tensor scale), W's dgrad copy (codes, scales, tensor scale), dY's Philox stream); an FP8 copy's
+    scales are the one float32 scale it was made with, and only NVFP4 copies have a tensor scale
+    (else empty). x [M, K], w [N, K]; amax_history (FP8, training) gains the amaxes of X and W;
+    scale and amax_history are empty tensors for a block-scaled recipe. layer_id and philox_step
+    (a CPU int64 tensor: the step) give the Philox streams of stochastic rounding
+    (philox_streams); backward's dY stream comes back as a CPU int64 scalar, so that backward
+    reads the step of this forward, not the layer's counter, which has moved on by then (under
+    torch.compile backward could otherwise read the counter after its increment)."""
     r = _recipe(recipe)
-    y, saved = _linear.forward(r, x, w, _state(scale, amax_history), training=training, wgrad=wgrad,
-                               streams=_streams(layer_id, philox_step, training))
-    return (y, *_parts(saved["x"], x), *_parts(saved["w"], x))
+    streams = _linear.philox_streams(layer_id, int(philox_step), 0, training)
+    y, saved = _linear.forward(r, x, w, _state(scale, amax_history), training=training, wgrad=wgrad, streams=streams)
+    return (y, *_parts(saved["x"], x), *_parts(saved["w"], x), torch.tensor(streams["dy"], dtype=torch.int64))
 
 
 def _copy_shapes(r, op, rows, cols, axis):
@@ -139,7 +137,8 @@ def _linear_forward_fake(x, w, recipe, training, wgrad, scale, amax_history, lay
     wcs, wss, wts = _copy_shapes(r, r.w_copies[1], n, k, "columnwise")
     return (y, x.new_empty(xcs, dtype=torch.uint8), x.new_empty(xss, dtype=_scale_dtype(r) if wgrad else torch.uint8),
             x.new_empty(xts, dtype=torch.float32), x.new_empty(wcs, dtype=torch.uint8),
-            x.new_empty(wss, dtype=_scale_dtype(r)), x.new_empty(wts, dtype=torch.float32))
+            x.new_empty(wss, dtype=_scale_dtype(r)), x.new_empty(wts, dtype=torch.float32),
+            philox_step.new_empty((), dtype=torch.int64))
 
 
 def _saved_copy(r, op, codes, scales, tensor_scale, rows, cols):
@@ -162,15 +161,15 @@ def _saved_copy(r, op, codes, scales, tensor_scale, rows, cols):
 @torch.library.custom_op("mxkit::linear_backward", mutates_args=("amax_history",))
 def linear_backward(dy: Tensor, x_codes: Tensor, x_scales: Tensor, x_tensor_scale: Tensor, w_codes: Tensor, w_scales: Tensor,
                     w_tensor_scale: Tensor, w: Tensor, recipe: str, m: int, need_dx: bool, need_dw: bool, scale: Tensor,
-                    amax_history: Tensor, layer_id: int, philox_step: Tensor) -> Tuple[Tensor, Tensor]:
+                    amax_history: Tensor, dy_stream: Tensor) -> Tuple[Tensor, Tensor]:
     """dX and dW (mxkit.linear.backward) from dY [M, N] and forward's saved copies; dX in dY's
     dtype, dW in w's. A gradient not asked for is an empty tensor. amax_history (FP8) gains dY's
-    amax. layer_id and philox_step: forward's (dY draws from the stream of forward's X)."""
+    amax. dy_stream: forward's last output, the Philox stream dY draws from."""
     r = _recipe(recipe)
     n, k = w.shape
     saved = {"x": _saved_copy(r, r.x_copies[1], x_codes, x_scales, x_tensor_scale, m, k) if need_dw else None,
              "w": _saved_copy(r, r.w_copies[1], w_codes, w_scales, w_tensor_scale, n, k), "shape": (m, k, n),
-             "dy_stream": _streams(layer_id, philox_step, True)["dy"]}
+             "dy_stream": int(dy_stream)}
     dx, dw = _linear.backward(r, dy, saved, _state(scale, amax_history), dx=need_dx, dw=need_dw,
                               dx_dtype=_dtype_name(dy), dw_dtype=_dtype_name(w))
     dx = dx.to(dy.dtype) if need_dx else dy.new_empty(_EMPTY)
@@ -180,7 +179,7 @@ def linear_backward(dy: Tensor, x_codes: Tensor, x_scales: Tensor, x_tensor_scal
 
 @linear_backward.register_fake
 def _linear_backward_fake(dy, x_codes, x_scales, x_tensor_scale, w_codes, w_scales, w_tensor_scale, w, recipe, m, need_dx,
-                          need_dw, scale, amax_history, layer_id, philox_step):
+                          need_dw, scale, amax_history, dy_stream):
     n, k = w.shape
     return (dy.new_empty((m, k) if need_dx else _EMPTY), w.new_empty((n, k) if need_dw else _EMPTY))
 
@@ -207,19 +206,18 @@ class _LinearFunction(torch.autograd.Function):
     def forward(ctx, x, w, recipe, training, scale, amax_history, layer_id, philox_step):
         wgrad = bool(training and ctx.needs_input_grad[1])
         scale, amax_history = _table_or_empty(scale, x), _table_or_empty(amax_history, x)
-        y, xc, xs, xt, wc, ws, wt = torch.ops.mxkit.linear_forward(x, w, recipe, training, wgrad, scale, amax_history,
-                                                                   layer_id, philox_step)
-        # The step this forward drew in, kept apart from the layer's counter, which moves on.
-        ctx.save_for_backward(xc, xs, xt, wc, ws, wt, w, philox_step.clone())
-        ctx.recipe, ctx.m, ctx.scale, ctx.amax_history, ctx.layer_id = recipe, x.shape[0], scale, amax_history, layer_id
+        y, xc, xs, xt, wc, ws, wt, dy_stream = torch.ops.mxkit.linear_forward(x, w, recipe, training, wgrad, scale,
+                                                                              amax_history, layer_id, philox_step)
+        ctx.save_for_backward(xc, xs, xt, wc, ws, wt, w, dy_stream)
+        ctx.recipe, ctx.m, ctx.scale, ctx.amax_history = recipe, x.shape[0], scale, amax_history
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        xc, xs, xt, wc, ws, wt, w, step = ctx.saved_tensors
+        xc, xs, xt, wc, ws, wt, w, dy_stream = ctx.saved_tensors
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx, dw = torch.ops.mxkit.linear_backward(dy.contiguous(), xc, xs, xt, wc, ws, wt, w, ctx.recipe, ctx.m, need_dx,
-                                                 need_dw, ctx.scale, ctx.amax_history, ctx.layer_id, step)
+                                                 need_dw, ctx.scale, ctx.amax_history, dy_stream)
         return (dx if need_dx else None), (dw if need_dw else None), None, None, None, None, None, None
 
 

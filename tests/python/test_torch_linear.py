@@ -108,11 +108,12 @@ def test_ops_pass_opcheck(recipe, device):
     step = torch.tensor(2, dtype=torch.int64)  # the layer's Philox step: a CPU tensor on either device
     fwd = (x, w, recipe, True, True, state["scale"], state["amax_history"], 7, step)
     torch.library.opcheck(torch.ops.mxkit.linear_forward.default, fwd)
-    y, xc, xs, xt, wc, ws, wt = torch.ops.mxkit.linear_forward(*fwd)
+    y, xc, xs, xt, wc, ws, wt, dy_stream = torch.ops.mxkit.linear_forward(*fwd)
     assert xt.shape == wt.shape == ((1,) if recipe == "nvfp4" else (0,))
+    assert int(dy_stream) == linear.philox_streams(7, 2)["dy"] and dy_stream.device.type == "cpu"
     torch.library.opcheck(torch.ops.mxkit.linear_backward.default,
-                          (dy, xc, xs, xt, wc, ws, wt, w, recipe, m, True, True, state["scale"], state["amax_history"], 7,
-                           step))
+                          (dy, xc, xs, xt, wc, ws, wt, w, recipe, m, True, True, state["scale"], state["amax_history"],
+                           dy_stream))
     if r.kind == "fp8":
         torch.library.opcheck(torch.ops.mxkit.fp8_update_scales.default,
                               (state["amax_history"], state["scale"], state["fp8_max"], recipe, r.history_length,
