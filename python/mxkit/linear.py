@@ -69,17 +69,25 @@ class _Operand:
         # The keywords of mxkit.quantize for this copy: the operand's element format, scale rule
         # (MX; NVFP4's scales have their own rule) and rounding; the GEMM's rotation and Philox
         # key. The Philox stream is the tensor's in its step (forward's streams).
-        if self.nvfp4:
-            self.quantize_args = dict(fmt="nvfp4", block=_NVFP4_BLOCKS[spec["format"]], rounding=spec["rounding"],
-                                      hadamard=gemm["hadamard"], random_signs=gemm["random_signs"], seed=gemm["seed"])
-        else:
-            self.quantize_args = dict(fmt=spec["format"], rule=spec["rule"], rounding=spec["rounding"],
-                                      hadamard=gemm["hadamard"], random_signs=gemm["random_signs"], seed=gemm["seed"])
+        common = dict(rounding=spec["rounding"], hadamard=gemm["hadamard"], random_signs=gemm["random_signs"], seed=gemm["seed"])
+        self.quantize_args = dict(fmt="nvfp4", block=_NVFP4_BLOCKS[spec["format"]], **common) if self.nvfp4 else \
+            dict(fmt=spec["format"], rule=spec["rule"], **common)
         # What decides the copy's bytes, beyond the tensor and its stream: the seed through random
         # signs and stochastic rounding.
         keyed = gemm["random_signs"] or spec["rounding"] == "stochastic"
         self.key = (spec["format"], spec["rule"], spec["rounding"], gemm["hadamard"], gemm["random_signs"],
                     gemm["seed"] if keyed else None)
+
+
+    def describe(self, rows, cols, axis):
+        """The description of this operand's copy of a [rows, cols] tensor along `axis`, as
+        mxkit.quantize makes it (its stored shapes; what rebuilds a copy from its arrays)."""
+        q = self.quantize_args
+        if self.nvfp4:
+            return mxkit._nvfp4_describe("mxkit.linear", rows, cols, axis, "mxkit", q["block"], None, q["rounding"],
+                                         q["hadamard"], q["random_signs"], q["seed"])
+        return mxkit._describe("mxkit.linear", rows, cols, q["fmt"], axis, "mxkit", None, q["rule"], q["rounding"],
+                               q["hadamard"], q["random_signs"], q["seed"])
 
 
 class _Gemm:

@@ -111,13 +111,8 @@ def _copy_shapes(r, op, rows, cols, axis):
     scale), as quantize makes them."""
     if r.kind == "fp8":
         return ((rows, cols) if axis == "rowwise" else (cols, rows)), (1,), _EMPTY
-    if op.nvfp4:
-        q = op.quantize_args
-        d = mxkit._nvfp4_describe("mxkit::linear", rows, cols, axis, "mxkit", q["block"], None, q["rounding"], q["hadamard"],
-                                  q["random_signs"], q["seed"])
-        return tuple(d.data_shape), tuple(d.scale_shape), (1,)
-    d = mxkit._describe("mxkit::linear", rows, cols, op.format, axis)
-    return tuple(d.data_shape), tuple(d.scale_shape), _EMPTY
+    d = op.describe(rows, cols, axis)
+    return tuple(d.data_shape), tuple(d.scale_shape), (1,) if op.nvfp4 else _EMPTY
 
 
 def _scale_dtype(r):
@@ -147,14 +142,9 @@ def _saved_copy(r, op, codes, scales, tensor_scale, rows, cols):
     scale)."""
     if r.kind == "fp8":
         return codes, scales
-    q = op.quantize_args
-    if op.nvfp4:
-        d = mxkit._nvfp4_describe("mxkit::linear", rows, cols, "columnwise", "mxkit", q["block"], None, q["rounding"],
-                                  q["hadamard"], q["random_signs"], q["seed"])
-        # The host GEMM takes the tensor scale as a float; a device one stays on the device (unread).
+    d = op.describe(rows, cols, "columnwise")
+    if op.nvfp4:  # the host GEMM takes the tensor scale as a float; a device one stays on the device (unread)
         return mxkit.NVFP4Copy(codes, scales, tensor_scale if tensor_scale.is_cuda else float(tensor_scale), d)
-    d = mxkit._describe("mxkit::linear", rows, cols, q["fmt"], "columnwise", "mxkit", None, q["rule"], q["rounding"],
-                        q["hadamard"], q["random_signs"], q["seed"])
     return mxkit.MXCopy(codes, scales, d)
 
 

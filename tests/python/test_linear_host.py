@@ -143,6 +143,19 @@ def test_nvfp4_bf16_layers_scale_the_papers_share():
         linear.nvfp4_bf16_layers(-1)
 
 
+@pytest.mark.parametrize("name", ["mxfp4", "mxfp8", "nvfp4"])
+def test_operand_descriptions_are_quantizes(name):
+    """What mxkit.torch.Linear rebuilds a saved copy from (and its ops' fake shapes): each operand's
+    description is the one quantize gives its copy."""
+    x = inputs(steps=1)[0][0]
+    for op in linear.Recipe(name).x_copies:
+        for axis in ("rowwise", "columnwise"):
+            c = mxkit.quantize(x, axis=axis, **op.quantize_args)
+            d = op.describe(*x.shape, axis)
+            assert (d.data_shape, d.scale_shape) == (list(c.codes.shape), list(c.scales.shape))
+            assert (d.axis, d.hadamard, d.rounding) == (c.description.axis, c.description.hadamard, c.description.rounding)
+
+
 def test_recipes_are_the_cpp_presets():
     """The Python layer reads the presets from the module (nn/recipe.hpp), one definition."""
     spec = _mxkit.recipe_spec("mxfp4")
