@@ -6,8 +6,11 @@
 // inputs (NaN, Inf, zero, subnormal and huge blocks) on ragged shapes with leading dimensions.
 // Outputs are poisoned before each call, so an unwritten byte fails too. Inputs come from seeds
 // printed with every failure. The kernels' 64 x 64 tiles meet their edges (partial tiles, rows
-// that take 16-byte loads or not, several tiles per CTA), and their per-thread steps also run on
-// the host (nvfp4_tile_host.hpp) against the reference, without a device.
+// that take 16-byte loads or not, several tiles per CTA). Every case that compares a device call
+// with the reference runs both kernels of the quantize pass: the tiled one and the team one (64 x
+// 128-byte tiles, gpu/quantize/nvfp4_team_kernel.hpp). Both kernels' own code also runs on the
+// host against the reference, without a device: the tiled kernels' per-thread steps
+// (nvfp4_tile_host.hpp) and the team kernel's lanes (nvfp4_team_host.hpp).
 #include <mxkit/gpu/quantize_nvfp4.hpp>
 #include <mxkit/ref/nvfp4_quantize.hpp>
 
@@ -22,6 +25,7 @@
 
 #include "../catch.hpp"
 #include "gpu_test_util.hpp"
+#include "nvfp4_team_host.hpp"
 #include "nvfp4_tile_host.hpp"
 
 namespace {
@@ -53,10 +57,10 @@ std::string describe(const one_case& k, const char* type, std::uint64_t seed) {
   return what.str();
 }
 
-// Runs one case on the device over `host` ([rows, ld]) and checks every output against the host;
-// returns "" or a description of the first difference.
+// Runs one case on the device over `host` ([rows, ld]) through one kernel of the quantize pass
+// and checks every output against the host; returns "" or a description of the first difference.
 template <class T>
-std::string run_on(const one_case& k, const std::vector<T>& host, const std::string& what) {
+std::string run_pass(const one_case& k, const std::vector<T>& host, const std::string& what, mxkit::gpu::detail::nvfp4_quantize_pass pass) {
   namespace gpu = mxkit::gpu;
   const shape s = k.s;
   gpu::device_buffer<T> in{std::span<const T>(host)};
@@ -68,10 +72,11 @@ std::string run_on(const one_case& k, const std::vector<T>& host, const std::str
   auto rd = gpu_test::poisoned(rl.data_bytes()), rs = gpu_test::poisoned(mxkit::scale_storage_size(k.row_layout, rl.lines(), rl.blocks_per_line()));
   auto cd = gpu_test::poisoned(cl.data_bytes()), cs = gpu_test::poisoned(mxkit::scale_storage_size(k.col_layout, cl.lines(), cl.blocks_per_line()));
   auto scalars = gpu_test::poisoned<float>(3);  // rowwise t, columnwise t, amax
-  gpu::quantize_nvfp4(dev_view, k.format, k.options,
-                      {k.rowwise ? rd.data() : nullptr, rs.data(), k.row_layout, scalars.data(), k.columnwise ? cd.data() : nullptr,
-                       cs.data(), k.col_layout, scalars.data() + 1, k.amax ? scalars.data() + 2 : nullptr},
-                      k.tensor_scale);
+  gpu::detail::quantize_nvfp4_impl<T>(dev_view, k.format, k.options,
+                                      {k.rowwise ? rd.data() : nullptr, rs.data(), k.row_layout, scalars.data(),
+                                       k.columnwise ? cd.data() : nullptr, cs.data(), k.col_layout, scalars.data() + 1,
+                                       k.amax ? scalars.data() + 2 : nullptr},
+                                      k.tensor_scale, nullptr, pass);
   MXKIT_GPU_CHECK(gpu::device_synchronize());
   const std::vector<float> got_scalars = scalars.to_host();
 
@@ -105,6 +110,15 @@ std::string run_on(const one_case& k, const std::vector<T>& host, const std::str
     if (!gpu_test::same_amax(got_scalars[2], want)) return what + "amax " + std::to_string(got_scalars[2]) + " vs host " + std::to_string(want);
   }
   return "";
+}
+
+// run_pass through each kernel of the quantize pass: the tiled one (gpu::quantize_nvfp4's) and the
+// team one (gpu/quantize/nvfp4_team_kernel.hpp).
+template <class T>
+std::string run_on(const one_case& k, const std::vector<T>& host, const std::string& what) {
+  using pass = mxkit::gpu::detail::nvfp4_quantize_pass;
+  const std::string d = run_pass(k, host, what + "tiled kernel: ", pass::tiled);
+  return d.empty() ? run_pass(k, host, what + "team kernel: ", pass::teams) : d;
 }
 
 template <class T>
@@ -197,9 +211,10 @@ TEST_CASE("gpu nvfp4 quantize: many blocks (grid-stride loops)", "[gpu]") {
   CHECK(e.empty());
 }
 
-// The fused kernels' tiles (64 x 64, gpu/quantize/nvfp4_kernel.hpp): whole and partial tiles,
-// rows aligned for 16-byte loads (ld > cols included) and not, both copies with and without the
-// rotation, both block shapes, several tiles per CTA.
+// The fused kernels' tiles (64 x 64, gpu/quantize/nvfp4_kernel.hpp; the team kernel's 64 x 64
+// for 16-bit inputs, 64 x 32 for float): whole and partial tiles, rows aligned for 16-byte loads
+// (ld > cols included) and not, both copies with and without the rotation, both block shapes,
+// several tiles per CTA and per team, and a last round of tiles split among teams.
 TEST_CASE("gpu nvfp4 quantize: tile edges of the fused kernels", "[gpu]") {
   constexpr shape tile_shapes[] = {{128, 192, 200}, {192, 128, 128}, {65, 129, 136}, {64, 64, 72}, {130, 70, 72}, {63, 200, 201}};
   int n = 600;
@@ -226,13 +241,24 @@ TEST_CASE("gpu nvfp4 quantize: tile edges of the fused kernels", "[gpu]") {
     INFO(d);
     CHECK(d.empty());
   }
+  // More tiles than the team kernel's resident teams (two a CTA, six CTAs an SM on NVIDIA: 1584
+  // on an H200), ragged at both edges, so teams loop and the last round is split.
+  for (const mxkit::rounding r : {mxkit::rounding::nearest_even, mxkit::rounding::stochastic}) {
+    one_case k{r == mxkit::rounding::stochastic ? mxkit::formats::nvfp4 : mxkit::formats::nvfp4_2d, {}, {4100, 2050, 2056},
+               scale_layout::cublas_128x4, scale_layout::row_major};
+    k.options.round = r;
+    const std::string d = run_case<mxkit::bfloat16>(k, base_seed + static_cast<unsigned>(n++));
+    INFO(d);
+    CHECK(d.empty());
+  }
 }
 
-// The kernels' per-thread steps run on the host, tile by tile (nvfp4_tile_host.hpp): the same
-// bytes as ref::quantize, without a device (a difference here is in the tile code itself).
-TEST_CASE("gpu nvfp4 quantize: the kernels' steps on the host equal the host reference", "[gpu]") {
-  constexpr shape host_shapes[] = {{97, 161, 170}, {64, 128, 128}, {1, 1, 1}, {130, 300, 304}, {17, 31, 33}, {192, 136, 144}};
-  int n = 700;
+// A kernel's steps run on the host (nvfp4_tile_host.hpp: the tiled kernels' threads, tile by
+// tile; nvfp4_team_host.hpp: the team kernel's lanes), against ref::quantize over every option and
+// input type, without a device: a difference here is in the kernel's own code.
+template <class Compare>
+void host_steps(int n, Compare compare) {
+  constexpr shape host_shapes[] = {{97, 161, 170}, {64, 128, 128}, {1, 1, 1}, {130, 300, 304}, {17, 31, 33}, {192, 136, 144}, {70, 40, 40}};
   auto one = [&](const auto* type, const shape& s, const mxkit::block_format& f, int rot, mxkit::rounding r, int copies, bool given) {
     using T = std::remove_cvref_t<decltype(*type)>;
     const std::vector<T> x = gpu_test::convert<T>(gpu_test::adversarial_matrix(s.rows, s.cols, s.ld, base_seed + static_cast<unsigned>(n)));
@@ -243,8 +269,8 @@ TEST_CASE("gpu nvfp4 quantize: the kernels' steps on the host equal the host ref
     o.seed = 0x1234u + static_cast<unsigned>(n);
     o.stream = static_cast<std::uint32_t>(n % 3);
     const std::optional<float> t = given ? std::optional<float>{n % 2 ? 0.0078125f : 3.5e-3f} : std::nullopt;
-    const std::string d = nvfp4_tile_host::compare(mxkit::matrix_view<const T>{x.data(), s.rows, s.cols, s.ld == s.cols ? 0 : s.ld}, f, o, copies != 2,
-                                                   copies != 1, mxkit::all_scale_layouts[n % 3], mxkit::all_scale_layouts[(n + 1) % 3], t);
+    const std::string d = compare(mxkit::matrix_view<const T>{x.data(), s.rows, s.cols, s.ld == s.cols ? 0 : s.ld}, f, o, copies != 2,
+                                  copies != 1, mxkit::all_scale_layouts[n % 3], mxkit::all_scale_layouts[(n + 1) % 3], t);
     INFO(gpu_test::type_name<T>() << " " << s.rows << "x" << s.cols << " ld " << s.ld << " " << mxkit::nvfp4_format_name(f) << " rot "
                                   << rot << " round " << static_cast<int>(r) << " copies " << copies << " given " << given << ": " << d);
     CHECK(d.empty());
@@ -257,9 +283,16 @@ TEST_CASE("gpu nvfp4 quantize: the kernels' steps on the host equal the host ref
       for (int rot = 0; rot < 3; ++rot) {
         const mxkit::rounding r = rounds[static_cast<std::size_t>(n) % 4];
         one(static_cast<const mxkit::bfloat16*>(nullptr), s, f, rot, r, n % 3, n % 5 == 0);
-        one(static_cast<const float*>(nullptr), s, f, rot, r, 0, false);
+        one(static_cast<const float*>(nullptr), s, f, rot, r, (n + 1) % 3, false);
         one(static_cast<const mxkit::float16*>(nullptr), s, f, rot, rounds[static_cast<std::size_t>(n + 1) % 4], 0, true);
       }
+}
+
+TEST_CASE("gpu nvfp4 quantize: the tiled kernels' steps on the host equal the host reference", "[gpu]") {
+  host_steps(700, [](auto&&... a) { return nvfp4_tile_host::compare(a...); });
+}
+TEST_CASE("gpu nvfp4 quantize: the team kernel's lanes on the host equal the host reference", "[gpu]") {
+  host_steps(800, [](auto&&... a) { return nvfp4_team_host::compare(a...); });
 }
 
 // The owning device copies (device_nvfp4_tensor) and their host copies, scales converted back to

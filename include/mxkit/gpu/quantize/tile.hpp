@@ -118,6 +118,74 @@ __device__ __attribute__((noinline)) void copy_edge_tile(const T* in, std::size_
   }
 }
 
+// The persistent grid's work items of a tiled quantize kernel: tiles in row-major order over
+// [tiles_m, tiles_k], item i of team t of CTA c being c * teams + t + i * (teams in the grid).
+// The tiles of the last, partial round are split into up to Parts items each (each a range of
+// the tile's work, each copying in the whole tile, the others' copies then coming from L2), so
+// that round keeps more teams busy: a few hundred leftover tiles can otherwise meet well over a
+// thousand teams. Divisions in 32 bits (tiles < 2^32: the launchers check).
+template <int Rows, int Cols, unsigned Parts>
+struct tile_schedule {
+  std::size_t whole;  // tiles of the whole rounds
+  std::size_t items;
+  std::size_t grid_teams;
+  unsigned split;  // items a tile of the last round is split into
+  unsigned tiles_k;
+
+  __device__ static tile_schedule make(std::size_t tiles_m, std::size_t tiles_k, int teams_per_cta) {
+    const std::size_t tiles = tiles_m * tiles_k;
+    const std::size_t grid_teams = static_cast<std::size_t>(gridDim.x) * static_cast<std::size_t>(teams_per_cta);
+    const std::size_t whole = tiles / grid_teams * grid_teams;
+    const unsigned left = static_cast<unsigned>(tiles - whole);
+    const unsigned split = left == 0 ? 1u : static_cast<unsigned>(grid_teams / left) < Parts ? static_cast<unsigned>(grid_teams / left) : Parts;
+    return {whole, whole + static_cast<std::size_t>(left) * split, grid_teams, split, static_cast<unsigned>(tiles_k)};
+  }
+  __device__ std::size_t tile_of(std::size_t i) const { return i < whole ? i : whole + static_cast<unsigned>(i - whole) / split; }
+  __device__ void origin(std::size_t t, std::size_t& r0, std::size_t& c0) const {
+    const unsigned m = static_cast<unsigned>(t) / tiles_k;
+    r0 = static_cast<std::size_t>(m) * Rows;
+    c0 = static_cast<std::size_t>(static_cast<unsigned>(t) - m * tiles_k) * Cols;
+  }
+  // The range [begin, end) of the tile's Parts that item i does: all of them, or its share of a
+  // split tile (the divisions only there).
+  __device__ void range(std::size_t i, int& begin, int& end) const {
+    begin = 0;
+    end = static_cast<int>(Parts);
+    if (i >= whole) {
+      const unsigned part = static_cast<unsigned>(i - whole) % split;
+      begin = static_cast<int>(part * Parts / split);
+      end = static_cast<int>((part + 1) * Parts / split);
+    }
+  }
+};
+
+// Starts copying the Rows x 128-byte tile at (r0, c0) of `in` ([rows, ld]; vector_loads: it and
+// every row start 16-byte aligned) into `dst`, swizzled: this lane moves chunk lane % 8 of tile
+// rows lane / 8 + 4 j, 16 bytes at a time asynchronously for a whole tile of aligned rows, else
+// element by element (copy_edge_tile, zero outside the matrix).
+template <class T, int Rows>
+__device__ inline void copy_tile_in(const T* in, std::size_t rows, std::size_t cols, std::size_t ld, bool vector_loads, uint4* dst,
+                                    std::size_t r0, std::size_t c0, int lane) {
+  using tile = quantize_tile<T, Rows>;
+  constexpr int epc = tile::elems_per_chunk, cpr = tile::chunks_per_row;
+  if (vector_loads && r0 + Rows <= rows && c0 + tile::cols <= cols) {
+    constexpr int row_step = tile::team / cpr;
+    const int row0 = lane / cpr, chunk = lane % cpr;
+    const T* src = in + (r0 + static_cast<std::size_t>(row0)) * ld + c0 + static_cast<std::size_t>(chunk * epc);
+    // Row row0 + 4j's swizzled chunk is the lane's key XOR a constant: row0 < 4 shares no bit
+    // with 4j or with the row's shifted copy in swizzle_chunk, whose key is an XOR of row bits.
+    // So the copies cost a pointer step and one XOR each, not the whole swizzle.
+    static_assert(row_step == 4);
+    const int key = swizzle_chunk<Rows>(row0, chunk);
+    uint4* const first = dst + row0 * cpr;
+    const std::size_t src_step = static_cast<std::size_t>(row_step) * ld;
+    for (int j = 0; j < tile::copies_per_lane; ++j, src += src_step)
+      async_copy16(first + j * row_step * cpr + (key ^ swizzle_chunk<Rows>(j * row_step, 0)), src);
+  } else {
+    copy_edge_tile<T, Rows>(in, rows, cols, ld, dst, r0, c0, lane);
+  }
+}
+
 // The 32 values of this lane's columnwise block (tile rows 32b ... 32b + 31, b = lane % blocks)
 // of its column in column set n, in row order. 16-bit inputs: lane = 4c + q; with 2 blocks per
 // tile column q = 2h + b and the lane reads column 16n + 8h + c, with 4 blocks q = b and column
