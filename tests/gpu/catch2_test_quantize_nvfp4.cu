@@ -9,8 +9,7 @@
 // that take 16-byte loads or not, several tiles per CTA). Every case that compares a device call
 // with the reference runs both kernels of the quantize pass: the tiled one and the team one (64 x
 // 128-byte tiles, gpu/quantize/nvfp4_team_kernel.hpp). Both kernels' own code also runs on the
-// host against the reference, without a device: the tiled kernels' per-thread steps
-// (nvfp4_tile_host.hpp) and the team kernel's lanes (nvfp4_team_host.hpp).
+// host, without a device (nvfp4_kernel_steps.cu).
 #include <mxkit/gpu/quantize_nvfp4.hpp>
 #include <mxkit/ref/nvfp4_quantize.hpp>
 
@@ -25,8 +24,6 @@
 
 #include "../catch.hpp"
 #include "gpu_test_util.hpp"
-#include "nvfp4_team_host.hpp"
-#include "nvfp4_tile_host.hpp"
 
 namespace {
 
@@ -251,48 +248,6 @@ TEST_CASE("gpu nvfp4 quantize: tile edges of the fused kernels", "[gpu]") {
     INFO(d);
     CHECK(d.empty());
   }
-}
-
-// A kernel's steps run on the host (nvfp4_tile_host.hpp: the tiled kernels' threads, tile by
-// tile; nvfp4_team_host.hpp: the team kernel's lanes), against ref::quantize over every option and
-// input type, without a device: a difference here is in the kernel's own code.
-template <class Compare>
-void host_steps(int n, Compare compare) {
-  constexpr shape host_shapes[] = {{97, 161, 170}, {64, 128, 128}, {1, 1, 1}, {130, 300, 304}, {17, 31, 33}, {192, 136, 144}, {70, 40, 40}};
-  auto one = [&](const auto* type, const shape& s, const mxkit::block_format& f, int rot, mxkit::rounding r, int copies, bool given) {
-    using T = std::remove_cvref_t<decltype(*type)>;
-    const std::vector<T> x = gpu_test::convert<T>(gpu_test::adversarial_matrix(s.rows, s.cols, s.ld, base_seed + static_cast<unsigned>(n)));
-    nvfp4_options o;
-    o.round = r;
-    o.hadamard = rot > 0;
-    o.hadamard_signs = rot == 2 ? mxkit::hadamard_sign_mask(0x51u + static_cast<unsigned>(n)) : 0u;
-    o.seed = 0x1234u + static_cast<unsigned>(n);
-    o.stream = static_cast<std::uint32_t>(n % 3);
-    const std::optional<float> t = given ? std::optional<float>{n % 2 ? 0.0078125f : 3.5e-3f} : std::nullopt;
-    const std::string d = compare(mxkit::matrix_view<const T>{x.data(), s.rows, s.cols, s.ld == s.cols ? 0 : s.ld}, f, o, copies != 2,
-                                  copies != 1, mxkit::all_scale_layouts[n % 3], mxkit::all_scale_layouts[(n + 1) % 3], t);
-    INFO(gpu_test::type_name<T>() << " " << s.rows << "x" << s.cols << " ld " << s.ld << " " << mxkit::nvfp4_format_name(f) << " rot "
-                                  << rot << " round " << static_cast<int>(r) << " copies " << copies << " given " << given << ": " << d);
-    CHECK(d.empty());
-    ++n;
-  };
-  const mxkit::rounding rounds[] = {mxkit::rounding::nearest_even, mxkit::rounding::stochastic, mxkit::rounding::nearest_away,
-                                    mxkit::rounding::toward_zero};
-  for (const shape& s : host_shapes)
-    for (const mxkit::block_format& f : {mxkit::formats::nvfp4, mxkit::formats::nvfp4_2d})
-      for (int rot = 0; rot < 3; ++rot) {
-        const mxkit::rounding r = rounds[static_cast<std::size_t>(n) % 4];
-        one(static_cast<const mxkit::bfloat16*>(nullptr), s, f, rot, r, n % 3, n % 5 == 0);
-        one(static_cast<const float*>(nullptr), s, f, rot, r, (n + 1) % 3, false);
-        one(static_cast<const mxkit::float16*>(nullptr), s, f, rot, rounds[static_cast<std::size_t>(n + 1) % 4], 0, true);
-      }
-}
-
-TEST_CASE("gpu nvfp4 quantize: the tiled kernels' steps on the host equal the host reference", "[gpu]") {
-  host_steps(700, [](auto&&... a) { return nvfp4_tile_host::compare(a...); });
-}
-TEST_CASE("gpu nvfp4 quantize: the team kernel's lanes on the host equal the host reference", "[gpu]") {
-  host_steps(800, [](auto&&... a) { return nvfp4_team_host::compare(a...); });
 }
 
 // The owning device copies (device_nvfp4_tensor) and their host copies, scales converted back to
