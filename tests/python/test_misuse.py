@@ -257,3 +257,11 @@ def test_nan_inf_subnormal_zero_and_empty_inputs():
         c = mxkit.quantize(e, "mxfp4", axis="both")
         assert mxkit.validate(e, c[0]).ok and mxkit.validate(e, c[1]).ok
         assert mxkit.dequantize(c[0]).shape == shape and mxkit.dequantize(c[1]).shape == shape
+    # Empty inputs in the peers' storage too: TE's columnwise scales of a copy with no columns are
+    # [4, 0] (block stride 0), which the layout check once refused (found by the API fuzzer).
+    for preset, fmt in (("te_mxfp8", "mxfp8_e4m3"), ("torchao_rceil", "mxfp4"), ("rocm_te_mxfp4", "mxfp4")):
+        for shape in ((0, 64), (64, 0), (32, 0), (0, 0)):
+            e = np.zeros(shape, np.float32)
+            for c in mxkit.quantize(e, fmt, axis="both", preset=preset):
+                assert mxkit.validate(e, c).ok and mxkit.dequantize(c).shape == shape
+    assert mxkit.quantize(np.zeros((64, 0), np.float32), "mxfp8_e4m3", axis="columnwise", preset="te_mxfp8").scales.shape == (4, 0)

@@ -165,6 +165,10 @@ TEST_CASE("foreign layout: bad descriptions raise errors naming the value and th
   s = {};
   s.scale_line_stride = 3;
   CHECK_THROWS_WITH(check(s), mxkit_test::contains("scale strides must both be set or both 0, got line 3 and block 0"));
+  {  // a copy with no scale entry: no stride places anything (TE's columnwise scales of a copy with no lines)
+    const mxkit::block_layout empty{mxkit::formats::mxfp8_e4m3, block_axis::columnwise, 64, 0};
+    CHECK_NOTHROW(mxkit::detail::check_foreign_view(mxkit::mx_foreign_view{empty, {}, s, buf, buf}, "validate"));
+  }
   s.scale_block_stride = 2;  // 64 lines x 3 blocks: lines 3 apart, blocks 2 apart overlap
   CHECK_THROWS_WITH(check(s), mxkit_test::contains("make the scales of a 64x3 extent overlap"));
   s = {};

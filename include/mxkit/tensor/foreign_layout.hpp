@@ -219,11 +219,13 @@ void check_foreign_storage_fields(const View& v, const char* what) {
           " is smaller than the ", l.lines(), " lines of the copy");
   require(s.scale_padded.blocks == 0 || s.scale_padded.blocks >= l.blocks_per_line(), what, ": scale_padded.blocks ",
           s.scale_padded.blocks, " is smaller than the ", l.blocks_per_line(), " blocks per line");
-  require((s.scale_line_stride == 0) == (s.scale_block_stride == 0), what, ": scale strides must both be set or both 0, got line ",
-          s.scale_line_stride, " and block ", s.scale_block_stride);
   const scale_extent e = v.stored_scale_extent();
   const std::size_t entries = checked_mul({s.scale_padded.lines ? "scale_padded.lines" : "lines", e.lines},
                                           {s.scale_padded.blocks ? "scale_padded.blocks" : "blocks per line", e.blocks}, what);
+  // Where there is no entry a stride places nothing, and a peer's stride may be 0 there: TE's
+  // columnwise scales of a copy with no lines are [blocks, 0], block stride 0 (peer_presets.hpp).
+  require(entries == 0 || (s.scale_line_stride == 0) == (s.scale_block_stride == 0), what,
+          ": scale strides must both be set or both 0, got line ", s.scale_line_stride, " and block ", s.scale_block_stride);
   if (!s.scale_line_stride) {
     checked_bytes({"scale entries", entries}, 1, what);
     return;
