@@ -19,9 +19,7 @@
 //   quantize pass alone, as a caller whose producer supplies the amax runs it. Bytes: the input
 //   once + both copies' codes and scales (the amax pass's second read of the input, the tensor
 //   scales and the amax are not counted), as the row's peer_settings say. Validated in full
-//   first (every code, scale and tensor scale of both copies equal ref::quantize's). Each case
-//   again with the quantize pass's team kernel ("... (team kernel)": gpu/quantize/
-//   nvfp4_team_kernel.hpp, the candidate beside the tiled kernel until one is removed).
+//   first (every code, scale and tensor scale of both copies equal ref::quantize's).
 //   MXKIT_BENCH_ONLY=nvfp4 runs only these.
 // Each case is validated first: the first 256 rows' rowwise lines and every column's first
 // eight columnwise blocks equal the host reference byte for byte.
@@ -388,59 +386,52 @@ void run_nvfp4_shape(run_context& ctx, std::size_t M, std::size_t K) {
                                "; case bytes = input read once + both copies' FP4 codes and E4M3 scales written (the amax pass's "
                                "second read, the tensor scales and the amax not counted); the whole gpu::quantize_nvfp4 call timed; "
                                "given-scale: the input's tensor scale passed in, so no amax pass";
-  // Each variant through both kernels of the quantize pass (gpu::detail::nvfp4_quantize_pass): the
-  // tiled one, which gpu::quantize_nvfp4 takes, under the case names kept across commits, and the
-  // team one, "... (team kernel)", until one of them is removed.
-  using pass_kind = gpu::detail::nvfp4_quantize_pass;
-  for (const pass_kind pass : {pass_kind::tiled, pass_kind::teams}) {
-    for (const variant& v : variants) {
-      if (!wanted(v)) continue;
-      const std::string name = v.name + suffix + (pass == pass_kind::teams ? " (team kernel)" : "");
-      mxkit::nvfp4_options o;
-      o.hadamard = v.hadamard;
-      o.hadamard_signs = v.hadamard ? mxkit::hadamard_sign_mask(5) : 0u;
-      const mxkit::block_layout rl{v.format, mxkit::block_axis::rowwise, M, K}, cl{v.format, mxkit::block_axis::columnwise, M, K};
-      std::vector<gpu::device_buffer<std::uint8_t>> rd, rs, cd, cs;
-      std::vector<gpu::device_buffer<float>> scalars;  // rowwise t, columnwise t
-      for (std::size_t b = 0; b < nbuf; ++b) {
-        rd.emplace_back(rl.data_bytes());
-        rs.emplace_back(rl.scale_count());
-        cd.emplace_back(cl.data_bytes());
-        cs.emplace_back(cl.scale_count());
-        scalars.emplace_back(2);
-      }
-      auto launch = [&](int i) {
-        const std::size_t b = static_cast<std::size_t>(i) % nbuf;
-        gpu::detail::quantize_nvfp4_impl<T>(mxkit::matrix_view<const T>{in[b].data(), M, K}, v.format, o,
-                                            {rd[b].data(), rs[b].data(), mxkit::scale_layout::row_major, scalars[b].data(), cd[b].data(),
-                                             cs[b].data(), mxkit::scale_layout::row_major, scalars[b].data() + 1, nullptr},
-                                            v.given ? gpu::nvfp4_tensor_scale_source(given_scale) : gpu::nvfp4_tensor_scale_source(), s,
-                                            pass);
-      };
-      launch(0);
-      s.synchronize();
-      std::string bad;
-      const std::vector<float> t = scalars[0].to_host(s);
-      for (const mxkit::block_axis axis : {mxkit::block_axis::rowwise, mxkit::block_axis::columnwise}) {
-        const bool row = axis == mxkit::block_axis::rowwise;
-        const mxkit::nvfp4_tensor want = v.given ? mxkit::ref::quantize(host_view, v.format, axis, o, given_scale)
-                                                 : mxkit::ref::quantize(host_view, v.format, axis, o);
-        bad += first_diff((row ? rd : cd)[0].to_host(s), want.data()) + first_diff((row ? rs : cs)[0].to_host(s), want.scales());
-        if (mxkit::bit_cast<std::uint32_t>(t[row ? 0 : 1]) != mxkit::bit_cast<std::uint32_t>(want.tensor_scale()))
-          bad += std::string(" ") + (row ? "rowwise" : "columnwise") + " tensor scale differs";
-      }
-      if (!bad.empty()) {
-        std::fprintf(stderr, "FAILED validation: %s: %s\n", name.c_str(), bad.c_str());
-        ++ctx.failures;
-        continue;
-      }
-      const timing tm = time_ms(launch, ctx.repeats, s);
-      const double bytes = static_cast<double>(in_bytes + rl.data_bytes() + rl.scale_count() + cl.data_bytes() + cl.scale_count());
-      const double gbs = bytes / (tm.ms * 1e-3) / 1e9;
-      std::printf("  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", name.c_str(), tm.ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
-                  tm.spread * 100);
-      ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs, settings, "nvfp4"});
+  for (const variant& v : variants) {
+    if (!wanted(v)) continue;
+    const std::string name = v.name + suffix;
+    mxkit::nvfp4_options o;
+    o.hadamard = v.hadamard;
+    o.hadamard_signs = v.hadamard ? mxkit::hadamard_sign_mask(5) : 0u;
+    const mxkit::block_layout rl{v.format, mxkit::block_axis::rowwise, M, K}, cl{v.format, mxkit::block_axis::columnwise, M, K};
+    std::vector<gpu::device_buffer<std::uint8_t>> rd, rs, cd, cs;
+    std::vector<gpu::device_buffer<float>> scalars;  // rowwise t, columnwise t
+    for (std::size_t b = 0; b < nbuf; ++b) {
+      rd.emplace_back(rl.data_bytes());
+      rs.emplace_back(rl.scale_count());
+      cd.emplace_back(cl.data_bytes());
+      cs.emplace_back(cl.scale_count());
+      scalars.emplace_back(2);
     }
+    auto launch = [&](int i) {
+      const std::size_t b = static_cast<std::size_t>(i) % nbuf;
+      gpu::quantize_nvfp4(mxkit::matrix_view<const T>{in[b].data(), M, K}, v.format, o,
+                          {rd[b].data(), rs[b].data(), mxkit::scale_layout::row_major, scalars[b].data(), cd[b].data(), cs[b].data(),
+                           mxkit::scale_layout::row_major, scalars[b].data() + 1, nullptr},
+                          v.given ? std::optional<float>(given_scale) : std::nullopt, s);
+    };
+    launch(0);
+    s.synchronize();
+    std::string bad;
+    const std::vector<float> t = scalars[0].to_host(s);
+    for (const mxkit::block_axis axis : {mxkit::block_axis::rowwise, mxkit::block_axis::columnwise}) {
+      const bool row = axis == mxkit::block_axis::rowwise;
+      const mxkit::nvfp4_tensor want = v.given ? mxkit::ref::quantize(host_view, v.format, axis, o, given_scale)
+                                               : mxkit::ref::quantize(host_view, v.format, axis, o);
+      bad += first_diff((row ? rd : cd)[0].to_host(s), want.data()) + first_diff((row ? rs : cs)[0].to_host(s), want.scales());
+      if (mxkit::bit_cast<std::uint32_t>(t[row ? 0 : 1]) != mxkit::bit_cast<std::uint32_t>(want.tensor_scale()))
+        bad += std::string(" ") + (row ? "rowwise" : "columnwise") + " tensor scale differs";
+    }
+    if (!bad.empty()) {
+      std::fprintf(stderr, "FAILED validation: %s: %s\n", name.c_str(), bad.c_str());
+      ++ctx.failures;
+      continue;
+    }
+    const timing tm = time_ms(launch, ctx.repeats, s);
+    const double bytes = static_cast<double>(in_bytes + rl.data_bytes() + rl.scale_count() + cl.data_bytes() + cl.scale_count());
+    const double gbs = bytes / (tm.ms * 1e-3) / 1e9;
+    std::printf("  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", name.c_str(), tm.ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
+                tm.spread * 100);
+    ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs, settings, "nvfp4"});
   }
 }
 

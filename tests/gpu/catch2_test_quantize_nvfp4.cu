@@ -6,9 +6,7 @@
 // inputs (NaN, Inf, zero, subnormal and huge blocks) on ragged shapes with leading dimensions.
 // Outputs are poisoned before each call, so an unwritten byte fails too. Inputs come from seeds
 // printed with every failure. The kernels' 64 x 64 tiles meet their edges (partial tiles, rows
-// that take 16-byte loads or not, several tiles per CTA). Every case that compares a device call
-// with the reference runs both kernels of the quantize pass: the tiled one and the team one (64 x
-// 128-byte tiles, gpu/quantize/nvfp4_team_kernel.hpp). Both kernels' own code also runs on the
+// that take 16-byte loads or not, several tiles per CTA); the kernels' own code also runs on the
 // host, without a device (nvfp4_kernel_steps.cu).
 #include <mxkit/gpu/quantize_nvfp4.hpp>
 #include <mxkit/ref/nvfp4_quantize.hpp>
@@ -54,10 +52,10 @@ std::string describe(const one_case& k, const char* type, std::uint64_t seed) {
   return what.str();
 }
 
-// Runs one case on the device over `host` ([rows, ld]) through one kernel of the quantize pass
-// and checks every output against the host; returns "" or a description of the first difference.
+// Runs one case on the device over `host` ([rows, ld]) and checks every output against the host;
+// returns "" or a description of the first difference.
 template <class T>
-std::string run_pass(const one_case& k, const std::vector<T>& host, const std::string& what, mxkit::gpu::detail::nvfp4_quantize_pass pass) {
+std::string run_on(const one_case& k, const std::vector<T>& host, const std::string& what) {
   namespace gpu = mxkit::gpu;
   const shape s = k.s;
   gpu::device_buffer<T> in{std::span<const T>(host)};
@@ -69,11 +67,10 @@ std::string run_pass(const one_case& k, const std::vector<T>& host, const std::s
   auto rd = gpu_test::poisoned(rl.data_bytes()), rs = gpu_test::poisoned(mxkit::scale_storage_size(k.row_layout, rl.lines(), rl.blocks_per_line()));
   auto cd = gpu_test::poisoned(cl.data_bytes()), cs = gpu_test::poisoned(mxkit::scale_storage_size(k.col_layout, cl.lines(), cl.blocks_per_line()));
   auto scalars = gpu_test::poisoned<float>(3);  // rowwise t, columnwise t, amax
-  gpu::detail::quantize_nvfp4_impl<T>(dev_view, k.format, k.options,
-                                      {k.rowwise ? rd.data() : nullptr, rs.data(), k.row_layout, scalars.data(),
-                                       k.columnwise ? cd.data() : nullptr, cs.data(), k.col_layout, scalars.data() + 1,
-                                       k.amax ? scalars.data() + 2 : nullptr},
-                                      k.tensor_scale, nullptr, pass);
+  gpu::quantize_nvfp4(dev_view, k.format, k.options,
+                      {k.rowwise ? rd.data() : nullptr, rs.data(), k.row_layout, scalars.data(), k.columnwise ? cd.data() : nullptr,
+                       cs.data(), k.col_layout, scalars.data() + 1, k.amax ? scalars.data() + 2 : nullptr},
+                      k.tensor_scale);
   MXKIT_GPU_CHECK(gpu::device_synchronize());
   const std::vector<float> got_scalars = scalars.to_host();
 
@@ -107,15 +104,6 @@ std::string run_pass(const one_case& k, const std::vector<T>& host, const std::s
     if (!gpu_test::same_amax(got_scalars[2], want)) return what + "amax " + std::to_string(got_scalars[2]) + " vs host " + std::to_string(want);
   }
   return "";
-}
-
-// run_pass through each kernel of the quantize pass: the tiled one (gpu::quantize_nvfp4's) and the
-// team one (gpu/quantize/nvfp4_team_kernel.hpp).
-template <class T>
-std::string run_on(const one_case& k, const std::vector<T>& host, const std::string& what) {
-  using pass = mxkit::gpu::detail::nvfp4_quantize_pass;
-  const std::string d = run_pass(k, host, what + "tiled kernel: ", pass::tiled);
-  return d.empty() ? run_pass(k, host, what + "team kernel: ", pass::teams) : d;
 }
 
 template <class T>
@@ -208,10 +196,9 @@ TEST_CASE("gpu nvfp4 quantize: many blocks (grid-stride loops)", "[gpu]") {
   CHECK(e.empty());
 }
 
-// The fused kernels' tiles (64 x 64, gpu/quantize/nvfp4_kernel.hpp; the team kernel's 64 x 64
-// for 16-bit inputs, 64 x 32 for float): whole and partial tiles, rows aligned for 16-byte loads
-// (ld > cols included) and not, both copies with and without the rotation, both block shapes,
-// several tiles per CTA and per team, and a last round of tiles split among teams.
+// The fused kernels' tiles (64 x 64, gpu/quantize/nvfp4_kernel.hpp): whole and partial tiles,
+// rows aligned for 16-byte loads (ld > cols included) and not, both copies with and without the
+// rotation, both block shapes, several tiles per CTA.
 TEST_CASE("gpu nvfp4 quantize: tile edges of the fused kernels", "[gpu]") {
   constexpr shape tile_shapes[] = {{128, 192, 200}, {192, 128, 128}, {65, 129, 136}, {64, 64, 72}, {130, 70, 72}, {63, 200, 201}};
   int n = 600;
@@ -238,8 +225,8 @@ TEST_CASE("gpu nvfp4 quantize: tile edges of the fused kernels", "[gpu]") {
     INFO(d);
     CHECK(d.empty());
   }
-  // More tiles than the team kernel's resident teams (two a CTA, six CTAs an SM on NVIDIA: 1584
-  // on an H200), ragged at both edges, so teams loop and the last round is split.
+  // 2,145 tiles of 64 x 64, ragged at both edges, against a persistent grid of a few CTAs an SM:
+  // every CTA loops over several tiles, the last ones partial.
   for (const mxkit::rounding r : {mxkit::rounding::nearest_even, mxkit::rounding::stochastic}) {
     one_case k{r == mxkit::rounding::stochastic ? mxkit::formats::nvfp4 : mxkit::formats::nvfp4_2d, {}, {4100, 2050, 2056},
                scale_layout::cublas_128x4, scale_layout::row_major};

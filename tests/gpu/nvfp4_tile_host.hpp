@@ -100,11 +100,12 @@ result run(mxkit::matrix_view<const T> in, const mxkit::block_format& format, co
   return r;
 }
 
-// "" or the first difference of r (the wanted copies of `in` as some kernel's steps wrote them)
-// from ref::quantize's (and of the amax from the input's amax_bits).
+// "" or the first difference of run()'s outputs from ref::quantize's (and of the amax from the
+// input's amax_bits).
 template <class T>
-std::string check(const result& r, mxkit::matrix_view<const T> in, const mxkit::block_format& format, const mxkit::nvfp4_options& options,
-                  bool rowwise, bool columnwise, mxkit::scale_layout row_layout, mxkit::scale_layout col_layout, std::optional<float> given) {
+std::string compare(mxkit::matrix_view<const T> in, const mxkit::block_format& format, const mxkit::nvfp4_options& options, bool rowwise,
+                    bool columnwise, mxkit::scale_layout row_layout, mxkit::scale_layout col_layout, std::optional<float> given) {
+  const result r = run(in, format, options, rowwise, columnwise, row_layout, col_layout, given);
   auto one = [&](mxkit::block_axis axis, const copy_out& c, mxkit::scale_layout l, const char* name) -> std::string {
     const mxkit::nvfp4_tensor want = mxkit::ref::quantize(in, format, axis, options, given);
     const mxkit::block_layout& ml = want.layout();
@@ -129,14 +130,6 @@ std::string check(const result& r, mxkit::matrix_view<const T> in, const mxkit::
     for (std::size_t j = 0; j < in.cols; ++j) a = mxkit::amax_bits(a, mxkit::load_float(in.data[i * in.stride() + j]));
   if (a != r.amax) return "amax bits " + std::to_string(r.amax) + " vs " + std::to_string(a);
   return "";
-}
-
-// "" or the first difference of run()'s outputs from ref::quantize's.
-template <class T>
-std::string compare(mxkit::matrix_view<const T> in, const mxkit::block_format& format, const mxkit::nvfp4_options& options, bool rowwise,
-                    bool columnwise, mxkit::scale_layout row_layout, mxkit::scale_layout col_layout, std::optional<float> given) {
-  return check(run(in, format, options, rowwise, columnwise, row_layout, col_layout, given), in, format, options, rowwise, columnwise,
-               row_layout, col_layout, given);
 }
 
 }  // namespace nvfp4_tile_host

@@ -12,8 +12,7 @@
 // the rotation: with the rotation the two copies' amaxes differ), computed on the device by a
 // reduction pass before the quantize pass reads it, or the caller's (a calibrated or another
 // copy's scale), written to the same device float. The kernels: gpu/quantize/nvfp4_kernel.hpp (a
-// tiled amax pass and a fused quantize pass, each reading the input once for both copies; the
-// quantize pass also in gpu/quantize/nvfp4_team_kernel.hpp, until a device timing keeps one); the
+// tiled amax pass and a fused quantize pass, each reading the input once for both copies); the
 // kernel library's family NVFP4_QUANTIZE compiles them once for float, bfloat16 and float16
 // inputs (src/gpu/nvfp4_quantize.cu; gpu/kernel_library.hpp), for the device backend's NVFP4
 // recipe, the Python module and any program that links the library.
@@ -30,7 +29,6 @@
 #include <mxkit/gpu/device_nvfp4_tensor.hpp>
 #include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/quantize/nvfp4_kernel.hpp>
-#include <mxkit/gpu/quantize/nvfp4_team_kernel.hpp>
 #include <mxkit/gpu/runtime.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/nvfp4_tensor.hpp>
@@ -127,22 +125,10 @@ void launch_nvfp4_amax(const nvfp4_amax_params<U>& p, bool rotate, stream_t stre
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
-// Which kernel runs the quantize pass: the tiled one (gpu/quantize/nvfp4_kernel.hpp, the measured
-// one, which the public entry points take) or the team one (gpu/quantize/nvfp4_team_kernel.hpp,
-// the MX quantizer's shape), until one device call has timed both (docs/perf/quantize.md);
-// bench_quantize_gpu and catch2_test_quantize_nvfp4 take each through quantize_nvfp4_impl.
-enum class nvfp4_quantize_pass { tiled, teams };
-
 template <class U, bool Rotate, bool TwoD>
-void launch_nvfp4_quantize(const nvfp4_quantize_params<U>& p, nvfp4_quantize_pass pass, stream_t stream) {
-  if (pass == nvfp4_quantize_pass::teams) {
-    const nvfp4_team_params<U> t = make_nvfp4_team_params(p);
-    constexpr auto kernel = nvfp4_team_quantize_kernel<U, Rotate, TwoD>;
-    kernel<<<persistent_grid<kernel>(nvfp4_team_tile<U>::threads, t.tiles_m * t.tiles_k), nvfp4_team_tile<U>::threads, 0, stream>>>(t);
-  } else {
-    constexpr auto kernel = nvfp4_quantize_kernel<U, Rotate, TwoD>;
-    kernel<<<nvfp4_grid<kernel>(p.in.tiles), nvfp4_threads, 0, stream>>>(p);
-  }
+void launch_nvfp4_quantize(const nvfp4_quantize_params<U>& p, stream_t stream) {
+  constexpr auto kernel = nvfp4_quantize_kernel<U, Rotate, TwoD>;
+  kernel<<<nvfp4_grid<kernel>(p.in.tiles), nvfp4_threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
@@ -153,8 +139,7 @@ void launch_nvfp4_quantize(const nvfp4_quantize_params<U>& p, nvfp4_quantize_pas
 // written).
 template <class U>
 void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, const nvfp4_options& options,
-                         const nvfp4_outputs& out, const nvfp4_tensor_scale_source& source, stream_t stream,
-                         nvfp4_quantize_pass pass = nvfp4_quantize_pass::tiled) {
+                         const nvfp4_outputs& out, const nvfp4_tensor_scale_source& source, stream_t stream) {
   mxkit::detail::check_matrix(in, "gpu::quantize_nvfp4:");
   const block_layout layouts[2] = {{format, block_axis::rowwise, in.rows, in.cols}, {format, block_axis::columnwise, in.rows, in.cols}};
   for (const block_layout& l : layouts) mxkit::detail::check_nvfp4_layout(l, "gpu::quantize_nvfp4");  // NVFP4, sizes that fit
@@ -163,11 +148,6 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
   const nvfp4_tile_input<U> tiles = make_nvfp4_tile_input(in);
   mxkit::detail::require(tiles.tiles < (std::size_t{1} << 32), "gpu::quantize_nvfp4: a ", in.rows, " x ", in.cols,
                          " matrix is 2^32 tiles of 64 x 64 or more (the kernels number tiles in 32 bits)");
-  // The team kernel's tiles are 64 x 32 for float inputs: twice as many.
-  using team_tile = nvfp4_team_tile<U>;
-  const std::size_t team_tiles = (in.rows + team_tile::rows - 1) / team_tile::rows * ((in.cols + team_tile::cols - 1) / team_tile::cols);
-  mxkit::detail::require(pass != nvfp4_quantize_pass::teams || team_tiles < (std::size_t{1} << 32), "gpu::quantize_nvfp4: a ", in.rows,
-                         " x ", in.cols, " matrix is 2^32 tiles of the team kernel or more");
   const nvfp4_copy_outputs copies[2] = {
       {block_axis::rowwise, out.rowwise_data, out.rowwise_scales, out.rowwise_scales_layout, out.rowwise_tensor_scale},
       {block_axis::columnwise, out.columnwise_data, out.columnwise_scales, out.columnwise_scales_layout, out.columnwise_tensor_scale}};
@@ -211,11 +191,11 @@ void quantize_nvfp4_impl(matrix_view<const U> in, const block_format& format, co
     input_amax = nullptr;
     const bool two_d = layouts[0].tile_lines() > 1;
     if (options.hadamard) {
-      if (two_d) launch_nvfp4_quantize<U, true, true>(p, pass, stream);
-      else launch_nvfp4_quantize<U, true, false>(p, pass, stream);
+      if (two_d) launch_nvfp4_quantize<U, true, true>(p, stream);
+      else launch_nvfp4_quantize<U, true, false>(p, stream);
     } else {
-      if (two_d) launch_nvfp4_quantize<U, false, true>(p, pass, stream);
-      else launch_nvfp4_quantize<U, false, false>(p, pass, stream);
+      if (two_d) launch_nvfp4_quantize<U, false, true>(p, stream);
+      else launch_nvfp4_quantize<U, false, false>(p, stream);
     }
   }
   if (input_amax) launch_nvfp4_amax<U>({tiles, options, nullptr, nullptr, input_amax}, false, stream);  // only the amax asked for
@@ -245,20 +225,17 @@ void nvfp4_amax_impl(matrix_view<const U> in, const block_format& format, const 
 
 // The kernel library's instantiations (gpu/kernel_library.hpp): float, bfloat16 and float16
 // inputs, every format, option and output (src/gpu/nvfp4_quantize.cu).
-#define MXKIT_GPU_NVFP4_QUANTIZE_INSTANCES(prefix)                                                                             \
-  prefix template void quantize_nvfp4_impl<float>(matrix_view<const float>, const block_format&, const nvfp4_options&,         \
-                                                  const nvfp4_outputs&, const nvfp4_tensor_scale_source&, stream_t,            \
-                                                  nvfp4_quantize_pass);                                                        \
-  prefix template void quantize_nvfp4_impl<bfloat16>(matrix_view<const bfloat16>, const block_format&, const nvfp4_options&,   \
-                                                     const nvfp4_outputs&, const nvfp4_tensor_scale_source&, stream_t,         \
-                                                     nvfp4_quantize_pass);                                                     \
-  prefix template void quantize_nvfp4_impl<float16>(matrix_view<const float16>, const block_format&, const nvfp4_options&,     \
-                                                    const nvfp4_outputs&, const nvfp4_tensor_scale_source&, stream_t,          \
-                                                    nvfp4_quantize_pass);                                                      \
-  prefix template void nvfp4_amax_impl<float>(matrix_view<const float>, const block_format&, const nvfp4_options&, float*,     \
-                                              float*, stream_t);                                                               \
-  prefix template void nvfp4_amax_impl<bfloat16>(matrix_view<const bfloat16>, const block_format&, const nvfp4_options&,       \
-                                                 float*, float*, stream_t);                                                    \
+#define MXKIT_GPU_NVFP4_QUANTIZE_INSTANCES(prefix)                                                                         \
+  prefix template void quantize_nvfp4_impl<float>(matrix_view<const float>, const block_format&, const nvfp4_options&,        \
+                                                  const nvfp4_outputs&, const nvfp4_tensor_scale_source&, stream_t);         \
+  prefix template void quantize_nvfp4_impl<bfloat16>(matrix_view<const bfloat16>, const block_format&, const nvfp4_options&,  \
+                                                     const nvfp4_outputs&, const nvfp4_tensor_scale_source&, stream_t);      \
+  prefix template void quantize_nvfp4_impl<float16>(matrix_view<const float16>, const block_format&, const nvfp4_options&,    \
+                                                    const nvfp4_outputs&, const nvfp4_tensor_scale_source&, stream_t);       \
+  prefix template void nvfp4_amax_impl<float>(matrix_view<const float>, const block_format&, const nvfp4_options&, float*,    \
+                                              float*, stream_t);                                                             \
+  prefix template void nvfp4_amax_impl<bfloat16>(matrix_view<const bfloat16>, const block_format&, const nvfp4_options&,      \
+                                                 float*, float*, stream_t);                                                  \
   prefix template void nvfp4_amax_impl<float16>(matrix_view<const float16>, const block_format&, const nvfp4_options&, float*, \
                                                 float*, stream_t);
 #if defined(MXKIT_GPU_LIBRARY_HAS_NVFP4_QUANTIZE) && !defined(MXKIT_GPU_LIBRARY_DEFINES_NVFP4_QUANTIZE)
