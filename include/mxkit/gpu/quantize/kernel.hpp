@@ -60,18 +60,50 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
   constexpr int steps = tile::row_blocks_per_lane;  // block steps n of a tile (one rowwise and one columnwise block each)
   static_assert(tile::row_blocks_per_lane == tile::col_blocks_per_lane);
 
-  // Work items (tile_schedule): the last round's tiles split into up to `steps` items each (a
-  // range of the block steps n). The loop runs the same number of times for both teams of a CTA
-  // (a team past the end idles), so synchronization stays uniform.
-  const auto sched = tile_schedule<tr, tc, static_cast<unsigned>(steps)>::make(p.tiles_m, p.tiles_k, tile::teams_per_cta);
-  const std::size_t items = sched.items, grid_teams = sched.grid_teams;
+  // Work items: tiles in row-major order over [tiles_m, tiles_k], item i of team t of CTA c
+  // being c * teams + t + i * (teams in the grid). The tiles of the last, partial round are split
+  // into up to `steps` items each (a range of the block steps n; each part copies in the whole
+  // tile, the others' copies come from L2), so that round keeps more teams busy (a few hundred
+  // leftover tiles can otherwise meet well over a thousand teams). The loop runs the same number of times
+  // for both teams of a CTA (a team past the end idles), so synchronization stays uniform.
+  const std::size_t tiles = p.tiles_m * p.tiles_k;
+  const std::size_t grid_teams = static_cast<std::size_t>(gridDim.x) * tile::teams_per_cta;
+  const std::size_t whole = tiles / grid_teams * grid_teams;  // tiles of the whole rounds
+  const unsigned left = static_cast<unsigned>(tiles - whole);
+  const unsigned split = left == 0 ? 1u : static_cast<unsigned>(grid_teams / left) < steps ? static_cast<unsigned>(grid_teams / left) : steps;
+  const std::size_t items = whole + static_cast<std::size_t>(left) * split;
+  auto tile_of = [&](std::size_t i) { return i < whole ? i : whole + static_cast<unsigned>(i - whole) / split; };
   const std::size_t first_item = static_cast<std::size_t>(blockIdx.x) * tile::teams_per_cta;
+
+  // Copy-in: this lane moves chunk lane % 8 of tile rows lane / 8 + 4j.
+  const unsigned tiles_k = static_cast<unsigned>(p.tiles_k);  // tiles < 2^32 (make_quantize_params)
+  auto origin = [&](std::size_t t, std::size_t& r0, std::size_t& c0) {
+    const unsigned m = static_cast<unsigned>(t) / tiles_k;
+    r0 = static_cast<std::size_t>(m) * tr;
+    c0 = static_cast<std::size_t>(static_cast<unsigned>(t) - m * tiles_k) * tc;
+  };
   // Starts copying item i's tile into `stage`; r0 and c0 get its origin, which the item's
   // quantization then reuses (one division per tile, not two).
   auto issue = [&](std::size_t i, int stage, std::size_t& r0, std::size_t& c0) {
     if (i >= items) return;
-    sched.origin(sched.tile_of(i), r0, c0);
-    copy_tile_in<T, Rows>(p.in, p.rows, p.cols, p.ld, p.vector_loads, ring + stage * stage_chunks, r0, c0, lane);
+    uint4* dst = ring + stage * stage_chunks;
+    origin(tile_of(i), r0, c0);
+    if (p.vector_loads && r0 + tr <= p.rows && c0 + tc <= p.cols) {
+      constexpr int row_step = tile::team / cpr;
+      const int row0 = lane / cpr, chunk = lane % cpr;
+      const T* src = p.in + (r0 + static_cast<std::size_t>(row0)) * p.ld + c0 + static_cast<std::size_t>(chunk * epc);
+      // Row row0 + 4j's swizzled chunk is the lane's key XOR a constant: row0 < 4 shares no bit
+      // with 4j or with the row's shifted copy in swizzle_chunk, whose key is an XOR of row bits.
+      // So the 16 copies cost a pointer step and one XOR each, not the whole swizzle.
+      static_assert(row_step == 4);
+      const int key = swizzle_chunk<Rows>(row0, chunk);
+      uint4* const first = dst + row0 * cpr;
+      const std::size_t src_step = static_cast<std::size_t>(row_step) * p.ld;
+      for (int j = 0; j < tile::copies_per_lane; ++j, src += src_step)
+        async_copy16(first + j * row_step * cpr + (key ^ swizzle_chunk<Rows>(j * row_step, 0)), src);
+    } else {
+      copy_edge_tile<T, Rows>(p.in, p.rows, p.cols, p.ld, dst, r0, c0, lane);
+    }
   };
 
   std::size_t r0 = 0, c0 = 0, next_r0 = 0, next_c0 = 0;  // origins of the tile quantized now and of the next
@@ -87,9 +119,14 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
     team_sync();               // and the whole team's
     if (item < items) {
       const uint4* stage = ring + (k % stages) * stage_chunks;
-      // This item's block steps: all, or its share of a split tile.
+      // This item's block steps: all, or part (item - whole) % split of the last round's tiles
+      // (the divisions only there).
       int n_begin = 0, n_end = steps;
-      sched.range(item, n_begin, n_end);
+      if (item >= whole) {
+        const unsigned part = static_cast<unsigned>(item - whole) % split;
+        n_begin = static_cast<int>(part * steps / split);
+        n_end = static_cast<int>((part + 1) * steps / split);
+      }
       // Rows and columns of this tile inside the matrix (all of them but at the bottom and
       // right edges); blocks outside are padding and not stored.
       const int tile_rows = p.rows - r0 < static_cast<std::size_t>(tr) ? static_cast<int>(p.rows - r0) : tr;
