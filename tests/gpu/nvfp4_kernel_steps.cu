@@ -4,7 +4,8 @@
 // on ragged shapes with leading dimensions. A difference here is in the kernel's code, not in a
 // device or its compiler. No GPU is needed, so this program is not linked with gpu_skip.cu: it
 // runs wherever CUDA builds it, CI's cuda stage included (ctest gpu.nvfp4_kernel_steps), and
-// keeps the kernels' code under test on machines without a device. catch2_test_quantize_nvfp4 runs the kernels themselves.
+// keeps the kernels' code under test on machines without a device. catch2_test_quantize_nvfp4
+// runs the kernels themselves.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
