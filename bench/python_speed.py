@@ -6,7 +6,7 @@ the same call on the same device: CUDA events around the call, warm-up first, th
 
     python3 bench/python_speed.py [--repeats 50] [--warmup 10] [--cases quantize mxfp4 overhead linear]
                                   [--cpp-bench build/gpu/bench/gpu/bench_quantize_gpu] [--record]
-                                  [--results DIR|FILE.jsonl] [--device NAME] [--tokens 8192]
+                                  [--results DIR|FILE.jsonl] [--device NAME] [--tokens 8192] [--profile]
 
 Cases (targets from issue 45):
   quantize  mxkit.quantize of an 8192 x 8192 bf16 tensor to MXFP8 (E4M3) rowwise, against
@@ -26,7 +26,10 @@ Cases (targets from issue 45):
             MXFP4 (+ the rotation), MXFP8, FP8 delayed scaling and NVFP4 (NVIDIA's recipe), the
             block under torch.compile, against the same block of bf16 nn.Linear under
             torch.compile (targets: MXFP4 and MXFP8 >= 0.95x, FP8 >= 1.3x, NVFP4 >= 1.0x), in
-            tokens/s.
+            tokens/s. With --profile, each block's (the peer's too) device time a step split by
+            kernel kind (GEMM, mxkit's quantizers, mxkit's operand expansions before a GEMM, the
+            rest), from torch.profiler over 5 steps after the timing: rows "... time in <kind>"
+            without a peer, as bench_layer's split; the ten longest kernels printed, not recorded.
 Rows (--record): bench/results/python.jsonl through bench/render_results.py's new_row, each
 peer's settings in its row; scripts/gpu.sh python --bench runs the tests and this in one call.
 """
@@ -57,6 +60,7 @@ def parse_args(argv=None):
     ap.add_argument("--record", action="store_true", help="append the rows to --results")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder of <bench>.jsonl, or a .jsonl file")
     ap.add_argument("--device", help="the device's name in the rows (default: torch's name of GPU 0)")
+    ap.add_argument("--profile", action="store_true", help="linear: each block's device time split by kernel kind")
     a = ap.parse_args(argv)
     if a.repeats < 3 or a.warmup < 1:
         ap.error("--repeats must be at least 3 and --warmup at least 1")
@@ -153,7 +157,52 @@ def time_block(torch, block, a):
             p.grad = None
         x.grad = None
         block(x).backward(dy)
-    return time_ms(torch, step, a.repeats, a.warmup)
+    return time_ms(torch, step, a.repeats, a.warmup), step
+
+
+# A kernel's kind, from its name as torch.profiler reports it (demangled C++ or a library's name):
+# the first pattern that matches. mxkit's expansions (gpu/gemm/expand.hpp, nvfp4_expand.hpp) run
+# before a Hopper GEMM; the quantizers are mxkit's other kernels.
+KERNEL_KINDS = (("expand", ("expand::", "nvfp4_expand", "to_bf16_kernel", "e2m1_to_e5m2", "to_e4m3_kernel")),
+                ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "wgmma", "sm90_")),
+                ("quantize", ("mxkit::",)),
+                ("other", ("",)))
+
+
+def kernel_kind(name):
+    return next(kind for kind, marks in KERNEL_KINDS if any(m in name for m in marks))
+
+
+def profile_block(torch, step, steps=5):
+    """(ms a step by kernel kind, [(ms a step, name)] of the longest kernels): the device time of
+    each kernel torch.profiler sees over `steps` steps; ({}, []) with a message where the profiler
+    fails (the timed rows stand without their split)."""
+    try:
+        return profile_steps(torch, step, steps)
+    except Exception as e:
+        print(f"profile: torch.profiler failed ({type(e).__name__}: {str(e)[:200]})")
+        return {}, []
+
+
+def profile_steps(torch, step, steps):
+    from torch.profiler import ProfilerActivity, profile
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kinds, kernels = {kind: 0.0 for kind, _ in KERNEL_KINDS}, []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0.0)
+        if us <= 0 or getattr(e, "device_type", None) is not None and "CUDA" not in str(e.device_type):
+            continue
+        ms = us / 1e3 / steps
+        kinds[kernel_kind(e.key)] += ms
+        kernels.append((ms, e.key))
+    return kinds, sorted(kernels, reverse=True)[:10]
 
 
 # ---- the cases ------------------------------------------------------------------------------------------
@@ -231,7 +280,14 @@ def main(argv=None):
         del big
         torch.cuda.empty_cache()
         peer_block = torch.compile(mlp_block(torch, torch.nn.Linear, device="cuda", dtype=torch.bfloat16))
-        peer_ms = time_block(torch, peer_block, a)
+        peer_ms, peer_step = time_block(torch, peer_block, a)
+        splits = []  # (label, kinds, longest kernels)
+        if a.profile:
+            splits.append(("nn.Linear bf16 + torch.compile", *profile_block(torch, peer_step)))
+            for kind, kms in splits[-1][1].items():
+                row(f"Llama-3.1-8B MLP 4096-14336-4096 SwiGLU T{a.tokens} fwd+bwd, nn.Linear bf16 (torch.compile) "
+                    f"time in {kind}: ms", kms, "ms")
+        del peer_step
         peer_settings = f"{versions}; the same block of torch.nn.Linear (bf16 weights, no bias) under torch.compile " \
                         f"(default mode), forward + backward with dX; {timing_text(a)}"
         del peer_block
@@ -239,15 +295,19 @@ def main(argv=None):
             block = mlp_block(torch, mxtorch.Linear, recipe=recipe, device="cuda")
             how = "torch.compile"
             try:
-                ms = time_block(torch, torch.compile(block), a)
+                ms, step = time_block(torch, torch.compile(block), a)
             except Exception as e:  # the eager figure, said so, rather than none
                 print(f"linear {recipe}: torch.compile failed ({type(e).__name__}: {str(e)[:200]}); timing it eagerly")
                 how = "eager (torch.compile failed)"
-                ms = time_block(torch, block, a)
-            case = f"Llama-3.1-8B MLP 4096-14336-4096 SwiGLU T{a.tokens} fwd+bwd, mxkit.torch.Linear {label} ({how}): tokens/s"
-            row(case, a.tokens / (ms * 1e-3), "tokens/s", "nn.Linear bf16 + torch.compile", a.tokens / (peer_ms * 1e-3),
-                peer_settings, f">= {target:.0f} %")
-            del block
+                ms, step = time_block(torch, block, a)
+            name = f"Llama-3.1-8B MLP 4096-14336-4096 SwiGLU T{a.tokens} fwd+bwd, mxkit.torch.Linear {label} ({how})"
+            row(f"{name}: tokens/s", a.tokens / (ms * 1e-3), "tokens/s", "nn.Linear bf16 + torch.compile",
+                a.tokens / (peer_ms * 1e-3), peer_settings, f">= {target:.0f} %")
+            if a.profile:
+                splits.append((f"mxkit.torch.Linear {label}", *profile_block(torch, step)))
+                for kind, kms in splits[-1][1].items():
+                    row(f"{name} time in {kind}: ms", kms, "ms")
+            del block, step
             torch.cuda.empty_cache()
 
     print(f"\n{'case':<112} {'value':>10} {'unit':<9} {'peer value':>11} {'ratio':>7}  target   peer")
@@ -255,6 +315,11 @@ def main(argv=None):
         pvs = f"{pv:.4g}" if pv else "-"
         rs = f"{ratio:.1f}%" if ratio is not None else "-"
         print(f"{case:<112} {value:>10.4g} {unit:<9} {pvs:>11} {rs:>7}  {target:<8} {peer}")
+    for label, kinds, longest in splits:
+        print(f"\n{label}: device time a step by kind (torch.profiler, 5 steps): " +
+              ", ".join(f"{k} {v:.3f} ms" for k, v in kinds.items()) + f", all {sum(kinds.values()):.3f} ms")
+        for kms, kname in longest:
+            print(f"  {kms:8.3f} ms  {kernel_kind(kname):<8} {kname[:150]}")
     print("\npeers' settings:")
     for r in rows:
         if r["peer_settings"]:
