@@ -523,6 +523,68 @@ TEST_CASE("gpu gemm: MXFP4 folds exactly into E5M2 line-scaled bytes, and lines 
   }
 }
 
+// ---- MXFP8 on sm90: expanded to bf16 with the block scales applied (expand.hpp, to_bf16) ------
+TEST_CASE("gpu gemm: MXFP8 expands to bf16 exactly: every code, every scale class, padded lines, the flag", "[gpu][gemm]") {
+  // Line l holds every code (256 a line: 8 blocks), shifted by l so that each code meets several
+  // scales; block b of line l has scale byte scales_of[(l + b) % n]: zero (2^-127), the extremes,
+  // +-48 (the last that fold), +-49 (the flag) and NaN. Sources with and without padded lines
+  // (the kernel divides only for the padded ones), both element types.
+  const std::uint8_t scales_of[] = {0x00, 0x01, 127 - 49, 127 - 48, 120, 127, 133, 127 + 48, 127 + 49, 0xFE, 0xFF};
+  constexpr std::size_t n = sizeof scales_of, lines = 37, length = 256, blocks = length / 32;
+  for (const mx_type t : {mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2})
+    for (const std::size_t line_bytes : {length, length + 48}) {
+      std::vector<std::uint8_t> codes(lines * line_bytes, 0xA5), sc(lines * blocks);
+      for (std::size_t l = 0; l < lines; ++l) {
+        for (std::size_t i = 0; i < length; ++i) codes[l * line_bytes + i] = static_cast<std::uint8_t>(i + 7 * l);
+        for (std::size_t b = 0; b < blocks; ++b) sc[l * blocks + b] = scales_of[(l + b) % n];
+      }
+      const g::device_buffer<std::uint8_t> dc{std::span<const std::uint8_t>(codes)}, ds{std::span<const std::uint8_t>(sc)};
+      g::gemm_operand o;
+      o.type = t;
+      o.data = dc.data();
+      o.scales = ds.data();
+      o.lines = lines;
+      o.length = length;
+      o.line_bytes = line_bytes;
+      o.blocks = blocks;
+      g::device_buffer<std::uint16_t> dst(lines * length);
+      dst.fill_bytes(0xFF);
+      g::device_buffer<int> flag(1);
+      flag.fill_bytes(0);
+      g::expand::to_bf16::launch(o, dst.data(), flag.data(), nullptr);
+      const std::vector<std::uint16_t> got = dst.to_host();
+      INFO((t == mx_type::mxfp8_e4m3 ? "E4M3" : "E5M2") << ", line bytes " << line_bytes);
+      CHECK(flag.to_host()[0] == 1);  // +-49 meets non-zero codes
+      std::size_t wrong = 0;
+      for (std::size_t l = 0; l < lines; ++l)
+        for (std::size_t i = 0; i < length; ++i) {
+          const std::uint8_t c = codes[l * line_bytes + i], s = sc[l * blocks + i / 32];
+          const float want = g::decode_mx_element(t, c) * e8m0::from_bits(s).to_float();
+          const std::uint16_t bits = got[l * length + i];
+          const float value = bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+          // The exact product's upper half; a NaN's payload is the device's (any NaN).
+          const bool ok = std::isnan(want) ? std::isnan(value) : bits == bit_cast<std::uint32_t>(want) >> 16;
+          if (!ok && wrong++ < 5) FAIL_CHECK("line " << l << " element " << i << " code " << int{c} << " scale " << int{s} << ": "
+                                                     << bits << " for " << want);
+          if (!std::isnan(want) && std::abs(s - 127) <= 48) REQUIRE(value == want);  // exact where the flag stays down
+        }
+      CHECK(wrong == 0);
+      // Without the +-49 blocks nothing raises the flag; a zero block at +-49 does not either.
+      for (std::size_t l = 0; l < lines; ++l)
+        for (std::size_t b = 0; b < blocks; ++b)
+          if (sc[l * blocks + b] == 127 + 49 || sc[l * blocks + b] == 127 - 49) {
+            if ((l + b) % 2) sc[l * blocks + b] = 127;
+            else std::fill_n(codes.begin() + static_cast<std::ptrdiff_t>(l * line_bytes + 32 * b), 32, std::uint8_t{0x80});  // -0
+          }
+      const g::device_buffer<std::uint8_t> dc2{std::span<const std::uint8_t>(codes)}, ds2{std::span<const std::uint8_t>(sc)};
+      o.data = dc2.data();
+      o.scales = ds2.data();
+      flag.fill_bytes(0);
+      g::expand::to_bf16::launch(o, dst.data(), flag.data(), nullptr);
+      CHECK(flag.to_host()[0] == 0);
+    }
+}
+
 namespace {
 // An MXFP8 copy of `a` with one non-zero block (block 1 of line 9: 1.0) at exponent 60, beyond
 // the bf16 expansion's +-48: the expansion sets the gate and the FP8 block-scaled kernel runs.

@@ -177,5 +177,25 @@ MXKIT_HD inline std::uint8_t cvt_fp8_satfinite(float x) noexcept {
 #endif
 }
 
+// Two OCP FP8 codes (E4M3 when ManBits is 3, E5M2 when 2; the first in the low byte) as two
+// IEEE binary16 codes (the first in the low half), exactly for every non-NaN code: every E4M3
+// and E5M2 value, subnormals and E5M2's infinities included, is a binary16 value. PTX
+// cvt.rn.f16x2.e4m3x2 / e5m2x2 (PTX ISA 7.8, sm_89 and later), one instruction against two
+// generic decodes. Only where has_cvt_fp8 holds; callers keep NaN codes off it (their binary16
+// NaN is not the payload minifloat's decode gives).
+template <int ManBits>
+MXKIT_HD inline std::uint32_t cvt_f16x2_fp8x2(std::uint16_t codes) noexcept {
+  static_assert(ManBits == 2 || ManBits == 3, "OCP FP8 is E4M3 or E5M2");
+#if MXKIT_CUDA_DEVICE_ARCH >= 890
+  std::uint32_t r;
+  if constexpr (ManBits == 3) asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(static_cast<unsigned short>(codes)));
+  else asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(r) : "h"(static_cast<unsigned short>(codes)));
+  return r;
+#else
+  static_assert(ManBits < 0, "no FP8 conversion instruction in this pass: test hw::has_cvt_fp8 first");
+  return codes;
+#endif
+}
+
 }  // namespace hw
 MXKIT_END_NAMESPACE

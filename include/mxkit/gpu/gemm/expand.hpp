@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/arch/intrinsics.hpp>
 #include <mxkit/format/e2m1.hpp>
 #include <mxkit/format/e4m3.hpp>
 #include <mxkit/format/e5m2.hpp>
@@ -198,36 +199,81 @@ inline void launch(const gemm_operand& o, std::uint8_t* dst, float* line_scale, 
 namespace to_bf16 {
 
 inline constexpr int max_exponent = fold::max_exponent;
+inline constexpr int chunks_per_thread = 2;  // a chunk: 8 codes in (8 bytes), 8 bf16 out (16 bytes)
+inline constexpr std::size_t chunks_per_cta = static_cast<std::size_t>(threads) * chunks_per_thread;
 
-// Thread i converts 32-block i of the [lines, blocks] operand: 32 codes in, 64 bytes out.
-MXKIT_GLOBAL void __launch_bounds__(threads) mxfp8_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
-                                                        const std::uint8_t* scales, std::size_t scale_ld, std::size_t lines,
-                                                        std::size_t blocks, std::uint16_t* dst, int* unsafe) {
-  __shared__ float value[256];
-  for (int c = static_cast<int>(threadIdx.x); c < 256; c += threads) value[c] = decode_mx_element(t, static_cast<std::uint8_t>(c));
-  __syncthreads();
-  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x;
-  if (i >= lines * blocks) return;
-  const std::size_t line = i / blocks, b = i % blocks;
-  const uint4* in = reinterpret_cast<const uint4*>(src + line * src_line_bytes + 32 * b);
-  const uint4 w0 = in[0], w1 = in[1];
-  const std::uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-  const unsigned s = scales[line * scale_ld + b];
-  const float scale = e8m0::from_bits(static_cast<std::uint8_t>(s)).to_float();  // NaN for 0xFF
-  std::uint32_t magnitude = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) magnitude |= w[j] & 0x7F7F7F7Fu;
-  const int e = static_cast<int>(s) - 127;
-  if (s != 0xFF && magnitude != 0 && (e > max_exponent || e < -max_exponent)) atomicOr(unsafe, 1);
-  std::uint32_t o[16];
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {  // bf16 = the high half of the exact float
-    const std::uint32_t x = w[j / 2] >> (16 * (j % 2));
-    o[j] = (bit_cast<std::uint32_t>(value[x & 0xFF] * scale) >> 16) | (bit_cast<std::uint32_t>(value[(x >> 8) & 0xFF] * scale) & 0xFFFF0000u);
+// bf16 bits of code c's value times the block scale: the upper half of the exact fp32 product.
+// The definition every path below gives (NaN codes and scales included: the device's product).
+MXKIT_HD inline std::uint32_t scaled_bits(mx_type t, std::uint32_t c, float scale) noexcept {
+  return bit_cast<std::uint32_t>(decode_mx_element(t, static_cast<std::uint8_t>(c)) * scale) >> 16;
+}
+
+// Does a word of four codes hold a NaN code (E4M3 0x7F/0xFF, E5M2 0x7D-0x7F/0xFD-0xFF)? Each
+// byte's magnitude plus the distance from the first NaN code to 0x80 carries into its top bit
+// only for NaN codes, and never into the next byte (0x7F + 3 < 0x100).
+MXKIT_HD constexpr bool has_nan_code(bool e4m3, std::uint32_t w) noexcept {
+  return (((w & 0x7F7F7F7Fu) + (e4m3 ? 0x01010101u : 0x03030303u)) & 0x80808080u) != 0;
+}
+static_assert(has_nan_code(true, 0x0000007Fu) && has_nan_code(true, 0xFF000000u) && !has_nan_code(true, 0x7E7EFEFEu) &&
+              has_nan_code(false, 0x00007D00u) && !has_nan_code(false, 0x7C7CFCFCu));
+
+// Two binary16 values (a word, the first in the low half) times the scale, as two bf16 in a word.
+MXKIT_HD inline std::uint32_t half_pair_bf16(std::uint32_t h, float scale) noexcept {
+  const float a = hw::cvt_f32_f16(static_cast<std::uint16_t>(h)) * scale;
+  const float b = hw::cvt_f32_f16(static_cast<std::uint16_t>(h >> 16)) * scale;
+  return (bit_cast<std::uint32_t>(a) >> 16) | (bit_cast<std::uint32_t>(b) & 0xFFFF0000u);
+}
+
+// Four codes (the first in the low byte) as four bf16, two to a word, the first in the low half.
+// sm_89 and later convert two codes in one instruction (exact, arch/intrinsics.hpp) for words
+// without NaN codes; elsewhere, and for NaN codes, each code goes through the generic decode.
+// Either way each bf16 is scaled_bits of its code: the product's upper half.
+template <bool E4M3>
+MXKIT_HD inline void four_bf16(std::uint32_t w, float scale, std::uint32_t& lo, std::uint32_t& hi) noexcept {
+  constexpr mx_type t = E4M3 ? mx_type::mxfp8_e4m3 : mx_type::mxfp8_e5m2;
+  if constexpr (hw::has_cvt_fp8) {
+    if (!has_nan_code(E4M3, w)) {
+      lo = half_pair_bf16(hw::cvt_f16x2_fp8x2<E4M3 ? 3 : 2>(static_cast<std::uint16_t>(w)), scale);
+      hi = half_pair_bf16(hw::cvt_f16x2_fp8x2<E4M3 ? 3 : 2>(static_cast<std::uint16_t>(w >> 16)), scale);
+      return;
+    }
   }
-  uint4* out = reinterpret_cast<uint4*>(dst + (line * blocks + b) * 32);
+  lo = scaled_bits(t, w & 0xFF, scale) | (scaled_bits(t, (w >> 8) & 0xFF, scale) << 16);
+  hi = scaled_bits(t, (w >> 16) & 0xFF, scale) | (scaled_bits(t, w >> 24, scale) << 16);
+}
+
+// The [lines, length] operand as chunks of 8 codes, numbered along the lines (length / 8 a
+// line): a CTA takes chunks_per_cta consecutive chunks, each thread two of them a CTA width
+// apart, so every load (8 bytes a lane) and store (16 bytes a lane) of a warp is one contiguous
+// run. Chunk c's block scale is scales[c / 4] (the scales are [lines, length / 32], dense) and
+// its output dst[8 c ...]; its codes are at 8 c plus, for padded source lines, the padding of
+// the lines before it (the only division, and only then).
+template <bool E4M3>
+MXKIT_GLOBAL void __launch_bounds__(threads) mxfp8_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
+                                                        const std::uint8_t* scales, std::size_t length, std::size_t chunks,
+                                                        std::uint16_t* dst, int* unsafe) {
+  const std::size_t pad = src_line_bytes - length, chunks_per_line = length / 8;
+  std::size_t c[chunks_per_thread];
+  uint2 in[chunks_per_thread] = {};
+  unsigned s[chunks_per_thread] = {};
 #pragma unroll
-  for (int j = 0; j < 4; ++j) out[j] = make_uint4(o[4 * j], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
+  for (int j = 0; j < chunks_per_thread; ++j) {  // every load first: two in flight a thread
+    c[j] = static_cast<std::size_t>(blockIdx.x) * chunks_per_cta + static_cast<std::size_t>(j) * threads + threadIdx.x;
+    if (c[j] >= chunks) continue;
+    in[j] = *reinterpret_cast<const uint2*>(src + 8 * c[j] + (pad ? c[j] / chunks_per_line * pad : 0));
+    s[j] = scales[c[j] / 4];
+  }
+#pragma unroll
+  for (int j = 0; j < chunks_per_thread; ++j) {
+    if (c[j] >= chunks) continue;
+    const float scale = e8m0::from_bits(static_cast<std::uint8_t>(s[j])).to_float();  // NaN for 0xFF
+    const int e = static_cast<int>(s[j]) - 127;
+    if (s[j] != 0xFF && ((in[j].x | in[j].y) & 0x7F7F7F7Fu) != 0 && (e > max_exponent || e < -max_exponent)) atomicOr(unsafe, 1);
+    uint4 out;
+    four_bf16<E4M3>(in[j].x, scale, out.x, out.y);
+    four_bf16<E4M3>(in[j].y, scale, out.z, out.w);
+    *reinterpret_cast<uint4*>(dst + 8 * c[j]) = out;
+  }
 }
 
 // MXFP8 copies with 16-byte aligned lines.
@@ -237,16 +283,20 @@ inline bool applies(const gemm_operand& o) noexcept {
 }
 inline std::size_t bytes(const gemm_operand& o) noexcept { return applies(o) ? 2 * o.lines * o.length : 0; }
 
-// dst: [o.lines, o.length] bf16 (16-byte aligned); unsafe: an int the caller zeroed.
+// dst: [o.lines, o.length] bf16 (16-byte aligned); unsafe: an int the caller zeroed. Reads
+// o.scales as [o.lines, o.blocks], dense.
 inline void launch(const gemm_operand& o, std::uint16_t* dst, int* unsafe, stream_t stream) {
   mxkit::detail::require(applies(o), "expand::to_bf16: operand is not an MXFP8 copy with 16-byte aligned lines");
   mxkit::detail::require(reinterpret_cast<std::uintptr_t>(dst) % 16 == 0, "expand::to_bf16: destination is not 16-byte aligned");
-  const std::size_t work = o.lines * o.blocks;
-  if (work == 0) return;
-  const std::size_t grid = (work + threads - 1) / threads;
+  mxkit::detail::require(o.line_bytes >= o.length, "expand::to_bf16: lines of ", o.line_bytes, " bytes hold no ", o.length, " codes");
+  const std::size_t chunks = o.lines * (o.length / 8);
+  if (chunks == 0) return;
+  const std::size_t grid = (chunks + chunks_per_cta - 1) / chunks_per_cta;
   mxkit::detail::require(grid <= 0x7FFFFFFF, "expand::to_bf16: operand too large");
-  mxfp8_kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(o.data, o.line_bytes, o.type, o.scales, o.blocks, o.lines,
-                                                                    o.blocks, dst, unsafe);
+  if (o.type == mx_type::mxfp8_e4m3)
+    mxfp8_kernel<true><<<static_cast<unsigned>(grid), threads, 0, stream>>>(o.data, o.line_bytes, o.scales, o.length, chunks, dst, unsafe);
+  else
+    mxfp8_kernel<false><<<static_cast<unsigned>(grid), threads, 0, stream>>>(o.data, o.line_bytes, o.scales, o.length, chunks, dst, unsafe);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 
