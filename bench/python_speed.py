@@ -7,6 +7,7 @@ the same call on the same device: CUDA events around the call, warm-up first, th
     python3 bench/python_speed.py [--repeats 50] [--warmup 10] [--cases quantize mxfp4 overhead linear]
                                   [--cpp-bench build/gpu/bench/gpu/bench_quantize_gpu] [--record]
                                   [--results DIR|FILE.jsonl] [--device NAME] [--tokens 8192] [--profile]
+                                  [--recipes mxfp4 mxfp8 fp8_delayed nvfp4]
 
 Cases (targets from issue 45):
   quantize  mxkit.quantize of an 8192 x 8192 bf16 tensor to MXFP8 (E4M3) rowwise, against
@@ -61,6 +62,8 @@ def parse_args(argv=None):
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder of <bench>.jsonl, or a .jsonl file")
     ap.add_argument("--device", help="the device's name in the rows (default: torch's name of GPU 0)")
     ap.add_argument("--profile", action="store_true", help="linear: each block's device time split by kernel kind")
+    ap.add_argument("--recipes", nargs="+", choices=[r for r, _, _ in LINEAR_RECIPES], default=[r for r, _, _ in LINEAR_RECIPES],
+                    help="linear: the recipes to time beside the peer (default: all)")
     a = ap.parse_args(argv)
     if a.repeats < 3 or a.warmup < 1:
         ap.error("--repeats must be at least 3 and --warmup at least 1")
@@ -291,7 +294,7 @@ def main(argv=None):
         peer_settings = f"{versions}; the same block of torch.nn.Linear (bf16 weights, no bias) under torch.compile " \
                         f"(default mode), forward + backward with dX; {timing_text(a)}"
         del peer_block
-        for recipe, label, target in LINEAR_RECIPES:
+        for recipe, label, target in (r for r in LINEAR_RECIPES if r[0] in a.recipes):
             block = mlp_block(torch, mxtorch.Linear, recipe=recipe, device="cuda")
             how = "torch.compile"
             try:
