@@ -526,9 +526,10 @@ TEST_CASE("gpu gemm: MXFP4 folds exactly into E5M2 line-scaled bytes, and lines 
 // ---- MXFP8 on sm90: expanded to bf16 with the block scales applied (expand.hpp, to_bf16) ------
 TEST_CASE("gpu gemm: MXFP8 expands to bf16 exactly: every code, every scale class, padded lines, the flag", "[gpu][gemm]") {
   // Line l holds every code (256 a line: 8 blocks), shifted by l so that each code meets several
-  // scales; block b of line l has scale byte scales_of[(l + b) % n]: zero (2^-127), the extremes,
-  // +-48 (the last that fold), +-49 (the flag) and NaN. Sources with and without padded lines
-  // (the kernel divides only for the padded ones), both element types.
+  // scales; block b of line l has scale byte scales_of[(l + b) % n]: +-48 binades (the last
+  // that stay exact in the bf16 product), +-49 and the extremes (they raise the flag), NaN.
+  // Sources with and without padded lines (the kernel divides only for the padded ones), both
+  // element types.
   const std::uint8_t scales_of[] = {0x00, 0x01, 127 - 49, 127 - 48, 120, 127, 133, 127 + 48, 127 + 49, 0xFE, 0xFF};
   constexpr std::size_t n = sizeof scales_of, lines = 37, length = 256, blocks = length / 32;
   for (const mx_type t : {mx_type::mxfp8_e4m3, mx_type::mxfp8_e5m2})
@@ -569,10 +570,11 @@ TEST_CASE("gpu gemm: MXFP8 expands to bf16 exactly: every code, every scale clas
           if (!std::isnan(want) && std::abs(s - 127) <= 48) REQUIRE(value == want);  // exact where the flag stays down
         }
       CHECK(wrong == 0);
-      // Without the +-49 blocks nothing raises the flag; a zero block at +-49 does not either.
+      // Without the blocks beyond +-48 binades (+-49, 0x00, 0x01, 0xFE) nothing raises the flag;
+      // zero blocks there do not either, nor NaN scales.
       for (std::size_t l = 0; l < lines; ++l)
         for (std::size_t b = 0; b < blocks; ++b)
-          if (sc[l * blocks + b] == 127 + 49 || sc[l * blocks + b] == 127 - 49) {
+          if (const int e = sc[l * blocks + b] - 127; sc[l * blocks + b] != 0xFF && (e > 48 || e < -48)) {
             if ((l + b) % 2) sc[l * blocks + b] = 127;
             else std::fill_n(codes.begin() + static_cast<std::ptrdiff_t>(l * line_bytes + 32 * b), 32, std::uint8_t{0x80});  // -0
           }
