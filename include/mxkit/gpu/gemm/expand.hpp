@@ -208,6 +208,16 @@ MXKIT_HD inline std::uint32_t scaled_bits(mx_type t, std::uint32_t c, float scal
   return bit_cast<std::uint32_t>(decode_mx_element(t, static_cast<std::uint8_t>(c)) * scale) >> 16;
 }
 
+// Does a chunk whose codes' bits OR to `codes_or` under scale byte s leave the bf16 route's exact
+// range (a non-zero code in a block beyond +-max_exponent binades)? NaN scales do not: their
+// blocks are NaN on both routes.
+MXKIT_HD constexpr bool beyond_exact_range(unsigned s, std::uint32_t codes_or) noexcept {
+  const int e = static_cast<int>(s) - 127;
+  return s != 0xFF && (codes_or & 0x7F7F7F7Fu) != 0 && (e > max_exponent || e < -max_exponent);
+}
+static_assert(!beyond_exact_range(127 + 48, 0x01) && beyond_exact_range(127 + 49, 0x01) && !beyond_exact_range(127 + 49, 0x80808080u) &&
+              beyond_exact_range(0x00, 0x01) && !beyond_exact_range(127 - 48, 0x7F) && !beyond_exact_range(0xFF, 0x7E));
+
 // Does a word of four codes hold a NaN code (E4M3 0x7F/0xFF, E5M2 0x7D-0x7F/0xFD-0xFF)? Each
 // byte's magnitude plus the distance from the first NaN code to 0x80 carries into its top bit
 // only for NaN codes, and never into the next byte (0x7F + 3 < 0x100).
@@ -267,8 +277,7 @@ MXKIT_GLOBAL void __launch_bounds__(threads) mxfp8_kernel(const std::uint8_t* sr
   for (int j = 0; j < chunks_per_thread; ++j) {
     if (c[j] >= chunks) continue;
     const float scale = e8m0::from_bits(static_cast<std::uint8_t>(s[j])).to_float();  // NaN for 0xFF
-    const int e = static_cast<int>(s[j]) - 127;
-    if (s[j] != 0xFF && ((in[j].x | in[j].y) & 0x7F7F7F7Fu) != 0 && (e > max_exponent || e < -max_exponent)) atomicOr(unsafe, 1);
+    if (beyond_exact_range(s[j], in[j].x | in[j].y)) atomicOr(unsafe, 1);
     uint4 out;
     four_bf16<E4M3>(in[j].x, scale, out.x, out.y);
     four_bf16<E4M3>(in[j].y, scale, out.z, out.w);
