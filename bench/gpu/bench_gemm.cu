@@ -26,9 +26,14 @@
 // loads (sm90/dispatch.hpp); their "own" columns keep the product on mxkit's bf16 kernel
 // (vendor = false), what the plain columns measured before that route existed.
 // The issue's target: NVFP4 >= 0.95x cuBLAS bf16 at 8192^3 (`--quick --format nvfp4`).
+// `--format expand`: the passes before a Hopper MX product alone (gpu/gemm/expand.hpp), on every
+// distinct operand of the layers' three products: MXFP8 to bf16 and MXFP4 folded into E5M2, in
+// GB/s (code and scale bytes read, bytes written), against a device-to-device copy of the same
+// number of bytes timed beside each; every output checked first (sampled lines against the
+// host's exact values).
 //
 //   bench_gemm [--record | --results FILE] [--repeats N] [--quick] [--format F] [--model M] [--no-check] [--no-peers]
-// --quick: the 8192^3 fprop only (the issue's target shape); --format mxfp4|mxfp8|hybrid|fp8|bf16|nvfp4:
+// --quick: the 8192^3 fprop only (the issue's target shape); --format mxfp4|mxfp8|hybrid|fp8|bf16|nvfp4|expand:
 // that format only; --model 8B|70B|76M: that model's layers only; --no-check / --no-peers: skip
 // validation / the cuBLAS peers (profiling runs).
 // Not a test: nothing here asserts a speed. On HIP builds this file is device-compiled only and
@@ -452,6 +457,86 @@ struct format_case {
   mx_type a_bwd, b_bwd;  // dgrad/wgrad: dY, then W or X
 };
 
+// ---- --format expand: the expansion passes alone --------------------------------------------------
+// Sampled lines of an expansion checked against the host: MXFP8 to bf16 must be the upper half of
+// the exact product code x scale; an MXFP4 fold must give E5M2 byte x line factor = code x scale.
+bool check_expansion(const mx_operand& op, const g::gemm_operand& o, const std::vector<std::uint8_t>& out,
+                     const std::vector<float>& line_scale, const std::vector<std::size_t>& lines) {
+  const std::vector<std::uint8_t> codes = op.data.to_host(), sc = op.scales.to_host();
+  for (const std::size_t l : lines)
+    for (std::size_t i = 0; i < o.length; ++i) {
+      const unsigned s = sc[l * o.blocks + i / 32];
+      if (o.type == mx_type::mxfp4) {
+        const std::uint8_t byte = codes[l * o.line_bytes + i / 2], code = static_cast<std::uint8_t>(i % 2 ? byte >> 4 : byte & 0xF);
+        const double want = static_cast<double>(e2m1::from_bits(code).to_float()) * std::ldexp(1.0, static_cast<int>(s) - 127);
+        if (static_cast<double>(e5m2::from_bits(out[l * o.length + i]).to_float()) * line_scale[l] != want) return false;
+      } else {
+        const float want = g::decode_mx_element(o.type, codes[l * o.line_bytes + i]) * e8m0::from_bits(static_cast<std::uint8_t>(s)).to_float();
+        std::uint16_t got;
+        std::memcpy(&got, out.data() + 2 * (l * o.length + i), 2);
+        if (got != bit_cast<std::uint32_t>(want) >> 16) return false;
+      }
+    }
+  return true;
+}
+
+int run_expansions(const mxkit_bench::options& opt, const std::string& device, const std::string& model, int repeats,
+                   std::uint64_t seed) {
+  std::vector<mxkit_bench::result> rows;
+  bool all_ok = true;
+  std::vector<std::pair<std::size_t, std::size_t>> done;  // (lines, length) already timed
+  std::printf("%-44s %14s %12s %12s %12s\n", "operand (lines x length)", "kernel", "us", "GB/s", "copy GB/s");
+  for (const layer& l : layers) {
+    if (!model.empty() && std::string(l.name).rfind(model, 0) != 0) continue;
+    for (const gemm_product prod : {gemm_product::fprop, gemm_product::dgrad, gemm_product::wgrad}) {
+      const product_shapes sh = shapes_of(prod, l);
+      for (const copy_shape cs : {sh.a, sh.b}) {
+        const std::size_t lines = cs.axis == block_axis::rowwise ? cs.rows : cs.cols, length = cs.axis == block_axis::rowwise ? cs.cols : cs.rows;
+        if (std::find(done.begin(), done.end(), std::make_pair(lines, length)) != done.end()) continue;
+        done.emplace_back(lines, length);
+        for (const mx_type t : {mx_type::mxfp8_e4m3, mx_type::mxfp4}) {
+          const mx_operand op(t, cs, ++seed);
+          const g::gemm_operand o = g::make_operand(op.view());
+          const bool fp8 = t == mx_type::mxfp8_e4m3;
+          g::device_buffer<std::uint8_t> out(o.lines * o.length * (fp8 ? 2 : 1));
+          g::device_buffer<float> line_scale(fp8 ? 1 : o.lines);
+          g::device_buffer<int> flag(1);
+          auto run = [&] {
+            if (fp8) g::expand::to_bf16::launch(o, reinterpret_cast<std::uint16_t*>(out.data()), flag.data(), nullptr);
+            else g::expand::fold::launch(o, out.data(), line_scale.data(), flag.data(), nullptr);
+          };
+          flag.fill_bytes(0);
+          out.fill_bytes(0xFF);
+          run();
+          MXKIT_GPU_CHECK(g::device_synchronize());
+          const bool ok = flag.to_host()[0] == 0 &&
+                          check_expansion(op, o, out.to_host(), fp8 ? std::vector<float>{} : line_scale.to_host(), sample_rows(o.lines, 8, seed));
+          all_ok = all_ok && ok;
+          const double moved = static_cast<double>(op.data.size() + op.scales.size() + out.size());
+          const double ms = median_ms(run, repeats);
+          // The peer: a device copy moving the same bytes (half read, half written).
+          g::device_buffer<std::uint8_t> from(static_cast<std::size_t>(moved / 2)), to(static_cast<std::size_t>(moved / 2));
+          const double copy_ms = median_ms([&] {
+            MXKIT_GPU_CHECK(g::memcpy_async(to.data(), from.data(), from.size(), g::copy_kind::device_to_device, nullptr));
+          }, repeats);
+          char label[128];
+          std::snprintf(label, sizeof label, "expand %s %s %zux%zu", fp8 ? "mxfp8 to bf16" : "mxfp4 fold to e5m2", l.name, lines, length);
+          const double gbs = moved / (ms * 1e-3) / 1e9, copy_gbs = 2.0 * static_cast<double>(from.size()) / (copy_ms * 1e-3) / 1e9;
+          std::printf("%-44s %14s %12.1f %12.0f %12.0f %s\n", label + 7, fp8 ? "to_bf16" : "fold", 1e3 * ms, gbs, copy_gbs, ok ? "" : "CHECK FAILED");
+          rows.push_back({"gemm", label, gbs, "GB/s", "device copy", copy_gbs,
+                          "cudaMemcpyAsync device to device of the same bytes (counted read + written), same run"});
+        }
+      }
+    }
+    if (opt.record) {
+      mxkit_bench::append_results(opt.results_path, device, rows);
+      rows.clear();
+    }
+  }
+  std::printf("validation: %s\n", all_ok ? "all cases passed" : "SOME CASES FAILED");
+  return all_ok ? 0 : 1;
+}
+
 }  // namespace
 #endif  // MXKIT_GPU_CUDA
 
@@ -486,6 +571,7 @@ int main(int argc, char** argv) {
   std::random_device rd;
   std::uint64_t seed = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  if (only == "expand") return run_expansions(opt, device, model, repeats, seed);
 
   const format_case formats[] = {
       {"mxfp4", mx_type::mxfp4, mx_type::mxfp4, mx_type::mxfp4, mx_type::mxfp4},
