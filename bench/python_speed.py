@@ -222,6 +222,7 @@ def main(argv=None):
     device = a.device or torch.cuda.get_device_name(0)
     versions = f"torch {torch.__version__}, CUDA {torch.version.cuda}"
     rows, table = [], []
+    splits = []  # --profile: (label, device time by kind, longest kernels) of each MLP block
 
     def row(case, value, unit, peer=None, peer_value=None, settings=None, target=None):
         r = render_results.new_row(BENCH, case, value, unit, peer=peer, peer_value=peer_value, peer_settings=settings,
@@ -284,7 +285,6 @@ def main(argv=None):
         torch.cuda.empty_cache()
         peer_block = torch.compile(mlp_block(torch, torch.nn.Linear, device="cuda", dtype=torch.bfloat16))
         peer_ms, peer_step = time_block(torch, peer_block, a)
-        splits = []  # (label, kinds, longest kernels)
         if a.profile:
             splits.append(("nn.Linear bf16 + torch.compile", *profile_block(torch, peer_step)))
             for kind, kms in splits[-1][1].items():
