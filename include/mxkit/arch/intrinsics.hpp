@@ -49,6 +49,25 @@ MXKIT_HD constexpr int bit_width(std::uint32_t v) noexcept {
   return n + static_cast<int>(v);
 }
 
+// Bytes of the 8-byte value {hi:lo} (lo's bytes 0-3, hi's bytes 4-7) picked by the selector's
+// nibbles: result byte n is byte (sel >> 4n) & 7. Callers keep bit 3 of every nibble clear (PTX
+// prmt gives that bit a sign-replicating meaning). At run time in a CUDA pass one PTX prmt.b32
+// (every sm): four lookups in an 8-byte table at once (gpu/gemm/expand.hpp's fold); elsewhere
+// and in constant evaluation the shifts below. The same bits either way.
+MXKIT_HD constexpr std::uint32_t byte_permute(std::uint32_t lo, std::uint32_t hi, std::uint32_t sel) noexcept {
+#if MXKIT_CUDA_DEVICE_ARCH
+  if (!__builtin_is_constant_evaluated()) {
+    std::uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(sel));
+    return r;
+  }
+#endif
+  const std::uint64_t bytes = (static_cast<std::uint64_t>(hi) << 32) | lo;
+  std::uint32_t r = 0;
+  for (int n = 0; n < 4; ++n) r |= static_cast<std::uint32_t>((bytes >> (8 * ((sel >> (4 * n)) & 7u))) & 0xFFu) << (8 * n);
+  return r;
+}
+
 // ---- Float arithmetic -------------------------------------------------------------------------
 
 // |x| for a non-NaN x: the sign bit cleared. In a device pass `fabsf`, which costs nothing: an

@@ -112,15 +112,52 @@ constexpr bool exact_everywhere() {
 }
 static_assert(exact_everywhere() && e5m2_code(0x1, shift_min) == 0x01 && e5m2_code(0x7, shift_max) == 0x7A);
 
-// One warp per line: lanes take the line's blocks in turn (16 code bytes in, 32 bytes out each).
-// Pass 1 finds the exponent span of the non-zero blocks, pass 2 writes the bytes.
+// The E5M2 bytes of the eight E2M1 magnitudes (codes 0-7) shifted by `shift`, byte m of the
+// value: the table a byte permute indexes with each code's three magnitude bits.
+MXKIT_HD constexpr std::uint64_t magnitude_table(int shift) noexcept {
+  std::uint64_t t = 0;
+  for (int m = 0; m < 8; ++m) t |= static_cast<std::uint64_t>(e5m2_code(static_cast<std::uint8_t>(m), shift)) << (8 * m);
+  return t;
+}
+
+// Four E2M1 codes (the low 16 bits of `codes`, the first in the low nibble) as four E5M2 bytes
+// (the first in the low byte) under the shift whose magnitude_table is `table`: the magnitudes by
+// one byte permute, the signs (bit 3 of each nibble, bit 7 of each byte: +-0 stay signed zeros)
+// by another, which picks 0x80 for a set sign and 0 for a clear one. Two permutes and four logic
+// operations for four codes, where a table in shared memory costs a load a code.
+MXKIT_HD constexpr std::uint32_t fold4(std::uint32_t codes, std::uint64_t table) noexcept {
+  const std::uint32_t magnitudes =
+      hw::byte_permute(static_cast<std::uint32_t>(table), static_cast<std::uint32_t>(table >> 32), codes & 0x7777u);
+  const std::uint32_t signs = hw::byte_permute(0x80u, 0u, (~codes >> 3) & 0x1111u);
+  return magnitudes | signs;
+}
+// fold4 against e5m2_code at every shift, for every code in every nibble beside every other code.
+constexpr bool fold4_matches_e5m2_code() {
+  for (int d = shift_min; d <= shift_max; ++d) {
+    const std::uint64_t t = magnitude_table(d);
+    std::uint8_t want[16] = {};
+    for (int c = 0; c < 16; ++c) want[c] = e5m2_code(static_cast<std::uint8_t>(c), d);
+    for (std::uint32_t a = 0; a < 16; ++a)
+      for (std::uint32_t b = 0; b < 16; ++b) {
+        const std::uint32_t got = fold4(a | b << 4 | a << 8 | b << 12 | 0xABCD0000u, t);  // high bits ignored
+        if (got != (want[a] | want[b] << 8 | static_cast<std::uint32_t>(want[a]) << 16 | static_cast<std::uint32_t>(want[b]) << 24))
+          return false;
+      }
+  }
+  return true;
+}
+static_assert(fold4_matches_e5m2_code());
+
+// One warp per line. Pass 1: lanes take the line's blocks in turn (16 code bytes each) and find
+// the exponent span of the non-zero blocks. Pass 2: lanes take half-blocks in turn (16 codes, 8
+// bytes in and 16 out each), so that every warp load and store is one contiguous run, and fold
+// them with the shift's table (one 8-byte shared-memory read a half-block).
 MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
                                                                const std::uint8_t* scales, std::size_t scale_ld,
                                                                std::size_t lines, std::size_t blocks, std::uint8_t* dst,
                                                                float* line_scale, int* unsafe) {
-  __shared__ std::uint8_t lut[shifts * 16];
-  for (int i = static_cast<int>(threadIdx.x); i < shifts * 16; i += threads)
-    lut[i] = e5m2_code(static_cast<std::uint8_t>(i % 16), i / 16 + shift_min);
+  __shared__ std::uint64_t tables[shifts];
+  for (int i = static_cast<int>(threadIdx.x); i < shifts; i += threads) tables[i] = magnitude_table(i + shift_min);
   __syncthreads();
   const std::size_t line = (static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x) / warp_size;
   if (line >= lines) return;  // whole warps leave together
@@ -149,20 +186,12 @@ MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint
     line_scale[line] = nan ? bit_cast<float>(0x7FC00000u) : mxkit::detail::exp2i(r);
   }
   std::uint8_t* out = dst + line * (32 * blocks);
-  for (std::size_t b = static_cast<std::size_t>(lane); b < blocks; b += warp_size) {
-    const uint4 w = *reinterpret_cast<const uint4*>(codes + 16 * b);
-    int d = static_cast<int>(sc[b]) - 127 - r;  // zero and NaN blocks hold only +-0 codes: any shift
+  for (std::size_t h = static_cast<std::size_t>(lane); h < 2 * blocks; h += warp_size) {
+    const uint2 w = *reinterpret_cast<const uint2*>(codes + 8 * h);
+    int d = static_cast<int>(sc[h / 2]) - 127 - r;  // zero and NaN blocks hold only +-0 codes: any shift
     d = d < shift_min ? shift_min : (d > shift_max ? shift_max : d);
-    const std::uint8_t* t = lut + 16 * (d - shift_min);
-    const std::uint32_t in[4] = {w.x, w.y, w.z, w.w};
-    std::uint32_t o[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {  // 16 bits of input (4 codes, low nibble first) -> 4 bytes
-      const std::uint32_t x = in[j / 2] >> (16 * (j % 2));
-      o[j] = t[x & 0xF] | (t[(x >> 4) & 0xF] << 8) | (t[(x >> 8) & 0xF] << 16) | (static_cast<std::uint32_t>(t[(x >> 12) & 0xF]) << 24);
-    }
-    *reinterpret_cast<uint4*>(out + 32 * b) = make_uint4(o[0], o[1], o[2], o[3]);
-    *reinterpret_cast<uint4*>(out + 32 * b + 16) = make_uint4(o[4], o[5], o[6], o[7]);
+    const std::uint64_t t = tables[d - shift_min];
+    *reinterpret_cast<uint4*>(out + 16 * h) = make_uint4(fold4(w.x, t), fold4(w.x >> 16, t), fold4(w.y, t), fold4(w.y >> 16, t));
   }
 }
 
