@@ -508,8 +508,8 @@ TEST_CASE("gpu gemm: MXFP4 folds exactly into E5M2 line-scaled bytes, and lines 
   CHECK(f.line_scale[5] == 1.0f);
   check_fold_exact(t, f);
   // Long lines, whose half-blocks wrap over the warp several times and end part-way (65 blocks:
-  // 130 half-blocks) or at a whole round (128), with block scales over a 28-binade span, so that
-  // every shift the fold takes (-15 to 13) occurs.
+  // 130 half-blocks) or at a whole round (128), with block scales drawn over a 28-binade span,
+  // so that the fold takes shifts across its whole range (-15 to 13) in most lines.
   for (const std::size_t k : {std::size_t{2080}, std::size_t{4096}}) {
     mx_tensor u = exact_mx(9, k, mx_type::mxfp4, rng);
     std::uniform_int_distribution<int> span(127 - 14, 127 + 14);

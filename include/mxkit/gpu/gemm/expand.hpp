@@ -123,7 +123,7 @@ MXKIT_HD constexpr std::uint64_t magnitude_table(int shift) noexcept {
 // Four E2M1 codes (the low 16 bits of `codes`, the first in the low nibble) as four E5M2 bytes
 // (the first in the low byte) under the shift whose magnitude_table is `table`: the magnitudes by
 // one byte permute, the signs (bit 3 of each nibble, bit 7 of each byte: +-0 stay signed zeros)
-// by another, which picks 0x80 for a set sign and 0 for a clear one. Two permutes and four logic
+// by another, which picks 0x80 for a set sign and 0 for a clear one. Two permutes and a few logic
 // operations for four codes, where a table in shared memory costs a load a code.
 MXKIT_HD constexpr std::uint32_t fold4(std::uint32_t codes, std::uint64_t table) noexcept {
   const std::uint32_t magnitudes =
