@@ -21,6 +21,10 @@
 //   scales and the amax are not counted), as the row's peer_settings say. Validated in full
 //   first (every code, scale and tensor scale of both copies equal ref::quantize's).
 //   MXKIT_BENCH_ONLY=nvfp4 runs only these.
+//   MXFP8 (E4M3) bf16 input with both copies held as bf16 values (quantize_outputs::
+//   values_as_bf16; case "mxfp8_e4m3 rowwise+columnwise bf16-values bf16 <shape>"), and its time
+//   against the route it replaces, both copies as codes then expanded to bf16 ("... vs
+//   codes+expansions", microseconds).
 // Each case is validated first: the first 256 rows' rowwise lines and every column's first
 // eight columnwise blocks equal the host reference byte for byte.
 // Inputs rotate among enough buffers that the set is at least 4x the L2, so repeated runs read
@@ -42,7 +46,9 @@
 #include <utility>
 #include <vector>
 
+#include <mxkit/block/bf16_values.hpp>
 #include <mxkit/gpu/fp8_cast.hpp>
+#include <mxkit/gpu/gemm/expand.hpp>
 #include <mxkit/gpu/quantize.hpp>
 #include <mxkit/gpu/quantize_nvfp4.hpp>
 #include <mxkit/ref/nvfp4_quantize.hpp>
@@ -143,6 +149,90 @@ timing copy_time(run_context& ctx, const std::vector<gpu::device_buffer<T>>& in)
       ctx.repeats, ctx.s);
 }
 
+// MXFP8 (E4M3) with both copies held as bf16 values (quantize_outputs::values_as_bf16), the
+// operands Hopper's bf16 GEMM route reads: case "mxfp8_e4m3 rowwise+columnwise bf16-values bf16
+// <shape>" against the copy (bytes: the input once + both copies' bf16 values and scales), and
+// case "... vs codes+expansions" in microseconds against what it replaces in the same run: both
+// copies as codes, then each expanded to bf16 by gpu::expand::to_bf16 (the GEMM's pass before the
+// bf16 product). Validated first: the first 256 rows' rowwise values and every column's first
+// eight columnwise blocks equal ref::quantize's codes times their scales (bf16_values::element_bits).
+void run_values(run_context& ctx, const std::vector<gpu::device_buffer<bf16>>& in, std::size_t M, std::size_t K, double copy_gbs,
+                mxkit::matrix_view<const bf16> head_view, const std::string& suffix) {
+  const std::string name = "mxfp8_e4m3 rowwise+columnwise bf16-values" + suffix;
+  if (ctx.only && name.find(ctx.only) == std::string::npos) return;
+  gpu::stream& s = ctx.s;
+  const mxkit::mx_type type = mxkit::mx_type::mxfp8_e4m3;
+  const mxkit::block_layout rl{mxkit::format_of(type), mxkit::block_axis::rowwise, M, K}, cl{mxkit::format_of(type), mxkit::block_axis::columnwise, M, K};
+  const std::size_t nbuf = in.size();
+  std::vector<gpu::device_buffer<std::uint8_t>> rv, rs, cv, cs, rc, cc;
+  std::vector<gpu::device_buffer<int>> flag;
+  for (std::size_t b = 0; b < nbuf; ++b) {
+    rv.emplace_back(gpu::values_bytes(rl));
+    rs.emplace_back(rl.scale_count());
+    cv.emplace_back(gpu::values_bytes(cl));
+    cs.emplace_back(cl.scale_count());
+    flag.emplace_back(1);
+  }
+  for (std::size_t b = 0; b < 2; ++b) {  // the codes of the route replaced (their expansions write into rv, cv)
+    rc.emplace_back(rl.data_bytes());
+    cc.emplace_back(cl.data_bytes());
+  }
+  auto launch = [&](int i) {
+    const std::size_t b = static_cast<std::size_t>(i) % nbuf;
+    gpu::quantize_outputs o{rv[b].data(), rs[b].data(), mxkit::scale_layout::row_major, cv[b].data(), cs[b].data(), mxkit::scale_layout::row_major};
+    o.values_as_bf16 = true;
+    o.beyond_exact_range = flag[b].data();
+    gpu::quantize(mxkit::matrix_view<const bf16>{in[b].data(), M, K}, type, {}, o, s);
+  };
+  launch(0);
+  s.synchronize();
+  std::size_t wrong = 0;
+  auto check = [&](const mxkit::mx_tensor& want, const std::vector<std::uint8_t>& values, const std::vector<std::uint8_t>& scales,
+                   const mxkit::block_layout& l) {
+    const mxkit::block_layout& wl = want.layout();
+    for (std::size_t line = 0; line < wl.lines(); ++line)
+      for (std::size_t i = 0; i < wl.padded_length(); ++i) {
+        const std::uint8_t sc = scales[line * l.blocks_per_line() + i / 32];
+        if (sc != want.scales()[line * wl.blocks_per_line() + i / 32]) ++wrong;
+        const std::uint32_t bits = mxkit::bf16_values::element_bits<true>(want.data()[line * wl.line_bytes() + i], mxkit::e8m0::from_bits(sc).to_float());
+        const std::size_t at = 2 * (line * l.padded_length() + i);
+        if ((static_cast<std::uint32_t>(values[at]) | static_cast<std::uint32_t>(values[at + 1]) << 8) != bits) ++wrong;
+      }
+  };
+  check(mxkit::ref::quantize_rowwise(head_view, type, {}), rv[0].to_host(s), rs[0].to_host(s), rl);
+  check(mxkit::ref::quantize_columnwise(head_view, type, {}), cv[0].to_host(s), cs[0].to_host(s), cl);  // 8 blocks per column
+  if (wrong != 0) {
+    std::fprintf(stderr, "FAILED validation: %s: %zu values or scales differ\n", name.c_str(), wrong);
+    ++ctx.failures;
+    return;
+  }
+  const timing t = time_ms(launch, ctx.repeats, s);
+  const double bytes = static_cast<double>(M * K * sizeof(bf16) + gpu::values_bytes(rl) + rl.scale_count() + gpu::values_bytes(cl) + cl.scale_count());
+  const double gbs = bytes / (t.ms * 1e-3) / 1e9;
+  std::printf("  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", name.c_str(), t.ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
+              t.spread * 100);
+  ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs, copy_settings});
+  // The route it replaces: codes, then both expansions (their flag in flag[b], their bf16 into rv, cv).
+  const timing r = time_ms(
+      [&](int i) {
+        const std::size_t b = static_cast<std::size_t>(i) % nbuf, c = static_cast<std::size_t>(i) % 2;
+        gpu::quantize(mxkit::matrix_view<const bf16>{in[b].data(), M, K}, type, {},
+                      {rc[c].data(), rs[b].data(), mxkit::scale_layout::row_major, cc[c].data(), cs[b].data(), mxkit::scale_layout::row_major},
+                      s);
+        MXKIT_GPU_CHECK(gpu::memset_async(flag[b].data(), 0, sizeof(int), s));
+        gpu::expand::to_bf16::launch(gpu::make_operand(mxkit::mx_const_view{rl, {}, rc[c].data(), rs[b].data()}),
+                                     reinterpret_cast<std::uint16_t*>(rv[b].data()), flag[b].data(), s);
+        gpu::expand::to_bf16::launch(gpu::make_operand(mxkit::mx_const_view{cl, {}, cc[c].data(), cs[b].data()}),
+                                     reinterpret_cast<std::uint16_t*>(cv[b].data()), flag[b].data(), s);
+      },
+      ctx.repeats, s);
+  std::printf("  %-52s %8.1f us, codes + both expansions %8.1f us: %.2fx the time\n", (name + " vs codes+expansions").c_str(), t.ms * 1e3,
+              r.ms * 1e3, t.ms / r.ms);
+  ctx.rows_out.push_back({"quantize_gpu", name + " vs codes+expansions", t.ms * 1e3, "us", "codes + to_bf16 of both copies", r.ms * 1e3,
+                          "gpu::quantize of both MXFP8 copies as codes, then gpu::expand::to_bf16 of each (the sm90 GEMM's pass before "
+                          "its bf16 product), rotating buffers, batches of 8; a ratio below 100% is faster"});
+}
+
 // Every case of one input type T at one shape [M, K]: the copy, then each format x mode.
 // Variants: also time the two-copy cases with other register caps (bf16 only: each is a kernel,
 // 18 in all, two thirds of this file's compile time: built only with -DMXKIT_BENCH_QUANTIZE_VARIANTS).
@@ -160,6 +250,7 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
     for (const mxkit::mx_type type : {mxkit::mx_type::mxfp4, mxkit::mx_type::mxfp8_e4m3})
       for (const mode& md : modes)
         any = any || (std::string(mxkit::name_of(type)) + " " + md.name + suffix).find(ctx.only) != std::string::npos;
+    any = any || (std::is_same_v<T, bf16> && ("mxfp8_e4m3 rowwise+columnwise bf16-values" + suffix).find(ctx.only) != std::string::npos);
     if (!any) return;
   }
   const std::size_t n = M * K, in_bytes = n * sizeof(T);
@@ -293,6 +384,7 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
         });
       }
     }
+  if constexpr (std::is_same_v<T, bf16>) run_values(ctx, in, M, K, copy_gbs, head_view, suffix);
 }
 
 // The per-tensor FP8 cast of the delayed-scaling recipe (gpu::cast_fp8: E4M3 codes, their

@@ -4,6 +4,7 @@
 // host reference (quantizer, validate, GEMMs). The training stack is <mxkit/training_stack.hpp>; GPU code is
 // under <mxkit/gpu/...>. Written by scripts/update_umbrella.sh, checked by ctest static.headers.
 #include <mxkit/arch/intrinsics.hpp>
+#include <mxkit/block/bf16_values.hpp>
 #include <mxkit/block/block_format.hpp>
 #include <mxkit/block/element_encoder.hpp>
 #include <mxkit/block/mx_format.hpp>
@@ -44,6 +45,7 @@
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
+#include <mxkit/tensor/mx_values_view.hpp>
 #include <mxkit/tensor/nvfp4_foreign_layout.hpp>
 #include <mxkit/tensor/nvfp4_tensor.hpp>
 #include <mxkit/tensor/scale_layout.hpp>

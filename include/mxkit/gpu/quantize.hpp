@@ -33,7 +33,20 @@ struct quantize_outputs {
   std::uint8_t* columnwise_scales = nullptr;
   scale_layout columnwise_scales_layout = scale_layout::row_major;
   float* amax = nullptr;  // max |x| over the input (bits of the integer max, as the host's)
+  // MXFP8 (E4M3, E5M2) from a bfloat16 or float16 input, without the rotation: both copies hold
+  // each element as its bf16 value, code x block scale (block/bf16_values.hpp), 2 bytes an
+  // element ([lines, padded length] bf16, sizes as values_bytes gives), in place of its code; the
+  // scales are written as usual. That is the operand Hopper's GEMM multiplies on its bf16 tensor
+  // cores (gpu::gemm of mx_values_view), without a pass that expands the codes, and every value is
+  // exact: a 16-bit input's rounded elements stay on bf16's grid even under the least scales.
+  // beyond_exact_range (required then; zeroed on the stream first) becomes non-zero when a
+  // non-zero block lies beyond +-48 binades, where that product is not exact and the GEMM runs
+  // its block-scaled fallback on the codes the values give back.
+  bool values_as_bf16 = false;
+  int* beyond_exact_range = nullptr;
 };
+// Bytes of a copy whose elements are bf16 values (quantize_outputs::values_as_bf16).
+constexpr std::size_t values_bytes(const block_layout& l) noexcept { return 2 * l.lines() * l.padded_length(); }
 
 namespace detail {
 // Checks the arguments and fills the kernel parameters; false: nothing to launch.
@@ -41,6 +54,13 @@ template <class U>
 bool make_quantize_params(matrix_view<const U> in, const quantize_options& options, const quantize_outputs& out,
                           stream_t stream, quantize_params<U>& p) {
   mxkit::detail::check_matrix(in, "gpu::quantize:");
+  if (out.values_as_bf16) {
+    mxkit::detail::require(out.beyond_exact_range, "gpu::quantize: values_as_bf16 needs beyond_exact_range (a device int)");
+    mxkit::detail::require(sizeof(U) == 2, "gpu::quantize: values_as_bf16 takes a bfloat16 or float16 input, not ", sizeof(U) * 8,
+                           "-bit floats (their least elements may fall off bf16's grid)");
+    mxkit::detail::require(!options.hadamard, "gpu::quantize: values_as_bf16 takes no rotation (rotated elements may fall off bf16's grid)");
+    MXKIT_GPU_CHECK(memset_async(out.beyond_exact_range, 0, sizeof(int), stream));
+  }
   if (out.amax) MXKIT_GPU_CHECK(memset_async(out.amax, 0, sizeof(float), stream));
   if (in.rows == 0 || in.cols == 0) return false;  // nothing to write, padding included
   mxkit::detail::require(out.rowwise_data || out.columnwise_data, "gpu::quantize: no output copy requested");
@@ -70,6 +90,8 @@ bool make_quantize_params(matrix_view<const U> in, const quantize_options& optio
   p.col_scales = out.columnwise_scales;
   p.col_layout = out.columnwise_scales_layout;
   p.amax = reinterpret_cast<unsigned*>(out.amax);
+  p.values_bf16 = out.values_as_bf16;
+  p.beyond_exact_range = out.beyond_exact_range;
   return true;
 }
 
@@ -114,7 +136,7 @@ void launch_quantize_tiled(const quantize_params<U>& p, stream_t stream) {
 }
 template <class Fmt, class U>
 void launch_quantize(const quantize_params<U>& p, stream_t stream) {
-  if (!p.col_data) launch_quantize_rowwise<Fmt, U>(p, stream);
+  if (!p.col_data && !p.values_bf16) launch_quantize_rowwise<Fmt, U>(p, stream);  // values: the tiled kernel's stores
   else launch_quantize_tiled<Fmt, U>(p, stream);
 }
 
@@ -125,6 +147,8 @@ void quantize_format(matrix_view<const U> in, const quantize_options& options, c
   mxkit::detail::check_mx_layout({Fmt::format, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // sizes that fit
   mxkit::detail::check_mx_layout({Fmt::format, block_axis::columnwise, in.rows, in.cols}, "gpu::quantize");
   mxkit::detail::check_options(options, "gpu::quantize");
+  mxkit::detail::require(!out.values_as_bf16 || Fmt::type == mx_type::mxfp8_e4m3 || Fmt::type == mx_type::mxfp8_e5m2,
+                         "gpu::quantize: values_as_bf16 is for MXFP8 (E4M3, E5M2), not ", name_of(Fmt::type));
   quantize_params<U> p;
   if (!make_quantize_params<U>(in, options, out, stream, p)) return;
   launch_quantize<Fmt, U>(p, stream);

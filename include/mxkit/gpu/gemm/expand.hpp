@@ -11,6 +11,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/arch/intrinsics.hpp>
+#include <mxkit/block/bf16_values.hpp>
 #include <mxkit/format/e2m1.hpp>
 #include <mxkit/format/e4m3.hpp>
 #include <mxkit/format/e5m2.hpp>
@@ -96,7 +97,7 @@ inline void launch(const gemm_operand& o, std::uint8_t* dst, stream_t stream, la
 namespace fold {
 
 inline constexpr int shift_min = -15, shift_max = 13, shifts = shift_max - shift_min + 1;
-inline constexpr int max_span = shift_max - shift_min, max_exponent = 48;
+inline constexpr int max_span = shift_max - shift_min, max_exponent = bf16_values::max_exponent;  // the same fp32 argument
 
 MXKIT_HD constexpr std::uint8_t e5m2_code(std::uint8_t fp4_code, int shift) noexcept {
   return e5m2::from_float(e2m1::from_bits(fp4_code).to_float() * mxkit::detail::exp2i(shift)).bits();
@@ -151,13 +152,21 @@ static_assert(fold4_matches_e5m2_code());
 // One warp per line. Pass 1: lanes take the line's blocks in turn (16 code bytes each) and find
 // the exponent span of the non-zero blocks. Pass 2: lanes take half-blocks in turn (16 codes, 8
 // bytes in and 16 out each), so that every warp load and store is one contiguous run, and fold
-// them with the shift's table (one 8-byte shared-memory read a half-block).
+// them with the shift's table (one 8-byte shared-memory read a half-block). Each pass loads a
+// batch of a lane's next blocks or half-blocks before it uses any of them: one load at a time
+// leaves a long line's warp waiting out a memory latency per step, and the few dozen warps an SM
+// holds then keep too few bytes in flight to fill the bandwidth.
+inline constexpr int span_batch = 4;  // blocks a lane loads at once in pass 1 (64 bytes)
+inline constexpr int fold_batch = 8;  // half-blocks a lane loads at once in pass 2 (64 bytes)
 MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
                                                                const std::uint8_t* scales, std::size_t scale_ld,
                                                                std::size_t lines, std::size_t blocks, std::uint8_t* dst,
                                                                float* line_scale, int* unsafe) {
+  // The tables a byte a thread (byte m of table d: magnitude m under shift d + shift_min), so the
+  // CTA's start costs one conversion a thread, not eight in a row on a few threads.
   __shared__ std::uint64_t tables[shifts];
-  for (int i = static_cast<int>(threadIdx.x); i < shifts; i += threads) tables[i] = magnitude_table(i + shift_min);
+  for (int i = static_cast<int>(threadIdx.x); i < 8 * shifts; i += threads)
+    reinterpret_cast<std::uint8_t*>(tables)[i] = e5m2_code(static_cast<std::uint8_t>(i % 8), i / 8 + shift_min);
   __syncthreads();
   const std::size_t line = (static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x) / warp_size;
   if (line >= lines) return;  // whole warps leave together
@@ -165,13 +174,22 @@ MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint
   const std::uint8_t* codes = src + line * src_line_bytes;
   const std::uint8_t* sc = scales + line * scale_ld;
   unsigned hi = 0, lo = 255, nan = 0;  // over non-zero blocks: max and min scale byte
-  for (std::size_t b = static_cast<std::size_t>(lane); b < blocks; b += warp_size) {
-    const uint4 w = *reinterpret_cast<const uint4*>(codes + 16 * b);
-    const unsigned s = sc[b];
-    if (s == 0xFF) nan = 1;
-    else if (((w.x | w.y | w.z | w.w) & 0x77777777u) != 0) {  // any non-zero magnitude (+-0 are 0x0, 0x8)
-      hi = s > hi ? s : hi;
-      lo = s < lo ? s : lo;
+  for (std::size_t b0 = static_cast<std::size_t>(lane); b0 < blocks; b0 += span_batch * warp_size) {
+    uint4 w[span_batch];
+    unsigned s[span_batch];
+#pragma unroll
+    for (int j = 0; j < span_batch; ++j) {  // past the line's end: an all-zero block, which counts for nothing
+      const std::size_t b = b0 + static_cast<std::size_t>(j) * warp_size;
+      w[j] = b < blocks ? *reinterpret_cast<const uint4*>(codes + 16 * b) : make_uint4(0u, 0u, 0u, 0u);
+      s[j] = b < blocks ? sc[b] : 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < span_batch; ++j) {
+      if (s[j] == 0xFF) nan = 1;
+      else if (((w[j].x | w[j].y | w[j].z | w[j].w) & 0x77777777u) != 0) {  // any non-zero magnitude (+-0 are 0x0, 0x8)
+        hi = s[j] > hi ? s[j] : hi;
+        lo = s[j] < lo ? s[j] : lo;
+      }
     }
   }
   hi = warp_max(hi);
@@ -186,12 +204,26 @@ MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint
     line_scale[line] = nan ? bit_cast<float>(0x7FC00000u) : mxkit::detail::exp2i(r);
   }
   std::uint8_t* out = dst + line * (32 * blocks);
-  for (std::size_t h = static_cast<std::size_t>(lane); h < 2 * blocks; h += warp_size) {
-    const uint2 w = *reinterpret_cast<const uint2*>(codes + 8 * h);
-    int d = static_cast<int>(sc[h / 2]) - 127 - r;  // zero and NaN blocks hold only +-0 codes: any shift
-    d = d < shift_min ? shift_min : (d > shift_max ? shift_max : d);
-    const std::uint64_t t = tables[d - shift_min];
-    *reinterpret_cast<uint4*>(out + 16 * h) = make_uint4(fold4(w.x, t), fold4(w.x >> 16, t), fold4(w.y, t), fold4(w.y >> 16, t));
+  const std::size_t halves = 2 * blocks;
+  for (std::size_t h0 = static_cast<std::size_t>(lane); h0 < halves; h0 += fold_batch * warp_size) {
+    uint2 w[fold_batch];
+    unsigned s[fold_batch];
+#pragma unroll
+    for (int j = 0; j < fold_batch; ++j) {
+      const std::size_t h = h0 + static_cast<std::size_t>(j) * warp_size;
+      w[j] = h < halves ? *reinterpret_cast<const uint2*>(codes + 8 * h) : make_uint2(0u, 0u);
+      s[j] = h < halves ? sc[h / 2] : 127u;
+    }
+#pragma unroll
+    for (int j = 0; j < fold_batch; ++j) {
+      const std::size_t h = h0 + static_cast<std::size_t>(j) * warp_size;
+      if (h >= halves) break;
+      int d = static_cast<int>(s[j]) - 127 - r;  // zero and NaN blocks hold only +-0 codes: any shift
+      d = d < shift_min ? shift_min : (d > shift_max ? shift_max : d);
+      const std::uint64_t t = tables[d - shift_min];
+      *reinterpret_cast<uint4*>(out + 16 * h) =
+          make_uint4(fold4(w[j].x, t), fold4(w[j].x >> 16, t), fold4(w[j].y, t), fold4(w[j].y >> 16, t));
+    }
   }
 }
 
@@ -219,67 +251,18 @@ inline void launch(const gemm_operand& o, std::uint8_t* dst, float* line_scale, 
 
 
 // ---- MXFP8 as bf16 with the block scales applied ----------------------------------------------
-// An E4M3 or E5M2 value has at most 4 significant bits, bf16 has 8 and fp32's exponent range, so
-// v * 2^e is exactly a bf16 value; the GEMM is then a plain bf16 product with fp32 accumulation
-// on tensor cores that run at half the FP8 rate but need no per-block promotion. With every
-// non-zero block's exponent in [-48, 48] each element, product and sum stays a normal fp32
-// number; otherwise `unsafe` is set and the caller's block-scaled FP8 fallback runs. A NaN scale
-// makes its block NaN, which reaches exactly the outputs the reference makes NaN.
+// Each code times its block scale as a bf16 value (block/bf16_values.hpp: exact), so the GEMM is a
+// plain bf16 product with fp32 accumulation on tensor cores that run at half the FP8 rate but
+// need no per-block promotion. A non-zero block beyond +-48 binades sets `unsafe` and the
+// caller's block-scaled FP8 fallback runs. A NaN scale makes its block NaN, which reaches exactly
+// the outputs the reference makes NaN.
 namespace to_bf16 {
 
-inline constexpr int max_exponent = fold::max_exponent;
+inline constexpr int max_exponent = bf16_values::max_exponent;
 inline constexpr int chunks_per_thread = 2;  // a chunk: 8 codes in (8 bytes), 8 bf16 out (16 bytes)
 inline constexpr std::size_t chunks_per_cta = static_cast<std::size_t>(threads) * chunks_per_thread;
-
-// bf16 bits of code c's value times the block scale: the upper half of the exact fp32 product.
-// The definition every path below gives (NaN codes and scales included: the device's product).
-MXKIT_HD inline std::uint32_t scaled_bits(mx_type t, std::uint32_t c, float scale) noexcept {
-  return bit_cast<std::uint32_t>(decode_mx_element(t, static_cast<std::uint8_t>(c)) * scale) >> 16;
-}
-
-// Does a chunk whose codes' bits OR to `codes_or` under scale byte s leave the bf16 route's exact
-// range (a non-zero code in a block beyond +-max_exponent binades)? NaN scales do not: their
-// blocks are NaN on both routes.
-MXKIT_HD constexpr bool beyond_exact_range(unsigned s, std::uint32_t codes_or) noexcept {
-  const int e = static_cast<int>(s) - 127;
-  return s != 0xFF && (codes_or & 0x7F7F7F7Fu) != 0 && (e > max_exponent || e < -max_exponent);
-}
-static_assert(!beyond_exact_range(127 + 48, 0x01) && beyond_exact_range(127 + 49, 0x01) && !beyond_exact_range(127 + 49, 0x80808080u) &&
-              beyond_exact_range(0x00, 0x01) && !beyond_exact_range(127 - 48, 0x7F) && !beyond_exact_range(0xFF, 0x7E));
-
-// Does a word of four codes hold a NaN code (E4M3 0x7F/0xFF, E5M2 0x7D-0x7F/0xFD-0xFF)? Each
-// byte's magnitude plus the distance from the first NaN code to 0x80 carries into its top bit
-// only for NaN codes, and never into the next byte (0x7F + 3 < 0x100).
-MXKIT_HD constexpr bool has_nan_code(bool e4m3, std::uint32_t w) noexcept {
-  return (((w & 0x7F7F7F7Fu) + (e4m3 ? 0x01010101u : 0x03030303u)) & 0x80808080u) != 0;
-}
-static_assert(has_nan_code(true, 0x0000007Fu) && has_nan_code(true, 0xFF000000u) && !has_nan_code(true, 0x7E7EFEFEu) &&
-              has_nan_code(false, 0x00007D00u) && !has_nan_code(false, 0x7C7CFCFCu));
-
-// Two binary16 values (a word, the first in the low half) times the scale, as two bf16 in a word.
-MXKIT_HD inline std::uint32_t half_pair_bf16(std::uint32_t h, float scale) noexcept {
-  const float a = hw::cvt_f32_f16(static_cast<std::uint16_t>(h)) * scale;
-  const float b = hw::cvt_f32_f16(static_cast<std::uint16_t>(h >> 16)) * scale;
-  return (bit_cast<std::uint32_t>(a) >> 16) | (bit_cast<std::uint32_t>(b) & 0xFFFF0000u);
-}
-
-// Four codes (the first in the low byte) as four bf16, two to a word, the first in the low half.
-// sm_89 and later convert two codes in one instruction (exact, arch/intrinsics.hpp) for words
-// without NaN codes; elsewhere, and for NaN codes, each code goes through the generic decode.
-// Either way each bf16 is scaled_bits of its code: the product's upper half.
-template <bool E4M3>
-MXKIT_HD inline void four_bf16(std::uint32_t w, float scale, std::uint32_t& lo, std::uint32_t& hi) noexcept {
-  constexpr mx_type t = E4M3 ? mx_type::mxfp8_e4m3 : mx_type::mxfp8_e5m2;
-  if constexpr (hw::has_cvt_fp8) {
-    if (!has_nan_code(E4M3, w)) {
-      lo = half_pair_bf16(hw::cvt_f16x2_fp8x2<E4M3 ? 3 : 2>(static_cast<std::uint16_t>(w)), scale);
-      hi = half_pair_bf16(hw::cvt_f16x2_fp8x2<E4M3 ? 3 : 2>(static_cast<std::uint16_t>(w >> 16)), scale);
-      return;
-    }
-  }
-  lo = scaled_bits(t, w & 0xFF, scale) | (scaled_bits(t, (w >> 8) & 0xFF, scale) << 16);
-  hi = scaled_bits(t, (w >> 16) & 0xFF, scale) | (scaled_bits(t, w >> 24, scale) << 16);
-}
+using bf16_values::beyond_exact_range;
+using bf16_values::four_bf16;
 
 // The [lines, length] operand as chunks of 8 codes, numbered along the lines (length / 8 a
 // line): a CTA takes chunks_per_cta consecutive chunks, each thread two of them a CTA width
@@ -319,12 +302,12 @@ inline bool applies(const gemm_operand& o) noexcept {
   return o.kind == operand_kind::mx && (o.type == mx_type::mxfp8_e4m3 || o.type == mx_type::mxfp8_e5m2) && o.length % 32 == 0 &&
          o.blocks * 32 == o.length && reinterpret_cast<std::uintptr_t>(o.data) % 16 == 0 && o.line_bytes % 16 == 0;
 }
-inline std::size_t bytes(const gemm_operand& o) noexcept { return applies(o) ? 2 * o.lines * o.length : 0; }
+inline std::size_t bytes(const gemm_operand& o) noexcept { return applies(o) && !o.bf16_values ? 2 * o.lines * o.length : 0; }
 
 // dst: [o.lines, o.length] bf16 (16-byte aligned); unsafe: an int the caller zeroed. Reads
 // o.scales as [o.lines, o.blocks], dense.
 inline void launch(const gemm_operand& o, std::uint16_t* dst, int* unsafe, stream_t stream) {
-  mxkit::detail::require(applies(o), "expand::to_bf16: operand is not an MXFP8 copy with 16-byte aligned lines");
+  mxkit::detail::require(applies(o) && !o.bf16_values, "expand::to_bf16: operand is not an MXFP8 copy of codes with 16-byte aligned lines");
   mxkit::detail::require(reinterpret_cast<std::uintptr_t>(dst) % 16 == 0, "expand::to_bf16: destination is not 16-byte aligned");
   mxkit::detail::require(o.line_bytes >= o.length, "expand::to_bf16: lines of ", o.line_bytes, " bytes hold no ", o.length, " codes");
   const std::size_t chunks = o.lines * (o.length / 8);
@@ -339,6 +322,64 @@ inline void launch(const gemm_operand& o, std::uint16_t* dst, int* unsafe, strea
 }
 
 }  // namespace to_bf16
+
+// ---- the way back: an operand of bf16 values as its codes -------------------------------------
+// An MXFP8 operand held as bf16 values (gemm_operand::bf16_values, as the quantizer writes them
+// with values_as_bf16) as [lines, padded length] codes, for every route that reads codes: the
+// block-scaled fallback behind the bf16 route's gate, and the paths without a bf16 route. Each
+// value divided by its block scale is its code's value exactly (bf16_values::code_of).
+namespace from_bf16 {
+
+// Thread i turns values [8 i, 8 i + 8) (16 bytes in) into 8 code bytes; the scales are [lines,
+// blocks] dense and the lines a whole number of blocks, so chunk i's scale is scales[i / 4].
+template <bool E4M3>
+MXKIT_GLOBAL void __launch_bounds__(threads) codes_kernel(const std::uint16_t* src, const std::uint8_t* scales, std::size_t chunks,
+                                                         std::uint8_t* dst, launch_gate gate) {
+  if (gate.closed()) return;
+  const std::size_t c = static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x;
+  if (c >= chunks) return;
+  const uint4 in = *reinterpret_cast<const uint4*>(src + 8 * c);
+  const unsigned s = scales[c / 4];
+  const std::uint32_t w[4] = {in.x, in.y, in.z, in.w};
+  std::uint32_t out[2] = {0u, 0u};
+  for (int j = 0; j < 8; ++j) {
+    const auto bits = static_cast<std::uint16_t>(w[j / 2] >> (16 * (j % 2)));
+    out[j / 4] |= static_cast<std::uint32_t>(bf16_values::code_of<E4M3>(bits, s)) << (8 * (j % 4));
+  }
+  *reinterpret_cast<uint2*>(dst + 8 * c) = make_uint2(out[0], out[1]);
+}
+
+inline bool applies(const gemm_operand& o) noexcept {
+  return o.kind == operand_kind::mx && o.bf16_values && (o.type == mx_type::mxfp8_e4m3 || o.type == mx_type::mxfp8_e5m2) &&
+         o.line_bytes % 64 == 0 && o.line_bytes / 64 == o.blocks && reinterpret_cast<std::uintptr_t>(o.data) % 16 == 0;
+}
+// Bytes of the codes of o (0 for an operand of codes).
+inline std::size_t bytes(const gemm_operand& o) noexcept { return o.bf16_values ? o.lines * (o.line_bytes / 2) : 0; }
+// The operand of codes that launch wrote at `codes`.
+inline gemm_operand as_codes(const gemm_operand& o, const std::uint8_t* codes) noexcept {
+  gemm_operand c = o;
+  c.data = codes;
+  c.line_bytes = o.line_bytes / 2;
+  c.bf16_values = false;
+  c.beyond_exact_range = nullptr;
+  return c;
+}
+
+// dst: bytes(o) bytes, 8-byte aligned.
+inline void launch(const gemm_operand& o, std::uint8_t* dst, stream_t stream, launch_gate gate = {}) {
+  mxkit::detail::require(applies(o), "expand::from_bf16: operand is not an MXFP8 copy of bf16 values with dense lines of whole blocks");
+  mxkit::detail::require(reinterpret_cast<std::uintptr_t>(dst) % 8 == 0, "expand::from_bf16: destination is not 8-byte aligned");
+  const std::size_t chunks = o.lines * (o.line_bytes / 16);
+  if (chunks == 0) return;
+  const std::size_t grid = (chunks + threads - 1) / threads;
+  mxkit::detail::require(grid <= 0x7FFFFFFF, "expand::from_bf16: operand too large");
+  const auto* src = reinterpret_cast<const std::uint16_t*>(o.data);
+  if (o.type == mx_type::mxfp8_e4m3) codes_kernel<true><<<static_cast<unsigned>(grid), threads, 0, stream>>>(src, o.scales, chunks, dst, gate);
+  else codes_kernel<false><<<static_cast<unsigned>(grid), threads, 0, stream>>>(src, o.scales, chunks, dst, gate);
+  MXKIT_GPU_CHECK_LAUNCH();
+}
+
+}  // namespace from_bf16
 
 }  // namespace expand
 }  // namespace gpu

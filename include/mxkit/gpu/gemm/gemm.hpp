@@ -2,8 +2,8 @@
 #pragma once
 // Device GEMMs: D[P,Q] = alpha * A[P,R] . B[Q,R]^T + beta * C, fp32 accumulation, fp32 or bf16
 // output (C is D's previous contents, read only when beta != 0), on the caller's stream.
-// Operands: two MX copies (any element pair), two per-tensor FP8 matrices, or two bf16
-// matrices, all stored with the reduction axis contiguous (gemm/gemm.hpp says why and which
+// Operands: two MX copies (any element pair; MXFP8 ones may hold bf16 values: mx_values_view),
+// two per-tensor FP8 matrices, or two bf16 matrices, all stored with the reduction axis contiguous (gemm/gemm.hpp says why and which
 // copy each training product takes); bf16 ones may also be stored transposed (MN-major,
 // operand.hpp: major_order), which wgrad uses to read dY and X as the forward wrote them.
 // Host-side checks are the reference's (same messages).
@@ -16,7 +16,8 @@
 //   sm90      Hopper tensor cores, TMA + wgmma (gemm/sm90/: config, mainloop, epilogue, kernel, split_k, launch); needs sm_90a device
 //             code (build with -gencode arch=compute_90a,code=sm_90a) and 16-byte aligned rows:
 //               MXFP4 x MXFP4  folded into E5M2 with one factor per line (exact block sums)
-//               MXFP8 x MXFP8  (E4M3/E5M2 mixes) expanded to bf16 with the scales applied
+//               MXFP8 x MXFP8  (E4M3/E5M2 mixes) expanded to bf16 with the scales applied, or
+//                              taken as the bf16 values the quantizer wrote (mx_values_view)
 //               other MX pairs E4M3/E5M2 bytes with per-block scale promotion
 //               per-tensor FP8 and bf16 as they are
 //             The folded and bf16 routes check their exactness conditions on the device and
@@ -39,6 +40,7 @@
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/gemm/product.hpp>
+#include <mxkit/gpu/gemm/expand.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
 #include <mxkit/gpu/gemm/options.hpp>
 #include <mxkit/gpu/gemm/portable.hpp>
@@ -68,6 +70,14 @@ bool arch_takes(const gemm_operand& a, const gemm_operand& b, const gemm_output_
   return true;
 }
 
+// Whether architecture Arch multiplies operands of bf16 values as they are (takes_bf16_values,
+// where it has one); the others get them back as codes first (run below).
+template <class Arch>
+bool arch_takes_values(const gemm_operand& a, const gemm_operand& b, const gemm_options& o) {
+  if constexpr (requires { Arch::takes_bf16_values(a, b, o); }) return Arch::takes_bf16_values(a, b, o);
+  else return false;
+}
+
 template <class... Arch>
 struct gemm_arch_list {
   // The path `automatic` takes: the first architecture that takes the product (but `skip`).
@@ -79,6 +89,9 @@ struct gemm_arch_list {
   }
   static bool supports(gemm_path path, const gemm_operand& a, const gemm_operand& b, const gemm_output_desc* out = nullptr) {
     return ((Arch::path == path && arch_takes<Arch>(a, b, out)) || ...);
+  }
+  static bool takes_bf16_values(gemm_path path, const gemm_operand& a, const gemm_operand& b, const gemm_options& o) {
+    return ((Arch::path == path && arch_takes_values<Arch>(a, b, o)) || ...);
   }
   static void run(gemm_path path, const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, stream_t s,
                   const gemm_options& o) {
@@ -128,6 +141,22 @@ MXKIT_GPU_GEMM_ENTRY gemm_path run(const gemm_operand& a, const gemm_operand& b,
     return p;
   }
   const gemm_path p = choose_path(a, b, out, o);
+  if ((a.bf16_values || b.bf16_values) && !gemm_archs::takes_bf16_values(p, a, b, o)) {
+    // A path that reads codes: the values' codes first, into scratch from the device pool.
+    const std::size_t bytes_a = (expand::from_bf16::bytes(a) + 255) / 256 * 256, bytes_b = expand::from_bf16::bytes(b);
+    auto* scratch = static_cast<std::uint8_t*>(allocate_async(bytes_a + bytes_b, s));
+    try {
+      if (a.bf16_values) expand::from_bf16::launch(a, scratch, s);
+      if (b.bf16_values) expand::from_bf16::launch(b, scratch + bytes_a, s);
+      gemm_archs::run(p, a.bf16_values ? expand::from_bf16::as_codes(a, scratch) : a,
+                      b.bf16_values ? expand::from_bf16::as_codes(b, scratch + bytes_a) : b, out, s, o);
+    } catch (...) {
+      deallocate_async(scratch, s);
+      throw;
+    }
+    deallocate_async(scratch, s);
+    return p;
+  }
   gemm_archs::run(p, a, b, out, s, o);
   return p;
 }
@@ -157,6 +186,26 @@ gemm_path gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, gemm_epilog
                          "gemm: scales must be row_major, got A ", name_of(a.scales_layout), " and B ", name_of(b.scales_layout));
   mxkit::detail::require(sh.p == 0 || sh.r == 0 || (a.data && a.scales), "gemm: A has null data or scales");
   mxkit::detail::require(sh.q == 0 || sh.r == 0 || (b.data && b.scales), "gemm: B has null data or scales");
+  return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
+}
+
+// MXFP8 copies that hold their elements as bf16 values (gpu::quantize with values_as_bf16): the
+// same product, the same bits as the copies of codes they stand for; Hopper's bf16 route reads the
+// values without expanding anything.
+template <gemm_output Out>
+gemm_path gemm(const mx_values_view& a, const mx_values_view& b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr,
+               gemm_options o = {}) {
+  const gemm_shape sh = mxkit::detail::check_mx_gemm(a.layout, b.layout, "gemm");
+  mxkit::detail::check_rotation(a.options, b.options, "gemm");
+  mxkit::detail::check_output(d, sh, "gemm");
+  for (const mx_values_view* v : {&a, &b}) {
+    const char* side = v == &a ? "A" : "B";
+    const mx_type t = v->layout.mx();
+    mxkit::detail::require(t == mx_type::mxfp8_e4m3 || t == mx_type::mxfp8_e5m2, "gemm: ", side, " holds bf16 values but is ", name_of(t),
+                           ", not MXFP8");
+    mxkit::detail::require(v->layout.lines() == 0 || sh.r == 0 || (v->values && v->scales && v->beyond_exact_range), "gemm: ", side,
+                           " has null values, scales or beyond_exact_range");
+  }
   return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
 }
 

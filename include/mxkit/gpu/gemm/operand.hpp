@@ -16,6 +16,7 @@
 #include <mxkit/tensor/fp8_tensor.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
+#include <mxkit/tensor/mx_values_view.hpp>
 
 MXKIT_BEGIN_NAMESPACE
 namespace gpu {
@@ -56,6 +57,12 @@ struct gemm_operand {
   // applied to the sums like the FP8 descale: the NVFP4 tensor scale the device quantizer wrote
   // (gpu/gemm/nvfp4.hpp), read without a host round trip. Null: scale_inv.
   const float* decode_scale = nullptr;
+  // kind == mx, MXFP8 only: the elements held as their bf16 values (mx_values_view: 2 bytes an
+  // element, line_bytes = 2 x the padded length), and the quantizer's flag in device memory
+  // (non-zero: a block the bf16 product cannot take exactly). Hopper's bf16 route multiplies the
+  // values as they are; every other route first turns them back into codes (expand::to_bf16).
+  bool bf16_values = false;
+  const int* beyond_exact_range = nullptr;
 
   MXKIT_HD constexpr int storage_bits() const noexcept { return kind == operand_kind::mx ? storage_bits_of_type(type) : (kind == operand_kind::bf16 ? 16 : 8); }
   MXKIT_HD static constexpr int storage_bits_of_type(mx_type t) noexcept { return storage_bits_of(t); }
@@ -64,6 +71,14 @@ struct gemm_operand {
 inline gemm_operand make_operand(mx_const_view v) noexcept {
   const block_layout& l = v.layout;
   return {operand_kind::mx, l.mx(), fp8_type::e4m3, v.data, v.scales, l.lines(), l.line_length(), l.line_bytes(), l.blocks_per_line(), 1.0f, nullptr};
+}
+inline gemm_operand make_operand(const mx_values_view& v) noexcept {
+  const block_layout& l = v.layout;
+  gemm_operand o{operand_kind::mx, l.mx(), fp8_type::e4m3, reinterpret_cast<const std::uint8_t*>(v.values), v.scales, l.lines(),
+                 l.line_length(), 2 * l.padded_length(), l.blocks_per_line(), 1.0f, nullptr};
+  o.bf16_values = true;
+  o.beyond_exact_range = v.beyond_exact_range;
+  return o;
 }
 inline gemm_operand make_operand(fp8_view v) noexcept {
   return {operand_kind::fp8, mx_type::mxfp8_e4m3, v.type, v.data, nullptr, v.rows, v.cols, v.cols, 0, v.scale_inv(), nullptr};
@@ -109,10 +124,17 @@ MXKIT_HD constexpr std::uint16_t bf16_output_bits(float v) noexcept {
 // `run_when_set`. A fast path and its fallback are both launched, in stream order, behind the
 // same device flag (set by a preparation kernel when the fast path cannot be exact), so the
 // choice needs no host synchronization; the losing kernel returns at once.
+// A second flag (flag2) is ORed with the first: the route of two operands whose quantizers each
+// wrote one (mx_values_view) is closed when either is set.
 struct launch_gate {
   const int* flag = nullptr;
   bool run_when_set = false;
-  __device__ bool closed() const noexcept { return flag != nullptr && ((*flag != 0) != run_when_set); }
+  const int* flag2 = nullptr;
+  __device__ bool closed() const noexcept {
+    if (flag == nullptr && flag2 == nullptr) return false;
+    const bool set = (flag != nullptr && *flag != 0) || (flag2 != nullptr && *flag2 != 0);
+    return set != run_when_set;
+  }
 };
 
 // Output of a GEMM kernel: fp32 or bf16, row-major with a leading dimension in elements. C (read

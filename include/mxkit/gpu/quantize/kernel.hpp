@@ -4,7 +4,8 @@
 // takes gpu/quantize/rowwise_kernel.hpp instead), one launch: a row-major [rows, cols] float,
 // bfloat16 or float16 matrix (with a leading dimension) is read once and written as the rowwise
 // copy (blocks along cols), the columnwise copy (blocks along rows, stored transposed), or both, each with its
-// scales in any scale_layout, plus the per-tensor amax. Every block goes through the host's
+// scales in any scale_layout, plus the per-tensor amax; MXFP8 copies may hold the elements' bf16
+// values instead of their codes (quantize_outputs::values_as_bf16). Every block goes through the host's
 // quantize_block (optional 16-point Hadamard, amax, scale rule, RNE or stochastic rounding), so
 // each byte equals the host reference (ref/quantize.hpp); this file only moves data.
 //
@@ -20,6 +21,7 @@
 // conflict-free.
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/quantize_block.hpp>
@@ -43,15 +45,20 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
   using tile = quantize_tile<T, Rows>;
   constexpr int tr = tile::rows, tc = tile::cols, epc = tile::elems_per_chunk, cpr = tile::chunks_per_row;
   constexpr int cpb = tile::chunks_per_block, stages = tile::stages, stage_chunks = tile::chunks;
-  constexpr int block_bytes = mx_block_size * Fmt::storage_bits / 8;
+  // Bytes of a block and of a line in each copy: the packed codes, or (values_bf16, MXFP8 only)
+  // two bytes an element.
+  constexpr bool values_allowed = Fmt::storage_bits == 8 && (std::is_same_v<typename Fmt::element_type, e4m3> ||
+                                                             std::is_same_v<typename Fmt::element_type, e5m2>);
+  const bool values = values_allowed && p.values_bf16;
+  const int block_bytes = values ? 2 * mx_block_size : mx_block_size * Fmt::storage_bits / 8;
   __shared__ uint4 smem[tile::teams_per_cta * stages * stage_chunks];
 
   const int team = static_cast<int>(threadIdx.x) / tile::team, lane = static_cast<int>(threadIdx.x) % tile::team;
   uint4* const ring = smem + team * stages * stage_chunks;
   const std::size_t row_blocks = (p.cols + mx_block_size - 1) / mx_block_size;  // rowwise blocks per line
   const std::size_t col_blocks = (p.rows + mx_block_size - 1) / mx_block_size;  // columnwise blocks per line
-  const std::size_t row_line_bytes = packed_bytes(row_blocks * mx_block_size, Fmt::storage_bits);
-  const std::size_t col_line_bytes = packed_bytes(col_blocks * mx_block_size, Fmt::storage_bits);
+  const std::size_t row_line_bytes = row_blocks * static_cast<std::size_t>(block_bytes);
+  const std::size_t col_line_bytes = col_blocks * static_cast<std::size_t>(block_bytes);
   std::uint32_t amax = 0;
   quantize_options row_options = p.row_options, col_options = p.col_options;
   row_options.hadamard = col_options.hadamard = Rotate;
@@ -146,6 +153,9 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
                       row_step * row_line_bytes, row_line0, static_cast<std::size_t>(row_step), row_blk};
       if (n_begin) rc.advance(n_begin);  // only in a split tile
       auto store_row = [&](const std::uint32_t* w, e8m0 scale) {
+        if constexpr (values_allowed) {
+          if (values) return store_block_values<Fmt>(rc, w, scale, p.row_scales, p.row_layout, p.rows, row_blocks, p.beyond_exact_range);
+        }
         store_block<Fmt>(rc, w, scale, p.row_scales, p.row_layout, p.rows, row_blocks);
       };
 
@@ -172,6 +182,9 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
                       tile::col_step * col_line_bytes, col_line0, static_cast<std::size_t>(tile::col_step), col_blk};
       if (n_begin) cc.advance(n_begin);
       auto store_col = [&](const std::uint32_t* w, e8m0 scale) {
+        if constexpr (values_allowed) {
+          if (values) return store_block_values<Fmt>(cc, w, scale, p.col_scales, p.col_layout, p.cols, col_blocks, p.beyond_exact_range);
+        }
         store_block<Fmt>(cc, w, scale, p.col_scales, p.col_layout, p.cols, col_blocks);
       };
 

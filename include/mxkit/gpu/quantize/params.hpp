@@ -24,6 +24,10 @@ struct quantize_params {
   std::uint8_t *row_data, *row_scales, *col_data, *col_scales;
   scale_layout row_layout, col_layout;
   unsigned* amax;  // float bits, atomicMax
+  // MXFP8: each element written as its bf16 value instead of its code (quantize_outputs::
+  // values_as_bf16); beyond_exact_range: set by a block that leaves the bf16 product's exact range.
+  bool values_bf16;
+  int* beyond_exact_range;
   // Set by launch_quantize_kernel: the format picks the tile height and the float-path bounds.
   std::size_t tiles_m, tiles_k;
   mxkit::detail::float_path_bounds bounds;  // of row_options (the copies differ only in their stochastic stream)

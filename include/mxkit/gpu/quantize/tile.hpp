@@ -6,8 +6,10 @@
 // lanes (a CUDA warp, half an AMD wave64) each own one tile from load to store.
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
+#include <mxkit/block/bf16_values.hpp>
 #include <mxkit/block/quantize_block.hpp>
 #include <mxkit/tensor/matrix_view.hpp>
 #include <mxkit/tensor/mx_tensor.hpp>
@@ -175,6 +177,29 @@ template <class Fmt>
 __device__ inline void store_block(block_cursor& c, const std::uint32_t* w, e8m0 scale, std::uint8_t* scales, scale_layout l,
                                    std::size_t lines, std::size_t blocks) {
   store_words<Fmt>(c.data, w);
+  scales[l == scale_layout::row_major ? c.line * blocks + c.blk : scale_offset(l, lines, blocks, c.line, c.blk)] = scale.bits();
+  c.advance(1);
+}
+
+// Stores a block of MXFP8 codes as their bf16 values (64 bytes; block/bf16_values.hpp) and its
+// scale where the cursor points, raises `beyond` for a block the bf16 product cannot take
+// exactly, then steps the cursor.
+template <class Fmt>
+__device__ inline void store_block_values(block_cursor& c, const std::uint32_t* w, e8m0 scale, std::uint8_t* scales, scale_layout l,
+                                          std::size_t lines, std::size_t blocks, int* beyond) {
+  constexpr bool e4m3_codes = std::is_same_v<typename Fmt::element_type, e4m3>;
+  static_assert(block_words<Fmt> == 8 && (e4m3_codes || std::is_same_v<typename Fmt::element_type, e5m2>), "bf16 values are for MXFP8");
+  const float s = scale.to_float();  // NaN for 0xFF
+  std::uint32_t codes_or = 0;
+  for (int j = 0; j < 8; ++j) codes_or |= w[j];
+  if (bf16_values::beyond_exact_range(scale.bits(), codes_or)) atomicOr(beyond, 1);
+  uint4* dst = reinterpret_cast<uint4*>(c.data);
+  for (int j = 0; j < 4; ++j) {
+    uint4 v;
+    bf16_values::four_bf16<e4m3_codes>(w[2 * j], s, v.x, v.y);
+    bf16_values::four_bf16<e4m3_codes>(w[2 * j + 1], s, v.z, v.w);
+    dst[j] = v;
+  }
   scales[l == scale_layout::row_major ? c.line * blocks + c.blk : scale_offset(l, lines, blocks, c.line, c.blk)] = scale.bits();
   c.advance(1);
 }

@@ -4,8 +4,9 @@
 // it takes a product on this device and build (supports), how it runs it (a plan of routes and
 // scratch made on the host, then the launches), and the run itself. The routes:
 //   MXFP4 x MXFP4  folded into E5M2 with one factor per line (exact block sums)
-//   MXFP8 x MXFP8  (E4M3/E5M2 mixes) expanded to bf16 with the scales applied, the bf16 product
-//                  on mxkit's kernel or, where the call may take the vendor path, cuBLASLt's
+//   MXFP8 x MXFP8  (E4M3/E5M2 mixes) expanded to bf16 with the scales applied (or held so by the
+//                  quantizer: mx_values_view), the bf16 product on mxkit's kernel or, where the
+//                  call may take the vendor path, cuBLASLt's
 //   other MX pairs E4M3/E5M2 bytes with per-block scale promotion
 //   per-tensor FP8 and bf16 as they are
 #include <cstddef>
@@ -72,15 +73,23 @@ inline bool vendor_takes_expanded(const gemm_operand& a, const gemm_operand& b, 
   return vendor::gemm_arch::supports(ea, eb) && vendor::gemm_arch::supports_output(ea, eb, out);
 }
 
+// Does the bf16 route take this pair? MXFP8 copies of codes, or of bf16 values (which it reads as
+// they are: the only route that does; gemm.hpp turns values back into codes for the others).
+inline bool takes_via_bf16(const gemm_operand& a, const gemm_operand& b, const gemm_options& o) noexcept {
+  return o.mxfp8_via_bf16 && expand::to_bf16::applies(a) && expand::to_bf16::applies(b);
+}
+
 inline plan make_plan(const gemm_operand& a, const gemm_operand& b, const gemm_output_desc& out, const gemm_options& o) {
   plan p;
-  if (o.mxfp8_via_bf16 && expand::to_bf16::applies(a) && expand::to_bf16::applies(b)) {
+  if (takes_via_bf16(a, b, o)) {
+    // A side of codes: its bf16 copy. A side of values: its codes, for the fallback.
+    auto side = [](const gemm_operand& x) { return x.bf16_values ? expand::from_bf16::bytes(x) : expand::to_bf16::bytes(x); };
     p.route = route::via_bf16;
-    p.scratch_a = (expand::to_bf16::bytes(a) + 255) / 256 * 256;  // B's copy on a 256-byte boundary
-    p.scratch_b = expand::to_bf16::bytes(b);
+    p.scratch_a = (side(a) + 255) / 256 * 256;  // B's copy on a 256-byte boundary
+    p.scratch_b = side(b);
     p.gate_flag = true;
-    const auto* stand_in = reinterpret_cast<const std::uint8_t*>(std::uintptr_t{256});
-    p.vendor_product = vendor_takes_expanded(a, b, out, o, stand_in, stand_in);
+    const auto* stand_in = reinterpret_cast<const std::uint8_t*>(std::uintptr_t{256});  // a copy the scratch will hold
+    p.vendor_product = vendor_takes_expanded(a, b, out, o, a.bf16_values ? a.data : stand_in, b.bf16_values ? b.data : stand_in);
     return p;
   }
   p.scratch_a = expand::bytes(a);  // lines * K with K % 32 == 0: 16-byte multiples
@@ -120,15 +129,34 @@ inline void execute(const plan& p, const gemm_operand& a, const gemm_operand& b,
   launch_gate fallback;
   switch (p.route) {
     case route::via_bf16: {
-      expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(copy_a), unsafe, s);
-      expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(copy_b), unsafe, s);
+      // Each side's bf16 values: its own (bf16_values), or its codes expanded into the scratch,
+      // which raise `unsafe` where the values' quantizer raised its own flag. The gate is closed
+      // when any of them is set.
+      const int* flag_a = a.bf16_values ? a.beyond_exact_range : unsafe;
+      const int* flag_b = b.bf16_values ? b.beyond_exact_range : unsafe;
+      const launch_gate bf16_gate{flag_a, false, flag_b == flag_a ? nullptr : flag_b};
+      launch_gate fallback_gate = bf16_gate;
+      fallback_gate.run_when_set = true;
+      if (!a.bf16_values) expand::to_bf16::launch(a, reinterpret_cast<std::uint16_t*>(copy_a), unsafe, s);
+      if (!b.bf16_values) expand::to_bf16::launch(b, reinterpret_cast<std::uint16_t*>(copy_b), unsafe, s);
+      const std::uint8_t* values_a = a.bf16_values ? a.data : copy_a;
+      const std::uint8_t* values_b = b.bf16_values ? b.data : copy_b;
       if (p.vendor_product) {
-        vendor::gemm_arch::run(expanded_bf16_operand(a, copy_a), expanded_bf16_operand(b, copy_b), out, s, o);
+        vendor::gemm_arch::run(expanded_bf16_operand(a, values_a), expanded_bf16_operand(b, values_b), out, s, o);
       } else {
-        const mma_operand ba{mma_kind::bf16, copy_a, 2 * a.length}, bb{mma_kind::bf16, copy_b, 2 * b.length};
-        launch_wgmma(a, b, ba, bb, out, s, launch_gate{unsafe, false}, true, o.tile_counter, o.reserved_sms);
+        const mma_operand ba{mma_kind::bf16, values_a, 2 * a.length}, bb{mma_kind::bf16, values_b, 2 * b.length};
+        launch_wgmma(a, b, ba, bb, out, s, bf16_gate, true, o.tile_counter, o.reserved_sms);
       }
-      launch_wgmma(a, b, fa, fb, out, s, launch_gate{unsafe, true}, true, o.tile_counter, o.reserved_sms);
+      // The fallback reads codes: a side of values gets them back behind the same gate.
+      if (a.bf16_values) {
+        expand::from_bf16::launch(a, copy_a, s, fallback_gate);
+        fa = {mma_kind_of(a), copy_a, a.length};
+      }
+      if (b.bf16_values) {
+        expand::from_bf16::launch(b, copy_b, s, fallback_gate);
+        fb = {mma_kind_of(b), copy_b, b.length};
+      }
+      launch_wgmma(a, b, fa, fb, out, s, fallback_gate, true, o.tile_counter, o.reserved_sms);
       return;
     }
     case route::fold: {
@@ -159,6 +187,9 @@ inline void execute(const plan& p, const gemm_operand& a, const gemm_operand& b,
 struct gemm_arch {
   static constexpr gemm_path path = gemm_path::sm90;
   static bool supports(const gemm_operand& a, const gemm_operand& b) { return a.length > 0 && wgmma_supports(a, b) && available(); }
+  static bool takes_bf16_values(const gemm_operand& a, const gemm_operand& b, const gemm_options& o) noexcept {
+    return takes_via_bf16(a, b, o);
+  }
 #if !defined(MXKIT_GPU_LIBRARY_HAS_GEMM) || defined(MXKIT_GPU_LIBRARY_DEFINES_GEMM)
   // The scratch comes from mxkit's device pool (stream-ordered), which keeps its memory between
   // calls (release_gemm_scratch returns it).
