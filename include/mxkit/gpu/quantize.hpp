@@ -96,15 +96,15 @@ bool make_quantize_params(matrix_view<const U> in, const quantize_options& optio
 }
 
 // The tile grid is the variant's (quantize_tile_rows).
-template <class Fmt, class U, bool Rotate, bool RandomSigns, int MinBlocks>
+template <class Fmt, class U, bool Rotate, bool RandomSigns, int MinBlocks, bool Values = false>
 void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
-  using tile = quantize_tile<U, quantize_tile_rows<Fmt, Rotate>>;
+  using tile = quantize_tile<U, quantize_tile_rows<Fmt, Rotate, Values>>;
   p.tiles_m = (p.rows + tile::rows - 1) / tile::rows;
   p.tiles_k = (p.cols + tile::cols - 1) / tile::cols;
   quantize_options o = p.row_options;
   o.hadamard = Rotate;
   p.bounds = mxkit::detail::float_path_bounds_for<typename Fmt::element_type>(o);
-  constexpr auto kernel = quantize_kernel<Fmt, U, Rotate, RandomSigns, MinBlocks>;
+  constexpr auto kernel = quantize_kernel<Fmt, U, Rotate, RandomSigns, MinBlocks, Values>;
   const int grid = persistent_grid<kernel>(tile::threads, p.tiles_m * p.tiles_k);
   kernel<<<grid, tile::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
@@ -130,6 +130,9 @@ void launch_quantize_rowwise(const quantize_params<U>& p, stream_t stream) {
 // The tiled kernel (any copies; the columnwise copy and both always take it).
 template <class Fmt, class U, int MinBlocks = quantize_tile<U, 64>::min_blocks>
 void launch_quantize_tiled(const quantize_params<U>& p, stream_t stream) {
+  if constexpr (takes_bf16_values<Fmt> && sizeof(U) == 2) {
+    if (p.values_bf16) return launch_quantize_kernel<Fmt, U, false, false, MinBlocks, true>(p, stream);  // make_quantize_params checked it
+  }
   if (!p.row_options.hadamard) launch_quantize_kernel<Fmt, U, false, false, MinBlocks>(p, stream);
   else if (p.sign_mask) launch_quantize_kernel<Fmt, U, true, true, MinBlocks>(p, stream);
   else launch_quantize_kernel<Fmt, U, true, false, MinBlocks>(p, stream);
@@ -147,7 +150,7 @@ void quantize_format(matrix_view<const U> in, const quantize_options& options, c
   mxkit::detail::check_mx_layout({Fmt::format, block_axis::rowwise, in.rows, in.cols}, "gpu::quantize");  // sizes that fit
   mxkit::detail::check_mx_layout({Fmt::format, block_axis::columnwise, in.rows, in.cols}, "gpu::quantize");
   mxkit::detail::check_options(options, "gpu::quantize");
-  mxkit::detail::require(!out.values_as_bf16 || Fmt::type == mx_type::mxfp8_e4m3 || Fmt::type == mx_type::mxfp8_e5m2,
+  mxkit::detail::require(!out.values_as_bf16 || takes_bf16_values<Fmt>,
                          "gpu::quantize: values_as_bf16 is for MXFP8 (E4M3, E5M2), not ", name_of(Fmt::type));
   quantize_params<U> p;
   if (!make_quantize_params<U>(in, options, out, stream, p)) return;

@@ -16,6 +16,7 @@
 #include <mxkit/format/e4m3.hpp>
 #include <mxkit/format/e5m2.hpp>
 #include <mxkit/gpu/gemm/operand.hpp>
+#include <mxkit/gpu/launch.hpp>
 #include <mxkit/gpu/runtime.hpp>
 
 MXKIT_BEGIN_NAMESPACE
@@ -330,23 +331,27 @@ inline void launch(const gemm_operand& o, std::uint16_t* dst, int* unsafe, strea
 // value divided by its block scale is its code's value exactly (bf16_values::code_of).
 namespace from_bf16 {
 
-// Thread i turns values [8 i, 8 i + 8) (16 bytes in) into 8 code bytes; the scales are [lines,
-// blocks] dense and the lines a whole number of blocks, so chunk i's scale is scales[i / 4].
+// Chunk c is values [8 c, 8 c + 8) (16 bytes in) as 8 code bytes; the scales are [lines, blocks]
+// dense and the lines a whole number of blocks, so chunk c's scale is scales[c / 4]. A grid of
+// at most the resident CTAs strides over the chunks: behind a closed gate (the common case: the
+// fallback is rarely wanted) the launch then costs a few microseconds, not a grid sized to the
+// operand.
 template <bool E4M3>
 MXKIT_GLOBAL void __launch_bounds__(threads) codes_kernel(const std::uint16_t* src, const std::uint8_t* scales, std::size_t chunks,
                                                          std::uint8_t* dst, launch_gate gate) {
   if (gate.closed()) return;
-  const std::size_t c = static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x;
-  if (c >= chunks) return;
-  const uint4 in = *reinterpret_cast<const uint4*>(src + 8 * c);
-  const unsigned s = scales[c / 4];
-  const std::uint32_t w[4] = {in.x, in.y, in.z, in.w};
-  std::uint32_t out[2] = {0u, 0u};
-  for (int j = 0; j < 8; ++j) {
-    const auto bits = static_cast<std::uint16_t>(w[j / 2] >> (16 * (j % 2)));
-    out[j / 4] |= static_cast<std::uint32_t>(bf16_values::code_of<E4M3>(bits, s)) << (8 * (j % 4));
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * threads;
+  for (std::size_t c = static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x; c < chunks; c += stride) {
+    const uint4 in = *reinterpret_cast<const uint4*>(src + 8 * c);
+    const unsigned s = scales[c / 4];
+    const std::uint32_t w[4] = {in.x, in.y, in.z, in.w};
+    std::uint32_t out[2] = {0u, 0u};
+    for (int j = 0; j < 8; ++j) {
+      const auto bits = static_cast<std::uint16_t>(w[j / 2] >> (16 * (j % 2)));
+      out[j / 4] |= static_cast<std::uint32_t>(bf16_values::code_of<E4M3>(bits, s)) << (8 * (j % 4));
+    }
+    *reinterpret_cast<uint2*>(dst + 8 * c) = make_uint2(out[0], out[1]);
   }
-  *reinterpret_cast<uint2*>(dst + 8 * c) = make_uint2(out[0], out[1]);
 }
 
 inline bool applies(const gemm_operand& o) noexcept {
@@ -371,11 +376,12 @@ inline void launch(const gemm_operand& o, std::uint8_t* dst, stream_t stream, la
   mxkit::detail::require(reinterpret_cast<std::uintptr_t>(dst) % 8 == 0, "expand::from_bf16: destination is not 8-byte aligned");
   const std::size_t chunks = o.lines * (o.line_bytes / 16);
   if (chunks == 0) return;
-  const std::size_t grid = (chunks + threads - 1) / threads;
-  mxkit::detail::require(grid <= 0x7FFFFFFF, "expand::from_bf16: operand too large");
+  const std::size_t ctas = (chunks + threads - 1) / threads;
   const auto* src = reinterpret_cast<const std::uint16_t*>(o.data);
-  if (o.type == mx_type::mxfp8_e4m3) codes_kernel<true><<<static_cast<unsigned>(grid), threads, 0, stream>>>(src, o.scales, chunks, dst, gate);
-  else codes_kernel<false><<<static_cast<unsigned>(grid), threads, 0, stream>>>(src, o.scales, chunks, dst, gate);
+  if (o.type == mx_type::mxfp8_e4m3)
+    codes_kernel<true><<<gpu::detail::persistent_grid<codes_kernel<true>>(threads, ctas), threads, 0, stream>>>(src, o.scales, chunks, dst, gate);
+  else
+    codes_kernel<false><<<gpu::detail::persistent_grid<codes_kernel<false>>(threads, ctas), threads, 0, stream>>>(src, o.scales, chunks, dst, gate);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 

@@ -21,7 +21,6 @@
 // conflict-free.
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/quantize_block.hpp>
@@ -37,20 +36,20 @@ namespace detail {
 
 // Rotate = p's options' hadamard and RandomSigns = a nonzero sign mask, as template arguments:
 // each variant's block path is straight code, without another variant's values to merge.
-template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks>
-MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rotate>>::threads), MinBlocks)
+// Values: MXFP8 stored as bf16 values (p.values_bf16), a variant of its own for its tile height.
+template <class Fmt>
+inline constexpr bool takes_bf16_values = Fmt::type == mx_type::mxfp8_e4m3 || Fmt::type == mx_type::mxfp8_e5m2;
+template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks, bool Values = false>
+MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rotate, Values>>::threads), MinBlocks)
     quantize_kernel(const quantize_params<T> p) {
   static_assert(Fmt::block_size == mx_block_size, "the quantizer's tiles specialize on 32-element MX blocks (quantize_tile)");
-  constexpr int Rows = quantize_tile_rows<Fmt, Rotate>;
+  static_assert(!Values || (takes_bf16_values<Fmt> && !Rotate), "bf16 values are for MXFP8 without the rotation");
+  constexpr int Rows = quantize_tile_rows<Fmt, Rotate, Values>;
   using tile = quantize_tile<T, Rows>;
   constexpr int tr = tile::rows, tc = tile::cols, epc = tile::elems_per_chunk, cpr = tile::chunks_per_row;
   constexpr int cpb = tile::chunks_per_block, stages = tile::stages, stage_chunks = tile::chunks;
-  // Bytes of a block and of a line in each copy: the packed codes, or (values_bf16, MXFP8 only)
-  // two bytes an element.
-  constexpr bool values_allowed = Fmt::storage_bits == 8 && (std::is_same_v<typename Fmt::element_type, e4m3> ||
-                                                             std::is_same_v<typename Fmt::element_type, e5m2>);
-  const bool values = values_allowed && p.values_bf16;
-  const int block_bytes = values ? 2 * mx_block_size : mx_block_size * Fmt::storage_bits / 8;
+  // Bytes of a block and of a line in each copy: the packed codes, or (Values) two bytes an element.
+  constexpr int block_bytes = Values ? 2 * mx_block_size : mx_block_size * Fmt::storage_bits / 8;
   __shared__ uint4 smem[tile::teams_per_cta * stages * stage_chunks];
 
   const int team = static_cast<int>(threadIdx.x) / tile::team, lane = static_cast<int>(threadIdx.x) % tile::team;
@@ -153,10 +152,8 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
                       row_step * row_line_bytes, row_line0, static_cast<std::size_t>(row_step), row_blk};
       if (n_begin) rc.advance(n_begin);  // only in a split tile
       auto store_row = [&](const std::uint32_t* w, e8m0 scale) {
-        if constexpr (values_allowed) {
-          if (values) return store_block_values<Fmt>(rc, w, scale, p.row_scales, p.row_layout, p.rows, row_blocks, p.beyond_exact_range);
-        }
-        store_block<Fmt>(rc, w, scale, p.row_scales, p.row_layout, p.rows, row_blocks);
+        if constexpr (Values) store_block_values<Fmt>(rc, w, scale, p.row_scales, p.row_layout, p.rows, row_blocks, p.beyond_exact_range);
+        else store_block<Fmt>(rc, w, scale, p.row_scales, p.row_layout, p.rows, row_blocks);
       };
 
       // Columnwise: block cb of columns col0 + n * col_step (read_column_block16; float: lane =
@@ -182,10 +179,8 @@ MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Ro
                       tile::col_step * col_line_bytes, col_line0, static_cast<std::size_t>(tile::col_step), col_blk};
       if (n_begin) cc.advance(n_begin);
       auto store_col = [&](const std::uint32_t* w, e8m0 scale) {
-        if constexpr (values_allowed) {
-          if (values) return store_block_values<Fmt>(cc, w, scale, p.col_scales, p.col_layout, p.cols, col_blocks, p.beyond_exact_range);
-        }
-        store_block<Fmt>(cc, w, scale, p.col_scales, p.col_layout, p.cols, col_blocks);
+        if constexpr (Values) store_block_values<Fmt>(cc, w, scale, p.col_scales, p.col_layout, p.cols, col_blocks, p.beyond_exact_range);
+        else store_block<Fmt>(cc, w, scale, p.col_scales, p.col_layout, p.cols, col_blocks);
       };
 
       if (p.row_data && p.col_data && tile_rows == tr && tile_cols == tc) {
