@@ -25,10 +25,6 @@ mxkit::fp8_update_scales for FP8), with fake implementations, so torch.compile(f
 traces a model that uses the layer; their bodies are mxkit.linear.forward / backward (the math,
 shared with the host tests, which hold it to the C++ layer without torch).
 
-The MXFP8 recipe on CUDA with bf16 inputs and weights keeps its copies as bf16 values (the
-operands Hopper's GEMM reads without an expansion pass: mxkit.linear's notes); the ops then carry
-the values, their scales and the quantizer's flag where the codes, scales and tensor scale go.
-
 Inputs: [..., in_features] bf16 or float32, on CUDA (the device quantizers and GEMMs, on the
 current stream, memory from torch's caching allocator) or on the CPU (the host reference: exact,
 slow). The output has the input's dtype; mxkit's GEMMs write float32 or bf16, so float16 inputs are
@@ -84,8 +80,6 @@ def _parts(copy, like):
 
     if copy is None:
         return empty(torch.uint8), empty(torch.uint8), empty(torch.float32)
-    if isinstance(copy, _linear._Values):  # bf16 values, scales, and the quantizer's flag in the tensor scale's place
-        return copy.values, copy.scales, copy.flag
     if isinstance(copy, mxkit.NVFP4Copy):
         t = copy.tensor_scale
         if not isinstance(t, Tensor):  # a host copy's tensor scale is a Python float
@@ -131,13 +125,6 @@ def _linear_forward_fake(x, w, recipe, training, wgrad, scale, amax_history, lay
     m, k = x.shape
     n = w.shape[0]
     y = x.new_empty((m, n), dtype=x.dtype)
-    if _linear.takes_values(r, x, w):  # MXFP8 copies held as bf16 values: (values, scales, flag) each
-        def held(rows, cols):
-            vs, ss, fs = _linear.values_shapes(rows, cols, "columnwise")
-            return x.new_empty(vs, dtype=torch.bfloat16), x.new_empty(ss, dtype=torch.uint8), x.new_empty(fs, dtype=torch.int32)
-        xs = held(m, k) if wgrad else (x.new_empty(_EMPTY, dtype=torch.uint8), x.new_empty(_EMPTY, dtype=torch.uint8),
-                                      x.new_empty(_EMPTY, dtype=torch.float32))
-        return (y, *xs, *held(n, k), philox_step.new_empty((), dtype=torch.int64))
     if wgrad:
         xcs, xss, xts = _copy_shapes(r, r.x_copies[1], m, k, "columnwise")
     else:
@@ -156,8 +143,6 @@ def _saved_copy(r, op, codes, scales, tensor_scale, rows, cols):
     if r.kind == "fp8":
         return codes, scales
     d = op.describe(rows, cols, "columnwise")
-    if codes.dtype == torch.bfloat16:  # held as bf16 values (mxkit.linear._Values), its flag in the tensor scale's place
-        return _linear._Values(codes, scales, tensor_scale, d)
     if op.nvfp4:  # the host GEMM takes the tensor scale as a float; a device one stays on the device (unread)
         return mxkit.NVFP4Copy(codes, scales, tensor_scale if tensor_scale.is_cuda else float(tensor_scale), d)
     return mxkit.MXCopy(codes, scales, d)

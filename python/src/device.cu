@@ -49,10 +49,8 @@ pool_block::~pool_block() {
 void quantize(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, mxkit::mx_type format,
               const mxkit::quantize_options& options, const quantize_targets& out, int device_id, std::uintptr_t stream) {
   device_guard g(device_id);
-  mxkit::gpu::quantize_outputs o{out.rowwise_data, out.rowwise_scales, out.scales, out.columnwise_data, out.columnwise_scales,
-                                 out.scales, nullptr};
-  o.values_as_bf16 = out.beyond_exact_range != nullptr;
-  o.beyond_exact_range = out.beyond_exact_range;
+  const mxkit::gpu::quantize_outputs o{out.rowwise_data, out.rowwise_scales, out.scales, out.columnwise_data, out.columnwise_scales,
+                                       out.scales, nullptr};
   switch (type) {
     case input_type::f32:
       mxkit::gpu::quantize(mxkit::matrix_view<const float>{static_cast<const float*>(in), rows, cols, ld}, format, options, o, as_stream(stream));
@@ -68,17 +66,6 @@ void quantize(const void* in, input_type type, std::size_t rows, std::size_t col
   }
 }
 
-namespace {
-void gemm_values(const mxkit::mx_values_view& a, const mxkit::mx_values_view& b, void* d, bool bf16_output, std::size_t ld, float alpha,
-                 std::uintptr_t stream) {
-  const std::size_t p = a.layout.lines(), q = b.layout.lines();
-  if (bf16_output)
-    mxkit::gpu::gemm(a, b, mxkit::matrix_view<mxkit::bfloat16>{static_cast<mxkit::bfloat16*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
-  else
-    mxkit::gpu::gemm(a, b, mxkit::matrix_view<float>{static_cast<float*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
-}
-}  // namespace
-
 void gemm(mxkit::mx_const_view a, mxkit::mx_const_view b, void* d, bool bf16_output, std::size_t ld, float alpha, int device_id,
           std::uintptr_t stream) {
   device_guard g(device_id);
@@ -87,28 +74,6 @@ void gemm(mxkit::mx_const_view a, mxkit::mx_const_view b, void* d, bool bf16_out
     mxkit::gpu::gemm(a, b, mxkit::matrix_view<mxkit::bfloat16>{static_cast<mxkit::bfloat16*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
   else
     mxkit::gpu::gemm(a, b, mxkit::matrix_view<float>{static_cast<float*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
-}
-
-void gemm_sides(const gemm_side& a, const gemm_side& b, void* d, bool bf16_output, std::size_t ld, float alpha, int device_id,
-                std::uintptr_t stream) {
-  device_guard g(device_id);
-  namespace gpu = mxkit::gpu;
-  auto values = [](const gemm_side& s) {
-    return mxkit::mx_values_view{s.view.layout, s.view.options, reinterpret_cast<const mxkit::bfloat16*>(s.view.data), s.view.scales, s.values};
-  };
-  if (a.values && b.values) return gemm_values(values(a), values(b), d, bf16_output, ld, alpha, stream);
-  if (!a.values && !b.values) return gemm(a.view, b.view, d, bf16_output, ld, alpha, device_id, stream);
-  // One side of each kind (a backward whose dY is not 16-bit): the dispatch takes the pair as it
-  // is (Hopper's bf16 route expands the codes; other paths get the values' codes back), after the
-  // public entry's checks.
-  const std::size_t p = a.view.layout.lines(), q = b.view.layout.lines();
-  const mxkit::gemm_shape sh = mxkit::detail::check_mx_gemm(a.view.layout, b.view.layout, "gemm");
-  mxkit::detail::check_rotation(a.view.options, b.view.options, "gemm");
-  const gpu::gemm_operand oa = a.values ? gpu::make_operand(values(a)) : gpu::make_operand(a.view);
-  const gpu::gemm_operand ob = b.values ? gpu::make_operand(values(b)) : gpu::make_operand(b.view);
-  if (bf16_output) mxkit::detail::check_output(mxkit::matrix_view<mxkit::bfloat16>{static_cast<mxkit::bfloat16*>(d), p, q, ld}, sh, "gemm");
-  else mxkit::detail::check_output(mxkit::matrix_view<float>{static_cast<float*>(d), p, q, ld}, sh, "gemm");
-  (void)gpu::detail::run(oa, ob, gpu::gemm_output_desc{d, d, ld, ld, bf16_output, alpha, 0.0f}, as_stream(stream), {});
 }
 
 void fp8_cast(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, mxkit::fp8_type format,

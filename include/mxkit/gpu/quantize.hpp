@@ -98,7 +98,7 @@ bool make_quantize_params(matrix_view<const U> in, const quantize_options& optio
 // The tile grid is the variant's (quantize_tile_rows).
 template <class Fmt, class U, bool Rotate, bool RandomSigns, int MinBlocks, bool Values = false>
 void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
-  using tile = quantize_tile<U, quantize_tile_rows<Fmt, Rotate, Values>>;
+  using tile = quantize_tile<U, quantize_tile_rows<Fmt, Rotate>>;
   p.tiles_m = (p.rows + tile::rows - 1) / tile::rows;
   p.tiles_k = (p.cols + tile::cols - 1) / tile::cols;
   quantize_options o = p.row_options;

@@ -31,17 +31,9 @@ MXKIT_HD constexpr std::uint8_t to_e4m3(mx_type t, std::uint8_t c) noexcept {
 }
 static_assert(to_e4m3(mx_type::mxfp4, 0x7) == 0x4C && to_e4m3(mx_type::mxfp4, 0x9) == 0xB0);  // 6, -0.5
 
-// Thread i writes the 16 output bytes [16 i, 16 i + 16) of the [lines, k] result (k % 32 == 0).
-MXKIT_GLOBAL void __launch_bounds__(threads) to_e4m3_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
-                                                          std::uint8_t* dst, std::size_t lines, std::size_t k, launch_gate gate) {
-  if (gate.closed()) return;
-  __shared__ std::uint8_t lut[256];
-  for (int c = static_cast<int>(threadIdx.x); c < 256; c += threads) lut[c] = to_e4m3(t, static_cast<std::uint8_t>(c));
-  __syncthreads();
-  const std::size_t chunks_per_line = k / 16;
-  const std::size_t i = static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x;
-  if (i >= lines * chunks_per_line) return;
-  const std::size_t line = i / chunks_per_line, chunk = i % chunks_per_line;
+// One 16-byte chunk of to_e4m3_kernel's output: chunk `chunk` of line `line`.
+__device__ inline void to_e4m3_chunk(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t, const std::uint8_t* lut,
+                                     std::uint8_t* dst, std::size_t k, std::size_t line, std::size_t chunk) {
   std::uint32_t out[4];
   if (t == mx_type::mxfp4) {  // 16 elements in 8 bytes, element 2j in the low nibble of byte j
     const uint2 in = *reinterpret_cast<const uint2*>(src + line * src_line_bytes + chunk * 8);
@@ -62,6 +54,22 @@ MXKIT_GLOBAL void __launch_bounds__(threads) to_e4m3_kernel(const std::uint8_t* 
   *reinterpret_cast<uint4*>(dst + line * k + chunk * 16) = make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+// Chunk i is the 16 output bytes [16 i, 16 i + 16) of the [lines, k] result (k % 32 == 0). A
+// grid of at most the resident CTAs strides over the chunks: behind the fold's closed gate (its
+// fallback, rarely wanted) the launch then costs a few microseconds, not a grid sized to the
+// operand.
+MXKIT_GLOBAL void __launch_bounds__(threads) to_e4m3_kernel(const std::uint8_t* src, std::size_t src_line_bytes, mx_type t,
+                                                          std::uint8_t* dst, std::size_t lines, std::size_t k, launch_gate gate) {
+  if (gate.closed()) return;
+  __shared__ std::uint8_t lut[256];
+  for (int c = static_cast<int>(threadIdx.x); c < 256; c += threads) lut[c] = to_e4m3(t, static_cast<std::uint8_t>(c));
+  __syncthreads();
+  const std::size_t chunks_per_line = k / 16, chunks = lines * chunks_per_line;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * threads;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x; i < chunks; i += stride)
+    to_e4m3_chunk(src, src_line_bytes, t, lut, dst, k, i / chunks_per_line, i % chunks_per_line);
+}
+
 // Does operand o need this pass before an FP8 tensor-core path?
 inline bool needed(const gemm_operand& o) noexcept {
   return o.kind == operand_kind::mx && (o.type == mx_type::mxfp4 || o.type == mx_type::mxfp6_e2m3 || o.type == mx_type::mxfp6_e3m2);
@@ -78,9 +86,8 @@ inline void launch(const gemm_operand& o, std::uint8_t* dst, stream_t stream, la
                          "expand: operand rows are not ", align, "-byte aligned");
   const std::size_t work = o.lines * (o.length / 16);
   if (work == 0) return;
-  const std::size_t grid = (work + threads - 1) / threads;
-  mxkit::detail::require(grid <= 0x7FFFFFFF, "expand: operand too large");
-  to_e4m3_kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(o.data, o.line_bytes, o.type, dst, o.lines, o.length, gate);
+  const int grid = gpu::detail::persistent_grid<to_e4m3_kernel>(threads, (work + threads - 1) / threads);
+  to_e4m3_kernel<<<grid, threads, 0, stream>>>(o.data, o.line_bytes, o.type, dst, o.lines, o.length, gate);
   MXKIT_GPU_CHECK_LAUNCH();
 }
 

@@ -36,15 +36,16 @@ namespace detail {
 
 // Rotate = p's options' hadamard and RandomSigns = a nonzero sign mask, as template arguments:
 // each variant's block path is straight code, without another variant's values to merge.
-// Values: MXFP8 stored as bf16 values (p.values_bf16), a variant of its own for its tile height.
+// Values: MXFP8 stored as bf16 values (p.values_bf16), a variant of its own, so that the codes'
+// kernels carry no branch for it.
 template <class Fmt>
 inline constexpr bool takes_bf16_values = Fmt::type == mx_type::mxfp8_e4m3 || Fmt::type == mx_type::mxfp8_e5m2;
 template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks, bool Values = false>
-MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rotate, Values>>::threads), MinBlocks)
+MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rotate>>::threads), MinBlocks)
     quantize_kernel(const quantize_params<T> p) {
   static_assert(Fmt::block_size == mx_block_size, "the quantizer's tiles specialize on 32-element MX blocks (quantize_tile)");
   static_assert(!Values || (takes_bf16_values<Fmt> && !Rotate), "bf16 values are for MXFP8 without the rotation");
-  constexpr int Rows = quantize_tile_rows<Fmt, Rotate, Values>;
+  constexpr int Rows = quantize_tile_rows<Fmt, Rotate>;
   using tile = quantize_tile<T, Rows>;
   constexpr int tr = tile::rows, tc = tile::cols, epc = tile::elems_per_chunk, cpr = tile::chunks_per_row;
   constexpr int cpb = tile::chunks_per_block, stages = tile::stages, stage_chunks = tile::chunks;

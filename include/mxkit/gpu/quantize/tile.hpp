@@ -30,11 +30,10 @@ namespace detail {
 // whose arithmetic wants more warps per SM; 128 for byte formats without the rotation, which are
 // bound by their stores: their columnwise lines then get 128 contiguous bytes a tile (16 KB
 // tiles, one warp and 32 KB per CTA on NVIDIA). The measurements behind both choices are in
-// docs/perf/quantize.md (v6). MXFP8 copies held as bf16 values (Values) write two bytes an
-// element: 64 rows already give their columnwise lines 128 contiguous bytes a tile, with twice
-// the warps an SM of 128-row tiles.
-template <class Fmt, bool Rotate, bool Values = false>
-inline constexpr int quantize_tile_rows = Fmt::storage_bits == 4 || Rotate || Values ? 64 : 128;
+// docs/perf/quantize.md (v6). MXFP8 copies held as bf16 values keep the byte formats' 128 rows:
+// 64 (twice the warps, the same 128 contiguous bytes a columnwise line) measured slower.
+template <class Fmt, bool Rotate>
+inline constexpr int quantize_tile_rows = Fmt::storage_bits == 4 || Rotate ? 64 : 128;
 
 // The tile's geometry specializes on the MX block, k = 32 (mx_block_size): two or one rowwise
 // blocks per 128-byte tile row, whole 32-row columnwise blocks per tile. A format of another block
