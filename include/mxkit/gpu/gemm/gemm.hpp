@@ -3,9 +3,10 @@
 // Device GEMMs: D[P,Q] = alpha * A[P,R] . B[Q,R]^T + beta * C, fp32 accumulation, fp32 or bf16
 // output (C is D's previous contents, read only when beta != 0), on the caller's stream.
 // Operands: two MX copies (any element pair; MXFP8 ones may hold bf16 values: mx_values_view),
-// two per-tensor FP8 matrices, or two bf16 matrices, all stored with the reduction axis contiguous (gemm/gemm.hpp says why and which
-// copy each training product takes); bf16 ones may also be stored transposed (MN-major,
-// operand.hpp: major_order), which wgrad uses to read dY and X as the forward wrote them.
+// two per-tensor FP8 matrices, or two bf16 matrices, all stored with the reduction axis
+// contiguous (gemm/gemm.hpp says why and which copy each training product takes); bf16 ones may
+// also be stored transposed (MN-major, operand.hpp: major_order), which wgrad uses to read dY
+// and X as the forward wrote them.
 // Host-side checks are the reference's (same messages).
 //
 //   gpu::gemm(a_view, b_view, d_view, {alpha, beta}, stream)            // any TN product

@@ -60,7 +60,7 @@ struct gemm_operand {
   // kind == mx, MXFP8 only: the elements held as their bf16 values (mx_values_view: 2 bytes an
   // element, line_bytes = 2 x the padded length), and the quantizer's flag in device memory
   // (non-zero: a block the bf16 product cannot take exactly). Hopper's bf16 route multiplies the
-  // values as they are; every other route first turns them back into codes (expand::to_bf16).
+  // values as they are; every other route first turns them back into codes (expand::from_bf16).
   bool bf16_values = false;
   const int* beyond_exact_range = nullptr;
 
