@@ -490,27 +490,33 @@ TEST_CASE("gpu gemm: MXFP4 folds exactly into E5M2 line-scaled bytes, and lines 
   const std::uint64_t seed = fresh_seed();
   std::mt19937_64 rng(seed);
   INFO("seed " << seed);
-  mx_tensor t = exact_mx(70, 320, mx_type::mxfp4, rng);  // scales over 16 binades: every line folds
-  std::uint8_t* sc = t.scales().data();
-  const std::size_t nb = t.layout().blocks_per_line(), lb = t.layout().line_bytes();
-  auto zero_block = [&](std::size_t line, std::size_t b) { std::memset(t.data().data() + line * lb + 16 * b, 0x88, 16); };  // -0
-  for (std::size_t b = 0; b < nb; ++b) zero_block(5, b);  // line 5: all zero, scales anywhere
-  sc[5 * nb + 0] = 0x00;
-  sc[5 * nb + 1] = 0xFE;
-  zero_block(6, 3);  // line 6: a zero block whose scale is 100 binades away does not count
-  sc[6 * nb + 3] = 127 - 100;
-  sc[7 * nb + 2] = 0xFF;  // line 7: NaN scale
-  for (std::size_t b = 0; b < nb; ++b) sc[8 * nb + b] = static_cast<std::uint8_t>(127 - 20 + (b % 2) * 28);  // span 28: fits
-  for (std::size_t b = 0; b < nb; ++b) sc[9 * nb + b] = 127 + 48;    // the largest exponent that folds
-  for (std::size_t b = 0; b < nb; ++b) sc[10 * nb + b] = 127 - 48;   // the smallest
-  const fold_result f = run_fold(t);
-  CHECK(f.unsafe == 0);
-  CHECK(f.line_scale[5] == 1.0f);
-  check_fold_exact(t, f);
+  // Lines of 10 blocks (a warp a line) and of 300 and 1,024 (expand::fold's long lines: a CTA a
+  // line, staged in shared memory).
+  for (const std::size_t k0 : {std::size_t{320}, std::size_t{9600}, std::size_t{32768}}) {
+    INFO("K " << k0);
+    mx_tensor t = exact_mx(70, k0, mx_type::mxfp4, rng);  // scales over 16 binades: every line folds
+    std::uint8_t* sc = t.scales().data();
+    const std::size_t nb = t.layout().blocks_per_line(), lb = t.layout().line_bytes();
+    auto zero_block = [&](std::size_t line, std::size_t b) { std::memset(t.data().data() + line * lb + 16 * b, 0x88, 16); };  // -0
+    for (std::size_t b = 0; b < nb; ++b) zero_block(5, b);  // line 5: all zero, scales anywhere
+    sc[5 * nb + 0] = 0x00;
+    sc[5 * nb + 1] = 0xFE;
+    zero_block(6, 3);  // line 6: a zero block whose scale is 100 binades away does not count
+    sc[6 * nb + 3] = 127 - 100;
+    sc[7 * nb + 2] = 0xFF;  // line 7: NaN scale
+    for (std::size_t b = 0; b < nb; ++b) sc[8 * nb + b] = static_cast<std::uint8_t>(127 - 20 + (b % 2) * 28);  // span 28: fits
+    for (std::size_t b = 0; b < nb; ++b) sc[9 * nb + b] = 127 + 48;    // the largest exponent that folds
+    for (std::size_t b = 0; b < nb; ++b) sc[10 * nb + b] = 127 - 48;   // the smallest
+    const fold_result f = run_fold(t);
+    CHECK(f.unsafe == 0);
+    CHECK(f.line_scale[5] == 1.0f);
+    check_fold_exact(t, f);
+  }
   // Long lines, whose half-blocks wrap over the warp several times and end part-way (65 blocks:
-  // 130 half-blocks) or at a whole round (128), with block scales drawn over a 28-binade span,
-  // so that the fold takes shifts across its whole range (-15 to 13) in most lines.
-  for (const std::size_t k : {std::size_t{2080}, std::size_t{4096}}) {
+  // 130 half-blocks) or at a whole round (128), a CTA's line (896 blocks: the 8B's dgrad) and one
+  // past the CTA's longest (1,056 blocks: a warp a line again), with block scales drawn over a
+  // 28-binade span, so that the fold takes shifts across its whole range (-15 to 13) in most lines.
+  for (const std::size_t k : {std::size_t{2080}, std::size_t{4096}, std::size_t{28672}, std::size_t{33792}}) {
     mx_tensor u = exact_mx(9, k, mx_type::mxfp4, rng);
     std::uniform_int_distribution<int> span(127 - 14, 127 + 14);
     for (auto& s : u.scales()) s = static_cast<std::uint8_t>(span(rng));
@@ -524,15 +530,17 @@ TEST_CASE("gpu gemm: MXFP4 folds exactly into E5M2 line-scaled bytes, and lines 
     const char* what;
     int first, second;  // scale bytes of blocks 0 and 1 of line 3
   };
-  for (const bad_case c : {bad_case{"span 29", 127 - 15, 127 + 14}, bad_case{"exponent 49", 127 + 49, 127 + 49},
-                           bad_case{"exponent -49", 127 - 49, 127 - 49}}) {
-    mx_tensor u = exact_mx(20, 128, mx_type::mxfp4, rng);
-    std::memset(u.data().data() + 3 * u.layout().line_bytes(), 0x11, 32);  // blocks 0 and 1 non-zero (0.5)
-    u.scales()[3 * 4 + 0] = static_cast<std::uint8_t>(c.first);
-    u.scales()[3 * 4 + 1] = static_cast<std::uint8_t>(c.second);
-    INFO(c.what);
-    CHECK(run_fold(u).unsafe == 1);
-  }
+  for (const std::size_t k : {std::size_t{128}, std::size_t{9600}})
+    for (const bad_case c : {bad_case{"span 29", 127 - 15, 127 + 14}, bad_case{"exponent 49", 127 + 49, 127 + 49},
+                             bad_case{"exponent -49", 127 - 49, 127 - 49}}) {
+      mx_tensor u = exact_mx(20, k, mx_type::mxfp4, rng);
+      const std::size_t nb = k / 32;
+      std::memset(u.data().data() + 3 * u.layout().line_bytes(), 0x11, 32);  // blocks 0 and 1 non-zero (0.5)
+      u.scales()[3 * nb + 0] = static_cast<std::uint8_t>(c.first);
+      u.scales()[3 * nb + 1] = static_cast<std::uint8_t>(c.second);
+      INFO(c.what << ", K " << k);
+      CHECK(run_fold(u).unsafe == 1);
+    }
 }
 
 // ---- MXFP8 on sm90: expanded to bf16 with the block scales applied (expand.hpp, to_bf16) ------

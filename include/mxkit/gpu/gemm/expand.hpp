@@ -157,31 +157,71 @@ constexpr bool fold4_matches_e5m2_code() {
 }
 static_assert(fold4_matches_e5m2_code());
 
+// The pieces both fold kernels share. The shift tables, a byte a thread (byte m of table d:
+// magnitude m under shift d + shift_min), so a CTA's start costs one conversion a thread.
+__device__ inline void fill_tables(std::uint64_t* tables) {
+  for (int i = static_cast<int>(threadIdx.x); i < 8 * shifts; i += static_cast<int>(blockDim.x))
+    reinterpret_cast<std::uint8_t*>(tables)[i] = e5m2_code(static_cast<std::uint8_t>(i % 8), i / 8 + shift_min);
+}
+// Block b of a line (codes w, scale byte s) into a line's running span: the max and min scale
+// byte over its non-zero blocks (+-0 are codes 0x0 and 0x8) and whether any scale is NaN.
+struct line_span {
+  unsigned hi = 0, lo = 255, nan = 0;
+  __device__ void add(const uint4& w, unsigned s) {
+    if (s == 0xFF) nan = 1;
+    else if (((w.x | w.y | w.z | w.w) & 0x77777777u) != 0) {
+      hi = s > hi ? s : hi;
+      lo = s < lo ? s : lo;
+    }
+  }
+  __device__ void reduce_warp() {
+    hi = warp_max(hi);
+    lo = 255u - warp_max(255u - lo);
+    nan = warp_max(nan);
+  }
+  // The line factor's exponent r, and (from one thread: `write`) the line factor and the flag.
+  __device__ int finish(bool write, float* line_scale, int* unsafe) const {
+    const bool any = hi >= lo;
+    const int r = any ? static_cast<int>(hi) - 127 - shift_max : 0;
+    if (write) {
+      const bool fits = !any || (static_cast<int>(hi - lo) <= max_span && static_cast<int>(hi) - 127 <= max_exponent &&
+                                 static_cast<int>(lo) - 127 >= -max_exponent);
+      if (!fits) atomicOr(unsafe, 1);
+      *line_scale = nan ? bit_cast<float>(0x7FC00000u) : mxkit::detail::exp2i(r);
+    }
+    return r;
+  }
+};
+// A half-block (16 codes in 8 bytes, scale byte s) as 16 E5M2 bytes under line exponent r.
+__device__ inline uint4 fold_half(uint2 w, unsigned s, int r, const std::uint64_t* tables) {
+  int d = static_cast<int>(s) - 127 - r;  // zero and NaN blocks hold only +-0 codes: any shift
+  d = d < shift_min ? shift_min : (d > shift_max ? shift_max : d);
+  const std::uint64_t t = tables[d - shift_min];
+  return make_uint4(fold4(w.x, t), fold4(w.x >> 16, t), fold4(w.y, t), fold4(w.y >> 16, t));
+}
+
 // One warp per line. Pass 1: lanes take the line's blocks in turn (16 code bytes each) and find
 // the exponent span of the non-zero blocks. Pass 2: lanes take half-blocks in turn (16 codes, 8
 // bytes in and 16 out each), so that every warp load and store is one contiguous run, and fold
 // them with the shift's table (one 8-byte shared-memory read a half-block). Each pass loads a
-// batch of a lane's next blocks or half-blocks before it uses any of them: one load at a time
-// leaves a long line's warp waiting out a memory latency per step, and the few dozen warps an SM
-// holds then keep too few bytes in flight to fill the bandwidth.
+// batch of a lane's next blocks or half-blocks before it uses any of them. The second pass reads
+// the codes again: from L2 while the lines in flight fit it, which lines of up to long_line_blocks
+// blocks do (the long ones take fold_long_kernel).
 inline constexpr int span_batch = 4;  // blocks a lane loads at once in pass 1 (64 bytes)
 inline constexpr int fold_batch = 8;  // half-blocks a lane loads at once in pass 2 (64 bytes)
 MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
                                                                const std::uint8_t* scales, std::size_t scale_ld,
                                                                std::size_t lines, std::size_t blocks, std::uint8_t* dst,
                                                                float* line_scale, int* unsafe) {
-  // The tables a byte a thread (byte m of table d: magnitude m under shift d + shift_min), so the
-  // CTA's start costs one conversion a thread, not eight in a row on a few threads.
   __shared__ std::uint64_t tables[shifts];
-  for (int i = static_cast<int>(threadIdx.x); i < 8 * shifts; i += threads)
-    reinterpret_cast<std::uint8_t*>(tables)[i] = e5m2_code(static_cast<std::uint8_t>(i % 8), i / 8 + shift_min);
+  fill_tables(tables);
   __syncthreads();
   const std::size_t line = (static_cast<std::size_t>(blockIdx.x) * threads + threadIdx.x) / warp_size;
   if (line >= lines) return;  // whole warps leave together
   const int lane = lane_id();
   const std::uint8_t* codes = src + line * src_line_bytes;
   const std::uint8_t* sc = scales + line * scale_ld;
-  unsigned hi = 0, lo = 255, nan = 0;  // over non-zero blocks: max and min scale byte
+  line_span span;
   for (std::size_t b0 = static_cast<std::size_t>(lane); b0 < blocks; b0 += span_batch * warp_size) {
     uint4 w[span_batch];
     unsigned s[span_batch];
@@ -192,25 +232,10 @@ MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint
       s[j] = b < blocks ? sc[b] : 0u;
     }
 #pragma unroll
-    for (int j = 0; j < span_batch; ++j) {
-      if (s[j] == 0xFF) nan = 1;
-      else if (((w[j].x | w[j].y | w[j].z | w[j].w) & 0x77777777u) != 0) {  // any non-zero magnitude (+-0 are 0x0, 0x8)
-        hi = s[j] > hi ? s[j] : hi;
-        lo = s[j] < lo ? s[j] : lo;
-      }
-    }
+    for (int j = 0; j < span_batch; ++j) span.add(w[j], s[j]);
   }
-  hi = warp_max(hi);
-  lo = 255u - warp_max(255u - lo);
-  nan = warp_max(nan);
-  const bool any = hi >= lo;
-  const int r = any ? static_cast<int>(hi) - 127 - shift_max : 0;
-  if (lane == 0) {
-    const bool fits = !any || (static_cast<int>(hi - lo) <= max_span && static_cast<int>(hi) - 127 <= max_exponent &&
-                               static_cast<int>(lo) - 127 >= -max_exponent);
-    if (!fits) atomicOr(unsafe, 1);
-    line_scale[line] = nan ? bit_cast<float>(0x7FC00000u) : mxkit::detail::exp2i(r);
-  }
+  span.reduce_warp();
+  const int r = span.finish(lane == 0, line_scale + line, unsafe);
   std::uint8_t* out = dst + line * (32 * blocks);
   const std::size_t halves = 2 * blocks;
   for (std::size_t h0 = static_cast<std::size_t>(lane); h0 < halves; h0 += fold_batch * warp_size) {
@@ -226,13 +251,66 @@ MXKIT_GLOBAL void __launch_bounds__(threads) e2m1_to_e5m2_kernel(const std::uint
     for (int j = 0; j < fold_batch; ++j) {
       const std::size_t h = h0 + static_cast<std::size_t>(j) * warp_size;
       if (h >= halves) break;
-      int d = static_cast<int>(s[j]) - 127 - r;  // zero and NaN blocks hold only +-0 codes: any shift
-      d = d < shift_min ? shift_min : (d > shift_max ? shift_max : d);
-      const std::uint64_t t = tables[d - shift_min];
-      *reinterpret_cast<uint4*>(out + 16 * h) =
-          make_uint4(fold4(w[j].x, t), fold4(w[j].x >> 16, t), fold4(w[j].y, t), fold4(w[j].y >> 16, t));
+      *reinterpret_cast<uint4*>(out + 16 * h) = fold_half(w[j], s[j], r, tables);
     }
   }
+}
+
+// Long lines: one CTA a line, its codes and scales read from memory once into shared memory (17
+// bytes a block; 16 KB of codes for 1,024 blocks), the span reduced over the CTA, and the second
+// pass folded from there. With a warp a line, every line of a [8192, 28672] operand is in flight
+// at once (117 MB of codes against a 50 MB L2), so the second pass's reads came from DRAM again.
+inline constexpr std::size_t long_line_blocks = 256, max_long_line_blocks = 1024;
+inline std::size_t long_line_smem(std::size_t blocks) noexcept { return 17 * blocks; }
+MXKIT_GLOBAL void __launch_bounds__(threads) fold_long_kernel(const std::uint8_t* src, std::size_t src_line_bytes,
+                                                            const std::uint8_t* scales, std::size_t scale_ld, std::size_t blocks,
+                                                            std::uint8_t* dst, float* line_scale, int* unsafe) {
+  extern __shared__ uint4 staged[];  // [blocks] codes, then [blocks] scale bytes
+  __shared__ std::uint64_t tables[shifts];
+  __shared__ unsigned partial[3][threads / warp_size];
+  fill_tables(tables);
+  std::uint8_t* staged_scales = reinterpret_cast<std::uint8_t*>(staged + blocks);
+  const std::size_t line = blockIdx.x;
+  const std::uint8_t* codes = src + line * src_line_bytes;
+  const std::uint8_t* sc = scales + line * scale_ld;
+  line_span span;
+  for (std::size_t b0 = threadIdx.x; b0 < blocks; b0 += span_batch * threads) {
+    uint4 w[span_batch];
+    unsigned s[span_batch];
+#pragma unroll
+    for (int j = 0; j < span_batch; ++j) {  // every load of the batch before any store
+      const std::size_t b = b0 + static_cast<std::size_t>(j) * threads;
+      w[j] = b < blocks ? *reinterpret_cast<const uint4*>(codes + 16 * b) : make_uint4(0u, 0u, 0u, 0u);
+      s[j] = b < blocks ? sc[b] : 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < span_batch; ++j) {
+      const std::size_t b = b0 + static_cast<std::size_t>(j) * threads;
+      if (b >= blocks) break;
+      staged[b] = w[j];
+      staged_scales[b] = static_cast<std::uint8_t>(s[j]);
+      span.add(w[j], s[j]);
+    }
+  }
+  span.reduce_warp();
+  const int warp = static_cast<int>(threadIdx.x) / warp_size;
+  if (lane_id() == 0) {
+    partial[0][warp] = span.hi;
+    partial[1][warp] = span.lo;
+    partial[2][warp] = span.nan;
+  }
+  __syncthreads();  // the staged line, the tables and the warps' spans
+  line_span all;
+  for (int w = 0; w < threads / warp_size; ++w) {
+    all.hi = partial[0][w] > all.hi ? partial[0][w] : all.hi;
+    all.lo = partial[1][w] < all.lo ? partial[1][w] : all.lo;
+    all.nan |= partial[2][w];
+  }
+  const int r = all.finish(threadIdx.x == 0, line_scale + line, unsafe);
+  std::uint8_t* out = dst + line * (32 * blocks);
+  const uint2* halves = reinterpret_cast<const uint2*>(staged);
+  for (std::size_t h = threadIdx.x; h < 2 * blocks; h += threads)
+    *reinterpret_cast<uint4*>(out + 16 * h) = fold_half(halves[h], staged_scales[h / 2], r, tables);
 }
 
 // MXFP4 copies whose lines are 16-byte aligned (the quantizer's always are: K % 32 == 0).
@@ -247,6 +325,13 @@ inline void launch(const gemm_operand& o, std::uint8_t* dst, float* line_scale, 
   mxkit::detail::require(applies(o), "expand::fold: operand is not an MXFP4 copy with 16-byte aligned lines");
   mxkit::detail::require(reinterpret_cast<std::uintptr_t>(dst) % 16 == 0, "expand::fold: destination is not 16-byte aligned");
   if (o.lines == 0) return;
+  if (o.blocks > long_line_blocks && o.blocks <= max_long_line_blocks) {
+    mxkit::detail::require(o.lines <= 0x7FFFFFFF, "expand::fold: operand too large");
+    fold_long_kernel<<<static_cast<unsigned>(o.lines), threads, long_line_smem(o.blocks), stream>>>(
+        o.data, o.line_bytes, o.scales, o.blocks, o.blocks, dst, line_scale, unsafe);
+    MXKIT_GPU_CHECK_LAUNCH();
+    return;
+  }
   constexpr std::size_t lines_per_cta = threads / warp_size;
   const std::size_t grid = (o.lines + lines_per_cta - 1) / lines_per_cta;
   mxkit::detail::require(grid <= 0x7FFFFFFF, "expand::fold: operand too large");
