@@ -38,8 +38,6 @@ namespace detail {
 // each variant's block path is straight code, without another variant's values to merge.
 // Values: MXFP8 stored as bf16 values (p.values_bf16), a variant of its own, so that the codes'
 // kernels carry no branch for it.
-template <class Fmt>
-inline constexpr bool takes_bf16_values = Fmt::type == mx_type::mxfp8_e4m3 || Fmt::type == mx_type::mxfp8_e5m2;
 template <class Fmt, class T, bool Rotate, bool RandomSigns, int MinBlocks, bool Values = false>
 MXKIT_GLOBAL void __launch_bounds__((quantize_tile<T, quantize_tile_rows<Fmt, Rotate>>::threads), MinBlocks)
     quantize_kernel(const quantize_params<T> p) {

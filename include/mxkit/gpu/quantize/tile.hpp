@@ -6,7 +6,6 @@
 // lanes (a CUDA warp, half an AMD wave64) each own one tile from load to store.
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include <mxkit/gpu/device.hpp>  // first: the vendor runtime before any MXKIT_HD code
 #include <mxkit/block/bf16_values.hpp>
@@ -182,14 +181,18 @@ __device__ inline void store_block(block_cursor& c, const std::uint32_t* w, e8m0
   c.advance(1);
 }
 
+// The formats whose copies may hold bf16 values (quantize_outputs::values_as_bf16): MXFP8.
+template <class Fmt>
+inline constexpr bool takes_bf16_values = Fmt::type == mx_type::mxfp8_e4m3 || Fmt::type == mx_type::mxfp8_e5m2;
+
 // Stores a block of MXFP8 codes as their bf16 values (64 bytes; block/bf16_values.hpp) and its
 // scale where the cursor points, raises `beyond` for a block the bf16 product cannot take
 // exactly, then steps the cursor.
 template <class Fmt>
 __device__ inline void store_block_values(block_cursor& c, const std::uint32_t* w, e8m0 scale, std::uint8_t* scales, scale_layout l,
                                           std::size_t lines, std::size_t blocks, int* beyond) {
-  constexpr bool e4m3_codes = std::is_same_v<typename Fmt::element_type, e4m3>;
-  static_assert(block_words<Fmt> == 8 && (e4m3_codes || std::is_same_v<typename Fmt::element_type, e5m2>), "bf16 values are for MXFP8");
+  static_assert(takes_bf16_values<Fmt>, "bf16 values are for MXFP8");
+  constexpr bool e4m3_codes = Fmt::type == mx_type::mxfp8_e4m3;
   const float s = scale.to_float();  // NaN for 0xFF
   std::uint32_t codes_or = 0;
   for (int j = 0; j < 8; ++j) codes_or |= w[j];
