@@ -22,9 +22,10 @@
 //   first (every code, scale and tensor scale of both copies equal ref::quantize's).
 //   MXKIT_BENCH_ONLY=nvfp4 runs only these.
 //   MXFP8 (E4M3) bf16 input with both copies held as bf16 values (quantize_outputs::
-//   values_as_bf16; case "mxfp8_e4m3 rowwise+columnwise bf16-values bf16 <shape>"), and its time
-//   against the route it replaces, both copies as codes then expanded to bf16 ("... vs
-//   codes+expansions", microseconds).
+//   values_as_bf16; case "mxfp8_e4m3 rowwise+columnwise bf16-values bf16 <shape>") and with the
+//   rowwise copy alone ("mxfp8_e4m3 rowwise bf16-values ..."), and their time against the route
+//   they replace, the copies as codes then expanded to bf16 ("... vs codes+expansions",
+//   microseconds).
 // Each case is validated first: the first 256 rows' rowwise lines and every column's first
 // eight columnwise blocks equal the host reference byte for byte.
 // Inputs rotate among enough buffers that the set is at least 4x the L2, so repeated runs read
@@ -149,16 +150,19 @@ timing copy_time(run_context& ctx, const std::vector<gpu::device_buffer<T>>& in)
       ctx.repeats, ctx.s);
 }
 
-// MXFP8 (E4M3) with both copies held as bf16 values (quantize_outputs::values_as_bf16), the
-// operands Hopper's bf16 GEMM route reads: case "mxfp8_e4m3 rowwise+columnwise bf16-values bf16
-// <shape>" against the copy (bytes: the input once + both copies' bf16 values and scales), and
-// case "... vs codes+expansions" in microseconds against what it replaces in the same run: both
-// copies as codes, then each expanded to bf16 by gpu::expand::to_bf16 (the GEMM's pass before the
-// bf16 product). Validated first: the first 256 rows' rowwise values and every column's first
-// eight columnwise blocks equal ref::quantize's codes times their scales (bf16_values::element_bits).
+// MXFP8 (E4M3) copies held as bf16 values (quantize_outputs::values_as_bf16), the operands
+// Hopper's bf16 GEMM route reads, both copies (the tiled kernel) or the rowwise one alone (the
+// row-streaming kernel): case "mxfp8_e4m3 rowwise+columnwise bf16-values bf16 <shape>" (or
+// "rowwise bf16-values") against the copy (bytes: the input once + the copies' bf16 values and
+// scales), and case "... vs codes+expansions" in microseconds against what it replaces in the
+// same run: the copies as codes, then each expanded to bf16 by gpu::expand::to_bf16 (the GEMM's
+// pass before the bf16 product). Validated first: the first 256 rows' rowwise values and every
+// column's first eight columnwise blocks equal ref::quantize's codes times their scales
+// (bf16_values::element_bits).
+std::string values_case(bool both) { return both ? "mxfp8_e4m3 rowwise+columnwise bf16-values" : "mxfp8_e4m3 rowwise bf16-values"; }
 void run_values(run_context& ctx, const std::vector<gpu::device_buffer<bf16>>& in, std::size_t M, std::size_t K, double copy_gbs,
-                mxkit::matrix_view<const bf16> head_view, const std::string& suffix) {
-  const std::string name = "mxfp8_e4m3 rowwise+columnwise bf16-values" + suffix;
+                mxkit::matrix_view<const bf16> head_view, const std::string& suffix, bool both) {
+  const std::string name = values_case(both) + suffix;
   if (ctx.only && name.find(ctx.only) == std::string::npos) return;
   gpu::stream& s = ctx.s;
   const mxkit::mx_type type = mxkit::mx_type::mxfp8_e4m3;
@@ -179,7 +183,8 @@ void run_values(run_context& ctx, const std::vector<gpu::device_buffer<bf16>>& i
   }
   auto launch = [&](int i) {
     const std::size_t b = static_cast<std::size_t>(i) % nbuf;
-    gpu::quantize_outputs o{rv[b].data(), rs[b].data(), mxkit::scale_layout::row_major, cv[b].data(), cs[b].data(), mxkit::scale_layout::row_major};
+    gpu::quantize_outputs o{rv[b].data(), rs[b].data(), mxkit::scale_layout::row_major, both ? cv[b].data() : nullptr,
+                            both ? cs[b].data() : nullptr, mxkit::scale_layout::row_major};
     o.values_as_bf16 = true;
     o.beyond_exact_range = flag[b].data();
     gpu::quantize(mxkit::matrix_view<const bf16>{in[b].data(), M, K}, type, {}, o, s);
@@ -200,37 +205,42 @@ void run_values(run_context& ctx, const std::vector<gpu::device_buffer<bf16>>& i
       }
   };
   check(mxkit::ref::quantize_rowwise(head_view, type, {}), rv[0].to_host(s), rs[0].to_host(s), rl);
-  check(mxkit::ref::quantize_columnwise(head_view, type, {}), cv[0].to_host(s), cs[0].to_host(s), cl);  // 8 blocks per column
+  if (both) check(mxkit::ref::quantize_columnwise(head_view, type, {}), cv[0].to_host(s), cs[0].to_host(s), cl);  // 8 blocks per column
   if (wrong != 0) {
     std::fprintf(stderr, "FAILED validation: %s: %zu values or scales differ\n", name.c_str(), wrong);
     ++ctx.failures;
     return;
   }
   const timing t = time_ms(launch, ctx.repeats, s);
-  const double bytes = static_cast<double>(M * K * sizeof(bf16) + gpu::values_bytes(rl) + rl.scale_count() + gpu::values_bytes(cl) + cl.scale_count());
+  const double bytes = static_cast<double>(M * K * sizeof(bf16) + gpu::values_bytes(rl) + rl.scale_count() +
+                                           (both ? gpu::values_bytes(cl) + cl.scale_count() : 0));
   const double gbs = bytes / (t.ms * 1e-3) / 1e9;
   std::printf("  %-52s %8.1f us %7.0f GB/s %5.1f%% of copy (spread %.0f%%)\n", name.c_str(), t.ms * 1e3, gbs, 100.0 * gbs / copy_gbs,
               t.spread * 100);
   ctx.rows_out.push_back({"quantize_gpu", name, gbs, "GB/s", "d2d copy", copy_gbs, copy_settings});
-  // The route it replaces: codes, then both expansions (their flag in flag[b], their bf16 into rv, cv).
+  // The route it replaces: codes, then their expansions (their flag in flag[b], their bf16 into rv, cv).
   const timing r = time_ms(
       [&](int i) {
         const std::size_t b = static_cast<std::size_t>(i) % nbuf, c = static_cast<std::size_t>(i) % 2;
         gpu::quantize(mxkit::matrix_view<const bf16>{in[b].data(), M, K}, type, {},
-                      {rc[c].data(), rs[b].data(), mxkit::scale_layout::row_major, cc[c].data(), cs[b].data(), mxkit::scale_layout::row_major},
+                      {rc[c].data(), rs[b].data(), mxkit::scale_layout::row_major, both ? cc[c].data() : nullptr,
+                       both ? cs[b].data() : nullptr, mxkit::scale_layout::row_major},
                       s);
         MXKIT_GPU_CHECK(gpu::memset_async(flag[b].data(), 0, sizeof(int), s));
         gpu::expand::to_bf16::launch(gpu::make_operand(mxkit::mx_const_view{rl, {}, rc[c].data(), rs[b].data()}),
                                      reinterpret_cast<std::uint16_t*>(rv[b].data()), flag[b].data(), s);
-        gpu::expand::to_bf16::launch(gpu::make_operand(mxkit::mx_const_view{cl, {}, cc[c].data(), cs[b].data()}),
-                                     reinterpret_cast<std::uint16_t*>(cv[b].data()), flag[b].data(), s);
+        if (both)
+          gpu::expand::to_bf16::launch(gpu::make_operand(mxkit::mx_const_view{cl, {}, cc[c].data(), cs[b].data()}),
+                                       reinterpret_cast<std::uint16_t*>(cv[b].data()), flag[b].data(), s);
       },
       ctx.repeats, s);
-  std::printf("  %-52s %8.1f us, codes + both expansions %8.1f us: %.2fx the time\n", (name + " vs codes+expansions").c_str(), t.ms * 1e3,
+  std::printf("  %-52s %8.1f us, codes + expansions %8.1f us: %.2fx the time\n", (name + " vs codes+expansions").c_str(), t.ms * 1e3,
               r.ms * 1e3, t.ms / r.ms);
-  ctx.rows_out.push_back({"quantize_gpu", name + " vs codes+expansions", t.ms * 1e3, "us", "codes + to_bf16 of both copies", r.ms * 1e3,
-                          "gpu::quantize of both MXFP8 copies as codes, then gpu::expand::to_bf16 of each (the sm90 GEMM's pass before "
-                          "its bf16 product), rotating buffers, batches of 8; a ratio below 100% is faster"});
+  ctx.rows_out.push_back({"quantize_gpu", name + " vs codes+expansions", t.ms * 1e3, "us",
+                          both ? "codes + to_bf16 of both copies" : "codes + to_bf16 of the rowwise copy", r.ms * 1e3,
+                          std::string("gpu::quantize of ") + (both ? "both MXFP8 copies" : "the rowwise MXFP8 copy") +
+                              " as codes, then gpu::expand::to_bf16 of each (the sm90 GEMM's pass before its bf16 product), "
+                              "rotating buffers, batches of 8; a ratio below 100% is faster"});
 }
 
 // Every case of one input type T at one shape [M, K]: the copy, then each format x mode.
@@ -250,7 +260,7 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
     for (const mxkit::mx_type type : {mxkit::mx_type::mxfp4, mxkit::mx_type::mxfp8_e4m3})
       for (const mode& md : modes)
         any = any || (std::string(mxkit::name_of(type)) + " " + md.name + suffix).find(ctx.only) != std::string::npos;
-    any = any || (std::is_same_v<T, bf16> && ("mxfp8_e4m3 rowwise+columnwise bf16-values" + suffix).find(ctx.only) != std::string::npos);
+    for (const bool both : {true, false}) any = any || (std::is_same_v<T, bf16> && (values_case(both) + suffix).find(ctx.only) != std::string::npos);
     if (!any) return;
   }
   const std::size_t n = M * K, in_bytes = n * sizeof(T);
@@ -384,7 +394,8 @@ void run_shape(run_context& ctx, std::size_t M, std::size_t K, const std::vector
         });
       }
     }
-  if constexpr (std::is_same_v<T, bf16>) run_values(ctx, in, M, K, copy_gbs, head_view, suffix);
+  if constexpr (std::is_same_v<T, bf16>)
+    for (const bool both : {true, false}) run_values(ctx, in, M, K, copy_gbs, head_view, suffix, both);
 }
 
 // The per-tensor FP8 cast of the delayed-scaling recipe (gpu::cast_fp8: E4M3 codes, their

@@ -36,6 +36,14 @@ gradients of "nvfp4" and "mxfp4_rht_sr") draws the C++ layer's Philox streams
 (philox_streams: per layer id, tensor, step and forward call), so the Python layer's bytes are
 the C++ layer's for the same layer id and step.
 
+MXFP8 on a CUDA device, for bfloat16 and float16 tensors (takes_values): the rowwise copies a
+GEMM multiplies at once (X and W in forward, dY in backward) are written as their elements' bf16
+values, code times block scale (exact: include/mxkit/block/bf16_values.hpp), the operands Hopper's
+GEMM multiplies on its bf16 tensor cores, so those products skip the pass that would expand codes
+to bf16. A block beyond +-48 binades raises the quantizer's flag, and the GEMM then runs its
+block-scaled fallback on the codes the values give back; either way the products are the codes'
+bits. The columnwise copies forward keeps for backward stay codes (a byte an element).
+
 What the Python layer does not do: bf16 GEMMs inside a recipe (the NVFP4 recipe's selective bf16
 layers are whole layers: a model keeps those in torch.nn.Linear), LoRA adapters, and the C++
 layer's cache of weight copies across steps (the weight is quantized at every forward, as
@@ -49,7 +57,7 @@ import mxkit
 from . import _mxkit
 
 __all__ = ["RECIPES", "Recipe", "forward", "backward", "philox_streams", "nvfp4_bf16_layers", "update_scales",
-           "new_scaling_state", "cpp_steps"]
+           "new_scaling_state", "cpp_steps", "takes_values"]
 
 RECIPES = tuple(_mxkit.recipe_names)
 
@@ -140,6 +148,10 @@ class Recipe:
         self.x_copies = (self.fprop.a, self.wgrad.b)
         self.w_copies = (self.fprop.b, self.dgrad.b)
         self.dy_copies = (self.dgrad.a, self.wgrad.a)
+        # MXFP8 without the rotation: on a CUDA device its rowwise copies may be written as bf16
+        # values (_Values), which Hopper's GEMM multiplies without expanding codes first.
+        self.values_route = self.kind == "mx" and not any(g.hadamard for g in (self.fprop, self.dgrad, self.wgrad)) and all(
+            o.format in ("mxfp8_e4m3", "mxfp8_e5m2") for g in (self.fprop, self.dgrad, self.wgrad) for o in (g.a, g.b))
 
     def __repr__(self):
         return f"mxkit.linear.Recipe({self.name!r}: {self.title})"
@@ -241,6 +253,53 @@ def _block_copies(x, row, col, stream):
             None if col is None else mxkit.quantize(x, axis="columnwise", philox_stream=drawn(col), **col.quantize_args))
 
 
+class _Values:
+    """An MXFP8 rowwise copy held as bf16 values, each element its code times its block scale
+    (exact: include/mxkit/block/bf16_values.hpp): values [rows, padded length] bf16, scales [rows,
+    blocks] E8M0, and the quantizer's flag (one int32, non-zero when a non-zero block lies beyond
+    +-48 binades, where the GEMM runs its block-scaled fallback on the codes the values give back).
+    The description is the copy's own."""
+    __slots__ = ("values", "scales", "flag", "description")
+
+    def __init__(self, values, scales, flag, description):
+        self.values, self.scales, self.flag, self.description = values, scales, flag, description
+
+
+def takes_values(recipe, *tensors):
+    """Whether forward/backward write these tensors' rowwise copies as bf16 values (_Values): an
+    MXFP8 recipe without the rotation (recipe.values_route), torch CUDA tensors of bfloat16 or
+    float16 (whose rounded elements stay on bf16's grid), and a module built with a GPU backend."""
+    if not recipe.values_route or not _mxkit.gpu:
+        return False
+    for t in tensors:
+        if _torch_of(t) is None or t.device.type != "cuda" or str(t.dtype) not in ("torch.bfloat16", "torch.float16"):
+            return False
+    return True
+
+
+def _values_copies(x, row, col, stream):
+    """_block_copies for takes_values: the rowwise copy for operand `row` as _Values, the
+    columnwise one for `col` as codes (None: not wanted); two quantizer calls (the rowwise one
+    takes the row-streaming kernel, the columnwise one the tiled kernel)."""
+    def drawn(op):
+        return stream if op.rounding == "stochastic" else 0
+
+    made = None
+    if row is not None:
+        rows, cols = mxkit._shape2(x, "mxkit.linear")
+        q = row.quantize_args
+        d = mxkit._describe("mxkit.linear", rows, cols, q["fmt"], "rowwise", "mxkit", None, q["rule"], q["rounding"], False,
+                            q["random_signs"], q["seed"], philox_stream=drawn(row))
+        torch = _torch_of(x)
+        s = _stream(x)
+        values = torch.empty((rows, 32 * ((cols + 31) // 32)), dtype=torch.bfloat16, device=x.device)
+        scales = torch.empty(tuple(d.scale_shape), dtype=torch.uint8, device=x.device)
+        flag = torch.empty((1,), dtype=torch.int32, device=x.device)
+        _mxkit.mxfp8_values_quantize_device(_arg(x, s), [d], s, [_arg(t, s) for t in (values, scales, flag)])
+        made = _Values(values, scales, flag, d)
+    return made, None if col is None else mxkit.quantize(x, axis="columnwise", philox_stream=drawn(col), **col.quantize_args)
+
+
 def _fp8_cast(x, fmt, state, row, rowwise, columnwise, record):
     """The delayed-scaling cast of x with the scale of table row `row`: (codes, their scale) and
     (transposed codes, their scale); the amax into history[row, 0] when `record`."""
@@ -274,9 +333,34 @@ def _nvfp4_gemm(a, b, out_dtype, like):
     return d.to(_torch_of(d).bfloat16) if out_dtype == "bfloat16" and _torch_of(d) is not None else d
 
 
+def _sides_gemm(a, b, out_dtype, like):
+    """D[P,Q] = A . B^T on the device where a side is a _Values copy (the other one too, or an MX
+    copy of codes): each described as [lines, length] rowwise, as the GEMM reads it."""
+    torch = _torch_of(like)
+    s = _stream(like)
+
+    def side(c):
+        if isinstance(c, _Values):
+            data, scales, flag = c.values, c.scales, c.flag
+            lines, length = data.shape
+        else:
+            data, scales, flag = c.codes, c.scales, None
+            lines, length = _lines(c.description), scales.shape[1] * 32
+        d = mxkit._describe("mxkit.linear", lines, length, c.description.format, "rowwise", "mxkit", None, None, None, False,
+                            False, 0)
+        return _arg(data, s), _arg(scales, s), d, None if flag is None else _arg(flag, s)
+
+    (ad, asc, adesc, af), (bd, bsc, bdesc, bf) = side(a), side(b)
+    d = torch.empty((adesc.rows, bdesc.rows), dtype=getattr(torch, out_dtype), device=like.device)
+    _mxkit.gemm_sides_device(ad, asc, adesc, af, bd, bsc, bdesc, bf, 1.0, s, _arg(d, s))
+    return d
+
+
 def _mx_gemm(a, b, out_dtype, like):
     """D[P,Q] = A . B^T from two MX (or NVFP4) copies whose stored lines run along the reduction
     axis (any copy in mxkit's storage: a columnwise copy's lines are its columns)."""
+    if isinstance(a, _Values) or isinstance(b, _Values):
+        return _sides_gemm(a, b, out_dtype, like)
     if isinstance(a, mxkit.NVFP4Copy):
         return _nvfp4_gemm(a, b, out_dtype, like)
     hadamard = a.description.hadamard
@@ -340,8 +424,9 @@ def forward(recipe, x, w, state=None, training=True, wgrad=True, out_dtype=None,
     out_dtype = out_dtype or _dtype_name(x)
     streams = philox_streams() if streams is None else streams
     if recipe.kind == "mx":
-        x_row, x_col = _block_copies(x, recipe.x_copies[0], recipe.x_copies[1] if wgrad else None, streams["x"])
-        w_row, w_col = _block_copies(w, *recipe.w_copies, streams["w"])
+        copies = _values_copies if takes_values(recipe, x, w) else _block_copies
+        x_row, x_col = copies(x, recipe.x_copies[0], recipe.x_copies[1] if wgrad else None, streams["x"])
+        w_row, w_col = copies(w, *recipe.w_copies, streams["w"])
         return _mx_gemm(x_row, w_row, out_dtype, x), {"x": x_col, "w": w_col, "shape": (m, k, n), "dy_stream": streams["dy"]}
     if state is None:
         raise ValueError(f"mxkit.linear.forward: recipe {recipe.name!r} needs its FP8 scaling state (new_scaling_state)")
@@ -361,8 +446,9 @@ def backward(recipe, dy, saved, state=None, dx=True, dw=True, dx_dtype=None, dw_
         raise ValueError("mxkit.linear.backward: dw needs X's wgrad copy; forward ran with wgrad=False")
     dx_dtype = dx_dtype or _dtype_name(dy)
     if recipe.kind == "mx":
-        dy_row, dy_col = _block_copies(dy, recipe.dy_copies[0] if dx else None, recipe.dy_copies[1] if dw else None,
-                                       saved.get("dy_stream", philox_streams()["dy"]))
+        copies = _values_copies if takes_values(recipe, dy) else _block_copies
+        dy_row, dy_col = copies(dy, recipe.dy_copies[0] if dx else None, recipe.dy_copies[1] if dw else None,
+                                saved.get("dy_stream", philox_streams()["dy"]))
         gw = _mx_gemm(dy_col, saved["x"], dw_dtype, dy) if dw else None
         gx = _mx_gemm(dy_row, saved["w"], dx_dtype, dy) if dx else None
         return gx, gw

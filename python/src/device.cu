@@ -49,8 +49,10 @@ pool_block::~pool_block() {
 void quantize(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, mxkit::mx_type format,
               const mxkit::quantize_options& options, const quantize_targets& out, int device_id, std::uintptr_t stream) {
   device_guard g(device_id);
-  const mxkit::gpu::quantize_outputs o{out.rowwise_data, out.rowwise_scales, out.scales, out.columnwise_data, out.columnwise_scales,
-                                       out.scales, nullptr};
+  mxkit::gpu::quantize_outputs o{out.rowwise_data, out.rowwise_scales, out.scales, out.columnwise_data, out.columnwise_scales,
+                                 out.scales, nullptr};
+  o.values_as_bf16 = out.beyond_exact_range != nullptr;
+  o.beyond_exact_range = out.beyond_exact_range;
   switch (type) {
     case input_type::f32:
       mxkit::gpu::quantize(mxkit::matrix_view<const float>{static_cast<const float*>(in), rows, cols, ld}, format, options, o, as_stream(stream));
@@ -74,6 +76,25 @@ void gemm(mxkit::mx_const_view a, mxkit::mx_const_view b, void* d, bool bf16_out
     mxkit::gpu::gemm(a, b, mxkit::matrix_view<mxkit::bfloat16>{static_cast<mxkit::bfloat16*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
   else
     mxkit::gpu::gemm(a, b, mxkit::matrix_view<float>{static_cast<float*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
+}
+
+void gemm_sides(const gemm_side& a, const gemm_side& b, void* d, bool bf16_output, std::size_t ld, float alpha, int device_id,
+                std::uintptr_t stream) {
+  device_guard g(device_id);
+  auto values = [](const gemm_side& s) {
+    return mxkit::mx_values_view{s.view.layout, s.view.options, reinterpret_cast<const mxkit::bfloat16*>(s.view.data), s.view.scales, s.values};
+  };
+  const std::size_t p = a.view.layout.lines(), q = b.view.layout.lines();
+  auto run = [&](const auto& sa, const auto& sb) {
+    if (bf16_output)
+      mxkit::gpu::gemm(sa, sb, mxkit::matrix_view<mxkit::bfloat16>{static_cast<mxkit::bfloat16*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
+    else
+      mxkit::gpu::gemm(sa, sb, mxkit::matrix_view<float>{static_cast<float*>(d), p, q, ld}, {alpha, 0.0f}, as_stream(stream));
+  };
+  if (a.values && b.values) run(values(a), values(b));
+  else if (a.values) run(values(a), b.view);
+  else if (b.values) run(a.view, values(b));
+  else run(a.view, b.view);
 }
 
 void fp8_cast(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, mxkit::fp8_type format,

@@ -56,6 +56,9 @@ struct quantize_targets {
   std::uint8_t* columnwise_data = nullptr;
   std::uint8_t* columnwise_scales = nullptr;
   mxkit::scale_layout scales = mxkit::scale_layout::row_major;
+  // MXFP8 from a 16-bit input: the copies hold bf16 values (gpu::quantize_outputs::values_as_bf16),
+  // and beyond_exact_range (one device int) gets the quantizer's flag.
+  int* beyond_exact_range = nullptr;
 };
 void quantize(const void* in, input_type type, std::size_t rows, std::size_t cols, std::size_t ld, mxkit::mx_type format,
               const mxkit::quantize_options& options, const quantize_targets& out, int device_id, std::uintptr_t stream);
@@ -63,6 +66,17 @@ void quantize(const void* in, input_type type, std::size_t rows, std::size_t col
 // D[P,Q] = alpha * A[P,R] . B[Q,R]^T on two device copies in mxkit's storage (row-major scales).
 void gemm(mxkit::mx_const_view a, mxkit::mx_const_view b, void* d, bool bf16_output, std::size_t ld, float alpha, int device_id,
           std::uintptr_t stream);
+
+// The same product where either side may be an MXFP8 copy held as bf16 values (mxkit.torch.Linear's
+// MXFP8 route on a CUDA device: the rowwise copies, against the kept columnwise copies of codes):
+// `values` non-null makes the side's view an mx_values_view with view.data as the values and
+// *values as its flag.
+struct gemm_side {
+  mxkit::mx_const_view view;
+  const int* values = nullptr;
+};
+void gemm_sides(const gemm_side& a, const gemm_side& b, void* d, bool bf16_output, std::size_t ld, float alpha, int device_id,
+                std::uintptr_t stream);
 
 // NVFP4 (gpu/quantize_nvfp4.hpp): the copies one quantize_nvfp4 call writes, each with its
 // tensor scale as one device float (written there, never read back: no call waits for the

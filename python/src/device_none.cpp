@@ -20,6 +20,7 @@ void quantize(const void*, input_type, std::size_t, std::size_t, std::size_t, mx
   no_gpu();
 }
 void gemm(mxkit::mx_const_view, mxkit::mx_const_view, void*, bool, std::size_t, float, int, std::uintptr_t) { no_gpu(); }
+void gemm_sides(const gemm_side&, const gemm_side&, void*, bool, std::size_t, float, int, std::uintptr_t) { no_gpu(); }
 void quantize_nvfp4(const void*, input_type, std::size_t, std::size_t, std::size_t, const mxkit::block_format&, const mxkit::nvfp4_options&,
                     std::optional<float>, const nvfp4_targets&, int, std::uintptr_t) {
   no_gpu();

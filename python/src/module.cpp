@@ -1021,6 +1021,76 @@ tensor_ref gemm_device(const tensor_ref& a_codes, const tensor_ref& a_scales, co
   return d;
 }
 
+// ---- MXFP8 copies held as bf16 values: mxkit.torch.Linear's MXFP8 route on a CUDA device ------
+// (python/mxkit/linear.py). The quantizer writes each element as its bf16 value, code x block
+// scale (gpu::quantize_outputs::values_as_bf16), which Hopper's GEMM multiplies without expanding
+// codes first. The layer asks this for the rowwise copies it multiplies at once (X and W in
+// forward, dY in backward: a rowwise copy alone takes the row-streaming kernel); the columnwise
+// copies it keeps for backward stay codes, a byte an element.
+constexpr dlpack::DLDataType bf16_type{dlpack::kDLBfloat, 16, 1}, int32_type{dlpack::kDLInt, 32, 1};
+
+// x: a bfloat16 or float16 CUDA matrix; copies: one MXFP8 description, or the rowwise and the
+// columnwise one (mxkit's storage, row-major scales, no rotation); out: per copy its values
+// [lines, padded length] bf16 and scales, then the flag (one int32), all on x's device.
+void mxfp8_values_quantize_device(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream,
+                                  const std::vector<tensor_ref>& out) {
+  const char* f = "mxfp8_values_quantize_device";
+  const matrix_arg m = input_matrix(x, f);
+  if (!x.on_cuda() || m.type == device::input_type::f32) value_error(std::string(f) + ": x must be a bfloat16 or float16 CUDA tensor, got " + x.describe());
+  if (copies.empty() || copies.size() > 2 || (copies.size() == 2 && (copies[0].layout.axis != mxkit::block_axis::rowwise ||
+                                                                     copies[1].layout.axis != mxkit::block_axis::columnwise)))
+    value_error(std::string(f) + ": one copy, or the rowwise and the columnwise one");
+  if (out.size() != 2 * copies.size() + 1)
+    value_error(std::string(f) + ": out holds " + std::to_string(out.size()) + " arrays; this call writes " + std::to_string(2 * copies.size() + 1));
+  device::quantize_targets targets;
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const copy_description& c = copies[i];
+    const mxkit::mx_type t = c.layout.mx();
+    if (!c.own_storage() || c.storage.scales != mxkit::scale_layout::row_major || c.options.hadamard ||
+        (t != mxkit::mx_type::mxfp8_e4m3 && t != mxkit::mx_type::mxfp8_e5m2))
+      value_error(std::string(f) + ": an MXFP8 copy in mxkit's storage with row_major scales and no rotation, not " + c.what());
+    if (c.layout.rows != m.rows || c.layout.cols != m.cols) value_error(std::string(f) + ": the description is for " + c.what() + " but x is " + x.describe());
+    const std::vector<std::int64_t> values_shape{static_cast<std::int64_t>(c.layout.lines()), static_cast<std::int64_t>(c.layout.padded_length())};
+    check_output(out[2 * i], std::string(f) + ": values", values_shape, x, bf16_type);
+    check_output(out[2 * i + 1], std::string(f) + ": scales", c.scale_shape(), x);
+    const bool row = c.layout.axis == mxkit::block_axis::rowwise;
+    (row ? targets.rowwise_data : targets.columnwise_data) = static_cast<std::uint8_t*>(out[2 * i].data);
+    (row ? targets.rowwise_scales : targets.columnwise_scales) = static_cast<std::uint8_t*>(out[2 * i + 1].data);
+  }
+  check_output(out.back(), std::string(f) + ": flag", {1}, x, int32_type);
+  targets.beyond_exact_range = static_cast<int*>(out.back().data);
+  device::quantize(m.data, m.type, m.rows, m.cols, m.ld, copies.front().layout.mx(), copies.front().options, targets, x.device.device_id, stream);
+}
+
+// D = alpha * A . B^T into out (float32 or bf16 [P, Q], on the operands' device), each side an
+// MXFP8 copy of codes or of bf16 values (flag given), described as [lines, length] rowwise.
+void gemm_sides_device(const tensor_ref& a_data, const tensor_ref& a_scales, const copy_description& a, std::optional<tensor_ref> a_flag,
+                       const tensor_ref& b_data, const tensor_ref& b_scales, const copy_description& b, std::optional<tensor_ref> b_flag,
+                       float alpha, std::uintptr_t stream, const tensor_ref& out) {
+  const char* f = "gemm_sides_device";
+  auto side = [&](const tensor_ref& data, const tensor_ref& scales, const copy_description& d, const std::optional<tensor_ref>& flag,
+                  const char* name) {
+    if (!d.own_storage() || d.storage.scales != mxkit::scale_layout::row_major || d.layout.axis != mxkit::block_axis::rowwise)
+      value_error(std::string(f) + ": " + name + " must be described as a rowwise copy in mxkit's storage with row_major scales, not " + d.what());
+    if (flag) {
+      check_output(data, std::string(f) + ": " + name + " values",
+                   {static_cast<std::int64_t>(d.layout.lines()), static_cast<std::int64_t>(d.layout.padded_length())}, out, bf16_type);
+      check_output(*flag, std::string(f) + ": " + name + " flag", {1}, out, int32_type);
+    } else {
+      check_output(data, std::string(f) + ": " + name + " codes", d.data_shape(), out);
+    }
+    check_output(scales, std::string(f) + ": " + name + " scales", d.scale_shape(), out);
+    const mxkit::mx_const_view v{d.layout, d.options, static_cast<const std::uint8_t*>(data.data), static_cast<const std::uint8_t*>(scales.data)};
+    return device::gemm_side{v, flag ? static_cast<const int*>(flag->data) : nullptr};
+  };
+  const device::gemm_side sa = side(a_data, a_scales, a, a_flag, "a"), sb = side(b_data, b_scales, b, b_flag, "b");
+  const bool bf16 = out.dtype.code == dlpack::kDLBfloat;
+  check_output(out, std::string(f) + ": out", {static_cast<std::int64_t>(a.layout.lines()), static_cast<std::int64_t>(b.layout.lines())}, out,
+               bf16 ? bf16_type : dlpack::DLDataType{dlpack::kDLFloat, 32, 1});
+  if (!out.on_cuda()) value_error(std::string(f) + ": out must be a CUDA tensor, got " + out.describe());
+  device::gemm_sides(sa, sb, out.data, bf16, b.layout.lines(), alpha, out.device.device_id, stream);
+}
+
 // ---- training: what mxkit.torch.Linear runs (python/mxkit/linear.py) -------------------------
 // The recipes by name, each of nn/recipe.hpp's presets as the Python layer reads it: per GEMM
 // (fprop, dgrad, wgrad) the two operands' precision, MX format, scale rule, rounding and FP8
@@ -1852,6 +1922,9 @@ PYBIND11_MODULE(_mxkit, m) {
 
   // Training (python/mxkit/linear.py, mxkit.torch.Linear; linear_steps is the tests' oracle).
   m.attr("recipe_names") = py::cast(recipe_names());
+  m.def("mxfp8_values_quantize_device", &mxfp8_values_quantize_device, py::arg("x"), py::arg("copies"), py::arg("stream"), py::arg("out"));
+  m.def("gemm_sides_device", &gemm_sides_device, py::arg("a_data"), py::arg("a_scales"), py::arg("a"), py::arg("a_flag"), py::arg("b_data"),
+        py::arg("b_scales"), py::arg("b"), py::arg("b_flag"), py::arg("alpha"), py::arg("stream"), py::arg("out"));
   m.def("recipe_spec", &recipe_spec, py::arg("name"));
   m.def("linear_steps", &linear_steps, py::arg("recipe"), py::arg("x"), py::arg("w"), py::arg("dy"), py::arg("device") = false,
         py::arg("activations") = "bf16", py::arg("weight") = "bf16", py::arg("history_length") = 1024, py::arg("algorithm") = "max",

@@ -3,11 +3,14 @@
 // is block/bf16_values.hpp) against the copies of codes the same quantizer writes from the same
 // input (those equal the host reference: catch2_test_quantize.cu):
 //  - every value is element_bits of its code and scale, bit for bit (NaNs as NaNs), in both
-//    copies, on ragged shapes, from bfloat16 and float16 inputs, E4M3 and E5M2; the scales are
+//    copies (a rowwise copy alone takes the row-streaming kernel, both copies the tiled one,
+//    and the two kernels' values are compared), on ragged shapes, from bfloat16 and float16
+//    inputs, E4M3 and E5M2; the scales are
 //    the same bytes; the flag is raised exactly when a non-zero block lies beyond +-48 binades;
 //    and each value divided by its scale gives its code's value back (code_of), the claim the
 //    GEMM's fallback rests on, over inputs whose blocks reach bf16's least subnormals;
-//  - the GEMM of the values gives the bits of the GEMM of the codes on every path this device
+//  - the GEMM of the values (both sides, or one side beside a copy of codes) gives the bits of
+//    the GEMM of the codes on every path this device
 //    offers (the bf16 route on mxkit's kernel and on cuBLASLt, its gated fallback, the FP8
 //    block-scaled route, the portable kernel), rowwise and wgrad's columnwise copies;
 //  - bad requests are refused by name.
@@ -166,7 +169,9 @@ TEST_CASE("gpu quantize: MXFP8 as bf16 values is each code times its scale, and 
   INFO("seed " << seed);
   // Adversarial blocks (gpu_test::adversarial_matrix: 40 binades, zeros, float subnormals that
   // bf16 keeps and float16 flushes, magnitudes near FLT_MAX, ties, NaN, Inf): the flag goes up.
-  for (const auto& [rows, cols, ld] : {std::array<std::size_t, 3>{128, 128, 128}, {100, 70, 72}, {33, 300, 301}, {256, 64, 64}}) {
+  // {40, 2080, 2088}: rows of three 32-block segments, the last partial, for the rowwise kernel.
+  for (const auto& [rows, cols, ld] :
+       {std::array<std::size_t, 3>{128, 128, 128}, {100, 70, 72}, {33, 300, 301}, {256, 64, 64}, {40, 2080, 2088}}) {
     const std::vector<float> x = gpu_test::adversarial_matrix(rows, cols, ld, seed);
     check_quantizer<bfloat16>(x, rows, cols, ld, "adversarial");
     check_quantizer<float16>(x, rows, cols, ld, "adversarial");
@@ -206,19 +211,29 @@ TEST_CASE("gpu quantize: values_as_bf16 refuses what it cannot write exactly", "
 }
 
 namespace {
-// D of the codes and D of the values, for one path and options, compared bit for bit.
+// D of the codes and D of the values (both sides, and one side of each kind either way round),
+// for one path and options, compared bit for bit.
 template <class Out>
 void same_product(const copy_pair& a, const copy_pair& b, g::gemm_path path, g::gemm_options o, const std::string& what) {
   o.path = path;
   const std::size_t p = a.layout.lines(), q = b.layout.lines();
-  gpu_test::device_out<Out> d1(p, q, q + 3), d2(p, q, q + 3);
+  gpu_test::device_out<Out> d1(p, q, q + 3), d2(p, q, q + 3), d3(p, q, q + 3), d4(p, q, q + 3);
   const g::gemm_path took1 = g::gemm(a.codes_view(), b.codes_view(), d1.view(), {1.5f, 0.0f}, nullptr, o);
   const g::gemm_path took2 = g::gemm(a.values_view(), b.values_view(), d2.view(), {1.5f, 0.0f}, nullptr, o);
+  const g::gemm_path took3 = g::gemm(a.values_view(), b.codes_view(), d3.view(), {1.5f, 0.0f}, nullptr, o);
+  const g::gemm_path took4 = g::gemm(a.codes_view(), b.values_view(), d4.view(), {1.5f, 0.0f}, nullptr, o);
   MXKIT_GPU_CHECK(g::device_synchronize());
   INFO(what << ", path " << g::name_of(path) << " (took " << g::name_of(took1) << "), vendor " << o.vendor << ", via bf16 "
             << o.mxfp8_via_bf16 << ", " << (sizeof(Out) == 4 ? "fp32" : "bf16") << " D");
   CHECK(took1 == took2);
-  CHECK(gpu_test::same_bits(d1.buf.to_host(), d2.buf.to_host()));
+  CHECK(took1 == took3);
+  CHECK(took1 == took4);
+  const auto want = d1.buf.to_host();
+  CHECK(gpu_test::same_bits(want, d2.buf.to_host()));
+  INFO("A values, B codes");
+  CHECK(gpu_test::same_bits(want, d3.buf.to_host()));
+  INFO("A codes, B values");
+  CHECK(gpu_test::same_bits(want, d4.buf.to_host()));
 }
 }  // namespace
 
@@ -273,4 +288,9 @@ TEST_CASE("gpu gemm: MXFP8 held as bf16 values gives the bits of its codes on ev
   mx_values_view fp4 = a.values_view();
   fp4.layout.format = formats::mxfp4;
   CHECK_THROWS_WITH(g::gemm(fp4, a.values_view(), d.view()), Catch::Contains("not MXFP8"));
+  CHECK_THROWS_WITH(g::gemm(a.codes_view(), fp4, d.view()), Catch::Contains("gemm: B holds bf16 values but is mxfp4"));
+  CHECK_THROWS_WITH(g::gemm(bad, a.codes_view(), d.view()), Catch::Contains("gemm: A has null values, scales or beyond_exact_range"));
+  mx_const_view null_codes = a.codes_view();
+  null_codes.scales = nullptr;
+  CHECK_THROWS_WITH(g::gemm(a.values_view(), null_codes, d.view()), Catch::Contains("gemm: B has null data or scales"));
 }

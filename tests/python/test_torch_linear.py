@@ -95,7 +95,7 @@ def test_a_different_recipe_is_caught(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("recipe", ["mxfp4", "fp8_delayed", "nvfp4"])
+@pytest.mark.parametrize("recipe", ["mxfp4", "mxfp8", "fp8_delayed", "nvfp4"])
 def test_ops_pass_opcheck(recipe, device):
     m, k, n = SHAPES[device]
     g = torch.Generator().manual_seed(0)
@@ -118,6 +118,41 @@ def test_ops_pass_opcheck(recipe, device):
         torch.library.opcheck(torch.ops.mxkit.fp8_update_scales.default,
                               (state["amax_history"], state["scale"], state["fp8_max"], recipe, r.history_length,
                                r.algorithm, r.margin))
+
+
+@needs_cuda
+def test_mxfp8_values_fall_back_exactly_and_pair_with_codes():
+    """MXFP8 on a CUDA device writes its rowwise copies as bf16 values (mxkit.linear._Values) and
+    keeps its columnwise copies as codes: with a weight block at 2^60 (beyond the bf16 product's
+    exact range) the quantizer raises its flag, the GEMMs run their block-scaled fallback, and the
+    layer still gives the C++ layer's bits; a bf16 dY (values beside the kept codes) gives the bits
+    a float32 dY (codes only) gives."""
+    x, w, dy = inputs("cuda", seed=5)
+    w = w.copy()
+    w[:, 3, 32:64] *= 2.0 ** 60
+    layer = mxtorch.Linear(x.shape[2], w.shape[1], recipe="mxfp8", device="cuda")
+    ys, dxs, dws = layer_steps(layer, x[:1], w[:1], dy[:1], "cuda")
+    ref = linear.cpp_steps("mxfp8", x[:1], w[:1], dy[:1], device=True)
+    same_bits(ys[0], ref["y"][0], "y")
+    same_bits(dxs[0], ref["dx"][0], "dx")
+    same_bits(dws[0], ref["dw"][0], "dw")
+
+    r = linear.recipe("mxfp8")
+    xt, wt = (torch.from_numpy(a[0]).to("cuda", torch.bfloat16) for a in (x, w))
+    assert linear.takes_values(r, xt, wt) and not linear.takes_values(r, xt.float())
+    assert not linear.takes_values(linear.recipe("mxfp4"), xt)
+    w_row, w_col = linear._values_copies(wt, *r.w_copies, 0)
+    x_row, _ = linear._values_copies(xt, r.x_copies[0], None, 0)
+    assert isinstance(w_row, linear._Values) and isinstance(w_col, mxkit.MXCopy)
+    assert int(w_row.flag) == 1 and int(x_row.flag) == 0
+    y, saved = linear.forward(r, xt, wt)
+    assert isinstance(saved["x"], mxkit.MXCopy) and isinstance(saved["w"], mxkit.MXCopy)
+    same_bits(y, ref["y"][0], "y of linear.forward")
+    dy16 = torch.from_numpy(dy[0]).to("cuda", torch.bfloat16)
+    dx16, dw16 = linear.backward(r, dy16, saved, dx_dtype="float32")
+    dx32, dw32 = linear.backward(r, dy16.float(), saved, dx_dtype="float32")
+    for got, want, what in ((dx32, dx16, "dx"), (dw32, dw16, "dw")):
+        same_bits(got, want.detach().float().cpu().numpy(), what + " with a float32 dY")
 
 
 @needs_cuda

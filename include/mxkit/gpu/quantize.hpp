@@ -110,9 +110,9 @@ void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
   MXKIT_GPU_CHECK_LAUNCH();
 }
 // The rowwise copy alone: the row-streaming kernel (gpu/quantize/rowwise_kernel.hpp).
-template <class Fmt, class U, bool Rotate, bool RandomSigns, int InFlight = rowwise_shape::in_flight>
+template <class Fmt, class U, bool Rotate, bool RandomSigns, int InFlight = rowwise_shape::in_flight, bool Values = false>
 void launch_quantize_rowwise_kernel(const quantize_params<U>& p, stream_t stream) {
-  constexpr auto kernel = quantize_rowwise_kernel<Fmt, U, Rotate, RandomSigns, InFlight>;
+  constexpr auto kernel = quantize_rowwise_kernel<Fmt, U, Rotate, RandomSigns, InFlight, Values>;
   constexpr int per_cta = rowwise_shape::threads / rowwise_shape::segment_blocks;  // segments a CTA takes at once
   const std::size_t segments = p.rows * ((p.cols + mx_block_size * rowwise_shape::segment_blocks - 1) /
                                          (mx_block_size * rowwise_shape::segment_blocks));
@@ -122,6 +122,9 @@ void launch_quantize_rowwise_kernel(const quantize_params<U>& p, stream_t stream
 }
 template <class Fmt, class U, int InFlight = rowwise_shape::in_flight>
 void launch_quantize_rowwise(const quantize_params<U>& p, stream_t stream) {
+  if constexpr (takes_bf16_values<Fmt> && sizeof(U) == 2) {
+    if (p.values_bf16) return launch_quantize_rowwise_kernel<Fmt, U, false, false, InFlight, true>(p, stream);  // make_quantize_params checked it
+  }
   if (!p.row_options.hadamard) launch_quantize_rowwise_kernel<Fmt, U, false, false, InFlight>(p, stream);
   else if (p.sign_mask) launch_quantize_rowwise_kernel<Fmt, U, true, true, InFlight>(p, stream);
   else launch_quantize_rowwise_kernel<Fmt, U, true, false, InFlight>(p, stream);
@@ -139,7 +142,7 @@ void launch_quantize_tiled(const quantize_params<U>& p, stream_t stream) {
 }
 template <class Fmt, class U>
 void launch_quantize(const quantize_params<U>& p, stream_t stream) {
-  if (!p.col_data && !p.values_bf16) launch_quantize_rowwise<Fmt, U>(p, stream);  // values: the tiled kernel's stores
+  if (!p.col_data) launch_quantize_rowwise<Fmt, U>(p, stream);
   else launch_quantize_tiled<Fmt, U>(p, stream);
 }
 

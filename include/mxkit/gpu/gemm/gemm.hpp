@@ -176,38 +176,57 @@ inline void release_gemm_scratch() { trim_device_memory(0); }
 inline gemm_path automatic_path(mx_const_view a, mx_const_view b) { return detail::automatic_path_of(make_operand(a), make_operand(b)); }
 
 // ---- any TN product ---------------------------------------------------------------------------
+namespace detail {
+// The checks of one MX side of a product, as codes or as bf16 values ("A" or "B"; `lines`: the
+// side's share of D, P or Q).
+inline void check_mx_side(const mx_const_view& v, const char* side, std::size_t lines, std::size_t r) {
+  // The kernels read scales as [lines, blocks] row-major (tiled vendor layouts are for vendor GEMMs).
+  mxkit::detail::require(v.scales_layout == scale_layout::row_major, "gemm: scales must be row_major, got ", side, " ",
+                         name_of(v.scales_layout));
+  mxkit::detail::require(lines == 0 || r == 0 || (v.data && v.scales), "gemm: ", side, " has null data or scales");
+}
+inline void check_mx_side(const mx_values_view& v, const char* side, std::size_t lines, std::size_t r) {
+  const mx_type t = v.layout.mx();
+  mxkit::detail::require(t == mx_type::mxfp8_e4m3 || t == mx_type::mxfp8_e5m2, "gemm: ", side, " holds bf16 values but is ", name_of(t),
+                         ", not MXFP8");
+  mxkit::detail::require(lines == 0 || r == 0 || (v.values && v.scales && v.beyond_exact_range), "gemm: ", side,
+                         " has null values, scales or beyond_exact_range");
+}
+template <class A, class B, gemm_output Out>
+gemm_path checked_mx_gemm(const A& a, const B& b, matrix_view<Out> d, gemm_epilogue e, stream_t s, gemm_options o) {
+  const gemm_shape sh = mxkit::detail::check_mx_gemm(a.layout, b.layout, "gemm");
+  mxkit::detail::check_rotation(a.options, b.options, "gemm");
+  mxkit::detail::check_output(d, sh, "gemm");
+  check_mx_side(a, "A", sh.p, sh.r);
+  check_mx_side(b, "B", sh.q, sh.r);
+  return run(make_operand(a), make_operand(b), make_output(d, e), s, o);
+}
+}  // namespace detail
+
 template <gemm_output Out>
 gemm_path gemm(mx_const_view a, mx_const_view b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr,
                gemm_options o = {}) {
-  const gemm_shape sh = mxkit::detail::check_mx_gemm(a.layout, b.layout, "gemm");
-  mxkit::detail::check_rotation(a.options, b.options, "gemm");
-  mxkit::detail::check_output(d, sh, "gemm");
-  // The kernels read scales as [lines, blocks] row-major (tiled vendor layouts are for vendor GEMMs).
-  mxkit::detail::require(a.scales_layout == scale_layout::row_major && b.scales_layout == scale_layout::row_major,
-                         "gemm: scales must be row_major, got A ", name_of(a.scales_layout), " and B ", name_of(b.scales_layout));
-  mxkit::detail::require(sh.p == 0 || sh.r == 0 || (a.data && a.scales), "gemm: A has null data or scales");
-  mxkit::detail::require(sh.q == 0 || sh.r == 0 || (b.data && b.scales), "gemm: B has null data or scales");
-  return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
+  return detail::checked_mx_gemm(a, b, d, e, s, o);
 }
 
-// MXFP8 copies that hold their elements as bf16 values (gpu::quantize with values_as_bf16): the
-// same product, the same bits as the copies of codes they stand for; Hopper's bf16 route reads the
-// values without expanding anything.
+// MXFP8 copies that hold their elements as bf16 values (gpu::quantize with values_as_bf16), on
+// either side or both: the same product, the same bits as the copies of codes they stand for.
+// Hopper's bf16 route reads the values without expanding anything (and expands a side of codes
+// as usual); every other path gets the values' codes back first.
 template <gemm_output Out>
 gemm_path gemm(const mx_values_view& a, const mx_values_view& b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr,
                gemm_options o = {}) {
-  const gemm_shape sh = mxkit::detail::check_mx_gemm(a.layout, b.layout, "gemm");
-  mxkit::detail::check_rotation(a.options, b.options, "gemm");
-  mxkit::detail::check_output(d, sh, "gemm");
-  for (const mx_values_view* v : {&a, &b}) {
-    const char* side = v == &a ? "A" : "B";
-    const mx_type t = v->layout.mx();
-    mxkit::detail::require(t == mx_type::mxfp8_e4m3 || t == mx_type::mxfp8_e5m2, "gemm: ", side, " holds bf16 values but is ", name_of(t),
-                           ", not MXFP8");
-    mxkit::detail::require(v->layout.lines() == 0 || sh.r == 0 || (v->values && v->scales && v->beyond_exact_range), "gemm: ", side,
-                           " has null values, scales or beyond_exact_range");
-  }
-  return detail::run(make_operand(a), make_operand(b), detail::make_output(d, e), s, o);
+  return detail::checked_mx_gemm(a, b, d, e, s, o);
+}
+template <gemm_output Out>
+gemm_path gemm(const mx_values_view& a, mx_const_view b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr,
+               gemm_options o = {}) {
+  return detail::checked_mx_gemm(a, b, d, e, s, o);
+}
+template <gemm_output Out>
+gemm_path gemm(mx_const_view a, const mx_values_view& b, matrix_view<Out> d, gemm_epilogue e = {}, stream_t s = nullptr,
+               gemm_options o = {}) {
+  return detail::checked_mx_gemm(a, b, d, e, s, o);
 }
 
 template <gemm_output Out>

@@ -11,6 +11,9 @@
 // the tiled kernel's rowwise stores come from 16 rows a warp, each row's two scale bytes a
 // sector write of its own (docs/perf/quantize.md, v9).
 //
+// Values: MXFP8 stored as bf16 values (quantize_outputs::values_as_bf16), 64 bytes a block through
+// the tiled kernel's store_block_values, so a rowwise copy of values streams as the codes do.
+//
 // InFlight: the segments whose blocks a thread loads before it quantizes any of them. One, the
 // default, measured as fast as two or faster in every rowwise case of bench_quantize_gpu, which
 // prints both (docs/perf/quantize.md, v9). Grid-stride over segments; the threads of a segment
@@ -67,16 +70,17 @@ __device__ inline raw_block<T> load_raw_block(const quantize_params<T>& p, std::
   return r;
 }
 
-template <class Fmt, class T, bool Rotate, bool RandomSigns, int InFlight>
+template <class Fmt, class T, bool Rotate, bool RandomSigns, int InFlight, bool Values = false>
 MXKIT_GLOBAL void __launch_bounds__(rowwise_shape::threads) quantize_rowwise_kernel(const quantize_params<T> p) {
   static_assert(Fmt::block_size == mx_block_size, "a segment's threads each take one 32-element MX block");
+  static_assert(!Values || (takes_bf16_values<Fmt> && !Rotate), "bf16 values are for MXFP8 without the rotation");
   constexpr int seg = rowwise_shape::segment_blocks;
-  constexpr int block_bytes = mx_block_size * Fmt::storage_bits / 8;
+  constexpr int block_bytes = Values ? 2 * mx_block_size : mx_block_size * Fmt::storage_bits / 8;
   constexpr int epc = 16 / static_cast<int>(sizeof(T));
   const std::size_t row_blocks = (p.cols + mx_block_size - 1) / mx_block_size;
   const std::size_t segments_per_row = (row_blocks + seg - 1) / seg;
   const std::size_t segments = p.rows * segments_per_row;
-  const std::size_t line_bytes = packed_bytes(row_blocks * mx_block_size, Fmt::storage_bits);
+  const std::size_t line_bytes = row_blocks * block_bytes;  // packed codes: whole bytes a block
   const std::size_t thread = static_cast<std::size_t>(blockIdx.x) * rowwise_shape::threads + threadIdx.x;
   const std::size_t groups = static_cast<std::size_t>(gridDim.x) * (rowwise_shape::threads / seg);
   const int slot = static_cast<int>(threadIdx.x) % seg;
@@ -108,7 +112,8 @@ MXKIT_GLOBAL void __launch_bounds__(rowwise_shape::threads) quantize_rowwise_ker
       block_cursor c{p.row_data + row[u] * line_bytes + blk[u] * block_bytes, 0, row[u], 0, blk[u]};
       std::uint32_t words[block_words<Fmt>];
       const e8m0 scale = quantize_block_packed<Fmt>(v, o, signs, c.first_index(row_blocks), words);
-      store_block<Fmt>(c, words, scale, p.row_scales, p.row_layout, p.rows, row_blocks);
+      if constexpr (Values) store_block_values<Fmt>(c, words, scale, p.row_scales, p.row_layout, p.rows, row_blocks, p.beyond_exact_range);
+      else store_block<Fmt>(c, words, scale, p.row_scales, p.row_layout, p.rows, row_blocks);
     }
   }
 
