@@ -216,7 +216,8 @@ TEST_CASE("gpu quantize: one copy at a time", "[gpu]") {
 // The rowwise copy alone takes the row-streaming kernel (gpu/quantize/rowwise_kernel.hpp): rows
 // of one segment (32 blocks), of several with a partial last segment and a partial last block,
 // of fewer blocks than a segment's threads, and more segments than the grid takes in one round
-// (its stride loop); aligned rows (16-byte loads) and not (element loads).
+// (its stride loop), for short rows and for whole segments (the staged path); aligned rows
+// (16-byte loads, whole segments staged) and not (element loads).
 TEST_CASE("gpu quantize: the rowwise copy alone, every format, rotation, rounding and scale layout", "[gpu]") {
   constexpr shape row_shapes[] = {{37, 2100, 2112}, {300, 1024, 1024}, {5, 4128, 4136}, {2, 33, 40}, {9, 1, 1}};
   int n = 0;
@@ -238,15 +239,17 @@ TEST_CASE("gpu quantize: the rowwise copy alone, every format, rotation, roundin
         CHECK(d.empty());
         ++n;
       }
-  // More segments than one round of the grid takes (several hundred thousand threads at most).
-  for (const mx_type type : {mx_type::mxfp4, mx_type::mxfp8_e4m3}) {
-    one_case k{type, {}, {40000, 96, 96}, scale_layout::cublas_128x4, scale_layout::row_major};
-    k.columnwise = false;
-    k.options.hadamard = type == mx_type::mxfp4;
-    const std::string d = run_case<mxkit::bfloat16>(k, 4000u);
-    INFO(d);
-    CHECK(d.empty());
-  }
+  // More segments than one round of the grid takes (several hundred thousand threads at most):
+  // rows of three blocks, and rows of two whole segments (staged).
+  for (const shape sh : {shape{40000, 96, 96}, shape{6000, 2048, 2048}})
+    for (const mx_type type : {mx_type::mxfp4, mx_type::mxfp8_e4m3}) {
+      one_case k{type, {}, sh, scale_layout::cublas_128x4, scale_layout::row_major};
+      k.columnwise = false;
+      k.options.hadamard = type == mx_type::mxfp4;
+      const std::string d = run_case<mxkit::bfloat16>(k, 4000u);
+      INFO(d);
+      CHECK(d.empty());
+    }
 }
 
 TEST_CASE("gpu quantize: empty input, bad arguments", "[gpu]") {

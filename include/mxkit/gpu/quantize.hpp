@@ -109,10 +109,11 @@ void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
   kernel<<<grid, tile::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
-// The rowwise copy alone: the row-streaming kernel (gpu/quantize/rowwise_kernel.hpp).
-template <class Fmt, class U, bool Rotate, bool RandomSigns, int InFlight = rowwise_shape::in_flight, bool Values = false>
+// The rowwise copy alone: the row-streaming kernel (gpu/quantize/rowwise_kernel.hpp); Staged =
+// false is its unstaged form, which bench_quantize_gpu times beside it.
+template <class Fmt, class U, bool Rotate, bool RandomSigns, bool Staged = true, bool Values = false>
 void launch_quantize_rowwise_kernel(const quantize_params<U>& p, stream_t stream) {
-  constexpr auto kernel = quantize_rowwise_kernel<Fmt, U, Rotate, RandomSigns, InFlight, Values>;
+  constexpr auto kernel = quantize_rowwise_kernel<Fmt, U, Rotate, RandomSigns, Staged, Values>;
   constexpr int per_cta = rowwise_shape::threads / rowwise_shape::segment_blocks;  // segments a CTA takes at once
   const std::size_t segments = p.rows * ((p.cols + mx_block_size * rowwise_shape::segment_blocks - 1) /
                                          (mx_block_size * rowwise_shape::segment_blocks));
@@ -120,16 +121,15 @@ void launch_quantize_rowwise_kernel(const quantize_params<U>& p, stream_t stream
   kernel<<<grid, rowwise_shape::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
-template <class Fmt, class U, int InFlight = rowwise_shape::in_flight>
+template <class Fmt, class U, bool Staged = true>
 void launch_quantize_rowwise(const quantize_params<U>& p, stream_t stream) {
   if constexpr (takes_bf16_values<Fmt> && sizeof(U) == 2) {
-    if (p.values_bf16) return launch_quantize_rowwise_kernel<Fmt, U, false, false, InFlight, true>(p, stream);  // make_quantize_params checked it
+    if (p.values_bf16) return launch_quantize_rowwise_kernel<Fmt, U, false, false, Staged, true>(p, stream);  // make_quantize_params checked it
   }
-  if (!p.row_options.hadamard) launch_quantize_rowwise_kernel<Fmt, U, false, false, InFlight>(p, stream);
-  else if (p.sign_mask) launch_quantize_rowwise_kernel<Fmt, U, true, true, InFlight>(p, stream);
-  else launch_quantize_rowwise_kernel<Fmt, U, true, false, InFlight>(p, stream);
+  if (!p.row_options.hadamard) launch_quantize_rowwise_kernel<Fmt, U, false, false, Staged>(p, stream);
+  else if (p.sign_mask) launch_quantize_rowwise_kernel<Fmt, U, true, true, Staged>(p, stream);
+  else launch_quantize_rowwise_kernel<Fmt, U, true, false, Staged>(p, stream);
 }
-
 // The tiled kernel (any copies; the columnwise copy and both always take it).
 template <class Fmt, class U, int MinBlocks = quantize_tile<U, 64>::min_blocks>
 void launch_quantize_tiled(const quantize_params<U>& p, stream_t stream) {

@@ -172,12 +172,18 @@ struct block_cursor {
   __device__ std::size_t first_index(std::size_t blocks) const { return (line * blocks + blk) * mx_block_size; }
 };
 
+// The scale byte of block `blk` of line `line` in a copy's scales.
+__device__ inline void store_scale(std::uint8_t* scales, scale_layout l, std::size_t lines, std::size_t blocks, std::size_t line,
+                                   std::size_t blk, e8m0 scale) {
+  scales[l == scale_layout::row_major ? line * blocks + blk : scale_offset(l, lines, blocks, line, blk)] = scale.bits();
+}
+
 // Stores a block's words and scale where the cursor points, then steps the cursor.
 template <class Fmt>
 __device__ inline void store_block(block_cursor& c, const std::uint32_t* w, e8m0 scale, std::uint8_t* scales, scale_layout l,
                                    std::size_t lines, std::size_t blocks) {
   store_words<Fmt>(c.data, w);
-  scales[l == scale_layout::row_major ? c.line * blocks + c.blk : scale_offset(l, lines, blocks, c.line, c.blk)] = scale.bits();
+  store_scale(scales, l, lines, blocks, c.line, c.blk, scale);
   c.advance(1);
 }
 
@@ -185,26 +191,32 @@ __device__ inline void store_block(block_cursor& c, const std::uint32_t* w, e8m0
 template <class Fmt>
 inline constexpr bool takes_bf16_values = Fmt::type == mx_type::mxfp8_e4m3 || Fmt::type == mx_type::mxfp8_e5m2;
 
-// Stores a block of MXFP8 codes as their bf16 values (64 bytes; block/bf16_values.hpp) and its
-// scale where the cursor points, raises `beyond` for a block the bf16 product cannot take
-// exactly, then steps the cursor.
+// A block of MXFP8 codes as their bf16 values (block/bf16_values.hpp), four 16-byte chunks;
+// raises `beyond` for a block the bf16 product cannot take exactly.
 template <class Fmt>
-__device__ inline void store_block_values(block_cursor& c, const std::uint32_t* w, e8m0 scale, std::uint8_t* scales, scale_layout l,
-                                          std::size_t lines, std::size_t blocks, int* beyond) {
+__device__ inline void block_values(const std::uint32_t* w, e8m0 scale, uint4* v, int* beyond) {
   static_assert(takes_bf16_values<Fmt>, "bf16 values are for MXFP8");
   constexpr bool e4m3_codes = Fmt::type == mx_type::mxfp8_e4m3;
   const float s = scale.to_float();  // NaN for 0xFF
   std::uint32_t codes_or = 0;
   for (int j = 0; j < 8; ++j) codes_or |= w[j];
   if (bf16_values::beyond_exact_range(scale.bits(), codes_or)) atomicOr(beyond, 1);
-  uint4* dst = reinterpret_cast<uint4*>(c.data);
   for (int j = 0; j < 4; ++j) {
-    uint4 v;
-    bf16_values::four_bf16<e4m3_codes>(w[2 * j], s, v.x, v.y);
-    bf16_values::four_bf16<e4m3_codes>(w[2 * j + 1], s, v.z, v.w);
-    dst[j] = v;
+    bf16_values::four_bf16<e4m3_codes>(w[2 * j], s, v[j].x, v[j].y);
+    bf16_values::four_bf16<e4m3_codes>(w[2 * j + 1], s, v[j].z, v[j].w);
   }
-  scales[l == scale_layout::row_major ? c.line * blocks + c.blk : scale_offset(l, lines, blocks, c.line, c.blk)] = scale.bits();
+}
+
+// Stores a block of MXFP8 codes as their bf16 values (64 bytes) and its scale where the cursor
+// points, raises `beyond` for a block the bf16 product cannot take exactly, then steps the cursor.
+template <class Fmt>
+__device__ inline void store_block_values(block_cursor& c, const std::uint32_t* w, e8m0 scale, std::uint8_t* scales, scale_layout l,
+                                          std::size_t lines, std::size_t blocks, int* beyond) {
+  uint4 v[4];
+  block_values<Fmt>(w, scale, v, beyond);
+  uint4* dst = reinterpret_cast<uint4*>(c.data);
+  for (int j = 0; j < 4; ++j) dst[j] = v[j];
+  store_scale(scales, l, lines, blocks, c.line, c.blk, scale);
   c.advance(1);
 }
 
