@@ -109,9 +109,11 @@ void launch_quantize_kernel(quantize_params<U> p, stream_t stream) {
   kernel<<<grid, tile::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
-// The rowwise copy alone: the row-streaming kernel (gpu/quantize/rowwise_kernel.hpp); Staged =
-// false is its unstaged form, which bench_quantize_gpu times beside it.
-template <class Fmt, class U, bool Rotate, bool RandomSigns, bool Staged = true, bool Values = false>
+// The rowwise copy alone: the row-streaming kernel (gpu/quantize/rowwise_kernel.hpp), staged for
+// bf16 values (64 bytes a block out) and not for codes (32 bytes or fewer), each the faster of
+// the two on an H100 (docs/perf/quantize.md, v10). OtherStaging: the other choice, which
+// bench_quantize_gpu times beside it.
+template <class Fmt, class U, bool Rotate, bool RandomSigns, bool Staged, bool Values = false>
 void launch_quantize_rowwise_kernel(const quantize_params<U>& p, stream_t stream) {
   constexpr auto kernel = quantize_rowwise_kernel<Fmt, U, Rotate, RandomSigns, Staged, Values>;
   constexpr int per_cta = rowwise_shape::threads / rowwise_shape::segment_blocks;  // segments a CTA takes at once
@@ -121,14 +123,14 @@ void launch_quantize_rowwise_kernel(const quantize_params<U>& p, stream_t stream
   kernel<<<grid, rowwise_shape::threads, 0, stream>>>(p);
   MXKIT_GPU_CHECK_LAUNCH();
 }
-template <class Fmt, class U, bool Staged = true>
+template <class Fmt, class U, bool OtherStaging = false>
 void launch_quantize_rowwise(const quantize_params<U>& p, stream_t stream) {
   if constexpr (takes_bf16_values<Fmt> && sizeof(U) == 2) {
-    if (p.values_bf16) return launch_quantize_rowwise_kernel<Fmt, U, false, false, Staged, true>(p, stream);  // make_quantize_params checked it
+    if (p.values_bf16) return launch_quantize_rowwise_kernel<Fmt, U, false, false, !OtherStaging, true>(p, stream);  // make_quantize_params checked it
   }
-  if (!p.row_options.hadamard) launch_quantize_rowwise_kernel<Fmt, U, false, false, Staged>(p, stream);
-  else if (p.sign_mask) launch_quantize_rowwise_kernel<Fmt, U, true, true, Staged>(p, stream);
-  else launch_quantize_rowwise_kernel<Fmt, U, true, false, Staged>(p, stream);
+  if (!p.row_options.hadamard) launch_quantize_rowwise_kernel<Fmt, U, false, false, OtherStaging>(p, stream);
+  else if (p.sign_mask) launch_quantize_rowwise_kernel<Fmt, U, true, true, OtherStaging>(p, stream);
+  else launch_quantize_rowwise_kernel<Fmt, U, true, false, OtherStaging>(p, stream);
 }
 // The tiled kernel (any copies; the columnwise copy and both always take it).
 template <class Fmt, class U, int MinBlocks = quantize_tile<U, 64>::min_blocks>

@@ -17,7 +17,9 @@
 // bytes (Nsight Compute put the unstaged kernel's L2 at 83 % of its peak, above its DRAM's 73 %).
 // Staging covers whole segments of 16-byte aligned rows whose blocks are whole 16-byte chunks of
 // output (every format but MXFP6); the rest reads and writes block by block, as Staged = false
-// does everywhere (bench_quantize_gpu prints the two side by side).
+// does everywhere. On an H100 staging made bf16 values (64 bytes a block out) 6-8 points of a
+// copy faster and codes 2-5 points slower, so gpu/quantize.hpp stages the values only
+// (bench_quantize_gpu prints the other choice beside each; docs/perf/quantize.md, v10).
 //
 // Values: MXFP8 stored as bf16 values (quantize_outputs::values_as_bf16), 64 bytes a block
 // (block_values, the tiled kernel's), so a rowwise copy of values streams as the codes do.
@@ -83,7 +85,7 @@ __device__ inline raw_block<T> load_raw_block(const quantize_params<T>& p, std::
   return r;
 }
 
-template <class Fmt, class T, bool Rotate, bool RandomSigns, bool Staged = true, bool Values = false>
+template <class Fmt, class T, bool Rotate, bool RandomSigns, bool Staged, bool Values = false>
 MXKIT_GLOBAL void __launch_bounds__(rowwise_shape::threads, rowwise_shape::min_blocks<T>) quantize_rowwise_kernel(const quantize_params<T> p) {
   static_assert(Fmt::block_size == mx_block_size, "a segment's threads each take one 32-element MX block");
   static_assert(!Values || (takes_bf16_values<Fmt> && !Rotate), "bf16 values are for MXFP8 without the rotation");
