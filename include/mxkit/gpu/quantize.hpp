@@ -33,8 +33,8 @@ struct quantize_outputs {
   std::uint8_t* columnwise_scales = nullptr;
   scale_layout columnwise_scales_layout = scale_layout::row_major;
   float* amax = nullptr;  // max |x| over the input (bits of the integer max, as the host's)
-  // MXFP8 (E4M3, E5M2) from a bfloat16 or float16 input, without the rotation: both copies hold
-  // each element as its bf16 value, code x block scale (block/bf16_values.hpp), 2 bytes an
+  // MXFP8 (E4M3, E5M2) from a bfloat16 or float16 input, without the rotation: the copies asked
+  // for hold each element as its bf16 value, code x block scale (block/bf16_values.hpp), 2 bytes an
   // element ([lines, padded length] bf16, sizes as values_bytes gives), in place of its code; the
   // scales are written as usual. That is the operand Hopper's GEMM multiplies on its bf16 tensor
   // cores (gpu::gemm of mx_values_view), without a pass that expands the codes, and every value is

@@ -14,12 +14,12 @@
 // memory a warp, so that every global load and store of the warp is one contiguous 512-byte run
 // (a lane's 16 bytes beside its neighbours'), where a lane reading and writing its own block
 // makes each warp access a 16-byte piece every 64 bytes: four times the L2 requests for the same
-// bytes (Nsight Compute put the unstaged kernel's L2 at 83 % of its peak, above its DRAM's 73 %).
-// Staging covers whole segments of 16-byte aligned rows whose blocks are whole 16-byte chunks of
-// output (every format but MXFP6); the rest reads and writes block by block, as Staged = false
-// does everywhere. On an H100 staging made bf16 values (64 bytes a block out) 6-8 points of a
-// copy faster and codes 2-5 points slower, so gpu/quantize.hpp stages the values only
-// (bench_quantize_gpu prints the other choice beside each; docs/perf/quantize.md, v10).
+// bytes (Nsight Compute found the unstaged kernel's L2 busier than its DRAM). Staging covers whole
+// segments of 16-byte aligned rows whose blocks are whole 16-byte chunks of output (every format
+// but MXFP6); the rest reads and writes block by block, as Staged = false does everywhere.
+// Staging measured faster for bf16 values (64 bytes a block out) and slower for codes, so
+// gpu/quantize.hpp stages the values only (bench_quantize_gpu prints the other choice beside
+// each; docs/perf/quantize.md, v10).
 //
 // Values: MXFP8 stored as bf16 values (quantize_outputs::values_as_bf16), 64 bytes a block
 // (block_values, the tiled kernel's), so a rowwise copy of values streams as the codes do.
@@ -42,8 +42,9 @@ namespace detail {
 struct rowwise_shape {
   static constexpr int threads = 256;        // per CTA
   static constexpr int segment_blocks = 32;  // blocks of a row per segment: one per thread of a group of 32
-  // CTAs an SM the registers are held to: staging took the 16-bit kernels from 80 registers to
-  // 106 (two CTAs an SM); three keep the unstaged kernel's warps. Float input keeps two.
+  // CTAs an SM the registers are held to: staging raised the 16-bit kernels' registers to two
+  // CTAs an SM; three keep the unstaged kernel's warps (ptxas: a spill of a few bytes at most).
+  // Float input keeps two.
   template <class T>
   static constexpr int min_blocks = sizeof(T) == 4 ? 2 : 3;
 };
