@@ -292,7 +292,8 @@ def _values_copies(x, row, col, stream):
                             q["random_signs"], q["seed"], philox_stream=drawn(row))
         torch = _torch_of(x)
         s = _stream(x)
-        values = torch.empty((rows, 32 * ((cols + 31) // 32)), dtype=torch.bfloat16, device=x.device)
+        # The codes' shape, [rows, padded length] (a byte a code), in bf16 elements.
+        values = torch.empty(tuple(d.data_shape), dtype=torch.bfloat16, device=x.device)
         scales = torch.empty(tuple(d.scale_shape), dtype=torch.uint8, device=x.device)
         flag = torch.empty((1,), dtype=torch.int32, device=x.device)
         _mxkit.mxfp8_values_quantize_device(_arg(x, s), [d], s, [_arg(t, s) for t in (values, scales, flag)])
