@@ -296,7 +296,7 @@ def _values_copies(x, row, col, stream):
         values = torch.empty(tuple(d.data_shape), dtype=torch.bfloat16, device=x.device)
         scales = torch.empty(tuple(d.scale_shape), dtype=torch.uint8, device=x.device)
         flag = torch.empty((1,), dtype=torch.int32, device=x.device)
-        _mxkit.mxfp8_values_quantize_device(_arg(x, s), [d], s, [_arg(t, s) for t in (values, scales, flag)])
+        _mxkit.mxfp8_values_quantize_device(_arg(x, s), d, s, [_arg(t, s) for t in (values, scales, flag)])
         made = _Values(values, scales, flag, d)
     return made, None if col is None else mxkit.quantize(x, axis="columnwise", philox_stream=drawn(col), **col.quantize_args)
 

@@ -1029,37 +1029,28 @@ tensor_ref gemm_device(const tensor_ref& a_codes, const tensor_ref& a_scales, co
 // copies it keeps for backward stay codes, a byte an element.
 constexpr dlpack::DLDataType bf16_type{dlpack::kDLBfloat, 16, 1}, int32_type{dlpack::kDLInt, 32, 1};
 
-// x: a bfloat16 or float16 CUDA matrix; copies: one MXFP8 description, or the rowwise and the
-// columnwise one (mxkit's storage, row-major scales, no rotation); out: per copy its values
-// [lines, padded length] bf16 and scales, then the flag (one int32), all on x's device.
-void mxfp8_values_quantize_device(const tensor_ref& x, const std::vector<copy_description>& copies, std::uintptr_t stream,
-                                  const std::vector<tensor_ref>& out) {
+// x: a bfloat16 or float16 CUDA matrix; c: its rowwise MXFP8 description (mxkit's storage,
+// row-major scales, no rotation); out: the values [rows, padded length] bf16, the scales, then the
+// flag (one int32), all on x's device.
+void mxfp8_values_quantize_device(const tensor_ref& x, const copy_description& c, std::uintptr_t stream, const std::vector<tensor_ref>& out) {
   const char* f = "mxfp8_values_quantize_device";
   const matrix_arg m = input_matrix(x, f);
   if (!x.on_cuda() || m.type == device::input_type::f32) value_error(std::string(f) + ": x must be a bfloat16 or float16 CUDA tensor, got " + x.describe());
-  if (copies.empty() || copies.size() > 2 || (copies.size() == 2 && (copies[0].layout.axis != mxkit::block_axis::rowwise ||
-                                                                     copies[1].layout.axis != mxkit::block_axis::columnwise)))
-    value_error(std::string(f) + ": one copy, or the rowwise and the columnwise one");
-  if (out.size() != 2 * copies.size() + 1)
-    value_error(std::string(f) + ": out holds " + std::to_string(out.size()) + " arrays; this call writes " + std::to_string(2 * copies.size() + 1));
+  const mxkit::mx_type t = c.layout.mx();
+  if (!c.own_storage() || c.storage.scales != mxkit::scale_layout::row_major || c.options.hadamard || c.layout.axis != mxkit::block_axis::rowwise ||
+      (t != mxkit::mx_type::mxfp8_e4m3 && t != mxkit::mx_type::mxfp8_e5m2))
+    value_error(std::string(f) + ": a rowwise MXFP8 copy in mxkit's storage with row_major scales and no rotation, not " + c.what());
+  if (c.layout.rows != m.rows || c.layout.cols != m.cols) value_error(std::string(f) + ": the description is for " + c.what() + " but x is " + x.describe());
+  if (out.size() != 3) value_error(std::string(f) + ": out holds " + std::to_string(out.size()) + " arrays; this call writes 3");
+  check_output(out[0], std::string(f) + ": values",
+               {static_cast<std::int64_t>(c.layout.lines()), static_cast<std::int64_t>(c.layout.padded_length())}, x, bf16_type);
+  check_output(out[1], std::string(f) + ": scales", c.scale_shape(), x);
+  check_output(out[2], std::string(f) + ": flag", {1}, x, int32_type);
   device::quantize_targets targets;
-  for (std::size_t i = 0; i < copies.size(); ++i) {
-    const copy_description& c = copies[i];
-    const mxkit::mx_type t = c.layout.mx();
-    if (!c.own_storage() || c.storage.scales != mxkit::scale_layout::row_major || c.options.hadamard ||
-        (t != mxkit::mx_type::mxfp8_e4m3 && t != mxkit::mx_type::mxfp8_e5m2))
-      value_error(std::string(f) + ": an MXFP8 copy in mxkit's storage with row_major scales and no rotation, not " + c.what());
-    if (c.layout.rows != m.rows || c.layout.cols != m.cols) value_error(std::string(f) + ": the description is for " + c.what() + " but x is " + x.describe());
-    const std::vector<std::int64_t> values_shape{static_cast<std::int64_t>(c.layout.lines()), static_cast<std::int64_t>(c.layout.padded_length())};
-    check_output(out[2 * i], std::string(f) + ": values", values_shape, x, bf16_type);
-    check_output(out[2 * i + 1], std::string(f) + ": scales", c.scale_shape(), x);
-    const bool row = c.layout.axis == mxkit::block_axis::rowwise;
-    (row ? targets.rowwise_data : targets.columnwise_data) = static_cast<std::uint8_t*>(out[2 * i].data);
-    (row ? targets.rowwise_scales : targets.columnwise_scales) = static_cast<std::uint8_t*>(out[2 * i + 1].data);
-  }
-  check_output(out.back(), std::string(f) + ": flag", {1}, x, int32_type);
-  targets.beyond_exact_range = static_cast<int*>(out.back().data);
-  device::quantize(m.data, m.type, m.rows, m.cols, m.ld, copies.front().layout.mx(), copies.front().options, targets, x.device.device_id, stream);
+  targets.rowwise_data = static_cast<std::uint8_t*>(out[0].data);
+  targets.rowwise_scales = static_cast<std::uint8_t*>(out[1].data);
+  targets.beyond_exact_range = static_cast<int*>(out[2].data);
+  device::quantize(m.data, m.type, m.rows, m.cols, m.ld, t, c.options, targets, x.device.device_id, stream);
 }
 
 // D = alpha * A . B^T into out (float32 or bf16 [P, Q], on the operands' device), each side an
@@ -1922,7 +1913,7 @@ PYBIND11_MODULE(_mxkit, m) {
 
   // Training (python/mxkit/linear.py, mxkit.torch.Linear; linear_steps is the tests' oracle).
   m.attr("recipe_names") = py::cast(recipe_names());
-  m.def("mxfp8_values_quantize_device", &mxfp8_values_quantize_device, py::arg("x"), py::arg("copies"), py::arg("stream"), py::arg("out"));
+  m.def("mxfp8_values_quantize_device", &mxfp8_values_quantize_device, py::arg("x"), py::arg("copy"), py::arg("stream"), py::arg("out"));
   m.def("gemm_sides_device", &gemm_sides_device, py::arg("a_data"), py::arg("a_scales"), py::arg("a"), py::arg("a_flag"), py::arg("b_data"),
         py::arg("b_scales"), py::arg("b"), py::arg("b_flag"), py::arg("alpha"), py::arg("stream"), py::arg("out"));
   m.def("recipe_spec", &recipe_spec, py::arg("name"));
