@@ -177,6 +177,7 @@ TEST_CASE("blocks through the reciprocal equal quantize_nvfp4_block", "[nvfp4][r
   scales.push_back(0x1p-60f);  // given far below the data below: saturated block scales, off the path
   for (const float t : scales) {
     const mxkit::nvfp4_scaler s{t};
+    const mxkit::nvfp4_reciprocal_scaler rs = mxkit::nvfp4_reciprocal_scaler::of(s);
     for (int trial = 0; trial < 2000; ++trial) {
       float v[mxkit::nvfp4_block_size];
       // Magnitudes around the tensor scale's range (t x 2688 is the copy's amax), some far below.
@@ -196,8 +197,8 @@ TEST_CASE("blocks through the reciprocal equal quantize_nvfp4_block", "[nvfp4][r
       // 2-D scaling passes a 16 x 16 tile's amax, at least the block's own.
       if (trial % 8 == 5 && amax < 0x7F000000u) amax += static_cast<std::uint32_t>(g() % (1u << 24));
       const mxkit::nvfp4_packed_block want = rule_block(v, amax, s);
-      const mxkit::nvfp4_packed_block got = mxkit::quantize_nvfp4_block_nearest_even(v, amax, s);
-      (mxkit::nvfp4_reciprocal_block::make(amax, s).path ? on_path : off_path) += 1;
+      const mxkit::nvfp4_packed_block got = mxkit::quantize_nvfp4_block_nearest_even(v, amax, rs);
+      (mxkit::nvfp4_reciprocal_block::make(amax, rs).path ? on_path : off_path) += 1;
       INFO("tensor scale " << t << ", trial " << trial);
       REQUIRE(got.scale.bits() == want.scale.bits());
       REQUIRE(got.words[0] == want.words[0]);
@@ -209,7 +210,7 @@ TEST_CASE("blocks through the reciprocal equal quantize_nvfp4_block", "[nvfp4][r
         o.stream = static_cast<std::uint32_t>(g() % 4);
         const std::uint64_t first = 16 * (g() % 100000);
         const mxkit::nvfp4_block w = mxkit::quantize_nvfp4_block(v, amax, s, o, first);
-        const mxkit::nvfp4_block b = mxkit::quantize_nvfp4_block_by_reciprocal(v, amax, s, o, first);
+        const mxkit::nvfp4_block b = mxkit::quantize_nvfp4_block_by_reciprocal(v, amax, rs, o, first);
         INFO("rounding " << static_cast<int>(r));
         REQUIRE(b.scale.bits() == w.scale.bits());
         for (int i = 0; i < mxkit::nvfp4_block_size; ++i) REQUIRE(b.elements[i].bits() == w.elements[i].bits());
@@ -220,12 +221,68 @@ TEST_CASE("blocks through the reciprocal equal quantize_nvfp4_block", "[nvfp4][r
   CHECK(off_path > 2000);
 }
 
+// The least amax (float bits) whose block scale under s is code k or more (+Inf's bits where none
+// is), by bisection: the rule's scale is non-decreasing in the amax.
+std::uint32_t scale_threshold(const mxkit::nvfp4_scaler& s, std::uint32_t k) {
+  std::uint32_t lo = 0u, hi = 0x7F7FFFFFu;
+  if (s.block_scale(from_bits(hi)).bits() < k) return 0x7F800000u;
+  while (hi - lo > 1u) {
+    const std::uint32_t m = lo + (hi - lo) / 2u;
+    if (s.block_scale(from_bits(m)).bits() >= k) hi = m;
+    else lo = m;
+  }
+  return hi;
+}
+
+TEST_CASE("the block scale through two dividers is the rule's, and so is the block's divider", "[nvfp4][reciprocal]") {
+  std::mt19937_64 g(29);
+  std::vector<float> scales = tensor_scales();
+  // The bounds of the divided path and just outside them.
+  for (const float t : {0x1p-55f, 0x1.fffffep-56f, 0x1p55f, 0x1.000002p55f, 0x1.7p-50f, 0x1.3p50f}) scales.push_back(t);
+  long probed = 0, divided = 0;
+  for (const float t : scales) {
+    const mxkit::nvfp4_scaler s{t};
+    const mxkit::nvfp4_reciprocal_scaler rs = mxkit::nvfp4_reciprocal_scaler::of(s);
+    // The same scaler with the divided path off: every block takes the rule's divisions.
+    const mxkit::nvfp4_reciprocal_scaler plain{s, {t, 1.0f}, false};
+    CHECK(rs.fast == (t >= 0x1p-55f && t <= 0x1p55f));
+    std::vector<std::uint32_t> probes = {0u, 1u, 0x007FFFFFu, 0x00800000u, bits(0x1p-36f), bits(0x1p-36f) - 1u, bits(0x1p34f),
+                                         bits(0x1p34f) - 1u, 0x7F7FFFFFu, bits(1.0f), bits(6.0f)};
+    for (std::uint32_t k = 1; k <= 126; ++k) {
+      const std::uint32_t a = scale_threshold(s, k);
+      if (a >= 0x7F800000u) continue;
+      for (std::uint32_t u = 0; u <= 64; ++u) {
+        if (a >= u) probes.push_back(a - u);
+        probes.push_back(a + u);
+      }
+    }
+    // Random amaxes: across every binade, and around the tensor's own range (amax up to 2688 t).
+    for (int i = 0; i < 4000; ++i) probes.push_back(static_cast<std::uint32_t>(g() % 0x7F800000u));
+    for (int i = 0; i < 4000; ++i) probes.push_back(bits(t * 2688.0f * std::ldexp(static_cast<float>(g() % 1000000) / 1e6f, -static_cast<int>(g() % 24))));
+    for (const std::uint32_t a : probes) {
+      if (a >= 0x7F800000u) continue;
+      const float amax = from_bits(a);
+      INFO("tensor scale bits " << bits(t) << ", amax bits " << a);
+      REQUIRE(rs.block_scale(amax).bits() == s.block_scale(amax).bits());
+      const mxkit::nvfp4_reciprocal_block b = mxkit::nvfp4_reciprocal_block::make(a, rs), want = mxkit::nvfp4_reciprocal_block::make(a, plain);
+      REQUIRE(b.scale.bits() == want.scale.bits());
+      REQUIRE(b.path == want.path);
+      REQUIRE(bits(b.divider.divisor) == bits(want.divider.divisor));
+      REQUIRE(bits(b.divider.reciprocal) == bits(want.divider.reciprocal));
+      ++probed;
+      if (rs.fast && amax >= 0x1p-36f && amax < 0x1p34f) ++divided;
+    }
+  }
+  CHECK(probed > 300000);
+  CHECK(divided > 100000);  // the divided path is what most of these scales take
+}
+
 // At compile time the quotient divides (no fused multiply-add there): the same block.
 constexpr bool compile_time_block_matches() {
   const float v[mxkit::nvfp4_block_size] = {0.3f, -1.7f, 2.5f, 5.9f, -0.0f, 0.0f, 1e-30f, -3.25f, 4.0f, 0.76f, -6.0f, 1.26f, 2.49f, -0.74f, 3.6f, 0.1f};
   const mxkit::nvfp4_scaler s{0x1p-9f};
   const std::uint32_t amax = mxkit::nvfp4_block_amax_bits(v);
-  const mxkit::nvfp4_packed_block a = mxkit::quantize_nvfp4_block_nearest_even(v, amax, s);
+  const mxkit::nvfp4_packed_block a = mxkit::quantize_nvfp4_block_nearest_even(v, amax, mxkit::nvfp4_reciprocal_scaler::of(s));
   const mxkit::nvfp4_packed_block b = mxkit::pack_nvfp4_block(mxkit::quantize_nvfp4_block(v, amax, s, mxkit::nvfp4_options{}));
   return a.scale.bits() == b.scale.bits() && a.words[0] == b.words[0] && a.words[1] == b.words[1];
 }

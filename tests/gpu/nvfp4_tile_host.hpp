@@ -84,7 +84,8 @@ result run(mxkit::matrix_view<const T> in, const mxkit::block_format& format, co
                                 &r.row.tensor_scale,
                                 &r.col.tensor_scale,
                                 nullptr};
-  const mxkit::nvfp4_scaler rs{r.row.tensor_scale}, cs{r.col.tensor_scale};
+  const mxkit::nvfp4_reciprocal_scaler rs = mxkit::nvfp4_reciprocal_scaler::of({r.row.tensor_scale}),
+                                       cs = mxkit::nvfp4_reciprocal_scaler::of({r.col.tensor_scale});
   const bool two_d = rl.tile_lines() > 1;
   std::uint32_t tile_amax[2 * threads];
   std::uint32_t unused = 0;

@@ -66,6 +66,15 @@ namespace detail {
 inline constexpr float nvfp4_reciprocal_min_divisor = exp2i(-64);
 inline constexpr float nvfp4_reciprocal_max_divisor = exp2i(64);
 inline constexpr float nvfp4_reciprocal_max_quotient = exp2i(32);
+// The bounds of the block scale's path (nvfp4_reciprocal_scaler): an amax in [2^-36, 2^34) keeps
+// amax / 6 in [2^-39, 2^32); a tensor scale in [2^-55, 2^55] is a divisor on the path, and so is
+// fl(s x t) for every non-zero E4M3 scale s (2^-9 <= s <= 448).
+inline constexpr float nvfp4_scale_path_min_amax = exp2i(-36);
+inline constexpr float nvfp4_scale_path_max_amax = exp2i(34);
+inline constexpr float nvfp4_scale_path_min_tensor_scale = exp2i(-55);
+inline constexpr float nvfp4_scale_path_max_tensor_scale = exp2i(55);
+// fl(q x fl(1 / t)) at most 2^31: q / t is below 2^32, on the path.
+inline constexpr float nvfp4_scale_path_max_estimate = exp2i(31);
 }  // namespace detail
 
 // fl(a / divisor) for a >= 0 on the path, from reciprocal = fl(1 / divisor) (the file comment's
@@ -86,19 +95,60 @@ struct nvfp4_reciprocal_divider {
   }
 };
 
+// A copy's scaler (nvfp4_scaler) with what the reciprocal path needs of its tensor scale t, found
+// once a copy: the divider by t. A block's scale is then e4m3(fl(fl(amax / 6) / t)) with both
+// divisions through dividers, {6, fl(1/6)} and {t, fl(1/t)}, where the file comment's proof holds
+// for both: amax in [2^-36, 2^34), so that amax / 6 is a quotient in [2^-39, 2^32); t in
+// [2^-55, 2^55], a divisor on the path; and fl(q x fl(1/t)) at most 2^31, so that q / t is below
+// 2^32. A quotient q / t below 2^-39 comes out below 2^-38, and it rounds to the E4M3 scale 0
+// as the correctly rounded one does (E4M3's least step is 2^-9). Other blocks take the rule's
+// divisions. With t on the path, every non-zero scale's divisor fl(s x t) is one too.
+struct nvfp4_reciprocal_scaler {
+  nvfp4_scaler scaler;            // the copy's rule
+  nvfp4_reciprocal_divider by_t;  // {t, fl(1/t)} when `fast`
+  bool fast = false;              // t in [2^-55, 2^55]
+
+  MXKIT_HD static constexpr nvfp4_reciprocal_scaler of(const nvfp4_scaler& s) noexcept {
+    const float t = s.tensor_scale;
+    const bool fast = t >= detail::nvfp4_scale_path_min_tensor_scale && t <= detail::nvfp4_scale_path_max_tensor_scale;
+    return {s, {t, fast ? fp32_div(1.0f, t) : 1.0f}, fast};
+  }
+
+  // scaler.block_scale(amax) for a finite amax >= 0.
+  MXKIT_HD constexpr e4m3 block_scale(float amax) const noexcept {
+    constexpr nvfp4_reciprocal_divider by_six{6.0f, fp32_div(1.0f, 6.0f)};
+    static_assert(by_six.divisor == e2m1::max().to_float(), "the rule divides the block amax by E2M1's largest value");
+    if (fast && amax >= detail::nvfp4_scale_path_min_amax && amax < detail::nvfp4_scale_path_max_amax) {
+      const float q = by_six.quotient(amax);
+      if (q * by_t.reciprocal <= detail::nvfp4_scale_path_max_estimate) return nvfp4_scale_of_quotient(by_t.quotient(q));
+    }
+    return scaler.block_scale(amax);
+  }
+};
+
 // One block's scale and divider under a copy's scaler, from its amax (float bits, the block's own
 // or its 16 x 16 tile's); `path` false: the block is quantize_nvfp4_block's (NaN or Inf, or off
-// the bounds).
+// the bounds). A caller quantizing many blocks of a copy makes its nvfp4_reciprocal_scaler once.
 struct nvfp4_reciprocal_block {
   e4m3 scale;
   nvfp4_reciprocal_divider divider;
   bool path = false;
 
-  MXKIT_HD static constexpr nvfp4_reciprocal_block make(std::uint32_t amax, const nvfp4_scaler& scaler) noexcept {
+  MXKIT_HD static constexpr nvfp4_reciprocal_block make(std::uint32_t amax, const nvfp4_reciprocal_scaler& rs) noexcept {
     nvfp4_reciprocal_block b{};
     if (amax >= 0x7F800000u) return b;  // NaN or Inf
-    b.scale = scaler.block_scale(bit_cast<float>(amax));
-    const nvfp4_block_scaling s = scaler.for_block(b.scale);
+    const float a = bit_cast<float>(amax);
+    b.scale = rs.block_scale(a);
+    if (rs.fast && !nvfp4_zero_scale(b.scale)) {
+      // t and the scale finite, the divisor on the path: for_block's product and the reciprocal
+      // without fp32_mul's and fp32_div's operand tests.
+      const float d = fp32_mul_finite(nvfp4_scale_value(b.scale), rs.scaler.tensor_scale);
+      const float r = fp32_div_finite(1.0f, d);
+      b.divider = {d, r};
+      b.path = fp32_mul_finite(a, r) <= detail::nvfp4_reciprocal_max_quotient;
+      return b;
+    }
+    const nvfp4_block_scaling s = rs.scaler.for_block(b.scale);
     if (s.zero) {
       b.divider = {1.0f, 0.0f};
       b.path = true;
@@ -107,8 +157,11 @@ struct nvfp4_reciprocal_block {
     const float r = fp32_div(1.0f, s.divisor);
     b.divider = {s.divisor, r};
     b.path = s.divisor >= detail::nvfp4_reciprocal_min_divisor && s.divisor <= detail::nvfp4_reciprocal_max_divisor &&
-             fp32_mul(bit_cast<float>(amax), r) <= detail::nvfp4_reciprocal_max_quotient;
+             fp32_mul(a, r) <= detail::nvfp4_reciprocal_max_quotient;
     return b;
+  }
+  MXKIT_HD static constexpr nvfp4_reciprocal_block make(std::uint32_t amax, const nvfp4_scaler& scaler) noexcept {
+    return make(amax, nvfp4_reciprocal_scaler::of(scaler));
   }
 
   // The block's nearest-even codes from its values v (rotated when the copy is), for `path`
@@ -136,9 +189,9 @@ struct nvfp4_reciprocal_block {
 // quantize_nvfp4_block(v, amax, scaler, options rounding to nearest even), packed: through the
 // reciprocal where it holds.
 MXKIT_HD constexpr nvfp4_packed_block quantize_nvfp4_block_nearest_even(const float* v, std::uint32_t amax,
-                                                                        const nvfp4_scaler& scaler) noexcept {
-  const nvfp4_reciprocal_block b = nvfp4_reciprocal_block::make(amax, scaler);
-  if (!b.path) return pack_nvfp4_block(quantize_nvfp4_block(v, amax, scaler, nvfp4_options{rounding::nearest_even}));
+                                                                        const nvfp4_reciprocal_scaler& rs) noexcept {
+  const nvfp4_reciprocal_block b = nvfp4_reciprocal_block::make(amax, rs);
+  if (!b.path) return pack_nvfp4_block(quantize_nvfp4_block(v, amax, rs.scaler, nvfp4_options{rounding::nearest_even}));
   nvfp4_packed_block p{b.scale, {}};
   b.encode_nearest_even(v, p.words);
   return p;
@@ -147,10 +200,10 @@ MXKIT_HD constexpr nvfp4_packed_block quantize_nvfp4_block_nearest_even(const fl
 // quantize_nvfp4_block(v, amax, scaler, o, first_index): the same loop over the elements, with the
 // reciprocal's quotients where it holds. Any rounding: none gives a code other than 0 to a quotient
 // below 2^-33 (the file comment). The kernel's path for stochastic rounding.
-MXKIT_HD constexpr nvfp4_block quantize_nvfp4_block_by_reciprocal(const float* v, std::uint32_t amax, const nvfp4_scaler& scaler,
+MXKIT_HD constexpr nvfp4_block quantize_nvfp4_block_by_reciprocal(const float* v, std::uint32_t amax, const nvfp4_reciprocal_scaler& rs,
                                                                   const nvfp4_options& o, std::uint64_t first_index) noexcept {
-  const nvfp4_reciprocal_block b = nvfp4_reciprocal_block::make(amax, scaler);
-  if (!b.path) return quantize_nvfp4_block(v, amax, scaler, o, first_index);
+  const nvfp4_reciprocal_block b = nvfp4_reciprocal_block::make(amax, rs);
+  if (!b.path) return quantize_nvfp4_block(v, amax, rs.scaler, o, first_index);
   nvfp4_block out{};
   out.scale = b.scale;
   detail::round_nvfp4_elements(out, v, o, first_index, b.divider);

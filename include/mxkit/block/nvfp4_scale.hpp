@@ -33,6 +33,7 @@
 // below at 2^-6): validation/nvfp4_quirks.hpp reproduces each byte for byte.
 #include <cstdint>
 
+#include <mxkit/arch/intrinsics.hpp>
 #include <mxkit/config.hpp>
 #include <mxkit/format/bits.hpp>
 #include <mxkit/format/e2m1.hpp>
@@ -62,18 +63,37 @@ MXKIT_HD constexpr float nvfp4_tensor_scale(float amax) noexcept {
   return t < nvfp4_min_tensor_scale ? nvfp4_min_tensor_scale : t;
 }
 
+// The E4M3 scale of the quotient v = fl(fl(amax_block / 6) / t): the rule's last step, alone for
+// callers that compute v another way (block/nvfp4_reciprocal.hpp).
+MXKIT_HD constexpr e4m3 nvfp4_scale_of_quotient(float v) noexcept {
+  return e4m3::from_float(v, rounding::nearest_even, overflow::saturate);  // +Inf (t tiny) saturates too
+}
+
 // The E4M3 scale of a block whose finite amax is block_amax (>= 0), under tensor scale t
 // (nvfp4_valid_tensor_scale). A NaN or Inf block is the caller's (e4m3::quiet_nan()).
 MXKIT_HD constexpr e4m3 nvfp4_block_scale(float block_amax, float t) noexcept {
-  const float s = fp32_div(fp32_div(block_amax, e2m1::max().to_float()), t);
-  return e4m3::from_float(s, rounding::nearest_even, overflow::saturate);  // +Inf (t tiny) saturates too
+  return nvfp4_scale_of_quotient(fp32_div(fp32_div(block_amax, e2m1::max().to_float()), t));
 }
 
 // Whether an E4M3 scale is zero (+0 or -0: a block scale is never negative, a foreign one may be).
 MXKIT_HD constexpr bool nvfp4_zero_scale(e4m3 s) noexcept { return (s.bits() & 0x7Fu) == 0; }
 
+// The value of a finite E4M3 scale as a float. A device pass with FP8 conversions decodes it in
+// two instructions through binary16, which holds every E4M3 value exactly
+// (arch/intrinsics.hpp); elsewhere, and at compile time, e4m3's own decode: the same float.
+// (Cvt is a template parameter so that the instruction's wrapper is instantiated only in the
+// passes that have it.)
+template <bool Cvt = hw::has_cvt_fp8>
+MXKIT_HD constexpr float nvfp4_scale_value(e4m3 s) noexcept {
+  if constexpr (Cvt) {
+    if (!__builtin_is_constant_evaluated())
+      return hw::cvt_f32_f16(static_cast<std::uint16_t>(hw::cvt_f16x2_fp8x2<Cvt ? 3 : 0>(s.bits()) & 0xFFFFu));
+  }
+  return s.to_float();
+}
+
 // What the elements of a block of scale s (finite, non-zero) under tensor scale t are divided by.
-MXKIT_HD constexpr float nvfp4_element_divisor(e4m3 s, float t) noexcept { return fp32_mul(s.to_float(), t); }
+MXKIT_HD constexpr float nvfp4_element_divisor(e4m3 s, float t) noexcept { return fp32_mul(nvfp4_scale_value(s), t); }
 
 // The value element x is rounded from, in a block of scale s (finite, non-zero) under tensor scale t.
 MXKIT_HD constexpr float nvfp4_scaled_element(float x, e4m3 s, float t) noexcept { return fp32_div(x, nvfp4_element_divisor(s, t)); }

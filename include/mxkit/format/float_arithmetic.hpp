@@ -95,4 +95,19 @@ MXKIT_HD constexpr float fp32_div(float a, float b) noexcept {
   return detail::fp32_div_integer(ab, bb);
 }
 
+// fp32_mul and fp32_div for callers whose operands are known finite (and the divisor non-zero):
+// the same bits, without the operand test a device pass spends before its instruction.
+MXKIT_HD constexpr float fp32_mul_finite(float a, float b) noexcept {
+  if constexpr (hw::has_rn_mul_div) {
+    if (!__builtin_is_constant_evaluated()) return hw::mul_rn(a, b);
+  }
+  return fp32_mul(a, b);
+}
+MXKIT_HD constexpr float fp32_div_finite(float a, float b) noexcept {
+  if constexpr (hw::has_rn_mul_div) {
+    if (!__builtin_is_constant_evaluated()) return hw::div_rn(a, b);
+  }
+  return fp32_div(a, b);
+}
+
 MXKIT_END_NAMESPACE

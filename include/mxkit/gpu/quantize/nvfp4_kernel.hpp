@@ -271,8 +271,8 @@ MXKIT_HD inline __attribute__((noinline)) nvfp4_packed_block nvfp4_quantize_out_
 // quantize_nvfp4_block, packed, with the rounding a constant on the common paths, nearest even
 // and stochastic, both through the block's reciprocal (block/nvfp4_reciprocal.hpp: no division an
 // element); the rest out of line.
-MXKIT_HD inline nvfp4_packed_block nvfp4_quantize(const float* v, std::uint32_t amax, const nvfp4_scaler& scaler, const nvfp4_options& o,
-                                                  std::uint64_t first_index) noexcept {
+MXKIT_HD inline nvfp4_packed_block nvfp4_quantize(const float* v, std::uint32_t amax, const nvfp4_reciprocal_scaler& scaler,
+                                                  const nvfp4_options& o, std::uint64_t first_index) noexcept {
   if (o.round == rounding::nearest_even) {
     const nvfp4_reciprocal_block b = nvfp4_reciprocal_block::make(amax, scaler);
     if (b.path) {
@@ -290,7 +290,7 @@ MXKIT_HD inline nvfp4_packed_block nvfp4_quantize(const float* v, std::uint32_t 
   }
   nvfp4_block_values x;
   for (int i = 0; i < nvfp4_block_size; ++i) x.v[i] = v[i];
-  return nvfp4_quantize_out_of_line(x, amax, scaler, o, first_index);
+  return nvfp4_quantize_out_of_line(x, amax, scaler.scaler, o, first_index);
 }
 
 // One copy's addressing as the quantize kernel uses it, found on the host when the kernel's
@@ -315,7 +315,7 @@ struct nvfp4_copy_geometry {
 // and options o (c's, the rotation a constant), amax as quantize_nvfp4_block takes it, and stores
 // its 8 code bytes and its scale.
 MXKIT_HD inline void nvfp4_store_block(const nvfp4_view& c, const nvfp4_copy_geometry& g, const nvfp4_options& o,
-                                       const nvfp4_scaler& scaler, std::size_t line, std::size_t blk, const float* v,
+                                       const nvfp4_reciprocal_scaler& scaler, std::size_t line, std::size_t blk, const float* v,
                                        std::uint32_t amax) noexcept {
   // Stochastic rounding numbers element (line, pos) line * padded_length + pos, as the host.
   const nvfp4_packed_block b = nvfp4_quantize(v, amax, scaler, o, line * g.padded_length + blk * nvfp4_block_size);
@@ -343,7 +343,7 @@ struct nvfp4_quantize_params {
 // (16 x 16 blocks), or null (1 x 16 blocks: each block's own amax).
 template <class T>
 MXKIT_HD void nvfp4_tile_finish(const nvfp4_quantize_params<T>& p, const nvfp4_options& ro, const nvfp4_options& co,
-                                const nvfp4_scaler& row_scaler, const nvfp4_scaler& col_scaler, std::size_t t, int thread,
+                                const nvfp4_reciprocal_scaler& row_scaler, const nvfp4_reciprocal_scaler& col_scaler, std::size_t t, int thread,
                                 const float4* smem, const std::uint32_t* tile_amax) noexcept {
   std::size_t r0 = 0, c0 = 0;
   p.in.origin(t, r0, c0);
@@ -383,7 +383,9 @@ MXKIT_GLOBAL void __launch_bounds__(nvfp4_threads) nvfp4_quantize_kernel(const n
   __shared__ float4 smem[nvfp4_tile_chunks];
   __shared__ std::uint32_t tile_amax[TwoD ? 2 * nvfp4_threads : 1];
   const int thread = static_cast<int>(threadIdx.x);
-  const nvfp4_scaler row_scaler{p.row.data ? *p.row_t : 1.0f}, col_scaler{p.col.data ? *p.col_t : 1.0f};
+  // Each copy's scaler with its tensor scale's reciprocal, found once (nvfp4_reciprocal_scaler).
+  const nvfp4_reciprocal_scaler row_scaler = nvfp4_reciprocal_scaler::of({p.row.data ? *p.row_t : 1.0f}),
+                                col_scaler = nvfp4_reciprocal_scaler::of({p.col.data ? *p.col_t : 1.0f});
   const nvfp4_options ro = nvfp4_kernel_options<Rotate>(p.row.options), co = nvfp4_kernel_options<Rotate>(p.col.options);
   const std::size_t last = p.in.tiles - 1;
   std::uint32_t all = 0;
