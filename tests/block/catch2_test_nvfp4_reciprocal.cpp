@@ -7,6 +7,9 @@
 //  - for every E4M3 scale code a finite block can have, under tensor scales from the least normal
 //    float to the largest, the codes equal the rule's on the floats around each code threshold
 //    (where a quotient one ulp off would change the code) and on random floats;
+//  - the block scale through two dividers (nvfp4_reciprocal_scaler) equals the rule's, and so do
+//    the block's divisor, reciprocal and path, within 64 ulps of every E4M3 scale threshold and on
+//    random amaxes, under tensor scales on and off its bounds;
 //  - whole blocks equal quantize_nvfp4_block, nearest even packed and every other rounding, NaN,
 //    Inf, zero, subnormal and saturated ones included (those off the path too), and at compile time.
 #include <cmath>
@@ -52,18 +55,34 @@ std::uint32_t magnitude_code(const mxkit::nvfp4_block_scaling& s, std::uint32_t 
   return e2m1::from_float(s(from_bits(a)), mxkit::rounding::nearest_even, mxkit::overflow::saturate).bits() & 0x7u;
 }
 
-// T_k (k = 1 .. 7) as float bits: the least non-negative finite float whose magnitude code is k or
-// more (+Inf's bits where none is), by bisection over the bits, which order the non-negative floats
-// (the code is non-decreasing in |x|: correctly rounded division and E2M1's rounding both are).
-std::uint32_t code_threshold(const mxkit::nvfp4_block_scaling& s, std::uint32_t k) {
-  std::uint32_t lo = 0u, hi = 0x7F7FFFFFu;  // code(lo) < k; hi: code(hi) >= k once checked
-  if (magnitude_code(s, hi) < k) return 0x7F800000u;
+// The least non-negative finite float (as bits) where `reached` holds, +Inf's bits where it holds
+// nowhere, for a predicate non-decreasing in the float: by bisection over the bits, which order the
+// non-negative floats.
+template <class Reached>
+std::uint32_t least_float_bits(const Reached& reached) {
+  if (reached(0u)) return 0u;
+  std::uint32_t lo = 0u, hi = 0x7F7FFFFFu;  // !reached(lo); reached(hi) once checked
+  if (!reached(hi)) return 0x7F800000u;
   while (hi - lo > 1u) {
     const std::uint32_t m = lo + (hi - lo) / 2u;
-    if (magnitude_code(s, m) >= k) hi = m;
-    else lo = m;
+    (reached(m) ? hi : lo) = m;
   }
   return hi;
+}
+
+// The floats within 64 ulps of a threshold (float bits), either side, into probes; none for +Inf.
+void add_around(std::vector<std::uint32_t>& probes, std::uint32_t threshold) {
+  if (threshold >= 0x7F800000u) return;
+  for (std::uint32_t u = 0; u <= 64; ++u) {
+    if (threshold >= u) probes.push_back(threshold - u);
+    probes.push_back(threshold + u);
+  }
+}
+
+// T_k (k = 1 .. 7) as float bits: the least non-negative float whose magnitude code is k or more
+// (the code is non-decreasing in |x|: correctly rounded division and E2M1's rounding both are).
+std::uint32_t code_threshold(const mxkit::nvfp4_block_scaling& s, std::uint32_t k) {
+  return least_float_bits([&](std::uint32_t a) { return magnitude_code(s, a) >= k; });
 }
 
 // The encoder of scale `scale` under s, as nvfp4_reciprocal_block::make builds it for a block of
@@ -135,14 +154,7 @@ TEST_CASE("the codes through the reciprocal are the rule's around every code thr
       // The largest |x| a block of this scale on the path can hold: quotients up to 2^32.
       const float limit = bs.zero ? 0x1.fffffep127f : mxkit::fp32_mul(0x1p31f, bs.divisor);
       std::vector<std::uint32_t> probes;
-      for (std::uint32_t k = 1; k <= 7; ++k) {
-        const std::uint32_t tk = code_threshold(bs, k);
-        if (tk >= 0x7F800000u) continue;
-        for (std::uint32_t u = 0; u <= 64; ++u) {
-          if (tk >= u) probes.push_back(tk - u);
-          probes.push_back(tk + u);
-        }
-      }
+      for (std::uint32_t k = 1; k <= 7; ++k) add_around(probes, code_threshold(bs, k));
       for (int i = 0; i < 256; ++i) probes.push_back(static_cast<std::uint32_t>(g() % 0x7F800000u));
       probes.push_back(0u);
       probes.push_back(1u);
@@ -221,17 +233,10 @@ TEST_CASE("blocks through the reciprocal equal quantize_nvfp4_block", "[nvfp4][r
   CHECK(off_path > 2000);
 }
 
-// The least amax (float bits) whose block scale under s is code k or more (+Inf's bits where none
-// is), by bisection: the rule's scale is non-decreasing in the amax.
+// The least amax (float bits) whose block scale under s is code k or more (the rule's scale is
+// non-decreasing in the amax).
 std::uint32_t scale_threshold(const mxkit::nvfp4_scaler& s, std::uint32_t k) {
-  std::uint32_t lo = 0u, hi = 0x7F7FFFFFu;
-  if (s.block_scale(from_bits(hi)).bits() < k) return 0x7F800000u;
-  while (hi - lo > 1u) {
-    const std::uint32_t m = lo + (hi - lo) / 2u;
-    if (s.block_scale(from_bits(m)).bits() >= k) hi = m;
-    else lo = m;
-  }
-  return hi;
+  return least_float_bits([&](std::uint32_t a) { return s.block_scale(from_bits(a)).bits() >= k; });
 }
 
 TEST_CASE("the block scale through two dividers is the rule's, and so is the block's divider", "[nvfp4][reciprocal]") {
@@ -248,14 +253,7 @@ TEST_CASE("the block scale through two dividers is the rule's, and so is the blo
     CHECK(rs.fast == (t >= 0x1p-55f && t <= 0x1p55f));
     std::vector<std::uint32_t> probes = {0u, 1u, 0x007FFFFFu, 0x00800000u, bits(0x1p-36f), bits(0x1p-36f) - 1u, bits(0x1p34f),
                                          bits(0x1p34f) - 1u, 0x7F7FFFFFu, bits(1.0f), bits(6.0f)};
-    for (std::uint32_t k = 1; k <= 126; ++k) {
-      const std::uint32_t a = scale_threshold(s, k);
-      if (a >= 0x7F800000u) continue;
-      for (std::uint32_t u = 0; u <= 64; ++u) {
-        if (a >= u) probes.push_back(a - u);
-        probes.push_back(a + u);
-      }
-    }
+    for (std::uint32_t k = 1; k <= 126; ++k) add_around(probes, scale_threshold(s, k));
     // Random amaxes: across every binade, and around the tensor's own range (amax up to 2688 t).
     for (int i = 0; i < 4000; ++i) probes.push_back(static_cast<std::uint32_t>(g() % 0x7F800000u));
     for (int i = 0; i < 4000; ++i) probes.push_back(bits(t * 2688.0f * std::ldexp(static_cast<float>(g() % 1000000) / 1e6f, -static_cast<int>(g() % 24))));
