@@ -160,9 +160,6 @@ struct nvfp4_reciprocal_block {
              fp32_mul(a, r) <= detail::nvfp4_reciprocal_max_quotient;
     return b;
   }
-  MXKIT_HD static constexpr nvfp4_reciprocal_block make(std::uint32_t amax, const nvfp4_scaler& scaler) noexcept {
-    return make(amax, nvfp4_reciprocal_scaler::of(scaler));
-  }
 
   // The block's nearest-even codes from its values v (rotated when the copy is), for `path`
   // blocks. Each code is packed as it is made, as the MX packer does (block/quantize_block.hpp,
